@@ -1,0 +1,247 @@
+"""Every vocabulary the adapter writes or reads, in one place.
+
+Standard library only and Python 3.10 compatible: this module is copied into the task image
+(the benchmark's interpreter may be 3.10) and imported by the host as `cowork_adapter.vocab`.
+Members compare and serialise as their plain string values.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+
+class Vocab(str, Enum):
+    """A str-valued enum whose str() and format() are the bare value (3.11 changed both)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class ExitCode(IntEnum):
+    """Launcher and command exit codes (documented in README)."""
+
+    OK = 0
+    FAILED = 1  # the run ended, but the runner failed or rows are infra_failed/not_attempted
+    REFUSED = 2  # a typed refusal: bad input, a precondition unmet; nothing was started
+    STOPPED = 3  # a stop reason (budget, meter, disk, signal, operator) ended the run
+    SHIM_REFUSED = 75  # the docker shim refused a container creation (EX_TEMPFAIL)
+
+
+class RunOutcome(Vocab):
+    STARTED = "started"
+    RUNNING = "running"
+    REFUSED = "refused"
+    NOTHING_REMAINING = "nothing_remaining"
+    DRY_RUN = "dry_run"
+    PROBE = "probe"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"  # runner finished, but some rows are infra_failed/not_attempted
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+class StopReason(Vocab):
+    """Why a run stopped before its runner finished by itself. The first cause wins."""
+
+    BUDGET_METER_UNAVAILABLE = "budget_meter_unavailable"
+    BUDGET_EXHAUSTED = "budget_exhausted"  # the key meter itself reports no remaining limit
+    CAMPAIGN_BUDGET_RESERVE = "campaign_budget_reserve"
+    RUN_BUDGET = "run_budget"
+    CAMPAIGN_PERSISTENCE_FAILED = "campaign_persistence_failed"
+    DISK_RESERVE = "disk_reserve"
+    ROOT_DISK_RESERVE = "root_disk_reserve"
+    SIGNAL_SIGINT = "signal_2"
+    SIGNAL_SIGTERM = "signal_15"
+    STOP_REQUESTED = "stop_requested"  # `cowork-adapter stop` or an operator's stop file
+    SUPERVISOR_ERROR = "supervisor_error"
+    RUNNER_FINISHED = "runner_finished"  # not a stop: recorded in the campaign history
+
+
+class TaskStatus(Vocab):
+    """A ledger row's status. Only the first three are settled (never retried)."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # the agent finished and the official evaluator said False
+    AGENT_FAILED = "agent_failed"  # the agent phase ended without success (incl. truncation)
+    INFRA_FAILED = "infra_failed"
+    ENVIRONMENT_BLOCKED = "environment_blocked"  # a needed MCP server failed the inventory
+    NOT_ATTEMPTED = "not_attempted"
+
+    @property
+    def settled(self) -> bool:
+        return self in (TaskStatus.PASSED, TaskStatus.FAILED, TaskStatus.AGENT_FAILED)
+
+
+class OfficialEvalStatus(Vocab):
+    COMPLETED = "completed"  # the evaluator returned a literal boolean pass
+    DECLINED = "declined"  # the upstream status gate: pass null for a non-success status
+    UNKNOWN = "unknown"
+    INVALID = "invalid"
+    UNREADABLE = "unreadable"
+    UNREPORTED = "unreported"  # no eval_res.json
+    NOT_RUN = "not_run"  # an attempt record proves the evaluator never ran
+
+
+class PaidActivity(Vocab):
+    OBSERVED = "observed"  # a token-bearing usage record exists
+    NONE = "none"  # provably no submission to the model
+    UNKNOWN = "unknown"
+
+
+class BenchStatus(Vocab):
+    """The status written to traj_log.json and the `Status:` line (the benchmark's words)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    MAX_TURNS_REACHED = "max_turns_reached"
+
+
+class AdapterStage(Vocab):
+    INIT = "init"
+    WORKSPACE = "workspace"
+    PREPROCESS = "preprocess"
+    MCP = "mcp"
+    SERVER = "server"
+    TASK = "task"
+    FINISHED = "finished"
+
+
+class AdapterReason(Vocab):
+    """Reason codes the entrypoint itself assigns (runtime codes pass through as strings)."""
+
+    CONFIG_INVALID = "config_invalid"
+    MODEL_MISMATCH = "model_mismatch"
+    MCP_CONFIG_MISSING = "mcp_config_missing"
+    MCP_CONFIG_INVALID = "mcp_config_invalid"
+    MCP_START_FAILED = "mcp_start_failed"
+    PREPROCESS_FAILED = "preprocess_failed"
+    SERVER_START_FAILED = "server_start_failed"
+    TASK_CREATE_FAILED = "task_create_failed"
+    SERVER_DIED = "server_died"
+    WALL_CLOCK_TIMEOUT = "wall_clock_timeout"
+    ENGINE_FAILED = "engine_failed"
+    ADAPTER_CRASHED = "adapter_crashed"
+
+
+# Runtime reason codes that mean the provider or transport failed: infrastructure, not the agent.
+INFRA_RUNTIME_REASONS = frozenset({"llm_api_error", "provider_unavailable"})
+# Runtime rails that truncate an attempt (a disclosed max_turns_reached, never a success).
+TRUNCATION_RUNTIME_REASONS = frozenset(
+    {
+        "budget_exhausted",
+        "round_limit",
+        "finalization_grace",
+        "deadline_local",
+        "children_unabsorbed",
+        "owner_requested_finalization",
+    }
+)
+
+
+class EngineKind(Vocab):
+    OUROBOROS = "ouroboros"
+    UPSTREAM = "upstream"
+
+
+class Phase(Vocab):
+    AGENT = "agent"
+    EVAL = "eval"
+    ALL = "all"
+    INVENTORY = "inventory"
+    STATEFUL = "stateful"
+
+
+class ReceiptCause(Vocab):
+    """Why an eval receipt or an eval_res.json reading is what it is."""
+
+    EVALUATED = "evaluated"
+    RAISED = "raised"
+    UNCLAIMED_PRIOR_RESULT = "unclaimed_prior_result"
+    PREPARATION_ERROR = "preparation_error"
+    FILE_ABSENT = "file_absent"
+    OS_ERROR = "os_error"
+    UTF8_ERROR = "utf8_error"
+    JSON_ERROR = "json_error"
+    NOT_OBJECT = "not_object"
+    PASS_MISSING = "pass_missing"
+    PASS_NOT_BOOLEAN = "pass_not_boolean"
+    STATUS_GATE = "status_gate"
+
+
+class EvalRefusal(Vocab):
+    """Why an eval re-entry did not evaluate (printed without `Status:`/`Pass:`)."""
+
+    CLAIM_UNREADABLE = "claim_unreadable"
+    BINDING_MISMATCH = "binding_mismatch"
+    UNFINISHED_CLAIM = "unfinished_claim"
+
+
+class AttemptState(Vocab):
+    ABSENT = "absent"
+    INVALID = "invalid"
+    CLAIMED = "claimed"
+    TERMINAL = "terminal"
+
+
+class ContainerState(Vocab):
+    ABSENT = "absent"
+    PRESENT = "present"
+    UNKNOWN = "unknown"
+
+
+class ShimRefusal(Vocab):
+    """Why the docker shim refused a container creation (exit 75)."""
+
+    ADMISSION_STOPPED = "admission_stopped"
+    DISK_PROBE_FAILED = "disk_probe_failed"
+    DISK_RESERVE_REACHED = "disk_reserve_reached"
+
+
+class MeterPhase(Vocab):
+    STARTUP = "startup"
+    POLL = "poll"
+    FINAL = "final"
+    RECONCILE = "reconcile"
+
+
+class EventKind(Vocab):
+    """Record types of the append-only events.jsonl."""
+
+    RUN_ADMITTED = "run_admitted"
+    RUNNER_STARTED = "runner_started"
+    TASK_STARTED = "task_started"
+    TASK_FINISHED = "task_finished"  # the runner's summary.csv row appeared
+    METER_READING = "meter_reading"  # accepted and saved
+    METER_REJECTED = "meter_rejected"
+    DISK_READING = "disk_reading"
+    STOP_REQUESTED = "stop_requested"
+    RUNNER_EXITED = "runner_exited"
+    CLEANUP = "cleanup"
+    SETTLEMENT = "settlement"
+    RUN_FINISHED = "run_finished"
+
+
+class ProbeKind(Vocab):
+    INVENTORY = "inventory"
+    STATEFUL = "stateful"
+
+
+class ServerHealth(Vocab):
+    OK = "ok"
+    FAILED = "failed"
+    REPAIRED = "repaired"
+
+
+class DemoScenario(Vocab):
+    PASS = "pass"
+    SIGTERM = "sigterm"
+    BUDGET_STOP = "budget-stop"
+    METER_OUTAGE = "meter-outage"
+    KILL9_RECONCILE = "kill9-reconcile"
+    RESUME = "resume"
+    DIAGNOSTIC = "diagnostic"
+    ALL = "all"

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The project's own Docker test bed (see README "Test bed"): a private dockerd and the images the
+# tests need, built without any registry. Usage:
+#   testbed/testbed.sh install   # Debian packages the test bed needs, when missing
+#   testbed/testbed.sh up        # start the private daemon (idempotent) and build the images
+#   testbed/testbed.sh env       # print `export DOCKER_HOST=...` for the running daemon
+#   testbed/testbed.sh down      # stop the daemon this script started (by its pid file)
+# State lives in $COWORK_TESTBED_DIR (default /var/lib/cowork-testbed), so images survive between
+# runs on one machine; each image carries the content hash of its recipe and is rebuilt only when
+# that hash changes.
+set -euo pipefail
+
+TB_DIR=${COWORK_TESTBED_DIR:-/var/lib/cowork-testbed}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SOCK="$TB_DIR/docker.sock"
+PIDFILE="$TB_DIR/docker.pid"
+export DOCKER_HOST="unix://$SOCK"
+
+BASE_IMAGE=cowork-testbed/base:bookworm
+PG_IMAGE=postgres:15
+# One rootfs serves every test image: Python for the benchmark side, PostgreSQL for the stand-in.
+BASE_PACKAGES=python3,python3-venv,postgresql-15,postgresql-client-15,procps,git,ca-certificates,util-linux,gzip
+
+log() { printf '[testbed] %s\n' "$*" >&2; }
+
+mirror_url() {
+  # The Debian mirror apt is already configured with: the only one reachable here.
+  local url
+  url=$(grep -hoE '^URIs: *http[^ ]+' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | sed 's/^URIs: *//') || true
+  [ -n "$url" ] || url=$(grep -hoE '^deb +http[^ ]+' /etc/apt/sources.list 2>/dev/null | head -n1 | awk '{print $2}') || true
+  printf '%s\n' "${url:-http://deb.debian.org/debian}"
+}
+
+cmd_install() {
+  local need=()
+  command -v dockerd >/dev/null || need+=(docker.io)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  command -v iptables >/dev/null || need+=(iptables)
+  command -v rsync >/dev/null || need+=(rsync)
+  command -v tmux >/dev/null || need+=(tmux)
+  command -v chromium >/dev/null || need+=(chromium)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing: ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  # The docker CLI ships with docker.io; a machine may already have a newer client on PATH.
+  command -v docker >/dev/null || { log "no docker client after install"; exit 1; }
+}
+
+daemon_alive() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+cmd_start_daemon() {
+  mkdir -p "$TB_DIR/data" "$TB_DIR/exec"
+  if daemon_alive; then log "daemon already running at $SOCK"; return; fi
+  if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    log "pid file names a live process but the socket does not answer"; exit 1
+  fi
+  rm -f "$PIDFILE" "$SOCK"
+  log "starting private dockerd"
+  # setsid: the daemon must outlive the shell that started it, and never share its signals.
+  setsid dockerd --data-root "$TB_DIR/data" --exec-root "$TB_DIR/exec" -H "unix://$SOCK" \
+    --pidfile "$PIDFILE" >"$TB_DIR/dockerd.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do daemon_alive && { log "daemon up"; return; }; sleep 1; done
+  log "dockerd did not answer within 60 s; last log lines:"; tail -n 20 "$TB_DIR/dockerd.log" >&2; exit 1
+}
+
+image_hash() { docker image inspect --format '{{ index .Config.Labels "org.cowork-testbed.hash" }}' "$1" 2>/dev/null || true; }
+
+build_base() {
+  local hash
+  hash=$(printf '%s\n' "$BASE_PACKAGES" "$(mirror_url)" | sha256sum | cut -c1-16)
+  if [ "$(image_hash "$BASE_IMAGE")" = "$hash" ]; then log "$BASE_IMAGE is current ($hash)"; return; fi
+  local rootfs="$TB_DIR/rootfs-$hash"
+  if [ ! -f "$rootfs/.complete" ]; then
+    rm -rf "$rootfs"
+    log "debootstrap bookworm ($BASE_PACKAGES)"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$rootfs" "$(mirror_url)" >"$TB_DIR/debootstrap.log" 2>&1 \
+      || { tail -n 30 "$TB_DIR/debootstrap.log" >&2; exit 1; }
+    # The apt lists and caches are dead weight in every container.
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    touch "$rootfs/.complete"
+  fi
+  log "importing $BASE_IMAGE"
+  tar -C "$rootfs" --exclude=./.complete -c . | docker import \
+    --change "LABEL org.cowork-testbed.hash=$hash" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin' \
+    --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
+}
+
+build_postgres() {
+  local ctx="$HERE/images/postgres" hash
+  hash=$( (docker image inspect --format '{{.Id}}' "$BASE_IMAGE"; cat "$ctx"/*) | sha256sum | cut -c1-16)
+  if [ "$(image_hash "$PG_IMAGE")" = "$hash" ]; then log "$PG_IMAGE stand-in is current ($hash)"; return; fi
+  log "building the $PG_IMAGE stand-in"
+  docker build -q --pull=false --label "org.cowork-testbed.hash=$hash" --build-arg "BASE=$BASE_IMAGE" \
+    -t "$PG_IMAGE" "$ctx" >/dev/null
+}
+
+cmd_up() {
+  cmd_start_daemon
+  build_base
+  build_postgres
+  echo "export DOCKER_HOST=$DOCKER_HOST"
+}
+
+cmd_down() {
+  if [ ! -f "$PIDFILE" ]; then log "no pid file: nothing to stop"; return; fi
+  local pid; pid=$(cat "$PIDFILE")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && { log "dockerd $pid ignored SIGTERM; sending SIGKILL"; kill -9 "$pid"; }
+  fi
+  rm -f "$PIDFILE"
+  log "daemon stopped"
+}
+
+case "${1:-}" in
+  install) cmd_install ;;
+  up) cmd_up ;;
+  env) daemon_alive && echo "export DOCKER_HOST=$DOCKER_HOST" ;;
+  down) cmd_down ;;
+  *) echo "usage: $0 install|up|env|down" >&2; exit 2 ;;
+esac
