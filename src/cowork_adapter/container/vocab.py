@@ -42,6 +42,7 @@ class RunOutcome(Vocab):
     INCOMPLETE = "incomplete"  # runner finished, but some rows are infra_failed/not_attempted
     STOPPED = "stopped"
     CRASHED = "crashed"
+    RECONCILED = "reconciled"  # campaign history only: an operator's guarded `campaign reconcile`
 
 
 class StopReason(Vocab):
@@ -58,6 +59,7 @@ class StopReason(Vocab):
     SIGNAL_SIGTERM = "signal_15"
     STOP_REQUESTED = "stop_requested"  # `cowork-adapter stop` or an operator's stop file
     SUPERVISOR_ERROR = "supervisor_error"
+    CUSTODY_BREACH = "custody_breach"  # the runner created a resource past the shim (no label)
     RUNNER_FINISHED = "runner_finished"  # not a stop: recorded in the campaign history
 
 
@@ -170,6 +172,8 @@ class ReceiptCause(Vocab):
     PASS_MISSING = "pass_missing"
     PASS_NOT_BOOLEAN = "pass_not_boolean"
     STATUS_GATE = "status_gate"
+    PASS_NULL_UNLINKED = "pass_null_unlinked"  # pass null without the exact upstream gate shape
+    LOG_PATH_MISMATCH = "log_path_mismatch"  # TaskConfig's log file is not the claimed one
 
 
 class EvalRefusal(Vocab):
@@ -199,6 +203,9 @@ class ShimRefusal(Vocab):
     ADMISSION_STOPPED = "admission_stopped"
     DISK_PROBE_FAILED = "disk_probe_failed"
     DISK_RESERVE_REACHED = "disk_reserve_reached"
+    CONFIG_UNREADABLE = "config_unreadable"  # the shim cannot read its run config: fail closed
+    FLAG_CONFLICT = "flag_conflict"  # the caller set a limit, pull policy or custody label itself
+    HOST_OVERRIDE = "host_override"  # the caller named another daemon (-H/--host/--context)
 
 
 class MeterPhase(Vocab):
@@ -245,3 +252,28 @@ class DemoScenario(Vocab):
     RESUME = "resume"
     DIAGNOSTIC = "diagnostic"
     ALL = "all"
+
+
+class AuditFindingReason(Vocab):
+    """Why the offline audit flags a tool-call argument for manual review (never a verdict)."""
+
+    ANSWER_SOURCE_REFERENCE = "answer_source_reference"  # groundtruth, the upstream repository
+    EVALUATOR_REFERENCE = "evaluator_reference"  # an evaluation/ path segment
+    EVAL_RECORD_REFERENCE = "eval_record_reference"  # eval_res.json, eval/diagnostic records
+    DIRECT_DATABASE_ACCESS = "direct_database_access"  # a PostgreSQL client in a shell/code tool
+
+
+class AuditGapReason(Vocab):
+    """Evidence the offline audit could not read or count; every gap is explicit in audit.json."""
+
+    MISSING_MANIFEST = "missing_manifest"
+    MISSING_RESULT_INDEX = "missing_result_index"
+    MISSING_MONITOR = "missing_monitor"
+    MISSING_TASK_DUMP = "missing_task_dump"
+    MISSING_LOG = "missing_log"
+    UNREADABLE_LOG = "unreadable_log"
+    UNREADABLE_RECORD = "unreadable_record"  # a small JSON file (manifest, claim, receipt) failed
+    MALFORMED_LINE = "malformed_line"
+    OVERSIZED_LINE = "oversized_line"  # longer than the audit's line bound: skipped, not parsed
+    UNKNOWN_TOKENS = "unknown_tokens"
+    UNKNOWN_COST = "unknown_cost"

@@ -37,8 +37,80 @@ class Plan:
     final_answer: str = "done"
 
 
-# Filled in with the demo benchmark's tasks (see demo/bench/tasks/finalpool/*/docs/task.md).
-PLANS: dict[str, Plan] = {}
+# One plan per demo task (demo/bench/tasks/finalpool/<tag>/). The designed outcome of each task in
+# the demo's bare runner is in the comment and in the task's task_config.json `meta`.
+_CSV_TOTALS = '{"by_region": {"east": 15.75, "north": 160.5, "south": 100.0, "west": 60.0}, "grand_total": 336.25}'
+
+# More rounds than the runner's default --max_steps (100): the engine must cut the plan short.
+ROUND_LIMIT_STEPS = 110
+
+PLANS: dict[str, Plan] = {
+    # success / pass: reads the CSV, writes the correct totals.
+    "demo-csv-totals": Plan(
+        tag="demo-csv-totals",
+        steps=(
+            Step("files", "list_files", {"path": "."}),
+            Step("files", "read_file", {"path": "sales.csv"}),
+            Step("files", "write_file", {"path": "totals.json", "content": _CSV_TOTALS}),
+        ),
+        final_answer="Wrote totals.json: grand total 336.25.",
+    ),
+    # success / eval fail: miscounts (237 is right).
+    "demo-wrong-answer": Plan(
+        tag="demo-wrong-answer",
+        steps=(
+            Step("files", "read_file", {"path": "inventory.csv"}),
+            Step("files", "write_file", {"path": "answer.txt", "content": "227\n"}),
+        ),
+        final_answer="The total quantity is 227.",
+    ),
+    # success / pass: changes rows through the PostgreSQL-backed crm server.
+    "demo-crm-postgres": Plan(
+        tag="demo-crm-postgres",
+        steps=(
+            Step("crm", "list_customers", {"status": "lead"}),
+            Step("crm", "update_customer_status", {"customer_id": 2, "status": "active"}),
+            Step("crm", "update_customer_status", {"customer_id": 5, "status": "active"}),
+            Step("crm", "add_note", {"customer_id": 2, "body": "contract signed"}),
+            Step("crm", "add_note", {"customer_id": 5, "body": "contract signed"}),
+        ),
+        final_answer="Borealis Ltd and Elm & Co are active, each with a 'contract signed' note.",
+    ),
+    # success / pass only when one deck server process serves every call (persistent session).
+    "demo-deck-stateful": Plan(
+        tag="demo-deck-stateful",
+        steps=(
+            Step("deck", "create_deck", {"deck_id": "q3", "title": "Q3 review"}),
+            Step("deck", "add_slide", {"deck_id": "q3", "heading": "Revenue", "body": "Revenue grew 8%."}),
+            Step("deck", "add_slide", {"deck_id": "q3", "heading": "Costs", "body": "Costs stayed flat."}),
+            Step("deck", "add_slide", {"deck_id": "q3", "heading": "Outlook", "body": "Q4 looks steady."}),
+            Step("deck", "save_deck", {"deck_id": "q3", "filename": "q3_review.deck.json"}),
+            Step("files", "list_files", {"path": "."}),
+        ),
+        final_answer="Saved q3_review.deck.json with three slides.",
+    ),
+    # max_turns_reached / not graded: keeps browsing past the round limit.
+    "demo-round-limit": Plan(
+        tag="demo-round-limit",
+        steps=tuple(
+            Step("files", "list_files", {"path": ("archive", "archive/2023", "archive/2024")[i % 3]})
+            for i in range(ROUND_LIMIT_STEPS)
+        ),
+        ending=Ending.ROUND_LIMIT,
+    ),
+    # failed / not graded: the provider fails after the first round.
+    "demo-provider-error": Plan(
+        tag="demo-provider-error",
+        steps=(Step("files", "read_file", {"path": "brief.txt"}),),
+        ending=Ending.PROVIDER_ERROR,
+    ),
+    # no status line (killed by the wall clock) / no traj_log.json: never finishes.
+    "demo-hang": Plan(
+        tag="demo-hang",
+        steps=(Step("files", "list_files", {"path": "."}),),
+        ending=Ending.HANG,
+    ),
+}
 
 
 def plan_for(task_text: str) -> Plan:

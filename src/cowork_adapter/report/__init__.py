@@ -1,0 +1,73 @@
+"""The scored report: merge runs with their recovery ancestry, score, disclose, plot.
+
+`run_report_command()` is the `report` command's body. Outputs go to a fresh directory
+(default <first root>/report/) as report.md, report.json and report.html; existing files are
+never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import Refusal
+from ..vocab import ExitCode
+from .build import build_report
+from .merge import load_runs
+from .render import to_html, to_markdown
+
+OUTPUT_NAMES = ("report.md", "report.json", "report.html")
+
+
+def make_report(roots: list[Path], concurrency: int) -> dict[str, Any]:
+    """The report dict for `roots` and their ancestry (raises Refusal, stage "report")."""
+    if not roots:
+        raise Refusal("report", "The report needs at least one run root.")
+    if concurrency < 1:
+        raise Refusal("report", "The projection concurrency must be at least 1.")
+    return build_report(load_runs(roots), concurrency=concurrency)
+
+
+def _write_new(path: Path, text: str) -> None:
+    # O_EXCL: a file that appeared since the check is still never overwritten.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
+    existing = [output_dir / n for n in OUTPUT_NAMES if (output_dir / n).exists()]
+    if existing:
+        raise Refusal("report", f"{existing[0]} already exists, and a report never overwrites one; choose another --output-dir.")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(report, indent=2, allow_nan=False) + "\n"
+    outputs = {"report.md": to_markdown(report), "report.json": payload, "report.html": to_html(report)}
+    paths = []
+    for name in OUTPUT_NAMES:
+        _write_new(output_dir / name, outputs[name])
+        paths.append(output_dir / name)
+    return paths
+
+
+def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: int, as_json: bool) -> int:
+    """Build and write the report; print the JSON (as_json) or the headline. Returns an exit code."""
+    try:
+        report = make_report([Path(r) for r in roots], concurrency)
+        target = Path(output_dir) if output_dir is not None else Path(roots[0]) / "report"
+        paths = write_report(report, target)
+    except Refusal as refusal:
+        print(f"cowork-adapter report refused ({refusal.stage}): {refusal.sentence}", file=sys.stderr)
+        return int(ExitCode.REFUSED)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    else:
+        from .render import headline
+
+        print(headline(report))
+        for warning in report["projection"]["warnings"]:
+            print(f"warning: {warning}")
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return int(ExitCode.OK)

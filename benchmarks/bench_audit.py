@@ -1,0 +1,194 @@
+"""Benchmark the offline audit against `wc -l` over the same files, in the same run.
+
+Synthesises a run root of 496 tasks with about --size-mb MiB of agent logs (tools, events,
+progress, chat, supervisor) under a temporary directory on the same disk, warms the page cache
+for both contenders, then times `wc -l` and `python -m cowork_adapter.audit` as child processes.
+Prints the audit's throughput as a ratio to wc -l's, and the audit's peak RSS (ru_maxrss of the
+child). Checks the audit found exactly the planted findings. Deletes the run root at the end.
+
+Targets: ratio >= 0.5 and peak < 256 MiB; exit 1 when a target is missed (2 on a wrong result).
+
+    .venv/bin/python benchmarks/bench_audit.py --size-mb 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TASKS = 496
+TARGET_RATIO = 0.5
+TARGET_PEAK_MIB = 256
+TS = "2026-01-01T00:00:00.000000+00:00"
+WORDS = ("quarterly revenue invoice customer sheet total region north south growth margin "
+         "forecast budget review draft summary table column row value Zürich café").split()
+# Share of each log in a task's bytes (tools dominate: result previews run to 2,000 chars).
+SHARES = {"tools.jsonl": 0.55, "events.jsonl": 0.25, "progress.jsonl": 0.08,
+          "chat.jsonl": 0.07, "supervisor.jsonl": 0.05}
+PLANTED_EVERY = 31  # every 31st task gets one groundtruth read and one psql call
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _line_pools(rng: random.Random) -> dict[str, list[bytes]]:
+    """A pool of realistic rows per log (json.dumps default: non-ASCII as \\u escapes)."""
+    tools = []
+    for i in range(400):
+        kind = i % 5
+        if kind == 0:
+            tool, args = "mcp_postgres__execute_sql", {"sql": f"SELECT region, sum(total) FROM sales WHERE q = {i} GROUP BY region"}
+        elif kind == 1:
+            tool, args = "mcp_filesystem__read_file", {"path": f"/workspace/reports/{_text(rng, 2).replace(' ', '_')}.md"}
+        elif kind == 2:
+            tool, args = "mcp_excel__write_data_to_excel", {"filepath": "/workspace/out.xlsx", "data": [[_text(rng, 3)] * 3] * 4}
+        elif kind == 3:
+            tool, args = "run_command", {"command": f"ls -la /workspace && wc -l /workspace/{i}.csv"}
+        else:
+            tool, args = "mcp_filesystem__write_file", {"path": "/workspace/notes.md", "content": _text(rng, 60)}
+        tools.append({"ts": TS, "type": "tool_call", "task_id": "t", "tool": tool, "args": args,
+                      "result_preview": _text(rng, rng.randint(20, 320)), "is_error": i % 17 == 0,
+                      "status": "ok"})
+    events = []
+    for i in range(400):
+        if i % 5 < 2:
+            events.append({"ts": TS, "type": "llm_usage", "task_id": "t", "root_task_id": "t",
+                           "model": "anthropic/claude-sonnet-4.5", "provider": "openrouter",
+                           "response_provider": "Anthropic", "source": "loop", "round": i,
+                           "cost": 0.0123, "cost_known": True, "cost_estimated": False,
+                           "prompt_tokens": 12000 + i, "completion_tokens": 300, "cached_tokens": 8000,
+                           "cache_write_tokens": 0, "accounting_authority": "physical_attempt_ledger",
+                           "projection_update_status": "available", "ledger_attempt_ids": [f"{i:032x}"]})
+        else:
+            events.append({"ts": TS, "type": rng.choice(["task_progress", "round_start", "context_stats"]),
+                           "task_id": "t", "round": i, "note": _text(rng, 25)})
+    progress = [{"ts": TS, "task_id": "t", "text": _text(rng, 30)} for _ in range(200)]
+    chat = [{"ts": TS, "session_id": "s", "direction": "out", "chat_id": 1, "user_id": 1,
+             "text": _text(rng, 80)} for _ in range(100)]
+    supervisor = [{"ts": TS, "type": "worker_ready", "pid": 100 + i} for i in range(50)]
+    pools = {"tools.jsonl": tools, "events.jsonl": events, "progress.jsonl": progress,
+             "chat.jsonl": chat, "supervisor.jsonl": supervisor}
+    return {name: [json.dumps(r).encode() + b"\n" for r in rows] for name, rows in pools.items()}
+
+
+def _write_log(path: Path, pool: list[bytes], target: int, rng: random.Random,
+               planted: list[bytes]) -> tuple[int, int]:
+    """Write ~target bytes of rows from the pool; returns (bytes, llm_usage-or-tool rows)."""
+    out, size = [], 0
+    for row in planted:
+        out.append(row)
+        size += len(row)
+    while size < target:
+        row = pool[rng.randrange(len(pool))]
+        out.append(row)
+        size += len(row)
+    rng.shuffle(out)
+    path.write_bytes(b"".join(out))
+    return size, len(out)
+
+
+def synthesise(root: Path, size_mb: float, seed: int = 7) -> dict[str, int]:
+    rng = random.Random(seed)
+    pools = _line_pools(rng)
+    per_task = size_mb * (1 << 20) / TASKS
+    planted_tools = [
+        json.dumps({"ts": TS, "type": "tool_call", "task_id": "t", "tool": "run_command",
+                    "args": {"command": "cat /bench/tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
+                    "result_preview": "", "is_error": False, "status": "ok"}).encode() + b"\n",
+        json.dumps({"ts": TS, "type": "tool_call", "task_id": "t", "tool": "run_command",
+                    "args": {"command": "psql -h pg -U app -c 'select 1'"},
+                    "result_preview": "", "is_error": False, "status": "ok"}).encode() + b"\n",
+    ]
+    rows, total = [], 0
+    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
+                                                        "applied_config": {}}))
+    (root / "monitor.json").write_text(json.dumps({"finished": True}))
+    for n in range(TASKS):
+        task = f"task-{n:03d}"
+        dump = root / "bench" / "dumps" / "abc123" / f"SingleUserTurn-{task}"
+        (dump / "ouroboros").mkdir(parents=True)
+        for name, share in SHARES.items():
+            planted = planted_tools if name == "tools.jsonl" and n % PLANTED_EVERY == 0 else []
+            size, _ = _write_log(dump / "ouroboros" / name, pools[name], int(per_task * share), rng, planted)
+            total += size
+        rows.append({"instance_id": task, "status": "passed", "official_eval_status": "completed",
+                     "official_receipt": {"pass": True}, "task_dump": os.path.relpath(dump, root)})
+    (root / "result_index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    planted_tasks = len(range(0, TASKS, PLANTED_EVERY))
+    return {"bytes": total, "planted_findings": 2 * planted_tasks}
+
+
+def _log_files(root: Path) -> list[str]:
+    return sorted(str(p) for p in (root / "bench" / "dumps").rglob("*.jsonl"))
+
+
+def _timed_child(argv: list[str], stdout) -> tuple[float, int, int]:
+    """(seconds, exit status, peak RSS KiB) of one child process, via wait4."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return elapsed, proc.returncode, usage.ru_maxrss
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=1024.0)
+    parser.add_argument("--keep", action="store_true", help="keep the synthetic run root")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=os.environ.get("BENCH_TMPDIR")))
+    try:
+        root = base / "run"
+        root.mkdir()
+        t0 = time.perf_counter()
+        facts = synthesise(root, args.size_mb)
+        files = _log_files(root)
+        print(f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB in "
+              f"{time.perf_counter() - t0:.1f}s under {base}")
+        subprocess.run(["wc", "-l", *files], stdout=subprocess.DEVNULL, check=True)  # warm the cache
+        wc_s, wc_rc, _ = _timed_child(["wc", "-l", *files], subprocess.DEVNULL)
+        report = base / "audit.json"
+        audit_argv = [sys.executable, "-m", "cowork_adapter.audit", "--run-dir", str(root),
+                      "--output", str(report)]
+        audit_s, audit_rc, peak_kib = _timed_child(audit_argv, subprocess.DEVNULL)
+        if wc_rc != 0 or audit_rc != 0:
+            print(f"wc exit {wc_rc}, audit exit {audit_rc}", file=sys.stderr)
+            return 2
+        data = json.loads(report.read_text())
+        found = data["totals"]["findings"]
+        mib = facts["bytes"] / (1 << 20)
+        ratio = wc_s / audit_s
+        peak_mib = peak_kib / 1024
+        print(f"wc -l : {wc_s:8.3f}s  {mib / wc_s:9.1f} MiB/s")
+        print(f"audit : {audit_s:8.3f}s  {mib / audit_s:9.1f} MiB/s  "
+              f"({data['totals']['lines_scanned']} lines, {data['totals']['tool_calls']} tool calls, "
+              f"{data['totals']['usage_records']} usage records)")
+        print(f"ratio (audit throughput / wc -l throughput): {ratio:.3f}  target >= {TARGET_RATIO}")
+        print(f"audit peak RSS: {peak_mib:.1f} MiB  target < {TARGET_PEAK_MIB} MiB")
+        print(f"findings: {found} (planted {facts['planted_findings']})")
+        if found != facts["planted_findings"]:
+            print("the audit did not find exactly the planted references", file=sys.stderr)
+            return 2
+        missed = [name for name, ok in (("ratio", ratio >= TARGET_RATIO),
+                                        ("peak", peak_mib < TARGET_PEAK_MIB)) if not ok]
+        if missed:
+            print(f"target missed: {', '.join(missed)}")
+            return 1
+        return 0
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,475 @@
+"""The offline audit: `cowork-adapter audit --run-dir RUN [--output FILE]`.
+
+Read-only over the run root (the only write is the report, created exclusively, never over an
+existing file). Streams every log with bounded memory (see audit_scan). Never changes a verdict:
+ledger status, official status and pass are copied from result_index.jsonl as evidence.
+
+Public entry points:
+- build_audit(run_dir) -> AuditReport      pure read; raises Refusal if the directory is no run
+- audit_run(run_dir) -> AuditReport        build, then write <run>/audit.json (or audit-<n>.json)
+- run_audit_command(run_dir, output) -> int the CLI command (exit 0, or 2 with one sentence)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from .audit_scan import LOG_SCANNERS, TaskScan, iter_blocks
+from .errors import Refusal
+from .schemas.audit import (
+    Activity,
+    AuditReport,
+    CapabilityOmissions,
+    Cost,
+    DiagnosticFact,
+    Finding,
+    Gap,
+    LogRef,
+    McpServerActivity,
+    ReceiptFact,
+    RunEvalAttempts,
+    TaskAudit,
+    TaskEvalAttempts,
+    Totals,
+)
+from .vocab import AuditGapReason, ExitCode, OfficialEvalStatus
+
+SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
+DUMPS_DIR = Path("bench") / "dumps"
+DUMP_PREFIX = "SingleUserTurn-"
+CHECKED_OUTCOMES = frozenset({"checks_passed", "checks_failed"})
+
+
+# ---------------------------------------------------------------- small readers (never raise)
+
+
+def _read_small_json(path: Path) -> tuple[Any, str | None]:
+    """(value, None) or (None, cause): 'absent', 'too_large', 'os_error:<T>', 'json_error'."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(SMALL_JSON_LIMIT + 1)
+    except FileNotFoundError:
+        return None, "absent"
+    except OSError as exc:
+        return None, f"os_error:{type(exc).__name__}"
+    if len(data) > SMALL_JSON_LIMIT:
+        return None, "too_large"
+    try:
+        return json.loads(data), None
+    except ValueError:
+        return None, "json_error"
+
+
+def _read_first_line(path: Path, limit: int = 200) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(4096)
+    except OSError:
+        return None
+    return data.decode("utf-8", "replace").strip().splitlines()[0][:limit] if data.strip() else ""
+
+
+def _rel(path: Path, root: Path) -> str:
+    return os.path.relpath(path, root)
+
+
+# ---------------------------------------------------------------- run-level inputs
+
+
+def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | None:
+    """Rows of result_index.jsonl as dicts, streamed; None when the file is absent."""
+    path = root / "result_index.jsonl"
+    if not path.is_file():
+        return None
+
+    def rows() -> Iterator[dict[str, Any]]:
+        scan = TaskScan()
+        try:
+            for first, block in iter_blocks(path, scan, "result_index.jsonl"):
+                for offset, line in enumerate(block.split(b"\n")):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        row = None
+                    if isinstance(row, dict) and isinstance(row.get("instance_id"), str):
+                        yield row
+                    else:
+                        run_gaps.append(Gap(reason=AuditGapReason.MALFORMED_LINE,
+                                            file="result_index.jsonl", line=first + offset))
+        except OSError as exc:
+            run_gaps.append(Gap(reason=AuditGapReason.UNREADABLE_LOG, file="result_index.jsonl",
+                                detail=type(exc).__name__))
+        run_gaps.extend(Gap(**g) for g in scan.gaps)  # oversized ledger lines
+
+    return rows()
+
+
+def _dump_index(root: Path) -> dict[str, Path]:
+    """instance_id -> dump dir, from bench/dumps/<short>/SingleUserTurn-<task>/ (first wins)."""
+    found: dict[str, Path] = {}
+    base = root / DUMPS_DIR
+    try:
+        shorts = sorted(p for p in base.iterdir() if p.is_dir())
+    except OSError:
+        return found
+    for short in shorts:
+        try:
+            entries = sorted(short.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(DUMP_PREFIX) and entry.is_dir():
+                found.setdefault(entry.name[len(DUMP_PREFIX):], entry)
+    return found
+
+
+def _eval_refusals(root: Path) -> dict[str, str]:
+    """task name -> shim refusal cause, joined on the runner id of custody/evidence files."""
+    evidence = root / "custody" / "evidence"
+    try:
+        names = sorted(os.listdir(evidence))
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for name in names:
+        if not name.endswith(".eval_refused"):
+            continue
+        runner = name[: -len(".eval_refused")]
+        task_dir = _read_first_line(evidence / f"{runner}.task", limit=4096)
+        cause = _read_first_line(evidence / name)
+        if task_dir:
+            out[Path(task_dir.rstrip("/")).name] = cause or "unknown"
+    return out
+
+
+def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Path | None:
+    stated = row.get("task_dump")
+    if not isinstance(stated, str):
+        paths = row.get("output_paths")
+        stated = paths.get("task_dump") if isinstance(paths, dict) else None
+    if isinstance(stated, str) and stated:
+        path = Path(stated)
+        if not path.is_absolute():
+            base = row.get("attempt_run_root")
+            path = (Path(base) if isinstance(base, str) and base else root) / path
+        return path
+    return dumps.get(row["instance_id"])
+
+
+# ---------------------------------------------------------------- per task
+
+
+def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
+    facts = TaskEvalAttempts()
+    claim, cause = _read_small_json(dump / "ouroboros_eval_claim.json")
+    if cause != "absent":
+        facts.claims = 1
+        if cause is not None or not isinstance(claim, dict):
+            scan.gap(AuditGapReason.UNREADABLE_RECORD, _rel(dump / "ouroboros_eval_claim.json", root),
+                     detail=cause or "not_object")
+    for path in sorted(dump.glob("ouroboros_eval_receipt-*.json")):
+        receipt, cause = _read_small_json(path)
+        attempt = path.name[len("ouroboros_eval_receipt-"):-len(".json")]
+        if cause is not None or not isinstance(receipt, dict):
+            facts.receipts.append(ReceiptFact(attempt_id=attempt, state="invalid", cause=cause or "not_object"))
+            continue
+        official_run = receipt.get("official_run")
+        stated_cause = receipt.get("cause")
+        facts.receipts.append(ReceiptFact(
+            attempt_id=str(receipt.get("attempt_id") or attempt),
+            official_run=official_run if isinstance(official_run, bool) else None,
+            cause=str(stated_cause)[:200] if stated_cause is not None else None,
+            state="terminal",
+        ))
+    diag = DiagnosticFact()
+    diag_claim, cause = _read_small_json(dump / "ouroboros_diagnostic_claim.json")
+    diag.present = cause != "absent"
+    receipts = sorted(dump.glob("ouroboros_diagnostic_receipt-*.json"))
+    reports = sorted(dump.glob("ouroboros_diagnostic_report-*.json"))
+    diag.receipts, diag.reports = len(receipts), len(reports)
+    diag.present = diag.present or bool(receipts or reports)
+    final: dict[str, Any] | None = None
+    for path in receipts:  # the receipt is the parent's verdict on the diagnostic
+        value, _ = _read_small_json(path)
+        if isinstance(value, dict):
+            final = value
+    if final is None:
+        for path in reports:
+            value, _ = _read_small_json(path)
+            if isinstance(value, dict) and value.get("stage") == "final":
+                final = value
+    if final is not None:
+        diag.outcome = str(final.get("outcome")) if final.get("outcome") is not None else None
+        diag.reason = str(final.get("reason"))[:200] if final.get("reason") is not None else None
+        diag.eligible = final.get("eligible") if isinstance(final.get("eligible"), bool) else None
+    elif diag.present:
+        diag.outcome = "unknown"
+    facts.diagnostic = diag
+    return facts
+
+
+def _scan_logs(dump: Path, root: Path, scan: TaskScan) -> None:
+    logs = dump / "ouroboros"
+    for name, scanner in LOG_SCANNERS:
+        path = logs / name
+        rel = _rel(path, root)
+        if not path.is_file():
+            scan.gap(AuditGapReason.MISSING_LOG, rel)
+            continue
+        scan.files += 1
+        try:
+            scanner(path, rel, scan)
+        except OSError as exc:  # an unreadable log is a gap, never fatal
+            scan.gap(AuditGapReason.UNREADABLE_LOG, rel, detail=type(exc).__name__)
+
+
+def _official_pass(row: dict[str, Any]) -> bool | None:
+    if row.get("official_eval_status") != OfficialEvalStatus.COMPLETED.value:
+        return None
+    receipt = row.get("official_receipt")
+    value = receipt.get("pass") if isinstance(receipt, dict) else None
+    return value if isinstance(value, bool) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def audit_task(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> TaskAudit:
+    """One ledger row (a dict, missing fields tolerated) and its dump -> TaskAudit."""
+    return audit_task_with_scan(row, root, dumps)[0]
+
+
+def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskScan,
+                 attempts: TaskEvalAttempts) -> TaskAudit:
+    servers = {
+        name: McpServerActivity(calls=s[0], errors=s[1], tools=dict(sorted(s[2].items())))
+        for name, s in sorted(scan.mcp_servers.items())
+    }
+    complete = scan.usage_records > 0 and scan.cost_unknown == 0 and not scan.events_gap
+    return TaskAudit(
+        instance_id=row["instance_id"],
+        ledger_status=_str_or_none(row.get("status")),
+        reason_code=_str_or_none(row.get("reason_code")),
+        official_eval_status=_str_or_none(row.get("official_eval_status")),
+        official_pass=_official_pass(row),
+        task_dump=_rel(dump, root) if dump else None,
+        activity=Activity(
+            usage_records=scan.usage_records,
+            token_bearing_usage_records=scan.token_bearing,
+            prompt_tokens=scan.prompt_tokens,
+            completion_tokens=scan.completion_tokens,
+            cached_tokens=scan.cached_tokens,
+            tool_calls=scan.tool_calls,
+            mcp_calls=scan.mcp_calls,
+            mcp_error_calls=scan.mcp_errors,
+            mcp_by_server=servers,
+        ),
+        model_activity_observed=scan.token_bearing > 0,
+        cost=Cost(known_usd=round(scan.cost_known_usd, 9), unknown_records=scan.cost_unknown,
+                  estimated_records=scan.cost_estimated, complete=complete),
+        models=list(scan.models),
+        providers=list(scan.providers),
+        response_providers=list(scan.response_providers),
+        response_provider_coverage="observed_subset" if scan.response_providers else "unavailable",
+        capability_omissions=CapabilityOmissions(
+            count=scan.omissions, references=[LogRef(file=f, line=n) for f, n in scan.omission_refs]),
+        findings_total=scan.findings_total,
+        findings_by_reason=dict(sorted(scan.findings_by_reason.items())),
+        findings=[Finding(**f) for f in scan.findings],
+        gaps_total=scan.gaps_total,
+        gaps_by_reason=dict(sorted(scan.gaps_by_reason.items())),
+        gaps=[Gap(**g) for g in scan.gaps],
+        eval_attempts=attempts,
+    )
+
+
+# ---------------------------------------------------------------- the run
+
+
+def build_audit(run_dir: Path) -> AuditReport:
+    """Audit a run root without writing anything. Refusal when it is not a run at all."""
+    root = Path(run_dir).resolve()
+    run_gaps: list[Gap] = []
+    if not root.is_dir():
+        raise Refusal("audit", f"{run_dir} is not a directory, so there is no run to audit.")
+    manifest, manifest_cause = _read_small_json(root / "run_manifest.json")
+    rows = _ledger_rows(root, run_gaps)
+    if manifest_cause == "absent" and rows is None:
+        raise Refusal("audit", f"{run_dir} has neither run_manifest.json nor result_index.jsonl, "
+                               "so it cannot be read as a run.")
+    if manifest_cause is not None:
+        reason = (AuditGapReason.MISSING_MANIFEST if manifest_cause == "absent"
+                  else AuditGapReason.UNREADABLE_RECORD)
+        run_gaps.append(Gap(reason=reason, file="run_manifest.json", detail=manifest_cause))
+    manifest = manifest if isinstance(manifest, dict) else {}
+    dumps = _dump_index(root)
+    if rows is None:
+        # No ledger: audit what the manifest selected, else every dump found (documented fallback).
+        run_gaps.append(Gap(reason=AuditGapReason.MISSING_RESULT_INDEX, file="result_index.jsonl"))
+        selection = manifest.get("selection")
+        ids = selection.get("selection_task_ids") or selection.get("task_ids") if isinstance(selection, dict) else None
+        ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else sorted(dumps)
+        rows = iter({"instance_id": i} for i in ids)
+
+    monitor, monitor_cause = _read_small_json(root / "monitor.json")
+    if monitor_cause is not None:
+        reason = (AuditGapReason.MISSING_MONITOR if monitor_cause == "absent"
+                  else AuditGapReason.UNREADABLE_RECORD)
+        run_gaps.append(Gap(reason=reason, file="monitor.json", detail=monitor_cause))
+    monitor = monitor if isinstance(monitor, dict) else {}
+    refusals = _eval_refusals(root)
+
+    report = AuditReport(generated_at=datetime.now(timezone.utc).isoformat(), run_root=str(root))
+    totals = Totals()
+    findings_by_reason: Counter = Counter()
+    gaps_by_reason: Counter = Counter()
+    outcomes: Counter = Counter()
+    run_eval = RunEvalAttempts(cleanup_proven=monitor.get("finished") is True,
+                               stop_reason=_str_or_none(monitor.get("stop_reason")
+                                                        or manifest.get("stop_reason")))
+    applied = manifest.get("applied_config")
+    if isinstance(applied, dict):
+        flag = applied.get("diagnostic_eval_on_truncation")
+        run_eval.diagnostic_enabled = flag if isinstance(flag, bool) else False
+    all_complete = True
+    for row in rows:
+        task, scan = audit_task_with_scan(row, root, dumps)
+        task.eval_attempts.eval_refusal = refusals.get(task.instance_id)
+        if task.eval_attempts.eval_refusal is not None:
+            run_eval.eval_refusals[task.instance_id] = task.eval_attempts.eval_refusal
+        report.tasks.append(task)
+        _add_totals(totals, task, scan, findings_by_reason, gaps_by_reason)
+        all_complete = all_complete and task.cost.complete
+        if task.official_eval_status == OfficialEvalStatus.COMPLETED.value:
+            run_eval.official_completed += 1
+        elif task.official_eval_status == OfficialEvalStatus.DECLINED.value:
+            run_eval.official_declined += 1
+        diag = task.eval_attempts.diagnostic
+        if diag.present:
+            run_eval.diagnostic_present += 1
+            outcomes[diag.outcome or "unknown"] += 1
+            run_eval.diagnostic_eligible += diag.eligible is True
+            run_eval.diagnostic_checked += diag.outcome in CHECKED_OUTCOMES
+    totals.findings_by_reason = dict(sorted(findings_by_reason.items()))
+    totals.gaps_by_reason = dict(sorted(gaps_by_reason.items()))
+    totals.cost_known_usd = round(totals.cost_known_usd, 9)
+    totals.cost_complete = bool(report.tasks) and all_complete
+    run_eval.diagnostic_outcomes = dict(sorted(outcomes.items()))
+    report.task_count = len(report.tasks)
+    report.totals = totals
+    report.run_gaps = run_gaps
+    report.eval_attempts = run_eval
+    return report
+
+
+def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> tuple[TaskAudit, TaskScan]:
+    scan = TaskScan()
+    dump = _resolve_dump(row, root, dumps)
+    attempts = TaskEvalAttempts()
+    if dump is None or not dump.is_dir():
+        scan.gap(AuditGapReason.MISSING_TASK_DUMP, _rel(dump, root) if dump else None)
+    else:
+        _scan_logs(dump, root, scan)
+        attempts = _eval_attempts(dump, root, scan)
+    return _task_report(row, root, dump, scan, attempts), scan
+
+
+def _add_totals(totals: Totals, task: TaskAudit, scan: TaskScan, findings: Counter, gaps: Counter) -> None:
+    activity = task.activity
+    totals.usage_records += activity.usage_records
+    totals.token_bearing_usage_records += activity.token_bearing_usage_records
+    totals.prompt_tokens += activity.prompt_tokens
+    totals.completion_tokens += activity.completion_tokens
+    totals.cached_tokens += activity.cached_tokens
+    totals.tool_calls += activity.tool_calls
+    totals.mcp_calls += activity.mcp_calls
+    totals.mcp_error_calls += activity.mcp_error_calls
+    totals.cost_known_usd += task.cost.known_usd
+    totals.findings += task.findings_total
+    totals.tasks_with_findings += task.findings_total > 0
+    totals.gaps += task.gaps_total
+    totals.tasks_with_gaps += task.gaps_total > 0
+    totals.files_scanned += scan.files
+    totals.bytes_scanned += scan.bytes
+    totals.lines_scanned += scan.lines
+    gaps.update(task.gaps_by_reason)
+    findings.update(task.findings_by_reason)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def write_exclusive(path: Path, text: str) -> None:
+    """Create `path` with O_EXCL and write `text`; FileExistsError if it exists (left untouched)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        os.unlink(path)  # ours: created by this call a moment ago
+        raise
+
+
+def audit_run(run_dir: Path) -> AuditReport:
+    """Audit a run and write <run>/audit.json exclusively, or the first free audit-<n>.json."""
+    report = build_audit(run_dir)
+    text = report.to_json()
+    root = Path(run_dir)
+    candidates = [root / "audit.json"] + [root / f"audit-{n}.json" for n in range(1, 10_000)]
+    for path in candidates:
+        try:
+            write_exclusive(path, text)
+            return report
+        except FileExistsError:
+            continue
+    raise Refusal("audit", f"{root} already holds 10000 audit reports; none was overwritten.")
+
+
+def run_audit_command(run_dir: Path, output: Path | None) -> int:
+    """The `audit` command: report to stdout, or to a new file. 0, or 2 with one sentence."""
+    if output is not None and os.path.lexists(output):
+        print(f"{output} already exists; the audit never overwrites a report.", file=sys.stderr)
+        return int(ExitCode.REFUSED)
+    try:
+        report = build_audit(Path(run_dir))
+    except Refusal as refusal:
+        print(refusal.sentence, file=sys.stderr)
+        return int(refusal.exit_code)
+    text = report.to_json()
+    if output is None:
+        sys.stdout.write(text)
+        return int(ExitCode.OK)
+    try:
+        write_exclusive(Path(output), text)
+    except FileExistsError:
+        print(f"{output} already exists; the audit never overwrites a report.", file=sys.stderr)
+        return int(ExitCode.REFUSED)
+    except OSError as exc:
+        print(f"Cannot create {output}: {exc.strerror or type(exc).__name__}.", file=sys.stderr)
+        return int(ExitCode.REFUSED)
+    return int(ExitCode.OK)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cowork_adapter.audit --run-dir RUN [--output FILE]` (the CLI wires the same)."""
+    parser = argparse.ArgumentParser(prog="cowork-adapter audit", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    return run_audit_command(args.run_dir, args.output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

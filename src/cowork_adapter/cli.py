@@ -1,0 +1,447 @@
+"""The `cowork-adapter` command line (also `python -m cowork_adapter`).
+
+Thin on purpose: parse, validate into typed values, call the function that does the work. Each
+command imports its implementation lazily, so `--help` and refusals stay fast and independent.
+Every usage error and every Refusal prints exactly one line on stderr,
+`cowork-adapter: <sentence>`, writes nothing, and exits 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from . import __version__
+from .config import (
+    DEFAULT_API_KEY_ENV,
+    DEFAULT_METER_URL,
+    DEFAULT_MODEL,
+    PINNED_BENCH_COMMIT,
+    PROBE_CHOICES,
+    REVIEW_ENFORCEMENTS,
+    RUNTIME_MODES,
+    SAFETY_MODES,
+    TASK_REVIEW_MODES,
+    InvalidFlag,
+    RunConfig,
+    check_env_name,
+    check_http_url,
+    refuse_key_on_command_line,
+)
+from .errors import Refusal
+from .vocab import DemoScenario, ExitCode
+
+PROG = "cowork-adapter"
+
+app = typer.Typer(
+    name=PROG,
+    help="Run an AI agent on Cowork Bench inside the benchmark's own containers, with custody of "
+    "money, containers and evidence.\n\nExample: cowork-adapter demo --run-root /tmp/demo-1",
+    no_args_is_help=True,
+    add_completion=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+campaign_app = typer.Typer(
+    help="Inspect or reconcile the shared campaign spending record (never hand-edit its JSON).\n\n"
+    "Example: cowork-adapter campaign show --campaign-file /data/campaign.json",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(campaign_app, name="campaign")
+
+# Help panels group the many run flags by concern.
+P_WHERE, P_SELECT, P_AGENT, P_MONEY, P_DISK = "Locations", "Selection", "Agent", "Money", "Disk"
+P_PROVIDER, P_IMAGE, P_MODE, P_LIMITS = "Provider", "Image", "Mode", "Container limits"
+
+
+# ---------------------------------------------------------------------------------------------
+# The run flags, declared once and shared by `run` and `doctor`.
+# ---------------------------------------------------------------------------------------------
+
+
+def _choices(name: str, values: Sequence[str]) -> type[Enum]:
+    """A str Enum of `values`: how typer spells a fixed choice (its members are the values)."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+_TaskReviewMode = _choices("TaskReviewMode", TASK_REVIEW_MODES)
+_ReviewEnforcement = _choices("ReviewEnforcement", REVIEW_ENFORCEMENTS)
+_SafetyMode = _choices("SafetyMode", SAFETY_MODES)
+_RuntimeMode = _choices("RuntimeMode", RUNTIME_MODES)
+_Probe = _choices("Probe", PROBE_CHOICES)
+
+
+def _run_flags(
+    repo_dir: Annotated[Path, typer.Option(help="Clean Ouroboros seed checkout (the agent under test).",
+                                           rich_help_panel=P_WHERE)],
+    run_root: Annotated[Path, typer.Option(help="New directory for this invocation; never reused.",
+                                           rich_help_panel=P_WHERE)],
+    bench_root: Annotated[Optional[Path], typer.Option(
+        envvar="COWORK_BENCH_ROOT", help="Cowork Bench checkout at --bench-commit. Required.",
+        rich_help_panel=P_WHERE)] = None,
+    bench_commit: Annotated[str, typer.Option(help="Pinned benchmark commit.", rich_help_panel=P_WHERE)]
+    = PINNED_BENCH_COMMIT,
+    docker_host: Annotated[Optional[str], typer.Option(
+        envvar="DOCKER_HOST", help="Docker daemon to use, named explicitly; empty is refused.",
+        rich_help_panel=P_WHERE)] = None,
+    resource_root: Annotated[Optional[Path], typer.Option(
+        help="Heavy-storage filesystem for disk checks and TMPDIR. Default: the run root's parent.",
+        rich_help_panel=P_WHERE)] = None,
+    task: Annotated[Optional[list[str]], typer.Option(
+        "--task", help="Task id to run (repeatable).", rich_help_panel=P_SELECT)] = None,
+    task_file: Annotated[Optional[Path], typer.Option(
+        help="Newline-separated task ids; blank lines and # comments skipped.", rich_help_panel=P_SELECT)] = None,
+    resume_from: Annotated[Optional[list[Path]], typer.Option(
+        "--resume-from", help="Earlier run root to recover from (repeatable).", rich_help_panel=P_SELECT)] = None,
+    concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
+    max_steps: Annotated[int, typer.Option(help="Agent rounds per task (>= 1).", rich_help_panel=P_AGENT)] = 100,
+    task_timeout: Annotated[int, typer.Option(
+        help="Seconds per agent phase (> 0; warned above 7100).", rich_help_panel=P_AGENT)] = 3600,
+    mcp_tool_timeout: Annotated[int, typer.Option(help="Seconds per MCP tool call (> 0).",
+                                                  rich_help_panel=P_AGENT)] = 300,
+    model: Annotated[str, typer.Option(help="Model pinned to every slot.", rich_help_panel=P_AGENT)]
+    = DEFAULT_MODEL,
+    engine: Annotated[str, typer.Option(
+        help="'ouroboros' or 'upstream:<entry file>' (the benchmark's own engine, unchanged).",
+        rich_help_panel=P_AGENT)] = "ouroboros",
+    effort: Annotated[str, typer.Option(help="Task reasoning effort.", rich_help_panel=P_AGENT)] = "high",
+    review_effort: Annotated[str, typer.Option(help="Effort of each review seat.", rich_help_panel=P_AGENT)]
+    = "high",
+    review_slots: Annotated[int, typer.Option(help="Identical review seats (>= 0).", rich_help_panel=P_AGENT)]
+    = 3,
+    task_review_mode: Annotated[_TaskReviewMode, typer.Option(rich_help_panel=P_AGENT)] = "required",
+    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(rich_help_panel=P_AGENT)] = "blocking",
+    review_max_cycles: Annotated[str, typer.Option(help="Review cycles (whole number).",
+                                                   rich_help_panel=P_AGENT)] = "2",
+    safety_mode: Annotated[_SafetyMode, typer.Option(rich_help_panel=P_AGENT)] = "off",
+    runtime_mode: Annotated[_RuntimeMode, typer.Option(rich_help_panel=P_AGENT)] = "pro",
+    max_workers: Annotated[int, typer.Option(help="Server worker processes (>= 1).", rich_help_panel=P_AGENT)]
+    = 4,
+    subagents: Annotated[bool, typer.Option("--subagents", help="Keep schedule_subagent enabled.",
+                                            rich_help_panel=P_AGENT)] = False,
+    subagent_depth: Annotated[int, typer.Option(help="Subagent depth; recorded as 0 without --subagents.",
+                                                rich_help_panel=P_AGENT)] = 3,
+    per_task_cost_usd: Annotated[float, typer.Option(help="Agent's own per-task cost limit (> 0).",
+                                                     rich_help_panel=P_AGENT)] = 25.0,
+    diagnostic_eval_on_truncation: Annotated[bool, typer.Option(
+        "--diagnostic-eval-on-truncation", help="Audit-only residual checker rerun after a truncation.",
+        rich_help_panel=P_AGENT)] = False,
+    budget_usd: Annotated[float, typer.Option(help="Spending bound for this invocation (> 0).",
+                                              rich_help_panel=P_MONEY)] = 150.0,
+    campaign_file: Annotated[Optional[Path], typer.Option(
+        help="Shared campaign record; required for a paid run.", rich_help_panel=P_MONEY)] = None,
+    campaign_budget_usd: Annotated[float, typer.Option(help="Campaign ceiling (> 0).",
+                                                       rich_help_panel=P_MONEY)] = 1000.0,
+    prior_spend_usd: Annotated[Optional[float], typer.Option(
+        help="Spending before the campaign baseline, only when creating it (>= 0). Default 0.0.",
+        rich_help_panel=P_MONEY)] = None,
+    budget_reserve_usd: Annotated[float, typer.Option(
+        help="Allowance for delayed/in-flight charges (>= 0, below the ceiling).", rich_help_panel=P_MONEY)]
+    = 100.0,
+    meter_blindness_sec: Annotated[float, typer.Option(
+        help="Longest time without an accepted meter reading (> 20).", rich_help_panel=P_MONEY)] = 30.0,
+    meter_url: Annotated[str, typer.Option(help="Base URL of the key meter.", rich_help_panel=P_MONEY)]
+    = DEFAULT_METER_URL,
+    min_key_usd: Annotated[float, typer.Option(help="Minimum key headroom at start (>= 0).",
+                                               rich_help_panel=P_MONEY)] = 20.0,
+    min_free_gib: Annotated[float, typer.Option(help="Free-space reserve on the resource root (>= 0).",
+                                                rich_help_panel=P_DISK)] = 200.0,
+    min_root_free_gib: Annotated[float, typer.Option(help="Free-space reserve on / (>= 0).",
+                                                     rich_help_panel=P_DISK)] = 40.0,
+    or_provider: Annotated[str, typer.Option(help="OUROBOROS_OR_PROVIDER, set only when non-empty.",
+                                             rich_help_panel=P_PROVIDER)] = "",
+    openai_compatible_base_url: Annotated[str, typer.Option(
+        help="Route the model to this OpenAI-compatible endpoint instead of OpenRouter.",
+        rich_help_panel=P_PROVIDER)] = "",
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the provider key.",
+                                             rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
+    credential_setting: Annotated[str, typer.Option(help="Settings key the provider key is given as.",
+                                                    rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
+    base_image: Annotated[Optional[str], typer.Option(
+        help="Official benchmark image. Default: cowork-pack:<first 7 of --bench-commit>.",
+        rich_help_panel=P_IMAGE)] = None,
+    image: Annotated[Optional[str], typer.Option(
+        help="Derived image tag. Default: cowork-ouroboros:<seed[:12]>-<commit[:7]>.", rich_help_panel=P_IMAGE)]
+    = None,
+    build_image: Annotated[bool, typer.Option("--build-image", help="Build the derived image if missing.",
+                                              rich_help_panel=P_IMAGE)] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Record the configuration; call no model.",
+                                          rich_help_panel=P_MODE)] = False,
+    allow_dirty_seed: Annotated[bool, typer.Option(
+        "--allow-dirty-seed", help="Development diagnostics only: record an unclean seed instead of refusing.",
+        rich_help_panel=P_MODE)] = False,
+    probe: Annotated[_Probe, typer.Option(help="Run a tool probe instead of tasks (no model calls).",
+                                          rich_help_panel=P_MODE)] = "none",
+    accept_environment_blocked: Annotated[bool, typer.Option(
+        "--accept-environment-blocked", help="Run even when a needed MCP server failed the inventory.",
+        rich_help_panel=P_MODE)] = False,
+    cpus: Annotated[float, typer.Option(help="CPUs per container (> 0).", rich_help_panel=P_LIMITS)] = 4.0,
+    memory: Annotated[str, typer.Option(help="Memory per container, Docker size syntax.",
+                                        rich_help_panel=P_LIMITS)] = "16g",
+    pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
+    = 512,
+) -> None:
+    """Template of the run flags: never registered itself."""
+
+
+def _with_run_flags(body: Callable[[RunConfig], None]) -> Callable[..., None]:
+    """A command with the run flags' signature that validates them into a RunConfig for `body`."""
+
+    @functools.wraps(_run_flags)
+    def command(**flags: Any) -> None:
+        body(_config_from_flags(flags))
+
+    return command
+
+
+def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
+    fields = {k: (v.value if isinstance(v, Enum) else v) for k, v in flags.items()}
+    fields["tasks"] = tuple(fields.pop("task") or ())
+    fields["resume_from"] = tuple(fields.pop("resume_from") or ())
+    if fields.get("docker_host") is None:
+        fields["docker_host"] = ""  # unset reads as empty, which RunConfig refuses by name
+    fields = {k: v for k, v in fields.items() if v is not None or k == "prior_spend_usd"}
+    cfg = RunConfig.from_flags(argv=_current_argv(), environ=os.environ, **fields)
+    for note in cfg.warnings():
+        _say(f"warning: {note}")
+    return cfg
+
+
+def _run_body(cfg: RunConfig) -> None:
+    from .launcher import execute_run
+
+    raise SystemExit(execute_run(cfg, argv=_current_argv()))
+
+
+def _doctor_body(cfg: RunConfig) -> None:
+    from .doctor import doctor_command
+
+    raise SystemExit(doctor_command(cfg))
+
+
+app.command(
+    "run",
+    help="Run the agent on selected Cowork Bench tasks under custody of money, containers and evidence.\n\n"
+    "Example: cowork-adapter run --repo-dir ~/seed --bench-root ~/cowork_bench --run-root "
+    "/data/smoke-1 --task TASK_ID --campaign-file /data/campaign.json",
+)(_with_run_flags(_run_body))
+
+app.command(
+    "doctor",
+    help="Check the host, daemon, checkouts, images, disk and key for the run these flags describe; "
+    "start nothing.\n\nExample: cowork-adapter doctor --repo-dir ~/seed --bench-root ~/cowork_bench "
+    "--run-root /data/smoke-1 --dry-run",
+)(_with_run_flags(_doctor_body))
+
+
+# ---------------------------------------------------------------------------------------------
+# The other commands.
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command(
+    help="Qualify the whole adapter on the bundled demo benchmark with a local meter; spends nothing.\n\n"
+    "Example: cowork-adapter demo --run-root /tmp/demo-1 --scenario pass"
+)
+def demo(
+    run_root: Annotated[Path, typer.Option(help="New directory for the demo's runs.")],
+    docker_host: Annotated[Optional[str], typer.Option(envvar="DOCKER_HOST", help="Docker daemon to use.")]
+    = None,
+    scenario: Annotated[DemoScenario, typer.Option(help="Which scenario to play.")] = DemoScenario.ALL,
+) -> None:
+    if docker_host is not None and not docker_host.strip():
+        raise Refusal("docker_host", "--docker-host is empty; name the Docker daemon explicitly.")
+    from .demo.scenarios import run_demo
+
+    raise SystemExit(run_demo(run_root=_absolute(run_root), docker_host=docker_host, scenario=scenario.value))
+
+
+@app.command(
+    help="Audit a finished run offline: evidence and items for manual review; never changes a verdict.\n\n"
+    "Example: cowork-adapter audit --run-dir /data/smoke-1 --output /data/smoke-1/audit.json"
+)
+def audit(
+    run_dir: Annotated[Path, typer.Option(help="Run root to audit.")],
+    output: Annotated[Optional[Path], typer.Option(help="Write the report here (refuses an existing file).")]
+    = None,
+) -> None:
+    from .audit import run_audit_command
+
+    raise SystemExit(run_audit_command(_absolute(run_dir), _absolute(output) if output else None))
+
+
+@app.command(
+    help="Score one or more run roots with their disclosures (offline, read-only).\n\n"
+    "Example: cowork-adapter report /data/smoke-1 /data/smoke-2 --output-dir /data/report"
+)
+def report(
+    run_roots: Annotated[list[Path], typer.Argument(help="Run roots to combine.")],
+    output_dir: Annotated[Optional[Path], typer.Option(help="Write the report files here.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Run roots read at once.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    from .report import run_report_command
+
+    roots = [_absolute(p) for p in run_roots]
+    raise SystemExit(run_report_command(roots, _absolute(output_dir) if output_dir else None, concurrency, as_json))
+
+
+@app.command(
+    help="Show a run's progress, spending, disk headroom and stop reasons.\n\n"
+    "Example: cowork-adapter status /data/smoke-1 --json"
+)
+def status(
+    run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    from .operator import status_command
+
+    raise SystemExit(status_command(_absolute(run_root), as_json))
+
+
+@app.command(
+    help="Ask a running launcher to stop and clean up by its exact run label, then wait for it.\n\n"
+    "Example: cowork-adapter stop /data/smoke-1 --timeout 300"
+)
+def stop(
+    run_root: Annotated[Path, typer.Argument(help="Run root of the launcher to stop.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the launcher to finish (> 0).")] = 300.0,
+) -> None:
+    if not (0 < timeout < float("inf")):
+        raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
+    from .operator import stop_command
+
+    raise SystemExit(stop_command(_absolute(run_root), timeout))
+
+
+@app.command(help=f"Print the adapter's version.\n\nExample: {PROG} version")
+def version() -> None:
+    typer.echo(f"{PROG} {__version__}")
+
+
+@campaign_app.command(
+    "show",
+    help="Show the campaign's ceiling, baseline, spending, active run and history.\n\n"
+    "Example: cowork-adapter campaign show --campaign-file /data/campaign.json",
+)
+def campaign_show(
+    campaign_file: Annotated[Path, typer.Option(help="The campaign record.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    from .campaign.commands import show_command
+
+    raise SystemExit(show_command(_absolute(campaign_file), as_json))
+
+
+@campaign_app.command(
+    "reconcile",
+    help="After an ungraceful exit, verify the run left nothing behind, refresh the key's usage and "
+    "clear the stale active run, recording the checks.\n\n"
+    "Example: cowork-adapter campaign reconcile --campaign-file /data/campaign.json --run-root "
+    "/data/smoke-1 --operator-note 'launcher killed by OOM, checked ps'",
+)
+def campaign_reconcile(
+    campaign_file: Annotated[Path, typer.Option(help="The campaign record.")],
+    run_root: Annotated[Path, typer.Option(help="Run root of the stale active run.")],
+    operator_note: Annotated[str, typer.Option(help="What the operator checked, recorded verbatim.")],
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the provider key.")]
+    = DEFAULT_API_KEY_ENV,
+    meter_url: Annotated[str, typer.Option(help="Base URL of the key meter.")] = DEFAULT_METER_URL,
+    docker_host: Annotated[Optional[str], typer.Option(envvar="DOCKER_HOST", help="Docker daemon to check.")]
+    = None,
+) -> None:
+    if not operator_note.strip():
+        raise Refusal("flags", "--operator-note must say what was checked; it is empty.")
+    if not (docker_host or "").strip():
+        raise Refusal("docker_host", "--docker-host is empty; name the Docker daemon explicitly (or set DOCKER_HOST).")
+    try:
+        api_key_env = check_env_name("--api-key-env", api_key_env)
+        meter_url = check_http_url("--meter-url", meter_url)
+    except InvalidFlag as exc:
+        raise Refusal(exc.stage, exc.sentence) from None
+    from .campaign.commands import reconcile_command
+
+    raise SystemExit(
+        reconcile_command(
+            campaign_file=_absolute(campaign_file),
+            run_root=_absolute(run_root),
+            operator_note=operator_note.strip(),
+            api_key_env=api_key_env,
+            meter_url=meter_url,
+            docker_host=docker_host.strip(),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point: one line on stderr for every refusal or usage error.
+# ---------------------------------------------------------------------------------------------
+
+_ARGV: list[str] = [PROG]
+# Typer >= 0.20 carries its own copy of click whose errors derive from TyperException; older
+# releases raise click's own. Either way this is the base of every usage error.
+_CLI_ERROR: type[Exception] = getattr(typer, "TyperException", None) or importlib.import_module(
+    "click"
+).ClickException
+
+
+def _current_argv() -> list[str]:
+    """The argv of this invocation (program name first), as the launcher records it."""
+    return list(_ARGV)
+
+
+def _absolute(path: Path) -> Path:
+    return path.expanduser().resolve()
+
+
+def _say(sentence: str) -> None:
+    print(f"{PROG}: {' '.join(sentence.split())}", file=sys.stderr, flush=True)
+
+
+def _api_key_env_in(args: Sequence[str]) -> str:
+    """The --api-key-env value on the command line, read before parsing (so that a usage error
+    never echoes the key)."""
+    for i, arg in enumerate(args):
+        if arg == "--api-key-env" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--api-key-env="):
+            return arg.split("=", 1)[1]
+    return DEFAULT_API_KEY_ENV
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry: run the command line and exit with an ExitCode (never a click traceback box)."""
+    global _ARGV
+    args = list(sys.argv[1:] if argv is None else argv)
+    _ARGV = [sys.argv[0] if argv is None else PROG, *args]
+    command = typer.main.get_command(app)
+    try:
+        refuse_key_on_command_line(args, os.environ, _api_key_env_in(args))
+        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except Refusal as refusal:
+        _say(refusal.sentence)
+        sys.exit(int(refusal.exit_code))
+    except _CLI_ERROR as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # Bare `cowork-adapter` (or `campaign`): help, not an error. Rich help is printed
+            # while the exception is built; plain help is its message.
+            help_text = exc.format_message()
+            if help_text.strip():
+                typer.echo(help_text)
+            sys.exit(int(ExitCode.OK))
+        _say(exc.format_message().replace("Value error, ", ""))
+        sys.exit(int(ExitCode.REFUSED))
+    except typer.Abort:
+        _say("aborted.")
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else int(ExitCode.OK))

@@ -1,0 +1,461 @@
+"""RunConfig: every `run` flag, validated once and frozen.
+
+Build it with `RunConfig.from_flags(...)`: that turns every invalid value or combination into a
+Refusal with one sentence (stage "flags" unless a more specific one applies) and resolves the
+explicit task selection. Direct construction validates the same rules but raises pydantic's
+ValidationError. Nothing here touches the disk except reading a `--task-file`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from .errors import Refusal
+from .selection import explicit_selection
+from .vocab import EngineKind, ProbeKind
+
+PINNED_BENCH_COMMIT = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
+DEFAULT_MODEL = "moonshotai/kimi-k3"
+DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
+DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
+# Upstream agent containers run `sleep 7200`; a longer agent phase outlives its own container.
+AGENT_CONTAINER_SLEEP_SEC = 7200
+TASK_TIMEOUT_WARN_SEC = 7100
+# Docker refuses a memory limit below 6 MiB at container creation; refuse it here instead.
+DOCKER_MIN_MEMORY_BYTES = 6 * 1024 * 1024
+# A substring check on argv is only meaningful for a key long enough not to match by chance.
+MIN_KEY_LEN_FOR_SUBSTRING = 8
+
+SAFETY_MODES = ("full", "light", "off")
+TASK_REVIEW_MODES = ("off", "auto", "required")
+REVIEW_ENFORCEMENTS = ("advisory", "blocking")
+RUNTIME_MODES = ("light", "advanced", "pro")
+PROBE_CHOICES = ("none", "inventory", "stateful")
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+# An upstream engine entry is a file directly under /workspace (e.g. main_strands.py).
+UPSTREAM_ENTRY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+WORD = re.compile(r"[A-Za-z0-9_.-]+")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp])?(?:i?b)?", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+class InvalidFlag(ValueError):
+    """A flag value or combination is wrong; carries the refusal stage and sentence."""
+
+    def __init__(self, sentence: str, stage: str = "flags") -> None:
+        super().__init__(sentence)
+        self.stage = stage
+        self.sentence = sentence
+
+
+def flag_name(field: str) -> str:
+    """The command-line spelling of a RunConfig field (`max_steps` -> `--max-steps`)."""
+    return "--" + field.replace("_", "-")
+
+
+def parse_docker_size(text: str) -> int:
+    """Bytes of a Docker size string: `16g`, `512m`, `1.5GiB`, `1024` (binary multipliers)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise InvalidFlag(f"--memory {text!r} is not a Docker size such as 16g or 512m.")
+    unit = match.group(2).lower() if match.group(2) else None
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value < DOCKER_MIN_MEMORY_BYTES:
+        raise InvalidFlag(f"--memory {text!r} is below Docker's minimum of 6 MiB.")
+    return value
+
+
+def check_env_name(flag: str, value: str) -> str:
+    if ENV_NAME.fullmatch(value) is None:
+        raise InvalidFlag(f"{flag} {value!r} is not a valid environment variable name.")
+    return value
+
+
+def check_http_url(flag: str, value: str) -> str:
+    """An http(s) URL with a host, without a trailing slash (so paths can be appended)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        raise InvalidFlag(f"{flag} {value!r} is not an http(s) URL with a host and no credentials.")
+    return value.rstrip("/")
+
+
+def refuse_key_on_command_line(argv: Sequence[str], environ: Mapping[str, str], api_key_env: str) -> None:
+    """Refuse when the provider key (the value of `api_key_env`, or of the default key variable)
+    appears in argv, as a whole element or inside one."""
+    names = {api_key_env, DEFAULT_API_KEY_ENV}
+    keys = [environ.get(name, "") for name in names]
+    for key in filter(None, keys):
+        for element in argv:
+            if element == key or (len(key) >= MIN_KEY_LEN_FOR_SUBSTRING and key in element):
+                raise Refusal("credential", "the provider key must not appear on the command line.")
+
+
+# Numeric rules, one table: field -> (operator, bound). Floats must also be finite.
+_NUMERIC_RULES: dict[str, tuple[str, float]] = {
+    "concurrency": (">=", 1),
+    "max_steps": (">=", 1),
+    "task_timeout": (">", 0),
+    "mcp_tool_timeout": (">", 0),
+    "review_slots": (">=", 0),
+    "max_workers": (">=", 1),
+    "subagent_depth": (">=", 0),
+    "per_task_cost_usd": (">", 0),
+    "budget_usd": (">", 0),
+    "campaign_budget_usd": (">", 0),
+    "prior_spend_usd": (">=", 0),
+    "budget_reserve_usd": (">=", 0),
+    "meter_blindness_sec": (">", 20),  # more than one 15 s poll plus one 5 s read
+    "min_free_gib": (">=", 0),
+    "min_root_free_gib": (">=", 0),
+    "min_key_usd": (">=", 0),
+    "cpus": (">", 0),
+    "pids_limit": (">=", 16),
+}
+_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file")
+
+
+class RunConfig(BaseModel):
+    """Every `run` flag, validated and frozen. Paths are absolute; floats finite."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=True, validate_default=True)
+
+    # Where things are.
+    repo_dir: Path
+    bench_root: Path
+    bench_commit: str = PINNED_BENCH_COMMIT
+    docker_host: str
+    resource_root: Path  # defaults to the run root's parent
+    run_root: Path
+    # What to run.
+    tasks: tuple[str, ...] = ()
+    task_file: Path | None = None
+    selection: tuple[str, ...] | None = None  # resolved by from_flags: --task ids, then the file's
+    resume_from: tuple[Path, ...] = ()
+    concurrency: int = 1
+    # How the agent runs (the applied configuration recovery compares).
+    max_steps: int = 100
+    task_timeout: int = 3600
+    mcp_tool_timeout: int = 300
+    model: str = DEFAULT_MODEL
+    engine: str = "ouroboros"
+    effort: str = "high"
+    review_effort: str = "high"
+    review_slots: int = 3
+    task_review_mode: Literal["off", "auto", "required"] = "required"
+    review_enforcement: Literal["advisory", "blocking"] = "blocking"
+    review_max_cycles: str = "2"
+    safety_mode: Literal["full", "light", "off"] = "off"
+    runtime_mode: Literal["light", "advanced", "pro"] = "pro"
+    max_workers: int = 4
+    subagents: bool = False
+    subagent_depth: int = 3  # recorded as 0 without --subagents
+    per_task_cost_usd: float = 25.0
+    diagnostic_eval_on_truncation: bool = False
+    # Money.
+    budget_usd: float = 150.0
+    campaign_file: Path | None = None
+    campaign_budget_usd: float = 1000.0
+    prior_spend_usd: float = 0.0
+    budget_reserve_usd: float = 100.0
+    meter_blindness_sec: float = 30.0
+    meter_url: str = DEFAULT_METER_URL
+    min_key_usd: float = 20.0
+    # Disk.
+    min_free_gib: float = 200.0
+    min_root_free_gib: float = 40.0
+    # Provider and credentials (the key itself only ever comes from the environment).
+    or_provider: str = ""
+    openai_compatible_base_url: str = ""
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    credential_setting: str = DEFAULT_API_KEY_ENV
+    # Images.
+    base_image: str  # defaults to cowork-pack:<bench_commit[:7]>
+    image: str | None = None  # resolved by the launcher (cowork-ouroboros:<seed[:12]>-<commit[:7]>)
+    build_image: bool = False
+    # Mode.
+    dry_run: bool = False
+    allow_dirty_seed: bool = False
+    probe: ProbeKind | None = None
+    accept_environment_blocked: bool = False
+    # Per-container limits.
+    cpus: float = 4.0
+    memory: str = "16g"
+    pids_limit: int = 512
+
+    # ---- defaults that depend on other fields ----
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("resource_root") is None and data.get("run_root") is not None:
+            data["resource_root"] = Path(data["run_root"]).expanduser().resolve().parent
+        if data.get("base_image") is None:
+            commit = data.get("bench_commit") or PINNED_BENCH_COMMIT
+            data["base_image"] = f"cowork-pack:{str(commit)[:7]}"
+        if data.get("probe") == "none":
+            data["probe"] = None
+        if not data.get("subagents"):
+            data["subagent_depth"] = 0  # the depth only means something with subagents on
+        return data
+
+    # ---- single fields ----
+
+    @field_validator(*_PATH_FIELDS, mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser().resolve()
+
+    @field_validator("resume_from", mode="after")
+    @classmethod
+    def _absolute_ancestors(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        resolved = tuple(p.expanduser().resolve() for p in value)
+        if len(set(resolved)) != len(resolved):
+            raise InvalidFlag("--resume-from names the same run root twice.")
+        return resolved
+
+    @field_validator(*_NUMERIC_RULES, mode="after")
+    @classmethod
+    def _in_range(cls, value: float, info) -> float:
+        flag = flag_name(info.field_name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidFlag(f"{flag} must be a finite number, not {value}.")
+        op, bound = _NUMERIC_RULES[info.field_name]
+        ok = value >= bound if op == ">=" else value > bound
+        if not ok:
+            words = "at least" if op == ">=" else "greater than"
+            raise InvalidFlag(f"{flag} must be {words} {bound:g} (got {value:g}).")
+        return value
+
+    @field_validator("docker_host", mode="after")
+    @classmethod
+    def _docker_host(cls, value: str) -> str:
+        if not value.strip():
+            raise InvalidFlag("--docker-host is empty; name the Docker daemon explicitly (or set DOCKER_HOST).",
+                              stage="docker_host")
+        return value.strip()
+
+    @field_validator("bench_commit", mode="after")
+    @classmethod
+    def _commit(cls, value: str) -> str:
+        if COMMIT_SHA.fullmatch(value) is None:
+            raise InvalidFlag(f"--bench-commit {value!r} is not a full 40-character lowercase commit id.")
+        return value
+
+    @field_validator("engine", mode="after")
+    @classmethod
+    def _engine(cls, value: str) -> str:
+        if value == EngineKind.OUROBOROS.value:
+            return value
+        kind, _, entry = value.partition(":")
+        if kind != EngineKind.UPSTREAM.value or UPSTREAM_ENTRY.fullmatch(entry) is None:
+            raise InvalidFlag(
+                f"--engine {value!r} must be 'ouroboros' or 'upstream:<entry file under /workspace>'."
+            )
+        return value
+
+    @field_validator("model", mode="after")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if not value or any(ch.isspace() for ch in value):
+            raise InvalidFlag(f"--model {value!r} must be a non-empty model id without spaces.")
+        return value
+
+    @field_validator("effort", "review_effort", "runtime_mode", mode="after")
+    @classmethod
+    def _word(cls, value: str, info) -> str:
+        if WORD.fullmatch(value) is None:
+            raise InvalidFlag(f"{flag_name(info.field_name)} {value!r} must be a single word.")
+        return value
+
+    @field_validator("review_max_cycles", mode="after")
+    @classmethod
+    def _cycles(cls, value: str) -> str:
+        if not value.isascii() or not value.isdigit():
+            raise InvalidFlag(f"--review-max-cycles {value!r} must be a whole number such as 2.")
+        return str(int(value))
+
+    @field_validator("api_key_env", "credential_setting", mode="after")
+    @classmethod
+    def _env_name(cls, value: str, info) -> str:
+        return check_env_name(flag_name(info.field_name), value)
+
+    @field_validator("meter_url", mode="after")
+    @classmethod
+    def _meter_url(cls, value: str) -> str:
+        return check_http_url("--meter-url", value)
+
+    @field_validator("openai_compatible_base_url", mode="after")
+    @classmethod
+    def _compatible_url(cls, value: str) -> str:
+        return check_http_url("--openai-compatible-base-url", value) if value else ""
+
+    @field_validator("memory", mode="after")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        parse_docker_size(value)
+        return value.strip()
+
+    # ---- combinations ----
+
+    @model_validator(mode="after")
+    def _combinations(self) -> RunConfig:
+        if self.is_paid and self.campaign_file is None:
+            raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
+        if self.prior_spend_usd > 0 and self.campaign_file is None:
+            raise InvalidFlag("--prior-spend-usd is only meaningful with --campaign-file.")
+        if self.budget_reserve_usd >= self.campaign_budget_usd:
+            raise InvalidFlag(
+                f"--budget-reserve-usd ({self.budget_reserve_usd:g}) must be below "
+                f"--campaign-budget-usd ({self.campaign_budget_usd:g})."
+            )
+        if _inside(self.run_root, self.repo_dir):
+            raise InvalidFlag("--run-root must be outside the seed checkout (--repo-dir).")
+        if _inside(self.run_root, self.bench_root):
+            raise InvalidFlag("--run-root must be outside the benchmark checkout (--bench-root).")
+        if self.campaign_file is not None and _inside(self.campaign_file, self.repo_dir):
+            raise InvalidFlag("--campaign-file must be outside the seed checkout (--repo-dir).")
+        if self.run_root in self.resume_from:
+            raise InvalidFlag("--resume-from must name earlier run roots, not this run's --run-root.")
+        return self
+
+    # ---- derived views ----
+
+    @property
+    def is_paid(self) -> bool:
+        """A run that may call the model: neither a dry run nor a probe."""
+        return not self.dry_run and self.probe is None
+
+    @property
+    def engine_kind(self) -> EngineKind:
+        return EngineKind.OUROBOROS if self.engine == EngineKind.OUROBOROS.value else EngineKind.UPSTREAM
+
+    @property
+    def upstream_entry(self) -> str | None:
+        """The entry file of an `upstream:<entry>` engine, else None."""
+        return self.engine.partition(":")[2] if self.engine_kind is EngineKind.UPSTREAM else None
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_docker_size(self.memory)
+
+    @property
+    def memory_swap_bytes(self) -> int:
+        """Equal to the memory limit: containers get no swap on top of it."""
+        return self.memory_bytes
+
+    def applied_config(self) -> dict[str, Any]:
+        """What recovery compares across ancestors: how the agent ran, not where or for how much."""
+        return {
+            "bench_commit": self.bench_commit,
+            "model": self.model,
+            "engine": self.engine,
+            "max_steps": self.max_steps,
+            "task_timeout": self.task_timeout,
+            "mcp_tool_timeout": self.mcp_tool_timeout,
+            "effort": self.effort,
+            "review_effort": self.review_effort,
+            "review_slots": self.review_slots,
+            "task_review_mode": self.task_review_mode,
+            "review_enforcement": self.review_enforcement,
+            "review_max_cycles": self.review_max_cycles,
+            "safety_mode": self.safety_mode,
+            "runtime_mode": self.runtime_mode,
+            "max_workers": self.max_workers,
+            "subagents": self.subagents,
+            "subagent_depth": self.subagent_depth,
+            "per_task_cost_usd": self.per_task_cost_usd,
+            "diagnostic_eval_on_truncation": self.diagnostic_eval_on_truncation,
+            "cpus": self.cpus,
+            "memory_bytes": self.memory_bytes,
+            "pids_limit": self.pids_limit,
+            "or_provider": self.or_provider,
+            "openai_compatible_base_url": self.openai_compatible_base_url,
+        }
+
+    def warnings(self) -> list[str]:
+        """Sentences the CLI prints on stderr before running (none of them stops the run)."""
+        notes = []
+        if self.task_timeout > TASK_TIMEOUT_WARN_SEC:
+            notes.append(
+                f"--task-timeout {self.task_timeout} is close to or above the {AGENT_CONTAINER_SLEEP_SEC} s "
+                "the upstream agent container lives; the agent phase may lose its container."
+            )
+        if self.openai_compatible_base_url and self.credential_setting == DEFAULT_API_KEY_ENV:
+            notes.append(
+                "--openai-compatible-base-url is set but the key goes to OPENROUTER_API_KEY; "
+                "the compatible endpoint reads --credential-setting OPENAI_COMPATIBLE_API_KEY."
+            )
+        if self.allow_dirty_seed:
+            notes.append("--allow-dirty-seed: this run is a development diagnostic, not a reportable result.")
+        return notes
+
+    # ---- construction from the command line ----
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        argv: Sequence[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        **flags: Any,
+    ) -> RunConfig:
+        """Validate `flags` (RunConfig field names) into a RunConfig, or raise one Refusal.
+
+        `argv` (when given) is checked for the provider key named by `api_key_env` in `environ`.
+        `prior_spend_usd=None` means the flag was not given; given without `campaign_file` it is
+        refused even when 0. The explicit task selection is read here (`tasks` + `task_file`).
+        """
+        if argv is not None:
+            refuse_key_on_command_line(argv, environ or {}, str(flags.get("api_key_env") or DEFAULT_API_KEY_ENV))
+        flags = {k: v for k, v in flags.items()}
+        if flags.get("prior_spend_usd") is None:
+            flags.pop("prior_spend_usd", None)
+        elif flags.get("campaign_file") is None:
+            raise Refusal("flags", "--prior-spend-usd is only meaningful with --campaign-file.")
+        for key in ("tasks", "resume_from"):
+            if flags.get(key) is None:
+                flags.pop(key, None)
+            else:
+                flags[key] = tuple(flags[key])
+        try:
+            config = cls.model_validate(flags)
+        except ValidationError as exc:
+            raise _as_refusal(exc) from None
+        selection = explicit_selection(config.tasks, config.task_file)
+        if selection is None:
+            return config
+        return config.model_copy(update={"selection": tuple(selection)})
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+_MISSING_HINTS = {"bench_root": " (or set COWORK_BENCH_ROOT)", "docker_host": " (or set DOCKER_HOST)"}
+
+
+def _as_refusal(exc: ValidationError) -> Refusal:
+    """The first validation problem as one refusal sentence."""
+    first = exc.errors(include_url=False)[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, InvalidFlag):
+        return Refusal(cause.stage, cause.sentence)
+    location = [str(part) for part in first.get("loc", ()) if not isinstance(part, int)]
+    flag = flag_name(location[0]) if location else "a flag"
+    if first.get("type") == "missing":
+        hint = _MISSING_HINTS.get(location[0], "") if location else ""
+        return Refusal("flags", f"{flag} is required{hint}.")
+    message = " ".join(str(first.get("msg", "is invalid")).split())
+    return Refusal("flags", f"{flag}: {message[:1].lower() + message[1:]}.")

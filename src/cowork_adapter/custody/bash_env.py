@@ -1,0 +1,232 @@
+"""Install the run's docker custody: shim config, `docker` wrapper and the BASH_ENV discovery script.
+
+The upstream runner rewrites PATH so system directories come first and then runs
+`DOCKER=$(which docker)`, so a shim earlier on PATH is not enough. bash sources $BASH_ENV at
+startup, before the script's first line; the script defines shell functions `which` (answers
+the shim for `docker`, defers to the real `which` otherwise) and `docker` (routes bare `docker`
+calls and `command -v docker` users to the shim). Command substitutions and background
+subshells are forks of the runner and keep the functions. BASH_ENV stays exported on purpose:
+a nested bash script (which does not inherit unexported functions) re-sources the same
+idempotent file and gets the same answer. A process that scrubs its environment or calls the
+real docker by absolute path bypasses all of this; the supervisor detects that from
+`creations.jsonl` and the daemon (see docker_ops.custody_gap).
+
+Files, all under <run_root>/custody/ (never mounted into a container):
+  shim_config.json   the ShimConfig (schema cowork_adapter.shim_config.v1)
+  shim/docker        /bin/sh wrapper, 0755: sets COWORK_SHIM_CONFIG, execs `python -I -S shim.py`
+  shim/shim.py       a copy of the shim program (its SHA-256 is in CustodyFiles)
+  bash_env.sh        the discovery script
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..errors import Refusal
+from .shim_config import ContainerLimits, ShimConfig
+
+SHIM_SOURCE = Path(__file__).with_name("shim.py")
+STAGE = "custody"
+# A docker found on the host that is really some run's shim wrapper carries this marker.
+WRAPPER_MARKER = "cowork-adapter docker shim"
+
+
+@dataclass(frozen=True)
+class CustodyFiles:
+    """What install_custody wrote, and the environment the runner must be started with.
+
+    `runner_env` holds the variables to set: BASH_ENV, DOCKER_HOST, COWORK_SHIM_CONFIG and TMPDIR.
+    Use environment(base) to build the runner's full environment from a base one.
+    """
+
+    bash_env: Path
+    shim_dir: Path
+    shim_config: Path
+    shim_program: Path
+    shim_sha256: str
+    tmpdir: Path
+    runner_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def wrapper(self) -> Path:
+        return self.shim_dir / "docker"
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """base, minus DOCKER_CONTEXT (it could pick another daemon), plus runner_env, with the
+        shim directory first on PATH (for anything that looks docker up before a PATH rewrite).
+
+        Pass the runner's real base environment: a base without PATH gets os.defpath after the shim.
+        """
+        env = {k: v for k, v in base.items() if k != "DOCKER_CONTEXT"}
+        env.update(self.runner_env)
+        env["PATH"] = os.pathsep.join((str(self.shim_dir), base.get("PATH") or os.defpath))
+        return env
+
+
+def install_custody(
+    run_root: Path,
+    *,
+    real_docker: str,
+    docker_host: str,
+    run_label: str,
+    limits: ContainerLimits | Mapping[str, object],
+    stop_file: Path,
+    resource_root: Path,
+    min_free_bytes: int,
+    evidence_dir: Path,
+    agent_env_file: Path | None,
+    python: str = sys.executable,
+    environ: Mapping[str, str] | None = None,
+) -> CustodyFiles:
+    """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
+
+    Refuses (Refusal stage "custody"): BASH_ENV already set in `environ` (default os.environ),
+    an empty docker host or run label, a real docker that is not an executable file or that is
+    a shim wrapper itself, a resource root that is not a directory, a negative reserve, invalid
+    limits, an agent env file that is not an existing regular file, and an existing custody dir.
+    Creates evidence_dir (0700) and TMPDIR = <resource_root>/tmp-<run_label[:12]> (0700).
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("BASH_ENV") is not None:
+        raise Refusal(STAGE, "BASH_ENV is already set; unset it so the run's docker discovery script is the only one.")
+    if not docker_host or not docker_host.strip():
+        raise Refusal(STAGE, "The Docker host is empty; pass the daemon address explicitly.")
+    if not run_label:
+        raise Refusal(STAGE, "The run label is empty.")
+    run_root = Path(run_root).resolve()
+    custody_dir = run_root / "custody"
+    shim_dir = custody_dir / "shim"
+    wrapper = shim_dir / "docker"
+    _check_real_docker(real_docker, wrapper)
+    resource_root = Path(resource_root)
+    if not resource_root.is_dir():
+        raise Refusal(STAGE, f"The resource root {resource_root} is not a directory.")
+    if agent_env_file is not None and not Path(agent_env_file).is_file():
+        raise Refusal(STAGE, f"The agent env file {agent_env_file} is not an existing regular file.")
+    try:
+        config = ShimConfig(
+            real_docker=str(Path(real_docker).resolve()),
+            docker_host=docker_host,
+            run_label=run_label,
+            limits=limits if isinstance(limits, ContainerLimits) else ContainerLimits(**limits),
+            stop_file=str(Path(stop_file).absolute()),
+            resource_root=str(resource_root.resolve()),
+            min_free_bytes=min_free_bytes,
+            evidence_dir=str(Path(evidence_dir).absolute()),
+            agent_env_file=None if agent_env_file is None else str(Path(agent_env_file).resolve()),
+        )
+    except (ValidationError, TypeError) as err:
+        raise Refusal(STAGE, f"The custody settings are invalid: {_first_error(err)}.") from None
+    try:
+        custody_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise Refusal(STAGE, f"{custody_dir} already exists; a run root is never reused.") from None
+    shim_dir.mkdir(mode=0o700)
+    _make_private_dir(Path(config.evidence_dir))
+    tmpdir = resource_root.resolve() / f"tmp-{run_label[:12]}"
+    _make_private_dir(tmpdir)
+
+    config_path = custody_dir / "shim_config.json"
+    _write(config_path, config.to_json(), 0o600)
+    program = shim_dir / "shim.py"
+    source = SHIM_SOURCE.read_bytes()
+    _write(program, source.decode("utf-8"), 0o644)
+    _write(wrapper, wrapper_text(python, program, config_path, run_label), 0o755)
+    bash_env = custody_dir / "bash_env.sh"
+    _write(bash_env, bash_env_text(wrapper, run_label), 0o644)
+    return CustodyFiles(
+        bash_env=bash_env,
+        shim_dir=shim_dir,
+        shim_config=config_path,
+        shim_program=program,
+        shim_sha256=hashlib.sha256(source).hexdigest(),
+        tmpdir=tmpdir,
+        runner_env={
+            "BASH_ENV": str(bash_env),
+            "DOCKER_HOST": docker_host,
+            "COWORK_SHIM_CONFIG": str(config_path),
+            "TMPDIR": str(tmpdir),
+        },
+    )
+
+
+def wrapper_text(python: str, program: Path, config_path: Path, run_label: str) -> str:
+    """The `docker` wrapper: its config path is baked in, so a scrubbed environment still works."""
+    q = shlex.quote
+    return (
+        "#!/bin/sh\n"
+        f"# {WRAPPER_MARKER} for run {run_label}\n"
+        f"COWORK_SHIM_CONFIG={q(str(config_path))}\n"
+        "export COWORK_SHIM_CONFIG\n"
+        f"exec {q(python)} -I -S {q(str(program))} \"$@\"\n"
+    )
+
+
+def bash_env_text(wrapper: Path, run_label: str) -> str:
+    """The BASH_ENV script: `which docker` and bare `docker` both answer the run's shim."""
+    shim = shlex.quote(str(wrapper))
+    return (
+        f"# cowork-adapter docker custody for run {run_label}; sourced by bash at startup.\n"
+        "# `which docker` answers the run's shim whatever PATH says; other lookups use the real which.\n"
+        "which() {\n"
+        '    if [ "$#" -eq 1 ] && [ "$1" = docker ]; then\n'
+        f"        printf '%s\\n' {shim}\n"
+        "        return 0\n"
+        "    fi\n"
+        '    command which "$@"\n'
+        "}\n"
+        "# A bare `docker` (or DOCKER=$(command -v docker)) reaches the shim too.\n"
+        "docker() {\n"
+        f'    {shim} "$@"\n'
+        "}\n"
+    )
+
+
+def _check_real_docker(real_docker: str, wrapper: Path) -> None:
+    if not real_docker:
+        raise Refusal(STAGE, "No docker CLI was found on PATH.")
+    path = Path(real_docker)
+    if not path.is_absolute() or not path.is_file() or not os.access(path, os.X_OK):
+        raise Refusal(STAGE, f"The docker CLI {real_docker} is not an executable file given by absolute path.")
+    resolved = path.resolve()
+    if resolved == wrapper.resolve() or resolved.parent == wrapper.parent.resolve() or _is_wrapper(resolved):
+        raise Refusal(STAGE, f"The docker CLI {real_docker} resolves to a docker shim, not the real docker.")
+
+
+def _is_wrapper(path: Path) -> bool:
+    # A wrapper is a tiny script; the real CLI is a large binary, so read only the head.
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and WRAPPER_MARKER.encode() in head
+
+
+def _make_private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, stat.S_IRWXU)
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, mode)  # the umask may have narrowed the mode given to open
+
+
+def _first_error(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid"))
+    return str(err)

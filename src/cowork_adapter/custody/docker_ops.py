@@ -1,0 +1,257 @@
+"""docker-py operations of custody: list, remove and verify a run's resources by its exact label.
+
+Nothing without the run's exact label is ever touched, not even by name: every listing asks the
+daemon for `label=org.cowork-adapter.run=<label>` and then re-checks the value client-side.
+A listing that fails is never taken as "empty": it raises CustodyError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import DockerException, ImageNotFound, NotFound
+from requests.exceptions import RequestException
+
+from ..errors import CustodyError, Refusal
+from .labels import RUN_LABEL_KEY, label_filter
+
+DEFAULT_TIMEOUT_SEC = 30
+# Failures of the transport or the daemon: each one leaves the state unknown.
+DOCKER_FAILURES = (DockerException, RequestException, OSError)
+
+Resource = tuple[str, str]  # (id, name)
+Log = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """The run's containers (all states) and networks, as (id, name) pairs."""
+
+    containers: list[Resource] = field(default_factory=list)
+    networks: list[Resource] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.containers and not self.networks
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    """What cleanup removed; `errors` holds every removal error, logged even when the end is clean."""
+
+    removed_containers: list[Resource]
+    removed_networks: list[Resource]
+    errors: list[dict[str, Any]]
+    already_gone: int  # removals answered "not found" (a competing cleanup), proven by the relist
+
+
+def client(docker_host: str, timeout: int = DEFAULT_TIMEOUT_SEC) -> docker.DockerClient:
+    """A client of exactly this daemon with a timeout on every call; raises CustodyError if it cannot connect."""
+    try:
+        return docker.DockerClient(base_url=docker_host, timeout=timeout)
+    except DOCKER_FAILURES as err:
+        raise CustodyError(f"cannot reach the Docker daemon at {docker_host}: {_brief(err)}") from err
+
+
+def list_labelled(docker_host: str, run_label: str, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> Labelled:
+    """The run's resources. Raises CustodyError on any failure: unknown is never empty."""
+    dc = client(docker_host, timeout)
+    try:
+        return _list(dc.api, run_label)
+    finally:
+        dc.close()
+
+
+def label_is_empty(docker_host: str, run_label: str, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> bool:
+    """True when the daemon holds nothing with the run's label; raises CustodyError when unknown."""
+    return list_labelled(docker_host, run_label, timeout=timeout).empty
+
+
+def cleanup_run(
+    docker_host: str, run_label: str, log: Log, *, timeout: int = DEFAULT_TIMEOUT_SEC
+) -> CleanupReport:
+    """Force-remove the run's containers (with their anonymous volumes), then its networks, then
+    prove by a fresh listing that none remains.
+
+    A "not found" during removal (a competing cleanup) counts as success only because the relist
+    is empty. Raises CustodyError when a listing fails (state unknown) or anything survives.
+    Every removal error goes through `log` as {"event": "cleanup_remove", ...}.
+    """
+    dc = client(docker_host, timeout)
+    try:
+        listed = _list(dc.api, run_label)
+        errors: list[dict[str, Any]] = []
+        removed: dict[str, list[Resource]] = {"container": [], "network": []}
+        gone = 0
+        # Containers first: a network cannot be removed while a container is attached to it.
+        for kind, remove, items in (
+            ("container", _remove_container, listed.containers),
+            ("network", _remove_network, listed.networks),
+        ):
+            for ident, name in items:
+                error = _attempt(remove, dc.api, kind, ident, name)
+                if error is None:
+                    removed[kind].append((ident, name))
+                    continue
+                log(error)
+                errors.append(error)
+                gone += error["outcome"] == "not_found"
+        try:
+            remaining = _list(dc.api, run_label)
+        except CustodyError as err:
+            log({"event": "cleanup_relist_failed", "run_label": run_label, "error": str(err)})
+            raise CustodyError(f"cannot verify custody after cleanup: {err}") from err
+        if not remaining.empty:
+            survivors = [n for _, n in remaining.containers] + [n for _, n in remaining.networks]
+            log({
+                "event": "cleanup_remaining",
+                "run_label": run_label,
+                "containers": [list(r) for r in remaining.containers],
+                "networks": [list(r) for r in remaining.networks],
+            })
+            raise CustodyError(f"resources with run label {run_label} survived cleanup: {', '.join(survivors)}")
+        return CleanupReport(removed["container"], removed["network"], errors, gone)
+    finally:
+        dc.close()
+
+
+def image_identity(docker_host: str, ref: str, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> tuple[str, dict[str, str], list[str]]:
+    """(immutable image Id, labels, repo digests) of a local image; Refusal("image") when missing or Id-less."""
+    try:
+        dc = docker.DockerClient(base_url=docker_host, timeout=timeout)
+    except DOCKER_FAILURES as err:
+        raise Refusal("image", f"Cannot reach the Docker daemon at {docker_host} to inspect image {ref}.") from err
+    try:
+        info = dc.api.inspect_image(ref)
+    except (ImageNotFound, NotFound):
+        raise Refusal("image", f"The image {ref} is not present on the Docker daemon.") from None
+    except DOCKER_FAILURES as err:
+        raise Refusal("image", f"Cannot inspect the image {ref}: {_brief(err)}.") from err
+    finally:
+        dc.close()
+    image_id = info.get("Id") if isinstance(info, dict) else None
+    if not image_id:
+        raise Refusal("image", f"The image {ref} has no Id in its inspect result.")
+    labels = ((info.get("Config") or {}).get("Labels")) or {}
+    return image_id, dict(labels), list(info.get("RepoDigests") or [])
+
+
+# ---------------------------------------------------------------- fail closed on a bypass
+
+
+@dataclass(frozen=True)
+class CustodyGap:
+    """Evidence that the runner created something outside the shim (or the shim's records disagree)."""
+
+    unlabelled_runner_containers: list[Resource]
+    unlabelled_runner_networks: list[Resource]
+
+    @property
+    def breached(self) -> bool:
+        return bool(self.unlabelled_runner_containers or self.unlabelled_runner_networks)
+
+
+def read_creations(evidence_dir: Path) -> list[dict[str, Any]]:
+    """The shim's creation records (admitted and refused), skipping unreadable lines."""
+    path = Path(evidence_dir) / "creations.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            records.append(item)
+    return records
+
+
+def custody_gap(
+    docker_host: str, run_label: str, runner_pid: int, *, timeout: int = DEFAULT_TIMEOUT_SEC
+) -> CustodyGap:
+    """Compare the daemon with the runner's naming: any `agent|eval|pg-<pid>-<hex>` container or
+    `net-<pid>-<hex>` network without the run's exact label was created past the shim.
+
+    Only reads; raises CustodyError when the daemon cannot be listed.
+    """
+    pattern = re.compile(rf"(agent|eval|pg|net)-{int(runner_pid)}-[0-9a-f]{{8}}\Z")
+    dc = client(docker_host, timeout)
+    try:
+        containers = dc.api.containers(all=True)
+        networks = dc.api.networks()
+    except DOCKER_FAILURES as err:
+        raise CustodyError(f"cannot list the daemon at {docker_host}: {_brief(err)}") from err
+    finally:
+        dc.close()
+    loose_c = [
+        (c["Id"], _container_name(c))
+        for c in containers
+        if pattern.match(_container_name(c)) and (c.get("Labels") or {}).get(RUN_LABEL_KEY) != run_label
+    ]
+    loose_n = [
+        (n["Id"], n.get("Name", ""))
+        for n in networks
+        if pattern.match(n.get("Name", "")) and (n.get("Labels") or {}).get(RUN_LABEL_KEY) != run_label
+    ]
+    return CustodyGap(loose_c, loose_n)
+
+
+# ---------------------------------------------------------------- internals
+
+
+def _list(api: docker.APIClient, run_label: str) -> Labelled:
+    wanted = label_filter(run_label)
+    try:
+        containers = api.containers(all=True, filters={"label": wanted})
+        networks = api.networks(filters={"label": wanted})
+    except DOCKER_FAILURES as err:
+        raise CustodyError(f"cannot list resources with run label {run_label}: {_brief(err)}") from err
+    # The daemon filter is exact; the client-side check keeps that a property of this code too.
+    return Labelled(
+        containers=[(c["Id"], _container_name(c)) for c in containers if _owned(c, run_label)],
+        networks=[(n["Id"], n.get("Name", "")) for n in networks if _owned(n, run_label)],
+    )
+
+
+def _owned(item: dict[str, Any], run_label: str) -> bool:
+    return (item.get("Labels") or {}).get(RUN_LABEL_KEY) == run_label
+
+
+def _container_name(item: dict[str, Any]) -> str:
+    names: Iterable[str] = item.get("Names") or []
+    return next((n.lstrip("/") for n in names), "")
+
+
+def _remove_container(api: docker.APIClient, ident: str) -> None:
+    api.remove_container(ident, v=True, force=True)
+
+
+def _remove_network(api: docker.APIClient, ident: str) -> None:
+    api.remove_network(ident)
+
+
+def _attempt(remove: Callable[[Any, str], None], api: Any, kind: str, ident: str, name: str) -> dict[str, Any] | None:
+    """Run one removal: None when it worked, else the error record (outcome not_found or failed)."""
+    try:
+        remove(api, ident)
+        return None
+    except NotFound as err:
+        outcome, error = "not_found", err
+    except DOCKER_FAILURES as err:
+        outcome, error = "failed", err
+    return {"event": "cleanup_remove", "kind": kind, "id": ident, "name": name,
+            "outcome": outcome, "error": _brief(error)}
+
+
+def _brief(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}"

@@ -1,0 +1,432 @@
+"""The run's docker shim: the program the upstream runner calls instead of the docker CLI.
+
+Standard library only; executed on the host as `python3 -I -S shim.py ARGS...` by the `docker`
+wrapper that install_custody writes. Its run config is the JSON file named by COWORK_SHIM_CONFIG
+(the wrapper sets it). What it does:
+
+- creations (`run`, `create`, `container run`, `container create`) get the run label, a role
+  label, the CPU/memory/swap/PIDs limits and `--pull=never`, inserted right after the
+  subcommand (so before the image); `agent-*` containers also get `--env-file <agent_env_file>`.
+  `network create` gets the two labels only.
+- a creation is refused (exit 75, one line on stderr) when the stop file exists, the disk probe
+  of the resource root fails or is below the reserve, the caller names another daemon, or the
+  caller set a limit, the pull policy or a custody label itself (ours come first and docker
+  keeps the last value, so theirs would win).
+- `exec agent-<id> …` records the --task_dir value; `exec eval-<id> … --phase eval` tells the
+  eval phase whether `agent-<id>` still exists (COWORK_AGENT_CONTAINER_STATE).
+- every other command runs the real docker with its exact argv, output and exit code.
+
+Evidence goes to the host-only evidence_dir; a failure to write it never changes an exit code.
+The shim never prints argv and never logs environment values.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+EXIT_REFUSED = 75  # EX_TEMPFAIL; the value of vocab.ExitCode.SHIM_REFUSED
+EXIT_CANNOT_EXECUTE = 126
+
+RUN_LABEL_KEY = "org.cowork-adapter.run"
+ROLE_LABEL_KEY = "org.cowork-adapter.role"
+CUSTODY_LABEL_PREFIX = "org.cowork-adapter."
+ROLES_BY_PREFIX = {"agent": "agent", "eval": "eval", "pg": "pg", "helper": "helper"}
+ROLE_NETWORK = "network"
+ROLE_OTHER = "other"
+STATE_ENV = "COWORK_AGENT_CONTAINER_STATE"
+
+# Refusal causes: the values of vocab.ShimRefusal (this file cannot import the package).
+ADMISSION_STOPPED = "admission_stopped"
+DISK_PROBE_FAILED = "disk_probe_failed"
+DISK_RESERVE_REACHED = "disk_reserve_reached"
+CONFIG_UNREADABLE = "config_unreadable"
+FLAG_CONFLICT = "flag_conflict"
+HOST_OVERRIDE = "host_override"
+
+# Container states: the values of vocab.ContainerState.
+ABSENT, PRESENT, UNKNOWN = "absent", "present", "unknown"
+
+CONFIG_KEYS = (
+    "real_docker",
+    "docker_host",
+    "run_label",
+    "limits",
+    "stop_file",
+    "resource_root",
+    "min_free_bytes",
+    "evidence_dir",
+    "agent_env_file",
+)
+LIMIT_KEYS = ("cpus", "memory_bytes", "memory_swap_bytes", "pids_limit")
+PROBE_TIMEOUT_SEC = 20
+
+# docker's global options that take a value, and those that pick the daemon.
+GLOBAL_VALUE_OPTIONS = frozenset(
+    {"--config", "-c", "--context", "-H", "--host", "-l", "--log-level",
+     "--tlscacert", "--tlscert", "--tlskey"}
+)
+DAEMON_OPTIONS = frozenset({"-H", "--host", "-c", "--context"})
+
+# Boolean options per subcommand; every other option takes a value (pflag semantics).
+RUN_BOOL_LONG = frozenset(
+    {"--detach", "--interactive", "--tty", "--rm", "--init", "--privileged", "--publish-all",
+     "--read-only", "--no-healthcheck", "--oom-kill-disable", "--sig-proxy",
+     "--disable-content-trust", "--quiet", "--help", "--use-api-socket"}
+)
+RUN_BOOL_SHORT = frozenset("ditPq")
+EXEC_BOOL_LONG = frozenset({"--detach", "--interactive", "--tty", "--privileged", "--help"})
+EXEC_BOOL_SHORT = frozenset("dit")
+NETWORK_BOOL_LONG = frozenset({"--attachable", "--ingress", "--internal", "--ipv6", "--config-only", "--help"})
+NETWORK_BOOL_SHORT = frozenset()
+
+# Options a creation may not carry: the shim sets them and docker keeps the last occurrence.
+CONFLICTING_OPTIONS = frozenset(
+    {"--cpus", "--memory", "-m", "--memory-swap", "--pids-limit", "--pull", "--label-file"}
+)
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+
+
+# ---------------------------------------------------------------- pure argv logic
+
+
+def parse_options(args, bool_long, bool_short):
+    """Split leading options from positionals: ([(name, value or None)], index of first positional)."""
+    options = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return options, i + 1
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg.startswith("--"):
+            if "=" in arg:
+                name, value = arg.split("=", 1)
+                options.append((name, value))
+                i += 1
+            elif arg in bool_long:
+                options.append((arg, None))
+                i += 1
+            else:
+                options.append((arg, args[i + 1] if i + 1 < len(args) else None))
+                i += 2
+            continue
+        cluster = arg[1:]
+        i += 1
+        for j, letter in enumerate(cluster):
+            if letter in bool_short:
+                options.append(("-" + letter, None))
+                continue
+            attached = cluster[j + 1:]
+            if attached:
+                options.append(("-" + letter, attached[1:] if attached.startswith("=") else attached))
+            else:
+                options.append(("-" + letter, args[i] if i < len(args) else None))
+                i += 1
+            break
+    return options, i
+
+
+def option_value(options, *names):
+    """The last value given to any of `names` (docker keeps the last), or None."""
+    found = None
+    for name, value in options:
+        if name in names:
+            found = value
+    return found
+
+
+def flag_value(args, flag):
+    """The value of `flag` in a command's own arguments (`--flag v` or `--flag=v`), or None."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1:]
+    return found
+
+
+def role_for_name(name):
+    """agent-/eval-/pg-/helper- name prefixes are roles; anything else (or no name) is other."""
+    if not name or "-" not in name:
+        return ROLE_OTHER
+    return ROLES_BY_PREFIX.get(name.split("-", 1)[0], ROLE_OTHER)
+
+
+def task_id(name, prefix):
+    """The runner's task id in `<prefix>-<id>`, when it is safe as a file name; else None."""
+    if not name or not name.startswith(prefix + "-"):
+        return None
+    ident = name[len(prefix) + 1:]
+    return ident if SAFE_ID.match(ident) else None
+
+
+def classify(argv):
+    """What the command is: a dict with kind (create/network_create/exec/other) and positions.
+
+    `at` is the index in argv right after the subcommand word (where flags are inserted).
+    """
+    globals_, i = [], 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        arg = argv[i]
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        globals_.append(name)
+        i += 2 if (name in GLOBAL_VALUE_OPTIONS and "=" not in arg) else 1
+    words = argv[i:i + 2]
+    host_override = any(name in DAEMON_OPTIONS for name in globals_)
+    kind, at = "other", None
+    if words[:1] in (["run"], ["create"]):
+        kind, at, sub = "create", i + 1, words[0]
+    elif words in (["container", "run"], ["container", "create"]):
+        kind, at, sub = "create", i + 2, " ".join(words)
+    elif words == ["network", "create"]:
+        kind, at, sub = "network_create", i + 2, "network create"
+    elif words[:1] == ["exec"]:
+        kind, at, sub = "exec", i + 1, "exec"
+    elif words == ["container", "exec"]:
+        kind, at, sub = "exec", i + 2, "container exec"
+    else:
+        sub = None
+    return {"kind": kind, "at": at, "subcommand": sub, "host_override": host_override}
+
+
+def has_conflict(options):
+    """True when the caller set a limit, the pull policy, a label file or a custody label."""
+    for name, value in options:
+        if name in CONFLICTING_OPTIONS:
+            return True
+        if name in ("--label", "-l") and (value or "").startswith(CUSTODY_LABEL_PREFIX):
+            return True
+    return False
+
+
+def creation_flags(config, role, name):
+    """The flags the shim inserts into a container creation."""
+    limits = config["limits"]
+    flags = [
+        "--label", RUN_LABEL_KEY + "=" + config["run_label"],
+        "--label", ROLE_LABEL_KEY + "=" + role,
+        "--cpus", format_cpus(limits["cpus"]),
+        "--memory", str(int(limits["memory_bytes"])),
+        "--memory-swap", str(int(limits["memory_swap_bytes"])),
+        "--pids-limit", str(int(limits["pids_limit"])),
+        "--pull=never",
+    ]
+    if config.get("agent_env_file") and role == "agent" and name and name.startswith("agent-"):
+        flags += ["--env-file", config["agent_env_file"]]
+    return flags
+
+
+def format_cpus(cpus):
+    """`2` rather than `2.0`; docker accepts both, humans read the first."""
+    value = float(cpus)
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+# ---------------------------------------------------------------- I/O at the edges
+
+
+def load_config(path):
+    """The run config, or None when it is missing, unreadable or incomplete (fail closed)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError, TypeError):
+        return None
+    if not isinstance(config, dict) or any(key not in config for key in CONFIG_KEYS):
+        return None
+    limits = config.get("limits")
+    if not isinstance(limits, dict) or any(key not in limits for key in LIMIT_KEYS):
+        return None
+    if not config["real_docker"] or not config["docker_host"] or not config["run_label"]:
+        return None
+    try:  # numbers must be numbers: a malformed limit must not become a traceback mid-creation
+        float(limits["cpus"])
+        for key in ("memory_bytes", "memory_swap_bytes", "pids_limit"):
+            int(limits[key])
+        int(config["min_free_bytes"])
+    except (TypeError, ValueError):
+        return None
+    return config
+
+
+def free_bytes(path):
+    """Free bytes available to unprivileged users on the file system of `path` (statvfs)."""
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def admission_cause(config):
+    """Why a creation may not proceed now (stop file, disk), or None to admit it."""
+    if os.path.lexists(config["stop_file"]):
+        return ADMISSION_STOPPED
+    try:
+        free = free_bytes(config["resource_root"])
+    except (OSError, TypeError, ValueError):
+        return DISK_PROBE_FAILED
+    if free < int(config["min_free_bytes"]):
+        return DISK_RESERVE_REACHED
+    return None
+
+
+def write_once(path, text):
+    """Create `path` with `text` unless it exists (the first cause is kept). Never raises."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, text.encode("utf-8"))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def append_line(path, record):
+    """Append one JSON line (a single write of a short line, so lines never interleave). Never raises."""
+    try:
+        data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except (OSError, TypeError, ValueError):
+        return
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def evidence_path(config, file_name):
+    directory = config.get("evidence_dir")
+    return os.path.join(directory, file_name) if directory else None
+
+
+def record(config, file_name, record_or_text, once=False):
+    path = evidence_path(config, file_name)
+    if path is None:
+        return
+    if once:
+        write_once(path, record_or_text)
+    else:
+        append_line(path, record_or_text)
+
+
+def docker_env(config):
+    """The environment for the real docker: the run's daemon, no context that could override it."""
+    env = dict(os.environ)
+    env.pop("DOCKER_CONTEXT", None)
+    env["DOCKER_HOST"] = config["docker_host"]
+    return env
+
+
+def agent_state(config, ident):
+    """Whether `agent-<ident>` exists: the name filter matches substrings, so compare exactly."""
+    wanted = "agent-" + ident
+    try:
+        done = subprocess.run(
+            [config["real_docker"], "ps", "-a", "--filter", "name=" + wanted, "--format", "{{.Names}}"],
+            env=docker_env(config),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_SEC,
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return UNKNOWN
+    if done.returncode != 0:
+        return UNKNOWN
+    names = [line.strip().lstrip("/") for line in done.stdout.splitlines()]
+    return PRESENT if wanted in names else ABSENT
+
+
+def refuse(cause, what="container creation"):
+    """One line on stderr naming the cause (never the argv), and exit 75."""
+    sys.stderr.write("docker shim: " + what + " refused: " + cause + "\n")
+    sys.stderr.flush()
+    return EXIT_REFUSED
+
+
+def run_real(config, argv):
+    """Replace this process with the real docker (exact argv tail, output and exit code)."""
+    try:
+        os.execve(config["real_docker"], [config["real_docker"]] + argv, docker_env(config))
+    except OSError:
+        sys.stderr.write("docker shim: cannot execute the real docker\n")
+        return EXIT_CANNOT_EXECUTE
+
+
+def handle_creation(config, argv, shape):
+    at = shape["at"]
+    network = shape["kind"] == "network_create"
+    if network:
+        options, first = parse_options(argv[at:], NETWORK_BOOL_LONG, NETWORK_BOOL_SHORT)
+        positionals = argv[at + first:]
+        name = positionals[0] if positionals else None
+        role = ROLE_NETWORK
+    else:
+        options, _ = parse_options(argv[at:], RUN_BOOL_LONG, RUN_BOOL_SHORT)
+        name = option_value(options, "--name")
+        role = role_for_name(name)
+    cause = admission_cause(config)
+    if cause is None and shape["host_override"]:
+        cause = HOST_OVERRIDE
+    if cause is None and has_conflict(options):
+        cause = FLAG_CONFLICT
+    record(config, "creations.jsonl", {
+        "ts": time.time(), "subcommand": shape["subcommand"], "name": name, "role": role,
+        "admitted": cause is None, "cause": cause,
+    })
+    if cause is not None:
+        ident = task_id(name, "eval") if not network else None
+        if ident is not None:
+            record(config, ident + ".eval_refused", cause + "\n", once=True)
+        return refuse(cause)
+    if network:
+        flags = ["--label", RUN_LABEL_KEY + "=" + config["run_label"], "--label", ROLE_LABEL_KEY + "=" + role]
+    else:
+        flags = creation_flags(config, role, name)
+    return run_real(config, argv[:at] + flags + argv[at:])
+
+
+def handle_exec(config, argv, shape):
+    at = shape["at"]
+    options, first = parse_options(argv[at:], EXEC_BOOL_LONG, EXEC_BOOL_SHORT)
+    rest = argv[at + first:]
+    container, command = (rest[0], rest[1:]) if rest else (None, [])
+    ident = task_id(container, "agent")
+    if ident is not None:
+        task_dir = flag_value(command, "--task_dir")
+        if task_dir is not None:
+            record(config, ident + ".task", task_dir + "\n", once=True)
+        return run_real(config, argv)
+    ident = task_id(container, "eval")
+    if ident is not None and flag_value(command, "--phase") == "eval":
+        state = agent_state(config, ident)
+        record(config, ident + ".eval_admission", {"ts": time.time(), "agent_container_state": state})
+        return run_real(config, argv[:at] + ["-e", STATE_ENV + "=" + state] + argv[at:])
+    return run_real(config, argv)
+
+
+def main(argv):
+    config = load_config(os.environ.get("COWORK_SHIM_CONFIG", ""))
+    if config is None:
+        return refuse(CONFIG_UNREADABLE, "docker command")
+    shape = classify(argv)
+    if shape["kind"] in ("create", "network_create"):
+        return handle_creation(config, argv, shape)
+    if shape["kind"] == "exec":
+        try:
+            return handle_exec(config, argv, shape)
+        except Exception:  # evidence is best effort: the runner's exec must still run
+            return run_real(config, argv)
+    return run_real(config, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,29 @@
+"""Preprocess of demo-crm-postgres: put this task's CRM rows back into their seed state."""
+
+import argparse
+import os
+
+import psycopg2
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agent_workspace", required=True)
+    parser.add_argument("--launch_time", required=False, default="")
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    os.makedirs(args.agent_workspace, exist_ok=True)
+    # PG* come from the container env (the task's own database).
+    conn = psycopg2.connect(connect_timeout=10)
+    with conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM crm.notes WHERE customer_id IN (2, 3, 5)")
+        cur.execute("UPDATE crm.customers SET status = 'lead' WHERE id IN (2, 3, 5)")
+    conn.close()
+    print("preprocess: crm rows 2, 3, 5 reset to lead without notes")
+
+
+if __name__ == "__main__":
+    main()

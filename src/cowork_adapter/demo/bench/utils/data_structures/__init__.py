@@ -1,0 +1,1 @@
+"""Task configuration and dump layout."""

@@ -1,0 +1,280 @@
+"""`cowork-adapter run`: preflight, admission, the run itself, and a manifest finalised on every path.
+
+Preflight refusals happen before the run root exists, so a refused invocation writes nothing and
+the operator can fix the input and retry with the same root. From admission on, run_manifest.json
+is the run's record and is finalised whatever happens (refusal, stop, crash).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import RunConfig
+from .container.protocol import scrub, secret_terms
+from .custody.labels import run_label
+from .errors import Refusal
+from .image.derived import ImageRequest, build_derived_image, inspect_image, label_mismatch, resolve_image
+from .manifest import atomic_write_text, utc_now, write_manifest
+from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
+from .schemas.manifest import ImageIdentity, Limits, RunManifest, Selection
+from .schemas.manifest import Refusal as RefusalRecord
+from .schemas.run_config import build_run_config
+from .selection import validate_against_dataset
+from .vocab import ExitCode, RunOutcome
+
+RUN_CONFIG_NAME = "cowork_adapter_run.json"
+AGENT_ENTRY = "cowork_entry.py"
+GIB = 1 << 30
+
+
+@dataclass
+class Preflight:
+    """Everything checked before the run root is created."""
+
+    seed_head: str
+    seed: object
+    bench: object
+    dataset: list[str]
+    explicit: list[str] | None
+    image_tag: str
+    image_present: bool
+    key: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def say(sentence: str) -> None:
+    print(f"cowork-adapter: {sentence}", file=sys.stderr, flush=True)
+
+
+def default_image_tag(cfg: RunConfig, seed_head: str) -> str:
+    return cfg.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}"
+
+
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def disk_refusal(cfg: RunConfig) -> str | None:
+    """A sentence when the resource root or / is below its reserve, else None."""
+    checks = ((cfg.resource_root, cfg.min_free_gib, "--min-free-gib"), (Path("/"), cfg.min_root_free_gib, "--min-root-free-gib"))
+    for path, reserve_gib, flag in checks:
+        free = free_bytes(path)
+        if free < reserve_gib * GIB:
+            return f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB."
+    return None
+
+
+def preflight(cfg: RunConfig) -> Preflight:
+    if cfg.run_root.exists():
+        raise Refusal(
+            "run_root",
+            f"the run root {cfg.run_root} already exists; every invocation, dry runs and retries included, needs a new run root.",
+        )
+    if not cfg.run_root.parent.is_dir():
+        raise Refusal("run_root", f"the parent of the run root, {cfg.run_root.parent}, does not exist; create the storage directory first.")
+    if not cfg.docker_host:
+        raise Refusal("docker_host", "no Docker host was given; pass --docker-host or set DOCKER_HOST to the daemon to use.")
+    if not cfg.resource_root.is_dir():
+        raise Refusal("disk", f"the resource root {cfg.resource_root} is not a directory.")
+    seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
+    bench = bench_identity(cfg.bench_root, cfg.bench_commit)
+    dataset = dataset_ids(cfg.bench_root)
+    explicit = list(cfg.selection) if cfg.selection is not None else None
+    if explicit is not None:
+        validate_against_dataset(explicit, dataset)
+    reason = disk_refusal(cfg)
+    if reason:
+        raise Refusal("disk", reason)
+    for ref in (cfg.base_image, "postgres:15"):
+        if inspect_image(cfg.docker_host, ref) is None:
+            raise Refusal("image", f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.")
+    tag = default_image_tag(cfg, seed.head)
+    present = _usable_image(cfg, tag, seed.head, bench.commit)
+    key = None
+    if cfg.is_paid:
+        from .paid import paid_preflight
+
+        key = paid_preflight(cfg)
+    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key)
+
+
+def budget_record(cfg: RunConfig) -> dict:
+    """The money and disk bounds of this invocation, as the manifest records them."""
+    from .campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
+
+    return {
+        "budget_usd": cfg.budget_usd,
+        "campaign_budget_usd": cfg.campaign_budget_usd,
+        "budget_reserve_usd": cfg.budget_reserve_usd,
+        "prior_spend_usd": cfg.prior_spend_usd,
+        "per_task_cost_usd": cfg.per_task_cost_usd,
+        "min_key_usd": cfg.min_key_usd,
+        "meter": {"url": cfg.meter_url, "blindness_sec": cfg.meter_blindness_sec, "poll_sec": POLL_SEC,
+                  "read_slice_sec": READ_SLICE_SEC, "retry_sec": RETRY_SEC},
+        "min_free_gib": cfg.min_free_gib,
+        "min_root_free_gib": cfg.min_root_free_gib,
+        "resource_root": str(cfg.resource_root),
+        "api_key_env": cfg.api_key_env,
+    }
+
+
+def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str) -> bool:
+    """True when `tag` exists with labels matching the pins; False when it must be built.
+
+    Without --build-image a missing or mismatching image is a refusal: the run never executes an
+    image built from another seed, benchmark or entrypoint.
+    """
+    info = inspect_image(cfg.docker_host, tag)
+    if info is None:
+        if not cfg.build_image:
+            raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.base_image}.")
+        return False
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head, bench_commit=bench_commit)
+    mismatch = label_mismatch(tag, labels, req)
+    if mismatch and not cfg.build_image:
+        raise Refusal("image", mismatch + ".")
+    return mismatch is None
+
+
+def execute_run(cfg: RunConfig, argv: list[str]) -> int:
+    """The whole `run` command; returns the process exit code (see vocab.ExitCode)."""
+    try:
+        pre = preflight(cfg)
+    except Refusal as refusal:
+        say(refusal.sentence)
+        return ExitCode.REFUSED
+    secrets = [pre.key] if pre.key else []
+    cfg.run_root.mkdir()
+    manifest = RunManifest(
+        run_root=str(cfg.run_root),
+        run_label=run_label(cfg.run_root),
+        created_at=utc_now(),
+        updated_at=utc_now(),
+        argv=[scrub(a, secret_terms(secrets)) for a in argv],
+        adapter=adapter_identity(),
+        seed=pre.seed,
+        bench=pre.bench,
+        engine=cfg.engine,
+        applied_config=cfg.applied_config(),
+        limits=Limits(
+            cpus=cfg.cpus, memory_bytes=cfg.memory_bytes, memory_swap_bytes=cfg.memory_swap_bytes,
+            pids_limit=cfg.pids_limit,
+        ),
+        budgets=budget_record(cfg),
+        dry_run=cfg.dry_run,
+        probe=cfg.probe,
+        campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
+    )
+    write_manifest(cfg.run_root, manifest)
+    try:
+        code = _admitted(cfg, pre, manifest)
+    except Refusal as refusal:
+        manifest.outcome = RunOutcome.REFUSED
+        manifest.refusal = RefusalRecord(stage=refusal.stage, sentence=refusal.sentence)
+        code = ExitCode.REFUSED
+        say(refusal.sentence)
+    except BaseException as exc:  # noqa: BLE001 - a crash is recorded, then re-raised as exit 1
+        manifest.outcome = RunOutcome.CRASHED
+        message = scrub("".join(traceback.format_exception_only(type(exc), exc)).strip(), secret_terms(secrets))
+        manifest.error = {"type": type(exc).__name__, "message": message[:4000]}
+        code = ExitCode.FAILED
+        say(f"the run crashed ({type(exc).__name__}); see {cfg.run_root / 'run_manifest.json'}.")
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        manifest.finished_at = utc_now()
+    manifest.exit_code = int(code)
+    write_manifest(cfg.run_root, manifest)
+    return int(code)
+
+
+def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
+    run_root = cfg.run_root
+    bench_copy = run_root / "bench"
+    clone_at(cfg.bench_root, bench_copy, pre.bench.commit)
+    runner_hash, evaluators = upstream_hashes(bench_copy, pre.dataset)
+    manifest.bench.working_copy = str(bench_copy)
+    manifest.bench.runner_sha256 = runner_hash
+    manifest.bench.evaluator_sha256 = evaluators
+    manifest.bench.dataset_size = len(pre.dataset)
+    write_manifest(run_root, manifest)
+
+    manifest.image = _image(cfg, pre, manifest)
+    write_manifest(run_root, manifest)
+
+    selection = _selection(cfg, pre, manifest.image)
+    manifest.selection = selection
+    run_config = build_run_config(cfg)
+    atomic_write_text(bench_copy / "configs" / RUN_CONFIG_NAME, run_config.to_json())
+    manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *selection.task_ids]
+    manifest.outcome = RunOutcome.RUNNING
+    write_manifest(run_root, manifest)
+
+    if not selection.task_ids:
+        # Never start the runner without task arguments: upstream would then run all 496.
+        from .ledger import build_index, write_index
+
+        write_index(run_root, build_index(run_root, live=False, interruption_cause="nothing_remaining"))
+        manifest.outcome = RunOutcome.NOTHING_REMAINING
+        print(f"cowork-adapter: nothing remains to run; every selected task is settled in {selection.resume_from}.")
+        return ExitCode.OK
+    if cfg.dry_run:
+        manifest.outcome = RunOutcome.DRY_RUN
+        print(f"cowork-adapter: dry run recorded in {run_root / 'run_manifest.json'} (image {manifest.image.id[:19]}).")
+        return ExitCode.OK
+    if cfg.probe:
+        from .probes import run_probe
+
+        return run_probe(cfg, manifest, bench_copy)
+    from .paid import run_paid
+
+    return run_paid(cfg, pre, manifest, bench_copy)
+
+
+def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdentity:
+    req = ImageRequest(
+        tag=pre.image_tag,
+        base_image=cfg.base_image,
+        seed_dir=cfg.repo_dir,
+        seed_head=pre.seed_head,
+        bench_commit=pre.bench.commit,
+    )
+    wheels = []
+    built = False
+    if not pre.image_present:
+        wheels = build_derived_image(
+            cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
+            manifest.run_label, lambda: disk_refusal(cfg),
+        )
+        built = True
+    return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
+
+
+def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selection:
+    if not cfg.resume_from:
+        ids = pre.explicit if pre.explicit is not None else pre.dataset
+        return Selection(task_ids=list(ids), selection_task_ids=list(ids), explicit=pre.explicit is not None)
+    from .recovery import resolve_ancestry
+
+    plan = resolve_ancestry(
+        list(cfg.resume_from),
+        current_applied_config=cfg.applied_config(),
+        seed_head=pre.seed_head,
+        bench_commit=pre.bench.commit,
+        image_id=image.id,
+        explicit_selection=pre.explicit,
+        dataset_ids=pre.dataset,
+    )
+    return Selection(
+        task_ids=list(plan.remaining),
+        selection_task_ids=list(plan.selection_task_ids),
+        explicit=pre.explicit is not None,
+        resume_from=[str(a) for a in plan.ancestors],
+        resume_generation=plan.generation,
+        settled_elsewhere=sorted(plan.settled),
+    )

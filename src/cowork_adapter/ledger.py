@@ -1,0 +1,687 @@
+"""result_index.jsonl: gather each selected task's evidence, classify it, write the index.
+
+Three layers, pure in the middle:
+
+* `assess_official()` (pure) turns the claim, receipt and current eval_res.json into the
+  official eval status and a verdict that is a literal bool only when a completed receipt links it;
+* `classify()` (pure) is the row decision order (reference-adapter §5.7);
+* `IndexContext` + `classify_task()` read one run root's files; `build_index()` does every
+  selected task, `write_index()` replaces the file atomically.
+
+The supervisor keeps one `IndexContext`, calls `refresh()` each poll and re-classifies only the
+tasks that changed; the final index is a full `build_index()`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from .container import protocol
+from .events import utc_now_iso
+from .schemas.ledger import (
+    AdapterSummaryFacts,
+    EvalResultFacts,
+    OfficialReceipt,
+    RunnerRow,
+    TaskRow,
+    UsageFacts,
+)
+from .schemas.manifest import RunManifest
+from .vocab import (
+    INFRA_RUNTIME_REASONS,
+    OfficialEvalStatus,
+    PaidActivity,
+    TaskStatus,
+)
+
+LEDGER_NAME = "result_index.jsonl"
+MANIFEST_NAME = "run_manifest.json"
+SUMMARY_NAME = "ouroboros_summary.json"
+# Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
+# pre-created dump dir and workspace, traj_log.json and eval_res.json are deliberately absent.
+START_EVIDENCE_NAMES = (
+    "ouroboros",
+    "applied_settings.json",
+    "preprocess.log",
+    "mcp_proxy.log",
+    "ouroboros_server.log",
+)
+SUMMARY_FIELDS = tuple(AdapterSummaryFacts.model_fields)
+
+
+# ================================================================ official verdict (pure)
+
+
+class OfficialVerdict(NamedTuple):
+    status: OfficialEvalStatus
+    cause: str
+    passed: bool | None  # a literal bool only when status is completed
+
+
+def classify_eval_result(path: Path, log_path: Path | None = None) -> tuple[OfficialEvalStatus, str, Any, int | None, str | None]:
+    """(status, cause, literal pass value, bytes, sha256) of one eval_res.json, undemoted.
+
+    protocol.py offers the byte classifier but not this file-level tuple, so it lives here.
+    The pass value is the literal JSON value (disclosure only); None for a missing key.
+    """
+    try:
+        data: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        data = None
+    except OSError as exc:
+        return OfficialEvalStatus.UNREADABLE, f"os_error:{type(exc).__name__}", None, None, None
+    reading = protocol.classify_eval_bytes(data, None)
+    if reading.cause == "pass_null_unlinked" and log_path is not None:
+        # Only a null pass needs the linked log status (the gate decline); read it lazily.
+        reading = protocol.classify_eval_bytes(data, protocol.read_log_status(str(log_path)))
+    if data is None:
+        return reading.status, reading.cause, None, None, None
+    return reading.status, reading.cause, _literal_pass(data), len(data), hashlib.sha256(data).hexdigest()
+
+
+def _literal_pass(data: bytes) -> Any:
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value.get("pass") if isinstance(value, dict) else None
+
+
+def assess_official(
+    *,
+    claim_state: str,
+    receipt_state: str,
+    receipt: Mapping[str, Any] | None,
+    eval_status: OfficialEvalStatus,
+    eval_cause: str,
+    eval_pass: Any,
+    eval_sha256: str | None,
+    eval_value_matches: bool,
+) -> OfficialVerdict:
+    """The official status and verdict of one dump, from its attempt records and eval_res.json.
+
+    `claim_state` / `receipt_state`: absent | invalid | present. `eval_*` describe the current
+    eval_res.json as classify_eval_result() read it; `eval_value_matches` says whether its parsed
+    value equals the receipt's `returned`. Only a completed receipt that ran without raising,
+    returned a dict, and whose result file is the current eval_res.json (same sha, equal value)
+    yields a verdict. Everything else is disclosed, never scored.
+    """
+    if claim_state == "absent":
+        if eval_status in (OfficialEvalStatus.COMPLETED, OfficialEvalStatus.DECLINED):
+            # A result without an attempt record: nothing links it to the official run.
+            return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "no_attempt_record", None)
+        return OfficialVerdict(eval_status, eval_cause, None)
+    if claim_state != "present":
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "claim_unreadable", None)
+    if receipt_state == "absent" or receipt is None:
+        if receipt_state == "invalid":
+            return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "receipt_unreadable", None)
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "claim_without_terminal_receipt", None)
+    if receipt_state != "present":
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "receipt_unreadable", None)
+    if receipt.get("official_run") is not True:
+        return OfficialVerdict(OfficialEvalStatus.NOT_RUN, str(receipt.get("cause") or "not_run")[:200], None)
+    if receipt.get("raised"):
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, f"raised:{receipt.get('raised')}"[:200], None)
+    if not isinstance(receipt.get("returned"), dict):
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "returned_not_object", None)
+    result_file = receipt.get("result_file")
+    if not isinstance(result_file, dict) or result_file.get("state") != "present":
+        # The evaluator returned without writing (e.g. its own exception path): no linked verdict.
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "returned_without_result_file", None)
+    if eval_sha256 is None or result_file.get("sha256") != eval_sha256 or not eval_value_matches:
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "result_file_changed", None)
+    if eval_status is OfficialEvalStatus.COMPLETED and isinstance(eval_pass, bool):
+        return OfficialVerdict(OfficialEvalStatus.COMPLETED, eval_cause, eval_pass)
+    if eval_status is OfficialEvalStatus.COMPLETED:
+        return OfficialVerdict(OfficialEvalStatus.INVALID, "pass_not_boolean", None)
+    return OfficialVerdict(eval_status, eval_cause, None)
+
+
+# ================================================================ row classification (pure)
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """Everything classify() needs about one task, already read from disk."""
+
+    instance_id: str
+    runner_status: str | None = None  # summary.csv `status`, verbatim
+    environment_blocked: str | None = None
+    summary_state: str = "absent"  # absent | unreadable | present
+    summary: Mapping[str, Any] | None = None
+    start_evidence: tuple[str, ...] = ()
+    official_status: OfficialEvalStatus = OfficialEvalStatus.UNREPORTED
+    official_pass: bool | None = None
+
+
+def _no_verdict_reason(status: OfficialEvalStatus) -> str:
+    if status is OfficialEvalStatus.NOT_RUN:
+        return "official_eval_not_run"
+    if status is OfficialEvalStatus.UNREPORTED:
+        return "missing_eval_result"
+    return f"official_eval_{status.value}"
+
+
+def classify(facts: TaskFacts, *, live: bool, interruption_cause: str) -> tuple[TaskStatus, str, bool]:
+    """(status, reason_code, provisional) of one task: the row decision order, in one place.
+
+    1 runner pg_fail → infra_failed; 2 environment blocked; 3 no summary → not_attempted without
+    any start evidence, else infra_failed (`missing_adapter_summary`, provisional, while live;
+    `interrupted:<cause>` after); 4 summary infra → infra_failed; 5 bench_status not success →
+    agent_failed; 6 no literal boolean verdict → infra_failed; 7 passed / failed.
+    `provisional` marks rows a live run may still change.
+    """
+    if facts.runner_status == "pg_fail":
+        return TaskStatus.INFRA_FAILED, "pg_fail", False
+    if facts.environment_blocked:
+        return TaskStatus.ENVIRONMENT_BLOCKED, facts.environment_blocked, False
+    summary = facts.summary
+    if facts.summary_state != "present" or summary is None:
+        if facts.runner_status is None and not facts.start_evidence and facts.summary_state == "absent":
+            return TaskStatus.NOT_ATTEMPTED, "missing_result", live
+        if live:
+            return TaskStatus.INFRA_FAILED, "missing_adapter_summary", True
+        if facts.summary_state == "unreadable":
+            return TaskStatus.INFRA_FAILED, "adapter_summary_unreadable", False
+        return TaskStatus.INFRA_FAILED, f"interrupted:{interruption_cause}", False
+    reason = summary.get("reason_code")
+    reason = reason if isinstance(reason, str) and reason else None
+    infra = summary.get("infra_failed")
+    if infra is True or reason in INFRA_RUNTIME_REASONS:
+        return TaskStatus.INFRA_FAILED, reason or "infra_failed", False
+    if infra is not False:
+        return TaskStatus.INFRA_FAILED, "adapter_summary_invalid", False
+    if summary.get("bench_status") != "success":
+        return TaskStatus.AGENT_FAILED, reason or "agent_not_finished", False
+    verdict = facts.official_pass
+    if facts.official_status is not OfficialEvalStatus.COMPLETED or not isinstance(verdict, bool):
+        # While live the eval phase may still be running: the row can still change.
+        status = facts.official_status
+        if status is OfficialEvalStatus.COMPLETED:
+            status = OfficialEvalStatus.INVALID  # "completed" without a literal bool is not a verdict
+        return TaskStatus.INFRA_FAILED, _no_verdict_reason(status), live
+    if verdict is True:
+        return TaskStatus.PASSED, "passed", False
+    return TaskStatus.FAILED, "verifier_failed", False
+
+
+# ================================================================ reading one run root
+
+
+def _read_json(path: Path) -> tuple[str, Any]:
+    """(state, value): absent | unreadable | present, strict JSON (no duplicates, no NaN)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return "absent", None
+    except OSError:
+        return "unreadable", None
+    try:
+        return "present", protocol.strict_loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "unreadable", None
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if protocol.is_finite_number(value) else None
+
+
+def scan_usage(path: Path) -> UsageFacts | None:
+    """Totals of the llm_usage records of one ouroboros/events.jsonl (None when absent)."""
+    facts = UsageFacts()
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return UsageFacts(unreadable=True)
+    with fh:
+        for line in fh:
+            if b"llm_usage" not in line:  # cheap filter: most rows are other kinds
+                continue
+            try:
+                rec = json.loads(line)
+            except (UnicodeDecodeError, ValueError):
+                continue
+            if not isinstance(rec, dict) or rec.get("type") != "llm_usage":
+                continue
+            nested = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
+            prompt = _finite(rec.get("prompt_tokens", nested.get("prompt_tokens"))) or 0.0
+            completion = _finite(rec.get("completion_tokens", nested.get("completion_tokens"))) or 0.0
+            facts.records += 1
+            facts.prompt_tokens += int(max(prompt, 0))
+            facts.completion_tokens += int(max(completion, 0))
+            if prompt + completion > 0:
+                facts.token_records += 1
+            cost = _finite(rec.get("cost", nested.get("cost")))
+            if cost is not None and cost >= 0 and rec.get("cost_known", nested.get("cost_known")) is not False:
+                facts.known_cost_usd += cost
+            else:
+                facts.unknown_cost_records += 1
+    return facts
+
+
+def read_runner_rows(bench: Path) -> dict[str, RunnerRow]:
+    """task → its summary.csv row over every fully_parallel_* log dir (later rows win)."""
+    rows: dict[str, RunnerRow] = {}
+    for csv_path in sorted(bench.glob("benchmark_logs/fully_parallel_*/summary.csv")):
+        try:
+            with open(csv_path, newline="", encoding="utf-8", errors="replace") as fh:
+                for rec in csv.DictReader(fh):
+                    task = (rec.get("task") or "").strip()
+                    if not task:
+                        continue
+                    try:
+                        duration = float(rec.get("duration_s") or "")
+                    except ValueError:
+                        duration = None
+                    if duration is not None and not math.isfinite(duration):
+                        duration = None
+                    rows[task] = RunnerRow(
+                        status=(rec.get("status") or "").strip(),
+                        eval_pass=(rec.get("eval_pass") or "").strip() or None,
+                        duration_s=duration,
+                    )
+        except OSError:
+            continue
+    return rows
+
+
+def find_dumps(bench: Path) -> dict[str, Path]:
+    """task → its dump dir under bench/dumps/<agent_short_name>/SingleUserTurn-<task>/.
+
+    If several agent short names hold the same task, the one with an adapter summary (then
+    with an ouroboros/ folder) wins.
+    """
+    found: dict[str, Path] = {}
+    rank: dict[str, int] = {}
+    try:
+        shorts = sorted(p for p in (bench / "dumps").iterdir() if p.is_dir())
+    except OSError:
+        return found
+    for short in shorts:
+        try:
+            entries = list(os.scandir(short))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.startswith("SingleUserTurn-") or not entry.is_dir():
+                continue
+            task = entry.name[len("SingleUserTurn-"):]
+            path = Path(entry.path)
+            score = 2 if (path / SUMMARY_NAME).exists() else (1 if (path / "ouroboros").exists() else 0)
+            if task not in found or score > rank[task]:
+                found[task], rank[task] = path, score
+    return found
+
+
+def read_custody_tasks(run_root: Path) -> dict[str, str]:
+    """task → `custody:<runner-id>.task` for every agent container the shim admitted."""
+    out: dict[str, str] = {}
+    folder = run_root / "custody" / "evidence"
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.name.endswith(".task"):
+            continue
+        try:
+            text = Path(entry.path).read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            out.setdefault(Path(text).name, f"custody:{entry.name}")
+    return out
+
+
+def failed_servers(inventory: Mapping[str, Any] | None) -> dict[str, str]:
+    """MCP server → why the inventory found it unusable (health `failed`), from the manifest.
+
+    Accepts `servers` as {name: {health|status}} or [{name, health|status}]; `repaired` and
+    `ok` are usable (a repair is a disclosed protocol difference, not a block).
+    """
+    if not isinstance(inventory, Mapping):
+        return {}
+    servers = inventory.get("servers")
+    items: Iterable[tuple[str, Any]]
+    if isinstance(servers, Mapping):
+        items = servers.items()
+    elif isinstance(servers, list):
+        items = [(s.get("name"), s) for s in servers if isinstance(s, Mapping)]
+    else:
+        return {}
+    out: dict[str, str] = {}
+    for name, info in items:
+        if not isinstance(name, str) or not isinstance(info, Mapping):
+            continue
+        health = info.get("health", info.get("status"))
+        if health == "failed":
+            out[name] = str(info.get("reason") or info.get("error") or "failed")[:120]
+    return out
+
+
+def task_config(bench: Path, task: str) -> dict[str, Any]:
+    """The pinned task_config.json of `task` from a bench working copy ({} when unreadable)."""
+    state, value = _read_json(bench / "tasks" / "finalpool" / task / "task_config.json")
+    return value if state == "present" and isinstance(value, dict) else {}
+
+
+@dataclass
+class IndexContext:
+    """Run-level facts shared by every task row; `refresh()` re-reads the cheap, growing parts."""
+
+    run_root: Path
+    manifest: RunManifest
+    bench: Path
+    runner_rows: dict[str, RunnerRow] = field(default_factory=dict)
+    dumps: dict[str, Path] = field(default_factory=dict)
+    custody: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, str] = field(default_factory=dict)
+    # task -> (evidence signature, row): a refresh re-reads only dumps whose files changed.
+    cache: dict[str, tuple[tuple[Any, ...], TaskRow]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run_root: Path | str) -> "IndexContext":
+        """Read the manifest (raises OSError/ValueError when it is missing or invalid)."""
+        root = Path(run_root)
+        manifest = RunManifest.model_validate_json((root / MANIFEST_NAME).read_bytes())
+        working = manifest.bench.working_copy if manifest.bench and manifest.bench.working_copy else None
+        bench = Path(working) if working and Path(working).is_dir() else root / "bench"
+        ctx = cls(run_root=root, manifest=manifest, bench=bench)
+        ctx.blocked = ctx._blocked_tasks()
+        ctx.refresh()
+        return ctx
+
+    def refresh(self) -> None:
+        self.runner_rows = read_runner_rows(self.bench)
+        self.dumps = find_dumps(self.bench)
+        self.custody = read_custody_tasks(self.run_root)
+
+    def _blocked_tasks(self) -> dict[str, str]:
+        inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
+        explicit = inventory.get("blocked_tasks")
+        out = {str(k): str(v) for k, v in explicit.items()} if isinstance(explicit, Mapping) else {}
+        broken = failed_servers(inventory)
+        if broken:
+            for task in self.selection():
+                needed = task_config(self.bench, task).get("needed_mcp_servers") or []
+                hit = sorted(s for s in needed if isinstance(s, str) and s in broken)
+                if hit and task not in out:
+                    out[task] = "mcp_server_failed:" + ",".join(hit)
+        return out
+
+    def selection(self) -> list[str]:
+        sel = self.manifest.selection
+        return list(sel.selection_task_ids or sel.task_ids)
+
+    def invoked(self) -> set[str]:
+        """Tasks this invocation handed the runner (the rest were settled in an ancestor)."""
+        sel = self.manifest.selection
+        if sel.resume_from:
+            return set(sel.task_ids)
+        return set(sel.task_ids or sel.selection_task_ids)
+
+
+def _summary_facts(summary: Mapping[str, Any]) -> AdapterSummaryFacts:
+    picked: dict[str, Any] = {}
+    for name in SUMMARY_FIELDS:
+        value = summary.get(name)
+        if name in ("prompt_tokens", "completion_tokens", "accounted_upper_bound_usd", "elapsed_sec"):
+            value = _finite(value)
+        elif name in ("bench_status", "reason_code", "error"):
+            value = str(value)[:2000] if value is not None else None
+        elif value is not None and not isinstance(value, (bool, int, float, str)):
+            value = repr(value)[:200]  # keep literal scalars; anything else only as a short repr
+        picked[name] = value
+    return AdapterSummaryFacts(**picked)
+
+
+def _attempt_records(dump: Path) -> tuple[str, str, dict[str, Any] | None, Path | None]:
+    """(claim_state, receipt_state, receipt, receipt_path) of a dump's official attempt."""
+    claim, cause = protocol.read_json_record(str(dump / protocol.CLAIM_NAME))
+    if claim is None and cause == "file_absent":
+        return "absent", "absent", None, None
+    if not protocol.valid_claim(claim):
+        return "invalid", "absent", None, None
+    path = Path(protocol.receipt_path(str(dump), claim["attempt_id"]))
+    receipt, cause = protocol.read_json_record(str(path))
+    if receipt is None and cause == "file_absent":
+        return "present", "absent", None, path
+    if not protocol.valid_receipt(receipt, claim):
+        return "present", "invalid", None, path
+    return "present", "present", receipt, path
+
+
+def _canonical(value: Any) -> str | None:
+    """Type-exact comparison key (`True == 1` in Python, but not in JSON)."""
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def _file_digest(path: Path | None) -> tuple[int | None, str | None]:
+    if path is None:
+        return None, None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None, None
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _paid_activity(status: TaskStatus, usage: UsageFacts | None, summary: Mapping[str, Any] | None) -> PaidActivity:
+    if usage is not None and usage.token_records > 0:
+        return PaidActivity.OBSERVED
+    if status is TaskStatus.NOT_ATTEMPTED:
+        return PaidActivity.NONE  # the entrypoint never ran: nothing of ours could call a model
+    if summary is not None and summary.get("task_submission_started") is False:
+        return PaidActivity.NONE
+    return PaidActivity.UNKNOWN
+
+
+def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[Any, ...]:
+    """What a task's row depends on: its dump's entries (name, size, mtime), the runner row,
+    custody evidence and the run state; equal signatures give equal rows."""
+    dump = ctx.dumps.get(task)
+    entries: list[tuple[str, int, int]] = []
+    if dump is not None:
+        for sub in (dump, dump / "ouroboros"):
+            try:
+                with os.scandir(sub) as it:
+                    for entry in it:
+                        st = entry.stat(follow_symlinks=False)
+                        entries.append((entry.name, st.st_size, st.st_mtime_ns))
+            except OSError:
+                entries.append((str(sub), -1, -1))
+    return (str(dump), tuple(sorted(entries)), ctx.runner_rows.get(task), ctx.custody.get(task),
+            ctx.blocked.get(task), live, cause)
+
+
+def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
+    """The row of one task of `ctx`'s run (the incremental unit: unchanged evidence is reused)."""
+    sig = _signature(ctx, task, live, interruption_cause)
+    cached = ctx.cache.get(task)
+    if cached is not None and cached[0] == sig:
+        return cached[1]
+    row = _classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause)
+    ctx.cache[task] = (sig, row)
+    return row
+
+
+def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
+    dump = ctx.dumps.get(task)
+    runner = ctx.runner_rows.get(task)
+    evidence: list[str] = []
+    summary_state, summary = "absent", None
+    verdict = OfficialVerdict(OfficialEvalStatus.UNREPORTED, "file_absent", None)
+    receipt_path: Path | None = None
+    eval_facts: EvalResultFacts | None = None
+    usage: UsageFacts | None = None
+    if dump is not None:
+        try:
+            names = {entry.name for entry in os.scandir(dump)}
+        except OSError:
+            names = set()
+        evidence = [n for n in START_EVIDENCE_NAMES if n in names]
+        if SUMMARY_NAME in names:
+            summary_state, summary = _read_json(dump / SUMMARY_NAME)
+            if summary_state == "present" and not isinstance(summary, dict):
+                summary_state, summary = "unreadable", None
+        eval_path = dump / protocol.EVAL_RES_NAME
+        status, cause, pass_value, size, sha = classify_eval_result(eval_path, dump / protocol.LOG_NAME)
+        eval_facts = EvalResultFacts(
+            path=str(eval_path),
+            state="absent" if status is OfficialEvalStatus.UNREPORTED else ("present" if sha else "unreadable"),
+            bytes=size,
+            sha256=sha,
+            reading=status.value,
+            pass_value=pass_value if isinstance(pass_value, (bool, int, float, str)) or pass_value is None else repr(pass_value)[:200],
+        )
+        claim_state, receipt_state, receipt, receipt_path = _attempt_records(dump)
+        matches = False
+        if receipt is not None and sha is not None:
+            _, current = _read_json(eval_path)
+            matches = _canonical(current) == _canonical(receipt.get("returned"))
+        verdict = assess_official(
+            claim_state=claim_state,
+            receipt_state=receipt_state,
+            receipt=receipt,
+            eval_status=status,
+            eval_cause=cause,
+            eval_pass=pass_value,
+            eval_sha256=sha,
+            eval_value_matches=matches,
+        )
+        if "ouroboros" in names:
+            usage = scan_usage(dump / "ouroboros" / "events.jsonl")
+    if task in ctx.custody:
+        evidence.append(ctx.custody[task])
+    facts = TaskFacts(
+        instance_id=task,
+        runner_status=runner.status if runner else None,
+        environment_blocked=ctx.blocked.get(task),
+        summary_state=summary_state,
+        summary=summary,
+        start_evidence=tuple(evidence),
+        official_status=verdict.status,
+        official_pass=verdict.passed,
+    )
+    status_, reason, provisional = classify(facts, live=live, interruption_cause=interruption_cause)
+    r_bytes, r_sha = _file_digest(receipt_path)
+    truncated = summary.get("truncated") if summary else None
+    truncated = truncated if isinstance(truncated, bool) else None
+    return TaskRow(
+        ts=utc_now_iso(),
+        instance_id=task,
+        status=status_,
+        reason_code=reason,
+        provisional=provisional,
+        official_eval_status=verdict.status,
+        official_receipt=OfficialReceipt(
+            path=str(receipt_path) if r_sha else None,
+            bytes=r_bytes,
+            sha256=r_sha,
+            pass_=verdict.passed,
+            cause=verdict.cause,
+        ),
+        eval_result=eval_facts,
+        paid_activity=_paid_activity(status_, usage, summary),
+        truncated=truncated,
+        truncation_reason=(summary.get("reason_code") if truncated and summary else None),
+        runner_row=runner,
+        adapter_summary=_summary_facts(summary) if summary is not None else None,
+        usage=usage,
+        start_evidence=evidence,
+        task_dump=str(dump) if dump is not None else None,
+        attempt_run_root=str(ctx.run_root) if status_ is not TaskStatus.NOT_ATTEMPTED else None,
+        environment_blocked=ctx.blocked.get(task),
+    )
+
+
+# ================================================================ index of a whole run
+
+
+def read_index(path: Path) -> list[TaskRow]:
+    """Every row of a result_index.jsonl; raises OSError/ValueError when it cannot be trusted."""
+    rows: list[TaskRow] = []
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(TaskRow.model_validate_json(line))
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {number} is not a task row ({type(exc).__name__})") from exc
+    return rows
+
+
+def _carried_rows(ctx: IndexContext, tasks: set[str]) -> dict[str, TaskRow]:
+    """Settled rows of `tasks` from the ancestry's ledgers, nearest ancestor first."""
+    out: dict[str, TaskRow] = {}
+    for root in ctx.manifest.selection.resume_from:
+        if not tasks - set(out):
+            break
+        try:
+            rows = read_index(Path(root) / LEDGER_NAME)
+        except (OSError, ValueError):
+            continue
+        for row in rows:
+            if row.instance_id in tasks and row.instance_id not in out and row.status.settled:
+                out[row.instance_id] = row.model_copy(update={"attempt_run_root": row.attempt_run_root or str(root)})
+    return out
+
+
+def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ctx: IndexContext | None = None) -> list[TaskRow]:
+    """One row per selected task, in selection order.
+
+    Tasks this invocation ran are classified from their dumps. Tasks a recovery run skipped
+    because an ancestor settled them carry that ancestor's row (its `attempt_run_root`); if the
+    ancestor ledger cannot be read any more they are `not_attempted/ancestor_row_unavailable`.
+    """
+    ctx = ctx or IndexContext.load(run_root)
+    invoked = ctx.invoked()
+    selection = ctx.selection()
+    carried = _carried_rows(ctx, {t for t in selection if t not in invoked})
+    rows: list[TaskRow] = []
+    for task in selection:
+        if task in invoked:
+            rows.append(classify_task(ctx, task, live=live, interruption_cause=interruption_cause))
+        elif task in carried:
+            rows.append(carried[task])
+        else:
+            rows.append(
+                TaskRow(
+                    ts=utc_now_iso(),
+                    instance_id=task,
+                    status=TaskStatus.NOT_ATTEMPTED,
+                    reason_code="ancestor_row_unavailable",
+                    official_eval_status=OfficialEvalStatus.UNREPORTED,
+                    paid_activity=PaidActivity.NONE,
+                )
+            )
+    return rows
+
+
+def write_index(run_root: Path | str, rows: Iterable[TaskRow]) -> Path:
+    """Replace <run_root>/result_index.jsonl atomically; raises OSError on a failed write."""
+    path = Path(run_root) / LEDGER_NAME
+    protocol.write_atomic(str(path), "".join(row.to_line() for row in rows).encode("utf-8"))
+    return path
+
+
+def status_counts(rows: Iterable[TaskRow]) -> dict[str, int]:
+    """{status: count} for monitor.json's ledger_counts."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status.value] = counts.get(row.status.value, 0) + 1
+    return counts

@@ -1,0 +1,140 @@
+"""Pins and provenance: the seed's and the benchmark's git identity, upstream file hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .errors import Refusal
+from .schemas.manifest import AdapterIdentity, BenchIdentity, SeedIdentity
+
+GIT_TIMEOUT = 60
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class GitState:
+    head: str
+    porcelain: str
+    diff: bytes
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.porcelain.strip())
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, timeout=GIT_TIMEOUT, check=False
+    )
+
+
+def git_state(repo: Path) -> GitState | None:
+    """HEAD, porcelain status and tracked diff of `repo`, or None when it is not a git repository."""
+    head = _git(repo, "rev-parse", "--verify", "HEAD")
+    if head.returncode != 0 or not (repo / ".git").exists():
+        return None
+    status = _git(repo, "status", "--porcelain", "--untracked-files=all")
+    diff = _git(repo, "diff", "HEAD")
+    if status.returncode != 0 or diff.returncode != 0:
+        return None
+    return GitState(head=head.stdout.decode().strip(), porcelain=status.stdout.decode(), diff=diff.stdout)
+
+
+def seed_identity(repo_dir: Path, *, allow_dirty: bool) -> SeedIdentity:
+    """The agent seed's identity; refuses a non-repository, and a dirty tree unless allowed."""
+    if not repo_dir.is_dir():
+        raise Refusal("seed", f"the seed directory {repo_dir} does not exist.")
+    state = git_state(repo_dir)
+    if state is None:
+        raise Refusal("seed", f"the seed {repo_dir} is not a git repository with a commit.")
+    if state.dirty and not allow_dirty:
+        raise Refusal(
+            "seed",
+            f"the seed {repo_dir} has uncommitted changes (git status --porcelain is not empty); "
+            "commit them or use a clean worktree.",
+        )
+    return SeedIdentity(
+        repo_dir=str(repo_dir),
+        head=state.head,
+        dirty=state.dirty,
+        status_sha256=sha256_bytes(state.porcelain.encode()),
+        diff_sha256=sha256_bytes(state.diff),
+        allow_dirty_seed=allow_dirty,
+        reportable=not state.dirty,
+    )
+
+
+def bench_identity(bench_root: Path, expected_commit: str) -> BenchIdentity:
+    """The benchmark checkout's identity; refuses anything but a clean tree at the pinned commit."""
+    if not (bench_root / "tasks" / "finalpool").is_dir():
+        raise Refusal("bench", f"{bench_root} is not a Cowork Bench checkout (no tasks/finalpool).")
+    state = git_state(bench_root)
+    if state is None:
+        raise Refusal("bench", f"the benchmark {bench_root} is not a git repository with a commit.")
+    if not state.head.startswith(expected_commit) and state.head != expected_commit:
+        raise Refusal(
+            "bench",
+            f"the benchmark {bench_root} is at {state.head[:12]}, not at the pinned commit {expected_commit[:12]}.",
+        )
+    if state.dirty:
+        raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
+    return BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit)
+
+
+def dataset_ids(bench_root: Path) -> list[str]:
+    """Every task of the benchmark: tasks/finalpool/<id>/task_config.json, dot-dirs excluded, sorted."""
+    pool = bench_root / "tasks" / "finalpool"
+    return sorted(p.parent.name for p in pool.glob("*/task_config.json") if not p.parent.name.startswith("."))
+
+
+def upstream_hashes(bench_copy: Path, task_ids: list[str]) -> tuple[str | None, dict[str, str]]:
+    """SHA-256 of run_parallel.sh and of each task's evaluation/main.py (the scoring authority)."""
+    runner = bench_copy / "run_parallel.sh"
+    runner_hash = sha256_file(runner) if runner.is_file() else None
+    evaluators = {}
+    for task in task_ids:
+        main = bench_copy / "tasks" / "finalpool" / task / "evaluation" / "main.py"
+        if main.is_file():
+            evaluators[task] = sha256_file(main)
+    return runner_hash, evaluators
+
+
+def adapter_identity() -> AdapterIdentity:
+    """The adapter's own version and, when it runs from a git checkout, its commit."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / ".git").exists() and (parent / "pyproject.toml").is_file():
+            state = git_state(parent)
+            if state is not None:
+                return AdapterIdentity(version=__version__, commit=state.head, dirty=state.dirty)
+            break
+    return AdapterIdentity(version=__version__)
+
+
+def clone_at(source: Path, dest: Path, commit: str) -> None:
+    """A run-scoped working copy of `source` at `commit` (never the operator's checkout)."""
+    out = subprocess.run(
+        ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(source), str(dest)],
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    if out.returncode == 0:
+        out = _git(dest, "checkout", "--quiet", "--detach", commit)
+    if out.returncode != 0:
+        raise Refusal("bench", f"cloning {source} at {commit[:12]} failed: {out.stderr.decode(errors='replace').strip()[:300]}")

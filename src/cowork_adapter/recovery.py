@@ -1,0 +1,220 @@
+"""Recovery ancestry: which tasks a --resume-from run must still do, and whether it may.
+
+Walks every ancestor recursively through each manifest's `selection.resume_from`, refuses a
+cycle, a missing or unreadable manifest or ledger, and any change of applied configuration,
+seed head, benchmark commit or image ID anywhere in the ancestry. Settled results (passed,
+failed, agent_failed) anywhere are never repeated. Refusals are one sentence, stage "recovery".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import Refusal
+from .ledger import LEDGER_NAME, MANIFEST_NAME, read_index
+from .schemas.manifest import RunManifest
+from .vocab import RunOutcome, TaskStatus
+
+DIAGNOSTIC_FLAG = "diagnostic_eval_on_truncation"
+MAX_RECOVERY_PASSES = 2
+STAGE = "recovery"
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    selection_task_ids: list[str]
+    remaining: list[str]
+    settled: dict[str, tuple[TaskStatus, str]]  # task -> (status, run root of the settled attempt)
+    ancestors: list[str]  # every ancestor root, resolved, nearest first
+    generation: int
+
+
+@dataclass
+class _Node:
+    root: str
+    manifest: RunManifest
+    parents: list[str] = field(default_factory=list)
+    depth: int = 0
+
+
+def normalized_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The applied config as recovery compares it: a missing diagnostic flag counts as false."""
+    out = dict(config or {})
+    out.setdefault(DIAGNOSTIC_FLAG, False)
+    return out
+
+
+def first_config_difference(current: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:
+    """The first (sorted) key whose value differs between two normalised configs, or None."""
+    a, b = normalized_config(current), normalized_config(other)
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, _MISSING) != b.get(key, _MISSING):
+            return key
+    return None
+
+
+_MISSING = object()
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def identity_difference(
+    manifest: RunManifest, *, applied_config: Mapping[str, Any], seed_head: str | None,
+    bench_commit: str | None, image_id: str | None,
+) -> str | None:
+    """A phrase naming the first identity difference of `manifest` from the current run, or None."""
+    key = first_config_difference(applied_config, manifest.applied_config)
+    if key is not None:
+        theirs = normalized_config(manifest.applied_config).get(key, "<absent>")
+        ours = normalized_config(applied_config).get(key, "<absent>")
+        return f"applied_config key {key!r} ({_short(theirs)} there, {_short(ours)} now)"
+    their_seed = manifest.seed.head if manifest.seed else None
+    if their_seed != seed_head:
+        return f"seed head ({their_seed} there, {seed_head} now)"
+    their_bench = manifest.bench.commit if manifest.bench else None
+    if their_bench != bench_commit:
+        return f"benchmark commit ({their_bench} there, {bench_commit} now)"
+    their_image = manifest.image.id if manifest.image else None
+    if their_image != image_id:
+        return f"image ID ({their_image} there, {image_id} now)"
+    return None
+
+
+def _load_manifest(root: str) -> RunManifest:
+    path = Path(root) / MANIFEST_NAME
+    try:
+        return RunManifest.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise Refusal(
+            STAGE,
+            f"The ancestor manifest {path} is missing or unreadable ({type(exc).__name__}), so its "
+            "tasks cannot be assumed unattempted; investigate before recovering.",
+        ) from None
+
+
+def _manifest_selection(manifest: RunManifest) -> list[str]:
+    return list(manifest.selection.selection_task_ids or manifest.selection.task_ids)
+
+
+def _check_ids(ids: list[str], dataset_ids: list[str], what: str) -> None:
+    if len(set(ids)) != len(ids):
+        dup = next(t for i, t in enumerate(ids) if t in ids[:i])
+        raise Refusal(STAGE, f"The {what} names task {dup!r} more than once.")
+    if dataset_ids:
+        known = set(dataset_ids)
+        unknown = [t for t in ids if t not in known]
+        if unknown:
+            raise Refusal(STAGE, f"The {what} names task {unknown[0]!r}, which is not in the pinned dataset.")
+
+
+def resolve_ancestry(
+    resume_from: list[Path],
+    *,
+    current_applied_config: Mapping[str, Any],
+    seed_head: str | None,
+    bench_commit: str | None,
+    image_id: str | None,
+    explicit_selection: list[str] | None,
+    dataset_ids: list[str],
+) -> RecoveryPlan:
+    """The recovery plan of a run resuming from `resume_from` (raises Refusal, stage recovery).
+
+    Selection: explicit selectors win (and may widen); otherwise the union of the direct
+    parents' selections, never the full dataset. Generation: 1 + the deepest direct parent;
+    a `nothing_remaining` ancestor adds no depth; a plan with nothing remaining keeps the
+    parents' generation; work remaining beyond two recovery passes is refused.
+    """
+    if not image_id:
+        raise Refusal(STAGE, "Recovery needs the current immutable image ID, and none was resolved.")
+    direct = [str(Path(p).resolve()) for p in resume_from]
+    if not direct:
+        raise Refusal(STAGE, "Recovery was asked for without any --resume-from run root.")
+    nodes: dict[str, _Node] = {}
+    order: list[str] = []
+
+    def visit(root: str, path: list[str]) -> int:
+        if root in path:
+            raise Refusal(STAGE, f"The recovery ancestry has a cycle through {root}.")
+        if root in nodes:
+            return nodes[root].depth
+        manifest = _load_manifest(root)
+        diff = identity_difference(
+            manifest, applied_config=current_applied_config, seed_head=seed_head,
+            bench_commit=bench_commit, image_id=image_id,
+        )
+        if diff is not None:
+            raise Refusal(STAGE, f"Ancestor {root} differs in {diff}; recovery needs the same configuration, seed, benchmark and image.")
+        parents = [str(Path(p).resolve()) for p in manifest.selection.resume_from]
+        node = _Node(root=root, manifest=manifest, parents=parents)
+        # resume_from lists every ancestor, not only direct parents; a grand-ancestor is never
+        # deeper than its child, so the maximum over all of them is the direct parents' maximum.
+        depths = [visit(p, path + [root]) for p in parents]
+        if depths:
+            # A run that handed the runner nothing (nothing_remaining) is not a recovery pass.
+            ran_work = bool(manifest.selection.task_ids) and manifest.outcome != RunOutcome.NOTHING_REMAINING.value
+            node.depth = max(depths) + (1 if ran_work else 0)
+        if manifest.selection.resume_generation != node.depth:
+            raise Refusal(
+                STAGE,
+                f"Ancestor {root} records recovery generation {manifest.selection.resume_generation} "
+                f"but its ancestry gives {node.depth}.",
+            )
+        nodes[root] = node
+        order.append(root)
+        return node.depth
+
+    parent_depths = [visit(root, []) for root in direct]
+
+    if explicit_selection is not None:
+        selection = list(explicit_selection)
+        _check_ids(selection, dataset_ids, "explicit selection")
+    else:
+        selection = []
+        seen: set[str] = set()
+        for root in direct:
+            for task in _manifest_selection(nodes[root].manifest):
+                if task not in seen:
+                    seen.add(task)
+                    selection.append(task)
+        if not selection:
+            raise Refusal(STAGE, "The parent runs record no task selection, and recovery never widens to the full dataset by itself.")
+        _check_ids(selection, dataset_ids, "inherited selection")
+
+    settled: dict[str, tuple[TaskStatus, str]] = {}
+    # Nearest ancestors first so a task's settled attempt names the latest run that holds it.
+    ancestors = sorted(order, key=lambda r: -nodes[r].depth)
+    for root in ancestors:
+        ledger = Path(root) / LEDGER_NAME
+        try:
+            rows = read_index(ledger)
+        except (OSError, ValueError) as exc:
+            raise Refusal(
+                STAGE,
+                f"The ancestor ledger {ledger} is missing or unreadable ({type(exc).__name__}), so its "
+                "tasks cannot be assumed unattempted; investigate before recovering.",
+            ) from None
+        for row in rows:
+            if row.status.settled and row.instance_id not in settled:
+                settled[row.instance_id] = (row.status, row.attempt_run_root or root)
+
+    remaining = [t for t in selection if t not in settled]
+    deepest = max(parent_depths)
+    generation = deepest + 1 if remaining else deepest
+    if remaining and generation > MAX_RECOVERY_PASSES:
+        raise Refusal(
+            STAGE,
+            f"{len(remaining)} tasks remain after {deepest} recovery passes, and at most two recovery passes are permitted.",
+        )
+    return RecoveryPlan(
+        selection_task_ids=selection,
+        remaining=remaining,
+        settled={t: settled[t] for t in selection if t in settled},
+        ancestors=ancestors,
+        generation=generation,
+    )
+

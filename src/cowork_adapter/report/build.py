@@ -1,0 +1,266 @@
+"""The report's content as one JSON-ready dict (rendering lives in render.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..ledger import task_config
+from ..schemas.ledger import TaskRow
+from ..vocab import PaidActivity, TaskStatus
+from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
+from .reference import CAVEAT, reference_rows
+from .stats import project_full_run, wilson_interval
+
+REPORT_SCHEMA = "cowork_adapter.report.v1"
+FULL_DATASET = 496
+
+
+def row_cost(row: TaskRow) -> float | None:
+    """Known cost of one attempt: the adapter's accounted bound, else complete llm_usage costs."""
+    s = row.adapter_summary
+    if s is not None and s.cost_known is True and s.accounted_upper_bound_usd is not None:
+        return s.accounted_upper_bound_usd
+    u = row.usage
+    if u is not None and u.records > 0 and u.unknown_cost_records == 0 and not u.unreadable:
+        return u.known_cost_usd
+    if row.paid_activity is PaidActivity.NONE:
+        return 0.0
+    return None
+
+
+def row_duration(row: TaskRow) -> float | None:
+    if row.runner_row is not None and row.runner_row.duration_s is not None:
+        return row.runner_row.duration_s
+    if row.adapter_summary is not None:
+        return row.adapter_summary.elapsed_sec
+    return None
+
+
+def _domain(config: dict[str, Any], task: str) -> str:
+    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    for key in ("domain", "category"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return meta[key]
+    return task.split("-", 1)[0]
+
+
+def _group(tasks: list[str], merged: dict[str, MergedRow], keys: dict[str, list[str]]) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, int]] = {}
+    for task in tasks:
+        status = merged[task].row.status if task in merged else TaskStatus.NOT_ATTEMPTED
+        for key in keys.get(task) or ["unknown"]:
+            g = groups.setdefault(key, {"tasks": 0, "passed": 0, "infra_failed": 0, "not_attempted": 0})
+            g["tasks"] += 1
+            g["passed"] += status is TaskStatus.PASSED
+            g["infra_failed"] += status is TaskStatus.INFRA_FAILED
+            g["not_attempted"] += status is TaskStatus.NOT_ATTEMPTED
+    out = []
+    for key in sorted(groups):
+        g = groups[key]
+        lo, hi = wilson_interval(g["passed"], g["tasks"])
+        out.append({"name": key, **g, "pass_rate": g["passed"] / g["tasks"], "wilson95": [lo, hi]})
+    return out
+
+
+def _task_meta(runs: list[RunRecord], tasks: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(task → [domain], task → needed MCP servers) from the newest bench working copy that has them."""
+    benches = []
+    for run in reversed(runs):
+        wc = run.manifest.bench.working_copy if run.manifest.bench else None
+        for cand in (Path(wc) if wc else None, Path(run.root) / "bench"):
+            if cand is not None and cand.is_dir() and cand not in benches:
+                benches.append(cand)
+    domains: dict[str, list[str]] = {}
+    servers: dict[str, list[str]] = {}
+    for task in tasks:
+        config: dict[str, Any] = {}
+        for bench in benches:
+            config = task_config(bench, task)
+            if config:
+                break
+        domains[task] = [_domain(config, task)]
+        needed = config.get("needed_mcp_servers")
+        servers[task] = sorted({s for s in needed if isinstance(s, str)}) if isinstance(needed, list) else []
+    return domains, servers
+
+
+def _campaign_remaining(runs: list[RunRecord]) -> tuple[float | None, str | None]:
+    for run in reversed(runs):
+        name = run.manifest.campaign_file
+        if not name:
+            continue
+        try:
+            data = json.loads(Path(name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, name
+        if isinstance(data, dict):
+            if isinstance(data.get("remaining_usd"), (int, float)):
+                return float(data["remaining_usd"]), name
+            ceiling, spent = data.get("ceiling_usd"), data.get("spent_usd")
+            if isinstance(ceiling, (int, float)) and isinstance(spent, (int, float)):
+                return float(ceiling) - float(spent), name
+        return None, name
+    return None, None
+
+
+def _audit_counts(runs: list[RunRecord]) -> dict[str, Any] | None:
+    found = [r for r in runs if r.audit is not None]
+    if not found:
+        return None
+    by_reason: dict[str, int] = {}
+    manual_review_tasks = 0
+    for run in found:
+        audit = run.audit or {}
+        manual = audit.get("manual_review_tasks")
+        manual_review_tasks += len(manual) if isinstance(manual, list) else 0
+        findings = audit.get("findings") if isinstance(audit.get("findings"), list) else []
+        for task in audit.get("tasks") or []:
+            if isinstance(task, dict) and isinstance(task.get("manual_review"), list):
+                findings = findings + task["manual_review"]
+        for f in findings:
+            reason = f.get("reason") if isinstance(f, dict) else None
+            by_reason[str(reason or "unspecified")] = by_reason.get(str(reason or "unspecified"), 0) + 1
+    return {"runs_with_audit": [r.root for r in found], "manual_review_tasks": manual_review_tasks,
+            "findings": sum(by_reason.values()), "findings_by_reason": by_reason}
+
+
+def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_cost: int, truncations: int,
+                 provisional: int) -> list[str]:
+    notes: list[str] = []
+    for run in runs:
+        m = run.manifest
+        if m.seed is not None and (m.seed.dirty or not m.seed.reportable):
+            notes.append(f"Run {run.root} used a dirty seed (diagnostic only, not a reportable score).")
+        if m.dry_run:
+            notes.append(f"Run {run.root} was a dry run (no model was called).")
+        inventory = m.inventory if isinstance(m.inventory, dict) else {}
+        servers = inventory.get("servers")
+        items = servers.items() if isinstance(servers, dict) else (
+            [(s.get("name"), s) for s in servers if isinstance(s, dict)] if isinstance(servers, list) else [])
+        for name, info in items:
+            if isinstance(info, dict) and info.get("health", info.get("status")) in ("repaired", "failed"):
+                what = info.get("repair") or info.get("reason") or info.get("error") or ""
+                notes.append(f"Environment {info.get('health', info.get('status'))}: MCP server {name} in run {run.root}"
+                             + (f" ({what})." if what else "."))
+        for repair in inventory.get("repairs") or []:
+            notes.append(f"Environment repair in run {run.root}: {repair}.")
+    engines = sorted({r.manifest.engine for r in runs})
+    notes.append(f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses.")
+    if n != FULL_DATASET:
+        notes.append(f"The denominator is {n} selected tasks: a subset is not the {FULL_DATASET}-task benchmark score.")
+    if counts.get("infra_failed"):
+        notes.append(f"{counts['infra_failed']} infrastructure failures count as not passed.")
+    if counts.get("not_attempted"):
+        notes.append(f"{counts['not_attempted']} selected tasks were never attempted and count as not passed.")
+    if counts.get("environment_blocked"):
+        notes.append(f"{counts['environment_blocked']} tasks were blocked by a failed MCP server and count as not passed.")
+    if truncations:
+        notes.append(f"{truncations} attempts were truncated by a runtime rail (time, rounds or budget) and count as not passed.")
+    if unknown_cost:
+        notes.append(f"Cost is unknown for {unknown_cost} attempts; the known total is a lower bound.")
+    if provisional:
+        notes.append(f"{provisional} rows are provisional: a run was still live when its ledger was written.")
+    if len(runs) > 1:
+        notes.append(f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt.")
+    return notes
+
+
+def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
+    tasks = denominator(runs)
+    merged = merge_rows(runs)
+    n = len(tasks)
+    counts: dict[str, int] = {s.value: 0 for s in TaskStatus}
+    for task in tasks:
+        counts[(merged[task].row.status if task in merged else TaskStatus.NOT_ATTEMPTED).value] += 1
+    passed = counts[TaskStatus.PASSED.value]
+    lo, hi = wilson_interval(passed, n)
+    scored = [merged[t] for t in tasks if t in merged]
+    truncations = sum(1 for m in scored if m.row.truncated)
+    provisional = sum(1 for m in scored if m.row.provisional)
+
+    attempts = [row for run in runs for row in own_attempts(run)]
+    costs = [c for c in (row_cost(r) for r in attempts) if c is not None]
+    unknown_cost = sum(1 for r in attempts if row_cost(r) is None)
+    durations = [d for d in (row_duration(r) for r in attempts) if d is not None]
+    attempt_costs = [c for c in (row_cost(r) for r in attempts if r.paid_activity is not PaidActivity.NONE) if c is not None]
+    meter = [(r.root, r.run_spent_usd()) for r in runs]
+    meter_known = [v for _, v in meter if v is not None]
+    meter_total = sum(meter_known) if meter_known else None
+
+    projection = project_full_run(attempt_costs, durations, tasks=FULL_DATASET, concurrency=concurrency)
+    remaining, campaign_file = _campaign_remaining(runs)
+    warnings: list[str] = []
+    if remaining is not None and projection["projected_cost_usd"] is not None:
+        if projection["projected_cost_usd"] > remaining:
+            warnings.append(f"The projected full-run cost ${projection['projected_cost_usd']:.2f} exceeds the campaign remainder ${remaining:.2f}.")
+        elif (projection["projected_cost_p90_usd"] or 0) > remaining:
+            warnings.append(f"At the observed p90 per-task cost a full run (${projection['projected_cost_p90_usd']:.2f}) would exceed the campaign remainder ${remaining:.2f}.")
+    elif campaign_file and remaining is None:
+        warnings.append(f"The campaign file {campaign_file} could not be read; the projection is not checked against a remainder.")
+    projection.update(campaign_file=campaign_file, campaign_remaining_usd=remaining, warnings=warnings)
+
+    domains, servers = _task_meta(runs, tasks)
+    # Cumulative spend: each run's meter readings, stacked on the total of the runs before it.
+    spend: list[tuple[float, float]] = []
+    offset = 0.0
+    for run in runs:
+        spend.extend((ts, offset + v) for ts, v in run.meter)
+        last = run.run_spent_usd()
+        offset += last if last is not None else 0.0
+
+    task_rows = []
+    for task in tasks:
+        m = merged.get(task)
+        row = m.row if m else None
+        task_rows.append({
+            "instance_id": task,
+            "status": row.status.value if row else TaskStatus.NOT_ATTEMPTED.value,
+            "reason_code": row.reason_code if row else "missing_row",
+            "official_eval_status": row.official_eval_status.value if row else "unreported",
+            "pass": row.official_receipt.pass_ if row else None,
+            "truncated": row.truncated if row else None,
+            "paid_activity": row.paid_activity.value if row else PaidActivity.NONE.value,
+            "cost_usd": row_cost(row) if row else None,
+            "duration_s": row_duration(row) if row else None,
+            "provenance": m.provenance if m else None,
+            "domain": domains[task][0],
+            "mcp_servers": servers[task],
+        })
+    return {
+        "schema": REPORT_SCHEMA,
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "runs": [{"run_root": r.root, "generation": r.manifest.selection.resume_generation, "outcome": r.manifest.outcome,
+                  "stop_reason": r.manifest.stop_reason, "engine": r.manifest.engine, "created_at": r.manifest.created_at,
+                  "run_spent_usd": r.run_spent_usd()} for r in runs],
+        "denominator": n,
+        "full_dataset": FULL_DATASET,
+        "passed": passed,
+        "pass_at_1": passed / n if n else None,
+        "wilson95": [lo, hi],
+        "counts": counts,
+        "truncations": truncations,
+        "provisional_rows": provisional,
+        "cost": {
+            "attempts": len(attempts),
+            "known_usd": sum(costs),
+            "known_attempts": len(costs),
+            "unknown_attempts": unknown_cost,
+            "complete": unknown_cost == 0,
+            "mean_known_per_attempt_usd": (sum(costs) / len(costs)) if costs else None,
+            "meter_run_spent_usd": meter_total,
+            "meter_runs_without_reading": [r for r, v in meter if v is None],
+            "meter_per_attempt_usd": (meter_total / len(attempts)) if meter_total is not None and attempts else None,
+            "source_note": "known cost is the adapter's accounted upper bound or llm_usage projection, not billing; the meter figure is the provider key's delta",
+        },
+        "by_domain": _group(tasks, merged, domains),
+        "by_mcp_server": _group(tasks, merged, servers),
+        "reference": {"rows": reference_rows(), "caveat": CAVEAT},
+        "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional),
+        "audit": _audit_counts(runs),
+        "projection": projection,
+        "series": {"cumulative_spend": [[ts, v] for ts, v in spend], "costs": costs, "durations": durations},
+        "tasks": task_rows,
+    }

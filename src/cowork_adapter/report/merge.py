@@ -1,0 +1,160 @@
+"""Load runs with their recovery ancestry and merge their ledgers into one scored index.
+
+Per task: the latest settled attempt wins (passed/failed/agent_failed); otherwise the latest
+infra_failed or environment_blocked row; otherwise the latest not_attempted row. Every merged
+row names the run root of its attempt. Runs of different configuration, seed, benchmark or
+image are never mixed (Refusal, stage "report").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Refusal
+from ..events import parse_ts, read_all
+from ..ledger import LEDGER_NAME, MANIFEST_NAME, read_index
+from ..recovery import identity_difference
+from ..schemas.ledger import TaskRow
+from ..schemas.manifest import RunManifest
+from ..vocab import EventKind, TaskStatus
+
+STAGE = "report"
+
+
+@dataclass
+class RunRecord:
+    root: str
+    manifest: RunManifest
+    rows: list[TaskRow]
+    monitor: dict[str, Any] | None = None
+    meter: list[tuple[float, float]] = field(default_factory=list)  # (unix ts, run_spent_usd)
+    audit: dict[str, Any] | None = None
+
+    @property
+    def order_key(self) -> tuple[int, str]:
+        return self.manifest.selection.resume_generation, self.manifest.created_at
+
+    def run_spent_usd(self) -> float | None:
+        """The run's key-meter spend: the final monitor figure, else the last meter reading."""
+        if self.monitor and isinstance(self.monitor.get("run_spent_usd"), (int, float)):
+            return float(self.monitor["run_spent_usd"])
+        return self.meter[-1][1] if self.meter else None
+
+
+@dataclass
+class MergedRow:
+    row: TaskRow
+    provenance: str  # run root of the attempt this row reports
+
+
+def _read_optional_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _meter_series(root: Path) -> list[tuple[float, float]]:
+    points: list[tuple[float, float]] = []
+    for rec in read_all(root / "events.jsonl"):
+        if rec.get("kind") != EventKind.METER_READING.value:
+            continue
+        ts, spent = parse_ts(rec.get("ts")), rec.get("run_spent_usd")
+        if ts is not None and isinstance(spent, (int, float)) and not isinstance(spent, bool):
+            points.append((ts, float(spent)))
+    points.sort()
+    return points
+
+
+def load_run(root: str) -> RunRecord:
+    path = Path(root)
+    try:
+        manifest = RunManifest.model_validate_json((path / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise Refusal(STAGE, f"The run manifest of {root} is missing or unreadable ({type(exc).__name__}).") from None
+    try:
+        rows = read_index(path / LEDGER_NAME)
+    except (OSError, ValueError) as exc:
+        raise Refusal(STAGE, f"The ledger of {root} is missing or unreadable ({type(exc).__name__}); build it before reporting.") from None
+    return RunRecord(
+        root=root,
+        manifest=manifest,
+        rows=rows,
+        monitor=_read_optional_json(path / "monitor.json"),
+        meter=_meter_series(path),
+        audit=_read_optional_json(path / "audit.json"),
+    )
+
+
+def load_runs(roots: list[Path]) -> list[RunRecord]:
+    """Every given run and every ancestor, oldest first; refuses incompatible identities."""
+    pending = [str(Path(r).resolve()) for r in roots]
+    runs: dict[str, RunRecord] = {}
+    while pending:
+        root = pending.pop(0)
+        if root in runs:
+            continue
+        run = load_run(root)
+        runs[root] = run
+        pending.extend(str(Path(p).resolve()) for p in run.manifest.selection.resume_from)
+    first = runs[str(Path(roots[0]).resolve())].manifest
+    for root, run in runs.items():
+        diff = identity_difference(
+            run.manifest,
+            applied_config=first.applied_config,
+            seed_head=first.seed.head if first.seed else None,
+            bench_commit=first.bench.commit if first.bench else None,
+            image_id=first.image.id if first.image else None,
+        )
+        if diff is not None:
+            raise Refusal(STAGE, f"Run {root} differs in {diff} from {first.run_root}, and results of different configurations are never merged.")
+    return sorted(runs.values(), key=lambda r: r.order_key)
+
+
+def _rank(status: TaskStatus) -> int:
+    if status.settled:
+        return 2
+    if status in (TaskStatus.INFRA_FAILED, TaskStatus.ENVIRONMENT_BLOCKED):
+        return 1
+    return 0
+
+
+def denominator(runs: list[RunRecord]) -> list[str]:
+    """The union of every run's selection, in first-seen order (newest run first)."""
+    seen: dict[str, None] = {}
+    for run in reversed(runs):
+        sel = run.manifest.selection
+        for task in sel.selection_task_ids or sel.task_ids:
+            seen.setdefault(task, None)
+        for row in run.rows:
+            seen.setdefault(row.instance_id, None)
+    return list(seen)
+
+
+def merge_rows(runs: list[RunRecord]) -> dict[str, MergedRow]:
+    """task → its scored row across `runs` (oldest first); later runs win within a rank."""
+    position = {run.root: i for i, run in enumerate(runs)}
+    best: dict[str, tuple[tuple[int, int], MergedRow]] = {}
+    for i, run in enumerate(runs):
+        for row in run.rows:
+            origin = row.attempt_run_root or run.root
+            # A carried row counts from its own attempt's run, not the run that carried it.
+            when = position.get(str(Path(origin).resolve()) if row.attempt_run_root else run.root, i)
+            key = (_rank(row.status), when)
+            current = best.get(row.instance_id)
+            if current is None or key >= current[0]:
+                best[row.instance_id] = (key, MergedRow(row=row, provenance=origin))
+    return {task: merged for task, (_, merged) in best.items()}
+
+
+def own_attempts(run: RunRecord) -> list[TaskRow]:
+    """Rows of attempts made by `run` itself (not carried from an ancestor, not unattempted)."""
+    return [
+        r for r in run.rows
+        if r.status is not TaskStatus.NOT_ATTEMPTED
+        and (r.attempt_run_root is None or str(Path(r.attempt_run_root).resolve()) == run.root)
+    ]

@@ -1,0 +1,130 @@
+"""Markdown and one self-contained HTML page from the report dict."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from . import svg
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+def _usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:,.2f}"
+
+
+def _hours(s: float | None) -> str:
+    return "n/a" if s is None else f"{s / 3600:.1f} h"
+
+
+def headline(r: dict[str, Any]) -> str:
+    lo, hi = r["wilson95"]
+    return (f"pass@1 = {r['passed']}/{r['denominator']} = {_pct(r['pass_at_1'])} "
+            f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})")
+
+
+def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    c, cost, p = r["counts"], r["cost"], r["projection"]
+    return [
+        ("Denominator (selected tasks)", str(r["denominator"])),
+        ("Passed", str(c["passed"])),
+        ("Failed (verifier)", str(c["failed"])),
+        ("Agent failed", str(c["agent_failed"])),
+        ("Infrastructure failures", str(c["infra_failed"])),
+        ("Truncated attempts", str(r["truncations"])),
+        ("Not attempted", str(c["not_attempted"])),
+        ("Environment-blocked", str(c["environment_blocked"])),
+        ("Known cost (accounted / llm_usage)", f"{_usd(cost['known_usd'])} over {cost['known_attempts']} attempts"),
+        ("Attempts with unknown cost", str(cost["unknown_attempts"])),
+        ("Key-meter spend", _usd(cost["meter_run_spent_usd"])),
+        ("Mean known cost per attempt", _usd(cost["mean_known_per_attempt_usd"])),
+        (f"Projected full run ({p['tasks']} tasks, concurrency {p['concurrency']})",
+         f"{_usd(p['projected_cost_usd'])} (p90 {_usd(p['projected_cost_p90_usd'])}), "
+         f"{_hours(p['projected_wall_s'])} (p90 {_hours(p['projected_wall_p90_s'])})"),
+        ("Campaign remainder", _usd(p["campaign_remaining_usd"])),
+    ]
+
+
+def _group_table(groups: list[dict[str, Any]]) -> list[list[str]]:
+    return [[g["name"], str(g["tasks"]), str(g["passed"]), _pct(g["pass_rate"]), str(g["infra_failed"])] for g in groups]
+
+
+GROUP_HEAD = ["name", "tasks", "passed", "pass rate", "infra"]
+REF_HEAD = ["model", "context", "PASS@1", "method", "note"]
+
+
+def _ref_table(r: dict[str, Any]) -> list[list[str]]:
+    return [[x["model"], x["context_window"], f"{x['passed']}/{x['denominator']} = {_pct(x['pass_at_1'])}", x["method"], x["note"]]
+            for x in r["reference"]["rows"]]
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(r: dict[str, Any]) -> str:
+    out = ["# Cowork Bench report", "", f"**{headline(r)}**", ""]
+    out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
+    for w in r["projection"]["warnings"]:
+        out += [f"> **Warning:** {w}", ""]
+    out += ["## Disclosures", ""] + [f"- {d}" for d in r["disclosures"]] + [""]
+    if r["audit"] is not None:
+        a = r["audit"]
+        out += ["## Audit", "", f"{a['findings']} findings, {a['manual_review_tasks']} tasks for manual review.", ""]
+        out += [f"- {k}: {v}" for k, v in sorted(a["findings_by_reason"].items())] + [""]
+    out += ["## By domain", "", _md_table(GROUP_HEAD, _group_table(r["by_domain"])), ""]
+    out += ["## By MCP server", "", _md_table(GROUP_HEAD, _group_table(r["by_mcp_server"])), ""]
+    out += ["## Published reference rows", "", r["reference"]["caveat"], "", _md_table(REF_HEAD, _ref_table(r)), ""]
+    out += ["## Runs", "", _md_table(["run root", "generation", "outcome", "meter spend"],
+                                       [[x["run_root"], str(x["generation"]), x["outcome"], _usd(x["run_spent_usd"])] for x in r["runs"]]), ""]
+    out += ["## Tasks", "", _md_table(["task", "status", "reason", "cost", "run"],
+                                        [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
+                                         for t in r["tasks"]]), ""]
+    return "\n".join(out)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+CSS = ("body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}"
+       "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+       ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c36a}.plots svg{display:block;margin:1em 0}")
+
+
+def to_html(r: dict[str, Any]) -> str:
+    domains = r["by_domain"]
+    series = r["series"]
+    plots = [
+        svg.bar_chart("Pass rate by domain", [g["name"] for g in domains], [g["pass_rate"] for g in domains], y_max=1.0),
+        svg.histogram("Cost per attempt (USD)", series["costs"]),
+        svg.histogram("Duration per attempt (s)", series["durations"], x_fmt=".0f"),
+        svg.step_line("Cumulative key-meter spend (USD)", [tuple(p) for p in series["cumulative_spend"]]),
+    ]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Cowork Bench report</title><style>{CSS}</style></head><body>",
+             "<h1>Cowork Bench report</h1>", f"<p><strong>{escape(headline(r))}</strong></p>",
+             _html_table(["", "value"], [list(x) for x in _summary_rows(r)])]
+    parts += [f"<p class='warn'>Warning: {escape(w)}</p>" for w in r["projection"]["warnings"]]
+    parts += ["<h2>Disclosures</h2><ul>"] + [f"<li>{escape(d)}</li>" for d in r["disclosures"]] + ["</ul>"]
+    if r["audit"] is not None:
+        a = r["audit"]
+        parts.append(f"<h2>Audit</h2><p>{a['findings']} findings, {a['manual_review_tasks']} tasks for manual review.</p>")
+        parts.append(_html_table(["reason", "count"], [[k, str(v)] for k, v in sorted(a["findings_by_reason"].items())]))
+    parts += ["<h2>Plots</h2><div class='plots'>"] + plots + ["</div>"]
+    parts += ["<h2>By domain</h2>", _html_table(GROUP_HEAD, _group_table(domains))]
+    parts += ["<h2>By MCP server</h2>", _html_table(GROUP_HEAD, _group_table(r["by_mcp_server"]))]
+    parts += ["<h2>Published reference rows</h2>", f"<p>{escape(r['reference']['caveat'])}</p>", _html_table(REF_HEAD, _ref_table(r))]
+    parts += ["<h2>Tasks</h2>", _html_table(["task", "status", "reason", "cost", "run"],
+                                           [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
+                                            for t in r["tasks"]])]
+    parts.append("</body></html>\n")
+    return "".join(parts)

@@ -1,0 +1,81 @@
+"""Tiny inline-SVG charts (bars, histogram, step line) for the self-contained HTML report."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Sequence
+
+W, H = 640, 260
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 56
+INK, BAR, GRID = "#222", "#4a78b5", "#ddd"
+
+
+def _frame(title: str, body: list[str], y_max: float, y_fmt: str) -> str:
+    plot_h = H - TOP - BOTTOM
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">',
+             f"<title>{escape(title)}</title>",
+             f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13" fill="{INK}">{escape(title)}</text>']
+    for i in range(5):
+        value = y_max * i / 4
+        y = TOP + plot_h - plot_h * i / 4
+        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="{GRID}"/>')
+        parts.append(f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" fill="{INK}">{escape(format(value, y_fmt))}</text>')
+    parts.extend(body)
+    parts.append(f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{W - RIGHT}" y2="{TOP + plot_h}" stroke="{INK}"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _empty(title: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="60" role="img"><title>{escape(title)}</title>'
+            f'<text x="8" y="30" font-size="13" fill="{INK}">{escape(title)}: no data</text></svg>')
+
+
+def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *, y_max: float | None = None,
+              y_fmt: str = ".0%") -> str:
+    """Vertical bars, one per label (labels rotated under the axis)."""
+    if not labels:
+        return _empty(title)
+    top = y_max if y_max is not None else (max(values) or 1.0)
+    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
+    step = plot_w / len(labels)
+    body = []
+    for i, (label, value) in enumerate(zip(labels, values)):
+        h = plot_h * (min(value, top) / top if top else 0)
+        x = LEFT + i * step + step * 0.1
+        body.append(f'<rect x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" fill="{BAR}">'
+                    f"<title>{escape(label)}: {escape(format(value, y_fmt))}</title></rect>")
+        lx, ly = x + step * 0.4, TOP + plot_h + 10
+        body.append(f'<text x="{lx:.1f}" y="{ly}" font-size="9" fill="{INK}" text-anchor="end" '
+                    f'transform="rotate(-40 {lx:.1f} {ly})">{escape(label[:18])}</text>')
+    return _frame(title, body, top, y_fmt)
+
+
+def histogram(title: str, values: Sequence[float], *, bins: int = 12, x_fmt: str = ".2f") -> str:
+    """Counts of `values` in equal-width bins between their min and max."""
+    if not values:
+        return _empty(title)
+    lo, hi = min(values), max(values)
+    width = (hi - lo) / bins if hi > lo else 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - lo) / width))] += 1
+    labels = [format(lo + width * i, x_fmt) for i in range(bins)]
+    return bar_chart(title, labels, [float(c) for c in counts], y_max=float(max(counts)), y_fmt=".0f")
+
+
+def step_line(title: str, points: Sequence[tuple[float, float]], *, y_fmt: str = ".2f") -> str:
+    """A line through (x, y) points with x in seconds from the first point (x axis in hours)."""
+    if len(points) < 2:
+        return _empty(title)
+    x0 = points[0][0]
+    x_max = max(p[0] for p in points) - x0 or 1.0
+    y_max = max(p[1] for p in points) or 1.0
+    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
+    coords = " ".join(f"{LEFT + plot_w * (x - x0) / x_max:.1f},{TOP + plot_h - plot_h * y / y_max:.1f}" for x, y in points)
+    body = [f'<polyline points="{coords}" fill="none" stroke="{BAR}" stroke-width="2"/>']
+    for i in range(5):
+        x = LEFT + plot_w * i / 4
+        body.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" font-size="10" text-anchor="middle" fill="{INK}">'
+                    f"{x_max * i / 4 / 3600:.1f} h</text>")
+    return _frame(title, body, y_max, y_fmt)

@@ -1,0 +1,198 @@
+"""audit.json: the offline audit's evidence report for one run root.
+
+The audit is advisory. The official evaluator, through result_index.jsonl, is the only scoring
+authority; nothing here changes a verdict. Findings are references that need a human reading,
+gaps are evidence that could not be read or counted. Every list a trace could grow without limit
+(findings, gaps, omission references) is stored up to a cap and always counted in full.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..vocab import AuditFindingReason, AuditGapReason
+
+AUDIT_SCHEMA = "cowork_adapter.audit.v1"
+
+SCORING_AUTHORITY = (
+    "The official evaluator, as recorded in result_index.jsonl, is the only scoring authority; "
+    "this audit reports evidence for manual review and never changes a verdict."
+)
+
+LIMITATIONS: tuple[str, ...] = (
+    "A finding is a reference in tool-call arguments that needs manual review, not proof of misuse.",
+    "No finding does not prove a clean trace: only tool-call arguments are scanned, by fixed rules.",
+    "Usage cost is the agent's llm_usage projection, not provider billing.",
+    "Provider names in usage records do not identify the upstream endpoint that served a call.",
+    "A receipt verdict on a row that is not completed is disclosure only, never a score.",
+    "Residual-state diagnostics are post-stop observations and are never scored.",
+    "progress, chat and supervisor logs are checked for line framing only; their content is not parsed.",
+)
+
+# Storage caps: counts stay exact, stored examples stop here (bounded report size and memory).
+MAX_FINDINGS_PER_TASK = 200
+MAX_GAPS_PER_TASK = 100
+MAX_REFERENCES_PER_TASK = 50
+MAX_NAMES_PER_TASK = 50
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class McpServerActivity(_Model):
+    calls: int = 0
+    errors: int = 0
+    tools: dict[str, int] = Field(default_factory=dict)
+
+
+class Activity(_Model):
+    usage_records: int = 0
+    token_bearing_usage_records: int = 0  # prompt + completion tokens > 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    tool_calls: int = 0
+    mcp_calls: int = 0
+    mcp_error_calls: int = 0
+    mcp_by_server: dict[str, McpServerActivity] = Field(default_factory=dict)
+
+
+class Cost(_Model):
+    """Sum of known llm_usage costs. `complete` needs ≥1 record, no unknown cost, no events gap."""
+
+    known_usd: float = 0.0
+    unknown_records: int = 0
+    estimated_records: int = 0
+    complete: bool = False
+    source: Literal["llm_usage_projection"] = "llm_usage_projection"
+
+
+class LogRef(_Model):
+    file: str  # relative to the run root
+    line: int  # 1-based
+
+
+class CapabilityOmissions(_Model):
+    count: int = 0
+    references: list[LogRef] = Field(default_factory=list)
+    absence_proves_none: Literal[False] = False
+
+
+class Finding(_Model):
+    reason: AuditFindingReason
+    file: str  # relative to the run root
+    line: int  # 1-based physical line of the tool_call record
+    record_index: int  # 0-based index among the file's tool_call records
+    tool: str
+    token: str  # the matched text
+    excerpt: str  # the token and at most 80 characters of argument context (secrets masked)
+
+
+class Gap(_Model):
+    reason: AuditGapReason
+    file: str | None = None  # relative to the run root
+    line: int | None = None
+    detail: str | None = None
+
+
+class ReceiptFact(_Model):
+    attempt_id: str | None = None
+    official_run: bool | None = None
+    cause: str | None = None
+    state: str  # terminal (parsed) | invalid (unreadable or not an object)
+
+
+class DiagnosticFact(_Model):
+    present: bool = False
+    outcome: str | None = None
+    reason: str | None = None
+    eligible: bool | None = None
+    receipts: int = 0
+    reports: int = 0
+
+
+class TaskEvalAttempts(_Model):
+    claims: int = 0
+    receipts: list[ReceiptFact] = Field(default_factory=list)
+    eval_refusal: str | None = None  # the shim's refusal cause for this task's eval container
+    diagnostic: DiagnosticFact = Field(default_factory=DiagnosticFact)
+
+
+class TaskAudit(_Model):
+    instance_id: str
+    ledger_status: str | None = None
+    reason_code: str | None = None
+    official_eval_status: str | None = None
+    official_pass: bool | None = None  # the receipt's literal bool, only when completed
+    task_dump: str | None = None  # relative to the run root when inside it
+    activity: Activity = Field(default_factory=Activity)
+    model_activity_observed: bool = False
+    cost: Cost = Field(default_factory=Cost)
+    models: list[str] = Field(default_factory=list)
+    providers: list[str] = Field(default_factory=list)
+    response_providers: list[str] = Field(default_factory=list)
+    response_provider_coverage: Literal["observed_subset", "unavailable"] = "unavailable"
+    capability_omissions: CapabilityOmissions = Field(default_factory=CapabilityOmissions)
+    findings_total: int = 0
+    findings_by_reason: dict[str, int] = Field(default_factory=dict)
+    findings: list[Finding] = Field(default_factory=list)
+    gaps_total: int = 0
+    gaps_by_reason: dict[str, int] = Field(default_factory=dict)
+    gaps: list[Gap] = Field(default_factory=list)
+    eval_attempts: TaskEvalAttempts = Field(default_factory=TaskEvalAttempts)
+
+
+class Totals(_Model):
+    tasks_with_findings: int = 0
+    findings: int = 0
+    findings_by_reason: dict[str, int] = Field(default_factory=dict)
+    tasks_with_gaps: int = 0
+    gaps: int = 0
+    gaps_by_reason: dict[str, int] = Field(default_factory=dict)
+    usage_records: int = 0
+    token_bearing_usage_records: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    tool_calls: int = 0
+    mcp_calls: int = 0
+    mcp_error_calls: int = 0
+    cost_known_usd: float = 0.0
+    cost_complete: bool = False  # every task's cost is complete
+    files_scanned: int = 0
+    bytes_scanned: int = 0
+    lines_scanned: int = 0
+
+
+class RunEvalAttempts(_Model):
+    """Run-level eval facts. The diagnostic counters are denominators for disclosure only."""
+
+    diagnostic_enabled: bool | None = None  # from the manifest's applied_config; None: unknown
+    official_completed: int = 0
+    official_declined: int = 0
+    diagnostic_present: int = 0
+    diagnostic_eligible: int = 0
+    diagnostic_checked: int = 0  # outcome checks_passed or checks_failed
+    diagnostic_outcomes: dict[str, int] = Field(default_factory=dict)
+    eval_refusals: dict[str, str] = Field(default_factory=dict)  # instance_id -> refusal cause
+    cleanup_proven: bool = False  # monitor.json finished is true
+    stop_reason: str | None = None
+
+
+class AuditReport(_Model):
+    schema_: Literal["cowork_adapter.audit.v1"] = Field(AUDIT_SCHEMA, alias="schema")
+    generated_at: str
+    run_root: str
+    scoring_authority: str = SCORING_AUTHORITY
+    limitations: list[str] = Field(default_factory=lambda: list(LIMITATIONS))
+    task_count: int = 0
+    totals: Totals = Field(default_factory=Totals)
+    run_gaps: list[Gap] = Field(default_factory=list)
+    eval_attempts: RunEvalAttempts = Field(default_factory=RunEvalAttempts)
+    tasks: list[TaskAudit] = Field(default_factory=list)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"

@@ -1,0 +1,103 @@
+"""result_index.jsonl: one row per selected task, the denominator-preserving result index.
+
+A row says what the evidence proves about one task's attempt: its status (vocab.TaskStatus),
+the official verdict only when a completed receipt links it, and where the attempt lives
+(`attempt_run_root`, which differs from the index's own run for rows carried from an ancestor).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..vocab import OfficialEvalStatus, PaidActivity, TaskStatus
+
+TASK_ROW_SCHEMA = "cowork_adapter.task_result.v1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class OfficialReceipt(_Model):
+    """The eval receipt this row's verdict rests on. `pass` is a literal bool only when completed."""
+
+    path: str | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+    pass_: bool | None = Field(None, alias="pass")
+    cause: str = ""
+
+
+class EvalResultFacts(_Model):
+    """The current eval_res.json as found: disclosed always, scored only through the receipt."""
+
+    path: str
+    state: str  # absent | unreadable | present
+    bytes: int | None = None
+    sha256: str | None = None
+    reading: str | None = None  # its own OfficialEvalStatus reading, before any demotion
+    pass_value: Any = None  # the literal JSON value of `pass` (disclosure only, never coerced)
+
+
+class RunnerRow(_Model):
+    """The upstream runner's summary.csv row, verbatim (its words are not a score)."""
+
+    status: str
+    eval_pass: str | None = None
+    duration_s: float | None = None
+
+
+class AdapterSummaryFacts(_Model):
+    """Selected fields of ouroboros_summary.json."""
+
+    bench_status: str | None = None
+    infra_failed: Any = None  # kept literal: anything but a bool is an invalid summary
+    reason_code: str | None = None
+    truncated: Any = None
+    task_submission_started: Any = None
+    model_activity_observed: Any = None
+    prompt_tokens: float | None = None
+    completion_tokens: float | None = None
+    accounted_upper_bound_usd: float | None = None
+    cost_known: Any = None
+    elapsed_sec: float | None = None
+    error: str | None = None
+
+
+class UsageFacts(_Model):
+    """What the dump's ouroboros/events.jsonl llm_usage records say (a projection, not billing)."""
+
+    records: int = 0
+    token_records: int = 0  # prompt + completion tokens > 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    known_cost_usd: float = 0.0
+    unknown_cost_records: int = 0
+    unreadable: bool = False
+
+
+class TaskRow(_Model):
+    schema_: Literal["cowork_adapter.task_result.v1"] = Field(TASK_ROW_SCHEMA, alias="schema")
+    ts: str
+    instance_id: str
+    status: TaskStatus
+    reason_code: str
+    provisional: bool = False
+    official_eval_status: OfficialEvalStatus
+    official_receipt: OfficialReceipt = Field(default_factory=OfficialReceipt)
+    eval_result: EvalResultFacts | None = None
+    paid_activity: PaidActivity = PaidActivity.UNKNOWN
+    truncated: bool | None = None
+    truncation_reason: str | None = None
+    runner_row: RunnerRow | None = None
+    adapter_summary: AdapterSummaryFacts | None = None
+    usage: UsageFacts | None = None
+    start_evidence: list[str] = Field(default_factory=list)
+    task_dump: str | None = None
+    attempt_run_root: str | None = None
+    environment_blocked: str | None = None
+
+    def to_line(self) -> str:
+        return self.model_dump_json(by_alias=True) + "\n"

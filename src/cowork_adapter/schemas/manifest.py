@@ -1,0 +1,118 @@
+"""run_manifest.json: what a run was (inputs, identity, configuration) and how it ended.
+
+Written at admission, checkpointed once configured, and finalised on every exit path. Recovery
+compares `applied_config`, `seed.head`, `bench.commit` and `image.id` across the ancestry.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdapterIdentity(_Model):
+    version: str
+    commit: str | None = None  # the adapter's own git HEAD when installed from a checkout
+    dirty: bool | None = None
+
+
+class SeedIdentity(_Model):
+    repo_dir: str
+    head: str | None = None
+    dirty: bool | None = None
+    status_sha256: str | None = None
+    diff_sha256: str | None = None
+    allow_dirty_seed: bool = False
+    reportable: bool = True  # false for a dirty seed: a diagnostic run, never a published score
+
+
+class BenchIdentity(_Model):
+    root: str  # the operator's pinned checkout
+    working_copy: str | None = None  # the run's own clone under <run_root>/bench
+    commit: str | None = None
+    expected_commit: str
+    runner_sha256: str | None = None  # run_parallel.sh
+    evaluator_sha256: dict[str, str] = Field(default_factory=dict)  # task -> evaluation/main.py
+    dataset_size: int | None = None
+
+
+class WheelRecord(_Model):
+    filename: str
+    sha256: str
+    size: int
+
+
+class ImageIdentity(_Model):
+    tag: str | None = None
+    id: str | None = None  # the immutable ID the runner executes (IMAGE=<id>)
+    base_image: str | None = None
+    base_image_id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    wheels: list[WheelRecord] = Field(default_factory=list)
+    built: bool = False
+
+
+class Selection(_Model):
+    task_ids: list[str] = Field(default_factory=list)  # what this invocation hands the runner
+    selection_task_ids: list[str] = Field(default_factory=list)  # the whole selection it answers for
+    explicit: bool = False
+    resume_from: list[str] = Field(default_factory=list)  # every ancestor run root, resolved
+    resume_generation: int = 0
+    settled_elsewhere: list[str] = Field(default_factory=list)  # skipped: settled in an ancestor
+
+
+class Limits(_Model):
+    cpus: float
+    memory_bytes: int
+    memory_swap_bytes: int
+    pids_limit: int
+
+
+class Refusal(_Model):
+    stage: str
+    sentence: str
+
+
+class RunManifest(_Model):
+    schema_: Literal["cowork_adapter.run_manifest.v1"] = Field(MANIFEST_SCHEMA, alias="schema")
+    run_root: str
+    run_label: str
+    created_at: str
+    updated_at: str
+    argv: list[str]
+    adapter: AdapterIdentity
+    seed: SeedIdentity | None = None
+    bench: BenchIdentity | None = None
+    image: ImageIdentity | None = None
+    engine: str = "ouroboros"
+    selection: Selection = Field(default_factory=Selection)
+    applied_config: dict[str, Any] = Field(default_factory=dict)
+    limits: Limits | None = None
+    budgets: dict[str, Any] = Field(default_factory=dict)  # invocation/campaign bounds, meter cadence
+    official_command: list[str] = Field(default_factory=list)
+    bash_env: str | None = None
+    dry_run: bool = False
+    probe: str | None = None
+    inventory: dict[str, Any] | None = None
+    outcome: str = "started"
+    stop_reason: str | None = None
+    stop_causes: list[str] = Field(default_factory=list)
+    runner_exit_code: int | None = None
+    exit_code: int | None = None
+    finished_at: str | None = None
+    refusal: Refusal | None = None
+    error: dict[str, str] | None = None  # {type, message} for a crash, message scrubbed and capped
+    campaign_file: str | None = None
+    campaign_settlement: str | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"

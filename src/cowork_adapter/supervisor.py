@@ -1,0 +1,186 @@
+"""Supervising the upstream runner: its process group, the poll loop, stop causes and signals.
+
+The loop is deliberately plain. Each turn: honour a stop cause, read the meter within the
+blindness bound, check budgets and disks, publish progress, then wait — never longer than leaves
+room for one full meter read before the bound. Everything it depends on is injected, so its timing
+rules are tested without Docker or money.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from .campaign.observe import MeterBlind
+from .errors import CampaignPersistenceError
+from .vocab import StopReason
+
+POLL_SEC = 15.0
+READ_SLICE_SEC = 5.0  # one full meter read must always fit before the blindness bound
+GROUP_GRACE_SEC = 15.0
+
+
+class MeterPort(Protocol):
+    def observe(self, deadline: float) -> tuple[float, StopReason | None]:
+        """Read, validate and save one reading before `deadline` (monotonic).
+
+        Returns (request time of the accepted reading, budget stop decision or None). Raises
+        MeterBlind when the deadline passes without an accepted reading, CampaignPersistenceError
+        when the campaign file cannot be written.
+        """
+
+
+@dataclass
+class SupervisionResult:
+    stop_reason: str | None
+    stop_causes: list[str]
+    runner_exit_code: int | None
+    supervisor_error: str | None = None
+
+
+@dataclass
+class Supervisor:
+    runner_argv: list[str]
+    runner_env: dict[str, str]
+    runner_cwd: Path
+    console_log: Path
+    stop_file: Path
+    blindness_sec: float
+    meter: MeterPort
+    disk_check: Callable[[], StopReason | None]
+    publish: Callable[[bool], None]  # progress refresh; must not raise (it reports its own failures)
+    on_event: Callable[[str, dict], None]
+    on_runner_started: Callable[[int], None] = lambda pgid: None
+    clock: Callable[[], float] = time.monotonic
+    poll_sec: float = POLL_SEC
+    group_grace_sec: float = GROUP_GRACE_SEC
+    _causes: list[str] = field(default_factory=list)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    proc: subprocess.Popen | None = None
+
+    def request_stop(self, cause: str) -> None:
+        """Record a stop cause (the first one wins the stop reason) and wake the loop."""
+        if cause not in self._causes:
+            self._causes.append(cause)
+        self._wake.set()
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.request_stop(f"signal_{signum}")
+
+    def run(self, anchor: float) -> SupervisionResult:
+        """Start the runner and supervise it until it ends or a stop cause ends it.
+
+        `anchor` is the request time of the startup reading that admission accepted and saved.
+        """
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        error = None
+        try:
+            if self.clock() >= anchor + self.blindness_sec:
+                self.request_stop(StopReason.BUDGET_METER_UNAVAILABLE)
+            else:
+                self._start_runner()
+                self._loop(anchor)
+        except Exception as exc:  # noqa: BLE001 - an unexpected failure stops the run as such
+            error = f"{type(exc).__name__}: {exc}"
+            self.request_stop(StopReason.SUPERVISOR_ERROR)
+        finally:
+            try:
+                self._fence_and_stop_group()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        code = self.proc.returncode if self.proc is not None else None
+        return SupervisionResult(
+            stop_reason=self._causes[0] if self._causes else None,
+            stop_causes=list(self._causes),
+            runner_exit_code=code,
+            supervisor_error=error,
+        )
+
+    def _start_runner(self) -> None:
+        with open(self.console_log, "ab") as console:
+            # Its own session: the whole runner tree is stopped as one group, and the operator's
+            # Ctrl-C reaches only the launcher, which stops the runner in order.
+            self.proc = subprocess.Popen(
+                self.runner_argv, cwd=self.runner_cwd, env=self.runner_env, stdin=subprocess.DEVNULL,
+                stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self.on_event("runner_started", {"pid": self.proc.pid, "argv_len": len(self.runner_argv)})
+        self.on_runner_started(self.proc.pid)
+        threading.Thread(target=self._watch_runner, daemon=True).start()
+
+    def _watch_runner(self) -> None:
+        self.proc.wait()
+        self._wake.set()
+
+    def _loop(self, anchor: float) -> None:
+        while not self._causes:
+            try:
+                anchor, decision = self.meter.observe(anchor + self.blindness_sec)
+            except MeterBlind:
+                self.request_stop(StopReason.BUDGET_METER_UNAVAILABLE)
+                break
+            except CampaignPersistenceError:
+                self.request_stop(StopReason.CAMPAIGN_PERSISTENCE_FAILED)
+                break
+            if decision is not None:
+                self.request_stop(decision)  # known exhaustion never waits for another poll
+                break
+            reason = self.disk_check()
+            if reason is not None:
+                self.request_stop(reason)
+                break
+            self.publish(True)
+            if self.proc.poll() is not None or self._causes:
+                break
+            now = self.clock()
+            if now >= anchor + self.blindness_sec:  # a slow publish used up the bound
+                self.request_stop(StopReason.BUDGET_METER_UNAVAILABLE)
+                break
+            self._wake.wait(max(0.0, min(self.poll_sec, anchor + self.blindness_sec - READ_SLICE_SEC - now)))
+            self._wake.clear()
+
+    def _fence_and_stop_group(self) -> None:
+        """Fence container admission (the shim reads the stop file), then stop the runner group."""
+        reason = self._causes[0] if self._causes else StopReason.RUNNER_FINISHED
+        try:
+            fd = os.open(self.stop_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{reason}\n")
+        except FileExistsError:
+            pass  # an earlier cause (an operator's stop file) already fenced admission
+        except OSError as exc:
+            # Without the marker the shim cannot refuse new containers: still stop the group.
+            self.on_event("stop_marker_failed", {"error": f"{type(exc).__name__}: {exc}"})
+            self.request_stop(StopReason.SUPERVISOR_ERROR)
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.on_event("stop_requested", {"reason": str(reason)})
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=self.group_grace_sec)
+                # The runner's own EXIT trap may still be removing containers: give its group the grace.
+                if not _group_alive(self.proc.pid):
+                    return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

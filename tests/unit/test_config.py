@@ -1,0 +1,448 @@
+"""RunConfig: defaults, every validation rule, applied_config, the run config file it renders."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cowork_adapter.config import (
+    PINNED_BENCH_COMMIT,
+    RunConfig,
+    parse_docker_size,
+    refuse_key_on_command_line,
+)
+from cowork_adapter.container.runconfig import parse_run_config
+from cowork_adapter.errors import Refusal
+from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, RunConfigFile, build_run_config
+from cowork_adapter.vocab import TRUNCATION_RUNTIME_REASONS, EngineKind, ProbeKind
+
+
+@pytest.fixture
+def base(tmp_path) -> dict:
+    """The smallest valid flags of a paid run."""
+    return {
+        "repo_dir": tmp_path / "seed",
+        "bench_root": tmp_path / "bench",
+        "run_root": tmp_path / "storage" / "run-1",
+        "docker_host": "unix:///var/run/docker.sock",
+        "campaign_file": tmp_path / "storage" / "campaign.json",
+    }
+
+
+def build(flags: dict, **changes) -> RunConfig:
+    return RunConfig.from_flags(**{**flags, **changes})
+
+
+def refusal(flags: dict, **changes) -> Refusal:
+    with pytest.raises(Refusal) as info:
+        build(flags, **changes)
+    assert "\n" not in info.value.sentence
+    return info.value
+
+
+# ---- defaults --------------------------------------------------------------------------------
+
+
+def test_defaults(base, tmp_path):
+    cfg = build(base)
+    assert cfg.bench_commit == PINNED_BENCH_COMMIT
+    assert cfg.resource_root == (tmp_path / "storage").resolve()
+    assert cfg.base_image == "cowork-pack:d943e75"
+    assert cfg.image is None
+    assert (cfg.concurrency, cfg.max_steps, cfg.task_timeout, cfg.mcp_tool_timeout) == (1, 100, 3600, 300)
+    assert cfg.model == "moonshotai/kimi-k3" and cfg.engine == "ouroboros"
+    assert (cfg.effort, cfg.review_effort, cfg.review_slots) == ("high", "high", 3)
+    assert (cfg.task_review_mode, cfg.review_enforcement, cfg.review_max_cycles) == ("required", "blocking", "2")
+    assert (cfg.safety_mode, cfg.runtime_mode, cfg.max_workers) == ("off", "pro", 4)
+    assert cfg.subagents is False and cfg.subagent_depth == 0
+    assert cfg.per_task_cost_usd == 25.0 and cfg.diagnostic_eval_on_truncation is False
+    assert (cfg.budget_usd, cfg.campaign_budget_usd, cfg.prior_spend_usd, cfg.budget_reserve_usd) == (
+        150.0, 1000.0, 0.0, 100.0)
+    assert cfg.meter_blindness_sec == 30.0 and cfg.meter_url == "https://openrouter.ai/api/v1"
+    assert (cfg.min_free_gib, cfg.min_root_free_gib, cfg.min_key_usd) == (200.0, 40.0, 20.0)
+    assert cfg.or_provider == "" and cfg.openai_compatible_base_url == ""
+    assert cfg.api_key_env == cfg.credential_setting == "OPENROUTER_API_KEY"
+    assert (cfg.cpus, cfg.memory_bytes, cfg.pids_limit) == (4.0, 16 * 1024**3, 512)
+    assert cfg.probe is None and cfg.is_paid
+    assert cfg.selection is None and cfg.tasks == () and cfg.resume_from == ()
+
+
+def test_paths_become_absolute(base, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = build(base, repo_dir=Path("seed"), run_root=Path("storage/../storage/run-2"),
+                resume_from=[Path("old")], task_file=None)
+    assert cfg.repo_dir == (tmp_path / "seed").resolve()
+    assert cfg.run_root == (tmp_path / "storage" / "run-2").resolve()
+    assert cfg.resume_from == ((tmp_path / "old").resolve(),)
+    assert all(p.is_absolute() for p in (cfg.bench_root, cfg.resource_root, cfg.campaign_file))
+
+
+def test_none_lists_mean_empty(base):
+    cfg = build(base, tasks=None, resume_from=None)
+    assert cfg.tasks == () and cfg.resume_from == () and cfg.selection is None
+
+
+def test_frozen(base):
+    cfg = build(base)
+    with pytest.raises(Exception):
+        cfg.concurrency = 2  # type: ignore[misc]
+
+
+def test_base_image_follows_bench_commit(base):
+    cfg = build(base, bench_commit="0123456789abcdef0123456789abcdef01234567")
+    assert cfg.base_image == "cowork-pack:0123456"
+
+
+def test_subagent_depth_only_with_subagents(base):
+    assert build(base, subagent_depth=5).subagent_depth == 0
+    assert build(base, subagents=True, subagent_depth=5).subagent_depth == 5
+    assert build(base, subagents=True).subagent_depth == 3
+
+
+def test_probe_none_and_modes_are_unpaid(base):
+    unpaid = {k: v for k, v in base.items() if k != "campaign_file"}
+    assert build(unpaid, probe="none", dry_run=True).probe is None
+    cfg = build(unpaid, probe="inventory")
+    assert cfg.probe is ProbeKind.INVENTORY and not cfg.is_paid
+    assert not build(unpaid, dry_run=True).is_paid
+
+
+def test_engine_forms(base):
+    cfg = build(base, engine="upstream:main_strands.py")
+    assert cfg.engine_kind is EngineKind.UPSTREAM and cfg.upstream_entry == "main_strands.py"
+    assert build(base).upstream_entry is None
+
+
+# ---- single-flag rules -----------------------------------------------------------------------
+
+BAD_VALUES = [
+    ("concurrency", 0, "--concurrency must be at least 1"),
+    ("max_steps", 0, "--max-steps must be at least 1"),
+    ("task_timeout", 0, "--task-timeout must be greater than 0"),
+    ("mcp_tool_timeout", -5, "--mcp-tool-timeout must be greater than 0"),
+    ("review_slots", -1, "--review-slots must be at least 0"),
+    ("max_workers", 0, "--max-workers must be at least 1"),
+    ("per_task_cost_usd", 0.0, "--per-task-cost-usd must be greater than 0"),
+    ("budget_usd", -1.0, "--budget-usd must be greater than 0"),
+    ("campaign_budget_usd", 0.0, "--campaign-budget-usd must be greater than 0"),
+    ("prior_spend_usd", -0.5, "--prior-spend-usd must be at least 0"),
+    ("budget_reserve_usd", -1.0, "--budget-reserve-usd must be at least 0"),
+    ("meter_blindness_sec", 20.0, "--meter-blindness-sec must be greater than 20"),
+    ("min_free_gib", -1.0, "--min-free-gib must be at least 0"),
+    ("min_root_free_gib", -0.1, "--min-root-free-gib must be at least 0"),
+    ("min_key_usd", -1.0, "--min-key-usd must be at least 0"),
+    ("cpus", 0.0, "--cpus must be greater than 0"),
+    ("pids_limit", 15, "--pids-limit must be at least 16"),
+    ("memory", "lots", "--memory 'lots' is not a Docker size"),
+    ("memory", "0", "below Docker's minimum"),
+    ("memory", "1m", "below Docker's minimum"),
+    ("bench_commit", "d943e75", "full 40-character"),
+    ("engine", "camel", "--engine 'camel' must be"),
+    ("engine", "upstream:", "must be 'ouroboros' or"),
+    ("engine", "upstream:../evil.py", "must be 'ouroboros' or"),
+    ("engine", "upstream:.hidden.py", "must be 'ouroboros' or"),
+    ("model", "", "--model '' must be"),
+    ("model", "a model", "without spaces"),
+    ("effort", "very high", "--effort 'very high' must be a single word"),
+    ("review_max_cycles", "two", "--review-max-cycles 'two'"),
+    ("review_max_cycles", "-1", "--review-max-cycles '-1'"),
+    ("api_key_env", "OPENROUTER-KEY", "--api-key-env 'OPENROUTER-KEY' is not a valid environment variable"),
+    ("api_key_env", "1KEY", "is not a valid environment variable"),
+    ("api_key_env", "", "is not a valid environment variable"),
+    ("credential_setting", "A B", "--credential-setting 'A B'"),
+    ("meter_url", "ftp://example.org", "--meter-url 'ftp://example.org' is not an http(s) URL"),
+    ("meter_url", "http://", "is not an http(s) URL"),
+    ("meter_url", "https://user:pw@example.org/api", "no credentials"),
+    ("openai_compatible_base_url", "localhost:8000", "--openai-compatible-base-url"),
+    ("safety_mode", "medium", "--safety-mode"),
+    ("task_review_mode", "sometimes", "--task-review-mode"),
+    ("review_enforcement", "strict", "--review-enforcement"),
+    ("runtime_mode", "turbo", "--runtime-mode"),
+    ("probe", "everything", "--probe"),
+]
+
+
+@pytest.mark.parametrize("field,value,words", BAD_VALUES, ids=[f"{b[0]}={b[1]!r}" for b in BAD_VALUES])
+def test_bad_value_is_refused(base, field, value, words):
+    r = refusal(base, **{field: value})
+    assert r.stage == "flags"
+    assert words in r.sentence, r.sentence
+
+
+FLOAT_FIELDS = ["per_task_cost_usd", "budget_usd", "campaign_budget_usd", "prior_spend_usd",
+                "budget_reserve_usd", "meter_blindness_sec", "min_free_gib", "min_root_free_gib",
+                "min_key_usd", "cpus"]
+
+
+@pytest.mark.parametrize("field", FLOAT_FIELDS)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_nan_and_inf_are_refused(base, field, value):
+    r = refusal(base, **{field: value})
+    assert "finite" in r.sentence and r.sentence.startswith("--" + field.replace("_", "-"))
+
+
+def test_boundaries_that_pass(base):
+    cfg = build(base, meter_blindness_sec=20.001, pids_limit=16, review_slots=0, min_free_gib=0.0,
+                budget_reserve_usd=0.0, prior_spend_usd=0.0, memory="6m")
+    assert cfg.meter_blindness_sec == 20.001 and cfg.pids_limit == 16 and cfg.memory_bytes == 6 * 1024**2
+
+
+def test_empty_docker_host_is_refused_by_name(base):
+    for value in ("", "   "):
+        r = refusal(base, docker_host=value)
+        assert r.stage == "docker_host" and "--docker-host is empty" in r.sentence
+
+
+def test_missing_required_flags(base):
+    flags = {k: v for k, v in base.items() if k != "bench_root"}
+    r = refusal(flags)
+    assert r.sentence == "--bench-root is required (or set COWORK_BENCH_ROOT)."
+    flags = {k: v for k, v in base.items() if k != "repo_dir"}
+    assert refusal(flags).sentence == "--repo-dir is required."
+
+
+def test_unknown_field_is_refused(base):
+    assert "--run-id" in refusal(base, run_id="x").sentence
+
+
+def test_urls_lose_trailing_slash(base):
+    cfg = build(base, meter_url="http://127.0.0.1:9/api/v1/", openai_compatible_base_url="http://h:1/v1/")
+    assert cfg.meter_url == "http://127.0.0.1:9/api/v1"
+    assert cfg.openai_compatible_base_url == "http://h:1/v1"
+
+
+# ---- combinations ------------------------------------------------------------------------------
+
+
+def test_paid_run_needs_campaign_file(base):
+    flags = {k: v for k, v in base.items() if k != "campaign_file"}
+    r = refusal(flags)
+    assert r.stage == "flags" and "--campaign-file" in r.sentence
+    assert build(flags, dry_run=True).campaign_file is None
+    assert build(flags, probe="stateful").campaign_file is None
+
+
+def test_prior_spend_needs_campaign_file(base):
+    flags = {k: v for k, v in base.items() if k != "campaign_file"}
+    # Given explicitly (even as 0) without a campaign: refused.
+    assert "--prior-spend-usd" in refusal(flags, dry_run=True, prior_spend_usd=0.0).sentence
+    assert "--prior-spend-usd" in refusal(flags, dry_run=True, prior_spend_usd=5.0).sentence
+    # Not given: fine, recorded as 0.
+    assert build(flags, dry_run=True, prior_spend_usd=None).prior_spend_usd == 0.0
+    assert build(base, prior_spend_usd=12.5).prior_spend_usd == 12.5
+
+
+def test_prior_spend_rule_also_holds_for_direct_construction(base):
+    flags = {k: v for k, v in base.items() if k != "campaign_file"}
+    with pytest.raises(Exception, match="prior-spend"):
+        RunConfig(**flags, dry_run=True, prior_spend_usd=3.0)
+
+
+@pytest.mark.parametrize("reserve,ceiling", [(100.0, 100.0), (150.0, 100.0), (1000.0, 1000.0)])
+def test_reserve_must_be_below_ceiling(base, reserve, ceiling):
+    r = refusal(base, budget_reserve_usd=reserve, campaign_budget_usd=ceiling)
+    assert r.stage == "flags" and "--budget-reserve-usd" in r.sentence and "--campaign-budget-usd" in r.sentence
+
+
+def test_reserve_just_below_ceiling_passes(base):
+    assert build(base, budget_reserve_usd=99.99, campaign_budget_usd=100.0).budget_reserve_usd == 99.99
+
+
+def test_run_root_outside_checkouts(base, tmp_path):
+    assert "outside the seed" in refusal(base, run_root=tmp_path / "seed" / "runs" / "r").sentence
+    assert "outside the benchmark" in refusal(base, run_root=tmp_path / "bench").sentence
+    assert "--campaign-file" in refusal(base, campaign_file=tmp_path / "seed" / "c.json").sentence
+
+
+def test_resume_from_rules(base, tmp_path):
+    assert "twice" in refusal(base, resume_from=[tmp_path / "a", tmp_path / "x" / ".." / "a"]).sentence
+    assert "not this run" in refusal(base, resume_from=[base["run_root"]]).sentence
+
+
+# ---- selection through from_flags --------------------------------------------------------------
+
+
+def test_selection_resolved(base, tmp_path):
+    task_file = tmp_path / "tasks.txt"
+    task_file.write_text("c\n# skip\nd\n")
+    cfg = build(base, tasks=["b", "a"], task_file=task_file)
+    assert cfg.selection == ("b", "a", "c", "d") and cfg.tasks == ("b", "a")
+    assert cfg.task_file == task_file.resolve()
+
+
+def test_selection_refusal_has_selection_stage(base, tmp_path):
+    task_file = tmp_path / "tasks.txt"
+    task_file.write_text("a\na\n")
+    r = refusal(base, task_file=task_file)
+    assert r.stage == "selection" and "line 2" in r.sentence
+
+
+# ---- the provider key --------------------------------------------------------------------------
+
+FAKE_KEY = "sk-or-v1-FAKE-0000000000000000"
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--model", FAKE_KEY],
+    ["run", f"--or-provider={FAKE_KEY}"],
+    ["run", "--task", f"x{FAKE_KEY}y"],
+])
+def test_key_on_command_line_is_refused(base, argv):
+    env = {"OPENROUTER_API_KEY": FAKE_KEY}
+    with pytest.raises(Refusal) as info:
+        RunConfig.from_flags(argv=argv, environ=env, **base)
+    assert info.value.stage == "credential"
+    assert info.value.sentence == "the provider key must not appear on the command line."
+    assert FAKE_KEY not in info.value.sentence
+
+
+def test_key_named_by_api_key_env_is_checked(base):
+    env = {"MY_KEY": "abcdefgh12345"}
+    with pytest.raises(Refusal):
+        RunConfig.from_flags(argv=["run", "abcdefgh12345"], environ=env, api_key_env="MY_KEY", **base)
+    # Not in argv: accepted.
+    RunConfig.from_flags(argv=["run", "--model", "m"], environ=env, api_key_env="MY_KEY", **base)
+
+
+def test_short_keys_only_match_whole_elements():
+    env = {"OPENROUTER_API_KEY": "abc"}
+    refuse_key_on_command_line(["--model", "xabcx"], env, "OPENROUTER_API_KEY")
+    with pytest.raises(Refusal):
+        refuse_key_on_command_line(["--model", "abc"], env, "OPENROUTER_API_KEY")
+
+
+def test_unset_or_empty_key_never_matches():
+    refuse_key_on_command_line(["", "--x"], {"OPENROUTER_API_KEY": ""}, "OPENROUTER_API_KEY")
+    refuse_key_on_command_line(["", "--x"], {}, "OTHER")
+
+
+# ---- memory sizes --------------------------------------------------------------------------------
+
+SIZES = [
+    ("16g", 16 * 1024**3), ("16G", 16 * 1024**3), ("16gb", 16 * 1024**3), ("16GiB", 16 * 1024**3),
+    ("512m", 512 * 1024**2), ("512MB", 512 * 1024**2), ("1.5g", int(1.5 * 1024**3)),
+    ("10485760", 10485760), ("10485760b", 10485760), ("8192k", 8 * 1024**2), ("1t", 1024**4),
+    (" 2 g ", 2 * 1024**3),
+]
+
+
+@pytest.mark.parametrize("text,expected", SIZES)
+def test_docker_size_parsing(text, expected):
+    assert parse_docker_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "g", "16x", "-1g", "16 gigs", "1e9", "16gg", "nan"])
+def test_docker_size_rejects(text):
+    with pytest.raises(ValueError):
+        parse_docker_size(text)
+
+
+@given(st.integers(min_value=6, max_value=10**6), st.sampled_from(["m", "M", "mb", "MiB"]))
+def test_docker_size_megabytes_property(n, unit):
+    assert parse_docker_size(f"{n}{unit}") == n * 1024**2
+
+
+# ---- applied_config ----------------------------------------------------------------------------
+
+
+def test_applied_config_excludes_paths_budgets_and_selection(base, tmp_path):
+    cfg = build(base, tasks=["a"])
+    applied = cfg.applied_config()
+    for absent in ("repo_dir", "bench_root", "run_root", "resource_root", "campaign_file", "task_file",
+                   "tasks", "selection", "resume_from", "budget_usd", "campaign_budget_usd",
+                   "prior_spend_usd", "budget_reserve_usd", "min_key_usd", "min_free_gib",
+                   "concurrency", "docker_host", "dry_run", "api_key_env", "meter_url", "image"):
+        assert absent not in applied, absent
+    assert applied["memory_bytes"] == 16 * 1024**3 and applied["bench_commit"] == PINNED_BENCH_COMMIT
+    json.dumps(applied, allow_nan=False)  # JSON-clean, as the manifest needs
+
+
+def test_applied_config_unchanged_by_where_and_how_much(base, tmp_path):
+    one = build(base).applied_config()
+    two = build(base, run_root=tmp_path / "elsewhere" / "r2", budget_usd=10.0, concurrency=4,
+                campaign_budget_usd=500.0, budget_reserve_usd=0.0, tasks=["z"], min_free_gib=1.0,
+                resume_from=[tmp_path / "storage" / "run-1"]).applied_config()
+    assert one == two
+
+
+@pytest.mark.parametrize("change", [
+    {"model": "other/model"}, {"max_steps": 50}, {"task_timeout": 1800}, {"mcp_tool_timeout": 60},
+    {"effort": "low"}, {"review_slots": 1}, {"safety_mode": "full"}, {"subagents": True},
+    {"per_task_cost_usd": 5.0}, {"diagnostic_eval_on_truncation": True}, {"memory": "8g"},
+    {"cpus": 2.0}, {"pids_limit": 256}, {"or_provider": "resilience"}, {"engine": "upstream:main.py"},
+])
+def test_applied_config_sees_agent_changes(base, change):
+    assert build(base).applied_config() != build(base, **change).applied_config()
+
+
+# ---- warnings ----------------------------------------------------------------------------------
+
+
+def test_long_timeout_warns(base):
+    assert build(base).warnings() == []
+    assert build(base, task_timeout=7100).warnings() == []
+    (note,) = build(base, task_timeout=7101).warnings()
+    assert "7200" in note
+
+
+# ---- the rendered run config file ----------------------------------------------------------------
+
+
+def test_run_config_file_renders_flags(base):
+    cfg = build(base, max_steps=42, per_task_cost_usd=7.5, or_provider="resilience", safety_mode="light")
+    rc = build_run_config(cfg)
+    s = rc.settings
+    assert rc.schema_ == "cowork_adapter.run_config.v1"
+    assert (rc.proxy_port, rc.server_port, rc.key_env) == (8096, 8765, "COWORK_PROVIDER_KEY")
+    assert rc.truncation_reason_codes == sorted(TRUNCATION_RUNTIME_REASONS)
+    assert rc.disabled_tools == [*ALWAYS_DISABLED_TOOLS, "schedule_subagent"]
+    assert s["OUROBOROS_MAX_ROUNDS"] == 42
+    assert s["TOTAL_BUDGET"] == s["OUROBOROS_PER_TASK_COST_USD"] == 7.5
+    assert s["OUROBOROS_POST_TASK_EVOLUTION"] == "false"
+    assert s["OUROBOROS_OR_PROVIDER"] == "resilience" and s["OUROBOROS_SAFETY_MODE"] == "light"
+    assert s["OUROBOROS_MAX_SUBAGENT_DEPTH"] == 0
+    for slot in ("OUROBOROS_MODEL", "OUROBOROS_MODEL_LIGHT", "OUROBOROS_MODEL_FALLBACKS",
+                 "OUROBOROS_MODEL_CONSCIOUSNESS", "OUROBOROS_MODEL_VISION", "OUROBOROS_WEBSEARCH_MODEL"):
+        assert s[slot] == "moonshotai/kimi-k3"
+    roster = json.loads(s["OUROBOROS_SUBAGENTS"])
+    assert len(roster["items"]) == 1 + 3
+    assert {i["route"]["target_id"] for i in roster["items"]} == {"moonshotai/kimi-k3"}
+    assert not [k for k in s if k.upper().endswith("_API_KEY")]
+    assert "OUROBOROS_OR_PROVIDER" not in build_run_config(build(base)).settings
+
+
+def test_run_config_file_with_subagents_and_compatible_endpoint(base):
+    cfg = build(base, subagents=True, subagent_depth=2, openai_compatible_base_url="http://127.0.0.1:9/v1",
+                credential_setting="OPENAI_COMPATIBLE_API_KEY")
+    rc = build_run_config(cfg)
+    assert "schedule_subagent" not in rc.disabled_tools
+    assert rc.settings["OUROBOROS_MAX_SUBAGENT_DEPTH"] == 2
+    assert rc.settings["OUROBOROS_MODEL"] == "openai-compatible::moonshotai/kimi-k3"
+    assert rc.settings["OPENAI_COMPATIBLE_BASE_URL"] == "http://127.0.0.1:9/v1"
+    assert rc.openai_compatible_base_url == "http://127.0.0.1:9/v1"
+    assert rc.model == "moonshotai/kimi-k3"
+
+
+def test_run_config_file_refuses_secret_settings():
+    with pytest.raises(Exception, match="credentials"):
+        RunConfigFile(engine="ouroboros", model="m", settings={"OPENROUTER_API_KEY": "x"}, disabled_tools=[],
+                      task_timeout_sec=1, mcp_tool_timeout_sec=1, truncation_reason_codes=[],
+                      diagnostic_eval_on_truncation=False, credential_setting="K", agent_short_name="a/m")
+
+
+@pytest.mark.parametrize("engine", ["ouroboros", "upstream:main_strands.py"])
+def test_run_config_file_parses_in_the_container(base, engine):
+    cfg = build(base, engine=engine, diagnostic_eval_on_truncation=True)
+    raw = json.loads(build_run_config(cfg).to_json())
+    parsed = parse_run_config(raw)
+    assert parsed.engine == engine and parsed.model == cfg.model
+    assert parsed.task_timeout_sec == 3600 and parsed.diagnostic_eval_on_truncation is True
+    assert parsed.key_env == "COWORK_PROVIDER_KEY" and parsed.openai_compatible_base_url is None
+    assert parsed.agent_short_name.endswith("/moonshotai/kimi-k3")
+    if engine != "ouroboros":
+        assert parsed.upstream_entry == "main_strands.py" and parsed.settings == {}

@@ -1,0 +1,168 @@
+"""Recovery ancestry (reference-adapter §5.9, §7 items 48-53): refusals, selection, settled work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter.errors import Refusal
+from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.recovery import resolve_ancestry
+from cowork_adapter.report import synth
+from cowork_adapter.vocab import TaskStatus
+
+DATASET = ["a", "b", "c", "d", "e", "f"]
+
+
+def make_run(root: Path, selection: list[str], outcomes: dict[str, str], *, task_ids=None, resume_from=(),
+             generation=0, **manifest_kw) -> Path:
+    """A finished run whose tasks end as `outcomes` (pass/fail/agent/infra; others not attempted)."""
+    synth.write_manifest(root, selection, task_ids=task_ids, resume_from=[str(p) for p in resume_from],
+                         generation=generation, **manifest_kw)
+    for task, outcome in outcomes.items():
+        dump = synth.dump_dir(root, task)
+        synth.write_start_evidence(dump)
+        if outcome == "infra":
+            continue  # started, no summary: interrupted
+        if outcome == "agent":
+            synth.write_summary(dump, synth.summary("max_turns_reached", reason_code="round_limit", truncated=True))
+            continue
+        synth.write_summary(dump, synth.summary("success"))
+        synth.write_traj_log(dump, "success")
+        synth.write_eval(dump, {"pass": outcome == "pass"})
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    return root
+
+
+def resolve(roots, explicit=None, **kw):
+    args = dict(current_applied_config=synth.CONFIG, seed_head=synth.SEED_HEAD, bench_commit=synth.BENCH_COMMIT,
+                image_id=synth.IMAGE_ID, explicit_selection=explicit, dataset_ids=DATASET)
+    args.update(kw)
+    return resolve_ancestry(list(roots), **args)
+
+
+@pytest.fixture
+def chain(tmp_path):
+    """run0 (a pass, b fail, c agent, d infra) → run1 (d pass, ran d only)."""
+    r0 = make_run(tmp_path / "r0", ["a", "b", "c", "d"], {"a": "pass", "b": "fail", "c": "agent", "d": "infra"})
+    r1 = make_run(tmp_path / "r1", ["a", "b", "c", "d"], {"d": "infra"}, task_ids=["d"], resume_from=[r0], generation=1)
+    return r0, r1
+
+
+def test_first_recovery_keeps_selection_and_skips_settled_including_genuine_failures(chain):
+    r0, _ = chain
+    plan = resolve([r0])
+    assert plan.selection_task_ids == ["a", "b", "c", "d"]
+    assert plan.remaining == ["d"]
+    assert plan.settled == {"a": (TaskStatus.PASSED, str(r0)), "b": (TaskStatus.FAILED, str(r0)),
+                            "c": (TaskStatus.AGENT_FAILED, str(r0))}
+    assert plan.generation == 1 and plan.ancestors == [str(r0)]
+
+
+def test_second_pass_allowed_third_refused(chain, tmp_path):
+    r0, r1 = chain
+    plan = resolve([r1])
+    assert plan.generation == 2 and plan.remaining == ["d"] and set(plan.ancestors) == {str(r0), str(r1)}
+    r2 = make_run(tmp_path / "r2", ["a", "b", "c", "d"], {"d": "infra"}, task_ids=["d"], resume_from=[r1, r0], generation=2)
+    with pytest.raises(Refusal, match="at most two recovery passes") as err:
+        resolve([r2])
+    assert err.value.stage == "recovery"
+
+
+def test_all_settled_third_pass_is_a_noop_keeping_the_parent_generation(chain, tmp_path):
+    r0, r1 = chain
+    r2 = make_run(tmp_path / "r2", ["a", "b", "c", "d"], {"d": "pass"}, task_ids=["d"], resume_from=[r1, r0], generation=2)
+    plan = resolve([r2])
+    assert plan.remaining == [] and plan.generation == 2
+    assert plan.settled["d"] == (TaskStatus.PASSED, str(r2))
+
+
+def test_explicit_selection_widens_without_repeating_settled(chain):
+    r0, _ = chain
+    plan = resolve([r0], explicit=["a", "d", "e", "f"])
+    assert plan.selection_task_ids == ["a", "d", "e", "f"]
+    assert plan.remaining == ["d", "e", "f"]
+    assert set(plan.settled) == {"a"}
+
+
+def test_explicit_selection_unknown_or_duplicate_refused(chain):
+    r0, _ = chain
+    with pytest.raises(Refusal, match="not in the pinned dataset"):
+        resolve([r0], explicit=["a", "zzz"])
+    with pytest.raises(Refusal, match="more than once"):
+        resolve([r0], explicit=["a", "a"])
+
+
+def test_multiple_parents_union_their_selections_never_the_full_dataset(tmp_path):
+    p1 = make_run(tmp_path / "p1", ["a", "b"], {"a": "pass", "b": "infra"})
+    p2 = make_run(tmp_path / "p2", ["c"], {"c": "infra"})
+    plan = resolve([p1, p2])
+    assert plan.selection_task_ids == ["a", "b", "c"]
+    assert plan.remaining == ["b", "c"]
+    assert "d" not in plan.selection_task_ids
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("applied_config", {**synth.CONFIG, "model": "other/model"}, "applied_config key 'model'"),
+    ("seed_head", "f" * 40, "seed head"),
+    ("bench_commit", "e" * 40, "benchmark commit"),
+    ("image_id", "sha256:" + "9" * 64, "image ID"),
+])
+def test_identity_change_in_a_grand_ancestor_is_refused(tmp_path, field, value, needle):
+    r0 = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "infra"}, **{field: value})
+    r1 = make_run(tmp_path / "r1", ["a", "b"], {"b": "infra"}, task_ids=["b"], resume_from=[r0], generation=1)
+    with pytest.raises(Refusal) as err:
+        resolve([r1])
+    assert needle in err.value.sentence and str(r0) in err.value.sentence
+    assert err.value.sentence.count(". ") == 0  # one sentence
+
+
+def test_missing_diagnostic_flag_counts_as_false(tmp_path):
+    config = {k: v for k, v in synth.CONFIG.items() if k != "diagnostic_eval_on_truncation"}
+    r0 = make_run(tmp_path / "r0", ["a"], {"a": "infra"}, applied_config=config)
+    assert resolve([r0]).remaining == ["a"]
+    with pytest.raises(Refusal, match="diagnostic_eval_on_truncation"):
+        resolve([r0], current_applied_config={**synth.CONFIG, "diagnostic_eval_on_truncation": True})
+
+
+def test_cycle_refused(tmp_path):
+    a, b = tmp_path / "ra", tmp_path / "rb"
+    make_run(a, ["a"], {"a": "infra"}, resume_from=[b], generation=1)
+    make_run(b, ["a"], {"a": "infra"}, resume_from=[a], generation=1)
+    with pytest.raises(Refusal, match="cycle"):
+        resolve([a])
+
+
+def test_missing_ancestor_ledger_refused(chain):
+    r0, r1 = chain
+    (r0 / "result_index.jsonl").unlink()
+    with pytest.raises(Refusal, match="ledger .* missing or unreadable"):
+        resolve([r1])
+
+
+def test_unreadable_ledger_refused(chain):
+    r0, _ = chain
+    (r0 / "result_index.jsonl").write_text("{not json\n")
+    with pytest.raises(Refusal, match="ledger"):
+        resolve([r0])
+
+
+def test_missing_ancestor_manifest_refused(chain):
+    r0, r1 = chain
+    (r0 / "run_manifest.json").unlink()
+    with pytest.raises(Refusal, match="manifest .* missing or unreadable"):
+        resolve([r1])
+
+
+def test_recorded_generation_must_match(tmp_path):
+    r0 = make_run(tmp_path / "r0", ["a"], {"a": "infra"})
+    r1 = make_run(tmp_path / "r1", ["a"], {"a": "infra"}, resume_from=[r0], generation=5)
+    with pytest.raises(Refusal, match="generation"):
+        resolve([r1])
+
+
+def test_empty_image_id_refused(chain):
+    r0, _ = chain
+    with pytest.raises(Refusal, match="image"):
+        resolve([r0], image_id="")

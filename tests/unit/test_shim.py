@@ -1,0 +1,501 @@
+"""The docker shim and the BASH_ENV discovery, run as real subprocesses against a FAKE docker.
+
+The fake records each argv it receives, so every test sees exactly what the real docker would
+have been given; no daemon is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter.custody import labels, shim
+from cowork_adapter.custody.bash_env import install_custody
+from cowork_adapter.custody.shim_config import ContainerLimits
+from cowork_adapter.errors import Refusal
+from cowork_adapter.vocab import ContainerState, ExitCode, ShimRefusal
+
+LABEL = "0123456789abcdef0123456789abcdef"
+LIMITS = ContainerLimits(cpus=1.5, memory_bytes=256 * 1024 * 1024, pids_limit=64)
+HOST = "unix:///tmp/fake-daemon.sock"
+
+FAKE_DOCKER = """\
+#!{python}
+import json, os, sys
+here = {here!r}
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:], "docker_host": os.environ.get("DOCKER_HOST"),
+                          "context": os.environ.get("DOCKER_CONTEXT")}}) + "\\n")
+if sys.argv[1:2] == ["ps"] and any(a.startswith("name=agent-") for a in sys.argv):
+    names = open(os.path.join(here, "ps_names")).read()
+    if names == "FAIL":
+        sys.exit(1)
+    sys.stdout.write(names)
+    sys.exit(0)
+sys.stdout.write("fake-out\\n")
+sys.stderr.write("fake-err\\n")
+sys.exit(int(open(os.path.join(here, "exit_code")).read()))
+"""
+
+
+class Bed:
+    """One installed custody with a fake docker; run(args) calls the real wrapper."""
+
+    def __init__(self, root: Path, *, agent_env: bool = True, min_free: int = 0) -> None:
+        self.fake_dir = root / "fake"
+        self.fake_dir.mkdir()
+        fake = self.fake_dir / "docker"
+        fake.write_text(FAKE_DOCKER.format(python=sys.executable, here=str(self.fake_dir)))
+        fake.chmod(0o755)
+        (self.fake_dir / "exit_code").write_text("0")
+        (self.fake_dir / "ps_names").write_text("")
+        self.resource_root = root / "resources"
+        self.resource_root.mkdir()
+        self.evidence = root / "evidence"
+        self.stop_file = root / "run" / "STOP"
+        self.env_file = root / "secrets" / "agent.env"
+        self.env_file.parent.mkdir()
+        self.env_file.write_text("FAKE_PROVIDER_KEY=sk-fake-not-a-key\n")
+        self.files = install_custody(
+            root / "run",
+            real_docker=str(fake),
+            docker_host=HOST,
+            run_label=LABEL,
+            limits=LIMITS,
+            stop_file=self.stop_file,
+            resource_root=self.resource_root,
+            min_free_bytes=min_free,
+            evidence_dir=self.evidence,
+            agent_env_file=self.env_file if agent_env else None,
+            environ={},
+        )
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        base = {"PATH": os.environ["PATH"], "DOCKER_CONTEXT": "elsewhere"}
+        return subprocess.run(
+            [str(self.files.wrapper), *args], env={**base, **(env or {})},
+            capture_output=True, text=True, timeout=30,
+        )
+
+    def calls(self) -> list[dict]:
+        path = self.fake_dir / "calls.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def last_argv(self) -> list[str]:
+        return self.calls()[-1]["argv"]
+
+    def creations(self) -> list[dict]:
+        path = self.evidence / "creations.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Bed:
+    return Bed(tmp_path)
+
+
+def limit_flags(role: str) -> list[str]:
+    return [
+        "--label", f"org.cowork-adapter.run={LABEL}",
+        "--label", f"org.cowork-adapter.role={role}",
+        "--cpus", "1.5",
+        "--memory", str(256 * 1024 * 1024),
+        "--memory-swap", str(256 * 1024 * 1024),
+        "--pids-limit", "64",
+        "--pull=never",
+    ]
+
+
+# ---------------------------------------------------------------- argv rewriting table
+
+AGENT_RUN = ["-d", "--name", "agent-123-abcd0123", "--network", "net-123-abcd0123", "-e", "PGHOST=pg-1",
+             "-v", "/d:/workspace/dumps", "-w", "/workspace", "img:tag", "sleep", "7200"]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        pytest.param(["run", *AGENT_RUN],
+                     ["run", *limit_flags("agent"), "--env-file", "ENVFILE", *AGENT_RUN], id="run agent --name x"),
+        pytest.param(["create", "--name=eval-123-abcd0123", "img", "sleep", "1800"],
+                     ["create", *limit_flags("eval"), "--name=eval-123-abcd0123", "img", "sleep", "1800"],
+                     id="create eval --name=x"),
+        pytest.param(["container", "run", "--rm", "img", "true"],
+                     ["container", "run", *limit_flags("other"), "--rm", "img", "true"], id="container run no name"),
+        pytest.param(["container", "create", "--name", "pg-123-abcd0123", "postgres:15"],
+                     ["container", "create", *limit_flags("pg"), "--name", "pg-123-abcd0123", "postgres:15"],
+                     id="container create pg"),
+        pytest.param(["run", "--name=agent-9-00000000", "img"],
+                     ["run", *limit_flags("agent"), "--env-file", "ENVFILE", "--name=agent-9-00000000", "img"],
+                     id="run agent --name=x gets env file"),
+        pytest.param(["run", "--rm", "--name", "helper-1", "img", "python3", "--memory", "9g"],
+                     ["run", *limit_flags("helper"), "--rm", "--name", "helper-1", "img", "python3", "--memory", "9g"],
+                     id="flags after the image are the command's, not a conflict"),
+        pytest.param(["network", "create", "net-123-abcd0123"],
+                     ["network", "create", "--label", f"org.cowork-adapter.run={LABEL}",
+                      "--label", "org.cowork-adapter.role=network", "net-123-abcd0123"], id="network create"),
+    ],
+)
+def test_creation_gets_label_limits_and_pull_never_after_the_subcommand(bed, argv, expected):
+    expected = [str(bed.env_file.resolve()) if a == "ENVFILE" else a for a in expected]
+    done = bed.run(*argv)
+    assert done.returncode == 0, done.stderr
+    assert bed.last_argv() == expected
+    call = bed.calls()[-1]
+    assert call["docker_host"] == HOST and call["context"] is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ps", "-a", "--filter", "label=x", "--format", "{{.Names}}"],
+        ["rm", "-fv", "agent-123-abcd0123"],
+        ["network", "rm", "net-123-abcd0123"],
+        ["inspect", "--format", "{{.Id}}", "run"],
+        ["exec", "-it", "pg-1", "psql", "-c", "select 1"],
+        ["exec", "eval-1-00000000", "python3", "--phase", "agent"],
+        ["images"],
+        ["-H", "tcp://other:2375", "ps"],
+        ["container", "ls", "-a"],
+        ["start", "agent-1"],
+    ],
+)
+def test_other_commands_pass_through_byte_identical_with_output_and_exit_code(bed, argv):
+    (bed.fake_dir / "exit_code").write_text("3")
+    bed.stop_file.write_text("stop_requested")  # teardown must work during a stop
+    done = bed.run(*argv)
+    assert done.returncode == 3
+    assert done.stdout == "fake-out\n" and done.stderr == "fake-err\n"
+    assert bed.last_argv() == argv
+    assert bed.creations() == []
+
+
+def test_agent_env_file_is_only_for_agent_names(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    bed = Bed(tmp_path / "a", agent_env=False)
+    bed.run("run", "--name", "agent-1-00000000", "img")
+    assert "--env-file" not in bed.last_argv()
+    bed2 = Bed(tmp_path / "b")
+    for name in ("eval-1-00000000", "pg-1-00000000", "xagent-1", "agentless"):
+        bed2.run("run", "--name", name, "img")
+        assert "--env-file" not in bed2.last_argv(), name
+
+
+# ---------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    "argv, cause",
+    [
+        (["run", "--memory", "1g", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "-m=1g", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["create", "--cpus=8", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "--pids-limit", "-1", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "--pull", "always", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "--memory-swap=-1", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "--label", "org.cowork-adapter.run=someone-else", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "-l", "org.cowork-adapter.role=agent", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["run", "--label-file", "/tmp/l", "img"], ShimRefusal.FLAG_CONFLICT),
+        (["network", "create", "--label=org.cowork-adapter.run=x", "n"], ShimRefusal.FLAG_CONFLICT),
+        (["-H", "tcp://other:2375", "run", "img"], ShimRefusal.HOST_OVERRIDE),
+        (["--context=prod", "container", "create", "img"], ShimRefusal.HOST_OVERRIDE),
+    ],
+)
+def test_creation_that_would_escape_custody_is_refused(bed, argv, cause):
+    done = bed.run(*argv)
+    assert done.returncode == ExitCode.SHIM_REFUSED == 75
+    assert done.stderr.strip().endswith(cause.value)
+    assert bed.calls() == []  # the real docker never ran
+
+
+def test_stop_file_refuses_creation_records_eval_evidence_and_keeps_first_cause(tmp_path):
+    bed = Bed(tmp_path, min_free=0)
+    bed.stop_file.write_text("")
+    secret_arg = "PASSWORD=hunter2-not-real"
+    done = bed.run("run", "-d", "--name", "eval-77-0badc0de", "-e", secret_arg, "img")
+    assert done.returncode == 75
+    assert done.stderr == "docker shim: container creation refused: admission_stopped\n"
+    assert secret_arg not in done.stderr + done.stdout
+    refused = bed.evidence / "77-0badc0de.eval_refused"
+    assert refused.read_text() == "admission_stopped\n"
+    # A later refusal with another cause does not overwrite the first.
+    bed.stop_file.unlink()
+    shutil.rmtree(bed.resource_root)
+    done = bed.run("run", "--name=eval-77-0badc0de", "img")
+    assert done.returncode == 75 and "disk_probe_failed" in done.stderr
+    assert refused.read_text() == "admission_stopped\n"
+    assert [c["cause"] for c in bed.creations()] == ["admission_stopped", "disk_probe_failed"]
+    assert all(c["admitted"] is False and c["role"] == "eval" for c in bed.creations())
+    assert bed.calls() == []
+
+
+def test_refused_non_eval_creation_writes_no_eval_evidence(tmp_path):
+    bed = Bed(tmp_path)
+    bed.stop_file.write_text("x")
+    for argv in (["run", "--name", "agent-5-00000000", "img"], ["network", "create", "eval-5-00000000"]):
+        assert bed.run(*argv).returncode == 75
+    assert sorted(p.name for p in bed.evidence.iterdir()) == ["creations.jsonl"]
+
+
+def test_disk_reserve_reached(tmp_path):
+    bed = Bed(tmp_path, min_free=1 << 62)
+    done = bed.run("network", "create", "net-1")
+    assert done.returncode == 75 and done.stderr.strip().endswith("disk_reserve_reached")
+    assert bed.calls() == []
+
+
+def test_statvfs_failure_is_disk_probe_failed(tmp_path):
+    bed = Bed(tmp_path)
+    shutil.rmtree(bed.resource_root)  # statvfs on a missing path raises
+    done = bed.run("create", "--name", "eval-2-00000000", "img")
+    assert done.returncode == 75 and done.stderr.strip().endswith("disk_probe_failed")
+    assert (bed.evidence / "2-00000000.eval_refused").read_text() == "disk_probe_failed\n"
+
+
+def test_admitted_when_free_space_meets_reserve(tmp_path):
+    free = shim.free_bytes(str(tmp_path))
+    bed = Bed(tmp_path, min_free=max(free // 4, 1))
+    assert bed.run("run", "img").returncode == 0
+
+
+def test_evidence_write_failure_never_changes_the_exit_code(tmp_path):
+    bed = Bed(tmp_path)
+    bed.evidence.rmdir()
+    bed.evidence.write_text("not a directory")  # every evidence write now fails
+    assert bed.run("run", "--name", "agent-3-00000000", "img").returncode == 0
+    assert bed.run("exec", "agent-3-00000000", "x", "--task_dir", "t").returncode == 0
+    (bed.fake_dir / "ps_names").write_text("agent-3-00000000\n")
+    assert bed.run("exec", "eval-3-00000000", "x", "--phase", "eval").returncode == 0
+    bed.stop_file.write_text("")
+    assert bed.run("run", "--name", "eval-3-00000000", "img").returncode == 75
+
+
+@pytest.mark.parametrize("damage", ["not json", "missing key", "bad number", "missing file"])
+def test_unreadable_config_fails_closed_for_every_command(bed, damage):
+    config = json.loads(bed.files.shim_config.read_text())
+    if damage == "not json":
+        bed.files.shim_config.write_text("{not json")
+    elif damage == "missing key":
+        del config["stop_file"]
+        bed.files.shim_config.write_text(json.dumps(config))
+    elif damage == "bad number":
+        config["limits"]["pids_limit"] = "lots"
+        bed.files.shim_config.write_text(json.dumps(config))
+    else:
+        bed.files.shim_config.unlink()
+    for argv in (["ps"], ["run", "img"]):
+        done = bed.run(*argv)
+        assert done.returncode == 75 and done.stderr.strip().endswith("config_unreadable")
+    assert bed.calls() == []
+
+
+# ---------------------------------------------------------------- exec evidence
+
+
+def test_exec_agent_records_task_dir_first_value_kept_and_never_blocks(bed):
+    argv = ["exec", "agent-123-abcd0123", "timeout", "-k", "30", "1800", "python3", "-u", "/w/main.py",
+            "--task_dir", "finalpool/task-a", "--max_steps", "100"]
+    assert bed.run(*argv).returncode == 0
+    assert bed.last_argv() == argv
+    assert (bed.evidence / "123-abcd0123.task").read_text() == "finalpool/task-a\n"
+    assert bed.run("exec", "agent-123-abcd0123", "p", "--task_dir=other").returncode == 0
+    assert (bed.evidence / "123-abcd0123.task").read_text() == "finalpool/task-a\n"
+
+
+@pytest.mark.parametrize(
+    "ps_names, state",
+    [
+        ("agent-8-12345678\n", ContainerState.PRESENT),
+        ("agent-8-12345678-sidecar\nxagent-8-12345678\n", ContainerState.ABSENT),
+        ("", ContainerState.ABSENT),
+        ("FAIL", ContainerState.UNKNOWN),
+    ],
+)
+def test_exec_eval_injects_agent_container_state(bed, ps_names, state):
+    (bed.fake_dir / "ps_names").write_text(ps_names)
+    argv = ["exec", "eval-8-12345678", "/opt/venv/bin/python3", "-u", "/w/main.py", "--task_dir", "t", "--phase", "eval"]
+    assert bed.run(*argv).returncode == 0
+    probe, real = bed.calls()[-2:]
+    assert probe["argv"] == ["ps", "-a", "--filter", "name=agent-8-12345678", "--format", "{{.Names}}"]
+    assert probe["docker_host"] == HOST
+    assert real["argv"] == ["exec", "-e", f"COWORK_AGENT_CONTAINER_STATE={state.value}", *argv[1:]]
+    lines = (bed.evidence / "8-12345678.eval_admission").read_text().splitlines()
+    assert [json.loads(line)["agent_container_state"] for line in lines] == [state.value]
+
+
+def test_container_exec_eval_with_phase_equals_form(bed):
+    (bed.fake_dir / "ps_names").write_text("agent-8-12345678\n")
+    bed.run("container", "exec", "-w", "/w", "eval-8-12345678", "py", "--phase=eval")
+    assert bed.last_argv() == ["container", "exec", "-e", "COWORK_AGENT_CONTAINER_STATE=present",
+                               "-w", "/w", "eval-8-12345678", "py", "--phase=eval"]
+
+
+def test_creations_are_recorded_one_line_each(bed):
+    bed.run("network", "create", "net-4-00000000")
+    bed.run("run", "-d", "--name=pg-4-00000000", "postgres:15")
+    bed.run("run", "--rm", "img", "true")
+    recs = bed.creations()
+    assert [(r["subcommand"], r["name"], r["role"], r["admitted"]) for r in recs] == [
+        ("network create", "net-4-00000000", "network", True),
+        ("run", "pg-4-00000000", "pg", True),
+        ("run", None, "other", True),
+    ]
+    assert all(isinstance(r["ts"], float) for r in recs)
+
+
+# ---------------------------------------------------------------- pure parts and constants
+
+
+def test_shim_constants_match_the_vocabulary_and_labels():
+    assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
+    assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
+    causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
+              shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE}
+    assert causes == set(ShimRefusal.values())
+    assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
+    for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):
+        assert shim.role_for_name(name) == labels.role_for_name(name)
+
+
+def test_run_label_is_sha256_prefix_of_the_resolved_root(tmp_path):
+    import hashlib
+
+    (tmp_path / "a").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "a")
+    expected = hashlib.sha256(str((tmp_path / "a").resolve()).encode()).hexdigest()[:32]
+    assert labels.run_label(link) == labels.run_label(tmp_path / "a") == expected
+    assert labels.run_label(tmp_path / "b") != expected
+
+
+def test_parse_options_short_clusters_and_attached_values():
+    opts, first = shim.parse_options(["-dit", "-eA=1", "-p", "80:80", "--rm", "img", "-e", "x"],
+                                     shim.RUN_BOOL_LONG, shim.RUN_BOOL_SHORT)
+    assert opts == [("-d", None), ("-i", None), ("-t", None), ("-e", "A=1"), ("-p", "80:80"), ("--rm", None)]
+    assert first == 5
+
+
+# ---------------------------------------------------------------- install_custody and BASH_ENV
+
+
+def install(tmp_path: Path, **overrides):
+    real = tmp_path / "bin" / "docker"
+    if not real.exists():
+        real.parent.mkdir(exist_ok=True)
+        real.write_text("#!/bin/sh\nexit 0\n")
+        real.chmod(0o755)
+    (tmp_path / "res").mkdir(exist_ok=True)
+    kwargs = dict(
+        real_docker=str(real), docker_host=HOST, run_label=LABEL, limits=LIMITS,
+        stop_file=tmp_path / "STOP", resource_root=tmp_path / "res", min_free_bytes=0,
+        evidence_dir=tmp_path / "ev", agent_env_file=None, environ={},
+    )
+    kwargs.update(overrides)
+    return install_custody(tmp_path / "run", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"environ": {"BASH_ENV": "/etc/x"}}, "BASH_ENV"),
+        ({"docker_host": ""}, "Docker host"),
+        ({"docker_host": "  "}, "Docker host"),
+        ({"real_docker": "docker"}, "not an executable"),
+        ({"real_docker": "/nonexistent/docker"}, "not an executable"),
+        ({"resource_root": Path("/nonexistent-root")}, "not a directory"),
+        ({"min_free_bytes": -1}, "min_free_bytes"),
+        ({"limits": {"cpus": 0, "memory_bytes": 1 << 30, "pids_limit": 10}}, "cpus"),
+        ({"agent_env_file": Path("/nonexistent/agent.env")}, "agent env file"),
+    ],
+)
+def test_install_refusals(tmp_path, overrides, words):
+    with pytest.raises(Refusal) as caught:
+        install(tmp_path, **overrides)
+    assert caught.value.stage == "custody" and words in caught.value.sentence
+    assert not (tmp_path / "run" / "custody").exists()
+
+
+def test_install_refuses_a_docker_that_is_a_shim_and_a_reused_root(tmp_path):
+    files = install(tmp_path)
+    with pytest.raises(Refusal, match="already exists"):
+        install(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(Refusal, match="resolves to a docker shim"):
+        install(other, real_docker=str(files.wrapper))
+    link = other / "docker-link"
+    link.symlink_to(files.wrapper)
+    with pytest.raises(Refusal, match="resolves to a docker shim"):
+        install(other, real_docker=str(link))
+
+
+def test_install_writes_files_modes_and_runner_env(tmp_path):
+    files = install(tmp_path)
+    assert files.wrapper.stat().st_mode & 0o777 == 0o755
+    assert files.shim_config.stat().st_mode & 0o777 == 0o600
+    assert files.tmpdir == (tmp_path / "res" / f"tmp-{LABEL[:12]}").resolve()
+    assert files.tmpdir.stat().st_mode & 0o777 == 0o700
+    assert set(files.runner_env) == {"BASH_ENV", "DOCKER_HOST", "COWORK_SHIM_CONFIG", "TMPDIR"}
+    config = json.loads(files.shim_config.read_text())
+    assert config["schema"] == "cowork_adapter.shim_config.v1"
+    assert config["limits"]["memory_swap_bytes"] == config["limits"]["memory_bytes"]
+    env = files.environment({"PATH": "/usr/bin", "DOCKER_CONTEXT": "x", "HOME": "/root"})
+    assert "DOCKER_CONTEXT" not in env and env["HOME"] == "/root"
+    assert env["PATH"] == f"{files.shim_dir}:/usr/bin"
+    assert files.environment({})["PATH"] == f"{files.shim_dir}:{os.defpath}"
+
+
+RUNNER_PROBE = """\
+set -uo pipefail
+export PATH="/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
+DOCKER=$(which docker)
+echo "which=$DOCKER"
+echo "which_ls=$(which ls)"
+echo "command_v=$(command -v docker)"
+( echo "background=$(which docker)" ) &
+wait
+echo "nested=$(bash -c 'export PATH=/usr/local/bin:/usr/bin:/bin; which docker')"
+"$DOCKER" ps --format x
+docker images
+"""
+
+
+def test_bash_env_makes_which_docker_answer_the_shim_after_a_path_rewrite(tmp_path):
+    bed = Bed(tmp_path)
+    script = tmp_path / "runner.sh"
+    script.write_text(RUNNER_PROBE)
+    env = bed.files.environment({"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shim_path = str(bed.files.wrapper)
+    lines = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert lines["which"] == shim_path
+    assert lines["background"] == shim_path
+    assert lines["nested"] == shim_path
+    assert lines["which_ls"] == subprocess.run(["which", "ls"], capture_output=True, text=True).stdout.strip()
+    assert lines["command_v"] == "docker"  # the function, which routes to the shim
+    assert [c["argv"] for c in bed.calls()] == [["ps", "--format", "x"], ["images"]]
+
+
+def test_without_bash_env_the_rewritten_path_would_bypass_the_shim(tmp_path):
+    # The premise of BASH_ENV: a shim merely first on PATH loses to the runner's PATH rewrite.
+    bed = Bed(tmp_path)
+    env = bed.files.environment({"PATH": os.environ["PATH"]})
+    env.pop("BASH_ENV")
+    real = subprocess.run(["bash", "-c", "command which docker"], capture_output=True, text=True,
+                          env={"PATH": "/usr/local/bin:/usr/bin:/bin"}).stdout.strip()
+    if not real:
+        pytest.skip("no docker CLI in the system directories of this machine")
+    done = subprocess.run(["bash", "-c", textwrap.dedent(RUNNER_PROBE).splitlines()[1] + "; which docker"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == real != str(bed.files.wrapper)
