@@ -29,6 +29,7 @@ from .custody.bash_env import install_custody
 from .custody.docker_ops import cleanup_run, custody_gap
 from .errors import CustodyError, Refusal
 from .events import EventLog
+from .live import ProgressView
 from .progress import RunProgress, record_event
 from .schemas.campaign import key_fingerprint
 from .schemas.manifest import RunManifest
@@ -132,6 +133,7 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> in
     label = manifest.run_label
     events = EventLog(run_root / "events.jsonl")
     progress = RunProgress(run_root, events)
+    view = ProgressView.for_stream(sys.stdout)
     failures = progress.failures
     meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
     tracker = MeterTracker(cfg.meter_blindness_sec)
@@ -208,7 +210,9 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> in
                     from .progress import report_write_failure
 
                     report_write_failure(failures, "result_index.jsonl", exc)
-                progress.write_monitor(_monitor(cfg, progress, tracker, state, finished=False))
+                monitor = _monitor(cfg, progress, tracker, state, finished=False)
+                progress.write_monitor(monitor)
+                view.update(monitor)
 
             def runner_started(pid: int) -> None:
                 state["runner_pid"] = pid
@@ -258,6 +262,8 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> in
     monitor = _monitor(cfg, progress, tracker, state, finished=cleanup_error is None)
     monitor.campaign_settlement = settlement
     progress.write_monitor(monitor)
+    view.update(monitor)
+    view.close()
     manifest.outcome = _outcome(result, progress)
     code = _exit_code(result, progress, cleanup_error, settlement)
     record_event(events, failures, EventKind.RUN_FINISHED, outcome=str(manifest.outcome), exit_code=int(code),

@@ -64,7 +64,9 @@ class DemoEnv:
     meter: MeterStandin
     key_env: str = "COWORK_DEMO_PROVIDER_KEY"
 
-    def run_args(self, name: str, tasks: list[str], *, campaign: str, extra: list[str] | None = None) -> list[str]:
+    def run_args(
+        self, name: str, tasks: list[str], *, campaign: str, budget_usd: float = 20, extra: list[str] | None = None
+    ) -> list[str]:
         args = [
             sys.executable, "-m", "cowork_adapter", "run",
             "--repo-dir", str(self.seed), "--bench-root", str(self.bench), "--bench-commit", self.bench_commit,
@@ -72,7 +74,7 @@ class DemoEnv:
             "--run-root", str(self.run_root(name)), "--base-image", self.pack_tag, "--build-image",
             "--model", MODEL, "--max-steps", "20", "--task-timeout", "240", "--concurrency", "2",
             "--campaign-file", str(self.root / campaign), "--campaign-budget-usd", "50",
-            "--budget-usd", "20", "--budget-reserve-usd", "5",
+            "--budget-usd", str(budget_usd), "--budget-reserve-usd", "5",
             "--meter-url", self.meter.base_url, "--api-key-env", self.key_env, "--min-key-usd", "0",
             "--min-free-gib", "1", "--min-root-free-gib", "1", "--cpus", "1", "--memory", "2g",
         ]
@@ -214,7 +216,8 @@ def scenario_budget_stop(env: DemoEnv) -> list[Check]:
     name, campaign = "budget-stop", "campaign-budget.json"
     run_root = env.run_root(name)
     rate = 0.25  # USD per second on the stand-in meter while this scenario runs
-    proc = env.launch(env.run_args(name, ["demo-hang", "demo-csv-totals"], campaign=campaign), name)
+    # The invocation budget is above the campaign boundary, so the campaign reserve must stop it.
+    proc = env.launch(env.run_args(name, ["demo-hang", "demo-csv-totals"], campaign=campaign, budget_usd=100), name)
     started = wait_for(lambda: agent_started(run_root), 300)
     base = env.meter.state()["usage"]
     env.meter.add_usage(38.0)  # jump close to the boundary, then climb steadily across it
