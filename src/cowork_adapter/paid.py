@@ -10,6 +10,7 @@ Order matters and is the point of this module:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -30,8 +31,9 @@ from .custody.docker_ops import cleanup_run, custody_gap
 from .errors import CustodyError, Refusal
 from .events import EventLog
 from .live import ProgressView
-from .progress import RunProgress, record_event
+from .progress import RunProgress, record_event, report_write_failure
 from .schemas.campaign import key_fingerprint
+from .manifest import write_manifest
 from .schemas.manifest import RunManifest
 from .schemas.run_config import model_provider
 from .schemas.monitor import Disk, MeterState, Monitor, Progress, RejectedObservation
@@ -128,149 +130,217 @@ def write_agent_env(path: Path, key: str) -> None:
 
 
 def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> int:
-    key: str = pre.key
-    run_root = cfg.run_root
-    label = manifest.run_label
-    events = EventLog(run_root / "events.jsonl")
-    progress = RunProgress(run_root, events)
-    view = ProgressView.for_stream(sys.stdout)
-    failures = progress.failures
-    meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
-    tracker = MeterTracker(cfg.meter_blindness_sec)
-    store = JsonFileCampaignStore(cfg.campaign_file)
-    stop_file = run_root / "custody" / "stop"
-    evidence = run_root / "custody" / "evidence"
-    agent_env = run_root / "private" / "agent.env"
-    record_event(events, failures, EventKind.RUN_ADMITTED, run_root=str(run_root), run_label=label,
-                 selected=len(manifest.selection.task_ids), resume_generation=manifest.selection.resume_generation)
+    """Run the selection under campaign custody; returns the exit code (see vocab.ExitCode)."""
+    return PaidRun(cfg, manifest, bench_copy, pre.key).run()
 
-    startup = _startup_reading(meter)
-    settlement = "unconfirmed"
-    with open_campaign(
-        store, key_fingerprint=key_fingerprint(key), ceiling=cfg.campaign_budget_usd,
-        prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage, create_if_missing=True,
-    ) as campaign:
-        rec = campaign.record
-        admission_check(_spending(rec, startup.usage, startup.usage), reserve_usd=cfg.budget_reserve_usd,
-                        limit_remaining=startup.limit_remaining)
-        campaign.start_run(run_root=str(run_root), run_label=label, launcher_pid=os.getpid(), host=socket.gethostname())
-        run_start_usage = startup.usage
-        state = {"spending": _spending(campaign.record, startup.usage, run_start_usage), "runner_pid": None,
-                 "causes": []}
-        observer = MeterObserver(
-            read=lambda timeout: meter.read_usage(timeout=timeout),
-            save=lambda usage, at: campaign.record_usage(usage, at),
-            last_accepted=lambda: campaign.record.last_usage,
-            on_observation=lambda obs: _observation(events, failures, tracker, obs),
-        )
+
+class PaidRun:
+    """One paid invocation. Its methods are the supervisor's ports (observe, disk_check, publish)."""
+
+    def __init__(self, cfg: RunConfig, manifest: RunManifest, bench_copy: Path, key: str) -> None:
+        self.cfg, self.manifest, self.bench_copy, self.key = cfg, manifest, bench_copy, key
+        root = cfg.run_root
+        self.label = manifest.run_label
+        self.events = EventLog(root / "events.jsonl")
+        self.progress = RunProgress(root, self.events)
+        self.failures = self.progress.failures
+        self.view = ProgressView.for_stream(sys.stdout)
+        self.meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
+        self.tracker = MeterTracker(cfg.meter_blindness_sec)
+        self.stop_file = root / "custody" / "stop"
+        self.evidence = root / "custody" / "evidence"
+        self.agent_env = root / "private" / "agent.env"
+        self.tmpdir = cfg.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
+        self.runner_pid: int | None = None
+        self.causes: list[str] = []
+        self.spending: Spending | None = None
+
+    def event(self, kind: EventKind, **payload) -> None:
+        record_event(self.events, self.failures, kind, **payload)
+
+    # ---------------------------------------------------------------- the run, in order
+
+    def run(self) -> int:
+        cfg = self.cfg
+        self.event(EventKind.RUN_ADMITTED, run_root=str(cfg.run_root), run_label=self.label,
+                   selected=len(self.manifest.selection.task_ids),
+                   resume_generation=self.manifest.selection.resume_generation)
+        startup = _startup_reading(self.meter)
+        with open_campaign(
+            JsonFileCampaignStore(cfg.campaign_file), key_fingerprint=key_fingerprint(self.key),
+            ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
+            create_if_missing=True,
+        ) as campaign:
+            self.campaign = campaign
+            self.run_start_usage = startup.usage
+            self.spending = _spending(campaign.record, startup.usage, startup.usage)
+            admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
+            campaign.start_run(run_root=str(cfg.run_root), run_label=self.label, launcher_pid=os.getpid(),
+                               host=socket.gethostname())
+            self.observer = MeterObserver(
+                read=lambda timeout: self.meter.read_usage(timeout=timeout),
+                save=lambda usage, at: campaign.record_usage(usage, at),
+                last_accepted=lambda: campaign.record.last_usage,
+                on_observation=self._observation,
+            )
+            result = self._supervise(startup.request_time)
+            cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+            self._record_result(result)
+            settlement = "unconfirmed" if cleanup_error else self._settle(result)
+            self.manifest.campaign_settlement = settlement
+            self.event(EventKind.SETTLEMENT, settlement=settlement,
+                       run_spent_usd=self.spending.run_spent_usd if self.spending else None)
+        return self._finish(result, cleanup_error, settlement)
+
+    def _supervise(self, anchor: float) -> SupervisionResult:
+        """Install custody and supervise the runner; any failure after start_run becomes a stop cause."""
+        cfg = self.cfg
         try:
-            write_agent_env(agent_env, key)
+            write_agent_env(self.agent_env, self.key)
             custody = install_custody(
-                run_root, real_docker=_real_docker(), docker_host=cfg.docker_host, run_label=label,
-                limits={"cpus": cfg.cpus, "memory_bytes": cfg.memory_bytes, "memory_swap_bytes": cfg.memory_swap_bytes,
-                        "pids_limit": cfg.pids_limit},
-                stop_file=stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.min_free_gib * GIB),
-                evidence_dir=evidence, agent_env_file=agent_env,
+                cfg.run_root, real_docker=_real_docker(), docker_host=cfg.docker_host, run_label=self.label,
+                limits={"cpus": cfg.cpus, "memory_bytes": cfg.memory_bytes,
+                        "memory_swap_bytes": cfg.memory_swap_bytes, "pids_limit": cfg.pids_limit},
+                stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.min_free_gib * GIB),
+                evidence_dir=self.evidence, agent_env_file=self.agent_env,
             )
-            manifest.bash_env = str(custody.bash_env)
-            from .manifest import write_manifest
-
-            write_manifest(run_root, manifest)
-
-            class Meter:
-                def observe(self, deadline: float):
-                    reading = observer.observe(deadline, phase=MeterPhase.POLL)
-                    tracker.accepted(reading)
-                    spending = _spending(campaign.record, reading.usage, run_start_usage)
-                    state["spending"] = spending
-                    record_event(events, failures, EventKind.METER_READING, phase="poll", usage=reading.usage,
-                                 run_spent_usd=spending.run_spent_usd, campaign_spent_usd=spending.spent_usd,
-                                 campaign_remaining_usd=spending.remaining_usd)
-                    decision = stop_decision(spending, reserve_usd=cfg.budget_reserve_usd, run_budget_usd=cfg.budget_usd,
-                                             limit_remaining=reading.limit_remaining)
-                    return reading.request_time, decision
-
-            def disk_check():
-                if _free(cfg.resource_root) < cfg.min_free_gib * GIB:
-                    return StopReason.DISK_RESERVE
-                if _free(Path("/")) < cfg.min_root_free_gib * GIB:
-                    return StopReason.ROOT_DISK_RESERVE
-                if state["runner_pid"] is not None:
-                    try:
-                        if custody_gap(cfg.docker_host, label, state["runner_pid"]).breached:
-                            return StopReason.CUSTODY_BREACH
-                    except CustodyError:
-                        pass  # the listing failed: the next turn's meter/cleanup decide; never "clean"
-                return None
-
-            def publish(live: bool) -> None:
-                try:
-                    progress.refresh(live=live, interruption_cause="in_progress")
-                except Exception as exc:  # noqa: BLE001 - progress never stops a run
-                    from .progress import report_write_failure
-
-                    report_write_failure(failures, "result_index.jsonl", exc)
-                monitor = _monitor(cfg, progress, tracker, state, finished=False)
-                progress.write_monitor(monitor)
-                view.update(monitor)
-
-            def runner_started(pid: int) -> None:
-                state["runner_pid"] = pid
-                campaign.set_runner_pgid(pid)
-
+            self.manifest.bash_env = str(custody.bash_env)
+            write_manifest(cfg.run_root, self.manifest)
             supervisor = Supervisor(
-                runner_argv=manifest.official_command, runner_env=runner_env(cfg, manifest, custody),
-                runner_cwd=bench_copy, console_log=run_root / "console.log", stop_file=stop_file,
-                blindness_sec=cfg.meter_blindness_sec, meter=Meter(), disk_check=disk_check, publish=publish,
-                on_event=lambda kind, data: _supervisor_event(events, failures, kind, data),
-                on_runner_started=runner_started,
+                runner_argv=self.manifest.official_command, runner_env=runner_env(cfg, self.manifest, custody),
+                runner_cwd=self.bench_copy, console_log=cfg.run_root / "console.log", stop_file=self.stop_file,
+                blindness_sec=cfg.meter_blindness_sec, meter=self, disk_check=self.disk_check, publish=self.publish,
+                on_event=self._supervisor_event, on_runner_started=self._runner_started,
             )
-            result = supervisor.run(startup.request_time)
-            state["causes"] = result.stop_causes
-            record_event(events, failures, EventKind.RUNNER_EXITED, exit_code=result.runner_exit_code)
-            for cause in result.stop_causes:
-                record_event(events, failures, EventKind.STOP_REQUESTED, reason=cause, source="supervisor")
-
+            result = supervisor.run(anchor)
         except Exception as exc:  # noqa: BLE001 - after start_run every path must clean up and settle
-            result = SupervisionResult(stop_reason=StopReason.SUPERVISOR_ERROR,
+            result = SupervisionResult(stop_reason=StopReason.SUPERVISOR_ERROR.value,
                                        stop_causes=[StopReason.SUPERVISOR_ERROR.value], runner_exit_code=None,
                                        supervisor_error=f"{type(exc).__name__}: {exc}")
-            state["causes"] = result.stop_causes
-        cleanup_error = _cleanup(cfg, label, events, failures, cfg.resource_root.resolve() / f"tmp-{label[:12]}", agent_env)
-        manifest.stop_reason = result.stop_reason
-        manifest.stop_causes = result.stop_causes
-        manifest.runner_exit_code = result.runner_exit_code
-        if result.supervisor_error:
-            manifest.error = {"type": "supervisor_error", "message": scrub(result.supervisor_error, secret_terms([key]))[:4000]}
-        meter_error = None
-        if cleanup_error is None:
-            meter_error, final_spending = _settle(cfg, observer, tracker, campaign, run_start_usage, events, failures)
-            if final_spending is not None:
-                state["spending"] = final_spending
-            outcome = _outcome(result, progress)
-            try:
-                campaign.finish_run(outcome=str(outcome), stop_reason=result.stop_reason, meter_error=meter_error)
-                settlement = "recorded"
-            except Exception as exc:  # noqa: BLE001 - the campaign stays unsettled and says so
-                meter_error = meter_error or f"campaign save failed: {type(exc).__name__}"
-        manifest.campaign_settlement = settlement
-        record_event(events, failures, EventKind.SETTLEMENT, settlement=settlement,
-                     run_spent_usd=state["spending"].run_spent_usd if state["spending"] else None)
+        self.causes = result.stop_causes
+        self.event(EventKind.RUNNER_EXITED, exit_code=result.runner_exit_code)
+        for cause in result.stop_causes:
+            self.event(EventKind.STOP_REQUESTED, reason=cause, source="supervisor")
+        return result
 
-    cause = result.stop_reason or ("cleanup_unproven" if cleanup_error else "runner_exited")
-    progress.refresh(live=False, interruption_cause=cause)
-    monitor = _monitor(cfg, progress, tracker, state, finished=cleanup_error is None)
-    monitor.campaign_settlement = settlement
-    progress.write_monitor(monitor)
-    view.update(monitor)
-    view.close()
-    manifest.outcome = _outcome(result, progress)
-    code = _exit_code(result, progress, cleanup_error, settlement)
-    record_event(events, failures, EventKind.RUN_FINISHED, outcome=str(manifest.outcome), exit_code=int(code),
-                 stop_reason=result.stop_reason)
-    _audit(run_root)
-    _say_outcome(manifest, progress, cleanup_error, settlement)
-    return code
+    def _record_result(self, result: SupervisionResult) -> None:
+        self.manifest.stop_reason = result.stop_reason
+        self.manifest.stop_causes = result.stop_causes
+        self.manifest.runner_exit_code = result.runner_exit_code
+        if result.supervisor_error:
+            message = scrub(result.supervisor_error, secret_terms([self.key]))[:4000]
+            self.manifest.error = {"type": "supervisor_error", "message": message}
+
+    def _settle(self, result: SupervisionResult) -> str:
+        """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
+        meter_error = None
+        try:
+            reading = self.observer.observe(time.monotonic() + self.cfg.meter_blindness_sec, phase=MeterPhase.FINAL)
+            self._accepted(reading, phase="final")
+        except MeterBlind as exc:
+            meter_error = f"final meter reading unavailable: {exc.last_error or exc}"
+        try:
+            self.campaign.finish_run(outcome=str(_outcome(result, self.progress)), stop_reason=result.stop_reason,
+                                     meter_error=meter_error)
+        except Exception:  # noqa: BLE001 - the campaign keeps active_run and the run says so
+            return "unconfirmed"
+        return "recorded"
+
+    def _finish(self, result: SupervisionResult, cleanup_error: str | None, settlement: str) -> int:
+        cause = result.stop_reason or ("cleanup_unproven" if cleanup_error else "runner_exited")
+        self.progress.refresh(live=False, interruption_cause=cause)
+        monitor = self._monitor(finished=cleanup_error is None)
+        monitor.campaign_settlement = settlement
+        self.progress.write_monitor(monitor)
+        self.view.update(monitor)
+        self.view.close()
+        self.manifest.outcome = _outcome(result, self.progress)
+        code = _exit_code(result, self.progress, cleanup_error, settlement)
+        self.event(EventKind.RUN_FINISHED, outcome=str(self.manifest.outcome), exit_code=int(code),
+                   stop_reason=result.stop_reason)
+        _audit(self.cfg.run_root)
+        _say_outcome(self.manifest, self.progress, cleanup_error, settlement)
+        return code
+
+    # ---------------------------------------------------------------- the supervisor's ports
+
+    def observe(self, deadline: float) -> tuple[float, StopReason | None]:
+        reading = self.observer.observe(deadline, phase=MeterPhase.POLL)
+        self._accepted(reading, phase="poll")
+        decision = stop_decision(self.spending, reserve_usd=self.cfg.budget_reserve_usd,
+                                 run_budget_usd=self.cfg.budget_usd, limit_remaining=reading.limit_remaining)
+        return reading.request_time, decision
+
+    def disk_check(self) -> StopReason | None:
+        cfg = self.cfg
+        if _free(cfg.resource_root) < cfg.min_free_gib * GIB:
+            return StopReason.DISK_RESERVE
+        if _free(Path("/")) < cfg.min_root_free_gib * GIB:
+            return StopReason.ROOT_DISK_RESERVE
+        if self.runner_pid is not None:
+            try:
+                if custody_gap(cfg.docker_host, self.label, self.runner_pid).breached:
+                    return StopReason.CUSTODY_BREACH
+            except CustodyError:
+                pass  # a failed listing proves nothing either way; cleanup verifies at the end
+        return None
+
+    def publish(self, live: bool) -> None:
+        try:
+            self.progress.refresh(live=live, interruption_cause="in_progress")
+        except Exception as exc:  # noqa: BLE001 - progress never stops a run
+            report_write_failure(self.failures, "result_index.jsonl", exc)
+        monitor = self._monitor(finished=False)
+        self.progress.write_monitor(monitor)
+        self.view.update(monitor)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _accepted(self, reading: AcceptedReading, *, phase: str) -> None:
+        self.tracker.accepted(reading)
+        self.spending = _spending(self.campaign.record, reading.usage, self.run_start_usage)
+        self.event(EventKind.METER_READING, phase=phase, usage=reading.usage,
+                   run_spent_usd=self.spending.run_spent_usd, campaign_spent_usd=self.spending.spent_usd,
+                   campaign_remaining_usd=self.spending.remaining_usd)
+
+    def _observation(self, obs: Observation) -> None:
+        self.tracker.observation(obs)
+        if not obs.accepted:
+            self.event(EventKind.METER_REJECTED, phase=obs.phase, previous_usage=obs.previous_usage,
+                       observed_usage=obs.observed_usage, error_type=obs.error_type or "error", error=obs.error or "")
+
+    def _runner_started(self, pid: int) -> None:
+        self.runner_pid = pid
+        self.campaign.set_runner_pgid(pid)
+
+    def _supervisor_event(self, kind: str, data: dict) -> None:
+        if kind == "runner_started":
+            self.event(EventKind.RUNNER_STARTED, pid=data.get("pid"))
+        elif kind == "stop_marker_failed":
+            print(json.dumps({"event": "cowork_stop_marker_failed", **data}), file=sys.stderr, flush=True)
+
+    def _monitor(self, *, finished: bool) -> Monitor:
+        cfg, spending = self.cfg, self.spending
+        return Monitor(
+            observed_at=datetime.now(timezone.utc),
+            launcher_pid=os.getpid(),
+            runner_pid=self.runner_pid,
+            finished=finished,
+            progress=Progress(**self.progress.counts()),
+            spending=MonitorSpending(
+                campaign_spent_usd=max(0.0, spending.spent_usd) if spending else None,
+                campaign_remaining_usd=max(0.0, spending.remaining_usd) if spending else None,
+                run_spent_usd=max(0.0, spending.run_spent_usd or 0.0) if spending else None,
+                reserve_usd=cfg.budget_reserve_usd,
+                run_budget_usd=cfg.budget_usd,
+            ),
+            meter=self.tracker.state(),
+            disk=Disk(resource_free_bytes=_free(cfg.resource_root), root_free_bytes=_free(Path("/")),
+                      resource_reserve_bytes=int(cfg.min_free_gib * GIB),
+                      root_reserve_bytes=int(cfg.min_root_free_gib * GIB)),
+            stop_reason=self.causes[0] if self.causes else None,
+            stop_causes=list(self.causes),
+        )
 
 
 def _startup_reading(meter: KeyMeter) -> AcceptedReading:
@@ -292,22 +362,6 @@ def _spending(record, usage: float, run_start_usage: float) -> Spending:
                     usage_baseline=record.usage_baseline, usage=usage, usage_at_run_start=run_start_usage)
 
 
-def _observation(events: EventLog, failures, tracker: MeterTracker, obs: Observation) -> None:
-    tracker.observation(obs)
-    if not obs.accepted:
-        record_event(events, failures, EventKind.METER_REJECTED, phase=obs.phase, previous_usage=obs.previous_usage,
-                     observed_usage=obs.observed_usage, error_type=obs.error_type or "error", error=obs.error or "")
-
-
-def _supervisor_event(events: EventLog, failures, kind: str, data: dict) -> None:
-    if kind == "runner_started":
-        record_event(events, failures, EventKind.RUNNER_STARTED, pid=data.get("pid"))
-    elif kind == "stop_marker_failed":
-        import json
-
-        print(json.dumps({"event": "cowork_stop_marker_failed", **data}), file=sys.stderr, flush=True)
-
-
 def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Path, agent_env: Path) -> str | None:
     """Exact-label cleanup, proven by a relist; then the staging dirs and the key file. None = proven."""
     import json
@@ -326,44 +380,6 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
     agent_env.unlink(missing_ok=True)
     shutil.rmtree(tmpdir, ignore_errors=True)  # the runner's staging copies (TMPDIR is run-scoped)
     return error
-
-
-def _settle(cfg, observer: MeterObserver, tracker: MeterTracker, campaign, run_start_usage: float, events, failures):
-    """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
-    try:
-        reading = observer.observe(time.monotonic() + cfg.meter_blindness_sec, phase=MeterPhase.FINAL)
-    except MeterBlind as exc:
-        return f"final meter reading unavailable: {exc.last_error or exc}", None
-    tracker.accepted(reading)
-    spending = _spending(campaign.record, reading.usage, run_start_usage)
-    record_event(events, failures, EventKind.METER_READING, phase="final", usage=reading.usage,
-                 run_spent_usd=spending.run_spent_usd, campaign_spent_usd=spending.spent_usd,
-                 campaign_remaining_usd=spending.remaining_usd)
-    return None, spending
-
-
-def _monitor(cfg: RunConfig, progress: RunProgress, tracker: MeterTracker, state: dict, *, finished: bool) -> Monitor:
-    spending: Spending | None = state["spending"]
-    causes = list(state["causes"])
-    return Monitor(
-        observed_at=datetime.now(timezone.utc),
-        launcher_pid=os.getpid(),
-        runner_pid=state["runner_pid"],
-        finished=finished,
-        progress=Progress(**progress.counts()),
-        spending=MonitorSpending(
-            campaign_spent_usd=max(0.0, spending.spent_usd) if spending else None,
-            campaign_remaining_usd=max(0.0, spending.remaining_usd) if spending else None,
-            run_spent_usd=max(0.0, spending.run_spent_usd or 0.0) if spending else None,
-            reserve_usd=cfg.budget_reserve_usd,
-            run_budget_usd=cfg.budget_usd,
-        ),
-        meter=tracker.state(),
-        disk=Disk(resource_free_bytes=_free(cfg.resource_root), root_free_bytes=_free(Path("/")),
-                  resource_reserve_bytes=int(cfg.min_free_gib * GIB), root_reserve_bytes=int(cfg.min_root_free_gib * GIB)),
-        stop_reason=causes[0] if causes else None,
-        stop_causes=causes,
-    )
 
 
 def _outcome(result, progress: RunProgress) -> RunOutcome:

@@ -67,17 +67,18 @@ class RunProgress:
         return self.rows
 
     def counts(self) -> dict[str, int]:
-        counts = Counter(row.status.value for row in self.rows)
-        done = sum(counts[s.value] for s in TaskStatus if s is not TaskStatus.NOT_ATTEMPTED)
+        """Tallies for monitor.json. A provisional row (a task in flight, or waiting for its verdict)
+        is not yet a failure: it counts as running until its row settles."""
+        final = Counter(row.status.value for row in self.rows if not row.provisional)
         return {
             "selected": len(self.rows),
             "done": len(self._finished),
-            "passed": counts[TaskStatus.PASSED.value],
-            "failed": counts[TaskStatus.FAILED.value],
-            "agent_failed": counts[TaskStatus.AGENT_FAILED.value],
-            "infra_failed": counts[TaskStatus.INFRA_FAILED.value],
-            "not_attempted": counts[TaskStatus.NOT_ATTEMPTED.value],
-            "running": max(0, len(self._started) - len(self._finished)) if done >= 0 else 0,
+            "passed": final[TaskStatus.PASSED.value],
+            "failed": final[TaskStatus.FAILED.value],
+            "agent_failed": final[TaskStatus.AGENT_FAILED.value],
+            "infra_failed": final[TaskStatus.INFRA_FAILED.value],
+            "not_attempted": final[TaskStatus.NOT_ATTEMPTED.value],
+            "running": max(0, len(self._started) - len(self._finished)),
         }
 
     def write_monitor(self, monitor: Monitor) -> None:

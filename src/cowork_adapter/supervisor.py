@@ -162,18 +162,26 @@ class Supervisor:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.on_event("stop_requested", {"reason": str(reason)})
+        # The runner's EXIT trap removes its containers on SIGTERM; SIGKILL only if the group lingers.
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
-                return
-            try:
-                self.proc.wait(timeout=self.group_grace_sec)
-                # The runner's own EXIT trap may still be removing containers: give its group the grace.
-                if not _group_alive(self.proc.pid):
-                    return
-            except subprocess.TimeoutExpired:
-                continue
+                break
+            if self._wait_group_gone(self.group_grace_sec):
+                break
+        self.proc.poll()
+
+    def _wait_group_gone(self, timeout: float) -> bool:
+        """True once no process of the runner's group remains (its own child reaped meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.proc.poll()  # reap the direct child, or its zombie keeps the group "alive"
+            if not _group_alive(self.proc.pid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -1,0 +1,164 @@
+"""The supervisor's stop rules with a real child process group and injected meter, disk and publish."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter.campaign.observe import MeterBlind
+from cowork_adapter.errors import CampaignPersistenceError
+from cowork_adapter.supervisor import Supervisor
+from cowork_adapter.vocab import StopReason
+
+
+class FakeMeter:
+    """Accepts every read at once (anchor = now) unless told to go blind or to decide a stop."""
+
+    def __init__(self, *, blind_after: int | None = None, decision_after: int | None = None, error=None):
+        self.calls = 0
+        self.blind_after = blind_after
+        self.decision_after = decision_after
+        self.error = error
+
+    def observe(self, deadline: float):
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        if self.blind_after is not None and self.calls > self.blind_after:
+            raise MeterBlind("silent")
+        if self.decision_after is not None and self.calls > self.decision_after:
+            return time.monotonic(), StopReason.RUN_BUDGET
+        return time.monotonic(), None
+
+
+def make(tmp_path: Path, argv: list[str], meter: FakeMeter, **kw) -> Supervisor:
+    events: list[tuple[str, dict]] = []
+    sup = Supervisor(
+        runner_argv=argv,
+        runner_env=dict(os.environ),
+        runner_cwd=tmp_path,
+        console_log=tmp_path / "console.log",
+        stop_file=tmp_path / "stop",
+        blindness_sec=30.0,
+        meter=meter,
+        disk_check=kw.pop("disk_check", lambda: None),
+        publish=kw.pop("publish", lambda live: None),
+        on_event=lambda kind, data: events.append((kind, data)),
+        poll_sec=0.1,
+        group_grace_sec=2.0,
+        **kw,
+    )
+    sup.events = events  # type: ignore[attr-defined]
+    return sup
+
+
+# A runner that leaves a grandchild in its group: stopping must take the whole group.
+LONG_RUNNER = ["bash", "-c", "sleep 300 & wait"]
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_runner_that_finishes_is_not_a_stop_and_fences_admission(tmp_path):
+    sup = make(tmp_path, ["bash", "-c", "echo hello"], FakeMeter())
+    result = sup.run(time.monotonic())
+    assert result.stop_reason is None
+    assert result.runner_exit_code == 0
+    assert (tmp_path / "stop").read_text() == "runner_finished\n"
+    assert b"hello" in (tmp_path / "console.log").read_bytes()
+
+
+def test_blind_meter_stops_with_budget_meter_unavailable_and_kills_the_group(tmp_path):
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(blind_after=1))
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == StopReason.BUDGET_METER_UNAVAILABLE
+    assert group_gone(sup.proc.pid)
+    assert (tmp_path / "stop").read_text() == "budget_meter_unavailable\n"
+
+
+def test_budget_decision_stops_at_once(tmp_path):
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(decision_after=2))
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == StopReason.RUN_BUDGET
+    assert sup.meter.calls == 3  # no further poll after the deciding one
+    assert group_gone(sup.proc.pid)
+
+
+def test_campaign_write_failure_stops_with_campaign_persistence_failed(tmp_path):
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(error=CampaignPersistenceError("disk full")))
+    assert sup.run(time.monotonic()).stop_reason == StopReason.CAMPAIGN_PERSISTENCE_FAILED
+
+
+def test_unexpected_failure_is_supervisor_error_never_a_finished_runner(tmp_path):
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(error=RuntimeError("bug")))
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == StopReason.SUPERVISOR_ERROR
+    assert "RuntimeError: bug" in result.supervisor_error
+    assert group_gone(sup.proc.pid)
+
+
+def test_disk_reserve_stops(tmp_path):
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(), disk_check=lambda: StopReason.DISK_RESERVE)
+    assert sup.run(time.monotonic()).stop_reason == StopReason.DISK_RESERVE
+
+
+def test_expired_anchor_never_starts_the_runner(tmp_path):
+    sup = make(tmp_path, ["bash", "-c", "touch started"], FakeMeter())
+    result = sup.run(time.monotonic() - 31.0)
+    assert result.stop_reason == StopReason.BUDGET_METER_UNAVAILABLE
+    assert sup.proc is None and not (tmp_path / "started").exists()
+
+
+def test_slow_publish_that_uses_up_the_bound_stops(tmp_path):
+    clock = {"offset": 0.0}
+
+    def publish(live):
+        clock["offset"] = 31.0  # as if the ledger write took 31 s
+
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(), publish=publish,
+               clock=lambda: time.monotonic() + clock["offset"])
+
+    class AnchorNow(FakeMeter):
+        def observe(self, deadline):
+            self.calls += 1
+            return time.monotonic(), None  # the anchor is the real time; the clock runs 31 s ahead
+
+    sup.meter = AnchorNow()
+    assert sup.run(time.monotonic()).stop_reason == StopReason.BUDGET_METER_UNAVAILABLE
+
+
+def test_sigterm_is_recorded_as_signal_15_and_handlers_are_restored(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter())
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == "signal_15"
+    assert group_gone(sup.proc.pid)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_existing_stop_file_keeps_the_first_cause(tmp_path):
+    (tmp_path / "stop").write_text("operator_said_so\n")
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(decision_after=0))
+    sup.run(time.monotonic())
+    assert (tmp_path / "stop").read_text() == "operator_said_so\n"
+
+
+@pytest.mark.parametrize("cause", ["signal_2", "stop_requested"])
+def test_first_cause_wins(tmp_path, cause):
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter())
+    sup.request_stop(cause)
+    sup.request_stop(StopReason.RUN_BUDGET)
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == cause
+    assert result.stop_causes == [cause, StopReason.RUN_BUDGET]
