@@ -233,14 +233,16 @@ app.command(
     "run",
     help="Run the agent on selected Cowork Bench tasks under custody of money, containers and evidence.\n\n"
     "Example: cowork-adapter run --repo-dir ~/seed --bench-root ~/cowork_bench --run-root "
-    "/data/smoke-1 --task TASK_ID --campaign-file /data/campaign.json",
+    "/data/smoke-1 --task TASK_ID --campaign-file /data/campaign.json\n\n"
+    "Exit codes: 0 completed; 1 incomplete (infra or not-attempted rows, cleanup unproven, crash); "
+    "2 refused; 3 stopped (budget, meter, disk, signal).",
 )(_with_run_flags(_run_body))
 
 app.command(
     "doctor",
     help="Check the host, daemon, checkouts, images, disk and key for the run these flags describe; "
     "start nothing.\n\nExample: cowork-adapter doctor --repo-dir ~/seed --bench-root ~/cowork_bench "
-    "--run-root /data/smoke-1 --dry-run",
+    "--run-root /data/smoke-1 --dry-run\n\nExit codes: 0 every needed check OK; 1 a check failed; 2 flags refused.",
 )(_with_run_flags(_doctor_body))
 
 
@@ -298,7 +300,7 @@ def report(
 
 @app.command(
     help="Show a run's progress, spending, disk headroom and stop reasons.\n\n"
-    "Example: cowork-adapter status /data/smoke-1 --json"
+    "Example: cowork-adapter status /data/smoke-1 --json\n\nExit codes: 0 read; 2 not a run root."
 )
 def status(
     run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
@@ -311,7 +313,8 @@ def status(
 
 @app.command(
     help="Ask a running launcher to stop and clean up by its exact run label, then wait for it.\n\n"
-    "Example: cowork-adapter stop /data/smoke-1 --timeout 300"
+    "Example: cowork-adapter stop /data/smoke-1 --timeout 300\n\nExit codes: 0 stopped with cleanup proven, or already ended; "
+    "1 cleanup unproven, timed out, or launcher gone (reconcile); 2 not a run root."
 )
 def stop(
     run_root: Annotated[Path, typer.Argument(help="Run root of the launcher to stop.")],

@@ -24,6 +24,7 @@ from .schemas.manifest import ImageIdentity, Limits, RunManifest, Selection
 from .schemas.manifest import Refusal as RefusalRecord
 from .schemas.run_config import build_run_config
 from .selection import validate_against_dataset
+from .signals import LAUNCHER_SIGNALS, StopSignal
 from .vocab import ExitCode, RunOutcome
 
 RUN_CONFIG_NAME = "cowork_adapter_run.json"
@@ -171,8 +172,15 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
     )
     write_manifest(cfg.run_root, manifest)
+    LAUNCHER_SIGNALS.install()
     try:
         code = _admitted(cfg, pre, manifest)
+    except StopSignal as stop:
+        manifest.outcome = RunOutcome.STOPPED
+        manifest.stop_reason = stop.cause
+        manifest.stop_causes = [stop.cause]
+        code = ExitCode.STOPPED
+        say(f"stopped by {stop.cause} before the runner started; nothing ran.")
     except Refusal as refusal:
         manifest.outcome = RunOutcome.REFUSED
         manifest.refusal = RefusalRecord(stage=refusal.stage, sentence=refusal.sentence)
@@ -188,6 +196,9 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
             raise
     finally:
         manifest.finished_at = utc_now()
+        LAUNCHER_SIGNALS.restore()
+    late = [c for c in LAUNCHER_SIGNALS.received if c not in manifest.stop_causes]
+    manifest.stop_causes = [*manifest.stop_causes, *late]  # recorded, never interrupting custody
     manifest.exit_code = int(code)
     write_manifest(cfg.run_root, manifest)
     return int(code)

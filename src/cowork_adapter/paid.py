@@ -36,6 +36,7 @@ from .schemas.campaign import key_fingerprint
 from .manifest import write_manifest
 from .schemas.manifest import RunManifest
 from .schemas.run_config import model_provider
+from .signals import LAUNCHER_SIGNALS
 from .schemas.monitor import Disk, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
 from .supervisor import SupervisionResult, Supervisor
@@ -184,13 +185,15 @@ class PaidRun:
                 on_observation=self._observation,
             )
             result = self._supervise(startup.request_time)
-            cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
-            self._record_result(result)
-            settlement = "unconfirmed" if cleanup_error else self._settle(result)
-            self.manifest.campaign_settlement = settlement
-            self.event(EventKind.SETTLEMENT, settlement=settlement,
-                       run_spent_usd=self.spending.run_spent_usd if self.spending else None)
-        return self._finish(result, cleanup_error, settlement)
+            with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
+                cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+                self._record_result(result)
+                settlement = "unconfirmed" if cleanup_error else self._settle(result)
+                self.manifest.campaign_settlement = settlement
+                self.event(EventKind.SETTLEMENT, settlement=settlement,
+                           run_spent_usd=self.spending.run_spent_usd if self.spending else None)
+        with LAUNCHER_SIGNALS.critical():
+            return self._finish(result, cleanup_error, settlement)
 
     def _supervise(self, anchor: float) -> SupervisionResult:
         """Install custody and supervise the runner; any failure after start_run becomes a stop cause."""

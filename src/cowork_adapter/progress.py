@@ -39,6 +39,7 @@ class RunProgress:
     _ctx: IndexContext | None = None
     _started: set[str] = field(default_factory=set)
     _finished: set[str] = field(default_factory=set)
+    _live: bool = True
 
     def _context(self) -> IndexContext:
         if self._ctx is None:
@@ -49,6 +50,7 @@ class RunProgress:
 
     def refresh(self, *, live: bool, interruption_cause: str) -> list[TaskRow]:
         """Emit events for newly started/finished tasks, rebuild and write the ledger."""
+        self._live = live
         ctx = self._context()
         for task, source in sorted(ctx.custody.items()):
             if task not in self._started:
@@ -78,7 +80,8 @@ class RunProgress:
             "agent_failed": final[TaskStatus.AGENT_FAILED.value],
             "infra_failed": final[TaskStatus.INFRA_FAILED.value],
             "not_attempted": final[TaskStatus.NOT_ATTEMPTED.value],
-            "running": max(0, len(self._started) - len(self._finished)),
+            # After the run nothing is running: a started task without a runner row is interrupted.
+            "running": max(0, len(self._started) - len(self._finished)) if self._live else 0,
         }
 
     def write_monitor(self, monitor: Monitor) -> None:

@@ -362,3 +362,9 @@ def run_demo(*, run_root: Path, docker_host: str | None, scenario: str) -> int:
     print(f"demo verdict: {'PASS' if ok else 'FAIL'} ({sum(c.ok for cs in results.values() for c in cs)} of "
           f"{sum(len(cs) for cs in results.values())} checks)")
     return ExitCode.OK if ok else ExitCode.FAILED
+
+
+# Scenarios that live in their own modules import Check/DemoEnv from here, so they register last.
+from .scenarios_diagnostic import scenario_diagnostic  # noqa: E402
+
+SCENARIOS[DemoScenario.DIAGNOSTIC.value] = scenario_diagnostic
