@@ -100,10 +100,11 @@ def run_eval(task_dir: str, out=None) -> int:
         receipt = protocol.new_receipt(claim, official_run=False, cause=ReceiptCause.UNCLAIMED_PRIOR_RESULT.value)
         _publish_receipt(task_root, receipt)
         return emit(receipt, out)
-    return _evaluate(task_dir, short, task_root, claim, out)
+    return _evaluate(task_dir, short, task_root, claim, out,
+                     diagnose=bool(cfg and cfg.diagnostic_eval_on_truncation))
 
 
-def _evaluate(task_dir: str, short: str, task_root: str, claim: dict, out) -> int:
+def _evaluate(task_dir: str, short: str, task_root: str, claim: dict, out, diagnose: bool = False) -> int:
     log_file = os.path.join(task_root, protocol.LOG_NAME)
     try:
         task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: only now
@@ -127,7 +128,21 @@ def _evaluate(task_dir: str, short: str, task_root: str, claim: dict, out) -> in
         if not isinstance(exc, Exception):
             _settle(task_root, claim, raised, None, out)
             raise
-    return _settle(task_root, claim, raised, returned, out)
+    code = _settle(task_root, claim, raised, returned, out)
+    if diagnose:  # opt-in, audit only: after the official receipt and lines, never changing either
+        _diagnose(task_root, claim)
+    return code
+
+
+def _diagnose(task_root: str, claim: dict) -> None:
+    """The residual-state diagnostic (diagnostic.py); it prints nothing to the runner's log."""
+    try:
+        from .diagnostic import run_diagnostic
+
+        run_diagnostic(task_root, claim)
+    except Exception as exc:  # its own failures are receipt outcomes; this is the last resort
+        print(protocol.runner_safe(f"[cowork] diagnostic not recorded: {type(exc).__name__}"),
+              file=sys.stderr, flush=True)
 
 
 def _settle(task_root: str, claim: dict, raised: Optional[str], returned: Any, out) -> int:

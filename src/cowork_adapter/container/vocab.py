@@ -197,6 +197,49 @@ class ContainerState(Vocab):
     UNKNOWN = "unknown"
 
 
+class DiagnosticOutcome(Vocab):
+    """What the opt-in residual-state diagnostic observed (audit only, never a score)."""
+
+    CHECKS_PASSED = "checks_passed"  # the unchanged checker exited 0 on the state the agent left
+    CHECKS_FAILED = "checks_failed"
+    INELIGIBLE = "ineligible"
+    UNAVAILABLE = "unavailable"  # no checker command could be rebuilt: never a pass
+    TIMEOUT = "timeout"  # the cap was reached and the process group was proven dead
+    UNKNOWN = "unknown"  # the process group's death could not be proven
+    DIAGNOSTIC_ERROR = "diagnostic_error"
+    DISABLED = "disabled"
+    NOT_APPLICABLE = "not_applicable"  # the official evaluator returned a boolean verdict
+
+
+class DiagnosticReason(Vocab):
+    """Why a diagnostic is ineligible or unavailable, or how it ended without a report."""
+
+    OFFICIAL_NOT_COMPLETED = "official_not_completed"
+    LOG_CHANGED_OR_UNREADABLE = "log_changed_or_unreadable"
+    NOT_SAME_ATTEMPT_STATUS_GATE_DECLINE = "not_same_attempt_status_gate_decline"
+    ADAPTER_SUMMARY_UNAVAILABLE = "adapter_summary_unavailable"
+    ADAPTER_SUMMARY_NOT_LINKED = "adapter_summary_not_linked"
+    INFRASTRUCTURE_OUTCOME = "infrastructure_outcome"
+    NO_TASK_SUBMISSION = "no_task_submission"
+    STOP_REASON_NOT_ELIGIBLE = "stop_reason_not_eligible"
+    NO_AGENT_ACTIVITY = "no_agent_activity"
+    AGENT_ACTIVITY_UNKNOWN = "agent_activity_unknown"
+    AGENT_TERMINATION_UNPROVEN = "agent_termination_unproven"
+    OFFICIAL_CLAIM_NOT_LINKED = "official_claim_not_linked"
+    SAVED_CONFIG_UNSUPPORTED = "saved_config_unsupported"
+    SAVED_CONFIG_NOT_LINKED = "saved_config_not_linked"
+    NO_EVAL_COMMAND = "no_eval_command"
+    SPAWN_ERROR = "spawn_error"  # + ":<exception type>"
+    NO_FINAL_REPORT = "no_final_report"
+    EXCEPTION = "exception"  # + ":<exception type>"
+    CAP_REACHED = "diagnostic_cap_reached"
+    GROUP_DEATH_UNCONFIRMED = "process_group_death_unconfirmed"
+
+
+# The agent stops a residual-state diagnostic may follow: a time, round or budget rail.
+DIAGNOSTIC_STOP_REASONS = frozenset({"deadline_local", "wall_clock_timeout", "round_limit", "budget_exhausted"})
+
+
 class ShimRefusal(Vocab):
     """Why the docker shim refused a container creation (exit 75)."""
 
@@ -241,6 +284,14 @@ class ServerHealth(Vocab):
     OK = "ok"
     FAILED = "failed"
     REPAIRED = "repaired"
+
+
+class RepairFault(Vocab):
+    """A known reproducibility fault of the benchmark image that the derived image repairs."""
+
+    MCP_SDK_2X = "mcp_sdk_2x"  # a server's own environment resolves the mcp SDK 2.x
+    PSYCOPG2_MISSING = "psycopg2_missing"  # a server's sources import psycopg2, its environment lacks it
+    CHROMIUM_MISSING = "chromium_missing"  # the browser server has no Chromium
 
 
 class DemoScenario(Vocab):

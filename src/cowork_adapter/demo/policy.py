@@ -89,6 +89,17 @@ PLANS: dict[str, Plan] = {
         ),
         final_answer="Saved q3_review.deck.json with three slides.",
     ),
+    # max_turns_reached / not graded, but the state is correct: writes the right answer first, then
+    # keeps thinking until the round limit. Only the opt-in residual-state diagnostic checks it.
+    "demo-truncated-correct": Plan(
+        tag="demo-truncated-correct",
+        steps=(
+            Step("files", "list_files", {"path": "."}),
+            Step("files", "read_file", {"path": "readings.csv"}),
+            Step("files", "write_file", {"path": "summary.json", "content": '{"count": 5, "total": 25.0, "max": 10.0}'}),
+        ),
+        ending=Ending.ROUND_LIMIT,
+    ),
     # max_turns_reached / not graded: keeps browsing past the round limit.
     "demo-round-limit": Plan(
         tag="demo-round-limit",
@@ -109,6 +120,31 @@ PLANS: dict[str, Plan] = {
         tag="demo-hang",
         steps=(Step("files", "list_files", {"path": "."}),),
         ending=Ending.HANG,
+    ),
+    # success / pass, with three planted traces for the offline audit (each call fails, the
+    # answer does not depend on them): a ground-truth path, a psql command through the terminal
+    # server (which refuses every command), and a path naming the evaluator's eval_res.json.
+    "demo-audit-planted": Plan(
+        tag="demo-audit-planted",
+        steps=(
+            Step("files", "read_file", {"path": "tickets.txt"}),
+            Step("files", "read_file",
+                 {"path": "../../../tasks/finalpool/demo-audit-planted/groundtruth_workspace/open_count.txt"}),
+            Step("terminal", "run_command", {"command": "psql -h pg -U eigent -c 'select 1'"}),
+            Step("files", "read_file", {"path": "../eval_res.json"}),
+            Step("files", "write_file", {"path": "open_count.txt", "content": "5\n"}),
+        ),
+        final_answer="There are 5 open tickets; wrote open_count.txt.",
+    ),
+    # success / pass once repaired: the quotes server's own environment resolves the mcp 2.x SDK
+    # and crashes at start until the derived image repins it below 2.x; environment-blocked before.
+    "demo-broken-sdk": Plan(
+        tag="demo-broken-sdk",
+        steps=(
+            Step("quotes", "get_quote", {"symbol": "ACME"}),
+            Step("files", "write_file", {"path": "quote.txt", "content": "ACME 42.17\n"}),
+        ),
+        final_answer="ACME closed at 42.17; wrote quote.txt.",
     ),
 }
 

@@ -1,0 +1,459 @@
+"""`cowork-adapter status` and `cowork-adapter stop`: the operator's view of one run root.
+
+status (read-only, any time): progress, spending, meter, disk, whether the launcher lives,
+whether cleanup is proven, campaign settlement, and why the run stopped.
+  exit 0: the run root was read; 2: the directory is not a run root.
+
+stop: SIGTERM to this run's own launcher (the same path as Ctrl-C or `kill -TERM`, so the stop
+reason is signal_15), then wait for the verified cleanup. Only a process whose command line is a
+cowork_adapter launcher of THIS run root is ever signalled.
+  exit 0: the run stopped with cleanup proven, or had already ended;
+  1: cleanup not proven, the launcher did not finish within --timeout, or the launcher is gone
+     while the run is unfinished (see `cowork-adapter campaign reconcile`);
+  2: the directory is not a run root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .events import parse_ts, read_all
+from .live import eta_seconds, format_duration, progress_rows, summary_line
+from .schemas.manifest import RunManifest
+from .schemas.monitor import Monitor, Progress
+from .vocab import EventKind, ExitCode
+
+LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
+STOP_POLL_SEC = 0.5
+
+
+def say(sentence: str, *, err: bool = False) -> None:
+    print(f"cowork-adapter: {sentence}", file=sys.stderr if err else sys.stdout, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a run root
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunFiles:
+    """What a run root holds; a file that is missing or unreadable is None (its problem noted)."""
+
+    run_root: Path
+    manifest: RunManifest | None
+    monitor: Monitor | None
+    events: list[dict[str, Any]]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def is_run_root(self) -> bool:
+        return self.manifest is not None or self.monitor is not None or bool(self.events)
+
+
+def _load(path: Path, model, problems: list[str]):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append(f"{path.name} cannot be read ({exc.strerror})")
+        return None
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        problems.append(f"{path.name} is not valid ({exc.error_count()} problems)")
+        return None
+
+
+def read_run(run_root: Path) -> RunFiles:
+    problems: list[str] = []
+    manifest = _load(run_root / "run_manifest.json", RunManifest, problems)
+    monitor = _load(run_root / "monitor.json", Monitor, problems)
+    events = read_all(run_root / "events.jsonl") if (run_root / "events.jsonl").is_file() else []
+    return RunFiles(run_root, manifest, monitor, events, problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# Is this process the launcher of this run root?
+# ---------------------------------------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc entry: the process is gone
+    # The state follows the parenthesised command name, which may itself contain spaces.
+    return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
+
+
+def _argv_run_root(argv: list[str], cwd: Path | None) -> Path | None:
+    for i, arg in enumerate(argv):
+        value = None
+        if arg == "--run-root" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--run-root="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            path = Path(value).expanduser()
+            if not path.is_absolute():
+                if cwd is None:
+                    return None
+                path = cwd / path
+            return Path(os.path.normpath(path))
+    return None
+
+
+def is_launcher_of(pid: int | None, run_root: Path) -> bool:
+    """True when `pid` is alive (not a zombie) and its argv is a cowork_adapter `run` of `run_root`."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: its cmdline still decides (and signalling would fail anyway)
+    if _zombie(pid):
+        return False
+    argv = _cmdline(pid)
+    if not any(marker in arg for arg in argv for marker in LAUNCHER_MARKERS) or "run" not in argv:
+        return False
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        cwd = None
+    named = _argv_run_root(argv, cwd)
+    return named is not None and named.resolve() == run_root.resolve()
+
+
+def _scan_launchers(run_root: Path) -> list[int]:
+    """Every live launcher of `run_root` (a run still in preflight has written no pid yet)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and is_launcher_of(int(entry.name), run_root):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _campaign_launcher_pid(files: RunFiles) -> int | None:
+    """The campaign's active_run.launcher_pid, when that active run is this run root."""
+    if files.manifest is None or not files.manifest.campaign_file:
+        return None
+    from .campaign.store import read_campaign
+    from .errors import Refusal
+
+    try:
+        record = read_campaign(files.manifest.campaign_file)
+    except Refusal:
+        return None
+    active = record.active_run if record else None
+    if active is None or Path(active.run_root).resolve() != files.run_root.resolve():
+        return None
+    return active.launcher_pid
+
+
+def find_launcher(files: RunFiles) -> tuple[int | None, str]:
+    """(pid of this run's live launcher or None, where the pid came from)."""
+    candidates = []
+    if files.monitor is not None:
+        candidates.append((files.monitor.launcher_pid, "monitor.json"))
+    campaign_pid = _campaign_launcher_pid(files)
+    if campaign_pid is not None:
+        candidates.append((campaign_pid, "the campaign's active_run"))
+    for pid, source in candidates:
+        if is_launcher_of(pid, files.run_root):
+            return pid, source
+    scanned = _scan_launchers(files.run_root)
+    if scanned:
+        return scanned[0], "the process table"
+    return None, candidates[0][1] if candidates else "nowhere"
+
+
+# ---------------------------------------------------------------------------------------------
+# status
+# ---------------------------------------------------------------------------------------------
+
+
+def _progress_from_events(files: RunFiles) -> Progress:
+    started = {e.get("task") for e in files.events if e.get("kind") == EventKind.TASK_STARTED.value}
+    finished = {e.get("task") for e in files.events if e.get("kind") == EventKind.TASK_FINISHED.value}
+    selected = 0
+    for e in files.events:
+        if e.get("kind") == EventKind.RUN_ADMITTED.value:
+            selected = int(e.get("selected") or 0)
+    if not selected and files.manifest is not None:
+        selected = len(files.manifest.selection.task_ids)
+    return Progress(selected=selected, done=len(finished), running=len(started - finished))
+
+
+def _started_at(files: RunFiles) -> float | None:
+    for e in files.events:
+        if e.get("kind") == EventKind.RUN_ADMITTED.value:
+            return parse_ts(e.get("ts"))
+    if files.manifest is not None:
+        return parse_ts(files.manifest.created_at)
+    return None
+
+
+def _ended_at(files: RunFiles) -> float | None:
+    if files.manifest is not None and files.manifest.finished_at:
+        return parse_ts(files.manifest.finished_at)
+    for e in reversed(files.events):
+        if e.get("kind") == EventKind.RUN_FINISHED.value:
+            return parse_ts(e.get("ts"))
+    return None
+
+
+def _state(files: RunFiles, alive: bool) -> str:
+    ended = files.manifest is not None and files.manifest.finished_at is not None
+    if alive:
+        return "stopping" if files.monitor is not None and files.monitor.stop_reason else "running"
+    if ended:
+        return "finished"
+    return "launcher_gone"
+
+
+def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int | None = None,
+                 launcher_alive: bool = False) -> dict[str, Any]:
+    """The status picture as one JSON-ready object (pure: liveness is given by the caller)."""
+    now = time.time() if now is None else now
+    m, mon = files.manifest, files.monitor
+    progress = mon.progress if mon is not None else _progress_from_events(files)
+    started, ended = _started_at(files), _ended_at(files)
+    elapsed = None if started is None else max(0.0, (ended or now) - started)
+    state = _state(files, launcher_alive)
+    eta = eta_seconds(progress.done, progress.selected, elapsed) if elapsed is not None and state != "finished" else None
+    stop_reason = (m.stop_reason if m is not None and m.stop_reason else None) or (mon.stop_reason if mon else None)
+    stop_causes = (m.stop_causes if m is not None and m.stop_causes else None) or (mon.stop_causes if mon else [])
+    settlement = (m.campaign_settlement if m is not None and m.campaign_settlement else None) or (
+        mon.campaign_settlement if mon else None)
+    return {
+        "schema": "cowork_adapter.status.v1",
+        "run_root": str(files.run_root),
+        "state": state,
+        "outcome": m.outcome if m is not None else None,
+        "stop_reason": stop_reason,
+        "stop_causes": list(stop_causes or []),
+        "exit_code": m.exit_code if m is not None else None,
+        "finished_at": m.finished_at if m is not None else None,
+        "refusal": m.refusal.model_dump() if m is not None and m.refusal else None,
+        "error": m.error if m is not None else None,
+        "launcher_pid": launcher_pid if launcher_pid is not None else (mon.launcher_pid if mon else None),
+        "launcher_alive": launcher_alive,
+        "cleanup_proven": bool(mon.finished) if mon is not None else None,
+        "campaign_settlement": settlement,
+        "campaign_file": m.campaign_file if m is not None else None,
+        "progress": progress.model_dump(),
+        "progress_source": "monitor.json" if mon is not None else "events.jsonl",
+        "spending": mon.spending.model_dump() if mon is not None else None,
+        "meter": {"age_sec": mon.meter.age_sec, "blindness_sec": mon.meter.blindness_sec,
+                  "last_usage": mon.meter.last_usage, "last_error": mon.meter.last_error,
+                  "rejected": len(mon.meter.rejected)} if mon is not None else None,
+        "disk": mon.disk.model_dump() if mon is not None else None,
+        "observed_at": mon.observed_at.isoformat() if mon is not None else None,
+        "elapsed_sec": elapsed,
+        "eta_sec": eta,
+        "dry_run": m.dry_run if m is not None else None,
+        "problems": list(files.problems),
+        "diagnostic_write_failures": {k: v.model_dump() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
+    }
+
+
+STATE_WORDS = {
+    "running": "running",
+    "stopping": "stopping",
+    "finished": "finished",
+    "launcher_gone": "unfinished, and its launcher is gone",
+}
+
+
+def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[str]:
+    """The human lines of `status` (the same facts as --json)."""
+    lines = [f"run {status['run_root']}: {STATE_WORDS[status['state']]}"
+             + (f" (outcome {status['outcome']})" if status["outcome"] else "")]
+    pid = status["launcher_pid"]
+    lines.append(f"  launcher: pid {pid} {'alive' if status['launcher_alive'] else 'not running'}" if pid
+                 else "  launcher: no pid recorded yet")
+    if monitor is not None:
+        lines.append(f"  {summary_line(monitor)}")
+        for name, value in progress_rows(monitor, status["elapsed_sec"]):
+            if name == "eta" and status["state"] != "finished":
+                value = format_duration(status["eta_sec"])
+            lines.append(f"  {name:<24} {value}")
+    else:
+        p = status["progress"]
+        lines.append(f"  tasks: {p['done']}/{p['selected']} done, {p['running']} running "
+                     "(from events.jsonl: no monitor.json yet)")
+        lines.append(f"  elapsed {format_duration(status['elapsed_sec'])}, eta {format_duration(status['eta_sec'])}")
+    proven = status["cleanup_proven"]
+    lines.append("  cleanup: " + ("proven (no container or network with the run's label remains)" if proven
+                                  else "not proven yet" if proven is False else "unknown (no monitor.json)"))
+    if status["campaign_settlement"]:
+        lines.append(f"  campaign settlement: {status['campaign_settlement']}")
+    if status["state"] in ("finished", "launcher_gone") or status["stop_reason"]:
+        lines.append("  why it stopped: " + _why(status))
+    if status["exit_code"] is not None:
+        lines.append(f"  exit code: {status['exit_code']} ({_exit_word(status['exit_code'])})")
+    if status["state"] == "launcher_gone" and status["campaign_file"]:
+        lines.append(f"  next: prove it ended, then `cowork-adapter campaign reconcile --campaign-file "
+                     f"{status['campaign_file']} --run-root {status['run_root']} --operator-note '...'`")
+    for problem in status["problems"]:
+        lines.append(f"  problem: {problem}")
+    return lines
+
+
+def _why(status: dict[str, Any]) -> str:
+    if status["refusal"]:
+        return f"refused at {status['refusal']['stage']}: {status['refusal']['sentence']}"
+    if status["error"]:
+        return f"crashed: {status['error'].get('type')}: {status['error'].get('message', '')[:200]}"
+    if status["stop_reason"]:
+        causes = status["stop_causes"]
+        extra = f" (all causes: {', '.join(causes)})" if len(causes) > 1 else ""
+        return f"stop reason {status['stop_reason']}{extra}"
+    if status["state"] == "launcher_gone":
+        return "the launcher exited without finalising the run (killed or crashed)"
+    return f"the runner finished by itself ({status['outcome']})"
+
+
+def _exit_word(code: int) -> str:
+    try:
+        return ExitCode(code).name.lower()
+    except ValueError:
+        return "unknown"
+
+
+def _not_a_run_root(run_root: Path) -> int:
+    say(f"{run_root} is not a run root (no run_manifest.json, monitor.json or events.jsonl).", err=True)
+    return int(ExitCode.REFUSED)
+
+
+def status_command(run_root: Path, as_json: bool) -> int:
+    """Print the run's status (text, or one JSON object with --json). 0 read, 2 not a run root."""
+    if not run_root.is_dir():
+        return _not_a_run_root(run_root)
+    files = read_run(run_root)
+    if not files.is_run_root:
+        return _not_a_run_root(run_root)
+    pid, _source = find_launcher(files)
+    status = build_status(files, launcher_pid=pid, launcher_alive=pid is not None)
+    if as_json:
+        print(json.dumps(status, sort_keys=True, default=str), flush=True)
+    else:
+        for line in render_status_text(status, files.monitor):
+            print(line, flush=True)
+    return int(ExitCode.OK)
+
+
+# ---------------------------------------------------------------------------------------------
+# stop
+# ---------------------------------------------------------------------------------------------
+
+
+def _ended(files: RunFiles) -> bool:
+    return files.manifest is not None and files.manifest.finished_at is not None
+
+
+_AFTER_SUPERVISION = {EventKind.RUNNER_EXITED.value, EventKind.CLEANUP.value, EventKind.SETTLEMENT.value,
+                      EventKind.RUN_FINISHED.value}
+
+
+def _past_supervision(files: RunFiles) -> bool:
+    """True once the supervisor has returned (the launcher is cleaning up and settling)."""
+    mon = files.monitor
+    if mon is not None and (mon.finished or mon.stop_reason):
+        return True
+    return any(e.get("kind") in _AFTER_SUPERVISION for e in files.events)
+
+
+def _describe_end(files: RunFiles) -> str:
+    m, mon = files.manifest, files.monitor
+    parts = [f"outcome {m.outcome}" if m else "outcome unknown"]
+    parts.append(f"stop reason {m.stop_reason}" if m and m.stop_reason else "no stop reason (the runner finished)")
+    if mon is not None:
+        parts.append("cleanup proven" if mon.finished else "cleanup NOT proven")
+        parts.append(f"campaign settlement {m.campaign_settlement if m and m.campaign_settlement else mon.campaign_settlement}")
+    if m is not None and m.exit_code is not None:
+        parts.append(f"exit code {m.exit_code} ({_exit_word(m.exit_code)})")
+    return ", ".join(parts)
+
+
+def _reconcile_hint(files: RunFiles) -> str:
+    campaign = files.manifest.campaign_file if files.manifest and files.manifest.campaign_file else "CAMPAIGN_FILE"
+    return (f"prove its processes and labelled containers are gone, then run `cowork-adapter campaign reconcile "
+            f"--campaign-file {campaign} --run-root {files.run_root} --operator-note '...'`.")
+
+
+def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_SEC) -> int:
+    """SIGTERM this run's launcher and wait up to `timeout` s for it to exit with cleanup proven."""
+    if not run_root.is_dir():
+        return _not_a_run_root(run_root)
+    files = read_run(run_root)
+    if not files.is_run_root:
+        return _not_a_run_root(run_root)
+    pid, source = find_launcher(files)
+    if pid is None:
+        if _ended(files):
+            say(f"the run already ended: {_describe_end(files)}.")
+            return int(ExitCode.OK)
+        say(f"the run {run_root} is unfinished but no launcher of it is running (pid from {source}); nothing "
+            f"was signalled. {_reconcile_hint(files)}", err=True)
+        return int(ExitCode.FAILED)
+    if _past_supervision(files):
+        # It is already stopping or cleaning up: a second signal could only interrupt that.
+        say(f"the launcher (pid {pid}) is already stopping; not signalling it again. Waiting up to {timeout:g}s.")
+    else:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # it ended between the check and the signal: the wait below reads how it ended
+        except PermissionError:
+            say(f"not allowed to signal the launcher (pid {pid}); run `stop` as the user who started the run.", err=True)
+            return int(ExitCode.FAILED)
+        say(f"sent SIGTERM to the launcher (pid {pid}, from {source}); waiting up to {timeout:g}s for its verified "
+            "cleanup.")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = read_run(run_root)
+        if not is_launcher_of(pid, run_root):
+            break
+        time.sleep(poll_sec)
+    files = read_run(run_root)
+    if is_launcher_of(pid, run_root):
+        mon = files.monitor
+        say(f"the launcher (pid {pid}) is still running after {timeout:g}s"
+            + (f" (stop reason {mon.stop_reason}, cleanup {'proven' if mon.finished else 'not proven yet'})" if mon else "")
+            + "; it may still be cleaning up. Check again with `cowork-adapter status`, and never remove its "
+              "containers by hand.", err=True)
+        return int(ExitCode.FAILED)
+    if not _ended(files):
+        say(f"the launcher (pid {pid}) exited without finalising the run record. {_reconcile_hint(files)}", err=True)
+        return int(ExitCode.FAILED)
+    proven = files.monitor is not None and files.monitor.finished
+    if files.monitor is not None and not proven:
+        say(f"the run stopped but its cleanup is NOT proven: {_describe_end(files)}. {_reconcile_hint(files)}", err=True)
+        return int(ExitCode.FAILED)
+    say(f"the run stopped: {_describe_end(files)}.")
+    return int(ExitCode.OK)
+
+
+__all__ = ["status_command", "stop_command", "build_status", "read_run", "is_launcher_of", "find_launcher"]

@@ -1,0 +1,329 @@
+"""`cowork-adapter doctor`: every check, broken one at a time, names the failure and its fix.
+
+Real parts where a real break is practical: git repositories (dirty seed, dirty/unpinned
+benchmark), a missing environment variable, an unreachable Docker socket, the meter stand-in
+(an HTTP server on localhost) and a closed port. Docker-side probes (version, image presence, the
+limit probe) are replaced here; tests/integration/test_doctor_docker.py runs them for real.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter import doctor
+from cowork_adapter.config import RunConfig
+from cowork_adapter.demo.bench_repo import materialize_bench
+from cowork_adapter.demo.meter_standin import MeterStandin
+from cowork_adapter.demo.seed_repo import make_stub_seed
+from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
+
+KEY_ENV = "COWORK_DOCTOR_TEST_KEY"
+KEY = "fake-doctor-key-0123456789abcdef"
+HOST = "unix:///var/run/doctor-test.sock"
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory):
+    root = tmp_path_factory.mktemp("doctor-pins")
+    bench = root / "bench"
+    commit = materialize_bench(bench)
+    seed = root / "seed"
+    head = make_stub_seed(seed)
+    return bench, commit, seed, head
+
+
+@pytest.fixture
+def meter():
+    standin = MeterStandin(KEY, usage=5.0, limit=100.0).start()
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
+def healthy(monkeypatch, pins):
+    """Docker probes that answer as a healthy daemon would, and the key in the environment."""
+    bench, commit, seed, head = pins
+    monkeypatch.setattr(doctor, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})
+    monkeypatch.setattr(doctor, "image_present", lambda host, ref: {"Id": "sha256:" + "ab" * 32, "Config": {"Labels": {}}})
+    monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(137, True, 64 << 20))
+    monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return pins
+
+
+def make_cfg(tmp_path: Path, pins, meter_url: str, **over) -> RunConfig:
+    bench, commit, seed, _head = pins
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    flags = dict(
+        repo_dir=seed, bench_root=bench, bench_commit=commit, docker_host=HOST, run_root=tmp_path / "runs" / "r1",
+        tasks=("demo-csv-totals",), campaign_file=tmp_path / "campaign.json", campaign_budget_usd=50.0,
+        budget_usd=20.0, budget_reserve_usd=5.0, meter_url=meter_url, api_key_env=KEY_ENV, min_key_usd=1.0,
+        min_free_gib=1.0, min_root_free_gib=1.0, base_image="cowork-pack:test", build_image=True,
+    )
+    flags.update(over)
+    return RunConfig.from_flags(**flags)
+
+
+def run(cfg, capsys) -> tuple[int, dict[str, str]]:
+    code = doctor.doctor_command(cfg)
+    out = capsys.readouterr().out
+    lines = {}
+    for line in out.splitlines():
+        if line.startswith(("OK ", "FAIL ", "SKIP ")):
+            name = line[6:].split(":", 1)[0]
+            lines[name] = line
+    return code, lines
+
+
+def only_failure(lines: dict[str, str], name: str, *dependents: str) -> str:
+    """The FAIL line of `name`, asserting nothing else failed except the checks that depend on it."""
+    failed = [n for n, line in lines.items() if line.startswith("FAIL")]
+    assert failed == [name, *dependents], f"expected only {name} to fail, got {failed}: {lines}"
+    return lines[name]
+
+
+def write_campaign(path: Path, **over) -> None:
+    now = datetime.now(timezone.utc)
+    fields = dict(fingerprint=key_fingerprint(KEY), ceiling_usd=50.0, usage_baseline=1.0, prior_spend_usd=0.0,
+                  last_usage=2.0, last_usage_observed_at=now, created_at=now)
+    fields.update(over)
+    path.write_text(CampaignRecord(**fields).to_json())
+
+
+def test_all_ok_exits_zero_and_prints_one_line_per_check(tmp_path, healthy, meter, capsys):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    assert code == 0
+    assert all(line.startswith("OK") for line in lines.values()), lines
+    assert set(lines) >= {"docker host", "limits enforced", "base image", "postgres image", "host tools", "benchmark",
+                          "seed", "provider key", "key meter", "campaign", "disk reserve (/)"}
+    assert "20.10.24" in lines["docker host"]
+
+
+def test_the_key_is_never_printed(tmp_path, healthy, meter, capsys):
+    code = doctor.doctor_command(make_cfg(tmp_path, healthy, meter.base_url))
+    out = capsys.readouterr()
+    assert code == 0 and KEY not in out.out and KEY not in out.err
+
+
+def test_unreachable_docker_host_fails_with_fix(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.undo()  # the real docker probe against a socket that does not exist
+    monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = make_cfg(tmp_path, healthy, meter.base_url, docker_host="unix:///nonexistent.sock")
+    code, lines = run(cfg, capsys)
+    assert code == 1
+    assert lines["docker host"].startswith("FAIL  docker host: the Docker daemon at unix:///nonexistent.sock did not answer")
+    assert "— fix: start the daemon, or point --docker-host" in lines["docker host"]
+    for dependent in ("limits enforced", "base image", "postgres image", "derived image"):
+        assert lines[dependent].endswith("— fix: fix the docker host first"), lines[dependent]
+
+
+def test_limits_not_enforced(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(0, False, 64 << 20))
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    line = only_failure(lines, "limits enforced")
+    assert code == 1 and "does not enforce memory limits" in line and "— fix: use a daemon whose cgroups enforce" in line
+
+
+@pytest.mark.parametrize("missing,check,fix", [
+    ("cowork-pack:test", "base image", "docker build -t cowork-pack:test"),
+    ("postgres:15", "postgres image", "docker pull postgres:15"),
+])
+def test_missing_images(tmp_path, healthy, meter, capsys, monkeypatch, missing, check, fix):
+    present = {"Id": "sha256:" + "cd" * 32, "Config": {"Labels": {}}}
+    monkeypatch.setattr(doctor, "image_present", lambda host, ref: None if ref == missing else present)
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    failed = [n for n, line in lines.items() if line.startswith("FAIL")]
+    assert code == 1 and check in failed
+    assert "is not present on the daemon, and runs never pull" in lines[check] and fix in lines[check]
+    if check == "base image":  # the limit probe runs the base image: it says why it could not
+        assert "cannot probe" in lines["limits enforced"]
+
+
+def test_derived_image_missing_without_build_flag(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "image_present",
+                        lambda host, ref: None if ref.startswith("cowork-ouroboros:") else {"Id": "sha256:x"})
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, build_image=False), capsys)
+    assert code == 1 and only_failure(lines, "derived image").endswith("— fix: add --build-image")
+
+
+def test_low_disk_on_resource_root(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "free_bytes", lambda path: (500 if str(path) == "/" else 0.5) * GIB)
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    line = only_failure(lines, "disk reserve (resource root)")
+    assert "below the --min-free-gib reserve of 1 GiB" in line and "— fix: free at least" in line
+
+
+def test_low_disk_on_root(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "free_bytes", lambda path: (0.2 if str(path) == "/" else 500) * GIB)
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    assert "--min-root-free-gib" in only_failure(lines, "disk reserve (/)")
+
+
+def test_existing_run_root(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    cfg.run_root.mkdir()
+    code, lines = run(cfg, capsys)
+    assert "already exists" in only_failure(lines, "run root") and "— fix: choose a new --run-root" in lines["run root"]
+
+
+def test_missing_host_tool_and_old_bash(tmp_path, healthy, meter, capsys, monkeypatch):
+    real_which = doctor.which
+    monkeypatch.setattr(doctor, "which", lambda tool: None if tool == "rsync" else real_which(tool))
+    monkeypatch.setattr(doctor, "bash_version", lambda: (4, 2))
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    line = only_failure(lines, "host tools")
+    assert "bash is 4.2, older than 4.4" in line and "missing on PATH: rsync" in line and "— fix: install" in line
+
+
+def _git(repo: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, timeout=60)
+
+
+def test_dirty_benchmark(tmp_path, healthy, meter, capsys):
+    bench, commit, seed, head = healthy
+    copy = tmp_path / "bench-copy"
+    _git(bench, "clone", "--quiet", str(bench), str(copy))
+    (copy / "tasks" / "finalpool" / "demo-csv-totals" / "stray.txt").write_text("edit\n")
+    cfg = make_cfg(tmp_path, (copy, commit, seed, head), meter.base_url)
+    code, lines = run(cfg, capsys)
+    assert code == 1
+    assert "uncommitted changes" in lines["benchmark"] and "— fix: use an unmodified checkout" in lines["benchmark"]
+    assert lines["derived image"].startswith("FAIL") and "benchmark checks pass" in lines["derived image"]
+
+
+def test_benchmark_at_another_commit(tmp_path, healthy, meter, capsys):
+    bench, commit, seed, head = healthy
+    copy = tmp_path / "bench-moved"
+    _git(bench, "clone", "--quiet", str(bench), str(copy))
+    _git(copy, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "--quiet", "--allow-empty", "-m", "moved")
+    code, lines = run(make_cfg(tmp_path, (copy, commit, seed, head), meter.base_url), capsys)
+    assert "not at the pinned commit" in lines["benchmark"] and f"checkout --detach {commit}" in lines["benchmark"]
+
+
+def test_dirty_seed_fails_and_is_allowed_only_as_a_diagnostic(tmp_path, healthy, meter, capsys):
+    bench, commit, seed, head = healthy
+    copy = tmp_path / "seed-copy"
+    _git(seed, "clone", "--quiet", str(seed), str(copy))
+    (copy / "untracked.py").write_text("x = 1\n")
+    code, lines = run(make_cfg(tmp_path, (bench, commit, copy, head), meter.base_url), capsys)
+    line = only_failure(lines, "seed", "derived image")
+    assert code == 1 and "uncommitted changes" in line and "— fix: commit the changes, or create a clean" in line
+    code, lines = run(make_cfg(tmp_path, (bench, commit, copy, head), meter.base_url, allow_dirty_seed=True), capsys)
+    assert code == 0 and "allowed by --allow-dirty-seed" in lines["seed"]
+
+
+def test_missing_key(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    assert code == 1
+    assert f"the environment variable {KEY_ENV} is empty or unset" in lines["provider key"]
+    assert f"— fix: export {KEY_ENV}" in lines["provider key"]
+    assert lines["key meter"].endswith("— fix: fix the provider key check first")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_meter(tmp_path, healthy, capsys):
+    url = f"http://127.0.0.1:{_closed_port()}/api/v1"
+    code, lines = run(make_cfg(tmp_path, healthy, url), capsys)
+    line = only_failure(lines, "key meter")
+    assert "did not give a usable reading (transport" in line and "— fix: check --meter-url" in line
+
+
+def test_wrong_key_is_refused_by_the_meter_without_printing_it(tmp_path, healthy, meter, capsys, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "fake-wrong-key-zzzzzzzzzzzzzzzz")
+    code = doctor.doctor_command(make_cfg(tmp_path, healthy, meter.base_url))
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL  key meter:" in out and "http_401" in out and "fake-wrong-key" not in out
+
+
+def test_meter_headroom_below_minimum(tmp_path, healthy, meter, capsys):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, min_key_usd=99.0), capsys)
+    line = only_failure(lines, "key meter")
+    assert "below --min-key-usd 99" in line and "— fix: add credits" in line
+
+
+def test_campaign_with_active_run_points_to_reconcile(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file, active_run={
+        "run_root": "/data/old-run", "run_label": "ab" * 16, "launcher_pid": 4242,
+        "started_at": datetime.now(timezone.utc), "host": "h", "usage_at_start": 2.0})
+    code, lines = run(cfg, capsys)
+    line = only_failure(lines, "campaign")
+    assert "unsettled active run /data/old-run" in line
+    assert "cowork-adapter campaign reconcile --campaign-file" in line and "--run-root /data/old-run" in line
+
+
+def test_campaign_of_another_key(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file, fingerprint=key_fingerprint("another-fake-key"))
+    code, lines = run(cfg, capsys)
+    assert "belongs to key sha256:" in only_failure(lines, "campaign")
+
+
+def test_campaign_ceiling_mismatch(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file, ceiling_usd=70.0)
+    code, lines = run(cfg, capsys)
+    line = only_failure(lines, "campaign")
+    assert "a ceiling never changes" in line and "— fix: pass --campaign-budget-usd 70" in line
+
+
+def test_campaign_spent_down_to_the_reserve(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file, prior_spend_usd=44.0)
+    code, lines = run(cfg, capsys)
+    assert "not above the $5 reserve" in only_failure(lines, "campaign")
+
+
+def test_unreadable_campaign(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    cfg.campaign_file.write_text("{not json")
+    code, lines = run(cfg, capsys)
+    assert "never recreate it" in only_failure(lines, "campaign")
+
+
+def test_existing_settled_campaign_is_ok(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file)
+    code, lines = run(cfg, capsys)
+    assert code == 0 and "no active run" in lines["campaign"]
+    assert json.loads(cfg.campaign_file.read_text())["last_usage"] == 2.0  # doctor never writes the campaign
+
+
+def test_dry_run_needs_no_key_meter_or_campaign(tmp_path, healthy, capsys, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    cfg = make_cfg(tmp_path, healthy, "http://127.0.0.1:9/api/v1", dry_run=True, campaign_file=None)
+    code, lines = run(cfg, capsys)
+    assert code == 0
+    for name in ("provider key", "key meter", "campaign"):
+        assert lines[name].startswith(f"SKIP  {name}: not needed: a --dry-run run"), lines[name]
+
+
+def test_doctor_writes_nothing(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code, _ = run(cfg, capsys)
+    assert code == 0 and sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_check_that_crashes_is_a_failed_line_not_a_traceback(tmp_path, healthy, meter, capsys, monkeypatch):
+    def boom(path):
+        raise RuntimeError("statfs exploded")
+
+    monkeypatch.setattr(doctor, "free_bytes", boom)
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    assert code == 1 and "the check itself failed (RuntimeError: statfs exploded)" in lines["resource disk"]
