@@ -242,9 +242,35 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
         from .probes import run_probe
 
         return run_probe(cfg, manifest, bench_copy)
+    _qualify_environment(cfg, manifest, bench_copy)
+    if not manifest.selection.task_ids:
+        from .ledger import build_index, write_index
+
+        write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause="environment_blocked"))
+        manifest.outcome = RunOutcome.INCOMPLETE
+        say("every remaining task is environment-blocked; nothing was run.")
+        return ExitCode.FAILED
     from .paid import run_paid
 
     return run_paid(cfg, pre, manifest, bench_copy)
+
+
+def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:
+    """Before any charge: every MCP server the selection needs must start and list its tools.
+
+    A needed failing server refuses the run; with --accept-environment-blocked its tasks stay in
+    the denominator as environment_blocked, but are not handed to the runner (a certain failure
+    should cost no model money).
+    """
+    from .probes import enforce_inventory, inventory_for_run
+
+    inventory = inventory_for_run(cfg, manifest, bench_copy)
+    enforce_inventory(cfg, manifest, inventory)
+    blocked = set(inventory.get("blocked_tasks") or {})
+    if blocked:
+        manifest.selection.task_ids = [t for t in manifest.selection.task_ids if t not in blocked]
+        manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *manifest.selection.task_ids]
+        write_manifest(cfg.run_root, manifest)
 
 
 def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdentity:

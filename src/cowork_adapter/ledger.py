@@ -654,7 +654,7 @@ def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ct
     carried = _carried_rows(ctx, {t for t in selection if t not in invoked})
     rows: list[TaskRow] = []
     for task in selection:
-        if task in invoked:
+        if task in invoked or task in ctx.blocked:  # a blocked task is classified even when not run
             rows.append(classify_task(ctx, task, live=live, interruption_cause=interruption_cause))
         elif task in carried:
             rows.append(carried[task])

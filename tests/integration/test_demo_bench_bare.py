@@ -1,6 +1,6 @@
 """The demo benchmark, bare: its own runner and engine, real Docker, real PostgreSQL, real mcp SDK.
 
-`bash run_parallel.sh 2` over all demo tasks in phase-split mode must give every task its
+`bash run_parallel.sh 2 <the seven runner-contract tasks>` in phase-split mode must give every task its
 designed summary row, leave the evaluator's eval_res.json where it graded, and leave no container
 or network of that run behind (names carry the runner's PID).
 """
@@ -72,7 +72,7 @@ def test_bare_run_gives_every_designed_outcome(docker_host, tmp_path):
         "TMPDIR": str(tmp_path),
     }
     runner = subprocess.Popen(
-        ["bash", "run_parallel.sh", "2"], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ["bash", "run_parallel.sh", "2", *DESIGNED], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         output, _ = runner.communicate(timeout=RUN_TIMEOUT_S)

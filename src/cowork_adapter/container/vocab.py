@@ -302,6 +302,7 @@ class DemoScenario(Vocab):
     KILL9_RECONCILE = "kill9-reconcile"
     RESUME = "resume"
     DIAGNOSTIC = "diagnostic"
+    ENVIRONMENT = "environment"  # inventory, repair and refusal of a broken MCP server
     ALL = "all"
 
 

@@ -24,6 +24,10 @@ from .bench_repo import materialize_bench
 PACK_REPOSITORY = "cowork-pack"
 # mcp 1.x for the servers and the demo engine; psycopg2 for the crm server, preprocess and graders.
 PACK_REQUIREMENTS = ["mcp==1.30.0", "psycopg2-binary==2.9.13", "PyYAML==6.0.4"]
+# The deliberately broken `quotes` server's own environment: the 2.x SDK it cannot start under,
+# as the benchmark's lock-less servers resolve it today (the derived image detects and repairs it).
+BROKEN_SERVER_REQUIREMENTS = ["mcp==2.3.0"]
+BROKEN_SERVER_VENV = "/opt/local_servers/quotes/.venv"
 CONTAINER_PYTHON = "3.11"  # Debian bookworm's python3
 LABEL_HASH = "org.cowork-adapter.pack.hash"
 LABEL_COMMIT = "org.cowork-adapter.pack.bench-commit"
@@ -41,6 +45,11 @@ RUN python3 -m venv /opt/venv \\
 COPY wheels.json {wheels_file}
 COPY bench/ /workspace/
 COPY bench/local_servers/ /opt/local_servers/
+COPY wheelhouse-broken /tmp/wheelhouse-broken
+RUN python3 -m venv {broken_venv} \\
+ && {broken_venv}/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q \\
+      --find-links /tmp/wheelhouse-broken {broken_requirements} \\
+ && rm -rf /tmp/wheelhouse-broken
 ENV PYTHONDONTWRITEBYTECODE=1
 WORKDIR /workspace
 """
@@ -54,7 +63,8 @@ def container_platforms() -> list[str]:
 
 def _dockerfile(base_image: str) -> str:
     return _DOCKERFILE.format(
-        base=base_image, requirements=" ".join(PACK_REQUIREMENTS), wheels_file=WHEELS_FILE_IN_IMAGE
+        base=base_image, requirements=" ".join(PACK_REQUIREMENTS), wheels_file=WHEELS_FILE_IN_IMAGE,
+        broken_venv=BROKEN_SERVER_VENV, broken_requirements=" ".join(BROKEN_SERVER_REQUIREMENTS),
     )
 
 
@@ -64,6 +74,7 @@ def _content_hash(base_image_id: str, bench_commit: str, dockerfile: str, platfo
         "bench_commit": bench_commit,
         "dockerfile": dockerfile,
         "requirements": PACK_REQUIREMENTS,
+        "broken_server_requirements": BROKEN_SERVER_REQUIREMENTS,
         "python": CONTAINER_PYTHON,
         "platforms": platforms,
     }
@@ -94,6 +105,10 @@ def ensure_demo_pack_image(
                 return tag, current.id
             records = build_wheelhouse(
                 PACK_REQUIREMENTS, context / "wheelhouse", python_version=CONTAINER_PYTHON, platforms=platforms
+            )
+            records += build_wheelhouse(
+                BROKEN_SERVER_REQUIREMENTS, context / "wheelhouse-broken", python_version=CONTAINER_PYTHON,
+                platforms=platforms,
             )
             wheels_json = records_json(records)
             (context / "wheels.json").write_text(wheels_json)

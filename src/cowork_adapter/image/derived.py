@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +22,7 @@ import docker.errors
 from .. import __version__
 from ..errors import Refusal
 from ..schemas.manifest import ImageIdentity, WheelRecord
+from .repairs import LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
 from .wheelhouse import build_wheelhouse
 
 MCP_PROXY_PIN = "mcp-proxy==0.12.0"
@@ -57,7 +59,7 @@ RUN sh /tmp/cowork-install-venv.sh /opt/ouroboros-venv /tmp/cowork-seed-requirem
 RUN printf '%s\\n' "{proxy_pin}" "{sdk_pin}" > /tmp/cowork-proxy-requirements.txt \\
  && sh /tmp/cowork-install-venv.sh /opt/mcp-proxy-venv /tmp/cowork-proxy-requirements.txt \\
  && /opt/mcp-proxy-venv/bin/mcp-proxy --help >/dev/null
-COPY container /opt/cowork-adapter/cowork_container
+{repair_stage}COPY container /opt/cowork-adapter/cowork_container
 COPY {entry} /workspace/{entry}
 RUN rm -rf /tmp/cowork-wheelhouse /tmp/cowork-*.txt /tmp/cowork-install-venv.sh \\
  && mkdir -p /opt/ouroboros-data /opt/cowork-runtime \\
@@ -165,7 +167,22 @@ def image_python(docker_host: str, base_image: str, run_label: str) -> tuple[str
     return version, platforms
 
 
+def _pyproject(seed_dir: Path) -> dict:
+    path = seed_dir / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise Refusal("image", f"the seed's pyproject.toml is not valid TOML: {exc}.") from exc
+
+
+def _strings(value: object) -> list[str]:
+    return [v.strip() for v in value if isinstance(v, str) and v.strip()] if isinstance(value, list) else []
+
+
 def seed_requirements(seed_dir: Path) -> list[str]:
+    """The seed's runtime requirements: its lock/requirements file, else pyproject [project].dependencies."""
     for name in SEED_REQUIREMENT_FILES:
         path = seed_dir / name
         if path.is_file():
@@ -174,7 +191,13 @@ def seed_requirements(seed_dir: Path) -> list[str]:
                 for line in path.read_text().splitlines()
                 if line.strip() and not line.lstrip().startswith(("#", "-e", "--"))
             ]
-    return []
+    return _strings(_pyproject(seed_dir).get("project", {}).get("dependencies"))
+
+
+def seed_build_requirements(seed_dir: Path) -> list[str]:
+    """pyproject [build-system].requires: the offline editable install (--no-build-isolation) needs
+    them in the venv, since a Debian venv's own setuptools is older and has no `wheel`."""
+    return _strings(_pyproject(seed_dir).get("build-system", {}).get("requires"))
 
 
 def build_derived_image(
@@ -184,6 +207,8 @@ def build_derived_image(
     log_path: Path,
     run_label: str,
     disk_ok: Callable[[], str | None],
+    *,
+    repair: bool = True,
 ) -> list[WheelRecord]:
     """Build `req.tag` from a fresh build context; returns the wheels it installed.
 
@@ -199,14 +224,23 @@ def build_derived_image(
     subprocess.run(["git", "-C", str(seed_copy), "checkout", "--quiet", "--detach", req.seed_head], check=True,
                    timeout=120, capture_output=True)
     shutil.rmtree(seed_copy / ".git" / "hooks", ignore_errors=True)
-    seed_reqs = seed_requirements(seed_copy)
+    seed_reqs = seed_requirements(seed_copy) + seed_build_requirements(seed_copy)
     (context_dir / "seed-requirements.txt").write_text("".join(f"{r}\n" for r in seed_reqs))
     python_version, platforms = image_python(docker_host, req.base_image, run_label)
-    wheels = build_wheelhouse(
-        [*seed_reqs, MCP_PROXY_PIN, MCP_SDK_PIN], context_dir / "wheelhouse",
-        python_version=python_version, platforms=platforms,
-    )
-    records = [WheelRecord(filename=w.filename, sha256=w.sha256, size=w.size) for w in wheels]
+    # Two resolutions into one wheelhouse: the seed and mcp-proxy live in separate venvs and may pin
+    # different versions of the same package (a real seed pins its own mcp).
+    wheels = {}
+    for group in (seed_reqs, [MCP_PROXY_PIN, MCP_SDK_PIN]):
+        if group:
+            for w in build_wheelhouse(group, context_dir / "wheelhouse", python_version=python_version,
+                                      platforms=platforms):
+                wheels[w.filename] = w
+    # Detected faults of the base image get a disclosed repair stage (none when nothing is found).
+    # repair=False builds the image as the benchmark gives it (tests of detection and refusal).
+    repairs, checks, repair_wheels = (prepare_repairs(docker_host, req.base_image, run_label, context_dir, platforms)
+                                      if repair else ([], [], []))
+    records = [WheelRecord(filename=w.filename, sha256=w.sha256, size=w.size) for _, w in sorted(wheels.items())]
+    records += [WheelRecord(filename=w.filename, sha256=w.sha256, size=w.size) for w in repair_wheels]
     wheels_digest = _digest_of(records)
     shutil.copytree(CONTAINER_PKG, context_dir / "container", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (context_dir / ENTRY_NAME).write_text(ENTRY_SCRIPT)
@@ -214,6 +248,7 @@ def build_derived_image(
     (context_dir / "Dockerfile").write_text(
         DOCKERFILE.replace("{proxy_pin}", MCP_PROXY_PIN)
         .replace("{sdk_pin}", MCP_SDK_PIN)
+        .replace("{repair_stage}", repair_stage(repairs))
         .replace("{entry}", ENTRY_NAME)
         .replace("{l_seed}", LABEL_SEED)
         .replace("{l_bench}", LABEL_BENCH)
@@ -232,7 +267,7 @@ def build_derived_image(
     api = docker.APIClient(base_url=docker_host, timeout=7200)
     with open(log_path, "a", encoding="utf-8") as log:
         stream = api.build(path=str(context_dir), tag=req.tag, buildargs=buildargs, pull=False, rm=True,
-                           forcerm=True, decode=True)
+                           forcerm=True, decode=True, labels={LABEL_REPAIRS: label_value(repairs, checks)})
         try:
             for chunk in stream:
                 if "stream" in chunk:
