@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -66,6 +67,7 @@ class AgentRun:
         self.key: Optional[str] = None
         self.config_error = ""
         self.workspace = ""
+        self.workspace_git = False  # True when this run made the workspace a git repository
 
     # ------------------------------------------------------------ entry
 
@@ -244,6 +246,10 @@ class AgentRun:
             system_prompt=bench.attr(self.task_config, "system_prompts", "agent", default=""),
             task_text=bench.attr(self.task_config, "task_str", default=""),
             workspace=workspace, disabled_tools=cfg.disabled_tools, timeout_sec=timeout)
+        try:
+            self.workspace_git = ouroboros.ensure_worktree_root(workspace)
+        except (OSError, subprocess.SubprocessError) as exc:  # the server's refusal will then say why
+            self._note(f"could not make the workspace a git repository: {type(exc).__name__}")
         self.summary["task_submission_started"] = True
         self.task_id = ouroboros.submit(cfg.server_port, body)
         self.summary["ouroboros_task_id"] = self.task_id
@@ -322,6 +328,8 @@ class AgentRun:
                     self._note(f"stop failed: {type(exc).__name__}")
             if self.task_root and not self.upstream_mode:
                 self._checkpoint()  # the server's last log lines, written while it stopped
+            if self.workspace_git:
+                ouroboros.remove_worktree_git(self.workspace)
         line = json.dumps(s, ensure_ascii=False, sort_keys=True, default=str)
         print(protocol.runner_safe(protocol.scrub(f"[cowork] summary: {line}", self.terms)), file=self.out, flush=True)
         if not self.upstream_mode:

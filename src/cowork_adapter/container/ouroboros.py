@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 import urllib.parse
 from typing import Any, Callable, Mapping, Optional
@@ -72,7 +74,15 @@ def server_env(env: Mapping[str, str], *, paths: Any, port: int) -> dict:
         "OUROBOROS_SERVER_PORT": str(port),
         "OUROBOROS_WORKER_START_METHOD": "spawn",
         "PYTHONUNBUFFERED": "1",
+        # A local-dev server pip-installs its lock file at every start: the venv already holds it,
+        # and the container has no package index, so pip must not wait on one.
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     })
+    loopback = ["127.0.0.1", "localhost"]
+    for name in ("NO_PROXY", "no_proxy"):
+        have = [h for h in out.get(name, "").split(",") if h.strip()]
+        out[name] = ",".join(have + [h for h in loopback if h not in have])
     return out
 
 
@@ -95,6 +105,25 @@ def task_body(*, system_prompt: str, task_text: str, workspace: str, disabled_to
     }
 
 
+def ensure_worktree_root(workspace: str, timeout: float = 120.0) -> bool:
+    """Make `workspace` its own git worktree root with one commit of its initial files (6.97 admits
+    only such workspaces). True when this created the repository (remove it with
+    `remove_worktree_git` after the server stops); False when one exists or git is absent."""
+    if os.path.exists(os.path.join(workspace, ".git")) or shutil.which("git") is None:
+        return False
+    git = ["git", "-c", "user.name=cowork-adapter", "-c", "user.email=cowork-adapter@invalid",
+           "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--allow-empty", "--no-verify", "-m", "initial workspace"]):
+        subprocess.run(git + args, cwd=workspace, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return True
+
+
+def remove_worktree_git(workspace: str) -> None:
+    """Drop the repository `ensure_worktree_root` made: the benchmark's evaluator sees its own files only."""
+    shutil.rmtree(os.path.join(workspace, ".git"), ignore_errors=True)
+
+
 def prepare_data_root(data_dir: str, settings: Mapping) -> None:
     """Create logs/ state/ and the sentinel; write settings.json with mode 0600 from the start."""
     for sub in ("logs", "state"):
@@ -115,15 +144,24 @@ def start_server(paths: Any, *, port: int, env: Mapping[str, str], log_path: str
 
 
 def server_ready(state: Any) -> bool:
-    """Ready = supervisor_ready truthy and workers_total absent or > 0 (older builds lack it)."""
-    if not isinstance(state, dict) or not state.get("supervisor_ready"):
+    """Ready = supervisor_ready truthy, no supervisor_error, and workers_total absent or > 0
+    (older builds lack it; 6.97 sets supervisor_ready even when its supervisor failed to start)."""
+    if not isinstance(state, dict) or not state.get("supervisor_ready") or state.get("supervisor_error"):
         return False
     workers = state.get("workers_total")
     return workers is None or (isinstance(workers, (int, float)) and workers > 0)
 
 
+def _ready_or_failed(state: Any) -> bool:
+    if isinstance(state, dict) and state.get("supervisor_ready") and state.get("supervisor_error"):
+        raise EngineFailure("server_start_failed", f"supervisor failed to start: {str(state['supervisor_error'])[:500]}")
+    return server_ready(state)
+
+
 def wait_server(proc, port: int, deadline: float) -> str:
-    return wait_until(lambda: server_ready(http_json("GET", f"http://127.0.0.1:{port}/api/state", timeout=5)),
+    """"" when ready, "exited"/"timeout" otherwise; EngineFailure(server_start_failed) on a reported
+    supervisor error (it never recovers by itself)."""
+    return wait_until(lambda: _ready_or_failed(http_json("GET", f"http://127.0.0.1:{port}/api/state", timeout=5)),
                       proc=proc, deadline=deadline, interval=0.5)
 
 
@@ -132,7 +170,8 @@ def submit(port: int, body: Mapping) -> str:
     try:
         answer = http_json("POST", f"http://127.0.0.1:{port}/api/tasks", body=dict(body), timeout=30)
     except HttpError as exc:
-        raise EngineFailure("task_create_failed", str(exc)) from None
+        why = exc.body.get("error") if isinstance(exc.body, dict) else None
+        raise EngineFailure("task_create_failed", f"{exc}: {why}" if why else str(exc)) from None
     task_id = answer.get("task_id") if isinstance(answer, dict) else None
     if not isinstance(task_id, str) or not task_id:
         raise EngineFailure("task_create_failed", "POST /api/tasks answered without a task_id")

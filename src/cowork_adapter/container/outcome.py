@@ -14,6 +14,8 @@ COST_FIELDS = (
     "cost_accounting_status", "cost_accounting_error", "cost_final", "cost_with_children_partial",
     "unknown_unmetered", "non_final_rows", "reserved_usd", "unresolved_upper_bound_usd",
     "ledger_integrity_degraded", "cost_presentation",
+    # Release 6.97.x reports these instead of the accounted upper bounds: keep them, never invent one.
+    "cost_usd", "cost_usd_with_children",
 )
 ERROR_MAX = 2000
 
@@ -32,9 +34,18 @@ def is_terminal(result: Mapping) -> bool:
 
 
 def cost_unsettled(result: Mapping) -> bool:
-    """A completed (or degraded) result whose cost is not final yet: worth a short grace wait."""
+    """A completed (or degraded) result whose cost is not final yet: worth a short grace wait.
+
+    Rows of an unpriced model never become final, so waiting for them is pointless: when every
+    non-final row is an unmetered one, the cost is as settled as it will get (and stays unknown).
+    """
     finished_ok = result.get("status") == "completed" or bool(result.get("degraded"))
-    return finished_ok and (result.get("cost_final") is False or result.get("cost_with_children_partial") is True)
+    if not finished_ok:
+        return False
+    non_final, unmetered = result.get("non_final_rows"), result.get("unknown_unmetered")
+    if isinstance(non_final, int) and isinstance(unmetered, int) and 0 < non_final <= unmetered:
+        return False
+    return result.get("cost_final") is False or result.get("cost_with_children_partial") is True
 
 
 def execution_axis(result: Mapping) -> Mapping:
