@@ -4,11 +4,13 @@ Synthesises a run root of 496 tasks with about --size-mb MiB of agent logs (tool
 progress, chat, supervisor) under a temporary directory on the same disk, warms the page cache
 for both contenders, then times `wc -l` and `python -m cowork_adapter.audit` as child processes.
 Prints the audit's throughput as a ratio to wc -l's, and the audit's peak RSS (ru_maxrss of the
-child). Checks the audit found exactly the planted findings. Deletes the run root at the end.
+child, the largest single process) and the sampled peak of the summed RSS of its whole process
+tree (the audit and its --workers scanning processes). Checks the audit found exactly the planted
+findings. Deletes the run root at the end.
 
 Targets: ratio >= 0.5 and peak < 256 MiB; exit 1 when a target is missed (2 on a wrong result).
 
-    .venv/bin/python benchmarks/bench_audit.py --size-mb 100
+    .venv/bin/python benchmarks/bench_audit.py --size-mb 100 [--workers N]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -131,20 +134,49 @@ def _log_files(root: Path) -> list[str]:
     return sorted(str(p) for p in (root / "bench" / "dumps").rglob("*.jsonl"))
 
 
-def _timed_child(argv: list[str], stdout) -> tuple[float, int, int]:
-    """(seconds, exit status, peak RSS KiB) of one child process, via wait4."""
+def _tree_rss_kib(pid: int) -> int:
+    """Summed VmRSS of a process and its descendants (0 for any that vanished meanwhile)."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/status") as handle:
+                total += next((int(line.split()[1]) for line in handle if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{current}/task/{current}/children") as handle:
+                todo.extend(int(c) for c in handle.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _timed_child(argv: list[str], stdout) -> tuple[float, int, int, float, int]:
+    """(seconds, exit status, peak RSS KiB, CPU seconds, sampled peak tree RSS KiB) of one child."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
+    done.set()
+    sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return elapsed, proc.returncode, usage.ru_maxrss
+    # wait4's usage covers the child and the children it waited for (the scanning workers).
+    return elapsed, proc.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, peak[0]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1024.0)
     parser.add_argument("--keep", action="store_true", help="keep the synthetic run root")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="the audit's --workers (default: its own default, the CPU count)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=os.environ.get("BENCH_TMPDIR")))
     try:
@@ -156,11 +188,13 @@ def main() -> int:
         print(f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB in "
               f"{time.perf_counter() - t0:.1f}s under {base}")
         subprocess.run(["wc", "-l", *files], stdout=subprocess.DEVNULL, check=True)  # warm the cache
-        wc_s, wc_rc, _ = _timed_child(["wc", "-l", *files], subprocess.DEVNULL)
+        wc_s, wc_rc, _, _, _ = _timed_child(["wc", "-l", *files], subprocess.DEVNULL)
         report = base / "audit.json"
         audit_argv = [sys.executable, "-m", "cowork_adapter.audit", "--run-dir", str(root),
                       "--output", str(report)]
-        audit_s, audit_rc, peak_kib = _timed_child(audit_argv, subprocess.DEVNULL)
+        if args.workers is not None:
+            audit_argv += ["--workers", str(args.workers)]
+        audit_s, audit_rc, peak_kib, audit_cpu, tree_kib = _timed_child(audit_argv, subprocess.DEVNULL)
         if wc_rc != 0 or audit_rc != 0:
             print(f"wc exit {wc_rc}, audit exit {audit_rc}", file=sys.stderr)
             return 2
@@ -174,13 +208,16 @@ def main() -> int:
               f"({data['totals']['lines_scanned']} lines, {data['totals']['tool_calls']} tool calls, "
               f"{data['totals']['usage_records']} usage records)")
         print(f"ratio (audit throughput / wc -l throughput): {ratio:.3f}  target >= {TARGET_RATIO}")
-        print(f"audit peak RSS: {peak_mib:.1f} MiB  target < {TARGET_PEAK_MIB} MiB")
+        print(f"audit CPU time (with workers): {audit_cpu:.2f}s; load average {os.getloadavg()[0]:.2f} "
+              f"on {os.cpu_count()} CPUs")
+        print(f"audit peak RSS: {peak_mib:.1f} MiB (largest process); sampled peak of the process tree: "
+              f"{tree_kib / 1024:.1f} MiB  target < {TARGET_PEAK_MIB} MiB")
         print(f"findings: {found} (planted {facts['planted_findings']})")
         if found != facts["planted_findings"]:
             print("the audit did not find exactly the planted references", file=sys.stderr)
             return 2
         missed = [name for name, ok in (("ratio", ratio >= TARGET_RATIO),
-                                        ("peak", peak_mib < TARGET_PEAK_MIB)) if not ok]
+                                        ("peak", max(peak_mib, tree_kib / 1024) < TARGET_PEAK_MIB)) if not ok]
         if missed:
             print(f"target missed: {', '.join(missed)}")
             return 1

@@ -1,4 +1,4 @@
-"""The offline audit: `cowork-adapter audit --run-dir RUN [--output FILE]`.
+"""The offline audit: `cowork-adapter audit --run-dir RUN [--output FILE] [--workers N]`.
 
 Read-only over the run root (the only write is the report, created exclusively, never over an
 existing file). Streams every log with bounded memory (see audit_scan). Never changes a verdict:
@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
+import threading
 from collections import Counter
+from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -45,6 +48,7 @@ SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigge
 DUMPS_DIR = Path("bench") / "dumps"
 DUMP_PREFIX = "SingleUserTurn-"
 CHECKED_OUTCOMES = frozenset({"checks_passed", "checks_failed"})
+NOT_RUN_OUTCOMES = frozenset({"ineligible", "unavailable"})  # diagnostics that never ran a checker
 
 
 # ---------------------------------------------------------------- small readers (never raise)
@@ -151,6 +155,32 @@ def _eval_refusals(root: Path) -> dict[str, str]:
     return out
 
 
+def _eval_admissions(root: Path) -> dict[str, str]:
+    """task name -> the shim's last recorded agent container state at that task's eval exec."""
+    evidence = root / "custody" / "evidence"
+    try:
+        names = sorted(os.listdir(evidence))
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for name in names:
+        if not name.endswith(".eval_admission"):
+            continue
+        runner = name[: -len(".eval_admission")]
+        task_dir = _read_first_line(evidence / f"{runner}.task", limit=4096)
+        state = "unknown"
+        try:
+            lines = (evidence / name).read_text(encoding="utf-8", errors="replace").splitlines()
+            record = json.loads(lines[-1]) if lines else None
+            if isinstance(record, dict) and isinstance(record.get("agent_container_state"), str):
+                state = record["agent_container_state"]
+        except (OSError, ValueError):
+            pass
+        if task_dir:
+            out[Path(task_dir.rstrip("/")).name] = state
+    return out
+
+
 def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Path | None:
     stated = row.get("task_dump")
     if not isinstance(stated, str):
@@ -211,6 +241,11 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
         diag.outcome = str(final.get("outcome")) if final.get("outcome") is not None else None
         diag.reason = str(final.get("reason"))[:200] if final.get("reason") is not None else None
         diag.eligible = final.get("eligible") if isinstance(final.get("eligible"), bool) else None
+        code = final.get("checker_exit_code")
+        diag.checker_exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        diag.custody = _str_or_none(final.get("custody"))
+        if isinstance(claim, dict) and final.get("attempt_id") is not None:
+            diag.linked = final.get("attempt_id") == claim.get("attempt_id")
     elif diag.present:
         diag.outcome = "unknown"
     facts.diagnostic = diag
@@ -296,8 +331,12 @@ def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskS
 # ---------------------------------------------------------------- the run
 
 
-def build_audit(run_dir: Path) -> AuditReport:
-    """Audit a run root without writing anything. Refusal when it is not a run at all."""
+def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
+    """Audit a run root without writing anything. Refusal when it is not a run at all.
+
+    `workers` processes scan task dumps in parallel (None: os.cpu_count()); the report is the
+    same for any count. Small runs are scanned in this process (see PARALLEL_MIN_BYTES).
+    """
     root = Path(run_dir).resolve()
     run_gaps: list[Gap] = []
     if not root.is_dir():
@@ -328,6 +367,8 @@ def build_audit(run_dir: Path) -> AuditReport:
         run_gaps.append(Gap(reason=reason, file="monitor.json", detail=monitor_cause))
     monitor = monitor if isinstance(monitor, dict) else {}
     refusals = _eval_refusals(root)
+    admissions = _eval_admissions(root)
+    ineligible: Counter = Counter()
 
     report = AuditReport(generated_at=datetime.now(timezone.utc).isoformat(), run_root=str(root))
     totals = Totals()
@@ -342,8 +383,7 @@ def build_audit(run_dir: Path) -> AuditReport:
         flag = applied.get("diagnostic_eval_on_truncation")
         run_eval.diagnostic_enabled = flag if isinstance(flag, bool) else False
     all_complete = True
-    for row in rows:
-        task, scan = audit_task_with_scan(row, root, dumps)
+    for task, scan in _audit_tasks(rows, root, dumps, _effective_workers(workers, dumps)):
         task.eval_attempts.eval_refusal = refusals.get(task.instance_id)
         if task.eval_attempts.eval_refusal is not None:
             run_eval.eval_refusals[task.instance_id] = task.eval_attempts.eval_refusal
@@ -355,16 +395,22 @@ def build_audit(run_dir: Path) -> AuditReport:
         elif task.official_eval_status == OfficialEvalStatus.DECLINED.value:
             run_eval.official_declined += 1
         diag = task.eval_attempts.diagnostic
+        diag.host_agent_container_state = admissions.get(task.instance_id)
         if diag.present:
             run_eval.diagnostic_present += 1
             outcomes[diag.outcome or "unknown"] += 1
             run_eval.diagnostic_eligible += diag.eligible is True
             run_eval.diagnostic_checked += diag.outcome in CHECKED_OUTCOMES
+            if diag.outcome in NOT_RUN_OUTCOMES:
+                ineligible[diag.reason or "unknown"] += 1
+            if diag.eligible is True and diag.host_agent_container_state != "absent":
+                run_eval.diagnostic_without_host_absence.append(task.instance_id)
     totals.findings_by_reason = dict(sorted(findings_by_reason.items()))
     totals.gaps_by_reason = dict(sorted(gaps_by_reason.items()))
     totals.cost_known_usd = round(totals.cost_known_usd, 9)
     totals.cost_complete = bool(report.tasks) and all_complete
     run_eval.diagnostic_outcomes = dict(sorted(outcomes.items()))
+    run_eval.diagnostic_ineligible_reasons = dict(sorted(ineligible.items()))
     report.task_count = len(report.tasks)
     report.totals = totals
     report.run_gaps = run_gaps
@@ -382,6 +428,68 @@ def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]
         _scan_logs(dump, root, scan)
         attempts = _eval_attempts(dump, root, scan)
     return _task_report(row, root, dump, scan, attempts), scan
+
+
+# ---------------------------------------------------------------- parallel scanning
+
+PARALLEL_MIN_BYTES = 32 << 20  # below this much agent log, starting worker processes costs more
+_IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker: keeps workers busy and parent memory bounded
+_WORKER_STATE: dict[str, Any] = {}
+
+
+def _dump_log_bytes(dumps: dict[str, Path], stop_at: int) -> int:
+    """Bytes of the dumps' agent logs, counted until `stop_at` is reached (a size estimate)."""
+    total = 0
+    for dump in dumps.values():
+        for name, _ in LOG_SCANNERS:
+            try:
+                total += (dump / "ouroboros" / name).stat().st_size
+            except OSError:
+                continue
+        if total >= stop_at:
+            break
+    return total
+
+
+def _effective_workers(workers: int | None, dumps: dict[str, Path]) -> int:
+    """How many processes scan: 1 for small runs and inside a process with other threads.
+
+    Workers are forked. Forking a threaded process (the end-of-run audit inside `run`) could copy
+    a lock another thread holds, and spawning would re-run the CLI (its __main__ is unguarded).
+    """
+    wanted = (os.cpu_count() or 1) if workers is None else workers
+    if wanted <= 1 or len(dumps) < 2 or threading.active_count() > 1:
+        return 1
+    if _dump_log_bytes(dumps, PARALLEL_MIN_BYTES) < PARALLEL_MIN_BYTES:
+        return 1
+    return min(wanted, len(dumps))
+
+
+def _worker_init(root: Path, dumps: dict[str, Path]) -> None:
+    _WORKER_STATE["root"], _WORKER_STATE["dumps"] = root, dumps
+
+
+def _worker_task(row: dict[str, Any]) -> tuple[TaskAudit, TaskScan]:
+    return audit_task_with_scan(row, _WORKER_STATE["root"], _WORKER_STATE["dumps"])
+
+
+def _audit_tasks(rows: Iterator[dict[str, Any]], root: Path, dumps: dict[str, Path],
+                 workers: int) -> Iterator[tuple[TaskAudit, TaskScan]]:
+    """(TaskAudit, TaskScan) per ledger row, in ledger order, scanned by `workers` processes."""
+    if workers <= 1:
+        for row in rows:
+            yield audit_task_with_scan(row, root, dumps)
+        return
+    context = multiprocessing.get_context("fork")  # single-threaded here: see _effective_workers
+    pending: list[Future] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
+                             initargs=(root, dumps)) as pool:
+        for row in rows:
+            pending.append(pool.submit(_worker_task, row))
+            if len(pending) >= workers * _IN_FLIGHT_PER_WORKER:
+                yield pending.pop(0).result()
+        while pending:
+            yield pending.pop(0).result()
 
 
 def _add_totals(totals: Totals, task: TaskAudit, scan: TaskScan, findings: Counter, gaps: Counter) -> None:
@@ -422,9 +530,9 @@ def write_exclusive(path: Path, text: str) -> None:
         raise
 
 
-def audit_run(run_dir: Path) -> AuditReport:
+def audit_run(run_dir: Path, workers: int | None = None) -> AuditReport:
     """Audit a run and write <run>/audit.json exclusively, or the first free audit-<n>.json."""
-    report = build_audit(run_dir)
+    report = build_audit(run_dir, workers)
     text = report.to_json()
     root = Path(run_dir)
     candidates = [root / "audit.json"] + [root / f"audit-{n}.json" for n in range(1, 10_000)]
@@ -437,13 +545,18 @@ def audit_run(run_dir: Path) -> AuditReport:
     raise Refusal("audit", f"{root} already holds 10000 audit reports; none was overwritten.")
 
 
-def run_audit_command(run_dir: Path, output: Path | None) -> int:
-    """The `audit` command: report to stdout, or to a new file. 0, or 2 with one sentence."""
+def run_audit_command(run_dir: Path, output: Path | None, workers: int | None = None) -> int:
+    """The `audit` command: report to stdout, or to a new file. 0, or 2 with one sentence.
+
+    `workers`: scanning processes (None: os.cpu_count(); below 1 is refused)."""
     if output is not None and os.path.lexists(output):
         print(f"{output} already exists; the audit never overwrites a report.", file=sys.stderr)
         return int(ExitCode.REFUSED)
+    if workers is not None and workers < 1:
+        print(f"--workers must be at least 1, not {workers}.", file=sys.stderr)
+        return int(ExitCode.REFUSED)
     try:
-        report = build_audit(Path(run_dir))
+        report = build_audit(Path(run_dir), workers)
     except Refusal as refusal:
         print(refusal.sentence, file=sys.stderr)
         return int(refusal.exit_code)
@@ -467,8 +580,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cowork-adapter audit", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes scanning task dumps (default: the CPU count)")
     args = parser.parse_args(argv)
-    return run_audit_command(args.run_dir, args.output)
+    return run_audit_command(args.run_dir, args.output, args.workers)
 
 
 if __name__ == "__main__":

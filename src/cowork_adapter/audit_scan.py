@@ -127,6 +127,26 @@ def has_probe(text: str) -> bool:
     return False
 
 
+# Made once: json.dumps with non-default options would build a new encoder on every call.
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+
+
+def args_may_match(args: Any) -> bool:
+    """False only when no string inside `args` can hold a rule token (exact, and cheap: C-level).
+
+    The arguments are re-serialised without ASCII escaping and probed once, instead of walking
+    every leaf in Python. JSON escaping never splits a probe (probes hold no quote or control
+    character, and an escaped backslash still contains a backslash-u or backslash-slash pair),
+    so a probe-free serialisation means no key or string leaf holds a probe, and iter_leaves
+    would yield nothing. Measured: probing the raw line instead is slower (long result previews).
+    """
+    try:
+        text = _ARGS_ENCODER.encode(args)
+    except (TypeError, ValueError):
+        return True  # not expected from parsed JSON: take the full path
+    return has_probe(text)
+
+
 def iter_leaves(value: Any) -> Iterator[str]:
     """Every string inside `value` that holds a probe, unwrapping JSON-in-strings and shell strings.
 
@@ -266,11 +286,13 @@ class TaskScan:
 
     def add_usage(self, rec: dict[str, Any], file: str, line: int) -> None:
         usage = rec.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
+        if isinstance(usage, dict) and usage:
 
-        def stated(name: str) -> Any:
-            value = rec.get(name)
-            return usage.get(name) if value is None else value
+            def stated(name: str) -> Any:
+                value = rec.get(name)
+                return usage.get(name) if value is None else value
+        else:
+            stated = rec.get  # the common flat row: no nested usage to fall back on
 
         self.usage_records += 1
         counts = {}
@@ -371,7 +393,26 @@ def _framed(line: bytes) -> bool:
     return stripped.startswith(b"{") and stripped.endswith(b"}")
 
 
+_SCAN_ONCE = json.JSONDecoder().scan_once  # the same configuration json.loads uses by default
+_JSON_WS = json.decoder.WHITESPACE
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
+    """The line as a JSON object, else None: exactly json.loads' answer, with less overhead.
+
+    A line starting `{` with a nonzero second byte is what json.loads decodes as UTF-8
+    (surrogatepass) with no leading whitespace; that case goes straight to the C scanner.
+    Anything else (BOMs, UTF-16/32 guesses, leading blanks) takes json.loads itself.
+    """
+    if line[:1] == b"{" and line[1:2] != b"\x00":
+        try:
+            text = line.decode("utf-8", "surrogatepass")
+            value, end = _SCAN_ONCE(text, 0)
+        except (ValueError, StopIteration):  # includes UnicodeDecodeError
+            return None
+        if end != len(text) and _JSON_WS.match(text, end).end() != len(text):
+            return None  # extra data after the object
+        return value if isinstance(value, dict) else None
     try:
         value = json.loads(line)
     except ValueError:  # includes UnicodeDecodeError
@@ -397,7 +438,7 @@ def scan_tools(path: Path, rel: str, scan: TaskScan) -> None:
             # Measured: probing decoded argument strings beats probing the raw line, which
             # carries the result preview and whose \u escapes (any non-ASCII) defeat a prefilter.
             args = rec.get("args")
-            if args:
+            if args and args_may_match(args):
                 for reason, token, excerpt in find_references(args, tool):
                     scan.finding(reason, rel, first + offset, index, tool, token, excerpt)
             index += 1

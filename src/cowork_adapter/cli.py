@@ -171,7 +171,7 @@ def _run_flags(
         help="Official benchmark image. Default: cowork-pack:<first 7 of --bench-commit>.",
         rich_help_panel=P_IMAGE)] = None,
     image: Annotated[Optional[str], typer.Option(
-        help="Derived image tag. Default: cowork-ouroboros:<seed[:12]>-<commit[:7]>.", rich_help_panel=P_IMAGE)]
+        help="Derived image tag. Default: cowork-ouroboros:<seed[:12]>-<commit[:7]>-<entry digest[:8]>.", rich_help_panel=P_IMAGE)]
     = None,
     build_image: Annotated[bool, typer.Option("--build-image", help="Build the derived image if missing.",
                                               rich_help_panel=P_IMAGE)] = False,
@@ -276,10 +276,12 @@ def audit(
     run_dir: Annotated[Path, typer.Option(help="Run root to audit.")],
     output: Annotated[Optional[Path], typer.Option(help="Write the report here (refuses an existing file).")]
     = None,
+    workers: Annotated[Optional[int], typer.Option(help="Processes scanning task dumps (default: CPU count).")]
+    = None,
 ) -> None:
     from .audit import run_audit_command
 
-    raise SystemExit(run_audit_command(_absolute(run_dir), _absolute(output) if output else None))
+    raise SystemExit(run_audit_command(_absolute(run_dir), _absolute(output) if output else None, workers))
 
 
 @app.command(

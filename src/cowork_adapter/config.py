@@ -179,7 +179,7 @@ class RunConfig(BaseModel):
     credential_setting: str = DEFAULT_API_KEY_ENV
     # Images.
     base_image: str  # defaults to cowork-pack:<bench_commit[:7]>
-    image: str | None = None  # resolved by the launcher (cowork-ouroboros:<seed[:12]>-<commit[:7]>)
+    image: str | None = None  # resolved by the launcher (cowork-ouroboros:<seed[:12]>-<commit[:7]>-<entry[:8]>)
     build_image: bool = False
     # Mode.
     dry_run: bool = False

@@ -258,8 +258,9 @@ class Doctor:
             return fail(name, "cannot be checked until the seed and the benchmark checks pass.",
                         "fix the seed and benchmark checks first")
         from .image.derived import ImageRequest, label_mismatch
+        from .launcher import default_image_tag
 
-        tag = self.cfg.image or f"cowork-ouroboros:{self.seed_head[:12]}-{self.cfg.bench_commit[:7]}"
+        tag = default_image_tag(self.cfg, self.seed_head)
         info = image_present(self.cfg.docker_host, tag)
         if info is None:
             if self.cfg.build_image:

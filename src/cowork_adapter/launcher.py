@@ -17,7 +17,14 @@ from .config import RunConfig
 from .container.protocol import scrub, secret_terms
 from .custody.labels import run_label
 from .errors import Refusal
-from .image.derived import ImageRequest, build_derived_image, inspect_image, label_mismatch, resolve_image
+from .image.derived import (
+    ImageRequest,
+    build_derived_image,
+    container_digest,
+    inspect_image,
+    label_mismatch,
+    resolve_image,
+)
 from .manifest import atomic_write_text, utc_now, write_manifest
 from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
 from .schemas.manifest import ImageIdentity, Limits, RunManifest, Selection
@@ -52,7 +59,9 @@ def say(sentence: str) -> None:
 
 
 def default_image_tag(cfg: RunConfig, seed_head: str) -> str:
-    return cfg.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}"
+    """`cowork-ouroboros:<seed>-<bench>-<entry>`: other entry code is another tag, so two runs
+    building different adapters on one daemon never retag each other's image."""
+    return cfg.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}-{container_digest()[:8]}"
 
 
 def free_bytes(path: Path) -> int:

@@ -118,7 +118,8 @@ def to_html(r: dict[str, Any]) -> str:
     if r["audit"] is not None:
         a = r["audit"]
         parts.append(f"<h2>Audit</h2><p>{a['findings']} findings, {a['manual_review_tasks']} tasks for manual review.</p>")
-        parts.append(_html_table(["reason", "count"], [[k, str(v)] for k, v in sorted(a["findings_by_reason"].items())]))
+        if a["findings_by_reason"]:  # an empty table renders as a stray header row
+            parts.append(_html_table(["reason", "count"], [[k, str(v)] for k, v in sorted(a["findings_by_reason"].items())]))
     parts += ["<h2>Plots</h2><div class='plots'>"] + plots + ["</div>"]
     parts += ["<h2>By domain</h2>", _html_table(GROUP_HEAD, _group_table(domains))]
     parts += ["<h2>By MCP server</h2>", _html_table(GROUP_HEAD, _group_table(r["by_mcp_server"]))]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from html import escape
 from typing import Sequence
 
@@ -10,8 +12,27 @@ LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 56
 INK, BAR, GRID = "#222", "#4a78b5", "#ddd"
 
 
+_FIXED = re.compile(r"^([^.]*)\.(\d+)([f%])$")
+
+
+def distinct_fmt(values: Sequence[float], fmt: str, max_digits: int = 6) -> str:
+    """`fmt`, with more decimals when needed so that distinct values get distinct labels.
+
+    Small money amounts ($0.003) and short spans would otherwise all print as "0.00".
+    """
+    match = _FIXED.match(fmt)
+    wanted = len(set(values))
+    if match is None:
+        return fmt
+    head, digits, kind = match.group(1), int(match.group(2)), match.group(3)
+    while digits < max_digits and len({format(v, f"{head}.{digits}{kind}") for v in values}) < wanted:
+        digits += 1
+    return f"{head}.{digits}{kind}"
+
+
 def _frame(title: str, body: list[str], y_max: float, y_fmt: str) -> str:
     plot_h = H - TOP - BOTTOM
+    y_fmt = distinct_fmt([y_max * i / 4 for i in range(5)], y_fmt)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">',
              f"<title>{escape(title)}</title>",
              f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13" fill="{INK}">{escape(title)}</text>']
@@ -60,12 +81,24 @@ def histogram(title: str, values: Sequence[float], *, bins: int = 12, x_fmt: str
     counts = [0] * bins
     for v in values:
         counts[min(bins - 1, int((v - lo) / width))] += 1
-    labels = [format(lo + width * i, x_fmt) for i in range(bins)]
-    return bar_chart(title, labels, [float(c) for c in counts], y_max=float(max(counts)), y_fmt=".0f")
+    starts = [lo + width * i for i in range(bins)]
+    x_fmt = distinct_fmt(starts, x_fmt)
+    labels = [format(x, x_fmt) for x in starts]
+    top = 4 * math.ceil(max(counts) / 4)  # a multiple of the 4 grid steps: whole-number ticks
+    return bar_chart(title, labels, [float(c) for c in counts], y_max=float(top), y_fmt=".0f")
+
+
+def _time_unit(span_s: float) -> tuple[float, str]:
+    """(seconds per unit, suffix) that shows a span of `span_s` seconds with readable ticks."""
+    if span_s >= 2 * 3600:
+        return 3600.0, "h"
+    if span_s >= 120:
+        return 60.0, "min"
+    return 1.0, "s"
 
 
 def step_line(title: str, points: Sequence[tuple[float, float]], *, y_fmt: str = ".2f") -> str:
-    """A line through (x, y) points with x in seconds from the first point (x axis in hours)."""
+    """A line through (x, y) points with x in seconds from the first point (axis in h, min or s)."""
     if len(points) < 2:
         return _empty(title)
     x0 = points[0][0]
@@ -74,8 +107,12 @@ def step_line(title: str, points: Sequence[tuple[float, float]], *, y_fmt: str =
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     coords = " ".join(f"{LEFT + plot_w * (x - x0) / x_max:.1f},{TOP + plot_h - plot_h * y / y_max:.1f}" for x, y in points)
     body = [f'<polyline points="{coords}" fill="none" stroke="{BAR}" stroke-width="2"/>']
-    for i in range(5):
+    unit, suffix = _time_unit(x_max)
+    ticks = [x_max * i / 4 / unit for i in range(5)]
+    x_fmt = distinct_fmt(ticks, ".1f" if unit > 1 else ".0f", max_digits=2)
+    for i, tick in enumerate(ticks):
         x = LEFT + plot_w * i / 4
-        body.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" font-size="10" text-anchor="middle" fill="{INK}">'
-                    f"{x_max * i / 4 / 3600:.1f} h</text>")
+        anchor = "end" if i == 4 else "middle"  # the last label would run past the right edge
+        body.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" font-size="10" text-anchor="{anchor}" fill="{INK}">'
+                    f"{escape(format(tick, x_fmt))} {suffix}</text>")
     return _frame(title, body, y_max, y_fmt)

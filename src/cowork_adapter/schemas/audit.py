@@ -112,6 +112,11 @@ class DiagnosticFact(_Model):
     eligible: bool | None = None
     receipts: int = 0
     reports: int = 0
+    checker_exit_code: int | None = None
+    custody: str | None = None  # group_dead | unconfirmed | not_started (the receipt's word)
+    linked: bool | None = None  # the receipt names the official claim's attempt
+    # The shim's host-side record of agent-<id> at the eval exec (custody/evidence/<id>.eval_admission).
+    host_agent_container_state: str | None = None
 
 
 class TaskEvalAttempts(_Model):
@@ -177,6 +182,11 @@ class RunEvalAttempts(_Model):
     diagnostic_eligible: int = 0
     diagnostic_checked: int = 0  # outcome checks_passed or checks_failed
     diagnostic_outcomes: dict[str, int] = Field(default_factory=dict)
+    diagnostic_ineligible_reasons: dict[str, int] = Field(default_factory=dict)  # ineligible/unavailable
+    diagnostic_semantics: str = "residual_state_after_agent_stop_not_exact_cutoff"
+    diagnostic_cap_sec: int = 900
+    # Eligible diagnostics whose host-side shim record does not say the agent container was absent.
+    diagnostic_without_host_absence: list[str] = Field(default_factory=list)
     eval_refusals: dict[str, str] = Field(default_factory=dict)  # instance_id -> refusal cause
     cleanup_proven: bool = False  # monitor.json finished is true
     stop_reason: str | None = None

@@ -1,0 +1,182 @@
+"""The audit's parallel scan and its argument fast path give exactly the sequential answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cowork_adapter import audit
+from cowork_adapter.audit import build_audit, run_audit_command
+from cowork_adapter.audit_scan import args_may_match, find_references
+
+TS = "2026-01-01T00:00:00+00:00"
+TASKS = 24
+WORDS = "total region north Zürich café invoice sheet eval groundtruth psql \\u00e9 a/b".split()
+
+
+def _tool(rng: random.Random, n: int) -> dict:
+    kind = n % 6
+    if kind == 0:
+        return {"tool": "run_command", "args": {"command": f"wc -l /workspace/{n}.csv"}}
+    if kind == 1:
+        return {"tool": "mcp_files__read_file", "args": {"path": " ".join(rng.choices(WORDS, k=3))}}
+    if kind == 2:
+        return {"tool": "mcp_excel__write", "args": {"data": [[rng.choice(WORDS)] * 2] * 2}}
+    if kind == 3:
+        return {"tool": "python_execute", "args": {"code": json.dumps({"c": rng.choice(WORDS)})}}
+    if kind == 4:
+        return {"tool": "mcp_files__write_file", "args": {"path": "n.md", "content": "plain words only"}}
+    return {"tool": "mcp_pg__query", "args": {"sql": "select 1"}}
+
+
+def _synthetic_run(root: Path) -> None:
+    """TASKS tasks with mixed rows, planted references, malformed lines, missing logs and dumps."""
+    rng = random.Random(11)
+    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
+                                                        "applied_config": {}}))
+    (root / "monitor.json").write_text(json.dumps({"finished": True}))
+    rows = []
+    for n in range(TASKS):
+        task = f"task-{n:02d}"
+        dump = root / "bench" / "dumps" / "abc" / f"SingleUserTurn-{task}"
+        rows.append({"instance_id": task, "status": "passed", "official_eval_status": "completed",
+                     "official_receipt": {"pass": n % 3 != 0}})
+        if n == 5:
+            continue  # a task without a dump: a gap
+        logs = dump / "ouroboros"
+        logs.mkdir(parents=True)
+        tools = []
+        for i in range(40 + n):
+            call = _tool(rng, i + n)
+            tools.append(json.dumps({"ts": TS, "type": "tool_call", **call, "is_error": i % 7 == 0,
+                                     "result_preview": " ".join(rng.choices(WORDS, k=30))}))
+        if n % 4 == 0:
+            tools.insert(3, json.dumps({"ts": TS, "type": "tool_call", "tool": "run_command",
+                                        "args": {"command": "psql -h pg -c 'select 1' && cat groundtruth_workspace/a"}}))
+        if n % 6 == 1:
+            tools.insert(7, '{"broken": ')
+        events = [json.dumps({"ts": TS, "type": "llm_usage", "prompt_tokens": 10 + i, "completion_tokens": 2,
+                              "cached_tokens": 0, "cost": 0.001 * i, "cost_known": i % 9 != 0,
+                              "model": "m/x", "provider": "p"}) for i in range(20)]
+        files = {"tools.jsonl": tools, "events.jsonl": events,
+                 "progress.jsonl": ['{"text": "x"}'] * 5, "chat.jsonl": ['{"text": "y"}'] * 3,
+                 "supervisor.jsonl": ['{"type": "ready"}']}
+        if n == 9:
+            del files["events.jsonl"]
+        for name, lines in files.items():
+            (logs / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        rows[-1]["task_dump"] = os.path.relpath(dump, root)
+    (root / "result_index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _comparable(report) -> dict:
+    data = json.loads(report.to_json())
+    data.pop("generated_at")
+    return data
+
+
+class CountingPool(audit.ProcessPoolExecutor):
+    submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        CountingPool.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
+    root = tmp_path / "run"
+    root.mkdir()
+    _synthetic_run(root)
+    sequential = _comparable(build_audit(root, workers=1))
+    assert sequential["totals"]["findings"] > 0 and sequential["totals"]["gaps"] > 0  # a rich input
+
+    monkeypatch.setattr(audit, "PARALLEL_MIN_BYTES", 0)  # this run is small: force the pool
+    monkeypatch.setattr(audit, "ProcessPoolExecutor", CountingPool)
+    CountingPool.submitted = 0
+    parallel = _comparable(build_audit(root, workers=2))
+    assert CountingPool.submitted == TASKS  # every task went through the worker processes
+    assert parallel == sequential
+    assert [t["instance_id"] for t in parallel["tasks"]] == [f"task-{n:02d}" for n in range(TASKS)]
+
+
+def test_a_small_run_stays_in_process(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    _synthetic_run(root)
+    assert audit._effective_workers(2, audit._dump_index(root)) == 1
+    assert audit._effective_workers(None, {}) == 1
+
+
+def test_a_threaded_process_scans_in_process(tmp_path, monkeypatch):
+    import threading
+
+    root = tmp_path / "run"
+    root.mkdir()
+    _synthetic_run(root)
+    monkeypatch.setattr(audit, "PARALLEL_MIN_BYTES", 0)
+    dumps = audit._dump_index(root)
+    assert audit._effective_workers(2, dumps) == 2
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:  # like the end-of-run audit inside `run`: forking now could copy a held lock
+        assert audit._effective_workers(2, dumps) == 1
+    finally:
+        stop.set()
+        other.join()
+
+
+def test_workers_below_one_are_refused(tmp_path, capsys):
+    assert run_audit_command(tmp_path, None, workers=0) == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+# Leaves mixing the rule tokens, their probes and JSON/shell escaping.
+_leaf = st.text(alphabet=st.sampled_from(list("abpsqlgroundtruth_workspaceval/\\\"' .:u0{}[]é\n")), max_size=40) | \
+    st.sampled_from(["psql -c x", "eval_res.json", "groundtruth_workspace", "postgres:\\/\\/u:p@h",
+                     "\\u0070sql", json.dumps({"c": "cat groundtruth_workspace/x"}), "evaluation/main.py"])
+_args = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_leaf, inner, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(args=_args, tool=st.sampled_from(["run_command", "mcp_files__read_file", "mcp_terminal__run_command"]))
+def test_the_fast_path_never_hides_a_finding(args, tool):
+    if find_references(args, tool):
+        assert args_may_match(args)
+
+
+def _reference_parse(line: bytes):
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+_json_lines = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+).map(lambda v: json.dumps(v, ensure_ascii=False).encode())
+_noise = st.sampled_from([b"", b" ", b"\r", b"\t", b"}", b"x", b"\x00", b"\xff", b"\xef\xbb\xbf", b"{\x00"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(body=_json_lines | st.binary(max_size=12), head=_noise, tail=_noise)
+def test_the_line_parser_answers_exactly_like_json_loads(body, head, tail):
+    from cowork_adapter.audit_scan import _parse
+
+    for line in (body, head + body, body + tail, head + body + tail):
+        assert _parse(line) == _reference_parse(line), line
+
+
+def test_the_fast_path_skips_plain_arguments():
+    assert not args_may_match({"path": "notes/Zürich café.md", "rows": [["a", 1]]})
+    assert args_may_match({"command": "cat groundtruth_workspace/x"})
