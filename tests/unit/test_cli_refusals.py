@@ -304,8 +304,8 @@ def test_demo_wiring(monkeypatch, tmp_path, clean_env):
 
 def test_audit_wiring(monkeypatch, tmp_path):
     calls = _stand_in(monkeypatch, "cowork_adapter.audit", "run_audit_command")
-    assert _invoke(["audit", "--run-dir", str(tmp_path), "--output", str(tmp_path / "a.json")]) == 0
-    assert calls == [("run_audit_command", (tmp_path.resolve(), (tmp_path / "a.json").resolve()), {})]
+    assert _invoke(["audit", "--run-dir", str(tmp_path), "--output", str(tmp_path / "a.json"), "--workers", "2"]) == 0
+    assert calls == [("run_audit_command", (tmp_path.resolve(), (tmp_path / "a.json").resolve(), 2), {})]
 
 
 def test_report_wiring(monkeypatch, tmp_path):
