@@ -281,7 +281,7 @@ def test_evidence_write_failure_never_changes_the_exit_code(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["not json", "missing key", "bad number", "missing file"])
-def test_unreadable_config_fails_closed_for_every_command(bed, damage):
+def test_unreadable_config_fails_creation_closed_but_never_teardown(bed, damage):
     config = json.loads(bed.files.shim_config.read_text())
     if damage == "not json":
         bed.files.shim_config.write_text("{not json")
@@ -293,10 +293,13 @@ def test_unreadable_config_fails_closed_for_every_command(bed, damage):
         bed.files.shim_config.write_text(json.dumps(config))
     else:
         bed.files.shim_config.unlink()
-    for argv in (["ps"], ["run", "img"]):
+    for argv in (["run", "img"], ["exec", "agent-3-00000000", "true"], ["network", "create", "n"]):
         done = bed.run(*argv)
         assert done.returncode == 75 and done.stderr.strip().endswith("config_unreadable")
     assert bed.calls() == []
+    # Teardown never depends on the config: the wrapper bakes in the real docker and the daemon.
+    assert bed.run("ps").returncode == 0
+    assert len(bed.calls()) == 1
 
 
 # ---------------------------------------------------------------- exec evidence

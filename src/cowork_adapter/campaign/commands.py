@@ -164,6 +164,7 @@ def reconcile_command(
             checks = _prove_run_over(record, wanted_root, key, docker_host, label_is_empty)
             reading = _refresh_usage(record, key, meter_url, read_meter, clock or SystemClock(), meter_deadline_sec)
             checks["meter"] = reading
+            checks["agent_env_removed"] = _remove_agent_env(Path(wanted_root))
             campaign = Campaign(session, record, now=utc_now)
             try:
                 campaign.reconcile_active_run(usage=reading["usage"], operator_note=note, checks=checks)
@@ -239,3 +240,11 @@ def _refresh_usage(
         "attempts": reading.attempts,
         "rejected_reads": reading.attempts - 1,
     }
+
+
+def _remove_agent_env(run_root: Path) -> bool:
+    """A launcher killed by SIGKILL never reached its cleanup: the key file must not outlive reconcile."""
+    path = run_root / "private" / "agent.env"
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed

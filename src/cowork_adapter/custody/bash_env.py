@@ -140,7 +140,8 @@ def install_custody(
     program = shim_dir / "shim.py"
     source = SHIM_SOURCE.read_bytes()
     _write(program, source.decode("utf-8"), 0o644)
-    _write(wrapper, wrapper_text(python, program, config_path, run_label), 0o755)
+    _write(wrapper, wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker,
+                                   docker_host=docker_host), 0o755)
     bash_env = custody_dir / "bash_env.sh"
     _write(bash_env, bash_env_text(wrapper, run_label), 0o644)
     return CustodyFiles(
@@ -159,15 +160,27 @@ def install_custody(
     )
 
 
-def wrapper_text(python: str, program: Path, config_path: Path, run_label: str) -> str:
-    """The `docker` wrapper: its config path is baked in, so a scrubbed environment still works."""
+def wrapper_text(python: str, program: Path, config_path: Path, run_label: str, *, real_docker: str,
+                 docker_host: str) -> str:
+    """The `docker` wrapper: its config path is baked in, so a scrubbed environment still works.
+
+    Commands the shim rewrites or records (creations, exec, global flags) go to the shim program;
+    every other command execs the real docker at once, against the run's daemon and no context,
+    so the runner's many `ps`/`rm`/`inspect` calls cost no Python start-up.
+    """
     q = shlex.quote
     return (
         "#!/bin/sh\n"
         f"# {WRAPPER_MARKER} for run {run_label}\n"
         f"COWORK_SHIM_CONFIG={q(str(config_path))}\n"
         "export COWORK_SHIM_CONFIG\n"
-        f"exec {q(python)} -I -S {q(str(program))} \"$@\"\n"
+        'case "${1-}" in\n'
+        f"  run|create|container|network|exec|-*|\"\") exec {q(python)} -I -S {q(str(program))} \"$@\" ;;\n"
+        "esac\n"
+        "unset DOCKER_CONTEXT\n"
+        f"DOCKER_HOST={q(docker_host)}\n"
+        "export DOCKER_HOST\n"
+        f"exec {q(real_docker)} \"$@\"\n"
     )
 
 

@@ -1,0 +1,243 @@
+"""Recovery through the real CLI: `cowork-adapter run --resume-from ...` (reference §5.9, §7 48-53).
+
+Ancestor run roots are synthesised from a real dry run's manifest (so applied config, seed head,
+benchmark commit and image ID are exactly what the current invocation computes) plus a ledger
+written with the typed TaskRow; the invocation under test is a dry run, which resolves the
+recovery plan before it would start anything. A control resume is admitted, so every refusal
+below is caused by the one thing each case changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter.demo.bench_repo import materialize_bench
+from cowork_adapter.demo.pack_image import ensure_demo_pack_image
+from cowork_adapter.demo.seed_repo import make_stub_seed
+from cowork_adapter.ledger import LEDGER_NAME
+from cowork_adapter.schemas.ledger import TaskRow
+from cowork_adapter.schemas.manifest import RunManifest
+
+SEL = ["demo-csv-totals", "demo-wrong-answer", "demo-hang"]
+CLI_TIMEOUT_S = 600
+ROW_EVAL = {"passed": "completed", "failed": "completed", "agent_failed": "declined",
+            "infra_failed": "unreported", "not_attempted": "unreported"}
+
+
+@pytest.fixture(scope="module")
+def world(docker_host, tmp_path_factory):
+    root = tmp_path_factory.mktemp("recovery-cli")
+    bench = root / "bench"
+    commit = materialize_bench(bench)
+    seed = root / "seed"
+    make_stub_seed(seed)
+    pack_tag, _ = ensure_demo_pack_image(docker_host)
+    (root / "runs").mkdir()
+    w = {"root": root, "bench": bench, "commit": commit, "seed": seed, "pack": pack_tag, "docker_host": docker_host}
+    out = run_cli(w, "probe", tasks=SEL)
+    assert out.returncode == 0, out.stderr
+    w["template"] = RunManifest.model_validate_json((root / "runs" / "probe" / "run_manifest.json").read_bytes())
+    return w
+
+
+def run_cli(w: dict, name: str, *, tasks=(), resume_from=(), extra=()) -> subprocess.CompletedProcess:
+    args = [
+        sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(w["seed"]), "--bench-root", str(w["bench"]),
+        "--bench-commit", w["commit"], "--docker-host", w["docker_host"], "--resource-root", str(w["root"]),
+        "--run-root", str(w["root"] / "runs" / name), "--base-image", w["pack"], "--build-image",
+        "--model", "demo/stub-model", "--dry-run", "--min-free-gib", "1", "--min-root-free-gib", "1",
+        "--cpus", "1", "--memory", "2g", "--task-timeout", "120",
+    ]
+    for task in tasks:
+        args += ["--task", task]
+    for parent in resume_from:
+        args += ["--resume-from", str(parent)]
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    return subprocess.run(args + list(extra), env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+
+
+def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, parents=(), generation=0,
+             outcome="stopped", **identity) -> Path:
+    """A finished run root: the probe's manifest re-pointed, plus a ledger of `rows` (None: no ledger).
+
+    identity may override applied_config (a dict merged in), seed_head, bench_commit, image_id.
+    """
+    root = w["root"] / "runs" / name
+    root.mkdir()
+    m = w["template"].model_copy(deep=True)
+    m.run_root = str(root)
+    m.outcome = outcome
+    m.dry_run = False
+    m.selection.task_ids = list(SEL if ran is None else ran)
+    m.selection.selection_task_ids = list(SEL)
+    m.selection.resume_from = [str(p) for p in parents]
+    m.selection.resume_generation = generation
+    if "applied_config" in identity:
+        m.applied_config = {**m.applied_config, **identity["applied_config"]}
+    if "seed_head" in identity:
+        m.seed.head = identity["seed_head"]
+    if "bench_commit" in identity:
+        m.bench.commit = identity["bench_commit"]
+    if "image_id" in identity:
+        m.image.id = identity["image_id"]
+    (root / "run_manifest.json").write_text(m.to_json())
+    if rows is not None:
+        lines = [
+            TaskRow(ts="2026-01-01T00:00:00Z", instance_id=task, status=status, reason_code="synthetic",
+                    official_eval_status=ROW_EVAL[status], attempt_run_root=str(root)).to_line()
+            for task, status in rows.items()
+        ]
+        (root / LEDGER_NAME).write_text("".join(lines))
+    return root
+
+
+def manifest(w: dict, name: str) -> dict:
+    return json.loads((w["root"] / "runs" / name / "run_manifest.json").read_text())
+
+
+def assert_refused(out: subprocess.CompletedProcess, *phrases: str) -> str:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    assert len(lines) == 1, out.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+def first_pass(w: dict, prefix: str) -> Path:
+    return ancestor(w, f"{prefix}-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed",
+                                        "demo-hang": "infra_failed"})
+
+
+def test_control_resume_runs_only_unsettled_work_and_keeps_the_selection(world):
+    r0 = first_pass(world, "control")
+    out = run_cli(world, "control-r1", resume_from=[r0])
+    assert out.returncode == 0, out.stderr
+    sel = manifest(world, "control-r1")["selection"]
+    assert sel["task_ids"] == ["demo-hang"]  # infra is retried; the genuine failure is not
+    assert sel["selection_task_ids"] == SEL and sel["resume_generation"] == 1
+    assert sorted(sel["settled_elsewhere"]) == ["demo-csv-totals", "demo-wrong-answer"]
+
+
+def test_explicit_selection_widens_without_repeating_settled_work(world):
+    r0 = first_pass(world, "widen")
+    out = run_cli(world, "widen-r1", resume_from=[r0], tasks=SEL + ["demo-crm-postgres"])
+    assert out.returncode == 0, out.stderr
+    assert manifest(world, "widen-r1")["selection"]["task_ids"] == ["demo-hang", "demo-crm-postgres"]
+
+
+CHANGES = {
+    "config": ({"applied_config": {"max_steps": 7}}, "applied_config"),
+    "seed": ({"seed_head": "0" * 40}, "seed head"),
+    "bench": ({"bench_commit": "1" * 40}, "benchmark commit"),
+    "image": ({"image_id": "sha256:" + "2" * 64}, "image ID"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CHANGES))
+def test_a_change_in_an_older_ancestor_is_refused(world, what):
+    change, phrase = CHANGES[what]
+    r0 = ancestor(world, f"old-{what}-r0", {"demo-csv-totals": "passed", "demo-hang": "infra_failed"}, **change)
+    r1 = ancestor(world, f"old-{what}-r1", {"demo-hang": "infra_failed"}, ran=["demo-wrong-answer", "demo-hang"],
+                  parents=[r0], generation=1)
+    out = run_cli(world, f"old-{what}-r2", resume_from=[r1])
+    sentence = assert_refused(out, phrase, str(r0))
+    assert str(r1) not in sentence  # the parent itself matches: the older ancestor is named
+
+
+def test_a_changed_config_in_the_parent_is_refused(world):
+    r0 = ancestor(world, "cfg-parent-r0", {"demo-hang": "infra_failed"}, applied_config={"task_timeout": 999})
+    assert_refused(run_cli(world, "cfg-parent-r1", resume_from=[r0]), "applied_config", "task_timeout")
+
+
+def test_a_changed_invocation_config_is_refused(world):
+    r0 = first_pass(world, "cfg-now")
+    assert_refused(run_cli(world, "cfg-now-r1", resume_from=[r0], extra=["--max-steps", "3"]), "max_steps")
+
+
+def _two_passes(world: dict, prefix: str, last_rows: dict[str, str]) -> Path:
+    r0 = first_pass(world, prefix)
+    r1 = ancestor(world, f"{prefix}-r1", {"demo-hang": "infra_failed"}, ran=["demo-hang"], parents=[r0], generation=1)
+    return ancestor(world, f"{prefix}-r2", last_rows, ran=["demo-hang"], parents=[r1, r0], generation=2)
+
+
+def test_a_third_pass_with_work_remaining_is_refused(world):
+    r2 = _two_passes(world, "third", {"demo-hang": "infra_failed"})
+    assert_refused(run_cli(world, "third-r3", resume_from=[r2]), "at most two recovery passes")
+
+
+def test_a_third_pass_with_nothing_remaining_is_a_noop(world):
+    r2 = _two_passes(world, "noop", {"demo-hang": "agent_failed"})
+    out = run_cli(world, "noop-r3", resume_from=[r2])
+    assert out.returncode == 0, out.stderr
+    m = manifest(world, "noop-r3")
+    assert m["outcome"] == "nothing_remaining" and m["selection"]["task_ids"] == []
+    assert m["selection"]["resume_generation"] == 2
+    assert not (world["root"] / "runs" / "noop-r3" / "bench" / "benchmark_logs").exists()  # the runner never ran
+
+
+def test_a_missing_parent_ledger_is_refused(world):
+    r0 = ancestor(world, "noledger-r0", None)
+    assert_refused(run_cli(world, "noledger-r1", resume_from=[r0]), "ledger", str(r0))
+
+
+def test_a_missing_older_ancestor_ledger_is_refused(world):
+    r0 = ancestor(world, "noledger-old-r0", None)
+    r1 = ancestor(world, "noledger-old-r1", {"demo-hang": "infra_failed"}, ran=["demo-hang"], parents=[r0], generation=1)
+    assert_refused(run_cli(world, "noledger-old-r2", resume_from=[r1]), "ledger", str(r0))
+
+
+def test_multiple_parents_union_their_selections_and_never_widen_to_the_dataset(world):
+    a = ancestor(world, "union-a", {"demo-csv-totals": "passed"}, ran=["demo-csv-totals"])
+    m = json.loads((a / "run_manifest.json").read_text())
+    m["selection"]["selection_task_ids"] = ["demo-csv-totals"]
+    (a / "run_manifest.json").write_text(json.dumps(m))
+    b = ancestor(world, "union-b", {"demo-hang": "infra_failed"}, ran=["demo-hang"])
+    m = json.loads((b / "run_manifest.json").read_text())
+    m["selection"]["selection_task_ids"] = ["demo-hang"]
+    (b / "run_manifest.json").write_text(json.dumps(m))
+    out = run_cli(world, "union-r1", resume_from=[a, b])
+    assert out.returncode == 0, out.stderr
+    sel = manifest(world, "union-r1")["selection"]
+    assert sel["selection_task_ids"] == ["demo-csv-totals", "demo-hang"] and sel["task_ids"] == ["demo-hang"]
+
+
+def test_reconcile_removes_a_killed_runs_key_file(tmp_path):
+    """A launcher killed by SIGKILL never reaches the finally that deletes private/agent.env; the
+    operator's reconcile is the run's end, so it must leave no copy of the key in the run root."""
+    import socket
+
+    from cowork_adapter.campaign.commands import reconcile_command
+    from cowork_adapter.campaign.meter import MeterReading
+    from cowork_adapter.campaign.store import JsonFileCampaignStore, open_campaign
+    from cowork_adapter.schemas.campaign import key_fingerprint
+
+    key = "fake-key-" + "0" * 24
+    run_root = tmp_path / "killed"
+    (run_root / "private").mkdir(parents=True)
+    key_file = run_root / "private" / "agent.env"
+    key_file.write_text(f"COWORK_PROVIDER_KEY={key}\n")
+    gone_pid = subprocess.Popen(["true"])
+    gone_pid.wait()
+    campaign_file = tmp_path / "campaign.json"
+    with open_campaign(JsonFileCampaignStore(campaign_file), key_fingerprint=key_fingerprint(key), ceiling=50.0,
+                       startup_usage=1.0, create_if_missing=True) as campaign:
+        campaign.start_run(run_root=str(run_root), run_label="0" * 32, launcher_pid=gone_pid.pid,
+                           host=socket.gethostname())
+    code = reconcile_command(
+        campaign_file, run_root, "launcher SIGKILLed; checked ps and docker", "FAKE_KEY_ENV",
+        docker_host="unix:///nonexistent.sock", label_is_empty=lambda host, label: True,
+        read_meter=lambda timeout: MeterReading(usage=1.5, limit=None, limit_remaining=None,
+                                                requested_at_monotonic=time.monotonic()),
+        environ={"FAKE_KEY_ENV": key},
+    )
+    assert code == 0
+    assert not key_file.exists(), "reconcile left the provider key in <run_root>/private/agent.env"

@@ -1,0 +1,198 @@
+"""Container custody of a real paid demo run, observed from the daemon while the containers live.
+
+One run at concurrency 2 on [demo-csv-totals, demo-crm-postgres, demo-hang]: the first two finish,
+then SIGTERM arrives while demo-hang's agent runs. A thread follows the daemon's create events and
+inspects each new container and network at once, so even the runner's short-lived helpers (the
+`docker run --rm IMAGE true` check and the FK-fix helper) are seen with their HostConfig. Each one
+of this run must carry the exact run label and the configured limits; afterwards nothing with the
+label remains, and look-alike bystanders (near-identical label, runner-like names) survive.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from cowork_adapter.custody.docker_ops import label_is_empty
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.demo.scenarios import (
+    bystanders_alive,
+    make_bystanders,
+    prepare,
+    read_json,
+    remove_bystanders,
+    wait_for,
+)
+from cowork_adapter.vocab import ExitCode
+
+TASKS = ["demo-csv-totals", "demo-crm-postgres", "demo-hang"]
+FINISHING = {"demo-csv-totals", "demo-crm-postgres"}
+# The demo flags (DemoEnv.run_args): --cpus 1 --memory 2g, pids at its default 512, no swap on top.
+WANT_LIMITS = {"NanoCpus": 1_000_000_000, "Memory": 2 << 30, "MemorySwap": 2 << 30, "PidsLimit": 512}
+
+
+class CreationWatcher:
+    """Follows container and network create events; inspects each one the moment it appears."""
+
+    def __init__(self, docker_host: str) -> None:
+        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
+        self.seen: list[dict] = []  # {"type", "id", "event_attrs", "inspect" or None}
+        self._stream = self.client.events(
+            decode=True, filters={"type": ["container", "network"], "event": ["create"]}
+        )
+        self._thread = threading.Thread(target=self._follow, name="creation-watcher", daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        try:
+            for event in self._stream:
+                kind = event.get("Type")
+                ident = (event.get("Actor") or {}).get("ID") or event.get("id")
+                attrs = (event.get("Actor") or {}).get("Attributes") or {}
+                try:
+                    info = (self.client.api.inspect_container(ident) if kind == "container"
+                            else self.client.api.inspect_network(ident))
+                except docker.errors.NotFound:
+                    info = None  # removed before we could look: recorded, judged by the caller
+                self.seen.append({"type": kind, "id": ident, "event_attrs": attrs, "inspect": info,
+                                  "time": event.get("time")})
+        except Exception:  # noqa: BLE001 - the stream ends when close() is called
+            return
+
+    def close(self) -> None:
+        self._stream.close()
+        self._thread.join(timeout=10)
+        self.client.close()
+
+
+def summary_tasks(run_root: Path) -> set[str]:
+    done = set()
+    for path in (run_root / "bench" / "benchmark_logs").glob("fully_parallel_*/summary.csv"):
+        with path.open(newline="") as fh:
+            done |= {row["task"] for row in csv.DictReader(fh)}
+    return done
+
+
+def agent_started_for(run_root: Path, task: str) -> bool:
+    evidence = run_root / "custody" / "evidence"
+    return evidence.is_dir() and any(
+        p.read_text().strip() == task for p in evidence.glob("*.task")
+    )
+
+
+def runner_pid(run_root: Path) -> int | None:
+    for line in (run_root / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("kind") == "runner_started" or event.get("event") == "runner_started":
+            data = event.get("data") or event
+            return int(data["pid"])
+    return None
+
+
+@pytest.fixture(scope="module")
+def custody_run(docker_host, tmp_path_factory):
+    env = prepare(tmp_path_factory.mktemp("custody") / "root", docker_host)
+    name = "custody"
+    run_root = env.run_root(name)
+    label = run_label(run_root)
+    bystanders = make_bystanders(docker_host, label)
+    watcher = CreationWatcher(docker_host)
+    result: dict = {"env": env, "run_root": run_root, "label": label}
+    try:
+        proc = env.launch(env.run_args(name, TASKS, campaign="campaign-custody.json"), name)
+        result["reached"] = wait_for(
+            lambda: FINISHING <= summary_tasks(run_root) and agent_started_for(run_root, "demo-hang"), 900, 1.0
+        )
+        time.sleep(2)
+        result["bystanders_during"] = bystanders_alive(docker_host, bystanders)
+        proc.send_signal(signal.SIGTERM)
+        result["exit_code"] = proc.wait(timeout=600)
+        time.sleep(1)  # let the watcher drain the last events
+        result["empty_after"] = label_is_empty(docker_host, label)
+        result["bystanders_after"] = bystanders_alive(docker_host, bystanders)
+        result["runner_pid"] = runner_pid(run_root)
+        result["image_id"] = (read_json(run_root / "run_manifest.json").get("image") or {}).get("id")
+        result["manifest"] = read_json(run_root / "run_manifest.json")
+    finally:
+        watcher.close()
+        remove_bystanders(docker_host, bystanders)
+        env.meter.stop()
+    result["seen"] = watcher.seen
+    return result
+
+
+def ours(result: dict) -> tuple[list[dict], list[dict]]:
+    """The containers and networks the runner of this run created, found WITHOUT looking at labels."""
+    pid = result["runner_pid"]
+    named = re.compile(rf"(agent|eval|pg)-{pid}-[0-9a-f]{{8}}\Z")
+    net_name = re.compile(rf"net-{pid}-[0-9a-f]{{8}}\Z")
+    containers, networks = [], []
+    for item in result["seen"]:
+        attrs = item["event_attrs"]
+        if item["type"] == "network":
+            if net_name.match(attrs.get("name", "")):
+                networks.append(item)
+            continue
+        if named.match(attrs.get("name", "")):
+            containers.append(item)
+            continue
+        info = item["inspect"] or {}
+        cfg = info.get("Config") or {}
+        env = cfg.get("Env") or []
+        # Unnamed helpers run the run's immutable image: the FK-fix helper (PGHOST names our pg)
+        # and the runner's `docker run --rm IMAGE true` start-up check.
+        if attrs.get("image") == result["image_id"] and (
+            any(re.match(rf"PGHOST=pg-{pid}-", e) for e in env) or cfg.get("Cmd") == ["true"]
+        ):
+            containers.append(item)
+    return containers, networks
+
+
+def test_the_run_reached_its_designed_point_and_stopped(custody_run):
+    assert custody_run["reached"], "csv-totals and crm-postgres did not finish with demo-hang's agent running"
+    assert custody_run["exit_code"] == ExitCode.STOPPED
+    assert custody_run["manifest"].get("stop_reason") == "signal_15"
+    assert custody_run["runner_pid"], "events.jsonl names no runner pid"
+
+
+def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_alive(custody_run):
+    containers, networks = ours(custody_run)
+    names = [c["event_attrs"].get("name", "") for c in containers]
+    # 3 tasks × (pg + agent) + 2 evals + 3 FK-fix helpers + 1 start-up check, at least.
+    assert sum(n.startswith("agent-") for n in names) == 3, names
+    assert sum(n.startswith("pg-") for n in names) == 3, names
+    assert sum(n.startswith("eval-") for n in names) == 2, names
+    assert len(containers) >= 3 + 3 + 2 + 3, names
+    assert len(networks) == 3
+    problems = []
+    for item in containers:
+        name = item["event_attrs"].get("name")
+        if item["inspect"] is None:
+            problems.append(f"{name}: gone before it could be inspected")
+            continue
+        labels = item["inspect"]["Config"].get("Labels") or {}
+        if labels.get(RUN_LABEL_KEY) != custody_run["label"]:
+            problems.append(f"{name}: label {labels.get(RUN_LABEL_KEY)!r}")
+        host = item["inspect"]["HostConfig"]
+        got = {k: host.get(k) for k in WANT_LIMITS}
+        if got != WANT_LIMITS:
+            problems.append(f"{name}: limits {got}")
+    for item in networks:
+        labels = (item["inspect"] or {}).get("Labels") or {}
+        if labels.get(RUN_LABEL_KEY) != custody_run["label"]:
+            problems.append(f"network {item['event_attrs'].get('name')}: label {labels.get(RUN_LABEL_KEY)!r}")
+    assert not problems, problems
+
+
+def test_nothing_with_the_label_remains_and_bystanders_survive(custody_run):
+    assert custody_run["empty_after"] is True
+    assert custody_run["bystanders_during"] is True
+    assert custody_run["bystanders_after"] is True
