@@ -52,6 +52,26 @@ STATEFUL_SPECS: dict[str, dict[str, Any]] = {
         ],
         "expect": "saved 2 slides",
     },
+    # The pinned benchmark's stateful servers (tool names as its vendored sources define them). A
+    # presentation made in one HTTP session is read back in another: lost state answers "No
+    # presentation is currently loaded" instead of naming it; a page opened in one session must
+    # be in the browser's snapshot taken from the next.
+    "pptx": {
+        "calls": [
+            {"name": "create_presentation", "arguments": {"id": "cowork-state-probe"}},
+            {"name": "add_slide", "arguments": {"presentation_id": "cowork-state-probe", "title": "state probe"}},
+            {"name": "get_presentation_info", "arguments": {"presentation_id": "cowork-state-probe"}},
+        ],
+        "expect": "cowork-state-probe",
+    },
+    "playwright_with_chunk": {
+        "calls": [
+            {"name": "browser_navigate",
+             "arguments": {"url": "data:text/html,<h1>cowork-state-survives-http-session</h1>"}},
+            {"name": "browser_snapshot", "arguments": {}},
+        ],
+        "expect": "cowork-state-survives-http-session",
+    },
 }
 
 
