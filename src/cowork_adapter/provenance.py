@@ -102,11 +102,16 @@ def dataset_ids(bench_root: Path) -> list[str]:
     return sorted(p.parent.name for p in pool.glob("*/task_config.json") if not p.parent.name.startswith("."))
 
 
+# Shared scoring code every task's grading passes through, hashed beside the per-task evaluators.
+SHARED_EVALUATOR_FILES = ("utils/evaluation/evaluator.py", "utils/data_structures/task_config.py")
+
+
 def upstream_hashes(bench_copy: Path, task_ids: list[str]) -> tuple[str | None, dict[str, str]]:
-    """SHA-256 of run_parallel.sh and of each task's evaluation/main.py (the scoring authority)."""
+    """SHA-256 of run_parallel.sh, of the shared evaluator entry (keys `utils/...`) and of each
+    task's evaluation/main.py (keys: task ids): the scoring authority, byte for byte."""
     runner = bench_copy / "run_parallel.sh"
     runner_hash = sha256_file(runner) if runner.is_file() else None
-    evaluators = {}
+    evaluators = {name: sha256_file(bench_copy / name) for name in SHARED_EVALUATOR_FILES if (bench_copy / name).is_file()}
     for task in task_ids:
         main = bench_copy / "tasks" / "finalpool" / task / "evaluation" / "main.py"
         if main.is_file():

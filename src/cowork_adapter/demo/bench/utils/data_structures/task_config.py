@@ -27,12 +27,15 @@ def _marker(name: str) -> str:
     return "!!<<<<||||" + name + "||||>>>>!!"
 
 
-def _python_bin() -> str:
-    return os.environ.get("PYTHON_BIN", "python3")
+def _existing_dir(path: str) -> Optional[str]:
+    return path if os.path.isdir(path) else None
 
 
-def _module_path(task_dir: str, part: str) -> str:
-    return "tasks.finalpool.%s.%s.main" % (task_dir, part)
+def _script_command(task_dir: str, part: str) -> Optional[str]:
+    """`<PYTHON_BIN> -m tasks.finalpool.<task>.<part>.main` when <part>/main.py exists, else None."""
+    if not os.path.isfile(os.path.join(TASKS_ROOT, task_dir, part, "main.py")):
+        return None
+    return "%s -m tasks.finalpool.%s.%s.main" % (os.environ.get("PYTHON_BIN", "python3"), task_dir, part)
 
 
 def _read_text(path: str) -> Optional[str]:
@@ -49,16 +52,9 @@ class Initialization:
 
     @classmethod
     def build(cls, task_dir: str) -> "Initialization":
-        base = os.path.join(TASKS_ROOT, task_dir)
-        workspace = os.path.join(base, "initial_workspace")
-        preprocess = os.path.join(base, "preprocess", "main.py")
         return cls(
-            workspace=workspace if os.path.isdir(workspace) else None,
-            process_command=(
-                "%s -m %s" % (_python_bin(), _module_path(task_dir, "preprocess"))
-                if os.path.isfile(preprocess)
-                else None
-            ),
+            workspace=_existing_dir(os.path.join(TASKS_ROOT, task_dir, "initial_workspace")),
+            process_command=_script_command(task_dir, "preprocess"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -72,16 +68,9 @@ class Evaluation:
 
     @classmethod
     def build(cls, task_dir: str) -> "Evaluation":
-        base = os.path.join(TASKS_ROOT, task_dir)
-        groundtruth = os.path.join(base, "groundtruth_workspace")
-        evaluation = os.path.join(base, "evaluation", "main.py")
         return cls(
-            groundtruth_workspace=groundtruth if os.path.isdir(groundtruth) else None,
-            evaluation_command=(
-                "%s -m %s" % (_python_bin(), _module_path(task_dir, "evaluation"))
-                if os.path.isfile(evaluation)
-                else None
-            ),
+            groundtruth_workspace=_existing_dir(os.path.join(TASKS_ROOT, task_dir, "groundtruth_workspace")),
+            evaluation_command=_script_command(task_dir, "evaluation"),
         )
 
     def to_dict(self) -> Dict[str, Any]:

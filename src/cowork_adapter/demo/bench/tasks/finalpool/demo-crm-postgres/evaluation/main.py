@@ -1,49 +1,32 @@
 """Evaluation of demo-crm-postgres: checks the CRM rows by SQL (PG* from the environment)."""
 
-import argparse
 import json
-import os
-import sys
 
 import psycopg2
-
-
-def parse_args():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--res_log_file", required=True)
-    parser.add_argument("--agent_workspace", required=True)
-    parser.add_argument("--groundtruth_workspace", required=True)
-    parser.add_argument("--launch_time", required=False, default="")
-    return parser.parse_args()
+from utils.task_script import evaluation_args, exit_with, read_groundtruth, verdict
 
 
 def main():
-    args = parse_args()
-    with open(os.path.join(args.groundtruth_workspace, "expected_crm.json")) as fh:
-        expected = json.load(fh)
+    args = evaluation_args()
+    expected = json.loads(read_groundtruth(args, "expected_crm.json"))
     conn = psycopg2.connect(connect_timeout=10)
-    failures = 0
+    results = []
     with conn, conn.cursor() as cur:
         cur.execute("SELECT id, status FROM crm.customers")
         statuses = dict(cur.fetchall())
         for customer_id, status in sorted(expected["statuses"].items()):
             got = statuses.get(int(customer_id))
-            ok = got == status
-            failures += 0 if ok else 1
-            print("[%s] customer %s is %s (got %s)" % ("PASS" if ok else "FAIL", customer_id, status, got))
+            results.append(verdict("customer %s is %s (got %s)" % (customer_id, status, got), got == status))
         cur.execute("SELECT customer_id, count(*) FROM crm.notes WHERE lower(body) = %s GROUP BY customer_id",
                     (expected["note"],))
         notes = dict(cur.fetchall())
         for customer_id in expected["noted"]:
-            ok = notes.get(customer_id) == 1
-            failures += 0 if ok else 1
-            print("[%s] customer %s has one note %r (got %s)" % ("PASS" if ok else "FAIL", customer_id,
-                                                               expected["note"], notes.get(customer_id, 0)))
+            results.append(verdict("customer %s has one note %r (got %s)" % (
+                customer_id, expected["note"], notes.get(customer_id, 0)), notes.get(customer_id) == 1))
         stray = sorted(set(notes) - set(expected["noted"]))
-        failures += 1 if stray else 0
-        print("[%s] no stray notes %s" % ("FAIL" if stray else "PASS", stray))
+        results.append(verdict("no stray notes %s" % stray, not stray))
     conn.close()
-    sys.exit(1 if failures else 0)
+    exit_with(all(results))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,12 @@
 """Preprocess of demo-crm-postgres: put this task's CRM rows back into their seed state."""
 
-import argparse
-import os
-
 import psycopg2
-
-
-def parse_args():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--agent_workspace", required=True)
-    parser.add_argument("--launch_time", required=False, default="")
-    return parser.parse_args()
+from utils.task_script import fresh_workspace, preprocess_args
 
 
 def main():
-    args = parse_args()
-    os.makedirs(args.agent_workspace, exist_ok=True)
+    args = preprocess_args()
+    fresh_workspace(args.agent_workspace)
     # PG* come from the container env (the task's own database).
     conn = psycopg2.connect(connect_timeout=10)
     with conn, conn.cursor() as cur:

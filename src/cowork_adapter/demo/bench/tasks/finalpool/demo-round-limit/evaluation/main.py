@@ -1,32 +1,18 @@
 """Evaluation of demo-round-limit: index.txt must list every report under archive/."""
 
-import argparse
-import os
-import sys
+from utils.task_script import evaluation_args, read_answer, read_groundtruth, report
 
 
-def parse_args():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--res_log_file", required=True)
-    parser.add_argument("--agent_workspace", required=True)
-    parser.add_argument("--groundtruth_workspace", required=True)
-    parser.add_argument("--launch_time", required=False, default="")
-    return parser.parse_args()
+def _entries(text):
+    # Split on "\n" like iterating the file (text mode has already folded \r\n and \r into \n).
+    return sorted(line.strip() for line in text.split("\n") if line.strip())
 
 
 def main():
-    args = parse_args()
-    with open(os.path.join(args.groundtruth_workspace, "index.txt")) as fh:
-        expected = sorted(line.strip() for line in fh if line.strip())
-    try:
-        with open(os.path.join(args.agent_workspace, "index.txt")) as fh:
-            got = sorted(line.strip() for line in fh if line.strip())
-    except OSError:
-        print("[FAIL] index.txt exists")
-        sys.exit(1)
-    ok = got == expected
-    print("[%s] index lists %d reports (got %d)" % ("PASS" if ok else "FAIL", len(expected), len(got)))
-    sys.exit(0 if ok else 1)
+    args = evaluation_args()
+    expected = _entries(read_groundtruth(args, "index.txt"))
+    got = _entries(read_answer(args, "index.txt"))
+    report([("index lists %d reports (got %d)" % (len(expected), len(got)), got == expected)])
 
 
 if __name__ == "__main__":

@@ -1,34 +1,15 @@
 """Evaluation of demo-wrong-answer: answer.txt must hold the ground-truth integer."""
 
-import argparse
-import os
-import sys
-
-
-def parse_args():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--res_log_file", required=True)
-    parser.add_argument("--agent_workspace", required=True)
-    parser.add_argument("--groundtruth_workspace", required=True)
-    parser.add_argument("--launch_time", required=False, default="")
-    return parser.parse_args()
+from utils.task_script import evaluation_args, read_answer, read_groundtruth, report, verdict
 
 
 def main():
-    args = parse_args()
-    with open(os.path.join(args.groundtruth_workspace, "answer.txt")) as fh:
-        expected = int(fh.read().strip())
-    try:
-        with open(os.path.join(args.agent_workspace, "answer.txt")) as fh:
-            got = fh.read().strip()
-    except OSError:
-        print("[FAIL] answer.txt exists")
-        sys.exit(1)
-    print("[PASS] answer.txt exists")
-    if got != str(expected):
-        print("[FAIL] total quantity is %d (got %r)" % (expected, got))
-        sys.exit(1)
-    print("[PASS] total quantity is %d" % expected)
+    args = evaluation_args()
+    expected = int(read_groundtruth(args, "answer.txt").strip())
+    got = read_answer(args, "answer.txt").strip()
+    verdict("answer.txt exists", True)
+    ok = got == str(expected)
+    report([("total quantity is %d" % expected if ok else "total quantity is %d (got %r)" % (expected, got), ok)])
 
 
 if __name__ == "__main__":
