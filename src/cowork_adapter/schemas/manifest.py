@@ -39,7 +39,7 @@ class BenchIdentity(_Model):
     commit: str | None = None
     expected_commit: str
     runner_sha256: str | None = None  # run_parallel.sh
-    evaluator_sha256: dict[str, str] = Field(default_factory=dict)  # task -> evaluation/main.py
+    evaluator_sha256: dict[str, str] = Field(default_factory=dict)  # task -> evaluation/main.py; utils/... shared
     dataset_size: int | None = None
 
 
