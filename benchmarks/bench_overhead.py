@@ -13,6 +13,9 @@ One script run does, on the demo benchmark and the real daemon (DOCKER_HOST or -
 of the shared machine falls on both. Two ratios are printed:
 
   custody-only  custody runner wall / bare runner wall: the custody machinery alone, same engine.
+  same engine   `cowork-adapter run --engine upstream:main.py`: the bare runner's own engine under the
+                adapter's whole custody (entrypoint wrapper, shim, meter, inventory, ledger): the
+                adapter's overhead alone, runner part and whole launch.
   adapter       adapter per-task wall / bare per-task wall. Honest caveat: the engines differ
                 (stub server + mcp-proxy + the container entrypoint against a direct stdio
                 engine), so this ratio includes the engine difference; the launcher's fixed costs
@@ -111,9 +114,12 @@ def custody_round(work: Path, name: str, tasks: list[str], image_id: str, docker
             "empty": label_is_empty(docker_host, label)}
 
 
-def adapter_round(env, tasks: list[str], cpus: float, memory: str) -> dict:
-    name = "adapter"
-    extra = ["--concurrency", "1", "--cpus", f"{cpus:g}", "--memory", memory, "--task-timeout", str(TASK_TIMEOUT_S)]
+def adapter_round(env, tasks: list[str], cpus: float, memory: str, engine: str = "ouroboros") -> dict:
+    """One `cowork-adapter run`; engine "upstream:main.py" runs the bare runner's own engine under the
+    adapter's whole custody, so its ratio to the bare runner is the adapter's overhead alone."""
+    name = "adapter" if engine == "ouroboros" else "adapter-same-engine"
+    extra = ["--concurrency", "1", "--cpus", f"{cpus:g}", "--memory", memory, "--task-timeout", str(TASK_TIMEOUT_S),
+             "--engine", engine]
     args = env.run_args(name, tasks, campaign="campaign-bench.json", extra=extra)
     started_wall, started = time.time(), time.monotonic()
     proc = env.launch(args, name)
@@ -130,7 +136,8 @@ def adapter_round(env, tasks: list[str], cpus: float, memory: str) -> dict:
     in_container = {}
     for summary in (run_root / "bench" / "dumps").glob("*/SingleUserTurn-*/ouroboros_summary.json"):
         data = json.loads(summary.read_text())
-        in_container[data.get("task")] = (data.get("adapter_overhead_sec"), data.get("elapsed_sec"))
+        if data.get("engine") == "ouroboros":
+            in_container[data.get("task")] = (data.get("adapter_overhead_sec"), data.get("elapsed_sec"))
     return {
         "name": name, "wall": wall, "rows": summary_rows(run_root / "bench"), "exit": code, "in_container": in_container,
         "runner_wall": runner_end - runner_start,
@@ -204,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tasks {tasks}; limits cpus={args.cpus:g} memory={args.memory}; work {work}", flush=True)
         adapter = adapter_round(env, tasks, args.cpus, args.memory)
         print(f"adapter run: {adapter['wall']:.1f} s", flush=True)
+        same = adapter_round(env, tasks, args.cpus, args.memory, engine="upstream:main.py")
+        print(f"adapter run, same engine as bare: {same['wall']:.1f} s", flush=True)
         bares, custodies = [], []
         for i in range(args.rounds):
             order = ("bare", "custody") if i % 2 == 0 else ("custody", "bare")
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         per_call, per_create = shim_call_cost(custodies[-1]["wrapper"], args.docker_host, image_id)
     finally:
         env.meter.stop()
-    for result in bares + custodies + [adapter]:
+    for result in bares + custodies + [adapter, same]:
         if set(result["rows"]) != set(tasks):
             print(f"bench_overhead: {result['name']} has summary rows for {sorted(result['rows'])}, not {tasks}",
                   file=sys.stderr)
@@ -236,9 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     runner_per_task = adapter["runner_wall"] / n
 
     print("\nper-task duration_s (summary.csv, whole seconds)")
-    print(f"  {'task':<22}" + "".join(f"{r['name']:>12}" for r in bares + custodies + [adapter]))
+    shown = bares + custodies + [adapter, same]
+    print(f"  {'task':<22}" + "".join(f"{r['name'][:11]:>12}" for r in shown))
     for task in tasks:
-        print(f"  {task:<22}" + "".join(f"{durations(r)[task]:>12}" for r in bares + custodies + [adapter]))
+        print(f"  {task:<22}" + "".join(f"{durations(r)[task]:>12}" for r in shown))
     print("\nwall time")
     print(f"  bare runner            {bare_wall / len(bares):8.1f} s per run   {bare_per_task:7.2f} s per task")
     print(f"  custody runner         {custody_wall / len(custodies):8.1f} s per run   "
@@ -261,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  custody-only (same engine)          {custody_ratio:6.3f}   target <= {TARGET_CUSTODY_RATIO}")
     print(f"  adapter per task, runner only       {runner_per_task / bare_per_task:6.3f}   (stub engine vs bare engine)")
     print(f"  adapter per task, whole launch      {adapter_per_task / bare_per_task:6.3f}   (plus fixed costs over {n} tasks)")
+    print(f"  adapter, same engine, runner only   {same['runner_wall'] / n / bare_per_task:6.3f}   "
+          "(custody + entrypoint wrapper; the bare engine under the adapter)")
+    print(f"  adapter, same engine, whole launch  {same['wall'] / n / bare_per_task:6.3f}   "
+          f"(plus preflight, inventory, meter, cleanup proof, settlement, audit over {n} tasks)")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if custody_ratio <= TARGET_CUSTODY_RATIO else 1
