@@ -308,7 +308,7 @@ def status(
     run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    from .operator import status_command
+    from .control import status_command
 
     raise SystemExit(status_command(_absolute(run_root), as_json))
 
@@ -324,7 +324,7 @@ def stop(
 ) -> None:
     if not (0 < timeout < float("inf")):
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
-    from .operator import stop_command
+    from .control import stop_command
 
     raise SystemExit(stop_command(_absolute(run_root), timeout))
 

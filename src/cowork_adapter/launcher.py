@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import RunConfig
@@ -27,7 +27,7 @@ from .image.derived import (
 )
 from .manifest import atomic_write_text, utc_now, write_manifest
 from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
-from .schemas.manifest import ImageIdentity, Limits, RunManifest, Selection
+from .schemas.manifest import BenchIdentity, ImageIdentity, Limits, RunManifest, Selection, SeedIdentity
 from .schemas.manifest import Refusal as RefusalRecord
 from .schemas.run_config import build_run_config
 from .selection import validate_against_dataset
@@ -44,14 +44,13 @@ class Preflight:
     """Everything checked before the run root is created."""
 
     seed_head: str
-    seed: object
-    bench: object
+    seed: SeedIdentity
+    bench: BenchIdentity
     dataset: list[str]
     explicit: list[str] | None
     image_tag: str
     image_present: bool
-    key: str | None = None
-    notes: list[str] = field(default_factory=list)
+    key: str | None = None  # the provider key, for a paid run: memory only, never written
 
 
 def say(sentence: str) -> None:

@@ -40,7 +40,7 @@ from .signals import LAUNCHER_SIGNALS
 from .schemas.monitor import Disk, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
 from .supervisor import SupervisionResult, Supervisor
-from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopReason, TaskStatus
+from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopReason
 
 GIB = 1 << 30
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
@@ -436,5 +436,3 @@ def _real_docker() -> str:
 def _free(path: Path) -> int:
     return shutil.disk_usage(path).free
 
-
-__all__ = ["paid_preflight", "run_paid", "TaskStatus"]

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .events import EventLog
 from .ledger import IndexContext, build_index, write_index
@@ -102,5 +102,3 @@ def record_event(events: EventLog, failures: dict[str, WriteFailure], kind: Even
     except OSError as exc:
         report_write_failure(failures, "events.jsonl", exc)
 
-
-LineSink = Callable[[str], None]

@@ -316,7 +316,7 @@ def test_report_wiring(monkeypatch, tmp_path):
 
 
 def test_status_and_stop_wiring(monkeypatch, tmp_path):
-    calls = _stand_in(monkeypatch, "cowork_adapter.operator", "status_command", "stop_command")
+    calls = _stand_in(monkeypatch, "cowork_adapter.control", "status_command", "stop_command")
     assert _invoke(["status", str(tmp_path), "--json"]) == 0
     assert _invoke(["stop", str(tmp_path), "--timeout", "12.5"]) == 0
     assert calls == [("status_command", (tmp_path.resolve(), True), {}),
