@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from .campaign.observe import MeterBlind
+from .container.procs import group_alive
 from .errors import CampaignPersistenceError
 from .vocab import StopReason
 
@@ -177,18 +178,8 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         while True:
             self.proc.poll()  # reap the direct child, or its zombie keeps the group "alive"
-            if not _group_alive(self.proc.pid):
+            if not group_alive(self.proc.pid):
                 return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

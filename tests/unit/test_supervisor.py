@@ -61,12 +61,17 @@ def make(tmp_path: Path, argv: list[str], meter: FakeMeter, **kw) -> Supervisor:
 LONG_RUNNER = ["bash", "-c", "sleep 300 & wait"]
 
 
-def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def group_gone(pgid: int, settle: float = 5.0) -> bool:
+    """No process of the group exists at all, once init has had a moment to reap killed ones."""
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def test_runner_that_finishes_is_not_a_stop_and_fences_admission(tmp_path):

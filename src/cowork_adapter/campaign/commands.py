@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..container.procs import group_alive
 from ..errors import CampaignPersistenceError, Refusal
 from ..schemas.campaign import CampaignRecord, key_fingerprint
 from ..vocab import ExitCode, MeterPhase
@@ -106,14 +107,8 @@ def process_exists(pid: int) -> bool:
 
 
 def process_group_exists(pgid: int) -> bool:
-    """True unless signal 0 proves the process group is empty."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """True unless the process group is provably gone (zombies alone do not keep it)."""
+    return group_alive(pgid)
 
 
 def _default_label_is_empty() -> LabelIsEmpty:

@@ -48,6 +48,7 @@ import traceback
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from . import protocol
+from .procs import group_alive
 from .vocab import (
     DIAGNOSTIC_STOP_REASONS,
     ContainerState,
@@ -262,38 +263,6 @@ def child_main(argv: list) -> int:
 
 
 # ---------------------------------------------------------------- process group custody
-
-
-def _group_members(pgid: int) -> Optional[list[str]]:
-    """States of the processes whose process group is `pgid`, from /proc; None if unreadable."""
-    try:
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return None
-    states = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[2] == str(pgid):
-            states.append(fields[0])
-    return states
-
-
-def group_alive(pgid: int) -> bool:
-    """True unless the group is provably gone: no member, or (by /proc) only zombies left."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # cannot tell: not proven dead
-    states = _group_members(pgid)
-    # killpg saw members: an empty or unreadable /proc view proves nothing.
-    return not states or any(state != "Z" for state in states)
 
 
 def stop_group(proc: subprocess.Popen, grace: Optional[float] = None) -> bool:

@@ -36,17 +36,41 @@ def stop_group(proc: Optional[subprocess.Popen], grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             continue
         # The leader is gone; members of its group may linger a moment.
-        if not _group_alive(proc.pid):
+        if not group_alive(proc.pid):
             return
     return
 
 
-def _group_alive(pgid: int) -> bool:
+def _group_members(pgid: int) -> Optional[list[str]]:
+    """States of the processes whose process group is `pgid`, from /proc; None if unreadable."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    states = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid):
+            states.append(fields[0])
+    return states
+
+
+def group_alive(pgid: int) -> bool:
+    """True unless the group is provably gone: no member, or (by /proc) only zombies left."""
     try:
         os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
         return False
-    return True
+    except OSError:
+        return True  # cannot tell: not proven dead
+    states = _group_members(pgid)
+    # killpg saw members: an empty or unreadable /proc view proves nothing.
+    return not states or any(state != "Z" for state in states)
 
 
 class HttpError(Exception):

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..container.procs import group_alive
 from ..custody.docker_ops import cleanup_run, label_is_empty
 from ..custody.labels import run_label
 from ..vocab import ExitCode
@@ -165,16 +166,6 @@ def scenario_resume(env: DemoEnv) -> list[Check]:
     return checks
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_process_group(pgid: int, grace: float = 30.0) -> bool:
     """What an operator does to an orphaned runner: SIGTERM the group, then SIGKILL; True when gone."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
@@ -182,9 +173,9 @@ def stop_process_group(pgid: int, grace: float = 30.0) -> bool:
             os.killpg(pgid, sig)
         except ProcessLookupError:
             return True
-        if wait_for(lambda: not _group_alive(pgid), wait, 0.2):
+        if wait_for(lambda: not group_alive(pgid), wait, 0.2):
             return True
-    return not _group_alive(pgid)
+    return not group_alive(pgid)
 
 
 def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:

@@ -112,41 +112,24 @@ class RunFinished(_Event):
     stop_reason: str | None = None
 
 
-Event = Annotated[
-    Union[
-        RunAdmitted,
-        RunnerStarted,
-        TaskStarted,
-        TaskFinished,
-        MeterReading,
-        MeterRejected,
-        DiskReading,
-        StopRequested,
-        RunnerExited,
-        Cleanup,
-        Settlement,
-        RunFinished,
-    ],
-    Field(discriminator="kind"),
-]
+EVENT_TYPES: tuple[type[_Event], ...] = (
+    RunAdmitted,
+    RunnerStarted,
+    TaskStarted,
+    TaskFinished,
+    MeterReading,
+    MeterRejected,
+    DiskReading,
+    StopRequested,
+    RunnerExited,
+    Cleanup,
+    Settlement,
+    RunFinished,
+)
 
-EVENT_MODELS: dict[EventKind, type[_Event]] = {
-    model.model_fields["kind"].default: model
-    for model in (
-        RunAdmitted,
-        RunnerStarted,
-        TaskStarted,
-        TaskFinished,
-        MeterReading,
-        MeterRejected,
-        DiskReading,
-        StopRequested,
-        RunnerExited,
-        Cleanup,
-        Settlement,
-        RunFinished,
-    )
-}
+Event = Annotated[Union[EVENT_TYPES], Field(discriminator="kind")]
+
+EVENT_MODELS: dict[EventKind, type[_Event]] = {model.model_fields["kind"].default: model for model in EVENT_TYPES}
 
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
 
