@@ -136,49 +136,41 @@ def _dump_index(root: Path) -> dict[str, Path]:
     return found
 
 
-def _eval_refusals(root: Path) -> dict[str, str]:
-    """task name -> shim refusal cause, joined on the runner id of custody/evidence files."""
+def _evidence_by_task(root: Path, suffix: str) -> dict[str, Path]:
+    """task name -> the shim's `<runner-id><suffix>` evidence file, joined through `<runner-id>.task`."""
     evidence = root / "custody" / "evidence"
     try:
         names = sorted(os.listdir(evidence))
     except OSError:
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, Path] = {}
     for name in names:
-        if not name.endswith(".eval_refused"):
+        if not name.endswith(suffix):
             continue
-        runner = name[: -len(".eval_refused")]
-        task_dir = _read_first_line(evidence / f"{runner}.task", limit=4096)
-        cause = _read_first_line(evidence / name)
+        task_dir = _read_first_line(evidence / f"{name[: -len(suffix)]}.task", limit=4096)
         if task_dir:
-            out[Path(task_dir.rstrip("/")).name] = cause or "unknown"
+            out[Path(task_dir.rstrip("/")).name] = evidence / name
     return out
+
+
+def _eval_refusals(root: Path) -> dict[str, str]:
+    """task name -> the shim's refusal cause for that task's eval container."""
+    return {task: _read_first_line(path) or "unknown" for task, path in _evidence_by_task(root, ".eval_refused").items()}
 
 
 def _eval_admissions(root: Path) -> dict[str, str]:
     """task name -> the shim's last recorded agent container state at that task's eval exec."""
-    evidence = root / "custody" / "evidence"
+    return {task: _last_agent_state(path) for task, path in _evidence_by_task(root, ".eval_admission").items()}
+
+
+def _last_agent_state(path: Path) -> str:
     try:
-        names = sorted(os.listdir(evidence))
-    except OSError:
-        return {}
-    out: dict[str, str] = {}
-    for name in names:
-        if not name.endswith(".eval_admission"):
-            continue
-        runner = name[: -len(".eval_admission")]
-        task_dir = _read_first_line(evidence / f"{runner}.task", limit=4096)
-        state = "unknown"
-        try:
-            lines = (evidence / name).read_text(encoding="utf-8", errors="replace").splitlines()
-            record = json.loads(lines[-1]) if lines else None
-            if isinstance(record, dict) and isinstance(record.get("agent_container_state"), str):
-                state = record["agent_container_state"]
-        except (OSError, ValueError):
-            pass
-        if task_dir:
-            out[Path(task_dir.rstrip("/")).name] = state
-    return out
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        record = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return "unknown"
+    state = record.get("agent_container_state") if isinstance(record, dict) else None
+    return state if isinstance(state, str) else "unknown"
 
 
 def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Path | None:
