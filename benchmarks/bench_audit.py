@@ -43,8 +43,10 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def _line_pools(rng: random.Random) -> dict[str, list[bytes]]:
-    """A pool of realistic rows per log (json.dumps default: non-ASCII as \\u escapes)."""
+def _line_pools(rng: random.Random, ascii_escaped: bool) -> dict[str, list[bytes]]:
+    """A pool of realistic rows per log, written as Ouroboros' append_jsonl writes them
+    (json.dumps with ensure_ascii=False: raw UTF-8), or with every non-ASCII character a \\u
+    escape (ascii_escaped: the costlier case, where every such argument must be decoded)."""
     tools = []
     for i in range(400):
         kind = i % 5
@@ -80,7 +82,8 @@ def _line_pools(rng: random.Random) -> dict[str, list[bytes]]:
     supervisor = [{"ts": TS, "type": "worker_ready", "pid": 100 + i} for i in range(50)]
     pools = {"tools.jsonl": tools, "events.jsonl": events, "progress.jsonl": progress,
              "chat.jsonl": chat, "supervisor.jsonl": supervisor}
-    return {name: [json.dumps(r).encode() + b"\n" for r in rows] for name, rows in pools.items()}
+    return {name: [json.dumps(r, ensure_ascii=ascii_escaped).encode() + b"\n" for r in rows]
+            for name, rows in pools.items()}
 
 
 def _write_log(path: Path, pool: list[bytes], target: int, rng: random.Random,
@@ -99,9 +102,9 @@ def _write_log(path: Path, pool: list[bytes], target: int, rng: random.Random,
     return size, len(out)
 
 
-def synthesise(root: Path, size_mb: float, seed: int = 7) -> dict[str, int]:
+def synthesise(root: Path, size_mb: float, seed: int = 7, ascii_escaped: bool = False) -> dict[str, int]:
     rng = random.Random(seed)
-    pools = _line_pools(rng)
+    pools = _line_pools(rng, ascii_escaped)
     per_task = size_mb * (1 << 20) / TASKS
     planted_tools = [
         json.dumps({"ts": TS, "type": "tool_call", "task_id": "t", "tool": "run_command",
@@ -175,6 +178,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1024.0)
     parser.add_argument("--keep", action="store_true", help="keep the synthetic run root")
+    parser.add_argument("--ascii-escaped", action="store_true",
+                        help="write non-ASCII text as \\u escapes (json.dumps' default) instead of raw UTF-8")
     parser.add_argument("--workers", type=int, default=None,
                         help="the audit's --workers (default: its own default, the CPU count)")
     args = parser.parse_args()
@@ -183,7 +188,7 @@ def main() -> int:
         root = base / "run"
         root.mkdir()
         t0 = time.perf_counter()
-        facts = synthesise(root, args.size_mb)
+        facts = synthesise(root, args.size_mb, ascii_escaped=args.ascii_escaped)
         files = _log_files(root)
         print(f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB in "
               f"{time.perf_counter() - t0:.1f}s under {base}")

@@ -257,7 +257,7 @@ def test_not_a_run_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_oversized_and_undecodable_lines_are_gaps_with_bounded_reads(tmp_path: Path, monkeypatch) -> None:
-    import cowork_adapter.audit_scan as scan_mod
+    import cowork_adapter.audit_lines as scan_mod
 
     monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 64)
     monkeypatch.setattr(scan_mod, "MAX_LINE_BYTES", 600)  # the ledger row fits, the huge call does not

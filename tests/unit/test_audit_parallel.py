@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cowork_adapter import audit
 from cowork_adapter.audit import build_audit, run_audit_command
-from cowork_adapter.audit_scan import args_may_match, find_references
+from cowork_adapter.audit_rules import args_may_match, find_references
 
 TS = "2026-01-01T00:00:00+00:00"
 TASKS = 24
@@ -81,12 +81,14 @@ def _comparable(report) -> dict:
     return data
 
 
-class CountingPool(audit.ProcessPoolExecutor):
-    submitted = 0
+_RECORD: dict[str, object] = {}
 
-    def submit(self, fn, /, *args, **kwargs):
-        CountingPool.submitted += 1
-        return super().submit(fn, *args, **kwargs)
+
+def _recording_task(row):
+    """Stands in for audit._worker_task in the forked workers: notes who scanned which task."""
+    with open(_RECORD["path"], "a") as handle:
+        handle.write(f"{os.getpid()} {row['instance_id']}\n")
+    return _RECORD["task"](row)
 
 
 def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
@@ -97,10 +99,14 @@ def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
     assert sequential["totals"]["findings"] > 0 and sequential["totals"]["gaps"] > 0  # a rich input
 
     monkeypatch.setattr(audit, "PARALLEL_MIN_BYTES", 0)  # this run is small: force the pool
-    monkeypatch.setattr(audit, "ProcessPoolExecutor", CountingPool)
-    CountingPool.submitted = 0
+    scanned_by = tmp_path / "scanned_by"
+    monkeypatch.setitem(_RECORD, "path", scanned_by)
+    monkeypatch.setitem(_RECORD, "task", audit._worker_task)
+    monkeypatch.setattr(audit, "_worker_task", _recording_task)  # the forked workers inherit it
     parallel = _comparable(build_audit(root, workers=2))
-    assert CountingPool.submitted == TASKS  # every task went through the worker processes
+    records = [line.split() for line in scanned_by.read_text().splitlines()]
+    assert sorted(t for _, t in records) == [f"task-{n:02d}" for n in range(TASKS)]  # each once
+    assert str(os.getpid()) not in {pid for pid, _ in records}  # all in worker processes
     assert parallel == sequential
     assert [t["instance_id"] for t in parallel["tasks"]] == [f"task-{n:02d}" for n in range(TASKS)]
 
@@ -171,10 +177,10 @@ _noise = st.sampled_from([b"", b" ", b"\r", b"\t", b"}", b"x", b"\x00", b"\xff",
 @settings(max_examples=500, deadline=None)
 @given(body=_json_lines | st.binary(max_size=12), head=_noise, tail=_noise)
 def test_the_line_parser_answers_exactly_like_json_loads(body, head, tail):
-    from cowork_adapter.audit_scan import _parse
+    from cowork_adapter.audit_lines import parse_object
 
     for line in (body, head + body, body + tail, head + body + tail):
-        assert _parse(line) == _reference_parse(line), line
+        assert parse_object(line) == _reference_parse(line), line
 
 
 def test_the_fast_path_skips_plain_arguments():

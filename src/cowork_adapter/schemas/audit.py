@@ -4,13 +4,18 @@ The audit is advisory. The official evaluator, through result_index.jsonl, is th
 authority; nothing here changes a verdict. Findings are references that need a human reading,
 gaps are evidence that could not be read or counted. Every list a trace could grow without limit
 (findings, gaps, omission references) is stored up to a cap and always counted in full.
+
+These are msgspec Structs, not pydantic models like the other schemas: the audit must start and
+finish within a small multiple of reading its logs (benchmarks/bench_audit.py), and importing
+pydantic alone took 0.11 s of it. The audit builds them from values it has checked itself;
+`read_report` validates a file against the same types.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
 from ..vocab import AuditFindingReason, AuditGapReason
 
@@ -28,7 +33,7 @@ LIMITATIONS: tuple[str, ...] = (
     "Provider names in usage records do not identify the upstream endpoint that served a call.",
     "A receipt verdict on a row that is not completed is disclosure only, never a score.",
     "Residual-state diagnostics are post-stop observations and are never scored.",
-    "progress, chat and supervisor logs are checked for line framing only; their content is not parsed.",
+    "progress, chat and supervisor logs are only checked to hold one JSON object per line; their content is not used.",
 )
 
 # Storage caps: counts stay exact, stored examples stop here (bounded report size and memory).
@@ -38,17 +43,17 @@ MAX_REFERENCES_PER_TASK = 50
 MAX_NAMES_PER_TASK = 50
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class _Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
 
 
-class McpServerActivity(_Model):
+class McpServerActivity(_Model, kw_only=True):
     calls: int = 0
     errors: int = 0
-    tools: dict[str, int] = Field(default_factory=dict)
+    tools: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-class Activity(_Model):
+class Activity(_Model, kw_only=True):
     usage_records: int = 0
     token_bearing_usage_records: int = 0  # prompt + completion tokens > 0
     prompt_tokens: int = 0
@@ -57,10 +62,10 @@ class Activity(_Model):
     tool_calls: int = 0
     mcp_calls: int = 0
     mcp_error_calls: int = 0
-    mcp_by_server: dict[str, McpServerActivity] = Field(default_factory=dict)
+    mcp_by_server: dict[str, McpServerActivity] = msgspec.field(default_factory=dict)
 
 
-class Cost(_Model):
+class Cost(_Model, kw_only=True):
     """Sum of known llm_usage costs. `complete` needs ≥1 record, no unknown cost, no events gap."""
 
     known_usd: float = 0.0
@@ -70,18 +75,18 @@ class Cost(_Model):
     source: Literal["llm_usage_projection"] = "llm_usage_projection"
 
 
-class LogRef(_Model):
+class LogRef(_Model, kw_only=True):
     file: str  # relative to the run root
     line: int  # 1-based
 
 
-class CapabilityOmissions(_Model):
+class CapabilityOmissions(_Model, kw_only=True):
     count: int = 0
-    references: list[LogRef] = Field(default_factory=list)
+    references: list[LogRef] = msgspec.field(default_factory=list)
     absence_proves_none: Literal[False] = False
 
 
-class Finding(_Model):
+class Finding(_Model, kw_only=True):
     reason: AuditFindingReason
     file: str  # relative to the run root
     line: int  # 1-based physical line of the tool_call record
@@ -91,21 +96,21 @@ class Finding(_Model):
     excerpt: str  # the token and at most 80 characters of argument context (secrets masked)
 
 
-class Gap(_Model):
+class Gap(_Model, kw_only=True):
     reason: AuditGapReason
     file: str | None = None  # relative to the run root
     line: int | None = None
     detail: str | None = None
 
 
-class ReceiptFact(_Model):
+class ReceiptFact(_Model, kw_only=True):
     attempt_id: str | None = None
     official_run: bool | None = None
     cause: str | None = None
     state: str  # terminal (parsed) | invalid (unreadable or not an object)
 
 
-class DiagnosticFact(_Model):
+class DiagnosticFact(_Model, kw_only=True):
     present: bool = False
     outcome: str | None = None
     reason: str | None = None
@@ -119,44 +124,44 @@ class DiagnosticFact(_Model):
     host_agent_container_state: str | None = None
 
 
-class TaskEvalAttempts(_Model):
+class TaskEvalAttempts(_Model, kw_only=True):
     claims: int = 0
-    receipts: list[ReceiptFact] = Field(default_factory=list)
+    receipts: list[ReceiptFact] = msgspec.field(default_factory=list)
     eval_refusal: str | None = None  # the shim's refusal cause for this task's eval container
-    diagnostic: DiagnosticFact = Field(default_factory=DiagnosticFact)
+    diagnostic: DiagnosticFact = msgspec.field(default_factory=DiagnosticFact)
 
 
-class TaskAudit(_Model):
+class TaskAudit(_Model, kw_only=True):
     instance_id: str
     ledger_status: str | None = None
     reason_code: str | None = None
     official_eval_status: str | None = None
     official_pass: bool | None = None  # the receipt's literal bool, only when completed
     task_dump: str | None = None  # relative to the run root when inside it
-    activity: Activity = Field(default_factory=Activity)
+    activity: Activity = msgspec.field(default_factory=Activity)
     model_activity_observed: bool = False
-    cost: Cost = Field(default_factory=Cost)
-    models: list[str] = Field(default_factory=list)
-    providers: list[str] = Field(default_factory=list)
-    response_providers: list[str] = Field(default_factory=list)
+    cost: Cost = msgspec.field(default_factory=Cost)
+    models: list[str] = msgspec.field(default_factory=list)
+    providers: list[str] = msgspec.field(default_factory=list)
+    response_providers: list[str] = msgspec.field(default_factory=list)
     response_provider_coverage: Literal["observed_subset", "unavailable"] = "unavailable"
-    capability_omissions: CapabilityOmissions = Field(default_factory=CapabilityOmissions)
+    capability_omissions: CapabilityOmissions = msgspec.field(default_factory=CapabilityOmissions)
     findings_total: int = 0
-    findings_by_reason: dict[str, int] = Field(default_factory=dict)
-    findings: list[Finding] = Field(default_factory=list)
+    findings_by_reason: dict[str, int] = msgspec.field(default_factory=dict)
+    findings: list[Finding] = msgspec.field(default_factory=list)
     gaps_total: int = 0
-    gaps_by_reason: dict[str, int] = Field(default_factory=dict)
-    gaps: list[Gap] = Field(default_factory=list)
-    eval_attempts: TaskEvalAttempts = Field(default_factory=TaskEvalAttempts)
+    gaps_by_reason: dict[str, int] = msgspec.field(default_factory=dict)
+    gaps: list[Gap] = msgspec.field(default_factory=list)
+    eval_attempts: TaskEvalAttempts = msgspec.field(default_factory=TaskEvalAttempts)
 
 
-class Totals(_Model):
+class Totals(_Model, kw_only=True):
     tasks_with_findings: int = 0
     findings: int = 0
-    findings_by_reason: dict[str, int] = Field(default_factory=dict)
+    findings_by_reason: dict[str, int] = msgspec.field(default_factory=dict)
     tasks_with_gaps: int = 0
     gaps: int = 0
-    gaps_by_reason: dict[str, int] = Field(default_factory=dict)
+    gaps_by_reason: dict[str, int] = msgspec.field(default_factory=dict)
     usage_records: int = 0
     token_bearing_usage_records: int = 0
     prompt_tokens: int = 0
@@ -172,7 +177,7 @@ class Totals(_Model):
     lines_scanned: int = 0
 
 
-class RunEvalAttempts(_Model):
+class RunEvalAttempts(_Model, kw_only=True):
     """Run-level eval facts. The diagnostic counters are denominators for disclosure only."""
 
     diagnostic_enabled: bool | None = None  # from the manifest's applied_config; None: unknown
@@ -181,28 +186,33 @@ class RunEvalAttempts(_Model):
     diagnostic_present: int = 0
     diagnostic_eligible: int = 0
     diagnostic_checked: int = 0  # outcome checks_passed or checks_failed
-    diagnostic_outcomes: dict[str, int] = Field(default_factory=dict)
-    diagnostic_ineligible_reasons: dict[str, int] = Field(default_factory=dict)  # ineligible/unavailable
+    diagnostic_outcomes: dict[str, int] = msgspec.field(default_factory=dict)
+    diagnostic_ineligible_reasons: dict[str, int] = msgspec.field(default_factory=dict)  # ineligible/unavailable
     diagnostic_semantics: str = "residual_state_after_agent_stop_not_exact_cutoff"
     diagnostic_cap_sec: int = 900
     # Eligible diagnostics whose host-side shim record does not say the agent container was absent.
-    diagnostic_without_host_absence: list[str] = Field(default_factory=list)
-    eval_refusals: dict[str, str] = Field(default_factory=dict)  # instance_id -> refusal cause
+    diagnostic_without_host_absence: list[str] = msgspec.field(default_factory=list)
+    eval_refusals: dict[str, str] = msgspec.field(default_factory=dict)  # instance_id -> refusal cause
     cleanup_proven: bool = False  # monitor.json finished is true
     stop_reason: str | None = None
 
 
-class AuditReport(_Model):
-    schema_: Literal["cowork_adapter.audit.v1"] = Field(AUDIT_SCHEMA, alias="schema")
+class AuditReport(_Model, kw_only=True):
+    schema_: Literal["cowork_adapter.audit.v1"] = msgspec.field(default=AUDIT_SCHEMA, name="schema")
     generated_at: str
     run_root: str
     scoring_authority: str = SCORING_AUTHORITY
-    limitations: list[str] = Field(default_factory=lambda: list(LIMITATIONS))
+    limitations: list[str] = msgspec.field(default_factory=lambda: list(LIMITATIONS))
     task_count: int = 0
-    totals: Totals = Field(default_factory=Totals)
-    run_gaps: list[Gap] = Field(default_factory=list)
-    eval_attempts: RunEvalAttempts = Field(default_factory=RunEvalAttempts)
-    tasks: list[TaskAudit] = Field(default_factory=list)
+    totals: Totals = msgspec.field(default_factory=Totals)
+    run_gaps: list[Gap] = msgspec.field(default_factory=list)
+    eval_attempts: RunEvalAttempts = msgspec.field(default_factory=RunEvalAttempts)
+    tasks: list[TaskAudit] = msgspec.field(default_factory=list)
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+        return msgspec.json.format(msgspec.json.encode(self), indent=2).decode() + "\n"
+
+
+def read_report(data: bytes) -> AuditReport:
+    """An audit.json's report, checked against these types (msgspec.ValidationError if not)."""
+    return msgspec.json.decode(data, type=AuditReport)

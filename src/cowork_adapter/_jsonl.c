@@ -1,0 +1,773 @@
+/* _jsonl: validate blocks of JSON Lines and read top-level fields, in one pass in C.
+ *
+ * The offline audit reads gigabytes of agent logs and must keep up with reading them
+ * (benchmarks/bench_audit.py); Python's decoders cost several times more per byte. This module
+ * does the per-byte work; audit_lines.py holds the Python side and the fallbacks.
+ *
+ * A block is whole lines joined by '\n' (no final newline). Each non-empty line (a line that is
+ * exactly "\r" counts as empty) must be one JSON object, optionally padded with spaces, tabs or
+ * carriage returns. For such a line, the raw value of a top-level key is the exact bytes of its
+ * value (the last one when a key repeats, as json.loads keeps), or "null" when absent.
+ *
+ *   rows(block, keys, select, probes) -> (line_count, [(line_index, raw_1, ..., raw_k), ...])
+ *       One tuple of raw values (bytes) per line. With a non-empty `select`, only lines whose
+ *       keys[0] raw value contains one of the `select` strings or a backslash (an escape could
+ *       spell one) give a row. With non-empty `probes`, the last raw value is None unless it
+ *       contains one of the probes (the audit's argument sieve).
+ *   tally(block, keys, probes) -> (line_count, {joined: count}, [(line_index, offset, joined, raw_last)])
+ *       Counts lines by the raw values of keys[:-1], joined by '\n' (a raw value never holds a
+ *       newline). The list holds the lines whose last raw value contains a probe, with the byte
+ *       offset where the line starts.
+ *   columns(block, keys, select) -> (line_count, [line_indexes, column_1, ..., column_k])
+ *       For the lines `select` keeps (as in rows), JSON array texts: their line indexes, then
+ *       the raw values of each key in line order.
+ *
+ * Each returns None instead when it is not sure: some non-empty line is not an object under this
+ * strict grammar, or a top-level key holds an escape. The grammar is a subset of what json.loads
+ * accepts (RFC 8259 with strict UTF-8; no NaN/Infinity, no byte-order mark, nesting at most
+ * MAX_DEPTH), so a line accepted here is one json.loads accepts, with the same values. On None the
+ * caller takes the block line by line with json.loads as the arbiter.
+ * tests/unit/test_audit_lines.py holds the two to the same answers.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 200 /* far below json.loads' recursion limit, so nothing it refuses passes here */
+#define MAX_KEYS 16
+#define MAX_PROBES 32
+
+static PyObject *null_bytes; /* the shared b"null" for absent keys */
+
+/* ------------------------------------------------------------------ the grammar */
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Cursor;
+
+typedef struct {
+    Py_ssize_t nkeys;
+    const char *key[MAX_KEYS];
+    Py_ssize_t key_len[MAX_KEYS];
+    uint32_t by_first[256];               /* bit i set: keys[i] starts with this byte */
+    const unsigned char *start[MAX_KEYS]; /* value spans on the current line, NULL if absent */
+    const unsigned char *stop[MAX_KEYS];
+    int escaped_key; /* a top-level key with a backslash: it might spell a wanted key */
+} Fields;
+
+static int value(Cursor *c, int depth);
+
+/* JSON whitespace within one line: a newline ends the line instead. */
+static inline void skip_ws(Cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')) c->p++;
+}
+
+/* Skip ordinary string bytes, stopping at '"', '\\', a control character (< 0x20) or a non-ASCII
+ * byte. SSE2 (every x86-64) looks at 16 bytes per step, elsewhere 8 bytes as an integer. */
+#ifdef __SSE2__
+#include <emmintrin.h>
+static inline void skip_plain(Cursor *c) {
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (c->end - c->p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)c->p);
+        /* Signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too. */
+        __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)),
+                                    _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(stop);
+        if (mask != 0) {
+            c->p += __builtin_ctz(mask);
+            return;
+        }
+        c->p += 16;
+    }
+    while (c->p < c->end && *c->p >= 0x20 && *c->p < 0x80 && *c->p != '"' && *c->p != '\\') c->p++;
+}
+#else
+static inline void skip_plain(Cursor *c) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    while (c->end - c->p >= 8) {
+        uint64_t v, quote, slash, control;
+        memcpy(&v, c->p, 8);
+        quote = v ^ (ones * '"');
+        slash = v ^ (ones * '\\');
+        control = (v - ones * 0x20) & ~v; /* some byte < 0x20 (exact as a yes/no answer) */
+        if (((v | control | ((quote - ones) & ~quote) | ((slash - ones) & ~slash)) & high) != 0) break;
+        c->p += 8;
+    }
+    while (c->p < c->end && *c->p >= 0x20 && *c->p < 0x80 && *c->p != '"' && *c->p != '\\') c->p++;
+}
+#endif
+
+/* One UTF-8 sequence starting at a byte >= 0x80, strictly (no overlongs, no surrogates). */
+static int utf8_sequence(Cursor *c) {
+    const unsigned char *p = c->p;
+    unsigned char b0 = p[0], lo = 0x80, hi = 0xBF; /* the range allowed for the second byte */
+    int n;
+    if (b0 >= 0xC2 && b0 <= 0xDF) n = 2;
+    else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        n = 3;
+        if (b0 == 0xE0) lo = 0xA0;
+        if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        n = 4;
+        if (b0 == 0xF0) lo = 0x90;
+        if (b0 == 0xF4) hi = 0x8F;
+    } else return 0;
+    if (c->end - p < n || p[1] < lo || p[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    c->p += n;
+    return 1;
+}
+
+static inline int is_hex(unsigned char ch) {
+    return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
+}
+
+/* A string starting at '"'; on success the cursor is past the closing quote. */
+static int string(Cursor *c, int *escaped) {
+    c->p++;
+    for (;;) {
+        skip_plain(c);
+        if (c->p >= c->end) return 0;
+        unsigned char ch = *c->p;
+        if (ch == '"') {
+            c->p++;
+            return 1;
+        } else if (ch == '\\') {
+            if (c->end - c->p < 2) return 0;
+            unsigned char e = c->p[1];
+            if (e == 'u') {
+                if (c->end - c->p < 6 || !is_hex(c->p[2]) || !is_hex(c->p[3]) || !is_hex(c->p[4]) ||
+                    !is_hex(c->p[5]))
+                    return 0;
+                c->p += 6; /* any \uXXXX, lone surrogates included: json.loads reads them all */
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                       e == 'r' || e == 't') {
+                c->p += 2;
+            } else return 0;
+            *escaped = 1;
+        } else if (ch >= 0x80) {
+            if (!utf8_sequence(c)) return 0;
+        } else {
+            return 0; /* a control character, newline included */
+        }
+    }
+}
+
+static inline int digits(Cursor *c) {
+    const unsigned char *start = c->p;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
+    return c->p > start;
+}
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? : json's own number grammar. */
+static int number(Cursor *c) {
+    if (*c->p == '-') c->p++;
+    if (c->p >= c->end) return 0;
+    if (*c->p == '0') c->p++;
+    else if (!digits(c)) return 0;
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        if (!digits(c)) return 0;
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) c->p++;
+        if (!digits(c)) return 0;
+    }
+    return 1;
+}
+
+static inline int same(const unsigned char *p, const char *q, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)q[i]) return 0;
+    return 1;
+}
+
+static inline int literal(Cursor *c, const char *word, Py_ssize_t n) {
+    if (c->end - c->p < n || memcmp(c->p, word, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+
+/* An object starting at '{'. With `fields`, its keys are the line's top-level keys. */
+static int object(Cursor *c, int depth, Fields *fields) {
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (c->p >= c->end || *c->p != '"') return 0;
+        const unsigned char *key = c->p + 1;
+        int escaped = 0;
+        if (!string(c, &escaped)) return 0;
+        Py_ssize_t key_len = c->p - 1 - key;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':') return 0;
+        c->p++;
+        skip_ws(c);
+        const unsigned char *start = c->p;
+        if (!value(c, depth + 1)) return 0;
+        if (fields != NULL && key_len > 0) {
+            if (escaped) fields->escaped_key = 1;
+            for (uint32_t bits = fields->by_first[key[0]]; bits; bits &= bits - 1) {
+                int i = __builtin_ctz(bits);
+                if (fields->key_len[i] == key_len && same(key, fields->key[i], key_len)) {
+                    fields->start[i] = start;
+                    fields->stop[i] = c->p;
+                }
+            }
+        }
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == '}') {
+            c->p++;
+            return 1;
+        }
+        if (*c->p != ',') return 0;
+        c->p++;
+        skip_ws(c);
+    }
+}
+
+static int array(Cursor *c, int depth) {
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (!value(c, depth + 1)) return 0;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ']') {
+            c->p++;
+            return 1;
+        }
+        if (*c->p != ',') return 0;
+        c->p++;
+        skip_ws(c);
+    }
+}
+
+static int value(Cursor *c, int depth) {
+    if (depth > MAX_DEPTH || c->p >= c->end) return 0;
+    int escaped = 0;
+    switch (*c->p) {
+    case '{': return object(c, depth, NULL);
+    case '[': return array(c, depth);
+    case '"': return string(c, &escaped);
+    case 't': return literal(c, "true", 4);
+    case 'f': return literal(c, "false", 5);
+    case 'n': return literal(c, "null", 4);
+    default:
+        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) return number(c);
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------------ byte-string searches */
+
+/* Is `needle` inside [p, end)? */
+static int contains(const unsigned char *p, const unsigned char *end, const char *needle, Py_ssize_t n) {
+    for (; end - p >= n; p++) {
+        p = memchr(p, needle[0], (end - p) - n + 1);
+        if (p == NULL) return 0;
+        if (memcmp(p, needle, n) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Probes are looked for at their anchor, their least common byte in JSON text in English, so
+ * few positions of ordinary text get a comparison. */
+typedef struct {
+    Py_ssize_t n;
+    const char *text[MAX_PROBES];
+    Py_ssize_t len[MAX_PROBES];
+    Py_ssize_t anchor[MAX_PROBES]; /* offset of the anchor byte inside the probe */
+    uint32_t by_anchor[256];       /* bit i set: probe i is anchored on this byte */
+    int nanchors;                  /* the distinct anchor bytes */
+    unsigned char anchors[MAX_PROBES];
+} Probes;
+
+static int commonness(unsigned char ch) {
+    static const char order[] = " \":,etaoinshrdl/.cumwfgypbvkjxqz"; /* most common first */
+    const char *at = ch ? strchr(order, ch) : NULL;
+    return at ? (int)(sizeof order - (at - order)) : 0; /* anything else counts as rare */
+}
+
+/* Does a probe anchored at p match? */
+static inline int probe_at(const Probes *pr, const unsigned char *p, const unsigned char *start,
+                           const unsigned char *end) {
+    for (uint32_t bits = pr->by_anchor[*p]; bits; bits &= bits - 1) {
+        int i = __builtin_ctz(bits);
+        const unsigned char *at = p - pr->anchor[i];
+        if (at >= start && end - at >= pr->len[i] && same(at, pr->text[i], pr->len[i])) return 1;
+    }
+    return 0;
+}
+
+static int probed(const Probes *pr, const unsigned char *start, const unsigned char *end) {
+    const unsigned char *p = start;
+#ifdef __SSE2__
+    /* 16 bytes per step: only the positions holding an anchor byte are looked at. */
+    __m128i anchors[MAX_PROBES];
+    for (int k = 0; k < pr->nanchors; k++) anchors[k] = _mm_set1_epi8((char)pr->anchors[k]);
+    for (; end - p >= 16; p += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p), hit = _mm_setzero_si128();
+        for (int k = 0; k < pr->nanchors; k++) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(v, anchors[k]));
+        for (int mask = _mm_movemask_epi8(hit); mask; mask &= mask - 1)
+            if (probe_at(pr, p + __builtin_ctz(mask), start, end)) return 1;
+    }
+#endif
+    for (; p < end; p++)
+        if (probe_at(pr, p, start, end)) return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ argument checks */
+
+static int bytes_tuple(PyObject *tuple, Py_ssize_t max, const char *what) {
+    if (PyTuple_GET_SIZE(tuple) > max) {
+        PyErr_Format(PyExc_ValueError, "at most %zd %s", max, what);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        PyObject *s = PyTuple_GET_ITEM(tuple, i);
+        if (!PyBytes_Check(s) || PyBytes_GET_SIZE(s) == 0) {
+            PyErr_Format(PyExc_TypeError, "%s must be non-empty bytes", what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int fields_init(Fields *f, PyObject *keys) {
+    memset(f, 0, sizeof *f);
+    if (!bytes_tuple(keys, MAX_KEYS, "keys")) return 0;
+    f->nkeys = PyTuple_GET_SIZE(keys);
+    for (Py_ssize_t i = 0; i < f->nkeys; i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        f->key[i] = PyBytes_AS_STRING(k);
+        f->key_len[i] = PyBytes_GET_SIZE(k);
+        f->by_first[(unsigned char)f->key[i][0]] |= 1u << i;
+    }
+    return 1;
+}
+
+static int probes_init(Probes *pr, PyObject *probes) {
+    memset(pr, 0, sizeof *pr);
+    if (!bytes_tuple(probes, MAX_PROBES, "probes")) return 0;
+    pr->n = PyTuple_GET_SIZE(probes);
+    for (Py_ssize_t i = 0; i < pr->n; i++) {
+        PyObject *s = PyTuple_GET_ITEM(probes, i);
+        pr->text[i] = PyBytes_AS_STRING(s);
+        pr->len[i] = PyBytes_GET_SIZE(s);
+        for (Py_ssize_t k = 1; k < pr->len[i]; k++)
+            if (commonness((unsigned char)pr->text[i][k]) < commonness((unsigned char)pr->text[i][pr->anchor[i]]))
+                pr->anchor[i] = k;
+        unsigned char anchor = (unsigned char)pr->text[i][pr->anchor[i]];
+        if (pr->by_anchor[anchor] == 0) pr->anchors[pr->nanchors++] = anchor;
+        pr->by_anchor[anchor] |= 1u << i;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ walking a block */
+
+typedef struct {
+    Cursor c;                        /* the rest of the block */
+    const unsigned char *line_start; /* of the current line; NULL before the first */
+    Py_ssize_t line;                 /* the current line's index */
+    Py_ssize_t lines;                /* after BLOCK_END: how many lines the block had */
+    Fields f;
+} Walk;
+
+enum { LINE_OBJECT = 1, BLOCK_END = 0, UNSURE = -1 };
+
+static void walk_init(Walk *w, Py_buffer *block) {
+    w->c.p = block->buf;
+    w->c.end = w->c.p + block->len;
+    w->line_start = NULL;
+    w->line = w->lines = 0;
+}
+
+/* The next JSON-object line, its fields in w->f; empty lines are passed over. The parser never
+ * crosses a newline (whitespace inside a line excludes it, strings refuse it), so a line that is
+ * not one object is caught where it ends. */
+static int next_line(Walk *w) {
+    Cursor *c = &w->c;
+    for (;;) {
+        if (w->line_start != NULL) { /* the previous line ended at c->p: a newline or the end */
+            if (c->p >= c->end) {
+                w->lines = w->line + 1;
+                return BLOCK_END;
+            }
+            c->p++;
+            w->line++;
+        }
+        w->line_start = c->p;
+        const unsigned char *p = c->p;
+        if (p >= c->end || *p == '\n') continue; /* an empty line */
+        if (*p == '\r' && (p + 1 >= c->end || p[1] == '\n')) { /* a line that is just "\r" */
+            c->p = p + 1;
+            continue;
+        }
+        for (Py_ssize_t i = 0; i < w->f.nkeys; i++) w->f.start[i] = NULL;
+        w->f.escaped_key = 0;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != '{' || !object(c, 1, &w->f)) return UNSURE;
+        skip_ws(c);
+        if ((c->p < c->end && *c->p != '\n') || (w->f.nkeys > 0 && w->f.escaped_key)) return UNSURE;
+        return LINE_OBJECT;
+    }
+}
+
+static int selected(const Fields *f, PyObject *select) {
+    Py_ssize_t n = PyTuple_GET_SIZE(select);
+    if (n == 0) return 1;
+    if (f->start[0] == NULL) return 0;
+    if (memchr(f->start[0], '\\', f->stop[0] - f->start[0]) != NULL) return 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyTuple_GET_ITEM(select, i);
+        if (contains(f->start[0], f->stop[0], PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))) return 1;
+    }
+    return 0;
+}
+
+static PyObject *raw_value(const Fields *f, Py_ssize_t i) {
+    if (f->start[i] == NULL) return Py_NewRef(null_bytes);
+    return PyBytes_FromStringAndSize((const char *)f->start[i], f->stop[i] - f->start[i]);
+}
+
+static inline Py_ssize_t raw_len(const Fields *f, Py_ssize_t i) {
+    return f->start[i] == NULL ? 4 : f->stop[i] - f->start[i];
+}
+
+static inline const void *raw_text(const Fields *f, Py_ssize_t i) {
+    return f->start[i] == NULL ? (const void *)"null" : (const void *)f->start[i];
+}
+
+/* ------------------------------------------------------------------ rows() */
+
+static PyObject *row_tuple(const Fields *f, Py_ssize_t line, const Probes *pr) {
+    PyObject *row = PyTuple_New(f->nkeys + 1);
+    if (row == NULL) return NULL;
+    PyObject *index = PyLong_FromSsize_t(line);
+    if (index == NULL) goto fail;
+    PyTuple_SET_ITEM(row, 0, index);
+    for (Py_ssize_t i = 0; i < f->nkeys; i++) {
+        int sieved = i == f->nkeys - 1 && pr->n > 0;
+        PyObject *raw;
+        if (sieved && (f->start[i] == NULL || !probed(pr, f->start[i], f->stop[i])))
+            raw = Py_NewRef(Py_None);
+        else if ((raw = raw_value(f, i)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, i + 1, raw);
+    }
+    return row;
+fail:
+    Py_DECREF(row);
+    return NULL;
+}
+
+static PyObject *rows(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer block;
+    PyObject *keys, *select, *probes, *out = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!:rows", &block, &PyTuple_Type, &keys, &PyTuple_Type, &select,
+                          &PyTuple_Type, &probes))
+        return NULL;
+    Walk w;
+    Probes pr;
+    if (!fields_init(&w.f, keys) || !bytes_tuple(select, MAX_PROBES, "select") || !probes_init(&pr, probes))
+        goto done;
+    if ((out = PyList_New(0)) == NULL) goto done;
+    walk_init(&w, &block);
+    int got;
+    while ((got = next_line(&w)) == LINE_OBJECT) {
+        if (w.f.nkeys == 0 || !selected(&w.f, select)) continue;
+        PyObject *row = row_tuple(&w.f, w.line, &pr);
+        if (row == NULL || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            goto done;
+        }
+        Py_DECREF(row);
+    }
+    result = got == UNSURE ? Py_NewRef(Py_None) : Py_BuildValue("(nO)", w.lines, out);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&block);
+    return result;
+}
+
+/* ------------------------------------------------------------------ tally() */
+
+/* Counting lines by their joined raw values: an open-addressing table that owns one bytes
+ * object per distinct value, so a repeated value costs a hash and a compare, no allocation. */
+typedef struct {
+    uint64_t hash;
+    PyObject *joined; /* NULL: a free slot */
+    Py_ssize_t count;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask; /* slots - 1, a power of two minus one */
+    size_t used;
+} Table;
+
+static uint64_t joined_hash(const Fields *f, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *p = raw_text(f, i);
+        for (Py_ssize_t k = 0, len = raw_len(f, i); k < len; k++) h = (h ^ p[k]) * 1099511628211ULL;
+        h = (h ^ '\n') * 1099511628211ULL;
+    }
+    return h;
+}
+
+static int joined_equal(PyObject *joined, const Fields *f, Py_ssize_t n) {
+    const char *p = PyBytes_AS_STRING(joined), *end = p + PyBytes_GET_SIZE(joined);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = raw_len(f, i);
+        if (end - p < len || memcmp(p, raw_text(f, i), len) != 0) return 0;
+        p += len;
+        if (i + 1 < n) {
+            if (p >= end || *p != '\n') return 0;
+            p++;
+        }
+    }
+    return p == end;
+}
+
+static PyObject *joined_new(const Fields *f, Py_ssize_t n) {
+    Py_ssize_t size = n > 0 ? n - 1 : 0;
+    for (Py_ssize_t i = 0; i < n; i++) size += raw_len(f, i);
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, size);
+    if (joined == NULL) return NULL;
+    char *p = PyBytes_AS_STRING(joined);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(p, raw_text(f, i), raw_len(f, i));
+        p += raw_len(f, i);
+        if (i + 1 < n) *p++ = '\n';
+    }
+    return joined;
+}
+
+static void table_free(Table *t) {
+    if (t->slots == NULL) return;
+    for (size_t i = 0; i <= t->mask; i++) Py_XDECREF(t->slots[i].joined);
+    PyMem_Free(t->slots);
+    t->slots = NULL;
+}
+
+static int table_grow(Table *t) {
+    size_t size = t->slots == NULL ? 64 : (t->mask + 1) * 2;
+    Slot *slots = PyMem_Calloc(size, sizeof(Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (t->slots != NULL) {
+        for (size_t i = 0; i <= t->mask; i++) {
+            if (t->slots[i].joined == NULL) continue;
+            size_t j = t->slots[i].hash & (size - 1);
+            while (slots[j].joined != NULL) j = (j + 1) & (size - 1);
+            slots[j] = t->slots[i];
+        }
+        PyMem_Free(t->slots);
+    }
+    t->slots = slots;
+    t->mask = size - 1;
+    return 1;
+}
+
+/* The joined value of the current line's first n keys, counted; borrowed, NULL on error. */
+static PyObject *table_count(Table *t, const Fields *f, Py_ssize_t n) {
+    if ((t->used + 1) * 2 > t->mask + 1 && !table_grow(t)) return NULL;
+    uint64_t h = joined_hash(f, n);
+    size_t j = h & t->mask;
+    for (; t->slots[j].joined != NULL; j = (j + 1) & t->mask) {
+        if (t->slots[j].hash == h && joined_equal(t->slots[j].joined, f, n)) {
+            t->slots[j].count++;
+            return t->slots[j].joined;
+        }
+    }
+    PyObject *joined = joined_new(f, n);
+    if (joined == NULL) return NULL;
+    t->slots[j] = (Slot){h, joined, 1};
+    t->used++;
+    return joined;
+}
+
+static PyObject *table_dict(const Table *t) {
+    PyObject *d = PyDict_New();
+    if (d == NULL || t->slots == NULL) return d;
+    for (size_t i = 0; i <= t->mask; i++) {
+        if (t->slots[i].joined == NULL) continue;
+        PyObject *count = PyLong_FromSsize_t(t->slots[i].count);
+        if (count == NULL || PyDict_SetItem(d, t->slots[i].joined, count) < 0) {
+            Py_XDECREF(count);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(count);
+    }
+    return d;
+}
+
+static PyObject *tally(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer block;
+    PyObject *keys, *probes, *hits = NULL, *counts = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!O!:tally", &block, &PyTuple_Type, &keys, &PyTuple_Type, &probes))
+        return NULL;
+    Walk w;
+    Probes pr;
+    Table t = {NULL, 0, 0};
+    if (!fields_init(&w.f, keys) || !probes_init(&pr, probes)) goto done;
+    if (w.f.nkeys == 0) {
+        PyErr_SetString(PyExc_ValueError, "tally needs at least one key");
+        goto done;
+    }
+    if ((hits = PyList_New(0)) == NULL) goto done;
+    walk_init(&w, &block);
+    Py_ssize_t last = w.f.nkeys - 1;
+    int got;
+    while ((got = next_line(&w)) == LINE_OBJECT) {
+        PyObject *joined = table_count(&t, &w.f, last);
+        if (joined == NULL) goto done;
+        if (pr.n == 0 || w.f.start[last] == NULL || !probed(&pr, w.f.start[last], w.f.stop[last])) continue;
+        PyObject *raw = raw_value(&w.f, last);
+        PyObject *hit = raw == NULL ? NULL
+                                    : Py_BuildValue("(nnON)", w.line, (Py_ssize_t)(w.line_start - (const unsigned char *)block.buf),
+                                                    joined, raw);
+        if (hit == NULL || PyList_Append(hits, hit) < 0) {
+            Py_XDECREF(hit);
+            goto done;
+        }
+        Py_DECREF(hit);
+    }
+    if (got == UNSURE) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((counts = table_dict(&t)) == NULL) goto done;
+    result = Py_BuildValue("(nOO)", w.lines, counts, hits);
+done:
+    table_free(&t);
+    Py_XDECREF(counts);
+    Py_XDECREF(hits);
+    PyBuffer_Release(&block);
+    return result;
+}
+
+/* ------------------------------------------------------------------ columns() */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buf;
+
+static int buf_put(Buf *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        char *data = PyMem_Realloc(b->data, cap);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        b->data = data;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 1;
+}
+
+/* Append one element to a JSON array text being built ('[' is written first). */
+static int buf_element(Buf *b, const void *p, size_t n) {
+    return buf_put(b, b->len == 0 ? "[" : ",", 1) && buf_put(b, p, n);
+}
+
+static PyObject *buf_array(Buf *b) {
+    if (b->len == 0 && !buf_put(b, "[", 1)) return NULL;
+    if (!buf_put(b, "]", 1)) return NULL;
+    return PyBytes_FromStringAndSize(b->data, b->len);
+}
+
+static PyObject *columns(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer block;
+    PyObject *keys, *select, *list = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!O!:columns", &block, &PyTuple_Type, &keys, &PyTuple_Type, &select))
+        return NULL;
+    Walk w;
+    Buf bufs[MAX_KEYS + 1];
+    memset(bufs, 0, sizeof bufs);
+    if (!fields_init(&w.f, keys) || !bytes_tuple(select, MAX_PROBES, "select")) goto done;
+    Py_ssize_t n = w.f.nkeys;
+    walk_init(&w, &block);
+    int got;
+    while ((got = next_line(&w)) == LINE_OBJECT) {
+        if (!selected(&w.f, select)) continue;
+        char digits[24], *d = digits + sizeof digits; /* the line index in decimal */
+        Py_ssize_t line = w.line;
+        do *--d = (char)('0' + line % 10);
+        while ((line /= 10) > 0);
+        if (!buf_element(&bufs[0], d, digits + sizeof digits - d)) goto done;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!buf_element(&bufs[i + 1], raw_text(&w.f, i), raw_len(&w.f, i))) goto done;
+    }
+    if (got == UNSURE) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((list = PyList_New(n + 1)) == NULL) goto done;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        PyObject *text = buf_array(&bufs[i]);
+        if (text == NULL) goto done;
+        PyList_SET_ITEM(list, i, text);
+    }
+    result = Py_BuildValue("(nO)", w.lines, list);
+done:
+    for (Py_ssize_t i = 0; i <= MAX_KEYS; i++) PyMem_Free(bufs[i].data);
+    Py_XDECREF(list);
+    PyBuffer_Release(&block);
+    return result;
+}
+
+/* ------------------------------------------------------------------ the module */
+
+static PyMethodDef methods[] = {
+    {"rows", rows, METH_VARARGS,
+     "rows(block, keys, select, probes) -> (line_count, [(line_index, raw...), ...]) or None"},
+    {"tally", tally, METH_VARARGS,
+     "tally(block, keys, probes) -> (line_count, {joined: count}, [(line_index, offset, joined, raw_last)]) or None"},
+    {"columns", columns, METH_VARARGS,
+     "columns(block, keys, select) -> (line_count, [line_indexes, column...]) or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_jsonl",
+    .m_doc = "Validate blocks of JSON Lines and read top-level fields in C (see _jsonl.c).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__jsonl(void) {
+    null_bytes = PyBytes_FromString("null");
+    if (null_bytes == NULL) return NULL;
+    return PyModule_Create(&module);
+}
