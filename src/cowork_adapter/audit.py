@@ -81,6 +81,11 @@ def _read_first_line(path: Path, limit: int = 200) -> str | None:
 
 
 def _rel(path: Path, root: Path) -> str:
+    """`path` relative to the run root: a string cut when it lies inside (the usual case, and
+    os.path.relpath was a tenth of a large audit), relpath otherwise."""
+    text, base = str(path), str(root)
+    if text.startswith(base + os.sep):
+        return text[len(base) + 1:]
     return os.path.relpath(path, root)
 
 
@@ -192,6 +197,15 @@ def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Pa
 # ---------------------------------------------------------------- per task
 
 
+def _json_names(dump: Path) -> Any:
+    """prefix -> sorted paths of the dump's `<prefix>*.json` files (one listing for every prefix)."""
+    try:
+        listing = sorted(name for name in os.listdir(dump) if name.endswith(".json"))
+    except OSError:
+        listing = []
+    return lambda prefix: [dump / name for name in listing if name.startswith(prefix)]
+
+
 def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
     facts = TaskEvalAttempts()
     claim, cause = _read_small_json(dump / "ouroboros_eval_claim.json")
@@ -200,7 +214,8 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
         if cause is not None or not isinstance(claim, dict):
             scan.gap(AuditGapReason.UNREADABLE_RECORD, _rel(dump / "ouroboros_eval_claim.json", root),
                      detail=cause or "not_object")
-    for path in sorted(dump.glob("ouroboros_eval_receipt-*.json")):
+    names = _json_names(dump)
+    for path in names("ouroboros_eval_receipt-"):
         receipt, cause = _read_small_json(path)
         attempt = path.name[len("ouroboros_eval_receipt-"):-len(".json")]
         if cause is not None or not isinstance(receipt, dict):
@@ -217,8 +232,8 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
     diag = DiagnosticFact()
     diag_claim, cause = _read_small_json(dump / "ouroboros_diagnostic_claim.json")
     diag.present = cause != "absent"
-    receipts = sorted(dump.glob("ouroboros_diagnostic_receipt-*.json"))
-    reports = sorted(dump.glob("ouroboros_diagnostic_report-*.json"))
+    receipts = names("ouroboros_diagnostic_receipt-")
+    reports = names("ouroboros_diagnostic_report-")
     diag.receipts, diag.reports = len(receipts), len(reports)
     diag.present = diag.present or bool(receipts or reports)
     final: dict[str, Any] | None = None
@@ -251,14 +266,14 @@ def _scan_logs(dump: Path, root: Path, scan: TaskScan) -> None:
     for name, scanner in LOG_SCANNERS:
         path = logs / name
         rel = _rel(path, root)
-        if not path.is_file():
+        try:  # opening is the existence check: one system call fewer per log
+            scanner(path, rel, scan)
+        except (FileNotFoundError, IsADirectoryError):  # raised by the open, before any byte counted
             scan.gap(AuditGapReason.MISSING_LOG, rel)
             continue
-        scan.files += 1
-        try:
-            scanner(path, rel, scan)
         except OSError as exc:  # an unreadable log is a gap, never fatal
             scan.gap(AuditGapReason.UNREADABLE_LOG, rel, detail=type(exc).__name__)
+        scan.files += 1
 
 
 def _official_pass(row: dict[str, Any]) -> bool | None:

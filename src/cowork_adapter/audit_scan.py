@@ -223,7 +223,7 @@ class TaskScan:
         self.prompt_tokens += sum(prompt)
         self.completion_tokens += sum(completion)
         self.cached_tokens += sum(cached)
-        self.token_bearing += sum(map(bool, map(operator.add, prompt, completion)))
+        self.token_bearing += n - list(map(operator.add, prompt, completion)).count(0)
         self.cost_known_usd += cost
         self.cost_estimated += estimated.count(True)
         for name, distinct in names.items():

@@ -306,3 +306,52 @@ def test_c_entry_points_refuse_bad_arguments():
         _jsonl.rows(b"{}", tuple(bytes([65 + i]) for i in range(17)), (), ())
     with pytest.raises(ValueError):
         _jsonl.tally(b"{}", (), ())
+
+
+# UTF-8: bytes of every class (ASCII, continuations, every lead, the edges of each range), in
+# runs long enough to cross the 16-byte steps of the vectorised check.
+_utf8_piece = st.sampled_from([b"a", b"\x7f", b"\x80", b"\xbf", b"\xc0", b"\xc1", b"\xc2", b"\xdf", b"\xe0",
+                               b"\xed", b"\xef", b"\xf0", b"\xf4", b"\xf5", b"\xff", b"\xa0", b"\x9f", b"\x90",
+                               b"\x8f"]) | st.text(max_size=3).map(lambda t: t.encode("utf-8", "surrogatepass"))
+
+
+def _strictly_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=3000, deadline=None)
+@given(pieces=st.lists(_utf8_piece, max_size=60), pad=st.integers(0, 17))
+def test_the_utf8_check_is_pythons_strict_decoder(pieces, pad):
+    data = b"x" * pad + b"".join(pieces)
+    want = _strictly_utf8(data)
+    assert _jsonl.is_utf8(data, True) == want
+    assert _jsonl.is_utf8(data, False) == want
+    line = b'{"s": "' + data.replace(b'"', b"").replace(b"\\", b"").translate(None, bytes(range(32))) + b'"}'
+    assert (_jsonl.rows(line, (b"s",), (), ()) is not None) == _strictly_utf8(line)
+
+
+# Each class of UTF-8 error and the valid neighbours on its edges, at every offset in a 16-byte step.
+_UTF8_EDGES = [
+    b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\x9f\xbf",  # surrogates; U+D7FF
+    b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xe0\xa0\x80",  # overlong 3-byte; U+0800
+    b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf", b"\xf0\x90\x80\x80",  # overlong 4-byte; U+10000
+    b"\xf4\x90\x80\x80", b"\xf4\x8f\xbf\xbf", b"\xf5\x80\x80\x80", b"\xff",  # beyond U+10FFFF; U+10FFFF
+    b"\xc0\x80", b"\xc1\xbf", b"\xc2\x80", b"\xdf\xbf",  # overlong 2-byte; U+0080, U+07FF
+    b"\x80", b"\xc2\x80\x80", b"\xe2\x82\xac\x80",  # continuations too many
+    b"\xc2", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc2a", b"\xe2a\xac", b"\xf0\x9f\x98a",  # too few
+    b"\xe2\x82\xac", b"\xf0\x9f\x98\x80",  # fine: euro sign, an emoji
+]
+
+
+@pytest.mark.parametrize("piece", _UTF8_EDGES)
+def test_the_utf8_check_on_each_error_class_at_each_offset(piece):
+    for pad in range(18):
+        for tail in (b"", b"z" * 20, b"\xc3\xa9"):
+            data = b"y" * pad + piece + tail
+            want = _strictly_utf8(data)
+            assert _jsonl.is_utf8(data, True) == want, data
+            assert _jsonl.is_utf8(data, False) == want, data
