@@ -1,7 +1,9 @@
 """Benchmark the offline audit against `wc -l` over the same files, in the same run.
 
 Synthesises a run root of 496 tasks with about --size-mb MiB of agent logs (tools, events,
-progress, chat, supervisor) under a temporary directory on the same disk, warms the page cache
+progress, chat, supervisor), written as Ouroboros' append_jsonl writes them (json.dumps with
+ensure_ascii=False; --ascii-escaped writes every non-ASCII character as a \\u escape instead, the
+costlier case for the argument sieve), under a temporary directory on the same disk, warms the page cache
 for both contenders, then times `wc -l` and `python -m cowork_adapter.audit` as child processes.
 Prints the audit's throughput as a ratio to wc -l's, and the audit's peak RSS (ru_maxrss of the
 child, the largest single process) and the sampled peak of the summed RSS of its whole process
@@ -10,7 +12,7 @@ findings. Deletes the run root at the end.
 
 Targets: ratio >= 0.5 and peak < 256 MiB; exit 1 when a target is missed (2 on a wrong result).
 
-    .venv/bin/python benchmarks/bench_audit.py --size-mb 100 [--workers N]
+    .venv/bin/python benchmarks/bench_audit.py --size-mb 1024 [--workers N] [--ascii-escaped]
 """
 
 from __future__ import annotations

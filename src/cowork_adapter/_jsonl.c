@@ -237,7 +237,7 @@ static inline int is_hex(unsigned char ch) {
 }
 
 /* A string starting at '"'; on success the cursor is past the closing quote. */
-static int string(Cursor *c, int *escaped) {
+static inline __attribute__((always_inline)) int string(Cursor *c, int *escaped) {
     c->p++;
     for (;;) {
         skip_plain(c);
@@ -272,7 +272,7 @@ static inline int digits(Cursor *c) {
 }
 
 /* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? : json's own number grammar. */
-static int number(Cursor *c) {
+static inline __attribute__((always_inline)) int number(Cursor *c) {
     if (*c->p == '-') c->p++;
     if (c->p >= c->end) return 0;
     if (*c->p == '0') c->p++;

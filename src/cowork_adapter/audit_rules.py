@@ -3,8 +3,9 @@
 Pure logic over decoded arguments. What a caller must know:
 - Findings come only from tool-call arguments, unwrapped through dicts, lists, JSON-in-strings
   and shlex-split shell strings. A decoded string is matched and unwrapped only when it holds a
-  probe (PROBES): every rule's token contains a probe, and `\\u` / `\\/` catch escaped spellings,
-  so the same probes also sift raw argument bytes before anything is decoded (audit_lines).
+  probe (PROBES): every rule's token contains a probe, and the escapes that could spell one of a
+  token's (ASCII) characters, `\\u0000`-`\\u007f` and `\\/`, are probes too, so the same probes
+  also sift raw argument bytes before anything is decoded (audit_lines).
 - Database-client rules apply only to shell/code tools (`is_code_tool`). The benchmark's
   PostgreSQL MCP server is the sanctioned database route, so MCP tools count as code tools only
   when their server name says terminal or shell.
@@ -34,8 +35,10 @@ PROBES: tuple[bytes, ...] = (
     b"postgres://",
     b"postgresql://",
     b"PGPASSWORD",
-    b"\\u",  # a JSON unicode escape could spell any token
-    b"\\/",  # so could an escaped slash (postgres:\/\/)
+    # A JSON escape could spell a token's character: every token is ASCII, so only \u0000-\u007f
+    # (escapes of non-ASCII text, common in logs written with ensure_ascii, cannot).
+    *(b"\\u00" + bytes([digit]) for digit in b"01234567"),
+    b"\\/",  # an escaped slash (postgres:\/\/)
 )
 # The same probes on decoded strings: a leaf is unwrapped and matched only when it has one.
 STR_PROBES: tuple[str, ...] = tuple(p.decode() for p in PROBES)
@@ -125,8 +128,8 @@ def args_may_match(args: Any) -> bool:
 def iter_leaves(value: Any) -> Iterator[str]:
     """Every string inside `value` that holds a probe, unwrapping JSON-in-strings and shell strings.
 
-    A string without a probe cannot contain a rule token (every token holds a probe, and JSON
-    escapes are probes themselves), so it is skipped. Spellings split by shell quoting
+    A string without a probe cannot contain a rule token (every token holds a probe, and the JSON
+    escapes that could spell one are probes themselves), so it is skipped. Spellings split by shell quoting
     (`"ps"ql`) are out of scope: no finding does not prove a clean trace.
     """
     stack: list[tuple[Any, int]] = [(value, 0)]

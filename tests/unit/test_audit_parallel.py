@@ -6,14 +6,15 @@ import json
 import os
 import random
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cowork_adapter import audit
+from cowork_adapter import audit, audit_rules
 from cowork_adapter.audit import build_audit, run_audit_command
-from cowork_adapter.audit_rules import args_may_match, find_references
+from cowork_adapter.audit_rules import PROBES, args_may_match, find_references
 
 TS = "2026-01-01T00:00:00+00:00"
 TASKS = 24
@@ -144,18 +145,28 @@ def test_workers_below_one_are_refused(tmp_path, capsys):
 
 
 # Leaves mixing the rule tokens, their probes and JSON/shell escaping.
-_leaf = st.text(alphabet=st.sampled_from(list("abpsqlgroundtruth_workspaceval/\\\"' .:u0{}[]é\n")), max_size=40) | \
+_leaf = st.text(alphabet=st.sampled_from(list("abpsqlgroundtruth_workspaceval/\\\"' .:u07{}[]é\n")), max_size=40) | \
     st.sampled_from(["psql -c x", "eval_res.json", "groundtruth_workspace", "postgres:\\/\\/u:p@h",
-                     "\\u0070sql", json.dumps({"c": "cat groundtruth_workspace/x"}), "evaluation/main.py"])
+                     "\\u0070sql", json.dumps({"c": "cat groundtruth_workspace/x"}), "evaluation/main.py",
+                     '{"c": "\\u0070sql -c 1"}', '["cat groundtruth\\u005fworkspace/a"]'])
 _args = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_leaf, inner, max_size=4),
                      max_leaves=12)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(args=_args, tool=st.sampled_from(["run_command", "mcp_files__read_file", "mcp_terminal__run_command"]))
-def test_the_fast_path_never_hides_a_finding(args, tool):
-    if find_references(args, tool):
+def test_the_probes_never_hide_a_finding(args, tool):
+    """With every string unwrapped and matched (no probe sieve at all), the findings are the same,
+    and any arguments with a finding pass both sieves: the decoded one and the raw-bytes one."""
+    found = find_references(args, tool)
+    with mock.patch.object(audit_rules, "has_probe", lambda text: True):
+        unsieved = find_references(args, tool)
+    assert found == unsieved
+    if unsieved:
         assert args_may_match(args)
+        for ascii_only in (True, False):  # the raw sieve, on the bytes either JSON writer leaves
+            raw = json.dumps(args, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+            assert any(probe in raw for probe in PROBES), raw
 
 
 def _reference_parse(line: bytes):
