@@ -12,8 +12,9 @@ What a caller must know:
     progress, chat, supervisor: validated only; their content is not used.
 - Findings come from tool-call arguments only (audit_rules). Arguments stay raw JSON bytes and
   are decoded only when a probe occurs in them.
-- Sums run column-wise in C over a block's values when every record is regular; irregular ones
-  go record by record, so each irregularity is a gap at its own line.
+- Usage is summed a whole column at a time (sum, min, count: builtins, no Python loop) when every
+  record of a block is regular; otherwise record by record, so each irregularity is a gap at its
+  own line.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 from unittest import mock
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
