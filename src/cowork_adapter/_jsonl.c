@@ -30,6 +30,9 @@
  * tests/unit/test_audit_lines.py holds the two to the same answers.
  */
 
+/* Compiled with -DJSONL_NO_SIMD, only the portable code remains (what machines without SSE2 run);
+ * tests/unit/test_audit_lines.py builds it that way and compares the two. */
+
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -68,7 +71,7 @@ static inline void skip_ws(Cursor *c) {
 /* Skip ordinary string bytes, stopping at '"', '\\' or a control character (< 0x20). Non-ASCII
  * bytes are ordinary: the whole block's UTF-8 was checked before (utf8_valid). SSE2 (every
  * x86-64) looks at 16 bytes per step, elsewhere 8 bytes as an integer. */
-#ifdef __SSE2__
+#if defined(__SSE2__) && !defined(JSONL_NO_SIMD)
 #include <emmintrin.h>
 static inline void skip_plain(Cursor *c) {
     const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), below = _mm_set1_epi8(0x1F);
@@ -140,7 +143,7 @@ static int utf8_valid_scalar(const unsigned char *p, const unsigned char *end) {
     return 1;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(JSONL_NO_SIMD)
 #include <tmmintrin.h>
 #define HAVE_SSSE3_CHECK 1
 /* The same question 16 bytes at a time with SSSE3 table lookups, after Keiser and Lemire,
@@ -423,7 +426,7 @@ static inline int probe_at(const Probes *pr, const unsigned char *p, const unsig
 
 static int probed(const Probes *pr, const unsigned char *start, const unsigned char *end) {
     const unsigned char *p = start;
-#ifdef __SSE2__
+#if defined(__SSE2__) && !defined(JSONL_NO_SIMD)
     /* 16 bytes per step: only the positions holding an anchor byte are looked at. */
     __m128i anchors[MAX_PROBES];
     for (int k = 0; k < pr->nanchors; k++) anchors[k] = _mm_set1_epi8((char)pr->anchors[k]);

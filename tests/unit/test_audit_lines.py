@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cowork_adapter import _jsonl, audit_lines
-from cowork_adapter.audit_rules import find_references, split_mcp_name
+from cowork_adapter.audit_rules import PROBES, find_references, split_mcp_name
 from cowork_adapter.audit_scan import TaskScan, UsageRow, scan_events, scan_objects, scan_tools
 
 # ------------------------------------------------------------------ generated log lines
@@ -355,3 +355,46 @@ def test_the_utf8_check_on_each_error_class_at_each_offset(piece):
             want = _strictly_utf8(data)
             assert _jsonl.is_utf8(data, True) == want, data
             assert _jsonl.is_utf8(data, False) == want, data
+
+
+@pytest.fixture(scope="module")
+def portable(tmp_path_factory):
+    """_jsonl.c built without SIMD (the code machines without SSE2 run), loaded beside this one."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sysconfig
+
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    assert compiler, "a C compiler builds this project; none was found"
+    source = Path(_jsonl.__file__).with_name("_jsonl.c")
+    target = tmp_path_factory.mktemp("portable") / ("_jsonl" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-std=c11", "-DJSONL_NO_SIMD",
+                    f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(target)], check=True)
+    spec = importlib.util.spec_from_file_location("_jsonl", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_STRING_EDGES = [b'{"a": "' + b"x" * k + bad + b"y" * 20 + b'"}' for k in range(17)
+                 for bad in (b"\x1f", b"\n", b'"', b"\\", b"\\u0041", b"\xc3\xa9", b"\xff")]
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=_lines(_tool_row | _event_row) | st.binary(max_size=300) | st.sampled_from(_STRING_EDGES))
+def test_the_portable_build_answers_like_this_one(portable, data):
+    block = data[:-1] if data.endswith(b"\n") else data
+    assert portable.rows(block, _KEYS, (), (b"psql",)) == _jsonl.rows(block, _KEYS, (), (b"psql",))
+    assert portable.tally(block, _KEYS, PROBES) == _jsonl.tally(block, _KEYS, PROBES)
+    assert portable.columns(block, _KEYS, (b"tool",)) == _jsonl.columns(block, _KEYS, (b"tool",))
+    assert portable.is_utf8(block, True) == _jsonl.is_utf8(block, True)
+
+
+@pytest.mark.parametrize("line", _STRING_EDGES)
+def test_both_builds_read_each_string_edge_as_json_loads_does(portable, line):
+    """A byte that ends or breaks a string, at every offset of an 8- and a 16-byte step."""
+    want = _object(line) is not None
+    for module in (portable, _jsonl):
+        got = module.rows(line, (b"a",), (), ())
+        assert (got is not None) == want, (module, line)
