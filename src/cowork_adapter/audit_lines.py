@@ -2,9 +2,9 @@
 
 What a caller must know:
 - iter_blocks reads a file in CHUNK_BYTES chunks and yields Blocks of whole lines (views of what
-  was read, valid until the next block is asked for); no file is loaded whole. A line longer than MAX_LINE_BYTES is
-  skipped as an `oversized_line` gap, so memory stays bounded by CHUNK_BYTES + MAX_LINE_BYTES
-  whatever the file size.
+  was read, valid until the next block is asked for); no file is loaded whole. A line longer
+  than MAX_LINE_BYTES is skipped as an `oversized_line` gap, so memory stays bounded by
+  CHUNK_BYTES + MAX_LINE_BYTES whatever the file size.
 - raw_rows turns a block into rows (line index in the block, raw value of each wanted top-level
   key). Every non-empty line must be one JSON object, exactly as json.loads reads it; any other
   line is a `malformed_line` gap with its 1-based line number, and the scan goes on.
@@ -13,7 +13,8 @@ What a caller must know:
   json.loads could (NaN, lone surrogates, a byte-order mark, escaped keys, deep nesting).
   An absent key reads b"null", as dict.get would give None.
 - With `probes`, the last key's raw value is a sieve result: kept when it contains a probe,
-  else None (no decoded string inside it can hold a probe either: JSON escapes are probes).
+  else None (then no decoded string inside it holds one either: the escapes that could spell a
+  probe's character are probes themselves, see audit_rules.PROBES).
 - tally_rows and column_values are what the scanners use: counts of raw values and probe hits,
   and decoded columns of selected lines. Each has a C fast path and the same answer built from
   raw_rows when some line needs json.loads.
@@ -165,7 +166,11 @@ def raw_rows(block: Block, keys: tuple[bytes, ...], select: tuple[bytes, ...], r
         if rec is None:
             scan.gap(AuditGapReason.MALFORMED_LINE, rel, block.first + index)
             continue
-        raws = tuple(json.dumps(rec[name]).encode() if name in rec else b"null" for name in names)
+        try:
+            raws = tuple(json.dumps(rec[name]).encode() if name in rec else b"null" for name in names)
+        except RecursionError:  # read at the edge of the recursion limit, too deep to write back
+            scan.gap(AuditGapReason.MALFORMED_LINE, rel, block.first + index, "nested_too_deep")
+            continue
         if raws and _selected(raws[0], select):
             out.append((index, *_sieved(raws, probes)))
     return out

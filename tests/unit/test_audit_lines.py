@@ -398,3 +398,15 @@ def test_both_builds_read_each_string_edge_as_json_loads_does(portable, line):
     for module in (portable, _jsonl):
         got = module.rows(line, (b"a",), (), ())
         assert (got is not None) == want, (module, line)
+
+
+def test_a_value_json_loads_read_but_cannot_write_back_is_a_gap(tmp_path, monkeypatch):
+    """A line nested to the edge of the recursion limit: read, but too deep to re-encode."""
+    def too_deep(value, *args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    data = b'{"type": "tool_call", "tool": "run_command", "n": NaN}\n'  # NaN: only json.loads reads it
+    monkeypatch.setattr(audit_lines.json, "dumps", too_deep)
+    scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, 1 << 20, monkeypatch)
+    assert [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps] == [("malformed_line", 1, "nested_too_deep")]
+    assert scan.tool_calls == 0 and scan.lines == 1
