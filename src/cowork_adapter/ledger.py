@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
+from .audit_scan import TaskScan, scan_events
 from .container import protocol
 from .events import utc_now_iso
 from .schemas.ledger import (
@@ -235,38 +236,20 @@ def _finite(value: Any) -> float | None:
 
 
 def scan_usage(path: Path) -> UsageFacts | None:
-    """Totals of the llm_usage records of one ouroboros/events.jsonl (None when absent)."""
-    facts = UsageFacts()
+    """Totals of the llm_usage records of one ouroboros/events.jsonl (None when absent).
+
+    Read by the audit's own scanner, so a task's row and its audit count the same records the
+    same way (malformed lines are the audit's gaps; here they count for nothing)."""
+    scan = TaskScan()
     try:
-        fh = open(path, "rb")
+        scan_events(path, path.name, scan)
     except FileNotFoundError:
         return None
     except OSError:
         return UsageFacts(unreadable=True)
-    with fh:
-        for line in fh:
-            if b"llm_usage" not in line:  # cheap filter: most rows are other kinds
-                continue
-            try:
-                rec = json.loads(line)
-            except (UnicodeDecodeError, ValueError):
-                continue
-            if not isinstance(rec, dict) or rec.get("type") != "llm_usage":
-                continue
-            nested = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
-            prompt = _finite(rec.get("prompt_tokens", nested.get("prompt_tokens"))) or 0.0
-            completion = _finite(rec.get("completion_tokens", nested.get("completion_tokens"))) or 0.0
-            facts.records += 1
-            facts.prompt_tokens += int(max(prompt, 0))
-            facts.completion_tokens += int(max(completion, 0))
-            if prompt + completion > 0:
-                facts.token_records += 1
-            cost = _finite(rec.get("cost", nested.get("cost")))
-            if cost is not None and cost >= 0 and rec.get("cost_known", nested.get("cost_known")) is not False:
-                facts.known_cost_usd += cost
-            else:
-                facts.unknown_cost_records += 1
-    return facts
+    return UsageFacts(records=scan.usage_records, token_records=scan.token_bearing,
+                      prompt_tokens=scan.prompt_tokens, completion_tokens=scan.completion_tokens,
+                      known_cost_usd=scan.cost_known_usd, unknown_cost_records=scan.cost_unknown)
 
 
 def read_runner_rows(bench: Path) -> dict[str, RunnerRow]:

@@ -286,3 +286,30 @@ def test_without_a_ledger_the_manifest_selection_is_audited(tmp_path: Path) -> N
     assert [g.reason.value for g in report.run_gaps] == ["missing_result_index", "missing_monitor"]
     assert report.tasks[0].activity.usage_records == 1
     assert report.tasks[1].gaps[0].reason.value == "missing_task_dump"
+
+
+def test_the_ledger_reads_usage_as_the_audit_does(tmp_path: Path) -> None:
+    """One reading of llm_usage records: a task's ledger row and its audit agree, nested
+    fallbacks, unknown costs and malformed lines included."""
+    from cowork_adapter.ledger import scan_usage
+
+    root = tmp_path / "run"
+    root.mkdir()
+    events = [_usage(), _usage(prompt=0, completion=0, cost=0.0), _usage(cost=None), _usage(nested=True),
+              json.dumps({"type": "llm_usage", "prompt_tokens": None,
+                          "usage": {"prompt_tokens": 7, "completion_tokens": 1, "cost": 0.5}}),
+              '{"type": "llm_usage", "prompt_tokens": 5', json.dumps({"type": "round_start"})]
+    dump = _write_dump(root, "t", [], events)
+    (root / "result_index.jsonl").write_text(json.dumps(_row("t", dump, root)) + "\n")
+    facts = scan_usage(dump / "ouroboros" / "events.jsonl")
+    task = build_audit(root).tasks[0]
+    assert facts is not None
+    assert (facts.records, facts.token_records, facts.prompt_tokens, facts.completion_tokens,
+            facts.unknown_cost_records) == (5, 4, 307, 31, 1)
+    assert (facts.records, facts.token_records, facts.prompt_tokens, facts.completion_tokens,
+            facts.unknown_cost_records) == (task.activity.usage_records, task.activity.token_bearing_usage_records,
+                                            task.activity.prompt_tokens, task.activity.completion_tokens,
+                                            task.cost.unknown_records)
+    assert facts.known_cost_usd == pytest.approx(task.cost.known_usd) == pytest.approx(0.52)
+    assert scan_usage(tmp_path / "absent.jsonl") is None
+    assert scan_usage(tmp_path).unreadable is True  # a directory where the log should be
