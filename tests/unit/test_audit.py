@@ -11,6 +11,7 @@ import pytest
 
 from cowork_adapter.audit import audit_run, build_audit, run_audit_command
 from cowork_adapter.errors import Refusal
+from cowork_adapter.schemas.audit import read_report
 
 TS = "2026-01-01T00:00:00+00:00"
 
@@ -231,6 +232,8 @@ def test_output_is_created_and_parses(run_root: Path, tmp_path: Path) -> None:
     data = json.loads(output.read_text())
     assert data["schema"] == "cowork_adapter.audit.v1" and data["task_count"] == 3
     assert data["totals"]["findings_by_reason"]["direct_database_access"] == 3  # PGPASSWORD=, psql, psycopg2
+    report = read_report(output.read_bytes())  # the file holds to its typed schema, field by field
+    assert report.task_count == 3 and report.tasks[0].findings_total == data["tasks"][0]["findings_total"]
 
 
 def test_audit_never_modifies_the_run_dir(run_root: Path, capsys) -> None:
