@@ -71,6 +71,16 @@ def _read_small_json(path: Path) -> tuple[Any, str | None]:
         return None, "json_error"
 
 
+def _run_record(root: Path, name: str, missing: AuditGapReason, run_gaps: list[Gap]) -> tuple[dict[str, Any], str | None]:
+    """A run-level JSON record as a dict ({} when it cannot be had) and _read_small_json's cause;
+    an absent or unreadable record is a run gap."""
+    value, cause = _read_small_json(root / name)
+    if cause is not None:
+        reason = missing if cause == "absent" else AuditGapReason.UNREADABLE_RECORD
+        run_gaps.append(Gap(reason=reason, file=name, detail=cause))
+    return (value if isinstance(value, dict) else {}), cause
+
+
 def _read_first_line(path: Path, limit: int = 200) -> str | None:
     try:
         with open(path, "rb") as handle:
@@ -350,16 +360,11 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     run_gaps: list[Gap] = []
     if not root.is_dir():
         raise Refusal("audit", f"{run_dir} is not a directory, so there is no run to audit.")
-    manifest, manifest_cause = _read_small_json(root / "run_manifest.json")
     rows = _ledger_rows(root, run_gaps)
+    manifest, manifest_cause = _run_record(root, "run_manifest.json", AuditGapReason.MISSING_MANIFEST, run_gaps)
     if manifest_cause == "absent" and rows is None:
         raise Refusal("audit", f"{run_dir} has neither run_manifest.json nor result_index.jsonl, "
                                "so it cannot be read as a run.")
-    if manifest_cause is not None:
-        reason = (AuditGapReason.MISSING_MANIFEST if manifest_cause == "absent"
-                  else AuditGapReason.UNREADABLE_RECORD)
-        run_gaps.append(Gap(reason=reason, file="run_manifest.json", detail=manifest_cause))
-    manifest = manifest if isinstance(manifest, dict) else {}
     dumps = _dump_index(root)
     if rows is None:
         # No ledger: audit what the manifest selected, else every dump found (documented fallback).
@@ -369,12 +374,7 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
         ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else sorted(dumps)
         rows = iter({"instance_id": i} for i in ids)
 
-    monitor, monitor_cause = _read_small_json(root / "monitor.json")
-    if monitor_cause is not None:
-        reason = (AuditGapReason.MISSING_MONITOR if monitor_cause == "absent"
-                  else AuditGapReason.UNREADABLE_RECORD)
-        run_gaps.append(Gap(reason=reason, file="monitor.json", detail=monitor_cause))
-    monitor = monitor if isinstance(monitor, dict) else {}
+    monitor, _ = _run_record(root, "monitor.json", AuditGapReason.MISSING_MONITOR, run_gaps)
     refusals = _eval_refusals(root)
     admissions = _eval_admissions(root)
     ineligible: Counter = Counter()

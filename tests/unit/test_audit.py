@@ -316,3 +316,18 @@ def test_the_ledger_reads_usage_as_the_audit_does(tmp_path: Path) -> None:
     assert facts.known_cost_usd == pytest.approx(task.cost.known_usd) == pytest.approx(0.52)
     assert scan_usage(tmp_path / "absent.jsonl") is None
     assert scan_usage(tmp_path).unreadable is True  # a directory where the log should be
+
+
+@pytest.mark.parametrize("manifest, gap", [(None, ("missing_manifest", "run_manifest.json", "absent")),
+                                           (b"{not json", ("unreadable_record", "run_manifest.json", "json_error"))])
+def test_an_absent_or_unreadable_manifest_is_a_run_gap(tmp_path: Path, manifest, gap) -> None:
+    root = tmp_path / "run"
+    root.mkdir()
+    dump = _write_dump(root, "t", [], [_usage()])
+    (root / "result_index.jsonl").write_text(json.dumps(_row("t", dump, root)) + "\n")
+    if manifest is not None:
+        (root / "run_manifest.json").write_bytes(manifest)
+    report = build_audit(root)
+    assert [(g.reason.value, g.file, g.detail) for g in report.run_gaps] == [
+        gap, ("missing_monitor", "monitor.json", "absent")]
+    assert report.tasks[0].activity.usage_records == 1  # the ledger still carries the audit
