@@ -18,14 +18,18 @@
  *       Counts lines by the raw values of keys[:-1], joined by '\n' (a raw value never holds a
  *       newline). The list holds the lines whose last raw value contains a probe, with the byte
  *       offset where the line starts.
- *   columns(block, keys, select) -> (line_count, [line_indexes, column_1, ..., column_k])
- *       For the lines `select` keeps (as in rows), JSON array texts: their line indexes, then
- *       the raw values of each key in line order.
+ *   usage(block, keys, select, name_cap) -> (line_count, sums, names, rows)
+ *       For events.jsonl; keys are type, then the fields of audit_scan.UsageRow in order. Of the
+ *       lines `select` keeps (as in rows), regular llm_usage records (see add_regular) are summed:
+ *       sums = (records, token_bearing, prompt, completion, cached, estimated, cost). names holds
+ *       (line_index, field, raw) for the first sighting of each distinct model (0), provider (1)
+ *       and response_provider (2) among them, at most name_cap per field. rows holds the other
+ *       kept lines as rows() gives them, for TaskScan.add_usage to judge record by record.
  *
  * Each returns None instead when it is not sure: some non-empty line is not an object under this
  * strict grammar, or a top-level key holds an escape. The grammar is a subset of what json.loads
  * accepts (RFC 8259 with strict UTF-8; no NaN/Infinity, no byte-order mark, nesting at most
- * MAX_DEPTH), so a line accepted here is one json.loads accepts, with the same values. On None the
+ * MAX_DEPTH, numbers of at most MAX_NUMBER characters), so a line accepted here is one json.loads accepts, with the same values. On None the
  * caller takes the block line by line with json.loads as the arbiter.
  * tests/unit/test_audit_lines.py holds the two to the same answers.
  */
@@ -36,9 +40,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #define MAX_DEPTH 200 /* far below json.loads' recursion limit, so nothing it refuses passes here */
+#define MAX_NUMBER 512 /* characters: below int_max_str_digits' least setting (640), beyond which
+                          json.loads refuses an integer */
 #define MAX_KEYS 16
 #define MAX_PROBES 32
 
@@ -276,6 +283,7 @@ static inline int digits(Cursor *c) {
 
 /* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? : json's own number grammar. */
 static inline __attribute__((always_inline)) int number(Cursor *c) {
+    const unsigned char *start = c->p;
     if (*c->p == '-') c->p++;
     if (c->p >= c->end) return 0;
     if (*c->p == '0') c->p++;
@@ -289,7 +297,7 @@ static inline __attribute__((always_inline)) int number(Cursor *c) {
         if (c->p < c->end && (*c->p == '+' || *c->p == '-')) c->p++;
         if (!digits(c)) return 0;
     }
-    return 1;
+    return c->p - start <= MAX_NUMBER;
 }
 
 static inline int same(const unsigned char *p, const char *q, Py_ssize_t n) {
@@ -784,78 +792,168 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------ columns() */
+/* ------------------------------------------------------------------ usage() */
+
+/* The keys usage() reads, by position: what audit_scan.USAGE_KEYS passes. */
+enum { U_TYPE, U_PROMPT, U_COMPLETION, U_CACHED, U_COST, U_KNOWN, U_ESTIMATED, U_MODEL, U_PROVIDER,
+       U_RESPONSE_PROVIDER, U_USAGE, U_KEYS };
+#define U_NAMES 3 /* model, provider, response_provider */
 
 typedef struct {
-    char *data;
-    size_t len, cap;
-} Buf;
+    uint64_t records, bearing, prompt, completion, cached, estimated;
+    double cost;
+} Sums;
 
-static int buf_put(Buf *b, const void *p, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        char *data = PyMem_Realloc(b->data, cap);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return 0;
-        }
-        b->data = data;
-        b->cap = cap;
+/* Is the raw value exactly `text` (an absent key reads "null")? */
+static int raw_is(const Fields *f, int i, const char *text) {
+    size_t n = strlen(text);
+    return (size_t)raw_len(f, i) == n && memcmp(raw_text(f, i), text, n) == 0;
+}
+
+/* A token count that json.loads reads as an int from 0 to 10**18 - 1: plain digits. */
+static int plain_count(const Fields *f, int i, uint64_t *out) {
+    if (f->start[i] == NULL || f->stop[i] - f->start[i] > 18) return 0;
+    uint64_t v = 0;
+    for (const unsigned char *p = f->start[i]; p < f->stop[i]; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        v = v * 10 + (*p - '0');
     }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
+    *out = v;
     return 1;
 }
 
-/* Append one element to a JSON array text being built ('[' is written first). */
-static int buf_element(Buf *b, const void *p, size_t n) {
-    return buf_put(b, b->len == 0 ? "[" : ",", 1) && buf_put(b, p, n);
+/* A cost that json.loads reads as a finite number >= 0, converted as float() converts it. */
+static int plain_cost(const Fields *f, double *out) {
+    char text[65];
+    Py_ssize_t n = f->start[U_COST] == NULL ? 0 : f->stop[U_COST] - f->start[U_COST];
+    if (n == 0 || n >= (Py_ssize_t)sizeof text || *f->start[U_COST] == '-') return 0;
+    unsigned char first = *f->start[U_COST];
+    if (first < '0' || first > '9') return 0; /* a string, a bool, null, ...: not a number */
+    memcpy(text, f->start[U_COST], n);
+    text[n] = '\0';
+    double v = PyOS_string_to_double(text, NULL, NULL); /* the grammar was checked: no error */
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!isfinite(v)) return 0;
+    *out = v;
+    return 1;
 }
 
-static PyObject *buf_array(Buf *b) {
-    if (b->len == 0 && !buf_put(b, "[", 1)) return NULL;
-    if (!buf_put(b, "]", 1)) return NULL;
-    return PyBytes_FromStringAndSize(b->data, b->len);
+/* A name that is absent, null or a string without escapes (its bytes are its text). */
+static int plain_name(const Fields *f, int i) {
+    if (f->start[i] == NULL || raw_is(f, i, "null")) return 1;
+    return *f->start[i] == '"' && memchr(f->start[i], '\\', f->stop[i] - f->start[i]) == NULL;
 }
 
-static PyObject *columns(PyObject *module, PyObject *args) {
+/* Add the current line to `sums` when it is a regular llm_usage record: flat (usage absent or
+ * null), int token counts, a finite nonnegative cost, cost_known true or null, cost_estimated a
+ * bool or null, names strings without escapes or null. Exactly TaskScan.add_usage's counts for
+ * such a record, and it notes no gap for one. Anything else is left to add_usage. */
+static int add_regular(Sums *sums, const Fields *f) {
+    uint64_t prompt, completion, cached, total[3];
+    double cost;
+    if (!raw_is(f, U_TYPE, "\"llm_usage\"") || !raw_is(f, U_USAGE, "null")) return 0;
+    if (!plain_count(f, U_PROMPT, &prompt) || !plain_count(f, U_COMPLETION, &completion) ||
+        !plain_count(f, U_CACHED, &cached) || !plain_cost(f, &cost))
+        return 0;
+    if (!(raw_is(f, U_KNOWN, "true") || raw_is(f, U_KNOWN, "null"))) return 0;
+    int estimated = raw_is(f, U_ESTIMATED, "true");
+    if (!(estimated || raw_is(f, U_ESTIMATED, "false") || raw_is(f, U_ESTIMATED, "null"))) return 0;
+    for (int i = U_MODEL; i < U_MODEL + U_NAMES; i++)
+        if (!plain_name(f, i)) return 0;
+    if (__builtin_add_overflow(sums->prompt, prompt, &total[0]) ||
+        __builtin_add_overflow(sums->completion, completion, &total[1]) ||
+        __builtin_add_overflow(sums->cached, cached, &total[2]))
+        return 0; /* beyond 64 bits: Python's ints take it */
+    sums->prompt = total[0];
+    sums->completion = total[1];
+    sums->cached = total[2];
+    sums->records++;
+    sums->bearing += prompt + completion > 0;
+    sums->estimated += estimated;
+    sums->cost += cost;
+    return 1;
+}
+
+/* The first sightings of distinct non-empty names, per name field, at most `cap` each. */
+#define MAX_NAME_CAP 64
+typedef struct {
+    Py_ssize_t cap;
+    Py_ssize_t seen[U_NAMES];
+    const unsigned char *text[U_NAMES][MAX_NAME_CAP]; /* raw names in the block, quotes included */
+    Py_ssize_t len[U_NAMES][MAX_NAME_CAP];
+    PyObject *first; /* [(line_index, field, raw), ...] */
+} Names;
+
+static int names_add(Names *nm, const Fields *f, Py_ssize_t line) {
+    for (int k = 0; k < U_NAMES; k++) {
+        const unsigned char *text = f->start[U_MODEL + k];
+        Py_ssize_t n = raw_len(f, U_MODEL + k), seen = nm->seen[k];
+        if (text == NULL || n <= 2 || *text != '"' || seen >= nm->cap) continue; /* null or "" */
+        int known = 0; /* a linear look: a log names a handful of models and providers */
+        for (Py_ssize_t j = 0; j < seen && !known; j++)
+            known = nm->len[k][j] == n && memcmp(nm->text[k][j], text, n) == 0;
+        if (known) continue;
+        PyObject *item = Py_BuildValue("(niy#)", line, k, (const char *)text, n);
+        if (item == NULL || PyList_Append(nm->first, item) < 0) {
+            Py_XDECREF(item);
+            return 0;
+        }
+        Py_DECREF(item);
+        nm->text[k][seen] = text;
+        nm->len[k][seen] = n;
+        nm->seen[k]++;
+    }
+    return 1;
+}
+
+static PyObject *usage(PyObject *module, PyObject *args) {
     (void)module;
     Py_buffer block;
-    PyObject *keys, *select, *list = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*O!O!:columns", &block, &PyTuple_Type, &keys, &PyTuple_Type, &select))
+    PyObject *keys, *select, *out = NULL, *result = NULL;
+    Names nm;
+    nm.first = NULL;
+    memset(nm.seen, 0, sizeof nm.seen);
+    if (!PyArg_ParseTuple(args, "y*O!O!n:usage", &block, &PyTuple_Type, &keys, &PyTuple_Type, &select, &nm.cap))
         return NULL;
     Walk w;
-    Buf bufs[MAX_KEYS + 1];
-    memset(bufs, 0, sizeof bufs);
+    Probes none = {0};
+    Sums sums = {0};
     if (!fields_init(&w.f, keys) || !bytes_tuple(select, MAX_PROBES, "select")) goto done;
-    Py_ssize_t n = w.f.nkeys;
+    if (w.f.nkeys != U_KEYS || nm.cap < 0 || nm.cap > MAX_NAME_CAP) {
+        PyErr_Format(PyExc_ValueError, "usage needs exactly %d keys and a name cap from 0 to %d", U_KEYS,
+                     MAX_NAME_CAP);
+        goto done;
+    }
+    if ((out = PyList_New(0)) == NULL || (nm.first = PyList_New(0)) == NULL) goto done;
     walk_init(&w, &block);
     int got;
     while ((got = next_line(&w)) == LINE_OBJECT) {
         if (!selected(&w.f, select)) continue;
-        char digits[24], *d = digits + sizeof digits; /* the line index in decimal */
-        Py_ssize_t line = w.line;
-        do *--d = (char)('0' + line % 10);
-        while ((line /= 10) > 0);
-        if (!buf_element(&bufs[0], d, digits + sizeof digits - d)) goto done;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (!buf_element(&bufs[i + 1], raw_text(&w.f, i), raw_len(&w.f, i))) goto done;
+        if (add_regular(&sums, &w.f)) {
+            if (!names_add(&nm, &w.f, w.line)) goto done;
+            continue;
+        }
+        PyObject *row = row_tuple(&w.f, w.line, &none);
+        if (row == NULL || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            goto done;
+        }
+        Py_DECREF(row);
     }
     if (got == UNSURE) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    if ((list = PyList_New(n + 1)) == NULL) goto done;
-    for (Py_ssize_t i = 0; i <= n; i++) {
-        PyObject *text = buf_array(&bufs[i]);
-        if (text == NULL) goto done;
-        PyList_SET_ITEM(list, i, text);
-    }
-    result = Py_BuildValue("(nO)", w.lines, list);
+    result = Py_BuildValue("(n(KKKKKKd)OO)", w.lines, (unsigned long long)sums.records,
+                           (unsigned long long)sums.bearing, (unsigned long long)sums.prompt,
+                           (unsigned long long)sums.completion, (unsigned long long)sums.cached,
+                           (unsigned long long)sums.estimated, sums.cost, nm.first, out);
 done:
-    for (Py_ssize_t i = 0; i <= MAX_KEYS; i++) PyMem_Free(bufs[i].data);
-    Py_XDECREF(list);
+    Py_XDECREF(nm.first);
+    Py_XDECREF(out);
     PyBuffer_Release(&block);
     return result;
 }
@@ -882,8 +980,8 @@ static PyMethodDef methods[] = {
      "rows(block, keys, select, probes) -> (line_count, [(line_index, raw...), ...]) or None"},
     {"tally", tally, METH_VARARGS,
      "tally(block, keys, probes) -> (line_count, {joined: count}, [(line_index, offset, joined, raw_last)]) or None"},
-    {"columns", columns, METH_VARARGS,
-     "columns(block, keys, select) -> (line_count, [line_indexes, column...]) or None"},
+    {"usage", usage, METH_VARARGS,
+     "usage(block, keys, select, name_cap) -> (line_count, sums, [(line_index, field, raw)], [(line_index, raw...)]) or None"},
     {"is_utf8", is_utf8, METH_VARARGS, "is_utf8(data, vectorised) -> bool"},
     {NULL, NULL, 0, NULL},
 };

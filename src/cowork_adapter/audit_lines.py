@@ -15,8 +15,8 @@ What a caller must know:
 - With `probes`, the last key's raw value is a sieve result: kept when it contains a probe,
   else None (then no decoded string inside it holds one either: the escapes that could spell a
   probe's character are probes themselves, see audit_rules.PROBES).
-- tally_rows and column_values are what the scanners use: counts of raw values and probe hits,
-  and decoded columns of selected lines. Each has a C fast path and the same answer built from
+- tally_rows and usage_rows are what the scanners use: counts of raw values and probe hits,
+  and sums of regular usage records. Each has a C fast path and the same answer built from
   raw_rows when some line needs json.loads.
 """
 
@@ -26,8 +26,6 @@ import json
 from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
-
-import msgspec
 
 from . import _jsonl
 from .vocab import AuditGapReason
@@ -176,25 +174,6 @@ def raw_rows(block: Block, keys: tuple[bytes, ...], select: tuple[bytes, ...], r
     return out
 
 
-_DECODE = msgspec.json.Decoder().decode
-
-
-def decode_array(text: bytes) -> list[Any]:
-    """The values of a JSON array text, as json.loads reads them.
-
-    msgspec first (fast); json.loads when msgspec refuses (NaN, an exponent beyond float range,
-    a lone surrogate), so every value is json.loads' own reading of its text.
-    """
-    try:
-        return _DECODE(text)
-    except msgspec.DecodeError:
-        return json.loads(text)
-
-
-def _array_text(raws: list[bytes]) -> bytes:
-    return b"[" + b",".join(raws) + b"]"
-
-
 def tally_rows(block: Block, keys: tuple[bytes, ...], probes: tuple[bytes, ...], rel: str,
                scan: TaskScan) -> tuple[dict[bytes, int], list[tuple[int, int, bytes, bytes]]]:
     """({joined raw values of keys[:-1]: lines}, [(line index, byte offset, joined, raw last)]).
@@ -221,16 +200,16 @@ def tally_rows(block: Block, keys: tuple[bytes, ...], probes: tuple[bytes, ...],
     return tallied, found
 
 
-def column_values(block: Block, keys: tuple[bytes, ...], select: tuple[bytes, ...], rel: str,
-                  scan: TaskScan) -> list[list[Any]]:
-    """[line indexes, values of keys[0], values of keys[1], ...] for the lines `select` keeps."""
-    got = _jsonl.columns(block.data, keys, select)
+def usage_rows(block: Block, keys: tuple[bytes, ...], select: tuple[bytes, ...], name_cap: int, rel: str,
+               scan: TaskScan) -> tuple[tuple[Any, ...] | None, list[tuple[int, int, bytes]], list[tuple[Any, ...]]]:
+    """(sums of the regular llm_usage records, first sightings of their names, rows of the
+    other lines `select` keeps): see _jsonl.usage. When some line needs json.loads, no record
+    is summed: sums is None and every kept line is a row."""
+    got = _jsonl.usage(block.data, keys, select, name_cap)
     if got is not None:
-        block.count, texts = got
-        return [decode_array(text) for text in texts]
-    rows = raw_rows(block, keys, select, rel, scan)
-    return [[row[0] for row in rows],
-            *(decode_array(_array_text([row[i] for row in rows])) for i in range(1, len(keys) + 1))]
+        block.count, sums, names, rows = got
+        return sums, names, rows
+    return None, [], raw_rows(block, keys, select, rel, scan)
 
 
 _REMEMBERED: dict[bytes, Any] = {}

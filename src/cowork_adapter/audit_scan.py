@@ -12,23 +12,20 @@ What a caller must know:
     progress, chat, supervisor: validated only; their content is not used.
 - Findings come from tool-call arguments only (audit_rules). Arguments stay raw JSON bytes and
   are decoded only when a probe occurs in them.
-- Usage is summed a whole column at a time (sum, min, count: builtins, no Python loop) when every
-  record of a block is regular; otherwise record by record, so each irregularity is a gap at its
-  own line.
+- Regular usage records (flat, plain counts and cost, no escapes) are summed in C (_jsonl.usage);
+  every other record goes through TaskScan.add_usage, so each irregularity is a gap at its line.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import operator
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .audit_lines import Block, column_values, decode_raw, iter_blocks, raw_rows, tally_rows
+from .audit_lines import Block, decode_raw, iter_blocks, raw_rows, tally_rows, usage_rows
 from .audit_rules import PROBES, args_may_match, find_references, split_mcp_name
 from .schemas.audit import (
     MAX_FINDINGS_PER_TASK,
@@ -49,9 +46,13 @@ def _count(value: Any) -> int | None:
 
 
 def _money(value: Any) -> float | None:
+    """A stated cost: a nonnegative finite number (an int too large for a float is not one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
     return value if math.isfinite(value) and value >= 0 else None
 
 
@@ -72,9 +73,6 @@ class UsageRow(NamedTuple):
 
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 NAME_FIELDS = ("model", "provider", "response_provider")
-_NONE_TYPE = type(None)
-_FLAG_TYPES = frozenset({bool, _NONE_TYPE})
-_NUMBER_TYPES = frozenset({int, float})
 
 
 def _hashable(value: Any) -> Any:
@@ -171,65 +169,27 @@ class TaskScan:
             self.cost_known_usd += cost
         if stated("cost_estimated") is True:
             self.cost_estimated += 1
-        for name in NAME_FIELDS:
-            self._add_names(name, (stated(name),))
+        for field, name in enumerate(NAME_FIELDS):
+            self.add_name(field, stated(name))
 
-    def _add_names(self, name: str, values: Any) -> None:
-        bucket = {"model": self.models, "provider": self.providers,
-                  "response_provider": self.response_providers}[name]
-        for value in values:
-            if len(bucket) >= MAX_NAMES_PER_TASK:
-                return
-            if isinstance(value, str) and value:
-                bucket[value] = None
+    def add_name(self, field: int, value: Any) -> None:
+        """A model (field 0), provider (1) or response provider (2) name: non-empty strings are
+        kept in first-seen order, at most MAX_NAMES_PER_TASK of each."""
+        bucket = (self.models, self.providers, self.response_providers)[field]
+        if isinstance(value, str) and value and len(bucket) < MAX_NAMES_PER_TASK:
+            bucket[value] = None
 
-    def add_usage_block(self, columns: UsageRow, file: str, lines: list[int]) -> None:
-        """A block's llm_usage records, given column by column (each field a list of values).
-
-        Summed column-wise in C when every record is regular (flat, nonnegative int token
-        counts, a finite nonnegative cost, flags bools or null, no cost_known false): exactly
-        add_usage's counts, and no gap. Otherwise record by record through add_usage, which
-        notes each irregularity at its line.
-        """
-        if not lines:
-            return
-        if not self._add_regular(columns, len(lines)):
-            for rec, line in zip(map(UsageRow._make, zip(*columns)), lines):
-                self.add_usage(rec, file, line)
-
-    def _add_regular(self, columns: UsageRow, n: int) -> bool:
-        if columns.usage.count(None) != n:
-            return False  # a nested usage object: its fallbacks are read record by record
-        tokens = [getattr(columns, name) for name in TOKEN_FIELDS]
-        for values in tokens:
-            if set(map(type, values)) != {int} or min(values) < 0:
-                return False
-        costs = columns.cost
-        if not set(map(type, costs)) <= _NUMBER_TYPES or min(costs) < 0:
-            return False
-        cost = float(sum(costs))
-        if not math.isfinite(cost):
-            return False  # an infinity or NaN (json.loads reads them) is an unknown cost
-        known, estimated = columns.cost_known, columns.cost_estimated
-        if not (set(map(type, known)) <= _FLAG_TYPES and set(map(type, estimated)) <= _FLAG_TYPES):
-            return False
-        if False in known:  # only bools and None here, so this is `is False`
-            return False
-        try:  # first-seen order, as add_usage keeps it
-            names = {name: dict.fromkeys(getattr(columns, name)) for name in NAME_FIELDS}
-        except TypeError:  # an unhashable name: add_usage skips it
-            return False
-        prompt, completion, cached = tokens
-        self.usage_records += n
-        self.prompt_tokens += sum(prompt)
-        self.completion_tokens += sum(completion)
-        self.cached_tokens += sum(cached)
-        self.token_bearing += n - list(map(operator.add, prompt, completion)).count(0)
+    def add_usage_sums(self, sums: tuple[int, int, int, int, int, int, float]) -> None:
+        """Regular llm_usage records summed in C (see _jsonl.usage): add_usage's counts for
+        them, which note no gap."""
+        records, bearing, prompt, completion, cached, estimated, cost = sums
+        self.usage_records += records
+        self.token_bearing += bearing
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cached_tokens += cached
+        self.cost_estimated += estimated
         self.cost_known_usd += cost
-        self.cost_estimated += estimated.count(True)
-        for name, distinct in names.items():
-            self._add_names(name, distinct)
-        return True
 
     def add_tool_calls(self, counts: dict[bytes, int]) -> dict[bytes, tuple[bool, str]]:
         """Count rows by their raw type, tool and is_error texts (joined by newlines), each
@@ -312,18 +272,26 @@ USAGE_KEYS = (b"type", *(name.encode() for name in UsageRow._fields))
 def scan_events(path: Path, rel: str, scan: TaskScan) -> None:
     """Count llm_usage records (tokens, cost, names) and capability-omission rows."""
     for block in iter_blocks(path, scan, rel):
-        # Only lines whose raw type mentions llm_usage or omission come back; all are validated.
-        lines, kinds, *fields = column_values(block, USAGE_KEYS, (b"llm_usage", b"omission"), rel, scan)
-        if not lines:
-            continue
-        if kinds.count("llm_usage") != len(kinds):
-            usage = [kind == "llm_usage" for kind in kinds]
-            for line, kind, is_usage in zip(lines, kinds, usage):
-                if not is_usage and isinstance(kind, str) and "omission" in kind:
-                    scan.add_omission(rel, block.first + line)
-            lines = list(compress(lines, usage))
-            fields = [list(compress(values, usage)) for values in fields]
-        scan.add_usage_block(UsageRow._make(fields), rel, [block.first + line for line in lines])
+        # Regular usage records come back summed; the other lines whose raw type mentions
+        # llm_usage or omission as rows. Every line is validated.
+        sums, names, rows = usage_rows(block, USAGE_KEYS, (b"llm_usage", b"omission"), MAX_NAMES_PER_TASK,
+                                       rel, scan)
+        if sums is not None:
+            scan.add_usage_sums(sums)
+        sighted = iter(names)  # (line, field, raw) in line order, interleaved with rows by line
+        sighting = next(sighted, None)
+        for line, raw_kind, *raw_fields in rows:
+            while sighting is not None and sighting[0] < line:
+                scan.add_name(sighting[1], decode_raw(sighting[2]))
+                sighting = next(sighted, None)
+            kind = decode_raw(raw_kind)
+            if kind == "llm_usage":
+                scan.add_usage(UsageRow._make(map(decode_raw, raw_fields)), rel, block.first + line)
+            elif isinstance(kind, str) and "omission" in kind:
+                scan.add_omission(rel, block.first + line)
+        while sighting is not None:
+            scan.add_name(sighting[1], decode_raw(sighting[2]))
+            sighting = next(sighted, None)
 
 
 def scan_objects(path: Path, rel: str, scan: TaskScan) -> None:

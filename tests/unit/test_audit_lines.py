@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from cowork_adapter import _jsonl, audit_lines
 from cowork_adapter.audit_rules import PROBES, find_references, split_mcp_name
-from cowork_adapter.audit_scan import TaskScan, UsageRow, scan_events, scan_objects, scan_tools
+from cowork_adapter.audit_scan import USAGE_KEYS, TaskScan, UsageRow, scan_events, scan_objects, scan_tools
 
 # ------------------------------------------------------------------ generated log lines
 
@@ -39,7 +39,8 @@ _tool_row = st.fixed_dictionaries(
     optional={"args": _args, "is_error": st.sampled_from([True, False, 1, 0, None, "true"]),
               "result_preview": _text, "ts": st.just("2026-01-01T00:00:00+00:00")},
 )
-_count = st.integers(0, 10**6) | st.just(0) | st.integers(-3, -1) | st.floats(0, 1e6) | st.sampled_from([True, None, "7", math.nan])
+_count = (st.integers(0, 10**6) | st.just(0) | st.integers(-3, -1) | st.floats(0, 1e6)
+          | st.sampled_from([True, None, "7", math.nan, 10**18 - 1, 10**18, 2**64]))
 _usage_fields = st.fixed_dictionaries({}, optional={
     "prompt_tokens": _count, "completion_tokens": _count, "cached_tokens": _count,
     "cost": st.floats(0, 5) | st.integers(0, 3) | st.sampled_from([None, -1.0, math.inf, "0.1", True]),
@@ -239,6 +240,8 @@ def _list_lines(data: bytes) -> list[bytes]:
 # ------------------------------------------------------------------ the C entry points themselves
 
 _KEYS = (b"type", b"tool", b"args")
+_USAGE_SELECT = (b"llm_usage", b"omission")
+_NAME_CAP = 2  # small, so the cap on first sightings is reached
 
 
 @settings(max_examples=500, deadline=None)
@@ -262,29 +265,79 @@ def test_c_rows_are_the_lines_json_values_or_unsure(data):
 
 @settings(max_examples=300, deadline=None)
 @given(data=_lines(_tool_row | _event_row))
-def test_c_tally_and_columns_agree_with_c_rows(data):
+def test_c_tally_and_usage_agree_with_c_rows(data):
     block = data[:-1] if data.endswith(b"\n") else data
     rows = _jsonl.rows(block, _KEYS, (), (b"psql", b"eval"))
     tally = _jsonl.tally(block, _KEYS, (b"psql", b"eval"))
-    columns = _jsonl.columns(block, _KEYS, ())
-    assert (rows is None) == (tally is None) == (columns is None)
+    usage = _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, _NAME_CAP)
+    assert (rows is None) == (tally is None) == (usage is None)
     if rows is None:
         return
     count, rows = rows
     counts: dict[bytes, int] = {}
     for row in rows:
         counts[b"\n".join(row[1:3])] = counts.get(b"\n".join(row[1:3]), 0) + 1
-    assert tally[0] == columns[0] == count and tally[1] == counts
+    assert tally[0] == usage[0] == count and tally[1] == counts
     assert [(h[0], h[3]) for h in tally[2]] == [(row[0], row[3]) for row in rows if row[3] is not None]
     starts = [0]
     for line in block.split(b"\n"):
         starts.append(starts[-1] + len(line) + 1)
     assert [h[1] for h in tally[2]] == [starts[h[0]] for h in tally[2]]
-    indexes, *values = (json.loads(text) for text in columns[1])
-    plain = _jsonl.rows(block, _KEYS, (), ())[1]  # unsieved
-    assert indexes == [row[0] for row in plain]
-    for i, column in enumerate(values):
-        assert json.dumps(column) == json.dumps([json.loads(row[i + 1]) for row in plain])
+    _assert_usage_partitions_rows(block, usage)
+
+
+def _assert_usage_partitions_rows(block: bytes, usage) -> None:
+    """usage() gives back some of the kept lines as rows and sums the rest; the sums, and the
+    first sightings of names, are what add_usage makes of those records, which are regular
+    (add_usage notes no gap for any)."""
+    _, sums, names, left = usage
+    kept = _jsonl.rows(block, USAGE_KEYS, _USAGE_SELECT, ())[1]
+    left_lines = {row[0] for row in left}
+    assert left == [row for row in kept if row[0] in left_lines]
+    summed = [row for row in kept if row[0] not in left_lines]
+    reference, sighted = TaskScan(), []
+    for row in summed:
+        rec = UsageRow._make(json.loads(raw) for raw in row[2:])
+        assert json.loads(row[1]) == "llm_usage"
+        reference.add_usage(rec, "events.jsonl", row[0])
+        for field, raw in enumerate(row[8:11]):
+            value = json.loads(raw)
+            distinct = [s for s in sighted if s[1] == field]
+            if isinstance(value, str) and value and raw not in [s[2] for s in distinct] and len(distinct) < _NAME_CAP:
+                sighted.append((row[0], field, raw))
+    assert reference.gaps == []
+    assert sums[:6] == (reference.usage_records, reference.token_bearing, reference.prompt_tokens,
+                        reference.completion_tokens, reference.cached_tokens, reference.cost_estimated)
+    assert math.isclose(sums[6], reference.cost_known_usd, rel_tol=1e-9, abs_tol=1e-12)
+    assert names == sighted
+
+
+def test_usage_sums_beyond_64_bits_stay_exact(tmp_path, monkeypatch):
+    """Token counts whose sum overflows 64 bits leave the C sums for Python's ints, exactly."""
+    big = dict(_FLAT, prompt_tokens=10**18 - 1, completion_tokens=10**18 - 1)
+    data = _jsonl_text(*[big] * 40, dict(_FLAT, prompt_tokens=10**18))  # 19 digits: Python's at once
+    block = data[:-1]
+    _assert_usage_partitions_rows(block, _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, _NAME_CAP))
+    scan = _scanned(tmp_path, "events.jsonl", data, scan_events, 1 << 20, monkeypatch)
+    assert scan.prompt_tokens == 40 * (10**18 - 1) + 10**18 and scan.completion_tokens == 40 * (10**18 - 1)
+    assert scan.usage_records == 41 and scan.gaps == []
+
+
+@pytest.mark.parametrize("scanner,name,line,gap", [
+    (scan_tools, "tools.jsonl", b'{"type": "tool_call", "tool": "x", "is_error": 1%s}', "malformed_line"),
+    (scan_tools, "tools.jsonl", b'{"type": "tool_call", "tool": "x", "args": {"a": 1%s, "c": "psql"}}', "malformed_line"),
+    (scan_events, "events.jsonl", b'{"type": "llm_usage", "prompt_tokens": 1%s}', "malformed_line"),
+    (scan_objects, "progress.jsonl", b'{"a": 1%s}', "malformed_line"),
+    (scan_events, "events.jsonl", b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, '
+                                  b'"cached_tokens": 0, "cost": 1%s}', "unknown_cost"),
+])
+def test_integers_json_loads_refuses_or_no_float_holds_are_gaps(tmp_path, monkeypatch, scanner, name, line, gap):
+    """json.loads refuses integers longer than sys.get_int_max_str_digits() (a malformed line);
+    a cost integer beyond any float is an unknown cost. Neither stops the audit."""
+    zeros = b"0" * (400 if gap == "unknown_cost" else 5000)
+    scan = _scanned(tmp_path, name, line % zeros + b"\n" + _jsonl_text(_FLAT), scanner, 1 << 20, monkeypatch)
+    assert [(g["reason"].value, g["line"]) for g in scan.gaps] == [(gap, 1)]
+    assert scan.lines == 2
 
 
 @settings(max_examples=2000, deadline=None)
@@ -293,7 +346,7 @@ def test_c_entry_points_survive_any_bytes(data, keys):
     """Arbitrary bytes: an answer or None, never a crash (the C code walks untrusted logs)."""
     keys = tuple(keys) or (b"a",)
     for got in (_jsonl.rows(data, keys, (b"a",), (b"\\",)), _jsonl.tally(data, keys, (b"{",)),
-                _jsonl.columns(data, keys, (b"x",))):
+                _jsonl.usage(data, (*keys, *USAGE_KEYS)[:len(USAGE_KEYS)], (b"x",), 3)):
         assert got is None or got[0] == data.count(b"\n") + 1
 
 
@@ -306,6 +359,10 @@ def test_c_entry_points_refuse_bad_arguments():
         _jsonl.rows(b"{}", tuple(bytes([65 + i]) for i in range(17)), (), ())
     with pytest.raises(ValueError):
         _jsonl.tally(b"{}", (), ())
+    with pytest.raises(ValueError):
+        _jsonl.usage(b"{}", USAGE_KEYS[:-1], (), 1)
+    with pytest.raises(ValueError):
+        _jsonl.usage(b"{}", USAGE_KEYS, (), 65)
 
 
 # UTF-8: bytes of every class (ASCII, continuations, every lead, the edges of each range), in
@@ -387,7 +444,7 @@ def test_the_portable_build_answers_like_this_one(portable, data):
     block = data[:-1] if data.endswith(b"\n") else data
     assert portable.rows(block, _KEYS, (), (b"psql",)) == _jsonl.rows(block, _KEYS, (), (b"psql",))
     assert portable.tally(block, _KEYS, PROBES) == _jsonl.tally(block, _KEYS, PROBES)
-    assert portable.columns(block, _KEYS, (b"tool",)) == _jsonl.columns(block, _KEYS, (b"tool",))
+    assert portable.usage(block, USAGE_KEYS, _USAGE_SELECT, 3) == _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, 3)
     assert portable.is_utf8(block, True) == _jsonl.is_utf8(block, True)
 
 
