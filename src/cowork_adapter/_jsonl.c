@@ -152,7 +152,7 @@ static int utf8_valid_scalar(const unsigned char *p, const unsigned char *end) {
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(JSONL_NO_SIMD)
 #include <tmmintrin.h>
-#define HAVE_SSSE3_CHECK 1
+#define HAVE_X86_CHECKS 1
 /* The same question 16 bytes at a time with SSSE3 table lookups, after Keiser and Lemire,
  * "Validating UTF-8 in less than one instruction per byte" (2021). Each byte is judged with the
  * byte before it: three 16-entry tables, indexed by the previous byte's high and low nibble and
@@ -174,37 +174,43 @@ enum {
     CARRY = TOO_SHORT | TOO_LONG | TWO_CONTS, /* classes that do not depend on the low nibble */
 };
 
+/* The three tables, as 16 byte values; the AVX2 check repeats them in both 128-bit lanes. */
+#define PREV_HIGH                                                                                  \
+    TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, /* 0..7: ASCII */ \
+        TWO_CONTS, TWO_CONTS, TWO_CONTS, TWO_CONTS,             /* 8..B: continuation */           \
+        TOO_SHORT | OVERLONG_2,                                 /* C: 2-byte lead */               \
+        TOO_SHORT,                                              /* D: 2-byte lead */               \
+        TOO_SHORT | OVERLONG_3 | SURROGATE,                     /* E: 3-byte lead */               \
+        TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4     /* F: 4-byte lead */
+#define PREV_LOW                                                                                   \
+    CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4,               /* x0: C0, E0, F0 */               \
+        CARRY | OVERLONG_2,                                     /* x1: C1 */                       \
+        CARRY, CARRY,                                           /* x2, x3 */                       \
+        CARRY | TOO_LARGE,                                      /* x4: F4 */                       \
+        CARRY | TOO_LARGE | TOO_LARGE_1000,                     /* x5..xC: F5..FC */               \
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,                    \
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,                    \
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,                    \
+        CARRY | TOO_LARGE | TOO_LARGE_1000,                                                        \
+        CARRY | TOO_LARGE | TOO_LARGE_1000 | SURROGATE,         /* xD: ED */                       \
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000 /* xE, xF */
+#define THIS_HIGH                                                                                  \
+    TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, /* ASCII */ \
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000 | OVERLONG_4, /* 80..8F */ \
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE,   /* 90..9F */                 \
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,    /* A0..AF */                 \
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,    /* B0..BF */                 \
+        TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT                    /* leads */
+/* A block may not end inside a sequence: its last three bytes may not lead one that long. */
+#define LAST_LEAD_MAX                                                                         \
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, (char)(0xF0 - 1), (char)(0xE0 - 1), \
+        (char)(0xC0 - 1)
+
 __attribute__((target("ssse3"))) static int utf8_valid_ssse3(const unsigned char *p, const unsigned char *end) {
-    const __m128i prev_high = _mm_setr_epi8( /* the previous byte's high nibble */
-        TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, /* 0..7: ASCII */
-        TWO_CONTS, TWO_CONTS, TWO_CONTS, TWO_CONTS,                                     /* 8..B: continuation */
-        TOO_SHORT | OVERLONG_2,                                                         /* C: 2-byte lead */
-        TOO_SHORT,                                                                      /* D: 2-byte lead */
-        TOO_SHORT | OVERLONG_3 | SURROGATE,                                             /* E: 3-byte lead */
-        TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4);                           /* F: 4-byte lead */
-    const __m128i prev_low = _mm_setr_epi8( /* the previous byte's low nibble */
-        CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4,     /* x0: C0, E0, F0 */
-        CARRY | OVERLONG_2,                               /* x1: C1 */
-        CARRY, CARRY,                                     /* x2, x3 */
-        CARRY | TOO_LARGE,                                /* x4: F4 */
-        CARRY | TOO_LARGE | TOO_LARGE_1000,               /* x5..xC: F5..FC */
-        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
-        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
-        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
-        CARRY | TOO_LARGE | TOO_LARGE_1000,
-        CARRY | TOO_LARGE | TOO_LARGE_1000 | SURROGATE,   /* xD: ED */
-        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000); /* xE, xF */
-    const __m128i this_high = _mm_setr_epi8( /* this byte's high nibble */
-        TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, /* ASCII */
-        TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000 | OVERLONG_4,           /* 80..8F */
-        TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE,                             /* 90..9F */
-        TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,                              /* A0..AF */
-        TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,                              /* B0..BF */
-        TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT);                                            /* leads */
+    const __m128i prev_high = _mm_setr_epi8(PREV_HIGH), prev_low = _mm_setr_epi8(PREV_LOW),
+                  this_high = _mm_setr_epi8(THIS_HIGH);
     const __m128i nibble = _mm_set1_epi8(0x0F), high_bit = _mm_set1_epi8((char)0x80);
-    /* A block may not end inside a sequence: its last three bytes may not lead one that long. */
-    const __m128i last_lead_max = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                                (char)(0xF0 - 1), (char)(0xE0 - 1), (char)(0xC0 - 1));
+    const __m128i last_lead_max = _mm_setr_epi8(LAST_LEAD_MAX);
     __m128i prev = _mm_setzero_si128(), error = _mm_setzero_si128(), incomplete = _mm_setzero_si128();
     int last = 0;
     while (!last) {
@@ -238,9 +244,75 @@ __attribute__((target("ssse3"))) static int utf8_valid_ssse3(const unsigned char
     }
     return _mm_movemask_epi8(_mm_cmpeq_epi8(error, _mm_setzero_si128())) == 0xFFFF;
 }
-#endif
 
+#include <immintrin.h>
+#define HAVE_AVX2_CHECK 1
+/* The same check 32 bytes per vector and 64 per step (ASCII runs cost one test per 64 bytes).
+ * AVX2 shuffles and byte shifts work within each 128-bit lane, so the tables repeat in both
+ * lanes and a byte's predecessors come from the previous vector joined lane-wise (prev_lanes). */
+typedef struct {
+    __m256i prev, error, incomplete;
+} Utf8State;
+
+__attribute__((target("avx2"))) static inline void utf8_step_avx2(Utf8State *st, __m256i in) {
+    const __m256i prev_high = _mm256_setr_epi8(PREV_HIGH, PREV_HIGH), prev_low = _mm256_setr_epi8(PREV_LOW, PREV_LOW),
+                  this_high = _mm256_setr_epi8(THIS_HIGH, THIS_HIGH);
+    const __m256i nibble = _mm256_set1_epi8(0x0F), high_bit = _mm256_set1_epi8((char)0x80);
+    /* Only the vector's last three bytes can start a sequence cut by the end: the low lane's are
+     * compared with 0xFF, which no byte exceeds. */
+    const __m256i last_lead_max = _mm256_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                   LAST_LEAD_MAX);
+    __m256i lanes = _mm256_permute2x128_si256(st->prev, in, 0x21); /* prev's high lane, in's low lane */
+    __m256i prev1 = _mm256_alignr_epi8(in, lanes, 15);
+    __m256i classes = _mm256_and_si256(
+        _mm256_and_si256(_mm256_shuffle_epi8(prev_high, _mm256_and_si256(_mm256_srli_epi16(prev1, 4), nibble)),
+                         _mm256_shuffle_epi8(prev_low, _mm256_and_si256(prev1, nibble))),
+        _mm256_shuffle_epi8(this_high, _mm256_and_si256(_mm256_srli_epi16(in, 4), nibble)));
+    __m256i third = _mm256_subs_epu8(_mm256_alignr_epi8(in, lanes, 14), _mm256_set1_epi8((char)(0xE0 - 0x80)));
+    __m256i fourth = _mm256_subs_epu8(_mm256_alignr_epi8(in, lanes, 13), _mm256_set1_epi8((char)(0xF0 - 0x80)));
+    __m256i must23 = _mm256_and_si256(_mm256_or_si256(third, fourth), high_bit);
+    st->error = _mm256_or_si256(st->error, _mm256_xor_si256(must23, classes));
+    st->incomplete = _mm256_subs_epu8(in, last_lead_max);
+    st->prev = in;
+}
+
+__attribute__((target("avx2"))) static int utf8_valid_avx2(const unsigned char *p, const unsigned char *end) {
+    Utf8State st = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    int last = 0;
+    while (!last) {
+        __m256i in0, in1;
+        if (end - p >= 64) {
+            in0 = _mm256_loadu_si256((const __m256i *)p);
+            in1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+            p += 64;
+        } else { /* the tail, padded with zeros (ASCII); a step of zeros when nothing is left */
+            unsigned char tail[64] = {0};
+            memcpy(tail, p, end - p);
+            in0 = _mm256_loadu_si256((const __m256i *)tail);
+            in1 = _mm256_loadu_si256((const __m256i *)(tail + 32));
+            last = 1;
+        }
+        if (_mm256_movemask_epi8(_mm256_or_si256(in0, in1)) == 0) { /* all ASCII */
+            st.error = _mm256_or_si256(st.error, st.incomplete);
+            st.incomplete = _mm256_setzero_si256();
+            st.prev = in1;
+        } else {
+            utf8_step_avx2(&st, in0);
+            utf8_step_avx2(&st, in1);
+        }
+    }
+    return _mm256_testz_si256(st.error, st.error);
+}
+#endif
 static int (*utf8_valid)(const unsigned char *, const unsigned char *) = utf8_valid_scalar;
+
+/* The checks this CPU can run, by name (is_utf8 runs any of them; utf8_valid is the fastest). */
+typedef struct {
+    const char *name;
+    int (*check)(const unsigned char *, const unsigned char *);
+} Utf8Check;
+static Utf8Check utf8_checks[3] = {{"scalar", utf8_valid_scalar}};
+static int utf8_check_count = 1;
 
 static inline int is_hex(unsigned char ch) {
     return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
@@ -960,17 +1032,22 @@ done:
 
 /* ------------------------------------------------------------------ is_utf8() */
 
-/* is_utf8(data, vectorised) -> bool: the block check alone, either way (tests compare both with
- * Python's strict decoder); vectorised falls back to one byte at a time without SSSE3. */
+/* is_utf8(data, check) -> bool: the block check alone, by the name of one of UTF8_CHECKS (tests
+ * compare each with Python's strict decoder). */
 static PyObject *is_utf8(PyObject *module, PyObject *args) {
     (void)module;
     Py_buffer data;
-    int vectorised;
-    if (!PyArg_ParseTuple(args, "y*p:is_utf8", &data, &vectorised)) return NULL;
-    const unsigned char *p = data.buf;
-    int ok = (vectorised ? utf8_valid : utf8_valid_scalar)(p, p + data.len);
+    const char *name;
+    if (!PyArg_ParseTuple(args, "y*s:is_utf8", &data, &name)) return NULL;
+    PyObject *result = NULL;
+    for (int i = 0; i < utf8_check_count && result == NULL; i++) {
+        if (strcmp(utf8_checks[i].name, name) != 0) continue;
+        const unsigned char *p = data.buf;
+        result = PyBool_FromLong(utf8_checks[i].check(p, p + data.len));
+    }
+    if (result == NULL) PyErr_Format(PyExc_ValueError, "no UTF-8 check %s on this CPU", name);
     PyBuffer_Release(&data);
-    return PyBool_FromLong(ok);
+    return result;
 }
 
 /* ------------------------------------------------------------------ the module */
@@ -982,7 +1059,7 @@ static PyMethodDef methods[] = {
      "tally(block, keys, probes) -> (line_count, {joined: count}, [(line_index, offset, joined, raw_last)]) or None"},
     {"usage", usage, METH_VARARGS,
      "usage(block, keys, select, name_cap) -> (line_count, sums, [(line_index, field, raw)], [(line_index, raw...)]) or None"},
-    {"is_utf8", is_utf8, METH_VARARGS, "is_utf8(data, vectorised) -> bool"},
+    {"is_utf8", is_utf8, METH_VARARGS, "is_utf8(data, check) -> bool, check one of UTF8_CHECKS"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -995,11 +1072,32 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__jsonl(void) {
-#ifdef HAVE_SSSE3_CHECK
+#ifdef HAVE_X86_CHECKS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("ssse3")) utf8_valid = utf8_valid_ssse3;
+    if (__builtin_cpu_supports("ssse3")) utf8_checks[utf8_check_count++] = (Utf8Check){"ssse3", utf8_valid_ssse3};
+    if (__builtin_cpu_supports("avx2")) utf8_checks[utf8_check_count++] = (Utf8Check){"avx2", utf8_valid_avx2};
 #endif
+    utf8_valid = utf8_checks[utf8_check_count - 1].check;
     null_bytes = PyBytes_FromString("null");
     if (null_bytes == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *names = PyTuple_New(utf8_check_count);
+    if (names == NULL) goto fail;
+    for (int i = 0; i < utf8_check_count; i++) {
+        PyObject *name = PyUnicode_FromString(utf8_checks[i].name);
+        if (name == NULL) {
+            Py_DECREF(names);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    if (PyModule_AddObject(m, "UTF8_CHECKS", names) < 0) {
+        Py_DECREF(names);
+        goto fail;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
 }

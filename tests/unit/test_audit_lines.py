@@ -366,7 +366,7 @@ def test_c_entry_points_refuse_bad_arguments():
 
 
 # UTF-8: bytes of every class (ASCII, continuations, every lead, the edges of each range), in
-# runs long enough to cross the 16-byte steps of the vectorised check.
+# runs long enough to cross the 16- and 64-byte steps of the vectorised checks.
 _utf8_piece = st.sampled_from([b"a", b"\x7f", b"\x80", b"\xbf", b"\xc0", b"\xc1", b"\xc2", b"\xdf", b"\xe0",
                                b"\xed", b"\xef", b"\xf0", b"\xf4", b"\xf5", b"\xff", b"\xa0", b"\x9f", b"\x90",
                                b"\x8f"]) | st.text(max_size=3).map(lambda t: t.encode("utf-8", "surrogatepass"))
@@ -381,17 +381,17 @@ def _strictly_utf8(data: bytes) -> bool:
 
 
 @settings(max_examples=3000, deadline=None)
-@given(pieces=st.lists(_utf8_piece, max_size=60), pad=st.integers(0, 17))
+@given(pieces=st.lists(_utf8_piece, max_size=80), pad=st.integers(0, 65))
 def test_the_utf8_check_is_pythons_strict_decoder(pieces, pad):
     data = b"x" * pad + b"".join(pieces)
     want = _strictly_utf8(data)
-    assert _jsonl.is_utf8(data, True) == want
-    assert _jsonl.is_utf8(data, False) == want
+    for check in _jsonl.UTF8_CHECKS:
+        assert _jsonl.is_utf8(data, check) == want, check
     line = b'{"s": "' + data.replace(b'"', b"").replace(b"\\", b"").translate(None, bytes(range(32))) + b'"}'
     assert (_jsonl.rows(line, (b"s",), (), ()) is not None) == _strictly_utf8(line)
 
 
-# Each class of UTF-8 error and the valid neighbours on its edges, at every offset in a 16-byte step.
+# Each class of UTF-8 error and the valid neighbours on its edges, at every offset in a 64-byte step.
 _UTF8_EDGES = [
     b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\x9f\xbf",  # surrogates; U+D7FF
     b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xe0\xa0\x80",  # overlong 3-byte; U+0800
@@ -406,12 +406,23 @@ _UTF8_EDGES = [
 
 @pytest.mark.parametrize("piece", _UTF8_EDGES)
 def test_the_utf8_check_on_each_error_class_at_each_offset(piece):
-    for pad in range(18):
-        for tail in (b"", b"z" * 20, b"\xc3\xa9"):
+    for pad in range(66):
+        for tail in (b"", b"z" * 70, b"\xc3\xa9"):
             data = b"y" * pad + piece + tail
             want = _strictly_utf8(data)
-            assert _jsonl.is_utf8(data, True) == want, data
-            assert _jsonl.is_utf8(data, False) == want, data
+            for check in _jsonl.UTF8_CHECKS:
+                assert _jsonl.is_utf8(data, check) == want, (check, data)
+
+
+def test_this_cpu_runs_the_vectorised_utf8_checks():
+    """x86-64 machines here have SSSE3 and AVX2: the checks above must not have run the scalar one alone."""
+    import platform
+
+    if platform.machine() == "x86_64":
+        assert {"ssse3", "avx2"} <= set(_jsonl.UTF8_CHECKS)
+    assert _jsonl.UTF8_CHECKS[0] == "scalar"
+    with pytest.raises(ValueError):
+        _jsonl.is_utf8(b"", "sse9")
 
 
 @pytest.fixture(scope="module")
@@ -445,7 +456,8 @@ def test_the_portable_build_answers_like_this_one(portable, data):
     assert portable.rows(block, _KEYS, (), (b"psql",)) == _jsonl.rows(block, _KEYS, (), (b"psql",))
     assert portable.tally(block, _KEYS, PROBES) == _jsonl.tally(block, _KEYS, PROBES)
     assert portable.usage(block, USAGE_KEYS, _USAGE_SELECT, 3) == _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, 3)
-    assert portable.is_utf8(block, True) == _jsonl.is_utf8(block, True)
+    assert portable.is_utf8(block, "scalar") == _jsonl.is_utf8(block, _jsonl.UTF8_CHECKS[-1])
+    assert portable.UTF8_CHECKS == ("scalar",)
 
 
 @pytest.mark.parametrize("line", _STRING_EDGES)
