@@ -40,6 +40,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -475,52 +476,94 @@ static int contains(const unsigned char *p, const unsigned char *end, const char
     return 0;
 }
 
-/* Probes are looked for at their anchor, their least common byte in JSON text in English, so
- * few positions of ordinary text get a comparison. */
+/* Probes are found in two steps, after the "Teddy" matcher of Hyperscan: a fingerprint of each
+ * probe, three consecutive bytes (its least common window in JSON text in English), is matched
+ * at many positions at once with table lookups by nibble, the probes spread over 8 buckets (a
+ * bit each); only a position where some bucket's fingerprint matched gets full comparisons. */
+#define FP 3      /* fingerprint bytes; a shorter probe's missing ones match anything */
+#define BUCKETS 8 /* the bits of a byte */
 typedef struct {
     Py_ssize_t n;
     const char *text[MAX_PROBES];
     Py_ssize_t len[MAX_PROBES];
-    Py_ssize_t anchor[MAX_PROBES]; /* offset of the anchor byte inside the probe */
-    uint32_t by_anchor[256];       /* bit i set: probe i is anchored on this byte */
-    int nanchors;                  /* the distinct anchor bytes */
-    unsigned char anchors[MAX_PROBES];
+    Py_ssize_t offset[MAX_PROBES];     /* where the fingerprint starts inside the probe */
+    uint32_t in_bucket[BUCKETS];       /* bit i set: probe i is in this bucket */
+    uint8_t low[FP][16], high[FP][16]; /* buckets whose fingerprint byte j has this low/high nibble */
 } Probes;
 
 static int commonness(unsigned char ch) {
-    static const char order[] = " \":,etaoinshrdl/.cumwfgypbvkjxqz"; /* most common first */
+    static const char order[] = " \":,etaoinshrdl0123456789/.cumwfgypbvkjxqz"; /* most common first */
     const char *at = ch ? strchr(order, ch) : NULL;
     return at ? (int)(sizeof order - (at - order)) : 0; /* anything else counts as rare */
 }
 
-/* Does a probe anchored at p match? */
-static inline int probe_at(const Probes *pr, const unsigned char *p, const unsigned char *start,
+/* Does a probe in one of `buckets` have its fingerprint at q? */
+static inline int probe_at(const Probes *pr, unsigned buckets, const unsigned char *q, const unsigned char *start,
                            const unsigned char *end) {
-    for (uint32_t bits = pr->by_anchor[*p]; bits; bits &= bits - 1) {
-        int i = __builtin_ctz(bits);
-        const unsigned char *at = p - pr->anchor[i];
-        if (at >= start && end - at >= pr->len[i] && same(at, pr->text[i], pr->len[i])) return 1;
+    for (; buckets; buckets &= buckets - 1) {
+        for (uint32_t bits = pr->in_bucket[__builtin_ctz(buckets)]; bits; bits &= bits - 1) {
+            int i = __builtin_ctz(bits);
+            const unsigned char *at = q - pr->offset[i];
+            if (at >= start && end - at >= pr->len[i] && same(at, pr->text[i], pr->len[i])) return 1;
+        }
     }
     return 0;
 }
 
-static int probed(const Probes *pr, const unsigned char *start, const unsigned char *end) {
-    const unsigned char *p = start;
-#if defined(__SSE2__) && !defined(JSONL_NO_SIMD)
-    /* 16 bytes per step: only the positions holding an anchor byte are looked at. */
-    __m128i anchors[MAX_PROBES];
-    for (int k = 0; k < pr->nanchors; k++) anchors[k] = _mm_set1_epi8((char)pr->anchors[k]);
-    for (; end - p >= 16; p += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)p), hit = _mm_setzero_si128();
-        for (int k = 0; k < pr->nanchors; k++) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(v, anchors[k]));
-        for (int mask = _mm_movemask_epi8(hit); mask; mask &= mask - 1)
-            if (probe_at(pr, p + __builtin_ctz(mask), start, end)) return 1;
+/* Does [start, end) contain a probe? One position at a time. */
+static int probed_scalar(const Probes *pr, const unsigned char *start, const unsigned char *end) {
+    for (const unsigned char *q = start; q < end; q++) {
+        unsigned buckets = 0xFF;
+        for (int j = 0; j < FP; j++) {
+            unsigned char ch = end - q > j ? q[j] : 0; /* past the end: no probe fits there anyway */
+            buckets &= pr->low[j][ch & 15] & pr->high[j][ch >> 4];
+        }
+        if (buckets && probe_at(pr, buckets, q, start, end)) return 1;
     }
-#endif
-    for (; p < end; p++)
-        if (probe_at(pr, p, start, end)) return 1;
     return 0;
 }
+
+#ifdef HAVE_X86_CHECKS
+/* The same, 32 positions per step with AVX2 shuffles. */
+__attribute__((target("avx2"))) static int probed_avx2(const Probes *pr, const unsigned char *start,
+                                                       const unsigned char *end) {
+    __m256i low[FP], high[FP];
+    for (int j = 0; j < FP; j++) {
+        low[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pr->low[j]));
+        high[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pr->high[j]));
+    }
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    unsigned char pad[32 + FP - 1];
+    for (const unsigned char *q = start; q < end; q += 32) {
+        const unsigned char *from = q;
+        uint32_t here = 0xFFFFFFFFu; /* positions inside [start, end) */
+        if (end - q < (Py_ssize_t)sizeof pad) { /* the tail, padded with zeros */
+            memset(pad, 0, sizeof pad);
+            memcpy(pad, q, end - q);
+            from = pad;
+            if (end - q < 32) here = (1u << (end - q)) - 1;
+        }
+        __m256i buckets = _mm256_set1_epi8(-1);
+        for (int j = 0; j < FP; j++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(from + j));
+            __m256i lo = _mm256_shuffle_epi8(low[j], _mm256_and_si256(v, nibble));
+            __m256i hi = _mm256_shuffle_epi8(high[j], _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+            buckets = _mm256_and_si256(buckets, _mm256_and_si256(lo, hi));
+        }
+        uint32_t hits = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(buckets, _mm256_setzero_si256())) & here;
+        if (hits == 0) continue;
+        uint8_t found[32];
+        _mm256_storeu_si256((__m256i *)found, buckets);
+        for (; hits; hits &= hits - 1) {
+            int k = __builtin_ctz(hits);
+            if (probe_at(pr, found[k], q + k, start, end)) return 1;
+        }
+    }
+    return 0;
+}
+#endif
+
+static int (*probed)(const Probes *, const unsigned char *, const unsigned char *) = probed_scalar;
 
 /* ------------------------------------------------------------------ argument checks */
 
@@ -556,16 +599,35 @@ static int probes_init(Probes *pr, PyObject *probes) {
     memset(pr, 0, sizeof *pr);
     if (!bytes_tuple(probes, MAX_PROBES, "probes")) return 0;
     pr->n = PyTuple_GET_SIZE(probes);
+    int distinct = 0, bucket_of[MAX_PROBES]; /* probes with the same fingerprint share a bucket */
+    Py_ssize_t width[MAX_PROBES];            /* fingerprint bytes inside the probe */
     for (Py_ssize_t i = 0; i < pr->n; i++) {
         PyObject *s = PyTuple_GET_ITEM(probes, i);
-        pr->text[i] = PyBytes_AS_STRING(s);
+        const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(s);
+        pr->text[i] = (const char *)text;
         pr->len[i] = PyBytes_GET_SIZE(s);
-        for (Py_ssize_t k = 1; k < pr->len[i]; k++)
-            if (commonness((unsigned char)pr->text[i][k]) < commonness((unsigned char)pr->text[i][pr->anchor[i]]))
-                pr->anchor[i] = k;
-        unsigned char anchor = (unsigned char)pr->text[i][pr->anchor[i]];
-        if (pr->by_anchor[anchor] == 0) pr->anchors[pr->nanchors++] = anchor;
-        pr->by_anchor[anchor] |= 1u << i;
+        int best = INT_MAX;
+        for (Py_ssize_t o = 0; o == 0 || o + FP <= pr->len[i]; o++) { /* the least common window */
+            int sum = 0;
+            for (Py_ssize_t j = o; j < o + FP && j < pr->len[i]; j++) sum += commonness(text[j]);
+            if (sum < best) best = sum, pr->offset[i] = o;
+        }
+        width[i] = pr->len[i] - pr->offset[i] < FP ? pr->len[i] - pr->offset[i] : FP;
+        int bucket = -1;
+        for (Py_ssize_t k = 0; k < i && bucket < 0; k++)
+            if (width[k] == width[i] && memcmp(pr->text[k] + pr->offset[k], text + pr->offset[i], width[i]) == 0)
+                bucket = bucket_of[k];
+        if (bucket < 0) bucket = distinct++ % BUCKETS;
+        bucket_of[i] = bucket;
+        pr->in_bucket[bucket] |= 1u << i;
+        for (int j = 0; j < FP; j++) {
+            for (int nib = 0; nib < 16; nib++) {
+                int any = j >= width[i]; /* a byte past a short probe matches anything */
+                unsigned char ch = any ? 0 : text[pr->offset[i] + j];
+                if (any || (ch & 15) == nib) pr->low[j][nib] |= 1u << bucket;
+                if (any || (ch >> 4) == nib) pr->high[j][nib] |= 1u << bucket;
+            }
+        }
     }
     return 1;
 }
@@ -1078,6 +1140,9 @@ PyMODINIT_FUNC PyInit__jsonl(void) {
     if (__builtin_cpu_supports("avx2")) utf8_checks[utf8_check_count++] = (Utf8Check){"avx2", utf8_valid_avx2};
 #endif
     utf8_valid = utf8_checks[utf8_check_count - 1].check;
+#ifdef HAVE_X86_CHECKS
+    if (__builtin_cpu_supports("avx2")) probed = probed_avx2;
+#endif
     null_bytes = PyBytes_FromString("null");
     if (null_bytes == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);

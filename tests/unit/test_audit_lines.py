@@ -479,3 +479,22 @@ def test_a_value_json_loads_read_but_cannot_write_back_is_a_gap(tmp_path, monkey
     scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, 1 << 20, monkeypatch)
     assert [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps] == [("malformed_line", 1, "nested_too_deep")]
     assert scan.tool_calls == 0 and scan.lines == 1
+
+
+# The probe sieve: any probe set (up to the 32 the C code takes, short ones and ones sharing a
+# fingerprint), any value text, at every offset of a 32-byte step: kept exactly when some probe
+# occurs in the raw value, in both builds.
+_probe = st.binary(min_size=1, max_size=7).map(lambda b: bytes(c % 6 + 97 for c in b))  # a..f: many near hits
+
+
+@settings(max_examples=1500, deadline=None)
+@given(probes=st.lists(_probe, min_size=1, max_size=32), text=st.text(alphabet="abcdef \u00e9", max_size=90),
+       pad=st.integers(0, 33))
+def test_the_probe_sieve_keeps_a_value_exactly_when_it_holds_a_probe(portable, probes, text, pad):
+    raw = json.dumps(" " * pad + text, ensure_ascii=False).encode()
+    line = b'{"a": ' + raw + b"}"
+    want = any(probe in raw for probe in probes)
+    for module in (portable, _jsonl):
+        (_, row), = module.rows(line, (b"a",), (), tuple(probes))[1]
+        assert (row is not None) == want, (module, probes, raw)
+        assert (row == raw) if want else True
