@@ -69,11 +69,17 @@ typedef struct {
     int escaped_key; /* a top-level key with a backslash: it might spell a wanted key */
 } Fields;
 
-static int value(Cursor *c, int depth);
+/* The parser's functions take the position of what they read and the end of the block, and return
+ * the position after it, or NULL when it is not valid there (positions stay in registers). */
+typedef const unsigned char *Pos;
+
+static Pos object(Pos p, Pos end, int depth, Fields *fields);
+static Pos array(Pos p, Pos end, int depth);
 
 /* JSON whitespace within one line: a newline ends the line instead. */
-static inline void skip_ws(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')) c->p++;
+static inline Pos skip_ws(Pos p, Pos end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+    return p;
 }
 
 /* Skip ordinary string bytes, stopping at '"', '\\' or a control character (< 0x20). Non-ASCII
@@ -81,34 +87,33 @@ static inline void skip_ws(Cursor *c) {
  * x86-64) looks at 16 bytes per step, elsewhere 8 bytes as an integer. */
 #if defined(__SSE2__) && !defined(JSONL_NO_SIMD)
 #include <emmintrin.h>
-static inline void skip_plain(Cursor *c) {
+static inline Pos skip_plain(Pos p, Pos end) {
     const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), below = _mm_set1_epi8(0x1F);
-    while (c->end - c->p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)c->p);
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
         __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, below), v); /* v <= 0x1F, unsigned */
         __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)), control);
         int mask = _mm_movemask_epi8(stop);
-        if (mask != 0) {
-            c->p += __builtin_ctz(mask);
-            return;
-        }
-        c->p += 16;
+        if (mask != 0) return p + __builtin_ctz(mask);
+        p += 16;
     }
-    while (c->p < c->end && *c->p >= 0x20 && *c->p != '"' && *c->p != '\\') c->p++;
+    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\') p++;
+    return p;
 }
 #else
-static inline void skip_plain(Cursor *c) {
+static inline Pos skip_plain(Pos p, Pos end) {
     const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
-    while (c->end - c->p >= 8) {
+    while (end - p >= 8) {
         uint64_t v, quote, slash, control;
-        memcpy(&v, c->p, 8);
+        memcpy(&v, p, 8);
         quote = v ^ (ones * '"');
         slash = v ^ (ones * '\\');
         control = (v - ones * 0x20) & ~v; /* some byte < 0x20 (exact as a yes/no answer) */
         if (((control | ((quote - ones) & ~quote) | ((slash - ones) & ~slash)) & high) != 0) break;
-        c->p += 8;
+        p += 8;
     }
-    while (c->p < c->end && *c->p >= 0x20 && *c->p != '"' && *c->p != '\\') c->p++;
+    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\') p++;
+    return p;
 }
 #endif
 
@@ -319,58 +324,46 @@ static inline int is_hex(unsigned char ch) {
     return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
 }
 
-/* A string starting at '"'; on success the cursor is past the closing quote. */
-static inline __attribute__((always_inline)) int string(Cursor *c, int *escaped) {
-    c->p++;
+/* A string starting at '"'; *escaped is set when it holds an escape. */
+static inline __attribute__((always_inline)) Pos string(Pos p, Pos end, int *escaped) {
+    p++;
     for (;;) {
-        skip_plain(c);
-        if (c->p >= c->end) return 0;
-        unsigned char ch = *c->p;
-        if (ch == '"') {
-            c->p++;
-            return 1;
-        } else if (ch == '\\') {
-            if (c->end - c->p < 2) return 0;
-            unsigned char e = c->p[1];
-            if (e == 'u') {
-                if (c->end - c->p < 6 || !is_hex(c->p[2]) || !is_hex(c->p[3]) || !is_hex(c->p[4]) ||
-                    !is_hex(c->p[5]))
-                    return 0;
-                c->p += 6; /* any \uXXXX, lone surrogates included: json.loads reads them all */
-            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
-                       e == 'r' || e == 't') {
-                c->p += 2;
-            } else return 0;
-            *escaped = 1;
-        } else {
-            return 0; /* a control character, newline included */
-        }
+        p = skip_plain(p, end);
+        if (p >= end) return NULL;
+        if (*p == '"') return p + 1;
+        if (*p != '\\' || end - p < 2) return NULL; /* a control character, newline included */
+        unsigned char e = p[1];
+        if (e == 'u') {
+            if (end - p < 6 || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5])) return NULL;
+            p += 6; /* any \uXXXX, lone surrogates included: json.loads reads them all */
+        } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+            p += 2;
+        } else return NULL;
+        *escaped = 1;
     }
 }
 
-static inline int digits(Cursor *c) {
-    const unsigned char *start = c->p;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
-    return c->p > start;
+/* One or more digits, else NULL. */
+static inline Pos digits(Pos p, Pos end) {
+    Pos start = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    return p > start ? p : NULL;
 }
 
 /* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? : json's own number grammar. */
-static inline __attribute__((always_inline)) int number(Cursor *c) {
-    const unsigned char *start = c->p;
-    if (*c->p == '-') c->p++;
-    if (c->p >= c->end) return 0;
-    if (*c->p == '0') c->p++;
-    else if (!digits(c)) return 0;
-    if (c->p < c->end && *c->p == '.') {
-        c->p++;
-        if (!digits(c)) return 0;
+static inline __attribute__((always_inline)) Pos number(Pos p, Pos end) {
+    Pos start = p;
+    if (*p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') p++;
+    else if ((p = digits(p, end)) == NULL) return NULL;
+    if (p < end && *p == '.' && (p = digits(p + 1, end)) == NULL) return NULL;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if ((p = digits(p, end)) == NULL) return NULL;
     }
-    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
-        c->p++;
-        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) c->p++;
-        if (!digits(c)) return 0;
-    }
-    return c->p - start <= MAX_NUMBER;
+    return p - start <= MAX_NUMBER ? p : NULL;
 }
 
 static inline int same(const unsigned char *p, const char *q, Py_ssize_t n) {
@@ -379,88 +372,70 @@ static inline int same(const unsigned char *p, const char *q, Py_ssize_t n) {
     return 1;
 }
 
-static inline int literal(Cursor *c, const char *word, Py_ssize_t n) {
-    if (c->end - c->p < n || memcmp(c->p, word, n) != 0) return 0;
-    c->p += n;
-    return 1;
+static inline Pos literal(Pos p, Pos end, const char *word, Py_ssize_t n) {
+    return end - p >= n && memcmp(p, word, n) == 0 ? p + n : NULL;
+}
+
+/* A member or element of a container at `depth`, at p (whitespace skipped). Inlined into both
+ * containers: most values are strings and numbers, read without a call. */
+static inline __attribute__((always_inline)) Pos element(Pos p, Pos end, int depth) {
+    int escaped = 0;
+    if (p >= end) return NULL;
+    switch (*p) {
+    case '"': return string(p, end, &escaped);
+    case '{': return object(p, end, depth + 1, NULL);
+    case '[': return array(p, end, depth + 1);
+    case 't': return literal(p, end, "true", 4);
+    case 'f': return literal(p, end, "false", 5);
+    case 'n': return literal(p, end, "null", 4);
+    default: return *p == '-' || (*p >= '0' && *p <= '9') ? number(p, end) : NULL;
+    }
 }
 
 /* An object starting at '{'. With `fields`, its keys are the line's top-level keys. */
-static int object(Cursor *c, int depth, Fields *fields) {
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        return 1;
-    }
+static Pos object(Pos p, Pos end, int depth, Fields *fields) {
+    if (depth > MAX_DEPTH) return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}') return p + 1;
     for (;;) {
-        if (c->p >= c->end || *c->p != '"') return 0;
-        const unsigned char *key = c->p + 1;
+        if (p >= end || *p != '"') return NULL;
+        Pos key = p + 1;
         int escaped = 0;
-        if (!string(c, &escaped)) return 0;
-        Py_ssize_t key_len = c->p - 1 - key;
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != ':') return 0;
-        c->p++;
-        skip_ws(c);
-        const unsigned char *start = c->p;
-        if (!value(c, depth + 1)) return 0;
+        if ((p = string(p, end, &escaped)) == NULL) return NULL;
+        Py_ssize_t key_len = p - 1 - key;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':') return NULL;
+        Pos start = p = skip_ws(p + 1, end);
+        if ((p = element(p, end, depth)) == NULL) return NULL;
         if (fields != NULL && key_len > 0) {
             if (escaped) fields->escaped_key = 1;
             for (uint32_t bits = fields->by_first[key[0]]; bits; bits &= bits - 1) {
                 int i = __builtin_ctz(bits);
                 if (fields->key_len[i] == key_len && same(key, fields->key[i], key_len)) {
                     fields->start[i] = start;
-                    fields->stop[i] = c->p;
+                    fields->stop[i] = p;
                 }
             }
         }
-        skip_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == '}') {
-            c->p++;
-            return 1;
-        }
-        if (*c->p != ',') return 0;
-        c->p++;
-        skip_ws(c);
+        p = skip_ws(p, end);
+        if (p >= end) return NULL;
+        if (*p == '}') return p + 1;
+        if (*p != ',') return NULL;
+        p = skip_ws(p + 1, end);
     }
 }
 
-static int array(Cursor *c, int depth) {
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == ']') {
-        c->p++;
-        return 1;
-    }
+static Pos array(Pos p, Pos end, int depth) {
+    if (depth > MAX_DEPTH) return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == ']') return p + 1;
     for (;;) {
-        if (!value(c, depth + 1)) return 0;
-        skip_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == ']') {
-            c->p++;
-            return 1;
-        }
-        if (*c->p != ',') return 0;
-        c->p++;
-        skip_ws(c);
-    }
-}
-
-static int value(Cursor *c, int depth) {
-    if (depth > MAX_DEPTH || c->p >= c->end) return 0;
-    int escaped = 0;
-    switch (*c->p) {
-    case '{': return object(c, depth, NULL);
-    case '[': return array(c, depth);
-    case '"': return string(c, &escaped);
-    case 't': return literal(c, "true", 4);
-    case 'f': return literal(c, "false", 5);
-    case 'n': return literal(c, "null", 4);
-    default:
-        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) return number(c);
-        return 0;
+        if ((p = element(p, end, depth)) == NULL) return NULL;
+        p = skip_ws(p, end);
+        if (p >= end) return NULL;
+        if (*p == ']') return p + 1;
+        if (*p != ',') return NULL;
+        p = skip_ws(p + 1, end);
     }
 }
 
@@ -678,10 +653,10 @@ static int next_line(Walk *w) {
         }
         for (Py_ssize_t i = 0; i < w->f.nkeys; i++) w->f.start[i] = NULL;
         w->f.escaped_key = 0;
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != '{' || !object(c, 1, &w->f)) return UNSURE;
-        skip_ws(c);
-        if ((c->p < c->end && *c->p != '\n') || (w->f.nkeys > 0 && w->f.escaped_key)) return UNSURE;
+        p = skip_ws(p, c->end);
+        if (p >= c->end || *p != '{' || (p = object(p, c->end, 1, &w->f)) == NULL) return UNSURE;
+        c->p = p = skip_ws(p, c->end);
+        if ((p < c->end && *p != '\n') || (w->f.nkeys > 0 && w->f.escaped_key)) return UNSURE;
         return LINE_OBJECT;
     }
 }
