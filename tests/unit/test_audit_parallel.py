@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,11 +85,11 @@ def _comparable(report) -> dict:
 _RECORD: dict[str, object] = {}
 
 
-def _recording_task(row):
-    """Stands in for audit._worker_task in the forked workers: notes who scanned which task."""
+def _recording_tasks(rows):
+    """Stands in for audit._worker_tasks in the forked workers: notes who scanned which task."""
     with open(_RECORD["path"], "a") as handle:
-        handle.write(f"{os.getpid()} {row['instance_id']}\n")
-    return _RECORD["task"](row)
+        handle.writelines(f"{os.getpid()} {row['instance_id']}\n" for row in rows)
+    return _RECORD["tasks"](rows)
 
 
 def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
@@ -101,14 +102,25 @@ def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
     monkeypatch.setattr(audit, "PARALLEL_MIN_BYTES", 0)  # this run is small: force the pool
     scanned_by = tmp_path / "scanned_by"
     monkeypatch.setitem(_RECORD, "path", scanned_by)
-    monkeypatch.setitem(_RECORD, "task", audit._worker_task)
-    monkeypatch.setattr(audit, "_worker_task", _recording_task)  # the forked workers inherit it
+    monkeypatch.setitem(_RECORD, "tasks", audit._worker_tasks)
+    monkeypatch.setattr(audit, "_worker_tasks", _recording_tasks)  # the forked workers inherit it
     parallel = _comparable(build_audit(root, workers=2))
     records = [line.split() for line in scanned_by.read_text().splitlines()]
     assert sorted(t for _, t in records) == [f"task-{n:02d}" for n in range(TASKS)]  # each once
     assert str(os.getpid()) not in {pid for pid, _ in records}  # all in worker processes
     assert parallel == sequential
     assert [t["instance_id"] for t in parallel["tasks"]] == [f"task-{n:02d}" for n in range(TASKS)]
+
+
+@pytest.mark.parametrize("count,workers", [(0, 2), (1, 2), (7, 2), (496, 2), (496, 8), (5000, 4)])
+def test_handoffs_cover_every_row_in_order_in_shrinking_batches(count, workers):
+    batches = list(audit._handoffs(list(range(count)), workers))
+    assert [row for batch in batches for row in batch] == list(range(count))
+    sizes = [len(batch) for batch in batches]
+    assert sizes == sorted(sizes, reverse=True) and all(size >= 1 for size in sizes)
+    if count >= 2 * workers:
+        assert sizes[0] == count // (2 * workers) and sizes[-1] == 1  # large first, single rows last
+        assert len(batches) <= 2 * workers * (count.bit_length() + 1)  # few messages: logarithmic
 
 
 def test_a_small_run_stays_in_process(tmp_path):
