@@ -272,12 +272,12 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
 
 
 def _scan_logs(dump: Path, root: Path, scan: TaskScan) -> None:
-    logs = dump / "ouroboros"
+    logs = os.path.join(dump, "ouroboros")  # strings: Path arithmetic cost more than listing the dump
+    rel_logs = os.path.join(_rel(dump, root), "ouroboros")
     for name, scanner in LOG_SCANNERS:
-        path = logs / name
-        rel = _rel(path, root)
+        rel = os.path.join(rel_logs, name)
         try:  # opening is the existence check: one system call fewer per log
-            scanner(path, rel, scan)
+            scanner(os.path.join(logs, name), rel, scan)
         except (FileNotFoundError, IsADirectoryError):  # raised by the open, before any byte counted
             scan.gap(AuditGapReason.MISSING_LOG, rel)
             continue

@@ -53,7 +53,7 @@ class Block:
         self.count: int | None = None
 
 
-def iter_blocks(path: Path, scan: TaskScan, rel: str) -> Iterator[Block]:
+def iter_blocks(path: str | Path, scan: TaskScan, rel: str) -> Iterator[Block]:
     """Blocks of whole lines, streamed. Oversized lines are gaps, never yielded. OSError propagates.
 
     A block is a view of what was read, valid until the consumer asks for the next block.

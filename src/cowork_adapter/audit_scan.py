@@ -234,7 +234,7 @@ _EVENTS_COST_GAPS = frozenset(
 TOOL_KEYS = (b"type", b"tool", b"is_error", b"args")  # args last: the probe sieve reads it
 
 
-def scan_tools(path: Path, rel: str, scan: TaskScan) -> None:
+def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
     for block in iter_blocks(path, scan, rel):
@@ -269,7 +269,7 @@ def _calls_before(block: Block, offset: int, calls: dict[bytes, tuple[bool, str]
 USAGE_KEYS = (b"type", *(name.encode() for name in UsageRow._fields))
 
 
-def scan_events(path: Path, rel: str, scan: TaskScan) -> None:
+def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count llm_usage records (tokens, cost, names) and capability-omission rows."""
     for block in iter_blocks(path, scan, rel):
         # Regular usage records come back summed; the other lines whose raw type mentions
@@ -294,7 +294,7 @@ def scan_events(path: Path, rel: str, scan: TaskScan) -> None:
             sighting = next(sighted, None)
 
 
-def scan_objects(path: Path, rel: str, scan: TaskScan) -> None:
+def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Every line a JSON object (progress, chat, supervisor: their content is not used)."""
     for block in iter_blocks(path, scan, rel):
         raw_rows(block, (), (), rel, scan)
