@@ -913,11 +913,8 @@ typedef struct {
     double cost;
 } Sums;
 
-/* Is the raw value exactly `text` (an absent key reads "null")? */
-static int raw_is(const Fields *f, int i, const char *text) {
-    size_t n = strlen(text);
-    return (size_t)raw_len(f, i) == n && memcmp(raw_text(f, i), text, n) == 0;
-}
+/* Is the raw value exactly the string literal `text` (an absent key reads "null")? */
+#define raw_is(f, i, text) (raw_len(f, i) == sizeof text - 1 && memcmp(raw_text(f, i), text, sizeof text - 1) == 0)
 
 /* A token count that json.loads reads as an int from 0 to 10**18 - 1: plain digits. */
 static int plain_count(const Fields *f, int i, uint64_t *out) {
@@ -931,6 +928,40 @@ static int plain_count(const Fields *f, int i, uint64_t *out) {
     return 1;
 }
 
+/* A JSON number (grammar checked) with at most 15 significant digits and a power of ten within
+ * 1e-22..1e22, in one exact operation (Clinger's fast path): the significand and the power are
+ * exact doubles, so the one rounding is float()'s correct rounding. Else 0, for strtod. */
+static int fast_decimal(Pos p, Pos end, double *out) {
+    static const double power[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    uint64_t w = 0;
+    int significant = 0, scale = 0, fraction = 0;
+    for (; p < end && (*p == '.' || (*p >= '0' && *p <= '9')); p++) {
+        if (*p == '.') {
+            fraction = 1;
+            continue;
+        }
+        if (w == 0 && *p == '0') { /* a leading zero adds no digit */
+            scale -= fraction;
+            continue;
+        }
+        if (++significant > 15) return 0;
+        w = w * 10 + (*p - '0');
+        scale -= fraction;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int sign = 1, exponent = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) sign = *p++ == '-' ? -1 : 1;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if ((exponent = exponent * 10 + (*p - '0')) > 400) return 0;
+        scale += sign * exponent;
+    }
+    if (scale < -22 || scale > 22) return w == 0 ? (*out = 0.0, 1) : 0;
+    *out = scale >= 0 ? (double)w * power[scale] : (double)w / power[-scale];
+    return 1;
+}
+
 /* A cost that json.loads reads as a finite number >= 0, converted as float() converts it. */
 static int plain_cost(const Fields *f, double *out) {
     char text[65];
@@ -938,6 +969,7 @@ static int plain_cost(const Fields *f, double *out) {
     if (n == 0 || n >= (Py_ssize_t)sizeof text || *f->start[U_COST] == '-') return 0;
     unsigned char first = *f->start[U_COST];
     if (first < '0' || first > '9') return 0; /* a string, a bool, null, ...: not a number */
+    if (fast_decimal(f->start[U_COST], f->stop[U_COST], out)) return 1;
     memcpy(text, f->start[U_COST], n);
     text[n] = '\0';
     double v = PyOS_string_to_double(text, NULL, NULL); /* the grammar was checked: no error */

@@ -21,7 +21,7 @@ import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .audit_lines import iter_blocks
 from .audit_scan import LOG_SCANNERS, TaskScan
@@ -427,7 +427,15 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     return report
 
 
-def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> tuple[TaskAudit, TaskScan]:
+class Scanned(NamedTuple):
+    """What the run's totals need of a task's scan besides its TaskAudit (all a worker sends back)."""
+
+    files: int
+    bytes: int
+    lines: int
+
+
+def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> tuple[TaskAudit, Scanned]:
     scan = TaskScan()
     dump = _resolve_dump(row, root, dumps)
     attempts = TaskEvalAttempts()
@@ -436,7 +444,7 @@ def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]
     else:
         _scan_logs(dump, root, scan)
         attempts = _eval_attempts(dump, root, scan)
-    return _task_report(row, root, dump, scan, attempts), scan
+    return _task_report(row, root, dump, scan, attempts), Scanned(scan.files, scan.bytes, scan.lines)
 
 
 # ---------------------------------------------------------------- parallel scanning
@@ -477,7 +485,7 @@ def _worker_init(root: Path, dumps: dict[str, Path]) -> None:
     _WORKER_STATE["root"], _WORKER_STATE["dumps"] = root, dumps
 
 
-def _worker_tasks(rows: list[dict[str, Any]]) -> list[tuple[TaskAudit, TaskScan]]:
+def _worker_tasks(rows: list[dict[str, Any]]) -> list[tuple[TaskAudit, Scanned]]:
     return [audit_task_with_scan(row, _WORKER_STATE["root"], _WORKER_STATE["dumps"]) for row in rows]
 
 
@@ -493,8 +501,8 @@ def _handoffs(rows: list[Any], workers: int) -> Iterator[list[Any]]:
 
 
 def _audit_tasks(rows: Iterator[dict[str, Any]], root: Path, dumps: dict[str, Path],
-                 workers: int) -> Iterator[tuple[TaskAudit, TaskScan]]:
-    """(TaskAudit, TaskScan) per ledger row, in ledger order, scanned by `workers` processes."""
+                 workers: int) -> Iterator[tuple[TaskAudit, Scanned]]:
+    """(TaskAudit, Scanned) per ledger row, in ledger order, scanned by `workers` processes."""
     if workers <= 1:
         for row in rows:
             yield audit_task_with_scan(row, root, dumps)
@@ -505,7 +513,7 @@ def _audit_tasks(rows: Iterator[dict[str, Any]], root: Path, dumps: dict[str, Pa
             yield from batch
 
 
-def _add_totals(totals: Totals, task: TaskAudit, scan: TaskScan, findings: Counter, gaps: Counter) -> None:
+def _add_totals(totals: Totals, task: TaskAudit, scan: Scanned, findings: Counter, gaps: Counter) -> None:
     activity = task.activity
     totals.usage_records += activity.usage_records
     totals.token_bearing_usage_records += activity.token_bearing_usage_records

@@ -498,3 +498,26 @@ def test_the_probe_sieve_keeps_a_value_exactly_when_it_holds_a_probe(portable, p
         (_, row), = module.rows(line, (b"a",), (), tuple(probes))[1]
         assert (row is not None) == want, (module, probes, raw)
         assert (row == raw) if want else True
+
+
+# A regular record's cost, read in C, is exactly float() of its text: one IEEE operation when
+# the text allows it (few digits, a small power of ten), strtod otherwise.
+_digits = st.text(alphabet="0123456789", min_size=1, max_size=20)
+_cost_text = (st.floats(0, 1e30, allow_nan=False, allow_infinity=False).map(repr)
+              | st.builds(lambda i, f, e: i.lstrip("0").rjust(1, "0") + ("." + f if f else "") + e,
+                          _digits, st.text(alphabet="0123456789", max_size=20),
+                          st.sampled_from(["", "e5", "E-7", "e+22", "e-22", "e23", "e-23", "e-30", "e300", "e-330"]))
+              | st.sampled_from(["0", "0.0", "0e999", "9007199254740993", "123456789012345", "1234567890123456",
+                                 "0.1", "0.0123", "1e22", "1e-22", "4.35", "17976931348623157e292"]))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(text=_cost_text)
+def test_a_regular_cost_is_floats_reading_of_its_text(text):
+    line = b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": ' + text.encode() + b"}"
+    got = _jsonl.usage(line, USAGE_KEYS, _USAGE_SELECT, 1)
+    want = float(text)
+    if not math.isfinite(want):
+        assert got[1][0] == 0 and len(got[3]) == 1  # not summed: add_usage notes the unknown cost
+    else:
+        assert got[1][0] == 1 and got[1][6] == want and math.copysign(1, got[1][6]) == 1, (text, got[1][6], want)
