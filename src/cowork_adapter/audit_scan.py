@@ -100,7 +100,7 @@ class TaskScan:
     tool_calls: int = 0
     mcp_calls: int = 0
     mcp_errors: int = 0
-    mcp_servers: dict[str, list[Any]] = field(default_factory=dict)  # server -> [calls, errors, Counter]
+    mcp_servers: dict[str, list[Any]] = field(default_factory=dict)  # server -> [calls, errors, {tool: calls}]
     cost_known_usd: float = 0.0
     cost_unknown: int = 0
     cost_estimated: int = 0
@@ -192,38 +192,53 @@ class TaskScan:
         self.cost_known_usd += cost
 
     def add_tool_calls(self, counts: dict[bytes, int]) -> dict[bytes, tuple[bool, str]]:
-        """Count rows by their raw type, tool and is_error texts (joined by newlines), each
-        distinct one decoded once.
+        """Count rows by their raw type, tool and is_error texts (joined by newlines).
 
         Returns, per joined text, whether such a row is a tool call and its tool name ("" when
         the name is not a string)."""
         decoded: dict[bytes, tuple[bool, str]] = {}
         for raw, n in counts.items():
-            kind, tool, failed = map(decode_raw, raw.split(b"\n"))
-            call = _is_call(_hashable(kind), tool)
-            name = tool if isinstance(tool, str) else ""
+            call, name, split, failed = _call_kind(raw)
             decoded[raw] = (call, name)
             if not call:
                 continue
             self.tool_calls += n
-            split = split_mcp_name(name)
             if split is None:
                 continue
-            failed = failed is True
             self.mcp_calls += n
             self.mcp_errors += n * failed
             server = self.mcp_servers.get(split[0])
             if server is None:
-                server = self.mcp_servers[split[0]] = [0, 0, Counter()]
+                server = self.mcp_servers[split[0]] = [0, 0, {}]
             server[0] += n
             server[1] += n * failed
-            server[2][split[1]] += n
+            server[2][split[1]] = server[2].get(split[1], 0) + n
         return decoded
 
     def add_omission(self, file: str, line: int) -> None:
         self.omissions += 1
         if len(self.omission_refs) < MAX_REFERENCES_PER_TASK:
             self.omission_refs.append((file, line))
+
+
+_CALL_KINDS: dict[bytes, tuple[bool, str, tuple[str, str] | None, bool]] = {}
+_CALL_KINDS_LIMIT = 4096  # distinct (type, tool, is_error) texts of at most 256 bytes remembered
+
+
+def _call_kind(raw: bytes) -> tuple[bool, str, tuple[str, str] | None, bool]:
+    """(is a tool call, tool name, its MCP (server, tool) or None, is_error is true) of a joined
+    raw (type, tool, is_error) text; remembered, as a run repeats a few dozen of them."""
+    kind = _CALL_KINDS.get(raw)
+    if kind is None:
+        kind_value, tool, failed = map(decode_raw, raw.split(b"\n"))
+        call = _is_call(_hashable(kind_value), tool)
+        name = tool if isinstance(tool, str) else ""
+        kind = (call, name, split_mcp_name(name) if call else None, failed is True)
+        if len(raw) <= 256:  # about a megabyte at most
+            if len(_CALL_KINDS) >= _CALL_KINDS_LIMIT:
+                _CALL_KINDS.clear()
+            _CALL_KINDS[raw] = kind
+    return kind
 
 
 _EVENTS_COST_GAPS = frozenset(
