@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import threading
@@ -26,6 +25,7 @@ from typing import Any, Iterator, NamedTuple
 from .audit_lines import iter_blocks
 from .audit_scan import LOG_SCANNERS, TaskScan
 from .errors import Refusal
+from .forked import forked_map
 from .schemas.audit import (
     Activity,
     AuditReport,
@@ -450,7 +450,6 @@ def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]
 # ---------------------------------------------------------------- parallel scanning
 
 PARALLEL_MIN_BYTES = 32 << 20  # below this much agent log, starting worker processes costs more
-_WORKER_STATE: dict[str, Any] = {}
 
 
 def _dump_log_bytes(dumps: dict[str, Path], stop_at: int) -> int:
@@ -481,18 +480,15 @@ def _effective_workers(workers: int | None, dumps: dict[str, Path]) -> int:
     return min(wanted, len(dumps))
 
 
-def _worker_init(root: Path, dumps: dict[str, Path]) -> None:
-    _WORKER_STATE["root"], _WORKER_STATE["dumps"] = root, dumps
-
-
-def _worker_tasks(rows: list[dict[str, Any]]) -> list[tuple[TaskAudit, Scanned]]:
-    return [audit_task_with_scan(row, _WORKER_STATE["root"], _WORKER_STATE["dumps"]) for row in rows]
+def _audit_batch(job: tuple[list[dict[str, Any]], Path, dict[str, Path]]) -> list[tuple[TaskAudit, Scanned]]:
+    rows, root, dumps = job
+    return [audit_task_with_scan(row, root, dumps) for row in rows]
 
 
 def _handoffs(rows: list[Any], workers: int) -> Iterator[list[Any]]:
     """The rows in consecutive batches, each half the remaining work's share per worker (at least
-    one row): few messages early, small batches at the end so no worker waits long for another.
-    Each message to and from a worker costs the parent about a millisecond of CPU."""
+    one row): few results to send early, small batches at the end so no worker waits long for
+    another."""
     start = 0
     while start < len(rows):
         size = max(1, (len(rows) - start) // (2 * workers))
@@ -507,10 +503,9 @@ def _audit_tasks(rows: Iterator[dict[str, Any]], root: Path, dumps: dict[str, Pa
         for row in rows:
             yield audit_task_with_scan(row, root, dumps)
         return
-    context = multiprocessing.get_context("fork")  # single-threaded here: see _effective_workers
-    with context.Pool(workers, initializer=_worker_init, initargs=(root, dumps)) as pool:
-        for batch in pool.imap(_worker_tasks, _handoffs(list(rows), workers)):
-            yield from batch
+    jobs = [(batch, root, dumps) for batch in _handoffs(list(rows), workers)]
+    for results in forked_map(_audit_batch, jobs, workers):  # single-threaded here: see _effective_workers
+        yield from results
 
 
 def _add_totals(totals: Totals, task: TaskAudit, scan: Scanned, findings: Counter, gaps: Counter) -> None:

@@ -85,11 +85,11 @@ def _comparable(report) -> dict:
 _RECORD: dict[str, object] = {}
 
 
-def _recording_tasks(rows):
-    """Stands in for audit._worker_tasks in the forked workers: notes who scanned which task."""
+def _recording_batch(job):
+    """Stands in for audit._audit_batch in the forked workers: notes who scanned which task."""
     with open(_RECORD["path"], "a") as handle:
-        handle.writelines(f"{os.getpid()} {row['instance_id']}\n" for row in rows)
-    return _RECORD["tasks"](rows)
+        handle.writelines(f"{os.getpid()} {row['instance_id']}\n" for row in job[0])
+    return _RECORD["batch"](job)
 
 
 def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
@@ -102,8 +102,8 @@ def test_two_workers_give_the_same_report_as_one(tmp_path, monkeypatch):
     monkeypatch.setattr(audit, "PARALLEL_MIN_BYTES", 0)  # this run is small: force the pool
     scanned_by = tmp_path / "scanned_by"
     monkeypatch.setitem(_RECORD, "path", scanned_by)
-    monkeypatch.setitem(_RECORD, "tasks", audit._worker_tasks)
-    monkeypatch.setattr(audit, "_worker_tasks", _recording_tasks)  # the forked workers inherit it
+    monkeypatch.setitem(_RECORD, "batch", audit._audit_batch)
+    monkeypatch.setattr(audit, "_audit_batch", _recording_batch)  # the forked workers inherit it
     parallel = _comparable(build_audit(root, workers=2))
     records = [line.split() for line in scanned_by.read_text().splitlines()]
     assert sorted(t for _, t in records) == [f"task-{n:02d}" for n in range(TASKS)]  # each once
