@@ -34,13 +34,15 @@
  * tests/unit/test_audit_lines.py holds the two to the same answers.
  */
 
-/* Compiled with -DJSONL_NO_SIMD, only the portable code remains (what machines without SSE2 run);
- * tests/unit/test_audit_lines.py builds it that way and compares the two. */
+/* Vector code: the parser skips string bytes with SSE2 (every x86-64); the block UTF-8 check and
+ * the probe sieve are chosen at import by what the CPU has (AVX2, else SSSE3, else portable; see
+ * PyInit__jsonl). Compiled with -DJSONL_NO_SIMD, only the portable code remains (what machines
+ * without SSE2 run); tests/unit/test_audit_lines.py builds it that way and compares the two. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
 #include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <string.h>
 
@@ -252,10 +254,9 @@ __attribute__((target("ssse3"))) static int utf8_valid_ssse3(const unsigned char
 }
 
 #include <immintrin.h>
-#define HAVE_AVX2_CHECK 1
 /* The same check 32 bytes per vector and 64 per step (ASCII runs cost one test per 64 bytes).
  * AVX2 shuffles and byte shifts work within each 128-bit lane, so the tables repeat in both
- * lanes and a byte's predecessors come from the previous vector joined lane-wise (prev_lanes). */
+ * lanes and a byte's predecessors come from the previous vector joined lane-wise (`lanes`). */
 typedef struct {
     __m256i prev, error, incomplete;
 } Utf8State;
