@@ -34,9 +34,9 @@
  * tests/unit/test_audit_lines.py holds the two to the same answers.
  */
 
-/* Vector code: the parser skips string bytes with SSE2 (every x86-64); the block UTF-8 check and
- * the probe sieve are chosen at import by what the CPU has (AVX2, else SSSE3, else portable; see
- * PyInit__jsonl). Compiled with -DJSONL_NO_SIMD, only the portable code remains (what machines
+/* Vector code: the parser skips string bytes with SSE2 (every x86-64); the block UTF-8 check
+ * (AVX2, else SSSE3, else portable) and the probe sieve (AVX2, else portable) are chosen at import
+ * by what the CPU has (PyInit__jsonl). Compiled with -DJSONL_NO_SIMD, only the portable code remains (what machines
  * without SSE2 run); tests/unit/test_audit_lines.py builds it that way and compares the two. */
 
 #define PY_SSIZE_T_CLEAN
