@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -169,13 +169,13 @@ class TaskScan:
             self.cost_known_usd += cost
         if stated("cost_estimated") is True:
             self.cost_estimated += 1
-        for field, name in enumerate(NAME_FIELDS):
-            self.add_name(field, stated(name))
+        for which, name in enumerate(NAME_FIELDS):
+            self.add_name(which, stated(name))
 
-    def add_name(self, field: int, value: Any) -> None:
-        """A model (field 0), provider (1) or response provider (2) name: non-empty strings are
+    def add_name(self, which: int, value: Any) -> None:
+        """A model (which=0), provider (1) or response provider (2) name: non-empty strings are
         kept in first-seen order, at most MAX_NAMES_PER_TASK of each."""
-        bucket = (self.models, self.providers, self.response_providers)[field]
+        bucket = (self.models, self.providers, self.response_providers)[which]
         if isinstance(value, str) and value and len(bucket) < MAX_NAMES_PER_TASK:
             bucket[value] = None
 
@@ -293,20 +293,22 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
                                        rel, scan)
         if sums is not None:
             scan.add_usage_sums(sums)
-        sighted = iter(names)  # (line, field, raw) in line order, interleaved with rows by line
-        sighting = next(sighted, None)
+        sightings = deque(names)  # first sightings of names, in line order: merged with rows by line
         for line, raw_kind, *raw_fields in rows:
-            while sighting is not None and sighting[0] < line:
-                scan.add_name(sighting[1], decode_raw(sighting[2]))
-                sighting = next(sighted, None)
+            _add_names_before(scan, sightings, line)
             kind = decode_raw(raw_kind)
             if kind == "llm_usage":
                 scan.add_usage(UsageRow._make(map(decode_raw, raw_fields)), rel, block.first + line)
             elif isinstance(kind, str) and "omission" in kind:
                 scan.add_omission(rel, block.first + line)
-        while sighting is not None:
-            scan.add_name(sighting[1], decode_raw(sighting[2]))
-            sighting = next(sighted, None)
+        _add_names_before(scan, sightings, math.inf)
+
+
+def _add_names_before(scan: TaskScan, sightings: deque[tuple[int, int, bytes]], line: float) -> None:
+    """Add the names first sighted on lines before `line`, so first-seen order holds."""
+    while sightings and sightings[0][0] < line:
+        _, which, raw = sightings.popleft()
+        scan.add_name(which, decode_raw(raw))
 
 
 def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:

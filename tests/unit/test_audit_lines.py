@@ -215,6 +215,11 @@ def test_tool_calls_and_findings_match_a_plain_json_reading(tmp_path, monkeypatc
 
 @_SETTINGS
 @example(data=_jsonl_text(_FLAT, _SILENT, _FLAT, {"type": "x_omission"}, _SILENT), chunk=1 << 20)
+# Names first seen in C-summed records and in records add_usage judges keep first-seen order...
+@example(data=_jsonl_text(dict(_FLAT, model="m/b"), dict(_FLAT, model="m/a", cost_known=False),
+                          dict(_FLAT, model="m/c")), chunk=1 << 20)
+# ...and the cap on names per task (50) is reached the same way.
+@example(data=_jsonl_text(*(dict(_FLAT, model=f"m/{n}", cost_known=n % 7 != 3) for n in range(70))), chunk=1 << 20)
 @given(data=_lines(_event_row), chunk=st.sampled_from([7, 64, 300, 4096, 1 << 20]))
 def test_usage_and_omissions_match_a_plain_json_reading(tmp_path, monkeypatch, data, chunk):
     scan = _scanned(tmp_path, "events.jsonl", data, scan_events, chunk, monkeypatch)
