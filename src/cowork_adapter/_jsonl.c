@@ -66,6 +66,7 @@ typedef struct {
     const char *key[MAX_KEYS];
     Py_ssize_t key_len[MAX_KEYS];
     uint32_t by_first[256];               /* bit i set: keys[i] starts with this byte */
+    uint32_t by_len[64];                  /* bit i set: keys[i] is this long (63: or longer) */
     const unsigned char *start[MAX_KEYS]; /* value spans on the current line, NULL if absent */
     const unsigned char *stop[MAX_KEYS];
     int escaped_key; /* a top-level key with a backslash: it might spell a wanted key */
@@ -417,7 +418,8 @@ static Pos object(Pos p, Pos end, int depth, Fields *fields) {
         if ((p = element(p, end, depth)) == NULL) return NULL;
         if (fields != NULL && key_len > 0) {
             if (escaped) fields->escaped_key = 1;
-            for (uint32_t bits = fields->by_first[key[0]]; bits; bits &= bits - 1) {
+            uint32_t bits = fields->by_first[key[0]] & fields->by_len[key_len < 63 ? key_len : 63];
+            for (; bits; bits &= bits - 1) {
                 int i = __builtin_ctz(bits);
                 if (fields->key_len[i] == key_len && same(key, fields->key[i], key_len)) {
                     fields->start[i] = start;
@@ -574,6 +576,7 @@ static int fields_init(Fields *f, PyObject *keys) {
         f->key[i] = PyBytes_AS_STRING(k);
         f->key_len[i] = PyBytes_GET_SIZE(k);
         f->by_first[(unsigned char)f->key[i][0]] |= 1u << i;
+        f->by_len[f->key_len[i] < 63 ? f->key_len[i] : 63] |= 1u << i;
     }
     return 1;
 }
