@@ -207,25 +207,37 @@ def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Pa
 # ---------------------------------------------------------------- per task
 
 
-def _json_names(dump: Path) -> Any:
-    """prefix -> sorted paths of the dump's `<prefix>*.json` files (one listing for every prefix)."""
-    try:
-        listing = sorted(name for name in os.listdir(dump) if name.endswith(".json"))
-    except OSError:
-        listing = []
-    return lambda prefix: [dump / name for name in listing if name.startswith(prefix)]
+class _DumpJson:
+    """The dump's `*.json` files from one listing: read a named one, or list those with a prefix.
+    A name the listing lacks reads as absent without a system call (when the dump cannot be
+    listed, every name is tried)."""
+
+    def __init__(self, dump: Path) -> None:
+        self.dump = dump
+        try:
+            self.names: list[str] | None = sorted(name for name in os.listdir(dump) if name.endswith(".json"))
+        except OSError:
+            self.names = None
+
+    def read(self, name: str) -> tuple[Any, str | None]:
+        if self.names is not None and name not in self.names:
+            return None, "absent"
+        return _read_small_json(self.dump / name)
+
+    def with_prefix(self, prefix: str) -> list[Path]:
+        return [self.dump / name for name in self.names or () if name.startswith(prefix)]
 
 
 def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
     facts = TaskEvalAttempts()
-    claim, cause = _read_small_json(dump / "ouroboros_eval_claim.json")
+    files = _DumpJson(dump)
+    claim, cause = files.read("ouroboros_eval_claim.json")
     if cause != "absent":
         facts.claims = 1
         if cause is not None or not isinstance(claim, dict):
             scan.gap(AuditGapReason.UNREADABLE_RECORD, _rel(dump / "ouroboros_eval_claim.json", root),
                      detail=cause or "not_object")
-    names = _json_names(dump)
-    for path in names("ouroboros_eval_receipt-"):
+    for path in files.with_prefix("ouroboros_eval_receipt-"):
         receipt, cause = _read_small_json(path)
         attempt = path.name[len("ouroboros_eval_receipt-"):-len(".json")]
         if cause is not None or not isinstance(receipt, dict):
@@ -240,10 +252,10 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
             state="terminal",
         ))
     diag = DiagnosticFact()
-    diag_claim, cause = _read_small_json(dump / "ouroboros_diagnostic_claim.json")
+    diag_claim, cause = files.read("ouroboros_diagnostic_claim.json")
     diag.present = cause != "absent"
-    receipts = names("ouroboros_diagnostic_receipt-")
-    reports = names("ouroboros_diagnostic_report-")
+    receipts = files.with_prefix("ouroboros_diagnostic_receipt-")
+    reports = files.with_prefix("ouroboros_diagnostic_report-")
     diag.receipts, diag.reports = len(receipts), len(reports)
     diag.present = diag.present or bool(receipts or reports)
     final: dict[str, Any] | None = None
