@@ -331,3 +331,24 @@ def test_an_absent_or_unreadable_manifest_is_a_run_gap(tmp_path: Path, manifest,
     assert [(g.reason.value, g.file, g.detail) for g in report.run_gaps] == [
         gap, ("missing_monitor", "monitor.json", "absent")]
     assert report.tasks[0].activity.usage_records == 1  # the ledger still carries the audit
+
+
+def test_claims_are_read_even_when_the_dump_cannot_be_listed(run_root: Path, monkeypatch) -> None:
+    """Claim files are looked up in the dump's listing; a dump that cannot be listed (execute
+    without read permission) still has its claims opened by name, while receipts, found only by
+    listing, are then missing."""
+    import cowork_adapter.audit as audit_mod
+
+    listed = audit_mod.os.listdir
+
+    def refuse_dumps(path):
+        if str(path).endswith("SingleUserTurn-planted-task"):
+            raise PermissionError(13, "Permission denied")
+        return listed(path)
+
+    monkeypatch.setattr(audit_mod.os, "listdir", refuse_dumps)
+    planted = _task(build_audit(run_root, workers=1), "planted-task")
+    assert planted.eval_attempts.claims == 1 and planted.eval_attempts.diagnostic.present is True
+    assert planted.eval_attempts.receipts == []
+    clean = _task(build_audit(run_root, workers=1), "clean-task")
+    assert clean.eval_attempts.claims == 0 and clean.eval_attempts.diagnostic.present is False
