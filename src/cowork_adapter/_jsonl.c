@@ -684,6 +684,15 @@ static int selected(const Fields *f, PyObject *select) {
     return 0;
 }
 
+/* Append a new reference to a list and let it go, whether or not the append worked; 0 on an
+ * error (item NULL: its constructor failed). */
+static int append_new(PyObject *list, PyObject *item) {
+    if (item == NULL) return 0;
+    int ok = PyList_Append(list, item) == 0;
+    Py_DECREF(item);
+    return ok;
+}
+
 static PyObject *raw_value(const Fields *f, Py_ssize_t i) {
     if (f->start[i] == NULL) return Py_NewRef(null_bytes);
     return PyBytes_FromStringAndSize((const char *)f->start[i], f->stop[i] - f->start[i]);
@@ -736,12 +745,7 @@ static PyObject *rows(PyObject *module, PyObject *args) {
     int got;
     while ((got = next_line(&w)) == LINE_OBJECT) {
         if (w.f.nkeys == 0 || !selected(&w.f, select)) continue;
-        PyObject *row = row_tuple(&w.f, w.line, &pr);
-        if (row == NULL || PyList_Append(out, row) < 0) {
-            Py_XDECREF(row);
-            goto done;
-        }
-        Py_DECREF(row);
+        if (!append_new(out, row_tuple(&w.f, w.line, &pr))) goto done;
     }
     result = got == UNSURE ? Py_NewRef(Py_None) : Py_BuildValue("(nO)", w.lines, out);
 done:
@@ -901,14 +905,8 @@ static PyObject *tally(PyObject *module, PyObject *args) {
         if (joined == NULL) goto done;
         if (pr.n == 0 || w.f.start[last] == NULL || !probed(&pr, w.f.start[last], w.f.stop[last])) continue;
         PyObject *raw = raw_value(&w.f, last);
-        PyObject *hit = raw == NULL ? NULL
-                                    : Py_BuildValue("(nnON)", w.line, (Py_ssize_t)(w.line_start - (const unsigned char *)block.buf),
-                                                    joined, raw);
-        if (hit == NULL || PyList_Append(hits, hit) < 0) {
-            Py_XDECREF(hit);
-            goto done;
-        }
-        Py_DECREF(hit);
+        Py_ssize_t offset = w.line_start - (const unsigned char *)block.buf;
+        if (raw == NULL || !append_new(hits, Py_BuildValue("(nnON)", w.line, offset, joined, raw))) goto done;
     }
     if (got == UNSURE) {
         result = Py_NewRef(Py_None);
@@ -1060,12 +1058,7 @@ static int names_add(Names *nm, const Fields *f, Py_ssize_t line) {
         for (Py_ssize_t j = 0; j < seen && !known; j++)
             known = nm->len[k][j] == n && memcmp(nm->text[k][j], text, n) == 0;
         if (known) continue;
-        PyObject *item = Py_BuildValue("(niy#)", line, k, (const char *)text, n);
-        if (item == NULL || PyList_Append(nm->first, item) < 0) {
-            Py_XDECREF(item);
-            return 0;
-        }
-        Py_DECREF(item);
+        if (!append_new(nm->first, Py_BuildValue("(niy#)", line, k, (const char *)text, n))) return 0;
         nm->text[k][seen] = text;
         nm->len[k][seen] = n;
         nm->seen[k]++;
@@ -1100,12 +1093,7 @@ static PyObject *usage(PyObject *module, PyObject *args) {
             if (!names_add(&nm, &w.f, w.line)) goto done;
             continue;
         }
-        PyObject *row = row_tuple(&w.f, w.line, &none);
-        if (row == NULL || PyList_Append(out, row) < 0) {
-            Py_XDECREF(row);
-            goto done;
-        }
-        Py_DECREF(row);
+        if (!append_new(out, row_tuple(&w.f, w.line, &none))) goto done;
     }
     if (got == UNSURE) {
         result = Py_NewRef(Py_None);
