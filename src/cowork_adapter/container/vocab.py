@@ -60,6 +60,8 @@ class StopReason(Vocab):
     STOP_REQUESTED = "stop_requested"  # `cowork-adapter stop` or an operator's stop file
     SUPERVISOR_ERROR = "supervisor_error"
     CUSTODY_BREACH = "custody_breach"  # the runner created a resource past the shim (no label)
+    LAUNCHER_DIED = "launcher_died"  # the watchdog saw the launcher die and fenced the run itself
+    DOCKER_DAEMON_LOST = "docker_daemon_lost"  # the daemon stopped answering, or restarted, mid-run
     RUNNER_FINISHED = "runner_finished"  # not a stop: recorded in the campaign history
 
 
@@ -249,6 +251,7 @@ class ShimRefusal(Vocab):
     CONFIG_UNREADABLE = "config_unreadable"  # the shim cannot read its run config: fail closed
     FLAG_CONFLICT = "flag_conflict"  # the caller set a limit, pull policy or custody label itself
     HOST_OVERRIDE = "host_override"  # the caller named another daemon (-H/--host/--context)
+    LAUNCHER_DEAD = "launcher_dead"  # the launcher that holds the run's custody is not alive
 
 
 class MeterPhase(Vocab):
@@ -273,6 +276,13 @@ class EventKind(Vocab):
     CLEANUP = "cleanup"
     SETTLEMENT = "settlement"
     RUN_FINISHED = "run_finished"
+    WATCHDOG_STARTED = "watchdog_started"
+    WATCHDOG_FENCED = "watchdog_fenced"  # the launcher died: admission fenced by the watchdog
+    WATCHDOG_RUNNER_STOPPED = "watchdog_runner_stopped"
+    WATCHDOG_CLEANUP = "watchdog_cleanup"
+    WATCHDOG_EXITED = "watchdog_exited"
+    DAEMON_LOST = "daemon_lost"
+    DEAD_RUN_CLEARED = "dead_run_cleared"  # `cowork-adapter clear` finished a dead run's custody
 
 
 class ProbeKind(Vocab):
