@@ -174,12 +174,21 @@ def _no_verdict_reason(status: OfficialEvalStatus) -> str:
 def classify(facts: TaskFacts, *, live: bool, interruption_cause: str) -> tuple[TaskStatus, str, bool]:
     """(status, reason_code, provisional) of one task: the row decision order, in one place.
 
+    0 a verdict linked by the write-once official receipt → passed / failed, settled, whatever
+    the run's state, the interruption cause or the other files say (DESIGN principle 4: the
+    receipt is the truth that the task was evaluated, so it is never rerun);
     1 runner pg_fail → infra_failed; 2 environment blocked; 3 no summary → not_attempted without
     any start evidence, else infra_failed (`missing_adapter_summary`, provisional, while live;
     `interrupted:<cause>` after); 4 summary infra → infra_failed; 5 bench_status not success →
-    agent_failed; 6 no literal boolean verdict → infra_failed; 7 passed / failed.
+    agent_failed; 6 no literal boolean verdict → infra_failed.
     `provisional` marks rows a live run may still change.
     """
+    verdict = facts.official_pass
+    if facts.official_status is OfficialEvalStatus.COMPLETED and isinstance(verdict, bool):
+        # assess_official() yields completed + bool only through a valid, linked receipt.
+        if verdict is True:
+            return TaskStatus.PASSED, "passed", False
+        return TaskStatus.FAILED, "verifier_failed", False
     if facts.runner_status == "pg_fail":
         return TaskStatus.INFRA_FAILED, "pg_fail", False
     if facts.environment_blocked:
@@ -202,16 +211,12 @@ def classify(facts: TaskFacts, *, live: bool, interruption_cause: str) -> tuple[
         return TaskStatus.INFRA_FAILED, "adapter_summary_invalid", False
     if summary.get("bench_status") != "success":
         return TaskStatus.AGENT_FAILED, reason or "agent_not_finished", False
-    verdict = facts.official_pass
-    if facts.official_status is not OfficialEvalStatus.COMPLETED or not isinstance(verdict, bool):
-        # While live the eval phase may still be running: the row can still change.
-        status = facts.official_status
-        if status is OfficialEvalStatus.COMPLETED:
-            status = OfficialEvalStatus.INVALID  # "completed" without a literal bool is not a verdict
-        return TaskStatus.INFRA_FAILED, _no_verdict_reason(status), live
-    if verdict is True:
-        return TaskStatus.PASSED, "passed", False
-    return TaskStatus.FAILED, "verifier_failed", False
+    # No linked literal verdict (step 0 took those). While live the eval phase may still be
+    # running: the row can still change.
+    status = facts.official_status
+    if status is OfficialEvalStatus.COMPLETED:
+        status = OfficialEvalStatus.INVALID  # "completed" without a literal bool is not a verdict
+    return TaskStatus.INFRA_FAILED, _no_verdict_reason(status), live
 
 
 # ================================================================ reading one run root
@@ -358,6 +363,12 @@ def task_config(bench: Path, task: str) -> dict[str, Any]:
     return value if state == "present" and isinstance(value, dict) else {}
 
 
+def bench_dir(run_root: Path | str, manifest: RunManifest) -> Path:
+    """The run's benchmark working copy, which holds its task dumps (else <run_root>/bench)."""
+    working = manifest.bench.working_copy if manifest.bench and manifest.bench.working_copy else None
+    return Path(working) if working and Path(working).is_dir() else Path(run_root) / "bench"
+
+
 @dataclass
 class IndexContext:
     """Run-level facts shared by every task row; `refresh()` re-reads the cheap, growing parts."""
@@ -371,15 +382,16 @@ class IndexContext:
     blocked: dict[str, str] = field(default_factory=dict)
     # task -> (evidence signature, row): a refresh re-reads only dumps whose files changed.
     cache: dict[str, tuple[tuple[Any, ...], TaskRow]] = field(default_factory=dict)
+    # Rows carried from the ancestry, rebuilt once per context: the recovery plan settled them
+    # at launch and their receipts are write-once, so a live refresh need not re-read them.
+    carried: dict[str, TaskRow] | None = None
 
     @classmethod
     def load(cls, run_root: Path | str) -> "IndexContext":
         """Read the manifest (raises OSError/ValueError when it is missing or invalid)."""
         root = Path(run_root)
         manifest = RunManifest.model_validate_json((root / MANIFEST_NAME).read_bytes())
-        working = manifest.bench.working_copy if manifest.bench and manifest.bench.working_copy else None
-        bench = Path(working) if working and Path(working).is_dir() else root / "bench"
-        ctx = cls(run_root=root, manifest=manifest, bench=bench)
+        ctx = cls(run_root=root, manifest=manifest, bench=bench_dir(root, manifest))
         ctx.blocked = ctx._blocked_tasks()
         ctx.refresh()
         return ctx
@@ -501,7 +513,8 @@ def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_caus
     return row
 
 
-def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
+def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str,
+                            with_usage: bool = True) -> TaskRow:
     dump = ctx.dumps.get(task)
     runner = ctx.runner_rows.get(task)
     evidence: list[str] = []
@@ -545,7 +558,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             eval_sha256=sha,
             eval_value_matches=matches,
         )
-        if "ouroboros" in names:
+        if with_usage and "ouroboros" in names:
             usage = scan_usage(dump / "ouroboros" / "events.jsonl")
     if task in ctx.custody:
         evidence.append(ctx.custody[task])
@@ -608,19 +621,41 @@ def read_index(path: Path) -> list[TaskRow]:
     return rows
 
 
+def rebuild_attempts(run_root: Path | str, tasks: Iterable[str] | None = None, *,
+                     with_usage: bool = True) -> dict[str, TaskRow]:
+    """Final rows of the tasks `run_root` itself handed its runner, rebuilt from its manifest and
+    dumps (receipts first), never from its result_index.jsonl, which may be stale or absent.
+
+    `tasks` narrows the rebuild (an ancestor's other tasks are not read). `with_usage=False`
+    skips the usage scan of each dump's events (most of the cost): statuses do not depend on it,
+    rows then carry no usage facts. Raises OSError or ValueError when the manifest is missing
+    or invalid.
+    """
+    ctx = IndexContext.load(run_root)
+    cause = ctx.manifest.stop_reason or "runner_exited"
+    wanted = ctx.invoked() if tasks is None else ctx.invoked() & set(tasks)
+    return {task: _classify_task_uncached(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
+            for task in ctx.selection() if task in wanted}
+
+
 def _carried_rows(ctx: IndexContext, tasks: set[str]) -> dict[str, TaskRow]:
-    """Settled rows of `tasks` from the ancestry's ledgers, nearest ancestor first."""
+    """Settled rows of `tasks` rebuilt from the ancestors' dumps, nearest ancestor first.
+
+    The same view recovery planned from (recovery.resolve_ancestry), so a task it skipped as
+    settled carries that attempt's row. An ancestor that cannot be rebuilt carries nothing.
+    """
     out: dict[str, TaskRow] = {}
     for root in ctx.manifest.selection.resume_from:
-        if not tasks - set(out):
+        needed = tasks - set(out)
+        if not needed:
             break
         try:
-            rows = read_index(Path(root) / LEDGER_NAME)
+            rows = rebuild_attempts(root, needed)
         except (OSError, ValueError):
             continue
-        for row in rows:
-            if row.instance_id in tasks and row.instance_id not in out and row.status.settled:
-                out[row.instance_id] = row.model_copy(update={"attempt_run_root": row.attempt_run_root or str(root)})
+        for task, row in rows.items():
+            if row.status.settled:
+                out[task] = row
     return out
 
 
@@ -628,13 +663,16 @@ def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ct
     """One row per selected task, in selection order.
 
     Tasks this invocation ran are classified from their dumps. Tasks a recovery run skipped
-    because an ancestor settled them carry that ancestor's row (its `attempt_run_root`); if the
-    ancestor ledger cannot be read any more they are `not_attempted/ancestor_row_unavailable`.
+    because an ancestor settled them carry that ancestor's row, rebuilt from its dumps (its
+    `attempt_run_root`); if no ancestor can be rebuilt to a settled row any more they are
+    `not_attempted/ancestor_row_unavailable`.
     """
     ctx = ctx or IndexContext.load(run_root)
     invoked = ctx.invoked()
     selection = ctx.selection()
-    carried = _carried_rows(ctx, {t for t in selection if t not in invoked})
+    if ctx.carried is None:
+        ctx.carried = _carried_rows(ctx, {t for t in selection if t not in invoked})
+    carried = ctx.carried
     rows: list[TaskRow] = []
     for task in selection:
         if task in invoked or task in ctx.blocked:  # a blocked task is classified even when not run
@@ -660,6 +698,19 @@ def write_index(run_root: Path | str, rows: Iterable[TaskRow]) -> Path:
     path = Path(run_root) / LEDGER_NAME
     protocol.write_atomic(str(path), "".join(row.to_line() for row in rows).encode("utf-8"))
     return path
+
+
+def rebuild_final(run_root: Path | str, cause: str) -> list[TaskRow]:
+    """Rebuild a finished or dead run's final ledger from its manifest and dumps and write it.
+
+    For commands that end a run the launcher could not (e.g. clearing a killed run): every
+    task with a valid official receipt is settled from it, everything else is final under
+    `interrupted:<cause>`. Raises OSError or ValueError when the manifest is missing or
+    invalid, OSError when result_index.jsonl cannot be written (the old file is then intact).
+    """
+    rows = build_index(run_root, live=False, interruption_cause=cause)
+    write_index(run_root, rows)
+    return rows
 
 
 def status_counts(rows: Iterable[TaskRow]) -> dict[str, int]:

@@ -184,9 +184,15 @@ class PaidRun:
                 last_accepted=lambda: campaign.record.last_usage,
                 on_observation=self._observation,
             )
+            # The ledger follows receipts, not meter polls: refreshed every ~2 s through stop and
+            # cleanup, made final right after cleanup (before settlement's bounded meter wait).
+            self.progress.start_refresher()
             result = self._supervise(startup.request_time)
+            self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
                 cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+                self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
+                    "cleanup_unproven" if cleanup_error else "runner_exited"))
                 self._record_result(result)
                 settlement = "unconfirmed" if cleanup_error else self._settle(result)
                 self.manifest.campaign_settlement = settlement

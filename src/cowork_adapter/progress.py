@@ -3,12 +3,19 @@
 Only what changed since the last refresh is turned into events; the ledger rebuild reuses one
 IndexContext. A failed ledger or monitor write never stops the run: it is reported on stderr as
 `cowork_diagnostic_write_failed`, counted, and disclosed in monitor.json.
+
+The ledger follows task settlement, not the meter: a small refresher thread re-reads the
+changed dumps every ~2 s while the run is live (a new receipt settles its row within one tick),
+whatever the supervisor loop is doing, and the launcher refreshes again after the runner exits,
+after cleanup and after settlement. A launcher killed at any moment therefore leaves a ledger at
+most one tick behind the receipts, and recovery rebuilds from the dumps anyway.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +47,11 @@ class RunProgress:
     _started: set[str] = field(default_factory=set)
     _finished: set[str] = field(default_factory=set)
     _live: bool = True
+    # The refresher thread and the supervisor's publish both refresh: one at a time.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _written: list[TaskRow] | None = None
+    _refresher: threading.Thread | None = None
+    _halt: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def _context(self) -> IndexContext:
         if self._ctx is None:
@@ -49,7 +61,53 @@ class RunProgress:
         return self._ctx
 
     def refresh(self, *, live: bool, interruption_cause: str) -> list[TaskRow]:
-        """Emit events for newly started/finished tasks, rebuild and write the ledger."""
+        """Emit events for newly started/finished tasks, rebuild and write the ledger.
+
+        A final (not live) refresh also halts the refresher: no live row ever follows it."""
+        with self._lock:
+            if not live:
+                self._halt.set()
+            return self._refresh(live=live, interruption_cause=interruption_cause)
+
+    def refresh_quietly(self, *, live: bool, interruption_cause: str) -> None:
+        """refresh() that never raises: a failure is a disclosed diagnostic, never a stop."""
+        try:
+            self.refresh(live=live, interruption_cause=interruption_cause)
+        except Exception as exc:  # noqa: BLE001 - the ledger never stops or crashes a run
+            report_write_failure(self.failures, "result_index.jsonl", exc)
+
+    def _tick(self) -> None:
+        with self._lock:
+            if self._halt.is_set():  # a final refresh won the lock first
+                return
+            try:
+                self._refresh(live=True, interruption_cause="in_progress")
+            except Exception as exc:  # noqa: BLE001 - the ledger never stops or crashes a run
+                report_write_failure(self.failures, "result_index.jsonl", exc)
+
+    def start_refresher(self, interval: float = 2.0) -> None:
+        """Refresh the live ledger every `interval` seconds until stop_refresher() or a final refresh."""
+        if self._refresher is not None:
+            return
+        self._halt.clear()
+
+        def loop() -> None:
+            while not self._halt.is_set():
+                self._tick()  # the first at once: a ledger exists from the runner's start
+                self._halt.wait(interval)
+
+        self._refresher = threading.Thread(target=loop, name="ledger-refresher", daemon=True)
+        self._refresher.start()
+
+    def stop_refresher(self, timeout: float = 30.0) -> None:
+        """Stop the refresher and wait for a refresh in progress, so no live row follows a final one."""
+        thread, self._refresher = self._refresher, None
+        if thread is None:
+            return
+        self._halt.set()
+        thread.join(timeout)
+
+    def _refresh(self, *, live: bool, interruption_cause: str) -> list[TaskRow]:
         self._live = live
         ctx = self._context()
         for task, source in sorted(ctx.custody.items()):
@@ -62,8 +120,11 @@ class RunProgress:
                 self._event(EventKind.TASK_FINISHED, task=task, status=row.status, eval_pass=row.eval_pass,
                             duration_s=row.duration_s)
         self.rows = build_index(self.run_root, live=live, interruption_cause=interruption_cause, ctx=ctx)
+        if self._written is not None and _same_rows(self._written, self.rows):
+            return self.rows  # unchanged evidence reuses each cached row object: nothing to write
         try:
             write_index(self.run_root, self.rows)
+            self._written = self.rows
         except OSError as exc:
             report_write_failure(self.failures, "result_index.jsonl", exc)
         return self.rows
@@ -93,6 +154,10 @@ class RunProgress:
 
     def _event(self, kind: EventKind, **payload: Any) -> None:
         record_event(self.events, self.failures, kind, **payload)
+
+
+def _same_rows(a: list[TaskRow], b: list[TaskRow]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def record_event(events: EventLog, failures: dict[str, WriteFailure], kind: EventKind | str, **payload: Any) -> None:

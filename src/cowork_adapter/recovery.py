@@ -1,9 +1,13 @@
 """Recovery ancestry: which tasks a --resume-from run must still do, and whether it may.
 
 Walks every ancestor recursively through each manifest's `selection.resume_from`, refuses a
-cycle, a missing or unreadable manifest or ledger, and any change of applied configuration,
-seed head, benchmark commit or image ID anywhere in the ancestry. Settled results (passed,
-failed, agent_failed) anywhere are never repeated. Refusals are one sentence, stage "recovery".
+cycle, a missing or unreadable manifest, an ancestor whose task dumps are gone, and any change
+of applied configuration, seed head, benchmark commit or image ID anywhere in the ancestry.
+Each ancestor's settled tasks come from rebuilding its view from its manifest and dumps, where
+a valid official receipt settles a task (DESIGN principle 4); its result_index.jsonl is never
+read, so a stale, missing or torn ledger (a killed launcher) changes nothing. Settled results
+(passed, failed, agent_failed) anywhere are never repeated. Refusals are one sentence, stage
+"recovery".
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import Refusal
-from .ledger import LEDGER_NAME, MANIFEST_NAME, read_index
+from .ledger import MANIFEST_NAME, bench_dir, rebuild_attempts
 from .schemas.manifest import RunManifest
 from .vocab import RunOutcome, TaskStatus
 
@@ -95,6 +99,25 @@ def _load_manifest(root: str) -> RunManifest:
             f"The ancestor manifest {path} is missing or unreadable ({type(exc).__name__}), so its "
             "tasks cannot be assumed unattempted; investigate before recovering.",
         ) from None
+
+
+def _settled_attempts(root: str, manifest: RunManifest) -> dict:
+    """task → settled row of the attempts `root` itself made, rebuilt from its dumps."""
+    if manifest.selection.task_ids and not bench_dir(root, manifest).is_dir():
+        raise Refusal(
+            STAGE,
+            f"The ancestor {root} handed tasks to its runner but its benchmark working copy with the "
+            "task dumps is gone, so which tasks were evaluated cannot be proven; investigate before recovering.",
+        )
+    try:
+        rows = rebuild_attempts(root, with_usage=False)  # statuses only: no usage scan
+    except (OSError, ValueError) as exc:
+        raise Refusal(
+            STAGE,
+            f"The ancestor {root} could not be rebuilt from its manifest and dumps ({type(exc).__name__}), "
+            "so its tasks cannot be assumed unattempted; investigate before recovering.",
+        ) from None
+    return {task: row for task, row in rows.items() if row.status.settled}
 
 
 def _manifest_selection(manifest: RunManifest) -> list[str]:
@@ -189,19 +212,8 @@ def resolve_ancestry(
     # Nearest ancestors first so a task's settled attempt names the latest run that holds it.
     ancestors = sorted(order, key=lambda r: -nodes[r].depth)
     for root in ancestors:
-        ledger = Path(root) / LEDGER_NAME
-        try:
-            rows = read_index(ledger)
-        except (OSError, ValueError) as exc:
-            raise Refusal(
-                STAGE,
-                f"The ancestor ledger {ledger} is missing or unreadable ({type(exc).__name__}), so its "
-                "tasks cannot be assumed unattempted; investigate before recovering.",
-            ) from None
-        for row in rows:
-            if row.status.settled and row.instance_id not in settled:
-                settled[row.instance_id] = (row.status, row.attempt_run_root or root)
-
+        for task, row in _settled_attempts(root, nodes[root].manifest).items():
+            settled.setdefault(task, (row.status, row.attempt_run_root or root))
     remaining = [t for t in selection if t not in settled]
     deepest = max(parent_depths)
     generation = deepest + 1 if remaining else deepest

@@ -38,7 +38,7 @@ def F(**kw):
 TABLE = [
     ("pg_fail", F(runner_status="pg_fail"), False, (S.INFRA_FAILED, "pg_fail", False)),
     ("pg_fail beats a summary", F(runner_status="pg_fail", summary_state="present", summary=OK,
-                                  official_status=E.COMPLETED, official_pass=True), False, (S.INFRA_FAILED, "pg_fail", False)),
+                                  official_status=E.DECLINED), False, (S.INFRA_FAILED, "pg_fail", False)),
     ("environment blocked", F(environment_blocked="mcp_server_failed:pptx"), False,
      (S.ENVIRONMENT_BLOCKED, "mcp_server_failed:pptx", False)),
     ("nothing at all", F(), False, (S.NOT_ATTEMPTED, "missing_result", False)),
@@ -88,6 +88,43 @@ TABLE = [
 @pytest.mark.parametrize("facts,live,expected", [t[1:] for t in TABLE], ids=[t[0] for t in TABLE])
 def test_classify_table(facts, live, expected):
     assert classify(facts, live=live, interruption_cause="runner_exited") == expected
+
+
+# A verdict linked by a valid official receipt settles the row whatever else holds: the run's
+# state (live or not), the interruption cause, and every other file (DESIGN principle 4).
+OTHER_FACTS = {
+    "no summary, started": dict(start_evidence=("ouroboros",)),
+    "no summary, custody only": dict(start_evidence=("custody:x.task",)),
+    "no evidence at all": dict(),
+    "runner row only": dict(runner_status="unknown"),
+    "summary unreadable": dict(summary_state="unreadable", start_evidence=("ouroboros",)),
+    "summary success": dict(summary_state="present", summary=OK),
+    "summary infra": dict(summary_state="present", summary={**OK, "infra_failed": True, "reason_code": "server_died"}),
+    "summary provider error": dict(summary_state="present", summary={**OK, "reason_code": "llm_api_error"}),
+    "summary invalid": dict(summary_state="present", summary={**OK, "infra_failed": "false"}),
+    "summary agent failed": dict(summary_state="present", summary=TRUNC),
+    "runner pg_fail": dict(runner_status="pg_fail", summary_state="present", summary=OK),
+    "environment blocked": dict(environment_blocked="mcp_server_failed:pptx"),
+}
+CAUSES = ["in_progress", "runner_exited", "signal_15", "signal_9", "budget_meter_unavailable", "cleanup_unproven"]
+RECEIPT_TABLE = [
+    (f"{name}, live={live}, {cause}, pass={verdict}", F(official_status=E.COMPLETED, official_pass=verdict, **kw),
+     live, cause, (S.PASSED, "passed", False) if verdict else (S.FAILED, "verifier_failed", False))
+    for name, kw in OTHER_FACTS.items() for live in (True, False) for cause in CAUSES for verdict in (True, False)
+]
+
+
+@pytest.mark.parametrize("facts,live,cause,expected", [t[1:] for t in RECEIPT_TABLE], ids=[t[0] for t in RECEIPT_TABLE])
+def test_a_receipt_verdict_settles_the_row_under_every_state_and_cause(facts, live, cause, expected):
+    assert classify(facts, live=live, interruption_cause=cause) == expected
+
+
+@pytest.mark.parametrize("official", [E.UNKNOWN, E.NOT_RUN, E.INVALID, E.UNREPORTED, E.DECLINED])
+@pytest.mark.parametrize("live", [True, False])
+def test_without_a_linked_verdict_a_started_task_without_summary_is_never_settled(official, live):
+    status, _, provisional = classify(F(start_evidence=("ouroboros",), official_status=official),
+                                      live=live, interruption_cause="signal_15")
+    assert status is S.INFRA_FAILED and provisional is live
 
 
 def test_interruption_cause_is_named():

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from cowork_adapter.errors import Refusal
-from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.ledger import build_index, read_index, write_index
 from cowork_adapter.recovery import resolve_ancestry
 from cowork_adapter.report import synth
 from cowork_adapter.vocab import TaskStatus
@@ -134,25 +135,89 @@ def test_cycle_refused(tmp_path):
         resolve([a])
 
 
-def test_missing_ancestor_ledger_refused(chain):
+def test_missing_ancestor_ledger_is_recoverable_from_manifest_and_dumps(chain):
     r0, r1 = chain
     (r0 / "result_index.jsonl").unlink()
-    with pytest.raises(Refusal, match="ledger .* missing or unreadable"):
-        resolve([r1])
+    (r1 / "result_index.jsonl").unlink()
+    plan = resolve([r1])
+    assert plan.remaining == ["d"]
+    assert plan.settled == {"a": (TaskStatus.PASSED, str(r0)), "b": (TaskStatus.FAILED, str(r0)),
+                            "c": (TaskStatus.AGENT_FAILED, str(r0))}
 
 
-def test_unreadable_ledger_refused(chain):
+def test_unreadable_ledger_is_ignored(chain):
     r0, _ = chain
     (r0 / "result_index.jsonl").write_text("{not json\n")
-    with pytest.raises(Refusal, match="ledger"):
-        resolve([r0])
+    assert resolve([r0]).remaining == ["d"]
 
 
-def test_missing_ancestor_manifest_refused(chain):
+def test_ledger_rows_never_settle_a_task_the_dumps_do_not(tmp_path):
+    # The ledger is a view, not an authority: a row claiming "passed" without a receipt behind it
+    # (edited, or left from another build) does not stop the task from running.
+    r0 = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "infra"})
+    rows = read_index(r0 / "result_index.jsonl")
+    write_index(r0, [r.model_copy(update={"status": TaskStatus.PASSED}) for r in rows])
+    assert resolve([r0]).remaining == ["b"]
+
+
+def _killed_with_stale_ledger(tmp_path: Path) -> Path:
+    """A run killed mid-way: its last live ledger predates receipts that its eval containers wrote."""
+    r0 = tmp_path / "r0"
+    synth.write_manifest(r0, ["a", "b", "c", "d"], outcome="running")
+    for task in ("a", "b", "c"):
+        synth.write_start_evidence(synth.dump_dir(r0, task))
+    write_index(r0, build_index(r0, live=True, interruption_cause="in_progress"))
+    assert all(r.provisional for r in read_index(r0 / "result_index.jsonl"))
+    for task, verdict in (("a", True), ("b", False)):
+        dump = synth.dump_dir(r0, task)
+        synth.write_traj_log(dump, "success")  # no summary: the launcher died before anything else
+        synth.write_eval(dump, {"pass": verdict})
+    return r0
+
+
+def test_receipts_in_an_ancestor_with_a_stale_ledger_are_settled_and_not_rerun(tmp_path):
+    r0 = _killed_with_stale_ledger(tmp_path)
+    plan = resolve([r0])
+    assert plan.remaining == ["c", "d"]
+    assert plan.settled == {"a": (TaskStatus.PASSED, str(r0)), "b": (TaskStatus.FAILED, str(r0))}
+
+
+def test_receipts_in_a_grand_ancestor_with_a_stale_ledger_are_never_rerun(tmp_path):
+    r0 = _killed_with_stale_ledger(tmp_path)
+    r1 = make_run(tmp_path / "r1", ["a", "b", "c", "d"], {"c": "pass"}, task_ids=["a", "b", "c", "d"],
+                  resume_from=[r0], generation=1)
+    (r1 / "result_index.jsonl").unlink()
+    plan = resolve([r1])
+    assert plan.remaining == ["d"] and plan.generation == 2
+    assert plan.settled["a"] == (TaskStatus.PASSED, str(r0)) and plan.settled["c"] == (TaskStatus.PASSED, str(r1))
+
+
+def test_killed_run_without_any_ledger_is_recoverable(tmp_path):
+    r0 = _killed_with_stale_ledger(tmp_path)
+    (r0 / "result_index.jsonl").unlink()
+    plan = resolve([r0])
+    assert plan.remaining == ["c", "d"] and set(plan.settled) == {"a", "b"}
+
+
+def test_an_ancestor_whose_dumps_are_gone_is_refused(chain):
     r0, r1 = chain
-    (r0 / "run_manifest.json").unlink()
-    with pytest.raises(Refusal, match="manifest .* missing or unreadable"):
+    shutil.rmtree(r0 / "bench")
+    with pytest.raises(Refusal, match="working copy with the task dumps is gone") as err:
         resolve([r1])
+    assert str(r0) in err.value.sentence and err.value.sentence.count(". ") == 0
+
+
+@pytest.mark.parametrize("damage", ["missing", "unreadable"])
+def test_missing_or_unreadable_ancestor_manifest_refused_in_one_sentence(chain, damage):
+    r0, r1 = chain
+    if damage == "missing":
+        (r0 / "run_manifest.json").unlink()
+    else:
+        (r0 / "run_manifest.json").write_text('{"run_root": ')
+    with pytest.raises(Refusal, match="manifest .* missing or unreadable") as err:
+        resolve([r1])
+    assert err.value.stage == "recovery" and str(r0) in err.value.sentence
+    assert err.value.sentence.count(". ") == 0 and err.value.sentence.endswith(".")
 
 
 def test_recorded_generation_must_match(tmp_path):
