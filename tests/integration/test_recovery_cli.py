@@ -1,10 +1,12 @@
 """Recovery through the real CLI: `cowork-adapter run --resume-from ...` (reference §5.9, §7 48-53).
 
 Ancestor run roots are synthesised from a real dry run's manifest (so applied config, seed head,
-benchmark commit and image ID are exactly what the current invocation computes) plus a ledger
-written with the typed TaskRow; the invocation under test is a dry run, which resolves the
-recovery plan before it would start anything. A control resume is admitted, so every refusal
-below is caused by the one thing each case changes.
+benchmark commit and image ID are exactly what the current invocation computes) plus task dumps
+whose files give each task its status (a settled verdict is a claim + completed receipt) and,
+unless a case removes it, a ledger written with the typed TaskRow. Recovery reads the dumps, not
+the ledger. The invocation under test is a dry run, which resolves the recovery plan before it
+would start anything. A control resume is admitted, so every refusal below is caused by the one
+thing each case changes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
 from cowork_adapter.ledger import LEDGER_NAME
+from cowork_adapter.container import protocol
+from cowork_adapter.report import synth
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.schemas.manifest import RunManifest
 
@@ -64,9 +68,26 @@ def run_cli(w: dict, name: str, *, tasks=(), resume_from=(), extra=()) -> subpro
                           stdin=subprocess.DEVNULL)
 
 
+def write_dump(root: Path, task: str, status: str) -> None:
+    """The files a real attempt of `task` ending as `status` leaves in its dump."""
+    if status == "not_attempted":
+        return
+    dump = synth.dump_dir(root, task)
+    synth.write_start_evidence(dump)
+    if status in ("passed", "failed"):
+        synth.write_summary(dump, synth.summary("success"))
+        synth.write_traj_log(dump, "success")
+        synth.write_eval(dump, {"pass": status == "passed"})
+    elif status == "agent_failed":
+        synth.write_summary(dump, synth.summary("max_turns_reached", reason_code="round_limit", truncated=True))
+        synth.write_traj_log(dump, "max_turns_reached")
+        synth.write_eval(dump, {"pass": None, "details": protocol.GATE_TEXT.format(status="max_turns_reached")})
+
+
 def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, parents=(), generation=0,
-             outcome="stopped", **identity) -> Path:
-    """A finished run root: the probe's manifest re-pointed, plus a ledger of `rows` (None: no ledger).
+             outcome="stopped", ledger=True, **identity) -> Path:
+    """A finished run root: the probe's manifest re-pointed, dumps giving `rows`, and a ledger of
+    the same rows (`ledger=False`: none, as after a launcher killed before its first refresh).
 
     identity may override applied_config (a dict merged in), seed_head, bench_commit, image_id.
     """
@@ -74,6 +95,8 @@ def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, paren
     root.mkdir()
     m = w["template"].model_copy(deep=True)
     m.run_root = str(root)
+    m.bench.working_copy = str(root / "bench")
+    (root / "bench").mkdir()
     m.outcome = outcome
     m.dry_run = False
     m.selection.task_ids = list(SEL if ran is None else ran)
@@ -89,7 +112,9 @@ def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, paren
     if "image_id" in identity:
         m.image.id = identity["image_id"]
     (root / "run_manifest.json").write_text(m.to_json())
-    if rows is not None:
+    for task, status in (rows or {}).items():
+        write_dump(root, task, status)
+    if rows is not None and ledger:
         lines = [
             TaskRow(ts="2026-01-01T00:00:00Z", instance_id=task, status=status, reason_code="synthetic",
                     official_eval_status=ROW_EVAL[status], attempt_run_root=str(root)).to_line()
@@ -184,15 +209,40 @@ def test_a_third_pass_with_nothing_remaining_is_a_noop(world):
     assert not (world["root"] / "runs" / "noop-r3" / "bench" / "benchmark_logs").exists()  # the runner never ran
 
 
-def test_a_missing_parent_ledger_is_refused(world):
-    r0 = ancestor(world, "noledger-r0", None)
-    assert_refused(run_cli(world, "noledger-r1", resume_from=[r0]), "ledger", str(r0))
+def test_a_parent_without_a_ledger_is_recovered_from_its_dumps(world):
+    r0 = ancestor(world, "noledger-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed",
+                                         "demo-hang": "infra_failed"}, ledger=False)
+    out = run_cli(world, "noledger-r1", resume_from=[r0])
+    assert out.returncode == 0, out.stderr
+    sel = manifest(world, "noledger-r1")["selection"]
+    assert sel["task_ids"] == ["demo-hang"]
+    assert sorted(sel["settled_elsewhere"]) == ["demo-csv-totals", "demo-wrong-answer"]
 
 
-def test_a_missing_older_ancestor_ledger_is_refused(world):
-    r0 = ancestor(world, "noledger-old-r0", None)
-    r1 = ancestor(world, "noledger-old-r1", {"demo-hang": "infra_failed"}, ran=["demo-hang"], parents=[r0], generation=1)
-    assert_refused(run_cli(world, "noledger-old-r2", resume_from=[r1]), "ledger", str(r0))
+def test_an_older_ancestor_without_a_ledger_is_recovered_from_its_dumps(world):
+    r0 = ancestor(world, "noledger-old-r0", {"demo-csv-totals": "passed", "demo-hang": "infra_failed"}, ledger=False)
+    r1 = ancestor(world, "noledger-old-r1", {"demo-hang": "infra_failed"}, ran=["demo-wrong-answer", "demo-hang"],
+                  parents=[r0], generation=1)
+    out = run_cli(world, "noledger-old-r2", resume_from=[r1])
+    assert out.returncode == 0, out.stderr
+    assert manifest(world, "noledger-old-r2")["selection"]["task_ids"] == ["demo-wrong-answer", "demo-hang"]
+
+
+def test_a_stale_parent_ledger_does_not_rerun_receipted_tasks(world):
+    r0 = ancestor(world, "stale-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed",
+                                      "demo-hang": "infra_failed"})
+    stale = [TaskRow(ts="2026-01-01T00:00:00Z", instance_id=t, status="infra_failed", reason_code="missing_adapter_summary",
+                     provisional=True, official_eval_status="unreported", attempt_run_root=str(r0)).to_line() for t in SEL]
+    (r0 / LEDGER_NAME).write_text("".join(stale))
+    out = run_cli(world, "stale-r1", resume_from=[r0])
+    assert out.returncode == 0, out.stderr
+    assert manifest(world, "stale-r1")["selection"]["task_ids"] == ["demo-hang"]
+
+
+def test_a_parent_without_a_manifest_is_refused(world):
+    r0 = first_pass(world, "nomanifest")
+    (r0 / "run_manifest.json").unlink()
+    assert_refused(run_cli(world, "nomanifest-r1", resume_from=[r0]), "manifest", "missing or unreadable", str(r0))
 
 
 def test_multiple_parents_union_their_selections_and_never_widen_to_the_dataset(world):
