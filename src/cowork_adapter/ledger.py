@@ -8,8 +8,11 @@ Three layers, pure in the middle:
 * `IndexContext` + `classify_task()` read one run root's files; `build_index()` does every
   selected task, `write_index()` replaces the file atomically.
 
-The supervisor keeps one `IndexContext`, calls `refresh()` each poll and re-classifies only the
-tasks that changed; the final index is a full `build_index()`.
+progress.RunProgress keeps one `IndexContext`, refreshes it every ~2 s (and at each meter poll)
+and re-classifies only the tasks that changed; the final index is a full `build_index()`.
+Rows are always rebuilt from the dumps: a valid official receipt settles its task, and rows a
+recovery run carries are rebuilt from the ancestors' dumps, never read from their ledgers
+(`rebuild_attempts()`); `rebuild_final()` writes a dead run's final ledger.
 """
 
 from __future__ import annotations

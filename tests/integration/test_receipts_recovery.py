@@ -1,8 +1,10 @@
 """Receipts settle tasks across a killed launcher (issue 15 item 2), on the real Docker engine.
 
-A demo run (stub engine, meter stand-in) is killed by the test with SIGKILL (launcher and runner
-group) once two tasks have official receipts and demo-hang is still running; its labelled
-resources are removed by exact label. Its result_index.jsonl is then replaced by a stale copy
+A demo run (stub engine, meter stand-in) has its meter silenced as soon as an agent starts, so no
+meter poll succeeds and the supervisor publishes nothing from then on: its live ledger must still
+settle each receipted task within a few seconds (the refresher, not the meter, drives it). The
+test then kills it with SIGKILL (launcher and runner group) while demo-hang is still running; its
+labelled resources are removed by exact label. Its result_index.jsonl is then replaced by a stale copy
 (written before any receipt) or deleted. `--resume-from` must hand the runner none of the
 receipted tasks (its argv, its dumps and its custody evidence say so), and the resumed run's
 ledger must hold exactly one final row per selected task, the receipted ones carried from the
@@ -31,6 +33,19 @@ from cowork_adapter.vocab import ExitCode, TaskStatus
 
 TASKS = ["demo-csv-totals", "demo-wrong-answer", "demo-hang"]
 RECEIPTED = {"demo-csv-totals": TaskStatus.PASSED, "demo-wrong-answer": TaskStatus.FAILED}
+
+
+BLIND_S = 240
+REFRESH_BOUND_S = 10  # the refresher ticks every ~2 s; generous for a loaded 2-core machine
+
+
+def ledger_settles(run_root: Path) -> bool:
+    """The live ledger rows of the receipted tasks say what their receipts say."""
+    try:
+        rows = {r.instance_id: r.status for r in read_index(run_root / LEDGER_NAME)}
+    except (OSError, ValueError):
+        return False
+    return all(rows.get(t) is s for t, s in RECEIPTED.items())
 
 
 def dumps(run_root: Path) -> dict[str, Path]:
@@ -97,14 +112,20 @@ def killed(docker_host, tmp_path_factory):
     """A demo run SIGKILLed (launcher and runner group) after two receipts; labelled leftovers removed."""
     env = prepare(tmp_path_factory.mktemp("receipts") / "root", docker_host)
     root = env.run_root("killed")
-    proc = env.launch(env.run_args("killed", TASKS, campaign="campaign-killed.json"), "killed")
+    # A long blindness bound keeps the run going while the meter is silent (not part of the
+    # applied configuration, so the resumed runs may use the default).
+    proc = env.launch(env.run_args("killed", TASKS, campaign="campaign-killed.json",
+                                   extra=["--meter-blindness-sec", str(BLIND_S)]), "killed")
+    live_settled = None
     try:
         assert wait_for(lambda: agent_started(root) or proc.poll() is not None, 600), "no agent started"
         assert proc.poll() is None, f"the launcher ended early (exit {proc.returncode})"
+        env.meter.silence(True)
         stale = (root / LEDGER_NAME).read_bytes()  # the live ledger before any receipt
-        assert wait_for(lambda: set(RECEIPTED) <= set(receipted(root)) or proc.poll() is not None, 600), \
+        assert wait_for(lambda: set(RECEIPTED) <= set(receipted(root)) or proc.poll() is not None, BLIND_S - 30), \
             f"receipts so far: {receipted(root)}"
         assert proc.poll() is None, f"the launcher ended before the kill (exit {proc.returncode})"
+        live_settled = wait_for(lambda: ledger_settles(root), REFRESH_BOUND_S, 0.2)
         pid = runner_pid(root)
         assert pid, "the runner's start was not recorded"
         os.kill(proc.pid, signal.SIGKILL)  # the launcher dies without any cleanup code running
@@ -112,17 +133,27 @@ def killed(docker_host, tmp_path_factory):
         proc.wait(timeout=60)
         assert wait_for(lambda: not group_alive(pid), 30, 0.2), "the runner group outlived SIGKILL"
     finally:
+        env.meter.silence(False)
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=60)
     assert remove_leftovers(env.docker_host, run_label(root)), "the killed run's labelled resources survived"
     (root / "private" / "agent.env").unlink(missing_ok=True)
-    yield env, root, stale
+    yield env, root, stale, live_settled
     env.meter.stop()
 
 
+def test_the_live_ledger_settled_receipts_while_the_meter_was_silent(killed):
+    _, root, _, settled = killed
+    assert settled, f"the live ledger did not settle the receipted tasks within {REFRESH_BOUND_S} s of their receipts"
+    # The silence held until the kill: a rejected reading, and no accepted one after it.
+    kinds = [json.loads(line).get("kind") for line in (root / "events.jsonl").read_text().splitlines() if line.strip()]
+    assert "meter_rejected" in kinds, "the meter was never silent"
+    assert "meter_reading" not in kinds[kinds.index("meter_rejected"):]
+
+
 def test_the_kill_left_receipts_and_an_unsettled_task(killed):
-    _, root, stale = killed
+    _, root, stale, _ = killed
     verdicts = receipted(root)
     assert {t: verdicts.get(t) for t in RECEIPTED} == {"demo-csv-totals": True, "demo-wrong-answer": False}
     assert "demo-hang" not in verdicts
@@ -143,7 +174,7 @@ def resume(env, root: Path, name: str) -> tuple[Path, int]:
 
 @pytest.mark.parametrize("ledger", ["stale", "deleted"])
 def test_resume_reruns_no_receipted_task_and_keeps_one_final_row_per_task(killed, ledger):
-    env, root, stale = killed
+    env, root, stale, _ = killed
     if ledger == "stale":
         (root / LEDGER_NAME).write_bytes(stale)
     else:
