@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from .errors import Refusal
 from .ledger import MANIFEST_NAME, bench_dir, rebuild_attempts
+from .schemas.ledger import TaskRow
 from .schemas.manifest import RunManifest
 from .vocab import RunOutcome, TaskStatus
 
@@ -101,7 +102,7 @@ def _load_manifest(root: str) -> RunManifest:
         ) from None
 
 
-def _settled_attempts(root: str, manifest: RunManifest) -> dict:
+def _settled_attempts(root: str, manifest: RunManifest) -> dict[str, TaskRow]:
     """task → settled row of the attempts `root` itself made, rebuilt from its dumps."""
     if manifest.selection.task_ids and not bench_dir(root, manifest).is_dir():
         raise Refusal(
