@@ -100,23 +100,25 @@ def run_tmpdir(manifest: RunManifest) -> Path | None:
 def clear_hint(run_root: Path, manifest: RunManifest | None) -> str:
     """The exact `cowork-adapter clear` line for this run, every recorded flag spelled out.
 
-    The campaign file is named only when it exists: a run killed before creating it has nothing
-    to settle, and `clear` refuses a named campaign file that is missing.
+    The campaign file (and the meter that settles it) is named only when the file exists: a run
+    killed before creating it has nothing to settle, and `clear` refuses a named campaign file
+    that is missing.
     """
     parts = ["cowork-adapter", "clear", str(run_root)]
     campaign = manifest.campaign_file if manifest is not None else None
-    if campaign and Path(campaign).is_file():
-        parts += ["--campaign-file", campaign]
     meter = recorded_meter_url(manifest)
-    if meter and campaign:
-        parts += ["--meter-url", meter]
+    if campaign and Path(campaign).is_file():
+        parts += ["--campaign-file", campaign] + (["--meter-url", meter] if meter else [])
     host = recorded_docker_host(run_root, manifest)
     parts += ["--docker-host", host] if host else ["--docker-host", "DOCKER_HOST"]
-    line = " ".join(shlex.quote(p) for p in parts) + " --operator-note '...'"
+    return " ".join(shlex.quote(p) for p in parts) + " --operator-note '...'"
+
+
+def clear_key_note(manifest: RunManifest | None) -> str:
+    """` (with the provider key in $X)` when clearing will settle a campaign, else empty."""
+    campaign = manifest.campaign_file if manifest is not None else None
     key_env = recorded_key_env(manifest)
-    if campaign and Path(campaign).is_file() and key_env:
-        line += f" (with the provider key in ${key_env})"
-    return line
+    return f" (with the provider key in ${key_env})" if campaign and Path(campaign).is_file() and key_env else ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -239,9 +239,9 @@ def list_labelled_view(files: RunFiles) -> LabelledView:
 
 def next_command(files: RunFiles, liveness: Liveness) -> str:
     """What the operator runs next on a run whose launcher is gone, with every flag it needs."""
-    from .clear import clear_hint
+    from .clear import clear_hint, clear_key_note
 
-    clear = f"`{clear_hint(files.run_root, files.manifest)}`"
+    clear = f"`{clear_hint(files.run_root, files.manifest)}`{clear_key_note(files.manifest)}"
     others = [h for h in liveness.alive if h.role != "launcher"]
     if others:
         return f"`cowork-adapter stop {files.run_root}` (to stop what still runs), then {clear}"
