@@ -47,6 +47,7 @@ CAMPAIGN_SETTLED = "settled"
 NO_CAMPAIGN_FILE = "no_campaign_file"
 NO_ACTIVE_RUN = "no_active_run"
 OTHER_ACTIVE_RUN = "active_run_is_another_run"
+UNSETTLED = "unsettled"  # the rest was done; the campaign's active run is kept for the next `clear`
 
 
 def say(sentence: str, *, err: bool = False) -> None:
@@ -311,10 +312,12 @@ def clear_command(
                 read_meter=read_meter, meter_deadline_sec=meter_deadline_sec,
             )
         except Refusal as exc:
-            say(f"refused ({exc.stage}): {exc.sentence} The labelled objects and the key file are gone; clear again "
-                "to settle the campaign.", err=True)
+            _record_quietly(plan, note, liveness.sentence(), report, agent_env_removed, tmpdir_removed, ledger)
+            say(f"refused ({exc.stage}): {exc.sentence} The labelled objects and the key file are gone and the campaign's "
+                "active run is kept; clear again to settle it.", err=True)
             return int(exc.exit_code)
         except CampaignPersistenceError as exc:
+            _record_quietly(plan, note, liveness.sentence(), report, agent_env_removed, tmpdir_removed, ledger)
             say(f"campaign write failed: {exc}; its active run is kept, clear again to settle it.", err=True)
             return int(ExitCode.FAILED)
         say(f"settled the campaign's active run: usage {reading['usage']:.6f}, campaign spent "
@@ -332,15 +335,26 @@ def clear_command(
     return int(code)
 
 
+def _record_quietly(plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool,
+                    tmpdir_removed: bool, ledger: str) -> None:
+    """Record what an interrupted clear did (the campaign unsettled), so the next one adds to it."""
+    try:
+        _record(plan, note, processes, report, agent_env_removed, tmpdir_removed, ledger, UNSETTLED)
+    except OSError as exc:
+        say(f"{MANIFEST} could not be written ({exc}).", err=True)
+
+
 def _record(plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool, tmpdir_removed: bool,
             ledger: str, campaign: str) -> None:
     manifest = plan.manifest
+    earlier = manifest.cleared  # an earlier, interrupted clear: what it removed stays on record
     cleared = ClearedRecord(
         at=utc_now(), operator_note=note, docker_host=plan.docker_host, processes=processes,
-        removed_containers=[n for _, n in report.removed_containers],
-        removed_networks=[n for _, n in report.removed_networks],
-        removed_volumes=[n for _, n in report.removed_volumes],
-        label_empty=True, agent_env_removed=agent_env_removed, tmpdir_removed=tmpdir_removed,
+        removed_containers=(earlier.removed_containers if earlier else []) + [n for _, n in report.removed_containers],
+        removed_networks=(earlier.removed_networks if earlier else []) + [n for _, n in report.removed_networks],
+        removed_volumes=(earlier.removed_volumes if earlier else []) + [n for _, n in report.removed_volumes],
+        label_empty=True, agent_env_removed=agent_env_removed or bool(earlier and earlier.agent_env_removed),
+        tmpdir_removed=tmpdir_removed or bool(earlier and earlier.tmpdir_removed),
         ledger=ledger, campaign=campaign,
     )
     try:

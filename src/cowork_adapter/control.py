@@ -337,7 +337,7 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "error": m.error if m is not None else None,
         "launcher_pid": launcher_pid if launcher_pid is not None else (mon.launcher_pid if mon else None),
         "launcher_alive": launcher_alive,
-        "cleanup_proven": bool(mon.finished) if mon is not None else None,
+        "cleanup_proven": _cleanup_proven(m, mon),
         "campaign_settlement": settlement,
         "campaign_file": m.campaign_file if m is not None else None,
         "progress": progress.model_dump(),
@@ -354,6 +354,13 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "problems": list(files.problems),
         "diagnostic_write_failures": {k: v.model_dump() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
     }
+
+
+def _cleanup_proven(m: RunManifest | None, mon: Monitor | None) -> bool | None:
+    """The launcher's own proof (monitor.json `finished`) or `clear`'s fresh listing."""
+    if m is not None and m.cleared is not None and m.cleared.label_empty:
+        return True
+    return bool(mon.finished) if mon is not None else None
 
 
 STATE_WORDS = {
@@ -376,7 +383,8 @@ def add_dead_run_truth(status: dict[str, Any], files: RunFiles) -> None:
     status["labelled"] = {"docker_host": view.docker_host, "objects": view.names, "counts": view.counts,
                           "error": view.error}
     unfinished = status["state"] == "launcher_gone" or (cleared is None and status["cleanup_proven"] is not True)
-    leftovers = bool(view.names) or view.error is not None or not liveness.all_gone
+    leftovers = (bool(view.names) or view.error is not None or not liveness.all_gone
+                 or _campaign_active(files) is not None)
     if cleared is not None and not leftovers:
         status["next_command"] = None
     elif unfinished or leftovers or (files.run_root / "private" / "agent.env").exists():
@@ -419,7 +427,7 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
                      "(from events.jsonl: no monitor.json yet)")
         lines.append(f"  elapsed {format_duration(status['elapsed_sec'])}, eta {format_duration(status['eta_sec'])}")
     proven = status["cleanup_proven"]
-    lines.append("  cleanup: " + ("proven (no container or network with the run's label remains)" if proven
+    lines.append("  cleanup: " + ("proven (nothing with the run's label remains)" if proven
                                   else "not proven yet" if proven is False else "unknown (no monitor.json)"))
     if status["campaign_settlement"]:
         lines.append(f"  campaign settlement: {status['campaign_settlement']}")
@@ -504,7 +512,9 @@ def _describe_end(files: RunFiles) -> str:
     m, mon = files.manifest, files.monitor
     parts = [f"outcome {m.outcome}" if m else "outcome unknown"]
     parts.append(f"stop reason {m.stop_reason}" if m and m.stop_reason else "no stop reason (the runner finished)")
-    if mon is not None:
+    if m is not None and m.cleared is not None:
+        parts.append(f"cleared by `cowork-adapter clear` at {m.cleared.at} (campaign {m.cleared.campaign})")
+    elif mon is not None:
         parts.append("cleanup proven" if mon.finished else "cleanup NOT proven")
         parts.append(f"campaign settlement {m.campaign_settlement if m and m.campaign_settlement else mon.campaign_settlement}")
     if m is not None and m.exit_code is not None:
@@ -579,7 +589,9 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
     pid, source = find_launcher(files)
     if pid is None:
         if _ended(files):
-            say(f"the run already ended: {_describe_end(files)}.")
+            m, mon = files.manifest, files.monitor
+            unproven = m.cleared is None and mon is not None and not mon.finished
+            say(f"the run already ended: {_describe_end(files)}." + (f" {_dead_run_truth(files)}" if unproven else ""))
             return int(ExitCode.OK)
         group = liveness_of(files).live_group()
         if group is not None:

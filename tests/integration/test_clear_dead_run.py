@@ -231,6 +231,10 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         assert blind.returncode == 2 and "key meter gave no acceptable reading" in blind.stderr, blind.stderr
         assert label_is_empty(docker_host, label) and not (run_root / "private" / "agent.env").exists()
         assert read_json(campaign)["active_run"] == active  # nothing settled, nothing lost
+        partial = read_json(run_root / "run_manifest.json")["cleared"]
+        assert partial["campaign"] == "unsettled"
+        pending = json.loads(cli("status", str(run_root), "--json").stdout)
+        assert f"cowork-adapter clear {run_root} --campaign-file {campaign}" in pending["next_command"]
 
         cleared = cli("clear", str(run_root), "--operator-note", "launcher and runner group killed by the test",
                       env={env.key_env: env.key})
@@ -245,12 +249,15 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         assert [r["instance_id"] for r in rows] == ["demo-hang"]
         manifest = read_json(run_root / "run_manifest.json")
         assert manifest["cleared"]["campaign"] == "settled" and manifest["campaign_settlement"] == "reconciled"
+        assert manifest["cleared"]["removed_containers"][:len(partial["removed_containers"])] == partial["removed_containers"]
+        assert manifest["cleared"]["agent_env_removed"] is True  # by the interrupted clear, still on record
 
         again = cli("clear", str(run_root), "--operator-note", "again", env={env.key_env: env.key})
         assert again.returncode == 0 and "already cleared" in again.stdout, again.stdout + again.stderr
         assert read_json(campaign) == record
         after = json.loads(cli("status", str(run_root), "--json").stdout)
         assert after["state"] == "finished" and after["next_command"] is None and after["labelled"]["objects"] == []
+        assert after["cleanup_proven"] is True
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()

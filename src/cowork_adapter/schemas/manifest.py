@@ -94,7 +94,9 @@ class ClearedRecord(_Model):
     agent_env_removed: bool  # the key file existed and was deleted
     tmpdir_removed: bool
     ledger: str  # "rebuilt: N rows" or "not rebuilt: why"
-    campaign: str  # settled | no_campaign_file | no_active_run | active_run_is_another_run
+    # settled | no_campaign_file | no_active_run | active_run_is_another_run | unsettled (the meter or
+    # the campaign file failed: the active run is kept for the next `clear`)
+    campaign: str
 
 
 class RunManifest(_Model):
