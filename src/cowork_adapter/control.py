@@ -382,15 +382,11 @@ def add_dead_run_truth(status: dict[str, Any], files: RunFiles) -> None:
     view = list_labelled_view(files)
     status["labelled"] = {"docker_host": view.docker_host, "objects": view.names, "counts": view.counts,
                           "error": view.error}
-    unfinished = status["state"] == "launcher_gone" or (cleared is None and status["cleanup_proven"] is not True)
-    leftovers = (bool(view.names) or view.error is not None or not liveness.all_gone
-                 or _campaign_active(files) is not None)
-    if cleared is not None and not leftovers:
-        status["next_command"] = None
-    elif unfinished or leftovers or (files.run_root / "private" / "agent.env").exists():
-        status["next_command"] = next_command(files, liveness)
-    else:
-        status["next_command"] = None
+    # Unproven: the launcher died unfinished, or its own cleanup failed, and no `clear` followed.
+    unproven = cleared is None and (status["state"] == "launcher_gone" or status["cleanup_proven"] is False)
+    needs_clear = (unproven or not liveness.all_gone or bool(view.names) or _campaign_active(files) is not None
+                   or (files.run_root / "private" / "agent.env").exists())
+    status["next_command"] = next_command(files, liveness) if needs_clear else None
 
 
 def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[str]:

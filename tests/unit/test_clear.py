@@ -315,3 +315,22 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
     assert "its launcher is gone, so these numbers stopped there" in text
     assert f"next: `cowork-adapter clear {run_root}" in text
     assert read_run(run_root).is_run_root
+
+
+def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, capsys):
+    from cowork_adapter.control import status_command
+    import json
+
+    write(run_root, manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z",
+                             docker_host=None))
+    mon = Monitor(observed_at=datetime.now(timezone.utc), launcher_pid=1, finished=True,
+                  progress=Progress(selected=2, done=2), meter=MeterState(blindness_sec=30.0))
+    (run_root / "monitor.json").write_text(mon.to_json())
+    assert status_command(run_root, as_json=True) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["state"] == "finished" and status["cleanup_proven"] is True and status["next_command"] is None
+    # The same run with its key file left behind: clearing it is the next step.
+    (run_root / "private").mkdir()
+    (run_root / "private" / "agent.env").write_text("K=v\n")
+    assert status_command(run_root, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["next_command"].startswith(f"`cowork-adapter clear {run_root}")
