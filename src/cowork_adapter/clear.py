@@ -241,7 +241,7 @@ def clear_command(
     meter_deadline_sec: float = DEFAULT_BLINDNESS_SEC,
     table: Any = None,
 ) -> int:
-    from .control import gather_recorded, read_run
+    from .control import fence, gather_recorded, read_run
     from .custody import docker_ops
     from .custody.liveness import prove
 
@@ -272,7 +272,9 @@ def clear_command(
             f"nothing with its label {label} remains on {plan.docker_host}.")
         return int(ExitCode.OK)
 
-    # 2. Remove every labelled object, proven by a fresh listing (cleanup_run relists).
+    # 2. Remove every labelled object, proven by a fresh listing (cleanup_run relists). The stop
+    # file first: should anything of the run have escaped the proof, the shim refuses it new containers.
+    fence(plan.run_root)
     try:
         report = docker_ops.cleanup_run(plan.docker_host, label, lambda r: print(f"cowork-adapter: cleanup: {r}",
                                                                                   file=sys.stderr, flush=True))

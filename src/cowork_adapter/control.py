@@ -534,7 +534,7 @@ FENCE_REASON = "stop_requested"
 GROUP_GRACE_SEC = 10.0
 
 
-def _fence(run_root: Path) -> str:
+def fence(run_root: Path) -> str:
     """Write the stop file the docker shim refuses new containers by (the launcher's own fence)."""
     path = run_root / "custody" / "stop"
     try:
@@ -562,17 +562,24 @@ def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
 
 def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float) -> str:
     """Fence, then SIGTERM the runner's group (its EXIT trap removes its containers), SIGKILL if it lingers."""
-    fence = _fence(run_root)
+    fenced = fence(run_root)
+    try:
+        from .events import EventLog
+
+        EventLog(run_root / "events.jsonl").append(EventKind.STOP_REQUESTED, reason=FENCE_REASON,
+                                                   source="operator_stop_without_launcher")
+    except OSError:
+        pass  # the fence and the signals below do not depend on the record
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
-            return f"{fence}; the runner group {pgid} ended"
+            return f"{fenced}; the runner group {pgid} ended"
         except PermissionError:
-            return f"{fence}; not allowed to signal the runner group {pgid} (run stop as the user who started the run)"
+            return f"{fenced}; not allowed to signal the runner group {pgid} (run stop as the user who started the run)"
         if _group_gone(pgid, grace_sec if sig == signal.SIGTERM else 5.0, poll_sec):
-            return f"{fence}; the runner group {pgid} ended after {signal.Signals(sig).name}"
-    return f"{fence}; the runner group {pgid} still has processes after SIGKILL"
+            return f"{fenced}; the runner group {pgid} ended after {signal.Signals(sig).name}"
+    return f"{fenced}; the runner group {pgid} still has processes after SIGKILL"
 
 
 def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_SEC) -> int:

@@ -3,6 +3,7 @@ the clear line, the plan's refusals, and stop's handling of an orphaned runner g
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -282,6 +283,8 @@ def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
         assert code == 1
         assert f"runner group {runner.pid} was still running: fenced" in err and "ended after SIGKILL" in err
         assert (run_root / "custody" / "stop").read_text() == "stop_requested\n"
+        recorded = [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines()]
+        assert [(e["kind"], e["source"]) for e in recorded] == [("stop_requested", "operator_stop_without_launcher")]
         runner.wait(timeout=10)
         assert not group_alive(runner.pid)
         assert f"runner group {runner.pid} gone" in err and f"Next: `cowork-adapter clear {run_root}" in err
@@ -294,7 +297,6 @@ def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
 
 def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_root, capsys):
     from cowork_adapter.control import status_command
-    import json
 
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -319,7 +321,6 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
 
 def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, capsys):
     from cowork_adapter.control import status_command
-    import json
 
     write(run_root, manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z",
                              docker_host=None))

@@ -190,7 +190,8 @@ def settle_active_run(
     """
     path = Path(campaign_file).absolute()
     if not path.is_file():
-        raise Refusal(STAGE, f"The campaign file {path} does not exist.")
+        raise Refusal(STAGE, f"The campaign file {path} does not exist (a run killed before creating it has no "
+                             f"campaign to settle: finish it with `cowork-adapter clear {wanted_root}`).")
     store = JsonFileCampaignStore(path)
     with store.locked() as session:
         record = session.load()
