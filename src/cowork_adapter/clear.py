@@ -222,6 +222,14 @@ def rebuild_final_ledger(run_root: Path) -> int:
     return len(rows)
 
 
+def _drop_key(run_root: Path) -> bool:
+    """Delete the run's key file; True when it existed."""
+    path = run_root / "private" / "agent.env"
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
+
+
 def _already_cleared(plan: ClearPlan, labelled_empty: bool) -> bool:
     return (plan.manifest.cleared is not None and labelled_empty
             and not (plan.run_root / "private" / "agent.env").exists()
@@ -265,7 +273,9 @@ def clear_command(
     try:
         before = docker_ops.list_labelled(plan.docker_host, label)
     except CustodyError as exc:
-        say(f"cannot list the run's labelled objects, so nothing was removed: {exc}.", err=True)
+        _drop_key(plan.run_root)  # nothing of the run lives to need it: the secret goes in any case
+        say(f"cannot list the run's labelled objects, so nothing was removed (the key file was deleted): {exc}.",
+            err=True)
         return int(ExitCode.FAILED)
     if _already_cleared(plan, before.empty):
         say(f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "
@@ -279,16 +289,15 @@ def clear_command(
         report = docker_ops.cleanup_run(plan.docker_host, label, lambda r: print(f"cowork-adapter: cleanup: {r}",
                                                                                   file=sys.stderr, flush=True))
     except CustodyError as exc:
-        say(f"the run's labelled objects could not all be removed or proven gone: {exc}; the key file, ledger and "
-            "campaign were left for a later `clear`.", err=True)
+        _drop_key(plan.run_root)
+        say(f"the run's labelled objects could not all be removed or proven gone: {exc}; the key file was deleted, "
+            "the ledger and campaign are left for a later `clear`.", err=True)
         return int(ExitCode.FAILED)
     say(f"removed {len(report.removed_containers)} containers, {len(report.removed_networks)} networks and "
         f"{len(report.removed_volumes)} volumes with label {label}; a fresh listing finds none.")
 
     # 3. The key file and the runner's staging copies.
-    agent_env = plan.run_root / "private" / "agent.env"
-    agent_env_removed = agent_env.exists()
-    agent_env.unlink(missing_ok=True)
+    agent_env_removed = _drop_key(plan.run_root)
     tmpdir = run_tmpdir(plan.manifest)
     tmpdir_removed = bool(tmpdir and tmpdir.exists())
     if tmpdir is not None:

@@ -335,3 +335,15 @@ def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, caps
     (run_root / "private" / "agent.env").write_text("K=v\n")
     assert status_command(run_root, as_json=True) == 0
     assert json.loads(capsys.readouterr().out)["next_command"].startswith(f"`cowork-adapter clear {run_root}")
+
+
+def test_clear_with_an_unreachable_daemon_removes_nothing_but_the_key(run_root, proc, tmp_path, capsys):
+    write(run_root, manifest(run_root, docker_host=f"unix://{tmp_path}/no-daemon.sock"))
+    (run_root / "private").mkdir()
+    (run_root / "private" / "agent.env").write_text("KEY=x\n")
+    before = (run_root / "run_manifest.json").read_bytes()
+    code = clear_command(run_root, "checked", table=proc.table)
+    err = capsys.readouterr().err
+    assert code == 1 and "cannot list the run's labelled objects, so nothing was removed" in err
+    assert not (run_root / "private" / "agent.env").exists()
+    assert (run_root / "run_manifest.json").read_bytes() == before  # not recorded as cleared
