@@ -242,9 +242,13 @@ def next_command(files: RunFiles, liveness: Liveness) -> str:
     from .clear import clear_hint, clear_key_note
 
     clear = f"`{clear_hint(files.run_root, files.manifest)}`{clear_key_note(files.manifest)}"
-    others = [h for h in liveness.alive if h.role != "launcher"]
-    if others:
+    runners = [h for h in liveness.alive if h.role not in ("launcher", "watchdog")]
+    if runners:
         return f"`cowork-adapter stop {files.run_root}` (to stop what still runs), then {clear}"
+    watchdog = liveness.first("watchdog")
+    if watchdog is not None and watchdog.alive:
+        # It is fencing and cleaning up on its own; clearing under it would race its removals.
+        return f"wait for the watchdog (pid {watchdog.pid}) to finish, then {clear}"
     return clear
 
 

@@ -347,3 +347,19 @@ def test_clear_with_an_unreachable_daemon_removes_nothing_but_the_key(run_root, 
     assert code == 1 and "cannot list the run's labelled objects, so nothing was removed" in err
     assert not (run_root / "private" / "agent.env").exists()
     assert (run_root / "run_manifest.json").read_bytes() == before  # not recorded as cleared
+
+
+def test_the_next_command_waits_for_a_live_watchdog_and_stops_a_live_runner(run_root, proc):
+    from cowork_adapter.control import next_command
+
+    write(run_root, manifest(run_root))
+    files = read_run(run_root)
+    proc.add(200, ["python3", "-m", "cowork_adapter.custody.watchdog"], start=3)
+    proc.add(300, ["bash", "run_parallel.sh"], pgrp=300)
+    custody = CustodyProcesses(launcher=ProcessIdentity(pid=100, start_ticks=1),
+                               watchdog=ProcessIdentity(pid=200, start_ticks=3))
+    only_watchdog = prove(run_root, Recorded(custody=custody), table=proc.table, self_pid=SELF)
+    assert next_command(files, only_watchdog).startswith("wait for the watchdog (pid 200) to finish, then `cowork-adapter clear")
+    with_runner = prove(run_root, Recorded(custody=custody.model_copy(update={"runner_pgid": 300})), table=proc.table,
+                        self_pid=SELF)
+    assert next_command(files, with_runner).startswith(f"`cowork-adapter stop {run_root}` (to stop what still runs), then")
