@@ -316,7 +316,7 @@ def status(
 @app.command(
     help="Ask a running launcher to stop and clean up by its exact run label, then wait for it.\n\n"
     "Example: cowork-adapter stop /data/smoke-1 --timeout 300\n\nExit codes: 0 stopped with cleanup proven, or already ended; "
-    "1 cleanup unproven, timed out, or launcher gone (reconcile); 2 not a run root."
+    "1 cleanup unproven, timed out, or launcher gone (it names what lives and the `clear` line); 2 not a run root."
 )
 def stop(
     run_root: Annotated[Path, typer.Argument(help="Run root of the launcher to stop.")],
@@ -327,6 +327,44 @@ def stop(
     from .control import stop_command
 
     raise SystemExit(stop_command(_absolute(run_root), timeout))
+
+
+@app.command(
+    help="Finish the custody of a run whose launcher died: prove its processes gone, remove every container, "
+    "network and volume with its exact label (proven by a fresh listing), delete its key file, rebuild its "
+    "ledger and settle the campaign's active run. Flags default to what the run recorded.\n\n"
+    "Example: cowork-adapter clear /data/smoke-1 --operator-note 'launcher OOM-killed at 14:02'\n\n"
+    "Exit codes: 0 cleared, or already cleared; 1 labelled objects not removable or provable, ledger or "
+    "campaign not written; 2 refused (bad input, a process of the run alive, no meter reading)."
+)
+def clear(
+    run_root: Annotated[Path, typer.Argument(help="Run root of the dead run.")],
+    operator_note: Annotated[str, typer.Option(help="What the operator checked, recorded verbatim.")],
+    campaign_file: Annotated[Optional[Path], typer.Option(
+        help="The campaign record. Default: the one the run recorded (skipped when it was never created).")] = None,
+    meter_url: Annotated[Optional[str], typer.Option(help="Base URL of the key meter. Default: the run's.")] = None,
+    docker_host: Annotated[Optional[str], typer.Option(help="Docker daemon of the run. Default: the run's.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding the provider key (only to settle a campaign). Default: the run's.")]
+    = None,
+) -> None:
+    if not operator_note.strip():
+        raise Refusal("flags", "--operator-note must say what was checked; it is empty.")
+    if docker_host is not None and not docker_host.strip():
+        raise Refusal("docker_host", "--docker-host is empty; name the Docker daemon explicitly or omit it.")
+    try:
+        if api_key_env is not None:
+            api_key_env = check_env_name("--api-key-env", api_key_env)
+        if meter_url is not None:
+            meter_url = check_http_url("--meter-url", meter_url)
+    except InvalidFlag as exc:
+        raise Refusal(exc.stage, exc.sentence) from None
+    from .clear import clear_command
+
+    raise SystemExit(clear_command(
+        _absolute(run_root), operator_note.strip(), campaign_file=_absolute(campaign_file) if campaign_file else None,
+        meter_url=meter_url, docker_host=docker_host.strip() if docker_host else None, api_key_env=api_key_env,
+    ))
 
 
 @app.command(help=f"Print the adapter's version.\n\nExample: {PROG} version")

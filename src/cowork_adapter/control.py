@@ -6,11 +6,18 @@ whether cleanup is proven, campaign settlement, and why the run stopped.
 
 stop: SIGTERM to this run's own launcher (the same path as Ctrl-C or `kill -TERM`, so the stop
 reason is signal_15), then wait for the verified cleanup. Only a process whose command line is a
-cowork_adapter launcher of THIS run root is ever signalled.
+cowork_adapter launcher of THIS run root is ever signalled. When the launcher is dead but the
+runner's process group lives on, stop fences the run itself (writes the stop file the docker
+shim refuses by) and stops that group (SIGTERM, then SIGKILL).
   exit 0: the run stopped with cleanup proven, or had already ended;
   1: cleanup not proven, the launcher did not finish within --timeout, or the launcher is gone
-     while the run is unfinished (see `cowork-adapter campaign reconcile`);
+     while the run is unfinished (the sentence names what lives and the `cowork-adapter clear`
+     line that finishes it);
   2: the directory is not a run root.
+
+On a run whose launcher is gone both commands tell what is alive (launcher, watchdog, runner
+group, from custody/processes.json or the pids the run recorded) and which objects with the
+run's label the daemon still holds (a fresh listing), and name the exact command that works.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .custody.liveness import Liveness, Recorded, prove, read_custody_processes
 from .events import parse_ts, read_all
 from .live import eta_seconds, format_duration, progress_rows, summary_line
 from .schemas.manifest import RunManifest
@@ -154,8 +162,8 @@ def _scan_launchers(run_root: Path) -> list[int]:
     return sorted(found)
 
 
-def _campaign_launcher_pid(files: RunFiles) -> int | None:
-    """The campaign's active_run.launcher_pid, when that active run is this run root."""
+def _campaign_active(files: RunFiles):
+    """The campaign's active_run when it is this run root, else None (read without the lock)."""
     if files.manifest is None or not files.manifest.campaign_file:
         return None
     from .campaign.store import read_campaign
@@ -168,7 +176,80 @@ def _campaign_launcher_pid(files: RunFiles) -> int | None:
     active = record.active_run if record else None
     if active is None or Path(active.run_root).resolve() != files.run_root.resolve():
         return None
-    return active.launcher_pid
+    return active
+
+
+def _runner_started_pids(files: RunFiles) -> list[int]:
+    return [int(e["pid"]) for e in files.events
+            if e.get("kind") == EventKind.RUNNER_STARTED.value and isinstance(e.get("pid"), int)]
+
+
+def gather_recorded(files: RunFiles) -> Recorded:
+    """Every pid the run wrote down about its custody processes (the liveness proof's input)."""
+    custody, problem = read_custody_processes(files.run_root)
+    if problem:
+        files.problems.append(problem)
+    recorded = Recorded(custody=custody)
+    if files.monitor is not None:
+        recorded.launcher_pids.append((files.monitor.launcher_pid, "monitor.json"))
+        if files.monitor.runner_pid:
+            # The runner is started in its own session: its pid is its process group's id.
+            recorded.runner_pgids.append((files.monitor.runner_pid, "monitor.json"))
+    active = _campaign_active(files)
+    if active is not None:
+        recorded.launcher_pids.append((active.launcher_pid, "the campaign's active_run"))
+        if active.runner_pgid:
+            recorded.runner_pgids.append((active.runner_pgid, "the campaign's active_run"))
+    for pid in _runner_started_pids(files):
+        recorded.runner_pgids.append((pid, "events.jsonl"))
+    return recorded
+
+
+def liveness_of(files: RunFiles) -> Liveness:
+    return prove(files.run_root, gather_recorded(files))
+
+
+@dataclass
+class LabelledView:
+    """A fresh listing of the run's labelled objects, or why there is none."""
+
+    docker_host: str | None
+    names: list[str] | None = None  # `container x`, `network y`, `volume z`
+    counts: dict[str, int] | None = None
+    error: str | None = None
+
+
+def list_labelled_view(files: RunFiles) -> LabelledView:
+    from .clear import recorded_docker_host
+    from .errors import CustodyError
+
+    host = recorded_docker_host(files.run_root, files.manifest)
+    label = files.manifest.run_label if files.manifest is not None else None
+    if not host or not label:
+        return LabelledView(host, error="the run recorded no Docker host" if label else "the run recorded no label")
+    try:
+        from .custody.docker_ops import list_labelled
+
+        listed = list_labelled(host, label, timeout=10)
+    except CustodyError as exc:
+        return LabelledView(host, error=str(exc))
+    return LabelledView(host, listed.names(), {"containers": len(listed.containers), "networks": len(listed.networks),
+                                               "volumes": len(listed.volumes)})
+
+
+def next_command(files: RunFiles, liveness: Liveness) -> str:
+    """What the operator runs next on a run whose launcher is gone, with every flag it needs."""
+    from .clear import clear_hint, clear_key_note
+
+    clear = f"`{clear_hint(files.run_root, files.manifest)}`{clear_key_note(files.manifest)}"
+    runners = [h for h in liveness.alive if h.role not in ("launcher", "watchdog")]
+    if runners:
+        return f"`cowork-adapter stop {files.run_root}` (to stop what still runs), then {clear}"
+    watchdog = liveness.first("watchdog")
+    if watchdog is not None and watchdog.alive:
+        # It is fencing and cleaning up on its own; clearing under it would race its removals.
+        return f"wait for the watchdog (pid {watchdog.pid}) to finish, then {clear}"
+    return clear
 
 
 def find_launcher(files: RunFiles) -> tuple[int | None, str]:
@@ -176,7 +257,8 @@ def find_launcher(files: RunFiles) -> tuple[int | None, str]:
     candidates = []
     if files.monitor is not None:
         candidates.append((files.monitor.launcher_pid, "monitor.json"))
-    campaign_pid = _campaign_launcher_pid(files)
+    active = _campaign_active(files)
+    campaign_pid = active.launcher_pid if active is not None else None
     if campaign_pid is not None:
         candidates.append((campaign_pid, "the campaign's active_run"))
     for pid, source in candidates:
@@ -259,7 +341,7 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "error": m.error if m is not None else None,
         "launcher_pid": launcher_pid if launcher_pid is not None else (mon.launcher_pid if mon else None),
         "launcher_alive": launcher_alive,
-        "cleanup_proven": bool(mon.finished) if mon is not None else None,
+        "cleanup_proven": _cleanup_proven(m, mon),
         "campaign_settlement": settlement,
         "campaign_file": m.campaign_file if m is not None else None,
         "progress": progress.model_dump(),
@@ -278,12 +360,37 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
     }
 
 
+def _cleanup_proven(m: RunManifest | None, mon: Monitor | None) -> bool | None:
+    """The launcher's own proof (monitor.json `finished`) or `clear`'s fresh listing."""
+    if m is not None and m.cleared is not None and m.cleared.label_empty:
+        return True
+    return bool(mon.finished) if mon is not None else None
+
+
 STATE_WORDS = {
     "running": "running",
     "stopping": "stopping",
     "finished": "finished",
     "launcher_gone": "unfinished, and its launcher is gone",
 }
+
+
+def add_dead_run_truth(status: dict[str, Any], files: RunFiles) -> None:
+    """With no live launcher: which custody processes and labelled objects live, and the next command."""
+    liveness = liveness_of(files)
+    status["processes"] = [{"role": h.role, "pid": h.pid, "source": h.source, "alive": h.alive,
+                            "members": list(h.members)} for h in liveness.holders]
+    status["processes_text"] = liveness.sentence()
+    cleared = files.manifest.cleared if files.manifest is not None else None
+    status["cleared"] = cleared.model_dump() if cleared is not None else None
+    view = list_labelled_view(files)
+    status["labelled"] = {"docker_host": view.docker_host, "objects": view.names, "counts": view.counts,
+                          "error": view.error}
+    # Unproven: the launcher died unfinished, or its own cleanup failed, and no `clear` followed.
+    unproven = cleared is None and (status["state"] == "launcher_gone" or status["cleanup_proven"] is False)
+    needs_clear = (unproven or not liveness.all_gone or bool(view.names) or _campaign_active(files) is not None
+                   or (files.run_root / "private" / "agent.env").exists())
+    status["next_command"] = next_command(files, liveness) if needs_clear else None
 
 
 def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[str]:
@@ -293,7 +400,22 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
     pid = status["launcher_pid"]
     lines.append(f"  launcher: pid {pid} {'alive' if status['launcher_alive'] else 'not running'}" if pid
                  else "  launcher: no pid recorded yet")
+    if "processes" in status:
+        lines.append(f"  processes: {status['processes_text']}")
+        labelled = status["labelled"]
+        if labelled["error"]:
+            lines.append(f"  labelled objects: unknown ({labelled['error']})")
+        else:
+            found = labelled["objects"] or []
+            lines.append(f"  labelled objects on {labelled['docker_host']}: "
+                         + (", ".join(found) if found else "none (a fresh listing)"))
+        if status.get("cleared"):
+            lines.append(f"  cleared: at {status['cleared']['at']} by `cowork-adapter clear` "
+                         f"(campaign {status['cleared']['campaign']}, ledger {status['cleared']['ledger']})")
     if monitor is not None:
+        if not status["launcher_alive"]:
+            lines.append(f"  (monitor.json as of {status['observed_at']}: its launcher is gone, so these numbers "
+                         "stopped there)")
         lines.append(f"  {summary_line(monitor)}")
         for name, value in progress_rows(monitor, status["elapsed_sec"]):
             if name == "eta" and status["state"] != "finished":
@@ -305,7 +427,7 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
                      "(from events.jsonl: no monitor.json yet)")
         lines.append(f"  elapsed {format_duration(status['elapsed_sec'])}, eta {format_duration(status['eta_sec'])}")
     proven = status["cleanup_proven"]
-    lines.append("  cleanup: " + ("proven (no container or network with the run's label remains)" if proven
+    lines.append("  cleanup: " + ("proven (nothing with the run's label remains)" if proven
                                   else "not proven yet" if proven is False else "unknown (no monitor.json)"))
     if status["campaign_settlement"]:
         lines.append(f"  campaign settlement: {status['campaign_settlement']}")
@@ -313,9 +435,8 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
         lines.append("  why it stopped: " + _why(status))
     if status["exit_code"] is not None:
         lines.append(f"  exit code: {status['exit_code']} ({_exit_word(status['exit_code'])})")
-    if status["state"] == "launcher_gone" and status["campaign_file"]:
-        lines.append(f"  next: prove it ended, then `cowork-adapter campaign reconcile --campaign-file "
-                     f"{status['campaign_file']} --run-root {status['run_root']} --operator-note '...'`")
+    if status.get("next_command"):
+        lines.append(f"  next: {status['next_command']}")
     for problem in status["problems"]:
         lines.append(f"  problem: {problem}")
     return lines
@@ -356,6 +477,8 @@ def status_command(run_root: Path, as_json: bool) -> int:
         return _not_a_run_root(run_root)
     pid, _source = find_launcher(files)
     status = build_status(files, launcher_pid=pid, launcher_alive=pid is not None)
+    if pid is None:
+        add_dead_run_truth(status, files)
     if as_json:
         print(json.dumps(status, sort_keys=True, default=str), flush=True)
     else:
@@ -389,7 +512,9 @@ def _describe_end(files: RunFiles) -> str:
     m, mon = files.manifest, files.monitor
     parts = [f"outcome {m.outcome}" if m else "outcome unknown"]
     parts.append(f"stop reason {m.stop_reason}" if m and m.stop_reason else "no stop reason (the runner finished)")
-    if mon is not None:
+    if m is not None and m.cleared is not None:
+        parts.append(f"cleared by `cowork-adapter clear` at {m.cleared.at} (campaign {m.cleared.campaign})")
+    elif mon is not None:
         parts.append("cleanup proven" if mon.finished else "cleanup NOT proven")
         parts.append(f"campaign settlement {m.campaign_settlement if m and m.campaign_settlement else mon.campaign_settlement}")
     if m is not None and m.exit_code is not None:
@@ -397,10 +522,68 @@ def _describe_end(files: RunFiles) -> str:
     return ", ".join(parts)
 
 
-def _reconcile_hint(files: RunFiles) -> str:
-    campaign = files.manifest.campaign_file if files.manifest and files.manifest.campaign_file else "CAMPAIGN_FILE"
-    return (f"prove its processes and labelled containers are gone, then run `cowork-adapter campaign reconcile "
-            f"--campaign-file {campaign} --run-root {files.run_root} --operator-note '...'`.")
+def _dead_run_truth(files: RunFiles) -> str:
+    """Which processes and labelled objects of a launcher-less run are alive, and the next command."""
+    liveness = liveness_of(files)
+    view = list_labelled_view(files)
+    if view.error:
+        objects = f"its labelled objects are unknown ({view.error})"
+    else:
+        objects = (f"with its label on {view.docker_host}: {', '.join(view.names)}" if view.names
+                   else f"nothing with its label remains on {view.docker_host}")
+    return f"Processes: {liveness.sentence()}; {objects}. Next: {next_command(files, liveness)}."
+
+
+FENCE_REASON = "stop_requested"
+GROUP_GRACE_SEC = 10.0
+
+
+def fence(run_root: Path) -> str:
+    """Write the stop file the docker shim refuses new containers by (the launcher's own fence)."""
+    path = run_root / "custody" / "stop"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{FENCE_REASON}\n")
+        return f"fenced (wrote {path})"
+    except FileExistsError:
+        return f"already fenced ({path} exists)"
+    except OSError as exc:
+        return f"could NOT fence ({path}: {exc.strerror})"
+
+
+def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
+    from .container.procs import group_alive
+
+    deadline = time.monotonic() + timeout
+    while group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_sec)
+    return True
+
+
+def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float) -> str:
+    """Fence, then SIGTERM the runner's group (its EXIT trap removes its containers), SIGKILL if it lingers."""
+    fenced = fence(run_root)
+    try:
+        from .events import EventLog
+
+        EventLog(run_root / "events.jsonl").append(EventKind.STOP_REQUESTED, reason=FENCE_REASON,
+                                                   source="operator_stop_without_launcher")
+    except OSError:
+        pass  # the fence and the signals below do not depend on the record
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return f"{fenced}; the runner group {pgid} ended"
+        except PermissionError:
+            return f"{fenced}; not allowed to signal the runner group {pgid} (run stop as the user who started the run)"
+        if _group_gone(pgid, grace_sec if sig == signal.SIGTERM else 5.0, poll_sec):
+            return f"{fenced}; the runner group {pgid} ended after {signal.Signals(sig).name}"
+    return f"{fenced}; the runner group {pgid} still has processes after SIGKILL"
 
 
 def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_SEC) -> int:
@@ -413,10 +596,20 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
     pid, source = find_launcher(files)
     if pid is None:
         if _ended(files):
-            say(f"the run already ended: {_describe_end(files)}.")
+            m, mon = files.manifest, files.monitor
+            unproven = m.cleared is None and mon is not None and not mon.finished
+            say(f"the run already ended: {_describe_end(files)}." + (f" {_dead_run_truth(files)}" if unproven else ""))
             return int(ExitCode.OK)
-        say(f"the run {run_root} is unfinished but no launcher of it is running (pid from {source}); nothing "
-            f"was signalled. {_reconcile_hint(files)}", err=True)
+        group = liveness_of(files).live_group()
+        if group is not None:
+            done = stop_orphaned_group(run_root, group.pid, grace_sec=min(timeout, GROUP_GRACE_SEC),
+                                       poll_sec=min(poll_sec, 0.2))
+            say(f"the run {run_root} is unfinished and its launcher is gone, but its runner group {group.pid} was "
+                f"still running: {done}.", err=True)
+            files = read_run(run_root)
+        signalled = "" if group is not None else "; nothing was signalled"
+        say(f"the run {run_root} is unfinished and no launcher of it is running (pid from {source}){signalled}. "
+            f"{_dead_run_truth(files)}", err=True)
         return int(ExitCode.FAILED)
     if _past_supervision(files):
         # It is already stopping or cleaning up: a second signal could only interrupt that.
@@ -446,14 +639,15 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
               "containers by hand.", err=True)
         return int(ExitCode.FAILED)
     if not _ended(files):
-        say(f"the launcher (pid {pid}) exited without finalising the run record. {_reconcile_hint(files)}", err=True)
+        say(f"the launcher (pid {pid}) exited without finalising the run record. {_dead_run_truth(files)}", err=True)
         return int(ExitCode.FAILED)
     proven = files.monitor is not None and files.monitor.finished
     if files.monitor is not None and not proven:
-        say(f"the run stopped but its cleanup is NOT proven: {_describe_end(files)}. {_reconcile_hint(files)}", err=True)
+        say(f"the run stopped but its cleanup is NOT proven: {_describe_end(files)}. {_dead_run_truth(files)}", err=True)
         return int(ExitCode.FAILED)
     say(f"the run stopped: {_describe_end(files)}.")
     return int(ExitCode.OK)
 
 
-__all__ = ["status_command", "stop_command", "build_status", "read_run", "is_launcher_of", "find_launcher"]
+__all__ = ["status_command", "stop_command", "build_status", "read_run", "is_launcher_of", "find_launcher",
+           "gather_recorded", "liveness_of", "next_command"]

@@ -178,6 +178,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         dry_run=cfg.dry_run,
         probe=cfg.probe,
         campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
+        docker_host=cfg.docker_host,
     )
     write_manifest(cfg.run_root, manifest)
     LAUNCHER_SIGNALS.install()

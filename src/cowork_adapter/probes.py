@@ -25,7 +25,7 @@ import docker.errors
 
 from .config import RunConfig
 from .custody.docker_ops import cleanup_run
-from .custody.labels import RUN_LABEL_KEY
+from .custody.labels import ROLE_LABEL_KEY, ROLE_NETWORK, RUN_LABEL_KEY, role_for_name
 from .errors import Refusal
 from .image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, finalize, planned_from_labels
 from .manifest import utc_now, write_manifest
@@ -168,14 +168,18 @@ class ProbeSandbox:
         return self
 
     def _start(self) -> None:
+        # The run's exact label on every object, so a launcher killed mid-probe leaves nothing that
+        # `cowork-adapter clear` (or this __exit__) cannot find; the role says which part it was.
         labels = {RUN_LABEL_KEY: self.label}
-        self.client.networks.create(self.net_name, driver="bridge", labels=labels, check_duplicate=True)
+        self.client.networks.create(self.net_name, driver="bridge", labels={**labels, ROLE_LABEL_KEY: ROLE_NETWORK},
+                                    check_duplicate=True)
         volumes = {}
         seed = self.bench_copy / "db" / "init.sql.gz"
         if seed.is_file():
             volumes[str(seed)] = {"bind": "/docker-entrypoint-initdb.d/init.sql.gz", "mode": "ro"}
         pg = self.client.containers.run(
-            PG_IMAGE, name=self.pg_name, detach=True, network=self.net_name, labels=labels, volumes=volumes,
+            PG_IMAGE, name=self.pg_name, detach=True, network=self.net_name, labels={**labels, ROLE_LABEL_KEY: role_for_name(self.pg_name)},
+            volumes=volumes,
             environment={"POSTGRES_DB": PG_DB, "POSTGRES_USER": PG_USER, "POSTGRES_PASSWORD": PG_PASSWORD},
             **self._limits(),
         )
@@ -190,7 +194,8 @@ class ProbeSandbox:
         }
         self.box = self.client.containers.run(
             self.manifest.image.id, ["sleep", "7200"], name=self.box_name, detach=True, network=self.net_name,
-            labels=labels, environment=env, volumes=volumes, working_dir="/workspace", **self._limits(),
+            labels={**labels, ROLE_LABEL_KEY: role_for_name(self.box_name)}, environment=env, volumes=volumes, working_dir="/workspace",
+            **self._limits(),
         )
 
     def _wait_pg(self, pg) -> None:

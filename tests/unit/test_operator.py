@@ -213,7 +213,7 @@ def test_stop_never_signals_a_launcher_of_another_run_root(run_root, tmp_path, p
     write_monitor(run_root, pid=other.pid, finished=False)  # a stale or forged pid pointing at another run
     code = stop_command(run_root, timeout=5, poll_sec=0.1)
     err = capsys.readouterr().err
-    assert code == 1 and "nothing was signalled" in err and "cowork-adapter campaign reconcile" in err
+    assert code == 1 and "nothing was signalled" in err and f"cowork-adapter clear {run_root}" in err
     time.sleep(0.3)
     assert other.poll() is None, "another run's launcher was signalled"
 
@@ -233,7 +233,7 @@ def test_stop_when_the_launcher_is_gone_but_the_run_is_unfinished(run_root, caps
     write_monitor(run_root, pid=dead.pid, finished=False)
     assert stop_command(run_root, timeout=5) == 1
     err = capsys.readouterr().err
-    assert "unfinished but no launcher of it is running" in err and "campaign reconcile" in err
+    assert "unfinished and no launcher of it is running" in err and f"Next: `cowork-adapter clear {run_root}" in err
 
 
 def test_stop_times_out_on_a_launcher_that_does_not_finish(run_root, procs, capsys):

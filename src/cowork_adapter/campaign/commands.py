@@ -151,28 +151,59 @@ def reconcile_command(
         if not key:
             raise Refusal(STAGE, f"The environment variable {api_key_env} holds no provider key, so usage cannot be refreshed.")
         wanted_root = str(Path(run_root).resolve())
-        store = JsonFileCampaignStore(campaign_file)
-        with store.locked() as session:
-            record = session.load()
-            if record is None:
-                raise Refusal(STAGE, f"The campaign file {store.location} does not exist.")
-            checks = _prove_run_over(record, wanted_root, key, docker_host, label_is_empty)
-            reading = _refresh_usage(record, key, meter_url, read_meter, clock or SystemClock(), meter_deadline_sec)
-            checks["meter"] = reading
-            checks["agent_env_removed"] = _remove_agent_env(Path(wanted_root))
-            campaign = Campaign(session, record, now=utc_now)
-            try:
-                campaign.reconcile_active_run(usage=reading["usage"], operator_note=note, checks=checks)
-            except CampaignPersistenceError as exc:
-                print(f"cowork-adapter: campaign write failed: {exc}", file=sys.stderr)
-                return int(ExitCode.FAILED)
+        try:
+            reading, record = settle_active_run(
+                campaign_file, wanted_root, note, key, meter_url, docker_host, label_is_empty=label_is_empty,
+                read_meter=read_meter, clock=clock, meter_deadline_sec=meter_deadline_sec,
+            )
+        except CampaignPersistenceError as exc:
+            print(f"cowork-adapter: campaign write failed: {exc}", file=sys.stderr)
+            return int(ExitCode.FAILED)
     except Refusal as exc:
         return _refused(exc)
     print(
         f"Reconciled {wanted_root}: active_run cleared, usage {reading['usage']:.6f} recorded, "
-        f"campaign spent ${campaign.record.spent_usd:,.4f} of ${campaign.record.ceiling_usd:,.2f}."
+        f"campaign spent ${record.spent_usd:,.4f} of ${record.ceiling_usd:,.2f}."
     )
     return int(ExitCode.OK)
+
+
+def settle_active_run(
+    campaign_file: str | os.PathLike[str],
+    wanted_root: str,
+    note: str,
+    key: str,
+    meter_url: str,
+    docker_host: str,
+    *,
+    label_is_empty: LabelIsEmpty | None = None,
+    read_meter: Callable[[float], MeterReading] | None = None,
+    clock: Clock | None = None,
+    meter_deadline_sec: float = DEFAULT_BLINDNESS_SEC,
+) -> tuple[dict[str, Any], CampaignRecord]:
+    """The guarded settlement of `reconcile` and `clear`: under the campaign's lock, prove the run
+    over, read the meter, and clear its active_run in one save. Returns (meter reading, record).
+
+    Raises Refusal for every unsafe state (the file untouched) and CampaignPersistenceError when
+    the save fails. A missing campaign file is refused BEFORE the lock is taken: locking creates
+    `<file>.lock`, and a run that never created its campaign must not leave one behind.
+    """
+    path = Path(campaign_file).absolute()
+    if not path.is_file():
+        raise Refusal(STAGE, f"The campaign file {path} does not exist (a run killed before creating it has no "
+                             f"campaign to settle: finish it with `cowork-adapter clear {wanted_root}`).")
+    store = JsonFileCampaignStore(path)
+    with store.locked() as session:
+        record = session.load()
+        if record is None:
+            raise Refusal(STAGE, f"The campaign file {store.location} does not exist.")
+        checks = _prove_run_over(record, wanted_root, key, docker_host, label_is_empty)
+        reading = _refresh_usage(record, key, meter_url, read_meter, clock or SystemClock(), meter_deadline_sec)
+        checks["meter"] = reading
+        checks["agent_env_removed"] = _remove_agent_env(Path(wanted_root))
+        campaign = Campaign(session, record, now=utc_now)
+        campaign.reconcile_active_run(usage=reading["usage"], operator_note=note, checks=checks)
+    return reading, campaign.record
 
 
 def _prove_run_over(
@@ -204,7 +235,7 @@ def _prove_run_over(
     except Exception as exc:  # unknown Docker state is never taken as empty
         raise Refusal(STAGE, f"Docker could not prove the run label {active.run_label} empty ({type(exc).__name__}: {exc}).") from None
     if empty is not True:
-        raise Refusal(STAGE, f"Containers or networks with the run label {active.run_label} still exist on {docker_host}.")
+        raise Refusal(STAGE, f"Containers, networks or volumes with the run label {active.run_label} still exist on {docker_host}.")
     checks["docker_label"] = {"label": active.run_label, "docker_host": docker_host, "empty": True}
     return checks
 

@@ -31,14 +31,23 @@ Log = Callable[[dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class Labelled:
-    """The run's containers (all states) and networks, as (id, name) pairs."""
+    """The run's containers (all states), networks and volumes, as (id, name) pairs.
+
+    A volume's id is its name (the daemon has no other handle for it).
+    """
 
     containers: list[Resource] = field(default_factory=list)
     networks: list[Resource] = field(default_factory=list)
+    volumes: list[Resource] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not self.containers and not self.networks
+        return not self.containers and not self.networks and not self.volumes
+
+    def names(self) -> list[str]:
+        """Every resource as `kind name`, for a sentence an operator reads."""
+        return ([f"container {n}" for _, n in self.containers] + [f"network {n}" for _, n in self.networks]
+                + [f"volume {n}" for _, n in self.volumes])
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class CleanupReport:
     removed_networks: list[Resource]
     errors: list[dict[str, Any]]
     already_gone: int  # removals answered "not found" (a competing cleanup), proven by the relist
+    removed_volumes: list[Resource] = field(default_factory=list)
 
 
 def client(docker_host: str, timeout: int = DEFAULT_TIMEOUT_SEC) -> docker.DockerClient:
@@ -76,8 +86,8 @@ def label_is_empty(docker_host: str, run_label: str, *, timeout: int = DEFAULT_T
 def cleanup_run(
     docker_host: str, run_label: str, log: Log, *, timeout: int = DEFAULT_TIMEOUT_SEC
 ) -> CleanupReport:
-    """Force-remove the run's containers (with their anonymous volumes), then its networks, then
-    prove by a fresh listing that none remains.
+    """Force-remove the run's containers (with their anonymous volumes), then its networks and its
+    labelled volumes, then prove by a fresh listing that none remains.
 
     A "not found" during removal (a competing cleanup) counts as success only because the relist
     is empty. Raises CustodyError when a listing fails (state unknown) or anything survives.
@@ -87,12 +97,13 @@ def cleanup_run(
     try:
         listed = _list(dc.api, run_label)
         errors: list[dict[str, Any]] = []
-        removed: dict[str, list[Resource]] = {"container": [], "network": []}
+        removed: dict[str, list[Resource]] = {"container": [], "network": [], "volume": []}
         gone = 0
-        # Containers first: a network cannot be removed while a container is attached to it.
+        # Containers first: a network or volume cannot be removed while a container uses it.
         for kind, remove, items in (
             ("container", _remove_container, listed.containers),
             ("network", _remove_network, listed.networks),
+            ("volume", _remove_volume, listed.volumes),
         ):
             for ident, name in items:
                 error = _attempt(remove, dc.api, kind, ident, name)
@@ -108,15 +119,15 @@ def cleanup_run(
             log({"event": "cleanup_relist_failed", "run_label": run_label, "error": str(err)})
             raise CustodyError(f"cannot verify custody after cleanup: {err}") from err
         if not remaining.empty:
-            survivors = [n for _, n in remaining.containers] + [n for _, n in remaining.networks]
             log({
                 "event": "cleanup_remaining",
                 "run_label": run_label,
                 "containers": [list(r) for r in remaining.containers],
                 "networks": [list(r) for r in remaining.networks],
+                "volumes": [list(r) for r in remaining.volumes],
             })
-            raise CustodyError(f"resources with run label {run_label} survived cleanup: {', '.join(survivors)}")
-        return CleanupReport(removed["container"], removed["network"], errors, gone)
+            raise CustodyError(f"resources with run label {run_label} survived cleanup: {', '.join(remaining.names())}")
+        return CleanupReport(removed["container"], removed["network"], errors, gone, removed["volume"])
     finally:
         dc.close()
 
@@ -213,12 +224,14 @@ def _list(api: docker.APIClient, run_label: str) -> Labelled:
     try:
         containers = api.containers(all=True, filters={"label": wanted})
         networks = api.networks(filters={"label": wanted})
+        volumes = (api.volumes(filters={"label": wanted}) or {}).get("Volumes") or []
     except DOCKER_FAILURES as err:
         raise CustodyError(f"cannot list resources with run label {run_label}: {_brief(err)}") from err
     # The daemon filter is exact; the client-side check keeps that a property of this code too.
     return Labelled(
         containers=[(c["Id"], _container_name(c)) for c in containers if _owned(c, run_label)],
         networks=[(n["Id"], n.get("Name", "")) for n in networks if _owned(n, run_label)],
+        volumes=[(v["Name"], v["Name"]) for v in volumes if _owned(v, run_label)],
     )
 
 
@@ -237,6 +250,10 @@ def _remove_container(api: docker.APIClient, ident: str) -> None:
 
 def _remove_network(api: docker.APIClient, ident: str) -> None:
     api.remove_network(ident)
+
+
+def _remove_volume(api: docker.APIClient, name: str) -> None:
+    api.remove_volume(name, force=True)
 
 
 def _attempt(remove: Callable[[Any, str], None], api: Any, kind: str, ident: str, name: str) -> dict[str, Any] | None:

@@ -112,6 +112,20 @@ class RunFinished(_Event):
     stop_reason: str | None = None
 
 
+class DeadRunCleared(_Event):
+    """`cowork-adapter clear` finished the custody of a run whose processes were proven gone."""
+
+    kind: Literal[EventKind.DEAD_RUN_CLEARED] = EventKind.DEAD_RUN_CLEARED
+    removed_containers: int = 0
+    removed_networks: int = 0
+    removed_volumes: int = 0
+    label_empty: bool = True
+    agent_env_removed: bool = False
+    campaign: str
+    ledger: str
+    operator_note: str
+
+
 EVENT_TYPES: tuple[type[_Event], ...] = (
     RunAdmitted,
     RunnerStarted,
@@ -125,6 +139,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     Cleanup,
     Settlement,
     RunFinished,
+    DeadRunCleared,
 )
 
 Event = Annotated[Union[EVENT_TYPES], Field(discriminator="kind")]

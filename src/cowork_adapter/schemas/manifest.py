@@ -80,6 +80,25 @@ class Refusal(_Model):
     sentence: str
 
 
+class ClearedRecord(_Model):
+    """What `cowork-adapter clear` did to finish a dead run's custody (written once it is done)."""
+
+    at: str
+    operator_note: str
+    docker_host: str
+    processes: str  # the proof that the launcher, watchdog and runner group are gone, as one sentence
+    removed_containers: list[str] = Field(default_factory=list)  # names
+    removed_networks: list[str] = Field(default_factory=list)
+    removed_volumes: list[str] = Field(default_factory=list)
+    label_empty: bool  # a fresh listing after removal found nothing with the run's label
+    agent_env_removed: bool  # the key file existed and was deleted
+    tmpdir_removed: bool
+    ledger: str  # "rebuilt: N rows" or "not rebuilt: why"
+    # settled | no_campaign_file | no_active_run | active_run_is_another_run | unsettled (the meter or
+    # the campaign file failed: the active run is kept for the next `clear`)
+    campaign: str
+
+
 class RunManifest(_Model):
     schema_: Literal["cowork_adapter.run_manifest.v1"] = Field(MANIFEST_SCHEMA, alias="schema")
     run_root: str
@@ -111,6 +130,8 @@ class RunManifest(_Model):
     error: dict[str, str] | None = None  # {type, message} for a crash, message scrubbed and capped
     campaign_file: str | None = None
     campaign_settlement: str | None = None
+    docker_host: str | None = None  # the daemon the run used (`clear` defaults to it)
+    cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
