@@ -198,7 +198,7 @@ def test_the_runner_does_not_inherit_the_pipe_write_end(tmp_path):
     try:
         target = os.readlink(f"/proc/self/fd/{handle.life_fd}")
         console = tmp_path / "console.log"
-        sup = Supervisor(runner_argv=["bash", "-c", "for f in /proc/$$/fd/*; do readlink $f; done"],
+        sup = Supervisor(runner_argv=["bash", "-c", "for f in /proc/$$/fd/*; do readlink $f; done; true"],
                          runner_env=dict(os.environ), runner_cwd=tmp_path, console_log=console,
                          stop_file=tmp_path / "stop", blindness_sec=30.0, meter=Meter(),
                          disk_check=lambda: None, publish=lambda live: None, on_event=lambda k, d: None,
