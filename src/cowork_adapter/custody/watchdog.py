@@ -360,6 +360,9 @@ def start_watchdog(
     handle = WatchdogHandle(proc, life_w, ProcessIdentity(pid=proc.pid, start_ticks=start_ticks(proc.pid)))
     try:
         answer = _read_ready(ready_r, ready_timeout)
+    except BaseException:  # a signal's StopSignal while waiting: no orphaned watchdog left behind
+        handle.end(timeout=5.0)
+        raise
     finally:
         os.close(ready_r)
     if answer != READY:
