@@ -13,7 +13,9 @@ exact label are followed from before the launch. Then, with no code of the launc
     (the watchdog never settles); bystanders (a near-identical label, an unlabelled `agent-*`)
     are untouched.
 
-A last case lets a run finish normally and checks its watchdog ended with it.
+One case SIGKILLs the watchdog first and then the launcher's group: the runner goes on, and the
+shim alone refuses its next creation (launcher_dead). A last case lets a run finish normally and
+checks its watchdog ended with it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import docker
 import pytest
 
 from cowork_adapter.container.procs import group_alive, process_alive
-from cowork_adapter.custody.docker_ops import list_labelled
+from cowork_adapter.custody.docker_ops import cleanup_run, list_labelled
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
 from cowork_adapter.custody.watchdog import custody_paths, read_processes
 from cowork_adapter.demo.scenarios import (
@@ -183,6 +185,52 @@ def test_a_killed_launcher_spends_nothing_more(demo, docker_host, moment, how):
         remove_bystanders(docker_host, bystanders)
         unlabelled.remove(force=True)
         client.close()
+
+
+def creations(run_root: Path) -> list[dict]:
+    path = run_root / "custody" / "evidence" / "creations.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def test_with_the_watchdog_killed_too_the_shim_alone_refuses_every_creation(demo, docker_host):
+    """Defense in depth: watchdog and launcher both SIGKILLed; the runner goes on, the shim refuses."""
+    name = "kill-watchdog-first"
+    run_root = demo.run_root(name)
+    label = run_label(run_root)
+    creates = CreateEvents(docker_host, label)
+    launcher = launch(demo, name, TASKS)
+    pgid = None
+    try:
+        assert wait_for(lambda: agent_started(run_root) or launcher.poll() is not None, 600, 0.1)
+        assert launcher.poll() is None
+        processes = read_processes(run_root)
+        pgid = processes.runner_pgid
+        os.kill(processes.watchdog.pid, signal.SIGKILL)
+        killed_at = time.time()
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+        # The runner lives on and starts the next task when a slot frees: that creation is refused.
+        refused = wait_for(lambda: any(c["cause"] == "launcher_dead" for c in creations(run_root)), 240, 0.5)
+        assert refused, "the runner tried no creation after the kill, or the shim admitted it"
+        admitted_late = [c for c in creations(run_root) if c["admitted"] and c["ts"] > killed_at + FENCE_SEC]
+        assert not admitted_late, admitted_late
+        late = [(round(t - killed_at, 2), n) for t, n in creates.times if t > killed_at + FENCE_SEC]
+        assert not late, f"containers of the run created more than 5 s after the kill: {late}"
+        assert not custody_paths(run_root)["stop"].exists()  # no watchdog fenced: the shim did it alone
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        creates.close()
+        # What the watchdog would have done: stop the runner group, exact-label cleanup.
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            wait_for(lambda: not group_alive(pgid), 15, 0.2)
+        cleanup_run(docker_host, label, lambda entry: None)
+        custody_paths(run_root)["agent_env"].unlink(missing_ok=True)
 
 
 def test_a_run_that_finishes_normally_leaves_no_watchdog(demo, docker_host):
