@@ -2,10 +2,13 @@
 
 Order matters and is the point of this module:
   1. the startup meter reading is accepted and saved under the campaign lock (the anchor);
-  2. custody is installed (shim, label, limits, the key in an agent-only env file);
-  3. the supervisor runs the upstream runner until it ends or a stop cause ends it;
-  4. exact-label cleanup is PROVEN before anything is settled; unknown state keeps active_run;
-  5. one final reading, bounded like every other, settles the campaign and clears active_run.
+  2. the watchdog is started in its own session and armed (custody/watchdog.py: it fences, stops
+     and cleans the run if this process dies); without it the runner never starts;
+  3. custody is installed (shim, label, limits, the key in an agent-only env file);
+  4. the supervisor runs the upstream runner until it ends or a stop cause ends it;
+  5. exact-label cleanup is PROVEN before anything is settled; unknown state keeps active_run;
+     then the watchdog is told "done" and reaped;
+  6. one final reading, bounded like every other, settles the campaign and clears active_run.
 """
 
 from __future__ import annotations
