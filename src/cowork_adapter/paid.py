@@ -2,10 +2,13 @@
 
 Order matters and is the point of this module:
   1. the startup meter reading is accepted and saved under the campaign lock (the anchor);
-  2. custody is installed (shim, label, limits, the key in an agent-only env file);
-  3. the supervisor runs the upstream runner until it ends or a stop cause ends it;
-  4. exact-label cleanup is PROVEN before anything is settled; unknown state keeps active_run;
-  5. one final reading, bounded like every other, settles the campaign and clears active_run.
+  2. the watchdog is started in its own session and armed (custody/watchdog.py: it fences, stops
+     and cleans the run if this process dies); without it the runner never starts;
+  3. custody is installed (shim, label, limits, the key in an agent-only env file);
+  4. the supervisor runs the upstream runner until it ends or a stop cause ends it;
+  5. exact-label cleanup is PROVEN before anything is settled; unknown state keeps active_run;
+     then the watchdog is told "done" and reaped;
+  6. one final reading, bounded like every other, settles the campaign and clears active_run.
 """
 
 from __future__ import annotations
@@ -25,14 +28,17 @@ from .campaign.meter import KeyMeter, MeterError
 from .campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
 from .campaign.store import JsonFileCampaignStore, open_campaign
 from .config import RunConfig
+from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
 from .custody.docker_ops import cleanup_run, custody_gap
+from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from .errors import CustodyError, Refusal
 from .events import EventLog
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
 from .schemas.campaign import key_fingerprint
+from .schemas.custody import CustodyProcesses, ProcessIdentity
 from .manifest import write_manifest
 from .schemas.manifest import RunManifest
 from .schemas.run_config import model_provider
@@ -122,6 +128,11 @@ def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]
     return custody.environment(base)
 
 
+def _watchdog_env(cfg: RunConfig) -> dict[str, str]:
+    """The watchdog needs no key: the launcher's environment without any variable that may carry one."""
+    return {k: v for k, v in os.environ.items() if k not in KEY_CARRIERS and k != cfg.api_key_env}
+
+
 def write_agent_env(path: Path, key: str) -> None:
     """The key for agent containers only: 0600, outside the benchmark tree (never mounted)."""
     path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -132,7 +143,11 @@ def write_agent_env(path: Path, key: str) -> None:
 
 def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> int:
     """Run the selection under campaign custody; returns the exit code (see vocab.ExitCode)."""
-    return PaidRun(cfg, manifest, bench_copy, pre.key).run()
+    paid = PaidRun(cfg, manifest, bench_copy, pre.key)
+    try:
+        return paid.run()
+    finally:
+        paid.end_watchdog()  # every way out of a living launcher says "done" (idempotent)
 
 
 class PaidRun:
@@ -153,6 +168,8 @@ class PaidRun:
         self.agent_env = root / "private" / "agent.env"
         self.tmpdir = cfg.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
         self.runner_pid: int | None = None
+        self.watchdog: WatchdogHandle | None = None
+        self.processes: CustodyProcesses | None = None
         self.causes: list[str] = []
         self.spending: Spending | None = None
 
@@ -193,6 +210,7 @@ class PaidRun:
                 cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
                 self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
                     "cleanup_unproven" if cleanup_error else "runner_exited"))
+                self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it
                 self._record_result(result)
                 settlement = "unconfirmed" if cleanup_error else self._settle(result)
                 self.manifest.campaign_settlement = settlement
@@ -205,18 +223,31 @@ class PaidRun:
         """Install custody and supervise the runner; any failure after start_run becomes a stop cause."""
         cfg = self.cfg
         try:
+            # The watchdog first, before the key file exists and long before the runner: if it cannot
+            # be started or armed, this raises and the runner never starts (stop before spending).
+            self.watchdog = start_watchdog(
+                run_root=cfg.run_root, run_label=self.label, docker_host=cfg.docker_host, env=_watchdog_env(cfg),
+                bound_sec=cfg.meter_blindness_sec, grace_sec=min(8.0, cfg.meter_blindness_sec / 3), tmpdir=self.tmpdir,
+            )
             write_agent_env(self.agent_env, self.key)
+            launcher = ProcessIdentity(pid=os.getpid(), start_ticks=start_ticks(os.getpid()))
             custody = install_custody(
                 cfg.run_root, real_docker=_real_docker(), docker_host=cfg.docker_host, run_label=self.label,
                 limits={"cpus": cfg.cpus, "memory_bytes": cfg.memory_bytes,
                         "memory_swap_bytes": cfg.memory_swap_bytes, "pids_limit": cfg.pids_limit},
                 stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.min_free_gib * GIB),
                 evidence_dir=self.evidence, agent_env_file=self.agent_env,
+                launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
             )
+            self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
+            write_processes(cfg.run_root, self.processes)
+            self.event(EventKind.WATCHDOG_STARTED, pid=self.watchdog.identity.pid, launcher_pid=launcher.pid)
             self.manifest.bash_env = str(custody.bash_env)
             write_manifest(cfg.run_root, self.manifest)
+            env = runner_env(cfg, self.manifest, custody)
+            env[RUN_MARKER_ENV] = self.label  # lets the watchdog find every process of the run in /proc
             supervisor = Supervisor(
-                runner_argv=self.manifest.official_command, runner_env=runner_env(cfg, self.manifest, custody),
+                runner_argv=self.manifest.official_command, runner_env=env,
                 runner_cwd=self.bench_copy, console_log=cfg.run_root / "console.log", stop_file=self.stop_file,
                 blindness_sec=cfg.meter_blindness_sec, meter=self, disk_check=self.disk_check, publish=self.publish,
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
@@ -320,7 +351,15 @@ class PaidRun:
 
     def _runner_started(self, pid: int) -> None:
         self.runner_pid = pid
+        if self.processes is not None:  # first: a later command proves this group gone by it
+            self.processes = self.processes.model_copy(update={"runner_pgid": pid})
+            write_processes(self.cfg.run_root, self.processes)
         self.campaign.set_runner_pgid(pid)
+
+    def end_watchdog(self) -> None:
+        """Tell the watchdog the launcher is done and reap it; its exit is in events.jsonl."""
+        if self.watchdog is not None:
+            self.watchdog.end()
 
     def _supervisor_event(self, kind: str, data: dict) -> None:
         if kind == "runner_started":

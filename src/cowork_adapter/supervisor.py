@@ -107,10 +107,12 @@ class Supervisor:
     def _start_runner(self) -> None:
         with open(self.console_log, "ab") as console:
             # Its own session: the whole runner tree is stopped as one group, and the operator's
-            # Ctrl-C reaches only the launcher, which stops the runner in order.
+            # Ctrl-C reaches only the launcher, which stops the runner in order. close_fds: the
+            # runner inherits no descriptor of ours, above all not the watchdog pipe's write end
+            # (a holder of it would keep the watchdog from seeing the launcher's death as EOF).
             self.proc = subprocess.Popen(
                 self.runner_argv, cwd=self.runner_cwd, env=self.runner_env, stdin=subprocess.DEVNULL,
-                stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=console, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         self.on_event("runner_started", {"pid": self.proc.pid, "argv_len": len(self.runner_argv)})
         self.on_runner_started(self.proc.pid)

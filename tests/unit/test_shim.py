@@ -12,10 +12,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from cowork_adapter.container.procs import start_ticks
 from cowork_adapter.custody import labels, shim
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.shim_config import ContainerLimits
@@ -48,7 +50,8 @@ sys.exit(int(open(os.path.join(here, "exit_code")).read()))
 class Bed:
     """One installed custody with a fake docker; run(args) calls the real wrapper."""
 
-    def __init__(self, root: Path, *, agent_env: bool = True, min_free: int = 0) -> None:
+    def __init__(self, root: Path, *, agent_env: bool = True, min_free: int = 0,
+                 launcher: tuple[int, int | None] | None = None) -> None:
         self.fake_dir = root / "fake"
         self.fake_dir.mkdir()
         fake = self.fake_dir / "docker"
@@ -75,6 +78,8 @@ class Bed:
             evidence_dir=self.evidence,
             agent_env_file=self.env_file if agent_env else None,
             environ={},
+            launcher_pid=launcher[0] if launcher else None,
+            launcher_start_ticks=launcher[1] if launcher else None,
         )
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -239,6 +244,50 @@ def test_stop_file_refuses_creation_records_eval_evidence_and_keeps_first_cause(
     assert bed.calls() == []
 
 
+def test_a_dead_launcher_refuses_every_creation_but_never_teardown(tmp_path):
+    """The shim's own liveness check: it holds with no stop file and no watchdog at all."""
+    launcher = subprocess.Popen(["sleep", "60"])
+    try:
+        bed = Bed(tmp_path, launcher=(launcher.pid, start_ticks(launcher.pid)))
+        assert bed.run("run", "--name", "agent-9-00000000", "img").returncode == 0  # alive: admitted
+        launcher.kill()
+        time.sleep(0.2)  # exited but not reaped: a zombie runs no code, so it is dead too
+        assert not bed.stop_file.exists()
+        for argv in (["run", "--name", "agent-9-00000001", "img"], ["container", "create", "img"],
+                     ["network", "create", "net-9-00000000"]):
+            done = bed.run(*argv)
+            assert done.returncode == ExitCode.SHIM_REFUSED
+            assert done.stderr == f"docker shim: container creation refused: {ShimRefusal.LAUNCHER_DEAD.value}\n"
+        launcher.wait()
+        assert bed.run("create", "img").returncode == 75  # reaped: the pid names nothing
+        # The runner's own EXIT-trap cleanup still reaches the real docker.
+        assert bed.run("rm", "-f", "agent-9-00000000").returncode == 0
+        assert bed.last_argv() == ["rm", "-f", "agent-9-00000000"]
+        assert [c["argv"][0] for c in bed.calls()] == ["run", "rm"]
+        assert [c["cause"] for c in bed.creations()][1:] == [ShimRefusal.LAUNCHER_DEAD.value] * 4
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_a_reused_launcher_pid_is_dead(tmp_path):
+    """Same pid, another start time: another process, so the launcher is gone."""
+    bed = Bed(tmp_path, launcher=(os.getpid(), start_ticks(os.getpid()) + 1))
+    done = bed.run("run", "img")
+    assert done.returncode == 75 and done.stderr.strip().endswith(ShimRefusal.LAUNCHER_DEAD.value)
+    assert bed.calls() == []
+
+
+def test_shim_liveness_reads_proc_as_procs_does():
+    me = os.getpid()
+    assert shim.launcher_alive(me, start_ticks(me)) is True
+    assert shim.launcher_alive(me, None) is True
+    assert shim.launcher_alive(me, start_ticks(me) + 1) is False
+    with subprocess.Popen(["true"]) as gone:
+        gone.wait()
+    assert shim.launcher_alive(gone.pid, None) is False
+
+
 def test_refused_non_eval_creation_writes_no_eval_evidence(tmp_path):
     bed = Bed(tmp_path)
     bed.stop_file.write_text("x")
@@ -363,7 +412,7 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
     assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
-              shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE}
+              shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD}
     assert causes == set(ShimRefusal.values())
     assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
     for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):

@@ -60,6 +60,72 @@ def _group_members(pgid: int) -> Optional[list[str]]:
     return states
 
 
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """Fields 3.. of /proc/<pid>/stat (after the parenthesised name), or None when unreadable."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            stat = fh.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """The start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), or None.
+
+    A pid alone names no process for long (pids are reused); a pid with its start time does.
+    """
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None  # field 22 is the 20th after the name
+    except (IndexError, ValueError):
+        return None
+
+
+def process_alive(pid: int, ticks: Optional[int]) -> bool:
+    """True when `pid` is the very process that started at `ticks` and has not exited.
+
+    A zombie (exited, not yet reaped by its parent) counts as dead: it runs no code.
+    With `ticks` None only existence and state are checked.
+    """
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X", "x"):
+        return False
+    return ticks is None or fields[19] == str(ticks)
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """Processes whose environment holds exactly `name=value` (readable /proc/<pid>/environ only).
+
+    The environment a process was started with is fixed at exec, so a marker set by the launcher
+    on the runner is inherited by every descendant that does not scrub its environment.
+    """
+    wanted = f"{name}={value}".encode()
+    found = []
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                entries = fh.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or another user's process
+        if wanted in entries:
+            found.append(pid)
+    return found
+
+
+def pgid_of(pid: int) -> Optional[int]:
+    """The process group of `pid` (field 5 of its stat), or None when it is gone."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[2]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
 def group_alive(pgid: int) -> bool:
     """True unless the group is provably gone: no member, or (by /proc) only zombies left."""
     try:

@@ -5,4 +5,5 @@ shim.py        the shim program (stdlib only, run on the host by the `docker` wr
 shim_config.py the shim's typed run config (ContainerLimits, ShimConfig)
 bash_env.py    install_custody(): config, wrapper and BASH_ENV script, and the runner env
 docker_ops.py  docker-py: list, remove and verify by exact label; image identity; bypass check
+watchdog.py    the process that fences, stops and cleans the run when its launcher dies
 """

@@ -86,6 +86,8 @@ def install_custody(
     agent_env_file: Path | None,
     python: str = sys.executable,
     environ: Mapping[str, str] | None = None,
+    launcher_pid: int | None = None,
+    launcher_start_ticks: int | None = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 
@@ -94,6 +96,8 @@ def install_custody(
     a shim wrapper itself, a resource root that is not a directory, a negative reserve, invalid
     limits, an agent env file that is not an existing regular file, and an existing custody dir.
     Creates evidence_dir (0700) and TMPDIR = <resource_root>/tmp-<run_label[:12]> (0700).
+    With `launcher_pid` (and its start time in clock ticks), the shim refuses every creation once
+    that process is gone (ShimRefusal.LAUNCHER_DEAD): no container without a living supervisor.
     """
     environ = os.environ if environ is None else environ
     if environ.get("BASH_ENV") is not None:
@@ -123,6 +127,8 @@ def install_custody(
             min_free_bytes=min_free_bytes,
             evidence_dir=str(Path(evidence_dir).absolute()),
             agent_env_file=None if agent_env_file is None else str(Path(agent_env_file).resolve()),
+            launcher_pid=launcher_pid,
+            launcher_start_ticks=launcher_start_ticks,
         )
     except (ValidationError, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {_first_error(err)}.") from None

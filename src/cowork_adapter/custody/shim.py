@@ -8,7 +8,9 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   label, the CPU/memory/swap/PIDs limits and `--pull=never`, inserted right after the
   subcommand (so before the image); `agent-*` containers also get `--env-file <agent_env_file>`.
   `network create` gets the two labels only.
-- a creation is refused (exit 75, one line on stderr) when the stop file exists, the disk probe
+- a creation is refused (exit 75, one line on stderr) when the launcher that holds the run's
+  custody is gone (its pid and start time, from the config, no longer name a living process),
+  the stop file exists, the disk probe
   of the resource root fails or is below the reserve, the caller names another daemon, or the
   caller set a limit, the pull policy or a custody label itself (ours come first and docker
   keeps the last value, so theirs would win).
@@ -45,6 +47,7 @@ DISK_RESERVE_REACHED = "disk_reserve_reached"
 CONFIG_UNREADABLE = "config_unreadable"
 FLAG_CONFLICT = "flag_conflict"
 HOST_OVERRIDE = "host_override"
+LAUNCHER_DEAD = "launcher_dead"
 
 # Container states: the values of vocab.ContainerState.
 ABSENT, PRESENT, UNKNOWN = "absent", "present", "unknown"
@@ -260,8 +263,30 @@ def free_bytes(path):
     return stats.f_bavail * stats.f_frsize
 
 
+def launcher_alive(pid, ticks):
+    """Whether `pid` is still the launcher that started at clock tick `ticks` and has not exited.
+
+    The same reading as container/procs.process_alive (this file cannot import the package):
+    field 22 of /proc/<pid>/stat is the start time, field 3 the state; a zombie runs no code.
+    Anything unreadable is dead (fail closed).
+    """
+    try:
+        with open("/proc/%d/stat" % int(pid), "rb") as handle:
+            stat = handle.read().decode("utf-8", "replace")
+    except (OSError, TypeError, ValueError):
+        return False
+    fields = stat[stat.rfind(")") + 2:].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
+        return False
+    return ticks is None or fields[19] == str(ticks)
+
+
 def admission_cause(config):
-    """Why a creation may not proceed now (stop file, disk), or None to admit it."""
+    """Why a creation may not proceed now (dead launcher, stop file, disk), or None to admit it."""
+    # Checked first and on every creation: this holds even when the watchdog itself was killed.
+    if config.get("launcher_pid") is not None and not launcher_alive(
+            config["launcher_pid"], config.get("launcher_start_ticks")):
+        return LAUNCHER_DEAD
     if os.path.lexists(config["stop_file"]):
         return ADMISSION_STOPPED
     try:

@@ -46,6 +46,9 @@ class ShimConfig(BaseModel):
     min_free_bytes: int = Field(ge=0)
     evidence_dir: str
     agent_env_file: str | None = None
+    # The launcher holding the run's custody; the shim refuses every creation once it is gone.
+    launcher_pid: int | None = Field(default=None, gt=0)
+    launcher_start_ticks: int | None = Field(default=None, ge=0)
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2) + "\n"

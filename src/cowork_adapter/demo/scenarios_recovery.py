@@ -3,8 +3,8 @@
 resume           a run stopped mid-way is resumed twice (each pass stopped again), a third
                  resume with work remaining is refused, and the report over the chain counts
                  every selected task exactly once.
-kill9-reconcile  the launcher dies by SIGKILL; the operator stops the orphaned runner group and
-                 removes the run's exact-label resources; the next run is refused for the
+kill9-reconcile  the launcher dies by SIGKILL; its watchdog stops the runner group and removes the
+                 run's exact-label resources (the operator's own stop and cleanup find nothing left); the next run is refused for the
                  unsettled active_run; `campaign reconcile` clears it; the next run proceeds on
                  the same usage baseline.
 
@@ -178,6 +178,22 @@ def stop_process_group(pgid: int, grace: float = 30.0) -> bool:
     return not group_alive(pgid)
 
 
+def _watchdog_exit(run_root: Path) -> str | None:
+    """The reason of the run's watchdog_exited event, or None while there is none."""
+    try:
+        lines = (run_root / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("kind") == "watchdog_exited":
+            return str(event.get("reason"))
+    return None
+
+
 def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     campaign = "campaign-kill9.json"
     campaign_path = env.root / campaign
@@ -186,10 +202,15 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     started = wait_for(lambda: agent_started(killed_root) or proc.poll() is not None, 600) and agent_started(killed_root)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    # The run's watchdog contains the dead launcher's run on its own; the operator's steps below
+    # come after it (run concurrently, two exact-label cleanups would race on the same removals).
+    watchdog_done = wait_for(lambda: _watchdog_exit(killed_root) is not None, 60, 0.2)
     before = read_json(campaign_path)
     active = before.get("active_run") or {}
     checks = [
         Check("the agent was running when the launcher got SIGKILL", started),
+        Check("the watchdog fenced the run, stopped the runner and proved cleanup",
+              watchdog_done and _watchdog_exit(killed_root) == "custody_finished", str(_watchdog_exit(killed_root))),
         Check("the campaign keeps the killed run as its active_run",
               str(active.get("run_root")) == str(killed_root), str(active.get("run_root"))),
     ]

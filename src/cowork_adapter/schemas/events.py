@@ -124,6 +124,45 @@ class DeadRunCleared(_Event):
     campaign: str
     ledger: str
     operator_note: str
+class WatchdogStarted(_Event):
+    """The launcher spawned its watchdog (own session) and the watchdog said it is armed."""
+
+    kind: Literal[EventKind.WATCHDOG_STARTED] = EventKind.WATCHDOG_STARTED
+    pid: int
+    launcher_pid: int
+
+
+class WatchdogFenced(_Event):
+    """The launcher died without saying "done": the watchdog created the stop file."""
+
+    kind: Literal[EventKind.WATCHDOG_FENCED] = EventKind.WATCHDOG_FENCED
+    reason: str  # StopReason.LAUNCHER_DIED
+    seen_by: str  # pipe_eof | pidfd | not_alive (what told the watchdog)
+    already_fenced: bool = False  # a stop file existed (an earlier cause kept)
+    key_deleted: bool = False
+    error: str | None = None
+
+
+class WatchdogRunnerStopped(_Event):
+    kind: Literal[EventKind.WATCHDOG_RUNNER_STOPPED] = EventKind.WATCHDOG_RUNNER_STOPPED
+    pgids: list[int] = Field(default_factory=list)  # process groups signalled
+    marked_pids: list[int] = Field(default_factory=list)  # processes found by the run's env marker
+    killed: bool = False  # SIGKILL was needed after the grace
+    gone: bool = False  # no process of the run is left
+
+
+class WatchdogCleanup(_Event):
+    kind: Literal[EventKind.WATCHDOG_CLEANUP] = EventKind.WATCHDOG_CLEANUP
+    removed: int = 0
+    proven: bool = False
+    attempts: int = 0
+    error: str | None = None
+
+
+class WatchdogExited(_Event):
+    kind: Literal[EventKind.WATCHDOG_EXITED] = EventKind.WATCHDOG_EXITED
+    reason: str  # launcher_done | custody_finished | custody_unproven
+    pid: int | None = None
 
 
 EVENT_TYPES: tuple[type[_Event], ...] = (
@@ -140,6 +179,11 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     Settlement,
     RunFinished,
     DeadRunCleared,
+    WatchdogStarted,
+    WatchdogFenced,
+    WatchdogRunnerStopped,
+    WatchdogCleanup,
+    WatchdogExited,
 )
 
 Event = Annotated[Union[EVENT_TYPES], Field(discriminator="kind")]

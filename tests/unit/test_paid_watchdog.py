@@ -1,0 +1,66 @@
+"""The launcher's side of the watchdog in paid.py: no watchdog, no runner; every exit says done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cowork_adapter import paid
+from cowork_adapter.custody.watchdog import WatchdogError
+from cowork_adapter.vocab import EventKind, StopReason
+
+
+def bare_run(tmp_path: Path) -> tuple[paid.PaidRun, list]:
+    run = object.__new__(paid.PaidRun)
+    events: list = []
+    run.cfg = SimpleNamespace(run_root=tmp_path, docker_host="unix:///nowhere.sock", meter_blindness_sec=30.0,
+                              api_key_env="COWORK_TEST_KEY")
+    run.label = "0" * 32
+    run.key = "not-a-key"
+    run.tmpdir = tmp_path / "tmp"
+    run.agent_env = tmp_path / "private" / "agent.env"
+    run.watchdog = None
+    run.processes = None
+    run.event = lambda kind, **payload: events.append((kind, payload))
+    return run, events
+
+
+def test_a_watchdog_that_cannot_start_stops_the_run_before_the_key_and_the_runner(tmp_path, monkeypatch):
+    run, events = bare_run(tmp_path)
+
+    def no_watchdog(**_kw):
+        raise WatchdogError("the watchdog exited within 60 s")
+
+    def forbidden(*_a, **_kw):
+        raise AssertionError("nothing may be prepared for the runner without a watchdog")
+
+    monkeypatch.setattr(paid, "start_watchdog", no_watchdog)
+    monkeypatch.setattr(paid, "write_agent_env", forbidden)
+    monkeypatch.setattr(paid, "install_custody", forbidden)
+    monkeypatch.setattr(paid, "Supervisor", forbidden)
+    result = run._supervise(anchor=0.0)
+    assert result.stop_reason == StopReason.SUPERVISOR_ERROR
+    assert result.runner_exit_code is None and "WatchdogError" in result.supervisor_error
+    assert not run.agent_env.exists()
+    assert EventKind.WATCHDOG_STARTED not in [kind for kind, _ in events]
+
+
+def test_run_paid_ends_the_watchdog_on_every_way_out(tmp_path, monkeypatch):
+    ended: list[bool] = []
+
+    class Handle:
+        def end(self):
+            ended.append(True)
+
+    def boom(self):
+        self.watchdog = Handle()
+        raise RuntimeError("a crash after the watchdog started")
+
+    monkeypatch.setattr(paid.PaidRun, "__init__", lambda self, *a: None)
+    monkeypatch.setattr(paid.PaidRun, "run", boom)
+    monkeypatch.setattr(paid.PaidRun, "watchdog", None, raising=False)
+    with pytest.raises(RuntimeError):
+        paid.run_paid(SimpleNamespace(), SimpleNamespace(key="k"), None, tmp_path)
+    assert ended == [True]
