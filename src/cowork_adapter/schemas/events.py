@@ -112,6 +112,24 @@ class RunFinished(_Event):
     stop_reason: str | None = None
 
 
+class DaemonLost(_Event):
+    """The Docker daemon under the run stopped answering or restarted (custody/daemon_watch.py).
+
+    `stage`: detected (the stop cause), returned (it answers again; cleanup can prove custody) or
+    not_returned (still silent after the bounded wait: custody is unproven).
+    """
+
+    kind: Literal[EventKind.DAEMON_LOST] = EventKind.DAEMON_LOST
+    stage: Literal["detected", "returned", "not_returned"] = "detected"
+    reason: str | None = None  # restarted | exited | unanswered
+    detail: str = ""
+    before_pid: int | None = None
+    before_start_ticks: int | None = None
+    after_pid: int | None = None
+    after_start_ticks: int | None = None
+    silent_sec: float | None = None
+
+
 EVENT_TYPES: tuple[type[_Event], ...] = (
     RunAdmitted,
     RunnerStarted,
@@ -125,6 +143,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     Cleanup,
     Settlement,
     RunFinished,
+    DaemonLost,
 )
 
 Event = Annotated[Union[EVENT_TYPES], Field(discriminator="kind")]
