@@ -205,11 +205,15 @@ class PaidRun:
             finally:
                 self.daemon_watch.stop()
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
+                if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
+                    self._daemon_lost(self.daemon_watch.lost)  # the runner ended first, of the same cause
                 if self.daemon_watch.lost is not None:
+                    result = self._with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
                     self._await_daemon()
                 cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
                 settlement = "unconfirmed" if cleanup_error else self._settle(result)
-                result = self._with_persistence_cause(result)
+                if self.persistence_error is not None:
+                    result = self._with_cause(result, StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
                 self._record_result(result)
                 self.manifest.campaign_settlement = settlement
                 self.event(EventKind.SETTLEMENT, settlement=settlement,
@@ -220,7 +224,8 @@ class PaidRun:
     def _unregistered(self, exc: CampaignPersistenceError, doing: str) -> int:
         """The campaign could not record this run, so nothing may start: prove the label empty, stop (exit 3)."""
         self._persistence_failed(exc, doing)
-        result = self._with_persistence_cause(SupervisionResult(stop_reason=None, stop_causes=[], runner_exit_code=None))
+        result = self._with_cause(SupervisionResult(stop_reason=None, stop_causes=[], runner_exit_code=None),
+                                  StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
         with LAUNCHER_SIGNALS.critical():
             cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
             self._record_result(result)
@@ -235,12 +240,13 @@ class PaidRun:
         if self.stop_now is not None:
             self.stop_now(StopReason.CAMPAIGN_PERSISTENCE_FAILED)
 
-    def _with_persistence_cause(self, result: SupervisionResult) -> SupervisionResult:
-        """A failed campaign write is a stop cause wherever it happened (the first cause stays the reason)."""
-        cause = StopReason.CAMPAIGN_PERSISTENCE_FAILED.value
-        if self.persistence_error is None or cause in result.stop_causes:
+    def _with_cause(self, result: SupervisionResult, reason: StopReason, source: str) -> SupervisionResult:
+        """A stop cause found outside the supervisor loop (a failed campaign write, a daemon lost as the
+        runner ended) joins the result; the first cause stays the stop reason."""
+        cause = reason.value
+        if cause in result.stop_causes:
             return result
-        self.event(EventKind.STOP_REQUESTED, reason=cause, source="campaign")
+        self.event(EventKind.STOP_REQUESTED, reason=cause, source=source)
         causes = [*result.stop_causes, cause]
         self.causes = causes
         return dataclasses.replace(result, stop_reason=result.stop_reason or cause, stop_causes=causes)

@@ -104,6 +104,25 @@ def test_watch_counts_silence_from_the_last_answer():
     assert loss is not None and loss.reason == UNANSWERED and loss.silent_sec == 10.5
 
 
+def test_final_check_counts_any_silence_as_lost():
+    # The runner may end before the bound passes: at the end the daemon is needed now.
+    prober = ScriptedProber([(2.0, True, A), (3.0, False, A)])
+    watch = DaemonWatch("unix:///unused", prober=prober, bound_sec=10.0)
+    watch.baseline = A
+    assert watch.step() is None
+    loss = watch.final_check()
+    assert loss is not None and loss.reason == UNANSWERED and watch.lost is loss
+
+
+def test_final_check_keeps_a_loss_already_seen_and_passes_a_healthy_daemon():
+    healthy = DaemonWatch("unix:///unused", prober=ScriptedProber([(1.0, True, A)]), bound_sec=10.0)
+    healthy.baseline = A
+    assert healthy.final_check() is None
+    seen = DaemonWatch("unix:///unused", prober=ScriptedProber([]), bound_sec=10.0)
+    seen.lost = judge(A, 0.0, Probe(at=1.0, answered=True, identity=B), 10.0)
+    assert seen.final_check() is seen.lost  # no new probe taken
+
+
 def test_watch_thread_reports_the_loss_once(tmp_path):
     prober = ScriptedProber([(0.0, True, A), (1.0, True, A), (2.0, True, B)])
     seen = []

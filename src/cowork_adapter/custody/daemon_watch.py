@@ -215,6 +215,14 @@ class DaemonWatch:
                 self.on_lost(loss)
                 return
 
+    def final_check(self) -> DaemonLoss | None:
+        """After the thread is stopped: one more probe, where any silence is a loss (cleanup needs the
+        daemon now). The runner often ends first when its daemon goes away, before the bound passes."""
+        if self.lost is None:
+            probe = self.prober.probe(self.baseline)
+            self.lost = judge(self.baseline, self.last_answer_at, probe, 0.0)
+        return self.lost
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
