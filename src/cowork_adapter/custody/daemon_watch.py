@@ -210,6 +210,8 @@ class DaemonWatch:
     def _follow(self) -> None:
         while not self._stop.wait(self.interval):
             loss = self.step()
+            if self._stop.is_set():
+                return  # stopping: final_check() takes the last look, so a loss is reported once
             if loss is not None:
                 self.lost = loss
                 self.on_lost(loss)
