@@ -9,6 +9,9 @@ and a distinct address pool, loads the demo's images into it from the shared dae
     same data root. The launcher must record the loss (daemon_lost, with the before/after pids)
     and fence (stop file) within 30 s, end with exit 3 and stop reason docker_daemon_lost, and once
     the daemon is back prove cleanup: nothing labelled left, the campaign settled.
+  - frozen: SIGSTOP the daemon (it keeps its socket and pid but answers nothing; the runner's docker
+    calls hang, so only the watch's silence bound can end the run), SIGCONT once the loss is
+    recorded. Loss, fence and stop reason within 30 s; cleanup proven after it thaws.
   - gone: stop the daemon and keep it down past the launcher's bounded wait. Custody cannot be
     proven: exit 3, cleanup unproven, the campaign keeps its active_run (for `clear`).
 
@@ -208,6 +211,32 @@ def test_daemon_restart_mid_run_stops_fences_and_cleanup_is_proven_after_it_retu
         assert detected["after_pid"] == new_pid
     returned = [e for e in of_kind(run_root, "daemon_lost") if e.get("stage") == "returned"]
     assert returned and returned[0]["after_pid"] == new_pid
+    assert of_kind(run_root, "cleanup")[-1]["proven"] is True
+    assert label_is_empty(private_daemon.host, run_label(run_root))
+    record = json.loads(campaign.read_text())
+    assert record["active_run"] is None
+    assert [r["stop_reason"] for r in record["runs"] if r["run_root"] == str(run_root)] == [LOST]
+
+
+def test_daemon_frozen_mid_run_is_lost_within_30_s_and_cleanup_proven_after_it_thaws(demo, private_daemon):
+    name = "frozen"
+    proc, run_root, campaign = start_run(demo, name)
+    pid = private_daemon.pid()
+    try:
+        lost_at = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        seen = wait_for(lambda: any(e.get("stage") == "detected" for e in of_kind(run_root, "daemon_lost")), 60, 0.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        code = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert seen
+    detected = assert_stopped_for_lost_daemon(demo, name, run_root, code, lost_at)
+    assert detected["reason"] == "unanswered" and detected["before_pid"] == pid
+    assert (run_root / "custody" / "stop").read_text().strip() == LOST  # the watch fenced, not the runner's end
     assert of_kind(run_root, "cleanup")[-1]["proven"] is True
     assert label_is_empty(private_daemon.host, run_label(run_root))
     record = json.loads(campaign.read_text())
