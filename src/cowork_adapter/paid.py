@@ -13,12 +13,15 @@ Order matters and is the point of this module:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,9 +34,10 @@ from .config import RunConfig
 from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
+from .custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from .custody.docker_ops import cleanup_run, custody_gap
 from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
-from .errors import CustodyError, Refusal
+from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
@@ -172,6 +176,9 @@ class PaidRun:
         self.processes: CustodyProcesses | None = None
         self.causes: list[str] = []
         self.spending: Spending | None = None
+        self.persistence_error: str | None = None  # the first campaign write that failed
+        self.daemon_watch: DaemonWatch | None = None
+        self.stop_now: Callable[[str], None] | None = None  # the supervisor's request_stop, once it exists
 
     def event(self, kind: EventKind, **payload) -> None:
         record_event(self.events, self.failures, kind, **payload)
@@ -184,17 +191,25 @@ class PaidRun:
                    selected=len(self.manifest.selection.task_ids),
                    resume_generation=self.manifest.selection.resume_generation)
         startup = _startup_reading(self.meter)
-        with open_campaign(
-            JsonFileCampaignStore(cfg.campaign_file), key_fingerprint=key_fingerprint(self.key),
-            ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
-            create_if_missing=True,
-        ) as campaign:
+        with ExitStack() as held:
+            try:
+                campaign = held.enter_context(open_campaign(
+                    JsonFileCampaignStore(cfg.campaign_file), key_fingerprint=key_fingerprint(self.key),
+                    ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
+                    create_if_missing=True,
+                ))
+            except CampaignPersistenceError as exc:
+                return self._unregistered(exc, "opening the campaign")
             self.campaign = campaign
             self.run_start_usage = startup.usage
             self.spending = _spending(campaign.record, startup.usage, startup.usage)
             admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
-            campaign.start_run(run_root=str(cfg.run_root), run_label=self.label, launcher_pid=os.getpid(),
-                               host=socket.gethostname())
+            try:
+                campaign.start_run(run_root=str(cfg.run_root), run_label=self.label, launcher_pid=os.getpid(),
+                                   host=socket.gethostname())
+            except CampaignPersistenceError as exc:
+                # Not registered: the file has no active_run for this run, and nothing was started.
+                return self._unregistered(exc, "registering the run")
             self.observer = MeterObserver(
                 read=lambda timeout: self.meter.read_usage(timeout=timeout),
                 save=lambda usage, at: campaign.record_usage(usage, at),
@@ -204,20 +219,61 @@ class PaidRun:
             # The ledger follows receipts, not meter polls: refreshed every ~2 s through stop and
             # cleanup, made final right after cleanup (before settlement's bounded meter wait).
             self.progress.start_refresher()
-            result = self._supervise(startup.request_time)
+            self.daemon_watch = DaemonWatch(cfg.docker_host, self._daemon_lost).start()
+            try:
+                result = self._supervise(startup.request_time)
+            finally:
+                self.daemon_watch.stop()
             self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
+                if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
+                    self._daemon_lost(self.daemon_watch.lost)  # the runner ended first, of the same cause
+                if self.daemon_watch.lost is not None:
+                    result = self._with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
+                    self._await_daemon()
                 cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
                 self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
                     "cleanup_unproven" if cleanup_error else "runner_exited"))
                 self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it
-                self._record_result(result)
                 settlement = "unconfirmed" if cleanup_error else self._settle(result)
+                if self.persistence_error is not None:
+                    result = self._with_cause(result, StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
+                self._record_result(result)
                 self.manifest.campaign_settlement = settlement
                 self.event(EventKind.SETTLEMENT, settlement=settlement,
                            run_spent_usd=self.spending.run_spent_usd if self.spending else None)
         with LAUNCHER_SIGNALS.critical():
             return self._finish(result, cleanup_error, settlement)
+
+    def _unregistered(self, exc: CampaignPersistenceError, doing: str) -> int:
+        """The campaign could not record this run, so nothing may start: prove the label empty, stop (exit 3)."""
+        self._persistence_failed(exc, doing)
+        result = self._with_cause(SupervisionResult(stop_reason=None, stop_causes=[], runner_exit_code=None),
+                                  StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
+        with LAUNCHER_SIGNALS.critical():
+            cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+            self._record_result(result)
+            self.manifest.campaign_settlement = "unconfirmed"
+            self.event(EventKind.SETTLEMENT, settlement="unconfirmed", run_spent_usd=None)
+            return self._finish(result, cleanup_error, "unconfirmed")
+
+    def _persistence_failed(self, exc: CampaignPersistenceError, doing: str) -> None:
+        """A campaign write failed: remember the first, and stop the supervisor if it is running."""
+        if self.persistence_error is None:
+            self.persistence_error = f"{doing}: {exc}"
+        if self.stop_now is not None:
+            self.stop_now(StopReason.CAMPAIGN_PERSISTENCE_FAILED)
+
+    def _with_cause(self, result: SupervisionResult, reason: StopReason, source: str) -> SupervisionResult:
+        """A stop cause found outside the supervisor loop (a failed campaign write, a daemon lost as the
+        runner ended) joins the result; the first cause stays the stop reason."""
+        cause = reason.value
+        if cause in result.stop_causes:
+            return result
+        self.event(EventKind.STOP_REQUESTED, reason=cause, source=source)
+        causes = [*result.stop_causes, cause]
+        self.causes = causes
+        return dataclasses.replace(result, stop_reason=result.stop_reason or cause, stop_causes=causes)
 
     def _supervise(self, anchor: float) -> SupervisionResult:
         """Install custody and supervise the runner; any failure after start_run becomes a stop cause."""
@@ -252,6 +308,7 @@ class PaidRun:
                 blindness_sec=cfg.meter_blindness_sec, meter=self, disk_check=self.disk_check, publish=self.publish,
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
             )
+            self.stop_now = supervisor.request_stop  # daemon loss and failed campaign writes stop it at once
             result = supervisor.run(anchor)
         except Exception as exc:  # noqa: BLE001 - after start_run every path must clean up and settle
             result = SupervisionResult(stop_reason=StopReason.SUPERVISOR_ERROR.value,
@@ -270,6 +327,9 @@ class PaidRun:
         if result.supervisor_error:
             message = scrub(result.supervisor_error, secret_terms([self.key]))[:4000]
             self.manifest.error = {"type": "supervisor_error", "message": message}
+        elif self.persistence_error:
+            message = scrub(self.persistence_error, secret_terms([self.key]))[:4000]
+            self.manifest.error = {"type": StopReason.CAMPAIGN_PERSISTENCE_FAILED.value, "message": message}
 
     def _settle(self, result: SupervisionResult) -> str:
         """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
@@ -279,19 +339,33 @@ class PaidRun:
             self._accepted(reading, phase="final")
         except MeterBlind as exc:
             meter_error = f"final meter reading unavailable: {exc.last_error or exc}"
+        except CampaignPersistenceError as exc:
+            # The final usage is not on disk: settling now would record a stale spend. Keep active_run.
+            self._persistence_failed(exc, "saving the final meter reading")
+            return "unconfirmed"
         try:
             self.campaign.finish_run(outcome=str(_outcome(result, self.progress)), stop_reason=result.stop_reason,
                                      meter_error=meter_error)
+        except CampaignPersistenceError as exc:
+            self._persistence_failed(exc, "settling the campaign")
+            return "unconfirmed"
         except Exception:  # noqa: BLE001 - the campaign keeps active_run and the run says so
             return "unconfirmed"
         return "recorded"
 
     def _finish(self, result: SupervisionResult, cleanup_error: str | None, settlement: str) -> int:
         cause = result.stop_reason or ("cleanup_unproven" if cleanup_error else "runner_exited")
-        self.progress.refresh(live=False, interruption_cause=cause)
+        # The run root's disk may be as full as the campaign's: each write is tried, none may crash the end.
+        try:
+            self.progress.refresh(live=False, interruption_cause=cause)
+        except Exception as exc:  # noqa: BLE001 - reported; run_finished and the audit still follow
+            report_write_failure(self.failures, "result_index.jsonl", exc)
         monitor = self._monitor(finished=cleanup_error is None)
         monitor.campaign_settlement = settlement
-        self.progress.write_monitor(monitor)
+        try:
+            self.progress.write_monitor(monitor)
+        except Exception as exc:  # noqa: BLE001
+            report_write_failure(self.failures, "monitor.json", exc)
         self.view.update(monitor)
         self.view.close()
         self.manifest.outcome = _outcome(result, self.progress)
@@ -312,11 +386,19 @@ class PaidRun:
         return reading.request_time, decision
 
     def disk_check(self) -> StopReason | None:
+        """The supervisor's per-turn stop check: disks, then a lost daemon, then custody gaps."""
         cfg = self.cfg
+        if self.persistence_error is not None:
+            return StopReason.CAMPAIGN_PERSISTENCE_FAILED  # e.g. the runner's pgid could not be recorded
         if _free(cfg.resource_root) < cfg.min_free_gib * GIB:
             return StopReason.DISK_RESERVE
         if _free(Path("/")) < cfg.min_root_free_gib * GIB:
             return StopReason.ROOT_DISK_RESERVE
+        watch = self.daemon_watch
+        if watch is not None and watch.lost is not None:
+            return StopReason.DOCKER_DAEMON_LOST
+        if watch is not None and not watch.answering():
+            return None  # listing a silent daemon would block the loop; the watch decides within its bound
         if self.runner_pid is not None:
             try:
                 if custody_gap(cfg.docker_host, self.label, self.runner_pid).breached:
@@ -354,7 +436,32 @@ class PaidRun:
         if self.processes is not None:  # first: a later command proves this group gone by it
             self.processes = self.processes.model_copy(update={"runner_pgid": pid})
             write_processes(self.cfg.run_root, self.processes)
-        self.campaign.set_runner_pgid(pid)
+        try:
+            self.campaign.set_runner_pgid(pid)
+        except CampaignPersistenceError as exc:
+            self._persistence_failed(exc, "recording the runner's process group")
+
+    def _daemon_lost(self, loss: DaemonLoss) -> None:
+        """From the watch thread: record what was seen, fence admission now, stop the supervisor."""
+        before, after = loss.before, loss.after
+        self.event(EventKind.DAEMON_LOST, stage="detected", reason=loss.reason, detail=loss.detail[:500],
+                   before_pid=before.pid if before else None, before_start_ticks=before.start_ticks if before else None,
+                   after_pid=after.pid if after else None, after_start_ticks=after.start_ticks if after else None,
+                   silent_sec=round(loss.silent_sec, 1))
+        _fence(self.stop_file, StopReason.DOCKER_DAEMON_LOST)
+        if self.stop_now is not None:
+            self.stop_now(StopReason.DOCKER_DAEMON_LOST)
+
+    def _await_daemon(self) -> None:
+        """Before cleanup, give a lost daemon a bounded time to return: only it can prove custody."""
+        back = wait_for_answer(self.cfg.docker_host, RETURN_WAIT_SEC)
+        if back is None:
+            self.event(EventKind.DAEMON_LOST, stage="not_returned",
+                       detail=f"no answer within {RETURN_WAIT_SEC:g} s after the stop; custody cannot be proven")
+            return
+        ident = back.identity
+        self.event(EventKind.DAEMON_LOST, stage="returned", detail="the daemon answers again; cleanup relists it",
+                   after_pid=ident.pid if ident else None, after_start_ticks=ident.start_ticks if ident else None)
 
     def end_watchdog(self) -> None:
         """Tell the watchdog the launcher is done and reap it; its exit is in events.jsonl."""
@@ -389,6 +496,20 @@ class PaidRun:
             stop_reason=self.causes[0] if self.causes else None,
             stop_causes=list(self.causes),
         )
+
+
+def _fence(stop_file: Path, reason: str) -> None:
+    """Write the stop marker (the shim refuses every new container while it exists); never replace one."""
+    try:
+        fd = os.open(stop_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        print(json.dumps({"event": "cowork_stop_marker_failed", "error": f"{type(exc).__name__}: {exc}"}),
+              file=sys.stderr, flush=True)
+        return
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{reason}\n")
 
 
 def _startup_reading(meter: KeyMeter) -> AcceptedReading:

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from ..errors import CustodyError, Refusal
 from .labels import RUN_LABEL_KEY, label_filter
 
 DEFAULT_TIMEOUT_SEC = 30
+# A removal the daemon already runs (the runner's EXIT trap, a restarted daemon's own cleanup) is
+# waited for this long before the relist judges; the relist stays the only proof.
+IN_PROGRESS_WAIT_SEC = 30.0
 # Failures of the transport or the daemon: each one leaves the state unknown.
 DOCKER_FAILURES = (DockerException, RequestException, OSError)
 
@@ -112,7 +116,8 @@ def cleanup_run(
                     continue
                 log(error)
                 errors.append(error)
-                gone += error["outcome"] == "not_found"
+                gone += error["outcome"] in ("not_found", "in_progress")
+        _await_removals(dc.api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"])
         try:
             remaining = _list(dc.api, run_label)
         except CustodyError as err:
@@ -257,16 +262,38 @@ def _remove_volume(api: docker.APIClient, name: str) -> None:
 
 
 def _attempt(remove: Callable[[Any, str], None], api: Any, kind: str, ident: str, name: str) -> dict[str, Any] | None:
-    """Run one removal: None when it worked, else the error record (outcome not_found or failed)."""
+    """Run one removal: None when it worked, else the error record (outcome not_found, in_progress or failed)."""
     try:
         remove(api, ident)
         return None
     except NotFound as err:
         outcome, error = "not_found", err
+    except APIError as err:
+        outcome = "in_progress" if err.status_code == 409 and "already in progress" in str(err) else "failed"
+        error = err
     except DOCKER_FAILURES as err:
         outcome, error = "failed", err
     return {"event": "cleanup_remove", "kind": kind, "id": ident, "name": name,
             "outcome": outcome, "error": _brief(error)}
+
+
+def _await_removals(api: docker.APIClient, ids: list[str], timeout: float = IN_PROGRESS_WAIT_SEC) -> None:
+    """Wait (bounded) until containers another removal is deleting are gone; the relist then judges."""
+    deadline = time.monotonic() + timeout
+    pending = list(ids)
+    while pending and time.monotonic() < deadline:
+        still = []
+        for ident in pending:
+            try:
+                api.inspect_container(ident)
+                still.append(ident)
+            except NotFound:
+                continue
+            except DOCKER_FAILURES:
+                return  # the daemon fails us: the relist will say what is known
+        pending = still
+        if pending:
+            time.sleep(0.5)
 
 
 def _brief(err: BaseException) -> str:

@@ -163,6 +163,22 @@ class WatchdogExited(_Event):
     kind: Literal[EventKind.WATCHDOG_EXITED] = EventKind.WATCHDOG_EXITED
     reason: str  # launcher_done | custody_finished | custody_unproven
     pid: int | None = None
+class DaemonLost(_Event):
+    """The Docker daemon under the run stopped answering or restarted (custody/daemon_watch.py).
+
+    `stage`: detected (the stop cause), returned (it answers again; cleanup can prove custody) or
+    not_returned (still silent after the bounded wait: custody is unproven).
+    """
+
+    kind: Literal[EventKind.DAEMON_LOST] = EventKind.DAEMON_LOST
+    stage: Literal["detected", "returned", "not_returned"] = "detected"
+    reason: str | None = None  # restarted | exited | unanswered
+    detail: str = ""
+    before_pid: int | None = None
+    before_start_ticks: int | None = None
+    after_pid: int | None = None
+    after_start_ticks: int | None = None
+    silent_sec: float | None = None
 
 
 EVENT_TYPES: tuple[type[_Event], ...] = (
@@ -184,6 +200,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     WatchdogRunnerStopped,
     WatchdogCleanup,
     WatchdogExited,
+    DaemonLost,
 )
 
 Event = Annotated[Union[EVENT_TYPES], Field(discriminator="kind")]
