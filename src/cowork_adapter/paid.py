@@ -389,7 +389,8 @@ def _outcome(result, progress: RunProgress) -> RunOutcome:
     if result.stop_reason:
         return RunOutcome.STOPPED
     counts = progress.counts()
-    if result.runner_exit_code != 0 or counts["infra_failed"] or counts["not_attempted"]:
+    # An environment-blocked row is a task the run could not attempt: the run is incomplete (exit 1).
+    if result.runner_exit_code != 0 or counts["infra_failed"] or counts["not_attempted"] or counts["environment_blocked"]:
         return RunOutcome.INCOMPLETE
     return RunOutcome.COMPLETED
 
@@ -415,7 +416,8 @@ def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: st
     counts = progress.counts()
     line = (f"cowork-adapter: {manifest.outcome}: {counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['agent_failed']} agent_failed, {counts['infra_failed']} infra_failed, "
-            f"{counts['not_attempted']} not_attempted of {counts['selected']}")
+            f"{counts['not_attempted']} not_attempted, {counts['environment_blocked']} environment_blocked"
+            f"{_unsettled(counts)} of {counts['selected']}")
     if manifest.stop_reason:
         line += f"; stopped: {manifest.stop_reason}"
     print(line, flush=True)
@@ -424,6 +426,13 @@ def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: st
               "until `cowork-adapter campaign reconcile`.", file=sys.stderr)
     elif settlement != "recorded":
         print("cowork-adapter: the campaign settlement was not recorded; active_run stays set.", file=sys.stderr)
+
+
+def _unsettled(counts: dict[str, int]) -> str:
+    """`, N unsettled` when the named counts do not add up to the selection (e.g. a provisional row)."""
+    named = ("passed", "failed", "agent_failed", "infra_failed", "not_attempted", "environment_blocked")
+    rest = counts["selected"] - sum(counts[name] for name in named)
+    return f", {rest} unsettled" if rest > 0 else ""
 
 
 def _real_docker() -> str:
