@@ -291,8 +291,10 @@ class Doctor:
             if self.cfg.build_image:
                 return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.base_image}.")
             return fail(name, f"{tag} is absent and --build-image was not given.", "add --build-image")
+        base = image_present(self.cfg.docker_host, self.cfg.base_image)
         req = ImageRequest(tag=tag, base_image=self.cfg.base_image, seed_dir=self.cfg.repo_dir,
-                           seed_head=self.seed_head, bench_commit=self.cfg.bench_commit)
+                           seed_head=self.seed_head, bench_commit=self.cfg.bench_commit,
+                           base_image_id=(base or {}).get("Id"))
         mismatch = label_mismatch(tag, (info.get("Config") or {}).get("Labels") or {}, req)
         if mismatch is None:
             return ok(name, f"{tag} is present and its labels match the seed, benchmark and entrypoint.")

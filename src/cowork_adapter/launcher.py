@@ -53,6 +53,7 @@ class Preflight:
     key: str | None = None  # the provider key, for a paid run: memory only, never written
     cfg: RunConfig | None = None  # the flags with their limits fitted to the daemon (see RunConfig.fit_to_daemon)
     daemon: tuple[int, int] | None = None  # the daemon's (CPUs, memory bytes) from docker info
+    base_image_id: str | None = None  # what --base-image names now; the derived image's label must match it
 
 
 def say(sentence: str) -> None:
@@ -120,17 +121,20 @@ def preflight(cfg: RunConfig) -> Preflight:
     reason = disk_refusal(cfg)
     if reason:
         raise Refusal("disk", reason)
+    found = {}
     for ref in (cfg.base_image, "postgres:15"):
-        if inspect_image(cfg.docker_host, ref) is None:
+        found[ref] = inspect_image(cfg.docker_host, ref)
+        if found[ref] is None:
             raise Refusal("image", f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.")
+    base_id = found[cfg.base_image].get("Id")
     tag = default_image_tag(cfg, seed.head)
-    present = _usable_image(cfg, tag, seed.head, bench.commit)
+    present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
     key = None
     if cfg.is_paid:
         from .paid import paid_preflight
 
         key = paid_preflight(cfg)
-    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon)
+    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)
 
 
 def budget_record(cfg: RunConfig) -> dict:
@@ -153,11 +157,12 @@ def budget_record(cfg: RunConfig) -> dict:
     }
 
 
-def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str) -> bool:
+def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, base_image_id: str | None) -> bool:
     """True when `tag` exists with labels matching the pins; False when it must be built.
 
     Without --build-image a missing or mismatching image is a refusal: the run never executes an
-    image built from another seed, benchmark or entrypoint.
+    image built from another seed, benchmark, entrypoint or base image (a base rebuilt under the
+    same tag has another ID, so the derived image built on the old one is rebuilt or refused).
     """
     info = inspect_image(cfg.docker_host, tag)
     if info is None:
@@ -165,7 +170,8 @@ def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str) -
             raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.base_image}.")
         return False
     labels = (info.get("Config") or {}).get("Labels") or {}
-    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head, bench_commit=bench_commit)
+    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head,
+                       bench_commit=bench_commit, base_image_id=base_image_id)
     mismatch = label_mismatch(tag, labels, req)
     if mismatch and not cfg.build_image:
         raise Refusal("image", mismatch + ".")
@@ -333,6 +339,7 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
         seed_dir=cfg.repo_dir,
         seed_head=pre.seed_head,
         bench_commit=pre.bench.commit,
+        base_image_id=pre.base_image_id,
     )
     wheels = []
     built = False

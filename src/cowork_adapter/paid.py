@@ -23,7 +23,7 @@ from pathlib import Path
 from .campaign.budget import Spending, admission_check, stop_decision
 from .campaign.meter import KeyMeter, MeterError
 from .campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
-from .campaign.store import JsonFileCampaignStore, open_campaign
+from .campaign.store import JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
 from .config import RunConfig
 from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
@@ -66,7 +66,28 @@ def paid_preflight(cfg: RunConfig) -> str:
     effective = headroom.effective
     if effective is not None and effective < cfg.min_key_usd:
         raise Refusal("credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {cfg.min_key_usd:g}.")
+    campaign_preflight(cfg, key, _startup_reading(meter))
     return key
+
+
+def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> None:
+    """Every refusal the campaign's admission would give, before anything is created or started.
+
+    Reads the campaign file without its lock (writes are atomic renames, and a missing file gets
+    no lock file): the key's fingerprint, the ceiling, a second --prior-spend-usd, an unsettled
+    active_run, a meter below the last accepted usage, no money above the reserve. The admission
+    under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
+    """
+    record = read_campaign(cfg.campaign_file)
+    usage = reading.usage
+    if record is None:
+        spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
+                            usage_baseline=usage, usage=usage, usage_at_run_start=usage)
+    else:
+        _admit_existing(record, str(cfg.campaign_file), key_fingerprint(key), cfg.campaign_budget_usd,
+                        cfg.prior_spend_usd, usage)
+        spending = _spending(record, usage, usage)
+    admission_check(spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=reading.limit_remaining)
 
 
 @dataclass
