@@ -8,6 +8,7 @@ value above the daemon's is refused in one sentence.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -126,7 +127,13 @@ def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daem
     assert manifest["limits"]["memory_bytes"] == min(16 << 30, int(daemon["MemTotal"]))
     created = [c["inspect"] for c in watcher.seen if c["inspect"] is not None]
     assert created, "the inventory started no labelled container"
-    assert {c["HostConfig"]["NanoCpus"] for c in created} == {int(want * 1e9)}
+    # The build's two short probes of the base image run under small fixed limits (1 CPU); every
+    # container of the inventory (the derived image, its PostgreSQL) gets the fitted default.
+    build_probes = [c for c in created if c["Config"]["Image"] == env.pack_tag]
+    inventory = [c for c in created if c["Config"]["Image"] != env.pack_tag]
+    assert inventory, "the inventory started no labelled container"
+    assert {c["HostConfig"]["NanoCpus"] for c in inventory} == {int(want * 1e9)}
+    assert {c["HostConfig"]["NanoCpus"] for c in build_probes} <= {1_000_000_000}
     assert label_is_empty(env.docker_host, run_label(run_root))
 
 
@@ -151,3 +158,37 @@ def test_an_unsettled_campaign_is_refused_in_preflight_before_any_container(env)
     assert not run_root.exists()
     assert campaign.read_bytes() == before
     assert not campaign.with_name(campaign.name + ".lock").exists()  # read without its lock
+
+
+def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env, monkeypatch, capsys):
+    """The old default --cpus crashed at the inventory's first container (docker APIError) and left no
+    ledger. Whatever crashes after admission, the ledger answers for every selected task."""
+    from cowork_adapter import launcher
+    from cowork_adapter.config import RunConfig
+    from cowork_adapter.schemas.manifest import ImageIdentity
+
+    tasks = ("demo-csv-totals", "demo-crm-postgres")
+    run_root = env.run_root("crash-after-admission")
+
+    def fake_image(cfg, pre, manifest):  # the image is not what this test is about: no build
+        return ImageIdentity(tag="unbuilt:test", id="sha256:" + "0" * 64, base_image=cfg.base_image)
+
+    def crash(cfg, manifest, bench_copy):
+        raise docker.errors.APIError("500 Server Error: Range of CPUs is from 0.01 to 2.00, as there are only 2 CPUs")
+
+    monkeypatch.setattr(launcher, "_image", fake_image)
+    monkeypatch.setattr(launcher, "_qualify_environment", crash)
+    monkeypatch.setenv(env.key_env, env.key)
+    cfg = RunConfig.from_flags(
+        repo_dir=env.seed, bench_root=env.bench, bench_commit=env.bench_commit, docker_host=env.docker_host,
+        resource_root=env.storage, run_root=run_root, base_image=env.pack_tag, model="demo/stub-model", tasks=tasks,
+        campaign_file=env.root / "campaign-crash.json", campaign_budget_usd=50.0, budget_reserve_usd=5.0,
+        meter_url=env.meter.base_url, api_key_env=env.key_env, min_key_usd=0.0, min_free_gib=1.0,
+        min_root_free_gib=1.0, build_image=True)
+    code = launcher.execute_run(cfg, ["cowork-adapter", "run"])
+    assert code == 1 and "the run crashed (APIError)" in capsys.readouterr().err
+    manifest = read_json(run_root / "run_manifest.json")
+    assert manifest["outcome"] == "crashed" and "Range of CPUs" in manifest["error"]["message"]
+    rows = [json.loads(line) for line in (run_root / "result_index.jsonl").read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == list(tasks)
+    assert {r["status"] for r in rows} == {"not_attempted"}

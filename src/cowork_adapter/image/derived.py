@@ -22,7 +22,7 @@ import docker.errors
 from .. import __version__
 from ..errors import Refusal
 from ..schemas.manifest import ImageIdentity, WheelRecord
-from .repairs import LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
+from .repairs import DETECT_LIMITS, LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
 from .wheelhouse import build_wheelhouse
 
 MCP_PROXY_PIN = "mcp-proxy==0.12.0"
@@ -165,7 +165,7 @@ def image_python(docker_host: str, base_image: str, run_label: str) -> tuple[str
     try:
         out = _client(docker_host).containers.run(
             base_image, ["/usr/bin/python3", "-c", probe], remove=True, labels={"org.cowork-adapter.run": run_label},
-            network_disabled=True,
+            network_disabled=True, **DETECT_LIMITS,  # small fixed limits, like the repair detector's
         )
     except docker.errors.DockerException as exc:
         raise Refusal("image", f"the base image {base_image} could not run /usr/bin/python3: {exc}") from exc
