@@ -185,9 +185,12 @@ def _run_flags(
     accept_environment_blocked: Annotated[bool, typer.Option(
         "--accept-environment-blocked", help="Run even when a needed MCP server failed the inventory.",
         rich_help_panel=P_MODE)] = False,
-    cpus: Annotated[float, typer.Option(help="CPUs per container (> 0).", rich_help_panel=P_LIMITS)] = 4.0,
-    memory: Annotated[str, typer.Option(help="Memory per container, Docker size syntax.",
-                                        rich_help_panel=P_LIMITS)] = "16g",
+    cpus: Annotated[Optional[float], typer.Option(
+        help="CPUs per container (> 0; at most the daemon's). Default: the smaller of 4 and the daemon's CPUs.",
+        rich_help_panel=P_LIMITS, show_default=False)] = None,
+    memory: Annotated[Optional[str], typer.Option(
+        help="Memory per container, Docker size syntax (at most the daemon's). Default: the smaller of 16g and "
+             "the daemon's memory.", rich_help_panel=P_LIMITS, show_default=False)] = None,
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
 ) -> None:

@@ -30,6 +30,10 @@ AGENT_CONTAINER_SLEEP_SEC = 7200
 TASK_TIMEOUT_WARN_SEC = 7100
 # Docker refuses a memory limit below 6 MiB at container creation; refuse it here instead.
 DOCKER_MIN_MEMORY_BYTES = 6 * 1024 * 1024
+# The per-container limits when --cpus / --memory are not given, each capped at what the daemon has
+# (Docker refuses a CPU quota above the daemon's CPU count at container creation).
+DEFAULT_CPUS = 4.0
+DEFAULT_MEMORY_BYTES = 16 << 30
 # A substring check on argv is only meaningful for a key long enough not to match by chance.
 MIN_KEY_LEN_FOR_SUBSTRING = 8
 
@@ -186,9 +190,9 @@ class RunConfig(BaseModel):
     allow_dirty_seed: bool = False
     probe: ProbeKind | None = None
     accept_environment_blocked: bool = False
-    # Per-container limits.
-    cpus: float = 4.0
-    memory: str = "16g"
+    # Per-container limits. None = the default, fitted to the daemon by `fit_to_daemon`.
+    cpus: float | None = None
+    memory: str | None = None
     pids_limit: int = 512
 
     # ---- defaults that depend on other fields ----
@@ -227,7 +231,9 @@ class RunConfig(BaseModel):
 
     @field_validator(*_NUMERIC_RULES, mode="after")
     @classmethod
-    def _in_range(cls, value: float, info) -> float:
+    def _in_range(cls, value: float | None, info) -> float | None:
+        if value is None:  # only --cpus may be unset: it then takes the daemon-fitted default
+            return value
         flag = flag_name(info.field_name)
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidFlag(f"{flag} must be a finite number, not {value}.")
@@ -303,7 +309,9 @@ class RunConfig(BaseModel):
 
     @field_validator("memory", mode="after")
     @classmethod
-    def _memory(cls, value: str) -> str:
+    def _memory(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         parse_docker_size(value)
         return value.strip()
 
@@ -348,7 +356,30 @@ class RunConfig(BaseModel):
 
     @property
     def memory_bytes(self) -> int:
-        return parse_docker_size(self.memory)
+        """The memory limit; DEFAULT_MEMORY_BYTES until `fit_to_daemon` has fitted an unset --memory."""
+        return DEFAULT_MEMORY_BYTES if self.memory is None else parse_docker_size(self.memory)
+
+    def fit_to_daemon(self, daemon_cpus: int, daemon_memory_bytes: int, daemon: str | None = None) -> RunConfig:
+        """This config with its limits settled against the daemon's resources (docker info NCPU, MemTotal).
+
+        An unset --cpus / --memory becomes the smaller of the default and what the daemon has, so
+        the applied configuration records the value every container gets (and a resumed run on
+        the same daemon derives the same one). An explicit value above the daemon's is a Refusal:
+        Docker would refuse (CPUs) or never enforce (memory) it, and only at container creation.
+        """
+        where = f"the Docker daemon at {daemon}" if daemon else "the Docker daemon"
+        if self.cpus is not None and self.cpus > daemon_cpus:
+            raise Refusal("limits", f"--cpus {self.cpus:g} is more than the {daemon_cpus} CPUs of {where}; "
+                                    f"pass --cpus {daemon_cpus} or less.")
+        if self.memory is not None and self.memory_bytes > daemon_memory_bytes:
+            raise Refusal("limits", f"--memory {self.memory} is more than the {daemon_memory_bytes / (1 << 30):.1f} GiB "
+                                    f"of memory of {where}; pass a smaller --memory.")
+        update: dict[str, Any] = {}
+        if self.cpus is None:
+            update["cpus"] = float(min(DEFAULT_CPUS, daemon_cpus))
+        if self.memory is None:
+            update["memory"] = str(min(DEFAULT_MEMORY_BYTES, daemon_memory_bytes))
+        return self.model_copy(update=update) if update else self
 
     @property
     def memory_swap_bytes(self) -> int:

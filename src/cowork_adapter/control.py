@@ -323,7 +323,8 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
     started, ended = _started_at(files), _ended_at(files)
     elapsed = None if started is None else max(0.0, (ended or now) - started)
     state = _state(files, launcher_alive)
-    eta = eta_seconds(progress.done, progress.selected, elapsed) if elapsed is not None and state != "finished" else None
+    eta = (eta_seconds(progress.done, progress.selected, elapsed, progress.environment_blocked)
+           if elapsed is not None and state != "finished" else None)
     stop_reason = (m.stop_reason if m is not None and m.stop_reason else None) or (mon.stop_reason if mon else None)
     stop_causes = (m.stop_causes if m is not None and m.stop_causes else None) or (mon.stop_causes if mon else [])
     settlement = (m.campaign_settlement if m is not None and m.campaign_settlement else None) or (

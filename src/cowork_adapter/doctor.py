@@ -90,6 +90,15 @@ def docker_version(docker_host: str) -> dict[str, Any]:
         client.close()
 
 
+def daemon_info(docker_host: str) -> dict[str, Any]:
+    """The daemon's `docker info` record (NCPU, MemTotal, ...); raises when it does not answer."""
+    client = _docker_client(docker_host)
+    try:
+        return client.info()
+    finally:
+        client.close()
+
+
 def image_present(docker_host: str, ref: str) -> dict[str, Any] | None:
     """The image's inspect record, None when absent (never pulls)."""
     from docker.errors import ImageNotFound
@@ -187,7 +196,7 @@ class Doctor:
         self.usage: float | None = None
 
     def checks(self) -> list[Callable[[], CheckResult]]:
-        return [self.docker_host, self.limits, self.base_image, self.postgres_image, self.run_root,
+        return [self.docker_host, self.limits_fit, self.limits, self.base_image, self.postgres_image, self.run_root,
                 self.resource_disk, self.root_disk, self.host_tools, self.bench, self.selection, self.seed,
                 self.derived_image, self.key_present, self.meter, self.campaign]
 
@@ -216,6 +225,22 @@ class Doctor:
 
     def _daemon_down(self, name: str) -> CheckResult:
         return fail(name, "cannot be checked because the Docker daemon did not answer.", "fix the docker host first")
+
+    def limits_fit(self) -> CheckResult:
+        """--cpus and --memory against the daemon's CPUs and memory, as the run's preflight fits them."""
+        name = "limits fit the daemon"
+        if not self.daemon_up:
+            return self._daemon_down(name)
+        info = daemon_info(self.cfg.docker_host)
+        cpus, memory = int(info["NCPU"]), int(info["MemTotal"])
+        try:
+            fitted = self.cfg.fit_to_daemon(cpus, memory, daemon=self.cfg.docker_host)
+        except Refusal as refusal:
+            return fail(name, refusal.sentence.rstrip("."),
+                        "lower the limit to what the daemon has, or leave it out to take the fitted default")
+        sources = ["default" if self.cfg.cpus is None else "--cpus", "default" if self.cfg.memory is None else "--memory"]
+        return ok(name, f"{fitted.cpus:g} CPUs ({sources[0]}) and {fitted.memory_bytes / GIB:.1f} GiB ({sources[1]}) "
+                        f"per container, within the daemon's {cpus} CPUs and {memory / GIB:.1f} GiB.")
 
     def limits(self) -> CheckResult:
         name = "limits enforced"
@@ -266,8 +291,10 @@ class Doctor:
             if self.cfg.build_image:
                 return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.base_image}.")
             return fail(name, f"{tag} is absent and --build-image was not given.", "add --build-image")
+        base = image_present(self.cfg.docker_host, self.cfg.base_image)
         req = ImageRequest(tag=tag, base_image=self.cfg.base_image, seed_dir=self.cfg.repo_dir,
-                           seed_head=self.seed_head, bench_commit=self.cfg.bench_commit)
+                           seed_head=self.seed_head, bench_commit=self.cfg.bench_commit,
+                           base_image_id=(base or {}).get("Id"))
         mismatch = label_mismatch(tag, (info.get("Config") or {}).get("Labels") or {}, req)
         if mismatch is None:
             return ok(name, f"{tag} is present and its labels match the seed, benchmark and entrypoint.")

@@ -51,6 +51,9 @@ class Preflight:
     image_tag: str
     image_present: bool
     key: str | None = None  # the provider key, for a paid run: memory only, never written
+    cfg: RunConfig | None = None  # the flags with their limits fitted to the daemon (see RunConfig.fit_to_daemon)
+    daemon: tuple[int, int] | None = None  # the daemon's (CPUs, memory bytes) from docker info
+    base_image_id: str | None = None  # what --base-image names now; the derived image's label must match it
 
 
 def say(sentence: str) -> None:
@@ -77,6 +80,24 @@ def disk_refusal(cfg: RunConfig) -> str | None:
     return None
 
 
+def daemon_resources(docker_host: str) -> tuple[int, int]:
+    """(CPUs, memory bytes) the daemon reports in `docker info`; a daemon that does not answer is a refusal."""
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=docker_host, timeout=60)
+        try:
+            info = client.info()
+        finally:
+            client.close()
+    except docker.errors.DockerException as exc:
+        raise Refusal("docker_host", f"the Docker daemon at {docker_host} did not answer: {exc}") from None
+    try:
+        return int(info["NCPU"]), int(info["MemTotal"])
+    except (KeyError, TypeError, ValueError):
+        raise Refusal("docker_host", f"the Docker daemon at {docker_host} did not report its CPUs and memory.") from None
+
+
 def preflight(cfg: RunConfig) -> Preflight:
     if cfg.run_root.exists():
         raise Refusal(
@@ -89,6 +110,8 @@ def preflight(cfg: RunConfig) -> Preflight:
         raise Refusal("docker_host", "no Docker host was given; pass --docker-host or set DOCKER_HOST to the daemon to use.")
     if not cfg.resource_root.is_dir():
         raise Refusal("disk", f"the resource root {cfg.resource_root} is not a directory.")
+    daemon = daemon_resources(cfg.docker_host)
+    cfg = cfg.fit_to_daemon(*daemon, daemon=cfg.docker_host)
     seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
     bench = bench_identity(cfg.bench_root, cfg.bench_commit)
     dataset = dataset_ids(cfg.bench_root)
@@ -98,17 +121,20 @@ def preflight(cfg: RunConfig) -> Preflight:
     reason = disk_refusal(cfg)
     if reason:
         raise Refusal("disk", reason)
+    found = {}
     for ref in (cfg.base_image, "postgres:15"):
-        if inspect_image(cfg.docker_host, ref) is None:
+        found[ref] = inspect_image(cfg.docker_host, ref)
+        if found[ref] is None:
             raise Refusal("image", f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.")
+    base_id = found[cfg.base_image].get("Id")
     tag = default_image_tag(cfg, seed.head)
-    present = _usable_image(cfg, tag, seed.head, bench.commit)
+    present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
     key = None
     if cfg.is_paid:
         from .paid import paid_preflight
 
         key = paid_preflight(cfg)
-    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key)
+    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)
 
 
 def budget_record(cfg: RunConfig) -> dict:
@@ -131,11 +157,12 @@ def budget_record(cfg: RunConfig) -> dict:
     }
 
 
-def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str) -> bool:
+def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, base_image_id: str | None) -> bool:
     """True when `tag` exists with labels matching the pins; False when it must be built.
 
     Without --build-image a missing or mismatching image is a refusal: the run never executes an
-    image built from another seed, benchmark or entrypoint.
+    image built from another seed, benchmark, entrypoint or base image (a base rebuilt under the
+    same tag has another ID, so the derived image built on the old one is rebuilt or refused).
     """
     info = inspect_image(cfg.docker_host, tag)
     if info is None:
@@ -143,7 +170,8 @@ def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str) -
             raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.base_image}.")
         return False
     labels = (info.get("Config") or {}).get("Labels") or {}
-    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head, bench_commit=bench_commit)
+    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head,
+                       bench_commit=bench_commit, base_image_id=base_image_id)
     mismatch = label_mismatch(tag, labels, req)
     if mismatch and not cfg.build_image:
         raise Refusal("image", mismatch + ".")
@@ -157,6 +185,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
     except Refusal as refusal:
         say(refusal.sentence)
         return ExitCode.REFUSED
+    cfg = pre.cfg or cfg  # from here on the limits are the ones every container gets
     secrets = [pre.key] if pre.key else []
     cfg.run_root.mkdir()
     manifest = RunManifest(
@@ -172,7 +201,8 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         applied_config=cfg.applied_config(),
         limits=Limits(
             cpus=cfg.cpus, memory_bytes=cfg.memory_bytes, memory_swap_bytes=cfg.memory_swap_bytes,
-            pids_limit=cfg.pids_limit,
+            pids_limit=cfg.pids_limit, daemon_cpus=pre.daemon[0] if pre.daemon else None,
+            daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
         ),
         budgets=budget_record(cfg),
         dry_run=cfg.dry_run,
@@ -201,6 +231,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         manifest.error = {"type": type(exc).__name__, "message": message[:4000]}
         code = ExitCode.FAILED
         say(f"the run crashed ({type(exc).__name__}); see {cfg.run_root / 'run_manifest.json'}.")
+        _ledger_after_crash(cfg, pre, manifest)
         if not isinstance(exc, Exception):
             raise
     finally:
@@ -211,6 +242,26 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
     manifest.exit_code = int(code)
     write_manifest(cfg.run_root, manifest)
     return int(code)
+
+
+def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> None:
+    """A row for every selected task after a crash, so no task leaves the denominator.
+
+    A crash before the selection was recorded records it here (a recovery run's selection needs
+    its ancestors resolved, so it is left without rows). Guarded: whatever fails here is said on
+    stderr and never replaces the crash being recorded.
+    """
+    try:
+        if manifest.selection is None and not cfg.resume_from:
+            manifest.selection = _selection(cfg, pre, manifest.image)  # without ancestors it needs no image
+        if manifest.selection is None:
+            return
+        write_manifest(cfg.run_root, manifest)
+        from .ledger import build_index, write_index
+
+        write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause=RunOutcome.CRASHED.value))
+    except Exception as exc:  # noqa: BLE001 - the crash is the record that matters
+        say(f"the ledger could not be written after the crash ({type(exc).__name__}: {exc}).")
 
 
 def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
@@ -289,6 +340,7 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
         seed_dir=cfg.repo_dir,
         seed_head=pre.seed_head,
         bench_commit=pre.bench.commit,
+        base_image_id=pre.base_image_id,
     )
     wheels = []
     built = False

@@ -23,11 +23,12 @@ LIVE_REFRESH_PER_SEC = 1.0
 GIB = 1 << 30
 
 
-def eta_seconds(done: int, selected: int, elapsed_sec: float) -> float | None:
-    """Seconds until every selected task is done, at the pace so far; None before the first task."""
+def eta_seconds(done: int, selected: int, elapsed_sec: float, blocked: int = 0) -> float | None:
+    """Seconds until every selected task that will run is done, at the pace so far; None before the
+    first task. `blocked` (environment-blocked) tasks are selected but never run, so never wait."""
     if done <= 0 or selected <= 0 or elapsed_sec <= 0:
         return None
-    return max(0, selected - done) * (elapsed_sec / done)
+    return max(0, selected - blocked - done) * (elapsed_sec / done)
 
 
 def format_duration(seconds: float | None) -> str:
@@ -62,6 +63,7 @@ def summary_line(monitor: Monitor) -> str:
         f"{p.agent_failed} agent_failed",
         f"{p.infra_failed} infra_failed",
         f"{p.running} running",
+        f"{p.environment_blocked} environment_blocked",  # after the older fields: readers match the prefix
     ]
     if s.run_spent_usd is not None:
         parts.append(f"run ${s.run_spent_usd:.2f}")
@@ -79,7 +81,8 @@ def summary_line(monitor: Monitor) -> str:
 def progress_rows(monitor: Monitor, elapsed_sec: float | None) -> list[tuple[str, str]]:
     """(field, value) rows of the progress picture; `elapsed_sec` None leaves elapsed and ETA unknown."""
     p, s, m, d = monitor.progress, monitor.spending, monitor.meter, monitor.disk
-    eta = None if elapsed_sec is None or monitor.finished else eta_seconds(p.done, p.selected, elapsed_sec)
+    eta = None if elapsed_sec is None or monitor.finished else eta_seconds(p.done, p.selected, elapsed_sec,
+                                                                           p.environment_blocked)
     run_spent = _usd(s.run_spent_usd)
     if s.run_budget_usd is not None:
         run_spent += f" of {_usd(s.run_budget_usd)} budget"
@@ -94,11 +97,13 @@ def progress_rows(monitor: Monitor, elapsed_sec: float | None) -> list[tuple[str
     disk = f"resource {_gib(d.resource_free_bytes)} free (reserve {_gib(d.resource_reserve_bytes)}), " \
            f"/ {_gib(d.root_free_bytes)} free (reserve {_gib(d.root_reserve_bytes)})"
     rows = [
-        ("tasks", f"{p.done}/{p.selected} done, {p.running} running, {p.not_attempted} not attempted"),
+        ("tasks", f"{p.done}/{p.selected} done, {p.running} running, {p.not_attempted} not attempted, "
+                  f"{p.environment_blocked} environment-blocked"),
         ("passed", str(p.passed)),
         ("failed", str(p.failed)),
         ("agent failures", str(p.agent_failed)),
         ("infrastructure failures", str(p.infra_failed)),
+        ("environment-blocked", str(p.environment_blocked)),
         ("run spent", run_spent),
         ("campaign", campaign),
         ("meter", meter),
@@ -168,7 +173,8 @@ class ProgressView:
         now = time.monotonic()
         if key != self._last or now - self._last_at >= PLAIN_HEARTBEAT_SEC:
             stamp = monitor.observed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-            eta = "finished" if monitor.finished else format_duration(eta_seconds(p.done, p.selected, self.elapsed()))
+            eta = "finished" if monitor.finished else format_duration(
+                eta_seconds(p.done, p.selected, self.elapsed(), p.environment_blocked))
             print(f"[{stamp}] {summary_line(monitor)} | eta {eta}", file=self.stream, flush=True)
             self._last, self._last_at = key, now
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from .campaign.budget import Spending, admission_check, stop_decision
 from .campaign.meter import KeyMeter, MeterError
 from .campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
-from .campaign.store import JsonFileCampaignStore, open_campaign
+from .campaign.store import JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
 from .config import RunConfig
 from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
@@ -76,7 +76,28 @@ def paid_preflight(cfg: RunConfig) -> str:
     effective = headroom.effective
     if effective is not None and effective < cfg.min_key_usd:
         raise Refusal("credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {cfg.min_key_usd:g}.")
+    campaign_preflight(cfg, key, _startup_reading(meter))
     return key
+
+
+def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> None:
+    """Every refusal the campaign's admission would give, before anything is created or started.
+
+    Reads the campaign file without its lock (writes are atomic renames, and a missing file gets
+    no lock file): the key's fingerprint, the ceiling, a second --prior-spend-usd, an unsettled
+    active_run, a meter below the last accepted usage, no money above the reserve. The admission
+    under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
+    """
+    record = read_campaign(cfg.campaign_file)
+    usage = reading.usage
+    if record is None:
+        spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
+                            usage_baseline=usage, usage=usage, usage_at_run_start=usage)
+    else:
+        _admit_existing(record, str(cfg.campaign_file), key_fingerprint(key), cfg.campaign_budget_usd,
+                        cfg.prior_spend_usd, usage)
+        spending = _spending(record, usage, usage)
+    admission_check(spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=reading.limit_remaining)
 
 
 @dataclass
@@ -555,7 +576,8 @@ def _outcome(result, progress: RunProgress) -> RunOutcome:
     if result.stop_reason:
         return RunOutcome.STOPPED
     counts = progress.counts()
-    if result.runner_exit_code != 0 or counts["infra_failed"] or counts["not_attempted"]:
+    # An environment-blocked row is a task the run could not attempt: the run is incomplete (exit 1).
+    if result.runner_exit_code != 0 or counts["infra_failed"] or counts["not_attempted"] or counts["environment_blocked"]:
         return RunOutcome.INCOMPLETE
     return RunOutcome.COMPLETED
 
@@ -581,7 +603,8 @@ def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: st
     counts = progress.counts()
     line = (f"cowork-adapter: {manifest.outcome}: {counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['agent_failed']} agent_failed, {counts['infra_failed']} infra_failed, "
-            f"{counts['not_attempted']} not_attempted of {counts['selected']}")
+            f"{counts['not_attempted']} not_attempted, {counts['environment_blocked']} environment_blocked"
+            f"{_unsettled(counts)} of {counts['selected']}")
     if manifest.stop_reason:
         line += f"; stopped: {manifest.stop_reason}"
     print(line, flush=True)
@@ -590,6 +613,13 @@ def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: st
               "until `cowork-adapter campaign reconcile`.", file=sys.stderr)
     elif settlement != "recorded":
         print("cowork-adapter: the campaign settlement was not recorded; active_run stays set.", file=sys.stderr)
+
+
+def _unsettled(counts: dict[str, int]) -> str:
+    """`, N unsettled` when the named counts do not add up to the selection (e.g. a provisional row)."""
+    named = ("passed", "failed", "agent_failed", "infra_failed", "not_attempted", "environment_blocked")
+    rest = counts["selected"] - sum(counts[name] for name in named)
+    return f", {rest} unsettled" if rest > 0 else ""
 
 
 def _real_docker() -> str:

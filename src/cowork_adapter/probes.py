@@ -27,7 +27,7 @@ from .config import RunConfig
 from .custody.docker_ops import cleanup_run
 from .custody.labels import ROLE_LABEL_KEY, ROLE_NETWORK, RUN_LABEL_KEY, role_for_name
 from .errors import Refusal
-from .image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, finalize, planned_from_labels
+from .image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, disclosed, finalize, for_selection, planned_from_labels
 from .manifest import utc_now, write_manifest
 from .schemas.inventory import Inventory, RepairRecord, ServerInventory
 from .schemas.manifest import RunManifest
@@ -305,6 +305,7 @@ def collect_inventory(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, t
     probe_root = Path(cfg.run_root) / "probes"
     needs = needed_servers(bench_copy, task_ids)
     planned, checks = planned_from_labels(manifest.image.labels if manifest.image else {})
+    planned = for_selection(planned, needs)  # the image carries every server's repairs; a run discloses its own
     reports: dict[str, tuple[dict, Path]] = {}
     detection: dict[str, Any] = {"servers": [], "chromium": []}
     stateful_results: dict[str, Any] = {}
@@ -317,7 +318,8 @@ def collect_inventory(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, t
                 detection = box.detect()
             if stateful:
                 stateful_results = _stateful(box, probe_root, list(needs))
-    repairs = finalize(planned, detection)
+    repairs = finalize(planned, detection)  # every measured record: one that did not take fails its server
+    taken, not_taken = disclosed(repairs)  # only repairs that took are disclosed as repairs
     servers = {}
     for server, tasks in needs.items():
         report, folder = reports.get(server, (None, probe_root / "out"))
@@ -327,8 +329,8 @@ def collect_inventory(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, t
     failed = {name for name, s in servers.items() if s.health is ServerHealth.FAILED}
     inventory = Inventory(
         image_id=manifest.image.id if manifest.image else "", started_at=started, finished_at=utc_now(),
-        servers=servers, blocked_tasks=blocked_by(needs, failed), repairs=[RepairRecord(**r) for r in repairs],
-        checks=list(checks), probe_dir=str(probe_root / "out"),
+        servers=servers, blocked_tasks=blocked_by(needs, failed), repairs=[RepairRecord(**r) for r in taken],
+        checks=[*checks, *not_taken], probe_dir=str(probe_root / "out"),
     )
     if stateful:
         inventory.checks.append({"check": "stateful", "result": stateful_results or "no stateful server needed"})

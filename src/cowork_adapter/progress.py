@@ -141,6 +141,7 @@ class RunProgress:
             "agent_failed": final[TaskStatus.AGENT_FAILED.value],
             "infra_failed": final[TaskStatus.INFRA_FAILED.value],
             "not_attempted": final[TaskStatus.NOT_ATTEMPTED.value],
+            "environment_blocked": final[TaskStatus.ENVIRONMENT_BLOCKED.value],
             # After the run nothing is running: a started task without a runner row is interrupted.
             "running": max(0, len(self._started) - len(self._finished)) if self._live else 0,
         }

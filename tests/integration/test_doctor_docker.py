@@ -67,3 +67,17 @@ def test_doctor_fails_on_an_absent_base_image_without_pulling(demo_env, monkeypa
     assert code == 1
     assert f"FAIL  base image: {absent} is not present on the daemon, and runs never pull." in out
     assert "FAIL  limits enforced: cannot probe" in out
+
+
+def test_doctor_fails_an_explicit_cpus_above_the_daemon_and_passes_the_default(demo_env, monkeypatch, capsys):
+    """The old default --cpus 4.0 crashed every run on this 2-CPU daemon while doctor said OK."""
+    monkeypatch.setenv(demo_env.key_env, demo_env.key)
+    cpus = int(doctor.daemon_info(demo_env.docker_host)["NCPU"])
+    code = doctor.doctor_command(demo_cfg(demo_env, cpus=float(cpus + 2)))
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"FAIL  limits fit the daemon: --cpus {cpus + 2} is more than the {cpus} CPUs of the Docker daemon" in out
+    code = doctor.doctor_command(demo_cfg(demo_env, cpus=None, memory=None))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"OK    limits fit the daemon: {min(4, cpus)} CPUs (default)" in out

@@ -67,7 +67,8 @@ def test_defaults(base, tmp_path):
     assert (cfg.min_free_gib, cfg.min_root_free_gib, cfg.min_key_usd) == (200.0, 40.0, 20.0)
     assert cfg.or_provider == "" and cfg.openai_compatible_base_url == ""
     assert cfg.api_key_env == cfg.credential_setting == "OPENROUTER_API_KEY"
-    assert (cfg.cpus, cfg.memory_bytes, cfg.pids_limit) == (4.0, 16 * 1024**3, 512)
+    assert (cfg.cpus, cfg.memory, cfg.pids_limit) == (None, None, 512)  # fitted to the daemon by the launcher
+    assert cfg.memory_bytes == 16 * 1024**3
     assert cfg.probe is None and cfg.is_paid
     assert cfg.selection is None and cfg.tasks == () and cfg.resume_from == ()
 
@@ -446,3 +447,31 @@ def test_run_config_file_parses_in_the_container(base, engine):
     assert parsed.agent_short_name.endswith("/moonshotai/kimi-k3")
     if engine != "ouroboros":
         assert parsed.upstream_entry == "main_strands.py" and parsed.settings == {}
+
+
+@pytest.mark.parametrize("daemon_cpus,daemon_mem,want", [
+    (2, 24 << 30, (2.0, 16 << 30)),
+    (8, 64 << 30, (4.0, 16 << 30)),
+    (1, 8 << 30, (1.0, 8 << 30)),
+])
+def test_default_limits_fit_the_daemon(base, daemon_cpus, daemon_mem, want):
+    fitted = build(base).fit_to_daemon(daemon_cpus, daemon_mem)
+    assert (fitted.cpus, fitted.memory_bytes) == want
+    assert (fitted.applied_config()["cpus"], fitted.applied_config()["memory_bytes"]) == want
+    # The same daemon gives the same applied configuration: recovery compares equal values.
+    assert build(base).fit_to_daemon(daemon_cpus, daemon_mem).applied_config() == fitted.applied_config()
+
+
+def test_explicit_limits_within_the_daemon_are_kept(base):
+    fitted = build(base, cpus=1.5, memory="2g").fit_to_daemon(2, 24 << 30)
+    assert (fitted.cpus, fitted.memory_bytes) == (1.5, 2 << 30)
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"cpus": 4.0}, "--cpus 4 is more than the 2 CPUs of the Docker daemon at unix:///d; pass --cpus 2 or less."),
+    ({"memory": "32g"}, "--memory 32g is more than the 24.0 GiB of memory of the Docker daemon at unix:///d"),
+])
+def test_explicit_limit_above_the_daemon_is_refused(base, over, words):
+    with pytest.raises(Refusal) as info:
+        build(base, **over).fit_to_daemon(2, 24 << 30, daemon="unix:///d")
+    assert info.value.stage == "limits" and words in info.value.sentence

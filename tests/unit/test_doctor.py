@@ -50,6 +50,7 @@ def healthy(monkeypatch, pins):
     """Docker probes that answer as a healthy daemon would, and the key in the environment."""
     bench, commit, seed, head = pins
     monkeypatch.setattr(doctor, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})
+    monkeypatch.setattr(doctor, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})
     monkeypatch.setattr(doctor, "image_present", lambda host, ref: {"Id": "sha256:" + "ab" * 32, "Config": {"Labels": {}}})
     monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(137, True, 64 << 20))
     monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)
@@ -327,3 +328,20 @@ def test_a_check_that_crashes_is_a_failed_line_not_a_traceback(tmp_path, healthy
     monkeypatch.setattr(doctor, "free_bytes", boom)
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
     assert code == 1 and "the check itself failed (RuntimeError: statfs exploded)" in lines["resource disk"]
+
+
+def test_default_limits_fit_a_two_cpu_daemon(tmp_path, healthy, meter, capsys):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    assert code == 0
+    assert lines["limits fit the daemon"].startswith(
+        "OK    limits fit the daemon: 2 CPUs (default) and 16.0 GiB (default) per container, within the daemon's 2 CPUs")
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"cpus": 4.0}, "--cpus 4 is more than the 2 CPUs of the Docker daemon at " + HOST),
+    ({"memory": "32g"}, "--memory 32g is more than the 24.0 GiB of memory of the Docker daemon"),
+])
+def test_explicit_limit_above_the_daemon_fails(tmp_path, healthy, meter, capsys, over, words):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, **over), capsys)
+    line = only_failure(lines, "limits fit the daemon")
+    assert code == 1 and words in line and "— fix: lower the limit" in line

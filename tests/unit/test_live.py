@@ -130,3 +130,14 @@ def test_summary_line_unchanged_contract():
     line = summary_line(monitor(stop="disk_reserve"))
     assert line.startswith("2/5 done | 1 passed | 1 failed | 0 agent_failed | 0 infra_failed | 1 running")
     assert line.endswith("stopping: disk_reserve")
+
+
+def test_environment_blocked_tasks_are_counted_and_not_waited_for():
+    # 25 selected, 19 blocked by a failed server, 3 of the 6 runnable done in 60 s: 3 remain, 60 s.
+    assert eta_seconds(3, 25, 60.0, blocked=19) == 60.0
+    blocked = monitor(done=3, selected=25, environment_blocked=19)
+    rows = dict(progress_rows(blocked, elapsed_sec=60.0))
+    assert rows["eta"] == "1m00s"
+    assert rows["environment-blocked"] == "19"
+    assert "19 environment-blocked" in rows["tasks"]
+    assert "| 19 environment_blocked" in summary_line(blocked)

@@ -249,3 +249,33 @@ def test_stateful_probe_runs_the_deck_spec_in_fresh_sessions(fake, tmp_path):
     manifest2 = make_manifest(run_root2)
     manifest2.selection = Selection(task_ids=["t-deck"])
     assert probes.run_probe(make_cfg(tmp_path, run_root2, probe="stateful", dry_run=False), manifest2, bench) == ExitCode.FAILED
+
+
+def test_only_repairs_of_needed_servers_that_took_are_disclosed(fake, run, tmp_path):
+    """The image plans repairs for every server in it (here: quotes, a browser server and an unused
+    one); a run selecting t-files and t-quotes discloses quotes' repair only, and a browser repair
+    of a server no selected task uses is neither measured nor disclosed."""
+    bench, run_root = run
+    servers = [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "2.3.0"},
+               {"server": "unused", "venv": "/u", "python": "3.11", "mcp": "2.0.0"},
+               {"server": "playwright-mcp", "browser": True}]
+    repairs, checks = plan_repairs({"servers": servers, "chromium": [], "system_chromium": ["/usr/bin/chromium"]})
+    assert {r.server for r in repairs} == {"quotes", "unused", "playwright-mcp"}
+    manifest = make_manifest(run_root, {"org.cowork-adapter.repairs": label_value(repairs, checks)})
+    fake.detection = {"servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "1.26.0"},
+                                  {"server": "unused", "venv": "/u", "python": "3.11", "mcp": "2.0.0"}],
+                      "chromium": [], "chromium_env": None}
+    inv = probes.collect_inventory(make_cfg(tmp_path, run_root), manifest, bench, ["t-files", "t-quotes"])
+    assert [(r.server, r.took) for r in inv.repairs] == [("quotes", True)]
+    assert not [c for c in inv.checks if c.get("result") == "did_not_take"]
+
+
+def test_a_needed_repair_that_did_not_take_fails_its_server_and_is_not_disclosed_as_a_repair(fake, run, tmp_path):
+    bench, run_root = run
+    repairs, checks = plan_repairs({"servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "2.3.0"}]})
+    manifest = make_manifest(run_root, {"org.cowork-adapter.repairs": label_value(repairs, checks)})
+    fake.detection = {"servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "2.3.0"}], "chromium": []}
+    inv = probes.collect_inventory(make_cfg(tmp_path, run_root), manifest, bench, ["t-quotes"])
+    assert inv.repairs == []
+    assert inv.servers["quotes"].health is ServerHealth.FAILED and "did not take" in inv.servers["quotes"].error
+    assert {"check": "repair", "result": "did_not_take", "detail": "quotes: mcp_sdk_2x -> mcp==1.26.0"} in inv.checks

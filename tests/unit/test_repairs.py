@@ -14,7 +14,9 @@ from cowork_adapter.image.repairs import (
     PSYCOPG2_PIN,
     VENDORED_MCP_PIN,
     PlannedRepair,
+    disclosed,
     finalize,
+    for_selection,
     label_value,
     major,
     plan_repairs,
@@ -57,13 +59,49 @@ def test_chromium_check_is_not_applicable_without_a_browser_server():
                                          "detail": "no playwright server in the image"}]
 
 
-def test_chromium_present_or_missing_for_a_browser_server():
-    browser = server("playwright-mcp", venv=None, python=None, browser=True)
-    _, checks = plan_repairs({"servers": [browser], "chromium": ["/root/.cache/ms-playwright/chromium-1181"]})
-    assert checks[0]["result"] == "present"
-    repairs, checks = plan_repairs({"servers": [browser], "chromium": []})
-    assert [(r.server, r.fault) for r in repairs] == [("playwright-mcp", "chromium_missing")] and checks == []
-    assert wheel_requirements(repairs) == {}  # Chromium is not a wheel
+BROWSER = server("playwright-mcp", venv=None, python=None, browser=True)
+
+
+@pytest.mark.parametrize("found,result,detail", [
+    ({"chromium": ["/root/.cache/ms-playwright/chromium-1181"]}, "present", "/root/.cache/ms-playwright/chromium-1181"),
+    ({"chromium_env": "/opt/chrome/chrome", "system_chromium": ["/usr/bin/chromium"]}, "present", "/opt/chrome/chrome"),
+    ({}, "absent", "nothing is downloaded at build time"),
+])
+def test_a_chromium_the_server_already_finds_or_none_at_all_plans_no_repair(found, result, detail):
+    repairs, checks = plan_repairs({"servers": [BROWSER], "chromium": [], **found})
+    assert repairs == [] and checks[0]["check"] == "chromium" and checks[0]["result"] == result
+    assert detail in checks[0]["detail"]
+
+
+def test_a_system_chromium_not_yet_named_is_named_without_the_network():
+    repairs, checks = plan_repairs({"servers": [BROWSER], "chromium": [], "chromium_env": None,
+                                    "system_chromium": ["/usr/bin/chromium"]})
+    assert [(r.server, r.fault, r.requirement) for r in repairs] == [
+        ("playwright-mcp", "chromium_missing", "PLAYWRIGHT_MCP_EXECUTABLE_PATH=/usr/bin/chromium")]
+    assert checks == [] and wheel_requirements(repairs) == {}  # Chromium is not a wheel
+    stage, script = repair_stage(repairs), repair_script(repairs)
+    assert stage.startswith("ENV PLAYWRIGHT_MCP_EXECUTABLE_PATH=/usr/bin/chromium\n")
+    assert "test -x /usr/bin/chromium" in script
+    for networked in ("npx", "playwright install", "http", "curl", "wget"):
+        assert networked not in stage + script
+
+
+def test_a_run_plans_only_the_repairs_of_servers_its_selection_needs():
+    repairs, _ = plan_repairs({"servers": [server("hr1c", mcp="2.3.0"), server("moex", imports_psycopg2=True), BROWSER],
+                               "chromium": [], "system_chromium": ["/usr/bin/chromium"]})
+    assert {r.server for r in repairs} == {"hr1c", "moex", "playwright-mcp"}  # the image: every server
+    assert [r.server for r in for_selection(repairs, {"moex", "files"})] == ["moex"]
+    assert for_selection(repairs, set()) == []
+
+
+def test_only_repairs_that_took_are_disclosed():
+    planned = [PlannedRepair("quotes", "mcp_sdk_2x", "2.3.0", VENDORED_MCP_PIN, "/v", "3.11"),
+               PlannedRepair("playwright-mcp", "chromium_missing", None, "PLAYWRIGHT_MCP_EXECUTABLE_PATH=/usr/bin/chromium")]
+    after = {"servers": [server("quotes", mcp="1.26.0")], "chromium": [], "chromium_env": None}
+    taken, failed = disclosed(finalize(planned, after))
+    assert [(r["server"], r["took"]) for r in taken] == [("quotes", True)]
+    assert failed == [{"check": "repair", "result": "did_not_take",
+                       "detail": "playwright-mcp: chromium_missing -> PLAYWRIGHT_MCP_EXECUTABLE_PATH=/usr/bin/chromium"}]
 
 
 def test_wheel_requirements_group_pins_by_python():
@@ -85,7 +123,7 @@ def test_repair_script_is_valid_sh_and_verifies_each_pip_repair(tmp_path):
     assert subprocess.run(["sh", "-n", str(path)], capture_output=True, timeout=30).returncode == 0
     assert "pipin /opt/local_servers/hr1c/.venv/bin/python \"$wh/3.11\" mcp==1.26.0" in script
     assert "mcp is still" in script and "-c 'import psycopg2'" in script
-    assert "playwright install chromium" in script
+    assert "chromium" not in script  # no system Chromium detected: nothing planned, nothing downloaded
     assert repair_stage([]) == "" and "repairs.sh" in repair_stage(repairs)
 
 
@@ -143,7 +181,25 @@ def test_label_round_trip_and_measured_records():
     assert finalize(again, {"servers": []})[0] == {**finalize(again, fixed)[0], "after": None, "took": False}
 
 
-def test_chromium_record_measures_the_binary():
-    repair = PlannedRepair("playwright-mcp", "chromium_missing", None, "playwright install chromium", "/x")
-    assert finalize([repair], {"chromium": []})[0]["took"] is False
-    assert finalize([repair], {"chromium": ["/root/.cache/ms-playwright/chromium-1"]})[0]["after"].endswith("chromium-1")
+def test_chromium_record_measures_the_variable_in_the_derived_image():
+    repair = PlannedRepair("playwright-mcp", "chromium_missing", None, "PLAYWRIGHT_MCP_EXECUTABLE_PATH=/usr/bin/chromium")
+    assert finalize([repair], {"chromium": [], "chromium_env": None})[0]["took"] is False
+    assert finalize([repair], {"chromium_env": "/usr/bin/chromium"})[0]["after"] == "/usr/bin/chromium"
+    # A repair planned by an older adapter (a download) did not take when the variable names nothing.
+    old = PlannedRepair("playwright-mcp", "chromium_missing", None, "playwright install chromium", "/x")
+    assert finalize([old], {"chromium": ["/root/.cache/ms-playwright/chromium-1"]})[0]["took"] is False
+
+
+def test_detect_py_finds_the_chromium_the_variable_names(tmp_path):
+    chrome = tmp_path / "chromium"
+    chrome.write_text("#!/bin/sh\n")
+    chrome.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PLAYWRIGHT_MCP_EXECUTABLE_PATH": str(chrome)}
+    out = subprocess.run([sys.executable, "-c", DETECT_PY, str(tmp_path / "no-servers"), str(tmp_path / "none-*")],
+                         capture_output=True, text=True, timeout=120, check=True, env=env).stdout
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert doc["chromium_env"] == str(chrome)
+    env["PLAYWRIGHT_MCP_EXECUTABLE_PATH"] = str(tmp_path / "missing")
+    out = subprocess.run([sys.executable, "-c", DETECT_PY, str(tmp_path / "no-servers"), str(tmp_path / "none-*")],
+                         capture_output=True, text=True, timeout=120, check=True, env=env).stdout
+    assert json.loads(out.strip().splitlines()[-1])["chromium_env"] is None

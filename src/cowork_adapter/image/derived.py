@@ -22,7 +22,7 @@ import docker.errors
 from .. import __version__
 from ..errors import Refusal
 from ..schemas.manifest import ImageIdentity, WheelRecord
-from .repairs import LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
+from .repairs import DETECT_LIMITS, LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
 from .wheelhouse import build_wheelhouse
 
 MCP_PROXY_PIN = "mcp-proxy==0.12.0"
@@ -34,6 +34,8 @@ LABEL_BENCH = "org.cowork-adapter.bench_sha"
 LABEL_ADAPTER = "org.cowork-adapter.adapter_version"
 LABEL_ENTRY = "org.cowork-adapter.entry_sha256"  # digest of the in-container code the image carries
 LABEL_WHEELS = "org.cowork-adapter.wheels_sha256"
+# The base image's immutable ID at build time: a base rebuilt under the same tag is another image.
+LABEL_BASE_ID = "org.cowork-adapter.base_image_id"
 CONTAINER_PKG = Path(__file__).resolve().parent.parent / "container"
 ENTRY_NAME = "cowork_entry.py"
 
@@ -102,6 +104,7 @@ class ImageRequest:
     seed_dir: Path
     seed_head: str
     bench_commit: str
+    base_image_id: str | None = None  # the ID `base_image` names now; None leaves the base unchecked
 
 
 def container_digest() -> str:
@@ -114,12 +117,19 @@ def container_digest() -> str:
 
 
 def expected_labels(req: ImageRequest) -> dict[str, str]:
-    return {LABEL_SEED: req.seed_head, LABEL_BENCH: req.bench_commit, LABEL_ENTRY: container_digest()}
+    labels = {LABEL_SEED: req.seed_head, LABEL_BENCH: req.bench_commit, LABEL_ENTRY: container_digest()}
+    if req.base_image_id is not None:
+        labels[LABEL_BASE_ID] = req.base_image_id
+    return labels
 
 
 def label_mismatch(tag: str, labels: dict[str, str], req: ImageRequest) -> str | None:
     """One sentence naming the first label that does not match the pins, else None."""
     for key, want in expected_labels(req).items():
+        if key == LABEL_BASE_ID and labels.get(key) != want:
+            built_on = labels.get(key) or "an unrecorded base"
+            return (f"image {tag} was built on {built_on[:19]}, but {req.base_image} is now {want[:19]}; "
+                    "pass --build-image to rebuild it")
         have = labels.get(key)
         if have != want:
             return f"image {tag} has label {key}={(have or '(none)')[:12]}, not {want[:12]}; pass --build-image to rebuild it"
@@ -155,7 +165,7 @@ def image_python(docker_host: str, base_image: str, run_label: str) -> tuple[str
     try:
         out = _client(docker_host).containers.run(
             base_image, ["/usr/bin/python3", "-c", probe], remove=True, labels={"org.cowork-adapter.run": run_label},
-            network_disabled=True,
+            network_disabled=True, **DETECT_LIMITS,  # small fixed limits, like the repair detector's
         )
     except docker.errors.DockerException as exc:
         raise Refusal("image", f"the base image {base_image} could not run /usr/bin/python3: {exc}") from exc
@@ -256,6 +266,9 @@ def build_derived_image(
         .replace("{l_wheels}", LABEL_WHEELS)
         .replace("{l_entry}", LABEL_ENTRY)
     )
+    base_id = (inspect_image(docker_host, req.base_image) or {}).get("Id")
+    if not base_id or (req.base_image_id is not None and base_id != req.base_image_id):
+        raise Refusal("image", f"the base image {req.base_image} changed or vanished while the run started; run again.")
     buildargs = {
         "BASE_IMAGE": req.base_image,
         "SEED_SHA": req.seed_head,
@@ -267,7 +280,7 @@ def build_derived_image(
     api = docker.APIClient(base_url=docker_host, timeout=7200)
     with open(log_path, "a", encoding="utf-8") as log:
         stream = api.build(path=str(context_dir), tag=req.tag, buildargs=buildargs, pull=False, rm=True,
-                           forcerm=True, decode=True, labels={LABEL_REPAIRS: label_value(repairs, checks)})
+                           forcerm=True, decode=True, labels={LABEL_REPAIRS: label_value(repairs, checks), LABEL_BASE_ID: base_id})
         try:
             for chunk in stream:
                 if "stream" in chunk:
@@ -299,12 +312,13 @@ def resolve_image(docker_host: str, req: ImageRequest, *, built: bool, wheels: l
         raise Refusal("image", f"the daemon returned no Id for image {req.tag}.")
     labels = (info.get("Config") or {}).get("Labels") or {}
     check_labels(req.tag, labels, req)
-    base = inspect_image(docker_host, req.base_image)
+    # The base the image was built on (its label), checked above against what the base tag names now.
+    base_id = labels.get(LABEL_BASE_ID) or (inspect_image(docker_host, req.base_image) or {}).get("Id")
     return ImageIdentity(
         tag=req.tag,
         id=image_id,
         base_image=req.base_image,
-        base_image_id=(base or {}).get("Id"),
+        base_image_id=base_id,
         labels=labels,
         wheels=wheels,
         built=built,

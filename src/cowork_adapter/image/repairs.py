@@ -3,10 +3,16 @@
 Building the pinned benchmark image today does not give the environment of its commit date. Three
 faults are known: a vendored server whose own environment resolves the `mcp` SDK 2.x crashes at
 start; a server whose sources import psycopg2 finds it missing from its environment; the browser
-server has no Chromium. Each is detected by running DETECT_PY in the base image, repaired in one
-RUN step of the derived image (from a wheelhouse, never the network, except Chromium), and
-recorded: the plan goes on the derived image as the LABEL_REPAIRS label (so a reused image still
-discloses it), and the inventory measures the `after` side in the derived image itself.
+server finds no Chromium. Each is detected by running DETECT_PY in the base image and repaired in
+the derived image without the network: pip repairs from a wheelhouse resolved on the host; the
+browser server is pointed at a Chromium the image already has (PLAYWRIGHT_MCP_EXECUTABLE_PATH to a
+system Chromium), and where there is none nothing is downloaded: the check says so and the server
+fails its inventory. The plan goes on the derived image as the LABEL_REPAIRS label (so a reused
+image still discloses it), and the inventory measures the `after` side in the derived image itself.
+
+The image is shared by every selection that uses its tag, so the build plans the repairs of every
+server in it; a run discloses only the repairs of servers its selection needs, and only those that
+took (`for_selection`, `disclosed`).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import docker
 import docker.errors
@@ -30,6 +36,9 @@ PSYCOPG2_PIN = "psycopg2-binary==2.9.10"
 LABEL_REPAIRS = "org.cowork-adapter.repairs"
 SERVERS_ROOT = "/opt/local_servers"
 CHROMIUM_GLOB = "/root/.cache/ms-playwright/chromium-*"
+# The variable the Playwright MCP server reads for its browser, and where Debian-like images put one.
+CHROMIUM_ENV = "PLAYWRIGHT_MCP_EXECUTABLE_PATH"
+SYSTEM_CHROMIUMS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 REPAIR_WHEELHOUSE = "repair-wheelhouse"
 REPAIR_SCRIPT = "repairs.sh"
 DETECT_TIMEOUT_SEC = 300
@@ -37,9 +46,13 @@ DETECT_TIMEOUT_SEC = 300
 DETECT_LIMITS = {"nano_cpus": 1_000_000_000, "mem_limit": 1 << 30, "memswap_limit": 1 << 30, "pids_limit": 256}
 
 # Runs under any python3 >= 3.8 in the image (stdlib only). Prints one JSON document:
-# {"servers": [{server, venv, python, mcp, psycopg2, imports_psycopg2, browser, error}], "chromium": [paths]}
+# {"servers": [{server, venv, python, mcp, psycopg2, imports_psycopg2, browser, error}], "chromium": [paths],
+#  "chromium_env": the executable PLAYWRIGHT_MCP_EXECUTABLE_PATH names (None unless it exists),
+#  "system_chromium": [executables at the usual system paths]}
 DETECT_PY = r'''
 import glob, json, os, re, subprocess, sys
+def executable(path):
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
 root = sys.argv[1] if len(sys.argv) > 1 else "/opt/local_servers"
 probe = ("import json, sys\nimport importlib.metadata as m\n"
          "def v(n):\n    try:\n        return m.version(n)\n    except Exception:\n        return None\n"
@@ -83,7 +96,10 @@ for top in sorted(glob.glob(os.path.join(root, "*", ""))):
                 entry["error"] = "%s: %s" % (type(exc).__name__, exc)
             break
     servers.append(entry)
-print(json.dumps({"servers": servers, "chromium": sorted(glob.glob(sys.argv[2] if len(sys.argv) > 2 else ""))}))
+named = os.environ.get("PLAYWRIGHT_MCP_EXECUTABLE_PATH")
+print(json.dumps({"servers": servers, "chromium": sorted(glob.glob(sys.argv[2] if len(sys.argv) > 2 else "")),
+                  "chromium_env": named if executable(named) else None,
+                  "system_chromium": [p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if executable(p)]}))
 '''
 
 
@@ -125,16 +141,45 @@ def plan_repairs(detection: Mapping[str, Any]) -> tuple[list[PlannedRepair], lis
         if venv and s.get("imports_psycopg2") and not s.get("psycopg2") and python:
             repairs.append(PlannedRepair(name, RepairFault.PSYCOPG2_MISSING.value, None, PSYCOPG2_PIN, venv, python))
     browsers = [str(s["server"]) for s in servers if s.get("browser")]
-    chromium = list(detection.get("chromium") or [])
+    repairs += chromium_repairs(browsers, detection, checks)
+    return repairs, checks
+
+
+def chromium_repairs(browsers: Sequence[str], detection: Mapping[str, Any],
+                     checks: list[dict[str, Any]]) -> list[PlannedRepair]:
+    """The browser servers' Chromium, without the network: a Chromium the server already finds (the
+    variable's, or Playwright's own download) needs nothing; a system Chromium the variable does not
+    name yet is named (the repair); with neither, the check says the server will fail."""
     if not browsers:
         checks.append({"check": "chromium", "result": "not_applicable", "detail": "no playwright server in the image"})
-    elif chromium:
-        checks.append({"check": "chromium", "result": "present", "detail": chromium[0]})
-    else:
-        for name in browsers:
-            repairs.append(PlannedRepair(name, RepairFault.CHROMIUM_MISSING.value, None, "playwright install chromium",
-                                         f"{SERVERS_ROOT}/{name}"))
-    return repairs, checks
+        return []
+    named, downloaded = detection.get("chromium_env"), list(detection.get("chromium") or [])
+    system = list(detection.get("system_chromium") or [])
+    if named or downloaded:
+        checks.append({"check": "chromium", "result": "present", "detail": named or downloaded[0]})
+        return []
+    if not system:
+        checks.append({"check": "chromium", "result": "absent",
+                       "detail": f"no Chromium in the image (neither {CHROMIUM_ENV} nor {', '.join(SYSTEM_CHROMIUMS)}); "
+                                 "nothing is downloaded at build time, so the browser server fails its inventory"})
+        return []
+    return [PlannedRepair(name, RepairFault.CHROMIUM_MISSING.value, None, f"{CHROMIUM_ENV}={system[0]}")
+            for name in browsers]
+
+
+def for_selection(planned: Sequence[PlannedRepair], needed: Collection[str]) -> list[PlannedRepair]:
+    """The planned repairs of the servers a selection needs (the image carries every server's)."""
+    return [r for r in planned if r.server in needed]
+
+
+def disclosed(records: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(repairs to disclose, checks) of finalize()'s records: a repair is disclosed only when it took;
+    one that did not take is kept as a failed check (its server's inventory says how it failed)."""
+    took = [dict(r) for r in records if r.get("took")]
+    failed = [{"check": "repair", "result": "did_not_take", "detail": f"{r.get('server')}: {r.get('fault')} -> "
+                                                                       f"{r.get('requirement')}"}
+              for r in records if not r.get("took")]
+    return took, failed
 
 
 def wheel_requirements(repairs: Sequence[PlannedRepair]) -> dict[str, list[str]]:
@@ -174,9 +219,8 @@ def repair_script(repairs: Sequence[PlannedRepair]) -> str:
         said = f"[cowork-repair] {r.server}: {r.fault} ({r.before or 'absent'}) -> {r.requirement}"
         lines.append(f"echo {shlex.quote(said)}")
         if r.fault == RepairFault.CHROMIUM_MISSING.value:
-            # Needs the Playwright CDN: where it is unreachable the inventory reports the server failed.
-            lines.append(f"(cd {shlex.quote(r.venv or SERVERS_ROOT)} && npx --yes playwright install chromium) || "
-                         "echo '[cowork-repair] chromium could not be installed'")
+            # The ENV line of the repair stage names it; here only prove it is an executable.
+            lines.append(f"test -x {shlex.quote(r.requirement.partition('=')[2])}")
             continue
         py = shlex.quote(f"{r.venv}/bin/python")
         lines.append(f"pipin {py} \"$wh/{r.python}\" {shlex.quote(r.requirement)}")
@@ -193,7 +237,8 @@ def repair_stage(repairs: Sequence[PlannedRepair]) -> str:
     """Dockerfile lines of the repair stage ("" when nothing was detected)."""
     if not repairs:
         return ""
-    return (
+    browsers = sorted({r.requirement for r in repairs if r.fault == RepairFault.CHROMIUM_MISSING.value})
+    return "".join(f"ENV {requirement}\n" for requirement in browsers[:1]) + (
         f"COPY {REPAIR_WHEELHOUSE} /tmp/cowork-repair-wheelhouse\n"
         f"COPY {REPAIR_SCRIPT} /tmp/cowork-repairs.sh\n"
         "RUN sh /tmp/cowork-repairs.sh && rm -rf /tmp/cowork-repair-wheelhouse /tmp/cowork-repairs.sh\n"
@@ -217,8 +262,8 @@ def planned_from_labels(labels: Mapping[str, str] | None) -> tuple[list[PlannedR
 def after_value(repair: PlannedRepair, detection: Mapping[str, Any]) -> str | None:
     """What `detection` (run in the derived image) shows for the repaired item, None when absent."""
     if repair.fault == RepairFault.CHROMIUM_MISSING.value:
-        found = detection.get("chromium") or []
-        return str(found[0]) if found else None
+        # Took when the derived image's variable names an executable Chromium.
+        return detection.get("chromium_env") or None
     for s in detection.get("servers") or []:
         if isinstance(s, Mapping) and s.get("server") == repair.server:
             return s.get("mcp") if repair.fault == RepairFault.MCP_SDK_2X.value else s.get("psycopg2")

@@ -73,6 +73,10 @@ class Limits(_Model):
     memory_bytes: int
     memory_swap_bytes: int
     pids_limit: int
+    # What the daemon had when the limits were fitted (docker info NCPU, MemTotal): an unset --cpus
+    # is the smaller of 4 and daemon_cpus, an unset --memory the smaller of 16 GiB and daemon_memory_bytes.
+    daemon_cpus: int | None = None
+    daemon_memory_bytes: int | None = None
 
 
 class Refusal(_Model):

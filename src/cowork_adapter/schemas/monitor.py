@@ -32,6 +32,7 @@ class Progress(_Model):
     agent_failed: Count = 0
     infra_failed: Count = 0
     not_attempted: Count = 0
+    environment_blocked: Count = 0  # in `selected`, never handed to the runner, so never `done`
     running: Count = 0
 
 

@@ -1,0 +1,194 @@
+"""Preflight against the real test-bed daemon: the limits fitted to its resources, and every campaign
+refusal before a run root, a lock file or a container exists.
+
+The test bed's daemon has fewer than 4 CPUs (2 here), so the old default `--cpus 4.0` crashed every
+run at its first container; now the default is the smaller of 4 and the daemon's CPUs and an explicit
+value above the daemon's is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import docker
+import pytest
+
+from cowork_adapter.custody.docker_ops import label_is_empty
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.demo.scenarios import prepare, read_json
+from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
+
+
+@pytest.fixture(scope="module")
+def env(docker_host, tmp_path_factory):
+    demo = prepare(tmp_path_factory.mktemp("preflight") / "root", docker_host)
+    yield demo
+    demo.meter.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(docker_host) -> dict:
+    client = docker.DockerClient(base_url=docker_host, timeout=60)
+    try:
+        return client.info()
+    finally:
+        client.close()
+
+
+class LabelledCreations:
+    """Container creations on the daemon that carry one run label, followed while the CLI runs."""
+
+    def __init__(self, docker_host: str, label: str) -> None:
+        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
+        self.seen: list[dict] = []
+        self._stream = self.client.events(decode=True, filters={
+            "type": ["container"], "event": ["create"], "label": [f"{RUN_LABEL_KEY}={label}"]})
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        try:
+            for event in self._stream:
+                ident = (event.get("Actor") or {}).get("ID")
+                try:
+                    info = self.client.api.inspect_container(ident)
+                except docker.errors.NotFound:
+                    info = None
+                self.seen.append({"id": ident, "inspect": info})
+        except Exception:  # noqa: BLE001 - the stream ends when close() is called
+            return
+
+    def close(self) -> None:
+        time.sleep(1)  # let the last events arrive
+        self._stream.close()
+        self._thread.join(timeout=10)
+        self.client.close()
+
+
+def without_limits(args: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--cpus", "--memory"):
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def one_refusal(proc, *phrases: str) -> str:
+    lines = [line for line in proc.stderr.decode().splitlines() if line.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("cowork-adapter: "), lines
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+def run(env, args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env={**os.environ, env.key_env: env.key}, capture_output=True, timeout=900,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_an_explicit_cpus_above_the_daemon_is_refused_in_preflight(env, daemon):
+    too_many = int(daemon["NCPU"]) + 2  # 4 on the 2-CPU test bed
+    name = "cpus-above"
+    args = without_limits(env.run_args(name, ["demo-csv-totals"], campaign="campaign-cpus.json"))
+    proc = run(env, args + ["--cpus", str(too_many)])
+    one_refusal(proc, f"--cpus {too_many} is more than the {daemon['NCPU']} CPUs of the Docker daemon")
+    assert not env.run_root(name).exists()
+    assert not (env.root / "campaign-cpus.json").exists()
+
+
+def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daemon):
+    want = min(4.0, float(daemon["NCPU"]))
+    name = "default-limits"
+    run_root = env.run_root(name)
+    args = without_limits(env.run_args(name, ["demo-csv-totals"], campaign="unused.json"))
+    cut = args.index("--campaign-file")
+    args = args[:cut] + args[cut + 2:] + ["--probe", "inventory"]  # no model, no campaign: the containers only
+    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    try:
+        proc = run(env, args)
+    finally:
+        watcher.close()
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    manifest = read_json(run_root / "run_manifest.json")
+    assert manifest["limits"]["cpus"] == want and manifest["applied_config"]["cpus"] == want
+    assert manifest["limits"]["daemon_cpus"] == int(daemon["NCPU"])
+    assert manifest["limits"]["memory_bytes"] == min(16 << 30, int(daemon["MemTotal"]))
+    created = [c["inspect"] for c in watcher.seen if c["inspect"] is not None]
+    assert created, "the inventory started no labelled container"
+    # The build's two short probes of the base image run under small fixed limits (1 CPU); every
+    # container of the inventory (the derived image, its PostgreSQL) gets the fitted default.
+    build_probes = [c for c in created if c["Config"]["Image"] == env.pack_tag]
+    inventory = [c for c in created if c["Config"]["Image"] != env.pack_tag]
+    assert inventory, "the inventory started no labelled container"
+    assert {c["HostConfig"]["NanoCpus"] for c in inventory} == {int(want * 1e9)}
+    assert {c["HostConfig"]["NanoCpus"] for c in build_probes} <= {1_000_000_000}
+    assert label_is_empty(env.docker_host, run_label(run_root))
+
+
+def test_an_unsettled_campaign_is_refused_in_preflight_before_any_container(env):
+    campaign = env.root / "campaign-unsettled.json"
+    now = datetime.now(timezone.utc)
+    dead = ActiveRun(run_root=str(env.root / "runs" / "dead"), run_label="d" * 64, launcher_pid=2 ** 22 - 7,
+                     started_at=now, host="gone", usage_at_start=5.0)
+    campaign.write_text(CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
+                                       prior_spend_usd=0.0, last_usage=5.0, last_usage_observed_at=now,
+                                       created_at=now, active_run=dead).to_json())
+    before = campaign.read_bytes()
+    name = "unsettled"
+    run_root = env.run_root(name)
+    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    try:
+        proc = run(env, env.run_args(name, ["demo-csv-totals"], campaign=campaign.name))
+    finally:
+        watcher.close()
+    one_refusal(proc, "has an unsettled active run", str(env.root / "runs" / "dead"))
+    assert watcher.seen == []  # not one container of this run was created
+    assert not run_root.exists()
+    assert campaign.read_bytes() == before
+    assert not campaign.with_name(campaign.name + ".lock").exists()  # read without its lock
+
+
+def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env, monkeypatch, capsys):
+    """The old default --cpus crashed at the inventory's first container (docker APIError) and left no
+    ledger. Whatever crashes after admission, the ledger answers for every selected task."""
+    from cowork_adapter import launcher
+    from cowork_adapter.config import RunConfig
+    from cowork_adapter.schemas.manifest import ImageIdentity
+
+    tasks = ("demo-csv-totals", "demo-crm-postgres")
+    run_root = env.run_root("crash-after-admission")
+
+    def fake_image(cfg, pre, manifest):  # the image is not what this test is about: no build
+        return ImageIdentity(tag="unbuilt:test", id="sha256:" + "0" * 64, base_image=cfg.base_image)
+
+    def crash(cfg, manifest, bench_copy):
+        raise docker.errors.APIError("500 Server Error: Range of CPUs is from 0.01 to 2.00, as there are only 2 CPUs")
+
+    monkeypatch.setattr(launcher, "_image", fake_image)
+    monkeypatch.setattr(launcher, "_qualify_environment", crash)
+    monkeypatch.setenv(env.key_env, env.key)
+    cfg = RunConfig.from_flags(
+        repo_dir=env.seed, bench_root=env.bench, bench_commit=env.bench_commit, docker_host=env.docker_host,
+        resource_root=env.storage, run_root=run_root, base_image=env.pack_tag, model="demo/stub-model", tasks=tasks,
+        campaign_file=env.root / "campaign-crash.json", campaign_budget_usd=50.0, budget_reserve_usd=5.0,
+        meter_url=env.meter.base_url, api_key_env=env.key_env, min_key_usd=0.0, min_free_gib=1.0,
+        min_root_free_gib=1.0, build_image=True)
+    code = launcher.execute_run(cfg, ["cowork-adapter", "run"])
+    assert code == 1 and "the run crashed (APIError)" in capsys.readouterr().err
+    manifest = read_json(run_root / "run_manifest.json")
+    assert manifest["outcome"] == "crashed" and "Range of CPUs" in manifest["error"]["message"]
+    rows = [json.loads(line) for line in (run_root / "result_index.jsonl").read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == list(tasks)
+    assert {r["status"] for r in rows} == {"not_attempted"}

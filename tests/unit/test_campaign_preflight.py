@@ -1,0 +1,88 @@
+"""Every campaign refusal happens in preflight: read-only, before a run root, a lock file or a container."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter.campaign.observe import AcceptedReading
+from cowork_adapter.config import RunConfig
+from cowork_adapter.errors import Refusal
+from cowork_adapter.paid import campaign_preflight
+from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
+
+KEY = "preflight-key-0123456789abcdef"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def reading(usage: float = 10.0, limit_remaining: float | None = None) -> AcceptedReading:
+    return AcceptedReading(request_time=0.0, usage=usage, limit=None, limit_remaining=limit_remaining, attempts=1,
+                           observed_at=NOW)
+
+
+def cfg(tmp_path: Path, **over) -> RunConfig:
+    (tmp_path / "seed").mkdir(exist_ok=True)
+    (tmp_path / "bench").mkdir(exist_ok=True)
+    flags = dict(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
+                 run_root=tmp_path / "runs" / "r1", campaign_file=tmp_path / "campaign.json",
+                 campaign_budget_usd=50.0, budget_reserve_usd=5.0)
+    flags.update(over)
+    return RunConfig.from_flags(**flags)
+
+
+def write(path: Path, **over) -> bytes:
+    fields = dict(fingerprint=key_fingerprint(KEY), ceiling_usd=50.0, usage_baseline=1.0, prior_spend_usd=0.0,
+                  last_usage=2.0, last_usage_observed_at=NOW, created_at=NOW)
+    fields.update(over)
+    path.write_text(CampaignRecord(**fields).to_json())
+    return path.read_bytes()
+
+
+def refused(config: RunConfig, read: AcceptedReading = reading()) -> str:
+    with pytest.raises(Refusal) as info:
+        campaign_preflight(config, KEY, read)
+    assert info.value.stage == "campaign"
+    return info.value.sentence
+
+
+def test_a_missing_campaign_is_admitted_and_nothing_is_created(tmp_path):
+    campaign_preflight(cfg(tmp_path), KEY, reading())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench", "seed"]  # no campaign, no lock file
+
+
+def test_a_healthy_campaign_is_admitted_unchanged(tmp_path):
+    config = cfg(tmp_path)
+    before = write(config.campaign_file)
+    campaign_preflight(config, KEY, reading())
+    assert config.campaign_file.read_bytes() == before
+    assert not config.campaign_file.with_name("campaign.json.lock").exists()
+
+
+def active(tmp_path: Path) -> ActiveRun:
+    return ActiveRun(run_root=str(tmp_path / "dead-run"), run_label="x" * 64, launcher_pid=999999, started_at=NOW,
+                     host="h", usage_at_start=2.0)
+
+
+@pytest.mark.parametrize("case,record,flags,read,words", [
+    ("unsettled", "active", {}, reading(), "has an unsettled active run"),
+    ("other key", {"fingerprint": key_fingerprint("another-key-0123456789")}, {}, reading(), "belongs to key"),
+    ("ceiling", {}, {"campaign_budget_usd": 60.0}, reading(), "a ceiling cannot change"),
+    ("prior spend", {}, {"prior_spend_usd": 1.0}, reading(), "Prior spend can be declared only"),
+    ("meter went down", {}, {}, reading(usage=1.5), "below the campaign's last accepted usage"),
+    ("spent", {"usage_baseline": 1.0}, {}, reading(usage=47.0), "not above the $5.00 reserve"),
+    ("key exhausted", {}, {}, reading(limit_remaining=0.0), "no remaining limit"),
+])
+def test_each_campaign_refusal_is_raised_in_preflight_without_touching_the_file(tmp_path, case, record, flags,
+                                                                                 read, words):
+    config = cfg(tmp_path, **flags)
+    before = write(config.campaign_file, **({"active_run": active(tmp_path)} if record == "active" else record))
+    assert words in refused(config, read)
+    assert config.campaign_file.read_bytes() == before
+    assert not config.campaign_file.with_name("campaign.json.lock").exists()
+
+
+def test_a_new_campaign_whose_prior_spend_leaves_nothing_above_the_reserve_is_refused(tmp_path):
+    assert "not above the $5.00 reserve" in refused(cfg(tmp_path, prior_spend_usd=46.0))
+    assert not (tmp_path / "campaign.json").exists()
