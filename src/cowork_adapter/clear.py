@@ -214,12 +214,10 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
 
 
 def rebuild_final_ledger(run_root: Path) -> int:
-    """Step 4, in one place so the ledger's own `final` builder can replace it: returns the rows written."""
-    from .ledger import build_index, write_index
+    """Step 4: the final ledger from the manifest and the dumps (receipts settle); returns the rows written."""
+    from .ledger import rebuild_final
 
-    rows = build_index(run_root, live=False, interruption_cause=StopReason.LAUNCHER_DIED.value)
-    write_index(run_root, rows)
-    return len(rows)
+    return len(rebuild_final(run_root, StopReason.LAUNCHER_DIED.value))
 
 
 def _drop_key(run_root: Path) -> bool:
