@@ -194,7 +194,11 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         assert wait_for(lambda: named_container(docker_host, label, "agent-"), 120, 0.5)
         pgid = runner_pgid(run_root)
         assert pgid and group_alive(pgid)
-        proc.kill()  # the launcher only: the runner is in its own session and goes on
+        # The launcher's watchdog would stop the runner group and delete the key itself; this case
+        # is the one it cannot cover: both die (one OOM kill, an operator's kill -9 of both).
+        processes = read_json(run_root / "custody" / "processes.json")
+        os.kill(processes["watchdog"]["pid"], signal.SIGKILL)
+        proc.kill()  # the launcher: the runner is in its own session and goes on
         proc.wait(timeout=30)
         assert group_alive(pgid)
         assert (run_root / "private" / "agent.env").exists()
