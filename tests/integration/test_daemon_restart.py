@@ -1,7 +1,7 @@
 """A Docker daemon that restarts or vanishes mid-run stops the run as docker_daemon_lost (issue 15, item 5).
 
 Never on the shared test-bed daemon (other tests use it): this module starts its OWN dockerd with
-its own data root, exec root, socket and pid file under a tmp dir, `--bridge=none --iptables=false`
+its own data root, exec root, socket and pid file under a tmp dir, a bridge of its own (`--bridge=cwdw0`), `--iptables=false`
 and a distinct address pool, loads the demo's images into it from the shared daemon
 (`docker save | docker load`), and runs real paid demo runs (meter stand-in) against it:
 
@@ -43,6 +43,9 @@ from cowork_adapter.vocab import ExitCode, StopReason
 LOST = StopReason.DOCKER_DAEMON_LOST.value
 POOL = "10.213.0.0/16"  # not the shared daemon's: no fight over bridges
 FORWARD_RULE = ["DOCKER-USER", "-s", POOL, "-d", POOL, "-j", "ACCEPT"]
+# A default bridge of its own: with --bridge=none dockerd DELETES the host's docker0 at start,
+# which is the shared test-bed daemon's bridge and would break every later test.
+BRIDGE, BRIDGE_CIDR = "cwdw0", "10.214.0.1/24"
 PG_IMAGE = "postgres:15"
 
 
@@ -63,7 +66,7 @@ class PrivateDaemon:
         log = open(self.root / f"dockerd-{self.starts}.log", "ab")
         subprocess.Popen(
             ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-             "-H", self.host, "--pidfile", str(self.pidfile), "--bridge=none", "--iptables=false",
+             "-H", self.host, "--pidfile", str(self.pidfile), f"--bridge={BRIDGE}", "--iptables=false",
              "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
@@ -120,6 +123,10 @@ def private_daemon(docker_host):
     root = Path(tempfile.mkdtemp(prefix="cwdw.", dir="/tmp"))  # short: unix socket paths are capped
     daemon = PrivateDaemon(root)
     rule_added = subprocess.run(["iptables", "-I", *FORWARD_RULE], capture_output=True).returncode == 0
+    docker0_before = _link_exists("docker0")
+    for step in (["link", "add", BRIDGE, "type", "bridge"], ["addr", "add", BRIDGE_CIDR, "dev", BRIDGE],
+                 ["link", "set", BRIDGE, "up"]):
+        subprocess.run(["ip", *step], check=True, capture_output=True)
     try:
         daemon.start()
         pack_tag, _ = ensure_demo_pack_image(docker_host)  # built once on the shared daemon, copied here
@@ -132,6 +139,12 @@ def private_daemon(docker_host):
         subprocess.run(["umount", "-R", "-l", str(root / "exec")], capture_output=True)
         subprocess.run(["umount", "-R", "-l", str(root / "data")], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+    assert _link_exists("docker0") == docker0_before, "the private daemon changed the shared daemon's docker0"
+
+
+def _link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="module")
