@@ -20,6 +20,9 @@ from .procs import HttpError, http_json, spawn_group, wait_until
 
 SENTINEL = ".ouroboros_isolated_benchmark"
 LOG_NAMES = ("tools.jsonl", "events.jsonl", "progress.jsonl", "chat.jsonl", "supervisor.jsonl")
+# The server's physical-attempt ledger (6.97+): one attempt per provider request, the monetary
+# authority; its llm_usage rows in events.jsonl are a projection that misses some request kinds.
+ATTEMPTS_LEDGER = os.path.join("state", "usage_attempts.jsonl")
 SAVE_MARGIN_SEC = 105  # room left to save artefacts before the runner's hard kill
 MIN_TASK_TIMEOUT_SEC = 60
 STRIPPED_ENV_PREFIXES = ("OUROBOROS_", "LLM_", "MODEL_")
@@ -181,7 +184,7 @@ def submit(port: int, body: Mapping) -> str:
 def checkpoint(data_dir: str, task_id: Optional[str], out_dir: str, terms: list) -> None:
     """Copy the runtime logs and the task result into the dump, scrubbed, via tmp+rename."""
     os.makedirs(out_dir, exist_ok=True)
-    sources = [os.path.join(data_dir, "logs", n) for n in LOG_NAMES]
+    sources = [os.path.join(data_dir, "logs", n) for n in LOG_NAMES] + [os.path.join(data_dir, ATTEMPTS_LEDGER)]
     if task_id:
         sources.append(os.path.join(data_dir, "task_results", f"{os.path.basename(task_id)}.json"))
     for src in sources:
