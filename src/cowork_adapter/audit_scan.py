@@ -121,6 +121,7 @@ class TaskScan:
     gaps_by_reason: Counter = field(default_factory=Counter)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     events_gap: bool = False
+    usage_source: str = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
     files: int = 0
     bytes: int = 0
     lines: int = 0
@@ -320,6 +321,7 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
                 scan.add_omission(rel, block.first + line)
         _add_names_before(scan, sightings, math.inf)
     if from_ledger:
+        scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
         try:
             scan_attempts(attempts, attempts_rel, scan)
