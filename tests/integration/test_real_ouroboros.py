@@ -144,3 +144,7 @@ def assert_usage_matches_requests(run_root: Path, row: dict, requests: list[dict
     activity = task["activity"]
     assert (activity["usage_records"], activity["prompt_tokens"], activity["completion_tokens"]) == served, (
         f"audit activity {activity} != chat stand-in requests {served}")
+    summary = json.loads(next(run_root.glob(f"bench/dumps/*/SingleUserTurn-{TASK}/ouroboros_summary.json")).read_text())
+    ledger = summary.get("attempt_ledger_usage") or {}
+    assert (ledger.get("records"), ledger.get("prompt_tokens"), ledger.get("completion_tokens")) == served, (
+        f"summary attempt_ledger_usage {ledger} != chat stand-in requests {served}")

@@ -109,3 +109,14 @@ def test_the_audit_counts_the_ledger_and_names_its_source(tmp_path):
     _write(dump / "ouroboros" / "usage_attempts.jsonl", []).unlink()
     task = audit_task({"instance_id": "t", "status": "passed"}, tmp_path, {"t": dump})
     assert task.activity.usage_records == 4 and task.cost.source == "llm_usage_projection"
+
+
+def test_the_summary_totals_of_the_attempt_ledger(tmp_path):
+    rows = _ledger(3) + [_attempt("r", "reserved"), _attempt("r", "released")]
+    rows += [_attempt("u", "dispatched"), _attempt("u", "unresolved")]
+    _write(tmp_path / "state" / "usage_attempts.jsonl", rows)
+    with open(tmp_path / "state" / "usage_attempts.jsonl", "a") as fh:
+        fh.write("{torn tail\n")
+    assert ouroboros.attempt_usage(str(tmp_path)) == {"records": 4, "settled": 3, "prompt_tokens": 3000,
+                                                       "completion_tokens": 30}
+    assert ouroboros.attempt_usage(str(tmp_path / "none")) is None

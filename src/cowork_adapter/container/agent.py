@@ -321,6 +321,9 @@ class AgentRun:
             s["error"] = protocol.scrub(str(s["error"]), self.terms)[:ERROR_MAX]
         if not self.upstream_mode:
             s["model_activity_observed"] = model_activity(s["task_submission_started"], self.result)
+            # One record per model request, from the server's attempt ledger: its prompt_tokens
+            # above are the task loop's own and leave out side calls (e.g. post-task synthesis).
+            s["attempt_ledger_usage"] = ouroboros.attempt_usage(self.paths.data_dir)
         end_time = _iso_now()
         try:
             if self.task_root:

@@ -196,6 +196,34 @@ def checkpoint(data_dir: str, task_id: Optional[str], out_dir: str, terms: list)
         protocol.write_atomic(os.path.join(out_dir, os.path.basename(src)), protocol.scrub_bytes(data, terms))
 
 
+SENT_ATTEMPT_STATES = ("dispatched", "settled", "unresolved")  # a request reached the provider
+
+
+def attempt_usage(data_dir: str) -> Optional[dict]:
+    """Totals of the server's physical-attempt ledger: one record per model request sent (the
+    last row of each `kind: attempt` id, in a sent state), tokens of the settled ones. None
+    when the server keeps no ledger (older builds) or it cannot be read."""
+    last: dict = {}
+    try:
+        with open(os.path.join(data_dir, ATTEMPTS_LEDGER), "r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and row.get("kind") == "attempt" and row.get("attempt_id"):
+                    last[str(row["attempt_id"])] = row
+    except OSError:
+        return None
+    sent = [r for r in last.values() if r.get("state") in SENT_ATTEMPT_STATES]
+
+    def total(name: str) -> int:
+        return sum(int(r.get(name) or 0) for r in sent if r.get("state") == "settled")
+
+    return {"records": len(sent), "settled": sum(1 for r in sent if r.get("state") == "settled"),
+            "prompt_tokens": total("prompt_tokens"), "completion_tokens": total("completion_tokens")}
+
+
 def poll(port: int, task_id: str, *, proc, deadline: float, on_tick: Callable[[], None],
          on_result: Callable[[dict], None], cost_grace_sec: float = 60.0, interval: float = 2.0) -> tuple[dict, bool]:
     """Poll GET /api/tasks/<id> until terminal (+ cost-finality grace). (result, grace exhausted).
