@@ -189,3 +189,39 @@ def test_f_usage_records_are_the_chat_requests_on_a_real_task(bed, tmp_path):
     audit = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == task)
     activity = audit["activity"]
     assert (activity["usage_records"], activity["prompt_tokens"], activity["completion_tokens"]) == served, activity
+
+
+FIXTURE = Path(os.environ.get("COWORK_BENCH_FIXTURE", "/work/shared/fixtures/cowork_bench-d943e75.git.tar"))
+PIN = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
+
+
+@pytest.fixture(scope="module")
+def real_entries(tmp_path_factory) -> dict[str, Path]:
+    """The benchmark's main.py and main_strands.py at the pin: from COWORK_REAL_BENCH when set,
+    else read from the fixture's bare repository, extracted into a scratch folder."""
+    bench = os.environ.get("COWORK_REAL_BENCH", "").strip()
+    if bench and (Path(bench) / "main.py").is_file():
+        return {n: Path(bench) / n for n in ("main.py", "main_strands.py")}
+    if not FIXTURE.is_file():
+        _missing(f"neither COWORK_REAL_BENCH nor the fixture {FIXTURE} is available")
+    scratch = tmp_path_factory.mktemp("bench-fixture")
+    subprocess.run(["tar", "-xf", str(FIXTURE), "-C", str(scratch)], check=True, timeout=300)
+    repo = next(scratch.glob("*.git"))
+    out = {}
+    for name in ("main.py", "main_strands.py"):
+        text = subprocess.run(["git", "-C", str(repo), "show", f"{PIN}:{name}"], check=True, capture_output=True,
+                              timeout=60).stdout
+        out[name] = scratch / name
+        out[name].write_bytes(text)
+    return out
+
+
+def test_b_phase_is_passed_exactly_to_the_real_entry_that_declares_it(real_entries):
+    """The pinned main.py has no --phase (argparse would refuse it: the row was infra_failed);
+    main_strands.py declares it and must get `--phase agent` to stop before grading."""
+    from cowork_adapter.container.upstream import accepts_phase, child_argv
+
+    assert accepts_phase(str(real_entries["main.py"])) is False
+    assert accepts_phase(str(real_entries["main_strands.py"])) is True
+    assert "--phase" not in child_argv("py", "main.py", "t", 5, accepts_phase(str(real_entries["main.py"])))
+    assert child_argv("py", "main_strands.py", "t", 5, True)[-2:] == ["--phase", "agent"]
