@@ -97,6 +97,8 @@ def adapter_args(bed: dict, root: Path, name: str, tasks: list[str], extra: list
 
 
 def launch(bed: dict, root: Path, name: str, args: list[str], key: str = "") -> tuple[int, str]:
+    for sub in ("runs", "storage"):  # the run root's parent and the storage directory must exist
+        (root / sub).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **bed["git_env"], **({KEY_ENV: key} if key else {})}
     log_path = root / f"{name}.log"
     with open(log_path, "ab") as log:
