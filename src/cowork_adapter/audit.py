@@ -342,7 +342,7 @@ def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskS
         ),
         model_activity_observed=scan.token_bearing > 0,
         cost=Cost(known_usd=round(scan.cost_known_usd, 9), unknown_records=scan.cost_unknown,
-                  estimated_records=scan.cost_estimated, complete=complete),
+                  estimated_records=scan.cost_estimated, complete=complete, source=scan.usage_source),
         models=list(scan.models),
         providers=list(scan.providers),
         response_providers=list(scan.response_providers),

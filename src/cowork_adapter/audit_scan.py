@@ -7,8 +7,13 @@ What a caller must know:
     tools.jsonl   a row counts as a tool call when its `type` is "tool_call" (or it has no
                   `type` but a string `tool`); MCP calls (`mcp_<server>__<tool>`) are counted
                   per server and tool, with `is_error: true` as an error.
-    events.jsonl  a row counts as usage when `type == "llm_usage"`, as a capability omission
-                  when its `type` contains "omission" (one per row).
+    events.jsonl  a row counts as a capability omission when its `type` contains "omission"
+                  (one per row). Usage: when the server's physical-attempt ledger was copied
+                  beside it (usage_attempts.jsonl, Ouroboros 6.97+), each provider request is one
+                  usage record there (see scan_attempts) and llm_usage rows are validated only:
+                  they are a projection that misses some request kinds (capability probes,
+                  safety checks without an event queue...). Without that file, a row counts as
+                  usage when `type == "llm_usage"`.
     progress, chat, supervisor: validated only; their content is not used.
 - Findings come from tool-call arguments only (audit_rules). Arguments stay raw JSON bytes and
   are decoded only when a probe occurs in them.
@@ -116,6 +121,7 @@ class TaskScan:
     gaps_by_reason: Counter = field(default_factory=Counter)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     events_gap: bool = False
+    usage_source: str = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
     files: int = 0
     bytes: int = 0
     lines: int = 0
@@ -123,7 +129,7 @@ class TaskScan:
     def gap(self, reason: AuditGapReason, file: str | None, line: int | None = None, detail: str | None = None) -> None:
         self.gaps_total += 1
         self.gaps_by_reason[reason.value] += 1
-        if file is not None and file.endswith("events.jsonl") and reason in _EVENTS_COST_GAPS:
+        if file is not None and file.endswith(USAGE_FILES) and reason in _EVENTS_COST_GAPS:
             self.events_gap = True
         if len(self.gaps) < MAX_GAPS_PER_TASK:
             self.gaps.append({"reason": reason, "file": file, "line": line, "detail": detail})
@@ -282,26 +288,68 @@ def _calls_before(block: Block, offset: int, calls: dict[bytes, tuple[bool, str]
 
 
 USAGE_KEYS = (b"type", *(name.encode() for name in UsageRow._fields))
+# The server's physical-attempt ledger, copied into <dump>/ouroboros/ beside events.jsonl.
+ATTEMPTS_NAME = "usage_attempts.jsonl"
+USAGE_FILES = ("events.jsonl", ATTEMPTS_NAME)
+ATTEMPT_KEYS = (b"kind", b"attempt_id", b"state", b"prompt_tokens", b"completion_tokens", b"cached_tokens",
+                b"cost_usd", b"cost_final", b"model", b"provider")
+# Final states of an attempt that reached the provider: a request was sent. `reserved` and
+# `released` attempts never were.
+SENT_STATES = frozenset({"dispatched", "settled", "unresolved"})
 
 
 def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
-    """Count llm_usage records (tokens, cost, names) and capability-omission rows."""
+    """Count usage records (tokens, cost, names) and capability-omission rows: usage from the
+    attempt ledger beside `path` when there is one, else from llm_usage rows."""
+    attempts = Path(path).with_name(ATTEMPTS_NAME)
+    from_ledger = attempts.is_file()
     for block in iter_blocks(path, scan, rel):
         # Regular usage records come back summed; the other lines whose raw type mentions
         # llm_usage or omission as rows. Every line is validated.
         sums, names, rows = usage_rows(block, USAGE_KEYS, (b"llm_usage", b"omission"), MAX_NAMES_PER_TASK,
                                        rel, scan)
-        if sums is not None:
+        if sums is not None and not from_ledger:
             scan.add_usage_sums(sums)
-        sightings = deque(names)  # first sightings of names, in line order: merged with rows by line
+        sightings = deque(() if from_ledger else names)  # first sightings of names, merged with rows by line
         for line, raw_kind, *raw_fields in rows:
             _add_names_before(scan, sightings, line)
             kind = decode_raw(raw_kind)
             if kind == "llm_usage":
-                scan.add_usage(UsageRow._make(map(decode_raw, raw_fields)), rel, block.first + line)
+                if not from_ledger:
+                    scan.add_usage(UsageRow._make(map(decode_raw, raw_fields)), rel, block.first + line)
             elif isinstance(kind, str) and "omission" in kind:
                 scan.add_omission(rel, block.first + line)
         _add_names_before(scan, sightings, math.inf)
+    if from_ledger:
+        scan.usage_source = "attempt_ledger"
+        attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
+        try:
+            scan_attempts(attempts, attempts_rel, scan)
+        except OSError as exc:  # unreadable after all: a gap, and the usage stays incomplete
+            scan.gap(AuditGapReason.UNREADABLE_LOG, attempts_rel, detail=type(exc).__name__)
+
+
+def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
+    """One usage record per provider request: per `kind: attempt` id of the ledger, its last
+    row (the ledger appends each state change) when that state says the request was sent.
+    A settled attempt carries tokens and cost; a dispatched or unresolved one has neither
+    (gaps: the request was sent, what it cost is unknown)."""
+    last: dict[str, tuple[int, tuple[Any, ...]]] = {}
+    for block in iter_blocks(path, scan, rel):
+        for line, *raw in raw_rows(block, ATTEMPT_KEYS, (), rel, scan):
+            kind, attempt_id, *fields = map(decode_raw, raw)
+            if kind == "attempt" and isinstance(attempt_id, str) and attempt_id:
+                last[attempt_id] = (block.first + line, tuple(fields))
+    for line, (state, prompt, completion, cached, cost, final, model, provider) in sorted(last.values()):
+        if state not in SENT_STATES:
+            continue
+        if state != "settled":
+            prompt = completion = cached = cost = None
+        scan.add_usage(UsageRow(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+                                cost=cost, cost_known=cost is not None,
+                                cost_estimated=cost is not None and final is not True,
+                                model=model, provider=provider, response_provider=None, usage=None),
+                       rel, line)
 
 
 def _add_names_before(scan: TaskScan, sightings: deque[tuple[int, int, bytes]], line: float) -> None:

@@ -45,7 +45,7 @@ from .schemas.campaign import key_fingerprint
 from .schemas.custody import CustodyProcesses, ProcessIdentity
 from .manifest import write_manifest
 from .schemas.manifest import RunManifest
-from .schemas.run_config import model_provider
+from .schemas.run_config import agent_base_url, model_provider
 from .signals import LAUNCHER_SIGNALS
 from .schemas.monitor import Disk, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
@@ -147,6 +147,9 @@ def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]
         MODEL_PROVIDER=model_provider(cfg),
         MODEL_NAME=cfg.model,
         LLM_MODEL=cfg.model,
+        # The benchmark's own engines read the endpoint from these (the Ouroboros server drops them).
+        MODEL_API_URL=agent_base_url(cfg),
+        LLM_BASE_URL=agent_base_url(cfg),
         MAX_STEPS=str(cfg.max_steps),
         TASK_TIMEOUT=str(cfg.task_timeout),
     )

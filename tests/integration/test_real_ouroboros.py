@@ -125,6 +125,26 @@ def test_real_server_completes_one_demo_task(real_seed, docker_host, tmp_path_fa
         assert code == 0, f"launcher exit {code}\n{detail}"
         # The task passed because the server called the MCP tools the stand-in asked for.
         assert standin.counts.get("tool_call", 0) >= 3 and standin.counts.get("final", 0) >= 1, detail
+        assert_usage_matches_requests(run_root, rows[TASK], standin.chat_requests())
     finally:
         standin.stop()
         env.meter.stop()
+
+
+def assert_usage_matches_requests(run_root: Path, row: dict, requests: list[dict]) -> None:
+    """Every request the chat endpoint served is exactly one usage record, in the ledger row and
+    in the audit, with the same prompt and completion tokens (issue 16 f)."""
+    served = (len(requests), sum(r["prompt_tokens"] for r in requests), sum(r["completion_tokens"] for r in requests))
+    usage = row.get("usage") or {}
+    assert (usage.get("records"), usage.get("prompt_tokens"), usage.get("completion_tokens")) == served, (
+        f"ledger usage {usage} != chat stand-in requests {served}: {requests}")
+    audits = sorted(run_root.rglob("audit.json"))
+    assert audits, "the run wrote no audit.json"
+    task = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == TASK)
+    activity = task["activity"]
+    assert (activity["usage_records"], activity["prompt_tokens"], activity["completion_tokens"]) == served, (
+        f"audit activity {activity} != chat stand-in requests {served}")
+    summary = json.loads(next(run_root.glob(f"bench/dumps/*/SingleUserTurn-{TASK}/ouroboros_summary.json")).read_text())
+    ledger = summary.get("attempt_ledger_usage") or {}
+    assert (ledger.get("records"), ledger.get("prompt_tokens"), ledger.get("completion_tokens")) == served, (
+        f"summary attempt_ledger_usage {ledger} != chat stand-in requests {served}")

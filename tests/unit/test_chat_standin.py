@@ -155,6 +155,24 @@ def test_chat_completions_over_http_has_the_openai_shape_and_counts(standin):
     assert standin.log[0]["tools"] == ["mcp_files__list_files"]
 
 
+def test_the_request_log_records_every_chat_request_with_the_usage_it_answered(tmp_path):
+    path = tmp_path / "requests.jsonl"
+    s = ChatStandin(log_path=str(path)).start()
+    try:
+        answers = [_post(f"{s.base_url}/chat/completions", body([{"role": "user", "content": text}]))[1]
+                   for text in (TASK, "hello", "hello again")]
+        with urllib.request.urlopen(f"{s.base_url}/models", timeout=10):
+            pass  # not a chat request: not in the log
+        log = s.chat_requests()
+    finally:
+        s.stop()
+    assert [r["kind"] for r in log] == ["tool_call", "text", "text"]
+    assert [r["prompt_tokens"] for r in log] == [a["usage"]["prompt_tokens"] for a in answers]
+    assert [r["completion_tokens"] for r in log] == [a["usage"]["completion_tokens"] for a in answers]
+    assert [f"chatcmpl-standin-{r['serial']}" for r in log] == [a["id"] for a in answers]
+    assert [json.loads(line) for line in path.read_text().splitlines()] == log
+
+
 def test_bad_bodies_and_unknown_routes_are_errors(standin):
     req = urllib.request.Request(f"{standin.base_url}/chat/completions", data=b"[1,2]", method="POST")
     with pytest.raises(urllib.error.HTTPError) as err:

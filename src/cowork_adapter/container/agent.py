@@ -269,15 +269,26 @@ class AgentRun:
         self.upstream_mode = True
         self._stage(AdapterStage.TASK)
         self.summary["task_submission_started"] = True
-        code = upstream.run_child(self.paths.bench_python, cfg.upstream_entry or "", task_dir=self.task_dir,
+        entry = cfg.upstream_entry or ""
+        phase_flag = upstream.accepts_phase(os.path.join(os.getcwd(), entry))
+        self.summary["upstream_phase_flag"] = phase_flag
+        code = upstream.run_child(self.paths.bench_python, entry, task_dir=self.task_dir,
                                   max_steps=self.max_steps, key=self.key, terms=self.terms, out=self.out,
-                                  deadline=self.deadline)
+                                  deadline=self.deadline, phase_flag=phase_flag)
         self.upstream_exit = code
+        assert self.task_root
+        if not phase_flag:  # it graded itself without groundtruth: keep that aside, not official
+            self.summary["upstream_agent_verdict_set_aside"] = upstream.set_aside_agent_verdict(self.task_root)
         status = protocol.read_log_status(self._dump(protocol.LOG_NAME))
         ok = status in {s.value for s in BenchStatus}
+        error = None
+        if not ok:
+            elsewhere = bench.dumps_of_task(self.task_dir, exclude=self.task_root)
+            error = "upstream engine wrote no readable traj_log.json status" + (
+                f" in {self.task_root}; it wrote one in {', '.join(elsewhere)}" if elsewhere else "")
         self.summary.update(bench_status=status if ok else BenchStatus.FAILED.value, infra_failed=not ok,
                             reason_code=None if ok else f"upstream_exit_{code}", model_activity_observed=None,
-                            error=None if ok else "upstream engine wrote no readable traj_log.json status")
+                            error=error)
         self._stage(AdapterStage.FINISHED)
 
     # ------------------------------------------------------------ evidence
@@ -310,6 +321,9 @@ class AgentRun:
             s["error"] = protocol.scrub(str(s["error"]), self.terms)[:ERROR_MAX]
         if not self.upstream_mode:
             s["model_activity_observed"] = model_activity(s["task_submission_started"], self.result)
+            # One record per model request, from the server's attempt ledger: its prompt_tokens
+            # above are the task loop's own and leave out side calls (e.g. post-task synthesis).
+            s["attempt_ledger_usage"] = ouroboros.attempt_usage(self.paths.data_dir)
         end_time = _iso_now()
         try:
             if self.task_root:

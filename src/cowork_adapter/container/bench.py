@@ -41,6 +41,22 @@ def expected_task_root(task_dir: str, agent_short_name: str) -> str:
                                         f"SingleUserTurn-{task_dir}"))
 
 
+def dumps_of_task(task_dir: str, exclude: str = "") -> list:
+    """Every dumps/<short>/SingleUserTurn-<task>/ holding a traj_log.json, `exclude` left out
+    (to name where an engine wrote when it was not where the adapter expects)."""
+    base = os.path.abspath(GLOBAL_TASK_CONFIG["dump_path"])
+    found = []
+    try:
+        shorts = sorted(os.listdir(base))
+    except OSError:
+        return found
+    for short in shorts:
+        root = os.path.join(base, short, f"SingleUserTurn-{task_dir}")
+        if root != os.path.abspath(exclude or "/nonexistent") and os.path.isfile(os.path.join(root, "traj_log.json")):
+            found.append(root)
+    return found
+
+
 def task_path(task_dir: str) -> str:
     return os.path.abspath(os.path.join("tasks", "finalpool", task_dir))
 

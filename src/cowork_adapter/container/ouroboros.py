@@ -20,6 +20,9 @@ from .procs import HttpError, http_json, spawn_group, wait_until
 
 SENTINEL = ".ouroboros_isolated_benchmark"
 LOG_NAMES = ("tools.jsonl", "events.jsonl", "progress.jsonl", "chat.jsonl", "supervisor.jsonl")
+# The server's physical-attempt ledger (6.97+): one attempt per provider request, the monetary
+# authority; its llm_usage rows in events.jsonl are a projection that misses some request kinds.
+ATTEMPTS_LEDGER = os.path.join("state", "usage_attempts.jsonl")
 SAVE_MARGIN_SEC = 105  # room left to save artefacts before the runner's hard kill
 MIN_TASK_TIMEOUT_SEC = 60
 STRIPPED_ENV_PREFIXES = ("OUROBOROS_", "LLM_", "MODEL_")
@@ -181,7 +184,7 @@ def submit(port: int, body: Mapping) -> str:
 def checkpoint(data_dir: str, task_id: Optional[str], out_dir: str, terms: list) -> None:
     """Copy the runtime logs and the task result into the dump, scrubbed, via tmp+rename."""
     os.makedirs(out_dir, exist_ok=True)
-    sources = [os.path.join(data_dir, "logs", n) for n in LOG_NAMES]
+    sources = [os.path.join(data_dir, "logs", n) for n in LOG_NAMES] + [os.path.join(data_dir, ATTEMPTS_LEDGER)]
     if task_id:
         sources.append(os.path.join(data_dir, "task_results", f"{os.path.basename(task_id)}.json"))
     for src in sources:
@@ -191,6 +194,34 @@ def checkpoint(data_dir: str, task_id: Optional[str], out_dir: str, terms: list)
         except OSError:
             continue
         protocol.write_atomic(os.path.join(out_dir, os.path.basename(src)), protocol.scrub_bytes(data, terms))
+
+
+SENT_ATTEMPT_STATES = ("dispatched", "settled", "unresolved")  # a request reached the provider
+
+
+def attempt_usage(data_dir: str) -> Optional[dict]:
+    """Totals of the server's physical-attempt ledger: one record per model request sent (the
+    last row of each `kind: attempt` id, in a sent state), tokens of the settled ones. None
+    when the server keeps no ledger (older builds) or it cannot be read."""
+    last: dict = {}
+    try:
+        with open(os.path.join(data_dir, ATTEMPTS_LEDGER), "r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and row.get("kind") == "attempt" and row.get("attempt_id"):
+                    last[str(row["attempt_id"])] = row
+    except OSError:
+        return None
+    sent = [r for r in last.values() if r.get("state") in SENT_ATTEMPT_STATES]
+
+    def total(name: str) -> int:
+        return sum(int(r.get(name) or 0) for r in sent if r.get("state") == "settled")
+
+    return {"records": len(sent), "settled": sum(1 for r in sent if r.get("state") == "settled"),
+            "prompt_tokens": total("prompt_tokens"), "completion_tokens": total("completion_tokens")}
 
 
 def poll(port: int, task_id: str, *, proc, deadline: float, on_tick: Callable[[], None],

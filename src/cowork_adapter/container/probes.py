@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -15,6 +16,10 @@ from .protocol import runner_safe
 from .runconfig import ImagePaths, env_seconds, load_run_config, run_config_path
 
 PROBE_WAIT_SEC = 180.0
+# The probes' own agent short name: their task-like workspaces never share a folder with a task's
+# dump (the probe container does not mount dumps/; the folder lives in its writable layer).
+PROBE_SHORT_NAME = "cowork-probe"
+ALL_TASK = "all-servers"
 
 
 def _needed(task_dir: str, configs_dir: str) -> list:
@@ -22,6 +27,19 @@ def _needed(task_dir: str, configs_dir: str) -> list:
         return sorted(n for n in mcp.load_server_docs(configs_dir) if not n.startswith("\0"))
     with open(os.path.join(bench.task_path(task_dir), "task_config.json"), "r", encoding="utf-8") as fh:
         return list(json.load(fh).get("needed_mcp_servers") or [])
+
+
+def task_like_workspace(task_dir: str) -> str:
+    """A fresh workspace laid out as the agent phase lays out a task's: under cwd (/workspace) at
+    dumps/<short>/SingleUserTurn-<task>/workspace. Servers run as `uv run <script>` find the
+    /workspace project only from a working directory below it, so a probe run elsewhere would
+    report them broken although a task's servers start."""
+    workspace = os.path.join(bench.expected_task_root(task_dir or ALL_TASK, PROBE_SHORT_NAME), "workspace")
+    if os.path.isdir(workspace) and not os.path.islink(workspace):
+        shutil.rmtree(workspace)
+    for sub in ("",) + tuple(bench.SERVER_DIRS.values()):
+        os.makedirs(os.path.join(workspace, sub), exist_ok=True)
+    return workspace
 
 
 def _with_stderr_log(server: dict, log_path: str) -> dict:
@@ -35,9 +53,7 @@ def _start(names: list, task_dir: str, out_dir: str):
     paths = ImagePaths.from_env(os.environ)
     cfg, _, _ = load_run_config(run_config_path(os.environ))
     port = cfg.proxy_port if cfg else 8096
-    workspace = os.path.join(out_dir, "workspace")
-    for sub in ("",) + tuple(bench.SERVER_DIRS.values()):
-        os.makedirs(os.path.join(workspace, sub), exist_ok=True)
+    workspace = task_like_workspace(task_dir)
     subst = {"local_servers_paths": os.environ.get("LOCAL_SERVERS_PATH") or os.path.abspath("./local_servers"),
              "agent_workspace": workspace, "task_dir": bench.task_path(task_dir) if task_dir else ""}
     configs_dir = os.path.abspath(os.path.join("configs", "mcp_servers"))

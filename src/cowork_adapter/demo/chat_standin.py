@@ -189,11 +189,16 @@ class ChatStandin:
     """The stand-in on `host:port` (port 0 = any free port). `start()` returns self; `stop()` ends it.
 
     `counts` holds requests per kind (models, tool_call, final, json, text, error, hang, bad);
-    `log` holds one small record per chat request (kind, tool names, model) for evidence.
+    `log` holds one record per chat request, in arrival order: its serial, kind, tool names, model
+    and the usage it answered with (prompt/completion tokens; 0 for an answer without usage). It
+    is the endpoint's own request log, what usage accounting is checked against. With `log_path`
+    each record is also appended there as one JSON line.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID,
+                 log_path: Optional[str] = None):
         self.model_id = model_id
+        self.log_path = log_path
         self.counts: dict[str, int] = {}
         self.log: list[dict] = []
         self._lock = threading.Lock()
@@ -227,12 +232,22 @@ class ChatStandin:
         with self._lock:
             return sum(self.counts.values())
 
+    def chat_requests(self) -> list[dict]:
+        """A copy of the chat request log."""
+        with self._lock:
+            return [dict(r) for r in self.log]
+
     def _count(self, kind: str, record: Optional[dict] = None) -> int:
         with self._lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
+            serial = sum(self.counts.values())
             if record is not None:
+                record = {"serial": serial, **record}
                 self.log.append(record)
-            return sum(self.counts.values())
+                if self.log_path:
+                    with open(self.log_path, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(record, sort_keys=True) + "\n")
+            return serial
 
     def _handler(self):
         standin = self
@@ -277,8 +292,13 @@ class ChatStandin:
                     return
                 reply = respond(body)
                 names = [c["function"]["name"] for c in reply.tool_calls]
-                serial = standin._count(reply.kind, {"kind": reply.kind, "tools": names, "model": body.get("model"),
-                                                      "offered_tools": len(offered_tools(body))})
+                answered = reply.kind not in ("hang", "error")
+                usage = completion(reply, body, 0)["usage"] if answered else {}
+                serial = standin._count(reply.kind, {
+                    "kind": reply.kind, "tools": names, "model": body.get("model"),
+                    "offered_tools": len(offered_tools(body)),
+                    "prompt_tokens": usage.get("prompt_tokens", 0),
+                    "completion_tokens": usage.get("completion_tokens", 0)})
                 if reply.kind == "hang":  # never answers while the stand-in runs: the caller's clock must end it
                     while not standin._stopping.wait(HANG_POLL_SEC):
                         pass

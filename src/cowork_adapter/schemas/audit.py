@@ -29,7 +29,8 @@ SCORING_AUTHORITY = (
 LIMITATIONS: tuple[str, ...] = (
     "A finding is a reference in tool-call arguments that needs manual review, not proof of misuse.",
     "No finding does not prove a clean trace: only tool-call arguments are scanned, by fixed rules.",
-    "Usage cost is the agent's llm_usage projection, not provider billing.",
+    "Usage is the agent server's own accounting (its physical-attempt ledger: one record per model request; "
+    "else its llm_usage rows), not provider billing.",
     "Provider names in usage records do not identify the upstream endpoint that served a call.",
     "A receipt verdict on a row that is not completed is disclosure only, never a score.",
     "Residual-state diagnostics are post-stop observations and are never scored.",
@@ -66,13 +67,14 @@ class Activity(_Model, kw_only=True):
 
 
 class Cost(_Model, kw_only=True):
-    """Sum of known llm_usage costs. `complete` needs ≥1 record, no unknown cost, no events gap."""
+    """Sum of known usage costs. `complete` needs ≥1 record, no unknown cost, no events gap.
+    `source`: the attempt ledger (one record per model request) or, without it, llm_usage rows."""
 
     known_usd: float = 0.0
     unknown_records: int = 0
     estimated_records: int = 0
     complete: bool = False
-    source: Literal["llm_usage_projection"] = "llm_usage_projection"
+    source: Literal["llm_usage_projection", "attempt_ledger"] = "llm_usage_projection"
 
 
 class LogRef(_Model, kw_only=True):

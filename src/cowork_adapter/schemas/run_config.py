@@ -107,9 +107,24 @@ def model_provider(cfg: RunConfig) -> str:
     return "openai" if cfg.openai_compatible_base_url else "openrouter"
 
 
+# The provider segment of an upstream entry that names its dumps by a fixed word, not by
+# MODEL_PROVIDER: the benchmark's main_strands.py writes under dumps/strands_<model>/.
+UPSTREAM_DUMP_PROVIDER = {"main_strands.py": "strands"}
+# Where model calls go when no OpenAI-compatible endpoint is given (OpenRouter's chat API).
+OPENROUTER_CHAT_URL = "https://openrouter.ai/api/v1"
+
+
 def agent_short_name(cfg: RunConfig) -> str:
-    """`<provider>/<model>`, what the benchmark's TaskConfig uses to place the task dump."""
-    return f"{model_provider(cfg)}/{cfg.model}"
+    """`<provider>/<model>`, what the benchmark's TaskConfig uses to place the task dump: the
+    one the engine itself uses, so the summary, the eval phase and the ledger find its dump."""
+    provider = UPSTREAM_DUMP_PROVIDER.get(cfg.upstream_entry or "", model_provider(cfg))
+    return f"{provider}/{cfg.model}"
+
+
+def agent_base_url(cfg: RunConfig) -> str:
+    """The chat endpoint of the task's model, for upstream engines that read it from the env
+    (MODEL_API_URL for main.py, LLM_BASE_URL for main_strands.py)."""
+    return cfg.openai_compatible_base_url or OPENROUTER_CHAT_URL
 
 
 def disabled_tools(cfg: RunConfig) -> list[str]:
