@@ -5,6 +5,7 @@
 # Usage (from any folder or worktree):
 #   testbed/realbench.sh up     # extract, check out, build (cached by content hash); prints exports
 #   testbed/realbench.sh env    # print the exports for a test bed that is already up (fails if not)
+#   testbed/realbench.sh hashes # the content hashes (image tags) the current recipe asks for
 # Needs the test bed's daemon and base image (testbed/testbed.sh up). Nothing of the fixtures is
 # ever written into this repository: every copy lives under $COWORK_TESTBED_DIR/realbench.
 # Overrides: COWORK_REAL_FIXTURES (folder of the fixture tars), COWORK_REAL_PYTHONS (folder of
@@ -159,7 +160,7 @@ build_logged() {
   local start=$SECONDS pid
   docker build --pull=false "$@" >"$logfile" 2>&1 &
   pid=$!
-  tail -n +1 -F "$logfile" 2>/dev/null --pid="$pid" | grep --line-buffered -E '^(Step [0-9]+/[0-9]+ : |=== (NODE|PY) )' \
+  tail -n +1 -F "$logfile" 2>/dev/null --pid="$pid" | grep --line-buffered -aE '^Step [0-9]+/[0-9]+ : |=== (NODE|PY) /' \
     | sed -u -e 's/^\(.\{150\}\).*/\1 .../' -e 's/^/[realbench]   /' >&2 &
   local tailer=$!
   if wait "$pid"; then wait "$tailer" 2>/dev/null || true; log "built in $((SECONDS - start)) s (log: $logfile)"; return 0; fi
@@ -260,8 +261,15 @@ cmd_env() {
   print_env
 }
 
+cmd_hashes() {
+  local pythons thash; mapfile -t pythons < <(find_pythons); thash=$(tools_hash "${pythons[@]}")
+  echo "tools $TOOLS_REPO:$thash"; echo "upstream $UPSTREAM_REPO:$(pack_hash "$thash")"
+  echo "pack $PACK_IMAGE $(image_hash "$PACK_IMAGE")"
+}
+
 case "${1:-}" in
   up) cmd_up ;;
+  hashes) cmd_hashes ;;
   env) cmd_env ;;
-  *) echo "usage: $0 up|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|env|hashes" >&2; exit 2 ;;
 esac
