@@ -90,6 +90,12 @@ def substitutes(tools_image: str) -> list[tuple[str, str, str, int]]:
          r"\1\n" + f"{TAG_NOTE} npm settings for the test bed's network\n"
          "ENV npm_config_maxsockets=2 npm_config_fetch_retries=6 npm_config_fetch_retry_mintimeout=5000 "
          "npm_config_fetch_retry_maxtimeout=60000 npm_config_audit=false npm_config_fund=false", 1),
+        ("uv: the servers' `uv sync` keeps their lock files (run without UV_EXCLUDE_NEWER: a global exclude-newer "
+         "makes uv re-resolve every locked server) and waits longer on the proxy (UV_HTTP_TIMEOUT=120, UV_HTTP_RETRIES=8)",
+         r'^(RUN set -e; for dir in /opt/local_servers/\*/; do \\\n\s+if \[ -f "\$dir/pyproject\.toml" \]; then \\\n'
+         r'\s+echo "=== PY \$dir ===" && cd "\$dir" && )uv sync( && cd /workspace;)',
+         f"{TAG_NOTE} keep the servers' lock files; patient HTTP\n"
+         "ENV UV_HTTP_TIMEOUT=120 UV_HTTP_RETRIES=8 UV_CONCURRENT_DOWNLOADS=4\n\\1env -u UV_EXCLUDE_NEWER uv sync\\2", 1),
         ("playwright: no browser download; Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH (sandbox off, root)",
          r"^RUN playwright install chromium \|\| true$",
          f"{TAG_NOTE} Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH", 1),
