@@ -5,6 +5,7 @@
 #   testbed/testbed.sh up        # start the private daemon (idempotent) and build the images
 #   testbed/testbed.sh env       # print `export DOCKER_HOST=...` for the running daemon
 #   testbed/testbed.sh down      # stop the daemon this script started (by its pid file)
+#   testbed/testbed.sh realbench up|env   # the real-benchmark test bed (testbed/realbench.sh)
 # State lives in $COWORK_TESTBED_DIR (default /var/lib/cowork-testbed), so images survive between
 # runs on one machine; each image carries the content hash of its recipe and is rebuilt only when
 # that hash changes.
@@ -39,6 +40,8 @@ cmd_install() {
   command -v rsync >/dev/null || need+=(rsync)
   command -v tmux >/dev/null || need+=(tmux)
   command -v chromium >/dev/null || need+=(chromium)
+  # realbench.sh fetches Node and npm for the real benchmark's image with `npm pack`.
+  command -v npm >/dev/null || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing: ${need[*]}"
     apt-get update -qq
@@ -121,5 +124,6 @@ case "${1:-}" in
   up) cmd_up ;;
   env) daemon_alive && echo "export DOCKER_HOST=$DOCKER_HOST" ;;
   down) cmd_down ;;
-  *) echo "usage: $0 install|up|env|down" >&2; exit 2 ;;
+  realbench) shift; exec bash "$HERE/realbench.sh" "$@" ;;
+  *) echo "usage: $0 install|up|env|down|realbench up|env" >&2; exit 2 ;;
 esac

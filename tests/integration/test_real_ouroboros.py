@@ -1,11 +1,12 @@
-"""Opt-in: the REAL Ouroboros server, in the derived image, completes one demo task offline.
+"""The REAL Ouroboros server, in the derived image, completes one demo task offline.
 
-Set COWORK_REAL_OUROBOROS_SEED to a clean git checkout of a real Ouroboros release that has
-`server.py` (e.g. release 6.97.2 on a local branch, no remote). The test then runs the real
-`cowork-adapter run` with `--build-image` on the demo benchmark's `demo-csv-totals` task; every
-model call of the server goes to the chat stand-in (cowork_adapter.demo.chat_standin) on the host,
-reached from the task containers through the Docker bridge gateway. Without the variable the test
-is skipped with a reason that says how to run it: it was not run, it did not pass.
+The seed is the Ouroboros 6.97.2 checkout that the real-benchmark test bed extracts from the
+fixture (`bash testbed/realbench.sh up`), or any clean checkout of a real Ouroboros release with
+`server.py` named by COWORK_REAL_OUROBOROS_SEED. The test runs the real `cowork-adapter run` with
+`--build-image` on the demo benchmark's `demo-csv-totals` task; every model call of the server goes
+to the chat stand-in (cowork_adapter.demo.chat_standin) on the host, reached from the task
+containers through the Docker bridge gateway. Under CI=true a missing seed is a failure; elsewhere
+the test is skipped with the command that prepares it: it was not run, it did not pass.
 
 Optional: COWORK_STANDIN_HOST_ADDR overrides the host address containers use to reach the stand-in.
 """
@@ -25,6 +26,8 @@ import pytest
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.scenarios import prepare, read_rows
 
+from realbench_env import real_testbed
+
 SEED_ENV = "COWORK_REAL_OUROBOROS_SEED"
 TASK = "demo-csv-totals"
 
@@ -32,9 +35,7 @@ TASK = "demo-csv-totals"
 @pytest.fixture(scope="module")
 def real_seed() -> Path:
     value = os.environ.get(SEED_ENV, "").strip()
-    if not value:
-        pytest.skip(f"set {SEED_ENV}=<clean ouroboros checkout> to run the real server test")
-    seed = Path(value).expanduser().resolve()
+    seed = Path(value).expanduser().resolve() if value else real_testbed().seed
     assert (seed / "server.py").is_file() and (seed / ".git").exists(), f"{SEED_ENV}={seed} is not an Ouroboros checkout"
     return seed
 
