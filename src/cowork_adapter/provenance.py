@@ -93,7 +93,17 @@ def bench_identity(bench_root: Path, expected_commit: str) -> BenchIdentity:
         )
     if state.dirty:
         raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
-    return BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit)
+    return BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
+                         replaced_objects=replaced_objects(bench_root))
+
+
+def replaced_objects(repo: Path) -> dict[str, str]:
+    """{original object: replacement} of the repository's `refs/replace/` (empty when none)."""
+    out = _git(repo, "for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/replace/")
+    if out.returncode != 0:
+        return {}
+    pairs = (line.split() for line in out.stdout.decode(errors="replace").splitlines())
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
 
 
 def dataset_ids(bench_root: Path) -> list[str]:
@@ -139,6 +149,10 @@ def clone_at(source: Path, dest: Path, commit: str) -> None:
         timeout=600,
         check=False,
     )
+    if out.returncode == 0:
+        # The operator's replacement objects (e.g. a stand-in for a blob the public snapshot lacks)
+        # come along, or the checkout fails on the missing blob; the manifest discloses them.
+        out = _git(dest, "fetch", "--quiet", "origin", "refs/replace/*:refs/replace/*")
     if out.returncode == 0:
         out = _git(dest, "checkout", "--quiet", "--detach", commit)
     if out.returncode != 0:

@@ -41,6 +41,9 @@ class BenchIdentity(_Model):
     runner_sha256: str | None = None  # run_parallel.sh
     evaluator_sha256: dict[str, str] = Field(default_factory=dict)  # task -> evaluation/main.py; utils/... shared
     dataset_size: int | None = None
+    # The checkout's git replacements (original -> replacement object), disclosed: a stand-in here
+    # is not the published benchmark byte for byte.
+    replaced_objects: dict[str, str] = Field(default_factory=dict)
 
 
 class WheelRecord(_Model):
