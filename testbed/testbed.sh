@@ -40,6 +40,7 @@ cmd_install() {
   command -v rsync >/dev/null || need+=(rsync)
   command -v tmux >/dev/null || need+=(tmux)
   command -v chromium >/dev/null || need+=(chromium)
+  command -v ip >/dev/null || need+=(iproute2)  # the daemon-restart test gives its private dockerd a bridge
   # realbench.sh fetches Node and npm for the real benchmark's image with `npm pack`.
   command -v npm >/dev/null || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
