@@ -402,3 +402,30 @@ def _spend_matches(campaign: Path, usage_now: float, usage_at_campaign: float) -
     delta = usage_now - usage_at_campaign
     ok = abs(spent - delta) < 1e-9 and record.get("active_run") is None
     return ok, f"spent {spent:.6f}, meter delta {delta:.6f}, active_run {bool(record.get('active_run'))}"
+
+
+# The demo's short tour: three seeded kills, one early (no runner yet), one with agents at work,
+# one in a late phase, each by pid or by group as the seed says.
+DEMO_PHASE_GROUPS = (("probe", "runner_start"), ("in_flight", "stop"), ("cleanup", "settlement"))
+
+
+def scenario_kill9_random(env: DemoEnv) -> list[Check]:
+    """`kill9-random`: seeded launcher SIGKILLs, each followed by clear and resume, with verdicts."""
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    phases = [rng.choice(group) for group in DEMO_PHASE_GROUPS]
+    moments = [pick_moments(rng.randrange(2**31), [phase], (rng.choice(("pid", "group")),))[0] for phase in phases]
+    print(f"kill9-random: seed {seed} ({SEED_ENV}={seed} reproduces): "
+          + ", ".join(f"{m.phase} by {m.how}" for m in moments), flush=True)
+    saved_rate = env.meter.state().get("rate_usd_per_sec", 0.0005)
+    bench = ChaosBench(env, prefix="kill9-random")
+    checks: list[Check] = []
+    try:
+        for index, moment in enumerate(moments):
+            result = bench.kill_and_recover(moment, index)
+            checks += [Check(f"kill {index + 1} ({moment.phase}, {moment.how}): {c.name}", c.ok, c.detail)
+                       for c in result.checks]
+    finally:
+        bench.remove_fresh_images()
+        env.meter.set_rate(saved_rate)
+    return checks
