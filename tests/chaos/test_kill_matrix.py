@@ -40,7 +40,7 @@ def bench(docker_host, tmp_path_factory):
 def test_a_launcher_killed_in_any_phase_is_cleared_and_resumed_truthfully(bench, index):
     moment = MOMENTS[index]
     result = bench.kill_and_recover(moment, index)
-    print(f"seed {SEED}: {result.name} hit {result.hit} after jitter {moment.jitter}s")
+    print(f"seed {SEED}: {result.name} hit {result.hit} after jitter {moment.jitter}s; seconds {result.seconds}")
     failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok]
     assert len(result.checks) >= 8, [c.name for c in result.checks]
     assert not failed, f"{result.name} (seed {SEED}, {SEED_ENV}={SEED} reproduces): {failed}"

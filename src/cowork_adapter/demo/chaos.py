@@ -188,6 +188,7 @@ class KillResult:
     hit: str = ""
     killed_after_sec: float = 0.0
     checks: list[Check] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each step, for the record
 
 
 class ChaosBench:
@@ -274,6 +275,7 @@ class ChaosBench:
                                            name=f"agent-{secrets.token_hex(5)}")
         creates = CreateEvents(env.docker_host, label)
         usage_before = env.meter.state()["usage"]
+        started = time.time()
         proc = self.launch(name, self.args(name, moment, tasks, []))
         checks = result.checks
         try:
@@ -282,6 +284,7 @@ class ChaosBench:
                 time.sleep(moment.jitter)
             result.hit = observed_phase(run_root, env.docker_host)
             killed_at = time.time()
+            result.seconds["to_kill"] = round(killed_at - started, 1)
             if proc.poll() is None:
                 if moment.how == "pid":
                     os.kill(proc.pid, signal.SIGKILL)
@@ -294,6 +297,7 @@ class ChaosBench:
                                 f"hit {result.hit}, exit {proc.returncode}, jitter {moment.jitter}s"))
             env.meter.add_usage(POST_KILL_CHARGE)
             checks += self._contained(run_root, creates, killed_at)
+            result.seconds["contained"] = round(time.time() - killed_at, 1)
             campaign_existed = campaign.exists()
             usage_at_campaign = usage_before if campaign_existed else env.meter.state()["usage"]
             receipts = receipted(run_root)
@@ -303,6 +307,7 @@ class ChaosBench:
             out = cli(env, "clear", str(run_root), "--operator-note", f"chaos kill {name}", *with_campaign,
                       "--meter-url", env.meter.base_url, "--docker-host", env.docker_host,
                       "--api-key-env", env.key_env)
+            result.seconds["clear"] = round(time.time() - killed_at - result.seconds["contained"], 1)
             checks.append(Check("`cowork-adapter clear` exits 0", out.returncode == ExitCode.OK,
                                 f"exit {out.returncode}: {(out.stderr or out.stdout).strip()[-300:]}"))
             checks.append(Check("nothing with the run's exact label is left after clear",
@@ -313,7 +318,9 @@ class ChaosBench:
             checks.append(Check("the bystanders (near-identical label, unlabelled agent-*) survive",
                                 bystanders_alive(env.docker_host, bystanders)
                                 and client.containers.get(unlabelled.id).status == "running"))
+            resumed_at = time.time()
             checks += self._resume(run_root, name, campaign, tasks, receipts, usage_at_campaign)
+            result.seconds["resume"] = round(time.time() - resumed_at, 1)
         finally:
             env.meter.silence(False)
             if proc.poll() is None:
