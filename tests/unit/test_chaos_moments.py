@@ -42,7 +42,7 @@ def test_the_observed_phase_follows_what_the_run_wrote(tmp_path):
     (root / "custody" / "evidence").mkdir(parents=True)
     (root / "custody" / "evidence" / "agent-1.task").write_text("demo-csv-totals")
     assert observed_phase(root, "unused") == "in_flight"
-    _events(root, "runner_started", "stop_requested")
+    (root / "custody" / "stop").write_text("signal_15\n")  # the supervisor fenced for SIGTERM
     assert observed_phase(root, "unused") == "stop"
     _events(root, "runner_started", "stop_requested", "runner_exited")
     assert observed_phase(root, "unused") == "cleanup"

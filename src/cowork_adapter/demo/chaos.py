@@ -84,7 +84,7 @@ def pick_moments(seed: int, phases: list[str], hows: tuple[str, ...] = ("pid", "
     rng = random.Random(seed)
     windows = {  # jitter windows (s) after the phase's start signal; each stays inside its phase
         "preflight": (0.0, 0.15), "probe": (0.2, 2.0), "image": (0.2, 1.5), "runner_start": (0.0, 0.4),
-        "in_flight": (0.5, 4.0), "stop": (0.0, 0.8), "cleanup": (0.0, 0.05), "settlement": (0.3, 3.0),
+        "in_flight": (0.5, 4.0), "stop": (0.0, 0.2), "cleanup": (0.0, 0.05), "settlement": (0.3, 3.0),
     }
     return [Moment(p, h, round(rng.uniform(*windows[p]), 3)) for p in phases for h in hows]
 
@@ -140,7 +140,7 @@ def observed_phase(run_root: Path, docker_host: str) -> str:
         return "settlement"
     if "runner_exited" in kinds:
         return "cleanup"
-    if "stop_requested" in kinds:
+    if "stop_requested" in kinds or _stopping(run_root):
         return "stop"
     if "runner_started" in kinds:
         return "in_flight" if _agent_seen(run_root) else "runner_start"
@@ -154,6 +154,15 @@ def observed_phase(run_root: Path, docker_host: str) -> str:
     if (run_root / "image_build.log").exists():
         return "image"
     return "preflight"
+
+
+def _stopping(run_root: Path) -> bool:
+    """The supervisor fenced for a signal (its stop file) and is stopping the runner group; the
+    stop_requested event is written only after the runner has exited."""
+    try:
+        return (run_root / "custody" / "stop").read_text().startswith("signal_")
+    except OSError:
+        return False
 
 
 def _agent_seen(run_root: Path) -> bool:
@@ -250,7 +259,7 @@ class ChaosBench:
         time.sleep(2)
         proc.send_signal(signal.SIGTERM)
         if phase == "stop":
-            return wait_for(lambda: "stop_requested" in kinds_of(run_root) or not alive(), 60, 0.02) and alive()
+            return wait_for(lambda: _stopping(run_root) or not alive(), 60, 0.01) and alive()
         if phase == "cleanup":
             return wait_for(lambda: "runner_exited" in kinds_of(run_root) or not alive(), 120, 0.01) and alive()
         # settlement: a silent meter holds the final reading (bounded by the blindness bound) open.
