@@ -29,24 +29,24 @@ def _events(root, *kinds):
 
 def test_the_observed_phase_follows_what_the_run_wrote(tmp_path):
     root = tmp_path / "run"
-    assert observed_phase(root, "unused") == "before_run_root"
+    assert observed_phase(root) == "before_run_root"
     root.mkdir()
     (root / "run_manifest.json").write_text(json.dumps({"run_root": str(root)}))
-    assert observed_phase(root, "unused") == "preflight"
+    assert observed_phase(root) == "preflight"
     (root / "image_build.log").write_text("Step 1/9\n")
-    assert observed_phase(root, "unused") == "image"
+    assert observed_phase(root) == "image"
     (root / "run_manifest.json").write_text(json.dumps({"image": {"id": "sha256:ab"}}))
-    assert observed_phase(root, "unused") == "probe"
+    assert observed_phase(root) == "probe"
     _events(root, "run_admitted", "watchdog_started", "runner_started")
-    assert observed_phase(root, "unused") == "runner_start"
+    assert observed_phase(root) == "runner_start"
     (root / "custody" / "evidence").mkdir(parents=True)
     (root / "custody" / "evidence" / "agent-1.task").write_text("demo-csv-totals")
-    assert observed_phase(root, "unused") == "in_flight"
+    assert observed_phase(root) == "in_flight"
     (root / "custody" / "stop").write_text("signal_15\n")  # the supervisor fenced for SIGTERM
-    assert observed_phase(root, "unused") == "stop"
+    assert observed_phase(root) == "stop"
     _events(root, "runner_started", "stop_requested", "runner_exited")
-    assert observed_phase(root, "unused") == "cleanup"
+    assert observed_phase(root) == "cleanup"
     _events(root, "runner_started", "runner_exited", "cleanup", "watchdog_exited")
-    assert observed_phase(root, "unused") == "settlement"
+    assert observed_phase(root) == "settlement"
     _events(root, "runner_started", "runner_exited", "cleanup", "settlement")
-    assert observed_phase(root, "unused") == "finished"
+    assert observed_phase(root) == "finished"

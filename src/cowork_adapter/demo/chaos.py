@@ -43,6 +43,7 @@ import docker
 
 from ..custody.docker_ops import label_is_empty, list_labelled
 from ..custody.labels import RUN_LABEL_KEY, run_label
+from ..custody.watchdog import custody_paths
 from ..events import read_all
 from ..vocab import ExitCode
 from .scenarios import (
@@ -131,7 +132,7 @@ def labelled_names(docker_host: str, label: str) -> list[str]:
         return []
 
 
-def observed_phase(run_root: Path, docker_host: str) -> str:
+def observed_phase(run_root: Path) -> str:
     """The phase the run is in now, from what it wrote (the verdict names what was really hit)."""
     kinds = kinds_of(run_root)
     if "settlement" in kinds or "run_finished" in kinds:
@@ -195,7 +196,6 @@ class KillResult:
     moment: Moment
     name: str
     hit: str = ""
-    killed_after_sec: float = 0.0
     checks: list[Check] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # wall time of each step, for the record
 
@@ -291,7 +291,7 @@ class ChaosBench:
             reached = self._reach(moment, proc, run_root, label)
             if reached:
                 time.sleep(moment.jitter)
-            result.hit = observed_phase(run_root, env.docker_host)
+            result.hit = observed_phase(run_root)
             killed_at = time.time()
             result.seconds["to_kill"] = round(killed_at - started, 1)
             if proc.poll() is None:
@@ -355,9 +355,11 @@ class ChaosBench:
         alive_agents = [n for n in agents if n in labelled_names(env.docker_host, run_label(run_root))]
         outlived = [(n, round(gone_at[n] - killed_at, 1)) for n in agents
                     if n in gone_at and gone_at[n] > killed_at + BLINDNESS_SEC]
+        key_gone = not custody_paths(run_root)["agent_env"].exists()
         return [
             Check("the watchdog finished its custody (or the run had none yet)", done,
                   "watchdog" if had_watchdog else "killed before the watchdog existed"),
+            Check("the key's env file is gone before the operator's clear", key_gone),
             Check("no container of the run was created more than 5 s after the kill", not late, str(late)),
             Check("no agent (the stub engine's only activity) outlived the blindness bound after the kill",
                   not alive_agents and not outlived, f"alive {alive_agents}, removed late {outlived}"),
