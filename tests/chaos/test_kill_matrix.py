@@ -2,9 +2,10 @@
 
 Phases: preflight, the environment-inventory probe (pg-probe containers exist), image (a fresh
 tag, so the derived image is being built), runner start, tasks in flight, stop (after a SIGTERM
-began it), cleanup (after runner_exited, before cleanup) and settlement (after cleanup; the meter
-silenced so the final reading waits). Moments get a seeded jitter inside each phase's window: the
-seed is printed, and COWORK_CHAOS_SEED=<n> reproduces a run. After each kill the operator's steps
+began it), cleanup (after runner_exited, before cleanup) and settlement (a run that ends by itself
+with every task receipted; after cleanup, the meter silenced so the final reading waits). Moments
+get a seeded jitter inside each phase's window: the seed is printed, and COWORK_CHAOS_SEED=<n>
+reproduces a run. After each kill the operator's steps
 run for real (wait for the watchdog, `clear`, `--resume-from` on the same campaign) and every
 check of cowork_adapter.demo.chaos must hold: no creation later than 5 s after the kill, no agent
 beyond the blindness bound, nothing labelled left, bystanders untouched, no receipted task rerun,

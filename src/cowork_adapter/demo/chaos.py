@@ -237,7 +237,7 @@ class ChaosBench:
 
     # ------------------------------------------------------------------ reaching a phase
 
-    def _reach(self, moment: Moment, proc: subprocess.Popen, run_root: Path, label: str) -> bool:
+    def _reach(self, moment: Moment, proc: subprocess.Popen, run_root: Path, label: str, tasks: list[str]) -> bool:
         """Wait until the phase begins (True), with the extra action some phases need."""
         env = self.env
         alive = lambda: proc.poll() is None  # noqa: E731
@@ -253,20 +253,23 @@ class ChaosBench:
             return wait_for(lambda: "runner_started" in kinds_of(run_root) or not alive(), 300, 0.02) and alive()
         if phase == "in_flight":
             return wait_for(lambda: _agent_seen(run_root) or not alive(), 300, 0.1) and alive()
-        # stop, cleanup, settlement: the stop begins with a SIGTERM once an agent works.
+        if phase == "settlement":
+            # A run that ends by itself, every task receipted (so the resume has receipts to honour):
+            # once every receipt exists the meter goes silent, which holds the final reading (bounded
+            # by the blindness bound) open after cleanup.
+            if not wait_for(lambda: receipted(run_root) >= set(tasks) or not alive(), 300, 0.05):
+                return False
+            env.meter.silence(True)
+            return wait_for(lambda: "cleanup" in kinds_of(run_root) or not alive(), 120, 0.01) and alive() \
+                and "settlement" not in kinds_of(run_root)
+        # stop, cleanup: the stop begins with a SIGTERM once an agent works.
         if not (wait_for(lambda: _agent_seen(run_root) or not alive(), 300, 0.1) and alive()):
             return False
         time.sleep(2)
         proc.send_signal(signal.SIGTERM)
         if phase == "stop":
             return wait_for(lambda: _stopping(run_root) or not alive(), 60, 0.01) and alive()
-        if phase == "cleanup":
-            return wait_for(lambda: "runner_exited" in kinds_of(run_root) or not alive(), 120, 0.01) and alive()
-        # settlement: a silent meter holds the final reading (bounded by the blindness bound) open.
-        if not wait_for(lambda: "cleanup" in kinds_of(run_root) or not alive(), 120, 0.01):
-            return False
-        env.meter.silence(True)
-        return alive() and "settlement" not in kinds_of(run_root)
+        return wait_for(lambda: "runner_exited" in kinds_of(run_root) or not alive(), 120, 0.01) and alive()
 
     # ------------------------------------------------------------------ one kill and the operator's steps
 
@@ -288,7 +291,7 @@ class ChaosBench:
         proc = self.launch(name, self.args(name, moment, tasks, []))
         checks = result.checks
         try:
-            reached = self._reach(moment, proc, run_root, label)
+            reached = self._reach(moment, proc, run_root, label, tasks)
             if reached:
                 time.sleep(moment.jitter)
             result.hit = observed_phase(run_root)
@@ -374,7 +377,9 @@ class ChaosBench:
         args = env.run_args(child_name, [], campaign=campaign.name, extra=[
             "--task-timeout", "90", "--meter-blindness-sec", str(BLINDNESS_SEC), "--resume-from", str(killed)])
         proc = self.launch(child_name, args)
-        if manifest.get("image") and wait_for(lambda: _agent_seen(child) or proc.poll() is not None, 300, 0.2):
+        # A charge while the resumed run's agent works (a resume with nothing remaining runs none).
+        if manifest.get("image") and wait_for(lambda: _agent_seen(child) or proc.poll() is not None, 300, 0.2) \
+                and _agent_seen(child) and proc.poll() is None:
             env.meter.add_usage(RESUME_CHARGE)
         code = proc.wait(timeout=600)
         log = (env.root / f"{child_name}.log").read_text(errors="replace")
