@@ -25,7 +25,6 @@ import os
 import secrets
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -34,8 +33,9 @@ import pytest
 
 from cowork_adapter.container.procs import group_alive, process_alive
 from cowork_adapter.custody.docker_ops import cleanup_run, list_labelled
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import run_label
 from cowork_adapter.custody.watchdog import custody_paths, read_processes
+from cowork_adapter.demo.chaos import CreateEvents, events_of
 from cowork_adapter.demo.scenarios import (
     BYSTANDER_IMAGE,
     agent_started,
@@ -46,37 +46,11 @@ from cowork_adapter.demo.scenarios import (
     remove_bystanders,
     wait_for,
 )
-from cowork_adapter.events import read_all
 
 # Two slots, five tasks: when the launcher dies, some tasks are still to start.
 TASKS = ["demo-hang", "demo-csv-totals", "demo-crm-postgres", "demo-wrong-answer", "demo-deck-stateful"]
 FENCE_SEC = 5.0
 BLINDNESS_SEC = 30.0  # the demo run's --meter-blindness-sec default
-
-
-class CreateEvents:
-    """Follows the daemon's container create events of one exact run label, with their times."""
-
-    def __init__(self, docker_host: str, label: str) -> None:
-        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
-        self.times: list[tuple[float, str]] = []  # (daemon time in s, container name)
-        self._stream = self.client.events(decode=True, filters={
-            "type": ["container"], "event": ["create"], "label": [f"{RUN_LABEL_KEY}={label}"]})
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        try:
-            for event in self._stream:
-                name = ((event.get("Actor") or {}).get("Attributes") or {}).get("name", "")
-                self.times.append((int(event.get("timeNano", 0)) / 1e9, name))
-        except Exception:  # noqa: BLE001 - the stream ends when close() is called
-            return
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(timeout=10)
-        self.client.close()
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +66,6 @@ def launch(env, name: str, tasks: list[str]) -> subprocess.Popen:
     log = open(env.root / f"{name}.log", "ab")
     return subprocess.Popen(args, env={**os.environ, env.key_env: env.key}, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-def events_of(run_root: Path) -> list[dict]:
-    return read_all(run_root / "events.jsonl") if (run_root / "events.jsonl").exists() else []
 
 
 def runner_started(run_root: Path) -> bool:

@@ -310,6 +310,7 @@ class DemoScenario(Vocab):
     BUDGET_STOP = "budget-stop"
     METER_OUTAGE = "meter-outage"
     KILL9_RECONCILE = "kill9-reconcile"
+    KILL9_RANDOM = "kill9-random"  # seeded SIGKILLs over run phases, each cleared and resumed
     RESUME = "resume"
     DIAGNOSTIC = "diagnostic"
     ENVIRONMENT = "environment"  # inventory, repair and refusal of a broken MCP server

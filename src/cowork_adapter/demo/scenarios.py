@@ -373,3 +373,13 @@ SCENARIOS[DemoScenario.DIAGNOSTIC.value] = scenario_diagnostic
 SCENARIOS[DemoScenario.ENVIRONMENT.value] = scenario_environment
 SCENARIOS[DemoScenario.RESUME.value] = scenario_resume
 SCENARIOS[DemoScenario.KILL9_RECONCILE.value] = scenario_kill9_reconcile
+
+
+def scenario_kill9_random(env: DemoEnv) -> list[Check]:
+    # demo/chaos.py imports this module (Check, DemoEnv, bystanders), so it is imported when played.
+    from .chaos import scenario_kill9_random as play
+
+    return play(env)
+
+
+SCENARIOS[DemoScenario.KILL9_RANDOM.value] = scenario_kill9_random
