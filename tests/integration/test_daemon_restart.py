@@ -1,8 +1,9 @@
 """A Docker daemon that restarts or vanishes mid-run stops the run as docker_daemon_lost (issue 15, item 5).
 
 Never on the shared test-bed daemon (other tests use it): this module starts its OWN dockerd with
-its own data root, exec root, socket and pid file under a tmp dir, a bridge of its own (`--bridge=cwdw0`), `--iptables=false`
-and a distinct address pool, loads the demo's images into it from the shared daemon
+its own data root, exec root, socket and pid file under a tmp dir, in a network namespace of its own
+(its bridges and rules never touch the host's: a second dockerd in the host's namespace removed the
+shared daemon's docker0), with `--iptables=false` and a distinct address pool, loads the demo's images into it from the shared daemon
 (`docker save | docker load`), and runs real paid demo runs (meter stand-in) against it:
 
   - restart: SIGTERM the daemon by its pid file while demo-hang's agent runs, start it again on the
@@ -42,10 +43,6 @@ from cowork_adapter.vocab import ExitCode, StopReason
 
 LOST = StopReason.DOCKER_DAEMON_LOST.value
 POOL = "10.213.0.0/16"  # not the shared daemon's: no fight over bridges
-FORWARD_RULE = ["DOCKER-USER", "-s", POOL, "-d", POOL, "-j", "ACCEPT"]
-# A default bridge of its own: with --bridge=none dockerd DELETES the host's docker0 at start,
-# which is the shared test-bed daemon's bridge and would break every later test.
-BRIDGE, BRIDGE_CIDR = "cwdw0", "10.214.0.1/24"
 PG_IMAGE = "postgres:15"
 
 
@@ -58,6 +55,8 @@ class PrivateDaemon:
         self.pidfile = root / "docker.pid"
         self.host = f"unix://{self.sock}"
         self.starts = 0
+        # Its own network namespace: whatever it does to bridges and rules stays there.
+        self.netns = root.name.replace(".", "-")
 
     def start(self) -> int:
         (self.root / "data").mkdir(exist_ok=True)
@@ -65,8 +64,9 @@ class PrivateDaemon:
         self.starts += 1
         log = open(self.root / f"dockerd-{self.starts}.log", "ab")
         subprocess.Popen(
-            ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-             "-H", self.host, "--pidfile", str(self.pidfile), f"--bridge={BRIDGE}", "--iptables=false",
+            # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroups dockerd needs.
+            ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+             "-H", self.host, "--pidfile", str(self.pidfile), "--iptables=false",
              "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
@@ -122,11 +122,9 @@ def _load_images(source_host: str, target_host: str, refs: list[str]) -> None:
 def private_daemon(docker_host):
     root = Path(tempfile.mkdtemp(prefix="cwdw.", dir="/tmp"))  # short: unix socket paths are capped
     daemon = PrivateDaemon(root)
-    rule_added = subprocess.run(["iptables", "-I", *FORWARD_RULE], capture_output=True).returncode == 0
     docker0_before = _link_exists("docker0")
-    for step in (["link", "add", BRIDGE, "type", "bridge"], ["addr", "add", BRIDGE_CIDR, "dev", BRIDGE],
-                 ["link", "set", BRIDGE, "up"]):
-        subprocess.run(["ip", *step], check=True, capture_output=True)
+    subprocess.run(["ip", "netns", "add", daemon.netns], check=True, capture_output=True)
+    subprocess.run(["ip", "netns", "exec", daemon.netns, "ip", "link", "set", "lo", "up"], check=True, capture_output=True)
     try:
         daemon.start()
         pack_tag, _ = ensure_demo_pack_image(docker_host)  # built once on the shared daemon, copied here
@@ -134,12 +132,10 @@ def private_daemon(docker_host):
         yield daemon
     finally:
         daemon.stop()
-        if rule_added:
-            subprocess.run(["iptables", "-D", *FORWARD_RULE], capture_output=True)
         subprocess.run(["umount", "-R", "-l", str(root / "exec")], capture_output=True)
         subprocess.run(["umount", "-R", "-l", str(root / "data")], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+        subprocess.run(["ip", "netns", "del", daemon.netns], capture_output=True)
     assert _link_exists("docker0") == docker0_before, "the private daemon changed the shared daemon's docker0"
 
 
