@@ -71,21 +71,22 @@ extract_bare() {
 }
 
 checkout_bench() {
-  # A clean checkout at the pin. The seed blob is missing from the public snapshot, so the stand-in
-  # is stored as an object and named as the missing blob's replacement (refs/replace/<blob>): the
-  # checkout writes it at db/init.sql.gz, HEAD stays the pin and `git status --porcelain` is empty.
-  # A clone of this checkout gets the stand-in only when it also fetches refs/replace/* (the
-  # tests give the adapter GIT_CONFIG_* variables for that, see COWORK_REAL_GIT_ENV below).
+  # A clean checkout at the pin. The seed blob is missing from the public snapshot: every other path
+  # is checked out, the stand-in is written in place and marked skip-worktree, so HEAD stays the pin
+  # and `git status --porcelain` is empty. The adapter's own clone of this checkout copies such
+  # skip-worktree files in and discloses them (provenance.clone_at, the manifest's bench block).
   local bare="$1" standin_sha; standin_sha=$(sha256sum "$HERE/realbench/standin-seed.sql" | cut -c1-16)
   if [ -f "$BENCH/.git/cowork-testbed-complete" ] && [ "$(cat "$BENCH/.git/cowork-testbed-complete")" = "$standin_sha" ] \
+     && [ "$(git -C "$BENCH" ls-files -v -- "$SEED_BLOB" | cut -c1)" = "S" ] \
      && [ -z "$(git -C "$BENCH" status --porcelain)" ]; then return; fi
-  log "checking out the benchmark at ${PIN:0:12} into $BENCH (stand-in seed as refs/replace/${SEED_BLOB_SHA:0:12})"
+  log "checking out the benchmark at ${PIN:0:12} into $BENCH (stand-in seed at $SEED_BLOB, skip-worktree)"
   rm -rf "$BENCH"
-  git clone -q --no-checkout "$bare" "$BENCH"
-  local standin
-  standin=$(gzip -n -9 -c "$HERE/realbench/standin-seed.sql" | git -C "$BENCH" hash-object -w --stdin)
-  git -C "$BENCH" update-ref "refs/replace/$SEED_BLOB_SHA" "$standin"
-  git -C "$BENCH" -c advice.detachedHead=false checkout -q --detach "$PIN"
+  # The clone writes every file but the missing blob, then fails before writing the index.
+  git clone -q "$bare" "$BENCH" 2>/dev/null || true
+  git -C "$BENCH" -c advice.detachedHead=false checkout -q --detach "$PIN" 2>/dev/null || true
+  git -C "$BENCH" reset -q "$PIN"
+  gzip -n -9 -c "$HERE/realbench/standin-seed.sql" >"$BENCH/$SEED_BLOB"
+  git -C "$BENCH" update-index --skip-worktree "$SEED_BLOB"
   [ "$(git -C "$BENCH" rev-parse HEAD)" = "$PIN" ] || die "the checkout's HEAD is not $PIN"
   [ -z "$(git -C "$BENCH" status --porcelain)" ] || die "the checkout is not clean: $(git -C "$BENCH" status --porcelain | head -n3)"
   zcat "$BENCH/$SEED_BLOB" | grep -q 'STAND-IN' || die "the checkout's $SEED_BLOB is not the stand-in"
@@ -238,8 +239,6 @@ print_env() {
   echo "export COWORK_REAL_OUROBOROS_SEED=$OURO"
   echo "export COWORK_REAL_TASKS_FILE=$TASKS_FILE"
   echo "export COWORK_REAL_BASE_IMAGE=$PACK_IMAGE"
-  # For the adapter process only (never exported here): its clone of the bench fetches the stand-in.
-  echo "export COWORK_REAL_GIT_ENV='GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.fetch GIT_CONFIG_VALUE_0=+refs/replace/*:refs/replace/*'"
 }
 
 cmd_up() {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,19 @@ def bench_identity(bench_root: Path, expected_commit: str) -> BenchIdentity:
     if state.dirty:
         raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
     return BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
-                         replaced_objects=replaced_objects(bench_root))
+                         replaced_objects=replaced_objects(bench_root), skip_worktree=skip_worktree_files(bench_root))
+
+
+def skip_worktree_files(repo: Path) -> dict[str, str]:
+    """{path: sha256 of the file on disk} of the paths marked skip-worktree (hidden from `git status`)."""
+    out = _git(repo, "ls-files", "-v", "-z")
+    if out.returncode != 0:
+        return {}
+    found: dict[str, str] = {}
+    for entry in out.stdout.decode(errors="replace").split("\0"):
+        if entry[:2] == "S " and (repo / entry[2:]).is_file():
+            found[entry[2:]] = hashlib.sha256((repo / entry[2:]).read_bytes()).hexdigest()
+    return found
 
 
 def replaced_objects(repo: Path) -> dict[str, str]:
@@ -153,7 +166,17 @@ def clone_at(source: Path, dest: Path, commit: str) -> None:
         # The operator's replacement objects (e.g. a stand-in for a blob the public snapshot lacks)
         # come along, or the checkout fails on the missing blob; the manifest discloses them.
         out = _git(dest, "fetch", "--quiet", "origin", "refs/replace/*:refs/replace/*")
+    substitutes = skip_worktree_files(source)
     if out.returncode == 0:
         out = _git(dest, "checkout", "--quiet", "--detach", commit)
+        if out.returncode != 0 and substitutes:
+            # A blob only the operator's substitute stands for cannot be checked out; the rest was.
+            out = _git(dest, "reset", "--quiet", commit)
     if out.returncode != 0:
         raise Refusal("bench", f"cloning {source} at {commit[:12]} failed: {out.stderr.decode(errors='replace').strip()[:300]}")
+    # Files the operator's checkout marks skip-worktree (a stand-in for content the published
+    # snapshot lacks) come along as they are there, marked the same; the manifest discloses them.
+    for rel in substitutes:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / rel, dest / rel)
+        _git(dest, "update-index", "--skip-worktree", rel)

@@ -1,13 +1,16 @@
-"""A benchmark checkout with git-replaced objects: the run's clone carries them, the manifest and report say so.
+"""Substituted content in a benchmark checkout: the run's clone carries it, the manifest and report say so.
 
-The public snapshot of the pinned benchmark lacks one blob (the database seed); an operator's
-stand-in lives in `refs/replace/`. Without carrying those refs the run's clone cannot check out.
+The public snapshot of the pinned benchmark lacks one blob (the database seed). An operator's
+stand-in is either a file marked skip-worktree or an object in `refs/replace/`; either way
+`git status` stays clean, so the adapter must carry it into the run's clone and disclose it.
 """
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+
+import hashlib
 
 from cowork_adapter.provenance import bench_identity, clone_at, replaced_objects
 from cowork_adapter.report.build import _disclosures
@@ -63,6 +66,28 @@ def test_a_checkout_without_replacements_records_none(tmp_path):
     assert (tmp_path / "copy" / "f").read_text() == "x"
 
 
+def test_a_skip_worktree_stand_in_is_carried_into_the_clone_and_recorded(tmp_path):
+    bench = tmp_path / "bench"
+    (bench / "tasks" / "finalpool" / "t1").mkdir(parents=True)
+    (bench / "tasks" / "finalpool" / "t1" / "task_config.json").write_text("{}")
+    (bench / "db").mkdir()
+    (bench / "db" / "seed.sql").write_text("published seed\n")
+    git(bench, "init", "-q")
+    git(bench, "add", "-A")
+    git(bench, "commit", "-qm", "pin")
+    head = git(bench, "rev-parse", "HEAD")
+    (bench / "db" / "seed.sql").write_text("stand-in seed\n")
+    git(bench, "update-index", "--skip-worktree", "db/seed.sql")
+    assert git(bench, "status", "--porcelain") == ""  # hidden from status: hence the disclosure
+    digest = hashlib.sha256(b"stand-in seed\n").hexdigest()
+    assert bench_identity(bench, head).skip_worktree == {"db/seed.sql": digest}
+    copy = tmp_path / "copy"
+    clone_at(bench, copy, head)
+    assert (copy / "db" / "seed.sql").read_text() == "stand-in seed\n"
+    assert git(copy, "status", "--porcelain") == ""
+    assert bench_identity(copy, head).skip_worktree == {"db/seed.sql": digest}
+
+
 class _Run:
     def __init__(self, manifest) -> None:
         self.root, self.manifest = "/runs/r1", manifest
@@ -77,6 +102,9 @@ def test_the_report_discloses_replaced_objects():
         bench = BenchIdentity(root="/b", expected_commit="d943e75", replaced_objects={"a" * 40: "b" * 40})
 
     notes = _disclosures([_Run(M())], 496, {}, 0, 0, 0)
-    assert any("git-replaced" in n and "/runs/r1" in n for n in notes), notes
+    assert any("substituted content" in n and "/runs/r1" in n for n in notes), notes
+    M.bench = BenchIdentity(root="/b", expected_commit="d943e75", skip_worktree={"db/init.sql.gz": "c" * 64})
+    notes = _disclosures([_Run(M())], 496, {}, 0, 0, 0)
+    assert any("substituted content" in n and "db/init.sql.gz" in n for n in notes), notes
     M.bench = BenchIdentity(root="/b", expected_commit="d943e75")
-    assert not any("git-replaced" in n for n in _disclosures([_Run(M())], 496, {}, 0, 0, 0))
+    assert not any("substituted content" in n for n in _disclosures([_Run(M())], 496, {}, 0, 0, 0))

@@ -136,9 +136,10 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
             notes.append(f"Run {run.root} used a dirty seed (diagnostic only, not a reportable score).")
         if m.dry_run:
             notes.append(f"Run {run.root} was a dry run (no model was called).")
-        if m.bench is not None and m.bench.replaced_objects:
-            notes.append(f"Run {run.root} used a benchmark checkout with {len(m.bench.replaced_objects)} git-replaced "
-                         "object(s) (a stand-in for content the published snapshot lacks): not the published bytes.")
+        if m.bench is not None and (m.bench.replaced_objects or m.bench.skip_worktree):
+            hidden = sorted(m.bench.skip_worktree) + [f"object {o[:12]}" for o in sorted(m.bench.replaced_objects)]
+            notes.append(f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
+                         f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes.")
         inventory = m.inventory if isinstance(m.inventory, dict) else {}
         servers = inventory.get("servers")
         items = servers.items() if isinstance(servers, dict) else (

@@ -44,6 +44,7 @@ class BenchIdentity(_Model):
     # The checkout's git replacements (original -> replacement object), disclosed: a stand-in here
     # is not the published benchmark byte for byte.
     replaced_objects: dict[str, str] = Field(default_factory=dict)
+    skip_worktree: dict[str, str] = Field(default_factory=dict)  # path -> sha256 of the file used
 
 
 class WheelRecord(_Model):
