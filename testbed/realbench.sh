@@ -4,6 +4,7 @@
 # cowork-pack-compatible image built from the benchmark's OWN Dockerfile with disclosed substitutes.
 # Usage (from any folder or worktree):
 #   testbed/realbench.sh up     # extract, check out, build (cached by content hash); prints exports
+#   testbed/realbench.sh seed   # only the Ouroboros 6.97.2 checkout (seconds); prints its export
 #   testbed/realbench.sh env    # print the exports for a test bed that is already up (fails if not)
 #   testbed/realbench.sh hashes # the content hashes (image tags) the current recipe asks for
 # Needs the test bed's daemon and base image (testbed/testbed.sh up). Nothing of the fixtures is
@@ -254,6 +255,14 @@ cmd_up() {
   print_env
 }
 
+cmd_seed() {
+  # Only the real Ouroboros 6.97.2 checkout (seconds): what the real-server test needs in CI.
+  local fx; fx=$(fixtures_dir)
+  mkdir -p "$STATE"
+  checkout_ouroboros "$(extract_bare "$fx/$OURO_TAR" "$OURO_TAR_SHA")"
+  echo "export COWORK_REAL_OUROBOROS_SEED=$OURO"
+}
+
 cmd_env() {
   [ -f "$BENCH/.git/cowork-testbed-complete" ] && [ -f "$OURO/server.py" ] && [ -f "$TASKS_FILE" ] \
     && docker image inspect "$PACK_IMAGE" >/dev/null 2>&1 || die "the real-benchmark test bed is not up: run $0 up"
@@ -268,7 +277,8 @@ cmd_hashes() {
 
 case "${1:-}" in
   up) cmd_up ;;
+  seed) cmd_seed ;;
   hashes) cmd_hashes ;;
   env) cmd_env ;;
-  *) echo "usage: $0 up|env|hashes" >&2; exit 2 ;;
+  *) echo "usage: $0 up|seed|env|hashes" >&2; exit 2 ;;
 esac

@@ -47,5 +47,5 @@ def pytest_collection_modifyitems(config, items):
     # gives a fast unit run.
     for item in items:
         parts = Path(str(item.fspath)).parts
-        if "integration" in parts or "chaos" in parts:
+        if "integration" in parts or "chaos" in parts or "realbench" in parts:
             item.add_marker(pytest.mark.docker)
