@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .custody.liveness import Liveness, Recorded, prove, read_custody_processes
+from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_all
 from .live import eta_seconds, format_duration, progress_rows, summary_line
 from .schemas.manifest import RunManifest
@@ -113,23 +113,6 @@ def _zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
 
 
-def _argv_run_root(argv: list[str], cwd: Path | None) -> Path | None:
-    for i, arg in enumerate(argv):
-        value = None
-        if arg == "--run-root" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith("--run-root="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            path = Path(value).expanduser()
-            if not path.is_absolute():
-                if cwd is None:
-                    return None
-                path = cwd / path
-            return Path(os.path.normpath(path))
-    return None
-
-
 def is_launcher_of(pid: int | None, run_root: Path) -> bool:
     """True when `pid` is alive (not a zombie) and its argv is a cowork_adapter `run` of `run_root`."""
     if not pid or pid <= 0:
@@ -149,7 +132,7 @@ def is_launcher_of(pid: int | None, run_root: Path) -> bool:
         cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
     except OSError:
         cwd = None
-    named = _argv_run_root(argv, cwd)
+    named = argv_run_root(argv, cwd)
     return named is not None and named.resolve() == run_root.resolve()
 
 

@@ -160,7 +160,8 @@ def read_custody_processes(run_root: Path) -> tuple[CustodyProcesses | None, str
         return None, f"{path} is not valid ({exc.error_count()} problems)"
 
 
-def _argv_run_root(argv: list[str], cwd: Path | None) -> Path | None:
+def argv_run_root(argv: list[str], cwd: Path | None) -> Path | None:
+    """The --run-root an argv names (relative ones against `cwd`), normalised; None when none."""
     for i, arg in enumerate(argv):
         value = None
         if arg == "--run-root" and i + 1 < len(argv):
@@ -181,7 +182,7 @@ def is_launcher_argv(argv: list[str], cwd: Path | None, run_root: Path) -> bool:
     """True when argv is a cowork_adapter `run` whose --run-root is `run_root`."""
     if not any(marker in arg for arg in argv for marker in LAUNCHER_MARKERS) or "run" not in argv:
         return False
-    named = _argv_run_root(argv, cwd)
+    named = argv_run_root(argv, cwd)
     return named is not None and os.path.normpath(named) == os.path.normpath(run_root)
 
 
