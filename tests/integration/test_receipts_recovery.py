@@ -89,6 +89,20 @@ def runner_pid(run_root: Path) -> int | None:
     return None
 
 
+def event_kinds(run_root: Path) -> list[str]:
+    try:
+        lines = (run_root / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    kinds = []
+    for line in lines:
+        try:
+            kinds.append(json.loads(line).get("kind"))
+        except ValueError:
+            continue  # a line still being appended
+    return kinds
+
+
 def custody_tasks(run_root: Path) -> set[str]:
     folder = run_root / "custody" / "evidence"
     return {p.read_text().strip().rsplit("/", 1)[-1] for p in folder.glob("*.task")} if folder.is_dir() else set()
@@ -125,6 +139,10 @@ def killed(docker_host, tmp_path_factory):
         assert wait_for(lambda: set(RECEIPTED) <= set(receipted(root)) or proc.poll() is not None, BLIND_S - 30), \
             f"receipts so far: {receipted(root)}"
         assert proc.poll() is None, f"the launcher ended before the kill (exit {proc.returncode})"
+        # The receipts may come before the first poll that meets the silence: wait for that poll's
+        # rejection, so what settles the ledger cannot be a publish after an accepted reading.
+        assert wait_for(lambda: "meter_rejected" in event_kinds(root) or proc.poll() is not None, 60, 0.2), \
+            "no meter poll met the silence"
         live_settled = wait_for(lambda: ledger_settles(root), REFRESH_BOUND_S, 0.2)
         pid = runner_pid(root)
         assert pid, "the runner's start was not recorded"
@@ -147,7 +165,7 @@ def test_the_live_ledger_settled_receipts_while_the_meter_was_silent(killed):
     _, root, _, settled = killed
     assert settled, f"the live ledger did not settle the receipted tasks within {REFRESH_BOUND_S} s of their receipts"
     # The silence held until the kill: a rejected reading, and no accepted one after it.
-    kinds = [json.loads(line).get("kind") for line in (root / "events.jsonl").read_text().splitlines() if line.strip()]
+    kinds = event_kinds(root)
     assert "meter_rejected" in kinds, "the meter was never silent"
     assert "meter_reading" not in kinds[kinds.index("meter_rejected"):]
 
