@@ -41,6 +41,7 @@ from pathlib import Path
 
 import docker
 
+from ..container import protocol
 from ..custody.docker_ops import label_is_empty, list_labelled
 from ..custody.labels import RUN_LABEL_KEY, run_label
 from ..custody.watchdog import custody_paths
@@ -64,7 +65,6 @@ TASKS = ["demo-csv-totals", "demo-wrong-answer"]
 PHASES = ["preflight", "probe", "image", "runner_start", "in_flight", "stop", "cleanup", "settlement"]
 POST_KILL_CHARGE = 0.37  # USD added to the meter after each kill: spending the dead launcher never saw
 RESUME_CHARGE = 0.11  # USD added while the resumed run works
-RECEIPT_NAME = "eval_res.json"
 
 
 def chaos_seed() -> int:
@@ -172,15 +172,22 @@ def _agent_seen(run_root: Path) -> bool:
 
 
 def receipted(run_root: Path) -> set[str]:
-    """Tasks with an official receipt (eval_res.json) in the run's dumps."""
+    """Tasks settled by a valid official receipt (claim + write-once receipt with a true/false pass).
+
+    Only the dump folders are listed (dumps/<model>/<Turn>-<task>/), never their workspaces,
+    which the agent phase is still changing (it removes the workspace's .git at the end).
+    """
     found = set()
-    for path in (run_root / "bench").glob(f"**/{RECEIPT_NAME}"):
-        try:
-            json.loads(path.read_text())
-        except (OSError, ValueError):
+    for dump in (run_root / "bench" / "dumps").glob("*/*"):
+        claim, _ = protocol.read_json_record(str(dump / protocol.CLAIM_NAME))
+        if not protocol.valid_claim(claim):
             continue
-        # Dumps live in <model>/<Turn>-<task id>/: the task is the part a selected id ends.
-        task = next((t for part in path.parts for t in TASKS if part.endswith("-" + t)), None)
+        receipt, _ = protocol.read_json_record(protocol.receipt_path(str(dump), claim["attempt_id"]))
+        returned = receipt.get("returned") if protocol.valid_receipt(receipt, claim) else None
+        if not isinstance(returned, dict) or not isinstance(returned.get("pass"), bool):
+            continue  # no receipt, or the evaluator gave no verdict: not settled, may be retried
+        # Dumps live in <model>/<Turn>-<task id>/: the task is the one the folder's name ends with.
+        task = next((t for t in TASKS if dump.name.endswith("-" + t)), None)
         if task:
             found.add(task)
     return found
