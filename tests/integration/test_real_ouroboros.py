@@ -13,7 +13,6 @@ Optional: COWORK_STANDIN_HOST_ADDR overrides the host address containers use to 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import secrets
@@ -26,7 +25,7 @@ import pytest
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.scenarios import prepare, read_rows
 
-from realbench_env import real_testbed
+from realbench_env import host_address_for_containers, real_testbed
 
 SEED_ENV = "COWORK_REAL_OUROBOROS_SEED"
 TASK = "demo-csv-totals"
@@ -38,21 +37,6 @@ def real_seed() -> Path:
     seed = Path(value).expanduser().resolve() if value else real_testbed().seed
     assert (seed / "server.py").is_file() and (seed / ".git").exists(), f"{SEED_ENV}={seed} is not an Ouroboros checkout"
     return seed
-
-
-def host_address_for_containers(docker_host: str) -> str:
-    """The host's address on the default bridge (containers on any bridge network reach it)."""
-    override = os.environ.get("COWORK_STANDIN_HOST_ADDR", "").strip()
-    if override:
-        return override
-    client = docker.DockerClient(base_url=docker_host, timeout=60)
-    try:
-        config = ((client.networks.get("bridge").attrs.get("IPAM") or {}).get("Config") or [{}])[0]
-    finally:
-        client.close()
-    if config.get("Gateway"):
-        return config["Gateway"]
-    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))  # the daemon gives the bridge the first host
 
 
 def reachable_from_a_task_network(docker_host: str, image: str, url: str) -> str:

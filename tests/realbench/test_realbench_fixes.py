@@ -16,7 +16,6 @@ does); elsewhere the tests skip saying how to build it.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import secrets
@@ -30,6 +29,7 @@ import pytest
 
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.meter_standin import MeterStandin
+from realbench_env import host_address_for_containers
 
 RUN_TIMEOUT_S = 2400
 KEY_ENV = "COWORK_REALFIX_PROVIDER_KEY"
@@ -73,18 +73,6 @@ def needs(bench: Path, task: str) -> list[str]:
     return list(config.get("needed_mcp_servers") or [])
 
 
-def host_address(docker_host: str) -> str:
-    override = os.environ.get("COWORK_STANDIN_HOST_ADDR", "").strip()
-    if override:
-        return override
-    client = docker.DockerClient(base_url=docker_host, timeout=60)
-    try:
-        config = ((client.networks.get("bridge").attrs.get("IPAM") or {}).get("Config") or [{}])[0]
-    finally:
-        client.close()
-    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
-
-
 def adapter_args(bed: dict, root: Path, name: str, tasks: list[str], extra: list[str]) -> list[str]:
     args = [sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(bed["seed"]),
             "--bench-root", str(bed["bench"]), "--docker-host", bed["host"],
@@ -116,7 +104,7 @@ class PaidRig:
         self.meter = MeterStandin(self.key, usage=5.0).start()
         self.meter.set_rate(0.0005)
         self.chat = ChatStandin(host="0.0.0.0", port=0, model_id=DEFAULT_MODEL_ID).start()
-        self.base_url = f"http://{host_address(bed['host'])}:{self.chat.port}/v1"
+        self.base_url = f"http://{host_address_for_containers(bed['host'])}:{self.chat.port}/v1"
 
     def run(self, name: str, tasks: list[str], engine: str) -> tuple[int, str, Path]:
         extra = ["--engine", engine, "--model", DEFAULT_MODEL_ID, "--max-steps", "20", "--task-timeout", "600",
