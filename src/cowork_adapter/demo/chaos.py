@@ -84,7 +84,8 @@ def pick_moments(seed: int, phases: list[str], hows: tuple[str, ...] = ("pid", "
     """One kill per (phase, how), with a seeded jitter inside each phase's window."""
     rng = random.Random(seed)
     windows = {  # jitter windows (s) after the phase's start signal; each stays inside its phase
-        "preflight": (0.0, 0.15), "probe": (0.2, 2.0), "image": (0.2, 1.5), "runner_start": (0.0, 0.4),
+        # preflight (clone + hashes) lasts well under 0.1 s on a quiet machine: its window is tiny
+        "preflight": (0.0, 0.02), "probe": (0.2, 2.0), "image": (0.2, 1.5), "runner_start": (0.0, 0.4),
         "in_flight": (0.5, 4.0), "stop": (0.0, 0.2), "cleanup": (0.0, 0.05), "settlement": (0.3, 3.0),
     }
     return [Moment(p, h, round(rng.uniform(*windows[p]), 3)) for p in phases for h in hows]
@@ -250,7 +251,7 @@ class ChaosBench:
         alive = lambda: proc.poll() is None  # noqa: E731
         phase = moment.phase
         if phase == "preflight":
-            return wait_for(lambda: (run_root / "run_manifest.json").exists() or not alive(), 300, 0.01) and alive()
+            return wait_for(lambda: (run_root / "run_manifest.json").exists() or not alive(), 300, 0.002) and alive()
         if phase == "probe":
             return wait_for(lambda: any(n.startswith("pg-probe-") for n in labelled_names(env.docker_host, label))
                             or not alive(), 300, 0.1) and alive()
@@ -301,14 +302,17 @@ class ChaosBench:
             reached = self._reach(moment, proc, run_root, label, tasks)
             if reached:
                 time.sleep(moment.jitter)
+            signal_it = (lambda sig: os.kill(proc.pid, sig)) if moment.how == "pid" \
+                else (lambda sig: os.killpg(proc.pid, sig))
+            if proc.poll() is None:
+                # Frozen first, so the phase read from disk is the one the kill really hits (a short
+                # phase can end while its files are being read); SIGKILL ends a stopped process alike.
+                signal_it(signal.SIGSTOP)
             result.hit = observed_phase(run_root)
             killed_at = time.time()
             result.seconds["to_kill"] = round(killed_at - started, 1)
             if proc.poll() is None:
-                if moment.how == "pid":
-                    os.kill(proc.pid, signal.SIGKILL)
-                else:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                signal_it(signal.SIGKILL)
             proc.wait(timeout=60)
             env.meter.silence(False)
             checks.append(Check(f"the launcher was SIGKILLed (by {moment.how}) in phase {moment.phase}",
