@@ -312,11 +312,6 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def audit_task(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> TaskAudit:
-    """One ledger row (a dict, missing fields tolerated) and its dump -> TaskAudit."""
-    return audit_task_with_scan(row, root, dumps)[0]
-
-
 def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskScan,
                  attempts: TaskEvalAttempts) -> TaskAudit:
     servers = {
