@@ -13,6 +13,7 @@ from cowork_adapter.audit import audit_run
 from cowork_adapter.ledger import build_index, write_index
 from cowork_adapter.report import make_report, run_report_command
 from cowork_adapter.schemas.audit import launcher_audit_path, read_launcher_audit
+from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 from cowork_adapter.schemas.inventory import Inventory, RepairRecord, ServerInventory
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.report.stats import project_full_run, quantile, wilson_interval
@@ -208,11 +209,19 @@ def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
 
 def test_projection_warns_over_campaign_remainder(tmp_path):
     campaign = tmp_path / "campaign.json"
-    campaign.write_text(json.dumps({"ceiling_usd": 100.0, "spent_usd": 95.0}))
+    campaign.write_text(CampaignRecord(
+        fingerprint=key_fingerprint("k"), ceiling_usd=100.0, usage_baseline=10.0, prior_spend_usd=0.0,
+        last_usage=105.0, last_usage_observed_at=TS, created_at=TS).to_json())
     root = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "fail"}, campaign_file=str(campaign))
     r = make_report([root], 1)
     assert r["projection"]["campaign_remaining_usd"] == pytest.approx(5.0)
     assert r["projection"]["warnings"] and "exceeds the campaign remainder" in r["projection"]["warnings"][0]
+    # A file that is not a campaign record is said to be unreadable, not guessed at.
+    campaign.write_text(json.dumps({"ceiling_usd": 100.0, "spent_usd": 95.0}))
+    r = make_report([root], 1)
+    assert r["projection"]["campaign_remaining_usd"] is None
+    assert r["projection"]["warnings"] == [f"The campaign file {campaign} could not be read; the projection is not "
+                                           "checked against a remainder."]
 
 
 SVG = "{http://www.w3.org/2000/svg}"

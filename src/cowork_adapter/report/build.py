@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..ledger import task_config
+from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
 from ..schemas.ledger import TaskRow
 from ..vocab import PaidActivity, ServerHealth, TaskStatus
@@ -96,16 +96,10 @@ def _campaign_remaining(runs: list[RunRecord]) -> tuple[float | None, str | None
         if not name:
             continue
         try:
-            data = json.loads(Path(name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            record = parse_campaign(Path(name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             return None, name
-        if isinstance(data, dict):
-            if isinstance(data.get("remaining_usd"), (int, float)):
-                return float(data["remaining_usd"]), name
-            ceiling, spent = data.get("ceiling_usd"), data.get("spent_usd")
-            if isinstance(ceiling, (int, float)) and isinstance(spent, (int, float)):
-                return float(ceiling) - float(spent), name
-        return None, name
+        return record.remaining_usd, name
     return None, None
 
 
