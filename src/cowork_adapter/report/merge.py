@@ -15,15 +15,15 @@ import msgspec
 from pydantic import ValidationError
 
 from ..errors import Refusal
-from ..events import parse_ts, read_all
+from ..events import parse_ts, read_events
 from ..ledger import LEDGER_NAME, MANIFEST_NAME, read_index
 from ..recovery import identity_difference
 from ..schemas.audit import AuditReport, launcher_audit_path, read_launcher_audit
-from ..schemas.events import MeterReading, parse_event
+from ..schemas.events import MeterReading
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.monitor import Monitor
-from ..vocab import EventKind, TaskStatus
+from ..vocab import TaskStatus
 
 STAGE = "report"
 
@@ -66,13 +66,8 @@ def _read_monitor(path: Path) -> Monitor | None:
 
 def _meter_series(root: Path) -> list[tuple[float, float]]:
     points: list[tuple[float, float]] = []
-    for rec in read_all(root / "events.jsonl"):
-        if rec.get("kind") != EventKind.METER_READING.value:
-            continue
-        try:
-            event = parse_event(rec)
-        except ValidationError:
-            continue  # a reading the writer's own model rejects draws nothing
+    events, _ = read_events(root / "events.jsonl")  # a line that is no valid event draws nothing
+    for event in events:
         ts = parse_ts(event.ts)
         if isinstance(event, MeterReading) and ts is not None and event.run_spent_usd is not None:
             points.append((ts, event.run_spent_usd))
