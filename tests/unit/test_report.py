@@ -16,6 +16,7 @@ from cowork_adapter.schemas.audit import launcher_audit_path, read_launcher_audi
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 from cowork_adapter.schemas.inventory import Inventory, RepairRecord, ServerInventory
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from cowork_adapter.report.render import to_markdown
 from cowork_adapter.report.stats import project_full_run, quantile, wilson_interval
 from cowork_adapter.report.svg import bar_chart, histogram, step_line
 
@@ -200,6 +201,9 @@ def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
             "installed (before: 2.1.0, after: 1.30.0).") in notes
     for note in notes:
         assert "{" not in note and "}" not in note and note.endswith("."), note
+
+    markdown = to_markdown(make_report([one], 1))
+    assert "| Known cost (accounted / llm_usage) | $0.50 over 1 attempt |" in markdown
 
     two = make_run(tmp_path / "two", ["b-1", "b-2", "b-3"], {"b-1": "infra", "b-2": "infra"})
     notes = make_report([two], 1)["disclosures"]

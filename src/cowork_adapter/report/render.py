@@ -38,11 +38,11 @@ def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("Truncated attempts", str(r["truncations"])),
         ("Not attempted", str(c["not_attempted"])),
         ("Environment-blocked", str(c["environment_blocked"])),
-        ("Known cost (accounted / llm_usage)", f"{_usd(cost['known_usd'])} over {cost['known_attempts']} attempts"),
+        ("Known cost (accounted / llm_usage)", f"{_usd(cost['known_usd'])} over {count(cost['known_attempts'], 'attempt')}"),
         ("Attempts with unknown cost", str(cost["unknown_attempts"])),
         ("Key-meter spend", _usd(cost["meter_run_spent_usd"])),
         ("Mean known cost per attempt", _usd(cost["mean_known_per_attempt_usd"])),
-        (f"Projected full run ({p['tasks']} tasks, concurrency {p['concurrency']})",
+        (f"Projected full run ({count(p['tasks'], 'task')}, concurrency {p['concurrency']})",
          f"{_usd(p['projected_cost_usd'])} (p90 {_usd(p['projected_cost_p90_usd'])}), "
          f"{_hours(p['projected_wall_s'])} (p90 {_hours(p['projected_wall_p90_s'])})"),
         ("Campaign remainder", _usd(p["campaign_remaining_usd"])),
