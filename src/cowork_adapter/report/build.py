@@ -126,9 +126,7 @@ def _audit_summary(runs: list[RunRecord]) -> dict[str, Any] | None:
     gaps_by_reason: dict[str, int] = {}
     items: list[dict[str, Any]] = []
     tasks_with_findings = stored = 0
-    for run in found:
-        audit = run.audit
-        assert audit is not None
+    for run, audit in ((r, r.audit) for r in found if r.audit is not None):
         for reason, n in audit.totals.findings_by_reason.items():
             by_reason[reason] = by_reason.get(reason, 0) + n
         for reason, n in audit.totals.gaps_by_reason.items():
