@@ -23,7 +23,11 @@ from pathlib import Path
 
 from cowork_adapter.ledger import build_index, write_index
 from cowork_adapter.report import make_report, write_report
-from cowork_adapter.report.synth import synth_run
+
+# The synthetic run roots are test support (tests/synthetic_run.py), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import synthetic_run as synth  # noqa: E402
+from synthetic_run import synth_run  # noqa: E402
 
 
 def baseline(root: Path) -> tuple[float, int]:
@@ -46,7 +50,6 @@ def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
     """(recovery plan, child's first ledger build+write, child's second build) in seconds."""
     from cowork_adapter.ledger import IndexContext
     from cowork_adapter.recovery import resolve_ancestry
-    from cowork_adapter.report import synth
 
     tasks = synth.task_names(len(json.loads((ancestor / "run_manifest.json").read_text())["selection"]["task_ids"]))
     start = time.perf_counter()

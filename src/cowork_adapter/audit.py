@@ -6,7 +6,8 @@ ledger status, official status and pass are copied from result_index.jsonl as ev
 
 Public entry points:
 - build_audit(run_dir) -> AuditReport      pure read; raises Refusal if the directory is no run
-- audit_run(run_dir) -> AuditReport        build, then write <run>/audit.json (or audit-<n>.json)
+- audit_run(run_dir) -> AuditReport        build, then write the launcher's audit file
+                                           (schemas.audit.launcher_audit_path; else <stem>-<n>.json)
 - run_audit_command(run_dir, output) -> int the CLI command (exit 0, or 2 with one sentence)
 """
 
@@ -41,6 +42,7 @@ from .schemas.audit import (
     TaskAudit,
     TaskEvalAttempts,
     Totals,
+    launcher_audit_path,
 )
 from .vocab import AuditGapReason, ExitCode, OfficialEvalStatus
 
@@ -310,11 +312,6 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def audit_task(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> TaskAudit:
-    """One ledger row (a dict, missing fields tolerated) and its dump -> TaskAudit."""
-    return audit_task_with_scan(row, root, dumps)[0]
-
-
 def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskScan,
                  attempts: TaskEvalAttempts) -> TaskAudit:
     servers = {
@@ -559,11 +556,12 @@ def write_exclusive(path: Path, text: str) -> None:
 
 
 def audit_run(run_dir: Path, workers: int | None = None) -> AuditReport:
-    """Audit a run and write <run>/audit.json exclusively, or the first free audit-<n>.json."""
+    """Audit a run and write launcher_audit_path(run) exclusively, or the first free <stem>-<n>.json."""
     report = build_audit(run_dir, workers)
     text = report.to_json()
     root = Path(run_dir)
-    candidates = [root / "audit.json"] + [root / f"audit-{n}.json" for n in range(1, 10_000)]
+    first = launcher_audit_path(root)
+    candidates = [first] + [root / f"{first.stem}-{n}{first.suffix}" for n in range(1, 10_000)]
     for path in candidates:
         try:
             write_exclusive(path, text)

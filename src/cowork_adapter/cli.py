@@ -288,13 +288,18 @@ def audit(
 
 
 @app.command(
-    help="Score one or more run roots with their disclosures (offline, read-only).\n\n"
-    "Example: cowork-adapter report /data/smoke-1 /data/smoke-2 --output-dir /data/report"
+    help="Score one or more run roots with their disclosures and audit findings (offline, read-only: "
+    "without --output-dir nothing is written and the Markdown report is printed; a run root is "
+    "written into only when --output-dir names a folder in it).\n\n"
+    "Example: cowork-adapter report /data/smoke-1 /data/smoke-2 --output-dir /data/report-smoke"
 )
 def report(
     run_roots: Annotated[list[Path], typer.Argument(help="Run roots to combine.")],
-    output_dir: Annotated[Optional[Path], typer.Option(help="Write the report files here.")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Run roots read at once.")] = 1,
+    output_dir: Annotated[Optional[Path], typer.Option(
+        help="Write report.md, report.json and report.html here (never over an existing file). "
+        "Default: write nothing, print the report.")] = None,
+    concurrency: Annotated[int, typer.Option(
+        min=1, help="Concurrency assumed by the full-run time projection.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     from .report import run_report_command

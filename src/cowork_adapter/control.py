@@ -34,8 +34,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
-from .events import parse_ts, read_all
+from .events import parse_ts, read_events
 from .live import eta_seconds, format_duration, progress_rows, summary_line
+from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
 from .vocab import EventKind, ExitCode
@@ -60,7 +61,7 @@ class RunFiles:
     run_root: Path
     manifest: RunManifest | None
     monitor: Monitor | None
-    events: list[dict[str, Any]]
+    events: list[_Event]  # typed: a line that is no valid event is counted in `problems`
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -87,7 +88,10 @@ def read_run(run_root: Path) -> RunFiles:
     problems: list[str] = []
     manifest = _load(run_root / "run_manifest.json", RunManifest, problems)
     monitor = _load(run_root / "monitor.json", Monitor, problems)
-    events = read_all(run_root / "events.jsonl") if (run_root / "events.jsonl").is_file() else []
+    events, invalid = read_events(run_root / "events.jsonl")
+    if invalid:
+        lines = "1 line that is" if invalid == 1 else f"{invalid} lines that are"
+        problems.append(f"events.jsonl has {lines} not a valid event (skipped)")
     return RunFiles(run_root, manifest, monitor, events, problems)
 
 
@@ -163,8 +167,7 @@ def _campaign_active(files: RunFiles):
 
 
 def _runner_started_pids(files: RunFiles) -> list[int]:
-    return [int(e["pid"]) for e in files.events
-            if e.get("kind") == EventKind.RUNNER_STARTED.value and isinstance(e.get("pid"), int)]
+    return [e.pid for e in files.events if isinstance(e, RunnerStarted) and e.pid is not None]
 
 
 def gather_recorded(files: RunFiles) -> Recorded:
@@ -259,12 +262,12 @@ def find_launcher(files: RunFiles) -> tuple[int | None, str]:
 
 
 def _progress_from_events(files: RunFiles) -> Progress:
-    started = {e.get("task") for e in files.events if e.get("kind") == EventKind.TASK_STARTED.value}
-    finished = {e.get("task") for e in files.events if e.get("kind") == EventKind.TASK_FINISHED.value}
+    started = {e.task for e in files.events if isinstance(e, TaskStarted)}
+    finished = {e.task for e in files.events if isinstance(e, TaskFinished)}
     selected = 0
     for e in files.events:
-        if e.get("kind") == EventKind.RUN_ADMITTED.value:
-            selected = int(e.get("selected") or 0)
+        if isinstance(e, RunAdmitted):
+            selected = e.selected
     if not selected and files.manifest is not None:
         selected = len(files.manifest.selection.task_ids)
     return Progress(selected=selected, done=len(finished), running=len(started - finished))
@@ -272,8 +275,8 @@ def _progress_from_events(files: RunFiles) -> Progress:
 
 def _started_at(files: RunFiles) -> float | None:
     for e in files.events:
-        if e.get("kind") == EventKind.RUN_ADMITTED.value:
-            return parse_ts(e.get("ts"))
+        if isinstance(e, RunAdmitted):
+            return parse_ts(e.ts)
     if files.manifest is not None:
         return parse_ts(files.manifest.created_at)
     return None
@@ -283,8 +286,8 @@ def _ended_at(files: RunFiles) -> float | None:
     if files.manifest is not None and files.manifest.finished_at:
         return parse_ts(files.manifest.finished_at)
     for e in reversed(files.events):
-        if e.get("kind") == EventKind.RUN_FINISHED.value:
-            return parse_ts(e.get("ts"))
+        if isinstance(e, RunFinished):
+            return parse_ts(e.ts)
     return None
 
 
@@ -480,8 +483,7 @@ def _ended(files: RunFiles) -> bool:
     return files.manifest is not None and files.manifest.finished_at is not None
 
 
-_AFTER_SUPERVISION = {EventKind.RUNNER_EXITED.value, EventKind.CLEANUP.value, EventKind.SETTLEMENT.value,
-                      EventKind.RUN_FINISHED.value}
+_AFTER_SUPERVISION = {EventKind.RUNNER_EXITED, EventKind.CLEANUP, EventKind.SETTLEMENT, EventKind.RUN_FINISHED}
 
 
 def _past_supervision(files: RunFiles) -> bool:
@@ -489,7 +491,7 @@ def _past_supervision(files: RunFiles) -> bool:
     mon = files.monitor
     if mon is not None and (mon.finished or mon.stop_reason):
         return True
-    return any(e.get("kind") in _AFTER_SUPERVISION for e in files.events)
+    return any(e.kind in _AFTER_SUPERVISION for e in files.events)
 
 
 def _describe_end(files: RunFiles) -> str:

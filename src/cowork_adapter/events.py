@@ -120,5 +120,13 @@ class EventLog:
 
 
 def read_all(path: Path | str) -> list[dict[str, Any]]:
-    """Every complete record of an events.jsonl (a convenience for offline readers)."""
+    """Every complete record of an events.jsonl, untyped (for tests and demo checks)."""
     return EventLog(path).read_new()
+
+
+def read_events(path: Path | str) -> tuple[list[_Event], int]:
+    """The host's one reader of a whole events.jsonl: (typed events in file order, the number of
+    complete lines that are not a valid event). A missing file reads as ([], 0)."""
+    log = EventLog(path)
+    events = log.read_new_typed()
+    return events, log.skipped_lines

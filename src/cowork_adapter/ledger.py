@@ -715,10 +715,3 @@ def rebuild_final(run_root: Path | str, cause: str) -> list[TaskRow]:
     write_index(run_root, rows)
     return rows
 
-
-def status_counts(rows: Iterable[TaskRow]) -> dict[str, int]:
-    """{status: count} for monitor.json's ledger_counts."""
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.status.value] = counts.get(row.status.value, 0) + 1
-    return counts

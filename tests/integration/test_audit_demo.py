@@ -10,11 +10,14 @@ record index are checked against the dumped tools.jsonl itself.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cowork_adapter.demo.scenarios import prepare, read_json, read_rows
+from cowork_adapter.schemas.audit import launcher_audit_path
 
 CLEAN = ["demo-csv-totals", "demo-crm-postgres"]
 PLANTED_TASK = "demo-audit-planted"
@@ -57,7 +60,7 @@ def test_clean_tasks_give_no_finding_and_planted_traces_are_found_exactly(demo_r
     rows = read_rows(demo_run)
     assert {t: rows[t]["status"] for t in CLEAN + [PLANTED_TASK]} == dict.fromkeys(CLEAN + [PLANTED_TASK], "passed")
 
-    audit = read_json(demo_run / "audit.json")
+    audit = read_json(launcher_audit_path(demo_run))
     assert audit, "the run wrote no audit.json"
     tasks = {t["instance_id"]: t for t in audit["tasks"]}
     for name in CLEAN:
@@ -86,3 +89,27 @@ def test_clean_tasks_give_no_finding_and_planted_traces_are_found_exactly(demo_r
     # The planted calls all failed at the tool (the audit reports references, not successes).
     for finding in planted["findings"]:
         assert json.loads(lines[finding["line"] - 1])["is_error"] is True
+
+
+def test_report_over_the_real_audit_shows_every_planted_finding_by_reason(demo_run, tmp_path):
+    """`cowork-adapter report` reads the launcher's audit of the run and lists each finding."""
+    out_dir = tmp_path / "report"
+    before = sorted(str(p.relative_to(demo_run)) for p in demo_run.rglob("*"))
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(demo_run), "--json",
+                           "--output-dir", str(out_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    summary = json.loads(proc.stdout)["audit"]
+    assert summary is not None and summary["unreadable"] == []
+    expected: dict[str, int] = {}
+    for reason, _, _ in PLANTED:
+        expected[reason] = expected.get(reason, 0) + 1
+    assert summary["findings"] == len(PLANTED) and summary["findings_by_reason"] == expected
+    assert summary["tasks_with_findings"] == 1
+    listed = [(f["instance_id"], f["reason"], f["token"], f["tool"]) for f in summary["items"]]
+    assert listed == [(PLANTED_TASK, reason, token, tool) for reason, token, tool in PLANTED]
+    markdown = (out_dir / "report.md").read_text()
+    assert f"found {len(PLANTED)} findings in 1 task" in markdown
+    for item in summary["items"]:
+        assert f"| {PLANTED_TASK} | {item['reason']} | {item['file']}:{item['line']} |" in markdown
+    # Offline, read-only: the run root gained nothing.
+    assert sorted(str(p.relative_to(demo_run)) for p in demo_run.rglob("*")) == before

@@ -26,6 +26,7 @@ import pytest
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.scenarios import prepare, read_json, wait_for
+from cowork_adapter.schemas.audit import launcher_audit_path
 from cowork_adapter.vocab import ExitCode, StopReason
 
 TASKS = ["demo-csv-totals"]
@@ -139,7 +140,7 @@ def assert_ended_as_persistence_failure(demo, name: str, code: int) -> dict:
     assert len(finished) == 1 and finished[0]["exit_code"] == 3 and finished[0]["stop_reason"] == CPF
     cleanup = [e for e in events(run_root) if e.get("kind") == "cleanup"]
     assert cleanup and cleanup[-1]["proven"] is True
-    assert (run_root / "audit.json").is_file()
+    assert launcher_audit_path(run_root).is_file()
     assert read_json(run_root / "monitor.json").get("campaign_settlement") == "unconfirmed"
     assert label_is_empty(demo.docker_host, run_label(run_root))
     assert not (run_root / "private" / "agent.env").exists()

@@ -39,6 +39,7 @@ from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.scenarios import BYSTANDER_IMAGE, agent_started, prepare, read_json, wait_for
 from cowork_adapter.events import parse_ts
+from cowork_adapter.schemas.audit import launcher_audit_path
 from cowork_adapter.vocab import ExitCode, StopReason
 
 LOST = StopReason.DOCKER_DAEMON_LOST.value
@@ -194,7 +195,7 @@ def assert_stopped_for_lost_daemon(demo, name: str, run_root: Path, code: int, l
     assert detected[0]["before_pid"] > 0
     assert [e["reason"] for e in of_kind(run_root, "stop_requested")][0] == LOST
     assert of_kind(run_root, "run_finished")[0]["exit_code"] == ExitCode.STOPPED
-    assert (run_root / "audit.json").is_file()
+    assert launcher_audit_path(run_root).is_file()
     assert not (run_root / "private" / "agent.env").exists()
     return detected[0]
 

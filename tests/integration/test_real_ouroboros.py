@@ -24,6 +24,7 @@ import pytest
 
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.scenarios import prepare, read_rows
+from cowork_adapter.schemas.audit import LAUNCHER_AUDIT_NAME
 
 from realbench_env import host_address_for_containers, real_testbed
 
@@ -123,7 +124,7 @@ def assert_usage_matches_requests(run_root: Path, row: dict, requests: list[dict
     usage = row.get("usage") or {}
     assert (usage.get("records"), usage.get("prompt_tokens"), usage.get("completion_tokens")) == served, (
         f"ledger usage {usage} != chat stand-in requests {served}: {requests}")
-    audits = sorted(run_root.rglob("audit.json"))
+    audits = sorted(run_root.rglob(LAUNCHER_AUDIT_NAME))
     assert audits, "the run wrote no audit.json"
     task = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == TASK)
     activity = task["activity"]

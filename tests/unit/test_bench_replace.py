@@ -14,6 +14,7 @@ import hashlib
 
 from cowork_adapter.provenance import bench_identity, clone_at, replaced_objects
 from cowork_adapter.report.build import _disclosures
+from cowork_adapter.report.merge import RunRecord
 from cowork_adapter.schemas.manifest import BenchIdentity
 
 
@@ -88,9 +89,8 @@ def test_a_skip_worktree_stand_in_is_carried_into_the_clone_and_recorded(tmp_pat
     assert bench_identity(copy, head).skip_worktree == {"db/seed.sql": digest}
 
 
-class _Run:
-    def __init__(self, manifest) -> None:
-        self.root, self.manifest = "/runs/r1", manifest
+def _Run(manifest) -> RunRecord:
+    return RunRecord(root="/runs/r1", manifest=manifest, rows=[])
 
 
 def test_the_report_discloses_replaced_objects():

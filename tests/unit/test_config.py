@@ -18,7 +18,7 @@ from cowork_adapter.config import (
 )
 from cowork_adapter.container.runconfig import parse_run_config
 from cowork_adapter.errors import Refusal
-from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, RunConfigFile, build_run_config
+from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, EntrypointConfigFile, build_run_config
 from cowork_adapter.vocab import TRUNCATION_RUNTIME_REASONS, EngineKind, ProbeKind
 
 
@@ -431,7 +431,7 @@ def test_run_config_file_with_subagents_and_compatible_endpoint(base):
 
 def test_run_config_file_refuses_secret_settings():
     with pytest.raises(Exception, match="credentials"):
-        RunConfigFile(engine="ouroboros", model="m", settings={"OPENROUTER_API_KEY": "x"}, disabled_tools=[],
+        EntrypointConfigFile(engine="ouroboros", model="m", settings={"OPENROUTER_API_KEY": "x"}, disabled_tools=[],
                       task_timeout_sec=1, mcp_tool_timeout_sec=1, truncation_reason_codes=[],
                       diagnostic_eval_on_truncation=False, credential_setting="K", agent_short_name="a/m")
 

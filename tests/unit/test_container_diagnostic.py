@@ -17,7 +17,7 @@ from cowork_adapter.container.diagnostic import checker_command, decide, run_dia
 from cowork_adapter.errors import Refusal
 from cowork_adapter.ledger import build_index, write_index
 from cowork_adapter.recovery import first_config_difference, resolve_ancestry
-from cowork_adapter.report import synth
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.run_config import build_run_config
 
 from test_container_support import BENCH_PY, FakeBench

@@ -22,7 +22,7 @@ from cowork_adapter.ledger import (
     rebuild_final,
     write_index,
 )
-from cowork_adapter.report import synth
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import TaskStatus as S

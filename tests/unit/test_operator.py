@@ -150,6 +150,21 @@ def test_status_from_events_when_monitor_is_missing(run_root, capsys):
     assert "1/4 done, 2 running (from events.jsonl" in capsys.readouterr().out
 
 
+def test_status_reads_events_through_their_schema_and_names_invalid_lines(run_root):
+    log = EventLog(run_root / "events.jsonl")
+    log.append(EventKind.RUN_ADMITTED, run_root=str(run_root), selected=2, ts="2026-03-01T12:00:00.000000Z")
+    log.append(EventKind.TASK_STARTED, task="a")
+    with open(run_root / "events.jsonl", "a") as fh:
+        # Not events: a task_started without its task, and a kind no writer has.
+        fh.write(json.dumps({"schema": "cowork_adapter.event.v1", "ts": "2026-03-01T12:01:00Z", "kind": "task_started"}) + "\n")
+        fh.write(json.dumps({"schema": "cowork_adapter.event.v1", "ts": "2026-03-01T12:01:00Z", "kind": "made_up"}) + "\n")
+    files = read_run(run_root)
+    assert [e.kind for e in files.events] == [EventKind.RUN_ADMITTED, EventKind.TASK_STARTED]
+    assert "events.jsonl has 2 lines that are not a valid event (skipped)" in files.problems
+    status = build_status(files, now=datetime(2026, 3, 1, 12, 5, tzinfo=timezone.utc).timestamp())
+    assert status["progress"]["selected"] == 2 and status["progress"]["running"] == 1
+
+
 def test_status_of_a_live_launcher(run_root, procs, capsys):
     proc = start_fake(run_root)
     procs.append(proc)

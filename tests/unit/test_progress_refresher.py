@@ -13,7 +13,7 @@ from pathlib import Path
 from cowork_adapter.events import EventLog
 from cowork_adapter.ledger import LEDGER_NAME, read_index
 from cowork_adapter.progress import RunProgress
-from cowork_adapter.report import synth
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import TaskStatus as S
 
 TICK = 0.1

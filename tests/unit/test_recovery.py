@@ -10,7 +10,7 @@ import pytest
 from cowork_adapter.errors import Refusal
 from cowork_adapter.ledger import build_index, read_index, write_index
 from cowork_adapter.recovery import resolve_ancestry
-from cowork_adapter.report import synth
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import TaskStatus
 
 DATASET = ["a", "b", "c", "d", "e", "f"]

@@ -1,15 +1,22 @@
-"""The scored report: Wilson values, denominator, merge provenance, outputs and no overwrite."""
+"""The scored report: Wilson values, denominator, merge provenance, the audit's real findings,
+disclosures in sentences, outputs only where told, and plots with labelled axes."""
 
 from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
+from cowork_adapter.audit import audit_run
 from cowork_adapter.ledger import build_index, write_index
 from cowork_adapter.report import make_report, run_report_command
-from cowork_adapter.report import synth
+from cowork_adapter.schemas.audit import launcher_audit_path, read_launcher_audit
+from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
+from cowork_adapter.schemas.inventory import Inventory, RepairRecord, ServerInventory
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from cowork_adapter.report.render import to_markdown
 from cowork_adapter.report.stats import project_full_run, quantile, wilson_interval
 from cowork_adapter.report.svg import bar_chart, histogram, step_line
 
@@ -65,34 +72,198 @@ def test_report_refuses_mixed_configurations(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_outputs_written_once_and_never_overwritten(tmp_path, capsys):
+TS = "2026-01-01T00:00:00Z"
+
+
+def _tool_call(tool: str, args: dict) -> str:
+    return json.dumps({"ts": TS, "type": "tool_call", "task_id": "t1", "tool": tool, "args": args,
+                       "result_preview": "ok", "is_error": False, "status": "ok"})
+
+
+# One planted tool call per finding reason the audit knows (the rules of audit_rules.py).
+PLANTED = {
+    "answer_source_reference": _tool_call("run_command", {"command": "cat tasks/finalpool/x/groundtruth_workspace/a.xlsx"}),
+    "direct_database_access": _tool_call("run_command", {"command": "psql -h pg -U app -c 'select 1'"}),
+    "eval_record_reference": _tool_call("mcp_filesystem__read_file", {"path": "/workspace/../dumps/eval_res.json"}),
+    "evaluator_reference": _tool_call("mcp_filesystem__read_file", {"path": "/bench/tasks/finalpool/x/evaluation/main.py"}),
+}
+CLEAN_CALL = _tool_call("mcp_filesystem__list_directory", {"path": "/workspace"})
+
+
+def _audited_run(root: Path) -> list[str]:
+    """A synthetic finished run with planted traces in two task dumps, then the real audit of it."""
+    tasks = synth.synth_run(root, 12, usage_rows=2, other_rows=2)
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    dumps = sorted((root / "bench" / "dumps" / synth.SHORT_NAME).iterdir())
+    assert len(dumps) >= 3
+    reasons = sorted(PLANTED)
+    plants = {dumps[0]: [CLEAN_CALL] + [PLANTED[r] for r in reasons[:2]],
+              dumps[1]: [PLANTED[r] for r in reasons[2:]] + [PLANTED["direct_database_access"]],
+              dumps[2]: [CLEAN_CALL]}
+    for dump, lines in plants.items():
+        (dump / "ouroboros" / "tools.jsonl").write_text("".join(line + "\n" for line in lines))
+    audit_run(root)
+    return tasks
+
+
+def test_report_shows_every_finding_of_a_real_audit_by_reason(tmp_path, capsys):
+    root = tmp_path / "run"
+    _audited_run(root)
+    audit = read_launcher_audit(root)
+    assert audit is not None and audit.totals.findings == 5  # the audit really found the planted calls
+    expected = sorted((t.instance_id, f.reason.value, f.file, f.line) for t in audit.tasks for f in t.findings)
+    assert {reason for _, reason, _, _ in expected} == set(PLANTED)
+
+    out = tmp_path / "out"
+    assert run_report_command([root], out, 4, True) == 0
+    printed = json.loads(capsys.readouterr().out)
+    a = printed["audit"]
+    assert a["findings"] == 5 and a["tasks_with_findings"] == 2
+    assert a["findings_by_reason"] == {"answer_source_reference": 1, "direct_database_access": 2,
+                                       "eval_record_reference": 1, "evaluator_reference": 1}
+    assert a["findings_by_reason"] == dict(audit.totals.findings_by_reason)
+    assert sorted((f["instance_id"], f["reason"], f["file"], f["line"]) for f in a["items"]) == expected
+    assert a["runs_with_audit"] == [str(root.resolve())] and a["unreadable"] == []
+    # Every finding is in the files a person reads, by reason and place.
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text()
+        assert "5 findings in 2 tasks" in text
+        for task, reason, file, line in expected:
+            assert reason in text and f"{file}:{line}" in text and task in text
+
+
+def test_an_unreadable_audit_is_disclosed_never_shown_as_no_findings(tmp_path):
+    root = tmp_path / "run"
+    synth.synth_run(root, 4, usage_rows=1, other_rows=0)
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    # The shape the report once read (and the audit never wrote) is refused by the typed reader.
+    launcher_audit_path(root).write_text(json.dumps({"manual_review_tasks": ["x"], "tasks": [
+        {"manual_review": [{"reason": "direct_database_access"}]}]}))
+    r = make_report([root], 1)
+    assert r["audit"]["unreadable"] and r["audit"]["runs_with_audit"] == []
+    assert any(d.startswith(f"The audit of run {root.resolve()} is not shown: ") and "is not an audit report" in d
+               for d in r["disclosures"])
+
+
+def test_outputs_written_only_where_told_and_never_overwritten(tmp_path, capsys):
     root = tmp_path / "run"
     synth.synth_run(root, 24, usage_rows=2, other_rows=2)
     write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
-    (root / "audit.json").write_text(json.dumps({"manual_review_tasks": ["x"], "tasks": [
-        {"manual_review": [{"reason": "possible_direct_postgres_access"}]}]}))
+    before_tree = sorted(p.relative_to(root) for p in root.rglob("*"))
+    # No --output-dir: nothing is written anywhere, the Markdown report goes to stdout.
+    assert run_report_command([root], None, 4, False) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("# Cowork Bench report") and "## Disclosures" in printed
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before_tree
     assert run_report_command([root], None, 4, True) == 0
+    assert json.loads(capsys.readouterr().out)["denominator"] == 24
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before_tree
+
+    out = tmp_path / "report"
+    assert run_report_command([root], out, 4, True) == 0
     printed = json.loads(capsys.readouterr().out)
-    out = root / "report"
     assert json.loads((out / "report.json").read_text())["passed"] == printed["passed"]
-    assert printed["audit"]["findings_by_reason"] == {"possible_direct_postgres_access": 1}
+    assert printed["audit"] is None  # the run has no audit: no audit section, not "0 findings"
     html = (out / "report.html").read_text()
     assert html.count("<svg") == 4 and "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     before = (out / "report.md").read_bytes()
-    assert run_report_command([root], None, 4, False) == 2
+    assert run_report_command([root], out, 4, False) == 2
     assert (out / "report.md").read_bytes() == before
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before_tree
+
+
+def test_monitor_spend_is_read_through_its_schema(tmp_path):
+    root = tmp_path / "run"
+    synth.synth_run(root, 3, usage_rows=1, other_rows=0)
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    monitor = json.loads((root / "monitor.json").read_text())
+    monitor["spending"]["run_spent_usd"] = 12.5  # the final figure, different from the last meter reading
+    (root / "monitor.json").write_text(json.dumps(monitor))
+    assert make_report([root], 1)["runs"][0]["run_spent_usd"] == 12.5
+
+
+def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
+    inventory = Inventory(
+        image_id="sha256:" + "b" * 64, started_at=TS, finished_at=TS,
+        servers={"excel": ServerInventory(health="repaired", tool_count=3, repair="mcp 2.1.0 -> 1.30.0"),
+                 "word": ServerInventory(health="failed", error="ImportError: no module named docx\ntraceback...")},
+        repairs=[RepairRecord(server="excel", fault="mcp_sdk_2x", requirement="mcp==1.30.0", before="2.1.0",
+                              after="1.30.0", took=True)],
+    ).to_manifest()
+    one = make_run(tmp_path / "one", ["a-1", "a-2", "a-3"], {"a-1": "pass", "a-2": "infra"}, inventory=inventory)
+    notes = make_report([one], 1)["disclosures"]
+    assert "1 infrastructure failure counts as not passed." in notes
+    assert "1 selected task was never attempted and counts as not passed." in notes
+    assert any(n.startswith("The denominator is 3 selected tasks:") for n in notes)
+    assert f"MCP server excel in run {one.resolve()} was repaired in the derived image (mcp 2.1.0 -> 1.30.0)." in notes
+    assert f"MCP server word in run {one.resolve()} failed its environment check: ImportError: no module named docx." in notes
+    assert (f"Environment repair in run {one.resolve()}: MCP server excel had the fault mcp_sdk_2x; mcp==1.30.0 was "
+            "installed (before: 2.1.0, after: 1.30.0).") in notes
+    for note in notes:
+        assert "{" not in note and "}" not in note and note.endswith("."), note
+
+    markdown = to_markdown(make_report([one], 1))
+    assert "| Known cost (accounted / llm_usage) | $0.50 over 1 attempt |" in markdown
+
+    two = make_run(tmp_path / "two", ["b-1", "b-2", "b-3"], {"b-1": "infra", "b-2": "infra"})
+    notes = make_report([two], 1)["disclosures"]
+    assert "2 infrastructure failures count as not passed." in notes
+    assert "1 selected task was never attempted and counts as not passed." in notes
 
 
 def test_projection_warns_over_campaign_remainder(tmp_path):
     campaign = tmp_path / "campaign.json"
-    campaign.write_text(json.dumps({"ceiling_usd": 100.0, "spent_usd": 95.0}))
+    campaign.write_text(CampaignRecord(
+        fingerprint=key_fingerprint("k"), ceiling_usd=100.0, usage_baseline=10.0, prior_spend_usd=0.0,
+        last_usage=105.0, last_usage_observed_at=TS, created_at=TS).to_json())
     root = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "fail"}, campaign_file=str(campaign))
     r = make_report([root], 1)
     assert r["projection"]["campaign_remaining_usd"] == pytest.approx(5.0)
     assert r["projection"]["warnings"] and "exceeds the campaign remainder" in r["projection"]["warnings"][0]
+    # A file that is not a campaign record is said to be unreadable, not guessed at.
+    campaign.write_text(json.dumps({"ceiling_usd": 100.0, "spent_usd": 95.0}))
+    r = make_report([root], 1)
+    assert r["projection"]["campaign_remaining_usd"] is None
+    assert r["projection"]["warnings"] == [f"The campaign file {campaign} could not be read; the projection is not "
+                                           "checked against a remainder."]
 
 
-def test_svg_charts_are_well_formed():
-    for chart in (bar_chart("t", ["a", "b<"], [0.5, 1.0], y_max=1.0), histogram("h", [1, 2, 2, 3]),
-                  step_line("s", [(0, 0), (3600, 2.5)]), histogram("empty", [])):
-        ET.fromstring(chart)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _axis_label(chart: str, kind: str) -> str:
+    labels = [t.text for t in ET.fromstring(chart).iter(f"{SVG}text") if t.get("class") == kind]
+    assert len(labels) == 1, (kind, labels)
+    return labels[0]
+
+
+def test_svg_charts_are_well_formed_with_labelled_axes():
+    charts = [
+        (bar_chart("t", ["a", "b<"], [0.5, 1.0], x_label="domain", y_label="pass@1 (%)", y_max=1.0),
+         "domain", "pass@1 (%)"),
+        (histogram("h", [1, 2, 2, 3], x_label="cost (USD)", y_label="attempts (count)"), "cost (USD)", "attempts (count)"),
+        (step_line("s", [(0, 0), (3600, 2.5)], x_label="time", y_label="spend (USD)"), "time (min)", "spend (USD)"),
+        (step_line("s", [(0, 0), (3 * 3600, 2.5)], x_label="time", y_label="spend (USD)"), "time (h)", "spend (USD)"),
+    ]
+    for chart, x_label, y_label in charts:
+        assert (_axis_label(chart, "x-label"), _axis_label(chart, "y-label")) == (x_label, y_label)
+    ET.fromstring(histogram("empty", [], x_label="x", y_label="y"))
+
+
+def test_every_report_plot_names_both_axes_with_units(tmp_path):
+    root = tmp_path / "run"
+    synth.synth_run(root, 24, usage_rows=2, other_rows=2)
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    assert run_report_command([root], tmp_path / "out", 4, True) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    plots = html.split("<div class='plots'>", 1)[1].split("</div>", 1)[0]
+    charts = [c + "</svg>" for c in plots.split("</svg>") if "<svg" in c]
+    assert len(charts) == 4
+    for i, chart in enumerate(charts):
+        x_label, y_label = _axis_label(chart, "x-label"), _axis_label(chart, "y-label")
+        # A unit in parentheses on every numeric axis: (USD), (s), (h), (%), (count)...
+        assert y_label.endswith(")") and "(" in y_label, y_label
+        if i == 0:
+            assert x_label == "task domain"  # categories, no unit
+        else:
+            assert x_label.endswith(")") and "(" in x_label, x_label

@@ -98,16 +98,16 @@ def test_the_checkpoint_copies_the_attempt_ledger_into_the_dump_scrubbed(tmp_pat
 
 
 def test_the_audit_counts_the_ledger_and_names_its_source(tmp_path):
-    from cowork_adapter.audit import audit_task
+    from cowork_adapter.audit import audit_task_with_scan
 
     dump = tmp_path / "bench" / "dumps" / "ouroboros_m" / "SingleUserTurn-t"
     _write(dump / "ouroboros" / "events.jsonl", _usage_rows(4))
     _write(dump / "ouroboros" / "usage_attempts.jsonl", _ledger(8))
-    task = audit_task({"instance_id": "t", "status": "passed"}, tmp_path, {"t": dump})
+    task = audit_task_with_scan({"instance_id": "t", "status": "passed"}, tmp_path, {"t": dump})[0]
     assert (task.activity.usage_records, task.activity.prompt_tokens, task.activity.completion_tokens) == (8, 8000, 80)
     assert task.cost.source == "attempt_ledger" and task.cost.unknown_records == 0
     _write(dump / "ouroboros" / "usage_attempts.jsonl", []).unlink()
-    task = audit_task({"instance_id": "t", "status": "passed"}, tmp_path, {"t": dump})
+    task = audit_task_with_scan({"instance_id": "t", "status": "passed"}, tmp_path, {"t": dump})[0]
     assert task.activity.usage_records == 4 and task.cost.source == "llm_usage_projection"
 
 

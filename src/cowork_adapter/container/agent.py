@@ -18,7 +18,7 @@ from typing import Any, Optional
 from . import bench, mcp, ouroboros, protocol, upstream
 from .procs import stop_group
 from .outcome import ERROR_MAX, apply_result, classify, final_answer, model_activity, new_summary
-from .runconfig import DEFAULT_KEY_ENV, ImagePaths, RunConfig, env_seconds, load_run_config, run_config_path
+from .runconfig import DEFAULT_KEY_ENV, EntrypointConfig, ImagePaths, env_seconds, load_run_config, run_config_path
 from .vocab import AdapterReason, AdapterStage, BenchStatus
 
 SUMMARY_NAME = "ouroboros_summary.json"
@@ -54,7 +54,7 @@ class AgentRun:
         self.summary = new_summary(engine="ouroboros", model=None, task=task_dir, max_steps=max_steps)
         self.summary["unknown_flags"] = list(unknown_flags)
         self.terms: list[str] = []
-        self.cfg: Optional[RunConfig] = None
+        self.cfg: Optional[EntrypointConfig] = None
         self.task_config: Any = None
         self.task_root: Optional[str] = None
         self.proxy = None
@@ -202,7 +202,7 @@ class AgentRun:
             raise ouroboros.EngineFailure(AdapterReason.PREPROCESS_FAILED.value,
                                           f"preprocess {'timed out' if why else f'exited {code}'}")
 
-    def _start_mcp(self, cfg: RunConfig, names: list, workspace: str) -> None:
+    def _start_mcp(self, cfg: EntrypointConfig, names: list, workspace: str) -> None:
         if not names:
             return  # nothing to serve: no proxy
         subst = {
@@ -223,7 +223,7 @@ class AgentRun:
         self._check_wait(mcp.wait_proxy(self.proxy, cfg.proxy_port, self._start_deadline()),
                          AdapterReason.MCP_START_FAILED.value, "mcp-proxy")
 
-    def _start_server(self, cfg: RunConfig, names: list) -> None:
+    def _start_server(self, cfg: EntrypointConfig, names: list) -> None:
         settings = ouroboros.build_settings(
             base=cfg.settings, mcp_names=names, proxy_port=cfg.proxy_port,
             mcp_tool_timeout_sec=cfg.mcp_tool_timeout_sec, max_steps=self.max_steps,
@@ -238,7 +238,7 @@ class AgentRun:
         self._check_wait(ouroboros.wait_server(self.server, cfg.server_port, self._start_deadline()),
                          AdapterReason.SERVER_START_FAILED.value, "Ouroboros server")
 
-    def _run_task(self, cfg: RunConfig, workspace: str) -> None:
+    def _run_task(self, cfg: EntrypointConfig, workspace: str) -> None:
         overhead = time.monotonic() - self.started
         timeout = ouroboros.agent_timeout(cfg.task_timeout_sec, overhead)
         self.summary.update(adapter_overhead_sec=round(overhead, 3), ouroboros_timeout_sec=timeout)
@@ -265,7 +265,7 @@ class AgentRun:
         self.summary["cost_finality_wait_exhausted"] = exhausted
         self.summary.update(classify(result, cfg.truncation_reason_codes))
 
-    def _run_upstream(self, cfg: RunConfig) -> None:
+    def _run_upstream(self, cfg: EntrypointConfig) -> None:
         self.upstream_mode = True
         self._stage(AdapterStage.TASK)
         self.summary["task_submission_started"] = True

@@ -17,7 +17,9 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class EntrypointConfig:
+    """The entrypoint's checked view of the run config file (written from schemas.run_config.EntrypointConfigFile)."""
+
     engine: str
     model: str
     settings: dict
@@ -67,7 +69,7 @@ def _port(raw: Mapping, key: str) -> int:
     return value
 
 
-def parse_run_config(raw: Any, path: str = "") -> RunConfig:
+def parse_run_config(raw: Any, path: str = "") -> EntrypointConfig:
     """Validate a decoded run config; raises ConfigError with one sentence on the first problem."""
     if not isinstance(raw, dict):
         raise ConfigError("run config is not a JSON object")
@@ -93,7 +95,7 @@ def parse_run_config(raw: Any, path: str = "") -> RunConfig:
     short = _need(raw, "agent_short_name", str, "a string")
     if not short.strip():
         raise ConfigError("run config agent_short_name is empty")
-    return RunConfig(
+    return EntrypointConfig(
         engine=engine,
         model=model,
         settings=dict(settings),
@@ -112,7 +114,7 @@ def parse_run_config(raw: Any, path: str = "") -> RunConfig:
     )
 
 
-def load_run_config(path: str) -> tuple[Optional[RunConfig], Any, str]:
+def load_run_config(path: str) -> tuple[Optional[EntrypointConfig], Any, str]:
     """(config, raw JSON or None, error sentence or ""). Never raises."""
     try:
         with open(path, "r", encoding="utf-8") as fh:

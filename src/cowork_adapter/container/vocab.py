@@ -186,13 +186,6 @@ class EvalRefusal(Vocab):
     UNFINISHED_CLAIM = "unfinished_claim"
 
 
-class AttemptState(Vocab):
-    ABSENT = "absent"
-    INVALID = "invalid"
-    CLAIMED = "claimed"
-    TERMINAL = "terminal"
-
-
 class ContainerState(Vocab):
     ABSENT = "absent"
     PRESENT = "present"

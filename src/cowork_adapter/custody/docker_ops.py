@@ -7,12 +7,10 @@ A listing that fails is never taken as "empty": it raises CustodyError.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -171,24 +169,6 @@ class CustodyGap:
     @property
     def breached(self) -> bool:
         return bool(self.unlabelled_runner_containers or self.unlabelled_runner_networks)
-
-
-def read_creations(evidence_dir: Path) -> list[dict[str, Any]]:
-    """The shim's creation records (admitted and refused), skipping unreadable lines."""
-    path = Path(evidence_dir) / "creations.jsonl"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict):
-            records.append(item)
-    return records
 
 
 def custody_gap(

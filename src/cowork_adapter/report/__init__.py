@@ -1,8 +1,10 @@
 """The scored report: merge runs with their recovery ancestry, score, disclose, plot.
 
-`run_report_command()` is the `report` command's body. Outputs go to a fresh directory
-(default <first root>/report/) as report.md, report.json and report.html; existing files are
-never overwritten.
+`run_report_command()` is the `report` command's body. It is offline and read-only over the run
+roots: without an output directory it writes nothing and prints the report (Markdown, or JSON
+with --json) on stdout; with one it writes report.md, report.json and report.html there, never
+over an existing file. A run root is written into only when the operator names it as the output
+directory.
 """
 
 from __future__ import annotations
@@ -53,16 +55,20 @@ def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
 
 
 def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: int, as_json: bool) -> int:
-    """Build and write the report; print the JSON (as_json) or the headline. Returns an exit code."""
+    """Build the report; write its files only into `output_dir` when one is given. Returns an exit code.
+
+    stdout: the JSON (as_json); else the Markdown report without an output directory, or the
+    headline, warnings and the files written with one."""
     try:
         report = make_report([Path(r) for r in roots], concurrency)
-        target = Path(output_dir) if output_dir is not None else Path(roots[0]) / "report"
-        paths = write_report(report, target)
+        paths = write_report(report, Path(output_dir)) if output_dir is not None else []
     except Refusal as refusal:
         print(f"cowork-adapter report refused ({refusal.stage}): {refusal.sentence}", file=sys.stderr)
         return int(ExitCode.REFUSED)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    elif not paths:
+        sys.stdout.write(to_markdown(report))
     else:
         from .render import headline
 

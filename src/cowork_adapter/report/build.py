@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..ledger import task_config
+from ..schemas.campaign import parse_campaign
+from ..schemas.inventory import Inventory
 from ..schemas.ledger import TaskRow
-from ..vocab import PaidActivity, TaskStatus
+from ..vocab import PaidActivity, ServerHealth, TaskStatus
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
 from .reference import CAVEAT, reference_rows
 from .stats import project_full_run, wilson_interval
@@ -93,38 +96,85 @@ def _campaign_remaining(runs: list[RunRecord]) -> tuple[float | None, str | None
         if not name:
             continue
         try:
-            data = json.loads(Path(name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            record = parse_campaign(Path(name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             return None, name
-        if isinstance(data, dict):
-            if isinstance(data.get("remaining_usd"), (int, float)):
-                return float(data["remaining_usd"]), name
-            ceiling, spent = data.get("ceiling_usd"), data.get("spent_usd")
-            if isinstance(ceiling, (int, float)) and isinstance(spent, (int, float)):
-                return float(ceiling) - float(spent), name
-        return None, name
+        return record.remaining_usd, name
     return None, None
 
 
-def _audit_counts(runs: list[RunRecord]) -> dict[str, Any] | None:
+def count(n: int, singular: str, plural: str | None = None) -> str:
+    """'1 attempt', '2 attempts' (plural given when it is not singular + 's')."""
+    return f"{n} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def _verb(n: int, singular: str, plural: str) -> str:
+    return singular if n == 1 else plural
+
+
+# Findings listed one by one in the report (every one is counted; the audit file holds them all).
+MAX_LISTED_FINDINGS = 500
+
+
+def _audit_summary(runs: list[RunRecord]) -> dict[str, Any] | None:
+    """The launcher audits of `runs`, as counts by reason and the findings themselves."""
     found = [r for r in runs if r.audit is not None]
-    if not found:
+    unreadable = [r.audit_unreadable for r in runs if r.audit_unreadable]
+    if not found and not unreadable:
         return None
     by_reason: dict[str, int] = {}
-    manual_review_tasks = 0
-    for run in found:
-        audit = run.audit or {}
-        manual = audit.get("manual_review_tasks")
-        manual_review_tasks += len(manual) if isinstance(manual, list) else 0
-        findings = audit.get("findings") if isinstance(audit.get("findings"), list) else []
-        for task in audit.get("tasks") or []:
-            if isinstance(task, dict) and isinstance(task.get("manual_review"), list):
-                findings = findings + task["manual_review"]
-        for f in findings:
-            reason = f.get("reason") if isinstance(f, dict) else None
-            by_reason[str(reason or "unspecified")] = by_reason.get(str(reason or "unspecified"), 0) + 1
-    return {"runs_with_audit": [r.root for r in found], "manual_review_tasks": manual_review_tasks,
-            "findings": sum(by_reason.values()), "findings_by_reason": by_reason}
+    gaps_by_reason: dict[str, int] = {}
+    items: list[dict[str, Any]] = []
+    tasks_with_findings = stored = 0
+    for run, audit in ((r, r.audit) for r in found if r.audit is not None):
+        for reason, n in audit.totals.findings_by_reason.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+        for reason, n in audit.totals.gaps_by_reason.items():
+            gaps_by_reason[reason] = gaps_by_reason.get(reason, 0) + n
+        tasks_with_findings += audit.totals.tasks_with_findings
+        for task in audit.tasks:
+            for f in task.findings:
+                stored += 1
+                if len(items) < MAX_LISTED_FINDINGS:
+                    items.append({"run_root": run.root, "instance_id": task.instance_id, "reason": f.reason.value,
+                                  "file": f.file, "line": f.line, "tool": f.tool, "token": f.token, "excerpt": f.excerpt})
+    total = sum(by_reason.values())
+    return {"runs_with_audit": [r.root for r in found], "runs_without_audit": [r.root for r in runs if r.audit is None],
+            "unreadable": unreadable, "tasks_with_findings": tasks_with_findings, "findings": total,
+            "findings_by_reason": dict(sorted(by_reason.items())), "gaps": sum(gaps_by_reason.values()),
+            "gaps_by_reason": dict(sorted(gaps_by_reason.items())), "items": items,
+            "items_omitted": total - len(items), "stored_findings": stored}
+
+
+def _first_line(text: str | None, limit: int = 200) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _inventory_notes(run: RunRecord) -> list[str]:
+    """Sentences for the MCP servers a run found failed or repaired, and each repair that took."""
+    if not run.manifest.inventory:
+        return []
+    try:
+        inventory = Inventory.model_validate(run.manifest.inventory)
+    except ValidationError as exc:
+        return [f"The environment inventory recorded by run {run.root} could not be read "
+                f"({count(exc.error_count(), 'problem')}), so its repairs and failed servers are not listed."]
+    notes = []
+    for name, server in sorted(inventory.servers.items()):
+        if server.health is ServerHealth.REPAIRED:
+            how = _first_line(server.repair)
+            notes.append(f"MCP server {name} in run {run.root} was repaired in the derived image"
+                         + (f" ({how})." if how else "."))
+        elif server.health is ServerHealth.FAILED:
+            why = _first_line(server.error)
+            notes.append(f"MCP server {name} in run {run.root} failed its environment check"
+                         + (f": {why}" if why else "") + ("" if why.endswith(".") else "."))
+    for r in inventory.repairs:
+        if r.took:
+            notes.append(f"Environment repair in run {run.root}: MCP server {r.server} had the fault {r.fault}; "
+                         f"{r.requirement} was installed (before: {r.before or 'none'}, after: {r.after or 'not measured'}).")
+    return notes
 
 
 def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_cost: int, truncations: int,
@@ -140,33 +190,32 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
             hidden = sorted(m.bench.skip_worktree) + [f"object {o[:12]}" for o in sorted(m.bench.replaced_objects)]
             notes.append(f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
                          f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes.")
-        inventory = m.inventory if isinstance(m.inventory, dict) else {}
-        servers = inventory.get("servers")
-        items = servers.items() if isinstance(servers, dict) else (
-            [(s.get("name"), s) for s in servers if isinstance(s, dict)] if isinstance(servers, list) else [])
-        for name, info in items:
-            if isinstance(info, dict) and info.get("health", info.get("status")) in ("repaired", "failed"):
-                what = info.get("repair") or info.get("reason") or info.get("error") or ""
-                notes.append(f"Environment {info.get('health', info.get('status'))}: MCP server {name} in run {run.root}"
-                             + (f" ({what})." if what else "."))
-        for repair in inventory.get("repairs") or []:
-            notes.append(f"Environment repair in run {run.root}: {repair}.")
+        notes.extend(_inventory_notes(run))
+        if run.audit_unreadable:
+            notes.append(f"The audit of run {run.root} is not shown: {run.audit_unreadable}.")
     engines = sorted({r.manifest.engine for r in runs})
     notes.append(f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses.")
     if n != FULL_DATASET:
-        notes.append(f"The denominator is {n} selected tasks: a subset is not the {FULL_DATASET}-task benchmark score.")
-    if counts.get("infra_failed"):
-        notes.append(f"{counts['infra_failed']} infrastructure failures count as not passed.")
-    if counts.get("not_attempted"):
-        notes.append(f"{counts['not_attempted']} selected tasks were never attempted and count as not passed.")
-    if counts.get("environment_blocked"):
-        notes.append(f"{counts['environment_blocked']} tasks were blocked by a failed MCP server and count as not passed.")
+        notes.append(f"The denominator is {count(n, 'selected task')}: a subset is not the {FULL_DATASET}-task benchmark score.")
+    k = counts.get("infra_failed", 0)
+    if k:
+        notes.append(f"{count(k, 'infrastructure failure')} {_verb(k, 'counts', 'count')} as not passed.")
+    k = counts.get("not_attempted", 0)
+    if k:
+        notes.append(f"{count(k, 'selected task')} {_verb(k, 'was', 'were')} never attempted and "
+                     f"{_verb(k, 'counts', 'count')} as not passed.")
+    k = counts.get("environment_blocked", 0)
+    if k:
+        notes.append(f"{count(k, 'task')} {_verb(k, 'was', 'were')} blocked by a failed MCP server and "
+                     f"{_verb(k, 'counts', 'count')} as not passed.")
     if truncations:
-        notes.append(f"{truncations} attempts were truncated by a runtime rail (time, rounds or budget) and count as not passed.")
+        notes.append(f"{count(truncations, 'attempt')} {_verb(truncations, 'was', 'were')} truncated by a runtime rail "
+                     f"(time, rounds or budget) and {_verb(truncations, 'counts', 'count')} as not passed.")
     if unknown_cost:
-        notes.append(f"Cost is unknown for {unknown_cost} attempts; the known total is a lower bound.")
+        notes.append(f"Cost is unknown for {count(unknown_cost, 'attempt')}; the known total is a lower bound.")
     if provisional:
-        notes.append(f"{provisional} rows are provisional: a run was still live when its ledger was written.")
+        notes.append(f"{count(provisional, 'row')} {_verb(provisional, 'is', 'are')} provisional: "
+                     "a run was still live when its ledger was written.")
     if len(runs) > 1:
         notes.append(f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt.")
     return notes
@@ -263,7 +312,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
         "by_mcp_server": _group(tasks, merged, servers),
         "reference": {"rows": reference_rows(), "caveat": CAVEAT},
         "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional),
-        "audit": _audit_counts(runs),
+        "audit": _audit_summary(runs),
         "projection": projection,
         "series": {"cumulative_spend": [[ts, v] for ts, v in spend], "costs": costs, "durations": durations},
         "tasks": task_rows,

@@ -8,18 +8,22 @@ image are never mixed (Refusal, stage "report").
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+import msgspec
+from pydantic import ValidationError
 
 from ..errors import Refusal
-from ..events import parse_ts, read_all
+from ..events import parse_ts, read_events
 from ..ledger import LEDGER_NAME, MANIFEST_NAME, read_index
 from ..recovery import identity_difference
+from ..schemas.audit import AuditReport, launcher_audit_path, read_launcher_audit
+from ..schemas.events import MeterReading
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
-from ..vocab import EventKind, TaskStatus
+from ..schemas.monitor import Monitor
+from ..vocab import TaskStatus
 
 STAGE = "report"
 
@@ -29,9 +33,11 @@ class RunRecord:
     root: str
     manifest: RunManifest
     rows: list[TaskRow]
-    monitor: dict[str, Any] | None = None
+    monitor: Monitor | None = None
     meter: list[tuple[float, float]] = field(default_factory=list)  # (unix ts, run_spent_usd)
-    audit: dict[str, Any] | None = None
+    audit: AuditReport | None = None
+    # Why the launcher's audit file exists but could not be read (disclosed, never "no findings").
+    audit_unreadable: str | None = None
 
     @property
     def order_key(self) -> tuple[int, str]:
@@ -39,8 +45,8 @@ class RunRecord:
 
     def run_spent_usd(self) -> float | None:
         """The run's key-meter spend: the final monitor figure, else the last meter reading."""
-        if self.monitor and isinstance(self.monitor.get("run_spent_usd"), (int, float)):
-            return float(self.monitor["run_spent_usd"])
+        if self.monitor is not None and self.monitor.spending.run_spent_usd is not None:
+            return self.monitor.spending.run_spent_usd
         return self.meter[-1][1] if self.meter else None
 
 
@@ -50,24 +56,33 @@ class MergedRow:
     provenance: str  # run root of the attempt this row reports
 
 
-def _read_optional_json(path: Path) -> dict[str, Any] | None:
+def _read_monitor(path: Path) -> Monitor | None:
+    """The run's monitor.json, or None when absent or not a valid snapshot (the meter series stands in)."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Monitor.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
         return None
-    return value if isinstance(value, dict) else None
 
 
 def _meter_series(root: Path) -> list[tuple[float, float]]:
     points: list[tuple[float, float]] = []
-    for rec in read_all(root / "events.jsonl"):
-        if rec.get("kind") != EventKind.METER_READING.value:
-            continue
-        ts, spent = parse_ts(rec.get("ts")), rec.get("run_spent_usd")
-        if ts is not None and isinstance(spent, (int, float)) and not isinstance(spent, bool):
-            points.append((ts, float(spent)))
+    events, _ = read_events(root / "events.jsonl")  # a line that is no valid event draws nothing
+    for event in events:
+        ts = parse_ts(event.ts)
+        if isinstance(event, MeterReading) and ts is not None and event.run_spent_usd is not None:
+            points.append((ts, event.run_spent_usd))
     points.sort()
     return points
+
+
+def _read_audit(root: Path) -> tuple[AuditReport | None, str | None]:
+    """(the launcher's audit of the run or None, why its file could not be read or None)."""
+    try:
+        return read_launcher_audit(root), None
+    except OSError as exc:
+        return None, f"{launcher_audit_path(root)} could not be read ({exc.strerror or type(exc).__name__})"
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return None, f"{launcher_audit_path(root)} is not an audit report ({exc})"
 
 
 def load_run(root: str) -> RunRecord:
@@ -80,13 +95,15 @@ def load_run(root: str) -> RunRecord:
         rows = read_index(path / LEDGER_NAME)
     except (OSError, ValueError) as exc:
         raise Refusal(STAGE, f"The ledger of {root} is missing or unreadable ({type(exc).__name__}); build it before reporting.") from None
+    audit, audit_unreadable = _read_audit(path)
     return RunRecord(
         root=root,
         manifest=manifest,
         rows=rows,
-        monitor=_read_optional_json(path / "monitor.json"),
+        monitor=_read_monitor(path / "monitor.json"),
         meter=_meter_series(path),
-        audit=_read_optional_json(path / "audit.json"),
+        audit=audit,
+        audit_unreadable=audit_unreadable,
     )
 
 

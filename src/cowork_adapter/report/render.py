@@ -6,6 +6,7 @@ from html import escape
 from typing import Any
 
 from . import svg
+from .build import count
 
 
 def _pct(x: float | None) -> str:
@@ -37,11 +38,11 @@ def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("Truncated attempts", str(r["truncations"])),
         ("Not attempted", str(c["not_attempted"])),
         ("Environment-blocked", str(c["environment_blocked"])),
-        ("Known cost (accounted / llm_usage)", f"{_usd(cost['known_usd'])} over {cost['known_attempts']} attempts"),
+        ("Known cost (accounted / llm_usage)", f"{_usd(cost['known_usd'])} over {count(cost['known_attempts'], 'attempt')}"),
         ("Attempts with unknown cost", str(cost["unknown_attempts"])),
         ("Key-meter spend", _usd(cost["meter_run_spent_usd"])),
         ("Mean known cost per attempt", _usd(cost["mean_known_per_attempt_usd"])),
-        (f"Projected full run ({p['tasks']} tasks, concurrency {p['concurrency']})",
+        (f"Projected full run ({count(p['tasks'], 'task')}, concurrency {p['concurrency']})",
          f"{_usd(p['projected_cost_usd'])} (p90 {_usd(p['projected_cost_p90_usd'])}), "
          f"{_hours(p['projected_wall_s'])} (p90 {_hours(p['projected_wall_p90_s'])})"),
         ("Campaign remainder", _usd(p["campaign_remaining_usd"])),
@@ -61,6 +62,30 @@ def _ref_table(r: dict[str, Any]) -> list[list[str]]:
             for x in r["reference"]["rows"]]
 
 
+AUDIT_HEAD = ["task", "reason", "where", "tool", "matched"]
+
+
+def _audit_sentence(a: dict[str, Any]) -> str:
+    runs = len(a["runs_with_audit"])
+    text = (f"The offline audit of {count(runs, 'run')} found {count(a['findings'], 'finding')} in "
+            f"{count(a['tasks_with_findings'], 'task')} for manual review, and "
+            f"{count(a['gaps'], 'evidence gap')}. A finding is a reference that needs a human reading, "
+            "never a verdict: the scores above are the official evaluator's.")
+    if a["runs_without_audit"]:
+        text += f" No readable audit for: {', '.join(a['runs_without_audit'])}."
+    return text
+
+
+def _audit_rows(a: dict[str, Any]) -> list[list[str]]:
+    return [[f["instance_id"], f["reason"], f"{f['file']}:{f['line']}", f["tool"], f["token"]] for f in a["items"]]
+
+
+def _audit_omitted(a: dict[str, Any]) -> str | None:
+    if a["items_omitted"] <= 0:
+        return None
+    return f"{count(a['items_omitted'], 'further finding')} {'is' if a['items_omitted'] == 1 else 'are'} counted above and not listed; the audit files hold the stored ones."
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
@@ -77,8 +102,15 @@ def to_markdown(r: dict[str, Any]) -> str:
     out += ["## Disclosures", ""] + [f"- {d}" for d in r["disclosures"]] + [""]
     if r["audit"] is not None:
         a = r["audit"]
-        out += ["## Audit", "", f"{a['findings']} findings, {a['manual_review_tasks']} tasks for manual review.", ""]
-        out += [f"- {k}: {v}" for k, v in sorted(a["findings_by_reason"].items())] + [""]
+        out += ["## Audit", "", _audit_sentence(a), ""]
+        if a["findings_by_reason"]:
+            out += [_md_table(["finding reason", "count"], [[k, str(v)] for k, v in a["findings_by_reason"].items()]), ""]
+        if a["gaps_by_reason"]:
+            out += [_md_table(["gap reason", "count"], [[k, str(v)] for k, v in a["gaps_by_reason"].items()]), ""]
+        if a["items"]:
+            out += [_md_table(AUDIT_HEAD, _audit_rows(a)), ""]
+        if _audit_omitted(a):
+            out += [str(_audit_omitted(a)), ""]
     out += ["## By domain", "", _md_table(GROUP_HEAD, _group_table(r["by_domain"])), ""]
     out += ["## By MCP server", "", _md_table(GROUP_HEAD, _group_table(r["by_mcp_server"])), ""]
     out += ["## Published reference rows", "", r["reference"]["caveat"], "", _md_table(REF_HEAD, _ref_table(r)), ""]
@@ -105,10 +137,14 @@ def to_html(r: dict[str, Any]) -> str:
     domains = r["by_domain"]
     series = r["series"]
     plots = [
-        svg.bar_chart("Pass rate by domain", [g["name"] for g in domains], [g["pass_rate"] for g in domains], y_max=1.0),
-        svg.histogram("Cost per attempt (USD)", series["costs"]),
-        svg.histogram("Duration per attempt (s)", series["durations"], x_fmt=".0f"),
-        svg.step_line("Cumulative key-meter spend (USD)", [tuple(p) for p in series["cumulative_spend"]]),
+        svg.bar_chart("Pass rate by domain", [g["name"] for g in domains], [g["pass_rate"] for g in domains],
+                      x_label="task domain", y_label="pass@1 (% of the domain's tasks)", y_max=1.0),
+        svg.histogram("Cost per attempt (USD)", series["costs"],
+                      x_label="known cost per attempt (USD, start of bin)", y_label="attempts (count)"),
+        svg.histogram("Duration per attempt (s)", series["durations"], x_fmt=".0f",
+                      x_label="duration per attempt (s, start of bin)", y_label="attempts (count)"),
+        svg.step_line("Cumulative key-meter spend (USD)", [tuple(p) for p in series["cumulative_spend"]],
+                      x_label="time since the first meter reading", y_label="key-meter spend (USD)"),
     ]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Cowork Bench report</title><style>{CSS}</style></head><body>",
              "<h1>Cowork Bench report</h1>", f"<p><strong>{escape(headline(r))}</strong></p>",
@@ -117,9 +153,16 @@ def to_html(r: dict[str, Any]) -> str:
     parts += ["<h2>Disclosures</h2><ul>"] + [f"<li>{escape(d)}</li>" for d in r["disclosures"]] + ["</ul>"]
     if r["audit"] is not None:
         a = r["audit"]
-        parts.append(f"<h2>Audit</h2><p>{a['findings']} findings, {a['manual_review_tasks']} tasks for manual review.</p>")
-        if a["findings_by_reason"]:  # an empty table renders as a stray header row
-            parts.append(_html_table(["reason", "count"], [[k, str(v)] for k, v in sorted(a["findings_by_reason"].items())]))
+        parts.append(f"<h2>Audit</h2><p>{escape(_audit_sentence(a))}</p>")
+        # An empty table renders as a stray header row: each is shown only when it has rows.
+        if a["findings_by_reason"]:
+            parts.append(_html_table(["finding reason", "count"], [[k, str(v)] for k, v in a["findings_by_reason"].items()]))
+        if a["gaps_by_reason"]:
+            parts.append(_html_table(["gap reason", "count"], [[k, str(v)] for k, v in a["gaps_by_reason"].items()]))
+        if a["items"]:
+            parts.append(_html_table(AUDIT_HEAD, _audit_rows(a)))
+        if _audit_omitted(a):
+            parts.append(f"<p>{escape(str(_audit_omitted(a)))}</p>")
     parts += ["<h2>Plots</h2><div class='plots'>"] + plots + ["</div>"]
     parts += ["<h2>By domain</h2>", _html_table(GROUP_HEAD, _group_table(domains))]
     parts += ["<h2>By MCP server</h2>", _html_table(GROUP_HEAD, _group_table(r["by_mcp_server"]))]

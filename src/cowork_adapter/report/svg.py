@@ -1,4 +1,8 @@
-"""Tiny inline-SVG charts (bars, histogram, step line) for the self-contained HTML report."""
+"""Tiny inline-SVG charts (bars, histogram, step line) for the self-contained HTML report.
+
+Every chart names both axes with their units (`x_label`, `y_label` are required): a plot whose
+numbers have no unit cannot be read.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ import re
 from html import escape
 from typing import Sequence
 
-W, H = 640, 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 56
+W, H = 640, 290
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 86  # the bottom holds rotated category labels and the x-axis label
 INK, BAR, GRID = "#222", "#4a78b5", "#ddd"
 
 
@@ -30,7 +34,15 @@ def distinct_fmt(values: Sequence[float], fmt: str, max_digits: int = 6) -> str:
     return f"{head}.{digits}{kind}"
 
 
-def _frame(title: str, body: list[str], y_max: float, y_fmt: str) -> str:
+def _axis_labels(x_label: str, y_label: str) -> list[str]:
+    plot_mid = TOP + (H - TOP - BOTTOM) / 2
+    return [f'<text class="x-label" x="{LEFT + (W - LEFT - RIGHT) / 2:.1f}" y="{H - 6}" text-anchor="middle" '
+            f'font-size="11" fill="{INK}">{escape(x_label)}</text>',
+            f'<text class="y-label" x="14" y="{plot_mid:.1f}" text-anchor="middle" font-size="11" fill="{INK}" '
+            f'transform="rotate(-90 14 {plot_mid:.1f})">{escape(y_label)}</text>']
+
+
+def _frame(title: str, body: list[str], y_max: float, y_fmt: str, x_label: str, y_label: str) -> str:
     plot_h = H - TOP - BOTTOM
     y_fmt = distinct_fmt([y_max * i / 4 for i in range(5)], y_fmt)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">',
@@ -43,6 +55,7 @@ def _frame(title: str, body: list[str], y_max: float, y_fmt: str) -> str:
         parts.append(f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" fill="{INK}">{escape(format(value, y_fmt))}</text>')
     parts.extend(body)
     parts.append(f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{W - RIGHT}" y2="{TOP + plot_h}" stroke="{INK}"/>')
+    parts.extend(_axis_labels(x_label, y_label))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -52,8 +65,8 @@ def _empty(title: str) -> str:
             f'<text x="8" y="30" font-size="13" fill="{INK}">{escape(title)}: no data</text></svg>')
 
 
-def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *, y_max: float | None = None,
-              y_fmt: str = ".0%") -> str:
+def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *, x_label: str, y_label: str,
+              y_max: float | None = None, y_fmt: str = ".0%") -> str:
     """Vertical bars, one per label (labels rotated under the axis)."""
     if not labels:
         return _empty(title)
@@ -69,11 +82,12 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *, y_m
         lx, ly = x + step * 0.4, TOP + plot_h + 10
         body.append(f'<text x="{lx:.1f}" y="{ly}" font-size="9" fill="{INK}" text-anchor="end" '
                     f'transform="rotate(-40 {lx:.1f} {ly})">{escape(label[:18])}</text>')
-    return _frame(title, body, top, y_fmt)
+    return _frame(title, body, top, y_fmt, x_label, y_label)
 
 
-def histogram(title: str, values: Sequence[float], *, bins: int = 12, x_fmt: str = ".2f") -> str:
-    """Counts of `values` in equal-width bins between their min and max."""
+def histogram(title: str, values: Sequence[float], *, x_label: str, y_label: str, bins: int = 12,
+              x_fmt: str = ".2f") -> str:
+    """Counts of `values` in equal-width bins between their min and max (each bar labelled by its bin's start)."""
     if not values:
         return _empty(title)
     lo, hi = min(values), max(values)
@@ -85,7 +99,8 @@ def histogram(title: str, values: Sequence[float], *, bins: int = 12, x_fmt: str
     x_fmt = distinct_fmt(starts, x_fmt)
     labels = [format(x, x_fmt) for x in starts]
     top = 4 * math.ceil(max(counts) / 4)  # a multiple of the 4 grid steps: whole-number ticks
-    return bar_chart(title, labels, [float(c) for c in counts], y_max=float(top), y_fmt=".0f")
+    return bar_chart(title, labels, [float(c) for c in counts], x_label=x_label, y_label=y_label,
+                     y_max=float(top), y_fmt=".0f")
 
 
 def _time_unit(span_s: float) -> tuple[float, str]:
@@ -97,8 +112,11 @@ def _time_unit(span_s: float) -> tuple[float, str]:
     return 1.0, "s"
 
 
-def step_line(title: str, points: Sequence[tuple[float, float]], *, y_fmt: str = ".2f") -> str:
-    """A line through (x, y) points with x in seconds from the first point (axis in h, min or s)."""
+def step_line(title: str, points: Sequence[tuple[float, float]], *, x_label: str, y_label: str,
+              y_fmt: str = ".2f") -> str:
+    """A line through (x, y) points with x in seconds from the first point (axis in h, min or s).
+
+    `x_label` is completed with the time unit chosen for the span, e.g. "time since start (min)"."""
     if len(points) < 2:
         return _empty(title)
     x0 = points[0][0]
@@ -115,4 +133,4 @@ def step_line(title: str, points: Sequence[tuple[float, float]], *, y_fmt: str =
         anchor = "end" if i == 4 else "middle"  # the last label would run past the right edge
         body.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" font-size="10" text-anchor="{anchor}" fill="{INK}">'
                     f"{escape(format(tick, x_fmt))} {suffix}</text>")
-    return _frame(title, body, y_max, y_fmt)
+    return _frame(title, body, y_max, y_fmt, f"{x_label} ({suffix})", y_label)

@@ -13,6 +13,7 @@ pydantic alone took 0.11 s of it. The audit builds them from values it has check
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -20,6 +21,15 @@ import msgspec
 from ..vocab import AuditFindingReason, AuditGapReason
 
 AUDIT_SCHEMA = "cowork_adapter.audit.v1"
+
+# The launcher's own audit of a run, at the run's end. Every writer and reader of that file
+# names it through launcher_audit_path(), so its name is decided here only.
+LAUNCHER_AUDIT_NAME = "audit.json"
+
+
+def launcher_audit_path(run_root: Path) -> Path:
+    """The file where the launcher writes its audit of `run_root` (and `report` reads it)."""
+    return Path(run_root) / LAUNCHER_AUDIT_NAME
 
 SCORING_AUTHORITY = (
     "The official evaluator, as recorded in result_index.jsonl, is the only scoring authority; "
@@ -218,3 +228,17 @@ class AuditReport(_Model, kw_only=True):
 def read_report(data: bytes) -> AuditReport:
     """An audit.json's report, checked against these types (msgspec.ValidationError if not)."""
     return msgspec.json.decode(data, type=AuditReport)
+
+
+def read_launcher_audit(run_root: Path) -> AuditReport | None:
+    """The launcher's audit of `run_root`; None when the run has none.
+
+    Raises OSError or msgspec errors (DecodeError, ValidationError) for a file that exists but
+    cannot be read as an audit report: a reader must say so, never show it as "no findings".
+    """
+    path = launcher_audit_path(run_root)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return read_report(data)

@@ -54,8 +54,9 @@ def _secret_like(key: str) -> bool:
     return upper.endswith("_API_KEY") or upper.endswith("_TOKEN") or upper.endswith("_PASSWORD")
 
 
-class RunConfigFile(BaseModel):
-    """configs/cowork_adapter_run.json, schema cowork_adapter.run_config.v1."""
+class EntrypointConfigFile(BaseModel):
+    """configs/cowork_adapter_run.json, schema cowork_adapter.run_config.v1: what the launcher
+    writes for the container entrypoint (which reads it as container.runconfig.EntrypointConfig)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
@@ -199,10 +200,10 @@ def render_ouroboros_settings(cfg: RunConfig) -> dict[str, Any]:
     return settings
 
 
-def build_run_config(cfg: RunConfig) -> RunConfigFile:
+def build_run_config(cfg: RunConfig) -> EntrypointConfigFile:
     """The run config file for `cfg`. An upstream engine gets no Ouroboros settings or tool list."""
     ouroboros = cfg.engine_kind is EngineKind.OUROBOROS
-    return RunConfigFile(
+    return EntrypointConfigFile(
         engine=cfg.engine,
         model=cfg.model,
         settings=render_ouroboros_settings(cfg) if ouroboros else {},

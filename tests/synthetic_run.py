@@ -1,4 +1,4 @@
-"""Synthetic run roots with the launcher's layout, for tests, the benchmark and report previews.
+"""Synthetic run roots with the launcher's layout, for the tests and benchmarks/bench_ledger_report.py.
 
 Nothing here is evidence: every file is made up. The layout and record shapes follow the
 run-root contract (manifest, summary.csv, task dumps with claim/receipt, custody evidence).
@@ -12,8 +12,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ..container import protocol
-from ..schemas.manifest import BenchIdentity, ImageIdentity, RunManifest, SeedIdentity, Selection
+from cowork_adapter.container import protocol
+from cowork_adapter.schemas.manifest import BenchIdentity, ImageIdentity, RunManifest, SeedIdentity, Selection
+from cowork_adapter.schemas.monitor import MeterState, Monitor, Spending
 
 SHORT_NAME = "ouroboros_test_model"
 SEED_HEAD = "a" * 40
@@ -221,5 +222,7 @@ def synth_run(root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, 
             lines.append(json.dumps({"schema": "cowork_adapter.event.v1", "ts": f"2026-01-01T{minute // 60:02d}:{minute % 60:02d}:00Z",
                                      "kind": "meter_reading", "phase": "poll", "usage": 100 + spent, "run_spent_usd": spent}))
         (root / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (root / "monitor.json").write_text(json.dumps({"finished": True, "run_spent_usd": spent}), encoding="utf-8")
+        monitor = Monitor(observed_at="2026-01-01T04:00:00Z", launcher_pid=1, finished=True,
+                          spending=Spending(run_spent_usd=spent), meter=MeterState(blindness_sec=30.0))
+        (root / "monitor.json").write_text(monitor.to_json(), encoding="utf-8")
     return tasks
