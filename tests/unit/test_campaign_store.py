@@ -142,10 +142,18 @@ def test_corrupt_or_unknown_file_is_refused_and_unmodified(path, text):
 
 
 def test_missing_file_without_create_is_refused_and_nothing_is_written(path):
-    with pytest.raises(Refusal):
+    with pytest.raises(Refusal) as refused:
         with admit(path, create_if_missing=False):
             pass
+    assert "new usage baseline" in refused.value.sentence and "--new-campaign" in refused.value.sentence
     assert not path.exists()
+
+
+def test_creation_stores_the_reserve_and_run_budget_it_was_given(path):
+    with admit(path, reserve=7.5, run_budget=30.0):
+        pass
+    stored = json.loads(path.read_text())
+    assert (stored["reserve_usd"], stored["run_budget_usd"]) == (7.5, 30.0)
 
 
 @pytest.mark.parametrize(("field", "value"), [("ceiling", 0.0), ("ceiling", float("inf")), ("prior_spend", -1.0), ("startup_usage", float("nan"))])

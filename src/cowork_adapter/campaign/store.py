@@ -279,11 +279,14 @@ def open_campaign(
     prior_spend: float = 0.0,
     startup_usage: float,
     create_if_missing: bool,
+    reserve: float | None = None,
+    run_budget: float | None = None,
     now: Callable[[], datetime] = utc_now,
 ) -> Iterator[Campaign]:
     """Lock the campaign, admit this key and ceiling, save the startup usage, yield the handle.
 
-    A new campaign takes baseline = startup usage (prior spend is accepted only here). An
+    A new campaign (only with `create_if_missing`) takes baseline = startup usage (prior spend is
+    accepted only here) and keeps the reserve and run budget it was created with. An
     existing one must match fingerprint and ceiling, have no unsettled active_run, and its
     counter must not have gone down. Refusals leave the file unmodified; the lock is released
     when the block exits, however it exits.
@@ -295,7 +298,8 @@ def open_campaign(
         record = session.load()
         if record is None:
             if not create_if_missing:
-                raise Refusal(STAGE, f"The campaign file {store.location} does not exist.")
+                raise Refusal(STAGE, f"The campaign file {store.location} does not exist; creating it would take a new "
+                                     "usage baseline, which needs --new-campaign.")
             at = now()
             record = CampaignRecord(
                 fingerprint=key_fingerprint,
@@ -305,6 +309,8 @@ def open_campaign(
                 last_usage=startup_usage,
                 last_usage_observed_at=at,
                 created_at=at,
+                reserve_usd=reserve,
+                run_budget_usd=run_budget,
             )
             session.save(record)
             yield Campaign(session, record, now)
