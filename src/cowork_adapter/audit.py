@@ -6,7 +6,7 @@ ledger status, official status and pass are copied from result_index.jsonl as ev
 
 Public entry points:
 - build_audit(run_dir) -> AuditReport      pure read; raises Refusal if the directory is no run
-- audit_run(run_dir) -> AuditReport        build, then write <run>/audit.json (or audit-<n>.json)
+- audit_run(run_dir) -> AuditReport        build, then write <run>/audit.launcher.json (or audit.launcher-<n>.json)
 - run_audit_command(run_dir, output) -> int the CLI command (exit 0, or 2 with one sentence)
 """
 
@@ -558,12 +558,28 @@ def write_exclusive(path: Path, text: str) -> None:
         raise
 
 
+# The launcher's own audit at the end of a run. A name of its own, so the operator's
+# `audit --run-dir RUN --output RUN/audit.json` (the seed's command) never meets a file already there.
+LAUNCHER_AUDIT_NAME = "audit.launcher.json"
+OPERATOR_AUDIT_NAME = "audit.json"
+
+
+def launcher_audit_path(run_dir: Path) -> Path | None:
+    """The audit a reader of a run should use: the launcher's own, else one an operator wrote under
+    the seed's name (runs finished before the launcher's audit had its own name wrote it there)."""
+    for name in (LAUNCHER_AUDIT_NAME, OPERATOR_AUDIT_NAME):
+        if (Path(run_dir) / name).is_file():
+            return Path(run_dir) / name
+    return None
+
+
 def audit_run(run_dir: Path, workers: int | None = None) -> AuditReport:
-    """Audit a run and write <run>/audit.json exclusively, or the first free audit-<n>.json."""
+    """Audit a run and write <run>/audit.launcher.json exclusively, or the first free audit.launcher-<n>.json."""
     report = build_audit(run_dir, workers)
     text = report.to_json()
     root = Path(run_dir)
-    candidates = [root / "audit.json"] + [root / f"audit-{n}.json" for n in range(1, 10_000)]
+    stem = LAUNCHER_AUDIT_NAME.removesuffix(".json")
+    candidates = [root / LAUNCHER_AUDIT_NAME] + [root / f"{stem}-{n}.json" for n in range(1, 10_000)]
     for path in candidates:
         try:
             write_exclusive(path, text)

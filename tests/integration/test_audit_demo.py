@@ -3,7 +3,7 @@
 One paid demo run (stub engine, stand-in meter, real Docker, real PostgreSQL) on two clean tasks
 and demo-audit-planted, whose plan leaves three suspicious tool calls: a files read_file path
 naming groundtruth_workspace, a psql command through the terminal server's run_command, and a
-path naming eval_res.json. The run writes audit.json at its end; every finding's file, line and
+path naming eval_res.json. The run writes audit.launcher.json at its end; every finding's file, line and
 record index are checked against the dumped tools.jsonl itself.
 """
 
@@ -57,8 +57,8 @@ def test_clean_tasks_give_no_finding_and_planted_traces_are_found_exactly(demo_r
     rows = read_rows(demo_run)
     assert {t: rows[t]["status"] for t in CLEAN + [PLANTED_TASK]} == dict.fromkeys(CLEAN + [PLANTED_TASK], "passed")
 
-    audit = read_json(demo_run / "audit.json")
-    assert audit, "the run wrote no audit.json"
+    audit = read_json(demo_run / "audit.launcher.json")
+    assert audit, "the run wrote no audit.launcher.json"
     tasks = {t["instance_id"]: t for t in audit["tasks"]}
     for name in CLEAN:
         assert tasks[name]["findings_total"] == 0 and tasks[name]["findings"] == [], tasks[name]["findings"]
@@ -86,3 +86,21 @@ def test_clean_tasks_give_no_finding_and_planted_traces_are_found_exactly(demo_r
     # The planted calls all failed at the tool (the audit reports references, not successes).
     for finding in planted["findings"]:
         assert json.loads(lines[finding["line"] - 1])["is_error"] is True
+
+
+def test_the_seeds_audit_command_works_as_written_on_the_finished_run(demo_run):
+    """Issue 21 item 5: `audit --run-dir RUN --output RUN/audit.json` on a finished run succeeds, and
+    the launcher's own audit (a name of its own) is left as it was."""
+    import subprocess
+    import sys
+
+    launcher_audit = demo_run / "audit.launcher.json"
+    before = launcher_audit.read_bytes()
+    assert not (demo_run / "audit.json").exists()
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "audit", "--run-dir", str(demo_run),
+                           "--output", str(demo_run / "audit.json")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    written = read_json(demo_run / "audit.json")
+    launcher = json.loads(before)
+    assert written["task_count"] == launcher["task_count"] and written["totals"] == launcher["totals"]
+    assert launcher_audit.read_bytes() == before

@@ -194,7 +194,7 @@ def assert_stopped_for_lost_daemon(demo, name: str, run_root: Path, code: int, l
     assert detected[0]["before_pid"] > 0
     assert [e["reason"] for e in of_kind(run_root, "stop_requested")][0] == LOST
     assert of_kind(run_root, "run_finished")[0]["exit_code"] == ExitCode.STOPPED
-    assert (run_root / "audit.json").is_file()
+    assert (run_root / "audit.launcher.json").is_file()
     assert not (run_root / "private" / "agent.env").exists()
     return detected[0]
 

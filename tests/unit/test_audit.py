@@ -245,10 +245,17 @@ def test_audit_never_modifies_the_run_dir(run_root: Path, capsys) -> None:
 
 def test_audit_run_writes_exclusively_then_numbers(run_root: Path) -> None:
     audit_run(run_root)
-    first = (run_root / "audit.json").read_bytes()
+    first = (run_root / "audit.launcher.json").read_bytes()
     audit_run(run_root)
-    assert (run_root / "audit.json").read_bytes() == first
-    assert json.loads((run_root / "audit-1.json").read_text())["task_count"] == 3
+    assert (run_root / "audit.launcher.json").read_bytes() == first
+    assert json.loads((run_root / "audit.launcher-1.json").read_text())["task_count"] == 3
+    assert not (run_root / "audit.json").exists()  # the seed's name stays free for the operator
+
+
+def test_the_seeds_output_name_is_free_after_the_launchers_audit(run_root: Path) -> None:
+    audit_run(run_root)  # what the launcher does at the end of every run
+    assert run_audit_command(run_root, run_root / "audit.json") == 0
+    assert json.loads((run_root / "audit.json").read_text())["task_count"] == 3
 
 
 def test_not_a_run_is_refused(tmp_path: Path, capsys) -> None:

@@ -69,7 +69,7 @@ def test_outputs_written_once_and_never_overwritten(tmp_path, capsys):
     root = tmp_path / "run"
     synth.synth_run(root, 24, usage_rows=2, other_rows=2)
     write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
-    (root / "audit.json").write_text(json.dumps({"manual_review_tasks": ["x"], "tasks": [
+    (root / "audit.launcher.json").write_text(json.dumps({"manual_review_tasks": ["x"], "tasks": [
         {"manual_review": [{"reason": "possible_direct_postgres_access"}]}]}))
     assert run_report_command([root], None, 4, True) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -96,3 +96,15 @@ def test_svg_charts_are_well_formed():
     for chart in (bar_chart("t", ["a", "b<"], [0.5, 1.0], y_max=1.0), histogram("h", [1, 2, 2, 3]),
                   step_line("s", [(0, 0), (3600, 2.5)]), histogram("empty", [])):
         ET.fromstring(chart)
+
+
+def test_the_launchers_audit_is_read_first_and_an_older_runs_audit_json_still_counts(tmp_path):
+    from cowork_adapter.report.merge import load_runs
+
+    old = make_run(tmp_path / "old", ["a"], {"a": "pass"})
+    (old / "audit.json").write_text(json.dumps({"from": "an older launcher"}))
+    assert load_runs([old])[0].audit == {"from": "an older launcher"}
+    new = make_run(tmp_path / "new", ["a"], {"a": "pass"})
+    (new / "audit.launcher.json").write_text(json.dumps({"from": "the launcher"}))
+    (new / "audit.json").write_text(json.dumps({"from": "the operator"}))
+    assert load_runs([new])[0].audit == {"from": "the launcher"}

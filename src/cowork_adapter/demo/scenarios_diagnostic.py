@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..audit import LAUNCHER_AUDIT_NAME
 from ..vocab import ExitCode, OfficialEvalStatus, TaskStatus
 from .scenarios import Check, DemoEnv, campaign_checks, custody_checks, read_json, read_rows
 
@@ -77,7 +78,7 @@ def scenario_diagnostic(env: DemoEnv) -> list[Check]:
     checks.append(Check(f"[{name}] the checker group was proven dead and the official verdict unchanged",
                         receipt.get("custody") == "group_dead" and receipt.get("official_verdict_unchanged") is True,
                         f"custody {receipt.get('custody')!r}"))
-    attempts = read_json(run_root / "audit.json").get("eval_attempts") or {}
+    attempts = read_json(run_root / LAUNCHER_AUDIT_NAME).get("eval_attempts") or {}
     want = {"diagnostic_enabled": True, "official_declined": 1, "diagnostic_eligible": 1, "diagnostic_checked": 1,
             "diagnostic_outcomes": {"checks_passed": 1}, "diagnostic_without_host_absence": []}
     got = {k: attempts.get(k) for k in want}
@@ -100,7 +101,7 @@ def scenario_diagnostic(env: DemoEnv) -> list[Check]:
     files = _diagnostic_files(dump)
     checks.append(Check(f"[{name}] without the flag no diagnostic file exists", dump is not None and not files,
                         ", ".join(files) or ("no dump" if dump is None else "")))
-    attempts = read_json(run_root / "audit.json").get("eval_attempts") or {}
+    attempts = read_json(run_root / LAUNCHER_AUDIT_NAME).get("eval_attempts") or {}
     checks.append(Check(f"[{name}] the audit records the flag off and no diagnostic",
                         attempts.get("diagnostic_enabled") is False and attempts.get("diagnostic_present") == 0,
                         f"enabled {attempts.get('diagnostic_enabled')!r}, present {attempts.get('diagnostic_present')!r}"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..audit import LAUNCHER_AUDIT_NAME, launcher_audit_path
 from ..errors import Refusal
 from ..events import parse_ts, read_all
 from ..ledger import LEDGER_NAME, MANIFEST_NAME, read_index
@@ -86,7 +87,7 @@ def load_run(root: str) -> RunRecord:
         rows=rows,
         monitor=_read_optional_json(path / "monitor.json"),
         meter=_meter_series(path),
-        audit=_read_optional_json(path / "audit.json"),
+        audit=_read_optional_json(launcher_audit_path(path) or path / LAUNCHER_AUDIT_NAME),
     )
 
 
