@@ -108,3 +108,27 @@ def test_the_launchers_audit_is_read_first_and_an_older_runs_audit_json_still_co
     (new / "audit.launcher.json").write_text(json.dumps({"from": "the launcher"}))
     (new / "audit.json").write_text(json.dumps({"from": "the operator"}))
     assert load_runs([new])[0].audit == {"from": "the launcher"}
+
+
+def test_the_report_points_to_methodology_and_every_disclosure_names_an_existing_section(tmp_path):
+    """Issue 21 item 6: METHODOLOGY.md exists in the repository, the report links it, and each
+    disclosure ends with `(METHODOLOGY.md §<section>)` for a section the file really has."""
+    import re
+    from pathlib import Path
+
+    from cowork_adapter.report.render import to_html, to_markdown
+
+    methodology = Path(__file__).resolve().parents[2] / "METHODOLOGY.md"
+    sections = set(re.findall(r"^## (\w+)$", methodology.read_text(), flags=re.MULTILINE))
+    assert {"scoring", "denominator", "statuses", "infra", "environment", "diagnostic", "validity",
+            "claims"} <= sections
+    r0 = make_run(tmp_path / "r0", ["a", "b", "c"], {"a": "pass", "b": "infra"})
+    r1 = make_run(tmp_path / "r1", ["a", "b", "c"], {"b": "fail"}, task_ids=["b", "c"], resume_from=[r0], generation=1)
+    r = make_report([r1], 2)
+    assert r["methodology"] == str(methodology)
+    assert len(r["disclosures"]) >= 4  # engine, subset, not attempted / infra, merged runs
+    for note in r["disclosures"]:
+        cited = re.search(r"\(METHODOLOGY\.md §(\w+)\)$", note)
+        assert cited and cited.group(1) in sections, note
+    assert f"[METHODOLOGY.md]({methodology})" in to_markdown(r)
+    assert f"href='file://{methodology}'" in to_html(r)

@@ -16,6 +16,19 @@ from .stats import project_full_run, wilson_interval
 
 REPORT_SCHEMA = "cowork_adapter.report.v1"
 FULL_DATASET = 496
+METHODOLOGY_NAME = "METHODOLOGY.md"
+# The repository's copy, when the package runs from its source tree (an editable install).
+_METHODOLOGY_SOURCE = Path(__file__).resolve().parents[3] / METHODOLOGY_NAME
+
+
+def methodology_location() -> str:
+    """Where the reader finds METHODOLOGY.md: the source tree's file when present, else its name."""
+    return str(_METHODOLOGY_SOURCE) if _METHODOLOGY_SOURCE.is_file() else METHODOLOGY_NAME
+
+
+def _see(section: str, note: str) -> str:
+    """A disclosure names the METHODOLOGY.md section that explains it."""
+    return f"{note} ({METHODOLOGY_NAME} §{section})"
 
 
 def row_cost(row: TaskRow) -> float | None:
@@ -133,13 +146,13 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
     for run in runs:
         m = run.manifest
         if m.seed is not None and (m.seed.dirty or not m.seed.reportable):
-            notes.append(f"Run {run.root} used a dirty seed (diagnostic only, not a reportable score).")
+            notes.append(_see("claims", f"Run {run.root} used a dirty seed (diagnostic only, not a reportable score)."))
         if m.dry_run:
-            notes.append(f"Run {run.root} was a dry run (no model was called).")
+            notes.append(_see("scoring", f"Run {run.root} was a dry run (no model was called)."))
         if m.bench is not None and (m.bench.replaced_objects or m.bench.skip_worktree):
             hidden = sorted(m.bench.skip_worktree) + [f"object {o[:12]}" for o in sorted(m.bench.replaced_objects)]
-            notes.append(f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
-                         f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes.")
+            notes.append(_see("environment", f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
+                         f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes."))
         inventory = m.inventory if isinstance(m.inventory, dict) else {}
         servers = inventory.get("servers")
         items = servers.items() if isinstance(servers, dict) else (
@@ -147,28 +160,31 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
         for name, info in items:
             if isinstance(info, dict) and info.get("health", info.get("status")) in ("repaired", "failed"):
                 what = info.get("repair") or info.get("reason") or info.get("error") or ""
-                notes.append(f"Environment {info.get('health', info.get('status'))}: MCP server {name} in run {run.root}"
-                             + (f" ({what})." if what else "."))
+                notes.append(_see("environment", f"Environment {info.get('health', info.get('status'))}: MCP server {name} in run {run.root}"
+                             + (f" ({what})." if what else ".")))
         for repair in inventory.get("repairs") or []:
-            notes.append(f"Environment repair in run {run.root}: {repair}.")
+            notes.append(_see("environment", f"Environment repair in run {run.root}: {repair}."))
+        if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
+            notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
+                                            "outcomes are in the audit only and never count."))
     engines = sorted({r.manifest.engine for r in runs})
-    notes.append(f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses.")
+    notes.append(_see("claims", f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses."))
     if n != FULL_DATASET:
-        notes.append(f"The denominator is {n} selected tasks: a subset is not the {FULL_DATASET}-task benchmark score.")
+        notes.append(_see("denominator", f"The denominator is {n} selected tasks: a subset is not the {FULL_DATASET}-task benchmark score."))
     if counts.get("infra_failed"):
-        notes.append(f"{counts['infra_failed']} infrastructure failures count as not passed.")
+        notes.append(_see("infra", f"{counts['infra_failed']} infrastructure failures count as not passed."))
     if counts.get("not_attempted"):
-        notes.append(f"{counts['not_attempted']} selected tasks were never attempted and count as not passed.")
+        notes.append(_see("statuses", f"{counts['not_attempted']} selected tasks were never attempted and count as not passed."))
     if counts.get("environment_blocked"):
-        notes.append(f"{counts['environment_blocked']} tasks were blocked by a failed MCP server and count as not passed.")
+        notes.append(_see("environment", f"{counts['environment_blocked']} tasks were blocked by a failed MCP server and count as not passed."))
     if truncations:
-        notes.append(f"{truncations} attempts were truncated by a runtime rail (time, rounds or budget) and count as not passed.")
+        notes.append(_see("diagnostic", f"{truncations} attempts were truncated by a runtime rail (time, rounds or budget) and count as not passed."))
     if unknown_cost:
-        notes.append(f"Cost is unknown for {unknown_cost} attempts; the known total is a lower bound.")
+        notes.append(_see("cost", f"Cost is unknown for {unknown_cost} attempts; the known total is a lower bound."))
     if provisional:
-        notes.append(f"{provisional} rows are provisional: a run was still live when its ledger was written.")
+        notes.append(_see("statuses", f"{provisional} rows are provisional: a run was still live when its ledger was written."))
     if len(runs) > 1:
-        notes.append(f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt.")
+        notes.append(_see("recovery", f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt."))
     return notes
 
 
@@ -262,6 +278,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
         "by_domain": _group(tasks, merged, domains),
         "by_mcp_server": _group(tasks, merged, servers),
         "reference": {"rows": reference_rows(), "caveat": CAVEAT},
+        "methodology": methodology_location(),
         "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional),
         "audit": _audit_counts(runs),
         "projection": projection,
