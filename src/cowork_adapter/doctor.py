@@ -470,6 +470,11 @@ class Doctor:
             return fail(name, f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
                               f"{cfg.campaign_budget_usd:g}; a ceiling never changes.",
                         f"pass --campaign-budget-usd {record.ceiling_usd:g}")
+        stored = record.diagnostic_eval_on_truncation
+        if stored is not None and stored != self.cfg.diagnostic_eval_on_truncation:
+            return fail(name, f"{path} runs with --diagnostic-eval-on-truncation {'on' if stored else 'off'}, "
+                              "and every run of a campaign uses the same setting.",
+                        ("pass" if stored else "drop") + " --diagnostic-eval-on-truncation")
         if self.cfg.prior_spend_usd != 0:
             return fail(name, f"{path} already exists, so --prior-spend-usd cannot be declared again.",
                         "drop --prior-spend-usd")

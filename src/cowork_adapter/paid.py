@@ -139,7 +139,7 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
                             usage_baseline=usage, usage=usage, usage_at_run_start=usage)
     else:
         _admit_existing(record, str(cfg.campaign_file), key_fingerprint(key), cfg.campaign_budget_usd,
-                        cfg.prior_spend_usd, usage)
+                        cfg.prior_spend_usd, usage, cfg.diagnostic_eval_on_truncation)
         spending = _spending(record, usage, usage)
     admission_check(spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=reading.limit_remaining)
     return cfg
@@ -266,6 +266,7 @@ class PaidRun:
                     JsonFileCampaignStore(cfg.campaign_file), key_fingerprint=key_fingerprint(self.key),
                     ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
                     create_if_missing=cfg.new_campaign, reserve=cfg.budget_reserve_usd, run_budget=cfg.budget_usd,
+                    diagnostic=cfg.diagnostic_eval_on_truncation,
                 ))
             except CampaignPersistenceError as exc:
                 return self._unregistered(exc, "opening the campaign")

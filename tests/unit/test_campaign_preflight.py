@@ -139,3 +139,22 @@ def test_a_stored_ceiling_below_an_explicit_reserve_is_refused(tmp_path):
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_reserve_usd=50.0)
     write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
     assert "is not below the campaign's ceiling $50" in refused(config)
+
+
+# ---- one diagnostic setting per campaign (issue 21, item 4) ------------------------------------
+
+
+@pytest.mark.parametrize("stored,asked", [(True, False), (False, True)])
+def test_a_run_with_another_diagnostic_setting_than_the_campaigns_is_refused(tmp_path, stored, asked):
+    config = cfg(tmp_path, diagnostic_eval_on_truncation=asked)
+    before = write(config.campaign_file, diagnostic_eval_on_truncation=stored)
+    sentence = refused(config)
+    assert "--diagnostic-eval-on-truncation" in sentence and "same setting" in sentence
+    assert config.campaign_file.read_bytes() == before
+
+
+@pytest.mark.parametrize("stored", [None, True])
+def test_the_same_or_an_unrecorded_diagnostic_setting_is_admitted(tmp_path, stored):
+    config = cfg(tmp_path, diagnostic_eval_on_truncation=True)
+    write(config.campaign_file, diagnostic_eval_on_truncation=stored)
+    campaign_preflight(config, KEY, reading())

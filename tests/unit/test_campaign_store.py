@@ -242,3 +242,25 @@ def test_read_only_directory_raises_persistence_error_and_keeps_the_last_good_re
         assert campaign.record.last_usage == 50.0 and campaign.record.active_run is None
         campaign.record_usage(60.0)  # writable again: the same handle saves
     assert read_campaign(path).last_usage == 60.0
+
+
+def test_the_first_run_fixes_the_diagnostic_setting_and_another_is_refused_untouched(path):
+    with admit(path, diagnostic=True):
+        pass
+    assert json.loads(path.read_text())["diagnostic_eval_on_truncation"] is True
+    before = path.read_bytes()
+    with pytest.raises(Refusal) as refused:
+        with admit(path, startup_usage=60.0, diagnostic=False):
+            pass
+    assert "same setting" in refused.value.sentence
+    assert path.read_bytes() == before
+    with admit(path, startup_usage=60.0, diagnostic=True):
+        pass
+
+
+def test_a_campaign_without_a_recorded_setting_takes_the_next_runs(path):
+    make_campaign(path)  # no setting stated (a file from before it was stored)
+    assert json.loads(path.read_text())["diagnostic_eval_on_truncation"] is None
+    with admit(path, startup_usage=60.0, diagnostic=False):
+        pass
+    assert json.loads(path.read_text())["diagnostic_eval_on_truncation"] is False

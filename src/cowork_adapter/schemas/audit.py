@@ -119,6 +119,7 @@ class DiagnosticFact(_Model, kw_only=True):
     eligible: bool | None = None
     receipts: int = 0
     reports: int = 0
+    logs: int = 0  # ouroboros_diagnostic_log-<attempt>.log files (the checker's own output)
     checker_exit_code: int | None = None
     custody: str | None = None  # group_dead | unconfirmed | not_started (the receipt's word)
     linked: bool | None = None  # the receipt names the official claim's attempt
