@@ -302,6 +302,14 @@ def test_a_missing_campaign_without_a_reserve_names_the_flag(tmp_path, healthy, 
     assert "needs --budget-reserve-usd given explicitly" in line
 
 
+def test_campaign_with_another_diagnostic_setting(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file, diagnostic_eval_on_truncation=True)
+    code, lines = run(cfg, capsys)
+    line = only_failure(lines, "campaign")
+    assert "same setting" in line and "— fix: pass --diagnostic-eval-on-truncation" in line
+
+
 def test_unreadable_campaign(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
     cfg.campaign_file.write_text("{not json")
