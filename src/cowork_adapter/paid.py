@@ -47,12 +47,14 @@ from .manifest import write_manifest
 from .schemas.manifest import RunManifest
 from .schemas.run_config import agent_base_url, model_provider
 from .signals import LAUNCHER_SIGNALS
-from .schemas.monitor import Disk, MeterState, Monitor, Progress, RejectedObservation
+from .schemas.monitor import Disk, MeterConfirmation, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
 from .supervisor import SupervisionResult, Supervisor
 from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopReason
 
 GIB = 1 << 30
+# Rejected meter reads monitor.json lists one by one; older ones are only counted (rejected_dropped).
+KEEP_REJECTED = 20
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
 AGENT_ENTRY = "cowork_entry.py"
 # Variables that could carry a provider key into the runner (and from it into every container).
@@ -154,8 +156,12 @@ class MeterTracker:
     last_accepted_mono: float | None = None
     last_accepted_at: datetime | None = None
     rejected: list[RejectedObservation] = field(default_factory=list)
+    rejected_total: int = 0
+    rejected_dropped: int = 0
+    pending_rejections: int = 0  # rejected since the last acceptance
     last_error: str | None = None
     confirmed_after_rejection: bool = False
+    confirmation: MeterConfirmation | None = None
 
     def accepted(self, reading: AcceptedReading) -> None:
         self.last_usage = reading.usage
@@ -163,22 +169,36 @@ class MeterTracker:
         self.last_accepted_at = reading.observed_at
         self.confirmed_after_rejection = reading.attempts > 1
 
-    def observation(self, obs: Observation) -> None:
+    def observation(self, obs: Observation) -> MeterConfirmation | None:
+        """Count a rejected read (the latest KEEP_REJECTED kept, the rest counted as dropped), or
+        record the acceptance that followed rejections; returns that confirmation."""
         if obs.accepted:
-            return
+            self.confirmation = MeterConfirmation(
+                observed_at=obs.observed_at, phase=obs.phase, attempt=obs.attempt, previous_usage=obs.previous_usage,
+                usage=float(obs.observed_usage), rejections=self.pending_rejections,
+            )
+            self.pending_rejections = 0
+            return self.confirmation
+        self.rejected_total += 1
+        self.pending_rejections += 1
         self.last_error = f"{obs.error_type}: {obs.error}"
-        self.rejected = (self.rejected + [RejectedObservation(
+        self.rejected.append(RejectedObservation(
             observed_at=obs.observed_at, phase=obs.phase, attempt=obs.attempt,
             previous_usage=obs.previous_usage, observed_usage=obs.observed_usage,
             error_type=obs.error_type or "error", error=obs.error or "",
-        )])[-20:]
+        ))
+        if len(self.rejected) > KEEP_REJECTED:
+            self.rejected_dropped += len(self.rejected) - KEEP_REJECTED
+            del self.rejected[:-KEEP_REJECTED]
+        return None
 
     def state(self) -> MeterState:
         age = None if self.last_accepted_mono is None else max(0.0, time.monotonic() - self.last_accepted_mono)
         return MeterState(
             blindness_sec=self.blindness_sec, last_accepted_at=self.last_accepted_at, age_sec=age,
-            last_usage=self.last_usage, rejected=self.rejected, last_error=self.last_error,
-            confirmed_after_rejection=self.confirmed_after_rejection,
+            last_usage=self.last_usage, rejected=list(self.rejected), rejected_total=self.rejected_total,
+            rejected_dropped=self.rejected_dropped, last_error=self.last_error,
+            confirmed_after_rejection=self.confirmed_after_rejection, confirmation=self.confirmation,
         )
 
 
@@ -496,7 +516,10 @@ class PaidRun:
                    campaign_remaining_usd=self.spending.remaining_usd)
 
     def _observation(self, obs: Observation) -> None:
-        self.tracker.observation(obs)
+        confirmation = self.tracker.observation(obs)
+        if confirmation is not None:
+            self.event(EventKind.METER_CONFIRMED, phase=confirmation.phase, previous_usage=confirmation.previous_usage,
+                       usage=confirmation.usage, rejections=confirmation.rejections)
         if not obs.accepted:
             self.event(EventKind.METER_REJECTED, phase=obs.phase, previous_usage=obs.previous_usage,
                        observed_usage=obs.observed_usage, error_type=obs.error_type or "error", error=obs.error or "")
