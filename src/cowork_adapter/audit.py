@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
 from .audit_lines import iter_blocks
+from .container.diagnostic import LOG_PREFIX as DIAGNOSTIC_LOG_PREFIX
 from .audit_scan import LOG_SCANNERS, TaskScan
 from .errors import Refusal
 from .forked import forked_map
@@ -216,10 +217,14 @@ class _DumpJson:
 
     def __init__(self, dump: Path) -> None:
         self.dump = dump
+        self.diagnostic_logs = 0  # ouroboros_diagnostic_log-<attempt>.log, counted from the same listing
         try:
-            self.names: list[str] | None = sorted(name for name in os.listdir(dump) if name.endswith(".json"))
+            listing = os.listdir(dump)
         except OSError:
-            self.names = None
+            self.names: list[str] | None = None
+            return
+        self.names = sorted(name for name in listing if name.endswith(".json"))
+        self.diagnostic_logs = sum(1 for name in listing if name.startswith(DIAGNOSTIC_LOG_PREFIX) and name.endswith(".log"))
 
     def read(self, name: str) -> tuple[Any, str | None]:
         if self.names is not None and name not in self.names:
@@ -258,8 +263,8 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
     diag.present = cause != "absent"
     receipts = files.with_prefix("ouroboros_diagnostic_receipt-")
     reports = files.with_prefix("ouroboros_diagnostic_report-")
-    diag.receipts, diag.reports = len(receipts), len(reports)
-    diag.present = diag.present or bool(receipts or reports)
+    diag.receipts, diag.reports, diag.logs = len(receipts), len(reports), files.diagnostic_logs
+    diag.present = diag.present or bool(receipts or reports or files.diagnostic_logs)
     final: dict[str, Any] | None = None
     for path in receipts:  # the receipt is the parent's verdict on the diagnostic
         value, _ = _read_small_json(path)

@@ -136,18 +136,23 @@ def _run_flags(
     diagnostic_eval_on_truncation: Annotated[bool, typer.Option(
         "--diagnostic-eval-on-truncation", help="Audit-only residual checker rerun after a truncation.",
         rich_help_panel=P_AGENT)] = False,
-    budget_usd: Annotated[float, typer.Option(help="Spending bound for this invocation (> 0).",
-                                              rich_help_panel=P_MONEY)] = 150.0,
+    budget_usd: Annotated[Optional[float], typer.Option(
+        help="Spending bound for this invocation (> 0). Required to create a campaign; else the campaign's.",
+        rich_help_panel=P_MONEY, show_default=False)] = None,
     campaign_file: Annotated[Optional[Path], typer.Option(
         help="Shared campaign record; required for a paid run.", rich_help_panel=P_MONEY)] = None,
-    campaign_budget_usd: Annotated[float, typer.Option(help="Campaign ceiling (> 0).",
-                                                       rich_help_panel=P_MONEY)] = 1000.0,
+    new_campaign: Annotated[bool, typer.Option(
+        "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
+        rich_help_panel=P_MONEY)] = False,
+    campaign_budget_usd: Annotated[Optional[float], typer.Option(
+        help="Campaign ceiling (> 0). Required to create a campaign; else the campaign's, never changed.",
+        rich_help_panel=P_MONEY, show_default=False)] = None,
     prior_spend_usd: Annotated[Optional[float], typer.Option(
         help="Spending before the campaign baseline, only when creating it (>= 0). Default 0.0.",
         rich_help_panel=P_MONEY)] = None,
-    budget_reserve_usd: Annotated[float, typer.Option(
-        help="Allowance for delayed/in-flight charges (>= 0, below the ceiling).", rich_help_panel=P_MONEY)]
-    = 100.0,
+    budget_reserve_usd: Annotated[Optional[float], typer.Option(
+        help="Allowance for delayed/in-flight charges (>= 0, below the ceiling). Required to create a campaign; "
+             "else the campaign's.", rich_help_panel=P_MONEY, show_default=False)] = None,
     meter_blindness_sec: Annotated[float, typer.Option(
         help="Longest time without an accepted meter reading (> 20).", rich_help_panel=P_MONEY)] = 30.0,
     meter_url: Annotated[str, typer.Option(help="Base URL of the key meter.", rich_help_panel=P_MONEY)]

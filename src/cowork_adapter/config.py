@@ -164,12 +164,14 @@ class RunConfig(BaseModel):
     subagent_depth: int = 3  # recorded as 0 without --subagents
     per_task_cost_usd: float = 25.0
     diagnostic_eval_on_truncation: bool = False
-    # Money.
-    budget_usd: float = 150.0
+    # Money. No amount is ever assumed: the three bounds are None until given, and a paid run takes
+    # what it lacks from the campaign it joins (paid.resolve_money), or is refused.
+    budget_usd: float | None = None
     campaign_file: Path | None = None
-    campaign_budget_usd: float = 1000.0
+    new_campaign: bool = False  # the operator's consent to create a missing campaign (a new usage baseline)
+    campaign_budget_usd: float | None = None
     prior_spend_usd: float = 0.0
-    budget_reserve_usd: float = 100.0
+    budget_reserve_usd: float | None = None
     meter_blindness_sec: float = 30.0
     meter_url: str = DEFAULT_METER_URL
     min_key_usd: float = 20.0
@@ -232,7 +234,7 @@ class RunConfig(BaseModel):
     @field_validator(*_NUMERIC_RULES, mode="after")
     @classmethod
     def _in_range(cls, value: float | None, info) -> float | None:
-        if value is None:  # only --cpus may be unset: it then takes the daemon-fitted default
+        if value is None:  # unset: --cpus takes the daemon-fitted default, the money bounds the campaign's
             return value
         flag = flag_name(info.field_name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -323,7 +325,9 @@ class RunConfig(BaseModel):
             raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
         if self.prior_spend_usd > 0 and self.campaign_file is None:
             raise InvalidFlag("--prior-spend-usd is only meaningful with --campaign-file.")
-        if self.budget_reserve_usd >= self.campaign_budget_usd:
+        if self.new_campaign and self.campaign_file is None:
+            raise InvalidFlag("--new-campaign is only meaningful with --campaign-file.")
+        if not_below(self.budget_reserve_usd, self.campaign_budget_usd):
             raise InvalidFlag(
                 f"--budget-reserve-usd ({self.budget_reserve_usd:g}) must be below "
                 f"--campaign-budget-usd ({self.campaign_budget_usd:g})."
@@ -468,6 +472,11 @@ class RunConfig(BaseModel):
         if selection is None:
             return config
         return config.model_copy(update={"selection": tuple(selection)})
+
+
+def not_below(reserve: float | None, ceiling: float | None) -> bool:
+    """True when both are known and the reserve leaves nothing of the ceiling to spend."""
+    return reserve is not None and ceiling is not None and reserve >= ceiling
 
 
 def _inside(path: Path, folder: Path) -> bool:

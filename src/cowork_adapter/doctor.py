@@ -454,16 +454,27 @@ class Doctor:
             record = read_campaign(path)
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "restore the campaign file from a copy; never recreate it")
+        from .paid import resolve_money
+
+        try:
+            cfg = resolve_money(self.cfg, record)  # the bounds the run would use, or what it lacks
+        except Refusal as refusal:
+            return fail(name, refusal.sentence.rstrip("."), "pass what the sentence names")
         if record is None:
-            return ok(name, f"{path} does not exist yet: the run will create it with a ${self.cfg.campaign_budget_usd:g} "
-                            "ceiling and the key's usage at start as its baseline.")
+            return ok(name, f"{path} does not exist yet: the run will create it (--new-campaign) with a "
+                            f"${cfg.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.")
         if self.key is not None and record.fingerprint != key_fingerprint(self.key):
             return fail(name, f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.api_key_env}.",
                         "use the key this campaign was created with, or a new --campaign-file for a new key")
-        if record.ceiling_usd != self.cfg.campaign_budget_usd:
+        if record.ceiling_usd != cfg.campaign_budget_usd:
             return fail(name, f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
-                              f"{self.cfg.campaign_budget_usd:g}; a ceiling never changes.",
+                              f"{cfg.campaign_budget_usd:g}; a ceiling never changes.",
                         f"pass --campaign-budget-usd {record.ceiling_usd:g}")
+        stored = record.diagnostic_eval_on_truncation
+        if stored is not None and stored != self.cfg.diagnostic_eval_on_truncation:
+            return fail(name, f"{path} runs with --diagnostic-eval-on-truncation {'on' if stored else 'off'}, "
+                              "and every run of a campaign uses the same setting.",
+                        ("pass" if stored else "drop") + " --diagnostic-eval-on-truncation")
         if self.cfg.prior_spend_usd != 0:
             return fail(name, f"{path} already exists, so --prior-spend-usd cannot be declared again.",
                         "drop --prior-spend-usd")
@@ -478,12 +489,12 @@ class Doctor:
             return fail(name, f"the key meter reads {usage:.2f}, below the campaign's last accepted usage "
                               f"{record.last_usage:.2f}.", "check that --meter-url and the key are the campaign's")
         spending = record.spending(usage)
-        if spending.remaining_usd <= self.cfg.budget_reserve_usd:
+        if spending.remaining_usd <= cfg.budget_reserve_usd:
             return fail(name, f"{path} has ${spending.remaining_usd:.2f} remaining, not above the "
-                              f"${self.cfg.budget_reserve_usd:g} reserve.",
+                              f"${cfg.budget_reserve_usd:g} reserve.",
                         "the campaign is spent; settle the budget with its owner before any further paid run")
         return ok(name, f"{path}: ceiling ${record.ceiling_usd:g}, spent ${spending.spent_usd:.2f}, remaining "
-                        f"${spending.remaining_usd:.2f} (reserve ${self.cfg.budget_reserve_usd:g}); no active run.")
+                        f"${spending.remaining_usd:.2f} (reserve ${cfg.budget_reserve_usd:g}); no active run.")
 
 
 def doctor_command(cfg: RunConfig) -> int:

@@ -133,7 +133,7 @@ def preflight(cfg: RunConfig) -> Preflight:
     if cfg.is_paid:
         from .paid import paid_preflight
 
-        key = paid_preflight(cfg)
+        key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)
 
 

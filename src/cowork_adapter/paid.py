@@ -30,7 +30,7 @@ from .campaign.budget import Spending, admission_check, stop_decision
 from .campaign.meter import KeyMeter, MeterError
 from .campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
 from .campaign.store import JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
-from .config import RunConfig
+from .config import RunConfig, not_below
 from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
@@ -41,26 +41,29 @@ from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
-from .schemas.campaign import key_fingerprint
+from .schemas.campaign import CampaignRecord, key_fingerprint
 from .schemas.custody import CustodyProcesses, ProcessIdentity
 from .manifest import write_manifest
 from .schemas.manifest import RunManifest
 from .schemas.run_config import agent_base_url, model_provider
 from .signals import LAUNCHER_SIGNALS
-from .schemas.monitor import Disk, MeterState, Monitor, Progress, RejectedObservation
+from .schemas.monitor import Disk, MeterConfirmation, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
 from .supervisor import SupervisionResult, Supervisor
 from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopReason
 
 GIB = 1 << 30
+# Rejected meter reads monitor.json lists one by one; older ones are only counted (rejected_dropped).
+KEEP_REJECTED = 20
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
 AGENT_ENTRY = "cowork_entry.py"
 # Variables that could carry a provider key into the runner (and from it into every container).
 KEY_CARRIERS = ("LLM_API_KEY", "MODEL_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
 
 
-def paid_preflight(cfg: RunConfig) -> str:
-    """The provider key from the environment, checked against the meter before anything is written."""
+def paid_preflight(cfg: RunConfig) -> tuple[str, RunConfig]:
+    """The provider key from the environment, checked against the meter before anything is written,
+    and the config with its money bounds resolved (see `resolve_money`)."""
     key = os.environ.get(cfg.api_key_env, "")
     if not key.strip():
         raise Refusal("credential", f"the environment variable {cfg.api_key_env} is empty or unset; supply the provider key there.")
@@ -76,11 +79,53 @@ def paid_preflight(cfg: RunConfig) -> str:
     effective = headroom.effective
     if effective is not None and effective < cfg.min_key_usd:
         raise Refusal("credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {cfg.min_key_usd:g}.")
-    campaign_preflight(cfg, key, _startup_reading(meter))
-    return key
+    cfg = campaign_preflight(cfg, key, _startup_reading(meter))
+    return key, cfg
 
 
-def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> None:
+# The money flags a run that creates a campaign must give: (RunConfig field, flag).
+MONEY_FLAGS = (("campaign_budget_usd", "--campaign-budget-usd"), ("budget_usd", "--budget-usd"),
+               ("budget_reserve_usd", "--budget-reserve-usd"))
+# Where an existing campaign keeps each bound the run did not name.
+_STORED = {"campaign_budget_usd": "ceiling_usd", "budget_usd": "run_budget_usd", "budget_reserve_usd": "reserve_usd"}
+
+
+def resolve_money(cfg: RunConfig, record: CampaignRecord | None) -> RunConfig:
+    """The config with all three money bounds known, or a Refusal naming what is missing.
+
+    No amount is ever assumed. A campaign that does not exist is created only with --new-campaign
+    (a new campaign is a new usage baseline: a mistyped path must not start one), and only from
+    bounds given explicitly. A run on an existing campaign takes each bound it does not name from
+    what the campaign stored when it was created.
+    """
+    path = cfg.campaign_file
+    if record is None:
+        if not cfg.new_campaign:
+            raise Refusal("campaign", f"the campaign file {path} does not exist, and creating it would start a new "
+                                      "campaign with a new usage baseline; pass --new-campaign to create it, or name "
+                                      "the existing campaign file.")
+        missing = [flag for name, flag in MONEY_FLAGS if getattr(cfg, name) is None]
+        if missing:
+            raise Refusal("campaign", f"creating the campaign {path} needs {_and(missing)} given explicitly; "
+                                      "no amount is assumed.")
+        return cfg
+    update = {name: getattr(record, _STORED[name]) for name, _ in MONEY_FLAGS if getattr(cfg, name) is None}
+    missing = [flag for name, flag in MONEY_FLAGS if name in update and update[name] is None]
+    if missing:
+        raise Refusal("campaign", f"the campaign {path} stores no value for {_and(missing)}; give "
+                                  f"{'it' if len(missing) == 1 else 'them'} explicitly.")
+    resolved = cfg.model_copy(update=update)
+    if not_below(resolved.budget_reserve_usd, resolved.campaign_budget_usd):
+        raise Refusal("campaign", f"the reserve ${resolved.budget_reserve_usd:g} is not below the campaign's ceiling "
+                                  f"${resolved.campaign_budget_usd:g}; give a smaller --budget-reserve-usd.")
+    return resolved
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> RunConfig:
     """Every refusal the campaign's admission would give, before anything is created or started.
 
     Reads the campaign file without its lock (writes are atomic renames, and a missing file gets
@@ -89,15 +134,17 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> No
     under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
     """
     record = read_campaign(cfg.campaign_file)
+    cfg = resolve_money(cfg, record)
     usage = reading.usage
     if record is None:
         spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
                             usage_baseline=usage, usage=usage, usage_at_run_start=usage)
     else:
         _admit_existing(record, str(cfg.campaign_file), key_fingerprint(key), cfg.campaign_budget_usd,
-                        cfg.prior_spend_usd, usage)
+                        cfg.prior_spend_usd, usage, cfg.diagnostic_eval_on_truncation)
         spending = _spending(record, usage, usage)
     admission_check(spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=reading.limit_remaining)
+    return cfg
 
 
 @dataclass
@@ -109,8 +156,12 @@ class MeterTracker:
     last_accepted_mono: float | None = None
     last_accepted_at: datetime | None = None
     rejected: list[RejectedObservation] = field(default_factory=list)
+    rejected_total: int = 0
+    rejected_dropped: int = 0
+    pending_rejections: int = 0  # rejected since the last acceptance
     last_error: str | None = None
     confirmed_after_rejection: bool = False
+    confirmation: MeterConfirmation | None = None
 
     def accepted(self, reading: AcceptedReading) -> None:
         self.last_usage = reading.usage
@@ -118,22 +169,36 @@ class MeterTracker:
         self.last_accepted_at = reading.observed_at
         self.confirmed_after_rejection = reading.attempts > 1
 
-    def observation(self, obs: Observation) -> None:
+    def observation(self, obs: Observation) -> MeterConfirmation | None:
+        """Count a rejected read (the latest KEEP_REJECTED kept, the rest counted as dropped), or
+        record the acceptance that followed rejections; returns that confirmation."""
         if obs.accepted:
-            return
+            self.confirmation = MeterConfirmation(
+                observed_at=obs.observed_at, phase=obs.phase, attempt=obs.attempt, previous_usage=obs.previous_usage,
+                usage=float(obs.observed_usage), rejections=self.pending_rejections,
+            )
+            self.pending_rejections = 0
+            return self.confirmation
+        self.rejected_total += 1
+        self.pending_rejections += 1
         self.last_error = f"{obs.error_type}: {obs.error}"
-        self.rejected = (self.rejected + [RejectedObservation(
+        self.rejected.append(RejectedObservation(
             observed_at=obs.observed_at, phase=obs.phase, attempt=obs.attempt,
             previous_usage=obs.previous_usage, observed_usage=obs.observed_usage,
             error_type=obs.error_type or "error", error=obs.error or "",
-        )])[-20:]
+        ))
+        if len(self.rejected) > KEEP_REJECTED:
+            self.rejected_dropped += len(self.rejected) - KEEP_REJECTED
+            del self.rejected[:-KEEP_REJECTED]
+        return None
 
     def state(self) -> MeterState:
         age = None if self.last_accepted_mono is None else max(0.0, time.monotonic() - self.last_accepted_mono)
         return MeterState(
             blindness_sec=self.blindness_sec, last_accepted_at=self.last_accepted_at, age_sec=age,
-            last_usage=self.last_usage, rejected=self.rejected, last_error=self.last_error,
-            confirmed_after_rejection=self.confirmed_after_rejection,
+            last_usage=self.last_usage, rejected=list(self.rejected), rejected_total=self.rejected_total,
+            rejected_dropped=self.rejected_dropped, last_error=self.last_error,
+            confirmed_after_rejection=self.confirmed_after_rejection, confirmation=self.confirmation,
         )
 
 
@@ -220,7 +285,8 @@ class PaidRun:
                 campaign = held.enter_context(open_campaign(
                     JsonFileCampaignStore(cfg.campaign_file), key_fingerprint=key_fingerprint(self.key),
                     ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
-                    create_if_missing=True,
+                    create_if_missing=cfg.new_campaign, reserve=cfg.budget_reserve_usd, run_budget=cfg.budget_usd,
+                    diagnostic=cfg.diagnostic_eval_on_truncation,
                 ))
             except CampaignPersistenceError as exc:
                 return self._unregistered(exc, "opening the campaign")
@@ -236,7 +302,7 @@ class PaidRun:
                 return self._unregistered(exc, "registering the run")
             self.observer = MeterObserver(
                 read=lambda timeout: self.meter.read_usage(timeout=timeout),
-                save=lambda usage, at: campaign.record_usage(usage, at),
+                save=self._save_usage,
                 last_accepted=lambda: campaign.record.last_usage,
                 on_observation=self._observation,
             )
@@ -450,10 +516,22 @@ class PaidRun:
                    campaign_remaining_usd=self.spending.remaining_usd)
 
     def _observation(self, obs: Observation) -> None:
-        self.tracker.observation(obs)
+        confirmation = self.tracker.observation(obs)
+        if confirmation is not None:
+            self.event(EventKind.METER_CONFIRMED, phase=confirmation.phase, previous_usage=confirmation.previous_usage,
+                       usage=confirmation.usage, rejections=confirmation.rejections)
         if not obs.accepted:
             self.event(EventKind.METER_REJECTED, phase=obs.phase, previous_usage=obs.previous_usage,
                        observed_usage=obs.observed_usage, error_type=obs.error_type or "error", error=obs.error or "")
+
+    def _save_usage(self, usage: float, at: datetime) -> None:
+        """An accepted reading reaches the campaign file, or the run stops: the failure is recorded
+        as the run's error here, and the observer's caller turns it into campaign_persistence_failed."""
+        try:
+            self.campaign.record_usage(usage, at)
+        except CampaignPersistenceError as exc:
+            self._persistence_failed(exc, "saving a meter reading")
+            raise
 
     def _runner_started(self, pid: int) -> None:
         self.runner_pid = pid

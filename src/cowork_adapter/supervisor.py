@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .campaign.observe import MeterBlind
+from .campaign.observe import POLL_SEC, READ_SLICE_SEC, MeterBlind  # one cadence: the manifest records these
 from .container.procs import group_alive
 from .errors import CampaignPersistenceError
 from .vocab import StopReason
 
-POLL_SEC = 15.0
-READ_SLICE_SEC = 5.0  # one full meter read must always fit before the blindness bound
+# POLL_SEC (15 s) and READ_SLICE_SEC (one full meter read must always fit before the blindness
+# bound) come from campaign.observe, the same constants the manifest records.
 GROUP_GRACE_SEC = 15.0
 
 

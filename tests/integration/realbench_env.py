@@ -168,7 +168,7 @@ class RealRun:
             "--engine", engine, "--model", DEFAULT_MODEL_ID, "--max-steps", "20", "--task-timeout", "600",
             "--concurrency", "2", "--max-workers", "2", "--task-review-mode", "off",
             "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", "--openai-compatible-base-url", self.base_url,
-            "--campaign-file", str(self.root / "campaign.json"), "--campaign-budget-usd", "50",
+            "--campaign-file", str(self.root / "campaign.json"), "--new-campaign", "--campaign-budget-usd", "50",
             "--budget-usd", "20", "--budget-reserve-usd", "5",
             "--meter-url", self.meter.base_url, "--api-key-env", KEY_ENV, "--min-key-usd", "0",
             "--min-free-gib", "1", "--min-root-free-gib", "1", "--cpus", CPUS, "--memory", MEMORY,

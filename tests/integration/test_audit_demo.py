@@ -3,7 +3,7 @@
 One paid demo run (stub engine, stand-in meter, real Docker, real PostgreSQL) on two clean tasks
 and demo-audit-planted, whose plan leaves three suspicious tool calls: a files read_file path
 naming groundtruth_workspace, a psql command through the terminal server's run_command, and a
-path naming eval_res.json. The run writes audit.json at its end; every finding's file, line and
+path naming eval_res.json. The run writes audit.launcher.json at its end; every finding's file, line and
 record index are checked against the dumped tools.jsonl itself.
 """
 
@@ -61,7 +61,7 @@ def test_clean_tasks_give_no_finding_and_planted_traces_are_found_exactly(demo_r
     assert {t: rows[t]["status"] for t in CLEAN + [PLANTED_TASK]} == dict.fromkeys(CLEAN + [PLANTED_TASK], "passed")
 
     audit = read_json(launcher_audit_path(demo_run))
-    assert audit, "the run wrote no audit.json"
+    assert audit, "the run wrote no audit.launcher.json"
     tasks = {t["instance_id"]: t for t in audit["tasks"]}
     for name in CLEAN:
         assert tasks[name]["findings_total"] == 0 and tasks[name]["findings"] == [], tasks[name]["findings"]
@@ -113,3 +113,21 @@ def test_report_over_the_real_audit_shows_every_planted_finding_by_reason(demo_r
         assert f"| {PLANTED_TASK} | {item['reason']} | {item['file']}:{item['line']} |" in markdown
     # Offline, read-only: the run root gained nothing.
     assert sorted(str(p.relative_to(demo_run)) for p in demo_run.rglob("*")) == before
+
+
+def test_the_seeds_audit_command_works_as_written_on_the_finished_run(demo_run):
+    """Issue 21 item 5: `audit --run-dir RUN --output RUN/audit.json` on a finished run succeeds, and
+    the launcher's own audit (a name of its own) is left as it was."""
+    import subprocess
+    import sys
+
+    launcher_audit = demo_run / "audit.launcher.json"
+    before = launcher_audit.read_bytes()
+    assert not (demo_run / "audit.json").exists()
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "audit", "--run-dir", str(demo_run),
+                           "--output", str(demo_run / "audit.json")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    written = read_json(demo_run / "audit.json")
+    launcher = json.loads(before)
+    assert written["task_count"] == launcher["task_count"] and written["totals"] == launcher["totals"]
+    assert launcher_audit.read_bytes() == before

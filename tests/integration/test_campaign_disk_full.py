@@ -4,10 +4,12 @@ The campaign file lives on its own tiny tmpfs; the run root does not. The disk i
 brim at three moments of a real demo run on the real Docker engine:
   - settlement: by this test, the moment events.jsonl shows the runner's exit (the meter stand-in
     answers every read 2 s late, so the final reading is always still in flight then);
-  - registration (`Campaign.start_run`) and the runner's pgid (`Campaign.set_runner_pgid`): by a
-    hook in the launcher process that fills the same tmpfs just before that save runs.
+  - registration (`Campaign.start_run`), the runner's pgid (`Campaign.set_runner_pgid`) and a meter
+    reading (`Campaign.record_usage`: the first poll of a new campaign, or the startup reading an
+    existing campaign saves when it is opened): by a hook in the launcher process that fills the same
+    tmpfs just before that save runs.
 Each must end with exit 3 and stop reason campaign_persistence_failed, cleanup proven (nothing
-labelled left), run_finished and audit.json written, and the campaign file valid JSON and
+labelled left), run_finished and audit.launcher.json written, and the campaign file valid JSON and
 byte-for-byte what it was when the disk filled (so a registered run's active_run is kept).
 """
 
@@ -196,3 +198,39 @@ def test_full_disk_at_registration_or_pgid_stops_with_exit_3(demo, campaign_disk
         assert record["active_run"]["run_root"] == str(run_root)
         assert "runner_pgid" not in record["active_run"] or record["active_run"]["runner_pgid"] is None
         assert "runner_started" in kinds(run_root)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["poll-reading", "opening-existing"])
+def test_full_disk_at_a_meter_reading_stops_with_exit_3(demo, campaign_disk, existing):
+    """Issue 21 item 2: a reading that cannot be saved (at a poll, or when an existing campaign is
+    opened) ends as campaign_persistence_failed, never as a crash or a supervisor error."""
+    from datetime import datetime, timezone
+
+    from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
+
+    name = "fill-reading-" + ("existing" if existing else "poll")
+    campaign = campaign_disk / "campaign.json"
+    run_root = demo.run_root(name)
+    if existing:
+        now = datetime.now(timezone.utc)
+        usage = float(demo.meter.state()["usage"])
+        campaign.write_text(CampaignRecord(
+            fingerprint=key_fingerprint(demo.key), ceiling_usd=50.0, usage_baseline=usage, prior_spend_usd=0.0,
+            last_usage=usage, last_usage_observed_at=now, created_at=now, reserve_usd=5.0, run_budget_usd=20.0,
+        ).to_json())
+    proc = launch(demo, name, campaign, "record_usage")
+    try:
+        code = proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    manifest = assert_ended_as_persistence_failure(demo, name, code)
+    doing = "opening the campaign" if existing else "saving a meter reading"
+    assert manifest["error"]["type"] == CPF and manifest["error"]["message"].startswith(doing), manifest["error"]
+    snapshot = Path(str(campaign_disk) + "-snapshot").read_bytes()
+    assert campaign.read_bytes() == snapshot  # the failed save changed nothing
+    record = json.loads(snapshot)
+    if existing:
+        assert record.get("active_run") is None and "runner_started" not in kinds(run_root)
+    else:
+        assert record["active_run"]["run_root"] == str(run_root)  # registered: kept for clear

@@ -32,7 +32,7 @@ def demo_cfg(env, **over) -> RunConfig:
         repo_dir=env.seed, bench_root=env.bench, bench_commit=env.bench_commit, docker_host=env.docker_host,
         resource_root=env.storage, run_root=env.run_root("doctor"), base_image=env.pack_tag, build_image=True,
         model="demo/stub-model", tasks=("demo-csv-totals",), campaign_file=env.root / "campaign-doctor.json",
-        campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0, meter_url=env.meter.base_url,
+        new_campaign=True, campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0, meter_url=env.meter.base_url,
         api_key_env=env.key_env, min_key_usd=0.0, min_free_gib=1.0, min_root_free_gib=1.0, cpus=1.0, memory="2g",
     )
     flags.update(over)

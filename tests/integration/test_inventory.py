@@ -144,7 +144,8 @@ def _paid_config(demo, run_root: Path, meter_url: str, campaign: Path, accept: b
     return RunConfig.from_flags(
         repo_dir=demo["seed"], bench_root=demo["bench"], bench_commit=demo["commit"], docker_host=demo["host"],
         run_root=run_root, base_image=demo["pack"], image=demo["tags"]["broken"], tasks=TASKS,
-        campaign_file=campaign, meter_url=meter_url, cpus=1, memory="2g", min_free_gib=1, min_root_free_gib=1,
+        campaign_file=campaign, new_campaign=True, campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0,
+        meter_url=meter_url, cpus=1, memory="2g", min_free_gib=1, min_root_free_gib=1,
         accept_environment_blocked=accept,
     )
 

@@ -114,7 +114,8 @@ def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daem
     run_root = env.run_root(name)
     args = without_limits(env.run_args(name, ["demo-csv-totals"], campaign="unused.json"))
     cut = args.index("--campaign-file")
-    args = args[:cut] + args[cut + 2:] + ["--probe", "inventory"]  # no model, no campaign: the containers only
+    args = args[:cut] + args[cut + 3:] + ["--probe", "inventory"]  # no model, no campaign: the containers only
+    assert "--new-campaign" not in args
     watcher = LabelledCreations(env.docker_host, run_label(run_root))
     try:
         proc = run(env, args)
@@ -160,6 +161,34 @@ def test_an_unsettled_campaign_is_refused_in_preflight_before_any_container(env)
     assert not campaign.with_name(campaign.name + ".lock").exists()  # read without its lock
 
 
+def drop_flag(args: list[str], flag: str, with_value: bool) -> list[str]:
+    at = args.index(flag)
+    return args[:at] + args[at + (2 if with_value else 1):]
+
+
+@pytest.mark.parametrize("flag,with_value,words", [
+    ("--new-campaign", False, ("does not exist", "new usage baseline", "pass --new-campaign")),
+    ("--budget-reserve-usd", True, ("needs --budget-reserve-usd given explicitly",)),
+    ("--campaign-budget-usd", True, ("needs --campaign-budget-usd given explicitly",)),
+    ("--budget-usd", True, ("needs --budget-usd given explicitly",)),
+])
+def test_a_new_campaign_is_never_implied_and_is_refused_in_preflight(env, flag, with_value, words):
+    """Issue 21: no default money and no silent new baseline; exit 2, one sentence, nothing written."""
+    name = f"implied{flag.replace('-', '_')}"
+    campaign = env.root / f"campaign-{name}.json"
+    run_root = env.run_root(name)
+    args = drop_flag(env.run_args(name, ["demo-csv-totals"], campaign=campaign.name), flag, with_value)
+    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    try:
+        proc = run(env, args)
+    finally:
+        watcher.close()
+    one_refusal(proc, *words)
+    assert watcher.seen == []
+    assert not run_root.exists()
+    assert not list(env.root.glob(f"campaign-{name}.json*"))  # neither the campaign nor its lock
+
+
 def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env, monkeypatch, capsys):
     """The old default --cpus crashed at the inventory's first container (docker APIError) and left no
     ledger. Whatever crashes after admission, the ledger answers for every selected task."""
@@ -182,7 +211,8 @@ def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env,
     cfg = RunConfig.from_flags(
         repo_dir=env.seed, bench_root=env.bench, bench_commit=env.bench_commit, docker_host=env.docker_host,
         resource_root=env.storage, run_root=run_root, base_image=env.pack_tag, model="demo/stub-model", tasks=tasks,
-        campaign_file=env.root / "campaign-crash.json", campaign_budget_usd=50.0, budget_reserve_usd=5.0,
+        campaign_file=env.root / "campaign-crash.json", new_campaign=True, campaign_budget_usd=50.0,
+        budget_usd=20.0, budget_reserve_usd=5.0,
         meter_url=env.meter.base_url, api_key_env=env.key_env, min_key_usd=0.0, min_free_gib=1.0,
         min_root_free_gib=1.0, build_image=True)
     code = launcher.execute_run(cfg, ["cowork-adapter", "run"])

@@ -125,7 +125,7 @@ def assert_usage_matches_requests(run_root: Path, row: dict, requests: list[dict
     assert (usage.get("records"), usage.get("prompt_tokens"), usage.get("completion_tokens")) == served, (
         f"ledger usage {usage} != chat stand-in requests {served}: {requests}")
     audits = sorted(run_root.rglob(LAUNCHER_AUDIT_NAME))
-    assert audits, "the run wrote no audit.json"
+    assert audits, "the run wrote no audit.launcher.json"
     task = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == TASK)
     activity = task["activity"]
     assert (activity["usage_records"], activity["prompt_tokens"], activity["completion_tokens"]) == served, (

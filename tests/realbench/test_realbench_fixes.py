@@ -29,6 +29,7 @@ import pytest
 
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.meter_standin import MeterStandin
+from cowork_adapter.schemas.audit import LAUNCHER_AUDIT_NAME
 from realbench_env import host_address_for_containers
 
 RUN_TIMEOUT_S = 2400
@@ -110,7 +111,7 @@ class PaidRig:
         extra = ["--engine", engine, "--model", DEFAULT_MODEL_ID, "--max-steps", "20", "--task-timeout", "600",
                  "--concurrency", "1", "--max-workers", "2", "--task-review-mode", "off",
                  "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", "--openai-compatible-base-url", self.base_url,
-                 "--campaign-file", str(self.root / "campaign.json"), "--campaign-budget-usd", "50",
+                 "--campaign-file", str(self.root / "campaign.json"), "--new-campaign", "--campaign-budget-usd", "50",
                  "--budget-usd", "20", "--budget-reserve-usd", "5", "--meter-url", self.meter.base_url,
                  "--api-key-env", KEY_ENV, "--min-key-usd", "0", "--accept-environment-blocked"]
         code, tail = launch(self.bed, self.root, name, adapter_args(self.bed, self.root, name, tasks, extra), self.key)
@@ -152,8 +153,8 @@ def test_f_usage_records_are_the_chat_requests_on_a_real_task(bed, tmp_path):
     usage = row.get("usage") or {}
     assert (usage.get("records"), usage.get("prompt_tokens"), usage.get("completion_tokens")) == served, (
         f"ledger usage {usage} != chat requests {served}\n{tail}")
-    audits = sorted(run_root.rglob("audit.json"))
-    assert audits, f"no audit.json\n{tail}"
+    audits = sorted(run_root.rglob(LAUNCHER_AUDIT_NAME))
+    assert audits, f"no {LAUNCHER_AUDIT_NAME}\n{tail}"
     audit = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == task)
     activity = audit["activity"]
     assert (activity["usage_records"], activity["prompt_tokens"], activity["completion_tokens"]) == served, activity

@@ -203,6 +203,22 @@ def test_verdicts_are_copied_never_changed(run_root: Path) -> None:
     assert report.eval_attempts.diagnostic_enabled is True
 
 
+def test_the_audit_finds_every_diagnostic_file_under_the_seeds_names(run_root: Path) -> None:
+    """Issue 21 item 4: the diagnostic's claim, receipt, report and log all use `ouroboros_diagnostic_*`
+    names, and the audit counts each kind (the log under its own name, not a look-alike)."""
+    from cowork_adapter.container import diagnostic
+
+    planted = next(p for p in run_root.rglob("ouroboros_diagnostic_claim.json")).parent
+    log = Path(diagnostic.log_path(str(planted), "a" * 32))
+    assert log.name.startswith("ouroboros_diagnostic_") and log.name.endswith(".log")
+    log.write_text("checker output\n")
+    (planted / f"ouroboros_diagnostic_report-{'a' * 32}.json").write_text(json.dumps({"stage": "started"}))
+    facts = _task(build_audit(run_root), "planted-task").eval_attempts.diagnostic
+    assert (facts.receipts, facts.reports, facts.logs) == (1, 1, 1)
+    for name in (diagnostic.CLAIM_NAME, diagnostic.RECEIPT_PREFIX, diagnostic.REPORT_PREFIX, diagnostic.LOG_PREFIX):
+        assert name.startswith("ouroboros_diagnostic_"), name
+
+
 def test_capability_omission_is_counted_with_its_reference(run_root: Path) -> None:
     planted = _task(build_audit(run_root), "planted-task")
     assert planted.capability_omissions.count == 1
@@ -245,10 +261,17 @@ def test_audit_never_modifies_the_run_dir(run_root: Path, capsys) -> None:
 
 def test_audit_run_writes_exclusively_then_numbers(run_root: Path) -> None:
     audit_run(run_root)
-    first = (run_root / "audit.json").read_bytes()
+    first = (run_root / "audit.launcher.json").read_bytes()
     audit_run(run_root)
-    assert (run_root / "audit.json").read_bytes() == first
-    assert json.loads((run_root / "audit-1.json").read_text())["task_count"] == 3
+    assert (run_root / "audit.launcher.json").read_bytes() == first
+    assert json.loads((run_root / "audit.launcher-1.json").read_text())["task_count"] == 3
+    assert not (run_root / "audit.json").exists()  # the seed's name stays free for the operator
+
+
+def test_the_seeds_output_name_is_free_after_the_launchers_audit(run_root: Path) -> None:
+    audit_run(run_root)  # what the launcher does at the end of every run
+    assert run_audit_command(run_root, run_root / "audit.json") == 0
+    assert json.loads((run_root / "audit.json").read_text())["task_count"] == 3
 
 
 def test_not_a_run_is_refused(tmp_path: Path, capsys) -> None:

@@ -205,6 +205,7 @@ def test_show_prints_a_table_and_json(crashed, capsys):
     text = console.file.getvalue()
     assert key_fingerprint(KEY) in text and "crashed (launcher pid" in text
     assert "$1,000.00" in text and "$15.0000" in text and "/runs/earlier" in text
+    assert "not stored / not stored" in text and "not recorded" in text  # created without stored bounds
     assert show_command(path, as_json=True) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["spent_usd"] == 15.0 and shown["active_run"]["run_label"] == "label-crashed"

@@ -27,7 +27,7 @@ def cfg(tmp_path: Path, **over) -> RunConfig:
     (tmp_path / "bench").mkdir(exist_ok=True)
     flags = dict(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
                  run_root=tmp_path / "runs" / "r1", campaign_file=tmp_path / "campaign.json",
-                 campaign_budget_usd=50.0, budget_reserve_usd=5.0)
+                 new_campaign=True, campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0)
     flags.update(over)
     return RunConfig.from_flags(**flags)
 
@@ -86,3 +86,75 @@ def test_each_campaign_refusal_is_raised_in_preflight_without_touching_the_file(
 def test_a_new_campaign_whose_prior_spend_leaves_nothing_above_the_reserve_is_refused(tmp_path):
     assert "not above the $5.00 reserve" in refused(cfg(tmp_path, prior_spend_usd=46.0))
     assert not (tmp_path / "campaign.json").exists()
+
+
+# ---- money is never implied (issue 21, item 1) -------------------------------------------------
+
+
+def test_a_missing_campaign_without_new_campaign_is_refused_as_a_new_baseline(tmp_path):
+    sentence = refused(cfg(tmp_path, new_campaign=False))
+    assert "does not exist" in sentence and "new usage baseline" in sentence and "--new-campaign" in sentence
+    assert "\n" not in sentence
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench", "seed"]
+
+
+@pytest.mark.parametrize("drop", [
+    ("campaign_budget_usd",), ("budget_usd",), ("budget_reserve_usd",),
+    ("campaign_budget_usd", "budget_usd", "budget_reserve_usd"),
+])
+def test_creating_a_campaign_needs_every_money_flag_given(tmp_path, drop):
+    sentence = refused(cfg(tmp_path, **{name: None for name in drop}))
+    flags = {"campaign_budget_usd": "--campaign-budget-usd", "budget_usd": "--budget-usd",
+             "budget_reserve_usd": "--budget-reserve-usd"}
+    for name, flag in flags.items():
+        assert (flag in sentence) == (name in drop), sentence
+    assert "given explicitly" in sentence and "\n" not in sentence
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench", "seed"]
+
+
+def test_an_existing_campaign_supplies_the_bounds_it_stored(tmp_path):
+    config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=None, budget_reserve_usd=None)
+    before = write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
+    resolved = campaign_preflight(config, KEY, reading())
+    assert (resolved.campaign_budget_usd, resolved.budget_usd, resolved.budget_reserve_usd) == (50.0, 12.0, 4.0)
+    assert config.campaign_file.read_bytes() == before
+
+
+def test_explicit_bounds_win_over_the_stored_ones_but_the_ceiling_never_changes(tmp_path):
+    config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=7.0, budget_reserve_usd=3.0)
+    write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
+    resolved = campaign_preflight(config, KEY, reading())
+    assert (resolved.campaign_budget_usd, resolved.budget_usd, resolved.budget_reserve_usd) == (50.0, 7.0, 3.0)
+    assert "a ceiling cannot change" in refused(cfg(tmp_path, campaign_budget_usd=60.0))
+
+
+def test_a_campaign_that_stored_no_bounds_names_the_flags_to_give(tmp_path):
+    config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=None, budget_reserve_usd=None)
+    write(config.campaign_file)  # a file written before the bounds were stored
+    sentence = refused(config)
+    assert "--budget-usd and --budget-reserve-usd" in sentence and "--campaign-budget-usd" not in sentence
+
+
+def test_a_stored_ceiling_below_an_explicit_reserve_is_refused(tmp_path):
+    config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_reserve_usd=50.0)
+    write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
+    assert "is not below the campaign's ceiling $50" in refused(config)
+
+
+# ---- one diagnostic setting per campaign (issue 21, item 4) ------------------------------------
+
+
+@pytest.mark.parametrize("stored,asked", [(True, False), (False, True)])
+def test_a_run_with_another_diagnostic_setting_than_the_campaigns_is_refused(tmp_path, stored, asked):
+    config = cfg(tmp_path, diagnostic_eval_on_truncation=asked)
+    before = write(config.campaign_file, diagnostic_eval_on_truncation=stored)
+    sentence = refused(config)
+    assert "--diagnostic-eval-on-truncation" in sentence and "same setting" in sentence
+    assert config.campaign_file.read_bytes() == before
+
+
+@pytest.mark.parametrize("stored", [None, True])
+def test_the_same_or_an_unrecorded_diagnostic_setting_is_admitted(tmp_path, stored):
+    config = cfg(tmp_path, diagnostic_eval_on_truncation=True)
+    write(config.campaign_file, diagnostic_eval_on_truncation=stored)
+    campaign_preflight(config, KEY, reading())

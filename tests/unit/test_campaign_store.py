@@ -142,10 +142,18 @@ def test_corrupt_or_unknown_file_is_refused_and_unmodified(path, text):
 
 
 def test_missing_file_without_create_is_refused_and_nothing_is_written(path):
-    with pytest.raises(Refusal):
+    with pytest.raises(Refusal) as refused:
         with admit(path, create_if_missing=False):
             pass
+    assert "new usage baseline" in refused.value.sentence and "--new-campaign" in refused.value.sentence
     assert not path.exists()
+
+
+def test_creation_stores_the_reserve_and_run_budget_it_was_given(path):
+    with admit(path, reserve=7.5, run_budget=30.0):
+        pass
+    stored = json.loads(path.read_text())
+    assert (stored["reserve_usd"], stored["run_budget_usd"]) == (7.5, 30.0)
 
 
 @pytest.mark.parametrize(("field", "value"), [("ceiling", 0.0), ("ceiling", float("inf")), ("prior_spend", -1.0), ("startup_usage", float("nan"))])
@@ -234,3 +242,25 @@ def test_read_only_directory_raises_persistence_error_and_keeps_the_last_good_re
         assert campaign.record.last_usage == 50.0 and campaign.record.active_run is None
         campaign.record_usage(60.0)  # writable again: the same handle saves
     assert read_campaign(path).last_usage == 60.0
+
+
+def test_the_first_run_fixes_the_diagnostic_setting_and_another_is_refused_untouched(path):
+    with admit(path, diagnostic=True):
+        pass
+    assert json.loads(path.read_text())["diagnostic_eval_on_truncation"] is True
+    before = path.read_bytes()
+    with pytest.raises(Refusal) as refused:
+        with admit(path, startup_usage=60.0, diagnostic=False):
+            pass
+    assert "same setting" in refused.value.sentence
+    assert path.read_bytes() == before
+    with admit(path, startup_usage=60.0, diagnostic=True):
+        pass
+
+
+def test_a_campaign_without_a_recorded_setting_takes_the_next_runs(path):
+    make_campaign(path)  # no setting stated (a file from before it was stored)
+    assert json.loads(path.read_text())["diagnostic_eval_on_truncation"] is None
+    with admit(path, startup_usage=60.0, diagnostic=False):
+        pass
+    assert json.loads(path.read_text())["diagnostic_eval_on_truncation"] is False

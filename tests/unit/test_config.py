@@ -61,8 +61,10 @@ def test_defaults(base, tmp_path):
     assert (cfg.safety_mode, cfg.runtime_mode, cfg.max_workers) == ("off", "pro", 4)
     assert cfg.subagents is False and cfg.subagent_depth == 0
     assert cfg.per_task_cost_usd == 25.0 and cfg.diagnostic_eval_on_truncation is False
+    # No amount of money is a default: a paid run takes them from its flags or from its campaign.
     assert (cfg.budget_usd, cfg.campaign_budget_usd, cfg.prior_spend_usd, cfg.budget_reserve_usd) == (
-        150.0, 1000.0, 0.0, 100.0)
+        None, None, 0.0, None)
+    assert cfg.new_campaign is False
     assert cfg.meter_blindness_sec == 30.0 and cfg.meter_url == "https://openrouter.ai/api/v1"
     assert (cfg.min_free_gib, cfg.min_root_free_gib, cfg.min_key_usd) == (200.0, 40.0, 20.0)
     assert cfg.or_provider == "" and cfg.openai_compatible_base_url == ""
@@ -226,6 +228,18 @@ def test_paid_run_needs_campaign_file(base):
     assert r.stage == "flags" and "--campaign-file" in r.sentence
     assert build(flags, dry_run=True).campaign_file is None
     assert build(flags, probe="stateful").campaign_file is None
+
+
+def test_new_campaign_needs_campaign_file(base):
+    flags = {k: v for k, v in base.items() if k != "campaign_file"}
+    r = refusal(flags, dry_run=True, new_campaign=True)
+    assert r.stage == "flags" and "--new-campaign is only meaningful with --campaign-file" in r.sentence
+    assert build(base, new_campaign=True).new_campaign is True
+
+
+def test_a_reserve_alone_or_a_ceiling_alone_is_not_compared_with_an_assumed_amount(base):
+    assert build(base, budget_reserve_usd=5000.0).campaign_budget_usd is None
+    assert build(base, campaign_budget_usd=1.0).budget_reserve_usd is None
 
 
 def test_prior_spend_needs_campaign_file(base):

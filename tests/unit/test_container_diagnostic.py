@@ -117,7 +117,7 @@ def test_eligible_decline_runs_the_checker_once_and_changes_nothing_official(dum
     assert receipt["outcome"] == "checks_passed" and receipt["eligible"] is True
     assert receipt["custody"] == "group_dead" and receipt["checker_exit_code"] == 0
     assert receipt["official_verdict_unchanged"] is True and receipt["cap_sec"] == 900
-    assert dump.files() == sorted([f"ouroboros_diagnostic-{attempt}.log", "ouroboros_diagnostic_claim.json",
+    assert dump.files() == sorted([f"ouroboros_diagnostic_log-{attempt}.log", "ouroboros_diagnostic_claim.json",
                                    f"ouroboros_diagnostic_receipt-{attempt}.json",
                                    f"ouroboros_diagnostic_report-{attempt}.json"])
     on_disk = json.loads((dump.root / f"ouroboros_diagnostic_receipt-{attempt}.json").read_text())
@@ -129,7 +129,7 @@ def test_eligible_decline_runs_the_checker_once_and_changes_nothing_official(dum
     assert "--res_log_file" in args and str(dump.log) not in args
     assert f"--agent_workspace {dump.workspace} --groundtruth_workspace gt --launch_time 2026-01-02 03:04:05" in args
     assert not Path(args.split()[1]).exists()  # the private copy is gone
-    log = (dump.root / f"ouroboros_diagnostic-{attempt}.log").read_text()
+    log = (dump.root / f"ouroboros_diagnostic_log-{attempt}.log").read_text()
     for text in ("import-time", "stderr Pass", "grandchild Pass", "grandchild traceback"):
         assert text in log
 
@@ -352,7 +352,7 @@ def test_nothing_the_diagnostic_prints_reaches_the_runners_log(tmp_path):
     [receipt_file] = bench.task_root.glob("ouroboros_diagnostic_receipt-*.json")
     receipt = json.loads(receipt_file.read_text())
     assert receipt["outcome"] == "checks_passed", receipt
-    log = next(bench.task_root.glob("ouroboros_diagnostic-*.log")).read_text()
+    log = next(bench.task_root.glob("ouroboros_diagnostic_log-*.log")).read_text()
     assert "grandchild Pass: True" in log and "grandchild traceback" in log
     eval_res = json.loads((bench.task_root / "eval_res.json").read_text())
     assert eval_res == {"pass": None, "details": protocol.GATE_TEXT.format(status=STATUS)}

@@ -63,7 +63,7 @@ def make_cfg(tmp_path: Path, pins, meter_url: str, **over) -> RunConfig:
     (tmp_path / "runs").mkdir(exist_ok=True)
     flags = dict(
         repo_dir=seed, bench_root=bench, bench_commit=commit, docker_host=HOST, run_root=tmp_path / "runs" / "r1",
-        tasks=("demo-csv-totals",), campaign_file=tmp_path / "campaign.json", campaign_budget_usd=50.0,
+        tasks=("demo-csv-totals",), campaign_file=tmp_path / "campaign.json", new_campaign=True, campaign_budget_usd=50.0,
         budget_usd=20.0, budget_reserve_usd=5.0, meter_url=meter_url, api_key_env=KEY_ENV, min_key_usd=1.0,
         min_free_gib=1.0, min_root_free_gib=1.0, base_image="cowork-pack:test", build_image=True,
     )
@@ -290,6 +290,26 @@ def test_campaign_spent_down_to_the_reserve(tmp_path, healthy, meter, capsys):
     assert "not above the $5 reserve" in only_failure(lines, "campaign")
 
 
+def test_a_missing_campaign_without_new_campaign_fails_as_a_new_baseline(tmp_path, healthy, meter, capsys):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, new_campaign=False), capsys)
+    assert "new usage baseline" in only_failure(lines, "campaign")
+    assert not (tmp_path / "campaign.json").exists()
+
+
+def test_a_missing_campaign_without_a_reserve_names_the_flag(tmp_path, healthy, meter, capsys):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, budget_reserve_usd=None), capsys)
+    line = only_failure(lines, "campaign")
+    assert "needs --budget-reserve-usd given explicitly" in line
+
+
+def test_campaign_with_another_diagnostic_setting(tmp_path, healthy, meter, capsys):
+    cfg = make_cfg(tmp_path, healthy, meter.base_url)
+    write_campaign(cfg.campaign_file, diagnostic_eval_on_truncation=True)
+    code, lines = run(cfg, capsys)
+    line = only_failure(lines, "campaign")
+    assert "same setting" in line and "— fix: pass --diagnostic-eval-on-truncation" in line
+
+
 def test_unreadable_campaign(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
     cfg.campaign_file.write_text("{not json")
@@ -307,7 +327,8 @@ def test_existing_settled_campaign_is_ok(tmp_path, healthy, meter, capsys):
 
 def test_dry_run_needs_no_key_meter_or_campaign(tmp_path, healthy, capsys, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    cfg = make_cfg(tmp_path, healthy, "http://127.0.0.1:9/api/v1", dry_run=True, campaign_file=None)
+    cfg = make_cfg(tmp_path, healthy, "http://127.0.0.1:9/api/v1", dry_run=True, campaign_file=None,
+                   new_campaign=False)
     code, lines = run(cfg, capsys)
     assert code == 0
     for name in ("provider key", "key meter", "campaign"):

@@ -4,6 +4,7 @@ disclosures in sentences, outputs only where told, and plots with labelled axes.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -182,6 +183,9 @@ def test_monitor_spend_is_read_through_its_schema(tmp_path):
     assert make_report([root], 1)["runs"][0]["run_spent_usd"] == 12.5
 
 
+SECTION_CITED = re.compile(r" \(METHODOLOGY\.md §\w+\)$")  # every disclosure names its section
+
+
 def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
     inventory = Inventory(
         image_id="sha256:" + "b" * 64, started_at=TS, finished_at=TS,
@@ -191,7 +195,9 @@ def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
                               after="1.30.0", took=True)],
     ).to_manifest()
     one = make_run(tmp_path / "one", ["a-1", "a-2", "a-3"], {"a-1": "pass", "a-2": "infra"}, inventory=inventory)
-    notes = make_report([one], 1)["disclosures"]
+    cited = make_report([one], 1)["disclosures"]
+    assert all(SECTION_CITED.search(n) for n in cited), cited
+    notes = [SECTION_CITED.sub("", n) for n in cited]
     assert "1 infrastructure failure counts as not passed." in notes
     assert "1 selected task was never attempted and counts as not passed." in notes
     assert any(n.startswith("The denominator is 3 selected tasks:") for n in notes)
@@ -206,7 +212,7 @@ def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
     assert "| Known cost (accounted / llm_usage) | $0.50 over 1 attempt |" in markdown
 
     two = make_run(tmp_path / "two", ["b-1", "b-2", "b-3"], {"b-1": "infra", "b-2": "infra"})
-    notes = make_report([two], 1)["disclosures"]
+    notes = [SECTION_CITED.sub("", n) for n in make_report([two], 1)["disclosures"]]
     assert "2 infrastructure failures count as not passed." in notes
     assert "1 selected task was never attempted and counts as not passed." in notes
 
@@ -267,3 +273,45 @@ def test_every_report_plot_names_both_axes_with_units(tmp_path):
             assert x_label == "task domain"  # categories, no unit
         else:
             assert x_label.endswith(")") and "(" in x_label, x_label
+
+
+def test_the_launchers_audit_is_read_first_and_an_older_runs_audit_json_still_counts(tmp_path):
+    from cowork_adapter.report.merge import load_runs
+
+    old = tmp_path / "old"
+    synth.synth_run(old, 4, usage_rows=1, other_rows=0)
+    write_index(old, build_index(old, live=False, interruption_cause="runner_exited"))
+    audit_run(old)
+    launcher_audit_path(old).rename(old / "audit.json")  # where a launcher before the rename wrote it
+    assert load_runs([old])[0].audit is not None
+    new = tmp_path / "new"
+    synth.synth_run(new, 4, usage_rows=1, other_rows=0)
+    write_index(new, build_index(new, live=False, interruption_cause="runner_exited"))
+    audit_run(new)
+    (new / "audit.json").write_text("not the launcher's audit")  # the operator's file is not read
+    record = load_runs([new])[0]
+    assert record.audit is not None and not record.audit_unreadable
+
+
+def test_the_report_points_to_methodology_and_every_disclosure_names_an_existing_section(tmp_path):
+    """Issue 21 item 6: METHODOLOGY.md exists in the repository, the report links it, and each
+    disclosure ends with `(METHODOLOGY.md §<section>)` for a section the file really has."""
+    import re
+    from pathlib import Path
+
+    from cowork_adapter.report.render import to_html, to_markdown
+
+    methodology = Path(__file__).resolve().parents[2] / "METHODOLOGY.md"
+    sections = set(re.findall(r"^## (\w+)$", methodology.read_text(), flags=re.MULTILINE))
+    assert {"scoring", "denominator", "statuses", "infra", "environment", "diagnostic", "validity",
+            "claims"} <= sections
+    r0 = make_run(tmp_path / "r0", ["a", "b", "c"], {"a": "pass", "b": "infra"})
+    r1 = make_run(tmp_path / "r1", ["a", "b", "c"], {"b": "fail"}, task_ids=["b", "c"], resume_from=[r0], generation=1)
+    r = make_report([r1], 2)
+    assert r["methodology"] == str(methodology)
+    assert len(r["disclosures"]) >= 4  # engine, subset, not attempted / infra, merged runs
+    for note in r["disclosures"]:
+        cited = re.search(r"\(METHODOLOGY\.md §(\w+)\)$", note)
+        assert cited and cited.group(1) in sections, note
+    assert f"[METHODOLOGY.md]({methodology})" in to_markdown(r)
+    assert f"href='file://{methodology}'" in to_html(r)

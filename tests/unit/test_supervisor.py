@@ -167,3 +167,21 @@ def test_first_cause_wins(tmp_path, cause):
     result = sup.run(time.monotonic())
     assert result.stop_reason == cause
     assert result.stop_causes == [cause, StopReason.RUN_BUDGET]
+
+
+def test_the_supervisor_polls_at_the_cadence_the_manifest_records(tmp_path):
+    """Issue 21 item 8: one poll constant. The real supervisor's default wait is the 15 s that
+    `budget_record` writes into the manifest (tests elsewhere pass a short poll_sec explicitly)."""
+    from cowork_adapter.config import RunConfig
+    from cowork_adapter.launcher import budget_record
+
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "bench").mkdir()
+    cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
+                               run_root=tmp_path / "runs" / "r", dry_run=True)
+    supervisor = Supervisor(runner_argv=["true"], runner_env={}, runner_cwd=tmp_path, console_log=tmp_path / "c.log",
+                            stop_file=tmp_path / "stop", blindness_sec=30.0, meter=None, disk_check=lambda: None,
+                            publish=lambda live: None, on_event=lambda kind, data: None)
+    recorded = budget_record(cfg)["meter"]
+    assert supervisor.poll_sec == recorded["poll_sec"] == 15.0
+    assert recorded["read_slice_sec"] == 5.0

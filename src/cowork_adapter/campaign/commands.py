@@ -55,6 +55,10 @@ def show_command(campaign_file: str | os.PathLike[str], as_json: bool = False, *
     return int(ExitCode.OK)
 
 
+def _stored_usd(value: float | None) -> str:
+    return "not stored" if value is None else f"${value:,.2f}"
+
+
 def _summary_table(record: CampaignRecord) -> Table:
     table = Table(title="Campaign", show_header=False)
     active = record.active_run
@@ -64,6 +68,9 @@ def _summary_table(record: CampaignRecord) -> Table:
         ("spent", f"${record.spent_usd:,.4f}"),
         ("remaining", f"${record.remaining_usd:,.4f}"),
         ("prior spend", f"${record.prior_spend_usd:,.4f}"),
+        ("reserve / run budget", f"{_stored_usd(record.reserve_usd)} / {_stored_usd(record.run_budget_usd)}"
+                                 " (what a run naming neither uses)"),
+        ("residual diagnostic", {True: "on", False: "off", None: "not recorded"}[record.diagnostic_eval_on_truncation]),
         ("usage baseline / last", f"{record.usage_baseline:.6f} / {record.last_usage:.6f}"),
         ("last reading", record.last_usage_observed_at.isoformat()),
         ("created", record.created_at.isoformat()),

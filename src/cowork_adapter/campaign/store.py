@@ -279,11 +279,15 @@ def open_campaign(
     prior_spend: float = 0.0,
     startup_usage: float,
     create_if_missing: bool,
+    reserve: float | None = None,
+    run_budget: float | None = None,
+    diagnostic: bool | None = None,
     now: Callable[[], datetime] = utc_now,
 ) -> Iterator[Campaign]:
     """Lock the campaign, admit this key and ceiling, save the startup usage, yield the handle.
 
-    A new campaign takes baseline = startup usage (prior spend is accepted only here). An
+    A new campaign (only with `create_if_missing`) takes baseline = startup usage (prior spend is
+    accepted only here) and keeps the reserve and run budget it was created with. An
     existing one must match fingerprint and ceiling, have no unsettled active_run, and its
     counter must not have gone down. Refusals leave the file unmodified; the lock is released
     when the block exits, however it exits.
@@ -295,7 +299,8 @@ def open_campaign(
         record = session.load()
         if record is None:
             if not create_if_missing:
-                raise Refusal(STAGE, f"The campaign file {store.location} does not exist.")
+                raise Refusal(STAGE, f"The campaign file {store.location} does not exist; creating it would take a new "
+                                     "usage baseline, which needs --new-campaign.")
             at = now()
             record = CampaignRecord(
                 fingerprint=key_fingerprint,
@@ -305,23 +310,38 @@ def open_campaign(
                 last_usage=startup_usage,
                 last_usage_observed_at=at,
                 created_at=at,
+                reserve_usd=reserve,
+                run_budget_usd=run_budget,
+                diagnostic_eval_on_truncation=diagnostic,
             )
             session.save(record)
             yield Campaign(session, record, now)
             return
-        _admit_existing(record, store.location, key_fingerprint, ceiling, prior_spend, startup_usage)
+        _admit_existing(record, store.location, key_fingerprint, ceiling, prior_spend, startup_usage, diagnostic)
         campaign = Campaign(session, record, now)
+        if record.diagnostic_eval_on_truncation is None and diagnostic is not None:
+            campaign._commit(diagnostic_eval_on_truncation=diagnostic)  # first run that states it fixes it
         campaign.record_usage(startup_usage)
         yield campaign
 
 
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
 def _admit_existing(
-    record: CampaignRecord, location: str, fingerprint: str, ceiling: float, prior_spend: float, usage: float
+    record: CampaignRecord, location: str, fingerprint: str, ceiling: float, prior_spend: float, usage: float,
+    diagnostic: bool | None = None,
 ) -> None:
     if record.fingerprint != fingerprint:
         raise Refusal(STAGE, f"The campaign {location} belongs to key {record.fingerprint}, not to the key in use ({fingerprint}).")
     if record.ceiling_usd != ceiling:
         raise Refusal(STAGE, f"The campaign {location} has a ceiling of ${record.ceiling_usd:g}, not ${ceiling:g}; a ceiling cannot change.")
+    stored = record.diagnostic_eval_on_truncation
+    if diagnostic is not None and stored is not None and diagnostic != stored:
+        raise Refusal(STAGE, f"The campaign {location} runs with the residual diagnostic {_on_off(stored)} "
+                             f"(--diagnostic-eval-on-truncation), and this run asks for it {_on_off(diagnostic)}; "
+                             "every run of a campaign uses the same setting.")
     if prior_spend != 0:
         raise Refusal(STAGE, f"Prior spend can be declared only when a campaign is created, and {location} already exists.")
     if record.active_run is not None:

@@ -15,7 +15,7 @@ and the docker shim proved `agent-<id>` absent before this eval exec (claim evid
 
 Execution: a child (`child_main`) in its own session rebuilds the checker command from the saved
 task config exactly as the upstream evaluator does, and runs it through the shell. Its stdout and
-stderr, and those of every grandchild, go to `ouroboros_diagnostic-<attempt>.log` only; the parent
+stderr, and those of every grandchild, go to `ouroboros_diagnostic_log-<attempt>.log` only; the parent
 prints nothing. The checker gets `--res_log_file <private copy of traj_log.json>`: many checkers
 overwrite that file with their own summary, and the bound log must stay byte-identical (the copy
 lives in a private temp dir and is deleted afterwards; its digests are in the receipt). The run is
@@ -28,7 +28,8 @@ a pass.
 Files beside the official records in the task dump: ouroboros_diagnostic_claim.json (exclusive;
 an existing one means do nothing), ouroboros_diagnostic_receipt-<attempt>.json (the parent's
 verdict), ouroboros_diagnostic_report-<attempt>.json (the child's stages) and
-ouroboros_diagnostic-<attempt>.log. Standard library only, Python 3.10.
+ouroboros_diagnostic_log-<attempt>.log (every file under the seed's `ouroboros_diagnostic_*`
+names). Standard library only, Python 3.10.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from .vocab import (
 CLAIM_NAME = "ouroboros_diagnostic_claim.json"
 RECEIPT_PREFIX = "ouroboros_diagnostic_receipt-"
 REPORT_PREFIX = "ouroboros_diagnostic_report-"
-LOG_PREFIX = "ouroboros_diagnostic-"
+LOG_PREFIX = "ouroboros_diagnostic_log-"
 SUMMARY_NAME = "ouroboros_summary.json"  # the agent phase's summary (agent.SUMMARY_NAME)
 CLAIM_SCHEMA = "cowork_adapter.diagnostic_attempt.v1"
 RECEIPT_SCHEMA = "cowork_adapter.diagnostic_receipt.v1"

@@ -263,6 +263,7 @@ class EventKind(Vocab):
     TASK_FINISHED = "task_finished"  # the runner's summary.csv row appeared
     METER_READING = "meter_reading"  # accepted and saved
     METER_REJECTED = "meter_rejected"
+    METER_CONFIRMED = "meter_confirmed"  # the acceptance that ended a run of rejected reads
     DISK_READING = "disk_reading"
     STOP_REQUESTED = "stop_requested"
     RUNNER_EXITED = "runner_exited"

@@ -73,7 +73,7 @@ class DemoEnv:
             "--docker-host", self.docker_host, "--resource-root", str(self.storage),
             "--run-root", str(self.run_root(name)), "--base-image", self.pack_tag, "--build-image",
             "--model", MODEL, "--max-steps", "20", "--task-timeout", "240", "--concurrency", "2",
-            "--campaign-file", str(self.root / campaign), "--campaign-budget-usd", "50",
+            "--campaign-file", str(self.root / campaign), "--new-campaign", "--campaign-budget-usd", "50",
             "--budget-usd", str(budget_usd), "--budget-reserve-usd", "5",
             "--meter-url", self.meter.base_url, "--api-key-env", self.key_env, "--min-key-usd", "0",
             "--min-free-gib", "1", "--min-root-free-gib", "1", "--cpus", "1", "--memory", "2g",

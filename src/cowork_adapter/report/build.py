@@ -19,6 +19,19 @@ from .stats import project_full_run, wilson_interval
 
 REPORT_SCHEMA = "cowork_adapter.report.v1"
 FULL_DATASET = 496
+METHODOLOGY_NAME = "METHODOLOGY.md"
+# The repository's copy, when the package runs from its source tree (an editable install).
+_METHODOLOGY_SOURCE = Path(__file__).resolve().parents[3] / METHODOLOGY_NAME
+
+
+def methodology_location() -> str:
+    """Where the reader finds METHODOLOGY.md: the source tree's file when present, else its name."""
+    return str(_METHODOLOGY_SOURCE) if _METHODOLOGY_SOURCE.is_file() else METHODOLOGY_NAME
+
+
+def _see(section: str, note: str) -> str:
+    """A disclosure names the METHODOLOGY.md section that explains it."""
+    return f"{note} ({METHODOLOGY_NAME} §{section})"
 
 
 def row_cost(row: TaskRow) -> float | None:
@@ -183,41 +196,46 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
     for run in runs:
         m = run.manifest
         if m.seed is not None and (m.seed.dirty or not m.seed.reportable):
-            notes.append(f"Run {run.root} used a dirty seed (diagnostic only, not a reportable score).")
+            notes.append(_see("claims", f"Run {run.root} used a dirty seed (diagnostic only, not a reportable score)."))
         if m.dry_run:
-            notes.append(f"Run {run.root} was a dry run (no model was called).")
+            notes.append(_see("scoring", f"Run {run.root} was a dry run (no model was called)."))
         if m.bench is not None and (m.bench.replaced_objects or m.bench.skip_worktree):
             hidden = sorted(m.bench.skip_worktree) + [f"object {o[:12]}" for o in sorted(m.bench.replaced_objects)]
-            notes.append(f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
-                         f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes.")
-        notes.extend(_inventory_notes(run))
+            notes.append(_see("environment", f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
+                         f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes."))
+        notes.extend(_see("environment", note) for note in _inventory_notes(run))
         if run.audit_unreadable:
-            notes.append(f"The audit of run {run.root} is not shown: {run.audit_unreadable}.")
+            notes.append(_see("claims", f"The audit of run {run.root} is not shown: {run.audit_unreadable}."))
+        if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
+            notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
+                                            "outcomes are in the audit only and never count."))
     engines = sorted({r.manifest.engine for r in runs})
-    notes.append(f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses.")
+    notes.append(_see("claims", f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses."))
     if n != FULL_DATASET:
-        notes.append(f"The denominator is {count(n, 'selected task')}: a subset is not the {FULL_DATASET}-task benchmark score.")
+        notes.append(_see("denominator", f"The denominator is {count(n, 'selected task')}: a subset is not the "
+                                         f"{FULL_DATASET}-task benchmark score."))
     k = counts.get("infra_failed", 0)
     if k:
-        notes.append(f"{count(k, 'infrastructure failure')} {_verb(k, 'counts', 'count')} as not passed.")
+        notes.append(_see("infra", f"{count(k, 'infrastructure failure')} {_verb(k, 'counts', 'count')} as not passed."))
     k = counts.get("not_attempted", 0)
     if k:
-        notes.append(f"{count(k, 'selected task')} {_verb(k, 'was', 'were')} never attempted and "
-                     f"{_verb(k, 'counts', 'count')} as not passed.")
+        notes.append(_see("statuses", f"{count(k, 'selected task')} {_verb(k, 'was', 'were')} never attempted and "
+                                      f"{_verb(k, 'counts', 'count')} as not passed."))
     k = counts.get("environment_blocked", 0)
     if k:
-        notes.append(f"{count(k, 'task')} {_verb(k, 'was', 'were')} blocked by a failed MCP server and "
-                     f"{_verb(k, 'counts', 'count')} as not passed.")
+        notes.append(_see("environment", f"{count(k, 'task')} {_verb(k, 'was', 'were')} blocked by a failed MCP server "
+                                         f"and {_verb(k, 'counts', 'count')} as not passed."))
     if truncations:
-        notes.append(f"{count(truncations, 'attempt')} {_verb(truncations, 'was', 'were')} truncated by a runtime rail "
-                     f"(time, rounds or budget) and {_verb(truncations, 'counts', 'count')} as not passed.")
+        notes.append(_see("diagnostic", f"{count(truncations, 'attempt')} {_verb(truncations, 'was', 'were')} truncated "
+                                        f"by a runtime rail (time, rounds or budget) and "
+                                        f"{_verb(truncations, 'counts', 'count')} as not passed."))
     if unknown_cost:
-        notes.append(f"Cost is unknown for {count(unknown_cost, 'attempt')}; the known total is a lower bound.")
+        notes.append(_see("cost", f"Cost is unknown for {count(unknown_cost, 'attempt')}; the known total is a lower bound."))
     if provisional:
-        notes.append(f"{count(provisional, 'row')} {_verb(provisional, 'is', 'are')} provisional: "
-                     "a run was still live when its ledger was written.")
+        notes.append(_see("statuses", f"{count(provisional, 'row')} {_verb(provisional, 'is', 'are')} provisional: "
+                                      "a run was still live when its ledger was written."))
     if len(runs) > 1:
-        notes.append(f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt.")
+        notes.append(_see("recovery", f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt."))
     return notes
 
 
@@ -311,6 +329,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
         "by_domain": _group(tasks, merged, domains),
         "by_mcp_server": _group(tasks, merged, servers),
         "reference": {"rows": reference_rows(), "caveat": CAVEAT},
+        "methodology": methodology_location(),
         "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional),
         "audit": _audit_summary(runs),
         "projection": projection,

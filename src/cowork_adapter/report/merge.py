@@ -18,7 +18,7 @@ from ..errors import Refusal
 from ..events import parse_ts, read_events
 from ..ledger import LEDGER_NAME, MANIFEST_NAME, read_index
 from ..recovery import identity_difference
-from ..schemas.audit import AuditReport, launcher_audit_path, read_launcher_audit
+from ..schemas.audit import AuditReport, audit_path_to_read, read_launcher_audit
 from ..schemas.events import MeterReading
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
@@ -80,9 +80,9 @@ def _read_audit(root: Path) -> tuple[AuditReport | None, str | None]:
     try:
         return read_launcher_audit(root), None
     except OSError as exc:
-        return None, f"{launcher_audit_path(root)} could not be read ({exc.strerror or type(exc).__name__})"
+        return None, f"{audit_path_to_read(root)} could not be read ({exc.strerror or type(exc).__name__})"
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return None, f"{launcher_audit_path(root)} is not an audit report ({exc})"
+        return None, f"{audit_path_to_read(root)} is not an audit report ({exc})"
 
 
 def load_run(root: str) -> RunRecord:

@@ -27,6 +27,19 @@ def headline(r: dict[str, Any]) -> str:
             f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})")
 
 
+def methodology_line(r: dict[str, Any], *, markdown: bool) -> str:
+    """The pointer to METHODOLOGY.md that precedes every number: what is scored, the denominator,
+    the statuses and the disclosures' sections are defined there."""
+    where = r.get("methodology") or "METHODOLOGY.md"
+    if markdown:
+        link = f"[METHODOLOGY.md]({where})"
+    else:
+        href = where if not where.startswith("/") else "file://" + where
+        link = f"<a href='{escape(href, quote=True)}'>METHODOLOGY.md</a>"
+    return (f"Read {link} before interpreting this result: it defines what is scored, the denominator and "
+            "the statuses, and each disclosure below names its section (§).")
+
+
 def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     c, cost, p = r["counts"], r["cost"], r["projection"]
     return [
@@ -95,7 +108,7 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def to_markdown(r: dict[str, Any]) -> str:
-    out = ["# Cowork Bench report", "", f"**{headline(r)}**", ""]
+    out = ["# Cowork Bench report", "", f"**{headline(r)}**", "", methodology_line(r, markdown=True), ""]
     out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
     for w in r["projection"]["warnings"]:
         out += [f"> **Warning:** {w}", ""]
@@ -148,6 +161,7 @@ def to_html(r: dict[str, Any]) -> str:
     ]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Cowork Bench report</title><style>{CSS}</style></head><body>",
              "<h1>Cowork Bench report</h1>", f"<p><strong>{escape(headline(r))}</strong></p>",
+             f"<p>{methodology_line(r, markdown=False)}</p>",
              _html_table(["", "value"], [list(x) for x in _summary_rows(r)])]
     parts += [f"<p class='warn'>Warning: {escape(w)}</p>" for w in r["projection"]["warnings"]]
     parts += ["<h2>Disclosures</h2><ul>"] + [f"<li>{escape(d)}</li>" for d in r["disclosures"]] + ["</ul>"]

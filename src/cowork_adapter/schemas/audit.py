@@ -24,12 +24,24 @@ AUDIT_SCHEMA = "cowork_adapter.audit.v1"
 
 # The launcher's own audit of a run, at the run's end. Every writer and reader of that file
 # names it through launcher_audit_path(), so its name is decided here only.
-LAUNCHER_AUDIT_NAME = "audit.json"
+LAUNCHER_AUDIT_NAME = "audit.launcher.json"
+# The seed's own audit command writes `--output RUN/audit.json`: that name stays the operator's (and
+# runs finished before the launcher's audit had a name of its own wrote theirs there).
+OPERATOR_AUDIT_NAME = "audit.json"
 
 
 def launcher_audit_path(run_root: Path) -> Path:
-    """The file where the launcher writes its audit of `run_root` (and `report` reads it)."""
+    """The file where the launcher writes its audit of `run_root`."""
     return Path(run_root) / LAUNCHER_AUDIT_NAME
+
+
+def audit_path_to_read(run_root: Path) -> Path:
+    """The audit a reader of a run uses: the launcher's own, else the operator's `audit.json`."""
+    for name in (LAUNCHER_AUDIT_NAME, OPERATOR_AUDIT_NAME):
+        if (Path(run_root) / name).is_file():
+            return Path(run_root) / name
+    return launcher_audit_path(run_root)
+
 
 SCORING_AUTHORITY = (
     "The official evaluator, as recorded in result_index.jsonl, is the only scoring authority; "
@@ -129,6 +141,7 @@ class DiagnosticFact(_Model, kw_only=True):
     eligible: bool | None = None
     receipts: int = 0
     reports: int = 0
+    logs: int = 0  # ouroboros_diagnostic_log-<attempt>.log files (the checker's own output)
     checker_exit_code: int | None = None
     custody: str | None = None  # group_dead | unconfirmed | not_started (the receipt's word)
     linked: bool | None = None  # the receipt names the official claim's attempt
@@ -236,7 +249,7 @@ def read_launcher_audit(run_root: Path) -> AuditReport | None:
     Raises OSError or msgspec errors (DecodeError, ValidationError) for a file that exists but
     cannot be read as an audit report: a reader must say so, never show it as "no findings".
     """
-    path = launcher_audit_path(run_root)
+    path = audit_path_to_read(run_root)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -80,6 +80,13 @@ class CampaignRecord(_Strict):
     last_usage: Usd
     last_usage_observed_at: AwareDatetime
     created_at: AwareDatetime
+    # What the creating run was given explicitly, kept so later runs that name neither bound use
+    # these instead of an assumed amount (None in files written before they were stored).
+    reserve_usd: Usd | None = None
+    run_budget_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    # --diagnostic-eval-on-truncation of the campaign's first run: every later run must match it
+    # (None: a file from before it was stored; the next run records its own).
+    diagnostic_eval_on_truncation: bool | None = None
     runs: tuple[RunRecord, ...] = ()
     active_run: ActiveRun | None = None
     reconciliations: tuple[Reconciliation, ...] = ()

@@ -74,6 +74,17 @@ class MeterRejected(_Event):
     error: str = ""
 
 
+class MeterConfirmed(_Event):
+    """The accepted reading that followed rejected ones: it ties the acceptance to the
+    `meter_rejected` events before it (`rejections` of them, since the previous acceptance)."""
+
+    kind: Literal[EventKind.METER_CONFIRMED] = EventKind.METER_CONFIRMED
+    phase: str = "poll"
+    previous_usage: float | None = None
+    usage: float
+    rejections: int
+
+
 class DiskReading(_Event):
     kind: Literal[EventKind.DISK_READING] = EventKind.DISK_READING
     free_bytes: int
@@ -188,6 +199,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     TaskFinished,
     MeterReading,
     MeterRejected,
+    MeterConfirmed,
     DiskReading,
     StopRequested,
     RunnerExited,

@@ -59,14 +59,28 @@ class RejectedObservation(_Model):
         return cls.model_validate({k: v for k, v in observation.items() if k != "accepted"})
 
 
+class MeterConfirmation(_Model):
+    """The accepted reading that ended a run of rejected ones (kept until the next such one)."""
+
+    observed_at: str
+    phase: str
+    attempt: int
+    previous_usage: Usd | None
+    usage: Usd
+    rejections: Count  # rejected reads since the acceptance before it
+
+
 class MeterState(_Model):
     blindness_sec: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     last_accepted_at: datetime | None = None
     age_sec: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     last_usage: Usd | None = None
     rejected: list[RejectedObservation] = Field(default_factory=list)  # the most recent ones
+    rejected_total: Count = 0  # every rejected read of the run
+    rejected_dropped: Count = 0  # the older ones no longer in `rejected`
     last_error: str | None = None
     confirmed_after_rejection: bool = False  # the latest acceptance followed a rejection
+    confirmation: MeterConfirmation | None = None  # the latest acceptance that followed rejections
 
 
 class Disk(_Model):
