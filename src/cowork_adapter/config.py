@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from .errors import Refusal
 from .selection import explicit_selection
-from .vocab import EngineKind, ProbeKind
+from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 
 PINNED_BENCH_COMMIT = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
 DEFAULT_MODEL = "moonshotai/kimi-k3"
@@ -124,6 +124,10 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "cpus": (">", 0),
     "pids_limit": (">=", 16),
 }
+# The money flags (campaign, budget, meter, key headroom): a reference engine (oracle, nop) spends
+# nothing, so any of them with one is a refusal rather than a silently ignored promise.
+MONEY_FIELDS = ("campaign_file", "campaign_budget_usd", "prior_spend_usd", "budget_usd", "budget_reserve_usd",
+                "meter_blindness_sec", "meter_url", "min_key_usd")
 _PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file")
 
 
@@ -262,12 +266,12 @@ class RunConfig(BaseModel):
     @field_validator("engine", mode="after")
     @classmethod
     def _engine(cls, value: str) -> str:
-        if value == EngineKind.OUROBOROS.value:
+        if value == EngineKind.OUROBOROS.value or value in REFERENCE_ENGINES:
             return value
         kind, _, entry = value.partition(":")
         if kind != EngineKind.UPSTREAM.value or UPSTREAM_ENTRY.fullmatch(entry) is None:
             raise InvalidFlag(
-                f"--engine {value!r} must be 'ouroboros' or 'upstream:<entry file under /workspace>'."
+                f"--engine {value!r} must be 'ouroboros', 'oracle', 'nop' or 'upstream:<entry file under /workspace>'."
             )
         return value
 
@@ -319,6 +323,10 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        if self.spends_nothing:
+            changed = [f for f in MONEY_FIELDS if getattr(self, f) != type(self).model_fields[f].default]
+            if changed:
+                raise InvalidFlag(reference_money_sentence(self.engine, changed[0]))
         if self.is_paid and self.campaign_file is None:
             raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
         if self.prior_spend_usd > 0 and self.campaign_file is None:
@@ -342,11 +350,18 @@ class RunConfig(BaseModel):
 
     @property
     def is_paid(self) -> bool:
-        """A run that may call the model: neither a dry run nor a probe."""
-        return not self.dry_run and self.probe is None
+        """A run that may call the model: neither a dry run, a probe, nor a reference engine."""
+        return not self.dry_run and self.probe is None and not self.spends_nothing
+
+    @property
+    def spends_nothing(self) -> bool:
+        """oracle or nop: task containers run, no model is called, no key, meter or campaign is used."""
+        return self.engine in REFERENCE_ENGINES
 
     @property
     def engine_kind(self) -> EngineKind:
+        if self.engine in REFERENCE_ENGINES:
+            return EngineKind(self.engine)
         return EngineKind.OUROBOROS if self.engine == EngineKind.OUROBOROS.value else EngineKind.UPSTREAM
 
     @property
@@ -450,7 +465,11 @@ class RunConfig(BaseModel):
         """
         if argv is not None:
             refuse_key_on_command_line(argv, environ or {}, str(flags.get("api_key_env") or DEFAULT_API_KEY_ENV))
+            if flags.get("engine") in REFERENCE_ENGINES:
+                refuse_money_flags(str(flags["engine"]), argv)
         flags = {k: v for k, v in flags.items()}
+        if flags.get("engine") in REFERENCE_ENGINES and flags.get("prior_spend_usd") is not None:
+            raise Refusal("flags", reference_money_sentence(str(flags["engine"]), "prior_spend_usd"))
         if flags.get("prior_spend_usd") is None:
             flags.pop("prior_spend_usd", None)
         elif flags.get("campaign_file") is None:
@@ -468,6 +487,20 @@ class RunConfig(BaseModel):
         if selection is None:
             return config
         return config.model_copy(update={"selection": tuple(selection)})
+
+
+def reference_money_sentence(engine: str, field: str) -> str:
+    return (f"--engine {engine} spends nothing and takes no campaign, budget or meter flag; "
+            f"remove {flag_name(field)}.")
+
+
+def refuse_money_flags(engine: str, argv: Sequence[str]) -> None:
+    """A money flag on the command line with a reference engine is refused, even at its default value."""
+    names = {flag_name(f): f for f in MONEY_FIELDS}
+    for element in argv:
+        field = names.get(element.split("=", 1)[0])
+        if field is not None:
+            raise Refusal("flags", reference_money_sentence(engine, field))
 
 
 def _inside(path: Path, folder: Path) -> bool:

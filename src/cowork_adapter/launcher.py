@@ -32,7 +32,7 @@ from .schemas.manifest import Refusal as RefusalRecord
 from .schemas.run_config import build_run_config
 from .selection import validate_against_dataset
 from .signals import LAUNCHER_SIGNALS, StopSignal
-from .vocab import ExitCode, RunOutcome
+from .vocab import EngineKind, ExitCode, RunOutcome
 
 RUN_CONFIG_NAME = "cowork_adapter_run.json"
 AGENT_ENTRY = "cowork_entry.py"
@@ -310,6 +310,12 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
         manifest.outcome = RunOutcome.INCOMPLETE
         say("every remaining task is environment-blocked; nothing was run.")
         return ExitCode.FAILED
+    if cfg.spends_nothing:  # oracle / nop: the same custody, no key, meter or campaign
+        from .free import run_free, stage_groundtruth
+
+        if cfg.engine == EngineKind.ORACLE.value:
+            stage_groundtruth(bench_copy, manifest.selection.task_ids)
+        return run_free(cfg, manifest, bench_copy)
     from .paid import run_paid
 
     return run_paid(cfg, pre, manifest, bench_copy)
