@@ -112,7 +112,8 @@ def _run_flags(
     model: Annotated[str, typer.Option(help="Model pinned to every slot.", rich_help_panel=P_AGENT)]
     = DEFAULT_MODEL,
     engine: Annotated[str, typer.Option(
-        help="'ouroboros' or 'upstream:<entry file>' (the benchmark's own engine, unchanged).",
+        help="'ouroboros', 'upstream:<entry file>' (the benchmark's own engine, unchanged), or a reference "
+        "engine that spends nothing: 'oracle' (the task's ground truth as the agent's files) or 'nop' (nothing done).",
         rich_help_panel=P_AGENT)] = "ouroboros",
     effort: Annotated[str, typer.Option(help="Task reasoning effort.", rich_help_panel=P_AGENT)] = "high",
     review_effort: Annotated[str, typer.Option(help="Effort of each review seat.", rich_help_panel=P_AGENT)]
@@ -193,6 +194,9 @@ def _run_flags(
              "the daemon's memory.", rich_help_panel=P_LIMITS, show_default=False)] = None,
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
+    task_validity: Annotated[Optional[Path], typer.Option(
+        help="task_validity.json from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
+             "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
 ) -> None:
     """Template of the run flags: never registered itself."""
 

@@ -128,7 +128,7 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
 # nothing, so any of them with one is a refusal rather than a silently ignored promise.
 MONEY_FIELDS = ("campaign_file", "campaign_budget_usd", "prior_spend_usd", "budget_usd", "budget_reserve_usd",
                 "meter_blindness_sec", "meter_url", "min_key_usd")
-_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file")
+_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity")
 
 
 class RunConfig(BaseModel):
@@ -198,6 +198,8 @@ class RunConfig(BaseModel):
     cpus: float | None = None
     memory: str | None = None
     pids_limit: int = 512
+    # Reporting: a task_validity.json from `qualify` (the report then also scores the valid tasks).
+    task_validity: Path | None = None
 
     # ---- defaults that depend on other fields ----
 
@@ -483,10 +485,22 @@ class RunConfig(BaseModel):
             config = cls.model_validate(flags)
         except ValidationError as exc:
             raise _as_refusal(exc) from None
+        if config.task_validity is not None:
+            check_task_validity(config.task_validity, config.bench_commit)
         selection = explicit_selection(config.tasks, config.task_file)
         if selection is None:
             return config
         return config.model_copy(update={"selection": tuple(selection)})
+
+
+def check_task_validity(path: Path, bench_commit: str) -> None:
+    """--task-validity must be qualify's table for this benchmark commit."""
+    from .schemas.validity import read_validity
+
+    table = read_validity(path)
+    if table.bench_commit != bench_commit:
+        raise Refusal("flags", f"--task-validity {path} qualifies benchmark commit {table.bench_commit[:12]}, "
+                               f"not this run's {bench_commit[:12]}; qualify this commit first.")
 
 
 def reference_money_sentence(engine: str, field: str) -> str:

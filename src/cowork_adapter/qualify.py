@@ -19,10 +19,9 @@ from .errors import Refusal
 from .ledger import LEDGER_NAME, read_index
 from .manifest import atomic_write_text, utc_now
 from .schemas.ledger import TaskRow
-from .schemas.validity import EngineVerdict, TaskValidity, TaskValidityRow
+from .schemas.validity import VALIDITY_NAME, EngineVerdict, TaskValidity, TaskValidityRow
 from .vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
 
-VALIDITY_NAME = "task_validity.json"
 ENGINES = (EngineKind.ORACLE.value, EngineKind.NOP.value)
 REASON_MAX = 300
 
@@ -127,16 +126,6 @@ def render_table(validity: TaskValidity) -> str:
     counts = ", ".join(f"{n} {k}" for k, n in validity.counts.items())
     out.append(f"{len(validity.tasks)} tasks: {counts}")
     return "\n".join(line.rstrip() for line in out) + "\n"
-
-
-def read_validity(path: Path) -> TaskValidity:
-    """A task_validity.json, or a Refusal naming what is wrong with it."""
-    try:
-        return TaskValidity.model_validate_json(path.read_bytes())
-    except OSError as exc:
-        raise Refusal("flags", f"--task-validity {path} cannot be read: {exc.strerror or exc}.") from None
-    except ValueError:
-        raise Refusal("flags", f"--task-validity {path} is not a task_validity.json written by qualify.") from None
 
 
 # ---------------------------------------------------------------- the command

@@ -64,9 +64,11 @@ def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: 
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
     else:
-        from .render import headline
+        from .render import headline, valid_line
 
         print(headline(report))
+        if valid_line(report):
+            print(valid_line(report))
         for warning in report["projection"]["warnings"]:
             print(f"warning: {warning}")
         print("wrote " + ", ".join(str(p) for p in paths))

@@ -26,6 +26,20 @@ def headline(r: dict[str, Any]) -> str:
             f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})")
 
 
+def valid_line(r: dict[str, Any]) -> str | None:
+    """pass@1 over the valid tasks (a run given --task-validity), shown under the headline."""
+    v = r.get("validity")
+    if not v:
+        return None
+    lo, hi = v["valid_wilson95"]
+    return (f"pass@1 over valid tasks = {v['valid_passed']}/{v['valid_denominator']} = {_pct(v['valid_pass_at_1'])} "
+            f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})")
+
+
+def _validity_rows(r: dict[str, Any]) -> list[list[str]]:
+    return [[k, str(n)] for k, n in r["validity"]["classes"].items()]
+
+
 def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     c, cost, p = r["counts"], r["cost"], r["projection"]
     return [
@@ -71,6 +85,9 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def to_markdown(r: dict[str, Any]) -> str:
     out = ["# Cowork Bench report", "", f"**{headline(r)}**", ""]
+    if valid_line(r):
+        out += [valid_line(r), "", "## Task validity", "", f"From `{r['validity']['source']}`.", "",
+                _md_table(["class", "selected tasks"], _validity_rows(r)), ""]
     out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
     for w in r["projection"]["warnings"]:
         out += [f"> **Warning:** {w}", ""]
@@ -113,6 +130,10 @@ def to_html(r: dict[str, Any]) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Cowork Bench report</title><style>{CSS}</style></head><body>",
              "<h1>Cowork Bench report</h1>", f"<p><strong>{escape(headline(r))}</strong></p>",
              _html_table(["", "value"], [list(x) for x in _summary_rows(r)])]
+    if valid_line(r):
+        parts += [f"<p>{escape(valid_line(r))}</p>", "<h2>Task validity</h2>",
+                  f"<p>From {escape(r['validity']['source'])}.</p>",
+                  _html_table(["class", "selected tasks"], _validity_rows(r))]
     parts += [f"<p class='warn'>Warning: {escape(w)}</p>" for w in r["projection"]["warnings"]]
     parts += ["<h2>Disclosures</h2><ul>"] + [f"<li>{escape(d)}</li>" for d in r["disclosures"]] + ["</ul>"]
     if r["audit"] is not None:

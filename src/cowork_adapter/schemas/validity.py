@@ -7,11 +7,15 @@ and the class that follows from the two verdicts (vocab.TaskValidityClass).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import Refusal
 from ..vocab import TaskStatus, TaskValidityClass
 
 TASK_VALIDITY_SCHEMA = "cowork_adapter.task_validity.v1"
+VALIDITY_NAME = "task_validity.json"
 
 
 class _Model(BaseModel):
@@ -48,3 +52,13 @@ class TaskValidity(_Model):
 
     def of_class(self, klass: TaskValidityClass) -> list[str]:
         return [row.instance_id for row in self.tasks if row.class_ is klass]
+
+
+def read_validity(path: Path, flag: str = "--task-validity") -> TaskValidity:
+    """A task_validity.json, or a Refusal naming what is wrong with it."""
+    try:
+        return TaskValidity.model_validate_json(Path(path).read_bytes())
+    except OSError as exc:
+        raise Refusal("flags", f"{flag} {path} cannot be read: {exc.strerror or exc}.") from None
+    except ValueError:
+        raise Refusal("flags", f"{flag} {path} is not a task_validity.json written by qualify.") from None
