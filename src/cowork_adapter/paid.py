@@ -192,7 +192,8 @@ class PaidRun:
         self.progress = RunProgress(root, self.events)
         self.failures = self.progress.failures
         self.view = ProgressView.for_stream(sys.stdout)
-        self.meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
+        # No key, no meter: a run that spends nothing (free.py) never reads one.
+        self.meter = KeyMeter(cfg.meter_url, key, timeout=5.0) if key else None
         self.tracker = MeterTracker(cfg.meter_blindness_sec)
         self.stop_file = root / "custody" / "stop"
         self.evidence = root / "custody" / "evidence"
