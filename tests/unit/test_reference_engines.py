@@ -255,6 +255,8 @@ def test_report_scores_valid_tasks_beside_the_full_set_headline(tmp_path):
     md, html = to_markdown(r), to_html(r)
     assert md.index(headline(r)) < md.index(valid_line(r)) and "## Task validity" in md
     assert valid_line(r).startswith("pass@1 over valid tasks = 1/2 = 50.0 %") and "<h2>Task validity</h2>" in html
+    assert "| task | status | reason | cost | run | validity |" in md and "| b-2 | failed |" in md
+    assert "<td>oracle_fails</td>" in html
 
 
 def test_report_without_a_table_has_no_validity_block(tmp_path):

@@ -75,6 +75,18 @@ def _ref_table(r: dict[str, Any]) -> list[list[str]]:
             for x in r["reference"]["rows"]]
 
 
+def _task_table(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The per-task table; with a task validity table, each task's class too."""
+    head = ["task", "status", "reason", "cost", "run"]
+    rows = [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
+            for t in r["tasks"]]
+    if r.get("validity"):
+        head.append("validity")
+        for row, t in zip(rows, r["tasks"]):
+            row.append(t.get("validity_class") or "")
+    return head, rows
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
@@ -101,9 +113,7 @@ def to_markdown(r: dict[str, Any]) -> str:
     out += ["## Published reference rows", "", r["reference"]["caveat"], "", _md_table(REF_HEAD, _ref_table(r)), ""]
     out += ["## Runs", "", _md_table(["run root", "generation", "outcome", "meter spend"],
                                        [[x["run_root"], str(x["generation"]), x["outcome"], _usd(x["run_spent_usd"])] for x in r["runs"]]), ""]
-    out += ["## Tasks", "", _md_table(["task", "status", "reason", "cost", "run"],
-                                        [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
-                                         for t in r["tasks"]]), ""]
+    out += ["## Tasks", "", _md_table(*_task_table(r)), ""]
     return "\n".join(out)
 
 
@@ -145,8 +155,6 @@ def to_html(r: dict[str, Any]) -> str:
     parts += ["<h2>By domain</h2>", _html_table(GROUP_HEAD, _group_table(domains))]
     parts += ["<h2>By MCP server</h2>", _html_table(GROUP_HEAD, _group_table(r["by_mcp_server"]))]
     parts += ["<h2>Published reference rows</h2>", f"<p>{escape(r['reference']['caveat'])}</p>", _html_table(REF_HEAD, _ref_table(r))]
-    parts += ["<h2>Tasks</h2>", _html_table(["task", "status", "reason", "cost", "run"],
-                                           [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
-                                            for t in r["tasks"]])]
+    parts += ["<h2>Tasks</h2>", _html_table(*_task_table(r))]
     parts.append("</body></html>\n")
     return "".join(parts)
