@@ -102,13 +102,15 @@ def test_reference_runs_keep_custody_and_spend_nothing(qualified, engine):
     # Every selected task has a row; the blocked one stays in the denominator.
     rows = [json.loads(line) for line in (run_root / "result_index.jsonl").read_text().splitlines() if line.strip()]
     assert sorted(r["instance_id"] for r in rows) == sorted(DESIGNED)
-    assert all(r["paid_activity"] == "none" for r in rows)
+    # Every task that ran proves no paid activity (the blocked one never reached the runner).
+    assert all(r["paid_activity"] == "none" for r in rows if r["status"] != "environment_blocked")
     assert (run_root / "audit.json").exists()
     graded = [r for r in rows if r["status"] in ("passed", "failed")]
     assert len(graded) == 3 and all(r["official_receipt"]["sha256"] for r in graded)
     if engine == "oracle":
         staged = run_root / "bench" / "configs" / "cowork_oracle_groundtruth"
-        assert sorted(p.name for p in staged.iterdir()) == sorted(DESIGNED)
+        # Staged for the tasks handed to the runner only (the blocked one never was).
+        assert sorted(p.name for p in staged.iterdir()) == sorted(set(DESIGNED) - {"demo-broken-sdk"})
     else:
         assert not (run_root / "bench" / "configs" / "cowork_oracle_groundtruth").exists()
 
