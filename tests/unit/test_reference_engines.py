@@ -268,3 +268,29 @@ def test_report_without_a_table_has_no_validity_block(tmp_path):
     r = make_report([make_run(tmp_path / "r0", ["a"], {"a": "pass"})], 1)
     assert r["validity"] is None and "Task validity" not in to_markdown(r)
     assert r["tasks"][0]["validity_class"] is None
+
+
+# ---- the free run: no key, meter or campaign ----------------------------------------------------------
+
+
+def test_free_run_has_no_meter_no_campaign_and_never_asks_to_stop(flags, tmp_path):
+    from cowork_adapter.free import FreeRun, stage_groundtruth
+    from cowork_adapter.paid import NO_CAMPAIGN, SETTLED
+    from cowork_adapter.report import synth
+
+    cfg = RunConfig.from_flags(engine="nop", **flags)
+    manifest = synth.write_manifest(cfg.run_root, ["a"], engine="nop")
+    run = FreeRun(cfg, manifest, cfg.run_root / "bench")
+    assert run.meter is None and run.campaign is None and run.key == ""
+    at, decision = run.observe(0.0)
+    assert decision is None and isinstance(at, float)
+    run._runner_started(4242)  # no campaign to record the runner's group in: nothing raises
+    assert NO_CAMPAIGN in SETTLED
+
+    bench = tmp_path / "bench-copy"
+    (bench / "tasks" / "finalpool" / "a" / "groundtruth_workspace").mkdir(parents=True)
+    (bench / "tasks" / "finalpool" / "a" / "groundtruth_workspace" / "x.txt").write_text("x")
+    (bench / "tasks" / "finalpool" / "b").mkdir(parents=True)
+    assert stage_groundtruth(bench, ["a", "b"]) == 1
+    staged = bench / "configs" / "cowork_oracle_groundtruth"
+    assert (staged / "a" / "x.txt").read_text() == "x" and not (staged / "b").exists()
