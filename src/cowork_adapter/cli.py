@@ -112,7 +112,8 @@ def _run_flags(
     model: Annotated[str, typer.Option(help="Model pinned to every slot.", rich_help_panel=P_AGENT)]
     = DEFAULT_MODEL,
     engine: Annotated[str, typer.Option(
-        help="'ouroboros' or 'upstream:<entry file>' (the benchmark's own engine, unchanged).",
+        help="'ouroboros', 'upstream:<entry file>' (the benchmark's own engine, unchanged), or a reference "
+        "engine that spends nothing: 'oracle' (the task's ground truth as the agent's files) or 'nop' (nothing done).",
         rich_help_panel=P_AGENT)] = "ouroboros",
     effort: Annotated[str, typer.Option(help="Task reasoning effort.", rich_help_panel=P_AGENT)] = "high",
     review_effort: Annotated[str, typer.Option(help="Effort of each review seat.", rich_help_panel=P_AGENT)]
@@ -198,6 +199,9 @@ def _run_flags(
              "the daemon's memory.", rich_help_panel=P_LIMITS, show_default=False)] = None,
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
+    task_validity: Annotated[Optional[Path], typer.Option(
+        help="task_validity.json from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
+             "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
 ) -> None:
     """Template of the run flags: never registered itself."""
 
@@ -252,6 +256,75 @@ app.command(
     "start nothing.\n\nExample: cowork-adapter doctor --repo-dir ~/seed --bench-root ~/cowork_bench "
     "--run-root /data/smoke-1 --dry-run\n\nExit codes: 0 every needed check OK; 1 a check failed; 2 flags refused.",
 )(_with_run_flags(_doctor_body))
+
+
+# ---------------------------------------------------------------------------------------------
+# `qualify`: oracle then nop over a selection (self-contained block; see qualify.py).
+# ---------------------------------------------------------------------------------------------
+
+
+def _qualify(
+    repo_dir: Annotated[Path, typer.Option(help="Clean Ouroboros seed checkout (binds the derived image).",
+                                           rich_help_panel=P_WHERE)],
+    run_root: Annotated[Path, typer.Option(
+        help="New directory: the oracle and nop run roots and task_validity.json go under it.",
+        rich_help_panel=P_WHERE)],
+    bench_root: Annotated[Optional[Path], typer.Option(
+        envvar="COWORK_BENCH_ROOT", help="Cowork Bench checkout at --bench-commit. Required.",
+        rich_help_panel=P_WHERE)] = None,
+    bench_commit: Annotated[str, typer.Option(help="Pinned benchmark commit.", rich_help_panel=P_WHERE)]
+    = PINNED_BENCH_COMMIT,
+    docker_host: Annotated[Optional[str], typer.Option(
+        envvar="DOCKER_HOST", help="Docker daemon to use, named explicitly; empty is refused.",
+        rich_help_panel=P_WHERE)] = None,
+    resource_root: Annotated[Optional[Path], typer.Option(
+        help="Heavy-storage filesystem for disk checks and TMPDIR. Default: the root's parent.",
+        rich_help_panel=P_WHERE)] = None,
+    task: Annotated[Optional[list[str]], typer.Option(
+        "--task", help="Task id to qualify (repeatable). Default: every task.", rich_help_panel=P_SELECT)] = None,
+    task_file: Annotated[Optional[Path], typer.Option(
+        help="Newline-separated task ids; blank lines and # comments skipped.", rich_help_panel=P_SELECT)] = None,
+    concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
+    task_timeout: Annotated[int, typer.Option(help="Seconds per agent phase (> 0).", rich_help_panel=P_AGENT)]
+    = 3600,
+    base_image: Annotated[Optional[str], typer.Option(
+        help="Official benchmark image. Default: cowork-pack:<first 7 of --bench-commit>.",
+        rich_help_panel=P_IMAGE)] = None,
+    image: Annotated[Optional[str], typer.Option(help="Derived image tag.", rich_help_panel=P_IMAGE)] = None,
+    build_image: Annotated[bool, typer.Option("--build-image", help="Build the derived image if missing.",
+                                              rich_help_panel=P_IMAGE)] = False,
+    allow_dirty_seed: Annotated[bool, typer.Option(
+        "--allow-dirty-seed", help="Development diagnostics only.", rich_help_panel=P_MODE)] = False,
+    min_free_gib: Annotated[float, typer.Option(help="Free-space reserve on the resource root (>= 0).",
+                                                rich_help_panel=P_DISK)] = 200.0,
+    min_root_free_gib: Annotated[float, typer.Option(help="Free-space reserve on / (>= 0).",
+                                                     rich_help_panel=P_DISK)] = 40.0,
+    cpus: Annotated[Optional[float], typer.Option(help="CPUs per container. Default: as for run.",
+                                                  rich_help_panel=P_LIMITS, show_default=False)] = None,
+    memory: Annotated[Optional[str], typer.Option(help="Memory per container. Default: as for run.",
+                                                  rich_help_panel=P_LIMITS, show_default=False)] = None,
+    pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
+    = 512,
+) -> None:
+    fields: dict[str, Any] = dict(locals())
+    fields["tasks"] = tuple(fields.pop("task") or ())
+    if fields.get("docker_host") is None:
+        fields["docker_host"] = ""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    from .qualify import qualify_command
+
+    raise SystemExit(qualify_command(fields, _current_argv()))
+
+
+app.command(
+    "qualify",
+    help="Before paying: run --engine oracle (the task's ground truth in the workspace) and --engine nop "
+    "(nothing done) over the selection, both graded by the official evaluator and spending nothing, and "
+    "classify each task: valid, oracle_fails, nop_passes, environment_blocked (or undetermined).\n\n"
+    "Example: cowork-adapter qualify --repo-dir ~/seed --bench-root ~/cowork_bench --run-root /data/qualify-1 "
+    "--concurrency 2\n\nWrites <run-root>/task_validity.json and prints a table. Exit codes: 0 table written; "
+    "2 refused; 3 a run was stopped.",
+)(_qualify)
 
 
 # ---------------------------------------------------------------------------------------------

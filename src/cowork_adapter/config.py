@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from .errors import Refusal
 from .selection import explicit_selection
-from .vocab import EngineKind, ProbeKind
+from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 
 PINNED_BENCH_COMMIT = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
 DEFAULT_MODEL = "moonshotai/kimi-k3"
@@ -124,7 +124,11 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "cpus": (">", 0),
     "pids_limit": (">=", 16),
 }
-_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file")
+# The money flags (campaign, budget, meter, key headroom): a reference engine (oracle, nop) spends
+# nothing, so any of them with one is a refusal rather than a silently ignored promise.
+MONEY_FIELDS = ("campaign_file", "campaign_budget_usd", "prior_spend_usd", "budget_usd", "budget_reserve_usd",
+                "meter_blindness_sec", "meter_url", "min_key_usd")
+_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity")
 
 
 class RunConfig(BaseModel):
@@ -196,6 +200,8 @@ class RunConfig(BaseModel):
     cpus: float | None = None
     memory: str | None = None
     pids_limit: int = 512
+    # Reporting: a task_validity.json from `qualify` (the report then also scores the valid tasks).
+    task_validity: Path | None = None
 
     # ---- defaults that depend on other fields ----
 
@@ -264,12 +270,12 @@ class RunConfig(BaseModel):
     @field_validator("engine", mode="after")
     @classmethod
     def _engine(cls, value: str) -> str:
-        if value == EngineKind.OUROBOROS.value:
+        if value == EngineKind.OUROBOROS.value or value in REFERENCE_ENGINES:
             return value
         kind, _, entry = value.partition(":")
         if kind != EngineKind.UPSTREAM.value or UPSTREAM_ENTRY.fullmatch(entry) is None:
             raise InvalidFlag(
-                f"--engine {value!r} must be 'ouroboros' or 'upstream:<entry file under /workspace>'."
+                f"--engine {value!r} must be 'ouroboros', 'oracle', 'nop' or 'upstream:<entry file under /workspace>'."
             )
         return value
 
@@ -321,6 +327,10 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        if self.spends_nothing:
+            changed = [f for f in MONEY_FIELDS if getattr(self, f) != type(self).model_fields[f].default]
+            if changed:
+                raise InvalidFlag(reference_money_sentence(self.engine, changed[0]))
         if self.is_paid and self.campaign_file is None:
             raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
         if self.prior_spend_usd > 0 and self.campaign_file is None:
@@ -346,11 +356,18 @@ class RunConfig(BaseModel):
 
     @property
     def is_paid(self) -> bool:
-        """A run that may call the model: neither a dry run nor a probe."""
-        return not self.dry_run and self.probe is None
+        """A run that may call the model: neither a dry run, a probe, nor a reference engine."""
+        return not self.dry_run and self.probe is None and not self.spends_nothing
+
+    @property
+    def spends_nothing(self) -> bool:
+        """oracle or nop: task containers run, no model is called, no key, meter or campaign is used."""
+        return self.engine in REFERENCE_ENGINES
 
     @property
     def engine_kind(self) -> EngineKind:
+        if self.engine in REFERENCE_ENGINES:
+            return EngineKind(self.engine)
         return EngineKind.OUROBOROS if self.engine == EngineKind.OUROBOROS.value else EngineKind.UPSTREAM
 
     @property
@@ -454,7 +471,11 @@ class RunConfig(BaseModel):
         """
         if argv is not None:
             refuse_key_on_command_line(argv, environ or {}, str(flags.get("api_key_env") or DEFAULT_API_KEY_ENV))
+            if flags.get("engine") in REFERENCE_ENGINES:
+                refuse_money_flags(str(flags["engine"]), argv)
         flags = {k: v for k, v in flags.items()}
+        if flags.get("engine") in REFERENCE_ENGINES and flags.get("prior_spend_usd") is not None:
+            raise Refusal("flags", reference_money_sentence(str(flags["engine"]), "prior_spend_usd"))
         if flags.get("prior_spend_usd") is None:
             flags.pop("prior_spend_usd", None)
         elif flags.get("campaign_file") is None:
@@ -468,6 +489,8 @@ class RunConfig(BaseModel):
             config = cls.model_validate(flags)
         except ValidationError as exc:
             raise _as_refusal(exc) from None
+        if config.task_validity is not None:
+            check_task_validity(config.task_validity, config.bench_commit)
         selection = explicit_selection(config.tasks, config.task_file)
         if selection is None:
             return config
@@ -477,6 +500,30 @@ class RunConfig(BaseModel):
 def not_below(reserve: float | None, ceiling: float | None) -> bool:
     """True when both are known and the reserve leaves nothing of the ceiling to spend."""
     return reserve is not None and ceiling is not None and reserve >= ceiling
+
+
+def check_task_validity(path: Path, bench_commit: str) -> None:
+    """--task-validity must be qualify's table for this benchmark commit."""
+    from .schemas.validity import read_validity
+
+    table = read_validity(path)
+    if table.bench_commit != bench_commit:
+        raise Refusal("flags", f"--task-validity {path} qualifies benchmark commit {table.bench_commit[:12]}, "
+                               f"not this run's {bench_commit[:12]}; qualify this commit first.")
+
+
+def reference_money_sentence(engine: str, field: str) -> str:
+    return (f"--engine {engine} spends nothing and takes no campaign, budget or meter flag; "
+            f"remove {flag_name(field)}.")
+
+
+def refuse_money_flags(engine: str, argv: Sequence[str]) -> None:
+    """A money flag on the command line with a reference engine is refused, even at its default value."""
+    names = {flag_name(f): f for f in MONEY_FIELDS}
+    for element in argv:
+        field = names.get(element.split("=", 1)[0])
+        if field is not None:
+            raise Refusal("flags", reference_money_sentence(engine, field))
 
 
 def _inside(path: Path, folder: Path) -> bool:

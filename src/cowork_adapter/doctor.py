@@ -503,7 +503,8 @@ def doctor_command(cfg: RunConfig) -> int:
     for result in results:
         print(result.line(), flush=True)
     failed = [r for r in results if r.verdict == FAIL]
-    mode = "paid run" if cfg.is_paid else ("dry run" if cfg.dry_run else f"--probe {cfg.probe} run")
+    mode = "paid run" if cfg.is_paid else ("dry run" if cfg.dry_run else (
+        f"--probe {cfg.probe} run" if cfg.probe else f"--engine {cfg.engine} run"))
     if failed:
         print(f"doctor: {len(failed)} check(s) failed; this {mode} cannot start yet.", flush=True)
         return int(ExitCode.FAILED)

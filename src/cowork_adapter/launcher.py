@@ -32,7 +32,7 @@ from .schemas.manifest import Refusal as RefusalRecord
 from .schemas.run_config import build_run_config
 from .selection import validate_against_dataset
 from .signals import LAUNCHER_SIGNALS, StopSignal
-from .vocab import ExitCode, RunOutcome
+from .vocab import EngineKind, ExitCode, RunOutcome
 
 RUN_CONFIG_NAME = "cowork_adapter_run.json"
 AGENT_ENTRY = "cowork_entry.py"
@@ -244,6 +244,20 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
     return int(code)
 
 
+def keep_task_validity(source: Path, run_root: Path) -> dict[str, str]:
+    """Copy qualify's table into the run root (the report reads it there) and record its digest."""
+    import hashlib
+
+    from .schemas.validity import VALIDITY_NAME
+
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise Refusal("flags", f"--task-validity {source} cannot be read any more: {exc.strerror or exc}.") from None
+    atomic_write_text(run_root / VALIDITY_NAME, data.decode("utf-8"))
+    return {"source": str(source), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> None:
     """A row for every selected task after a crash, so no task leaves the denominator.
 
@@ -266,6 +280,8 @@ def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -
 
 def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     run_root = cfg.run_root
+    if cfg.task_validity is not None:
+        manifest.task_validity = keep_task_validity(cfg.task_validity, run_root)
     bench_copy = run_root / "bench"
     clone_at(cfg.bench_root, bench_copy, pre.bench.commit)
     runner_hash, evaluators = upstream_hashes(bench_copy, pre.dataset)
@@ -310,6 +326,12 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
         manifest.outcome = RunOutcome.INCOMPLETE
         say("every remaining task is environment-blocked; nothing was run.")
         return ExitCode.FAILED
+    if cfg.spends_nothing:  # oracle / nop: the same custody, no key, meter or campaign
+        from .free import run_free, stage_groundtruth
+
+        if cfg.engine == EngineKind.ORACLE.value:
+            stage_groundtruth(bench_copy, manifest.selection.task_ids)
+        return run_free(cfg, manifest, bench_copy)
     from .paid import run_paid
 
     return run_paid(cfg, pre, manifest, bench_copy)

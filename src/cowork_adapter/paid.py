@@ -57,6 +57,9 @@ GIB = 1 << 30
 KEEP_REJECTED = 20
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
 AGENT_ENTRY = "cowork_entry.py"
+# A run that spends nothing (oracle, nop) has no campaign to settle: that is its settled state.
+NO_CAMPAIGN = "not_applicable"
+SETTLED = ("recorded", NO_CAMPAIGN)
 # Variables that could carry a provider key into the runner (and from it into every container).
 KEY_CARRIERS = ("LLM_API_KEY", "MODEL_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
 
@@ -254,7 +257,8 @@ class PaidRun:
         self.progress = RunProgress(root, self.events)
         self.failures = self.progress.failures
         self.view = ProgressView.for_stream(sys.stdout)
-        self.meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
+        # No key, no meter: a run that spends nothing (free.py) never reads one.
+        self.meter = KeyMeter(cfg.meter_url, key, timeout=5.0) if key else None
         self.tracker = MeterTracker(cfg.meter_blindness_sec)
         self.stop_file = root / "custody" / "stop"
         self.evidence = root / "custody" / "evidence"
@@ -268,6 +272,7 @@ class PaidRun:
         self.persistence_error: str | None = None  # the first campaign write that failed
         self.daemon_watch: DaemonWatch | None = None
         self.stop_now: Callable[[str], None] | None = None  # the supervisor's request_stop, once it exists
+        self.campaign = None  # the campaign handle, once admitted (never for a run that spends nothing)
 
     def event(self, kind: EventKind, **payload) -> None:
         record_event(self.events, self.failures, kind, **payload)
@@ -375,14 +380,15 @@ class PaidRun:
                 run_root=cfg.run_root, run_label=self.label, docker_host=cfg.docker_host, env=_watchdog_env(cfg),
                 bound_sec=cfg.meter_blindness_sec, grace_sec=min(8.0, cfg.meter_blindness_sec / 3), tmpdir=self.tmpdir,
             )
-            write_agent_env(self.agent_env, self.key)
+            if self.key:  # a reference engine (oracle, nop) has no key: no env file exists at all
+                write_agent_env(self.agent_env, self.key)
             launcher = ProcessIdentity(pid=os.getpid(), start_ticks=start_ticks(os.getpid()))
             custody = install_custody(
                 cfg.run_root, real_docker=_real_docker(), docker_host=cfg.docker_host, run_label=self.label,
                 limits={"cpus": cfg.cpus, "memory_bytes": cfg.memory_bytes,
                         "memory_swap_bytes": cfg.memory_swap_bytes, "pids_limit": cfg.pids_limit},
                 stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.min_free_gib * GIB),
-                evidence_dir=self.evidence, agent_env_file=self.agent_env,
+                evidence_dir=self.evidence, agent_env_file=self.agent_env if self.key else None,
                 launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
@@ -538,6 +544,8 @@ class PaidRun:
         if self.processes is not None:  # first: a later command proves this group gone by it
             self.processes = self.processes.model_copy(update={"runner_pgid": pid})
             write_processes(self.cfg.run_root, self.processes)
+        if self.campaign is None:
+            return  # a run that spends nothing has no campaign
         try:
             self.campaign.set_runner_pgid(pid)
         except CampaignPersistenceError as exc:
@@ -666,7 +674,7 @@ def _outcome(result, progress: RunProgress) -> RunOutcome:
 def _exit_code(result, progress: RunProgress, cleanup_error: str | None, settlement: str) -> ExitCode:
     if result.stop_reason:
         return ExitCode.STOPPED
-    if cleanup_error or settlement != "recorded" or _outcome(result, progress) is not RunOutcome.COMPLETED:
+    if cleanup_error or settlement not in SETTLED or _outcome(result, progress) is not RunOutcome.COMPLETED:
         return ExitCode.FAILED
     return ExitCode.OK
 
@@ -692,7 +700,7 @@ def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: st
     if cleanup_error:
         print(f"cowork-adapter: custody NOT proven ({cleanup_error}); the campaign keeps this run as its active_run "
               "until `cowork-adapter campaign reconcile`.", file=sys.stderr)
-    elif settlement != "recorded":
+    elif settlement not in SETTLED:
         print("cowork-adapter: the campaign settlement was not recorded; active_run stays set.", file=sys.stderr)
 
 

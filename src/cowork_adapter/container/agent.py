@@ -15,11 +15,11 @@ import time
 import traceback
 from typing import Any, Optional
 
-from . import bench, mcp, ouroboros, protocol, upstream
+from . import bench, mcp, ouroboros, protocol, reference, upstream
 from .procs import stop_group
 from .outcome import ERROR_MAX, apply_result, classify, final_answer, model_activity, new_summary
 from .runconfig import DEFAULT_KEY_ENV, EntrypointConfig, ImagePaths, env_seconds, load_run_config, run_config_path
-from .vocab import AdapterReason, AdapterStage, BenchStatus
+from .vocab import AdapterReason, AdapterStage, BenchStatus, EngineKind
 
 SUMMARY_NAME = "ouroboros_summary.json"
 SERVER_LOG = "ouroboros_server.log"
@@ -64,6 +64,7 @@ class AgentRun:
         self.deadline = float("inf")
         self.upstream_exit: Optional[int] = None
         self.upstream_mode = False
+        self.reference_mode = False  # oracle / nop: no model, no server, nothing to checkpoint
         self.key: Optional[str] = None
         self.config_error = ""
         self.workspace = ""
@@ -123,6 +124,9 @@ class AgentRun:
         assert cfg is not None
         if cfg.upstream_entry:
             self._run_upstream(cfg)
+            return
+        if cfg.reference_engine:
+            self._run_reference(cfg)
             return
         if not self.key:
             raise ouroboros.EngineFailure(AdapterReason.CONFIG_INVALID.value,
@@ -265,6 +269,27 @@ class AgentRun:
         self.summary["cost_finality_wait_exhausted"] = exhausted
         self.summary.update(classify(result, cfg.truncation_reason_codes))
 
+    def _run_reference(self, cfg: EntrypointConfig) -> None:
+        """oracle / nop: the task's own workspace and preprocess, then no model at all.
+
+        oracle writes the task's ground truth over the workspace (as an agent's files would be);
+        nop leaves the workspace as preprocess left it. Either ends as a successful agent, so the
+        official evaluator grades the dump exactly as it grades any agent's.
+        """
+        self.reference_mode = True
+        self._stage(AdapterStage.WORKSPACE)
+        workspace = bench.prepare_workspace(self.task_config)
+        self.workspace = workspace
+        self._stage(AdapterStage.PREPROCESS)
+        self._preprocess(workspace)
+        self._stage(AdapterStage.TASK)
+        if cfg.engine == EngineKind.ORACLE.value:
+            source = reference.staged_groundtruth(cfg.path, self.task_dir)
+            self.summary["oracle_groundtruth"] = reference.place_groundtruth(source, workspace)
+        self.summary.update(bench_status=BenchStatus.SUCCESS.value, infra_failed=False, reason_code=None,
+                            truncated=False, error=None)
+        self._stage(AdapterStage.FINISHED)
+
     def _run_upstream(self, cfg: EntrypointConfig) -> None:
         self.upstream_mode = True
         self._stage(AdapterStage.TASK)
@@ -319,7 +344,9 @@ class AgentRun:
         s["elapsed_sec"] = round(time.monotonic() - self.started, 3)
         if s["error"]:
             s["error"] = protocol.scrub(str(s["error"]), self.terms)[:ERROR_MAX]
-        if not self.upstream_mode:
+        if self.reference_mode:
+            s["model_activity_observed"] = False  # no model exists in this phase
+        elif not self.upstream_mode:
             s["model_activity_observed"] = model_activity(s["task_submission_started"], self.result)
             # One record per model request, from the server's attempt ledger: its prompt_tokens
             # above are the task loop's own and leave out side calls (e.g. post-task synthesis).
@@ -328,7 +355,8 @@ class AgentRun:
         try:
             if self.task_root:
                 if not self.upstream_mode:
-                    self._checkpoint()
+                    if not self.reference_mode:
+                        self._checkpoint()
                     if self.task_config is not None:
                         self._write_json(protocol.LOG_NAME, {"config": self._config_dict(), "status": s["bench_status"],
                                                              "start_time": self.start_time, "end_time": end_time})
@@ -340,7 +368,7 @@ class AgentRun:
                     stop_group(proc)
                 except Exception as exc:  # a stuck group must not hide the summary line
                     self._note(f"stop failed: {type(exc).__name__}")
-            if self.task_root and not self.upstream_mode:
+            if self.task_root and not self.upstream_mode and not self.reference_mode:
                 self._checkpoint()  # the server's last log lines, written while it stopped
             if self.workspace_git:
                 ouroboros.remove_worktree_git(self.workspace)

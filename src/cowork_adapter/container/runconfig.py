@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from .vocab import REFERENCE_ENGINES
+
 RUN_CONFIG_SCHEMA = "cowork_adapter.run_config.v1"
 DEFAULT_RUN_CONFIG = "/workspace/configs/cowork_adapter_run.json"
 DEFAULT_KEY_ENV = "COWORK_PROVIDER_KEY"
@@ -35,6 +37,11 @@ class EntrypointConfig:
     openai_compatible_base_url: Optional[str]
     agent_short_name: str
     path: str = ""
+
+    @property
+    def reference_engine(self) -> bool:
+        """oracle or nop: an agent phase without a model (see vocab.EngineKind)."""
+        return self.engine in REFERENCE_ENGINES
 
     @property
     def upstream_entry(self) -> Optional[str]:
@@ -76,9 +83,10 @@ def parse_run_config(raw: Any, path: str = "") -> EntrypointConfig:
     if raw.get("schema") != RUN_CONFIG_SCHEMA:
         raise ConfigError(f"run config schema is not {RUN_CONFIG_SCHEMA}")
     engine = _need(raw, "engine", str, "a string")
-    if engine != "ouroboros" and not (engine.startswith("upstream:") and len(engine) > 9
-                                      and "/" not in engine[9:] and not engine[9:].startswith(".")):
-        raise ConfigError("run config engine must be ouroboros or upstream:<entry file>")
+    if engine not in ("ouroboros", *REFERENCE_ENGINES) and not (
+            engine.startswith("upstream:") and len(engine) > 9 and "/" not in engine[9:]
+            and not engine[9:].startswith(".")):
+        raise ConfigError("run config engine must be ouroboros, oracle, nop or upstream:<entry file>")
     model = _need(raw, "model", str, "a string")
     if not model.strip():
         raise ConfigError("run config model is empty")

@@ -149,6 +149,26 @@ TRUNCATION_RUNTIME_REASONS = frozenset(
 class EngineKind(Vocab):
     OUROBOROS = "ouroboros"
     UPSTREAM = "upstream"
+    # Reference engines: no model, no key, no money. ORACLE writes the task's groundtruth_workspace
+    # into the workspace; NOP changes nothing. Both end as a successful agent, then the official
+    # evaluator grades the dump like any other.
+    ORACLE = "oracle"
+    NOP = "nop"
+
+
+REFERENCE_ENGINES = frozenset({EngineKind.ORACLE.value, EngineKind.NOP.value})
+
+
+class TaskValidityClass(Vocab):
+    """What `qualify` concludes about a task from its evaluator's verdicts on oracle and nop."""
+
+    VALID = "valid"  # the ground truth passes and doing nothing fails
+    ORACLE_FAILS = "oracle_fails"  # the ground truth does not pass here (no agent could be sure to)
+    NOP_PASSES = "nop_passes"  # doing nothing passes: the evaluator accepts an untouched workspace
+    ENVIRONMENT_BLOCKED = "environment_blocked"  # a needed MCP server failed the inventory
+    # The ground truth passed but the nop run gave no verdict (an infrastructure failure): whether
+    # doing nothing passes is unknown, and is not guessed.
+    UNDETERMINED = "undetermined"
 
 
 class Phase(Vocab):

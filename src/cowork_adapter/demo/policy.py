@@ -136,6 +136,16 @@ PLANS: dict[str, Plan] = {
         ),
         final_answer="There are 5 open tickets; wrote open_count.txt.",
     ),
+    # success / pass: writes correct notes; its lenient evaluator would pass an untouched workspace too.
+    "demo-nop-passes": Plan(
+        tag="demo-nop-passes",
+        steps=(
+            Step("files", "read_file", {"path": "changes.txt"}),
+            Step("files", "write_file", {"path": "release_notes.txt",
+                                         "content": "Release notes\n- fix: login timeout\n- feat: export to CSV\n"}),
+        ),
+        final_answer="Wrote release_notes.txt with both changes.",
+    ),
     # success / pass once repaired: the quotes server's own environment resolves the mcp 2.x SDK
     # and crashes at start until the derived image repins it below 2.x; environment-blocked before.
     "demo-broken-sdk": Plan(

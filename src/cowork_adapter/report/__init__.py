@@ -70,9 +70,11 @@ def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: 
     elif not paths:
         sys.stdout.write(to_markdown(report))
     else:
-        from .render import headline
+        from .render import headline, valid_line
 
         print(headline(report))
+        if valid_line(report):
+            print(valid_line(report))
         for warning in report["projection"]["warnings"]:
             print(f"warning: {warning}")
         print("wrote " + ", ".join(str(p) for p in paths))

@@ -16,6 +16,8 @@ from ..vocab import PaidActivity, ServerHealth, TaskStatus
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
 from .reference import CAVEAT, reference_rows
 from .stats import project_full_run, wilson_interval
+from .validity import disclosure as validity_disclosure
+from .validity import load_validity, validity_section
 
 REPORT_SCHEMA = "cowork_adapter.report.v1"
 FULL_DATASET = 496
@@ -282,6 +284,8 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
         last = run.run_spent_usd()
         offset += last if last is not None else 0.0
 
+    status_of = {t: merged[t].row.status for t in tasks if t in merged}
+    validity = validity_section(tasks, status_of, load_validity([r.root for r in runs]))
     task_rows = []
     for task in tasks:
         m = merged.get(task)
@@ -299,6 +303,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
             "provenance": m.provenance if m else None,
             "domain": domains[task][0],
             "mcp_servers": servers[task],
+            "validity_class": validity["task_class"][task] if validity else None,
         })
     return {
         "schema": REPORT_SCHEMA,
@@ -330,7 +335,9 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
         "by_mcp_server": _group(tasks, merged, servers),
         "reference": {"rows": reference_rows(), "caveat": CAVEAT},
         "methodology": methodology_location(),
-        "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional),
+        "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional)
+        + ([_see("validity", validity_disclosure(validity))] if validity else []),
+        "validity": validity,
         "audit": _audit_summary(runs),
         "projection": projection,
         "series": {"cumulative_spend": [[ts, v] for ts, v in spend], "costs": costs, "durations": durations},

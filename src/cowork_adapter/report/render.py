@@ -40,6 +40,20 @@ def methodology_line(r: dict[str, Any], *, markdown: bool) -> str:
             "the statuses, and each disclosure below names its section (§).")
 
 
+def valid_line(r: dict[str, Any]) -> str | None:
+    """pass@1 over the valid tasks (a run given --task-validity), shown under the headline."""
+    v = r.get("validity")
+    if not v:
+        return None
+    lo, hi = v["valid_wilson95"]
+    return (f"pass@1 over valid tasks = {v['valid_passed']}/{v['valid_denominator']} = {_pct(v['valid_pass_at_1'])} "
+            f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})")
+
+
+def _validity_rows(r: dict[str, Any]) -> list[list[str]]:
+    return [[k, str(n)] for k, n in r["validity"]["classes"].items()]
+
+
 def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     c, cost, p = r["counts"], r["cost"], r["projection"]
     return [
@@ -99,6 +113,18 @@ def _audit_omitted(a: dict[str, Any]) -> str | None:
     return f"{count(a['items_omitted'], 'further finding')} {'is' if a['items_omitted'] == 1 else 'are'} counted above and not listed; the audit files hold the stored ones."
 
 
+def _task_table(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The per-task table; with a task validity table, each task's class too."""
+    head = ["task", "status", "reason", "cost", "run"]
+    rows = [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
+            for t in r["tasks"]]
+    if r.get("validity"):
+        head.append("validity")
+        for row, t in zip(rows, r["tasks"]):
+            row.append(t.get("validity_class") or "")
+    return head, rows
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
@@ -109,6 +135,9 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def to_markdown(r: dict[str, Any]) -> str:
     out = ["# Cowork Bench report", "", f"**{headline(r)}**", "", methodology_line(r, markdown=True), ""]
+    if valid_line(r):
+        out += [valid_line(r), "", "## Task validity", "", f"From `{r['validity']['source']}`.", "",
+                _md_table(["class", "selected tasks"], _validity_rows(r)), ""]
     out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
     for w in r["projection"]["warnings"]:
         out += [f"> **Warning:** {w}", ""]
@@ -129,9 +158,7 @@ def to_markdown(r: dict[str, Any]) -> str:
     out += ["## Published reference rows", "", r["reference"]["caveat"], "", _md_table(REF_HEAD, _ref_table(r)), ""]
     out += ["## Runs", "", _md_table(["run root", "generation", "outcome", "meter spend"],
                                        [[x["run_root"], str(x["generation"]), x["outcome"], _usd(x["run_spent_usd"])] for x in r["runs"]]), ""]
-    out += ["## Tasks", "", _md_table(["task", "status", "reason", "cost", "run"],
-                                        [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
-                                         for t in r["tasks"]]), ""]
+    out += ["## Tasks", "", _md_table(*_task_table(r)), ""]
     return "\n".join(out)
 
 
@@ -163,6 +190,10 @@ def to_html(r: dict[str, Any]) -> str:
              "<h1>Cowork Bench report</h1>", f"<p><strong>{escape(headline(r))}</strong></p>",
              f"<p>{methodology_line(r, markdown=False)}</p>",
              _html_table(["", "value"], [list(x) for x in _summary_rows(r)])]
+    if valid_line(r):
+        parts += [f"<p>{escape(valid_line(r))}</p>", "<h2>Task validity</h2>",
+                  f"<p>From {escape(r['validity']['source'])}.</p>",
+                  _html_table(["class", "selected tasks"], _validity_rows(r))]
     parts += [f"<p class='warn'>Warning: {escape(w)}</p>" for w in r["projection"]["warnings"]]
     parts += ["<h2>Disclosures</h2><ul>"] + [f"<li>{escape(d)}</li>" for d in r["disclosures"]] + ["</ul>"]
     if r["audit"] is not None:
@@ -181,8 +212,6 @@ def to_html(r: dict[str, Any]) -> str:
     parts += ["<h2>By domain</h2>", _html_table(GROUP_HEAD, _group_table(domains))]
     parts += ["<h2>By MCP server</h2>", _html_table(GROUP_HEAD, _group_table(r["by_mcp_server"]))]
     parts += ["<h2>Published reference rows</h2>", f"<p>{escape(r['reference']['caveat'])}</p>", _html_table(REF_HEAD, _ref_table(r))]
-    parts += ["<h2>Tasks</h2>", _html_table(["task", "status", "reason", "cost", "run"],
-                                           [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
-                                            for t in r["tasks"]])]
+    parts += ["<h2>Tasks</h2>", _html_table(*_task_table(r))]
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -140,6 +140,8 @@ class RunManifest(_Model):
     campaign_settlement: str | None = None
     docker_host: str | None = None  # the daemon the run used (`clear` defaults to it)
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
+    # The qualify table given with --task-validity (copied into the run root as task_validity.json).
+    task_validity: dict[str, str] | None = None  # {source, sha256}
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

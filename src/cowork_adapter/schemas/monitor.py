@@ -107,7 +107,7 @@ class Monitor(_Model):
     disk: Disk = Field(default_factory=Disk)
     stop_reason: str | None = None  # the first cause
     stop_causes: list[str] = Field(default_factory=list)  # every cause, in the order seen
-    campaign_settlement: Literal["pending", "recorded", "unconfirmed"] = "pending"
+    campaign_settlement: Literal["pending", "recorded", "unconfirmed", "not_applicable"] = "pending"
     diagnostic_write_failures: dict[str, WriteFailure] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

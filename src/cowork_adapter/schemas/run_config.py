@@ -105,6 +105,8 @@ def model_provider(cfg: RunConfig) -> str:
     """The MODEL_PROVIDER both task containers get; with MODEL_NAME it names the dump folder."""
     if cfg.engine_kind is EngineKind.OUROBOROS:
         return "ouroboros"
+    if cfg.spends_nothing:
+        return cfg.engine  # oracle / nop: dumps under dumps/<engine>_<model>/
     return "openai" if cfg.openai_compatible_base_url else "openrouter"
 
 

@@ -1,0 +1,94 @@
+"""Benchmark `cowork-adapter qualify`: tasks per minute at a concurrency, and the projected time
+for the whole benchmark (496 tasks, each run once by oracle and once by nop).
+
+Oracle and nop never start the agent's model (nor the Ouroboros server or mcp-proxy), so a task
+costs its containers, preprocess and evaluation. The script runs qualify once on the demo
+benchmark with the real daemon (DOCKER_HOST or --docker-host) and reads, per engine run, the
+runner's wall time (events runner_started -> runner_exited) and the launch's (manifest created_at
+-> finished_at, which adds preflight, clone, inventory, cleanup proof and audit once per run).
+
+    DOCKER_HOST=unix:///var/lib/cowork-testbed/docker.sock .venv/bin/python benchmarks/bench_qualify.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from cowork_adapter.demo.bench_repo import materialize_bench
+from cowork_adapter.demo.pack_image import ensure_demo_pack_image
+from cowork_adapter.demo.seed_repo import make_stub_seed
+from cowork_adapter.events import parse_ts
+
+DEFAULT_TASKS = ["demo-csv-totals", "demo-wrong-answer", "demo-crm-postgres", "demo-nop-passes",
+                 "demo-audit-planted", "demo-deck-stateful"]
+FULL = 496
+
+
+def _events(run_root: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in (run_root / "events.jsonl").read_text().splitlines():
+        if line.strip():
+            event = json.loads(line)
+            out.setdefault(event["kind"], parse_ts(event["ts"]))
+    return out
+
+
+def _walls(run_root: Path) -> tuple[float, float]:
+    events = _events(run_root)
+    manifest = json.loads((run_root / "run_manifest.json").read_text())
+    runner = events["runner_exited"] - events["runner_started"]
+    launch = parse_ts(manifest["finished_at"]) - parse_ts(manifest["created_at"])
+    return runner, launch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""))
+    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--task", action="append", dest="tasks")
+    args = ap.parse_args()
+    tasks = args.tasks or DEFAULT_TASKS
+    work = Path(tempfile.mkdtemp(prefix="bench-qualify-"))
+    bench, seed, storage = work / "bench", work / "seed", work / "storage"
+    storage.mkdir()
+    commit = materialize_bench(bench)
+    make_stub_seed(seed)
+    pack, _ = ensure_demo_pack_image(args.docker_host)
+    root = storage / "q"
+    argv = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", str(seed), "--bench-root", str(bench),
+            "--bench-commit", commit, "--docker-host", args.docker_host, "--resource-root", str(storage),
+            "--run-root", str(root), "--base-image", pack, "--build-image", "--concurrency", str(args.concurrency),
+            "--task-timeout", "240", "--cpus", "1", "--memory", "2g", "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    for task in tasks:
+        argv += ["--task", task]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
+        print(f"qualify exited {proc.returncode}; see {root}")
+        return 2
+    n = len(tasks)
+    total_runner = total_launch = 0.0
+    print(f"qualify over {n} demo tasks at concurrency {args.concurrency} ({root})")
+    for engine in ("oracle", "nop"):
+        runner, launch = _walls(root / engine)
+        total_runner += runner
+        total_launch += launch
+        print(f"  {engine:6s} runner {runner:7.1f} s = {60 * n / runner:5.2f} tasks/min; "
+              f"launch {launch:7.1f} s (fixed costs {launch - runner:5.1f} s)")
+    per_task = total_runner / n  # both engines' runner time per task
+    projected = FULL * per_task + (total_launch - total_runner)
+    print(f"  both engines: {60 * n / total_runner:5.2f} tasks/min qualified (oracle + nop)")
+    print(f"  projected for all {FULL} tasks at concurrency {args.concurrency}: {projected / 3600:.1f} h "
+          f"({FULL * 2} task runs; demo tasks, so real tasks' preprocess and evaluators change this)")
+    print(proc.stdout.strip().splitlines()[-2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
