@@ -5,7 +5,7 @@ Pure logic over decoded arguments. What a caller must know:
   and shlex-split shell strings. A decoded string is matched and unwrapped only when it holds a
   probe (PROBES): every rule's token contains a probe, and the escapes that could spell one of a
   token's (ASCII) characters, `\\u0000`-`\\u007f` and `\\/`, are probes too, so the same probes
-  also sift raw argument bytes before anything is decoded (audit_lines).
+  also sift raw argument bytes before anything is decoded (audit.scan).
 - Database-client rules apply only to shell/code tools (`is_code_tool`). The benchmark's
   PostgreSQL MCP server is the sanctioned database route, so MCP tools count as code tools only
   when their server name says terminal or shell.
@@ -18,7 +18,9 @@ import re
 import shlex
 from typing import Any, Iterator
 
-from .vocab import AuditFindingReason
+import ahocorasick_rs
+
+from ..vocab import AuditFindingReason
 
 # Raw-byte prefilter: every rule token below contains one of these (case as written in logs).
 PROBES: tuple[bytes, ...] = (
@@ -40,6 +42,15 @@ PROBES: tuple[bytes, ...] = (
     *(b"\\u00" + bytes([digit]) for digit in b"01234567"),
     b"\\/",  # an escaped slash (postgres:\/\/)
 )
+_PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(PROBES))
+
+
+def probe_hits(data: Any) -> list[tuple[int, int, int]]:
+    """(probe index, start, end) of non-overlapping probe occurrences in a bytes-like object:
+    empty exactly when it holds no probe (one pass, whatever the number of probes)."""
+    return _PROBE_SEARCH.find_matches_as_indexes(data)
+
+
 # The same probes on decoded strings: a leaf is unwrapped and matched only when it has one.
 STR_PROBES: tuple[str, ...] = tuple(p.decode() for p in PROBES)
 
