@@ -43,13 +43,15 @@ class Sink(Protocol):
 
 
 class Block:
-    """Whole lines of a log without the final newline, the first one numbered `first` (1-based)."""
+    """Whole lines of a log: `data` without the final newline, split into `lines`, the first
+    one numbered `first` (1-based)."""
 
-    __slots__ = ("first", "data")
+    __slots__ = ("first", "data", "lines")
 
     def __init__(self, first: int, data: bytes) -> None:
         self.first = first
         self.data = data
+        self.lines = data.split(b"\n")
 
 
 def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
@@ -79,13 +81,14 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
                 else:
                     carry = buf
                 continue
-            data = buf[:cut] if cut < len(buf) - 1 else buf[:-1]
-            yield Block(lineno, data)
-            lineno += data.count(b"\n") + 1
+            block = Block(lineno, buf[:cut])
+            yield block
+            lineno += len(block.lines)
             carry = buf[cut + 1:]
         if carry and not skipping:  # an oversized final line was reported when it crossed the bound
-            yield Block(lineno, carry)
-            lineno += carry.count(b"\n") + 1
+            block = Block(lineno, carry)
+            yield block
+            lineno += len(block.lines)
     sink.lines += lineno - 1
 
 
@@ -132,7 +135,7 @@ def decode_rows(block: Block, decoder: msgspec.json.Decoder, rel: str,
     """([(line index in the block, row)] for every JSON-object line, verbatim); malformed lines
     are gaps. `verbatim`: every row was read by msgspec from its line's own bytes, so a Raw field
     is a slice of the line (else some Raw field is json.dumps of json.loads' value)."""
-    lines = block.data.split(b"\n")
+    lines = block.lines
     trusted = _is_utf8(block.data) and not _may_hold_long_integer(block.data)
     if trusted:
         try:  # the common case: every line an object msgspec reads

@@ -42,7 +42,9 @@ PROBES: tuple[bytes, ...] = (
     *(b"\\u00" + bytes([digit]) for digit in b"01234567"),
     b"\\/",  # an escaped slash (postgres:\/\/)
 )
-_PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(PROBES))
+# Leftmost-first matching lets the library use its vectorised prefilter (several times faster
+# than standard matching here); any occurrence still yields a match.
+_PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(PROBES), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
 
 
 def probe_hits(data: Any) -> list[tuple[int, int, int]]:

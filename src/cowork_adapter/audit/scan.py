@@ -159,14 +159,21 @@ class TaskScan:
             values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values))
         prompt, completion, cached, cost, known, estimated, model, provider, response = values
         self.usage_records += 1
-        prompt, completion, cached = _count(prompt), _count(completion), _count(cached)
-        for name, counted in zip(TOKEN_FIELDS, (prompt, completion, cached)):
-            if counted is None:
-                self.gap(AuditGapReason.UNKNOWN_TOKENS, file, line, name)
-        prompt, completion = prompt or 0, completion or 0
+        # Plain nonnegative ints (the usual record) skip _count; anything else takes its rule.
+        if not (type(prompt) is int and prompt >= 0):
+            prompt = _count(prompt)
+        if not (type(completion) is int and completion >= 0):
+            completion = _count(completion)
+        if not (type(cached) is int and cached >= 0):
+            cached = _count(cached)
+        if prompt is None or completion is None or cached is None:
+            for name, counted in zip(TOKEN_FIELDS, (prompt, completion, cached)):
+                if counted is None:
+                    self.gap(AuditGapReason.UNKNOWN_TOKENS, file, line, name)
+            prompt, completion, cached = prompt or 0, completion or 0, cached or 0
         self.prompt_tokens += prompt
         self.completion_tokens += completion
-        self.cached_tokens += cached or 0
+        self.cached_tokens += cached
         if prompt + completion > 0:
             self.token_bearing += 1
         cost = _money(cost)
@@ -177,9 +184,9 @@ class TaskScan:
             self.cost_known_usd += cost
         if estimated is True:
             self.cost_estimated += 1
-        self.add_name(0, model)
-        self.add_name(1, provider)
-        self.add_name(2, response)
+        for bucket, name in ((self.models, model), (self.providers, provider), (self.response_providers, response)):
+            if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
+                bucket[name] = None
 
     def add_name(self, which: int, value: Any) -> None:
         """A model (which=0), provider (1) or response provider (2) name: non-empty strings are
@@ -271,7 +278,7 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
         if verbatim and not hits:
             index += sum(n for key, n in counts.items() if call_kind(key)[0])
             continue
-        lines = _hit_lines(block.data, hits) if verbatim else None
+        lines = _hit_lines(block.lines, hits) if verbatim else None
         for line, row in rows:
             call, tool, _, _ = call_kind(_call_key(row))
             if not call:
@@ -281,8 +288,9 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
             index += 1
 
 
-def _hit_lines(data: bytes, hits: list[tuple[int, int, int]]) -> set[int]:
-    starts = list(accumulate(len(line) + 1 for line in data.split(b"\n")))
+def _hit_lines(lines: list[bytes], hits: list[tuple[int, int, int]]) -> set[int]:
+    """Indexes of the lines holding the hits' start offsets."""
+    starts = list(accumulate(len(line) + 1 for line in lines))  # where each next line starts
     return {bisect_right(starts, start) for _, start, _ in hits}
 
 
