@@ -82,7 +82,6 @@ class UsageRow(msgspec.Struct):
 
 USAGE_FIELDS = UsageRow.__struct_fields__[1:]  # what a nested `usage` object may state instead
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens")
-NAME_FIELDS = ("model", "provider", "response_provider")
 
 
 def _hashable(value: Any) -> Any:
@@ -176,7 +175,8 @@ class TaskScan:
         self.cached_tokens += cached
         if prompt + completion > 0:
             self.token_bearing += 1
-        cost = _money(cost)
+        if not (type(cost) is float and 0.0 <= cost < math.inf):  # else a plain cost is its own reading
+            cost = _money(cost)
         if cost is None or known is False:
             self.cost_unknown += 1
             self.gap(AuditGapReason.UNKNOWN_COST, file, line)
@@ -184,16 +184,10 @@ class TaskScan:
             self.cost_known_usd += cost
         if estimated is True:
             self.cost_estimated += 1
+        # Names: non-empty strings, kept in first-seen order, at most MAX_NAMES_PER_TASK of each.
         for bucket, name in ((self.models, model), (self.providers, provider), (self.response_providers, response)):
             if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
                 bucket[name] = None
-
-    def add_name(self, which: int, value: Any) -> None:
-        """A model (which=0), provider (1) or response provider (2) name: non-empty strings are
-        kept in first-seen order, at most MAX_NAMES_PER_TASK of each."""
-        bucket = (self.models, self.providers, self.response_providers)[which]
-        if isinstance(value, str) and value and value not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
-            bucket[value] = None
 
     def add_tool_calls(self, counts: Counter) -> None:
         """Count rows by their (type, tool, is_error is true) keys (see call_kind)."""
