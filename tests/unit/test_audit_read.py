@@ -255,7 +255,7 @@ def _list_lines(data: bytes) -> list[bytes]:
 
 # ------------------------------------------------------------------ decode_rows itself
 
-_DECODERS = [msgspec.json.Decoder(t) for t in (ToolRow, UsageRow, AttemptRow)]
+_DECODERS = [audit_read.RowReader(t) for t in (ToolRow, UsageRow, AttemptRow)]
 
 
 def _expected_field(rec: dict, name: str, kind):
@@ -271,14 +271,14 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     decoder = _DECODERS[which]
     block = audit_read.Block(1, data[:-1] if data.endswith(b"\n") else data)
     sink = TaskScan()
-    rows, _ = audit_read.decode_rows(block, decoder, "x.jsonl", sink)
+    rows = audit_read.decode_rows(block, decoder, "x.jsonl", sink)
     lines = block.data.split(b"\n")
     expected = [(i, _object(line)) for i, line in enumerate(lines) if line and line != b"\r"]
     assert [i for i, _ in rows] == [i for i, rec in expected if rec is not None]
     assert [g["line"] for g in sink.gaps] == [i + 1 for i, rec in expected if rec is None]
-    kinds = [f.type for f in msgspec.structs.fields(decoder.type)]
+    kinds = [f.type for f in msgspec.structs.fields(decoder.row_type)]
     for (_, row), rec in zip(rows, [rec for _, rec in expected if rec is not None]):
-        for name, kind in zip(decoder.type.__struct_fields__, kinds):
+        for name, kind in zip(decoder.row_type.__struct_fields__, kinds):
             got = getattr(row, name)
             got = json.dumps(json.loads(bytes(got))) if kind is msgspec.Raw else got
             assert json.dumps(got) == json.dumps(_expected_field(rec, name, kind))
@@ -295,10 +295,16 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     b"\xef\xbb\xbf" + b'{"type": "tool_call"}',  # a byte-order mark
     b'{"type": "tool_call"}{"type": "tool_call"}',  # two documents on one line
     b'{"type": 1e999}',
+    b'{"type": "tool_call"}, {"type": "tool_call"}',  # a line of two values, comma-separated
+    b'{"type": "tool_call", "a": "x\n"}',  # a string run on across a newline...
+    b'{"type": "tool_call", "a": "x\n"}\n{"type": "tool_call"},{"type": "tool_call"}',  # ...and both
+    b'{"type": "tool_call", "a": [1,\n2]}',  # a value run on across a newline
+    b'{"type": "tool_call"}\n\n \n\r\n{"type": "tool_call"}',  # blank lines
 ])
 def test_msgspec_leniencies_are_decided_by_json_loads(line):
+    """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""
     for block in (line, b'{"type": "x"}\n' + line + b'\n{"type": "y"}'):
-        rows, _ = audit_read.decode_rows(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
+        rows = audit_read.decode_rows(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
         lines = block.split(b"\n")
         assert [i for i, _ in rows] == [i for i, part in enumerate(lines) if _object(part) is not None], line
 
@@ -380,7 +386,7 @@ def test_a_cost_is_floats_reading_of_its_text(text):
     line = (b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": '
             + text.encode() + b"}")
     scan = TaskScan()
-    rows, _ = audit_read.decode_rows(audit_read.Block(1, line), msgspec.json.Decoder(UsageRow), "e", scan)
+    rows = audit_read.decode_rows(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
     (_, row), = rows
     assert repr(row.cost) == repr(json.loads(text))
     scan.add_usage(row, "e", 1)

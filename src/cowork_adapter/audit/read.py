@@ -43,15 +43,15 @@ class Sink(Protocol):
 
 
 class Block:
-    """Whole lines of a log: `data` without the final newline, split into `lines`, the first
-    one numbered `first` (1-based)."""
+    """Whole lines of a log: `data` without the final newline, `count` lines, the first one
+    numbered `first` (1-based)."""
 
-    __slots__ = ("first", "data", "lines")
+    __slots__ = ("first", "data", "count")
 
     def __init__(self, first: int, data: bytes) -> None:
         self.first = first
         self.data = data
-        self.lines = data.split(b"\n")
+        self.count = data.count(b"\n") + 1
 
 
 def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
@@ -83,12 +83,12 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
                 continue
             block = Block(lineno, buf[:cut])
             yield block
-            lineno += len(block.lines)
+            lineno += block.count
             carry = buf[cut + 1:]
         if carry and not skipping:  # an oversized final line was reported when it crossed the bound
             block = Block(lineno, carry)
             yield block
-            lineno += len(block.lines)
+            lineno += block.count
     sink.lines += lineno - 1
 
 
@@ -96,6 +96,7 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
 _INT_DIGITS = sys.get_int_max_str_digits() or sys.maxsize
 # Any run of _INT_DIGITS + 1 digits covers a whole aligned window of this many bytes.
 _WINDOW = (_INT_DIGITS + 2) // 2
+_DIGITS = frozenset(b"0123456789")
 
 
 def _may_hold_long_integer(data: bytes) -> bool:
@@ -104,7 +105,10 @@ def _may_hold_long_integer(data: bytes) -> bool:
     non-digit)."""
     if _INT_DIGITS >= len(data):
         return False
-    return any(data[start:start + _WINDOW].isdigit() for start in range(0, len(data), _WINDOW))
+    # A window is all digits only if its first and last bytes are: test those first, in bulk.
+    firsts, lasts = data[::_WINDOW], data[_WINDOW - 1::_WINDOW]
+    return any(first in _DIGITS and last in _DIGITS and data[k * _WINDOW:(k + 1) * _WINDOW].isdigit()
+               for k, (first, last) in enumerate(zip(firsts, lasts)))
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -130,39 +134,55 @@ Row = TypeVar("Row", bound=msgspec.Struct)
 _DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # ValidationError is a DecodeError
 
 
-def decode_rows(block: Block, decoder: msgspec.json.Decoder, rel: str,
-                sink: Sink) -> tuple[list[tuple[int, Any]], bool]:
-    """([(line index in the block, row)] for every JSON-object line, verbatim); malformed lines
-    are gaps. `verbatim`: every row was read by msgspec from its line's own bytes, so a Raw field
-    is a slice of the line (else some Raw field is json.dumps of json.loads' value)."""
-    lines = block.lines
-    trusted = _is_utf8(block.data) and not _may_hold_long_integer(block.data)
+class RowReader:
+    """msgspec decoders of one row type: a line, and a block read whole.
+
+    A block is read whole as `[[line 1],[line 2],...]` (each newline made `],[`), each line an
+    array of exactly one object: that reading succeeds with one row per line only when each
+    line is one object on its own. A line of several values is not an array of one; a string
+    or value run on across a newline joins lines, which leaves fewer rows than lines."""
+
+    def __init__(self, row_type: type[Row]) -> None:
+        self.row_type = row_type
+        self.one = msgspec.json.Decoder(row_type)
+        self.block = msgspec.json.Decoder(list[tuple[row_type]])  # type: ignore[valid-type]
+
+
+def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[tuple[int, Any]]:
+    """(line index in the block, row) for every JSON-object line; malformed lines are gaps. A
+    Raw field is the line's own text of the value, or json.dumps of json.loads' value when only
+    json.loads could read the line."""
+    data = block.data
+    trusted = _is_utf8(data) and not _may_hold_long_integer(data)
     if trusted:
         try:  # the common case: every line an object msgspec reads
-            return list(enumerate(map(decoder.decode, lines))), True
+            rows = reader.block.decode(b"".join((b"[[", data.replace(b"\n", b"],["), b"]]")))
         except _DECODE_ERRORS:
-            pass
-    row_type = decoder.type
+            rows = None
+        if rows is not None and len(rows) == block.count:
+            return list(enumerate(map(_first, rows)))
     out: list[tuple[int, Any]] = []
-    verbatim = True
-    for index, line in enumerate(lines):
+    for index, line in enumerate(data.split(b"\n")):
         if not line or line == b"\r":
             continue
         if trusted or (_is_utf8(line) and not _may_hold_long_integer(line)):
             try:
-                out.append((index, decoder.decode(line)))
+                out.append((index, reader.one.decode(line)))
                 continue
             except _DECODE_ERRORS:
                 pass
         rec = parse_object(line)
-        row = None if rec is None else _row_from_dict(row_type, rec, rel, sink, block.first + index)
+        row = None if rec is None else _row_from_dict(reader.row_type, rec, rel, sink, block.first + index)
         if row is None:
             if rec is None:
                 sink.gap(AuditGapReason.MALFORMED_LINE, rel, block.first + index)
             continue
         out.append((index, row))
-        verbatim = False
-    return out, verbatim
+    return out
+
+
+def _first(row: tuple[Any]) -> Any:
+    return row[0]
 
 
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:

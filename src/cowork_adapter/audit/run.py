@@ -106,7 +106,7 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
         scan = TaskScan()
         try:
             for block in iter_blocks(path, scan, "result_index.jsonl"):
-                for offset, line in enumerate(block.lines):
+                for offset, line in enumerate(block.data.split(b"\n")):
                     if not line.strip():
                         continue
                     try:

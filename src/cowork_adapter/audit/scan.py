@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import json
 import math
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,7 @@ from ..schemas.audit import (
     MAX_REFERENCES_PER_TASK,
 )
 from ..vocab import AuditFindingReason, AuditGapReason
-from .read import decode_rows, iter_blocks
+from .read import RowReader, decode_rows, iter_blocks
 from .rules import args_may_match, find_references, probe_hits, split_mcp_name
 
 
@@ -253,39 +251,31 @@ class ToolRow(msgspec.Struct):
     args: msgspec.Raw = msgspec.Raw(b"null")
 
 
-_TOOL_ROWS = msgspec.json.Decoder(ToolRow)
+_TOOL_ROWS = RowReader(ToolRow)
 
 
 def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
     for block in iter_blocks(path, scan, rel):
-        rows, verbatim = decode_rows(block, _TOOL_ROWS, rel, scan)
+        rows = decode_rows(block, _TOOL_ROWS, rel, scan)
         try:
             counts = Counter((row.type, row.tool, row.is_error is True) for _, row in rows)
         except TypeError:  # an unhashable type or tool
             counts = Counter(_call_key(row) for _, row in rows)
         scan.add_tool_calls(counts)
-        # Lines holding a probe; when every row was read from its line's own bytes, a probe in
-        # the arguments is one in the line, and a block without any (the usual case) ends here.
-        hits = probe_hits(block.data)
-        if verbatim and not hits:
+        # Arguments holding a probe: one search per call's raw arguments, and a block without
+        # any (the usual case) ends here.
+        if not any(map(probe_hits, [row.args for _, row in rows])):
             index += sum(n for key, n in counts.items() if call_kind(key)[0])
             continue
-        lines = _hit_lines(block.lines, hits) if verbatim else None
         for line, row in rows:
             call, tool, _, _ = call_kind(_call_key(row))
             if not call:
                 continue
-            if (lines is None or line in lines) and probe_hits(row.args):
+            if probe_hits(row.args):
                 _add_findings(scan, rel, block.first + line, index, tool, row.args)
             index += 1
-
-
-def _hit_lines(lines: list[bytes], hits: list[tuple[int, int, int]]) -> set[int]:
-    """Indexes of the lines holding the hits' start offsets."""
-    starts = list(accumulate(len(line) + 1 for line in lines))  # where each next line starts
-    return {bisect_right(starts, start) for _, start, _ in hits}
 
 
 def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, raw_args: msgspec.Raw) -> None:
@@ -303,7 +293,7 @@ USAGE_FILES = ("events.jsonl", ATTEMPTS_NAME)
 # Final states of an attempt that reached the provider: a request was sent. `reserved` and
 # `released` attempts never were.
 SENT_STATES = frozenset({"dispatched", "settled", "unresolved"})
-_EVENT_ROWS = msgspec.json.Decoder(UsageRow)
+_EVENT_ROWS = RowReader(UsageRow)
 
 
 def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
@@ -312,7 +302,7 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     attempts = Path(path).with_name(ATTEMPTS_NAME)
     from_ledger = attempts.is_file()
     for block in iter_blocks(path, scan, rel):
-        rows, _ = decode_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
+        rows = decode_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
         for line, row in rows:
             kind = row.type
             if kind == "llm_usage":
@@ -344,7 +334,7 @@ class AttemptRow(msgspec.Struct):
     provider: Any = None
 
 
-_ATTEMPT_ROWS = msgspec.json.Decoder(AttemptRow)
+_ATTEMPT_ROWS = RowReader(AttemptRow)
 
 
 def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
@@ -354,7 +344,7 @@ def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
     (gaps: the request was sent, what it cost is unknown)."""
     last: dict[str, tuple[int, AttemptRow]] = {}
     for block in iter_blocks(path, scan, rel):
-        for line, row in decode_rows(block, _ATTEMPT_ROWS, rel, scan)[0]:
+        for line, row in decode_rows(block, _ATTEMPT_ROWS, rel, scan):
             if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
                 last[row.attempt_id] = (block.first + line, row)
     for line, row in sorted(last.values(), key=lambda item: item[0]):
@@ -375,7 +365,7 @@ class _Object(msgspec.Struct):
     """Any JSON object (progress, chat, supervisor rows: their content is not used)."""
 
 
-_OBJECTS = msgspec.json.Decoder(_Object)
+_OBJECTS = RowReader(_Object)
 
 
 def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:
