@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterator, Protocol, TypeVar
 
@@ -43,15 +44,21 @@ class Sink(Protocol):
 
 
 class Block:
-    """Whole lines of a log: `data` without the final newline, `count` lines, the first one
-    numbered `first` (1-based)."""
+    """Whole lines of a log: `data` without the final newline, the first one numbered `first`
+    (1-based). `count`, its number of lines, is set by decode_rows (which learns it for free)
+    or, when no one has, by iter_blocks before it numbers the next block."""
 
     __slots__ = ("first", "data", "count")
 
     def __init__(self, first: int, data: bytes) -> None:
         self.first = first
         self.data = data
-        self.count = data.count(b"\n") + 1
+        self.count: int | None = None
+
+    def lines(self) -> int:
+        if self.count is None:
+            self.count = self.data.count(b"\n") + 1
+        return self.count
 
 
 def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
@@ -83,12 +90,12 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
                 continue
             block = Block(lineno, buf[:cut])
             yield block
-            lineno += block.count
+            lineno += block.lines()
             carry = buf[cut + 1:]
         if carry and not skipping:  # an oversized final line was reported when it crossed the bound
             block = Block(lineno, carry)
             yield block
-            lineno += block.count
+            lineno += block.lines()
     sink.lines += lineno - 1
 
 
@@ -155,8 +162,10 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
     data = block.data
     trusted = _is_utf8(data) and not _may_hold_long_integer(data)
     if trusted:
+        joined = data.replace(b"\n", b"],[")
+        block.count = (len(joined) - len(data)) // 2 + 1  # each newline grew by two bytes
         try:  # the common case: every line an object msgspec reads
-            rows = reader.block.decode(b"".join((b"[[", data.replace(b"\n", b"],["), b"]]")))
+            rows = reader.block.decode(b"".join((b"[[", joined, b"]]")))
         except _DECODE_ERRORS:
             rows = None
         if rows is not None and len(rows) == block.count:
@@ -181,8 +190,7 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
     return out
 
 
-def _first(row: tuple[Any]) -> Any:
-    return row[0]
+_first = itemgetter(0)
 
 
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:

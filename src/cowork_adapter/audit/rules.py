@@ -48,10 +48,9 @@ _PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(PROBES), matchkind=ahocoras
                                                 implementation=ahocorasick_rs.Implementation.DFA)
 
 
-def probe_hits(data: Any) -> list[tuple[int, int, int]]:
-    """(probe index, start, end) of non-overlapping probe occurrences in a bytes-like object:
-    empty exactly when it holds no probe (one pass, whatever the number of probes)."""
-    return _PROBE_SEARCH.find_matches_as_indexes(data)
+# probe_hits(bytes-like) -> [(probe index, start, end)] of non-overlapping probe occurrences:
+# empty exactly when it holds no probe (one pass, whatever the number of probes).
+probe_hits = _PROBE_SEARCH.find_matches_as_indexes
 
 
 # The same probes on decoded strings: a leaf is unwrapped and matched only when it has one.
