@@ -300,6 +300,10 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     b'{"type": "tool_call", "a": "x\n"}\n{"type": "tool_call"},{"type": "tool_call"}',  # ...and both
     b'{"type": "tool_call", "a": [1,\n2]}',  # a value run on across a newline
     b'{"type": "tool_call"}\n\n \n\r\n{"type": "tool_call"}',  # blank lines
+    # Two lines run on into one row (one row fewer) and a line holding what passes for a line
+    # boundary (one more): counted alone, they would cancel out.
+    b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\x7f":[{"type": "tool_call"}',
+    b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\\u007f":[{"type": "tool_call"}',
 ])
 def test_msgspec_leniencies_are_decided_by_json_loads(line):
     """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""

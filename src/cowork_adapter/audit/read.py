@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import sys
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterator, Protocol, TypeVar
 
@@ -141,18 +140,28 @@ Row = TypeVar("Row", bound=msgspec.Struct)
 _DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # ValidationError is a DecodeError
 
 
-class RowReader:
-    """msgspec decoders of one row type: a line, and a block read whole.
+# A block read whole: each line wrapped as {"\x7f": [line]}, newlines made separators. Only this
+# one key (a raw DEL, which JSON writers leave raw but no log text holds) opens a line, so where
+# the data holds no DEL, raw or escaped, no text inside a line can pass for a line boundary.
+_KEY = "\x7f"
+_OPEN, _SEPARATOR, _CLOSE = b'[{"\x7f":[', b']},{"\x7f":[', b"]}]"
+_KEY_SPELLINGS = (b"\x7f", b"\\u007f", b"\\u007F")
 
-    A block is read whole as `[[line 1],[line 2],...]` (each newline made `],[`), each line an
-    array of exactly one object: that reading succeeds with one row per line only when each
-    line is one object on its own. A line of several values is not an array of one; a string
-    or value run on across a newline joins lines, which leaves fewer rows than lines."""
+
+class RowReader:
+    """msgspec decoders of one row type: for a line, and for a block read whole.
+
+    The whole-block reading succeeds with one row per line only when each line is exactly one
+    object on its own: a line of several values is no array of one; a string or value run on
+    across a newline joins lines, which leaves fewer rows than lines; and no line can hold a
+    boundary (see _KEY)."""
 
     def __init__(self, row_type: type[Row]) -> None:
+        line_type = msgspec.defstruct(f"{row_type.__name__}Line", [("row", tuple[row_type], msgspec.field(name=_KEY))],
+                                      forbid_unknown_fields=True)
         self.row_type = row_type
         self.one = msgspec.json.Decoder(row_type)
-        self.block = msgspec.json.Decoder(list[tuple[row_type]])  # type: ignore[valid-type]
+        self.block = msgspec.json.Decoder(list[line_type])  # type: ignore[valid-type]
 
 
 def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[tuple[int, Any]]:
@@ -161,15 +170,15 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
     json.loads could read the line."""
     data = block.data
     trusted = _is_utf8(data) and not _may_hold_long_integer(data)
-    if trusted:
-        joined = data.replace(b"\n", b"],[")
-        block.count = (len(joined) - len(data)) // 2 + 1  # each newline grew by two bytes
+    if trusted and not any(spelling in data for spelling in _KEY_SPELLINGS):
+        joined = data.replace(b"\n", _SEPARATOR)
+        block.count = (len(joined) - len(data)) // (len(_SEPARATOR) - 1) + 1
         try:  # the common case: every line an object msgspec reads
-            rows = reader.block.decode(b"".join((b"[[", joined, b"]]")))
+            lines = reader.block.decode(b"".join((_OPEN, joined, _CLOSE)))
         except _DECODE_ERRORS:
-            rows = None
-        if rows is not None and len(rows) == block.count:
-            return list(enumerate(map(_first, rows)))
+            lines = None
+        if lines is not None and len(lines) == block.count:
+            return [(index, line.row[0]) for index, line in enumerate(lines)]
     out: list[tuple[int, Any]] = []
     for index, line in enumerate(data.split(b"\n")):
         if not line or line == b"\r":
@@ -188,9 +197,6 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
             continue
         out.append((index, row))
     return out
-
-
-_first = itemgetter(0)
 
 
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:
