@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import sys
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Iterator, Protocol, TypeVar
 
+import ahocorasick_rs
 import msgspec
 
 from ..vocab import AuditGapReason
@@ -146,6 +148,12 @@ _DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # ValidationError is a D
 _KEY = "\x7f"
 _OPEN, _SEPARATOR, _CLOSE = b'[{"\x7f":[', b']},{"\x7f":[', b"]}]"
 _KEY_SPELLINGS = (b"\x7f", b"\\u007f", b"\\u007F")
+# One vectorised pass for all spellings (bytes.__contains__ crawled over hex-rich text).
+_KEY_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(_KEY_SPELLINGS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
+                                              implementation=ahocorasick_rs.Implementation.DFA)
+
+
+_ROW, _FIRST = attrgetter("row"), itemgetter(0)  # a wrapped line's row, without a Python loop
 
 
 class RowReader:
@@ -170,7 +178,7 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
     json.loads could read the line."""
     data = block.data
     trusted = _is_utf8(data) and not _may_hold_long_integer(data)
-    if trusted and not any(spelling in data for spelling in _KEY_SPELLINGS):
+    if trusted and not _KEY_SEARCH.find_matches_as_indexes(data):
         joined = data.replace(b"\n", _SEPARATOR)
         block.count = (len(joined) - len(data)) // (len(_SEPARATOR) - 1) + 1
         try:  # the common case: every line an object msgspec reads
@@ -178,7 +186,7 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
         except _DECODE_ERRORS:
             lines = None
         if lines is not None and len(lines) == block.count:
-            return [(index, line.row[0]) for index, line in enumerate(lines)]
+            return list(enumerate(map(_FIRST, map(_ROW, lines))))
     out: list[tuple[int, Any]] = []
     for index, line in enumerate(data.split(b"\n")):
         if not line or line == b"\r":
