@@ -1,8 +1,8 @@
 """Reading logs: files to blocks of whole lines, lines to typed rows (msgspec), json.loads the arbiter.
 
 What a caller must know:
-- iter_blocks reads a file in CHUNK_BYTES chunks and yields Blocks of whole lines (views of what
-  was read, valid until the next block is asked for); no file is loaded whole. A line longer
+- iter_blocks reads a file in CHUNK_BYTES chunks and yields Blocks of whole lines; no file is
+  loaded whole. A line longer
   than MAX_LINE_BYTES is skipped as an `oversized_line` gap, so memory stays bounded by
   CHUNK_BYTES + MAX_LINE_BYTES whatever the file size. Lines are counted into `Sink.lines`,
   bytes into `Sink.bytes`.
@@ -15,6 +15,8 @@ What a caller must know:
   block goes through msgspec only when its bytes are valid UTF-8 and hold no run of digits that
   long. Any line msgspec refuses (NaN, a byte-order mark, lone surrogates, numbers beyond its
   range...) is asked of json.loads, whose answer stands.
+- A block is first read whole, in one msgspec call (see RowReader); when that reading cannot
+  stand for the lines one by one, each line is read alone.
 """
 
 from __future__ import annotations
