@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from .audit_scan import TaskScan, scan_events
+from .audit.scan import TaskScan, scan_events
 from .container import protocol
 from .events import utc_now_iso
 from .schemas.ledger import (

@@ -283,7 +283,7 @@ def test_not_a_run_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_oversized_and_undecodable_lines_are_gaps_with_bounded_reads(tmp_path: Path, monkeypatch) -> None:
-    import cowork_adapter.audit_lines as scan_mod
+    import cowork_adapter.audit.read as scan_mod
 
     monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 64)
     monkeypatch.setattr(scan_mod, "MAX_LINE_BYTES", 600)  # the ledger row fits, the huge call does not
@@ -360,7 +360,7 @@ def test_claims_are_read_even_when_the_dump_cannot_be_listed(run_root: Path, mon
     """Claim files are looked up in the dump's listing; a dump that cannot be listed (execute
     without read permission) still has its claims opened by name, while receipts, found only by
     listing, are then missing."""
-    import cowork_adapter.audit as audit_mod
+    import cowork_adapter.audit.run as audit_mod
 
     listed = audit_mod.os.listdir
 

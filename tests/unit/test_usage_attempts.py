@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cowork_adapter.audit_scan import TaskScan, scan_events
+from cowork_adapter.audit.scan import TaskScan, scan_events
 from cowork_adapter.container import ouroboros
 from cowork_adapter.ledger import scan_usage
 
@@ -98,7 +98,10 @@ def test_the_checkpoint_copies_the_attempt_ledger_into_the_dump_scrubbed(tmp_pat
 
 
 def test_the_audit_counts_the_ledger_and_names_its_source(tmp_path):
-    from cowork_adapter.audit import audit_task_with_scan
+    from cowork_adapter.audit.run import audit_task_with_scan
+
+    def audit_task(*args):
+        return audit_task_with_scan(*args)[0]
 
     dump = tmp_path / "bench" / "dumps" / "ouroboros_m" / "SingleUserTurn-t"
     _write(dump / "ouroboros" / "events.jsonl", _usage_rows(4))

@@ -1,34 +1,25 @@
-"""The offline audit: `cowork-adapter audit --run-dir RUN [--output FILE] [--workers N]`.
+"""Auditing a run root: its records and ledger read, each task's dump scanned, totals summed.
 
-Read-only over the run root (the only write is the report, created exclusively, never over an
-existing file). Streams every log with bounded memory (see audit_scan). Never changes a verdict:
-ledger status, official status and pass are copied from result_index.jsonl as evidence.
+Read-only over the run root. Streams every log with bounded memory (see audit.read). Never changes
+a verdict: ledger status, official status and pass are copied from result_index.jsonl as evidence.
 
-Public entry points:
-- build_audit(run_dir) -> AuditReport      pure read; raises Refusal if the directory is no run
-- audit_run(run_dir) -> AuditReport        build, then write the launcher's audit file
-                                           (schemas.audit.launcher_audit_path; else <stem>-<n>.json)
-- run_audit_command(run_dir, output) -> int the CLI command (exit 0, or 2 with one sentence)
+build_audit(run_dir, workers) -> AuditReport: a pure read; raises Refusal if the directory is no run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from .audit_lines import iter_blocks
-from .container.diagnostic import LOG_PREFIX as DIAGNOSTIC_LOG_PREFIX
-from .audit_scan import LOG_SCANNERS, TaskScan
-from .errors import Refusal
-from .forked import forked_map
-from .schemas.audit import (
+from ..container.diagnostic import LOG_PREFIX as DIAGNOSTIC_LOG_PREFIX
+from ..errors import Refusal
+from ..forked import forked_map
+from ..schemas.audit import (
     Activity,
     AuditReport,
     CapabilityOmissions,
@@ -43,9 +34,10 @@ from .schemas.audit import (
     TaskAudit,
     TaskEvalAttempts,
     Totals,
-    launcher_audit_path,
 )
-from .vocab import AuditGapReason, ExitCode, OfficialEvalStatus
+from ..vocab import AuditGapReason, OfficialEvalStatus
+from .read import iter_blocks
+from .scan import LOG_SCANNERS, TaskScan
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
 DUMPS_DIR = Path("bench") / "dumps"
@@ -115,9 +107,7 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
         scan = TaskScan()
         try:
             for block in iter_blocks(path, scan, "result_index.jsonl"):
-                lines = bytes(block.data).split(b"\n")
-                block.count = len(lines)
-                for offset, line in enumerate(lines):
+                for offset, line in enumerate(block.data.split(b"\n")):
                     if not line.strip():
                         continue
                     try:
@@ -542,80 +532,3 @@ def _add_totals(totals: Totals, task: TaskAudit, scan: Scanned, findings: Counte
     totals.lines_scanned += scan.lines
     gaps.update(task.gaps_by_reason)
     findings.update(task.findings_by_reason)
-
-
-# ---------------------------------------------------------------- writing
-
-
-def write_exclusive(path: Path, text: str) -> None:
-    """Create `path` with O_EXCL and write `text`; FileExistsError if it exists (left untouched)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        os.unlink(path)  # ours: created by this call a moment ago
-        raise
-
-
-def audit_run(run_dir: Path, workers: int | None = None) -> AuditReport:
-    """Audit a run and write launcher_audit_path(run) exclusively, or the first free <stem>-<n>.json."""
-    report = build_audit(run_dir, workers)
-    text = report.to_json()
-    root = Path(run_dir)
-    first = launcher_audit_path(root)
-    candidates = [first] + [root / f"{first.stem}-{n}{first.suffix}" for n in range(1, 10_000)]
-    for path in candidates:
-        try:
-            write_exclusive(path, text)
-            return report
-        except FileExistsError:
-            continue
-    raise Refusal("audit", f"{root} already holds 10000 audit reports; none was overwritten.")
-
-
-def run_audit_command(run_dir: Path, output: Path | None, workers: int | None = None) -> int:
-    """The `audit` command: report to stdout, or to a new file. 0, or 2 with one sentence.
-
-    `workers`: scanning processes (None: os.cpu_count(); below 1 is refused)."""
-    if output is not None and os.path.lexists(output):
-        print(f"{output} already exists; the audit never overwrites a report.", file=sys.stderr)
-        return int(ExitCode.REFUSED)
-    if workers is not None and workers < 1:
-        print(f"--workers must be at least 1, not {workers}.", file=sys.stderr)
-        return int(ExitCode.REFUSED)
-    try:
-        report = build_audit(Path(run_dir), workers)
-    except Refusal as refusal:
-        print(refusal.sentence, file=sys.stderr)
-        return int(refusal.exit_code)
-    text = report.to_json()
-    if output is None:
-        sys.stdout.write(text)
-        return int(ExitCode.OK)
-    try:
-        write_exclusive(Path(output), text)
-    except FileExistsError:
-        print(f"{output} already exists; the audit never overwrites a report.", file=sys.stderr)
-        return int(ExitCode.REFUSED)
-    except OSError as exc:
-        print(f"Cannot create {output}: {exc.strerror or type(exc).__name__}.", file=sys.stderr)
-        return int(ExitCode.REFUSED)
-    return int(ExitCode.OK)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m cowork_adapter.audit --run-dir RUN [--output FILE]` (the CLI wires the same)."""
-    parser = argparse.ArgumentParser(prog="cowork-adapter audit", description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--output", type=Path, default=None)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="processes scanning task dumps (default: the CPU count)")
-    args = parser.parse_args(argv)
-    return run_audit_command(args.run_dir, args.output, args.workers)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

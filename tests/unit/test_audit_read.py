@@ -1,9 +1,9 @@
-"""The audit's C line scanner gives exactly what a plain json.loads reading of each line gives.
+"""The audit's msgspec reading gives exactly what a plain json.loads reading of each line gives.
 
 The reference here is the simplest correct reading: split the file on newlines, json.loads each
 line, apply the counting rules record by record (TaskScan.add_usage is the per-record rule).
-The scanner under test reads the same bytes through audit_lines (C fast path, json.loads
-fallback) in small chunks, so blocks split everywhere. Lines are generated valid, then written
+The scanner under test reads the same bytes through audit.read (msgspec Structs, json.loads the
+arbiter) in small chunks, so blocks split everywhere. Lines are generated valid, then written
 in several JSON styles and corrupted in the ways logs get corrupted.
 """
 
@@ -13,13 +13,24 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cowork_adapter import _jsonl, audit_lines
-from cowork_adapter.audit_rules import PROBES, find_references, split_mcp_name
-from cowork_adapter.audit_scan import USAGE_KEYS, TaskScan, UsageRow, scan_events, scan_objects, scan_tools
+from cowork_adapter.audit import read as audit_read
+from cowork_adapter.audit.rules import PROBES, find_references, probe_hits, split_mcp_name
+from cowork_adapter.audit.scan import (
+    USAGE_FIELDS,
+    AttemptRow,
+    TaskScan,
+    ToolRow,
+    UsageRow,
+    scan_events,
+    scan_objects,
+    scan_tools,
+)
+from cowork_adapter.vocab import AuditGapReason
 
 # ------------------------------------------------------------------ generated log lines
 
@@ -127,7 +138,7 @@ def _reference_tools(data: bytes) -> dict:
     scan, index, findings = TaskScan(), 0, []
     for number, rec in _records(data):
         if rec is None:
-            scan.gap(audit_lines.AuditGapReason.MALFORMED_LINE, "tools.jsonl", number)
+            scan.gap(AuditGapReason.MALFORMED_LINE, "tools.jsonl", number)
             continue
         kind, tool = rec.get("type"), rec.get("tool")
         if not (kind == "tool_call" or (kind is None and isinstance(tool, str))):
@@ -159,11 +170,11 @@ def _reference_events(data: bytes) -> TaskScan:
     scan = TaskScan()
     for number, rec in _records(data):
         if rec is None:
-            scan.gap(audit_lines.AuditGapReason.MALFORMED_LINE, "events.jsonl", number)
+            scan.gap(AuditGapReason.MALFORMED_LINE, "events.jsonl", number)
             continue
         kind = rec.get("type")
         if kind == "llm_usage":
-            scan.add_usage(UsageRow(*(rec.get(name) for name in UsageRow._fields)), "events.jsonl", number)
+            scan.add_usage(UsageRow(**{name: rec.get(name) for name in USAGE_FIELDS}), "events.jsonl", number)
         elif isinstance(kind, str) and "omission" in kind:
             scan.add_omission("events.jsonl", number)
     return scan
@@ -181,7 +192,7 @@ def _usage_facts(scan: TaskScan) -> dict:
 
 
 def _scanned(tmp_path: Path, name: str, data: bytes, scanner, chunk: int, monkeypatch) -> TaskScan:
-    monkeypatch.setattr(audit_lines, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(audit_read, "CHUNK_BYTES", chunk)
     path = tmp_path / name
     path.write_bytes(data)
     scan = TaskScan()
@@ -215,7 +226,7 @@ def test_tool_calls_and_findings_match_a_plain_json_reading(tmp_path, monkeypatc
 
 @_SETTINGS
 @example(data=_jsonl_text(_FLAT, _SILENT, _FLAT, {"type": "x_omission"}, _SILENT), chunk=1 << 20)
-# Names first seen in C-summed records and in records add_usage judges keep first-seen order...
+# Names keep first-seen order...
 @example(data=_jsonl_text(dict(_FLAT, model="m/b"), dict(_FLAT, model="m/a", cost_known=False),
                           dict(_FLAT, model="m/c")), chunk=1 << 20)
 # ...and the cap on names per task (50) is reached the same way.
@@ -242,87 +253,70 @@ def _list_lines(data: bytes) -> list[bytes]:
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
 
 
-# ------------------------------------------------------------------ the C entry points themselves
+# ------------------------------------------------------------------ decode_rows itself
 
-_KEYS = (b"type", b"tool", b"args")
-_USAGE_SELECT = (b"llm_usage", b"omission")
-_NAME_CAP = 2  # small, so the cap on first sightings is reached
+_DECODERS = [audit_read.RowReader(t) for t in (ToolRow, UsageRow, AttemptRow)]
+
+
+def _expected_field(rec: dict, name: str, kind):
+    value = rec.get(name)
+    return json.dumps(value) if kind is msgspec.Raw else value
 
 
 @settings(max_examples=500, deadline=None)
-@given(data=_lines(_tool_row | _event_row) | st.binary(max_size=300))
-def test_c_rows_are_the_lines_json_values_or_unsure(data):
-    block = data[:-1] if data.endswith(b"\n") else data
-    got = _jsonl.rows(block, _KEYS, (), ())
-    lines = block.split(b"\n")
-    if got is None:  # unsure: then some non-empty line really is something json.loads must decide
-        assert any(line and line != b"\r" and _jsonl.rows(line, _KEYS, (), ()) is None for line in lines)
-        return
-    count, rows = got
-    assert count == len(lines)
+@given(data=_lines(_tool_row | _event_row) | st.binary(max_size=300), which=st.sampled_from([0, 1, 2]))
+def test_rows_are_the_lines_json_loads_values(data, which):
+    """Each non-empty line is a row exactly when json.loads reads it as an object, and each
+    field is json.loads' value (a Raw field reads back to it)."""
+    decoder = _DECODERS[which]
+    block = audit_read.Block(1, data[:-1] if data.endswith(b"\n") else data)
+    sink = TaskScan()
+    rows = audit_read.decode_rows(block, decoder, "x.jsonl", sink)
+    lines = block.data.split(b"\n")
     expected = [(i, _object(line)) for i, line in enumerate(lines) if line and line != b"\r"]
-    assert [i for i, _ in expected] == [row[0] for row in rows]
-    for (_, rec), row in zip(expected, rows):
-        assert rec is not None  # C accepted only what json.loads reads as an object
-        for key, raw in zip(_KEYS, row[1:]):
-            assert json.dumps(json.loads(raw)) == json.dumps(rec.get(key.decode()))
+    assert [i for i, _ in rows] == [i for i, rec in expected if rec is not None]
+    assert [g["line"] for g in sink.gaps] == [i + 1 for i, rec in expected if rec is None]
+    kinds = [f.type for f in msgspec.structs.fields(decoder.row_type)]
+    for (_, row), rec in zip(rows, [rec for _, rec in expected if rec is not None]):
+        for name, kind in zip(decoder.row_type.__struct_fields__, kinds):
+            got = getattr(row, name)
+            got = json.dumps(json.loads(bytes(got))) if kind is msgspec.Raw else got
+            assert json.dumps(got) == json.dumps(_expected_field(rec, name, kind))
 
 
-@settings(max_examples=300, deadline=None)
-@given(data=_lines(_tool_row | _event_row))
-def test_c_tally_and_usage_agree_with_c_rows(data):
-    block = data[:-1] if data.endswith(b"\n") else data
-    rows = _jsonl.rows(block, _KEYS, (), (b"psql", b"eval"))
-    tally = _jsonl.tally(block, _KEYS, (b"psql", b"eval"))
-    usage = _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, _NAME_CAP)
-    assert (rows is None) == (tally is None) == (usage is None)
-    if rows is None:
-        return
-    count, rows = rows
-    counts: dict[bytes, int] = {}
-    for row in rows:
-        counts[b"\n".join(row[1:3])] = counts.get(b"\n".join(row[1:3]), 0) + 1
-    assert tally[0] == usage[0] == count and tally[1] == counts
-    assert [(h[0], h[3]) for h in tally[2]] == [(row[0], row[3]) for row in rows if row[3] is not None]
-    starts = [0]
-    for line in block.split(b"\n"):
-        starts.append(starts[-1] + len(line) + 1)
-    assert [h[1] for h in tally[2]] == [starts[h[0]] for h in tally[2]]
-    _assert_usage_partitions_rows(block, usage)
-
-
-def _assert_usage_partitions_rows(block: bytes, usage) -> None:
-    """usage() gives back some of the kept lines as rows and sums the rest; the sums, and the
-    first sightings of names, are what add_usage makes of those records, which are regular
-    (add_usage notes no gap for any)."""
-    _, sums, names, left = usage
-    kept = _jsonl.rows(block, USAGE_KEYS, _USAGE_SELECT, ())[1]
-    left_lines = {row[0] for row in left}
-    assert left == [row for row in kept if row[0] in left_lines]
-    summed = [row for row in kept if row[0] not in left_lines]
-    reference, sighted = TaskScan(), []
-    for row in summed:
-        rec = UsageRow._make(json.loads(raw) for raw in row[2:])
-        assert json.loads(row[1]) == "llm_usage"
-        reference.add_usage(rec, "events.jsonl", row[0])
-        for field, raw in enumerate(row[8:11]):
-            value = json.loads(raw)
-            distinct = [s for s in sighted if s[1] == field]
-            if isinstance(value, str) and value and raw not in [s[2] for s in distinct] and len(distinct) < _NAME_CAP:
-                sighted.append((row[0], field, raw))
-    assert reference.gaps == []
-    assert sums[:6] == (reference.usage_records, reference.token_bearing, reference.prompt_tokens,
-                        reference.completion_tokens, reference.cached_tokens, reference.cost_estimated)
-    assert math.isclose(sums[6], reference.cost_known_usd, rel_tol=1e-9, abs_tol=1e-12)
-    assert names == sighted
+@pytest.mark.parametrize("line", [
+    b'{"type": "tool_call", "args": {"a": "\xff"}}',  # invalid UTF-8 where msgspec only skips
+    b'{"type": "tool_call", "args": {"a": "\xc0\xaf"}}',  # overlong
+    b'{"type": "tool_call", "x": "\xed\xa0\x80"}',  # an encoded surrogate: json.loads reads it
+    b'{"type": "tool_call", "x": 1' + b"0" * 5000 + b"}",  # json.loads' integer digit limit
+    b'{"type": "tool_call", "args": [' + b"7" * 4301 + b"]}",
+    b'{"type": "tool_call", "args": "' + b"7" * 9000 + b'"}',  # a digit run inside a string: fine
+    b'{"type": "tool_call", "args": {"n": NaN}}',  # only json.loads reads NaN
+    b"\xef\xbb\xbf" + b'{"type": "tool_call"}',  # a byte-order mark
+    b'{"type": "tool_call"}{"type": "tool_call"}',  # two documents on one line
+    b'{"type": 1e999}',
+    b'{"type": "tool_call"}, {"type": "tool_call"}',  # a line of two values, comma-separated
+    b'{"type": "tool_call", "a": "x\n"}',  # a string run on across a newline...
+    b'{"type": "tool_call", "a": "x\n"}\n{"type": "tool_call"},{"type": "tool_call"}',  # ...and both
+    b'{"type": "tool_call", "a": [1,\n2]}',  # a value run on across a newline
+    b'{"type": "tool_call"}\n\n \n\r\n{"type": "tool_call"}',  # blank lines
+    # Two lines run on into one row (one row fewer) and a line holding what passes for a line
+    # boundary (one more): counted alone, they would cancel out.
+    b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\x7f":[{"type": "tool_call"}',
+    b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\\u007f":[{"type": "tool_call"}',
+])
+def test_msgspec_leniencies_are_decided_by_json_loads(line):
+    """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""
+    for block in (line, b'{"type": "x"}\n' + line + b'\n{"type": "y"}'):
+        rows = audit_read.decode_rows(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
+        lines = block.split(b"\n")
+        assert [i for i, _ in rows] == [i for i, part in enumerate(lines) if _object(part) is not None], line
 
 
 def test_usage_sums_beyond_64_bits_stay_exact(tmp_path, monkeypatch):
-    """Token counts whose sum overflows 64 bits leave the C sums for Python's ints, exactly."""
+    """Token counts whose sum overflows 64 bits are summed as Python ints, exactly."""
     big = dict(_FLAT, prompt_tokens=10**18 - 1, completion_tokens=10**18 - 1)
-    data = _jsonl_text(*[big] * 40, dict(_FLAT, prompt_tokens=10**18))  # 19 digits: Python's at once
-    block = data[:-1]
-    _assert_usage_partitions_rows(block, _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, _NAME_CAP))
+    data = _jsonl_text(*[big] * 40, dict(_FLAT, prompt_tokens=10**18))
     scan = _scanned(tmp_path, "events.jsonl", data, scan_events, 1 << 20, monkeypatch)
     assert scan.prompt_tokens == 40 * (10**18 - 1) + 10**18 and scan.completion_tokens == 40 * (10**18 - 1)
     assert scan.usage_records == 41 and scan.gaps == []
@@ -345,184 +339,63 @@ def test_integers_json_loads_refuses_or_no_float_holds_are_gaps(tmp_path, monkey
     assert scan.lines == 2
 
 
-@settings(max_examples=2000, deadline=None)
-@given(data=st.binary(max_size=120), keys=st.lists(st.sampled_from([b"a", b"type", b"\xff", b"{"]), max_size=4))
-def test_c_entry_points_survive_any_bytes(data, keys):
-    """Arbitrary bytes: an answer or None, never a crash (the C code walks untrusted logs)."""
-    keys = tuple(keys) or (b"a",)
-    for got in (_jsonl.rows(data, keys, (b"a",), (b"\\",)), _jsonl.tally(data, keys, (b"{",)),
-                _jsonl.usage(data, (*keys, *USAGE_KEYS)[:len(USAGE_KEYS)], (b"x",), 3)):
-        assert got is None or got[0] == data.count(b"\n") + 1
-
-
-def test_c_entry_points_refuse_bad_arguments():
-    with pytest.raises(TypeError):
-        _jsonl.rows(b"{}", ("type",), (), ())
-    with pytest.raises(TypeError):
-        _jsonl.rows(b"{}", (b"",), (), ())
-    with pytest.raises(ValueError):
-        _jsonl.rows(b"{}", tuple(bytes([65 + i]) for i in range(17)), (), ())
-    with pytest.raises(ValueError):
-        _jsonl.tally(b"{}", (), ())
-    with pytest.raises(ValueError):
-        _jsonl.usage(b"{}", USAGE_KEYS[:-1], (), 1)
-    with pytest.raises(ValueError):
-        _jsonl.usage(b"{}", USAGE_KEYS, (), 65)
-
-
-# UTF-8: bytes of every class (ASCII, continuations, every lead, the edges of each range), in
-# runs long enough to cross the 16- and 64-byte steps of the vectorised checks.
-_utf8_piece = st.sampled_from([b"a", b"\x7f", b"\x80", b"\xbf", b"\xc0", b"\xc1", b"\xc2", b"\xdf", b"\xe0",
-                               b"\xed", b"\xef", b"\xf0", b"\xf4", b"\xf5", b"\xff", b"\xa0", b"\x9f", b"\x90",
-                               b"\x8f"]) | st.text(max_size=3).map(lambda t: t.encode("utf-8", "surrogatepass"))
-
-
-def _strictly_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-@settings(max_examples=3000, deadline=None)
-@given(pieces=st.lists(_utf8_piece, max_size=80), pad=st.integers(0, 65))
-def test_the_utf8_check_is_pythons_strict_decoder(pieces, pad):
-    data = b"x" * pad + b"".join(pieces)
-    want = _strictly_utf8(data)
-    for check in _jsonl.UTF8_CHECKS:
-        assert _jsonl.is_utf8(data, check) == want, check
-    line = b'{"s": "' + data.replace(b'"', b"").replace(b"\\", b"").translate(None, bytes(range(32))) + b'"}'
-    assert (_jsonl.rows(line, (b"s",), (), ()) is not None) == _strictly_utf8(line)
-
-
-# Each class of UTF-8 error and the valid neighbours on its edges, at every offset in a 64-byte step.
-_UTF8_EDGES = [
-    b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\x9f\xbf",  # surrogates; U+D7FF
-    b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xe0\xa0\x80",  # overlong 3-byte; U+0800
-    b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf", b"\xf0\x90\x80\x80",  # overlong 4-byte; U+10000
-    b"\xf4\x90\x80\x80", b"\xf4\x8f\xbf\xbf", b"\xf5\x80\x80\x80", b"\xff",  # beyond U+10FFFF; U+10FFFF
-    b"\xc0\x80", b"\xc1\xbf", b"\xc2\x80", b"\xdf\xbf",  # overlong 2-byte; U+0080, U+07FF
-    b"\x80", b"\xc2\x80\x80", b"\xe2\x82\xac\x80",  # continuations too many
-    b"\xc2", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc2a", b"\xe2a\xac", b"\xf0\x9f\x98a",  # too few
-    b"\xe2\x82\xac", b"\xf0\x9f\x98\x80",  # fine: euro sign, an emoji
-]
-
-
-@pytest.mark.parametrize("piece", _UTF8_EDGES)
-def test_the_utf8_check_on_each_error_class_at_each_offset(piece):
-    for pad in range(66):
-        for tail in (b"", b"z" * 70, b"\xc3\xa9"):
-            data = b"y" * pad + piece + tail
-            want = _strictly_utf8(data)
-            for check in _jsonl.UTF8_CHECKS:
-                assert _jsonl.is_utf8(data, check) == want, (check, data)
-
-
-def test_this_cpu_runs_the_vectorised_utf8_checks():
-    """x86-64 machines here have SSSE3 and AVX2: the checks above must not have run the scalar one alone."""
-    import platform
-
-    if platform.machine() == "x86_64":
-        assert {"ssse3", "avx2"} <= set(_jsonl.UTF8_CHECKS)
-    assert _jsonl.UTF8_CHECKS[0] == "scalar"
-    with pytest.raises(ValueError):
-        _jsonl.is_utf8(b"", "sse9")
-
-
-@pytest.fixture(scope="module")
-def portable(tmp_path_factory):
-    """_jsonl.c built without SIMD (the code machines without SSE2 run), loaded beside this one."""
-    import importlib.util
-    import shutil
-    import subprocess
-    import sysconfig
-
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    assert compiler, "a C compiler builds this project; none was found"
-    source = Path(_jsonl.__file__).with_name("_jsonl.c")
-    target = tmp_path_factory.mktemp("portable") / ("_jsonl" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-std=c11", "-DJSONL_NO_SIMD",
-                    f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(target)], check=True)
-    spec = importlib.util.spec_from_file_location("_jsonl", target)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_STRING_EDGES = [b'{"a": "' + b"x" * k + bad + b"y" * 20 + b'"}' for k in range(17)
-                 for bad in (b"\x1f", b"\n", b'"', b"\\", b"\\u0041", b"\xc3\xa9", b"\xff")]
-
-
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=_lines(_tool_row | _event_row) | st.binary(max_size=300) | st.sampled_from(_STRING_EDGES))
-def test_the_portable_build_answers_like_this_one(portable, data):
-    block = data[:-1] if data.endswith(b"\n") else data
-    assert portable.rows(block, _KEYS, (), (b"psql",)) == _jsonl.rows(block, _KEYS, (), (b"psql",))
-    assert portable.tally(block, _KEYS, PROBES) == _jsonl.tally(block, _KEYS, PROBES)
-    assert portable.usage(block, USAGE_KEYS, _USAGE_SELECT, 3) == _jsonl.usage(block, USAGE_KEYS, _USAGE_SELECT, 3)
-    assert portable.is_utf8(block, "scalar") == _jsonl.is_utf8(block, _jsonl.UTF8_CHECKS[-1])
-    assert portable.UTF8_CHECKS == ("scalar",)
-
-
-@pytest.mark.parametrize("line", _STRING_EDGES)
-def test_both_builds_read_each_string_edge_as_json_loads_does(portable, line):
-    """A byte that ends or breaks a string, at every offset of an 8- and a 16-byte step."""
-    want = _object(line) is not None
-    for module in (portable, _jsonl):
-        got = module.rows(line, (b"a",), (), ())
-        assert (got is not None) == want, (module, line)
-
-
 def test_a_value_json_loads_read_but_cannot_write_back_is_a_gap(tmp_path, monkeypatch):
     """A line nested to the edge of the recursion limit: read, but too deep to re-encode."""
     def too_deep(value, *args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    data = b'{"type": "tool_call", "tool": "run_command", "n": NaN}\n'  # NaN: only json.loads reads it
-    monkeypatch.setattr(audit_lines.json, "dumps", too_deep)
+    data = b'{"type": "tool_call", "tool": "run_command", "args": {"n": NaN}}\n'  # NaN: only json.loads reads it
+    monkeypatch.setattr(audit_read.json, "dumps", too_deep)
     scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, 1 << 20, monkeypatch)
     assert [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps] == [("malformed_line", 1, "nested_too_deep")]
     assert scan.tool_calls == 0 and scan.lines == 1
 
 
-# The probe sieve: any probe set (up to the 32 the C code takes, short ones and ones sharing a
-# fingerprint), any value text, at every offset of a 32-byte step: kept exactly when some probe
-# occurs in the raw value, in both builds.
+
+
+# The probe search: any probe set, any value text: hits exactly when some probe occurs in the raw
+# value (the library is ahocorasick-rs; this pins the property the scan relies on).
 _probe = st.binary(min_size=1, max_size=7).map(lambda b: bytes(c % 6 + 97 for c in b))  # a..f: many near hits
 
 
 @settings(max_examples=1500, deadline=None)
-@given(probes=st.lists(_probe, min_size=1, max_size=32), text=st.text(alphabet="abcdef \u00e9", max_size=90),
-       pad=st.integers(0, 33))
-def test_the_probe_sieve_keeps_a_value_exactly_when_it_holds_a_probe(portable, probes, text, pad):
-    raw = json.dumps(" " * pad + text, ensure_ascii=False).encode()
-    line = b'{"a": ' + raw + b"}"
-    want = any(probe in raw for probe in probes)
-    for module in (portable, _jsonl):
-        (_, row), = module.rows(line, (b"a",), (), tuple(probes))[1]
-        assert (row is not None) == want, (module, probes, raw)
-        assert (row == raw) if want else True
+@given(text=st.text(alphabet="abcdef \u00e9\\/\x01psqlevalu0", max_size=90))
+def test_probe_hits_are_empty_exactly_when_no_probe_occurs(text):
+    for raw in (json.dumps(text).encode(), json.dumps(text, ensure_ascii=False).encode()):
+        assert bool(probe_hits(raw)) == any(probe in raw for probe in PROBES), raw
+        assert bool(probe_hits(msgspec.Raw(raw))) == bool(probe_hits(raw))
 
 
-# A regular record's cost, read in C, is exactly float() of its text: one IEEE operation when
-# the text allows it (few digits, a small power of ten), strtod otherwise.
+def test_a_probe_only_in_another_field_of_the_line_is_not_a_finding(tmp_path, monkeypatch):
+    """The block-wide probe search narrows to lines; arguments are still probed on their own."""
+    data = _jsonl_text({"type": "tool_call", "tool": "run_command", "args": {"command": "ls"},
+                        "result_preview": "psql groundtruth_workspace eval_res.json"}, _PLANTED)
+    scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, 1 << 20, monkeypatch)
+    assert [(f["line"], f["record_index"], f["token"]) for f in scan.findings] == [(2, 1, "psql")]
+
+
+# A cost is exactly float() of its text, as json.loads reads it.
 _digits = st.text(alphabet="0123456789", min_size=1, max_size=20)
 _cost_text = (st.floats(0, 1e30, allow_nan=False, allow_infinity=False).map(repr)
               | st.builds(lambda i, f, e: i.lstrip("0").rjust(1, "0") + ("." + f if f else "") + e,
                           _digits, st.text(alphabet="0123456789", max_size=20),
                           st.sampled_from(["", "e5", "E-7", "e+22", "e-22", "e23", "e-23", "e-30", "e300", "e-330"]))
               | st.sampled_from(["0", "0.0", "0e999", "9007199254740993", "123456789012345", "1234567890123456",
-                                 "0.1", "0.0123", "1e22", "1e-22", "4.35", "17976931348623157e292"]))
+                                 "0.1", "0.0123", "1e22", "1e-22", "4.35", "17976931348623157e292", "1e999"]))
 
 
 @settings(max_examples=3000, deadline=None)
 @given(text=_cost_text)
-def test_a_regular_cost_is_floats_reading_of_its_text(text):
-    line = b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": ' + text.encode() + b"}"
-    got = _jsonl.usage(line, USAGE_KEYS, _USAGE_SELECT, 1)
+def test_a_cost_is_floats_reading_of_its_text(text):
+    line = (b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": '
+            + text.encode() + b"}")
+    scan = TaskScan()
+    rows = audit_read.decode_rows(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
+    (_, row), = rows
+    assert repr(row.cost) == repr(json.loads(text))
+    scan.add_usage(row, "e", 1)
     want = float(text)
-    if not math.isfinite(want):
-        assert got[1][0] == 0 and len(got[3]) == 1  # not summed: add_usage notes the unknown cost
+    if math.isfinite(want):
+        assert scan.cost_known_usd == want and scan.gaps == []
     else:
-        assert got[1][0] == 1 and got[1][6] == want and math.copysign(1, got[1][6]) == 1, (text, got[1][6], want)
+        assert scan.cost_unknown == 1

@@ -1,8 +1,9 @@
 """Streaming scan of one task dump's agent logs: counting, reference findings, gaps.
 
 What a caller must know:
-- Lines are read by audit_lines (bounded memory; every non-empty line must be a JSON object,
-  else a `malformed_line` gap at its line; the scan goes on).
+- Lines are read by audit.read (bounded memory; every non-empty line must be a JSON object,
+  else a `malformed_line` gap at its line; the scan goes on). Each log has its row Struct: the
+  fields a scanner reads, tool-call arguments kept as raw JSON text (msgspec.Raw).
 - Counting rules:
     tools.jsonl   a row counts as a tool call when its `type` is "tool_call" (or it has no
                   `type` but a string `tool`); MCP calls (`mcp_<server>__<tool>`) are counted
@@ -13,32 +14,32 @@ What a caller must know:
                   usage record there (see scan_attempts) and llm_usage rows are validated only:
                   they are a projection that misses some request kinds (capability probes,
                   safety checks without an event queue...). Without that file, a row counts as
-                  usage when `type == "llm_usage"`.
+                  usage when `type == "llm_usage"` (TaskScan.add_usage is the one rule for a record).
     progress, chat, supervisor: validated only; their content is not used.
-- Findings come from tool-call arguments only (audit_rules). Arguments stay raw JSON bytes and
-  are decoded only when a probe occurs in them.
-- Regular usage records (flat, plain counts and cost, no escapes) are summed in C (_jsonl.usage);
-  every other record goes through TaskScan.add_usage, so each irregularity is a gap at its line.
+- Findings come from tool-call arguments only (audit.rules). Arguments stay raw JSON text and
+  are decoded only when a probe occurs in them (found by a multi-pattern search, audit.rules).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from .audit_lines import Block, decode_raw, iter_blocks, raw_rows, tally_rows, usage_rows
-from .audit_rules import PROBES, args_may_match, find_references, split_mcp_name
-from .schemas.audit import (
+import msgspec
+
+from ..schemas.audit import (
     MAX_FINDINGS_PER_TASK,
     MAX_GAPS_PER_TASK,
     MAX_NAMES_PER_TASK,
     MAX_REFERENCES_PER_TASK,
 )
-from .vocab import AuditFindingReason, AuditGapReason
+from ..vocab import AuditFindingReason, AuditGapReason
+from .read import RowReader, decode_rows, iter_blocks
+from .rules import args_may_match, find_references, probe_hits, split_mcp_name
 
 
 def _count(value: Any) -> int | None:
@@ -61,23 +62,24 @@ def _money(value: Any) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-class UsageRow(NamedTuple):
-    """The usage fields of one llm_usage record (None when absent)."""
+class UsageRow(msgspec.Struct):
+    """An events.jsonl row: its type and the usage fields of an llm_usage record (None when absent)."""
 
-    prompt_tokens: Any
-    completion_tokens: Any
-    cached_tokens: Any
-    cost: Any
-    cost_known: Any
-    cost_estimated: Any
-    model: Any
-    provider: Any
-    response_provider: Any
-    usage: Any
+    type: Any = None
+    prompt_tokens: Any = None
+    completion_tokens: Any = None
+    cached_tokens: Any = None
+    cost: Any = None
+    cost_known: Any = None
+    cost_estimated: Any = None
+    model: Any = None
+    provider: Any = None
+    response_provider: Any = None
+    usage: Any = None
 
 
+USAGE_FIELDS = UsageRow.__struct_fields__[1:]  # what a nested `usage` object may state instead
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens")
-NAME_FIELDS = ("model", "provider", "response_provider")
 
 
 def _hashable(value: Any) -> Any:
@@ -143,69 +145,52 @@ class TaskScan:
                  "tool": tool, "token": token, "excerpt": excerpt}
             )
 
-    def add_usage(self, rec: UsageRow, file: str, line: int) -> None:
-        """One llm_usage record, with every irregularity a gap at its line."""
+    def add_usage(self, rec: Any, file: str, line: int) -> None:
+        """One llm_usage record (a UsageRow, or anything with its fields), with every
+        irregularity a gap at its line. A field the record leaves null is read from its nested
+        `usage` object when that is a non-empty object."""
+        values = (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.cost, rec.cost_known,
+                  rec.cost_estimated, rec.model, rec.provider, rec.response_provider)
         usage = rec.usage
         if isinstance(usage, dict) and usage:
-
-            def stated(name: str) -> Any:
-                value = getattr(rec, name)
-                return usage.get(name) if value is None else value
-        else:
-
-            def stated(name: str) -> Any:
-                return getattr(rec, name)
-
+            values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values))
+        prompt, completion, cached, cost, known, estimated, model, provider, response = values
         self.usage_records += 1
-        counts = {}
-        for name in TOKEN_FIELDS:
-            counts[name] = _count(stated(name))
-            if counts[name] is None:
-                self.gap(AuditGapReason.UNKNOWN_TOKENS, file, line, name)
-        self.prompt_tokens += counts["prompt_tokens"] or 0
-        self.completion_tokens += counts["completion_tokens"] or 0
-        self.cached_tokens += counts["cached_tokens"] or 0
-        if (counts["prompt_tokens"] or 0) + (counts["completion_tokens"] or 0) > 0:
+        # Plain nonnegative ints (the usual record) skip _count; anything else takes its rule.
+        if not (type(prompt) is int and prompt >= 0):
+            prompt = _count(prompt)
+        if not (type(completion) is int and completion >= 0):
+            completion = _count(completion)
+        if not (type(cached) is int and cached >= 0):
+            cached = _count(cached)
+        if prompt is None or completion is None or cached is None:
+            for name, counted in zip(TOKEN_FIELDS, (prompt, completion, cached)):
+                if counted is None:
+                    self.gap(AuditGapReason.UNKNOWN_TOKENS, file, line, name)
+            prompt, completion, cached = prompt or 0, completion or 0, cached or 0
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cached_tokens += cached
+        if prompt + completion > 0:
             self.token_bearing += 1
-        cost = _money(stated("cost"))
-        if cost is None or stated("cost_known") is False:
+        if not (type(cost) is float and 0.0 <= cost < math.inf):  # else a plain cost is its own reading
+            cost = _money(cost)
+        if cost is None or known is False:
             self.cost_unknown += 1
             self.gap(AuditGapReason.UNKNOWN_COST, file, line)
         else:
             self.cost_known_usd += cost
-        if stated("cost_estimated") is True:
+        if estimated is True:
             self.cost_estimated += 1
-        for which, name in enumerate(NAME_FIELDS):
-            self.add_name(which, stated(name))
+        # Names: non-empty strings, kept in first-seen order, at most MAX_NAMES_PER_TASK of each.
+        for bucket, name in ((self.models, model), (self.providers, provider), (self.response_providers, response)):
+            if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
+                bucket[name] = None
 
-    def add_name(self, which: int, value: Any) -> None:
-        """A model (which=0), provider (1) or response provider (2) name: non-empty strings are
-        kept in first-seen order, at most MAX_NAMES_PER_TASK of each."""
-        bucket = (self.models, self.providers, self.response_providers)[which]
-        if isinstance(value, str) and value and len(bucket) < MAX_NAMES_PER_TASK:
-            bucket[value] = None
-
-    def add_usage_sums(self, sums: tuple[int, int, int, int, int, int, float]) -> None:
-        """Regular llm_usage records summed in C (see _jsonl.usage): add_usage's counts for
-        them, which note no gap."""
-        records, bearing, prompt, completion, cached, estimated, cost = sums
-        self.usage_records += records
-        self.token_bearing += bearing
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.cached_tokens += cached
-        self.cost_estimated += estimated
-        self.cost_known_usd += cost
-
-    def add_tool_calls(self, counts: dict[bytes, int]) -> dict[bytes, tuple[bool, str]]:
-        """Count rows by their raw type, tool and is_error texts (joined by newlines).
-
-        Returns, per joined text, whether such a row is a tool call and its tool name ("" when
-        the name is not a string)."""
-        decoded: dict[bytes, tuple[bool, str]] = {}
-        for raw, n in counts.items():
-            call, name, split, failed = _call_kind(raw)
-            decoded[raw] = (call, name)
+    def add_tool_calls(self, counts: Counter) -> None:
+        """Count rows by their (type, tool, is_error is true) keys (see call_kind)."""
+        for key, n in counts.items():
+            call, _, split, failed = call_kind(key)
             if not call:
                 continue
             self.tool_calls += n
@@ -219,7 +204,6 @@ class TaskScan:
             server[0] += n
             server[1] += n * failed
             server[2][split[1]] = server[2].get(split[1], 0) + n
-        return decoded
 
     def add_omission(self, file: str, line: int) -> None:
         self.omissions += 1
@@ -227,24 +211,29 @@ class TaskScan:
             self.omission_refs.append((file, line))
 
 
-_CALL_KINDS: dict[bytes, tuple[bool, str, tuple[str, str] | None, bool]] = {}
-_CALL_KINDS_LIMIT = 4096  # distinct (type, tool, is_error) texts of at most 256 bytes remembered
+_CALL_KINDS: dict[tuple[Any, Any, bool], tuple[bool, str, tuple[str, str] | None, bool]] = {}
+_CALL_KINDS_LIMIT = 4096  # distinct (type, tool, is_error) keys remembered: a run repeats a few dozen
 
 
-def _call_kind(raw: bytes) -> tuple[bool, str, tuple[str, str] | None, bool]:
-    """(is a tool call, tool name, its MCP (server, tool) or None, is_error is true) of a joined
-    raw (type, tool, is_error) text; remembered, as a run repeats a few dozen of them."""
-    kind = _CALL_KINDS.get(raw)
+def call_kind(key: tuple[Any, Any, bool]) -> tuple[bool, str, tuple[str, str] | None, bool]:
+    """(is a tool call, tool name, its MCP (server, tool) or None, is_error is true) of a
+    (type, tool, is_error is true) key."""
+    kind = _CALL_KINDS.get(key)
     if kind is None:
-        kind_value, tool, failed = map(decode_raw, raw.split(b"\n"))
-        call = _is_call(_hashable(kind_value), tool)
+        kind_value, tool, failed = key
+        call = _is_call(kind_value, tool)
         name = tool if isinstance(tool, str) else ""
-        kind = (call, name, split_mcp_name(name) if call else None, failed is True)
-        if len(raw) <= 256:  # about a megabyte at most
-            if len(_CALL_KINDS) >= _CALL_KINDS_LIMIT:
-                _CALL_KINDS.clear()
-            _CALL_KINDS[raw] = kind
+        kind = (call, name, split_mcp_name(name) if call else None, failed)
+        if len(_CALL_KINDS) >= _CALL_KINDS_LIMIT:
+            _CALL_KINDS.clear()
+        _CALL_KINDS[key] = kind
     return kind
+
+
+def _call_key(row: ToolRow) -> tuple[Any, Any, bool]:
+    """A row's counting key. `is_error is True` and not the value itself: 1 and True are equal
+    keys. An unhashable type or tool (a list, an object) is never "tool_call" or a string."""
+    return (_hashable(row.type), _hashable(row.tool), row.is_error is True)
 
 
 _EVENTS_COST_GAPS = frozenset(
@@ -252,50 +241,59 @@ _EVENTS_COST_GAPS = frozenset(
      AuditGapReason.MALFORMED_LINE, AuditGapReason.OVERSIZED_LINE}
 )
 
-TOOL_KEYS = (b"type", b"tool", b"is_error", b"args")  # args last: the probe sieve reads it
+
+class ToolRow(msgspec.Struct):
+    """A tools.jsonl row: what counting reads, and the call's arguments as raw JSON text."""
+
+    type: Any = None
+    tool: Any = None
+    is_error: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_TOOL_ROWS = RowReader(ToolRow)
 
 
 def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
     for block in iter_blocks(path, scan, rel):
-        counts, hits = tally_rows(block, TOOL_KEYS, PROBES, rel, scan)  # args only with a probe
-        calls = scan.add_tool_calls(counts)
-        for line, offset, joined, raw_args in hits:
-            call, tool = calls[joined]
+        rows = decode_rows(block, _TOOL_ROWS, rel, scan)
+        try:
+            counts = Counter((row.type, row.tool, row.is_error is True) for _, row in rows)
+        except TypeError:  # an unhashable type or tool
+            counts = Counter(_call_key(row) for _, row in rows)
+        scan.add_tool_calls(counts)
+        # Arguments holding a probe: one search per call's raw arguments, and a block without
+        # any (the usual case) ends here.
+        if not any(map(probe_hits, [row.args for _, row in rows])):
+            index += sum(n for key, n in counts.items() if call_kind(key)[0])
+            continue
+        for line, row in rows:
+            call, tool, _, _ = call_kind(_call_key(row))
             if not call:
                 continue
-            args = json.loads(raw_args)
-            # Probing the decoded strings drops hits from \u escapes of plain non-ASCII text.
-            if not (args and args_may_match(args)):
-                continue
-            references = find_references(args, tool)
-            if not references:
-                continue
-            record = index + _calls_before(block, offset, calls)
-            for reason, token, excerpt in references:
-                scan.finding(reason, rel, block.first + line, record, tool, token, excerpt)
-        index += sum(n for joined, n in counts.items() if calls[joined][0])
+            if probe_hits(row.args):
+                _add_findings(scan, rel, block.first + line, index, tool, row.args)
+            index += 1
 
 
-def _calls_before(block: Block, offset: int, calls: dict[bytes, tuple[bool, str]]) -> int:
-    """Tool calls on the block's lines before byte `offset` (a finding's record index; rare)."""
-    if offset == 0:
-        return 0
-    prefix = Block(block.first, bytes(block.data[:offset - 1]))  # without the newline before it
-    counts, _ = tally_rows(prefix, TOOL_KEYS, (), "", TaskScan())  # its gaps were noted already
-    return sum(n for joined, n in counts.items() if calls[joined][0])
+def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, raw_args: msgspec.Raw) -> None:
+    args = json.loads(bytes(raw_args))  # json.loads' reading, as every decision rests on
+    # Probing the decoded strings drops hits from \u escapes of plain non-ASCII text.
+    if not (args and args_may_match(args)):
+        return
+    for reason, token, excerpt in find_references(args, tool):
+        scan.finding(reason, rel, line, record, tool, token, excerpt)
 
 
-USAGE_KEYS = (b"type", *(name.encode() for name in UsageRow._fields))
 # The server's physical-attempt ledger, copied into <dump>/ouroboros/ beside events.jsonl.
 ATTEMPTS_NAME = "usage_attempts.jsonl"
 USAGE_FILES = ("events.jsonl", ATTEMPTS_NAME)
-ATTEMPT_KEYS = (b"kind", b"attempt_id", b"state", b"prompt_tokens", b"completion_tokens", b"cached_tokens",
-                b"cost_usd", b"cost_final", b"model", b"provider")
 # Final states of an attempt that reached the provider: a request was sent. `reserved` and
 # `released` attempts never were.
 SENT_STATES = frozenset({"dispatched", "settled", "unresolved"})
+_EVENT_ROWS = RowReader(UsageRow)
 
 
 def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
@@ -304,22 +302,14 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     attempts = Path(path).with_name(ATTEMPTS_NAME)
     from_ledger = attempts.is_file()
     for block in iter_blocks(path, scan, rel):
-        # Regular usage records come back summed; the other lines whose raw type mentions
-        # llm_usage or omission as rows. Every line is validated.
-        sums, names, rows = usage_rows(block, USAGE_KEYS, (b"llm_usage", b"omission"), MAX_NAMES_PER_TASK,
-                                       rel, scan)
-        if sums is not None and not from_ledger:
-            scan.add_usage_sums(sums)
-        sightings = deque(() if from_ledger else names)  # first sightings of names, merged with rows by line
-        for line, raw_kind, *raw_fields in rows:
-            _add_names_before(scan, sightings, line)
-            kind = decode_raw(raw_kind)
+        rows = decode_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
+        for line, row in rows:
+            kind = row.type
             if kind == "llm_usage":
                 if not from_ledger:
-                    scan.add_usage(UsageRow._make(map(decode_raw, raw_fields)), rel, block.first + line)
+                    scan.add_usage(row, rel, block.first + line)
             elif isinstance(kind, str) and "omission" in kind:
                 scan.add_omission(rel, block.first + line)
-        _add_names_before(scan, sightings, math.inf)
     if from_ledger:
         scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
@@ -329,40 +319,59 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
             scan.gap(AuditGapReason.UNREADABLE_LOG, attempts_rel, detail=type(exc).__name__)
 
 
+class AttemptRow(msgspec.Struct):
+    """A usage_attempts.jsonl row (None when absent)."""
+
+    kind: Any = None
+    attempt_id: Any = None
+    state: Any = None
+    prompt_tokens: Any = None
+    completion_tokens: Any = None
+    cached_tokens: Any = None
+    cost_usd: Any = None
+    cost_final: Any = None
+    model: Any = None
+    provider: Any = None
+
+
+_ATTEMPT_ROWS = RowReader(AttemptRow)
+
+
 def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
     """One usage record per provider request: per `kind: attempt` id of the ledger, its last
     row (the ledger appends each state change) when that state says the request was sent.
     A settled attempt carries tokens and cost; a dispatched or unresolved one has neither
     (gaps: the request was sent, what it cost is unknown)."""
-    last: dict[str, tuple[int, tuple[Any, ...]]] = {}
+    last: dict[str, tuple[int, AttemptRow]] = {}
     for block in iter_blocks(path, scan, rel):
-        for line, *raw in raw_rows(block, ATTEMPT_KEYS, (), rel, scan):
-            kind, attempt_id, *fields = map(decode_raw, raw)
-            if kind == "attempt" and isinstance(attempt_id, str) and attempt_id:
-                last[attempt_id] = (block.first + line, tuple(fields))
-    for line, (state, prompt, completion, cached, cost, final, model, provider) in sorted(last.values()):
-        if state not in SENT_STATES:
+        for line, row in decode_rows(block, _ATTEMPT_ROWS, rel, scan):
+            if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
+                last[row.attempt_id] = (block.first + line, row)
+    for line, row in sorted(last.values(), key=lambda item: item[0]):
+        if not isinstance(row.state, str) or row.state not in SENT_STATES:
             continue
-        if state != "settled":
-            prompt = completion = cached = cost = None
-        scan.add_usage(UsageRow(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+        settled = row.state == "settled"
+        cost = row.cost_usd if settled else None
+        scan.add_usage(UsageRow(prompt_tokens=row.prompt_tokens if settled else None,
+                                completion_tokens=row.completion_tokens if settled else None,
+                                cached_tokens=row.cached_tokens if settled else None,
                                 cost=cost, cost_known=cost is not None,
-                                cost_estimated=cost is not None and final is not True,
-                                model=model, provider=provider, response_provider=None, usage=None),
+                                cost_estimated=cost is not None and row.cost_final is not True,
+                                model=row.model, provider=row.provider),
                        rel, line)
 
 
-def _add_names_before(scan: TaskScan, sightings: deque[tuple[int, int, bytes]], line: float) -> None:
-    """Add the names first sighted on lines before `line`, so first-seen order holds."""
-    while sightings and sightings[0][0] < line:
-        _, which, raw = sightings.popleft()
-        scan.add_name(which, decode_raw(raw))
+class _Object(msgspec.Struct):
+    """Any JSON object (progress, chat, supervisor rows: their content is not used)."""
+
+
+_OBJECTS = RowReader(_Object)
 
 
 def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Every line a JSON object (progress, chat, supervisor: their content is not used)."""
     for block in iter_blocks(path, scan, rel):
-        raw_rows(block, (), (), rel, scan)
+        decode_rows(block, _OBJECTS, rel, scan)
 
 
 # Which scanner reads which log of <dump>/ouroboros/ (all five are expected; absence is a gap).

@@ -5,7 +5,7 @@ Pure logic over decoded arguments. What a caller must know:
   and shlex-split shell strings. A decoded string is matched and unwrapped only when it holds a
   probe (PROBES): every rule's token contains a probe, and the escapes that could spell one of a
   token's (ASCII) characters, `\\u0000`-`\\u007f` and `\\/`, are probes too, so the same probes
-  also sift raw argument bytes before anything is decoded (audit_lines).
+  also sift raw argument bytes before anything is decoded (audit.scan).
 - Database-client rules apply only to shell/code tools (`is_code_tool`). The benchmark's
   PostgreSQL MCP server is the sanctioned database route, so MCP tools count as code tools only
   when their server name says terminal or shell.
@@ -18,7 +18,9 @@ import re
 import shlex
 from typing import Any, Iterator
 
-from .vocab import AuditFindingReason
+import ahocorasick_rs
+
+from ..vocab import AuditFindingReason
 
 # Raw-byte prefilter: every rule token below contains one of these (case as written in logs).
 PROBES: tuple[bytes, ...] = (
@@ -40,6 +42,17 @@ PROBES: tuple[bytes, ...] = (
     *(b"\\u00" + bytes([digit]) for digit in b"01234567"),
     b"\\/",  # an escaped slash (postgres:\/\/)
 )
+# Leftmost-first matching lets the library use its vectorised prefilter (several times faster
+# than standard matching here; the DFA is small for 22 probes); any occurrence still yields a match.
+_PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(PROBES), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
+                                                implementation=ahocorasick_rs.Implementation.DFA)
+
+
+# probe_hits(bytes-like) -> [(probe index, start, end)] of non-overlapping probe occurrences:
+# empty exactly when it holds no probe (one pass, whatever the number of probes).
+probe_hits = _PROBE_SEARCH.find_matches_as_indexes
+
+
 # The same probes on decoded strings: a leaf is unwrapped and matched only when it has one.
 STR_PROBES: tuple[str, ...] = tuple(p.decode() for p in PROBES)
 

@@ -1,0 +1,234 @@
+"""Reading logs: files to blocks of whole lines, lines to typed rows (msgspec), json.loads the arbiter.
+
+What a caller must know:
+- iter_blocks reads a file in CHUNK_BYTES chunks and yields Blocks of whole lines; no file is
+  loaded whole. A line longer
+  than MAX_LINE_BYTES is skipped as an `oversized_line` gap, so memory stays bounded by
+  CHUNK_BYTES + MAX_LINE_BYTES whatever the file size. Lines are counted into `Sink.lines`,
+  bytes into `Sink.bytes`.
+- decode_rows turns a block into (line index in the block, row) pairs, a row being an instance
+  of the caller's msgspec Struct: the fields it names, `None` when absent (as dict.get gives),
+  `msgspec.Raw` fields as JSON text. Every non-empty line must be one JSON object exactly as
+  json.loads reads it; any other line is a `malformed_line` gap at its 1-based line number.
+- msgspec is trusted only where it cannot disagree with json.loads: it does not check the UTF-8
+  of values it skips, and it reads integers longer than json.loads' digit limit there, so a
+  block goes through msgspec only when its bytes are valid UTF-8 and hold no run of digits that
+  long. Any line msgspec refuses (NaN, a byte-order mark, lone surrogates, numbers beyond its
+  range...) is asked of json.loads, whose answer stands.
+- A block is first read whole, in one msgspec call (see RowReader); when that reading cannot
+  stand for the lines one by one, each line is read alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any, Iterator, Protocol, TypeVar
+
+import ahocorasick_rs
+import msgspec
+
+from ..vocab import AuditGapReason
+
+CHUNK_BYTES = 4 << 20  # most agent logs fit in one read: no line straddles two chunks
+MAX_LINE_BYTES = 16 << 20
+
+
+class Sink(Protocol):
+    """What reading reports to: byte and line counts, and gaps (the scan's TaskScan)."""
+
+    bytes: int
+    lines: int
+
+    def gap(self, reason: AuditGapReason, file: str | None, line: int | None = None,
+            detail: str | None = None) -> None: ...
+
+
+class Block:
+    """Whole lines of a log: `data` without the final newline, the first one numbered `first`
+    (1-based). `count`, its number of lines, is set by decode_rows (which learns it for free)
+    or, when no one has, by iter_blocks before it numbers the next block."""
+
+    __slots__ = ("first", "data", "count")
+
+    def __init__(self, first: int, data: bytes) -> None:
+        self.first = first
+        self.data = data
+        self.count: int | None = None
+
+    def lines(self) -> int:
+        if self.count is None:
+            self.count = self.data.count(b"\n") + 1
+        return self.count
+
+
+def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
+    """Blocks of whole lines, streamed. Oversized lines are gaps, never yielded. OSError propagates."""
+    lineno = 1
+    carry = b""
+    skipping = False  # inside an oversized line: drop bytes up to its newline
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            chunk = handle.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            sink.bytes += len(chunk)
+            if skipping:
+                newline = chunk.find(b"\n")
+                if newline < 0:
+                    continue
+                chunk = chunk[newline + 1:]
+                skipping = False
+            buf = carry + chunk if carry else chunk  # a copy only when a line straddles two reads
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                if len(buf) > MAX_LINE_BYTES:
+                    sink.gap(AuditGapReason.OVERSIZED_LINE, rel, lineno)
+                    lineno += 1
+                    carry, skipping = b"", True
+                else:
+                    carry = buf
+                continue
+            block = Block(lineno, buf[:cut])
+            yield block
+            lineno += block.lines()
+            carry = buf[cut + 1:]
+        if carry and not skipping:  # an oversized final line was reported when it crossed the bound
+            block = Block(lineno, carry)
+            yield block
+            lineno += block.lines()
+    sink.lines += lineno - 1
+
+
+# json.loads refuses integers with more digits than this (int()'s limit); msgspec skips them.
+_INT_DIGITS = sys.get_int_max_str_digits() or sys.maxsize
+# Any run of _INT_DIGITS + 1 digits covers a whole aligned window of this many bytes.
+_WINDOW = (_INT_DIGITS + 2) // 2
+_DIGITS = frozenset(b"0123456789")
+
+
+def _may_hold_long_integer(data: bytes) -> bool:
+    """True when `data` may hold a number json.loads refuses for its length (a cheap, exact
+    necessary condition: each aligned window is tested with isdigit, which stops at the first
+    non-digit)."""
+    if _INT_DIGITS >= len(data):
+        return False
+    # A window is all digits only if its first and last bytes are: test those first, in bulk.
+    firsts, lasts = data[::_WINDOW], data[_WINDOW - 1::_WINDOW]
+    return any(first in _DIGITS and last in _DIGITS and data[k * _WINDOW:(k + 1) * _WINDOW].isdigit()
+               for k, (first, last) in enumerate(zip(firsts, lasts)))
+
+
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def parse_object(line: bytes) -> dict[str, Any] | None:
+    """The line as a JSON object, else None: json.loads' answer, the arbiter."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
+        return None
+    return value if isinstance(value, dict) else None
+
+
+Row = TypeVar("Row", bound=msgspec.Struct)
+_DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # ValidationError is a DecodeError
+
+
+# A block read whole: each line wrapped as {"\x7f": [line]}, newlines made separators. Only this
+# one key (a raw DEL, which JSON writers leave raw but no log text holds) opens a line, so where
+# the data holds no DEL, raw or escaped, no text inside a line can pass for a line boundary.
+_KEY = "\x7f"
+_OPEN, _SEPARATOR, _CLOSE = b'[{"\x7f":[', b']},{"\x7f":[', b"]}]"
+_KEY_SPELLINGS = (b"\x7f", b"\\u007f", b"\\u007F")
+# One vectorised pass for all spellings (bytes.__contains__ crawled over hex-rich text).
+_KEY_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(_KEY_SPELLINGS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
+                                              implementation=ahocorasick_rs.Implementation.DFA)
+
+
+_ROW, _FIRST = attrgetter("row"), itemgetter(0)  # a wrapped line's row, without a Python loop
+
+
+class RowReader:
+    """msgspec decoders of one row type: for a line, and for a block read whole.
+
+    The whole-block reading succeeds with one row per line only when each line is exactly one
+    object on its own: a line of several values is no array of one; a string or value run on
+    across a newline joins lines, which leaves fewer rows than lines; and no line can hold a
+    boundary (see _KEY)."""
+
+    def __init__(self, row_type: type[Row]) -> None:
+        line_type = msgspec.defstruct(f"{row_type.__name__}Line", [("row", tuple[row_type], msgspec.field(name=_KEY))],
+                                      forbid_unknown_fields=True)
+        self.row_type = row_type
+        self.one = msgspec.json.Decoder(row_type)
+        self.block = msgspec.json.Decoder(list[line_type])  # type: ignore[valid-type]
+
+
+def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[tuple[int, Any]]:
+    """(line index in the block, row) for every JSON-object line; malformed lines are gaps. A
+    Raw field is the line's own text of the value, or json.dumps of json.loads' value when only
+    json.loads could read the line."""
+    data = block.data
+    trusted = _is_utf8(data) and not _may_hold_long_integer(data)
+    if trusted and not _KEY_SEARCH.find_matches_as_indexes(data):
+        joined = data.replace(b"\n", _SEPARATOR)
+        block.count = (len(joined) - len(data)) // (len(_SEPARATOR) - 1) + 1
+        try:  # the common case: every line an object msgspec reads
+            lines = reader.block.decode(b"".join((_OPEN, joined, _CLOSE)))
+        except _DECODE_ERRORS:
+            lines = None
+        if lines is not None and len(lines) == block.count:
+            return list(enumerate(map(_FIRST, map(_ROW, lines))))
+    out: list[tuple[int, Any]] = []
+    for index, line in enumerate(data.split(b"\n")):
+        if not line or line == b"\r":
+            continue
+        if trusted or (_is_utf8(line) and not _may_hold_long_integer(line)):
+            try:
+                out.append((index, reader.one.decode(line)))
+                continue
+            except _DECODE_ERRORS:
+                pass
+        rec = parse_object(line)
+        row = None if rec is None else _row_from_dict(reader.row_type, rec, rel, sink, block.first + index)
+        if row is None:
+            if rec is None:
+                sink.gap(AuditGapReason.MALFORMED_LINE, rel, block.first + index)
+            continue
+        out.append((index, row))
+    return out
+
+
+def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:
+    """The row json.loads' reading of a line makes (Raw fields written back as JSON text)."""
+    values: dict[str, Any] = {}
+    for name, kind in zip(row_type.__struct_fields__, _field_types(row_type)):
+        if kind is msgspec.Raw:
+            try:
+                values[name] = msgspec.Raw(json.dumps(rec[name]).encode() if name in rec else b"null")
+            except RecursionError:  # read at the edge of the recursion limit, too deep to write back
+                sink.gap(AuditGapReason.MALFORMED_LINE, rel, lineno, "nested_too_deep")
+                return None
+        else:
+            values[name] = rec.get(name)
+    return row_type(**values)
+
+
+_FIELD_TYPES: dict[type, tuple[Any, ...]] = {}
+
+
+def _field_types(row_type: type) -> tuple[Any, ...]:
+    kinds = _FIELD_TYPES.get(row_type)
+    if kinds is None:
+        kinds = _FIELD_TYPES[row_type] = tuple(f.type for f in msgspec.structs.fields(row_type))
+    return kinds
