@@ -37,6 +37,7 @@ from .config import (
     refuse_key_on_command_line,
 )
 from .errors import Refusal
+from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode
 
 PROG = "cowork-adapter"
@@ -207,8 +208,20 @@ def _with_run_flags(body: Callable[[RunConfig], None]) -> Callable[..., None]:
     return command
 
 
+# How `run` and `doctor` use each path flag (absent checkouts are left to the launcher's own sentences).
+_RUN_PATH_KINDS = {
+    "repo_dir": PathKind.DIR_IF_EXISTS, "bench_root": PathKind.DIR_IF_EXISTS, "run_root": PathKind.NEW_DIR,
+    "resource_root": PathKind.DIR_IF_EXISTS, "task_file": PathKind.FILE, "campaign_file": PathKind.STATE_FILE,
+}
+
+
 def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
     fields = {k: (v.value if isinstance(v, Enum) else v) for k, v in flags.items()}
+    for name, kind in _RUN_PATH_KINDS.items():
+        if fields.get(name) is not None:
+            fields[name] = checked_path(fields[name], kind, "--" + name.replace("_", "-"))
+    fields["resume_from"] = [checked_path(p, PathKind.RUN_ROOT_IF_EXISTS, "--resume-from")
+                             for p in fields.get("resume_from") or ()]
     fields["tasks"] = tuple(fields.pop("task") or ())
     fields["resume_from"] = tuple(fields.pop("resume_from") or ())
     if fields.get("docker_host") is None:
@@ -268,7 +281,7 @@ def demo(
         raise Refusal("docker_host", "--docker-host is empty; name the Docker daemon explicitly.")
     from .demo.scenarios import run_demo
 
-    raise SystemExit(run_demo(run_root=_absolute(run_root), docker_host=docker_host, scenario=scenario.value))
+    raise SystemExit(run_demo(run_root=checked_path(run_root, PathKind.NEW_DIR, "--run-root"), docker_host=docker_host, scenario=scenario.value))
 
 
 @app.command(
@@ -284,7 +297,9 @@ def audit(
 ) -> None:
     from .audit import run_audit_command
 
-    raise SystemExit(run_audit_command(_absolute(run_dir), _absolute(output) if output else None, workers))
+    run_dir = checked_path(run_dir, PathKind.RUN_ROOT, "--run-dir")
+    output = checked_path(output, PathKind.NEW_FILE, "--output") if output is not None else None
+    raise SystemExit(run_audit_command(run_dir, output, workers))
 
 
 @app.command(
@@ -297,10 +312,14 @@ def report(
     concurrency: Annotated[int, typer.Option(min=1, help="Run roots read at once.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    from .report import run_report_command
+    from .report import OUTPUT_NAMES, run_report_command
 
-    roots = [_absolute(p) for p in run_roots]
-    raise SystemExit(run_report_command(roots, _absolute(output_dir) if output_dir else None, concurrency, as_json))
+    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
+    # The report is written to --output-dir, else to the first run root's report/ folder.
+    target = output_dir if output_dir is not None else roots[0] / "report"
+    flag = "--output-dir" if output_dir is not None else "the default report folder"
+    output_dir = checked_path(target, PathKind.OUTPUT_DIR, flag, output_names=tuple(OUTPUT_NAMES))
+    raise SystemExit(run_report_command(roots, output_dir, concurrency, as_json))
 
 
 @app.command(
@@ -313,7 +332,7 @@ def status(
 ) -> None:
     from .control import status_command
 
-    raise SystemExit(status_command(_absolute(run_root), as_json))
+    raise SystemExit(status_command(checked_path(run_root, PathKind.RUN_ROOT, ""), as_json))
 
 
 @app.command(
@@ -329,7 +348,7 @@ def stop(
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
     from .control import stop_command
 
-    raise SystemExit(stop_command(_absolute(run_root), timeout))
+    raise SystemExit(stop_command(checked_path(run_root, PathKind.RUN_ROOT, ""), timeout))
 
 
 @app.command(
@@ -365,7 +384,8 @@ def clear(
     from .clear import clear_command
 
     raise SystemExit(clear_command(
-        _absolute(run_root), operator_note.strip(), campaign_file=_absolute(campaign_file) if campaign_file else None,
+        checked_path(run_root, PathKind.RUN_ROOT, "", needs_manifest=True), operator_note.strip(),
+        campaign_file=checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file") if campaign_file else None,
         meter_url=meter_url, docker_host=docker_host.strip() if docker_host else None, api_key_env=api_key_env,
     ))
 
@@ -386,7 +406,7 @@ def campaign_show(
 ) -> None:
     from .campaign.commands import show_command
 
-    raise SystemExit(show_command(_absolute(campaign_file), as_json))
+    raise SystemExit(show_command(checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"), as_json))
 
 
 @campaign_app.command(
@@ -419,8 +439,8 @@ def campaign_reconcile(
 
     raise SystemExit(
         reconcile_command(
-            campaign_file=_absolute(campaign_file),
-            run_root=_absolute(run_root),
+            campaign_file=checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"),
+            run_root=checked_path(run_root, PathKind.RUN_ROOT_IF_EXISTS, "--run-root"),
             operator_note=operator_note.strip(),
             api_key_env=api_key_env,
             meter_url=meter_url,
@@ -444,10 +464,6 @@ _CLI_ERROR: type[Exception] = getattr(typer, "TyperException", None) or importli
 def _current_argv() -> list[str]:
     """The argv of this invocation (program name first), as the launcher records it."""
     return list(_ARGV)
-
-
-def _absolute(path: Path) -> Path:
-    return path.expanduser().resolve()
 
 
 def _say(sentence: str) -> None:
