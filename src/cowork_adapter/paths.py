@@ -53,7 +53,7 @@ def _show(path: str | os.PathLike[str]) -> str:
 
 def _kind_of(mode: int) -> str:
     if stat.S_ISDIR(mode):
-        return "a folder"
+        return "a directory"
     if stat.S_ISFIFO(mode):
         return "a named pipe (FIFO)"
     if stat.S_ISSOCK(mode):
@@ -115,7 +115,7 @@ def _resolve(flag: str, raw: str) -> tuple[Path, bool]:
     if not tail:
         return Path(base), True
     if not os.path.isdir(base):
-        raise _refuse(flag, raw, f"goes through {_show(base)}, which is not a folder")
+        raise _refuse(flag, raw, f"goes through {_show(base)}, which is not a directory")
     if os.path.lexists(os.path.join(base, tail[0])):
         # realpath failed below an existing entry: that entry is a symbolic link to nothing.
         target = os.path.join(base, tail[0])
@@ -123,7 +123,7 @@ def _resolve(flag: str, raw: str) -> tuple[Path, bool]:
             raise _refuse(flag, raw, f"is a symbolic link to {_show(os.readlink(target))}, which does not exist")
         raise _refuse(flag, raw, f"goes through {_show(target)}, a symbolic link to nothing")
     if any(part in (".", "..") for part in tail):
-        raise _refuse(flag, raw, "uses '.' or '..' below a folder that does not exist")
+        raise _refuse(flag, raw, "uses '.' or '..' below a directory that does not exist")
     return Path(base, *tail), False
 
 
@@ -139,7 +139,7 @@ def _require(flag: str, raw: str, path: Path, want_dir: bool) -> None:
     except OSError as exc:
         raise _os_refusal(flag, raw, exc) from None
     if want_dir and not stat.S_ISDIR(mode):
-        raise _refuse(flag, raw, f"is {_kind_of(mode)}, not a folder")
+        raise _refuse(flag, raw, f"is {_kind_of(mode)}, not a directory")
     if not want_dir and not stat.S_ISREG(mode):
         raise _refuse(flag, raw, f"is {_kind_of(mode)}, not a regular file")
 
@@ -204,9 +204,12 @@ def checked_path(raw: str | os.PathLike[str], kind: PathKind, flag: str, *, need
     (a symbolic link among them, dangling or not, is never written through)."""
     raw = os.fspath(raw)
     path, exists = _resolve(flag, raw)
-    if _pseudo(path):
-        raise _refuse(flag, raw, f"is under {_show(path.parts[0] + path.parts[1])}, a kernel pseudo filesystem")
-    final_is_link = os.path.islink(os.path.join(os.getcwd(), os.path.expanduser(raw)).rstrip("/") or "/")
+    # Both as written and as resolved: /proc/self/cwd resolves to a real folder, but is still /proc.
+    written = Path(os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(raw))))
+    for seen in (written, path):
+        if _pseudo(seen):
+            raise _refuse(flag, raw, f"is under /{seen.parts[1]}, a kernel pseudo filesystem")
+    final_is_link = os.path.islink(str(written))
 
     if kind in (PathKind.FILE, PathKind.DIR, PathKind.RUN_ROOT) and not exists:
         raise _refuse(flag, raw, "does not exist")
@@ -216,10 +219,10 @@ def checked_path(raw: str | os.PathLike[str], kind: PathKind, flag: str, *, need
         if exists or final_is_link:
             raise _refuse(flag, raw, "already exists, and this command never overwrites a file")
         if not path.parent.is_dir():
-            raise _refuse(flag, raw, "is in a folder that does not exist")
+            raise _refuse(flag, raw, "is in a directory that does not exist")
     elif kind is PathKind.NEW_DIR:
         if final_is_link:
-            raise _refuse(flag, raw, "is a symbolic link; name a new folder itself")
+            raise _refuse(flag, raw, "is a symbolic link; name a new directory itself")
         if exists:
             _require(flag, raw, path, want_dir=True)
     elif exists:  # DIR, DIR_IF_EXISTS, OUTPUT_DIR, RUN_ROOT, RUN_ROOT_IF_EXISTS
@@ -241,7 +244,7 @@ def check_output_files(flag: str, raw: str, folder: Path, names: tuple[str, ...]
         target = folder / name
         if os.path.lexists(target):
             what = "a symbolic link" if os.path.islink(target) else "already there"
-            raise _refuse(flag, raw, f"holds {name} ({what}), and a report never overwrites one; choose another folder")
+            raise _refuse(flag, raw, f"holds {name} ({what}), and a report never overwrites one; choose another directory")
 
 
 __all__ = ["PathKind", "checked_path", "check_output_files", "is_run_root", "run_roots_inside", "not_a_run_root"]
