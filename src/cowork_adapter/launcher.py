@@ -150,11 +150,16 @@ def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, prese
     from .recovery import resolve_ancestry
 
     image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
-    resolve_ancestry(
-        list(cfg.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
-        bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
-        explicit_selection=explicit, dataset_ids=dataset,
-    )
+    try:
+        resolve_ancestry(
+            list(cfg.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
+            bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
+            explicit_selection=explicit, dataset_ids=dataset,
+        )
+    except Refusal:
+        raise
+    except Exception:  # noqa: BLE001 - not a refusal: the admitted run plans again and records a crash
+        return
 
 
 def budget_record(cfg: RunConfig) -> dict:

@@ -71,6 +71,9 @@ SLOTS: dict[str, tuple[list[str], dict[str, str]]] = {
          "--docker-host", "unix:///nonexistent/docker.sock"], {k: v for k, v in DIR_IN.items()}),
     "demo --run-root": (["demo", "--run-root", "{p}", "--docker-host", "unix:///nonexistent/docker.sock"], NEW_DIR),
 }
+# `doctor` without --repo-dir/--run-root checks the host, and the disk of --resource-root.
+SLOTS["doctor (host only) --resource-root"] = (
+    ["doctor", "--docker-host", "unix:///nonexistent/docker.sock", "--resource-root", "{p}"], DIR_IN)
 for command in ("run", "doctor"):
     SLOTS[f"{command} --run-root"] = ([command, *_run_with("--run-root", "{p}")], NEW_DIR)
     SLOTS[f"{command} --repo-dir"] = ([command, *_run_with("--repo-dir", "{p}")], DIR_IN)
