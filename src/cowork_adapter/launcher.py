@@ -372,7 +372,7 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
     if not pre.image_present:
         wheels = build_derived_image(
             cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
-            manifest.run_label, lambda: disk_refusal(cfg),
+            manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
         )
         built = True
     return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
