@@ -37,6 +37,7 @@ from .config import (
     refuse_key_on_command_line,
 )
 from .errors import Refusal
+from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode
 
 PROG = "cowork-adapter"
@@ -81,6 +82,10 @@ _RuntimeMode = _choices("RuntimeMode", RUNTIME_MODES)
 _Probe = _choices("Probe", PROBE_CHOICES)
 
 
+def _one_of(values: Sequence[str]) -> str:
+    return "One of: " + ", ".join(values) + "."
+
+
 def _run_flags(
     repo_dir: Annotated[Path, typer.Option(help="Clean Ouroboros seed checkout (the agent under test).",
                                            rich_help_panel=P_WHERE)],
@@ -120,12 +125,17 @@ def _run_flags(
     = "high",
     review_slots: Annotated[int, typer.Option(help="Identical review seats (>= 0).", rich_help_panel=P_AGENT)]
     = 3,
-    task_review_mode: Annotated[_TaskReviewMode, typer.Option(rich_help_panel=P_AGENT)] = "required",
-    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(rich_help_panel=P_AGENT)] = "blocking",
+    # Choices show as a short metavar with the values in the help, so flag names fit 80 columns.
+    task_review_mode: Annotated[_TaskReviewMode, typer.Option(
+        metavar="MODE", help=_one_of(TASK_REVIEW_MODES), rich_help_panel=P_AGENT)] = "required",
+    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(
+        metavar="MODE", help=_one_of(REVIEW_ENFORCEMENTS), rich_help_panel=P_AGENT)] = "blocking",
     review_max_cycles: Annotated[str, typer.Option(help="Review cycles (whole number).",
                                                    rich_help_panel=P_AGENT)] = "2",
-    safety_mode: Annotated[_SafetyMode, typer.Option(rich_help_panel=P_AGENT)] = "off",
-    runtime_mode: Annotated[_RuntimeMode, typer.Option(rich_help_panel=P_AGENT)] = "pro",
+    safety_mode: Annotated[_SafetyMode, typer.Option(
+        metavar="MODE", help=_one_of(SAFETY_MODES), rich_help_panel=P_AGENT)] = "off",
+    runtime_mode: Annotated[_RuntimeMode, typer.Option(
+        metavar="MODE", help=_one_of(RUNTIME_MODES), rich_help_panel=P_AGENT)] = "pro",
     max_workers: Annotated[int, typer.Option(help="Server worker processes (>= 1).", rich_help_panel=P_AGENT)]
     = 4,
     subagents: Annotated[bool, typer.Option("--subagents", help="Keep schedule_subagent enabled.",
@@ -136,7 +146,7 @@ def _run_flags(
                                                      rich_help_panel=P_AGENT)] = 25.0,
     diagnostic_eval_on_truncation: Annotated[bool, typer.Option(
         "--diagnostic-eval-on-truncation", help="Audit-only residual checker rerun after a truncation.",
-        rich_help_panel=P_AGENT)] = False,
+        rich_help_panel=P_MODE)] = False,  # in Mode, where its long name fits 80 columns
     budget_usd: Annotated[Optional[float], typer.Option(
         help="Spending bound for this invocation (> 0). Required to create a campaign; else the campaign's.",
         rich_help_panel=P_MONEY, show_default=False)] = None,
@@ -177,7 +187,8 @@ def _run_flags(
         help="Official benchmark image. Default: cowork-pack:<first 7 of --bench-commit>.",
         rich_help_panel=P_IMAGE)] = None,
     image: Annotated[Optional[str], typer.Option(
-        help="Derived image tag. Default: cowork-ouroboros:<seed[:12]>-<commit[:7]>-<entry digest[:8]>.", rich_help_panel=P_IMAGE)]
+        help="Derived image tag. Default: cowork-ouroboros: then the seed's commit [:12], the benchmark's "
+             "[:7] and the entrypoint's digest [:8], joined by '-'.", rich_help_panel=P_IMAGE)]
     = None,
     build_image: Annotated[bool, typer.Option("--build-image", help="Build the derived image if missing.",
                                               rich_help_panel=P_IMAGE)] = False,
@@ -186,8 +197,9 @@ def _run_flags(
     allow_dirty_seed: Annotated[bool, typer.Option(
         "--allow-dirty-seed", help="Development diagnostics only: record an unclean seed instead of refusing.",
         rich_help_panel=P_MODE)] = False,
-    probe: Annotated[_Probe, typer.Option(help="Run a tool probe instead of tasks (no model calls).",
-                                          rich_help_panel=P_MODE)] = "none",
+    probe: Annotated[_Probe, typer.Option(
+        metavar="KIND", help="Run a tool probe instead of tasks (no model calls). " + _one_of(PROBE_CHOICES),
+        rich_help_panel=P_MODE)] = "none",
     accept_environment_blocked: Annotated[bool, typer.Option(
         "--accept-environment-blocked", help="Run even when a needed MCP server failed the inventory.",
         rich_help_panel=P_MODE)] = False,
@@ -216,8 +228,26 @@ def _with_run_flags(body: Callable[[RunConfig], None]) -> Callable[..., None]:
     return command
 
 
+# How `run` and `doctor` use each path flag (absent checkouts are left to the launcher's own sentences).
+_RUN_PATH_KINDS = {
+    "repo_dir": PathKind.DIR_IF_EXISTS, "bench_root": PathKind.DIR_IF_EXISTS, "run_root": PathKind.NEW_DIR,
+    "resource_root": PathKind.DIR_IF_EXISTS, "task_file": PathKind.FILE, "campaign_file": PathKind.STATE_FILE,
+    "task_validity": PathKind.FILE,
+}
+
+
+def _checked_run_paths(fields: dict[str, Any]) -> None:
+    """Every path flag of run, doctor and qualify through the one checked resolver (paths.py)."""
+    for name, kind in _RUN_PATH_KINDS.items():
+        if fields.get(name) is not None:
+            fields[name] = checked_path(fields[name], kind, "--" + name.replace("_", "-"))
+
+
 def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
     fields = {k: (v.value if isinstance(v, Enum) else v) for k, v in flags.items()}
+    _checked_run_paths(fields)
+    fields["resume_from"] = [checked_path(p, PathKind.RUN_ROOT_IF_EXISTS, "--resume-from")
+                             for p in fields.get("resume_from") or ()]
     fields["tasks"] = tuple(fields.pop("task") or ())
     fields["resume_from"] = tuple(fields.pop("resume_from") or ())
     if fields.get("docker_host") is None:
@@ -250,12 +280,44 @@ app.command(
     "2 refused; 3 stopped (budget, meter, disk, signal).",
 )(_with_run_flags(_run_body))
 
+def _doctor_command() -> Callable[..., None]:
+    """`doctor`: the run flags, with --repo-dir and --run-root optional. Without them it checks the
+    host only (daemon, its CPUs and memory, host tools, disk) and says what else it needs."""
+    import inspect
+
+    def command(**flags: Any) -> None:
+        if flags.get("repo_dir") is None or flags.get("run_root") is None:
+            from .doctor import host_doctor_command
+
+            folder = flags.get("resource_root")
+            folder = checked_path(folder, PathKind.DIR, "--resource-root") if folder is not None else None
+            raise SystemExit(host_doctor_command(flags.get("docker_host"), folder, min_free_gib=flags["min_free_gib"],
+                                                 min_root_free_gib=flags["min_root_free_gib"]))
+        _doctor_body(_config_from_flags(flags))
+
+    signature = inspect.signature(_run_flags, eval_str=True)
+    optional = {}
+    for name in ("repo_dir", "run_root"):
+        param = signature.parameters[name]
+        option = param.annotation.__metadata__[0]
+        optional[name] = param.replace(annotation=Annotated[Optional[Path], option], default=None)
+    params = [optional.get(p.name, p) for p in signature.parameters.values()]
+    # Parameters with defaults may not precede those without: the two made optional go last.
+    params = [p for p in params if p.default is inspect.Parameter.empty] + [
+        p for p in params if p.default is not inspect.Parameter.empty]
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    command.__doc__ = _run_flags.__doc__
+    return command
+
+
 app.command(
     "doctor",
     help="Check the host, daemon, checkouts, images, disk and key for the run these flags describe; "
-    "start nothing.\n\nExample: cowork-adapter doctor --repo-dir ~/seed --bench-root ~/cowork_bench "
-    "--run-root /data/smoke-1 --dry-run\n\nExit codes: 0 every needed check OK; 1 a check failed; 2 flags refused.",
-)(_with_run_flags(_doctor_body))
+    "start nothing. Without --repo-dir and --run-root it checks the host (daemon, its CPUs and memory, "
+    "host tools, disk) and says what else it needs.\n\nExample: cowork-adapter doctor --repo-dir ~/seed "
+    "--bench-root ~/cowork_bench --run-root /data/smoke-1 --dry-run\n\nExit codes: 0 every needed check OK; "
+    "1 a check failed; 2 flags refused.",
+)(_doctor_command())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +369,7 @@ def _qualify(
     = 512,
 ) -> None:
     fields: dict[str, Any] = dict(locals())
+    _checked_run_paths(fields)
     fields["tasks"] = tuple(fields.pop("task") or ())
     if fields.get("docker_host") is None:
         fields["docker_host"] = ""
@@ -346,7 +409,7 @@ def demo(
         raise Refusal("docker_host", "--docker-host is empty; name the Docker daemon explicitly.")
     from .demo.scenarios import run_demo
 
-    raise SystemExit(run_demo(run_root=_absolute(run_root), docker_host=docker_host, scenario=scenario.value))
+    raise SystemExit(run_demo(run_root=checked_path(run_root, PathKind.NEW_DIR, "--run-root"), docker_host=docker_host, scenario=scenario.value))
 
 
 @app.command(
@@ -362,7 +425,9 @@ def audit(
 ) -> None:
     from .audit import run_audit_command
 
-    raise SystemExit(run_audit_command(_absolute(run_dir), _absolute(output) if output else None, workers))
+    run_dir = checked_path(run_dir, PathKind.RUN_ROOT, "--run-dir")
+    output = checked_path(output, PathKind.NEW_FILE, "--output") if output is not None else None
+    raise SystemExit(run_audit_command(run_dir, output, workers))
 
 
 @app.command(
@@ -380,10 +445,13 @@ def report(
         min=1, help="Concurrency assumed by the full-run time projection.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    from .report import run_report_command
+    from .report import OUTPUT_NAMES, run_report_command
 
-    roots = [_absolute(p) for p in run_roots]
-    raise SystemExit(run_report_command(roots, _absolute(output_dir) if output_dir else None, concurrency, as_json))
+    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
+    # Offline and read-only: files are written only to an --output-dir the operator names.
+    if output_dir is not None:
+        output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=tuple(OUTPUT_NAMES))
+    raise SystemExit(run_report_command(roots, output_dir, concurrency, as_json))
 
 
 @app.command(
@@ -396,7 +464,7 @@ def status(
 ) -> None:
     from .control import status_command
 
-    raise SystemExit(status_command(_absolute(run_root), as_json))
+    raise SystemExit(status_command(checked_path(run_root, PathKind.RUN_ROOT, ""), as_json))
 
 
 @app.command(
@@ -412,7 +480,7 @@ def stop(
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
     from .control import stop_command
 
-    raise SystemExit(stop_command(_absolute(run_root), timeout))
+    raise SystemExit(stop_command(checked_path(run_root, PathKind.RUN_ROOT, ""), timeout))
 
 
 @app.command(
@@ -448,7 +516,8 @@ def clear(
     from .clear import clear_command
 
     raise SystemExit(clear_command(
-        _absolute(run_root), operator_note.strip(), campaign_file=_absolute(campaign_file) if campaign_file else None,
+        checked_path(run_root, PathKind.RUN_ROOT, "", needs_manifest=True), operator_note.strip(),
+        campaign_file=checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file") if campaign_file else None,
         meter_url=meter_url, docker_host=docker_host.strip() if docker_host else None, api_key_env=api_key_env,
     ))
 
@@ -469,7 +538,7 @@ def campaign_show(
 ) -> None:
     from .campaign.commands import show_command
 
-    raise SystemExit(show_command(_absolute(campaign_file), as_json))
+    raise SystemExit(show_command(checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"), as_json))
 
 
 @campaign_app.command(
@@ -502,8 +571,8 @@ def campaign_reconcile(
 
     raise SystemExit(
         reconcile_command(
-            campaign_file=_absolute(campaign_file),
-            run_root=_absolute(run_root),
+            campaign_file=checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"),
+            run_root=checked_path(run_root, PathKind.RUN_ROOT_IF_EXISTS, "--run-root"),
             operator_note=operator_note.strip(),
             api_key_env=api_key_env,
             meter_url=meter_url,
@@ -529,10 +598,6 @@ def _current_argv() -> list[str]:
     return list(_ARGV)
 
 
-def _absolute(path: Path) -> Path:
-    return path.expanduser().resolve()
-
-
 def _say(sentence: str) -> None:
     print(f"{PROG}: {' '.join(sentence.split())}", file=sys.stderr, flush=True)
 
@@ -548,12 +613,23 @@ def _api_key_env_in(args: Sequence[str]) -> str:
     return DEFAULT_API_KEY_ENV
 
 
+def _quiet_flag_types(command: Any) -> None:
+    """On/off flags take no value: show no `<bool>` type for them, which also leaves their long
+    names room in the help's table at 80 columns (rich would otherwise cut them)."""
+    for sub in getattr(command, "commands", {}).values():
+        _quiet_flag_types(sub)
+    for param in getattr(command, "params", ()):
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", None) is None:
+            param.metavar = ""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry: run the command line and exit with an ExitCode (never a click traceback box)."""
     global _ARGV
     args = list(sys.argv[1:] if argv is None else argv)
     _ARGV = [sys.argv[0] if argv is None else PROG, *args]
     command = typer.main.get_command(app)
+    _quiet_flag_types(command)
     try:
         refuse_key_on_command_line(args, os.environ, _api_key_env_in(args))
         result = command.main(args=args, prog_name=PROG, standalone_mode=False)

@@ -403,8 +403,9 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
         if not status["launcher_alive"]:
             lines.append(f"  (monitor.json as of {status['observed_at']}: its launcher is gone, so these numbers "
                          "stopped there)")
-        lines.append(f"  {summary_line(monitor)}")
-        for name, value in progress_rows(monitor, status["elapsed_sec"]):
+        stopped = status["state"] in ("finished", "launcher_gone")
+        lines.append(f"  {summary_line(monitor, stopped)}")
+        for name, value in progress_rows(monitor, status["elapsed_sec"], stopped):
             if name == "eta" and status["state"] != "finished":
                 value = format_duration(status["eta_sec"])
             lines.append(f"  {name:<24} {value}")
@@ -443,9 +444,14 @@ def _why(status: dict[str, Any]) -> str:
     return f"the runner finished by itself ({status['outcome']})"
 
 
+# The README's names for the exit codes (its "Exit codes" table), not the enum's member names.
+EXIT_WORDS = {ExitCode.OK: "completed", ExitCode.FAILED: "incomplete", ExitCode.REFUSED: "refused",
+              ExitCode.STOPPED: "stopped", ExitCode.SHIM_REFUSED: "container creation refused"}
+
+
 def _exit_word(code: int) -> str:
     try:
-        return ExitCode(code).name.lower()
+        return EXIT_WORDS[ExitCode(code)]
     except ValueError:
         return "unknown"
 

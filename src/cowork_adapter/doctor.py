@@ -184,6 +184,24 @@ def _brief(exc: BaseException) -> str:
     return text[:200]
 
 
+def host_tools_check() -> CheckResult:
+    """bash >= 4.4 and the tools the benchmark's runner calls, on PATH."""
+    name = "host tools"
+    missing = [tool for tool in HOST_TOOLS if which(tool) is None]
+    version = bash_version()
+    problems = []
+    if version is None:
+        problems.append("bash did not report its version")
+    elif version < MIN_BASH:
+        problems.append(f"bash is {version[0]}.{version[1]}, older than {MIN_BASH[0]}.{MIN_BASH[1]}")
+    if missing:
+        problems.append("missing on PATH: " + ", ".join(missing))
+    if problems:
+        return fail(name, "; ".join(problems) + ".",
+                    "install them on the host (e.g. apt-get install bash rsync coreutils gawk) and put them on PATH")
+    return ok(name, f"bash {version[0]}.{version[1]} and {', '.join(HOST_TOOLS)} are on PATH.")
+
+
 class Doctor:
     """Runs the checks in order; later checks use what earlier ones learnt (daemon up, seed head, key)."""
 
@@ -329,20 +347,7 @@ class Doctor:
         return self._disk("disk reserve (/)", Path("/"), self.cfg.min_root_free_gib, "--min-root-free-gib")
 
     def host_tools(self) -> CheckResult:
-        name = "host tools"
-        missing = [tool for tool in HOST_TOOLS if which(tool) is None]
-        version = bash_version()
-        problems = []
-        if version is None:
-            problems.append("bash did not report its version")
-        elif version < MIN_BASH:
-            problems.append(f"bash is {version[0]}.{version[1]}, older than {MIN_BASH[0]}.{MIN_BASH[1]}")
-        if missing:
-            problems.append("missing on PATH: " + ", ".join(missing))
-        if problems:
-            return fail(name, "; ".join(problems) + ".",
-                        "install them on the host (e.g. apt-get install bash rsync coreutils gawk) and put them on PATH")
-        return ok(name, f"bash {version[0]}.{version[1]} and {', '.join(HOST_TOOLS)} are on PATH.")
+        return host_tools_check()
 
     # ---- pins ----
 
@@ -512,4 +517,63 @@ def doctor_command(cfg: RunConfig) -> int:
     return int(ExitCode.OK)
 
 
-__all__ = ["doctor_command", "Doctor", "CheckResult", "limit_probe", "DOCTOR_LABEL_KEY"]
+# What a run's doctor needs beyond the host (said by `doctor` without them).
+RUN_FLAGS_NEEDED = ("--repo-dir SEED_CHECKOUT", "--run-root NEW_DIR", "--bench-root BENCH_CHECKOUT (or COWORK_BENCH_ROOT)")
+
+
+def _free_check(name: str, path: Path, reserve_gib: float, flag: str) -> CheckResult:
+    try:
+        free = free_bytes(path)
+    except OSError as exc:
+        return fail(name, f"the free space of {path} cannot be read ({exc.strerror}).", "check that the folder exists")
+    if free < reserve_gib * GIB:
+        return fail(name, f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of "
+                          f"{reserve_gib:g} GiB.", f"free space on {path}, or pass a lower {flag}")
+    return ok(name, f"{path} has {free / GIB:.1f} GiB free (the {flag} reserve is {reserve_gib:g} GiB).")
+
+
+def host_checks(docker_host: str | None, folder: Path, *, min_free_gib: float = 200.0,
+                min_root_free_gib: float = 40.0) -> list[CheckResult]:
+    """The checks that need no run flags: the daemon, its CPUs and memory, host tools, disk."""
+    results = []
+    if not (docker_host or "").strip():
+        results.append(fail("docker host", "no Docker daemon is named.",
+                            "pass --docker-host or export DOCKER_HOST (the test bed: "
+                            "unix:///var/lib/cowork-testbed/docker.sock)"))
+    else:
+        try:
+            version = docker_version(docker_host)
+            info = daemon_info(docker_host)
+        except _docker_failures() as exc:
+            results.append(fail("docker host", f"the Docker daemon at {docker_host} did not answer ({_brief(exc)}).",
+                                "start the daemon, or point --docker-host / DOCKER_HOST at its socket"))
+        else:
+            results.append(ok("docker host", f"{docker_host} answers: Docker {version.get('Version', '?')} "
+                                             f"(API {version.get('ApiVersion', '?')})."))
+            cpus, memory = int(info.get("NCPU") or 0), int(info.get("MemTotal") or 0)
+            results.append(ok("daemon resources", f"{cpus} CPUs and {memory / GIB:.1f} GiB of memory; each task "
+                                                  f"container gets {min(4, cpus)} CPUs and "
+                                                  f"{min(16 * GIB, memory) / GIB:.1f} GiB by default."))
+    results.append(host_tools_check())
+    results.append(_free_check("disk (resource root)", folder, min_free_gib, "--min-free-gib"))
+    results.append(_free_check("disk (/)", Path("/"), min_root_free_gib, "--min-root-free-gib"))
+    return results
+
+
+def host_doctor_command(docker_host: str | None, folder: Path | None = None, *, min_free_gib: float = 200.0,
+                        min_root_free_gib: float = 40.0) -> int:
+    """`doctor` without the run flags: check the host, then say what a run's doctor also needs.
+    `folder`: where runs would go (--resource-root; default the current folder)."""
+    results = host_checks(docker_host, folder or Path.cwd(), min_free_gib=min_free_gib,
+                          min_root_free_gib=min_root_free_gib)
+    for result in results:
+        print(result.line(), flush=True)
+    failed = [r for r in results if r.verdict == FAIL]
+    print(f"doctor: the host checks {'found ' + str(len(failed)) + ' problem(s)' if failed else 'are OK'}. "
+          f"To check a run as well (the benchmark at its pin, the seed, the images, memory-limit enforcement, "
+          f"the selection, and for a paid run the key, meter and campaign), give the run's flags: "
+          f"{', '.join(RUN_FLAGS_NEEDED)} and the rest as for `run`.", flush=True)
+    return int(ExitCode.FAILED if failed else ExitCode.OK)
+
+
+__all__ = ["doctor_command", "host_doctor_command", "host_checks", "Doctor", "CheckResult", "limit_probe", "DOCTOR_LABEL_KEY"]

@@ -131,10 +131,35 @@ def preflight(cfg: RunConfig) -> Preflight:
     present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
     key = None
     if cfg.is_paid:
+        from .campaign.store import JsonFileCampaignStore
         from .paid import paid_preflight
 
         key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
+        # A campaign held by another launcher would refuse the admission after the environment probe.
+        JsonFileCampaignStore(cfg.campaign_file).refuse_if_locked()
+    if cfg.resume_from:
+        _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)
+
+
+def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, present_tag: str | None,
+                        explicit: list[str] | None, dataset: list[str]) -> None:
+    """Every recovery refusal decidable before anything is written (the ancestry, its manifests,
+    dumps, configuration, seed, benchmark, passes; the image's ID when the image is already
+    present). The plan itself is made again after the image is resolved."""
+    from .recovery import resolve_ancestry
+
+    image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
+    try:
+        resolve_ancestry(
+            list(cfg.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
+            bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
+            explicit_selection=explicit, dataset_ids=dataset,
+        )
+    except Refusal:
+        raise
+    except Exception:  # noqa: BLE001 - not a refusal: the admitted run plans again and records a crash
+        return
 
 
 def budget_record(cfg: RunConfig) -> dict:
@@ -369,7 +394,7 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
     if not pre.image_present:
         wheels = build_derived_image(
             cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
-            manifest.run_label, lambda: disk_refusal(cfg),
+            manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
         )
         built = True
     return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)

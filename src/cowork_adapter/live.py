@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .schemas.monitor import Monitor
+from .schemas.monitor import Monitor, Progress
 
 PLAIN_HEARTBEAT_SEC = 60.0
 LIVE_REFRESH_PER_SEC = 1.0
@@ -53,17 +53,36 @@ def _gib(value: int | None) -> str:
     return "unknown" if value is None else f"{value / GIB:.1f} GiB"
 
 
-def summary_line(monitor: Monitor) -> str:
-    """The run at a glance, in one line (also what `status` prints)."""
+def tally(p: Progress) -> tuple[int, int]:
+    """(settled, waiting): rows with their final status, and the rest that is neither settled nor
+    running (not started yet, or finished by the runner and waiting for its verdict). With `running`
+    they add up to the denominator: passed + failed + agent_failed + infra_failed + not_attempted +
+    environment_blocked + running + waiting = selected."""
+    settled = p.passed + p.failed + p.agent_failed + p.infra_failed + p.not_attempted + p.environment_blocked
+    return settled, max(0, p.selected - settled - p.running)
+
+
+def _stop_word(monitor: Monitor, stopped: bool | None) -> str:
+    """'stopping' only while the run is stopping; 'stopped' once it has ended."""
+    return "stopped" if (monitor.finished if stopped is None else stopped) else "stopping"
+
+
+def summary_line(monitor: Monitor, stopped: bool | None = None) -> str:
+    """The run at a glance, in one line (also what `status` prints). "done" counts settled rows, so
+    the counts after it add up to the denominator. `stopped`: the run has ended (default: the
+    monitor says its launcher finished)."""
     p, s, m = monitor.progress, monitor.spending, monitor.meter
+    settled, waiting = tally(p)
     parts = [
-        f"{p.done}/{p.selected} done",
+        f"{settled}/{p.selected} done",
         f"{p.passed} passed",
         f"{p.failed} failed",
         f"{p.agent_failed} agent_failed",
         f"{p.infra_failed} infra_failed",
         f"{p.running} running",
         f"{p.environment_blocked} environment_blocked",  # after the older fields: readers match the prefix
+        f"{p.not_attempted} not_attempted",
+        f"{waiting} waiting",
     ]
     if s.run_spent_usd is not None:
         parts.append(f"run ${s.run_spent_usd:.2f}")
@@ -74,13 +93,14 @@ def summary_line(monitor: Monitor) -> str:
     if monitor.disk.resource_free_bytes is not None:
         parts.append(f"disk {monitor.disk.resource_free_bytes / GIB:.0f} GiB free")
     if monitor.stop_reason:
-        parts.append(f"stopping: {monitor.stop_reason}")
+        parts.append(f"{_stop_word(monitor, stopped)}: {monitor.stop_reason}")
     return " | ".join(parts)
 
 
-def progress_rows(monitor: Monitor, elapsed_sec: float | None) -> list[tuple[str, str]]:
+def progress_rows(monitor: Monitor, elapsed_sec: float | None, stopped: bool | None = None) -> list[tuple[str, str]]:
     """(field, value) rows of the progress picture; `elapsed_sec` None leaves elapsed and ETA unknown."""
     p, s, m, d = monitor.progress, monitor.spending, monitor.meter, monitor.disk
+    settled, waiting = tally(p)
     eta = None if elapsed_sec is None or monitor.finished else eta_seconds(p.done, p.selected, elapsed_sec,
                                                                            p.environment_blocked)
     run_spent = _usd(s.run_spent_usd)
@@ -97,8 +117,8 @@ def progress_rows(monitor: Monitor, elapsed_sec: float | None) -> list[tuple[str
     disk = f"resource {_gib(d.resource_free_bytes)} free (reserve {_gib(d.resource_reserve_bytes)}), " \
            f"/ {_gib(d.root_free_bytes)} free (reserve {_gib(d.root_reserve_bytes)})"
     rows = [
-        ("tasks", f"{p.done}/{p.selected} done, {p.running} running, {p.not_attempted} not attempted, "
-                  f"{p.environment_blocked} environment-blocked"),
+        ("tasks", f"{settled}/{p.selected} done, {p.running} running, {waiting} waiting, "
+                  f"{p.not_attempted} not attempted, {p.environment_blocked} environment-blocked"),
         ("passed", str(p.passed)),
         ("failed", str(p.failed)),
         ("agent failures", str(p.agent_failed)),
@@ -112,7 +132,7 @@ def progress_rows(monitor: Monitor, elapsed_sec: float | None) -> list[tuple[str
         ("eta", "finished" if monitor.finished else format_duration(eta)),
     ]
     if monitor.stop_reason:
-        rows.append(("stopping", ", ".join(monitor.stop_causes) or monitor.stop_reason))
+        rows.append((_stop_word(monitor, stopped), ", ".join(monitor.stop_causes) or monitor.stop_reason))
     return rows
 
 
@@ -209,7 +229,7 @@ class ProgressView:
             table.add_row("state", "starting")
             return table
         for name, value in progress_rows(monitor, self.elapsed()):
-            style = "bold red" if name == "stopping" else None
+            style = "bold red" if name in ("stopping", "stopped") else None
             table.add_row(name, value, style=style)
         table.caption = f"updated {monitor.observed_at.strftime('%H:%M:%S')} UTC"
         return table

@@ -70,9 +70,12 @@ def _short(value: Any) -> str:
 
 def identity_difference(
     manifest: RunManifest, *, applied_config: Mapping[str, Any], seed_head: str | None,
-    bench_commit: str | None, image_id: str | None,
+    bench_commit: str | None, image_id: str | None, image_pending: bool = False,
 ) -> str | None:
-    """A phrase naming the first identity difference of `manifest` from the current run, or None."""
+    """A phrase naming the first identity difference of `manifest` from the current run, or None.
+
+    `image_pending`: the current image is built later (preflight), so only an ancestor that
+    recorded no image can be told apart now: any image built later has an ID."""
     key = first_config_difference(applied_config, manifest.applied_config)
     if key is not None:
         theirs = normalized_config(manifest.applied_config).get(key, "<absent>")
@@ -85,6 +88,8 @@ def identity_difference(
     if their_bench != bench_commit:
         return f"benchmark commit ({their_bench} there, {bench_commit} now)"
     their_image = manifest.image.id if manifest.image else None
+    if image_pending:
+        return "image ID (none recorded there; the image to be built will have one)" if their_image is None else None
     if their_image != image_id:
         return f"image ID ({their_image} there, {image_id} now)"
     return None
@@ -145,6 +150,7 @@ def resolve_ancestry(
     image_id: str | None,
     explicit_selection: list[str] | None,
     dataset_ids: list[str],
+    image_pending: bool = False,
 ) -> RecoveryPlan:
     """The recovery plan of a run resuming from `resume_from` (raises Refusal, stage recovery).
 
@@ -152,8 +158,9 @@ def resolve_ancestry(
     parents' selections, never the full dataset. Generation: 1 + the deepest direct parent;
     a `nothing_remaining` ancestor adds no depth; a plan with nothing remaining keeps the
     parents' generation; work remaining beyond two recovery passes is refused.
+    `image_pending` (preflight, before the derived image is built): every check but the image's ID.
     """
-    if not image_id:
+    if not image_id and not image_pending:
         raise Refusal(STAGE, "Recovery needs the current immutable image ID, and none was resolved.")
     direct = [str(Path(p).resolve()) for p in resume_from]
     if not direct:
@@ -169,7 +176,7 @@ def resolve_ancestry(
         manifest = _load_manifest(root)
         diff = identity_difference(
             manifest, applied_config=current_applied_config, seed_head=seed_head,
-            bench_commit=bench_commit, image_id=image_id,
+            bench_commit=bench_commit, image_id=image_id, image_pending=image_pending,
         )
         if diff is not None:
             raise Refusal(STAGE, f"Ancestor {root} differs in {diff}; recovery needs the same configuration, seed, benchmark and image.")

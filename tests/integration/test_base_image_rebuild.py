@@ -70,6 +70,9 @@ def test_a_rebuilt_base_is_refused_without_build_image_and_rebuilt_with_it(world
     client = world["client"]
     first, root_a = dry_run(world, "on-base-a", build=True)
     assert first.returncode == 0, first.stderr[-2000:]
+    # The build is never silent: a timestamped line per step on stderr (and every 10 s within one).
+    steps = [line for line in first.stderr.splitlines() if f"] building {world['derived_tag']}: Step " in line]
+    assert steps and all(line.startswith("[") for line in steps), first.stderr[-2000:]
     image_a = read_json(root_a / "run_manifest.json")["image"]
     assert image_a["built"] is True and image_a["base_image_id"] == world["pack_id"]
     assert image_a["labels"][LABEL_BASE_ID] == world["pack_id"]

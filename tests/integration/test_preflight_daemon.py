@@ -222,3 +222,43 @@ def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env,
     rows = [json.loads(line) for line in (run_root / "result_index.jsonl").read_text().splitlines()]
     assert [r["instance_id"] for r in rows] == list(tasks)
     assert {r["status"] for r in rows} == {"not_attempted"}
+
+
+def _refused_before_anything(env, name: str, campaign: Path, *phrases: str) -> None:
+    """The run is refused in one sentence with no run root and no container of its label."""
+    before = campaign.read_bytes() if campaign.exists() else None
+    run_root = env.run_root(name)
+    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    try:
+        proc = run(env, env.run_args(name, ["demo-csv-totals"], campaign=campaign.name))
+    finally:
+        watcher.close()
+    one_refusal(proc, *phrases)
+    assert watcher.seen == []  # the environment probe never ran
+    assert not run_root.exists()  # not even a run root marked refused
+    assert (campaign.read_bytes() if campaign.exists() else None) == before
+
+
+def test_a_locked_campaign_is_refused_in_preflight_before_any_container(env):
+    """Another launcher holds the campaign's lock: said at once, before the environment probe."""
+    import fcntl
+
+    campaign = env.root / "campaign-locked.json"
+    lock = campaign.with_name(campaign.name + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running launcher holds it
+        _refused_before_anything(env, "locked", campaign, "is locked by another launcher")
+    finally:
+        os.close(fd)
+    assert not campaign.exists()
+
+
+def test_a_truncated_campaign_file_is_refused_in_preflight_before_any_container(env):
+    campaign = env.root / "campaign-truncated.json"
+    now = datetime.now(timezone.utc)
+    whole = CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
+                           prior_spend_usd=0.0, last_usage=5.0, last_usage_observed_at=now, created_at=now).to_json()
+    campaign.write_text(whole[: len(whole) // 2])  # cut mid-record, as by a full disk under a non-atomic copy
+    _refused_before_anything(env, "truncated", campaign, "is not valid JSON", str(campaign))
+    assert not campaign.with_name(campaign.name + ".lock").exists()

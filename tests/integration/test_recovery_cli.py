@@ -134,6 +134,9 @@ def assert_refused(out: subprocess.CompletedProcess, *phrases: str) -> str:
     assert len(lines) == 1, out.stderr
     for phrase in phrases:
         assert phrase in lines[0], lines[0]
+    # Every recovery refusal is decided in preflight: no run root is created (none marked refused).
+    run_root = Path(out.args[out.args.index("--run-root") + 1])
+    assert not run_root.exists(), f"the refused resume left {run_root}"
     return lines[0]
 
 

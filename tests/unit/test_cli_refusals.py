@@ -304,19 +304,27 @@ def test_demo_wiring(monkeypatch, tmp_path, clean_env):
 
 def test_audit_wiring(monkeypatch, tmp_path):
     calls = _stand_in(monkeypatch, "cowork_adapter.audit", "run_audit_command")
+    (tmp_path / "run_manifest.json").write_text("{}")  # the path resolver admits only run roots
     assert _invoke(["audit", "--run-dir", str(tmp_path), "--output", str(tmp_path / "a.json"), "--workers", "2"]) == 0
     assert calls == [("run_audit_command", (tmp_path.resolve(), (tmp_path / "a.json").resolve(), 2), {})]
 
 
 def test_report_wiring(monkeypatch, tmp_path):
     calls = _stand_in(monkeypatch, "cowork_adapter.report", "run_report_command")
+    sys.modules["cowork_adapter.report"].OUTPUT_NAMES = ("report.md", "report.json", "report.html")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run_manifest.json").write_text("{}")
     assert _invoke(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--concurrency", "2", "--json"]) == 0
-    assert calls == [("run_report_command", ([(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], None, 2,
-                                             True), {})]
+    # Without --output-dir nothing is to be written: no folder is handed on.
+    assert _invoke(["report", str(tmp_path / "a"), "--output-dir", str(tmp_path / "out")]) == 0
+    assert calls == [("run_report_command", ([(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], None, 2, True), {}),
+                     ("run_report_command", ([(tmp_path / "a").resolve()], (tmp_path / "out").resolve(), 1, False), {})]
 
 
 def test_status_and_stop_wiring(monkeypatch, tmp_path):
     calls = _stand_in(monkeypatch, "cowork_adapter.control", "status_command", "stop_command")
+    (tmp_path / "events.jsonl").write_text("")  # the path resolver admits only run roots
     assert _invoke(["status", str(tmp_path), "--json"]) == 0
     assert _invoke(["stop", str(tmp_path), "--timeout", "12.5"]) == 0
     assert calls == [("status_command", (tmp_path.resolve(), True), {}),

@@ -66,7 +66,9 @@ def test_rows_carry_every_field_the_operator_needs():
 
 def test_rows_show_the_stop_and_a_finished_run():
     rows = dict(progress_rows(monitor(stop="signal_15", finished=True), elapsed_sec=60.0))
-    assert rows["stopping"] == "signal_15" and rows["eta"] == "finished"
+    assert rows["stopped"] == "signal_15" and rows["eta"] == "finished" and "stopping" not in rows
+    live_rows = dict(progress_rows(monitor(stop="signal_15", finished=False), elapsed_sec=60.0))
+    assert live_rows["stopping"] == "signal_15" and "stopped" not in live_rows
 
 
 def test_plain_lines_off_a_terminal_are_timestamped_and_only_on_change(monkeypatch):

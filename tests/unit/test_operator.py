@@ -239,7 +239,7 @@ def test_stop_of_a_run_that_already_ended(run_root, capsys):
     write_monitor(run_root, pid=1, finished=True)
     assert stop_command(run_root, timeout=5) == 0
     out = capsys.readouterr().out
-    assert "the run already ended: outcome completed" in out and "exit code 0 (ok)" in out
+    assert "the run already ended: outcome completed" in out and "exit code 0 (completed)" in out
 
 
 def test_stop_when_the_launcher_is_gone_but_the_run_is_unfinished(run_root, capsys):

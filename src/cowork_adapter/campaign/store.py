@@ -61,6 +61,28 @@ class JsonFileCampaignStore:
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.location = str(self.path)
 
+    def refuse_if_locked(self) -> None:
+        """Preflight: the Refusal `locked()` would give now, without creating or changing anything
+        (a missing lock file is a free lock; an existing one is opened read-only and released)."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise Refusal(STAGE, f"Cannot open the campaign lock file {self.lock_path}: {exc.strerror}.") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise Refusal(
+                    STAGE,
+                    f"The campaign {self.path} is locked by another launcher or command; "
+                    "wait for it to finish (see `cowork-adapter campaign show`).",
+                ) from None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
     @contextmanager
     def locked(self) -> Iterator["_JsonFileSession"]:
         if not self.path.parent.is_dir():

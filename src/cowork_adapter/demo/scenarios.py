@@ -322,6 +322,15 @@ def remove_bystanders(docker_host: str, bystanders: dict[str, list[str]]) -> Non
         client.close()
 
 
+def table_label(scenario: str, check: str) -> tuple[str, str]:
+    """(scenario column, check column). A scenario of several runs names each run in its checks
+    ("[diagnostic-on] ..."), so the table tells its runs apart."""
+    if check.startswith("[") and "] " in check:
+        run, text = check[1:].split("] ", 1)
+        return (f"{scenario} ({run})" if run != scenario else scenario), text
+    return scenario, check
+
+
 def run_demo(*, run_root: Path, docker_host: str | None, scenario: str) -> int:
     """Prepare the demo once, run the chosen scenario(s), print the verdict table."""
     from rich.console import Console
@@ -339,22 +348,32 @@ def run_demo(*, run_root: Path, docker_host: str | None, scenario: str) -> int:
     if unknown:
         print(f"cowork-adapter: the demo scenario {unknown[0]} is not available yet.", file=sys.stderr)
         return ExitCode.REFUSED
-    env = prepare(run_root.resolve(), docker_host)
+    from .heartbeat import DemoHeartbeat
+
+    heartbeat = DemoHeartbeat(len(names)).start()
     results: dict[str, list[Check]] = {}
     try:
-        for name in names:
-            try:
-                results[name] = SCENARIOS[name](env)
-            except Exception as exc:  # noqa: BLE001 - a broken scenario is a failed verdict, not a crash
-                results[name] = [Check("the scenario ran to its end", False, f"{type(exc).__name__}: {exc}")]
+        heartbeat.preparing()
+        env = prepare(run_root.resolve(), docker_host)
+        try:
+            for index, name in enumerate(names, 1):
+                heartbeat.scenario(index, name)
+                try:
+                    results[name] = SCENARIOS[name](env)
+                except Exception as exc:  # noqa: BLE001 - a broken scenario is a failed verdict, not a crash
+                    results[name] = [Check("the scenario ran to its end", False, f"{type(exc).__name__}: {exc}")]
+                passed = sum(c.ok for c in results[name])
+                heartbeat.scenario_done(name, passed, len(results[name]) - passed)
+        finally:
+            env.meter.stop()
     finally:
-        env.meter.stop()
+        heartbeat.close()
     table = Table(title=f"cowork-adapter demo ({run_root})")
     for column in ("scenario", "check", "verdict", "detail"):
         table.add_column(column)
     for name, checks in results.items():
         for check in checks:
-            table.add_row(name, check.name, "PASS" if check.ok else "FAIL", check.detail)
+            table.add_row(*table_label(name, check.name), "PASS" if check.ok else "FAIL", check.detail)
     Console(width=160).print(table)
     ok = all(c.ok for checks in results.values() for c in checks)
     (run_root / "demo_verdicts.json").write_text(json.dumps(

@@ -7,6 +7,7 @@ immutable image ID; a tag whose labels do not match the pins is refused.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -14,7 +15,7 @@ import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 import docker
 import docker.errors
@@ -22,6 +23,7 @@ import docker.errors
 from .. import __version__
 from ..errors import Refusal
 from ..schemas.manifest import ImageIdentity, WheelRecord
+from ..steplines import StepLines
 from .repairs import DETECT_LIMITS, LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
 from .wheelhouse import build_wheelhouse
 
@@ -219,12 +221,29 @@ def build_derived_image(
     disk_ok: Callable[[], str | None],
     *,
     repair: bool = True,
+    progress: TextIO | None = None,
 ) -> list[WheelRecord]:
     """Build `req.tag` from a fresh build context; returns the wheels it installed.
+
+    `progress`: where to say each build step and, while one lasts, a line every 10 s (the
+    launcher passes stderr; the full build output is in `log_path` either way).
 
     `disk_ok()` is asked between build steps and returns a refusal sentence when a disk reserve
     is crossed, which abandons the build (the daemon cancels it when the stream closes).
     """
+    lines = StepLines(f"building {req.tag}", progress) if progress is not None else _NoLines()
+    with lines:
+        return _build(docker_host, req, context_dir, log_path, run_label, disk_ok, repair, lines)
+
+
+class _NoLines(contextlib.nullcontext):
+    def set(self, step: str) -> None:
+        pass
+
+
+def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Path, run_label: str,
+           disk_ok: Callable[[], str | None], repair: bool, lines: StepLines | _NoLines) -> list[WheelRecord]:
+    lines.set("cloning the seed into the build context")
     context_dir.mkdir(parents=True)
     seed_copy = context_dir / "seed"
     subprocess.run(
@@ -240,6 +259,7 @@ def build_derived_image(
     # Two resolutions into one wheelhouse: the seed and mcp-proxy live in separate venvs and may pin
     # different versions of the same package (a real seed pins its own mcp).
     wheels = {}
+    lines.set("resolving the wheelhouse on the host (seed and mcp-proxy)")
     for group in (seed_reqs, [MCP_PROXY_PIN, MCP_SDK_PIN]):
         if group:
             for w in build_wheelhouse(group, context_dir / "wheelhouse", python_version=python_version,
@@ -247,6 +267,7 @@ def build_derived_image(
                 wheels[w.filename] = w
     # Detected faults of the base image get a disclosed repair stage (none when nothing is found).
     # repair=False builds the image as the benchmark gives it (tests of detection and refusal).
+    lines.set("checking the base image's MCP servers for known faults")
     repairs, checks, repair_wheels = (prepare_repairs(docker_host, req.base_image, run_label, context_dir, platforms)
                                       if repair else ([], [], []))
     records = [WheelRecord(filename=w.filename, sha256=w.sha256, size=w.size) for _, w in sorted(wheels.items())]
@@ -278,6 +299,7 @@ def build_derived_image(
         "ENTRY_SHA256": container_digest(),
     }
     api = docker.APIClient(base_url=docker_host, timeout=7200)
+    lines.set("docker build started")
     with open(log_path, "a", encoding="utf-8") as log:
         stream = api.build(path=str(context_dir), tag=req.tag, buildargs=buildargs, pull=False, rm=True,
                            forcerm=True, decode=True, labels={LABEL_REPAIRS: label_value(repairs, checks), LABEL_BASE_ID: base_id})
@@ -285,6 +307,8 @@ def build_derived_image(
             for chunk in stream:
                 if "stream" in chunk:
                     log.write(chunk["stream"])
+                    if chunk["stream"].startswith("Step "):
+                        lines.set(chunk["stream"])
                 if "error" in chunk:
                     log.write(chunk["error"] + "\n")
                     raise Refusal("image", f"building {req.tag} failed: {chunk['error'].strip()[:300]} (see {log_path}).")
