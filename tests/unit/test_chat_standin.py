@@ -108,8 +108,39 @@ def test_scripted_endings_provider_error_and_hang():
     assert len(calls) == 1 and reply.kind == "hang"
 
 
-def test_streaming_is_refused():
-    assert respond(body([{"role": "user", "content": TASK}], stream=True)).status == 400
+def _post_stream(standin: ChatStandin, payload: dict) -> list[dict]:
+    request = urllib.request.Request(standin.base_url + "/chat/completions", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/event-stream"
+        events = [ln[len(b"data: "):] for ln in response.read().split(b"\n") if ln.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_a_streamed_answer_is_the_same_answer_in_openai_chunks(standin):
+    messages = [{"role": "user", "content": TASK}]
+    plain = respond(body(messages))
+    chunks = _post_stream(standin, body(messages, stream=True, stream_options={"include_usage": True}))
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    calls = [tc for c in chunks if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert [(tc["index"], tc["function"]["name"]) for tc in calls] == [
+        (i, c["function"]["name"]) for i, c in enumerate(plain.tool_calls)]
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finishes == ["tool_calls"]
+    usage = chunks[-1]
+    assert usage["choices"] == [] and usage["usage"]["prompt_tokens"] > 0
+    record = standin.chat_requests()[-1]
+    assert (record["prompt_tokens"], record["completion_tokens"]) == (
+        usage["usage"]["prompt_tokens"], usage["usage"]["completion_tokens"])
+
+
+def test_a_stream_without_include_usage_reports_and_logs_no_usage(standin):
+    chunks = _post_stream(standin, body([{"role": "user", "content": "hello"}], offered=(), stream=True))
+    assert all("usage" not in c for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "Noted."
+    assert standin.chat_requests()[-1]["prompt_tokens"] == 0
 
 
 # ---------------------------------------------------------------- HTTP

@@ -4,7 +4,9 @@ It lets the REAL Ouroboros server run a demo task offline: pointed at `<base>/v1
 call the server makes lands here and is answered from `cowork_adapter.demo.policy.PLANS`:
 
 - `GET /v1/models` lists one model id with a context length (`max_model_len`, `context_length`).
-- `POST /v1/chat/completions` (non-streaming). When the request's text carries a
+- `POST /v1/chat/completions`, plain or streamed (`"stream": true`: server-sent events of
+  `chat.completion.chunk` objects, a usage chunk when `stream_options.include_usage` asks for one,
+  then `data: [DONE]`, as the OpenAI API streams). When the request's text carries a
   `[demo-policy: <tag>]` marker and offers the plan's tools, the answer is one tool call per turn,
   naming the tool the way the server names MCP tools (`mcp_<server>__<tool>`); after the last step
   the answer is a final text ending in a `FINAL ANSWER:` line. A `response_format: json_object`
@@ -129,8 +131,6 @@ def final_text(plan: Plan) -> str:
 
 def respond(body: dict) -> Reply:
     """Decide the answer to one chat-completions request body (pure)."""
-    if body.get("stream"):
-        return Reply("error", content="this stand-in answers non-streaming requests only", status=400)
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
         return Reply("json", content=json.dumps(HARMLESS_JSON))
@@ -180,6 +180,32 @@ def completion(reply: Reply, body: dict, serial: int) -> dict:
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
+
+
+def stream_chunks(reply: Reply, body: dict, serial: int) -> list[dict]:
+    """The same answer as `completion`, as the chat.completion.chunk objects of a streamed reply:
+    the role, the text, each tool call (by index), the finish reason, and the usage chunk (empty
+    choices) only when the request's stream_options.include_usage asks for it."""
+    whole = completion(reply, body, serial)
+    head = {k: whole[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict, finish: Optional[str] = None) -> dict:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if reply.content:
+        out.append(chunk({"content": reply.content}))
+    for index, call in enumerate(reply.tool_calls):
+        out.append(chunk({"tool_calls": [{"index": index, **call}]}))
+    out.append(chunk({}, reply.finish_reason))
+    if wants_stream_usage(body):
+        out.append({**head, "choices": [], "usage": whole["usage"]})
+    return out
+
+
+def wants_stream_usage(body: dict) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 # ---------------------------------------------------------------- HTTP
@@ -292,8 +318,11 @@ class ChatStandin:
                     return
                 reply = respond(body)
                 names = [c["function"]["name"] for c in reply.tool_calls]
+                streamed = bool(body.get("stream"))
                 answered = reply.kind not in ("hang", "error")
-                usage = completion(reply, body, 0)["usage"] if answered else {}
+                # The log holds the usage this endpoint reported: none for a stream not asking for it.
+                reported = answered and (not streamed or wants_stream_usage(body))
+                usage = completion(reply, body, 0)["usage"] if reported else {}
                 serial = standin._count(reply.kind, {
                     "kind": reply.kind, "tools": names, "model": body.get("model"),
                     "offered_tools": len(offered_tools(body)),
@@ -307,6 +336,23 @@ class ChatStandin:
                 if reply.kind == "error":
                     self._send(reply.status, {"error": {"message": reply.content, "type": "server_error"}})
                     return
+                if streamed:
+                    self._stream(stream_chunks(reply, body, serial))
+                    return
                 self._send(200, completion(reply, body, serial))
+
+            def _stream(self, chunks: list[dict]) -> None:
+                # Server-sent events, ended by closing the connection (no length is known up front).
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for obj in chunks:
+                    self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
         return Handler
