@@ -86,26 +86,30 @@ def _one_of(values: Sequence[str]) -> str:
     return "One of: " + ", ".join(values) + "."
 
 
+# Options `run`, `doctor` and `qualify` share word for word.
+BenchRootOpt = Annotated[Optional[Path], typer.Option(
+    envvar="COWORK_BENCH_ROOT", help="Cowork Bench checkout at --bench-commit. Required.", rich_help_panel=P_WHERE)]
+BenchCommitOpt = Annotated[str, typer.Option(help="Pinned benchmark commit.", rich_help_panel=P_WHERE)]
+DockerHostOpt = Annotated[Optional[str], typer.Option(
+    envvar="DOCKER_HOST", help="Docker daemon to use, named explicitly; empty is refused.", rich_help_panel=P_WHERE)]
+TaskFileOpt = Annotated[Optional[Path], typer.Option(
+    help="Newline-separated task ids; blank lines and # comments skipped.", rich_help_panel=P_SELECT)]
+
+
 def _run_flags(
     repo_dir: Annotated[Path, typer.Option(help="Clean Ouroboros seed checkout (the agent under test).",
                                            rich_help_panel=P_WHERE)],
     run_root: Annotated[Path, typer.Option(help="New directory for this invocation; never reused.",
                                            rich_help_panel=P_WHERE)],
-    bench_root: Annotated[Optional[Path], typer.Option(
-        envvar="COWORK_BENCH_ROOT", help="Cowork Bench checkout at --bench-commit. Required.",
-        rich_help_panel=P_WHERE)] = None,
-    bench_commit: Annotated[str, typer.Option(help="Pinned benchmark commit.", rich_help_panel=P_WHERE)]
-    = PINNED_BENCH_COMMIT,
-    docker_host: Annotated[Optional[str], typer.Option(
-        envvar="DOCKER_HOST", help="Docker daemon to use, named explicitly; empty is refused.",
-        rich_help_panel=P_WHERE)] = None,
+    bench_root: BenchRootOpt = None,
+    bench_commit: BenchCommitOpt = PINNED_BENCH_COMMIT,
+    docker_host: DockerHostOpt = None,
     resource_root: Annotated[Optional[Path], typer.Option(
         help="Heavy-storage filesystem for disk checks and TMPDIR. Default: the run root's parent.",
         rich_help_panel=P_WHERE)] = None,
     task: Annotated[Optional[list[str]], typer.Option(
         "--task", help="Task id to run (repeatable).", rich_help_panel=P_SELECT)] = None,
-    task_file: Annotated[Optional[Path], typer.Option(
-        help="Newline-separated task ids; blank lines and # comments skipped.", rich_help_panel=P_SELECT)] = None,
+    task_file: TaskFileOpt = None,
     resume_from: Annotated[Optional[list[Path]], typer.Option(
         "--resume-from", help="Earlier run root to recover from (repeatable).", rich_help_panel=P_SELECT)] = None,
     concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
@@ -331,21 +335,15 @@ def _qualify(
     run_root: Annotated[Path, typer.Option(
         help="New directory: the oracle and nop run roots and task_validity.json go under it.",
         rich_help_panel=P_WHERE)],
-    bench_root: Annotated[Optional[Path], typer.Option(
-        envvar="COWORK_BENCH_ROOT", help="Cowork Bench checkout at --bench-commit. Required.",
-        rich_help_panel=P_WHERE)] = None,
-    bench_commit: Annotated[str, typer.Option(help="Pinned benchmark commit.", rich_help_panel=P_WHERE)]
-    = PINNED_BENCH_COMMIT,
-    docker_host: Annotated[Optional[str], typer.Option(
-        envvar="DOCKER_HOST", help="Docker daemon to use, named explicitly; empty is refused.",
-        rich_help_panel=P_WHERE)] = None,
+    bench_root: BenchRootOpt = None,
+    bench_commit: BenchCommitOpt = PINNED_BENCH_COMMIT,
+    docker_host: DockerHostOpt = None,
     resource_root: Annotated[Optional[Path], typer.Option(
         help="Heavy-storage filesystem for disk checks and TMPDIR. Default: the root's parent.",
         rich_help_panel=P_WHERE)] = None,
     task: Annotated[Optional[list[str]], typer.Option(
         "--task", help="Task id to qualify (repeatable). Default: every task.", rich_help_panel=P_SELECT)] = None,
-    task_file: Annotated[Optional[Path], typer.Option(
-        help="Newline-separated task ids; blank lines and # comments skipped.", rich_help_panel=P_SELECT)] = None,
+    task_file: TaskFileOpt = None,
     concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
     task_timeout: Annotated[int, typer.Option(help="Seconds per agent phase (> 0).", rich_help_panel=P_AGENT)]
     = 3600,

@@ -71,17 +71,22 @@ class JsonFileCampaignStore:
         except OSError as exc:
             raise Refusal(STAGE, f"Cannot open the campaign lock file {self.lock_path}: {exc.strerror}.") from None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise Refusal(
-                    STAGE,
-                    f"The campaign {self.path} is locked by another launcher or command; "
-                    "wait for it to finish (see `cowork-adapter campaign show`).",
-                ) from None
+            self._take(fd)
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _take(self, fd: int) -> None:
+        """The campaign's exclusive lock on `fd`, non-blocking: a second launcher is told at once
+        instead of hanging behind a run."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Refusal(
+                STAGE,
+                f"The campaign {self.path} is locked by another launcher or command; "
+                "wait for it to finish (see `cowork-adapter campaign show`).",
+            ) from None
 
     @contextmanager
     def locked(self) -> Iterator["_JsonFileSession"]:
@@ -92,15 +97,7 @@ class JsonFileCampaignStore:
         except OSError as exc:
             raise Refusal(STAGE, f"Cannot open the campaign lock file {self.lock_path}: {exc.strerror}.") from None
         try:
-            try:
-                # Non-blocking: a second launcher is told at once instead of hanging behind a run.
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise Refusal(
-                    STAGE,
-                    f"The campaign {self.path} is locked by another launcher or command; "
-                    "wait for it to finish (see `cowork-adapter campaign show`).",
-                ) from None
+            self._take(fd)
             try:
                 yield _JsonFileSession(self.path)
             finally:
