@@ -9,6 +9,8 @@ name. The result is <root>/task_validity.json and a table on stdout.
 
 from __future__ import annotations
 
+import re
+
 import json
 import sys
 from pathlib import Path
@@ -30,17 +32,33 @@ REASON_MAX = 300
 
 
 def evaluator_words(returned: Any) -> str | None:
-    """The evaluator's own reason from what it returned: its `[FAIL] ...` lines when it printed
-    any, else the last line of its `failure` or `details` text."""
+    """The evaluator's own reason from what it returned (`failure`, else `details`): its `[FAIL] ...`
+    lines when it printed any; else its error line (a database or Python error, whose last lines
+    are often a caret or a traceback frame); else, when its output stops without a failing check,
+    the last line it printed, said as such. Decoration lines (`====`, `^`) are never a reason."""
     if not isinstance(returned, dict):
         return None
-    text = returned.get("failure") or returned.get("details")
-    if not isinstance(text, str) or not text.strip():
+    texts = [returned[k] for k in ("failure", "details") if isinstance(returned.get(k), str)]
+    if not texts:
         return None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    text = next((t for t in texts if t.strip()), "")
+    lines = [line.strip() for line in text.splitlines() if any(ch.isalnum() for ch in line)]
+    if not lines:
+        return "the evaluator said False and printed no reason"
     failing = [line for line in lines if line.startswith("[FAIL]")]
-    words = "; ".join(failing) if failing else lines[-1]
+    errors = [line for line in lines if _ERROR_WORDS.search(line)]
+    if failing:
+        words = "; ".join(failing)
+    elif errors:
+        words = errors[-1]
+    elif lines[-1].startswith("[PASS]") or len(lines) < 3 and lines[-1].isupper():
+        words = f"the evaluator said False with no failing check; its output ends: {lines[-1]}"
+    else:
+        words = lines[-1]
     return words[:REASON_MAX]
+
+
+_ERROR_WORDS = re.compile(r"error|exception|does not exist|not found|traceback", re.IGNORECASE)
 
 
 def verdict_of(row: TaskRow | None, returned: Any = None) -> EngineVerdict:

@@ -154,6 +154,20 @@ def test_evaluator_words_prefer_its_fail_lines():
         "[FAIL] customer 2 is active (got lead); [FAIL] no stray notes []"
     assert evaluator_words({"pass": False, "failure": "Traceback\nKeyError: 'x'\n"}) == "KeyError: 'x'"
     assert evaluator_words({"pass": False, "details": "no log file"}) == "no log file"
+
+
+def test_evaluator_words_never_give_decoration_and_say_when_the_evaluator_gave_no_reason():
+    # Seen on the real benchmark: a database error ending in a caret line, a banner, an output that
+    # stops after passing checks, and an empty failure text.
+    db = 'Fetching expected data...\nError querying database: relation "moex.stock_prices" does not exist\nLINE 3: FROM x\n   ^\n\n'
+    assert evaluator_words({"pass": False, "failure": db}).startswith("Error querying database: relation")
+    banner = "=" * 70 + "\nMOEX STOCK COMPARISON WORD - EVALUATION\n" + "=" * 70 + "\n"
+    assert evaluator_words({"pass": False, "failure": banner}) == (
+        "the evaluator said False with no failing check; its output ends: MOEX STOCK COMPARISON WORD - EVALUATION")
+    passed_then_stopped = "\n=== Checking Excel File ===\n  [PASS] Excel file exists\n"
+    assert evaluator_words({"pass": False, "failure": passed_then_stopped}) == (
+        "the evaluator said False with no failing check; its output ends: [PASS] Excel file exists")
+    assert evaluator_words({"pass": False, "failure": ""}) == "the evaluator said False and printed no reason"
     assert evaluator_words(None) is None and evaluator_words({"pass": False}) is None
 
 
