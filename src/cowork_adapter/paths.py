@@ -25,7 +25,7 @@ PATH_MAX = 4095  # bytes of a whole path (Linux PATH_MAX, without the NUL)
 # What makes a folder a run root (any one of them: a run killed early may have only its events).
 RUN_ROOT_MARKERS = ("run_manifest.json", "monitor.json", "events.jsonl", "result_index.jsonl")
 # Files of a run root that commands read; each must be a regular file when present.
-RUN_ROOT_FILES = (*RUN_ROOT_MARKERS, "audit.json", "custody/processes.json", "custody/stop")
+RUN_ROOT_FILES = (*RUN_ROOT_MARKERS, "audit.json", "audit.launcher.json", "custody/processes.json", "custody/stop")
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 PSEUDO_ALLOWED = ("/dev/shm",)  # a real tmpfs under /dev
 MAX_LISTED = 20

@@ -26,6 +26,7 @@ from cowork_adapter.demo.scenarios import DemoEnv
 from cowork_adapter.demo.scenarios_inventory import remove_image, unrepaired_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
 from cowork_adapter.custody.docker_ops import label_is_empty
+from cowork_adapter.schemas.audit import launcher_audit_path
 
 DESIGNED = {
     "demo-csv-totals": "valid",
@@ -104,7 +105,7 @@ def test_reference_runs_keep_custody_and_spend_nothing(qualified, engine):
     assert sorted(r["instance_id"] for r in rows) == sorted(DESIGNED)
     # Every task that ran proves no paid activity (the blocked one never reached the runner).
     assert all(r["paid_activity"] == "none" for r in rows if r["status"] != "environment_blocked")
-    assert (run_root / "audit.json").exists()
+    assert launcher_audit_path(run_root).exists()
     graded = [r for r in rows if r["status"] in ("passed", "failed")]
     assert len(graded) == 3 and all(r["official_receipt"]["sha256"] for r in graded)
     if engine == "oracle":
