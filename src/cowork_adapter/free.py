@@ -17,7 +17,7 @@ from pathlib import Path
 from .container.reference import GROUNDTRUTH_DIR, STAGE_DIR
 from .custody.daemon_watch import DaemonWatch
 from .manifest import write_manifest
-from .paid import NO_CAMPAIGN, PaidRun, _cleanup
+from .paid import NO_CAMPAIGN, PaidRun
 from .schemas.manifest import RunManifest
 from .signals import LAUNCHER_SIGNALS
 from .vocab import EventKind, StopReason
@@ -67,15 +67,7 @@ class FreeRun(PaidRun):
             self.daemon_watch.stop()
         self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
         with LAUNCHER_SIGNALS.critical():  # custody always finishes
-            if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
-                self._daemon_lost(self.daemon_watch.lost)
-            if self.daemon_watch.lost is not None:
-                result = self._with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
-                self._await_daemon()
-            cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
-            self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
-                "cleanup_unproven" if cleanup_error else "runner_exited"))
-            self.end_watchdog()
+            result, cleanup_error = self._end_custody(result)
             self._record_result(result)
             self.manifest.campaign_settlement = NO_CAMPAIGN
             return self._finish(result, cleanup_error, NO_CAMPAIGN)

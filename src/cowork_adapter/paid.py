@@ -321,15 +321,7 @@ class PaidRun:
                 self.daemon_watch.stop()
             self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
-                if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
-                    self._daemon_lost(self.daemon_watch.lost)  # the runner ended first, of the same cause
-                if self.daemon_watch.lost is not None:
-                    result = self._with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
-                    self._await_daemon()
-                cleanup_error = _cleanup(cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
-                self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
-                    "cleanup_unproven" if cleanup_error else "runner_exited"))
-                self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it
+                result, cleanup_error = self._end_custody(result)
                 settlement = "unconfirmed" if cleanup_error else self._settle(result)
                 if self.persistence_error is not None:
                     result = self._with_cause(result, StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
@@ -415,6 +407,20 @@ class PaidRun:
         for cause in result.stop_causes:
             self.event(EventKind.STOP_REQUESTED, reason=cause, source="supervisor")
         return result
+
+    def _end_custody(self, result: SupervisionResult) -> tuple[SupervisionResult, str | None]:
+        """After the runner: the daemon's loss folded in, exact-label cleanup, the final ledger and
+        the watchdog ended. Called inside LAUNCHER_SIGNALS.critical() (custody always finishes)."""
+        if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
+            self._daemon_lost(self.daemon_watch.lost)  # the runner ended first, of the same cause
+        if self.daemon_watch.lost is not None:
+            result = self._with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
+            self._await_daemon()
+        cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+        self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
+            "cleanup_unproven" if cleanup_error else "runner_exited"))
+        self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it
+        return result, cleanup_error
 
     def _record_result(self, result: SupervisionResult) -> None:
         self.manifest.stop_reason = result.stop_reason

@@ -9,10 +9,8 @@ timestamps of consecutive lines must never be more than 10 s apart while the sce
 from __future__ import annotations
 
 import re
-import secrets
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -21,31 +19,13 @@ import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
+from tmux_server import Tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 FIRST_LINE_SEC = 10.0
 MAX_GAP_SEC = 10
 DEMO_TIMEOUT_SEC = 1500
 LINE = re.compile(r"^\[(\d\d:\d\d:\d\d)\] demo \d+m\d\ds: ")
-
-
-class Tmux:
-    """A private tmux server (its own socket): started and killed by this test only."""
-
-    def __init__(self) -> None:
-        self.socket = f"cowork-demo-{secrets.token_hex(4)}"
-
-    def __call__(self, *args: str, check: bool = True) -> str:
-        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
-        if check and out.returncode != 0:
-            raise AssertionError(f"tmux {args[0]} failed: {out.stderr.strip()}")
-        return out.stdout
-
-    def pane(self, session: str) -> str:
-        return self("capture-pane", "-p", "-J", "-S", "-5000", "-t", session)
-
-    def kill(self) -> None:
-        self("kill-server", check=False)
 
 
 def test_the_demo_says_what_runs_within_10_s_and_never_goes_silent(docker_host, tmp_path):
@@ -55,7 +35,7 @@ def test_the_demo_says_what_runs_within_10_s_and_never_goes_silent(docker_host, 
     script = tmp_path / "demo.sh"
     script.write_text("#!/bin/bash\n" + shlex.join(command) + "\necho \"demo exit $?\"\nsleep 3600\n")
     script.chmod(0o700)
-    tmux = Tmux()
+    tmux = Tmux("cowork-demo", scrollback=5000)
     session = "demo"
     try:
         tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", str(script))

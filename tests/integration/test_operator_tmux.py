@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shlex
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.scenarios import agent_started, prepare, read_json, read_rows, wait_for
 from cowork_adapter.control import stop_command
+from tmux_server import Tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 PANE_COLS, PANE_ROWS = 150, 60
@@ -34,25 +34,6 @@ def demo_env(docker_host, tmp_path_factory):
     env = prepare(tmp_path_factory.mktemp("operator") / "root", docker_host)
     yield env
     env.meter.stop()
-
-
-class Tmux:
-    """A private tmux server (its own socket): started and killed by this test only."""
-
-    def __init__(self) -> None:
-        self.socket = f"cowork-op-{secrets.token_hex(4)}"
-
-    def __call__(self, *args: str, check: bool = True) -> str:
-        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
-        if check and out.returncode != 0:
-            raise AssertionError(f"tmux {args[0]} failed: {out.stderr.strip()}")
-        return out.stdout
-
-    def pane(self, session: str) -> str:
-        return self("capture-pane", "-p", "-J", "-S", "-500", "-t", session)
-
-    def kill(self) -> None:
-        self("kill-server", check=False)
 
 
 def wrapper_script(env, args: list[str], where: Path) -> Path:
@@ -77,7 +58,7 @@ def test_run_in_tmux_renders_rich_progress_and_status_agrees(demo_env, tmp_path)
     run_root = demo_env.run_root("tmux")
     args = demo_env.run_args("tmux", ["demo-csv-totals"], campaign="campaign-tmux.json")
     script = wrapper_script(demo_env, args, tmp_path)
-    tmux = Tmux()
+    tmux = Tmux("cowork-op", scrollback=500)
     session = "run"
     try:
         tmux("new-session", "-d", "-s", session, "-x", str(PANE_COLS), "-y", str(PANE_ROWS), str(script))
