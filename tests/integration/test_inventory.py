@@ -207,7 +207,8 @@ def test_paid_selection_needing_a_broken_server_is_refused_unless_accepted(demo,
     report = build_report(load_runs([accepted_root]), concurrency=1)
     assert report["denominator"] == 2 and report["counts"]["environment_blocked"] == 1  # still counted
     assert any("blocked by a failed MCP server" in note for note in report["disclosures"]), report["disclosures"]
-    assert any("failed: MCP server quotes" in note for note in report["disclosures"])
+    assert any("MCP server quotes in run" in note and "failed its environment check" in note
+               for note in report["disclosures"]), report["disclosures"]
 
 
 def test_stateful_probe_proves_state_survives_separate_http_sessions(demo):
