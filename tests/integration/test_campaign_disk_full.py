@@ -19,8 +19,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +126,17 @@ def launch(demo, name: str, campaign: Path, fill_at: str | None) -> subprocess.P
     return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+def launched_to_persistence_failure(demo, name: str, campaign: Path, fill_at: str) -> dict:
+    """Launch a run whose campaign disk fills at `fill_at`, wait for it, and check its ending."""
+    proc = launch(demo, name, campaign, fill_at)
+    try:
+        code = proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return assert_ended_as_persistence_failure(demo, name, code)
+
+
 def assert_ended_as_persistence_failure(demo, name: str, code: int) -> dict:
     run_root = demo.run_root(name)
     log = (demo.root / f"{name}.log").read_text(errors="replace")
@@ -177,13 +186,7 @@ def test_full_disk_at_registration_or_pgid_stops_with_exit_3(demo, campaign_disk
     name = f"fill-{fill_at}"
     campaign = campaign_disk / "campaign.json"
     run_root = demo.run_root(name)
-    proc = launch(demo, name, campaign, fill_at)
-    try:
-        code = proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    manifest = assert_ended_as_persistence_failure(demo, name, code)
+    manifest = launched_to_persistence_failure(demo, name, campaign, fill_at)
     doing = {"start_run": "registering the run", "set_runner_pgid": "recording the runner's process group"}[fill_at]
     assert manifest["error"]["type"] == CPF and manifest["error"]["message"].startswith(doing), manifest["error"]
     snapshot = Path(str(campaign_disk) + "-snapshot").read_bytes()
@@ -218,13 +221,7 @@ def test_full_disk_at_a_meter_reading_stops_with_exit_3(demo, campaign_disk, exi
             fingerprint=key_fingerprint(demo.key), ceiling_usd=50.0, usage_baseline=usage, prior_spend_usd=0.0,
             last_usage=usage, last_usage_observed_at=now, created_at=now, reserve_usd=5.0, run_budget_usd=20.0,
         ).to_json())
-    proc = launch(demo, name, campaign, "record_usage")
-    try:
-        code = proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    manifest = assert_ended_as_persistence_failure(demo, name, code)
+    manifest = launched_to_persistence_failure(demo, name, campaign, "record_usage")
     doing = "opening the campaign" if existing else "saving a meter reading"
     assert manifest["error"]["type"] == CPF and manifest["error"]["message"].startswith(doing), manifest["error"]
     snapshot = Path(str(campaign_disk) + "-snapshot").read_bytes()

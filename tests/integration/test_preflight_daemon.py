@@ -146,18 +146,7 @@ def test_an_unsettled_campaign_is_refused_in_preflight_before_any_container(env)
     campaign.write_text(CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
                                        prior_spend_usd=0.0, last_usage=5.0, last_usage_observed_at=now,
                                        created_at=now, active_run=dead).to_json())
-    before = campaign.read_bytes()
-    name = "unsettled"
-    run_root = env.run_root(name)
-    watcher = LabelledCreations(env.docker_host, run_label(run_root))
-    try:
-        proc = run(env, env.run_args(name, ["demo-csv-totals"], campaign=campaign.name))
-    finally:
-        watcher.close()
-    one_refusal(proc, "has an unsettled active run", str(env.root / "runs" / "dead"))
-    assert watcher.seen == []  # not one container of this run was created
-    assert not run_root.exists()
-    assert campaign.read_bytes() == before
+    _refused_before_anything(env, "unsettled", campaign, "has an unsettled active run", str(env.root / "runs" / "dead"))
     assert not campaign.with_name(campaign.name + ".lock").exists()  # read without its lock
 
 
