@@ -11,6 +11,7 @@ thing each case changes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import os
@@ -246,6 +247,31 @@ def test_a_parent_without_a_manifest_is_refused(world):
     r0 = first_pass(world, "nomanifest")
     (r0 / "run_manifest.json").unlink()
     assert_refused(run_cli(world, "nomanifest-r1", resume_from=[r0]), "manifest", "missing or unreadable", str(r0))
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int, int]]:
+    """Every path under root with its content digest (files), mode and mtime in ns."""
+    out = {}
+    for path in sorted([root, *root.rglob("*")]):
+        st = path.lstat()
+        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else ""
+        out[str(path.relative_to(root))] = (content, st.st_mode, st.st_mtime_ns)
+    return out
+
+
+def test_a_resume_and_a_new_run_leave_every_older_run_root_untouched(world):
+    """Issue 21 item 8: recovery only reads its ancestors, and a new run writes only its own root."""
+    r0 = first_pass(world, "untouched")
+    r1 = ancestor(world, "untouched-r1", {"demo-hang": "infra_failed"}, ran=["demo-hang"], parents=[r0], generation=1)
+    older = [r0, r1, world["root"] / "runs" / "probe"]  # the probe is a real dry run's root
+    before = {str(r): _tree(r) for r in older}
+    time.sleep(0.05)  # a same-bytes rewrite would still move an mtime
+    out = run_cli(world, "untouched-r2", resume_from=[r1])
+    assert out.returncode == 0, out.stderr
+    assert manifest(world, "untouched-r2")["selection"]["task_ids"] == ["demo-hang"]
+    out = run_cli(world, "untouched-new", tasks=SEL)
+    assert out.returncode == 0, out.stderr
+    assert {str(r): _tree(r) for r in older} == before
 
 
 def test_multiple_parents_union_their_selections_and_never_widen_to_the_dataset(world):
