@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .campaign.observe import POLL_SEC, READ_SLICE_SEC, MeterBlind  # one cadence: the manifest records these
+from .campaign.observe import POLL_SEC, MeterBlind, MeterSchedule  # one cadence: the manifest records POLL_SEC
 from .container.procs import group_alive
 from .errors import CampaignPersistenceError
 from .vocab import StopReason
 
 # POLL_SEC (15 s) and READ_SLICE_SEC (one full meter read must always fit before the blindness
-# bound) come from campaign.observe, the same constants the manifest records.
+# bound) come from campaign.observe, the same constants the manifest records; the waits are
+# MeterSchedule's, the one schedule class its own tests exercise.
 GROUP_GRACE_SEC = 15.0
 
 
@@ -123,15 +124,17 @@ class Supervisor:
         self._wake.set()
 
     def _loop(self, anchor: float) -> None:
+        schedule = MeterSchedule(self.blindness_sec, anchor=anchor, poll_sec=self.poll_sec)
         while not self._causes:
             try:
-                anchor, decision = self.meter.observe(anchor + self.blindness_sec)
+                request_time, decision = self.meter.observe(schedule.deadline)
             except MeterBlind:
                 self.request_stop(StopReason.BUDGET_METER_UNAVAILABLE)
                 break
             except CampaignPersistenceError:
                 self.request_stop(StopReason.CAMPAIGN_PERSISTENCE_FAILED)
                 break
+            schedule.anchor = max(schedule.anchor, request_time)  # as MeterSchedule.accept: never backwards
             if decision is not None:
                 self.request_stop(decision)  # known exhaustion never waits for another poll
                 break
@@ -143,10 +146,10 @@ class Supervisor:
             if self.proc.poll() is not None or self._causes:
                 break
             now = self.clock()
-            if now >= anchor + self.blindness_sec:  # a slow publish used up the bound
+            if schedule.expired(now):  # a slow publish used up the bound
                 self.request_stop(StopReason.BUDGET_METER_UNAVAILABLE)
                 break
-            self._wake.wait(max(0.0, min(self.poll_sec, anchor + self.blindness_sec - READ_SLICE_SEC - now)))
+            self._wake.wait(schedule.next_wait(now))
             self._wake.clear()
 
     def _fence_and_stop_group(self) -> None:
