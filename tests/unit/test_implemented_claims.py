@@ -68,7 +68,7 @@ class RecordingWake:
 
 def test_the_production_supervisor_waits_15_s_between_reads_the_cadence_the_manifest_records(tmp_path):
     """No poll_sec passed (as paid.py constructs it): with a fresh reading each turn and a 60 s
-    blindness bound, every wait of the loop is the full 15 s the manifest records."""
+    blindness bound, every wait of the loop (MeterSchedule's) is the full 15 s the manifest records."""
     (tmp_path / "seed").mkdir()
     (tmp_path / "bench").mkdir()
     cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
