@@ -11,7 +11,6 @@ import ast
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
