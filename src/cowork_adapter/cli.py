@@ -449,9 +449,9 @@ def report(
         min=1, help="Concurrency assumed by the full-run time projection.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
+    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     from .report import OUTPUT_NAMES, run_report_command
 
-    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     # Offline and read-only: files are written only to an --output-dir the operator names.
     if output_dir is not None:
         output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=tuple(OUTPUT_NAMES))
@@ -483,9 +483,10 @@ def stop(
 ) -> None:
     if not (0 < timeout < float("inf")):
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
+    run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
     from .control import stop_command
 
-    raise SystemExit(stop_command(checked_path(run_root, PathKind.RUN_ROOT, ""), timeout))
+    raise SystemExit(stop_command(run_root, timeout))
 
 
 @app.command(
