@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from synthetic_run import synth_run  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
 HEAVY = ("pydantic", "pydantic_core", "rich", "docker", "httpx", "yaml", "msgspec", "ahocorasick_rs",
          "markdown_it", "pygments")
@@ -80,6 +81,15 @@ def test_the_audit_imports_its_decoder_and_search_only(run_root: Path, tmp_path:
     assert got["code"] == 0, got
     assert "groundtruth" in output.read_text()  # the audit really ran and found the planted read
     assert got["heavy"] == ["ahocorasick_rs", "msgspec"], got["heavy"]
+
+
+def test_status_reads_its_files_without_the_meter_docker_or_rich(tmp_path: Path) -> None:
+    """`status` of a finished run whose launcher is gone: it names the `clear` line, yet imports neither
+    the meter's HTTP client nor docker nor rich (its models are pydantic: that it uses)."""
+    synth_run(tmp_path / "run", 5)
+    got = _run("status", str(tmp_path / "run"))
+    assert got["code"] == 0 and "cowork-adapter clear" in got["out"], got
+    assert set(got["heavy"]) <= {"pydantic", "pydantic_core"}, got["heavy"]
 
 
 @pytest.mark.parametrize("args", [["status", "/nonexistent/run"], ["audit", "--run-dir", "/nonexistent/run"],
