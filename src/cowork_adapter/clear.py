@@ -25,11 +25,10 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from .campaign.meter import MeterReading
 from .campaign.observe import DEFAULT_BLINDNESS_SEC
 from .campaign.store import read_campaign
 from .errors import CampaignPersistenceError, CustodyError, Refusal
@@ -38,6 +37,9 @@ from .manifest import utc_now, write_manifest
 from .schemas.campaign import key_fingerprint
 from .schemas.manifest import ClearedRecord, RunManifest
 from .vocab import EventKind, ExitCode, RunOutcome, StopReason
+
+if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
+    from .campaign.meter import MeterReading
 
 STAGE = "clear"
 MANIFEST = "run_manifest.json"

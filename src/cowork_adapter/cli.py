@@ -8,6 +8,7 @@ Every usage error and every Refusal prints exactly one line on stderr,
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import os
@@ -15,12 +16,13 @@ import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+from typer.models import TyperInfo
 
 from . import __version__
-from .config import (
+from .defaults import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_METER_URL,
     DEFAULT_MODEL,
@@ -31,7 +33,6 @@ from .config import (
     SAFETY_MODES,
     TASK_REVIEW_MODES,
     InvalidFlag,
-    RunConfig,
     check_env_name,
     check_http_url,
     refuse_key_on_command_line,
@@ -39,6 +40,9 @@ from .config import (
 from .errors import Refusal
 from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode
+
+if TYPE_CHECKING:  # pydantic is imported only by the commands that build a RunConfig
+    from .config import RunConfig
 
 PROG = "cowork-adapter"
 
@@ -248,6 +252,8 @@ def _checked_run_paths(fields: dict[str, Any]) -> None:
 
 
 def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
+    from .config import RunConfig
+
     fields = {k: (v.value if isinstance(v, Enum) else v) for k, v in flags.items()}
     _checked_run_paths(fields)
     fields["resume_from"] = [checked_path(p, PathKind.RUN_ROOT_IF_EXISTS, "--resume-from")
@@ -421,10 +427,10 @@ def audit(
     workers: Annotated[Optional[int], typer.Option(help="Processes scanning task dumps (default: CPU count).")]
     = None,
 ) -> None:
-    from .audit import run_audit_command
-
     run_dir = checked_path(run_dir, PathKind.RUN_ROOT, "--run-dir")
     output = checked_path(output, PathKind.NEW_FILE, "--output") if output is not None else None
+    from .audit import run_audit_command
+
     raise SystemExit(run_audit_command(run_dir, output, workers))
 
 
@@ -443,9 +449,9 @@ def report(
         min=1, help="Concurrency assumed by the full-run time projection.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
+    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     from .report import OUTPUT_NAMES, run_report_command
 
-    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     # Offline and read-only: files are written only to an --output-dir the operator names.
     if output_dir is not None:
         output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=tuple(OUTPUT_NAMES))
@@ -460,9 +466,10 @@ def status(
     run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
+    run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
     from .control import status_command
 
-    raise SystemExit(status_command(checked_path(run_root, PathKind.RUN_ROOT, ""), as_json))
+    raise SystemExit(status_command(run_root, as_json))
 
 
 @app.command(
@@ -476,9 +483,10 @@ def stop(
 ) -> None:
     if not (0 < timeout < float("inf")):
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
+    run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
     from .control import stop_command
 
-    raise SystemExit(stop_command(checked_path(run_root, PathKind.RUN_ROOT, ""), timeout))
+    raise SystemExit(stop_command(run_root, timeout))
 
 
 @app.command(
@@ -621,12 +629,36 @@ def _quiet_flag_types(command: Any) -> None:
             param.metavar = ""
 
 
+def _nothing() -> None:
+    """The slimmed app's group callback: it keeps the app a group when it holds one command."""
+
+
+def _app_for(args: Sequence[str]) -> typer.Typer:
+    """The app holding only the command (or group) `args` starts with, when it names one.
+
+    Turning a typer app into click commands reads every command's signature and annotations; the
+    run flags alone are some sixty. Converting only the command invoked keeps start-up to what that
+    command uses; its help, parsing and errors are the same, since a subcommand's help never lists
+    its siblings. Anything else (no command, an option first, an unknown word) gets the whole app.
+    """
+    first = args[0] if args else ""
+    commands = [info for info in app.registered_commands
+                if (info.name or typer.main.get_command_name(info.callback.__name__)) == first]
+    groups = [info for info in app.registered_groups if info.name == first]
+    if not commands and not groups:
+        return app
+    slim = copy.copy(app)
+    slim.registered_commands, slim.registered_groups = commands, groups
+    slim.registered_callback = TyperInfo(callback=_nothing)
+    return slim
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry: run the command line and exit with an ExitCode (never a click traceback box)."""
     global _ARGV
     args = list(sys.argv[1:] if argv is None else argv)
     _ARGV = [sys.argv[0] if argv is None else PROG, *args]
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(_app_for(args))
     _quiet_flag_types(command)
     try:
         refuse_key_on_command_line(args, os.environ, _api_key_env_in(args))

@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CampaignPersistenceError
 from ..vocab import MeterPhase
-from .meter import MeterReading
+
+if TYPE_CHECKING:  # only an annotation here: httpx is imported by whoever builds the meter
+    from .meter import MeterReading
 
 POLL_SEC = 15.0
 RETRY_SEC = 3.0

@@ -1,0 +1,95 @@
+"""The run flags' defaults, choices and the value checks the command line needs before RunConfig.
+
+Kept apart from config.py (and free of pydantic) so that the command line can declare its flags and
+refuse a bad value without importing the validation machinery every command would then pay for at
+start-up; config.py re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
+
+from .errors import Refusal
+
+PINNED_BENCH_COMMIT = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
+DEFAULT_MODEL = "moonshotai/kimi-k3"
+DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
+DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
+# Upstream agent containers run `sleep 7200`; a longer agent phase outlives its own container.
+AGENT_CONTAINER_SLEEP_SEC = 7200
+TASK_TIMEOUT_WARN_SEC = 7100
+# Docker refuses a memory limit below 6 MiB at container creation; refuse it here instead.
+DOCKER_MIN_MEMORY_BYTES = 6 * 1024 * 1024
+# The per-container limits when --cpus / --memory are not given, each capped at what the daemon has
+# (Docker refuses a CPU quota above the daemon's CPU count at container creation).
+DEFAULT_CPUS = 4.0
+DEFAULT_MEMORY_BYTES = 16 << 30
+# A substring check on argv is only meaningful for a key long enough not to match by chance.
+MIN_KEY_LEN_FOR_SUBSTRING = 8
+
+SAFETY_MODES = ("full", "light", "off")
+TASK_REVIEW_MODES = ("off", "auto", "required")
+REVIEW_ENFORCEMENTS = ("advisory", "blocking")
+RUNTIME_MODES = ("light", "advanced", "pro")
+PROBE_CHOICES = ("none", "inventory", "stateful")
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+# An upstream engine entry is a file directly under /workspace (e.g. main_strands.py).
+UPSTREAM_ENTRY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+WORD = re.compile(r"[A-Za-z0-9_.-]+")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp])?(?:i?b)?", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+class InvalidFlag(ValueError):
+    """A flag value or combination is wrong; carries the refusal stage and sentence."""
+
+    def __init__(self, sentence: str, stage: str = "flags") -> None:
+        super().__init__(sentence)
+        self.stage = stage
+        self.sentence = sentence
+
+
+def flag_name(field: str) -> str:
+    """The command-line spelling of a RunConfig field (`max_steps` -> `--max-steps`)."""
+    return "--" + field.replace("_", "-")
+
+
+def parse_docker_size(text: str) -> int:
+    """Bytes of a Docker size string: `16g`, `512m`, `1.5GiB`, `1024` (binary multipliers)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise InvalidFlag(f"--memory {text!r} is not a Docker size such as 16g or 512m.")
+    unit = match.group(2).lower() if match.group(2) else None
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value < DOCKER_MIN_MEMORY_BYTES:
+        raise InvalidFlag(f"--memory {text!r} is below Docker's minimum of 6 MiB.")
+    return value
+
+
+def check_env_name(flag: str, value: str) -> str:
+    if ENV_NAME.fullmatch(value) is None:
+        raise InvalidFlag(f"{flag} {value!r} is not a valid environment variable name.")
+    return value
+
+
+def check_http_url(flag: str, value: str) -> str:
+    """An http(s) URL with a host, without a trailing slash (so paths can be appended)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        raise InvalidFlag(f"{flag} {value!r} is not an http(s) URL with a host and no credentials.")
+    return value.rstrip("/")
+
+
+def refuse_key_on_command_line(argv: Sequence[str], environ: Mapping[str, str], api_key_env: str) -> None:
+    """Refuse when the provider key (the value of `api_key_env`, or of the default key variable)
+    appears in argv, as a whole element or inside one."""
+    names = {api_key_env, DEFAULT_API_KEY_ENV}
+    keys = [environ.get(name, "") for name in names]
+    for key in filter(None, keys):
+        for element in argv:
+            if element == key or (len(key) >= MIN_KEY_LEN_FOR_SUBSTRING and key in element):
+                raise Refusal("credential", "the provider key must not appear on the command line.")

@@ -1,0 +1,117 @@
+"""Start-up stays light: each command imports only what it uses (a structural guard, not a timing).
+
+Every case runs the real command line in a fresh interpreter and lists which heavy libraries ended
+up in sys.modules. pydantic, rich, docker, httpx, yaml and msgspec each cost tens to hundreds of
+milliseconds to import; a command that does not use one must not pay for it. The time itself is
+measured by benchmarks/bench_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synthetic_run import synth_run  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+
+HEAVY = ("pydantic", "pydantic_core", "rich", "docker", "httpx", "yaml", "msgspec", "ahocorasick_rs",
+         "markdown_it", "pygments")
+
+# Runs the command line in-process, then prints the exit code and the heavy top-level modules loaded.
+_PROBE = """
+import contextlib, io, json, sys
+from cowork_adapter import cli
+if sys.argv[1] == "whole":
+    cli._app_for = lambda args: cli.app  # the whole app, as before commands were converted one by one
+out, err = io.StringIO(), io.StringIO()
+try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        cli.main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.stdin.read())))
+print(json.dumps({"code": code, "heavy": heavy, "out": out.getvalue(), "err": err.getvalue()}))
+"""
+
+
+def _run(*args: str, app: str = "slim") -> dict:
+    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
+    done = subprocess.run([sys.executable, "-c", _PROBE, app, *args], input=json.dumps(HEAVY), env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.fixture()
+def run_root(tmp_path: Path) -> Path:
+    """A finished run of one task whose tool log reads the ground truth (one finding to report)."""
+    root = tmp_path / "run"
+    logs = root / "bench" / "dumps" / "abc" / "SingleUserTurn-t1" / "ouroboros"
+    logs.mkdir(parents=True)
+    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
+                                                        "applied_config": {}}))
+    (root / "monitor.json").write_text(json.dumps({"finished": True}))
+    (logs / "tools.jsonl").write_text(json.dumps({
+        "ts": "2026-01-01T00:00:00+00:00", "type": "tool_call", "tool": "run_command",
+        "args": {"command": "cat tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
+        "result_preview": "", "is_error": False}) + "\n")
+    (root / "result_index.jsonl").write_text(json.dumps({
+        "instance_id": "t1", "status": "passed", "reason_code": "passed", "official_eval_status": "completed",
+        "task_dump": "bench/dumps/abc/SingleUserTurn-t1"}) + "\n")
+    return root
+
+
+def test_version_imports_no_heavy_library() -> None:
+    got = _run("version")
+    assert got["code"] == 0 and got["out"].startswith("cowork-adapter "), got
+    assert got["heavy"] == [], got["heavy"]
+
+
+def test_help_imports_rich_for_its_panels_and_nothing_a_command_needs() -> None:
+    got = _run("--help")
+    assert got["code"] == 0 and "Usage:" in got["out"], got
+    assert set(got["heavy"]) <= {"rich", "markdown_it", "pygments"}, got["heavy"]
+
+
+def test_the_audit_imports_its_decoder_and_search_only(run_root: Path, tmp_path: Path) -> None:
+    output = tmp_path / "audit.json"
+    got = _run("audit", "--run-dir", str(run_root), "--output", str(output), "--workers", "1")
+    assert got["code"] == 0, got
+    assert "groundtruth" in output.read_text()  # the audit really ran and found the planted read
+    assert got["heavy"] == ["ahocorasick_rs", "msgspec"], got["heavy"]
+
+
+def test_status_reads_its_files_without_the_meter_docker_or_rich(tmp_path: Path) -> None:
+    """`status` of a finished run whose launcher is gone: it names the `clear` line, yet imports neither
+    the meter's HTTP client nor docker nor rich (its models are pydantic: that it uses)."""
+    synth_run(tmp_path / "run", 5)
+    got = _run("status", str(tmp_path / "run"))
+    assert got["code"] == 0 and "cowork-adapter clear" in got["out"], got
+    assert set(got["heavy"]) <= {"pydantic", "pydantic_core"}, got["heavy"]
+
+
+@pytest.mark.parametrize("args", [["status", "/nonexistent/run"], ["audit", "--run-dir", "/nonexistent/run"],
+                                  ["report", "/nonexistent/run"], ["stop", "/nonexistent/run"]])
+def test_a_refused_path_imports_no_heavy_library(args: list[str]) -> None:
+    """A path refusal is decided before the command's implementation is imported."""
+    got = _run(*args)
+    assert got["code"] == 2 and "does not exist" in got["err"], got
+    assert got["heavy"] == [], got["heavy"]
+
+
+def test_run_flags_are_declared_without_pydantic() -> None:
+    """`run --help` lists the run flags from defaults.py; RunConfig (pydantic) is built only by a run."""
+    got = _run("run", "--help")
+    assert got["code"] == 0 and "--budget-usd" in got["out"], got
+    assert "pydantic" not in got["heavy"], got["heavy"]
+
+
+@pytest.mark.parametrize("args", [["audit", "--help"], ["run", "--help"], ["campaign", "show", "--help"],
+                                  ["status", "--help"], ["audit", "--no-such-flag"], ["status"],
+                                  ["campaign", "--help"], ["no-such-command"], ["version"]])
+def test_converting_only_the_invoked_command_changes_no_output(args: list[str]) -> None:
+    """The slimmed app prints, refuses and exits exactly as the whole app does."""
+    slim, whole = _run(*args), _run(*args, app="whole")
+    assert (slim["code"], slim["out"], slim["err"]) == (whole["code"], whole["out"], whole["err"])
