@@ -22,6 +22,12 @@ step_run() {
   local what=$1 logfile=$2 first=$3 step_re=$4 detail_re=$5
   shift 5
   [ "${1:-}" = "--" ] && shift
+  if ! command -v python3 >/dev/null; then
+    # Only `testbed.sh install` on a machine that has no python3 yet (it is among what it installs).
+    tb_log steps "$what: running without step lines until python3 is installed (output: $logfile)"
+    "$@" >>"$logfile" 2>&1 </dev/null
+    return
+  fi
   local args=(--what "$what" --log "$logfile" --first "$first" --step "$step_re")
   [ -n "$detail_re" ] && args+=(--detail "$detail_re")
   PYTHONPATH="$STEPS_SRC${PYTHONPATH:+:$PYTHONPATH}" python3 -m cowork_adapter.steplines "${args[@]}" -- "$@" </dev/null >&2

@@ -40,6 +40,11 @@ mirror_url() {
 
 cmd_install() {
   local need=()
+  # The project's own needs first: python3 with venv (scripts/install.sh makes .venv with it; Debian
+  # ships ensurepip apart, in python3-venv) and git (the adapter clones the benchmark and the seed).
+  command -v python3 >/dev/null || need+=(python3)
+  python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+  command -v git >/dev/null || need+=(git)
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)
   command -v iptables >/dev/null || need+=(iptables)
