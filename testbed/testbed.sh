@@ -8,11 +8,14 @@
 #   testbed/testbed.sh realbench up|env   # the real-benchmark test bed (testbed/realbench.sh)
 # State lives in $COWORK_TESTBED_DIR (default /var/lib/cowork-testbed), so images survive between
 # runs on one machine; each image carries the content hash of its recipe and is rebuilt only when
-# that hash changes.
+# that hash changes. Progress goes to stderr as timestamped lines, at least one every 10 s while a
+# step lasts (testbed/steps.sh); stdout carries only the export lines.
 set -euo pipefail
 
 TB_DIR=${COWORK_TESTBED_DIR:-/var/lib/cowork-testbed}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=steps.sh
+. "$HERE/steps.sh"
 SOCK="$TB_DIR/docker.sock"
 PIDFILE="$TB_DIR/docker.pid"
 export DOCKER_HOST="unix://$SOCK"
@@ -22,7 +25,10 @@ PG_IMAGE=postgres:15
 # One rootfs serves every test image: Python for the benchmark side, PostgreSQL for the stand-in.
 BASE_PACKAGES=python3,python3-venv,postgresql-15,postgresql-client-15,procps,git,ca-certificates,util-linux,gzip
 
-log() { printf '[testbed] %s\n' "$*" >&2; }
+log() { tb_log testbed "$@"; }
+# debootstrap's phases are lines of their own; its per-package lines only show in the beats.
+DEBOOTSTRAP_STEP='^[IW]: (?!(Retrieving|Validating|Extracting|Unpacking|Configuring) [a-z0-9])|^E: '
+DEBOOTSTRAP_DETAIL='^I: '
 
 mirror_url() {
   # The Debian mirror apt is already configured with: the only one reachable here.
@@ -34,6 +40,11 @@ mirror_url() {
 
 cmd_install() {
   local need=()
+  # The project's own needs first: python3 with venv (scripts/install.sh makes .venv with it; Debian
+  # ships ensurepip apart, in python3-venv) and git (the adapter clones the benchmark and the seed).
+  command -v python3 >/dev/null || need+=(python3)
+  python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+  command -v git >/dev/null || need+=(git)
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)
   command -v iptables >/dev/null || need+=(iptables)
@@ -44,9 +55,13 @@ cmd_install() {
   # realbench.sh fetches Node and npm for the real benchmark's image with `npm pack`.
   command -v npm >/dev/null || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
-    log "installing: ${need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    log "installing: ${need[*]} (log: $TB_DIR/apt.log)"
+    mkdir -p "$TB_DIR"; : >"$TB_DIR/apt.log"
+    step_run "[testbed] apt-get update" "$TB_DIR/apt.log" "reading the package lists" '^(Get|Hit|Err):' '' \
+      -- apt-get update || { tail -n 20 "$TB_DIR/apt.log" >&2; exit 1; }
+    # A step per phase (download, then unpack and configure); the package of the moment in the beats.
+    step_run "[testbed] apt-get install" "$TB_DIR/apt.log" "resolving" '^(Need to get|Fetched) ' '^(Get:|Unpacking|Setting up)' \
+      -- env DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" || { tail -n 20 "$TB_DIR/apt.log" >&2; exit 1; }
   fi
   # The docker CLI ships with docker.io; a machine may already have a newer client on PATH.
   command -v docker >/dev/null || { log "no docker client after install"; exit 1; }
@@ -78,27 +93,33 @@ build_base() {
   local rootfs="$TB_DIR/rootfs-$hash"
   if [ ! -f "$rootfs/.complete" ]; then
     rm -rf "$rootfs"
-    log "debootstrap bookworm ($BASE_PACKAGES)"
-    debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$rootfs" "$(mirror_url)" >"$TB_DIR/debootstrap.log" 2>&1 \
+    log "debootstrap bookworm ($BASE_PACKAGES; log: $TB_DIR/debootstrap.log)"
+    : >"$TB_DIR/debootstrap.log"
+    step_run "[testbed] debootstrap" "$TB_DIR/debootstrap.log" "starting" "$DEBOOTSTRAP_STEP" "$DEBOOTSTRAP_DETAIL" \
+      -- debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$rootfs" "$(mirror_url)" \
       || { tail -n 30 "$TB_DIR/debootstrap.log" >&2; exit 1; }
     # The apt lists and caches are dead weight in every container.
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     touch "$rootfs/.complete"
   fi
   log "importing $BASE_IMAGE"
-  tar -C "$rootfs" --exclude=./.complete -c . | docker import \
-    --change "LABEL org.cowork-testbed.hash=$hash" \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin' \
-    --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
+  : >"$TB_DIR/import.log"
+  # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
+  step_run "[testbed] importing $BASE_IMAGE" "$TB_DIR/import.log" "tar of the rootfs into docker import" '^sha256:' '' \
+    -- bash -c 'set -o pipefail; tar -C "$1" --exclude=./.complete -c . | docker import \
+         --change "LABEL org.cowork-testbed.hash=$2" \
+         --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin" \
+         --change "CMD [\"/bin/bash\"]" - "$3"' import "$rootfs" "$hash" "$BASE_IMAGE" \
+    || { tail -n 20 "$TB_DIR/import.log" >&2; exit 1; }
 }
 
 build_postgres() {
   local ctx="$HERE/images/postgres" hash
   hash=$( (docker image inspect --format '{{.Id}}' "$BASE_IMAGE"; cat "$ctx"/*) | sha256sum | cut -c1-16)
   if [ "$(image_hash "$PG_IMAGE")" = "$hash" ]; then log "$PG_IMAGE stand-in is current ($hash)"; return; fi
-  log "building the $PG_IMAGE stand-in"
-  docker build -q --pull=false --label "org.cowork-testbed.hash=$hash" --build-arg "BASE=$BASE_IMAGE" \
-    -t "$PG_IMAGE" "$ctx" >/dev/null
+  log "building the $PG_IMAGE stand-in (log: $TB_DIR/postgres-build.log)"
+  docker_build_logged "[testbed] building the $PG_IMAGE stand-in" "$TB_DIR/postgres-build.log" --label "org.cowork-testbed.hash=$hash" --build-arg "BASE=$BASE_IMAGE" \
+    -t "$PG_IMAGE" "$ctx" || { tail -n 20 "$TB_DIR/postgres-build.log" >&2; exit 1; }
 }
 
 cmd_up() {
