@@ -12,6 +12,8 @@ daemon for the run's exact label every 0.2 s. Per run it records:
   detection  true crossing (from the stand-in's schedule) → stop decided: the supervisor's first
              accepted meter reading at or past the boundary (events.jsonl; the supervisor fences
              admission and signals the runner group on the same pass)
+  fence      stop decided → the stop file the docker shim reads is in place (its ctime: the
+             link that created it), a part of `stop`
   stop       stop decided → the script first sees no container with the run's label
   total      true crossing → no labelled container
   overshoot  rate × total: what a provider spending at --rate charges past the boundary
@@ -138,11 +140,13 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
                            f"see {run_root}")
     before = [t for t in reading_times(run_root) if t <= cross_wall]
     empty_wall = time.time() - (time.monotonic() - empty_mono)
+    fence_path = run_root / "custody" / "stop"
+    fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
     return {
         "name": name, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump,
         "phase_s": (cross_wall - before[-1]) if before else float("nan"),
-        "detection": stop_wall - cross_wall, "stop": empty_wall - stop_wall, "total": empty_mono - cross_mono,
+        "detection": stop_wall - cross_wall, "fence": fence_wall - stop_wall, "stop": empty_wall - stop_wall, "total": empty_mono - cross_mono,
     }
 
 
@@ -172,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             print(f"run {index}: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), measured {result['phase_s']:5.2f} s "
                   f"after a reading; in flight {result['flight_at_jump']}; detection {result['detection']:6.2f} s, "
+                  f"fence {result['fence']:5.2f} s, "
                   f"stop {result['stop']:6.2f} s, total {result['total']:6.2f} s; stop reason {result['stop_reason']}, "
                   f"exit {result['exit']}", flush=True)
     finally:
@@ -179,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results)} runs, tasks {TASKS} at concurrency 4, meter poll every {POLL_SEC:g} s, "
           f"rate ${args.rate:g}/s; min / median / max")
     print(f"  detection  crossing → stop decided (the reading)     {summary([r['detection'] for r in results])} s")
+    print(f"  fence      stop decided → stop file in place         {summary([r['fence'] for r in results])} s")
     print(f"  stop       stop decided → no labelled container     {summary([r['stop'] for r in results])} s")
     print(f"  total      crossing → no labelled container         {summary([r['total'] for r in results])} s")
     print(f"  overshoot  rate × total                              "

@@ -12,6 +12,12 @@ Two operations, both crash-safe (our own SIGKILL can land on any line):
                                existing name, atomically), so a reader never sees a half file
                                under `path` either, and a crash leaves no file at all.
 
+Durability: by default both fsync the file and, after the rename or link, its directory, so the
+result survives a power loss. A stop marker (the fence the docker shim reads) passes
+durable=False: what it must reach is the other processes on this host, which see it as soon as
+the link returns, and a power loss ends every container it fences anyway; waiting on a disk
+flush there would only delay the stop on a busy disk.
+
 Mode bits: `mode` is applied exactly (fchmod, so the umask does not narrow it); with
 `mode=None`, replace_atomic keeps the replaced file's permission bits (0o644 for a new file).
 
@@ -48,7 +54,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(directory: Path, name: str, data: bytes, mode: int) -> Path:
+def _write_temp(directory: Path, name: str, data: bytes, mode: int, durable: bool = True) -> Path:
     """A new, fsynced temp file beside `name` holding `data` with exactly `mode`; removed on failure."""
     tmp = directory / f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -58,7 +64,8 @@ def _write_temp(directory: Path, name: str, data: bytes, mode: int) -> Path:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -84,17 +91,18 @@ def replace_atomic(path: Path | str, data: bytes | str, *, mode: int | None = DE
     _fsync_dir(path.parent)
 
 
-def create_exclusive(path: Path | str, data: bytes | str, *, mode: int = DEFAULT_MODE) -> None:
+def create_exclusive(path: Path | str, data: bytes | str, *, mode: int = DEFAULT_MODE, durable: bool = True) -> None:
     """Create `path` holding `data`; FileExistsError (and nothing changed) if the name is taken."""
     path = Path(path)
     if os.path.lexists(path):  # cheap early refusal; the link below is what makes it exclusive
         raise FileExistsError(17, "File exists", str(path))
-    tmp = _write_temp(path.parent, path.name, _as_bytes(data), mode)
+    tmp = _write_temp(path.parent, path.name, _as_bytes(data), mode, durable)
     try:
         os.link(tmp, path)  # atomic, and never over an existing name (not even a dangling link)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 __all__ = ["DEFAULT_MODE", "create_exclusive", "replace_atomic"]

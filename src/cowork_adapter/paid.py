@@ -616,7 +616,7 @@ class PaidRun:
 def _fence(stop_file: Path, reason: str) -> None:
     """Write the stop marker (the shim refuses every new container while it exists); never replace one."""
     try:
-        create_exclusive(stop_file, f"{reason}\n")
+        create_exclusive(stop_file, f"{reason}\n", durable=False)  # seen by the shim at once
     except FileExistsError:
         return
     except OSError as exc:

@@ -154,7 +154,7 @@ class Supervisor:
         """Fence container admission (the shim reads the stop file), then stop the runner group."""
         reason = self._causes[0] if self._causes else StopReason.RUNNER_FINISHED
         try:
-            create_exclusive(self.stop_file, f"{reason}\n")
+            create_exclusive(self.stop_file, f"{reason}\n", durable=False)  # the shim sees it at once
         except FileExistsError:
             pass  # an earlier cause (an operator's stop file) already fenced admission
         except OSError as exc:

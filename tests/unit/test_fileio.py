@@ -155,3 +155,15 @@ def test_replace_atomic_mode_bits(tmp_path: Path, tight_umask) -> None:
     assert mode_of(fresh) == fileio.DEFAULT_MODE
     replace_atomic(fresh, "y\n")  # the default mode is applied exactly
     assert mode_of(fresh) == 0o644
+
+
+def test_create_exclusive_not_durable_waits_on_no_flush(tmp_path: Path, monkeypatch) -> None:
+    # A stop marker must not wait on a busy disk: durable=False never calls fsync.
+    def no_flush(_fd):
+        raise AssertionError("fsync called for a non-durable marker")
+
+    monkeypatch.setattr(fileio.os, "fsync", no_flush)
+    create_exclusive(tmp_path / "stop", "campaign_budget_reserve\n", durable=False)
+    assert (tmp_path / "stop").read_text() == "campaign_budget_reserve\n"
+    with pytest.raises(AssertionError):
+        create_exclusive(tmp_path / "durable", "x\n")  # the default does flush

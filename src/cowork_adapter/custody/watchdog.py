@@ -158,7 +158,7 @@ class Watch:
     def fence(self) -> tuple[bool, str | None]:
         """Create the stop file; (already fenced, error)."""
         try:
-            create_exclusive(self.paths["stop"], f"{StopReason.LAUNCHER_DIED.value}\n")
+            create_exclusive(self.paths["stop"], f"{StopReason.LAUNCHER_DIED.value}\n", durable=False)
         except FileExistsError:
             return True, None  # an earlier cause fenced admission; its reason is kept
         except OSError as exc:
