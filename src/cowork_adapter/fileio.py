@@ -12,6 +12,12 @@ Two operations, both crash-safe (our own SIGKILL can land on any line):
                                existing name, atomically), so a reader never sees a half file
                                under `path` either, and a crash leaves no file at all.
 
+A secret (the agent's key file) passes in_place=True to create_exclusive: it is opened with
+O_EXCL at its own name and written there, never staged under another name, because its
+deletion is by that exact name (the watchdog, `clear`): a kill between the temp write and the link
+would otherwise leave a copy of the key where nothing looks for it. A kill mid-write leaves a
+short file under the known name, which that same deletion removes.
+
 Durability: by default both fsync the file and, after the rename or link, its directory, so the
 result survives a power loss. A stop marker (the fence the docker shim reads) passes
 durable=False: what it must reach is the other processes on this host, which see it as soon as
@@ -74,6 +80,21 @@ def _write_temp(directory: Path, name: str, data: bytes, mode: int, durable: boo
     return tmp
 
 
+def _create_in_place(path: Path, data: bytes, mode: int, durable: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if durable:
+        _fsync_dir(path.parent)
+
+
 def replace_atomic(path: Path | str, data: bytes | str, *, mode: int | None = DEFAULT_MODE) -> None:
     """Replace `path` with `data` (str is written as UTF-8): old or new content, never a torn file."""
     path = Path(path)
@@ -91,9 +112,14 @@ def replace_atomic(path: Path | str, data: bytes | str, *, mode: int | None = DE
     _fsync_dir(path.parent)
 
 
-def create_exclusive(path: Path | str, data: bytes | str, *, mode: int = DEFAULT_MODE, durable: bool = True) -> None:
+def create_exclusive(
+    path: Path | str, data: bytes | str, *, mode: int = DEFAULT_MODE, durable: bool = True, in_place: bool = False
+) -> None:
     """Create `path` holding `data`; FileExistsError (and nothing changed) if the name is taken."""
     path = Path(path)
+    if in_place:
+        _create_in_place(path, _as_bytes(data), mode, durable)
+        return
     if os.path.lexists(path):  # cheap early refusal; the link below is what makes it exclusive
         raise FileExistsError(17, "File exists", str(path))
     tmp = _write_temp(path.parent, path.name, _as_bytes(data), mode, durable)

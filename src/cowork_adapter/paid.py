@@ -233,7 +233,8 @@ def _watchdog_env(cfg: RunConfig) -> dict[str, str]:
 def write_agent_env(path: Path, key: str) -> None:
     """The key for agent containers only: 0600, outside the benchmark tree (never mounted)."""
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600)
+    # In place: the key is never staged under a name the watchdog and `clear` do not delete.
+    create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600, in_place=True)
 
 
 def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> int:

@@ -167,3 +167,27 @@ def test_create_exclusive_not_durable_waits_on_no_flush(tmp_path: Path, monkeypa
     assert (tmp_path / "stop").read_text() == "campaign_budget_reserve\n"
     with pytest.raises(AssertionError):
         create_exclusive(tmp_path / "durable", "x\n")  # the default does flush
+
+
+def test_create_exclusive_in_place_never_overwrites_and_keeps_mode(tmp_path: Path, tight_umask) -> None:
+    key = tmp_path / "agent.env"
+    create_exclusive(key, "K=secret\n", mode=0o600, in_place=True)
+    assert key.read_text() == "K=secret\n" and mode_of(key) == 0o600
+    with pytest.raises(FileExistsError):
+        create_exclusive(key, "K=other\n", mode=0o600, in_place=True)
+    assert key.read_text() == "K=secret\n"
+
+
+def test_create_exclusive_in_place_killed_mid_write_leaves_only_the_known_name(tmp_path: Path) -> None:
+    # The key file is deleted by its exact name: a death mid-write must leave no copy elsewhere.
+    key = tmp_path / "agent.env"
+    script = textwrap.dedent(f"""
+        import os
+        from cowork_adapter import fileio
+        fileio.os.write = lambda *a, **k: os._exit(9)
+        fileio.create_exclusive({str(key)!r}, "K=secret\\n", mode=0o600, in_place=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode == 9, proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["agent.env"]
+    assert mode_of(key) == 0o600
