@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -114,6 +115,7 @@ def main() -> int:
                 times[name].append(timed(argv))
         plan_s, child_s, again_s = recovery_times(root, Path(tmp) / "child")
         tick_s = refresher_tick(root)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
     print(f"tasks={args.tasks}; {args.repeat} runs of each command, alternating; min / median / max; "
           f"command: {' '.join(command)}")
     print(f"  {'version':<44}{spread(times['version'])}   (start-up floor of every command)")

@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     for task in tasks:
         print(f"  {task:<22}" + "".join(f"{durations(r)[task]:>12}" for r in shown))
     n = len(tasks)
-    print(f"\n{args.pairs} pairs, same engine (the bench's main.py), {n} tasks at concurrency 1; min / median / max")
+    print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
+    print(f"{args.pairs} pairs, same engine (the bench's main.py), {n} tasks at concurrency 1; min / median / max")
     print(f"  bare runner wall             {spread([r['wall'] for r in bares], '7.1f')} s")
     print(f"  adapter runner wall          {spread([r['runner_wall'] for r in adapters], '7.1f')} s")
     print(f"  runner ratio adapter / bare  {spread([a['runner_wall'] / b['wall'] for a, b in zip(adapters, bares)])}"

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"exit {result['exit']}", flush=True)
     finally:
         env.meter.stop()
-    print(f"\n{len(results)} runs, tasks {TASKS} at concurrency 4, meter poll every {POLL_SEC:g} s, "
+    print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
+    print(f"{len(results)} runs, tasks {TASKS} at concurrency 4, meter poll every {POLL_SEC:g} s, "
           f"rate ${args.rate:g}/s; min / median / max")
     print(f"  detection  crossing → stop decided (the reading)     {summary([r['detection'] for r in results])} s")
     print(f"  fence      stop decided → stop file in place         {summary([r['fence'] for r in results])} s")
