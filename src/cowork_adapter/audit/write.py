@@ -19,7 +19,7 @@ from .run import build_audit
 
 
 def write_exclusive(path: Path, text: str) -> None:
-    """Create `path` with O_EXCL and write `text`; FileExistsError if it exists (left untouched)."""
+    """Create `path` holding `text` (fileio.create_exclusive); FileExistsError if it exists (left untouched)."""
     create_exclusive(path, text)
 
 
