@@ -138,7 +138,12 @@ def is_launcher_of(pid: int | None, run_root: Path) -> bool:
     except OSError:
         cwd = None
     named = argv_run_root(argv, cwd)
-    return named is not None and named.resolve() == run_root.resolve()
+    if named is None:
+        return False
+    try:
+        return named.resolve() == run_root.resolve()
+    except (OSError, RuntimeError):  # another process's run root may be a symlink loop: not ours
+        return False
 
 
 def _scan_launchers(run_root: Path) -> list[int]:
