@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_events
+from .fileio import create_exclusive
 from .live import eta_seconds, format_duration, progress_rows, summary_line
 from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
 from .schemas.manifest import RunManifest
@@ -137,7 +138,12 @@ def is_launcher_of(pid: int | None, run_root: Path) -> bool:
     except OSError:
         cwd = None
     named = argv_run_root(argv, cwd)
-    return named is not None and named.resolve() == run_root.resolve()
+    if named is None:
+        return False
+    try:
+        return named.resolve() == run_root.resolve()
+    except (OSError, RuntimeError):  # another process's run root may be a symlink loop: not ours
+        return False
 
 
 def _scan_launchers(run_root: Path) -> list[int]:
@@ -535,9 +541,7 @@ def fence(run_root: Path) -> str:
     path = run_root / "custody" / "stop"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{FENCE_REASON}\n")
+        create_exclusive(path, f"{FENCE_REASON}\n", durable=False)  # the shim sees it at once
         return f"fenced (wrote {path})"
     except FileExistsError:
         return f"already fenced ({path} exists)"

@@ -25,7 +25,8 @@ from .image.derived import (
     label_mismatch,
     resolve_image,
 )
-from .manifest import atomic_write_text, utc_now, write_manifest
+from .fileio import replace_atomic
+from .manifest import utc_now, write_manifest
 from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
 from .schemas.manifest import BenchIdentity, ImageIdentity, Limits, RunManifest, Selection, SeedIdentity
 from .schemas.manifest import Refusal as RefusalRecord
@@ -279,7 +280,7 @@ def keep_task_validity(source: Path, run_root: Path) -> dict[str, str]:
         data = source.read_bytes()
     except OSError as exc:
         raise Refusal("flags", f"--task-validity {source} cannot be read any more: {exc.strerror or exc}.") from None
-    atomic_write_text(run_root / VALIDITY_NAME, data.decode("utf-8"))
+    replace_atomic(run_root / VALIDITY_NAME, data)
     return {"source": str(source), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -322,7 +323,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     selection = _selection(cfg, pre, manifest.image)
     manifest.selection = selection
     run_config = build_run_config(cfg)
-    atomic_write_text(bench_copy / "configs" / RUN_CONFIG_NAME, run_config.to_json())
+    replace_atomic(bench_copy / "configs" / RUN_CONFIG_NAME, run_config.to_json())
     manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *selection.task_ids]
     manifest.outcome = RunOutcome.RUNNING
     write_manifest(run_root, manifest)

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from .audit.scan import TaskScan, scan_events
 from .container import protocol
 from .events import utc_now_iso
+from .fileio import replace_atomic
 from .schemas.ledger import (
     AdapterSummaryFacts,
     EvalResultFacts,
@@ -699,7 +700,7 @@ def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ct
 def write_index(run_root: Path | str, rows: Iterable[TaskRow]) -> Path:
     """Replace <run_root>/result_index.jsonl atomically; raises OSError on a failed write."""
     path = Path(run_root) / LEDGER_NAME
-    protocol.write_atomic(str(path), "".join(row.to_line() for row in rows).encode("utf-8"))
+    replace_atomic(path, "".join(row.to_line() for row in rows))
     return path
 
 

@@ -39,6 +39,7 @@ from .custody.docker_ops import cleanup_run, custody_gap
 from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
+from .fileio import create_exclusive
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
 from .schemas.campaign import CampaignRecord, key_fingerprint
@@ -232,9 +233,8 @@ def _watchdog_env(cfg: RunConfig) -> dict[str, str]:
 def write_agent_env(path: Path, key: str) -> None:
     """The key for agent containers only: 0600, outside the benchmark tree (never mounted)."""
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{KEY_ENV_IN_AGENT}={key}\n")
+    # In place: the key is never staged under a name the watchdog and `clear` do not delete.
+    create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600, in_place=True)
 
 
 def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> int:
@@ -617,15 +617,12 @@ class PaidRun:
 def _fence(stop_file: Path, reason: str) -> None:
     """Write the stop marker (the shim refuses every new container while it exists); never replace one."""
     try:
-        fd = os.open(stop_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        create_exclusive(stop_file, f"{reason}\n", durable=False)  # seen by the shim at once
     except FileExistsError:
         return
     except OSError as exc:
         print(json.dumps({"event": "cowork_stop_marker_failed", "error": f"{type(exc).__name__}: {exc}"}),
               file=sys.stderr, flush=True)
-        return
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{reason}\n")
 
 
 def _startup_reading(meter: KeyMeter) -> AcceptedReading:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .events import EventLog
+from .fileio import replace_atomic
 from .ledger import IndexContext, build_index, write_index
-from .manifest import atomic_write_text
 from .schemas.ledger import TaskRow
 from .schemas.monitor import Monitor, WriteFailure
 from .vocab import EventKind, TaskStatus
@@ -149,7 +149,7 @@ class RunProgress:
     def write_monitor(self, monitor: Monitor) -> None:
         monitor.diagnostic_write_failures = dict(self.failures)
         try:
-            atomic_write_text(self.run_root / "monitor.json", monitor.model_dump_json(by_alias=True, indent=2) + "\n")
+            replace_atomic(self.run_root / "monitor.json", monitor.model_dump_json(by_alias=True, indent=2) + "\n")
         except OSError as exc:
             report_write_failure(self.failures, "monitor.json", exc)
 

@@ -19,7 +19,8 @@ from typing import Any
 from .config import RunConfig
 from .errors import Refusal
 from .ledger import LEDGER_NAME, read_index
-from .manifest import atomic_write_text, utc_now
+from .fileio import replace_atomic
+from .manifest import utc_now
 from .schemas.ledger import TaskRow
 from .schemas.validity import VALIDITY_NAME, EngineVerdict, TaskValidity, TaskValidityRow
 from .vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
@@ -186,7 +187,7 @@ def qualify_command(flags: dict[str, Any], argv: list[str]) -> int:
     selection = (manifest.get("selection") or {}).get("selection_task_ids") or []
     validity = build_validity(oracle_cfg.run_root, configs[EngineKind.NOP.value].run_root, list(selection),
                               str((manifest.get("bench") or {}).get("commit") or oracle_cfg.bench_commit))
-    atomic_write_text(root / VALIDITY_NAME, validity.to_json())
+    replace_atomic(root / VALIDITY_NAME, validity.to_json())
     sys.stdout.write(render_table(validity))
     print(f"cowork-adapter: qualify: wrote {root / VALIDITY_NAME}", flush=True)
     return int(ExitCode.OK)

@@ -20,6 +20,7 @@ from typing import Callable, Protocol
 from .campaign.observe import POLL_SEC, MeterBlind, MeterSchedule  # one cadence: the manifest records POLL_SEC
 from .container.procs import group_alive
 from .errors import CampaignPersistenceError
+from .fileio import create_exclusive
 from .vocab import StopReason
 
 # POLL_SEC (15 s) and READ_SLICE_SEC (one full meter read must always fit before the blindness
@@ -156,9 +157,7 @@ class Supervisor:
         """Fence container admission (the shim reads the stop file), then stop the runner group."""
         reason = self._causes[0] if self._causes else StopReason.RUNNER_FINISHED
         try:
-            fd = os.open(self.stop_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f"{reason}\n")
+            create_exclusive(self.stop_file, f"{reason}\n", durable=False)  # the shim sees it at once
         except FileExistsError:
             pass  # an earlier cause (an operator's stop file) already fenced admission
         except OSError as exc:

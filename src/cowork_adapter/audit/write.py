@@ -12,22 +12,15 @@ import sys
 from pathlib import Path
 
 from ..errors import Refusal
+from ..fileio import create_exclusive
 from ..schemas.audit import AuditReport, launcher_audit_path
 from ..vocab import ExitCode
 from .run import build_audit
 
 
 def write_exclusive(path: Path, text: str) -> None:
-    """Create `path` with O_EXCL and write `text`; FileExistsError if it exists (left untouched)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        os.unlink(path)  # ours: created by this call a moment ago
-        raise
+    """Create `path` holding `text` (fileio.create_exclusive); FileExistsError if it exists (left untouched)."""
+    create_exclusive(path, text)
 
 
 def audit_run(run_dir: Path, workers: int | None = None) -> AuditReport:

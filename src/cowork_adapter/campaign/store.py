@@ -13,7 +13,6 @@ import json
 import math
 import os
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from ..errors import CampaignPersistenceError, Refusal
+from ..fileio import replace_atomic
 from ..vocab import RunOutcome
 from ..schemas.campaign import CAMPAIGN_SCHEMA, ActiveRun, CampaignRecord, Reconciliation, RunRecord
 
@@ -121,31 +121,10 @@ class _JsonFileSession:
         return parse_campaign_text(self.path, text)
 
     def save(self, record: CampaignRecord) -> None:
-        data = record.to_json().encode("utf-8")
-        directory = self.path.parent
-        tmp: str | None = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
-            # The rename is durable only once the directory entry is on disk.
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            replace_atomic(self.path, record.to_json(), mode=0o600)  # the campaign file stays private
         except OSError as exc:
             raise CampaignPersistenceError(f"cannot write the campaign file {self.path}: {exc}") from exc
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
 
 
 def _reject_constant(name: str) -> Any:

@@ -32,6 +32,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..errors import Refusal
+from ..fileio import create_exclusive
 from .shim_config import ContainerLimits, ShimConfig
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
@@ -237,10 +238,7 @@ def _make_private_dir(path: Path) -> None:
 
 
 def _write(path: Path, text: str, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, mode)  # the umask may have narrowed the mode given to open
+    create_exclusive(path, text, mode=mode)  # exactly `mode`: the umask does not narrow it
 
 
 def _first_error(err: Exception) -> str:

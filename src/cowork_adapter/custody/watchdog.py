@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from ..container.procs import group_alive, pgid_of, pids_with_env, process_alive, start_ticks
 from ..errors import CustodyError
 from ..events import EventLog
-from ..manifest import atomic_write_text
+from ..fileio import create_exclusive, replace_atomic
 from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses, ProcessIdentity
 from ..vocab import EventKind, StopReason
 from .docker_ops import cleanup_run
@@ -79,7 +79,7 @@ def read_processes(run_root: Path) -> CustodyProcesses | None:
 
 def write_processes(run_root: Path, processes: CustodyProcesses) -> None:
     """Replace custody/processes.json atomically (readers see the old or the new, never half)."""
-    atomic_write_text(custody_paths(run_root)["processes"], processes.to_json())
+    replace_atomic(custody_paths(run_root)["processes"], processes.to_json())
 
 
 # ---------------------------------------------------------------- the watchdog process
@@ -158,15 +158,13 @@ class Watch:
     def fence(self) -> tuple[bool, str | None]:
         """Create the stop file; (already fenced, error)."""
         try:
-            fd = os.open(self.paths["stop"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            create_exclusive(self.paths["stop"], f"{StopReason.LAUNCHER_DIED.value}\n", durable=False)
         except FileExistsError:
             return True, None  # an earlier cause fenced admission; its reason is kept
         except OSError as exc:
             # No custody directory means no shim was installed yet: nothing can be admitted.
             self.say(f"could not create the stop file: {exc}")
             return False, f"{type(exc).__name__}: {exc}"[:500]
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{StopReason.LAUNCHER_DIED.value}\n")
         return False, None
 
     def delete_key(self) -> bool:

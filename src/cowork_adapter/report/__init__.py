@@ -10,12 +10,12 @@ directory.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import Refusal
+from ..fileio import create_exclusive
 from ..vocab import ExitCode
 from .build import build_report
 from .merge import load_runs
@@ -33,13 +33,6 @@ def make_report(roots: list[Path], concurrency: int) -> dict[str, Any]:
     return build_report(load_runs(roots), concurrency=concurrency)
 
 
-def _write_new(path: Path, text: str) -> None:
-    # O_EXCL: a file that appeared since the check is still never overwritten.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
 def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
     existing = [output_dir / n for n in OUTPUT_NAMES if (output_dir / n).exists()]
     if existing:
@@ -49,7 +42,8 @@ def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
     outputs = {"report.md": to_markdown(report), "report.json": payload, "report.html": to_html(report)}
     paths = []
     for name in OUTPUT_NAMES:
-        _write_new(output_dir / name, outputs[name])
+        # Exclusive: a file that appeared since the check above is still never overwritten.
+        create_exclusive(output_dir / name, outputs[name])
         paths.append(output_dir / name)
     return paths
 
