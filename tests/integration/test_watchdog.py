@@ -20,7 +20,7 @@ import pytest
 
 from cowork_adapter.container.procs import group_alive, process_alive
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
-from cowork_adapter.custody.watchdog import RUN_MARKER_ENV, WatchdogError, custody_paths, read_processes, start_watchdog
+from cowork_adapter.custody.watchdog import WatchdogError, custody_paths, read_processes, start_watchdog
 from cowork_adapter.events import read_all
 from cowork_adapter.vocab import EventKind
 

@@ -35,7 +35,6 @@ names). Standard library only, Python 3.10.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import shutil
