@@ -8,6 +8,13 @@ runner's wall time (events runner_started -> runner_exited) and the launch's (ma
 -> finished_at, which adds preflight, clone, inventory, cleanup proof and audit once per run).
 
     DOCKER_HOST=unix:///var/lib/cowork-testbed/docker.sock .venv/bin/python benchmarks/bench_qualify.py
+
+With --real it runs on the real-benchmark test bed instead (`eval "$(bash testbed/realbench.sh up)"`
+sets COWORK_REAL_BENCH, COWORK_REAL_OUROBOROS_SEED, COWORK_REAL_TASKS_FILE, COWORK_REAL_BASE_IMAGE),
+over every task of COWORK_REAL_TASKS_FILE unless --task is given, and also prints the count per class
+and where a task's runner time goes (from each task's steps in the runner's log, when it says).
+
+    eval "$(cat /tmp/rb.env)"; .venv/bin/python benchmarks/bench_qualify.py --real --concurrency 2
 """
 
 from __future__ import annotations
@@ -47,14 +54,28 @@ def _walls(run_root: Path) -> tuple[float, float]:
     return runner, launch
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""))
-    ap.add_argument("--concurrency", type=int, default=2)
-    ap.add_argument("--task", action="append", dest="tasks")
-    args = ap.parse_args()
+def _real_argv(args: argparse.Namespace, work: Path) -> tuple[list[str], list[str], Path, str]:
+    """qualify's argv on the real test bed, the tasks, the root, and a label for the output."""
+    names = ("COWORK_REAL_BENCH", "COWORK_REAL_OUROBOROS_SEED", "COWORK_REAL_TASKS_FILE", "COWORK_REAL_BASE_IMAGE")
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        raise SystemExit(f"--real needs {', '.join(missing)}: run `eval \"$(bash testbed/realbench.sh up)\"` first")
+    tasks_file = Path(os.environ["COWORK_REAL_TASKS_FILE"])
+    tasks = args.tasks or [line.strip() for line in tasks_file.read_text().splitlines()
+                           if line.strip() and not line.startswith("#")]
+    storage = work / "storage"
+    storage.mkdir()
+    root = storage / "q"
+    argv = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", os.environ["COWORK_REAL_OUROBOROS_SEED"],
+            "--bench-root", os.environ["COWORK_REAL_BENCH"], "--docker-host", args.docker_host,
+            "--resource-root", str(storage), "--run-root", str(root), "--base-image",
+            os.environ["COWORK_REAL_BASE_IMAGE"], "--build-image", "--concurrency", str(args.concurrency),
+            "--task-timeout", "600", "--cpus", "1", "--memory", "4g", "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    return argv, tasks, root, "real test-bed"
+
+
+def _demo_argv(args: argparse.Namespace, work: Path) -> tuple[list[str], list[str], Path, str]:
     tasks = args.tasks or DEFAULT_TASKS
-    work = Path(tempfile.mkdtemp(prefix="bench-qualify-"))
     bench, seed, storage = work / "bench", work / "seed", work / "storage"
     storage.mkdir()
     commit = materialize_bench(bench)
@@ -65,16 +86,30 @@ def main() -> int:
             "--bench-commit", commit, "--docker-host", args.docker_host, "--resource-root", str(storage),
             "--run-root", str(root), "--base-image", pack, "--build-image", "--concurrency", str(args.concurrency),
             "--task-timeout", "240", "--cpus", "1", "--memory", "2g", "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    return argv, tasks, root, "demo"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""))
+    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--task", action="append", dest="tasks")
+    ap.add_argument("--real", action="store_true", help="the real-benchmark test bed ($COWORK_REAL_*)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-qualify-"))
+    argv, tasks, root, bed = (_real_argv if args.real else _demo_argv)(args, work)
     for task in tasks:
         argv += ["--task", task]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    # No provider key in a reference run's environment.
+    env = {k: v for k, v in os.environ.items() if "API_KEY" not in k}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=4 * 3600, env=env)
     if proc.returncode != 0:
         print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
         print(f"qualify exited {proc.returncode}; see {root}")
         return 2
     n = len(tasks)
     total_runner = total_launch = 0.0
-    print(f"qualify over {n} demo tasks at concurrency {args.concurrency} ({root})")
+    print(f"qualify over {n} {bed} tasks at concurrency {args.concurrency} ({root})")
     for engine in ("oracle", "nop"):
         runner, launch = _walls(root / engine)
         total_runner += runner
@@ -85,7 +120,9 @@ def main() -> int:
     projected = FULL * per_task + (total_launch - total_runner)
     print(f"  both engines: {60 * n / total_runner:5.2f} tasks/min qualified (oracle + nop)")
     print(f"  projected for all {FULL} tasks at concurrency {args.concurrency}: {projected / 3600:.1f} h "
-          f"({FULL * 2} task runs; demo tasks, so real tasks' preprocess and evaluators change this)")
+          f"({FULL * 2} task runs; {bed} tasks)")
+    counts = json.loads((root / "task_validity.json").read_text())["counts"]
+    print("  classes: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     print(proc.stdout.strip().splitlines()[-2])
     return 0
 

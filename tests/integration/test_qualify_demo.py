@@ -81,6 +81,11 @@ def test_each_designed_task_lands_in_its_class(qualified):
     table = [line.split() for line in proc.stdout.splitlines()]
     for task, klass in DESIGNED.items():
         assert any(line[:1] == [task] and klass in line for line in table), proc.stdout
+    # And so does the page for people, written beside the JSON and nowhere else.
+    page = (root / "task_validity.html").read_text()
+    for task, klass in DESIGNED.items():
+        assert f"<td>{task}</td>" in page and f"<td>{klass}</td>" in page, page[:3000]
+    assert sorted(p.name for p in root.iterdir()) == ["nop", "oracle", "task_validity.html", "task_validity.json"]
 
 
 @pytest.mark.parametrize("engine", ["oracle", "nop"])
