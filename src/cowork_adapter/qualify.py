@@ -187,6 +187,10 @@ def qualify_configs(flags: dict[str, Any], argv: list[str]) -> tuple[Path, dict[
     for engine in ENGINES:
         # Environment-blocked tasks are a class here, not a reason to refuse the whole qualification.
         per_engine = {**flags, "engine": engine, "run_root": root / engine, "accept_environment_blocked": True}
+        if engine == EngineKind.NOP.value:
+            # Same image, same selection, minutes later: the oracle pass's inventory holds (checked again
+            # when the nop pass starts: probes.reusable_inventory), so it is not probed a second time.
+            per_engine["inventory_from"] = root / EngineKind.ORACLE.value
         configs[engine] = RunConfig.from_flags(argv=argv, **per_engine)
     return root, configs
 

@@ -115,6 +115,8 @@ def test_qualify_configs_are_one_oracle_and_one_nop_accepting_blocked_tasks(flag
     assert [c.engine for c in configs.values()] == ["oracle", "nop"]
     assert {c.run_root for c in configs.values()} == {root / "oracle", root / "nop"}
     assert all(c.accept_environment_blocked and not c.is_paid and c.selection == ("a",) for c in configs.values())
+    # The nop pass may reuse the oracle pass's inventory (probes.reusable_inventory decides when it starts).
+    assert configs["oracle"].inventory_from is None and configs["nop"].inventory_from == root / "oracle"
 
 
 # ---- classification: from the verdicts only ---------------------------------------------------------
