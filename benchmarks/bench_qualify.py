@@ -122,21 +122,23 @@ def report(root: Path, bed: str) -> None:
     n = len((manifest.get("selection") or {}).get("selection_task_ids") or [])
     total_runner = total_launch = 0.0
     print(f"qualify over {n} {bed} tasks at concurrency {concurrency} ({root})")
+    ran = n
     for engine in ("oracle", "nop"):
         runner, launch = _walls(root / engine)
         total_runner += runner
         total_launch += launch
         inventory, reused = _inventory_s(root / engine)
         walls, agent = _per_task(root / engine)
-        print(f"  {engine:6s} runner {runner:7.1f} s = {60 * n / runner:5.2f} tasks/min; "
+        ran = len(walls) or n  # environment-blocked tasks never reach the runner: rate over those that did
+        print(f"  {engine:6s} runner {runner:7.1f} s = {60 * ran / runner:5.2f} tasks/min over {ran} run; "
               f"launch {launch:7.1f} s (fixed costs {launch - runner:5.1f} s, of which inventory "
               + ("reused" if reused else f"{inventory:5.1f} s") + ")")
         print(f"         per task (median of {len(walls)}): {_median(walls):5.1f} s in the runner, of which the agent "
               f"phase (workspace, preprocess{', ground truth' if engine == 'oracle' else ''}) {_median(agent):5.1f} s; "
               f"the rest is containers, database and the evaluator")
-    per_task = total_runner / n  # both engines' runner time per task
+    per_task = total_runner / ran  # both engines' runner time per task that reached the runner
     projected = FULL * per_task + (total_launch - total_runner)
-    print(f"  both engines: {60 * n / total_runner:5.2f} tasks/min qualified (oracle + nop); "
+    print(f"  both engines: {60 * ran / total_runner:5.2f} tasks/min qualified (oracle + nop); "
           f"qualify took {total_launch / 60:.1f} min")
     print(f"  projected for all {FULL} tasks at concurrency {concurrency}: {projected / 3600:.1f} h "
           f"({FULL * 2} task runs; {bed} tasks)")
