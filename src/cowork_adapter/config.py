@@ -120,6 +120,9 @@ class RunConfig(BaseModel):
     allow_dirty_seed: bool = False
     probe: ProbeKind | None = None
     accept_environment_blocked: bool = False
+    # Set by `qualify` only (no flag): the nop pass reuses the oracle pass's inventory from this run
+    # root when it was taken on the same image and covers every server the selection needs.
+    inventory_from: Path | None = None
     # Per-container limits. None = the default, fitted to the daemon by `fit_to_daemon`.
     cpus: float | None = None
     memory: str | None = None

@@ -347,11 +347,34 @@ def inventory_for_run(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -
     touched. Raises CustodyError if cleanup cannot be verified.
     """
     tasks = list(manifest.selection.task_ids) if manifest.selection else []
-    inventory = collect_inventory(cfg, manifest, bench_copy, tasks).to_manifest()
+    image_id = manifest.image.id if manifest.image else ""
+    reused = (reusable_inventory(cfg.inventory_from, image_id, needed_servers(bench_copy, tasks))
+              if cfg.inventory_from else None)
+    if reused is not None:
+        _console(f"the inventory of {cfg.inventory_from} (same image, same servers) is reused; nothing probed again.")
+    found = reused or collect_inventory(cfg, manifest, bench_copy, tasks)
+    inventory = found.to_manifest()
     manifest.inventory = inventory
     write_manifest(Path(cfg.run_root), manifest)
     _print_inventory(inventory)
     return inventory
+
+
+def reusable_inventory(source_root: Path, image_id: str, needs: Mapping[str, list[str]]) -> Inventory | None:
+    """The inventory another run root recorded, when it holds for this run: taken on the same image
+    and over every server this selection needs (with the same tasks blocked). Else None: probe anew.
+    Only `qualify` asks, for its nop pass right after its oracle pass over the same selection."""
+    try:
+        recorded = json.loads((Path(source_root) / "run_manifest.json").read_text(encoding="utf-8")).get("inventory")
+        found = Inventory.model_validate(recorded)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not image_id or found.image_id != image_id or set(found.servers) != set(needs):
+        return None
+    needed_tasks = {task for tasks in needs.values() for task in tasks}
+    if not set(found.blocked_tasks) <= needed_tasks:
+        return None
+    return found.model_copy(update={"reused_from": str(source_root), "accepted_blocked": False})
 
 
 def enforce_inventory(cfg: RunConfig, manifest: RunManifest, inventory: Mapping[str, Any]) -> None:

@@ -4,14 +4,15 @@ It runs the selection twice under a paid run's custody but spending nothing: `--
 (the task's ground truth placed in the workspace) into <root>/oracle, then `--engine nop`
 (nothing done) into <root>/nop. Each task's class follows only from what the official evaluator
 said in each run's ledger and receipts, and from the environment inventory; never from the task's
-name. The result is <root>/task_validity.json and a table on stdout.
+name. The result is <root>/task_validity.json, the same table for people as one self-contained
+page, <root>/task_validity.html, and a table on stdout.
 """
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
+from html import escape
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from .ledger import LEDGER_NAME, read_index
 from .fileio import replace_atomic
 from .manifest import utc_now
 from .schemas.ledger import TaskRow
-from .schemas.validity import VALIDITY_NAME, EngineVerdict, TaskValidity, TaskValidityRow
+from .schemas.validity import VALIDITY_HTML_NAME, VALIDITY_NAME, EngineVerdict, TaskValidity, TaskValidityRow
 from .vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
 
 ENGINES = (EngineKind.ORACLE.value, EngineKind.NOP.value)
@@ -132,12 +133,8 @@ def build_validity(oracle_root: Path, nop_root: Path, task_ids: list[str], bench
 
 def render_table(validity: TaskValidity) -> str:
     """A plain table for people: task, oracle verdict, nop verdict, class, reason."""
-
-    def word(v: EngineVerdict) -> str:
-        return "pass" if v.passed is True else ("fail" if v.passed is False else v.status.value)
-
     header = ("task", "oracle", "nop", "class", "reason")
-    body = [(r.instance_id, word(r.oracle), word(r.nop), r.class_.value, r.reason or "") for r in validity.tasks]
+    body = [(r.instance_id, _word(r.oracle), _word(r.nop), r.class_.value, r.reason or "") for r in validity.tasks]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(4)]
     out = []
     for line in [header, *body]:
@@ -145,6 +142,35 @@ def render_table(validity: TaskValidity) -> str:
     counts = ", ".join(f"{n} {k}" for k, n in validity.counts.items())
     out.append(f"{len(validity.tasks)} tasks: {counts}")
     return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def _word(v: EngineVerdict) -> str:
+    return "pass" if v.passed is True else ("fail" if v.passed is False else v.status.value)
+
+
+def render_html(validity: TaskValidity) -> str:
+    """The table as one self-contained page (nothing loaded from anywhere): the count per class, then
+    per task its verdicts, class and the evaluator's own reason. Every text is escaped."""
+    from .report.render import CSS
+
+    def table(head: list[str], rows: list[list[str]]) -> str:
+        th = "".join(f"<th>{escape(h)}</th>" for h in head)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+    counts = [[k, str(n)] for k, n in validity.counts.items()]
+    rows = [[r.instance_id, _word(r.oracle), _word(r.nop), r.class_.value, r.reason or ""] for r in validity.tasks]
+    return "".join([
+        "<!doctype html><html><head><meta charset='utf-8'><title>Task validity</title>",
+        f"<style>{CSS}</style></head><body><h1>Task validity</h1>",
+        f"<p>{len(validity.tasks)} selected tasks of benchmark commit {escape(validity.bench_commit)}, qualified at "
+        f"{escape(validity.created_at)}: the ground truth placed in the workspace (oracle run: "
+        f"{escape(validity.oracle_run_root)}) and nothing done (nop run: {escape(validity.nop_run_root)}), each "
+        "graded by the task's official evaluator. A task is valid when the first passes and the second fails.</p>",
+        table(["class", "tasks"], counts),
+        table(["task", "oracle", "nop", "class", "reason"], rows),
+        "</body></html>\n",
+    ])
 
 
 # ---------------------------------------------------------------- the command
@@ -162,6 +188,10 @@ def qualify_configs(flags: dict[str, Any], argv: list[str]) -> tuple[Path, dict[
     for engine in ENGINES:
         # Environment-blocked tasks are a class here, not a reason to refuse the whole qualification.
         per_engine = {**flags, "engine": engine, "run_root": root / engine, "accept_environment_blocked": True}
+        if engine == EngineKind.NOP.value:
+            # Same image, same selection, minutes later: the oracle pass's inventory holds (checked again
+            # when the nop pass starts: probes.reusable_inventory), so it is not probed a second time.
+            per_engine["inventory_from"] = root / EngineKind.ORACLE.value
         configs[engine] = RunConfig.from_flags(argv=argv, **per_engine)
     return root, configs
 
@@ -188,6 +218,7 @@ def qualify_command(flags: dict[str, Any], argv: list[str]) -> int:
     validity = build_validity(oracle_cfg.run_root, configs[EngineKind.NOP.value].run_root, list(selection),
                               str((manifest.get("bench") or {}).get("commit") or oracle_cfg.bench_commit))
     replace_atomic(root / VALIDITY_NAME, validity.to_json())
+    replace_atomic(root / VALIDITY_HTML_NAME, render_html(validity))
     sys.stdout.write(render_table(validity))
-    print(f"cowork-adapter: qualify: wrote {root / VALIDITY_NAME}", flush=True)
+    print(f"cowork-adapter: qualify: wrote {root / VALIDITY_NAME} and {root / VALIDITY_HTML_NAME}", flush=True)
     return int(ExitCode.OK)

@@ -5,7 +5,8 @@ Four demo tasks are designed to land one in each class, found from the evaluator
 demo-csv-totals (valid), demo-crm-postgres (oracle_fails: its evaluator reads database rows the
 ground-truth files cannot carry), demo-nop-passes (nop_passes: a lenient evaluator) and
 demo-broken-sdk (environment_blocked: on a derived image built without repairs its quotes server
-fails the inventory). Both runs keep a paid run's custody: exact label, limits, nothing left.
+fails the inventory). Both runs keep a paid run's custody: exact label, limits, nothing left. One
+qualify run (module-scoped) serves every test here; its nop pass reuses the oracle pass's inventory.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def qualified(docker_host, tmp_path_factory):
     env = DemoEnv(root, docker_host, bench, commit, seed, storage, pack_tag, "", None)
     image = unrepaired_image(env)
     out = storage / "q1"
+    # Concurrency 3: the three tasks that reach the runner go at once (the blocked one never does).
     argv = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", str(seed), "--bench-root", str(bench),
             "--bench-commit", commit, "--docker-host", docker_host, "--resource-root", str(storage),
-            "--run-root", str(out), "--base-image", pack_tag, "--image", image, "--concurrency", "2",
+            "--run-root", str(out), "--base-image", pack_tag, "--image", image, "--concurrency", "3",
             "--task-timeout", "240", "--cpus", "1", "--memory", "2g", "--min-free-gib", "1",
             "--min-root-free-gib", "1"]
     for task in DESIGNED:
@@ -81,6 +83,11 @@ def test_each_designed_task_lands_in_its_class(qualified):
     table = [line.split() for line in proc.stdout.splitlines()]
     for task, klass in DESIGNED.items():
         assert any(line[:1] == [task] and klass in line for line in table), proc.stdout
+    # And so does the page for people, written beside the JSON and nowhere else.
+    page = (root / "task_validity.html").read_text()
+    for task, klass in DESIGNED.items():
+        assert f"<td>{task}</td>" in page and f"<td>{klass}</td>" in page, page[:3000]
+    assert sorted(p.name for p in root.iterdir()) == ["nop", "oracle", "task_validity.html", "task_validity.json"]
 
 
 @pytest.mark.parametrize("engine", ["oracle", "nop"])
@@ -90,6 +97,10 @@ def test_reference_runs_keep_custody_and_spend_nothing(qualified, engine):
     assert manifest["engine"] == engine and manifest["outcome"] in ("completed", "incomplete")
     assert manifest["campaign_file"] is None and manifest["campaign_settlement"] == "not_applicable"
     assert manifest["image"]["id"] and manifest["limits"]["cpus"] == 1.0
+    # The nop pass takes the oracle pass's inventory (same image, same servers) instead of probing again.
+    reused = manifest["inventory"]["reused_from"]
+    assert reused == (str(qualified["root"] / "oracle") if engine == "nop" else None), reused
+    assert manifest["inventory"]["blocked_tasks"] == {"demo-broken-sdk": "mcp_server_failed:quotes"}
     events = [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines() if line.strip()]
     kinds = {e["kind"] for e in events}
     assert "watchdog_started" in kinds and "cleanup" in kinds

@@ -200,6 +200,35 @@ def test_inventory_for_run_keeps_the_inventory_in_the_manifest(fake, run, tmp_pa
     assert stored["schema"] == "cowork_adapter.inventory.v1"
 
 
+def test_a_second_pass_reuses_the_first_inventory_only_when_it_holds(fake, run, tmp_path):
+    """qualify's nop pass: the oracle pass's inventory (same image, same servers) is taken as it is,
+    disclosed by `reused_from`, and nothing is probed; any mismatch probes anew."""
+    bench, first = run
+    fake.broken = {"crm"}
+    write_manifest(first, make_manifest(first))
+    recorded = probes.inventory_for_run(make_cfg(tmp_path, first), read_manifest(first), bench)
+    probes.enforce_inventory(make_cfg(tmp_path, first, accept_environment_blocked=True), read_manifest(first), recorded)
+    fake.calls.clear()
+    second = tmp_path / "second"
+    second.mkdir()
+    manifest = make_manifest(second)
+    reused = probes.inventory_for_run(make_cfg(tmp_path, second, inventory_from=first), manifest, bench)
+    assert fake.calls == []  # no sandbox, no probe container
+    assert reused["reused_from"] == str(first) and reused["accepted_blocked"] is False
+    assert reused["servers"] == recorded["servers"] and reused["blocked_tasks"] == {"t-crm": "mcp_server_failed:crm"}
+    assert read_manifest(second).inventory == reused
+    # Another image, or a selection needing other servers: the recorded inventory does not hold.
+    needs = probes.needed_servers(bench, list(TASK_SERVERS))
+    assert probes.reusable_inventory(first, "sha256:" + "2" * 64, needs) is None
+    assert probes.reusable_inventory(first, manifest.image.id, {"files": ["t-files"]}) is None
+    assert probes.reusable_inventory(tmp_path / "nowhere", manifest.image.id, needs) is None
+    third = tmp_path / "third"
+    third.mkdir()
+    other = make_manifest(third).model_copy(update={"image": manifest.image.model_copy(update={"id": "sha256:" + "3" * 64})})
+    fresh = probes.inventory_for_run(make_cfg(tmp_path, third, inventory_from=first), other, bench)
+    assert fresh["reused_from"] is None and fake.calls  # probed anew
+
+
 def test_enforce_refuses_naming_the_tasks_then_accepts_with_the_flag(fake, run, tmp_path):
     bench, run_root = run
     fake.broken = {"quotes"}

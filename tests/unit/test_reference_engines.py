@@ -12,7 +12,8 @@ from test_cli_refusals import Case, _play
 
 from cowork_adapter.config import MONEY_FIELDS, RunConfig
 from cowork_adapter.errors import Refusal
-from cowork_adapter.qualify import build_validity, classify, evaluator_words, qualify_configs, render_table, verdict_of
+from cowork_adapter.qualify import (build_validity, classify, evaluator_words, qualify_configs, render_html,
+                                    render_table, verdict_of)
 from cowork_adapter.schemas.ledger import OfficialReceipt, TaskRow
 from cowork_adapter.schemas.run_config import agent_short_name, build_run_config, model_provider
 from cowork_adapter.schemas.validity import EngineVerdict, TaskValidity
@@ -114,6 +115,8 @@ def test_qualify_configs_are_one_oracle_and_one_nop_accepting_blocked_tasks(flag
     assert [c.engine for c in configs.values()] == ["oracle", "nop"]
     assert {c.run_root for c in configs.values()} == {root / "oracle", root / "nop"}
     assert all(c.accept_environment_blocked and not c.is_paid and c.selection == ("a",) for c in configs.values())
+    # The nop pass may reuse the oracle pass's inventory (probes.reusable_inventory decides when it starts).
+    assert configs["oracle"].inventory_from is None and configs["nop"].inventory_from == root / "oracle"
 
 
 # ---- classification: from the verdicts only ---------------------------------------------------------
@@ -205,6 +208,23 @@ def test_build_validity_reads_the_evaluator_words_from_the_receipt_and_counts_ev
     assert table[0].split() == ["task", "oracle", "nop", "class", "reason"]
     assert table[2].split()[:4] == ["t-bad", "fail", "fail", "oracle_fails"] and table[2].endswith("valid JSON")
     assert table[-1] == "4 tasks: 1 valid, 1 oracle_fails, 0 nop_passes, 1 environment_blocked, 1 undetermined"
+
+
+def test_the_html_page_shows_every_task_and_class_escaped_and_loads_nothing(tmp_path):
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(json.dumps({"returned": {"pass": False, "failure": "[FAIL] <script>alert(1)</script> & rows\n"}}))
+    oracle, nop = tmp_path / "oracle", tmp_path / "nop"
+    _ledger(oracle, [_row("t-valid", "passed", passed=True), _row("t-bad", "failed", passed=False, receipt=receipt)])
+    _ledger(nop, [_row("t-valid", "failed", passed=False), _row("t-bad", "failed", passed=False)])
+    page = render_html(build_validity(oracle, nop, ["t-valid", "t-bad"], "c" * 40))
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    assert "<td>t-valid</td><td>pass</td><td>fail</td><td>valid</td><td></td>" in page
+    # The evaluator's words are shown, as text: nothing it printed can run in the reader's browser.
+    assert "<td>t-bad</td><td>fail</td><td>fail</td><td>oracle_fails</td><td>[FAIL] &lt;script&gt;alert(1)" in page
+    assert "<script" not in page and "&amp; rows" in page
+    assert "<td>valid</td><td>1</td>" in page and "<td>oracle_fails</td><td>1</td>" in page
+    assert "<td>undetermined</td><td>0</td>" in page and "c" * 40 in page
+    assert not any(word in page for word in ("src=", "href=", "@import", "url("))
 
 
 def test_verdict_of_a_missing_row_is_not_attempted():

@@ -54,6 +54,8 @@ class Inventory(BaseModel):
     checks: list[dict[str, Any]] = Field(default_factory=list)  # e.g. chromium: not_applicable
     accepted_blocked: bool = False  # the operator passed --accept-environment-blocked
     probe_dir: str | None = None
+    # `qualify`'s nop pass: the run root whose inventory (same image, same servers) this one reuses.
+    reused_from: str | None = None
 
     def to_manifest(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

@@ -16,6 +16,7 @@ from ..vocab import TaskStatus, TaskValidityClass
 
 TASK_VALIDITY_SCHEMA = "cowork_adapter.task_validity.v1"
 VALIDITY_NAME = "task_validity.json"
+VALIDITY_HTML_NAME = "task_validity.html"  # the same table for people, beside it
 
 
 class _Model(BaseModel):
