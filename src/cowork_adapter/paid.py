@@ -297,6 +297,7 @@ class PaidRun:
                 return self._unregistered(exc, "opening the campaign")
             self.campaign = campaign
             self.run_start_usage = startup.usage
+            _say_concurrency(cfg, "before this run")
             self.spending = _spending(campaign.record, startup.usage, startup.usage)
             admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
             try:
@@ -476,6 +477,7 @@ class PaidRun:
                    stop_reason=result.stop_reason)
         _audit(self.cfg.run_root)
         _say_outcome(self.manifest, self.progress, cleanup_error, settlement)
+        _say_concurrency(self.cfg, "after this run", self.cfg.run_root)
         return code
 
     # ---------------------------------------------------------------- the supervisor's ports
@@ -692,6 +694,19 @@ def _audit(run_root: Path) -> None:
         audit_run(run_root)
     except Exception as exc:  # noqa: BLE001 - the audit is evidence, never a verdict: report and go on
         print(f"cowork-adapter: the offline audit could not be written: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
+    """The concurrency this host's measured per-task use suggests (advice printed, never enforced;
+    the next run's operator chooses it). Never raises: it must not break a run's start or end."""
+    from .resources import campaign_roots, host_suggestion
+
+    try:
+        found = host_suggestion(cfg.docker_host, [*campaign_roots(cfg.campaign_file, cfg.resume_from), *own])
+    except Exception as exc:  # noqa: BLE001 - advice only
+        print(f"cowork-adapter: no concurrency suggestion {when} ({type(exc).__name__})", flush=True)
+        return
+    print(f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.concurrency}).", flush=True)
 
 
 def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: str | None, settlement: str) -> None:
