@@ -103,7 +103,7 @@ def suggest_concurrency(host_cpus: int | None, host_memory_bytes: int | None,
     slows tasks down). The smaller wins, and never below 1.
     """
     if not peaks:
-        return Suggestion(None, "no task's resource use has been measured yet on this host, so no "
+        return Suggestion(None, "no task's resource use has been measured yet (in this campaign's ledgers), so no "
                                 "concurrency is suggested; start at 1 and read `cowork-adapter status` "
                                 "after the first task")
     if not host_cpus or not host_memory_bytes:
