@@ -36,6 +36,7 @@ from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
 from .custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from .custody.docker_ops import cleanup_run, custody_gap
+from .resources import reader_for
 from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
@@ -658,7 +659,8 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
 
     error = None
     try:
-        report = cleanup_run(cfg.docker_host, label, log)
+        report = cleanup_run(cfg.docker_host, label, log,
+                             before_remove=reader_for(cfg.run_root / "custody" / "evidence"))
         record_event(events, failures, EventKind.CLEANUP,
                      removed=len(report.removed_containers) + len(report.removed_networks), remaining=0, proven=True)
     except CustodyError as exc:

@@ -17,9 +17,10 @@ import json
 import math
 import os
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .schemas.ledger import ContainerUse, TaskRow
 
@@ -176,6 +177,32 @@ def summary_line(rows: Sequence[TaskRow]) -> str:
 
 
 # ---------------------------------------------------------------- files
+
+
+def reader_for(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
+    """A `cleanup_run(before_remove=...)` hook: a task container the runner left behind (its
+    launcher or runner was killed before `rm`) is read from the daemon the same way the shim
+    reads it, into the same evidence file, before custody cleanup removes it."""
+    from .custody import shim
+
+    def read(api: Any, ident: str, name: str) -> None:
+        role = shim.role_for_name(name)
+        task_ident = shim.task_id(name, role) if role in MEASURED_ROLES else None
+        if task_ident is None:
+            return
+        reading = {"ts": time.time(), "container": name, "method": shim.STATS_METHOD, "role": role,
+                   "command": "adapter_cleanup", "memory_peak_bytes": None, "cpu_ns": None,
+                   "memory_usage_bytes": None, "cause": None}
+        try:
+            data = api.stats(ident, decode=True, stream=False, one_shot=True)
+        except Exception as exc:  # noqa: BLE001 - recorded as the cause, like the shim does
+            reading["cause"] = "stats_read_failed:" + type(exc).__name__
+        else:
+            peak, cpu_ns, usage, cause = shim.parse_stats(data)
+            reading.update(memory_peak_bytes=peak, cpu_ns=cpu_ns, memory_usage_bytes=usage, cause=cause)
+        shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
+
+    return read
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
