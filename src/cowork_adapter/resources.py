@@ -44,7 +44,7 @@ class TaskResources:
     containers: tuple[ContainerUse, ...] = ()
 
 
-NOT_TIED = TaskResources(None, None, "no agent container of this task ran in this run, so no "
+NOT_TIED = TaskResources(None, None, "no agent container of this task has run in this run, so no "
                                      "container's accounting can be tied to it")
 
 
@@ -72,7 +72,7 @@ def summarize(containers: Sequence[tuple[str, str]], readings: Sequence[Mapping[
         cause = None
         if peak is None or cpu_ns is None:
             causes = sorted({str(r.get("cause")) for r in mine if r.get("cause")})
-            cause = ",".join(causes) if causes else "no reading before removal"
+            cause = ",".join(causes) if causes else "no reading (one is taken when the container is removed)"
         uses.append(ContainerUse(container=name, role=role, peak_memory_bytes=peak,
                                  cpu_seconds=round(cpu_ns / 1e9, 3) if cpu_ns is not None else None, cause=cause))
     if not uses:

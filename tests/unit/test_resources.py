@@ -176,7 +176,7 @@ def test_a_container_without_a_reading_makes_the_total_unknown_with_the_reason_n
     use = summarize([("pg-1", "pg"), ("agent-1", "agent")],
                     [{"container": "agent-1", "memory_peak_bytes": 300 * MIB, "cpu_ns": 2_000_000_000}])
     assert use.peak_memory_bytes is None and use.cpu_seconds is None
-    assert use.basis == "unknown: pg-1: no reading before removal"
+    assert use.basis == "unknown: pg-1: no reading (one is taken when the container is removed)"
     v2 = summarize([("agent-1", "agent")], [{"container": "agent-1", "memory_peak_bytes": None, "cpu_ns": 5,
                                              "cause": "daemon_reports_no_peak"}])
     assert v2.peak_memory_bytes is None and v2.cpu_seconds == 0.0

@@ -85,7 +85,7 @@ class ContainerUse(_Model):
     role: str
     peak_memory_bytes: int | None = None  # the cgroup's own high-water mark, never a sample
     cpu_seconds: float | None = None  # cumulative CPU time of every process in it
-    cause: str | None = None  # why a value is None (no reading before removal, cgroup v2, ...)
+    cause: str | None = None  # why a value is None (not read yet or never, cgroup v2, ...)
 
 
 class TaskRow(_Model):
