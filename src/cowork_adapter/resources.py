@@ -32,8 +32,9 @@ METHOD_SENTENCE = ("daemon stats API read before each container's removal (cgrou
 # Share of the daemon's memory the suggestion lets tasks fill: the daemon, the page cache and
 # the launcher need the rest.
 MEMORY_SHARE = 0.8
-# A task that shows almost no CPU use must not suggest an unbounded concurrency.
-MIN_CPU_RATE = 0.05
+# An average rate hides the bursts (PostgreSQL's start, the agent's MCP servers starting): a task
+# that averages less than this much of a CPU still counts as this much, at most 4 tasks per CPU.
+MIN_CPU_RATE = 0.25
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ def suggest_concurrency(host_cpus: int | None, host_memory_bytes: int | None,
     """How many tasks this host can run at once, from measured per-task use.
 
     Memory bounds it by the largest measured task peak (a task above the host's memory is an
-    OOM kill); CPU by the median CPU rate (CPU seconds per wall second: oversubscription only
-    slows tasks down). The smaller wins, and never below 1.
+    OOM kill); CPU by the largest measured CPU rate (CPU seconds per wall-clock second), counted
+    as at least MIN_CPU_RATE. The smaller wins, and never below 1.
     """
     if not peaks:
         return Suggestion(None, "no task's resource use has been measured yet (in this campaign's ledgers), so no "
@@ -116,10 +117,12 @@ def suggest_concurrency(host_cpus: int | None, host_memory_bytes: int | None,
              f"measured task peak {_mib(largest)} over {len(peaks)} task(s))"]
     limit = by_memory
     if cpu_rates:
-        rate = max(statistics.median(cpu_rates), MIN_CPU_RATE)
+        largest_rate = max(cpu_rates)
+        rate = max(largest_rate, MIN_CPU_RATE)
+        floor = f", counted as the floor {MIN_CPU_RATE:.2f}" if largest_rate < MIN_CPU_RATE else ""
         by_cpu = max(1, math.floor(host_cpus / rate))
-        parts.append(f"CPU allows {by_cpu} ({host_cpus} CPUs / the median {rate:.2f} CPUs per task over "
-                     f"{len(cpu_rates)} task(s))")
+        parts.append(f"CPU allows {by_cpu} ({host_cpus} CPUs / the largest measured rate {largest_rate:.2f} CPUs "
+                     f"per task over {len(cpu_rates)} task(s){floor})")
         limit = min(limit, by_cpu)
     else:
         parts.append("CPU not considered (no measured task has a wall-clock duration)")

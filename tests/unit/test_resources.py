@@ -305,16 +305,18 @@ def test_memory_bounds_by_the_largest_peak():
     assert "3072 MiB" in found.sentence
 
 
-def test_cpu_bounds_by_the_median_rate():
-    # 2 CPUs / median 0.9 CPU per task -> 2; memory (0.8 * 64 GiB / 1 GiB) would allow 51.
-    found = suggest_concurrency(2, 64 * GIB, [GIB], [0.2, 0.9, 1.5])
-    assert found.concurrency == 2
-    assert "CPU allows 2" in found.sentence and "memory allows 51" in found.sentence
+def test_cpu_bounds_by_the_largest_rate():
+    # 8 CPUs / the largest 1.5 CPU per task -> 5; memory (0.8 * 64 GiB / 1 GiB) would allow 51.
+    found = suggest_concurrency(8, 64 * GIB, [GIB], [0.2, 0.9, 1.5])
+    assert found.concurrency == 5
+    assert "CPU allows 5" in found.sentence and "memory allows 51" in found.sentence
+    assert "largest measured rate 1.50" in found.sentence
 
 
 def test_never_below_one_and_an_idle_task_does_not_suggest_infinity():
     assert suggest_concurrency(2, 4 * GIB, [10 * GIB], [3.0]).concurrency == 1
-    assert suggest_concurrency(4, 1000 * GIB, [MIB], [0.0]).concurrency == 80  # 4 / the 0.05 floor
+    idle = suggest_concurrency(4, 1000 * GIB, [MIB], [0.05, 0.01])
+    assert idle.concurrency == 16 and "counted as the floor 0.25" in idle.sentence  # 4 CPUs / 0.25
 
 
 def test_without_durations_memory_alone_decides_and_says_so():
