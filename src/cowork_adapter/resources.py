@@ -197,7 +197,7 @@ def reader_for(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
                    "command": "adapter_cleanup", "memory_peak_bytes": None, "cpu_ns": None,
                    "memory_usage_bytes": None, "cause": None}
         try:
-            data = api.stats(ident, decode=True, stream=False, one_shot=True)
+            data = api.stats(ident, stream=False, one_shot=True)
         except Exception as exc:  # noqa: BLE001 - recorded as the cause, like the shim does
             reading["cause"] = "stats_read_failed:" + type(exc).__name__
         else:

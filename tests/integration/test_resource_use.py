@@ -52,7 +52,7 @@ ID="$1"
 "$DOCKER" exec "agent-$ID" sh -c 'true' --task_dir "finalpool/{task}" || exit 13
 for _ in $(seq 1 120); do "$DOCKER" exec "agent-$ID" test -f /tmp/done && break; sleep 0.5; done
 "$DOCKER" exec "agent-$ID" test -f /tmp/done || exit 14
-[ "${LEAVE_BEHIND:-}" = 1 ] && exit 0  # a runner killed before its cleanup: nothing removed
+[ "${{LEAVE_BEHIND:-}}" = 1 ] && exit 0  # a runner killed before its cleanup: nothing removed
 "$DOCKER" rm -fv "agent-$ID" >/dev/null || exit 15
 "$DOCKER" stop -t 1 "pg-$ID" >/dev/null || exit 16
 "$DOCKER" rm -fv "pg-$ID" >/dev/null || exit 17
