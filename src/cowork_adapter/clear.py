@@ -248,9 +248,9 @@ def clear_command(
     table: Any = None,
 ) -> int:
     from .control import fence, gather_recorded, read_run
-    from .resources import reader_for
     from .custody import docker_ops
     from .custody.liveness import prove
+    from .resources import reader_for
 
     note = operator_note.strip()
     try:

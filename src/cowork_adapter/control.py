@@ -39,8 +39,8 @@ from .events import parse_ts, read_events
 from .ledger import LEDGER_NAME, read_index
 from .live import eta_seconds, format_duration, progress_rows, summary_line
 from .resources import summary_line as resource_summary_line
-from .schemas.ledger import TaskRow
 from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
+from .schemas.ledger import TaskRow
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
 from .vocab import EventKind, ExitCode

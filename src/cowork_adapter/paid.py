@@ -36,12 +36,12 @@ from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
 from .custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from .custody.docker_ops import cleanup_run, custody_gap
-from .resources import reader_for
 from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
+from .resources import reader_for
 from .schemas.campaign import CampaignRecord, key_fingerprint
 from .schemas.custody import CustodyProcesses, ProcessIdentity
 from .manifest import write_manifest
@@ -285,6 +285,8 @@ class PaidRun:
         self.event(EventKind.RUN_ADMITTED, run_root=str(cfg.run_root), run_label=self.label,
                    selected=len(self.manifest.selection.task_ids),
                    resume_generation=self.manifest.selection.resume_generation)
+        # Advice first: its daemon and file reads must not eat into the startup reading's blindness bound.
+        _say_concurrency(cfg, "before this run")
         startup = _startup_reading(self.meter)
         with ExitStack() as held:
             try:
@@ -298,7 +300,6 @@ class PaidRun:
                 return self._unregistered(exc, "opening the campaign")
             self.campaign = campaign
             self.run_start_usage = startup.usage
-            _say_concurrency(cfg, "before this run")
             self.spending = _spending(campaign.record, startup.usage, startup.usage)
             admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
             try:
