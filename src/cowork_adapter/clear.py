@@ -252,6 +252,7 @@ def clear_command(
     from .control import fence, gather_recorded, read_run
     from .custody import docker_ops
     from .custody.liveness import prove
+    from .resources import reader_for
 
     note = operator_note.strip()
     try:
@@ -286,8 +287,10 @@ def clear_command(
     # file first: should anything of the run have escaped the proof, the shim refuses it new containers.
     fence(plan.run_root)
     try:
+        # Containers a killed run left behind are read before removal: the rebuilt ledger shows them.
         report = docker_ops.cleanup_run(plan.docker_host, label, lambda r: print(f"cowork-adapter: cleanup: {r}",
-                                                                                  file=sys.stderr, flush=True))
+                                                                                  file=sys.stderr, flush=True),
+                                        before_remove=reader_for(plan.run_root / "custody" / "evidence"))
     except CustodyError as exc:
         _drop_key(plan.run_root)
         say(f"the run's labelled objects could not all be removed or proven gone: {exc}; the key file was deleted, "

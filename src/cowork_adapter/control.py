@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,8 +37,11 @@ from pydantic import ValidationError
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_events
 from .fileio import create_exclusive
+from .ledger import LEDGER_NAME, read_index
 from .live import eta_seconds, format_duration, progress_rows, summary_line
+from .resources import summary_line as resource_summary_line
 from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
+from .schemas.ledger import TaskRow
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
 from .vocab import EventKind, ExitCode
@@ -64,6 +68,7 @@ class RunFiles:
     monitor: Monitor | None
     events: list[_Event]  # typed: a line that is no valid event is counted in `problems`
     problems: list[str] = field(default_factory=list)
+    ledger: list[TaskRow] | None = None  # result_index.jsonl's rows; None before it exists
 
     @property
     def is_run_root(self) -> bool:
@@ -93,7 +98,13 @@ def read_run(run_root: Path) -> RunFiles:
     if invalid:
         lines = "1 line that is" if invalid == 1 else f"{invalid} lines that are"
         problems.append(f"events.jsonl has {lines} not a valid event (skipped)")
-    return RunFiles(run_root, manifest, monitor, events, problems)
+    ledger = None
+    if (run_root / LEDGER_NAME).exists():
+        try:
+            ledger = read_index(run_root / LEDGER_NAME)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{LEDGER_NAME} cannot be read ({type(exc).__name__}), so resource use is not shown")
+    return RunFiles(run_root, manifest, monitor, events, problems, ledger)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,6 +361,25 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "dry_run": m.dry_run if m is not None else None,
         "problems": list(files.problems),
         "diagnostic_write_failures": {k: v.model_dump() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
+        "resource_use": _resource_use(files.ledger),
+    }
+
+
+def _resource_use(rows: list[TaskRow] | None) -> dict[str, Any] | None:
+    """Median and max of the measured per-task peak memory and CPU time (None without a ledger)."""
+    if rows is None:
+        return None
+    peaks = [r.peak_memory_bytes for r in rows if r.peak_memory_bytes is not None]
+    cpus = [r.cpu_seconds for r in rows if r.cpu_seconds is not None]
+    return {
+        "tasks_measured": len(peaks),
+        "tasks_unknown": sum(1 for r in rows if r.resource_containers and
+                             (r.peak_memory_bytes is None or r.cpu_seconds is None)),
+        "peak_memory_bytes_median": int(statistics.median(peaks)) if peaks else None,
+        "peak_memory_bytes_max": max(peaks) if peaks else None,
+        "cpu_seconds_median": statistics.median(cpus) if cpus else None,
+        "cpu_seconds_max": max(cpus) if cpus else None,
+        "text": resource_summary_line(rows),
     }
 
 
@@ -431,6 +461,8 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
         lines.append(f"  exit code: {status['exit_code']} ({_exit_word(status['exit_code'])})")
     if status.get("next_command"):
         lines.append(f"  next: {status['next_command']}")
+    if status.get("resource_use"):
+        lines.append(f"  {status['resource_use']['text']}")
     for problem in status["problems"]:
         lines.append(f"  problem: {problem}")
     return lines

@@ -216,7 +216,7 @@ class Doctor:
     def checks(self) -> list[Callable[[], CheckResult]]:
         return [self.docker_host, self.limits_fit, self.limits, self.base_image, self.postgres_image, self.run_root,
                 self.resource_disk, self.root_disk, self.host_tools, self.bench, self.selection, self.seed,
-                self.derived_image, self.key_present, self.meter, self.campaign]
+                self.derived_image, self.key_present, self.meter, self.campaign, self.concurrency]
 
     def run(self) -> list[CheckResult]:
         results = []
@@ -441,6 +441,19 @@ class Doctor:
                         "add credits or raise the key's limit (or lower --min-key-usd deliberately)")
         return ok(name, f"{self.cfg.meter_url} answers: usage ${usage:.2f}, headroom ${effective:.2f} "
                         f"(at least --min-key-usd {self.cfg.min_key_usd:g}).")
+
+    def concurrency(self) -> CheckResult:
+        """A concurrency for this host from the campaign's measured per-task use (advice, never a failure)."""
+        name = "concurrency"
+        if not self.daemon_up:
+            return skip(name, "no suggestion: the Docker daemon did not answer, so its CPUs and memory are unknown.")
+        from .resources import campaign_roots, host_suggestion
+
+        found = host_suggestion(self.cfg.docker_host, campaign_roots(self.cfg.campaign_file, self.cfg.resume_from))
+        sentence = found.sentence[0].upper() + found.sentence[1:]
+        if found.concurrency is not None and self.cfg.concurrency > found.concurrency:
+            sentence += f"; --concurrency {self.cfg.concurrency} is above it"
+        return ok(name, sentence + ".")
 
     def campaign(self) -> CheckResult:
         name = "campaign"

@@ -30,6 +30,7 @@ from .audit.scan import TaskScan, scan_events
 from .container import protocol
 from .events import utc_now_iso
 from .fileio import replace_atomic
+from .resources import NOT_TIED, TaskResources, read_task_resources
 from .schemas.ledger import (
     AdapterSummaryFacts,
     EvalResultFacts,
@@ -383,6 +384,7 @@ class IndexContext:
     runner_rows: dict[str, RunnerRow] = field(default_factory=dict)
     dumps: dict[str, Path] = field(default_factory=dict)
     custody: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, TaskResources] = field(default_factory=dict)
     blocked: dict[str, str] = field(default_factory=dict)
     # task -> (evidence signature, row): a refresh re-reads only dumps whose files changed.
     cache: dict[str, tuple[tuple[Any, ...], TaskRow]] = field(default_factory=dict)
@@ -404,6 +406,7 @@ class IndexContext:
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
         self.custody = read_custody_tasks(self.run_root)
+        self.resources = read_task_resources(self.run_root)
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
@@ -503,7 +506,7 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
             except OSError:
                 entries.append((str(sub), -1, -1))
     return (str(dump), tuple(sorted(entries)), ctx.runner_rows.get(task), ctx.custody.get(task),
-            ctx.blocked.get(task), live, cause)
+            repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause)
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
@@ -580,6 +583,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     r_bytes, r_sha = _file_digest(receipt_path)
     truncated = summary.get("truncated") if summary else None
     truncated = truncated if isinstance(truncated, bool) else None
+    use = ctx.resources.get(task, NOT_TIED)
     return TaskRow(
         ts=utc_now_iso(),
         instance_id=task,
@@ -605,6 +609,10 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         task_dump=str(dump) if dump is not None else None,
         attempt_run_root=str(ctx.run_root) if status_ is not TaskStatus.NOT_ATTEMPTED else None,
         environment_blocked=ctx.blocked.get(task),
+        peak_memory_bytes=use.peak_memory_bytes,
+        cpu_seconds=use.cpu_seconds,
+        resource_basis=use.basis,
+        resource_containers=list(use.containers),
     )
 
 

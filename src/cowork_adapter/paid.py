@@ -42,6 +42,7 @@ from .events import EventLog
 from .fileio import create_exclusive
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
+from .resources import reader_for
 from .schemas.campaign import CampaignRecord, key_fingerprint
 from .schemas.custody import CustodyProcesses, ProcessIdentity
 from .manifest import write_manifest
@@ -284,6 +285,8 @@ class PaidRun:
         self.event(EventKind.RUN_ADMITTED, run_root=str(cfg.run_root), run_label=self.label,
                    selected=len(self.manifest.selection.task_ids),
                    resume_generation=self.manifest.selection.resume_generation)
+        # Advice first: its daemon and file reads must not eat into the startup reading's blindness bound.
+        _say_concurrency(cfg, "before this run")
         startup = _startup_reading(self.meter)
         with ExitStack() as held:
             try:
@@ -476,6 +479,7 @@ class PaidRun:
                    stop_reason=result.stop_reason)
         _audit(self.cfg.run_root)
         _say_outcome(self.manifest, self.progress, cleanup_error, settlement)
+        _say_concurrency(self.cfg, "after this run", self.cfg.run_root)
         return code
 
     # ---------------------------------------------------------------- the supervisor's ports
@@ -653,7 +657,8 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
 
     error = None
     try:
-        report = cleanup_run(cfg.docker_host, label, log)
+        report = cleanup_run(cfg.docker_host, label, log,
+                             before_remove=reader_for(cfg.run_root / "custody" / "evidence"))
         record_event(events, failures, EventKind.CLEANUP,
                      removed=len(report.removed_containers) + len(report.removed_networks), remaining=0, proven=True)
     except CustodyError as exc:
@@ -689,6 +694,19 @@ def _audit(run_root: Path) -> None:
         audit_run(run_root)
     except Exception as exc:  # noqa: BLE001 - the audit is evidence, never a verdict: report and go on
         print(f"cowork-adapter: the offline audit could not be written: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
+    """The concurrency this host's measured per-task use suggests (advice printed, never enforced;
+    the next run's operator chooses it). Never raises: it must not break a run's start or end."""
+    from .resources import campaign_roots, host_suggestion
+
+    try:
+        found = host_suggestion(cfg.docker_host, [*campaign_roots(cfg.campaign_file, cfg.resume_from), *own])
+    except Exception as exc:  # noqa: BLE001 - advice only
+        print(f"cowork-adapter: no concurrency suggestion {when} ({type(exc).__name__})", flush=True)
+        return
+    print(f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.concurrency}).", flush=True)
 
 
 def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: str | None, settlement: str) -> None:

@@ -366,3 +366,31 @@ def test_explicit_limit_above_the_daemon_fails(tmp_path, healthy, meter, capsys,
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, **over), capsys)
     line = only_failure(lines, "limits fit the daemon")
     assert code == 1 and words in line and "— fix: lower the limit" in line
+
+
+def test_concurrency_says_nothing_is_measured_for_a_new_campaign(tmp_path, healthy, meter, capsys):
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
+    assert code == 0
+    assert lines["concurrency"].startswith("OK")
+    assert "no task's resource use has been measured yet" in lines["concurrency"].lower()
+
+
+def test_concurrency_is_suggested_from_the_campaigns_measured_tasks(tmp_path, healthy, meter, capsys):
+    from cowork_adapter.schemas.ledger import RunnerRow, TaskRow
+
+    earlier = tmp_path / "runs" / "r0"
+    earlier.mkdir(parents=True)
+    rows = [TaskRow(ts="2026-12-01T00:00:00Z", instance_id=f"t{i}", status="passed", reason_code="official_pass",
+                    official_eval_status="completed", peak_memory_bytes=4 * GIB, cpu_seconds=60.0,
+                    runner_row=RunnerRow(status="success", duration_s=60.0)) for i in range(3)]
+    (earlier / "result_index.jsonl").write_text("".join(r.to_line() for r in rows))
+    now = datetime.now(timezone.utc)
+    cfg = make_cfg(tmp_path, healthy, meter.base_url, concurrency=3)
+    write_campaign(cfg.campaign_file, runs=[{"run_root": str(earlier), "run_label": "cd" * 16, "outcome": "completed",
+                                             "spent_usd": 1.0, "started_at": now, "finished_at": now}])
+    code, lines = run(cfg, capsys)
+    line = lines["concurrency"]
+    # 2 CPUs / 1.0 CPU per task -> 2; memory: 80 % of 24 GiB / 4 GiB -> 4.
+    assert line.startswith("OK") and "Suggested concurrency 2 for this host (2 CPUs, 24.0 GiB" in line
+    assert "memory allows 4" in line and "CPU allows 2" in line and "over 3 task(s)" in line
+    assert "measured in 1 run root(s)" in line and "--concurrency 3 is above it" in line

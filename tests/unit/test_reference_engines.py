@@ -289,7 +289,7 @@ def test_report_scores_valid_tasks_beside_the_full_set_headline(tmp_path):
     md, html = to_markdown(r), to_html(r)
     assert md.index(headline(r)) < md.index(valid_line(r)) and "## Task validity" in md
     assert valid_line(r).startswith("pass@1 over valid tasks = 1/2 = 50.0 %") and "<h2>Task validity</h2>" in html
-    assert "| task | status | reason | cost | run | validity |" in md and "| b-2 | failed |" in md
+    assert "| task | status | reason | cost | peak memory | CPU time | run | validity |" in md and "| b-2 | failed |" in md
     assert "<td>oracle_fails</td>" in html
 
 

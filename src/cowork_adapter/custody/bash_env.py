@@ -171,9 +171,10 @@ def wrapper_text(python: str, program: Path, config_path: Path, run_label: str, 
                  docker_host: str) -> str:
     """The `docker` wrapper: its config path is baked in, so a scrubbed environment still works.
 
-    Commands the shim rewrites or records (creations, exec, global flags) go to the shim program;
-    every other command execs the real docker at once, against the run's daemon and no context,
-    so the runner's many `ps`/`rm`/`inspect` calls cost no Python start-up.
+    Commands the shim rewrites or records (creations, exec, rm/stop with their resource readings,
+    global flags) go to the shim program; every other command execs the real docker at once,
+    against the run's daemon and no context, so the runner's many `ps`/`inspect` calls cost no
+    Python start-up.
     """
     q = shlex.quote
     return (
@@ -182,7 +183,7 @@ def wrapper_text(python: str, program: Path, config_path: Path, run_label: str, 
         f"COWORK_SHIM_CONFIG={q(str(config_path))}\n"
         "export COWORK_SHIM_CONFIG\n"
         'case "${1-}" in\n'
-        f"  run|create|container|network|exec|-*|\"\") exec {q(python)} -I -S {q(str(program))} \"$@\" ;;\n"
+        f"  run|create|container|network|exec|rm|stop|-*|\"\") exec {q(python)} -I -S {q(str(program))} \"$@\" ;;\n"
         "esac\n"
         "unset DOCKER_CONTEXT\n"
         f"DOCKER_HOST={q(docker_host)}\n"

@@ -86,10 +86,14 @@ def label_is_empty(docker_host: str, run_label: str, *, timeout: int = DEFAULT_T
 
 
 def cleanup_run(
-    docker_host: str, run_label: str, log: Log, *, timeout: int = DEFAULT_TIMEOUT_SEC
+    docker_host: str, run_label: str, log: Log, *, timeout: int = DEFAULT_TIMEOUT_SEC,
+    before_remove: Callable[[Any, str, str], None] | None = None,
 ) -> CleanupReport:
     """Force-remove the run's containers (with their anonymous volumes), then its networks and its
     labelled volumes, then prove by a fresh listing that none remains.
+
+    `before_remove(api, id, name)` runs before each container's removal (the resource reading of a
+    container the runner left behind); whatever it raises is ignored, the removal always follows.
 
     A "not found" during removal (a competing cleanup) counts as success only because the relist
     is empty. Raises CustodyError when a listing fails (state unknown) or anything survives.
@@ -108,6 +112,11 @@ def cleanup_run(
             ("volume", _remove_volume, listed.volumes),
         ):
             for ident, name in items:
+                if kind == "container" and before_remove is not None:
+                    try:
+                        before_remove(dc.api, ident, name)
+                    except Exception:  # noqa: BLE001 - a reading never stands in custody's way
+                        pass
                 error = _attempt(remove, dc.api, kind, ident, name)
                 if error is None:
                     removed[kind].append((ident, name))

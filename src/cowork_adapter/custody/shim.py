@@ -16,15 +16,21 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   keeps the last value, so theirs would win).
 - `exec agent-<id> …` records the --task_dir value; `exec eval-<id> … --phase eval` tells the
   eval phase whether `agent-<id>` still exists (COWORK_AGENT_CONTAINER_STATE).
+- `rm`/`stop` (also `container rm|stop`) of a task's `agent-`/`eval-`/`pg-<id>` container first
+  reads the daemon's own accounting of it (the stats API: the cgroup's peak memory and cumulative
+  CPU time), because removal destroys that cgroup; one line per read goes to `<id>.resources.jsonl`.
+  A failed read is recorded with its cause and never delays or blocks the command for long.
 - every other command runs the real docker with its exact argv, output and exit code.
 
 Evidence goes to the host-only evidence_dir; a failure to write it never changes an exit code.
 The shim never prints argv and never logs environment values.
 """
 
+import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -65,6 +71,15 @@ CONFIG_KEYS = (
 )
 LIMIT_KEYS = ("cpus", "memory_bytes", "memory_swap_bytes", "pids_limit")
 PROBE_TIMEOUT_SEC = 20
+# One stats read per container before its removal: short, because the runner waits for it.
+STATS_TIMEOUT_SEC = 5
+# How a reading was taken (schemas.ledger and resources.py read these words).
+STATS_METHOD = "daemon_stats_api"
+MEASURED_ROLES = ("agent", "eval", "pg")
+RM_BOOL_LONG = frozenset({"--force", "--volumes", "--link", "--help"})
+RM_BOOL_SHORT = frozenset("fvl")
+STOP_BOOL_LONG = frozenset({"--help"})
+STOP_BOOL_SHORT = frozenset()
 
 # docker's global options that take a value, and those that pick the daemon.
 GLOBAL_VALUE_OPTIONS = frozenset(
@@ -192,6 +207,10 @@ def classify(argv):
         kind, at, sub = "exec", i + 1, "exec"
     elif words == ["container", "exec"]:
         kind, at, sub = "exec", i + 2, "container exec"
+    elif words[:1] in (["rm"], ["stop"]):
+        kind, at, sub = "remove", i + 1, words[0]
+    elif words in (["container", "rm"], ["container", "stop"]):
+        kind, at, sub = "remove", i + 2, " ".join(words)
     else:
         sub = None
     return {"kind": kind, "at": at, "subcommand": sub, "host_override": host_override}
@@ -370,6 +389,89 @@ def agent_state(config, ident):
     return PRESENT if wanted in names else ABSENT
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the daemon's unix socket (the standard library has no such connection)."""
+
+    def __init__(self, path, timeout):
+        http.client.HTTPConnection.__init__(self, "localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def daemon_connection(docker_host, timeout):
+    """An HTTP connection to the daemon at `docker_host` (unix:// or plain tcp://), else None."""
+    if docker_host.startswith("unix://"):
+        return _UnixHTTPConnection(docker_host[len("unix://"):], timeout)
+    if docker_host.startswith("tcp://"):
+        hostport = docker_host[len("tcp://"):].split("/", 1)[0]
+        host, _, port = hostport.rpartition(":")
+        try:
+            return http.client.HTTPConnection(host or hostport, int(port) if port else 2375, timeout=timeout)
+        except ValueError:
+            return None
+    return None  # ssh:// and TLS daemons: no reading rather than a second client stack
+
+
+def parse_stats(data):
+    """(peak memory bytes, cpu ns, memory usage bytes, cause) from one stats API answer.
+
+    A value the daemon did not give is None with a cause, never 0: a stopped container's answer
+    is all zeros (its cgroup is gone), and cgroup v2 daemons report usage but no peak.
+    """
+    if not isinstance(data, dict):
+        return None, None, None, "stats_unreadable"
+    if str(data.get("read", "")).startswith("0001-"):
+        return None, None, None, "container_not_running"
+    memory = data.get("memory_stats") if isinstance(data.get("memory_stats"), dict) else {}
+    cpu = (data.get("cpu_stats") or {}).get("cpu_usage") if isinstance(data.get("cpu_stats"), dict) else None
+    total = cpu.get("total_usage") if isinstance(cpu, dict) else None
+    cpu_ns = total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+    usage = memory.get("usage")
+    usage = usage if isinstance(usage, int) and not isinstance(usage, bool) and usage > 0 else None
+    peak = memory.get("max_usage")
+    peak = peak if isinstance(peak, int) and not isinstance(peak, bool) and peak > 0 else None
+    cause = None
+    if peak is None:
+        cause = "daemon_reports_no_peak" if usage is not None else "no_memory_stats"
+    elif cpu_ns is None:
+        cause = "no_cpu_stats"
+    return peak, cpu_ns, usage, cause
+
+
+def read_stats(config, container):
+    """One reading of `container` from the daemon: a dict for <id>.resources.jsonl. Never raises."""
+    reading = {"ts": time.time(), "container": container, "method": STATS_METHOD,
+               "memory_peak_bytes": None, "cpu_ns": None, "memory_usage_bytes": None, "cause": None}
+    conn = daemon_connection(config["docker_host"], STATS_TIMEOUT_SEC)
+    if conn is None:
+        reading["cause"] = "daemon_address_unsupported"
+        return reading
+    try:
+        conn.request("GET", "/containers/%s/stats?stream=false&one-shot=true" % container)
+        answer = conn.getresponse()
+        body = answer.read()
+        status = answer.status
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        reading["cause"] = "stats_read_failed:" + type(exc).__name__
+        return reading
+    finally:
+        conn.close()
+    if status != 200:
+        reading["cause"] = "container_absent" if status == 404 else "stats_http_%d" % status
+        return reading
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    peak, cpu_ns, usage, cause = parse_stats(data)
+    reading.update(memory_peak_bytes=peak, cpu_ns=cpu_ns, memory_usage_bytes=usage, cause=cause)
+    return reading
+
+
 def refuse(cause, what="container creation"):
     """One line on stderr naming the cause (never the argv), and exit 75."""
     sys.stderr.write("docker shim: " + what + " refused: " + cause + "\n")
@@ -438,6 +540,24 @@ def handle_exec(config, argv, shape):
     return run_real(config, argv)
 
 
+def handle_remove(config, argv, shape):
+    """Read each task container's accounting before `rm`/`stop` destroys it, then run the command."""
+    at = shape["at"]
+    if shape["subcommand"].endswith("rm"):
+        _, first = parse_options(argv[at:], RM_BOOL_LONG, RM_BOOL_SHORT)
+    else:
+        _, first = parse_options(argv[at:], STOP_BOOL_LONG, STOP_BOOL_SHORT)
+    for container in argv[at + first:]:
+        role = role_for_name(container)
+        ident = task_id(container, role) if role in MEASURED_ROLES else None
+        if ident is None:
+            continue
+        reading = read_stats(config, container)
+        reading.update(role=role, command=shape["subcommand"])
+        record(config, ident + ".resources.jsonl", reading)
+    return run_real(config, argv)
+
+
 def main(argv):
     config = load_config(os.environ.get("COWORK_SHIM_CONFIG", ""))
     if config is None:
@@ -449,6 +569,11 @@ def main(argv):
         try:
             return handle_exec(config, argv, shape)
         except Exception:  # evidence is best effort: the runner's exec must still run
+            return run_real(config, argv)
+    if shape["kind"] == "remove":
+        try:
+            return handle_remove(config, argv, shape)
+        except Exception:  # a reading is best effort: the removal must still run
             return run_real(config, argv)
     return run_real(config, argv)
 

@@ -184,8 +184,29 @@ def scenario_pass(env: DemoEnv) -> list[Check]:
         got = rows.get(task, {}).get("status")
         checks.append(Check(f"{task} is {want}", got == want.value, f"got {got}"))
     checks.append(Check("the manifest records the immutable image ID", str((manifest.get("image") or {}).get("id", "")).startswith("sha256:")))
+    checks += resource_checks(env, name, rows)
     checks += custody_checks(env, run_root) + campaign_checks(env, campaign, run_root)
     return checks
+
+
+def resource_checks(env: DemoEnv, name: str, rows: dict[str, dict]) -> list[Check]:
+    """Each task's containers were measured before removal, and the launcher advised a concurrency
+    (none before this first run of its campaign, one from the measured tasks after it)."""
+    unmeasured = {t: r.get("resource_basis") for t, r in rows.items()
+                  if not (isinstance(r.get("peak_memory_bytes"), int) and r["peak_memory_bytes"] > 0
+                          and isinstance(r.get("cpu_seconds"), (int, float)) and r["cpu_seconds"] > 0)}
+    try:
+        said = (env.root / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        said = ""
+    return [
+        Check("every task's ledger row carries its containers' peak memory and CPU time", not unmeasured,
+              str(unmeasured)[:300]),
+        Check("before the campaign's first run the launcher says nothing is measured yet",
+              "before this run, no task's resource use has been measured yet" in said),
+        Check("after it the launcher suggests a concurrency from the measured tasks",
+              "after this run, suggested concurrency" in said),
+    ]
 
 
 def scenario_sigterm(env: DemoEnv) -> list[Check]:

@@ -304,6 +304,9 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
             "domain": domains[task][0],
             "mcp_servers": servers[task],
             "validity_class": validity["task_class"][task] if validity else None,
+            "peak_memory_bytes": row.peak_memory_bytes if row else None,
+            "cpu_seconds": row.cpu_seconds if row else None,
+            "resource_basis": row.resource_basis if row else None,
         })
     return {
         "schema": REPORT_SCHEMA,

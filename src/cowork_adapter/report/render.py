@@ -21,6 +21,14 @@ def _hours(s: float | None) -> str:
     return "n/a" if s is None else f"{s / 3600:.1f} h"
 
 
+def _mib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _cpu(s: float | None) -> str:
+    return "unknown" if s is None else f"{s:,.1f} s"
+
+
 def headline(r: dict[str, Any]) -> str:
     lo, hi = r["wilson95"]
     return (f"pass@1 = {r['passed']}/{r['denominator']} = {_pct(r['pass_at_1'])} "
@@ -115,8 +123,9 @@ def _audit_omitted(a: dict[str, Any]) -> str | None:
 
 def _task_table(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The per-task table; with a task validity table, each task's class too."""
-    head = ["task", "status", "reason", "cost", "run"]
-    rows = [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), t["provenance"] or ""]
+    head = ["task", "status", "reason", "cost", "peak memory", "CPU time", "run"]
+    rows = [[t["instance_id"], t["status"], t["reason_code"], _usd(t["cost_usd"]), _mib(t.get("peak_memory_bytes")),
+             _cpu(t.get("cpu_seconds")), t["provenance"] or ""]
             for t in r["tasks"]]
     if r.get("validity"):
         head.append("validity")

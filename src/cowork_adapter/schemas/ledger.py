@@ -78,6 +78,16 @@ class UsageFacts(_Model):
     unreadable: bool = False
 
 
+class ContainerUse(_Model):
+    """One task container's use, as the daemon accounted it just before the container's removal."""
+
+    container: str
+    role: str
+    peak_memory_bytes: int | None = None  # the cgroup's own high-water mark, never a sample
+    cpu_seconds: float | None = None  # cumulative CPU time of every process in it
+    cause: str | None = None  # why a value is None (not read yet or never, cgroup v2, ...)
+
+
 class TaskRow(_Model):
     schema_: Literal["cowork_adapter.task_result.v1"] = Field(TASK_ROW_SCHEMA, alias="schema")
     ts: str
@@ -98,6 +108,14 @@ class TaskRow(_Model):
     task_dump: str | None = None
     attempt_run_root: str | None = None
     environment_blocked: str | None = None
+    # Resource use (rows written before these fields existed read as None / []). The peak is the
+    # sum of the containers' own peaks: an upper bound of the task's simultaneous use, since its
+    # PostgreSQL and agent containers run together. None, never 0, when any container's reading
+    # is missing; `resource_basis` then says why, and otherwise how it was measured.
+    peak_memory_bytes: int | None = None
+    cpu_seconds: float | None = None
+    resource_basis: str | None = None
+    resource_containers: list[ContainerUse] = Field(default_factory=list)
 
     def to_line(self) -> str:
         return self.model_dump_json(by_alias=True) + "\n"
