@@ -315,3 +315,22 @@ def test_the_report_points_to_methodology_and_every_disclosure_names_an_existing
         assert cited and cited.group(1) in sections, note
     assert f"[METHODOLOGY.md]({methodology})" in to_markdown(r)
     assert f"href='file://{methodology}'" in to_html(r)
+
+
+def test_a_dry_run_root_is_refused_in_one_sentence_that_says_it_was_a_dry_run(tmp_path):
+    """A dry run has a manifest and no ledger; `report` says so instead of naming an exception class."""
+    from cowork_adapter.errors import Refusal
+    from cowork_adapter.report.merge import load_run
+
+    root = tmp_path / "dry"
+    manifest = synth.write_manifest(root, ["task-a"], outcome="dry_run")
+    manifest.dry_run = True
+    (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")
+    with pytest.raises(Refusal) as refused:
+        load_run(str(root))
+    assert "was a dry run" in str(refused.value) and "Error" not in str(refused.value)
+    manifest.dry_run = False  # a run that should have a ledger: the reason is the OS's words, not a class name
+    (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")
+    with pytest.raises(Refusal) as refused:
+        load_run(str(root))
+    assert "No such file or directory" in str(refused.value) and "FileNotFoundError" not in str(refused.value)

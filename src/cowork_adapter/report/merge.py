@@ -91,10 +91,17 @@ def load_run(root: str) -> RunRecord:
         manifest = RunManifest.model_validate_json((path / MANIFEST_NAME).read_bytes())
     except (OSError, ValueError) as exc:
         raise Refusal(STAGE, f"The run manifest of {root} is missing or unreadable ({type(exc).__name__}).") from None
+    if manifest.dry_run and not (path / LEDGER_NAME).exists():
+        # A dry run records its configuration and image and runs no task: there is no score to report.
+        raise Refusal(STAGE, f"Run {root} was a dry run: no task ran and it has no ledger, so there is nothing to report.")
     try:
         rows = read_index(path / LEDGER_NAME)
-    except (OSError, ValueError) as exc:
-        raise Refusal(STAGE, f"The ledger of {root} is missing or unreadable ({type(exc).__name__}); build it before reporting.") from None
+    except OSError as exc:
+        raise Refusal(STAGE, f"The ledger {path / LEDGER_NAME} cannot be read ({exc.strerror or type(exc).__name__}); "
+                             "a run whose launcher died gets its final ledger from `cowork-adapter clear`.") from None
+    except ValueError as exc:
+        raise Refusal(STAGE, f"The ledger {path / LEDGER_NAME} is not a valid ledger ({exc}); "
+                             "a run whose launcher died gets its final ledger from `cowork-adapter clear`.") from None
     audit, audit_unreadable = _read_audit(path)
     return RunRecord(
         root=root,
