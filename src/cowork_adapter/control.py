@@ -37,11 +37,10 @@ from pydantic import ValidationError
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_events
 from .fileio import create_exclusive
-from .ledger import LEDGER_NAME, read_index
 from .live import eta_seconds, format_duration, progress_rows, summary_line
 from .resources import summary_line as resource_summary_line
 from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
-from .schemas.ledger import TaskRow
+from .schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
 from .vocab import EventKind, ExitCode

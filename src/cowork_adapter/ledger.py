@@ -31,7 +31,8 @@ from .container import protocol
 from .events import utc_now_iso
 from .fileio import replace_atomic
 from .resources import NOT_TIED, TaskResources, read_task_resources
-from .schemas.ledger import (
+from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema (light readers import them there)
+    LEDGER_NAME,
     AdapterSummaryFacts,
     EvalResultFacts,
     OfficialReceipt,
@@ -47,7 +48,6 @@ from .vocab import (
     TaskStatus,
 )
 
-LEDGER_NAME = "result_index.jsonl"
 MANIFEST_NAME = "run_manifest.json"
 SUMMARY_NAME = "ouroboros_summary.json"
 # Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
@@ -617,20 +617,6 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
 
 
 # ================================================================ index of a whole run
-
-
-def read_index(path: Path) -> list[TaskRow]:
-    """Every row of a result_index.jsonl; raises OSError/ValueError when it cannot be trusted."""
-    rows: list[TaskRow] = []
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(TaskRow.model_validate_json(line))
-            except ValueError as exc:
-                raise ValueError(f"{path}: line {number} is not a task row ({type(exc).__name__})") from exc
-    return rows
 
 
 def rebuild_attempts(run_root: Path | str, tasks: Iterable[str] | None = None, *,

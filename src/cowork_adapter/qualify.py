@@ -19,7 +19,7 @@ from typing import Any
 
 from .config import RunConfig
 from .errors import Refusal
-from .ledger import LEDGER_NAME, read_index
+from .schemas.ledger import LEDGER_NAME, read_index
 from .fileio import replace_atomic
 from .manifest import utc_now
 from .schemas.ledger import TaskRow

@@ -258,7 +258,7 @@ def read_task_resources(run_root: Path | str) -> dict[str, TaskResources]:
 
 def measured_use(run_roots: Iterable[Path | str]) -> tuple[list[int], list[float]]:
     """(peaks, CPU rates) from the ledgers of `run_roots`; an unreadable ledger adds nothing."""
-    from .ledger import LEDGER_NAME, read_index
+    from .schemas.ledger import LEDGER_NAME, read_index
 
     peaks: list[int] = []
     rates: list[float] = []

@@ -28,7 +28,7 @@ from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.scenarios import agent_started, prepare, wait_for
 from cowork_adapter.demo.scenarios_recovery import stop_after_agent
 from cowork_adapter.errors import CustodyError
-from cowork_adapter.ledger import LEDGER_NAME, read_index
+from cowork_adapter.schemas.ledger import LEDGER_NAME, read_index
 from cowork_adapter.vocab import ExitCode, TaskStatus
 
 TASKS = ["demo-csv-totals", "demo-wrong-answer", "demo-hang"]

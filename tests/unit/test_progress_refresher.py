@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from cowork_adapter.events import EventLog
-from cowork_adapter.ledger import LEDGER_NAME, read_index
+from cowork_adapter.schemas.ledger import LEDGER_NAME, read_index
 from cowork_adapter.progress import RunProgress
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import TaskStatus as S

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.errors import Refusal
-from cowork_adapter.ledger import build_index, read_index, write_index
+from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.schemas.ledger import read_index
 from cowork_adapter.recovery import resolve_ancestry
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import TaskStatus

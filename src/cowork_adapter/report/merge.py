@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from ..errors import Refusal
 from ..events import parse_ts, read_events
-from ..ledger import LEDGER_NAME, MANIFEST_NAME, read_index
+from ..ledger import MANIFEST_NAME
+from ..schemas.ledger import LEDGER_NAME, read_index
 from ..recovery import identity_difference
 from ..schemas.audit import AuditReport, audit_path_to_read, read_launcher_audit
 from ..schemas.events import MeterReading

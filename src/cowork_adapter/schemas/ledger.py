@@ -7,6 +7,7 @@ the official verdict only when a completed receipt links it, and where the attem
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -119,3 +120,20 @@ class TaskRow(_Model):
 
     def to_line(self) -> str:
         return self.model_dump_json(by_alias=True) + "\n"
+
+
+LEDGER_NAME = "result_index.jsonl"
+
+
+def read_index(path: Path | str) -> list[TaskRow]:
+    """Every row of a result_index.jsonl; raises OSError/ValueError when it cannot be trusted."""
+    rows: list[TaskRow] = []
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(TaskRow.model_validate_json(line))
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {number} is not a task row ({type(exc).__name__})") from exc
+    return rows
