@@ -19,9 +19,9 @@ from cowork_adapter.ledger import (
     build_index,
     classify,
     classify_task,
-    read_index,
     write_index,
 )
+from cowork_adapter.schemas.ledger import read_index
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import PaidActivity, TaskStatus as S

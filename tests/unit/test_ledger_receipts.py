@@ -17,11 +17,11 @@ from cowork_adapter.ledger import (
     IndexContext,
     build_index,
     classify_task,
-    read_index,
     rebuild_attempts,
     rebuild_final,
     write_index,
 )
+from cowork_adapter.schemas.ledger import read_index
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.vocab import OfficialEvalStatus as E
