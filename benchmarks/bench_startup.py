@@ -16,7 +16,6 @@ Target (issue 18): start-up under 0.2 s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 
 # The synthetic run roots are test support (tests/synthetic_run.py), not part of the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from synthetic_run import synth_run  # noqa: E402
+from synthetic_run import one_task_audit_run, synth_run  # noqa: E402
 
 TARGET_SEC = 0.2
 
@@ -44,20 +43,7 @@ def _timed(argv: list[str]) -> tuple[float, float, int]:
 
 def _run_root(folder: Path) -> Path:
     """A finished one-task run root whose tool log reads the ground truth."""
-    root = folder / "run"
-    logs = root / "bench" / "dumps" / "abc" / "SingleUserTurn-t1" / "ouroboros"
-    logs.mkdir(parents=True)
-    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
-                                                        "applied_config": {}}))
-    (root / "monitor.json").write_text(json.dumps({"finished": True}))
-    (logs / "tools.jsonl").write_text(json.dumps({
-        "ts": "2026-01-01T00:00:00+00:00", "type": "tool_call", "tool": "run_command",
-        "args": {"command": "cat tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
-        "result_preview": "", "is_error": False}) + "\n")
-    (root / "result_index.jsonl").write_text(json.dumps({
-        "instance_id": "t1", "status": "passed", "reason_code": "passed", "official_eval_status": "completed",
-        "task_dump": "bench/dumps/abc/SingleUserTurn-t1"}) + "\n")
-    return root
+    return one_task_audit_run(folder / "run")
 
 
 def _spread(values: list[float]) -> str:

@@ -226,3 +226,20 @@ def synth_run(root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, 
                           spending=Spending(run_spent_usd=spent), meter=MeterState(blindness_sec=30.0))
         (root / "monitor.json").write_text(monitor.to_json(), encoding="utf-8")
     return tasks
+
+
+def one_task_audit_run(root: Path) -> Path:
+    """A finished run root of one task whose tool log reads the ground truth: one audit finding."""
+    logs = root / "bench" / "dumps" / "abc" / "SingleUserTurn-t1" / "ouroboros"
+    logs.mkdir(parents=True)
+    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
+                                                        "applied_config": {}}))
+    (root / "monitor.json").write_text(json.dumps({"finished": True}))
+    (logs / "tools.jsonl").write_text(json.dumps({
+        "ts": "2026-01-01T00:00:00+00:00", "type": "tool_call", "tool": "run_command",
+        "args": {"command": "cat tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
+        "result_preview": "", "is_error": False}) + "\n")
+    (root / "result_index.jsonl").write_text(json.dumps({
+        "instance_id": "t1", "status": "passed", "reason_code": "passed", "official_eval_status": "completed",
+        "task_dump": "bench/dumps/abc/SingleUserTurn-t1"}) + "\n")
+    return root

@@ -60,28 +60,8 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(directory: Path, name: str, data: bytes, mode: int, durable: bool = True) -> Path:
-    """A new, fsynced temp file beside `name` holding `data` with exactly `mode`; removed on failure."""
-    tmp = directory / f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _create_in_place(path: Path, data: bytes, mode: int, durable: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+def _write_fd(fd: int, data: bytes, mode: int, durable: bool) -> None:
+    """Give the open file exactly `mode`, write all of `data`, fsync when durable; always closes fd."""
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)
@@ -91,6 +71,23 @@ def _create_in_place(path: Path, data: bytes, mode: int, durable: bool) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_temp(directory: Path, name: str, data: bytes, mode: int, durable: bool = True) -> Path:
+    """A new, fsynced temp file beside `name` holding `data` with exactly `mode`; removed on failure."""
+    tmp = directory / f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        _write_fd(fd, data, mode, durable)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _create_in_place(path: Path, data: bytes, mode: int, durable: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    _write_fd(fd, data, mode, durable)
     if durable:
         _fsync_dir(path.parent)
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from synthetic_run import synth_run  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from synthetic_run import one_task_audit_run, synth_run  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
 HEAVY = ("pydantic", "pydantic_core", "rich", "docker", "httpx", "yaml", "msgspec", "ahocorasick_rs",
          "markdown_it", "pygments")
@@ -47,20 +47,7 @@ def _run(*args: str, app: str = "slim") -> dict:
 @pytest.fixture()
 def run_root(tmp_path: Path) -> Path:
     """A finished run of one task whose tool log reads the ground truth (one finding to report)."""
-    root = tmp_path / "run"
-    logs = root / "bench" / "dumps" / "abc" / "SingleUserTurn-t1" / "ouroboros"
-    logs.mkdir(parents=True)
-    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
-                                                        "applied_config": {}}))
-    (root / "monitor.json").write_text(json.dumps({"finished": True}))
-    (logs / "tools.jsonl").write_text(json.dumps({
-        "ts": "2026-01-01T00:00:00+00:00", "type": "tool_call", "tool": "run_command",
-        "args": {"command": "cat tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
-        "result_preview": "", "is_error": False}) + "\n")
-    (root / "result_index.jsonl").write_text(json.dumps({
-        "instance_id": "t1", "status": "passed", "reason_code": "passed", "official_eval_status": "completed",
-        "task_dump": "bench/dumps/abc/SingleUserTurn-t1"}) + "\n")
-    return root
+    return one_task_audit_run(tmp_path / "run")
 
 
 def test_version_imports_no_heavy_library() -> None:
