@@ -375,3 +375,17 @@ def test_claims_are_read_even_when_the_dump_cannot_be_listed(run_root: Path, mon
     assert planted.eval_attempts.receipts == []
     clean = _task(build_audit(run_root, workers=1), "clean-task")
     assert clean.eval_attempts.claims == 0 and clean.eval_attempts.diagnostic.present is False
+
+
+def test_a_lone_surrogate_in_a_log_never_stops_the_audit_from_writing(run_root: Path, tmp_path: Path) -> None:
+    """JSON may escape a lone surrogate (\\udcff); decoded, it cannot be written as UTF-8. The report
+    keeps it as visible escaped text instead of crashing."""
+    events = next(run_root.glob("bench/dumps/*/*/ouroboros/events.jsonl"))
+    with events.open("a", encoding="utf-8") as fh:
+        fh.write(_usage(model="bad\\udcffmodel").replace("bad\\\\udcffmodel", "bad\\udcffmodel") + "\n")
+    assert "\\udcff" in events.read_text(encoding="utf-8")
+    output = tmp_path / "surrogate-audit.json"
+    assert run_audit_command(run_root, output) == 0
+    text = output.read_text(encoding="utf-8")
+    read_report(output.read_bytes())
+    assert "bad\\\\udcffmodel" in text  # the escape, visible as text

@@ -14,7 +14,7 @@ pydantic alone took 0.11 s of it. The audit builds them from values it has check
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -235,7 +235,23 @@ class AuditReport(_Model, kw_only=True):
     tasks: list[TaskAudit] = msgspec.field(default_factory=list)
 
     def to_json(self) -> str:
-        return msgspec.json.format(msgspec.json.encode(self), indent=2).decode() + "\n"
+        try:
+            data = msgspec.json.encode(self)
+        except UnicodeEncodeError:
+            # A log may escape a lone surrogate (\\udcff); decoded, it has no UTF-8 form. Keep it visible
+            # as its escape text rather than lose the report (rare: only then is the tree walked).
+            data = msgspec.json.encode(_without_surrogates(msgspec.to_builtins(self)))
+        return msgspec.json.format(data, indent=2).decode() + "\n"
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    return value
 
 
 def read_report(data: bytes) -> AuditReport:
