@@ -30,7 +30,7 @@ from .audit.scan import TaskScan, scan_events
 from .container import protocol
 from .events import utc_now_iso
 from .fileio import replace_atomic
-from .resources import NOT_TIED, TaskResources, read_task_resources
+from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema (light readers import them there)
     LEDGER_NAME,
     AdapterSummaryFacts,
@@ -316,24 +316,10 @@ def find_dumps(bench: Path) -> dict[str, Path]:
     return found
 
 
-def read_custody_tasks(run_root: Path) -> dict[str, str]:
+def read_custody_tasks(run_root: Path, runner_ids: Mapping[str, str] | None = None) -> dict[str, str]:
     """task → `custody:<runner-id>.task` for every agent container the shim admitted."""
-    out: dict[str, str] = {}
-    folder = run_root / "custody" / "evidence"
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.name.endswith(".task"):
-            continue
-        try:
-            text = Path(entry.path).read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            continue
-        if text:
-            out.setdefault(Path(text).name, f"custody:{entry.name}")
-    return out
+    ids = task_runner_ids(run_root) if runner_ids is None else runner_ids
+    return {task: f"custody:{ident}.task" for task, ident in ids.items()}
 
 
 def failed_servers(inventory: Mapping[str, Any] | None) -> dict[str, str]:
@@ -405,8 +391,9 @@ class IndexContext:
     def refresh(self) -> None:
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
-        self.custody = read_custody_tasks(self.run_root)
-        self.resources = read_task_resources(self.run_root)
+        runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
+        self.custody = read_custody_tasks(self.run_root, runner_ids)
+        self.resources = read_task_resources(self.run_root, runner_ids)
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}

@@ -224,33 +224,41 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def read_task_resources(run_root: Path | str) -> dict[str, TaskResources]:
-    """task → its resource use, from the shim's evidence of `run_root`.
-
-    A runner id is tied to a task by `<id>.task` (the agent exec's --task_dir); the task's
-    containers are the admitted creations named `<role>-<id>`.
-    """
+def task_runner_ids(run_root: Path | str) -> dict[str, str]:
+    """task → the runner id of its agent container, from the shim's `<id>.task` files (the agent
+    exec's --task_dir). The first id of a task in name order wins, so every reader agrees."""
     folder = Path(run_root).joinpath(*EVIDENCE_DIR)
     try:
-        names = sorted(entry.name for entry in os.scandir(folder))
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".task"))
     except OSError:
         return {}
-    admitted: dict[str, list[tuple[str, str]]] = {}
-    for rec in _lines(folder / "creations.jsonl"):
-        name, role = rec.get("name"), rec.get("role")
-        if rec.get("admitted") is True and role in MEASURED_ROLES and isinstance(name, str):
-            admitted.setdefault(name[len(role) + 1:], []).append((name, role))
-    out: dict[str, TaskResources] = {}
+    out: dict[str, str] = {}
     for file_name in names:
-        if not file_name.endswith(".task"):
-            continue
-        ident = file_name[: -len(".task")]
         try:
             task = Path((folder / file_name).read_text(encoding="utf-8", errors="replace").strip()).name
         except OSError:
             continue
-        if not task or task in out:
-            continue  # the first runner id of a task wins, as in ledger.read_custody_tasks
+        if task:
+            out.setdefault(task, file_name[: -len(".task")])
+    return out
+
+
+def read_task_resources(run_root: Path | str, runner_ids: Mapping[str, str] | None = None) -> dict[str, TaskResources]:
+    """task → its resource use, from the shim's evidence of `run_root`.
+
+    `runner_ids` (task → runner id, as `task_runner_ids` gives) saves a second scan when the caller
+    has it. A task's containers are the admitted creations named `<role>-<id>`.
+    """
+    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    if runner_ids is None:
+        runner_ids = task_runner_ids(run_root)
+    admitted: dict[str, list[tuple[str, str]]] = {}
+    for rec in _lines(folder / "creations.jsonl") if runner_ids else ():
+        name, role = rec.get("name"), rec.get("role")
+        if rec.get("admitted") is True and role in MEASURED_ROLES and isinstance(name, str):
+            admitted.setdefault(name[len(role) + 1:], []).append((name, role))
+    out: dict[str, TaskResources] = {}
+    for task, ident in runner_ids.items():
         containers = list(dict.fromkeys(admitted.get(ident) or [(f"agent-{ident}", "agent")]))
         out[task] = summarize(containers, _lines(folder / (ident + READINGS_SUFFIX)))
     return out
