@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 
 from .campaign.observe import DEFAULT_BLINDNESS_SEC
 from .campaign.store import read_campaign
@@ -36,6 +35,7 @@ from .events import EventLog
 from .manifest import utc_now, write_manifest
 from .schemas.campaign import key_fingerprint
 from .schemas.manifest import ClearedRecord, RunManifest
+from .schemas.record import RecordInvalid, decode
 from .vocab import EventKind, ExitCode, RunOutcome, StopReason
 
 if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
@@ -69,8 +69,8 @@ def recorded_docker_host(run_root: Path, manifest: RunManifest | None) -> str | 
         from .custody.shim_config import ShimConfig
 
         text = (Path(run_root) / "custody" / "shim_config.json").read_text(encoding="utf-8")
-        return ShimConfig.model_validate_json(text).docker_host
-    except (OSError, ValidationError):
+        return decode(text, ShimConfig).docker_host
+    except (OSError, RecordInvalid):
         pass
     argv = manifest.argv if manifest is not None else []
     for i, arg in enumerate(argv):
@@ -151,9 +151,9 @@ def _load_manifest(run_root: Path) -> RunManifest:
     except OSError as exc:
         raise Refusal(STAGE, f"{path} cannot be read ({exc.strerror}).") from None
     try:
-        manifest = RunManifest.model_validate_json(text)
-    except ValidationError as exc:
-        raise Refusal(STAGE, f"{path} is not a valid run manifest ({exc.error_count()} problems); it is left as it is.") from None
+        manifest = decode(text, RunManifest)
+    except RecordInvalid as exc:
+        raise Refusal(STAGE, f"{path} is not a valid run manifest ({exc}); it is left as it is.") from None
     if os.path.normpath(manifest.run_root) != os.path.normpath(run_root):
         raise Refusal(STAGE, f"{path} belongs to the run root {manifest.run_root}, not {run_root}.")
     return manifest

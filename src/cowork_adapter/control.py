@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_events
 from .fileio import create_exclusive
@@ -43,6 +41,7 @@ from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinishe
 from .schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
+from .schemas.record import RecordInvalid, decode
 from .vocab import EventKind, ExitCode
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
@@ -83,9 +82,9 @@ def _load(path: Path, model, problems: list[str]):
         problems.append(f"{path.name} cannot be read ({exc.strerror})")
         return None
     try:
-        return model.model_validate_json(text)
-    except ValidationError as exc:
-        problems.append(f"{path.name} is not valid ({exc.error_count()} problems)")
+        return decode(text, model)
+    except RecordInvalid as exc:
+        problems.append(f"{path.name} is not valid ({exc})")
         return None
 
 
@@ -340,26 +339,26 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "stop_causes": list(stop_causes or []),
         "exit_code": m.exit_code if m is not None else None,
         "finished_at": m.finished_at if m is not None else None,
-        "refusal": m.refusal.model_dump() if m is not None and m.refusal else None,
+        "refusal": m.refusal.to_dict() if m is not None and m.refusal else None,
         "error": m.error if m is not None else None,
         "launcher_pid": launcher_pid if launcher_pid is not None else (mon.launcher_pid if mon else None),
         "launcher_alive": launcher_alive,
         "cleanup_proven": _cleanup_proven(m, mon),
         "campaign_settlement": settlement,
         "campaign_file": m.campaign_file if m is not None else None,
-        "progress": progress.model_dump(),
+        "progress": progress.to_dict(),
         "progress_source": "monitor.json" if mon is not None else "events.jsonl",
-        "spending": mon.spending.model_dump() if mon is not None else None,
+        "spending": mon.spending.to_dict() if mon is not None else None,
         "meter": {"age_sec": mon.meter.age_sec, "blindness_sec": mon.meter.blindness_sec,
                   "last_usage": mon.meter.last_usage, "last_error": mon.meter.last_error,
                   "rejected": len(mon.meter.rejected)} if mon is not None else None,
-        "disk": mon.disk.model_dump() if mon is not None else None,
+        "disk": mon.disk.to_dict() if mon is not None else None,
         "observed_at": mon.observed_at.isoformat() if mon is not None else None,
         "elapsed_sec": elapsed,
         "eta_sec": eta,
         "dry_run": m.dry_run if m is not None else None,
         "problems": list(files.problems),
-        "diagnostic_write_failures": {k: v.model_dump() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
+        "diagnostic_write_failures": {k: v.to_dict() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
         "resource_use": _resource_use(files.ledger),
     }
 
@@ -404,7 +403,7 @@ def add_dead_run_truth(status: dict[str, Any], files: RunFiles) -> None:
                             "members": list(h.members)} for h in liveness.holders]
     status["processes_text"] = liveness.sentence()
     cleared = files.manifest.cleared if files.manifest is not None else None
-    status["cleared"] = cleared.model_dump() if cleared is not None else None
+    status["cleared"] = cleared.to_dict() if cleared is not None else None
     view = list_labelled_view(files)
     status["labelled"] = {"docker_host": view.docker_host, "objects": view.names, "counts": view.counts,
                           "error": view.error}

@@ -13,9 +13,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+import msgspec
 
 from .schemas.events import EVENT_MODELS, _Event, parse_event
+from .schemas.record import RecordInvalid, convert
 from .vocab import EventKind
 
 
@@ -50,12 +51,13 @@ class EventLog:
     def append(self, kind: EventKind | str, *, ts: str | None = None, **payload: Any) -> _Event:
         """Validate and append one event of `kind`; returns the typed event written."""
         model = EVENT_MODELS[EventKind(kind)]
-        event = model(ts=ts or utc_now_iso(), **payload)
+        # Through convert, a missing or unknown field is a RecordInvalid like any bad value.
+        event = convert(msgspec.to_builtins({"ts": ts or utc_now_iso(), **payload}), model)
         self.append_event(event)
         return event
 
     def append_event(self, event: _Event) -> None:
-        line = event.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8") + b"\n"
+        line = event.to_line().encode("utf-8")
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             # A writer that died mid-line left a fragment: start on a fresh line so it stays alone.
@@ -114,7 +116,7 @@ class EventLog:
         for record in self.read_new():
             try:
                 events.append(parse_event(record))
-            except ValidationError:
+            except RecordInvalid:
                 self.skipped_lines += 1
         return events
 

@@ -41,6 +41,7 @@ from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema
     UsageFacts,
 )
 from .schemas.manifest import RunManifest
+from .schemas.record import decode
 from .vocab import (
     INFRA_RUNTIME_REASONS,
     OfficialEvalStatus,
@@ -59,7 +60,7 @@ START_EVIDENCE_NAMES = (
     "mcp_proxy.log",
     "ouroboros_server.log",
 )
-SUMMARY_FIELDS = tuple(AdapterSummaryFacts.model_fields)
+SUMMARY_FIELDS = AdapterSummaryFacts.__struct_fields__
 
 
 # ================================================================ official verdict (pure)
@@ -382,7 +383,7 @@ class IndexContext:
     def load(cls, run_root: Path | str) -> "IndexContext":
         """Read the manifest (raises OSError/ValueError when it is missing or invalid)."""
         root = Path(run_root)
-        manifest = RunManifest.model_validate_json((root / MANIFEST_NAME).read_bytes())
+        manifest = decode((root / MANIFEST_NAME).read_bytes(), RunManifest)
         ctx = cls(run_root=root, manifest=manifest, bench=bench_dir(root, manifest))
         ctx.blocked = ctx._blocked_tasks()
         ctx.refresh()

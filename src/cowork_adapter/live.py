@@ -189,7 +189,7 @@ class ProgressView:
     def _update_plain(self, monitor: Monitor) -> None:
         p = monitor.progress
         # Only counts and stop causes decide whether a line is news; ages and free bytes change every poll.
-        key = f"{p.model_dump()}|{monitor.stop_causes}|{monitor.finished}"
+        key = f"{p.to_dict()}|{monitor.stop_causes}|{monitor.finished}"
         now = time.monotonic()
         if key != self._last or now - self._last_at >= PLAIN_HEARTBEAT_SEC:
             stamp = monitor.observed_at.strftime("%Y-%m-%dT%H:%M:%SZ")

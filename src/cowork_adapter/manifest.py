@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .fileio import replace_atomic
 from .schemas.manifest import RunManifest
+from .schemas.record import decode
 
 MANIFEST_NAME = "run_manifest.json"
 
@@ -21,4 +22,4 @@ def write_manifest(run_root: Path, manifest: RunManifest) -> None:
 
 
 def read_manifest(run_root: Path) -> RunManifest:
-    return RunManifest.model_validate_json((run_root / MANIFEST_NAME).read_text(encoding="utf-8"))
+    return decode((run_root / MANIFEST_NAME).read_bytes(), RunManifest)

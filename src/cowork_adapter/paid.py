@@ -552,7 +552,7 @@ class PaidRun:
     def _runner_started(self, pid: int) -> None:
         self.runner_pid = pid
         if self.processes is not None:  # first: a later command proves this group gone by it
-            self.processes = self.processes.model_copy(update={"runner_pgid": pid})
+            self.processes = self.processes.replace(runner_pgid=pid)
             write_processes(self.cfg.run_root, self.processes)
         if self.campaign is None:
             return  # a run that spends nothing has no campaign

@@ -149,7 +149,7 @@ class RunProgress:
     def write_monitor(self, monitor: Monitor) -> None:
         monitor.diagnostic_write_failures = dict(self.failures)
         try:
-            replace_atomic(self.run_root / "monitor.json", monitor.model_dump_json(by_alias=True, indent=2) + "\n")
+            replace_atomic(self.run_root / "monitor.json", monitor.to_json())
         except OSError as exc:
             report_write_failure(self.failures, "monitor.json", exc)
 

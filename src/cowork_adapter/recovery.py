@@ -20,6 +20,7 @@ from .errors import Refusal
 from .ledger import MANIFEST_NAME, bench_dir, rebuild_attempts
 from .schemas.ledger import TaskRow
 from .schemas.manifest import RunManifest
+from .schemas.record import decode
 from .vocab import RunOutcome, TaskStatus
 
 DIAGNOSTIC_FLAG = "diagnostic_eval_on_truncation"
@@ -98,7 +99,7 @@ def identity_difference(
 def _load_manifest(root: str) -> RunManifest:
     path = Path(root) / MANIFEST_NAME
     try:
-        return RunManifest.model_validate_json(path.read_bytes())
+        return decode(path.read_bytes(), RunManifest)
     except (OSError, ValueError) as exc:
         raise Refusal(
             STAGE,

@@ -157,7 +157,7 @@ def _paid_root(demo, broken_probe, name: str) -> tuple[Path, object]:
     run_root = demo["root"] / "runs" / name
     run_root.mkdir()
     manifest = read_manifest(probe_root)
-    manifest = manifest.model_copy(update={"run_root": str(run_root), "run_label": run_label(run_root),
+    manifest = manifest.replace(**{"run_root": str(run_root), "run_label": run_label(run_root),
                                            "inventory": None, "probe": None, "outcome": "running"})
     write_manifest(run_root, manifest)
     return run_root, manifest

@@ -11,6 +11,7 @@ thing each case changes.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -29,6 +30,7 @@ from cowork_adapter.container import protocol
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.schemas.manifest import RunManifest
+from cowork_adapter.schemas.record import decode
 
 SEL = ["demo-csv-totals", "demo-wrong-answer", "demo-hang"]
 CLI_TIMEOUT_S = 600
@@ -48,7 +50,7 @@ def world(docker_host, tmp_path_factory):
     w = {"root": root, "bench": bench, "commit": commit, "seed": seed, "pack": pack_tag, "docker_host": docker_host}
     out = run_cli(w, "probe", tasks=SEL)
     assert out.returncode == 0, out.stderr
-    w["template"] = RunManifest.model_validate_json((root / "runs" / "probe" / "run_manifest.json").read_bytes())
+    w["template"] = decode((root / "runs" / "probe" / "run_manifest.json").read_bytes(), RunManifest)
     return w
 
 
@@ -94,7 +96,7 @@ def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, paren
     """
     root = w["root"] / "runs" / name
     root.mkdir()
-    m = w["template"].model_copy(deep=True)
+    m = copy.deepcopy(w["template"])
     m.run_root = str(root)
     m.bench.working_copy = str(root / "bench")
     (root / "bench").mkdir()

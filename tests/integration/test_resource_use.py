@@ -21,6 +21,7 @@ from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.ledger import IndexContext, _classify_task_uncached
 from cowork_adapter.resources import METHOD_SENTENCE, read_task_resources, reader_for
 from cowork_adapter.schemas.ledger import TaskRow
+from cowork_adapter.schemas.record import decode
 
 IMAGE = "cowork-testbed/base:bookworm"
 LIMITS = ContainerLimits(cpus=1.0, memory_bytes=512 * 1024 * 1024, pids_limit=64)
@@ -101,7 +102,7 @@ def _row(tmp_path: Path) -> TaskRow:
     ctx.refresh()
     assert TASK in read_task_resources(run_root)
     row = _classify_task_uncached(ctx, TASK, live=False, interruption_cause="runner_exited")
-    return TaskRow.model_validate_json(row.to_line())  # what result_index.jsonl holds
+    return decode(row.to_line(), TaskRow)  # what result_index.jsonl holds
 
 
 def _assert_plausible(row: TaskRow) -> None:

@@ -45,7 +45,7 @@ LAUNCHER = textwrap.dedent("""
     # A marked process in a session of its own, which the launcher never recorded.
     stray = subprocess.Popen(["sleep", "300"], env={**os.environ, RUN_MARKER_ENV: label}, start_new_session=True)
     if "unrecorded" not in mode:
-        write_processes(run_root, processes.model_copy(update={"runner_pgid": runner.pid}))
+        write_processes(run_root, processes.replace(runner_pgid=runner.pid))
     if "forked" in mode and os.fork() == 0:
         time.sleep(120)  # a fork without exec keeps the pipe's write end: only the pidfd tells
         os._exit(0)

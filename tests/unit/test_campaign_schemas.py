@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from cowork_adapter.campaign.observe import Observation
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint, parse_campaign
 from cowork_adapter.schemas.monitor import MONITOR_SCHEMA, MeterState, Monitor, RejectedObservation
+from cowork_adapter.schemas.record import RecordInvalid, convert, decode
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -82,8 +83,8 @@ def test_monitor_holds_non_finite_observations_as_strings_only():
     assert data["schema"] == MONITOR_SCHEMA and data["campaign_settlement"] == "pending"
     assert data["meter"]["rejected"][0]["observed_usage"] == "nan"
     json.dumps(data, allow_nan=False)
-    assert Monitor.model_validate_json(monitor.to_json()) == monitor
-    with pytest.raises(ValidationError):
+    assert decode(monitor.to_json(), Monitor) == monitor
+    with pytest.raises(RecordInvalid):
         MeterState(blindness_sec=30, last_usage=math.inf)
-    with pytest.raises(ValidationError):
-        Monitor.model_validate({**data, "campaign_settlement": "maybe"})
+    with pytest.raises(RecordInvalid):
+        convert({**data, "campaign_settlement": "maybe"}, Monitor)

@@ -360,6 +360,6 @@ def test_the_next_command_waits_for_a_live_watchdog_and_stops_a_live_runner(run_
                                watchdog=ProcessIdentity(pid=200, start_ticks=3))
     only_watchdog = prove(run_root, Recorded(custody=custody), table=proc.table, self_pid=SELF)
     assert next_command(files, only_watchdog).startswith("wait for the watchdog (pid 200) to finish, then `cowork-adapter clear")
-    with_runner = prove(run_root, Recorded(custody=custody.model_copy(update={"runner_pgid": 300})), table=proc.table,
+    with_runner = prove(run_root, Recorded(custody=custody.replace(runner_pgid=300)), table=proc.table,
                         self_pid=SELF)
     assert next_command(files, with_runner).startswith(f"`cowork-adapter stop {run_root}` (to stop what still runs), then")

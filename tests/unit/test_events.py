@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pydantic import ValidationError
+from cowork_adapter.schemas.record import RecordInvalid
 
 from cowork_adapter.events import EventLog, parse_ts, read_all
 from cowork_adapter.schemas.events import EVENT_MODELS, MeterReading, TaskStarted, parse_event
@@ -30,9 +30,9 @@ def test_append_writes_one_typed_line_per_event(tmp_path):
 
 def test_append_validates_payload(tmp_path):
     log = EventLog(tmp_path / "events.jsonl")
-    with pytest.raises(ValidationError):
+    with pytest.raises(RecordInvalid):
         log.append(EventKind.TASK_STARTED, runner_id="no task")
-    with pytest.raises(ValidationError):
+    with pytest.raises(RecordInvalid):
         log.append(EventKind.TASK_STARTED, task="a", surprise=1)
     assert not (tmp_path / "events.jsonl").exists()
 
@@ -85,5 +85,5 @@ def test_replaced_file_is_read_from_the_start(tmp_path):
     log.append(EventKind.TASK_STARTED, task="a")
     log.append(EventKind.TASK_STARTED, task="b")
     assert len(log.read_new()) == 2
-    path.write_text(TaskStarted(ts="2026-01-01T00:00:00Z", task="z").model_dump_json(by_alias=True) + "\n")
+    path.write_text(TaskStarted(ts="2026-01-01T00:00:00Z", task="z").to_line())
     assert [r["task"] for r in log.read_new()] == ["z"]

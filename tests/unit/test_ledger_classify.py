@@ -297,7 +297,7 @@ def test_every_selected_task_gets_a_row_and_index_round_trips(tmp_path):
     assert [r.instance_id for r in rows] == tasks
     write_index(root, rows)
     again = read_index(root / "result_index.jsonl")
-    assert [r.model_dump() for r in again] == [r.model_dump() for r in rows]
+    assert again == rows
     assert not list(root.glob(".result_index.jsonl.*"))  # no temp file left behind
 
 

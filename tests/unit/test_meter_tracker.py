@@ -12,6 +12,7 @@ from cowork_adapter.paid import KEEP_REJECTED, MeterTracker, PaidRun
 from cowork_adapter.schemas.events import MeterConfirmed
 from cowork_adapter.schemas.monitor import MeterState
 from cowork_adapter.vocab import EventKind
+from cowork_adapter.schemas.record import convert, decode
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -39,7 +40,7 @@ def test_every_rejection_is_counted_the_latest_kept_and_the_confirmation_survive
         assert tracker.observation(rejected(attempt)) is None
     confirmation = tracker.observation(confirmed(KEEP_REJECTED + extra + 1, 2.5))
     tracker.accepted(reading(2.5, KEEP_REJECTED + extra + 1))
-    state = MeterState.model_validate_json(tracker.state().model_dump_json())  # as monitor.json holds it
+    state = decode(tracker.state().to_line(), MeterState)  # as monitor.json holds it
     assert state.rejected_total == KEEP_REJECTED + extra and state.rejected_dropped == extra
     assert [r.attempt for r in state.rejected] == list(range(extra + 1, KEEP_REJECTED + extra + 1))
     assert state.rejected[-1].previous_usage == 2.0 and state.last_error == "nan: usage is NaN"
@@ -69,5 +70,5 @@ def test_the_confirmation_is_an_event_naming_how_many_rejections_it_ends():
                                               EventKind.METER_CONFIRMED]
     payload = recorded[-1][1]
     assert payload == {"phase": "poll", "previous_usage": 2.0, "usage": 2.5, "rejections": 2}
-    event = MeterConfirmed.model_validate({"ts": NOW.isoformat(), **payload})
-    assert json.loads(event.model_dump_json())["kind"] == "meter_confirmed"
+    event = convert({"ts": NOW.isoformat(), **payload}, MeterConfirmed)
+    assert json.loads(event.to_line())["kind"] == "meter_confirmed"

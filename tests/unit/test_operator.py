@@ -25,6 +25,7 @@ from cowork_adapter.schemas.campaign import CampaignRecord
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress, Spending
 from cowork_adapter.vocab import EventKind
+from cowork_adapter.schemas.record import decode
 
 FAKE_LAUNCHER = textwrap.dedent(
     """
@@ -33,6 +34,7 @@ FAKE_LAUNCHER = textwrap.dedent(
     from pathlib import Path
     from cowork_adapter.schemas.manifest import RunManifest
     from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress
+    from cowork_adapter.schemas.record import decode
 
     root = Path(sys.argv[sys.argv.index("--run-root") + 1]).resolve()
     mode = os.environ.get("FAKE_MODE", "clean")
@@ -45,7 +47,7 @@ FAKE_LAUNCHER = textwrap.dedent(
 
     def on_term(signum, frame):
         (root / "monitor.json").write_text(monitor(mode == "clean", "signal_15").to_json())
-        m = RunManifest.model_validate_json((root / "run_manifest.json").read_text())
+        m = decode((root / "run_manifest.json").read_text(), RunManifest)
         m.stop_reason, m.stop_causes, m.outcome, m.exit_code = "signal_15", ["signal_15"], "stopped", 3
         m.finished_at = datetime.now(timezone.utc).isoformat()
         (root / "run_manifest.json").write_text(m.to_json())

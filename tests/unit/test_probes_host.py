@@ -224,7 +224,7 @@ def test_a_second_pass_reuses_the_first_inventory_only_when_it_holds(fake, run, 
     assert probes.reusable_inventory(tmp_path / "nowhere", manifest.image.id, needs) is None
     third = tmp_path / "third"
     third.mkdir()
-    other = make_manifest(third).model_copy(update={"image": manifest.image.model_copy(update={"id": "sha256:" + "3" * 64})})
+    other = make_manifest(third).replace(image=manifest.image.replace(id="sha256:" + "3" * 64))
     fresh = probes.inventory_for_run(make_cfg(tmp_path, third, inventory_from=first), other, bench)
     assert fresh["reused_from"] is None and fake.calls  # probed anew
 

@@ -157,7 +157,7 @@ def test_ledger_rows_never_settle_a_task_the_dumps_do_not(tmp_path):
     # (edited, or left from another build) does not stop the task from running.
     r0 = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "infra"})
     rows = read_index(r0 / "result_index.jsonl")
-    write_index(r0, [r.model_copy(update={"status": TaskStatus.PASSED}) for r in rows])
+    write_index(r0, [r.replace(status=TaskStatus.PASSED) for r in rows])
     assert resolve([r0]).remaining == ["b"]
 
 

@@ -34,6 +34,7 @@ from cowork_adapter.resources import (
     summary_line,
 )
 from cowork_adapter.schemas.ledger import RunnerRow, TaskRow
+from cowork_adapter.schemas.record import decode
 
 GIB = 2**30
 MIB = 2**20
@@ -228,15 +229,15 @@ OLD_ROW = ('{"schema": "cowork_adapter.task_result.v1", "ts": "2026-11-30T10:00:
 
 
 def test_a_row_written_before_the_fields_existed_still_reads():
-    row = TaskRow.model_validate_json(OLD_ROW)
+    row = decode(OLD_ROW, TaskRow)
     assert row.peak_memory_bytes is None and row.cpu_seconds is None
     assert row.resource_basis is None and row.resource_containers == []
 
 
 def test_the_fields_round_trip_through_a_ledger_line():
-    row = TaskRow.model_validate_json(OLD_ROW).model_copy(update={"peak_memory_bytes": 5, "cpu_seconds": 1.5,
+    row = decode(OLD_ROW, TaskRow).replace(**{"peak_memory_bytes": 5, "cpu_seconds": 1.5,
                                                                    "resource_basis": METHOD_SENTENCE})
-    back = TaskRow.model_validate_json(row.to_line())
+    back = decode(row.to_line(), TaskRow)
     assert (back.peak_memory_bytes, back.cpu_seconds, back.resource_basis) == (5, 1.5, METHOD_SENTENCE)
 
 
@@ -244,7 +245,7 @@ def test_the_fields_round_trip_through_a_ledger_line():
 
 
 def _row(task: str, peak: int | None, cpu: float | None, duration: float | None = None, containers=()) -> TaskRow:
-    return TaskRow.model_validate_json(OLD_ROW).model_copy(update={
+    return decode(OLD_ROW, TaskRow).replace(**{
         "instance_id": task, "peak_memory_bytes": peak, "cpu_seconds": cpu,
         "runner_row": RunnerRow(status="success", duration_s=duration) if duration else None,
         "resource_containers": list(containers)})

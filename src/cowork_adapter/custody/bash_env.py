@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
 
 from ..errors import Refusal
 from ..fileio import create_exclusive
+from ..schemas.record import RecordInvalid
 from .shim_config import ContainerLimits, ShimConfig
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
@@ -131,8 +131,8 @@ def install_custody(
             launcher_pid=launcher_pid,
             launcher_start_ticks=launcher_start_ticks,
         )
-    except (ValidationError, TypeError) as err:
-        raise Refusal(STAGE, f"The custody settings are invalid: {_first_error(err)}.") from None
+    except (RecordInvalid, TypeError) as err:
+        raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None
     try:
         custody_dir.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
@@ -241,10 +241,3 @@ def _make_private_dir(path: Path) -> None:
 def _write(path: Path, text: str, mode: int) -> None:
     create_exclusive(path, text, mode=mode)  # exactly `mode`: the umask does not narrow it
 
-
-def _first_error(err: Exception) -> str:
-    if isinstance(err, ValidationError):
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid"))
-    return str(err)

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
 
 from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses
+from ..schemas.record import RecordInvalid, decode
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 # cowork-adapter commands that only read or finish a run: naming its root does not make them part of it.
@@ -151,13 +151,13 @@ def read_custody_processes(run_root: Path) -> tuple[CustodyProcesses | None, str
     """(custody/processes.json, None) or (None, the problem); a missing file is (None, None)."""
     path = Path(run_root) / "custody" / CUSTODY_PROCESSES_NAME
     try:
-        return CustodyProcesses.model_validate_json(path.read_text(encoding="utf-8")), None
+        return decode(path.read_bytes(), CustodyProcesses), None
     except FileNotFoundError:
         return None, None
     except OSError as exc:
         return None, f"{path} cannot be read ({exc.strerror})"
-    except ValidationError as exc:
-        return None, f"{path} is not valid ({exc.error_count()} problems)"
+    except RecordInvalid as exc:
+        return None, f"{path} is not valid ({exc})"
 
 
 def argv_run_root(argv: list[str], cwd: Path | None) -> Path | None:

@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pydantic import ValidationError
 
 from ..container.procs import group_alive, pgid_of, pids_with_env, process_alive, start_ticks
 from ..errors import CustodyError
 from ..events import EventLog
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses, ProcessIdentity
+from ..schemas.record import decode
 from ..vocab import EventKind, StopReason
 from .docker_ops import cleanup_run
 
@@ -72,8 +72,8 @@ def custody_paths(run_root: Path) -> dict[str, Path]:
 def read_processes(run_root: Path) -> CustodyProcesses | None:
     """custody/processes.json, or None when it is missing or unreadable."""
     try:
-        return CustodyProcesses.model_validate_json(custody_paths(run_root)["processes"].read_text(encoding="utf-8"))
-    except (OSError, ValueError, ValidationError):
+        return decode(custody_paths(run_root)["processes"].read_bytes(), CustodyProcesses)
+    except (OSError, ValueError):
         return None
 
 
@@ -107,7 +107,7 @@ class Watch:
     def record(self, kind: EventKind, **payload) -> None:
         try:
             self.events.append(kind, **payload)
-        except (OSError, ValidationError) as exc:  # the actions matter more than their record
+        except (OSError, ValueError) as exc:  # the actions matter more than their record
             self.say(f"could not append {kind} to events.jsonl: {type(exc).__name__}: {exc}")
 
     def wait_for_launcher(self, life_fd: int, pidfd: int | None) -> str | None:

@@ -112,7 +112,7 @@ def _campaign_remaining(runs: list[RunRecord]) -> tuple[float | None, str | None
             continue
         try:
             record = parse_campaign(Path(name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
+        except (OSError, ValueError):  # a RecordInvalid or pydantic ValidationError is a ValueError
             return None, name
         return record.remaining_usd, name
     return None, None

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-from pydantic import ValidationError
 
 from ..errors import Refusal
 from ..events import parse_ts, read_events
@@ -24,6 +23,7 @@ from ..schemas.events import MeterReading
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.monitor import Monitor
+from ..schemas.record import RecordInvalid, decode
 from ..vocab import TaskStatus
 
 STAGE = "report"
@@ -60,8 +60,8 @@ class MergedRow:
 def _read_monitor(path: Path) -> Monitor | None:
     """The run's monitor.json, or None when absent or not a valid snapshot (the meter series stands in)."""
     try:
-        return Monitor.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError):
+        return decode(path.read_bytes(), Monitor)
+    except (OSError, RecordInvalid):
         return None
 
 
@@ -89,7 +89,7 @@ def _read_audit(root: Path) -> tuple[AuditReport | None, str | None]:
 def load_run(root: str) -> RunRecord:
     path = Path(root)
     try:
-        manifest = RunManifest.model_validate_json((path / MANIFEST_NAME).read_bytes())
+        manifest = decode((path / MANIFEST_NAME).read_bytes(), RunManifest)
     except (OSError, ValueError) as exc:
         raise Refusal(STAGE, f"The run manifest of {root} is missing or unreadable ({type(exc).__name__}).") from None
     if manifest.dry_run and not (path / LEDGER_NAME).exists():

@@ -8,26 +8,19 @@ pids are reused, so each is paired with its start time in clock ticks since boot
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from .record import NonNegative, Positive, Record
 
 CUSTODY_PROCESSES_SCHEMA = "cowork_adapter.custody_processes.v1"
 CUSTODY_PROCESSES_NAME = "processes.json"  # under <run_root>/custody/
 
 
-class ProcessIdentity(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    pid: int = Field(gt=0)
-    start_ticks: int | None = Field(default=None, ge=0)  # None when /proc could not be read
+class ProcessIdentity(Record, frozen=True):
+    pid: Positive
+    start_ticks: NonNegative | None = None  # None when /proc could not be read
 
 
-class CustodyProcesses(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    schema_: str = Field(default=CUSTODY_PROCESSES_SCHEMA, alias="schema")
+class CustodyProcesses(Record, rename={"schema_": "schema"}):
+    schema_: str = CUSTODY_PROCESSES_SCHEMA
     launcher: ProcessIdentity
     watchdog: ProcessIdentity | None = None
-    runner_pgid: int | None = Field(default=None, gt=0)  # the runner's session and process group leader
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+    runner_pgid: Positive | None = None  # the runner's session and process group leader

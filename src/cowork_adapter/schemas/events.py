@@ -7,25 +7,34 @@ that kind. Monitor, ledger refreshes and the report's spend-over-time plot are b
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+import msgspec
 
 from ..vocab import EventKind
+from .record import Record, RecordInvalid, convert
 
 EVENT_SCHEMA = "cowork_adapter.event.v1"
 
 
-class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    schema_: Literal["cowork_adapter.event.v1"] = Field(EVENT_SCHEMA, alias="schema")
+class _Event(Record, rename={"schema_": "schema"}):
+    schema_: Literal["cowork_adapter.event.v1"] = EVENT_SCHEMA
     ts: str
     extra: dict[str, Any] | None = None
+    kind: EventKind  # each kind's class sets its own as the default; no other value is accepted
+
+    def _check(self) -> None:
+        if self.kind is not EVENT_KIND_OF[type(self)]:
+            raise ValueError(f"kind {self.kind.value!r} is not {EVENT_KIND_OF[type(self)].value!r}")
+
+    def to_line(self) -> str:
+        """One line of events.jsonl: the fields that hold a value (None is left out)."""
+        fields = {k: v for k, v in self.to_dict().items() if v is not None}
+        return msgspec.json.encode(fields).decode("utf-8") + "\n"
 
 
 class RunAdmitted(_Event):
-    kind: Literal[EventKind.RUN_ADMITTED] = EventKind.RUN_ADMITTED
+    kind: EventKind = EventKind.RUN_ADMITTED
     run_root: str
     run_label: str | None = None
     selected: int = 0
@@ -33,13 +42,13 @@ class RunAdmitted(_Event):
 
 
 class RunnerStarted(_Event):
-    kind: Literal[EventKind.RUNNER_STARTED] = EventKind.RUNNER_STARTED
+    kind: EventKind = EventKind.RUNNER_STARTED
     pid: int | None = None
-    command: list[str] = Field(default_factory=list)
+    command: list[str] = msgspec.field(default_factory=list)
 
 
 class TaskStarted(_Event):
-    kind: Literal[EventKind.TASK_STARTED] = EventKind.TASK_STARTED
+    kind: EventKind = EventKind.TASK_STARTED
     task: str
     runner_id: str | None = None
 
@@ -47,7 +56,7 @@ class TaskStarted(_Event):
 class TaskFinished(_Event):
     """The runner's summary.csv row for `task` appeared (its words, not a score)."""
 
-    kind: Literal[EventKind.TASK_FINISHED] = EventKind.TASK_FINISHED
+    kind: EventKind = EventKind.TASK_FINISHED
     task: str
     status: str
     eval_pass: str | None = None
@@ -57,7 +66,7 @@ class TaskFinished(_Event):
 class MeterReading(_Event):
     """An accepted and saved key-meter reading; `run_spent_usd` is what the spend plot draws."""
 
-    kind: Literal[EventKind.METER_READING] = EventKind.METER_READING
+    kind: EventKind = EventKind.METER_READING
     phase: str = "poll"
     usage: float
     run_spent_usd: float | None = None
@@ -66,7 +75,7 @@ class MeterReading(_Event):
 
 
 class MeterRejected(_Event):
-    kind: Literal[EventKind.METER_REJECTED] = EventKind.METER_REJECTED
+    kind: EventKind = EventKind.METER_REJECTED
     phase: str = "poll"
     previous_usage: float | None = None
     observed_usage: float | str | None = None  # the repr string for a non-finite value
@@ -78,7 +87,7 @@ class MeterConfirmed(_Event):
     """The accepted reading that followed rejected ones: it ties the acceptance to the
     `meter_rejected` events before it (`rejections` of them, since the previous acceptance)."""
 
-    kind: Literal[EventKind.METER_CONFIRMED] = EventKind.METER_CONFIRMED
+    kind: EventKind = EventKind.METER_CONFIRMED
     phase: str = "poll"
     previous_usage: float | None = None
     usage: float
@@ -86,24 +95,24 @@ class MeterConfirmed(_Event):
 
 
 class DiskReading(_Event):
-    kind: Literal[EventKind.DISK_READING] = EventKind.DISK_READING
+    kind: EventKind = EventKind.DISK_READING
     free_bytes: int
     root_free_bytes: int | None = None
 
 
 class StopRequested(_Event):
-    kind: Literal[EventKind.STOP_REQUESTED] = EventKind.STOP_REQUESTED
+    kind: EventKind = EventKind.STOP_REQUESTED
     reason: str
     source: str | None = None  # supervisor, signal, stop_file, operator
 
 
 class RunnerExited(_Event):
-    kind: Literal[EventKind.RUNNER_EXITED] = EventKind.RUNNER_EXITED
+    kind: EventKind = EventKind.RUNNER_EXITED
     exit_code: int | None = None
 
 
 class Cleanup(_Event):
-    kind: Literal[EventKind.CLEANUP] = EventKind.CLEANUP
+    kind: EventKind = EventKind.CLEANUP
     removed: int = 0
     remaining: int = 0
     proven: bool = False
@@ -111,13 +120,13 @@ class Cleanup(_Event):
 
 
 class Settlement(_Event):
-    kind: Literal[EventKind.SETTLEMENT] = EventKind.SETTLEMENT
+    kind: EventKind = EventKind.SETTLEMENT
     settlement: str  # recorded | unconfirmed
     run_spent_usd: float | None = None
 
 
 class RunFinished(_Event):
-    kind: Literal[EventKind.RUN_FINISHED] = EventKind.RUN_FINISHED
+    kind: EventKind = EventKind.RUN_FINISHED
     outcome: str
     exit_code: int | None = None
     stop_reason: str | None = None
@@ -126,7 +135,7 @@ class RunFinished(_Event):
 class DeadRunCleared(_Event):
     """`cowork-adapter clear` finished the custody of a run whose processes were proven gone."""
 
-    kind: Literal[EventKind.DEAD_RUN_CLEARED] = EventKind.DEAD_RUN_CLEARED
+    kind: EventKind = EventKind.DEAD_RUN_CLEARED
     removed_containers: int = 0
     removed_networks: int = 0
     removed_volumes: int = 0
@@ -138,7 +147,7 @@ class DeadRunCleared(_Event):
 class WatchdogStarted(_Event):
     """The launcher spawned its watchdog (own session) and the watchdog said it is armed."""
 
-    kind: Literal[EventKind.WATCHDOG_STARTED] = EventKind.WATCHDOG_STARTED
+    kind: EventKind = EventKind.WATCHDOG_STARTED
     pid: int
     launcher_pid: int
 
@@ -146,7 +155,7 @@ class WatchdogStarted(_Event):
 class WatchdogFenced(_Event):
     """The launcher died without saying "done": the watchdog created the stop file."""
 
-    kind: Literal[EventKind.WATCHDOG_FENCED] = EventKind.WATCHDOG_FENCED
+    kind: EventKind = EventKind.WATCHDOG_FENCED
     reason: str  # StopReason.LAUNCHER_DIED
     seen_by: str  # pipe_eof | pidfd | not_alive (what told the watchdog)
     already_fenced: bool = False  # a stop file existed (an earlier cause kept)
@@ -155,15 +164,15 @@ class WatchdogFenced(_Event):
 
 
 class WatchdogRunnerStopped(_Event):
-    kind: Literal[EventKind.WATCHDOG_RUNNER_STOPPED] = EventKind.WATCHDOG_RUNNER_STOPPED
-    pgids: list[int] = Field(default_factory=list)  # process groups signalled
-    marked_pids: list[int] = Field(default_factory=list)  # processes found by the run's env marker
+    kind: EventKind = EventKind.WATCHDOG_RUNNER_STOPPED
+    pgids: list[int] = msgspec.field(default_factory=list)  # process groups signalled
+    marked_pids: list[int] = msgspec.field(default_factory=list)  # processes found by the run's env marker
     killed: bool = False  # SIGKILL was needed after the grace
     gone: bool = False  # no process of the run is left
 
 
 class WatchdogCleanup(_Event):
-    kind: Literal[EventKind.WATCHDOG_CLEANUP] = EventKind.WATCHDOG_CLEANUP
+    kind: EventKind = EventKind.WATCHDOG_CLEANUP
     removed: int = 0
     proven: bool = False
     attempts: int = 0
@@ -171,7 +180,7 @@ class WatchdogCleanup(_Event):
 
 
 class WatchdogExited(_Event):
-    kind: Literal[EventKind.WATCHDOG_EXITED] = EventKind.WATCHDOG_EXITED
+    kind: EventKind = EventKind.WATCHDOG_EXITED
     reason: str  # launcher_done | custody_finished | custody_unproven
     pid: int | None = None
 class DaemonLost(_Event):
@@ -181,7 +190,7 @@ class DaemonLost(_Event):
     not_returned (still silent after the bounded wait: custody is unproven).
     """
 
-    kind: Literal[EventKind.DAEMON_LOST] = EventKind.DAEMON_LOST
+    kind: EventKind = EventKind.DAEMON_LOST
     stage: Literal["detected", "returned", "not_returned"] = "detected"
     reason: str | None = None  # restarted | exited | unanswered
     detail: str = ""
@@ -215,13 +224,15 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     DaemonLost,
 )
 
-Event = Annotated[Union[EVENT_TYPES], Field(discriminator="kind")]
-
-EVENT_MODELS: dict[EventKind, type[_Event]] = {model.model_fields["kind"].default: model for model in EVENT_TYPES}
-
-_EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+EVENT_KIND_OF: dict[type[_Event], EventKind] = {
+    model: next(f.default for f in msgspec.structs.fields(model) if f.name == "kind") for model in EVENT_TYPES}
+EVENT_MODELS: dict[EventKind, type[_Event]] = {kind: model for model, kind in EVENT_KIND_OF.items()}
 
 
 def parse_event(record: dict[str, Any]) -> _Event:
-    """The typed event for one decoded line (raises pydantic.ValidationError if it is not one)."""
-    return _EVENT_ADAPTER.validate_python(record)
+    """The typed event for one decoded line (raises RecordInvalid if it is not one)."""
+    try:
+        model = EVENT_MODELS[EventKind(record.get("kind"))]
+    except (ValueError, TypeError, AttributeError):
+        raise RecordInvalid(f"not an event: kind {record.get('kind') if isinstance(record, dict) else record!r} is unknown") from None
+    return convert(record, model)

@@ -10,28 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
 from ..vocab import OfficialEvalStatus, PaidActivity, TaskStatus
+from .record import Record, RecordInvalid, decode
 
 TASK_ROW_SCHEMA = "cowork_adapter.task_result.v1"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class OfficialReceipt(_Model):
+class OfficialReceipt(Record, rename={"pass_": "pass"}):
     """The eval receipt this row's verdict rests on. `pass` is a literal bool only when completed."""
 
     path: str | None = None
     bytes: int | None = None
     sha256: str | None = None
-    pass_: bool | None = Field(None, alias="pass")
+    pass_: bool | None = None
     cause: str = ""
 
 
-class EvalResultFacts(_Model):
+class EvalResultFacts(Record):
     """The current eval_res.json as found: disclosed always, scored only through the receipt."""
 
     path: str
@@ -42,7 +39,7 @@ class EvalResultFacts(_Model):
     pass_value: Any = None  # the literal JSON value of `pass` (disclosure only, never coerced)
 
 
-class RunnerRow(_Model):
+class RunnerRow(Record):
     """The upstream runner's summary.csv row, verbatim (its words are not a score)."""
 
     status: str
@@ -50,7 +47,7 @@ class RunnerRow(_Model):
     duration_s: float | None = None
 
 
-class AdapterSummaryFacts(_Model):
+class AdapterSummaryFacts(Record):
     """Selected fields of ouroboros_summary.json."""
 
     bench_status: str | None = None
@@ -67,7 +64,7 @@ class AdapterSummaryFacts(_Model):
     error: str | None = None
 
 
-class UsageFacts(_Model):
+class UsageFacts(Record):
     """What the dump's ouroboros/events.jsonl llm_usage records say (a projection, not billing)."""
 
     records: int = 0
@@ -79,7 +76,7 @@ class UsageFacts(_Model):
     unreadable: bool = False
 
 
-class ContainerUse(_Model):
+class ContainerUse(Record):
     """One task container's use, as the daemon accounted it just before the container's removal."""
 
     container: str
@@ -89,15 +86,15 @@ class ContainerUse(_Model):
     cause: str | None = None  # why a value is None (not read yet or never, cgroup v2, ...)
 
 
-class TaskRow(_Model):
-    schema_: Literal["cowork_adapter.task_result.v1"] = Field(TASK_ROW_SCHEMA, alias="schema")
+class TaskRow(Record, rename={"schema_": "schema"}):
+    schema_: Literal["cowork_adapter.task_result.v1"] = TASK_ROW_SCHEMA
     ts: str
     instance_id: str
     status: TaskStatus
     reason_code: str
     provisional: bool = False
     official_eval_status: OfficialEvalStatus
-    official_receipt: OfficialReceipt = Field(default_factory=OfficialReceipt)
+    official_receipt: OfficialReceipt = msgspec.field(default_factory=OfficialReceipt)
     eval_result: EvalResultFacts | None = None
     paid_activity: PaidActivity = PaidActivity.UNKNOWN
     truncated: bool | None = None
@@ -105,7 +102,7 @@ class TaskRow(_Model):
     runner_row: RunnerRow | None = None
     adapter_summary: AdapterSummaryFacts | None = None
     usage: UsageFacts | None = None
-    start_evidence: list[str] = Field(default_factory=list)
+    start_evidence: list[str] = msgspec.field(default_factory=list)
     task_dump: str | None = None
     attempt_run_root: str | None = None
     environment_blocked: str | None = None
@@ -116,10 +113,7 @@ class TaskRow(_Model):
     peak_memory_bytes: int | None = None
     cpu_seconds: float | None = None
     resource_basis: str | None = None
-    resource_containers: list[ContainerUse] = Field(default_factory=list)
-
-    def to_line(self) -> str:
-        return self.model_dump_json(by_alias=True) + "\n"
+    resource_containers: list[ContainerUse] = msgspec.field(default_factory=list)
 
 
 LEDGER_NAME = "result_index.jsonl"
@@ -133,7 +127,7 @@ def read_index(path: Path | str) -> list[TaskRow]:
             if not line.strip():
                 continue
             try:
-                rows.append(TaskRow.model_validate_json(line))
-            except ValueError as exc:
-                raise ValueError(f"{path}: line {number} is not a task row ({type(exc).__name__})") from exc
+                rows.append(decode(line, TaskRow))
+            except RecordInvalid as exc:
+                raise ValueError(f"{path}: line {number} is not a task row ({exc})") from exc
     return rows

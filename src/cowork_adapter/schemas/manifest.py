@@ -8,22 +8,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
+
+from .record import Record
 
 MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AdapterIdentity(_Model):
+class AdapterIdentity(Record):
     version: str
     commit: str | None = None  # the adapter's own git HEAD when installed from a checkout
     dirty: bool | None = None
 
 
-class SeedIdentity(_Model):
+class SeedIdentity(Record):
     repo_dir: str
     head: str | None = None
     dirty: bool | None = None
@@ -33,46 +31,46 @@ class SeedIdentity(_Model):
     reportable: bool = True  # false for a dirty seed: a diagnostic run, never a published score
 
 
-class BenchIdentity(_Model):
+class BenchIdentity(Record):
     root: str  # the operator's pinned checkout
     working_copy: str | None = None  # the run's own clone under <run_root>/bench
     commit: str | None = None
     expected_commit: str
     runner_sha256: str | None = None  # run_parallel.sh
-    evaluator_sha256: dict[str, str] = Field(default_factory=dict)  # task -> evaluation/main.py; utils/... shared
+    evaluator_sha256: dict[str, str] = msgspec.field(default_factory=dict)  # task -> evaluation/main.py; utils/... shared
     dataset_size: int | None = None
     # The checkout's git replacements (original -> replacement object), disclosed: a stand-in here
     # is not the published benchmark byte for byte.
-    replaced_objects: dict[str, str] = Field(default_factory=dict)
-    skip_worktree: dict[str, str] = Field(default_factory=dict)  # path -> sha256 of the file used
+    replaced_objects: dict[str, str] = msgspec.field(default_factory=dict)
+    skip_worktree: dict[str, str] = msgspec.field(default_factory=dict)  # path -> sha256 of the file used
 
 
-class WheelRecord(_Model):
+class WheelRecord(Record):
     filename: str
     sha256: str
     size: int
 
 
-class ImageIdentity(_Model):
+class ImageIdentity(Record):
     tag: str | None = None
     id: str | None = None  # the immutable ID the runner executes (IMAGE=<id>)
     base_image: str | None = None
     base_image_id: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    wheels: list[WheelRecord] = Field(default_factory=list)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    wheels: list[WheelRecord] = msgspec.field(default_factory=list)
     built: bool = False
 
 
-class Selection(_Model):
-    task_ids: list[str] = Field(default_factory=list)  # what this invocation hands the runner
-    selection_task_ids: list[str] = Field(default_factory=list)  # the whole selection it answers for
+class Selection(Record):
+    task_ids: list[str] = msgspec.field(default_factory=list)  # what this invocation hands the runner
+    selection_task_ids: list[str] = msgspec.field(default_factory=list)  # the whole selection it answers for
     explicit: bool = False
-    resume_from: list[str] = Field(default_factory=list)  # every ancestor run root, resolved
+    resume_from: list[str] = msgspec.field(default_factory=list)  # every ancestor run root, resolved
     resume_generation: int = 0
-    settled_elsewhere: list[str] = Field(default_factory=list)  # skipped: settled in an ancestor
+    settled_elsewhere: list[str] = msgspec.field(default_factory=list)  # skipped: settled in an ancestor
 
 
-class Limits(_Model):
+class Limits(Record):
     cpus: float
     memory_bytes: int
     memory_swap_bytes: int
@@ -83,21 +81,21 @@ class Limits(_Model):
     daemon_memory_bytes: int | None = None
 
 
-class Refusal(_Model):
+class Refusal(Record):
     stage: str
     sentence: str
 
 
-class ClearedRecord(_Model):
+class ClearedRecord(Record):
     """What `cowork-adapter clear` did to finish a dead run's custody (written once it is done)."""
 
     at: str
     operator_note: str
     docker_host: str
     processes: str  # the proof that the launcher, watchdog and runner group are gone, as one sentence
-    removed_containers: list[str] = Field(default_factory=list)  # names
-    removed_networks: list[str] = Field(default_factory=list)
-    removed_volumes: list[str] = Field(default_factory=list)
+    removed_containers: list[str] = msgspec.field(default_factory=list)  # names
+    removed_networks: list[str] = msgspec.field(default_factory=list)
+    removed_volumes: list[str] = msgspec.field(default_factory=list)
     label_empty: bool  # a fresh listing after removal found nothing with the run's label
     agent_env_removed: bool  # the key file existed and was deleted
     tmpdir_removed: bool
@@ -107,8 +105,8 @@ class ClearedRecord(_Model):
     campaign: str
 
 
-class RunManifest(_Model):
-    schema_: Literal["cowork_adapter.run_manifest.v1"] = Field(MANIFEST_SCHEMA, alias="schema")
+class RunManifest(Record, rename={"schema_": "schema"}):
+    schema_: Literal["cowork_adapter.run_manifest.v1"] = MANIFEST_SCHEMA
     run_root: str
     run_label: str
     created_at: str
@@ -119,18 +117,18 @@ class RunManifest(_Model):
     bench: BenchIdentity | None = None
     image: ImageIdentity | None = None
     engine: str = "ouroboros"
-    selection: Selection = Field(default_factory=Selection)
-    applied_config: dict[str, Any] = Field(default_factory=dict)
+    selection: Selection = msgspec.field(default_factory=Selection)
+    applied_config: dict[str, Any] = msgspec.field(default_factory=dict)
     limits: Limits | None = None
-    budgets: dict[str, Any] = Field(default_factory=dict)  # invocation/campaign bounds, meter cadence
-    official_command: list[str] = Field(default_factory=list)
+    budgets: dict[str, Any] = msgspec.field(default_factory=dict)  # invocation/campaign bounds, meter cadence
+    official_command: list[str] = msgspec.field(default_factory=list)
     bash_env: str | None = None
     dry_run: bool = False
     probe: str | None = None
     inventory: dict[str, Any] | None = None
     outcome: str = "started"
     stop_reason: str | None = None
-    stop_causes: list[str] = Field(default_factory=list)
+    stop_causes: list[str] = msgspec.field(default_factory=list)
     runner_exit_code: int | None = None
     exit_code: int | None = None
     finished_at: str | None = None
@@ -142,8 +140,3 @@ class RunManifest(_Model):
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
     # The qualify table given with --task-validity (copied into the run root as task_validity.json).
     task_validity: dict[str, str] | None = None  # {source, sha256}
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"

@@ -7,24 +7,23 @@ inside a rejected observation.
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
+
+from .record import Finite, NonNegative, Record, convert
 
 MONITOR_SCHEMA = "cowork_adapter.monitor.v1"
 
-Count = Annotated[int, Field(ge=0)]
-Usd = Annotated[float, Field(allow_inf_nan=False)]
-Bytes = Annotated[int, Field(ge=0)]
+Count = NonNegative
+Usd = Finite
+Bytes = NonNegative
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Progress(_Model):
+class Progress(Record):
     selected: Count = 0
     done: Count = 0
     passed: Count = 0
@@ -36,7 +35,7 @@ class Progress(_Model):
     running: Count = 0
 
 
-class Spending(_Model):
+class Spending(Record):
     campaign_spent_usd: Usd | None = None
     campaign_remaining_usd: Usd | None = None
     run_spent_usd: Usd | None = None
@@ -44,7 +43,7 @@ class Spending(_Model):
     run_budget_usd: Usd | None = None
 
 
-class RejectedObservation(_Model):
+class RejectedObservation(Record):
     observed_at: str
     phase: str
     attempt: int
@@ -56,10 +55,10 @@ class RejectedObservation(_Model):
     @classmethod
     def from_observation(cls, observation: Mapping[str, Any]) -> "RejectedObservation":
         """From observe.Observation.to_dict() of a rejected read (its `accepted` flag is dropped)."""
-        return cls.model_validate({k: v for k, v in observation.items() if k != "accepted"})
+        return convert({k: v for k, v in observation.items() if k != "accepted"}, cls)
 
 
-class MeterConfirmation(_Model):
+class MeterConfirmation(Record):
     """The accepted reading that ended a run of rejected ones (kept until the next such one)."""
 
     observed_at: str
@@ -70,12 +69,12 @@ class MeterConfirmation(_Model):
     rejections: Count  # rejected reads since the acceptance before it
 
 
-class MeterState(_Model):
-    blindness_sec: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+class MeterState(Record):
+    blindness_sec: Annotated[float, msgspec.Meta(gt=0, le=sys.float_info.max)]
     last_accepted_at: datetime | None = None
-    age_sec: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    age_sec: Annotated[float, msgspec.Meta(ge=0, le=sys.float_info.max)] | None = None
     last_usage: Usd | None = None
-    rejected: list[RejectedObservation] = Field(default_factory=list)  # the most recent ones
+    rejected: list[RejectedObservation] = msgspec.field(default_factory=list)  # the most recent ones
     rejected_total: Count = 0  # every rejected read of the run
     rejected_dropped: Count = 0  # the older ones no longer in `rejected`
     last_error: str | None = None
@@ -83,34 +82,29 @@ class MeterState(_Model):
     confirmation: MeterConfirmation | None = None  # the latest acceptance that followed rejections
 
 
-class Disk(_Model):
+class Disk(Record):
     resource_free_bytes: Bytes | None = None
     root_free_bytes: Bytes | None = None
     resource_reserve_bytes: Bytes | None = None
     root_reserve_bytes: Bytes | None = None
 
 
-class WriteFailure(_Model):
+class WriteFailure(Record):
     count: Count
     error: str
 
 
-class Monitor(_Model):
-    schema_: Literal["cowork_adapter.monitor.v1"] = Field(default=MONITOR_SCHEMA, alias="schema")
+class Monitor(Record, rename={"schema_": "schema"}):
+    schema_: Literal["cowork_adapter.monitor.v1"] = MONITOR_SCHEMA
     observed_at: datetime
     launcher_pid: int
     runner_pid: int | None = None
     finished: bool = False
-    progress: Progress = Field(default_factory=Progress)
-    spending: Spending = Field(default_factory=Spending)
+    progress: Progress = msgspec.field(default_factory=Progress)
+    spending: Spending = msgspec.field(default_factory=Spending)
     meter: MeterState
-    disk: Disk = Field(default_factory=Disk)
+    disk: Disk = msgspec.field(default_factory=Disk)
     stop_reason: str | None = None  # the first cause
-    stop_causes: list[str] = Field(default_factory=list)  # every cause, in the order seen
+    stop_causes: list[str] = msgspec.field(default_factory=list)  # every cause, in the order seen
     campaign_settlement: Literal["pending", "recorded", "unconfirmed", "not_applicable"] = "pending"
-    diagnostic_write_failures: dict[str, WriteFailure] = Field(default_factory=dict)
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+    diagnostic_write_failures: dict[str, WriteFailure] = msgspec.field(default_factory=dict)
