@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 
 from .campaign.observe import DEFAULT_BLINDNESS_SEC
-from .campaign.store import read_campaign
 from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
 from .manifest import utc_now, write_manifest
-from .schemas.campaign import key_fingerprint
 from .schemas.manifest import ClearedRecord, RunManifest
 from .schemas.record import RecordInvalid, decode
 from .vocab import EventKind, ExitCode, RunOutcome, StopReason
@@ -192,6 +190,10 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
         chosen = None
     if chosen is None:
         return ClearPlan(run_root, manifest, host, meter, None, NO_CAMPAIGN_FILE, None)
+    # Imported here: `status` uses this module's hints and never reads a campaign through it.
+    from .campaign.store import read_campaign
+    from .schemas.campaign import key_fingerprint
+
     record = read_campaign(chosen)  # a Refusal when unreadable: nothing was touched yet
     active = record.active_run if record is not None else None
     if active is None:

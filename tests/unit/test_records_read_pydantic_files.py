@@ -1,8 +1,8 @@
 """Files written by the pydantic models these records replaced still read, and write back byte for byte.
 
 tests/unit/pydantic_written/ holds one file of each kind written by the pydantic models (commit
-d30dba6, before the move to msgspec), each field filled where the model has one. Decoding them with
-today's records and writing them again must give the same bytes: a run root written before the
+d30dba6; campaign.json at 1117537: before each moved to msgspec), each field filled where the model
+has one. Decoding them with today's records and writing them again must give the same bytes: a run root written before the
 change stays readable by `status`, `clear`, recovery and the report, and a file rewritten after it
 (monitor.json, the manifest) is the same document.
 """
@@ -17,6 +17,7 @@ import pytest
 
 from cowork_adapter.custody.shim_config import ContainerLimits, ShimConfig
 from cowork_adapter.events import EventLog
+from cowork_adapter.schemas.campaign import parse_campaign
 from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
 from cowork_adapter.schemas.events import MeterReading, RunFinished, TaskStarted, parse_event
 from cowork_adapter.schemas.ledger import TaskRow, read_index
@@ -34,6 +35,12 @@ def test_a_document_written_by_the_old_models_reads_and_writes_back_the_same(nam
     text = (WRITTEN / name).read_text(encoding="utf-8")
     record = decode(text, kind)
     assert record.to_json() == text
+
+
+def test_an_old_campaign_file_reads_and_writes_back_the_same() -> None:
+    text = (WRITTEN / "campaign.json").read_text(encoding="utf-8")
+    record = parse_campaign(text)
+    assert record.to_json() == text and record.spent_usd == 2.5  # the derived keys recomputed, same place
 
 
 def test_old_ledger_rows_and_events_read_and_write_back_the_same() -> None:

@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import ValidationError
 
 from ..errors import CampaignPersistenceError, Refusal
 from ..fileio import replace_atomic
 from ..vocab import RunOutcome
 from ..schemas.campaign import CAMPAIGN_SCHEMA, ActiveRun, CampaignRecord, Reconciliation, RunRecord
+from ..schemas.record import RecordInvalid
 
 STAGE = "campaign"
 RECONCILED_OUTCOME = RunOutcome.RECONCILED.value
@@ -141,11 +141,9 @@ def parse_campaign_text(path: Path, text: str) -> CampaignRecord:
         found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
         raise Refusal(STAGE, f"The campaign file {path} has schema {found!r}, not {CAMPAIGN_SCHEMA!r}.")
     try:
-        return CampaignRecord.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "record"
-        raise Refusal(STAGE, f"The campaign file {path} is not a valid campaign record ({where}: {first['msg']}).") from None
+        return CampaignRecord.from_dict(raw)
+    except RecordInvalid as exc:
+        raise Refusal(STAGE, f"The campaign file {path} is not a valid campaign record ({exc}).") from None
 
 
 def read_campaign(path: str | os.PathLike[str]) -> CampaignRecord | None:
@@ -172,7 +170,7 @@ class Campaign:
 
     def _commit(self, **update: Any) -> CampaignRecord:
         # Re-validate the whole record so a bad value can never reach the file.
-        new = CampaignRecord.model_validate({**self._record.model_dump(by_alias=True), **update})
+        new = self._record.replace(**update)
         self._session.save(new)
         self._record = new
         return new
@@ -189,13 +187,13 @@ class Campaign:
             host=host or socket.gethostname(),
             usage_at_start=self._record.last_usage,
         )
-        self._commit(active_run=active.model_dump())
+        self._commit(active_run=active)
         return active
 
     def set_runner_pgid(self, pgid: int) -> None:
         """Record the runner's process group as soon as it exists (reconcile must prove it gone)."""
         active = self._require_active()
-        self._commit(active_run={**active.model_dump(), "runner_pgid": pgid})
+        self._commit(active_run=active.replace(runner_pgid=pgid))
 
     def record_usage(self, usage: float, observed_at: datetime | None = None) -> None:
         """Save an accepted meter reading. The caller has already validated it (observe.py)."""

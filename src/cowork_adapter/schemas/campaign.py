@@ -9,17 +9,22 @@ stored as truth: the file carries them only so a human reading it sees them.
 from __future__ import annotations
 
 import hashlib
+import sys
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, computed_field, model_validator
+import msgspec
 
 from ..campaign import budget
+from .record import Record, RecordInvalid, convert
 
 CAMPAIGN_SCHEMA = "cowork_adapter.campaign.v1"
 
 # Finite, non-negative dollars or meter units; NaN and infinity never enter the record.
-Usd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Fingerprint = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{16}$")]
+Usd = Annotated[float, msgspec.Meta(ge=0, le=sys.float_info.max)]
+PositiveUsd = Annotated[float, msgspec.Meta(gt=0, le=sys.float_info.max)]
+Fingerprint = Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{16}$")]
+AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]  # a naive timestamp is refused
 
 # Keys written for humans on each save and ignored on load (they are recomputed).
 _DERIVED_KEYS = ("spent_usd", "remaining_usd")
@@ -30,8 +35,8 @@ def key_fingerprint(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(Record, frozen=True):
+    pass
 
 
 class ActiveRun(_Strict):
@@ -69,12 +74,12 @@ class Reconciliation(_Strict):
     at: AwareDatetime
 
 
-class CampaignRecord(_Strict):
-    """The whole campaign file. Mutate only through `model_copy(update=...)` and a store save."""
+class CampaignRecord(_Strict, rename={"schema_": "schema"}):
+    """The whole campaign file. Mutate only through `replace(...)` and a store save."""
 
-    schema_: Literal["cowork_adapter.campaign.v1"] = Field(default=CAMPAIGN_SCHEMA, alias="schema")
+    schema_: Literal["cowork_adapter.campaign.v1"] = CAMPAIGN_SCHEMA
     fingerprint: Fingerprint
-    ceiling_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    ceiling_usd: PositiveUsd
     usage_baseline: Usd
     prior_spend_usd: Usd
     last_usage: Usd
@@ -83,7 +88,7 @@ class CampaignRecord(_Strict):
     # What the creating run was given explicitly, kept so later runs that name neither bound use
     # these instead of an assumed amount (None in files written before they were stored).
     reserve_usd: Usd | None = None
-    run_budget_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    run_budget_usd: PositiveUsd | None = None
     # --diagnostic-eval-on-truncation of the campaign's first run: every later run must match it
     # (None: a file from before it was stored; the next run records its own).
     diagnostic_eval_on_truncation: bool | None = None
@@ -91,27 +96,19 @@ class CampaignRecord(_Strict):
     active_run: ActiveRun | None = None
     reconciliations: tuple[Reconciliation, ...] = ()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @model_validator(mode="before")
     @classmethod
-    def _drop_derived(cls, data: Any) -> Any:
-        if isinstance(data, dict) and any(k in data for k in _DERIVED_KEYS):
-            data = {k: v for k, v in data.items() if k not in _DERIVED_KEYS}
-        return data
+    def from_dict(cls, data: dict[str, Any]) -> "CampaignRecord":
+        """The record from a file's decoded JSON; the derived keys are dropped (recomputed)."""
+        return convert({k: v for k, v in data.items() if k not in _DERIVED_KEYS}, cls)
 
-    @model_validator(mode="after")
-    def _usage_not_below_baseline(self) -> "CampaignRecord":
+    def _check(self) -> None:
         if self.last_usage < self.usage_baseline:
             raise ValueError("last_usage is below usage_baseline")
-        return self
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def spent_usd(self) -> float:
         return self.spending().spent_usd
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def remaining_usd(self) -> float:
         return self.spending().remaining_usd
@@ -126,12 +123,22 @@ class CampaignRecord(_Strict):
             usage_at_run_start=self.active_run.usage_at_start if self.active_run else None,
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON values: the stored fields, then the derived ones for a human reader."""
+        return {**super().to_dict(), "spent_usd": self.spent_usd, "remaining_usd": self.remaining_usd}
+
     def to_json(self) -> str:
         """Pretty JSON as written to disk (NaN can never appear: the fields forbid it)."""
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+        return msgspec.json.format(msgspec.json.encode(self.to_dict()), indent=2).decode("utf-8") + "\n"
 
 
-def parse_campaign(text: str) -> CampaignRecord:
-    """Parse a campaign file's text; raises pydantic.ValidationError or ValueError."""
-    return CampaignRecord.model_validate_json(text)
+def parse_campaign(text: str | bytes) -> CampaignRecord:
+    """Parse a campaign file's text; raises RecordInvalid (a ValueError)."""
+    try:
+        data = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise RecordInvalid(str(exc)) from None
+    if not isinstance(data, dict):
+        raise RecordInvalid(f"Expected `object`, got `{type(data).__name__}`")
+    return CampaignRecord.from_dict(data)
 
