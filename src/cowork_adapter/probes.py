@@ -31,6 +31,7 @@ from .image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, disclosed, fi
 from .manifest import utc_now, write_manifest
 from .schemas.inventory import Inventory, RepairRecord, ServerInventory
 from .schemas.manifest import RunManifest
+from .schemas.record import convert
 from .vocab import ExitCode, ProbeKind, RunOutcome, ServerHealth
 
 PROBE_TASK_PREFIX = "cowork-probe-"
@@ -366,7 +367,7 @@ def reusable_inventory(source_root: Path, image_id: str, needs: Mapping[str, lis
     Only `qualify` asks, for its nop pass right after its oracle pass over the same selection."""
     try:
         recorded = json.loads((Path(source_root) / "run_manifest.json").read_text(encoding="utf-8")).get("inventory")
-        found = Inventory.model_validate(recorded)
+        found = convert(recorded, Inventory)
     except (OSError, ValueError, AttributeError):
         return None
     if not image_id or found.image_id != image_id or set(found.servers) != set(needs):
@@ -374,7 +375,7 @@ def reusable_inventory(source_root: Path, image_id: str, needs: Mapping[str, lis
     needed_tasks = {task for tasks in needs.values() for task in tasks}
     if not set(found.blocked_tasks) <= needed_tasks:
         return None
-    return found.model_copy(update={"reused_from": str(source_root), "accepted_blocked": False})
+    return found.replace(reused_from=str(source_root), accepted_blocked=False)
 
 
 def enforce_inventory(cfg: RunConfig, manifest: RunManifest, inventory: Mapping[str, Any]) -> None:

@@ -82,13 +82,28 @@ def test_the_audit_imports_its_decoder_and_search_only(run_root: Path, tmp_path:
     assert got["heavy"] == ["ahocorasick_rs", "msgspec"], got["heavy"]
 
 
-def test_status_reads_its_files_without_the_meter_docker_or_rich(tmp_path: Path) -> None:
+def test_status_reads_its_files_with_msgspec_only(tmp_path: Path) -> None:
     """`status` of a finished run whose launcher is gone: it names the `clear` line, yet imports neither
-    the meter's HTTP client nor docker nor rich (its models are pydantic: that it uses)."""
+    the meter's HTTP client nor docker nor rich nor pydantic: its records are msgspec Structs."""
     synth_run(tmp_path / "run", 5)
     got = _run("status", str(tmp_path / "run"))
     assert got["code"] == 0 and "cowork-adapter clear" in got["out"], got
-    assert set(got["heavy"]) <= {"pydantic", "pydantic_core"}, got["heavy"]
+    assert got["heavy"] == ["msgspec"], got["heavy"]
+
+
+def test_status_of_a_paid_run_reads_its_campaign_with_msgspec_only(tmp_path: Path) -> None:
+    """A paid run's status also reads the campaign's active run (the launcher's pid): still no pydantic."""
+    import shutil
+
+    run = tmp_path / "run"
+    synth_run(run, 5)
+    campaign = tmp_path / "campaign.json"
+    shutil.copy(Path(__file__).parent / "pydantic_written" / "campaign.json", campaign)
+    manifest = json.loads((run / "run_manifest.json").read_text())
+    (run / "run_manifest.json").write_text(json.dumps({**manifest, "campaign_file": str(campaign)}))
+    got = _run("status", str(run))
+    assert got["code"] == 0 and "cowork-adapter clear" in got["out"], got
+    assert got["heavy"] == ["msgspec"], got["heavy"]
 
 
 @pytest.mark.parametrize("args", [["status", "/nonexistent/run"], ["audit", "--run-dir", "/nonexistent/run"],

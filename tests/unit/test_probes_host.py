@@ -17,6 +17,7 @@ from cowork_adapter.manifest import read_manifest, write_manifest
 from cowork_adapter.schemas.inventory import Inventory
 from cowork_adapter.schemas.manifest import ImageIdentity, RunManifest, Selection
 from cowork_adapter.vocab import ExitCode, ServerHealth
+from cowork_adapter.schemas.record import convert
 
 TASK_SERVERS = {"t-files": ["files"], "t-quotes": ["quotes", "files"], "t-crm": ["crm"]}
 
@@ -176,7 +177,7 @@ def test_a_detected_repair_is_measured_and_disclosed(fake, run, tmp_path):
     assert ("detect",) in fake.calls
     assert inv.servers["quotes"].health is ServerHealth.REPAIRED
     assert inv.servers["quotes"].repair == "mcp_sdk_2x: 2.3.0 -> 1.26.0"
-    assert [r.model_dump() for r in inv.repairs] == [{"server": "quotes", "fault": "mcp_sdk_2x", "requirement": "mcp==1.26.0",
+    assert [r.to_dict() for r in inv.repairs] == [{"server": "quotes", "fault": "mcp_sdk_2x", "requirement": "mcp==1.26.0",
                                                       "before": "2.3.0", "after": "1.26.0", "took": True}]
     assert inv.checks == checks
 
@@ -196,7 +197,7 @@ def test_inventory_for_run_keeps_the_inventory_in_the_manifest(fake, run, tmp_pa
     write_manifest(run_root, manifest)
     inventory = probes.inventory_for_run(make_cfg(tmp_path, run_root), manifest, bench)
     stored = read_manifest(run_root).inventory
-    assert stored == inventory and Inventory.model_validate(stored).blocked_tasks == {"t-crm": "mcp_server_failed:crm"}
+    assert stored == inventory and convert(stored, Inventory).blocked_tasks == {"t-crm": "mcp_server_failed:crm"}
     assert stored["schema"] == "cowork_adapter.inventory.v1"
 
 

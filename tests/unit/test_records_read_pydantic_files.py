@@ -1,10 +1,11 @@
 """Files written by the pydantic models these records replaced still read, and write back byte for byte.
 
 tests/unit/pydantic_written/ holds one file of each kind written by the pydantic models (commit
-d30dba6; campaign.json at 1117537: before each moved to msgspec), each field filled where the model
-has one. Decoding them with today's records and writing them again must give the same bytes: a run root written before the
-change stays readable by `status`, `clear`, recovery and the report, and a file rewritten after it
-(monitor.json, the manifest) is the same document.
+d30dba6; campaign.json, task_validity.json and inventory.json at 1117537: before each moved to
+msgspec), each field filled where the model has one. Decoding them with today's records and writing
+them again must give the same bytes: a run root written before the change stays readable by
+`status`, `clear`, recovery and the report, and a file rewritten after it (monitor.json, the
+manifest) is the same document.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from cowork_adapter.events import EventLog
 from cowork_adapter.schemas.campaign import parse_campaign
 from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
 from cowork_adapter.schemas.events import MeterReading, RunFinished, TaskStarted, parse_event
+from cowork_adapter.schemas.inventory import Inventory
 from cowork_adapter.schemas.ledger import TaskRow, read_index
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress
-from cowork_adapter.schemas.record import RecordInvalid, decode
+from cowork_adapter.schemas.record import RecordInvalid, convert, decode
+from cowork_adapter.schemas.validity import TaskValidity
 from cowork_adapter.vocab import EventKind
 
 WRITTEN = Path(__file__).parent / "pydantic_written"
@@ -41,6 +44,13 @@ def test_an_old_campaign_file_reads_and_writes_back_the_same() -> None:
     text = (WRITTEN / "campaign.json").read_text(encoding="utf-8")
     record = parse_campaign(text)
     assert record.to_json() == text and record.spent_usd == 2.5  # the derived keys recomputed, same place
+
+
+def test_an_old_validity_table_and_inventory_read_and_write_back_the_same() -> None:
+    text = (WRITTEN / "task_validity.json").read_text(encoding="utf-8")
+    assert decode(text, TaskValidity).to_json() == text
+    inventory = json.loads((WRITTEN / "inventory.json").read_text(encoding="utf-8"))  # as the manifest holds it
+    assert convert(inventory, Inventory).to_manifest() == inventory
 
 
 def test_old_ledger_rows_and_events_read_and_write_back_the_same() -> None:

@@ -18,6 +18,7 @@ from cowork_adapter.schemas.ledger import OfficialReceipt, TaskRow
 from cowork_adapter.schemas.run_config import agent_short_name, build_run_config, model_provider
 from cowork_adapter.schemas.validity import EngineVerdict, TaskValidity
 from cowork_adapter.vocab import EngineKind, OfficialEvalStatus, TaskStatus, TaskValidityClass
+from cowork_adapter.schemas.record import convert, decode
 
 
 @pytest.fixture
@@ -202,7 +203,7 @@ def test_build_validity_reads_the_evaluator_words_from_the_receipt_and_counts_ev
     assert bad.reason == "[FAIL] totals.json is valid JSON" and bad.oracle.passed is False
     assert validity.counts == {"valid": 1, "oracle_fails": 1, "nop_passes": 0, "environment_blocked": 1,
                                "undetermined": 1}
-    again = TaskValidity.model_validate_json(validity.to_json())
+    again = decode(validity.to_json(), TaskValidity)
     assert again == validity and json.loads(validity.to_json())["tasks"][0]["class"] == "valid"
     table = render_table(validity).splitlines()
     assert table[0].split() == ["task", "oracle", "nop", "class", "reason"]
@@ -238,9 +239,9 @@ def _table(path: Path, classes: dict[str, str], bench_commit: str) -> Path:
     rows = [{"instance_id": t, "class": k, "oracle": {"status": "passed", "passed": True},
              "nop": {"status": "failed", "passed": False}} for t, k in classes.items()]
     counts = {k.value: sum(1 for v in classes.values() if v == k.value) for k in TaskValidityClass}
-    table = TaskValidity.model_validate({"created_at": "2026-01-01T00:00:00Z", "bench_commit": bench_commit,
-                                         "oracle_run_root": "/q/oracle", "nop_run_root": "/q/nop",
-                                         "counts": counts, "tasks": rows})
+    table = convert({"created_at": "2026-01-01T00:00:00Z", "bench_commit": bench_commit,
+                     "oracle_run_root": "/q/oracle", "nop_run_root": "/q/nop", "counts": counts, "tasks": rows},
+                    TaskValidity)
     path.write_text(table.to_json())
     return path
 

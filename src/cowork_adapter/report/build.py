@@ -6,11 +6,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
 from ..ledger import task_config
 from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
+from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..vocab import PaidActivity, ServerHealth, TaskStatus
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
@@ -112,7 +112,7 @@ def _campaign_remaining(runs: list[RunRecord]) -> tuple[float | None, str | None
             continue
         try:
             record = parse_campaign(Path(name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # a RecordInvalid or pydantic ValidationError is a ValueError
+        except (OSError, ValueError):  # RecordInvalid is a ValueError
             return None, name
         return record.remaining_usd, name
     return None, None
@@ -171,10 +171,10 @@ def _inventory_notes(run: RunRecord) -> list[str]:
     if not run.manifest.inventory:
         return []
     try:
-        inventory = Inventory.model_validate(run.manifest.inventory)
-    except ValidationError as exc:
+        inventory = convert(run.manifest.inventory, Inventory)
+    except RecordInvalid as exc:
         return [f"The environment inventory recorded by run {run.root} could not be read "
-                f"({count(exc.error_count(), 'problem')}), so its repairs and failed servers are not listed."]
+                f"({exc}), so its repairs and failed servers are not listed."]
     notes = []
     for name, server in sorted(inventory.servers.items()):
         if server.health is ServerHealth.REPAIRED:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from .record import Record, RecordInvalid, decode
 
 from ..errors import Refusal
 from ..vocab import TaskStatus, TaskValidityClass
@@ -19,11 +19,7 @@ VALIDITY_NAME = "task_validity.json"
 VALIDITY_HTML_NAME = "task_validity.html"  # the same table for people, beside it
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class EngineVerdict(_Model):
+class EngineVerdict(Record):
     """One engine's ledger row for the task, reduced to what the class rests on."""
 
     status: TaskStatus  # the ledger row's status (passed / failed are the evaluator's verdicts)
@@ -31,25 +27,22 @@ class EngineVerdict(_Model):
     reason: str | None = None  # the evaluator's own words when it did not pass, else the row's reason
 
 
-class TaskValidityRow(_Model):
+class TaskValidityRow(Record, rename={"class_": "class"}):
     instance_id: str
     oracle: EngineVerdict
     nop: EngineVerdict
-    class_: TaskValidityClass = Field(alias="class")
+    class_: TaskValidityClass
     reason: str | None = None  # why the class is not valid, in the evaluator's (or inventory's) words
 
 
-class TaskValidity(_Model):
-    schema_: str = Field(TASK_VALIDITY_SCHEMA, alias="schema")
+class TaskValidity(Record, rename={"schema_": "schema"}):
+    schema_: str = TASK_VALIDITY_SCHEMA
     created_at: str
     bench_commit: str
     oracle_run_root: str
     nop_run_root: str
     counts: dict[str, int]  # every TaskValidityClass value, zeros included
     tasks: list[TaskValidityRow]
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
 
     def of_class(self, klass: TaskValidityClass) -> list[str]:
         return [row.instance_id for row in self.tasks if row.class_ is klass]
@@ -58,8 +51,8 @@ class TaskValidity(_Model):
 def read_validity(path: Path, flag: str = "--task-validity") -> TaskValidity:
     """A task_validity.json, or a Refusal naming what is wrong with it."""
     try:
-        return TaskValidity.model_validate_json(Path(path).read_bytes())
+        return decode(Path(path).read_bytes(), TaskValidity)
     except OSError as exc:
         raise Refusal("flags", f"{flag} {path} cannot be read: {exc.strerror or exc}.") from None
-    except ValueError:
+    except RecordInvalid:
         raise Refusal("flags", f"{flag} {path} is not a task_validity.json written by qualify.") from None
