@@ -1,11 +1,11 @@
 """Files written by the pydantic models these records replaced still read, and write back byte for byte.
 
 tests/unit/pydantic_written/ holds one file of each kind written by the pydantic models (commit
-d30dba6; campaign.json, task_validity.json and inventory.json at 1117537: before each moved to
-msgspec), each field filled where the model has one. Decoding them with today's records and writing
-them again must give the same bytes: a run root written before the change stays readable by
-`status`, `clear`, recovery and the report, and a file rewritten after it (monitor.json, the
-manifest) is the same document.
+d30dba6; campaign.json, task_validity.json, inventory.json and cowork_adapter_run.json at 1117537:
+before each moved to msgspec), each field filled where the model has one. Decoding them with
+today's records and writing them again must give the same bytes: a run root written before the
+change stays readable by `status`, `clear`, recovery and the report, and a file rewritten after it
+(monitor.json, the manifest) is the same document.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from cowork_adapter.schemas.ledger import TaskRow, read_index
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress
 from cowork_adapter.schemas.record import RecordInvalid, convert, decode
+from cowork_adapter.schemas.run_config import EntrypointConfigFile
 from cowork_adapter.schemas.validity import TaskValidity
 from cowork_adapter.vocab import EventKind
 
@@ -51,6 +52,14 @@ def test_an_old_validity_table_and_inventory_read_and_write_back_the_same() -> N
     assert decode(text, TaskValidity).to_json() == text
     inventory = json.loads((WRITTEN / "inventory.json").read_text(encoding="utf-8"))  # as the manifest holds it
     assert convert(inventory, Inventory).to_manifest() == inventory
+
+
+def test_an_old_entrypoint_config_reads_and_writes_back_the_same() -> None:
+    text = (WRITTEN / "cowork_adapter_run.json").read_text(encoding="utf-8")
+    config = decode(text, EntrypointConfigFile)
+    assert config.to_json() == text and config.truncation_reason_codes == ["a", "z"]
+    with pytest.raises(RecordInvalid, match="credentials"):
+        config.replace(settings={"OPENROUTER_API_KEY": "x"})
 
 
 def test_old_ledger_rows_and_events_read_and_write_back_the_same() -> None:

@@ -5,10 +5,9 @@ authority; nothing here changes a verdict. Findings are references that need a h
 gaps are evidence that could not be read or counted. Every list a trace could grow without limit
 (findings, gaps, omission references) is stored up to a cap and always counted in full.
 
-These are msgspec Structs, not pydantic models like the other schemas: the audit must start and
-finish within a small multiple of reading its logs (benchmarks/bench_audit.py), and importing
-pydantic alone took 0.11 s of it. The audit builds them from values it has checked itself;
-`read_report` validates a file against the same types.
+These are msgspec Structs like every host-side schema, but plain ones, not schemas.record.Record:
+the audit builds them from values it has checked itself, so they skip a Record's conversion on
+construction; `read_report` validates a file against the same types.
 """
 
 from __future__ import annotations

@@ -8,12 +8,14 @@ through the environment variable named by `key_env`.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from msgspec import Meta
+from msgspec.structs import force_setattr
 
 from ..container.runconfig import DEFAULT_KEY_ENV, RUN_CONFIG_SCHEMA
 from ..vocab import TRUNCATION_RUNTIME_REASONS, EngineKind
+from .record import Positive, Record
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -54,19 +56,17 @@ def _secret_like(key: str) -> bool:
     return upper.endswith("_API_KEY") or upper.endswith("_TOKEN") or upper.endswith("_PASSWORD")
 
 
-class EntrypointConfigFile(BaseModel):
+class EntrypointConfigFile(Record, frozen=True, rename={"schema_": "schema"}):
     """configs/cowork_adapter_run.json, schema cowork_adapter.run_config.v1: what the launcher
     writes for the container entrypoint (which reads it as container.runconfig.EntrypointConfig)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
-
-    schema_: Literal["cowork_adapter.run_config.v1"] = Field(default=RUN_CONFIG_SCHEMA, alias="schema")
+    schema_: Literal["cowork_adapter.run_config.v1"] = RUN_CONFIG_SCHEMA
     engine: str
     model: str
     settings: dict[str, Any]
     disabled_tools: list[str]
-    task_timeout_sec: int = Field(gt=0)
-    mcp_tool_timeout_sec: int = Field(gt=0)
+    task_timeout_sec: Positive
+    mcp_tool_timeout_sec: Positive
     proxy_port: Literal[8096] = PROXY_PORT
     server_port: Literal[8765] = SERVER_PORT
     truncation_reason_codes: list[str]
@@ -74,23 +74,13 @@ class EntrypointConfigFile(BaseModel):
     credential_setting: str
     key_env: Literal["COWORK_PROVIDER_KEY"] = DEFAULT_KEY_ENV
     openai_compatible_base_url: str | None = None
-    agent_short_name: str = Field(min_length=1)
+    agent_short_name: Annotated[str, Meta(min_length=1)]
 
-    @field_validator("settings")
-    @classmethod
-    def _no_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
-        leaked = sorted(k for k in value if _secret_like(k))
+    def _check(self) -> None:
+        leaked = sorted(k for k in self.settings if _secret_like(k))
         if leaked:
             raise ValueError(f"settings must not carry credentials: {', '.join(leaked)}")
-        return value
-
-    @field_validator("truncation_reason_codes")
-    @classmethod
-    def _sorted(cls, value: list[str]) -> list[str]:
-        return sorted(set(value))
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+        force_setattr(self, "truncation_reason_codes", sorted(set(self.truncation_reason_codes)))
 
 
 def routed_model_id(model: str, openai_compatible_base_url: str) -> str:
