@@ -89,6 +89,8 @@ def test_a_record_built_in_code_is_converted_and_checked_like_a_decoded_one() ->
     assert ContainerLimits(cpus=1, memory_bytes=1 << 30, pids_limit=16).memory_swap_bytes == 1 << 30
     with pytest.raises(RecordInvalid):
         TaskStarted(ts="t", task="a", kind=EventKind.RUN_FINISHED)  # a kind's class holds only its kind
+    manifest = decode((WRITTEN / "run_manifest.json").read_text(encoding="utf-8"), RunManifest)
+    assert manifest.replace(applied_config={"root": Path("/x")}).applied_config == {"root": "/x"}  # as pydantic wrote it
     assert TaskRow(ts="t", instance_id="a", status="passed", reason_code="x",
                    official_eval_status="completed").replace(cpu_seconds=2).cpu_seconds == 2.0
 

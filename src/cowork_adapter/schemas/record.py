@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from pathlib import PurePath
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -28,6 +29,16 @@ _MAX = sys.float_info.max
 Finite = Annotated[float, msgspec.Meta(ge=-_MAX, le=_MAX)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(gt=0)]
+
+
+def _encode_other(value: Any) -> Any:
+    """A path inside a free-form field (dict[str, Any]) is written as its string, as pydantic did."""
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"a {type(value).__name__} cannot be written in a record")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_encode_other)
 
 
 class RecordInvalid(ValueError):
@@ -51,7 +62,7 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if not getattr(_converting, "active", False):
-            typed = _convert(msgspec.to_builtins(self), type(self), strict=False)
+            typed = _convert(msgspec.to_builtins(self, enc_hook=_encode_other), type(self), strict=False)
             for name in self.__struct_fields__:
                 msgspec.structs.force_setattr(self, name, getattr(typed, name))
         self._check()
@@ -66,15 +77,15 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, forbid_unknown_fields=True):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (enums as their values, datetimes as ISO strings), keys as written."""
-        return msgspec.to_builtins(self)
+        return msgspec.to_builtins(self, enc_hook=_encode_other)
 
     def to_json(self) -> str:
         """The record as an indented JSON document (the form of the host's single-document files)."""
-        return msgspec.json.format(msgspec.json.encode(self), indent=2).decode("utf-8") + "\n"
+        return msgspec.json.format(_ENCODER.encode(self), indent=2).decode("utf-8") + "\n"
 
     def to_line(self) -> str:
         """The record as one compact JSON line (the form of the host's .jsonl files)."""
-        return msgspec.json.encode(self).decode("utf-8") + "\n"
+        return _ENCODER.encode(self).decode("utf-8") + "\n"
 
 
 def _convert(value: Any, kind: type[R], *, strict: bool = True) -> R:
