@@ -304,6 +304,16 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     # boundary (one more): counted alone, they would cancel out.
     b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\x7f":[{"type": "tool_call"}',
     b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\\u007f":[{"type": "tool_call"}',
+    # The whole-block reading puts the value "\x7f" at each newline: a line spelling that value
+    # itself (raw or escaped), a value run on across lines that swallows one (an empty array or
+    # an object key), a line of two rows beside it so the counts of values could cancel out.
+    b'{"type": "tool_call"} "\x7f" {"type": "tool_call"}',
+    b'{"type": "tool_call"} "\\u007f" {"type": "tool_call"}',
+    b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"}',
+    b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"} {"type": "tool_call"}',
+    b'{"type": "tool_call", "a": {\n: 1}}\n{"type": "tool_call"}{"type": "tool_call"}',
+    b'"\x7f"',
+    b'{"type": "tool_call"}\n"x"\n{"type": "tool_call"}',
 ])
 def test_msgspec_leniencies_are_decided_by_json_loads(line):
     """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""

@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from itertools import repeat
+from operator import attrgetter, is_
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from ..schemas.audit import (
     MAX_REFERENCES_PER_TASK,
 )
 from ..vocab import AuditFindingReason, AuditGapReason
-from .read import RowReader, decode_rows, iter_blocks
+from .read import RowReader, iter_blocks, read_rows
 from .rules import args_may_match, find_references, probe_hits, split_mcp_name
 
 
@@ -258,24 +260,27 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
     for block in iter_blocks(path, scan, rel):
-        rows = decode_rows(block, _TOOL_ROWS, rel, scan)
-        try:
-            counts = Counter((row.type, row.tool, row.is_error is True) for _, row in rows)
+        lines, rows = read_rows(block, _TOOL_ROWS, rel, scan)
+        try:  # the keys built without a Python loop (see _call_key)
+            counts = Counter(zip(map(_TYPE, rows), map(_TOOL, rows), map(is_, map(_IS_ERROR, rows), repeat(True))))
         except TypeError:  # an unhashable type or tool
-            counts = Counter(_call_key(row) for _, row in rows)
+            counts = Counter(map(_call_key, rows))
         scan.add_tool_calls(counts)
         # Arguments holding a probe: one search per call's raw arguments, and a block without
         # any (the usual case) ends here.
-        if not any(map(probe_hits, [row.args for _, row in rows])):
+        if not any(map(probe_hits, map(_ARGS, rows))):
             index += sum(n for key, n in counts.items() if call_kind(key)[0])
             continue
-        for line, row in rows:
+        for line, row in zip(lines, rows):
             call, tool, _, _ = call_kind(_call_key(row))
             if not call:
                 continue
             if probe_hits(row.args):
                 _add_findings(scan, rel, block.first + line, index, tool, row.args)
             index += 1
+
+
+_TYPE, _TOOL, _IS_ERROR, _ARGS = map(attrgetter, ("type", "tool", "is_error", "args"))
 
 
 def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, raw_args: msgspec.Raw) -> None:
@@ -302,8 +307,8 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     attempts = Path(path).with_name(ATTEMPTS_NAME)
     from_ledger = attempts.is_file()
     for block in iter_blocks(path, scan, rel):
-        rows = decode_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
-        for line, row in rows:
+        lines, rows = read_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
+        for line, row in zip(lines, rows):
             kind = row.type
             if kind == "llm_usage":
                 if not from_ledger:
@@ -344,7 +349,7 @@ def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
     (gaps: the request was sent, what it cost is unknown)."""
     last: dict[str, tuple[int, AttemptRow]] = {}
     for block in iter_blocks(path, scan, rel):
-        for line, row in decode_rows(block, _ATTEMPT_ROWS, rel, scan):
+        for line, row in zip(*read_rows(block, _ATTEMPT_ROWS, rel, scan)):
             if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
                 last[row.attempt_id] = (block.first + line, row)
     for line, row in sorted(last.values(), key=lambda item: item[0]):
@@ -371,7 +376,7 @@ _OBJECTS = RowReader(_Object)
 def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Every line a JSON object (progress, chat, supervisor: their content is not used)."""
     for block in iter_blocks(path, scan, rel):
-        decode_rows(block, _OBJECTS, rel, scan)
+        read_rows(block, _OBJECTS, rel, scan)
 
 
 # Which scanner reads which log of <dump>/ouroboros/ (all five are expected; absence is a gap).
