@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from itertools import repeat
-from operator import attrgetter, is_
+from functools import reduce
+from itertools import compress, repeat
+from operator import add, attrgetter, eq, is_
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,11 @@ class UsageRow(msgspec.Struct):
     usage: Any = None
 
 
-USAGE_FIELDS = UsageRow.__struct_fields__[1:]  # what a nested `usage` object may state instead
+USAGE_FIELDS = UsageRow.__struct_fields__[1:]
+_TYPE = attrgetter("type")
+_USAGE, _COST, _COST_KNOWN, _COST_ESTIMATED = map(attrgetter, ("usage", "cost", "cost_known", "cost_estimated"))
+_TOKEN_GETTERS = tuple(map(attrgetter, ("prompt_tokens", "completion_tokens", "cached_tokens")))
+_NAME_GETTERS = tuple(map(attrgetter, ("model", "provider", "response_provider")))  # what a nested `usage` object may state instead
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
@@ -189,6 +194,48 @@ class TaskScan:
             if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
                 bucket[name] = None
 
+    def add_usage_rows(self, rows: list[Any], file: str, lines: list[int]) -> None:
+        """add_usage for each row in turn (lines: their line numbers); a batch of regular records
+        (see _add_regular) in a few C-level passes with the same result."""
+        if not self._add_regular(rows):
+            for row, line in zip(rows, lines):
+                self.add_usage(row, file, line)
+
+    def _add_regular(self, rows: list[Any]) -> bool:
+        """Add the records when every one is regular: no nested `usage`, token counts plain
+        nonnegative ints, a plain finite nonnegative float cost not stated unknown, hashable
+        names. Then add_usage would take its fast branches and report no gap, so the sums,
+        counts and first-seen names come out the same. False, changing nothing, otherwise."""
+        usages = list(map(_USAGE, rows))
+        if usages.count(None) != len(usages):
+            return False
+        tokens = [list(map(get, rows)) for get in _TOKEN_GETTERS]
+        costs = list(map(_COST, rows))
+        for values in tokens:
+            if set(map(type, values)) != {int} or min(values) < 0:
+                return False
+        if set(map(type, costs)) != {float} or not (min(costs) >= 0.0 and all(map(math.isfinite, costs))):
+            return False
+        if any(map(is_, map(_COST_KNOWN, rows), repeat(False))):
+            return False
+        try:  # distinct names in first-seen order; an unhashable one takes add_usage's own rule
+            names = [list(dict.fromkeys(map(get, rows))) for get in _NAME_GETTERS]
+        except TypeError:
+            return False
+        prompts, completions, cached = tokens
+        self.usage_records += len(rows)
+        self.prompt_tokens += sum(prompts)
+        self.completion_tokens += sum(completions)
+        self.cached_tokens += sum(cached)
+        self.token_bearing += len(rows) - list(map(add, prompts, completions)).count(0)
+        self.cost_known_usd = reduce(add, costs, self.cost_known_usd)  # row by row, as add_usage sums
+        self.cost_estimated += sum(map(is_, map(_COST_ESTIMATED, rows), repeat(True)))
+        for bucket, distinct in zip((self.models, self.providers, self.response_providers), names):
+            for name in distinct:
+                if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
+                    bucket[name] = None
+        return True
+
     def add_tool_calls(self, counts: Counter) -> None:
         """Count rows by their (type, tool, is_error is true) keys (see call_kind)."""
         for key, n in counts.items():
@@ -280,7 +327,7 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
             index += 1
 
 
-_TYPE, _TOOL, _IS_ERROR, _ARGS = map(attrgetter, ("type", "tool", "is_error", "args"))
+_TOOL, _IS_ERROR, _ARGS = map(attrgetter, ("tool", "is_error", "args"))
 
 
 def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, raw_args: msgspec.Raw) -> None:
@@ -308,13 +355,19 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     from_ledger = attempts.is_file()
     for block in iter_blocks(path, scan, rel):
         lines, rows = read_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
-        for line, row in zip(lines, rows):
-            kind = row.type
-            if kind == "llm_usage":
-                if not from_ledger:
-                    scan.add_usage(row, rel, block.first + line)
-            elif isinstance(kind, str) and "omission" in kind:
-                scan.add_omission(rel, block.first + line)
+        kinds = list(map(_TYPE, rows))
+        try:
+            distinct = set(kinds)
+        except TypeError:  # an unhashable type (a list, an object): neither usage nor omission
+            distinct = {kind for kind in kinds if isinstance(kind, str)}
+        if any(isinstance(kind, str) and "omission" in kind for kind in distinct):
+            for line, kind in zip(lines, kinds):
+                if isinstance(kind, str) and "omission" in kind:
+                    scan.add_omission(rel, block.first + line)
+        if not from_ledger and "llm_usage" in distinct:
+            usage = list(map(eq, kinds, repeat("llm_usage")))  # == as a row-by-row test would use
+            scan.add_usage_rows(list(compress(rows, usage)), rel,
+                                [block.first + line for line in compress(lines, usage)])
     if from_ledger:
         scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
