@@ -30,7 +30,7 @@ from itertools import compress, repeat
 from operator import add, attrgetter, eq, is_
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 
@@ -194,12 +194,12 @@ class TaskScan:
             if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
                 bucket[name] = None
 
-    def add_usage_rows(self, rows: list[Any], file: str, lines: list[int]) -> None:
-        """add_usage for each row in turn (lines: their line numbers); a batch of regular records
-        (see _add_regular) in a few C-level passes with the same result."""
+    def add_usage_rows(self, rows: list[Any], file: str, first: int, lines: Iterable[int]) -> None:
+        """add_usage for each row in turn (at line `first` + its index in `lines`); a batch of
+        regular records (see _add_regular) in a few C-level passes with the same result."""
         if not self._add_regular(rows):
             for row, line in zip(rows, lines):
-                self.add_usage(row, file, line)
+                self.add_usage(row, file, first + line)
 
     def _add_regular(self, rows: list[Any]) -> bool:
         """Add the records when every one is regular: no nested `usage`, token counts plain
@@ -366,8 +366,7 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
                     scan.add_omission(rel, block.first + line)
         if not from_ledger and "llm_usage" in distinct:
             usage = list(map(eq, kinds, repeat("llm_usage")))  # == as a row-by-row test would use
-            scan.add_usage_rows(list(compress(rows, usage)), rel,
-                                [block.first + line for line in compress(lines, usage)])
+            scan.add_usage_rows(list(compress(rows, usage)), rel, block.first, compress(lines, usage))
     if from_ledger:
         scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
