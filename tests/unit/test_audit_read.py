@@ -415,3 +415,21 @@ def test_a_cost_is_floats_reading_of_its_text(text):
         assert scan.cost_known_usd == want and scan.gaps == []
     else:
         assert scan.cost_unknown == 1
+
+
+@pytest.mark.parametrize("data", [
+    b"\n", b"\n\n", b"{}\n\n", b"\n{}\n", b"{}\n{}", b"{}\n \n", b"{}\r\n{}\r\n", b'{}\n"\x7f"\n', b'{}\n{} "\x7f"\n',
+    b'{"a": [\n]}\n{} {}\n', b"{}\n{}\n", b"{}",
+])
+def test_a_log_read_in_one_read_ends_at_its_last_newline_or_not(tmp_path, monkeypatch, data):
+    """A small log is decoded as read, final newline included (its separator ends the stream):
+    the lines, rows and gaps are those of the plain reading either way."""
+    scan = _scanned(tmp_path, "progress.jsonl", data, scan_objects, 1 << 20, monkeypatch)
+    assert [g["line"] for g in scan.gaps] == [n for n, rec in _records(data) if rec is None]
+    assert scan.lines == len(_list_lines(data))
+    numbers = []
+    for block in audit_read.iter_blocks(tmp_path / "progress.jsonl", TaskScan(), "p"):
+        lines, rows = audit_read.read_rows(block, audit_read.RowReader(ToolRow), "p", TaskScan())
+        assert len(rows) == len(lines)
+        numbers += [block.first + line for line in lines]
+    assert numbers == [n for n, rec in _records(data) if rec is not None]

@@ -22,6 +22,7 @@ What a caller must know:
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Literal, Protocol, Sequence, TypeVar, Union
@@ -48,18 +49,37 @@ class Sink(Protocol):
 class Block:
     """Whole lines of a log: `data` without the final newline, the first one numbered `first`
     (1-based). `count`, its number of lines, is set by read_rows (which learns it for free)
-    or, when no one has, by iter_blocks before it numbers the next block."""
+    or, when no one has, by iter_blocks before it numbers the next block.
 
-    __slots__ = ("first", "data", "count")
+    The lines are `buf[:end]` (all of `buf` when `end` is None); `data` is cut from the buffer
+    only when asked for, since a read that ends at a newline (every small log) can be decoded
+    as it is (see whole_lines)."""
 
-    def __init__(self, first: int, data: bytes) -> None:
+    __slots__ = ("first", "buf", "end", "_data", "count")
+
+    def __init__(self, first: int, buf: bytes, end: int | None = None) -> None:
         self.first = first
-        self.data = data
+        self.buf = buf
+        self.end = end
+        self._data: bytes | None = None
         self.count: int | None = None
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = self.buf if self.end is None else self.buf[:self.end]
+        return self._data
+
+    def whole_lines(self) -> tuple[bytes, bool]:
+        """(the lines' bytes, whether they end with their final newline): the buffer itself
+        when it ends at that newline, else `data`."""
+        if self.end is not None and self.end == len(self.buf) - 1:
+            return self.buf, True
+        return self.data, False
 
     def lines(self) -> int:
         if self.count is None:
-            self.count = self.data.count(b"\n") + 1
+            self.count = self.buf.count(b"\n", 0, len(self.buf) if self.end is None else self.end) + 1
         return self.count
 
 
@@ -69,8 +89,11 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
     carry = b""
     skipping = False  # inside an oversized line: drop bytes up to its newline
     with open(path, "rb", buffering=0) as handle:
+        # A log smaller than a chunk is read in one read of its size (not into a chunk-sized buffer).
+        want = min(CHUNK_BYTES, os.fstat(handle.fileno()).st_size + 1)
         while True:
-            chunk = handle.read(CHUNK_BYTES)
+            chunk = handle.read(want)
+            want = CHUNK_BYTES
             if not chunk:
                 break
             sink.bytes += len(chunk)
@@ -90,7 +113,7 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
                 else:
                     carry = buf
                 continue
-            block = Block(lineno, buf[:cut])
+            block = Block(lineno, buf, cut)
             yield block
             lineno += block.lines()
             carry = buf[cut + 1:]
@@ -173,17 +196,20 @@ def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Se
     malformed line is a gap. The indexes are a range when every line is a row (the usual case:
     no per-row pairs to build). A Raw field is the line's own text of the value, or json.dumps
     of json.loads' value when only json.loads could read the line."""
-    data = block.data
-    trusted = _is_utf8(data) and not _may_hold_long_integer(data)
-    if trusted and not _KEY_SEARCH.find_matches_as_indexes(data):
-        joined = data.replace(b"\n", _SEPARATOR)
-        count = block.count = (len(joined) - len(data)) // (len(_SEPARATOR) - 1) + 1
+    text, closed = block.whole_lines()  # with its final newline, a separator ends the stream too
+    trusted = _is_utf8(text) and not _may_hold_long_integer(text)
+    if trusted and not _KEY_SEARCH.find_matches_as_indexes(text):
+        joined = text.replace(b"\n", _SEPARATOR)
+        separators = (len(joined) - len(text)) // (len(_SEPARATOR) - 1)
+        count = block.count = separators + (not closed)
         try:  # the common case: every line an object msgspec reads
             stream = reader.block.decode_lines(joined)
         except _DECODE_ERRORS:
             stream = None
-        if stream is not None and len(stream) == 2 * count - 1 and stream[1::2].count(_SEPARATOR_TEXT) == count - 1:
+        if (stream is not None and len(stream) == count + separators
+                and stream[1::2].count(_SEPARATOR_TEXT) == separators):
             return range(count), stream[::2]  # the count of separators leaves only rows in between
+    data = block.data
     indexes: list[int] = []
     rows: list[Any] = []
     for index, line in enumerate(data.split(b"\n")):
