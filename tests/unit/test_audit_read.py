@@ -255,11 +255,16 @@ def test_every_malformed_line_is_found_and_nothing_else(tmp_path, monkeypatch, d
     assert scan.lines == len(_list_lines(data))
 
 
+def _row_pairs(block, reader, rel, sink) -> list[tuple]:
+    """(line index in the block, row) pairs of read_rows."""
+    return list(zip(*audit_read.read_rows(block, reader, rel, sink)))
+
+
 def _list_lines(data: bytes) -> list[bytes]:
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
 
 
-# ------------------------------------------------------------------ decode_rows itself
+# ------------------------------------------------------------------ read_rows itself
 
 _DECODERS = [audit_read.RowReader(t) for t in (ToolRow, UsageRow, AttemptRow)]
 
@@ -277,7 +282,7 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     decoder = _DECODERS[which]
     block = audit_read.Block(1, data[:-1] if data.endswith(b"\n") else data)
     sink = TaskScan()
-    rows = audit_read.decode_rows(block, decoder, "x.jsonl", sink)
+    rows = _row_pairs(block, decoder, "x.jsonl", sink)
     lines = block.data.split(b"\n")
     expected = [(i, _object(line)) for i, line in enumerate(lines) if line and line != b"\r"]
     assert [i for i, _ in rows] == [i for i, rec in expected if rec is not None]
@@ -324,7 +329,7 @@ def test_rows_are_the_lines_json_loads_values(data, which):
 def test_msgspec_leniencies_are_decided_by_json_loads(line):
     """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""
     for block in (line, b'{"type": "x"}\n' + line + b'\n{"type": "y"}'):
-        rows = audit_read.decode_rows(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
+        rows = _row_pairs(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
         lines = block.split(b"\n")
         assert [i for i, _ in rows] == [i for i, part in enumerate(lines) if _object(part) is not None], line
 
@@ -406,7 +411,7 @@ def test_a_cost_is_floats_reading_of_its_text(text):
     line = (b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": '
             + text.encode() + b"}")
     scan = TaskScan()
-    rows = audit_read.decode_rows(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
+    rows = _row_pairs(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
     (_, row), = rows
     assert repr(row.cost) == repr(json.loads(text))
     scan.add_usage(row, "e", 1)

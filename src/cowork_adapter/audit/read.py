@@ -233,11 +233,6 @@ def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Se
     return indexes, rows
 
 
-def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[tuple[int, Any]]:
-    """read_rows as (line index in the block, row) pairs."""
-    return list(zip(*read_rows(block, reader, rel, sink)))
-
-
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:
     """The row json.loads' reading of a line makes (Raw fields written back as JSON text)."""
     values: dict[str, Any] = {}

@@ -25,10 +25,10 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 from functools import reduce
 from itertools import compress, repeat
 from operator import add, attrgetter, eq, is_
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -81,12 +81,13 @@ class UsageRow(msgspec.Struct):
     usage: Any = None
 
 
-USAGE_FIELDS = UsageRow.__struct_fields__[1:]
-_TYPE = attrgetter("type")
-_USAGE, _COST, _COST_KNOWN, _COST_ESTIMATED = map(attrgetter, ("usage", "cost", "cost_known", "cost_estimated"))
-_TOKEN_GETTERS = tuple(map(attrgetter, ("prompt_tokens", "completion_tokens", "cached_tokens")))
-_NAME_GETTERS = tuple(map(attrgetter, ("model", "provider", "response_provider")))  # what a nested `usage` object may state instead
+USAGE_FIELDS = UsageRow.__struct_fields__[1:]  # what a nested `usage` object may state instead
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+# Field getters for whole columns of rows (map(getter, rows) runs without a Python loop).
+_TYPE, _TOOL, _IS_ERROR, _ARGS = map(attrgetter, ("type", "tool", "is_error", "args"))
+_USAGE, _COST, _COST_KNOWN, _COST_ESTIMATED = map(attrgetter, ("usage", "cost", "cost_known", "cost_estimated"))
+_TOKEN_GETTERS = tuple(map(attrgetter, TOKEN_FIELDS))
+_NAME_GETTERS = tuple(map(attrgetter, ("model", "provider", "response_provider")))
 
 
 def _hashable(value: Any) -> Any:
@@ -325,9 +326,6 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
             if probe_hits(row.args):
                 _add_findings(scan, rel, block.first + line, index, tool, row.args)
             index += 1
-
-
-_TOOL, _IS_ERROR, _ARGS = map(attrgetter, ("tool", "is_error", "args"))
 
 
 def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, raw_args: msgspec.Raw) -> None:
