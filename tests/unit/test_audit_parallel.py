@@ -201,13 +201,13 @@ _noise = st.sampled_from([b"", b" ", b"\r", b"\t", b"}", b"x", b"\x00", b"\xff",
 @given(body=_json_lines | st.binary(max_size=12), head=_noise, tail=_noise)
 def test_the_line_reader_answers_exactly_like_json_loads(body, head, tail):
     """A line is a row (msgspec, else json.loads) exactly when json.loads reads an object."""
-    from cowork_adapter.audit.read import Block, decode_rows
+    from cowork_adapter.audit.read import Block, read_rows
     from cowork_adapter.audit.scan import _TOOL_ROWS, TaskScan
 
     for line in (body, head + body, body + tail, head + body + tail):
         if not line or line == b"\r" or b"\n" in line:
             continue
-        rows = decode_rows(Block(1, line), _TOOL_ROWS, "t", TaskScan())
+        rows = list(zip(*read_rows(Block(1, line), _TOOL_ROWS, "t", TaskScan())))
         want = _reference_parse(line)
         assert bool(rows) == (want is not None), line
         if rows:

@@ -231,6 +231,12 @@ def test_tool_calls_and_findings_match_a_plain_json_reading(tmp_path, monkeypatc
                           dict(_FLAT, model="m/c")), chunk=1 << 20)
 # ...and the cap on names per task (50) is reached the same way.
 @example(data=_jsonl_text(*(dict(_FLAT, model=f"m/{n}", cost_known=n % 7 != 3) for n in range(70))), chunk=1 << 20)
+# A block of regular records is added column-wise (the cap reached there too); one irregular
+# record anywhere (a bool count, a nested usage, an int cost) sends the block row by row.
+@example(data=_jsonl_text(*(dict(_FLAT, model=f"m/{n}", cost=0.1 * n) for n in range(70))), chunk=1 << 20)
+@example(data=_jsonl_text(_FLAT, dict(_FLAT, prompt_tokens=True), _FLAT), chunk=1 << 20)
+@example(data=_jsonl_text(_FLAT, {"type": "llm_usage", "usage": dict(_FLAT, type=None)}, _FLAT), chunk=1 << 20)
+@example(data=_jsonl_text(_FLAT, dict(_FLAT, cost=1), dict(_FLAT, model=["m"])), chunk=1 << 20)
 @given(data=_lines(_event_row), chunk=st.sampled_from([7, 64, 300, 4096, 1 << 20]))
 def test_usage_and_omissions_match_a_plain_json_reading(tmp_path, monkeypatch, data, chunk):
     scan = _scanned(tmp_path, "events.jsonl", data, scan_events, chunk, monkeypatch)
@@ -238,7 +244,7 @@ def test_usage_and_omissions_match_a_plain_json_reading(tmp_path, monkeypatch, d
     got, want = _usage_facts(scan), _usage_facts(reference)
     got["gaps"], want["gaps"] = sorted(got["gaps"], key=repr), sorted(want["gaps"], key=repr)  # per block: malformed first
     assert got == want
-    assert math.isclose(scan.cost_known_usd, reference.cost_known_usd, rel_tol=1e-9, abs_tol=1e-12)
+    assert scan.cost_known_usd == reference.cost_known_usd  # the same additions in the same order
 
 
 @_SETTINGS
@@ -249,11 +255,16 @@ def test_every_malformed_line_is_found_and_nothing_else(tmp_path, monkeypatch, d
     assert scan.lines == len(_list_lines(data))
 
 
+def _row_pairs(block, reader, rel, sink) -> list[tuple]:
+    """(line index in the block, row) pairs of read_rows."""
+    return list(zip(*audit_read.read_rows(block, reader, rel, sink)))
+
+
 def _list_lines(data: bytes) -> list[bytes]:
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
 
 
-# ------------------------------------------------------------------ decode_rows itself
+# ------------------------------------------------------------------ read_rows itself
 
 _DECODERS = [audit_read.RowReader(t) for t in (ToolRow, UsageRow, AttemptRow)]
 
@@ -271,7 +282,7 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     decoder = _DECODERS[which]
     block = audit_read.Block(1, data[:-1] if data.endswith(b"\n") else data)
     sink = TaskScan()
-    rows = audit_read.decode_rows(block, decoder, "x.jsonl", sink)
+    rows = _row_pairs(block, decoder, "x.jsonl", sink)
     lines = block.data.split(b"\n")
     expected = [(i, _object(line)) for i, line in enumerate(lines) if line and line != b"\r"]
     assert [i for i, _ in rows] == [i for i, rec in expected if rec is not None]
@@ -304,11 +315,21 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     # boundary (one more): counted alone, they would cancel out.
     b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\x7f":[{"type": "tool_call"}',
     b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\\u007f":[{"type": "tool_call"}',
+    # The whole-block reading puts the value "\x7f" at each newline: a line spelling that value
+    # itself (raw or escaped), a value run on across lines that swallows one (an empty array or
+    # an object key), a line of two rows beside it so the counts of values could cancel out.
+    b'{"type": "tool_call"} "\x7f" {"type": "tool_call"}',
+    b'{"type": "tool_call"} "\\u007f" {"type": "tool_call"}',
+    b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"}',
+    b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"} {"type": "tool_call"}',
+    b'{"type": "tool_call", "a": {\n: 1}}\n{"type": "tool_call"}{"type": "tool_call"}',
+    b'"\x7f"',
+    b'{"type": "tool_call"}\n"x"\n{"type": "tool_call"}',
 ])
 def test_msgspec_leniencies_are_decided_by_json_loads(line):
     """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""
     for block in (line, b'{"type": "x"}\n' + line + b'\n{"type": "y"}'):
-        rows = audit_read.decode_rows(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
+        rows = _row_pairs(audit_read.Block(1, block), _DECODERS[0], "t.jsonl", TaskScan())
         lines = block.split(b"\n")
         assert [i for i, _ in rows] == [i for i, part in enumerate(lines) if _object(part) is not None], line
 
@@ -390,7 +411,7 @@ def test_a_cost_is_floats_reading_of_its_text(text):
     line = (b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": '
             + text.encode() + b"}")
     scan = TaskScan()
-    rows = audit_read.decode_rows(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
+    rows = _row_pairs(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
     (_, row), = rows
     assert repr(row.cost) == repr(json.loads(text))
     scan.add_usage(row, "e", 1)
@@ -399,3 +420,21 @@ def test_a_cost_is_floats_reading_of_its_text(text):
         assert scan.cost_known_usd == want and scan.gaps == []
     else:
         assert scan.cost_unknown == 1
+
+
+@pytest.mark.parametrize("data", [
+    b"\n", b"\n\n", b"{}\n\n", b"\n{}\n", b"{}\n{}", b"{}\n \n", b"{}\r\n{}\r\n", b'{}\n"\x7f"\n', b'{}\n{} "\x7f"\n',
+    b'{"a": [\n]}\n{} {}\n', b"{}\n{}\n", b"{}",
+])
+def test_a_log_read_in_one_read_ends_at_its_last_newline_or_not(tmp_path, monkeypatch, data):
+    """A small log is decoded as read, final newline included (its separator ends the stream):
+    the lines, rows and gaps are those of the plain reading either way."""
+    scan = _scanned(tmp_path, "progress.jsonl", data, scan_objects, 1 << 20, monkeypatch)
+    assert [g["line"] for g in scan.gaps] == [n for n, rec in _records(data) if rec is None]
+    assert scan.lines == len(_list_lines(data))
+    numbers = []
+    for block in audit_read.iter_blocks(tmp_path / "progress.jsonl", TaskScan(), "p"):
+        lines, rows = audit_read.read_rows(block, audit_read.RowReader(ToolRow), "p", TaskScan())
+        assert len(rows) == len(lines)
+        numbers += [block.first + line for line in lines]
+    assert numbers == [n for n, rec in _records(data) if rec is not None]

@@ -6,7 +6,7 @@ What a caller must know:
   than MAX_LINE_BYTES is skipped as an `oversized_line` gap, so memory stays bounded by
   CHUNK_BYTES + MAX_LINE_BYTES whatever the file size. Lines are counted into `Sink.lines`,
   bytes into `Sink.bytes`.
-- decode_rows turns a block into (line index in the block, row) pairs, a row being an instance
+- read_rows turns a block into its rows and their line indexes in the block, a row being an instance
   of the caller's msgspec Struct: the fields it names, `None` when absent (as dict.get gives),
   `msgspec.Raw` fields as JSON text. Every non-empty line must be one JSON object exactly as
   json.loads reads it; any other line is a `malformed_line` gap at its 1-based line number.
@@ -15,17 +15,17 @@ What a caller must know:
   block goes through msgspec only when its bytes are valid UTF-8 and hold no run of digits that
   long. Any line msgspec refuses (NaN, a byte-order mark, lone surrogates, numbers beyond its
   range...) is asked of json.loads, whose answer stands.
-- A block is first read whole, in one msgspec call (see RowReader); when that reading cannot
+- A block is first read whole, in one msgspec call (see _SEPARATOR); when that reading cannot
   stand for the lines one by one, each line is read alone.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, Iterator, Protocol, TypeVar
+from typing import Any, Iterator, Literal, Protocol, Sequence, TypeVar, Union
 
 import ahocorasick_rs
 import msgspec
@@ -48,19 +48,38 @@ class Sink(Protocol):
 
 class Block:
     """Whole lines of a log: `data` without the final newline, the first one numbered `first`
-    (1-based). `count`, its number of lines, is set by decode_rows (which learns it for free)
-    or, when no one has, by iter_blocks before it numbers the next block."""
+    (1-based). `count`, its number of lines, is set by read_rows (which learns it for free)
+    or, when no one has, by iter_blocks before it numbers the next block.
 
-    __slots__ = ("first", "data", "count")
+    The lines are `buf[:end]` (all of `buf` when `end` is None); `data` is cut from the buffer
+    only when asked for, since a read that ends at a newline (every small log) can be decoded
+    as it is (see whole_lines)."""
 
-    def __init__(self, first: int, data: bytes) -> None:
+    __slots__ = ("first", "buf", "end", "_data", "count")
+
+    def __init__(self, first: int, buf: bytes, end: int | None = None) -> None:
         self.first = first
-        self.data = data
+        self.buf = buf
+        self.end = end
+        self._data: bytes | None = None
         self.count: int | None = None
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = self.buf if self.end is None else self.buf[:self.end]
+        return self._data
+
+    def whole_lines(self) -> tuple[bytes, bool]:
+        """(the lines' bytes, whether they end with their final newline): the buffer itself
+        when it ends at that newline, else `data`."""
+        if self.end is not None and self.end == len(self.buf) - 1:
+            return self.buf, True
+        return self.data, False
 
     def lines(self) -> int:
         if self.count is None:
-            self.count = self.data.count(b"\n") + 1
+            self.count = self.buf.count(b"\n", 0, len(self.buf) if self.end is None else self.end) + 1
         return self.count
 
 
@@ -70,8 +89,11 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
     carry = b""
     skipping = False  # inside an oversized line: drop bytes up to its newline
     with open(path, "rb", buffering=0) as handle:
+        # A log smaller than a chunk is read in one read of its size (not into a chunk-sized buffer).
+        want = min(CHUNK_BYTES, os.fstat(handle.fileno()).st_size + 1)
         while True:
-            chunk = handle.read(CHUNK_BYTES)
+            chunk = handle.read(want)
+            want = CHUNK_BYTES
             if not chunk:
                 break
             sink.bytes += len(chunk)
@@ -91,7 +113,7 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
                 else:
                     carry = buf
                 continue
-            block = Block(lineno, buf[:cut])
+            block = Block(lineno, buf, cut)
             yield block
             lineno += block.lines()
             carry = buf[cut + 1:]
@@ -144,58 +166,59 @@ Row = TypeVar("Row", bound=msgspec.Struct)
 _DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # ValidationError is a DecodeError
 
 
-# A block read whole: each line wrapped as {"\x7f": [line]}, newlines made separators. Only this
-# one key (a raw DEL, which JSON writers leave raw but no log text holds) opens a line, so where
-# the data holds no DEL, raw or escaped, no text inside a line can pass for a line boundary.
-_KEY = "\x7f"
-_OPEN, _SEPARATOR, _CLOSE = b'[{"\x7f":[', b']},{"\x7f":[', b"]}]"
+# A block read whole: its lines as one stream of JSON values (Decoder.decode_lines), each newline
+# replaced by a separator value, the string "\x7f" (a raw DEL, which JSON writers leave raw but no
+# log text holds). Where the data holds no DEL, raw or escaped, every separator the stream yields
+# is one that was put at a newline. The stream stands for the lines one by one exactly when it is
+# row, separator, row, ..., row with one separator per newline: then no separator was swallowed
+# inside a value (a value run on across lines), so each line's bytes are exactly one row (two
+# values on a line would put two rows side by side, a blank line two separators).
+_SEPARATOR_TEXT = "\x7f"
+_SEPARATOR = b'"\x7f"'
 _KEY_SPELLINGS = (b"\x7f", b"\\u007f", b"\\u007F")
 # One vectorised pass for all spellings (bytes.__contains__ crawled over hex-rich text).
 _KEY_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(_KEY_SPELLINGS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
                                               implementation=ahocorasick_rs.Implementation.DFA)
 
 
-_ROW, _FIRST = attrgetter("row"), itemgetter(0)  # a wrapped line's row, without a Python loop
-
-
 class RowReader:
-    """msgspec decoders of one row type: for a line, and for a block read whole.
-
-    The whole-block reading succeeds with one row per line only when each line is exactly one
-    object on its own: a line of several values is no array of one; a string or value run on
-    across a newline joins lines, which leaves fewer rows than lines; and no line can hold a
-    boundary (see _KEY)."""
+    """msgspec decoders of one row type: for a line, and for a block read whole (its rows and
+    separators, see _SEPARATOR)."""
 
     def __init__(self, row_type: type[Row]) -> None:
-        line_type = msgspec.defstruct(f"{row_type.__name__}Line", [("row", tuple[row_type], msgspec.field(name=_KEY))],
-                                      forbid_unknown_fields=True)
         self.row_type = row_type
         self.one = msgspec.json.Decoder(row_type)
-        self.block = msgspec.json.Decoder(list[line_type])  # type: ignore[valid-type]
+        self.block = msgspec.json.Decoder(Union[row_type, Literal[_SEPARATOR_TEXT]])  # type: ignore[valid-type]
 
 
-def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[tuple[int, Any]]:
-    """(line index in the block, row) for every JSON-object line; malformed lines are gaps. A
-    Raw field is the line's own text of the value, or json.dumps of json.loads' value when only
-    json.loads could read the line."""
-    data = block.data
-    trusted = _is_utf8(data) and not _may_hold_long_integer(data)
-    if trusted and not _KEY_SEARCH.find_matches_as_indexes(data):
-        joined = data.replace(b"\n", _SEPARATOR)
-        block.count = (len(joined) - len(data)) // (len(_SEPARATOR) - 1) + 1
+def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Sequence[int], list[Any]]:
+    """(line indexes in the block, rows) of every JSON-object line, the two lists in step; a
+    malformed line is a gap. The indexes are a range when every line is a row (the usual case:
+    no per-row pairs to build). A Raw field is the line's own text of the value, or json.dumps
+    of json.loads' value when only json.loads could read the line."""
+    text, closed = block.whole_lines()  # with its final newline, a separator ends the stream too
+    trusted = _is_utf8(text) and not _may_hold_long_integer(text)
+    if trusted and not _KEY_SEARCH.find_matches_as_indexes(text):
+        joined = text.replace(b"\n", _SEPARATOR)
+        separators = (len(joined) - len(text)) // (len(_SEPARATOR) - 1)
+        count = block.count = separators + (not closed)
         try:  # the common case: every line an object msgspec reads
-            lines = reader.block.decode(b"".join((_OPEN, joined, _CLOSE)))
+            stream = reader.block.decode_lines(joined)
         except _DECODE_ERRORS:
-            lines = None
-        if lines is not None and len(lines) == block.count:
-            return list(enumerate(map(_FIRST, map(_ROW, lines))))
-    out: list[tuple[int, Any]] = []
+            stream = None
+        if (stream is not None and len(stream) == count + separators
+                and stream[1::2].count(_SEPARATOR_TEXT) == separators):
+            return range(count), stream[::2]  # the count of separators leaves only rows in between
+    data = block.data
+    indexes: list[int] = []
+    rows: list[Any] = []
     for index, line in enumerate(data.split(b"\n")):
         if not line or line == b"\r":
             continue
         if trusted or (_is_utf8(line) and not _may_hold_long_integer(line)):
             try:
-                out.append((index, reader.one.decode(line)))
+                rows.append(reader.one.decode(line))
+                indexes.append(index)
                 continue
             except _DECODE_ERRORS:
                 pass
@@ -205,8 +228,9 @@ def decode_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> list[t
             if rec is None:
                 sink.gap(AuditGapReason.MALFORMED_LINE, rel, block.first + index)
             continue
-        out.append((index, row))
-    return out
+        indexes.append(index)
+        rows.append(row)
+    return indexes, rows
 
 
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ..container.diagnostic import LOG_PREFIX as DIAGNOSTIC_LOG_PREFIX
+from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
 from ..errors import Refusal
 from ..forked import forked_map
 from ..schemas.audit import (

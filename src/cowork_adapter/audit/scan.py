@@ -26,8 +26,11 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import compress, repeat
+from operator import add, attrgetter, eq, is_
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 
@@ -38,7 +41,7 @@ from ..schemas.audit import (
     MAX_REFERENCES_PER_TASK,
 )
 from ..vocab import AuditFindingReason, AuditGapReason
-from .read import RowReader, decode_rows, iter_blocks
+from .read import RowReader, iter_blocks, read_rows
 from .rules import args_may_match, find_references, probe_hits, split_mcp_name
 
 
@@ -80,6 +83,11 @@ class UsageRow(msgspec.Struct):
 
 USAGE_FIELDS = UsageRow.__struct_fields__[1:]  # what a nested `usage` object may state instead
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+# Field getters for whole columns of rows (map(getter, rows) runs without a Python loop).
+_TYPE, _TOOL, _IS_ERROR, _ARGS = map(attrgetter, ("type", "tool", "is_error", "args"))
+_USAGE, _COST, _COST_KNOWN, _COST_ESTIMATED = map(attrgetter, ("usage", "cost", "cost_known", "cost_estimated"))
+_TOKEN_GETTERS = tuple(map(attrgetter, TOKEN_FIELDS))
+_NAME_GETTERS = tuple(map(attrgetter, ("model", "provider", "response_provider")))
 
 
 def _hashable(value: Any) -> Any:
@@ -187,6 +195,48 @@ class TaskScan:
             if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
                 bucket[name] = None
 
+    def add_usage_rows(self, rows: list[Any], file: str, first: int, lines: Iterable[int]) -> None:
+        """add_usage for each row in turn (at line `first` + its index in `lines`); a batch of
+        regular records (see _add_regular) in a few C-level passes with the same result."""
+        if not self._add_regular(rows):
+            for row, line in zip(rows, lines):
+                self.add_usage(row, file, first + line)
+
+    def _add_regular(self, rows: list[Any]) -> bool:
+        """Add the records when every one is regular: no nested `usage`, token counts plain
+        nonnegative ints, a plain finite nonnegative float cost not stated unknown, hashable
+        names. Then add_usage would take its fast branches and report no gap, so the sums,
+        counts and first-seen names come out the same. False, changing nothing, otherwise."""
+        usages = list(map(_USAGE, rows))
+        if usages.count(None) != len(usages):
+            return False
+        tokens = [list(map(get, rows)) for get in _TOKEN_GETTERS]
+        costs = list(map(_COST, rows))
+        for values in tokens:
+            if set(map(type, values)) != {int} or min(values) < 0:
+                return False
+        if set(map(type, costs)) != {float} or not (min(costs) >= 0.0 and all(map(math.isfinite, costs))):
+            return False
+        if any(map(is_, map(_COST_KNOWN, rows), repeat(False))):
+            return False
+        try:  # distinct names in first-seen order; an unhashable one takes add_usage's own rule
+            names = [list(dict.fromkeys(map(get, rows))) for get in _NAME_GETTERS]
+        except TypeError:
+            return False
+        prompts, completions, cached = tokens
+        self.usage_records += len(rows)
+        self.prompt_tokens += sum(prompts)
+        self.completion_tokens += sum(completions)
+        self.cached_tokens += sum(cached)
+        self.token_bearing += len(rows) - list(map(add, prompts, completions)).count(0)
+        self.cost_known_usd = reduce(add, costs, self.cost_known_usd)  # row by row, as add_usage sums
+        self.cost_estimated += sum(map(is_, map(_COST_ESTIMATED, rows), repeat(True)))
+        for bucket, distinct in zip((self.models, self.providers, self.response_providers), names):
+            for name in distinct:
+                if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
+                    bucket[name] = None
+        return True
+
     def add_tool_calls(self, counts: Counter) -> None:
         """Count rows by their (type, tool, is_error is true) keys (see call_kind)."""
         for key, n in counts.items():
@@ -258,18 +308,18 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
     for block in iter_blocks(path, scan, rel):
-        rows = decode_rows(block, _TOOL_ROWS, rel, scan)
-        try:
-            counts = Counter((row.type, row.tool, row.is_error is True) for _, row in rows)
+        lines, rows = read_rows(block, _TOOL_ROWS, rel, scan)
+        try:  # the keys built without a Python loop (see _call_key)
+            counts = Counter(zip(map(_TYPE, rows), map(_TOOL, rows), map(is_, map(_IS_ERROR, rows), repeat(True))))
         except TypeError:  # an unhashable type or tool
-            counts = Counter(_call_key(row) for _, row in rows)
+            counts = Counter(map(_call_key, rows))
         scan.add_tool_calls(counts)
         # Arguments holding a probe: one search per call's raw arguments, and a block without
         # any (the usual case) ends here.
-        if not any(map(probe_hits, [row.args for _, row in rows])):
+        if not any(map(probe_hits, map(_ARGS, rows))):
             index += sum(n for key, n in counts.items() if call_kind(key)[0])
             continue
-        for line, row in rows:
+        for line, row in zip(lines, rows):
             call, tool, _, _ = call_kind(_call_key(row))
             if not call:
                 continue
@@ -302,14 +352,19 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     attempts = Path(path).with_name(ATTEMPTS_NAME)
     from_ledger = attempts.is_file()
     for block in iter_blocks(path, scan, rel):
-        rows = decode_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
-        for line, row in rows:
-            kind = row.type
-            if kind == "llm_usage":
-                if not from_ledger:
-                    scan.add_usage(row, rel, block.first + line)
-            elif isinstance(kind, str) and "omission" in kind:
-                scan.add_omission(rel, block.first + line)
+        lines, rows = read_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
+        kinds = list(map(_TYPE, rows))
+        try:
+            distinct = set(kinds)
+        except TypeError:  # an unhashable type (a list, an object): neither usage nor omission
+            distinct = {kind for kind in kinds if isinstance(kind, str)}
+        if any(isinstance(kind, str) and "omission" in kind for kind in distinct):
+            for line, kind in zip(lines, kinds):
+                if isinstance(kind, str) and "omission" in kind:
+                    scan.add_omission(rel, block.first + line)
+        if not from_ledger and "llm_usage" in distinct:
+            usage = list(map(eq, kinds, repeat("llm_usage")))  # == as a row-by-row test would use
+            scan.add_usage_rows(list(compress(rows, usage)), rel, block.first, compress(lines, usage))
     if from_ledger:
         scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
@@ -344,7 +399,7 @@ def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
     (gaps: the request was sent, what it cost is unknown)."""
     last: dict[str, tuple[int, AttemptRow]] = {}
     for block in iter_blocks(path, scan, rel):
-        for line, row in decode_rows(block, _ATTEMPT_ROWS, rel, scan):
+        for line, row in zip(*read_rows(block, _ATTEMPT_ROWS, rel, scan)):
             if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
                 last[row.attempt_id] = (block.first + line, row)
     for line, row in sorted(last.values(), key=lambda item: item[0]):
@@ -371,7 +426,7 @@ _OBJECTS = RowReader(_Object)
 def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Every line a JSON object (progress, chat, supervisor: their content is not used)."""
     for block in iter_blocks(path, scan, rel):
-        decode_rows(block, _OBJECTS, rel, scan)
+        read_rows(block, _OBJECTS, rel, scan)
 
 
 # Which scanner reads which log of <dump>/ouroboros/ (all five are expected; absence is a gap).

@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 from . import protocol
 from .procs import group_alive
 from .vocab import (
+    DIAGNOSTIC_LOG_PREFIX,
     DIAGNOSTIC_STOP_REASONS,
     ContainerState,
     DiagnosticOutcome,
@@ -60,7 +61,7 @@ from .vocab import (
 CLAIM_NAME = "ouroboros_diagnostic_claim.json"
 RECEIPT_PREFIX = "ouroboros_diagnostic_receipt-"
 REPORT_PREFIX = "ouroboros_diagnostic_report-"
-LOG_PREFIX = "ouroboros_diagnostic_log-"
+LOG_PREFIX = DIAGNOSTIC_LOG_PREFIX
 SUMMARY_NAME = "ouroboros_summary.json"  # the agent phase's summary (agent.SUMMARY_NAME)
 CLAIM_SCHEMA = "cowork_adapter.diagnostic_attempt.v1"
 RECEIPT_SCHEMA = "cowork_adapter.diagnostic_receipt.v1"

@@ -253,6 +253,9 @@ class DiagnosticReason(Vocab):
 
 # The agent stops a residual-state diagnostic may follow: a time, round or budget rail.
 DIAGNOSTIC_STOP_REASONS = frozenset({"deadline_local", "wall_clock_timeout", "round_limit", "budget_exhausted"})
+# The diagnostic attempt's log files in a task dump: <prefix><attempt>.log (named here so the
+# host-side audit can count them without importing the diagnostic runner).
+DIAGNOSTIC_LOG_PREFIX = "ouroboros_diagnostic_log-"
 
 
 class ShimRefusal(Vocab):
