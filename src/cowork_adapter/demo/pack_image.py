@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 import docker
-from filelock import FileLock
 
-from ..image.wheelhouse import build_wheelhouse, default_cache_dir, records_json
+from ..image.build_lock import build_lock
+from ..image.wheelhouse import build_wheelhouse, records_json
 from .bench_repo import materialize_bench
 
 PACK_REPOSITORY = "cowork-pack"
@@ -103,7 +103,7 @@ def ensure_demo_pack_image(
             content_hash = _content_hash(base_id, commit, dockerfile, platforms)
             # One builder per tag on this machine: a second caller (another test worker, another
             # demo) waits here and then finds the image current instead of building it again.
-            with FileLock(str(_build_lock(tag))):
+            with build_lock(tag):
                 current = _existing(client, tag)
                 if current is not None and current.labels.get(LABEL_HASH) == content_hash:
                     return tag, current.id
@@ -136,9 +136,3 @@ def _existing(client: docker.DockerClient, tag: str):
     except docker.errors.ImageNotFound:
         return None
 
-
-def _build_lock(tag: str) -> Path:
-    """The lock file that serialises building `tag`, beside the wheelhouse cache."""
-    folder = default_cache_dir().parent / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / (tag.replace("/", "_").replace(":", "_") + ".lock")
