@@ -29,6 +29,7 @@ def world(docker_host, tmp_path_factory):
     commit = materialize_bench(bench)
     make_stub_seed(seed)
     pack_tag, _ = ensure_demo_pack_image(docker_host)
+    (root / "runs").mkdir()
     tag = f"cowork-adapter-test-lock:{secrets.token_hex(4)}"
     client = docker.DockerClient(base_url=docker_host, timeout=600)
     try:
