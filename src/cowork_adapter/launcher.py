@@ -25,6 +25,7 @@ from .image.derived import (
     label_mismatch,
     resolve_image,
 )
+from .image.build_lock import build_lock
 from .fileio import replace_atomic
 from .manifest import utc_now, write_manifest
 from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
@@ -393,11 +394,14 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
     wheels = []
     built = False
     if not pre.image_present:
-        wheels = build_derived_image(
-            cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
-            manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
-        )
-        built = True
+        # Another launcher may be building the same tag: wait for it, then use its image if it fits.
+        with build_lock(req.tag):
+            if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
+                wheels = build_derived_image(
+                    cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
+                    manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
+                )
+                built = True
     return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
 
 

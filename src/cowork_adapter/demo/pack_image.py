@@ -18,6 +18,7 @@ from pathlib import Path
 
 import docker
 
+from ..image.build_lock import build_lock
 from ..image.wheelhouse import build_wheelhouse, records_json
 from .bench_repo import materialize_bench
 
@@ -100,28 +101,31 @@ def ensure_demo_pack_image(
             platforms = container_platforms()
             dockerfile = _dockerfile(base_image)
             content_hash = _content_hash(base_id, commit, dockerfile, platforms)
-            current = _existing(client, tag)
-            if current is not None and current.labels.get(LABEL_HASH) == content_hash:
-                return tag, current.id
-            records = build_wheelhouse(
-                PACK_REQUIREMENTS, context / "wheelhouse", python_version=CONTAINER_PYTHON, platforms=platforms
-            )
-            records += build_wheelhouse(
-                BROKEN_SERVER_REQUIREMENTS, context / "wheelhouse-broken", python_version=CONTAINER_PYTHON,
-                platforms=platforms,
-            )
-            wheels_json = records_json(records)
-            (context / "wheels.json").write_text(wheels_json)
-            (context / "Dockerfile").write_text(dockerfile)
-            labels = {
-                LABEL_HASH: content_hash,
-                LABEL_COMMIT: commit,
-                LABEL_WHEELS: hashlib.sha256(wheels_json.encode()).hexdigest(),
-            }
-            image, _logs = client.images.build(
-                path=str(context), tag=tag, labels=labels, pull=False, rm=True, forcerm=True
-            )
-            return tag, image.id
+            # One builder per tag on this machine: a second caller (another test worker, another
+            # demo) waits here and then finds the image current instead of building it again.
+            with build_lock(tag):
+                current = _existing(client, tag)
+                if current is not None and current.labels.get(LABEL_HASH) == content_hash:
+                    return tag, current.id
+                records = build_wheelhouse(
+                    PACK_REQUIREMENTS, context / "wheelhouse", python_version=CONTAINER_PYTHON, platforms=platforms
+                )
+                records += build_wheelhouse(
+                    BROKEN_SERVER_REQUIREMENTS, context / "wheelhouse-broken", python_version=CONTAINER_PYTHON,
+                    platforms=platforms,
+                )
+                wheels_json = records_json(records)
+                (context / "wheels.json").write_text(wheels_json)
+                (context / "Dockerfile").write_text(dockerfile)
+                labels = {
+                    LABEL_HASH: content_hash,
+                    LABEL_COMMIT: commit,
+                    LABEL_WHEELS: hashlib.sha256(wheels_json.encode()).hexdigest(),
+                }
+                image, _logs = client.images.build(
+                    path=str(context), tag=tag, labels=labels, pull=False, rm=True, forcerm=True
+                )
+                return tag, image.id
     finally:
         client.close()
 
@@ -131,3 +135,4 @@ def _existing(client: docker.DockerClient, tag: str):
         return client.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
+
