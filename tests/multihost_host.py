@@ -1,0 +1,68 @@
+"""One "host" of a shared campaign, as a separate process for the PostgreSQL tests (and the benchmark).
+
+  worker URL CAMPAIGN HOST RUN_ROOT BATCH [TASK_SEC]  claim batches until none is left, settle each task
+                                                      (passed) after TASK_SEC, print one JSON line per event
+  holder URL CAMPAIGN HOST RUN_ROOT BATCH LEASE_SEC   take custody like a launcher (custody/processes.json
+                                                      with itself and a runner group), claim one batch, print
+                                                      it, renew the lease until killed
+  hold URL NAME                                       hold the campaign record's lock until killed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cowork_adapter.campaign.pg_store import PostgresCampaignStore, TaskClaims
+from cowork_adapter.custody.daemon_watch import process_start_ticks
+from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
+
+
+def say(**event: object) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def worker(url: str, campaign: str, host: str, run_root: str, batch: str, task_sec: str = "0") -> None:
+    with TaskClaims(url, campaign) as claims:
+        run = claims.register_run(host=host, run_root=run_root, lease_sec=60)
+        while True:
+            ids = claims.claim(run.run_id, int(batch))
+            if not ids:
+                break
+            say(event="claimed", run=run.run_id, tasks=ids, at=time.time())
+            for task in ids:
+                time.sleep(float(task_sec))  # the task's work
+                claims.settle(run.run_id, task, "passed", receipt=f"{host}:{task}")
+                say(event="settled", run=run.run_id, task=task, at=time.time())
+            claims.renew(run.run_id)
+        claims.finish_run(run.run_id)
+        say(event="done", run=run.run_id)
+
+
+def holder(url: str, campaign: str, host: str, run_root: str, batch: str, lease_sec: str) -> None:
+    root = Path(run_root)
+    (root / "custody").mkdir(parents=True, exist_ok=True)
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True, cwd=root)
+    me = ProcessIdentity(pid=os.getpid(), start_ticks=process_start_ticks(os.getpid()))
+    (root / "custody" / "processes.json").write_text(CustodyProcesses(launcher=me, runner_pgid=runner.pid).to_json())
+    with TaskClaims(url, campaign) as claims:
+        run = claims.register_run(host=host, run_root=run_root, lease_sec=float(lease_sec))
+        ids = claims.claim(run.run_id, int(batch))
+        say(event="claimed", run=run.run_id, tasks=ids, runner_pgid=runner.pid)
+        while True:
+            time.sleep(float(lease_sec) / 4)
+            claims.renew(run.run_id)
+
+
+def hold(url: str, name: str) -> None:
+    with PostgresCampaignStore(url, name).locked():
+        say(event="held")
+        time.sleep(600)
+
+
+if __name__ == "__main__":
+    {"worker": worker, "holder": holder, "hold": hold}[sys.argv[1]](*sys.argv[2:])
