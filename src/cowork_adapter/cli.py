@@ -160,6 +160,11 @@ def _run_flags(
         rich_help_panel=P_MONEY, show_default=False)] = None,
     campaign_file: Annotated[Optional[Path], typer.Option(
         help="Shared campaign record; required for a paid run.", rich_help_panel=P_MONEY)] = None,
+    campaign_db: Annotated[Optional[str], typer.Option(
+        help="The campaign in PostgreSQL instead of a file (several hosts): postgresql://HOST/DB, password in "
+             "PGPASSWORD.", rich_help_panel=P_MONEY, show_default=False)] = None,
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.",
+                                               rich_help_panel=P_MONEY)] = "default",
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,

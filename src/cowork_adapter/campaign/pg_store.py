@@ -42,6 +42,7 @@ from .store import STAGE, parse_campaign_text
 LOCK_NAMESPACE = 0x636F77  # "cow": the first key of every advisory lock this store takes
 MIGRATION_LOCK = 0
 CONNECT_TIMEOUT_SEC = 10
+STATEMENT_TIMEOUT_MS = 30_000
 
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, """
@@ -103,7 +104,11 @@ def connect(url: str) -> psycopg2.extensions.connection:
     """A connection, or a Refusal naming the server (the password never appears)."""
     check_url(url)
     try:
-        conn = psycopg2.connect(url, connect_timeout=CONNECT_TIMEOUT_SEC, application_name="cowork-adapter")
+        # Keepalives: a server that vanishes (host down, partition) fails the next call within about
+        # 25 s instead of hanging it on TCP's default of hours; no statement may wait longer than 30 s.
+        conn = psycopg2.connect(url, connect_timeout=CONNECT_TIMEOUT_SEC, application_name="cowork-adapter",
+                                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+                                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}")
     except psycopg2.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Refusal(STAGE, f"Cannot reach the campaign database {redacted(url)} ({first}).") from None
@@ -144,6 +149,11 @@ class PostgresCampaignStore:
         self.url = url
         self.name = name
         self.location = f"{redacted(url)} campaign {name!r}"
+
+    def refuse_if_locked(self) -> None:
+        """Preflight: the Refusal `locked()` would give now (the hold is taken and at once released)."""
+        with self.locked():
+            pass
 
     @contextmanager
     def locked(self) -> Iterator["PostgresSession"]:
