@@ -150,6 +150,10 @@ class PostgresCampaignStore:
         self.name = name
         self.location = f"{redacted(url)} campaign {name!r}"
 
+    def read(self) -> CampaignRecord | None:
+        """The record without the hold (read-only views)."""
+        return read_campaign_db(self.url, self.name)
+
     def refuse_if_locked(self) -> None:
         """Preflight: the Refusal `locked()` would give now (the hold is taken and at once released)."""
         with self.locked():
