@@ -1,7 +1,8 @@
 """One "host" of a shared campaign, as a separate process for the PostgreSQL tests (and the benchmark).
 
-  worker URL CAMPAIGN HOST RUN_ROOT BATCH [TASK_SEC]  claim batches until none is left, settle each task
-                                                      (passed) after TASK_SEC, print one JSON line per event
+  worker URL CAMPAIGN HOST RUN_ROOT BATCH [TASK_SEC [FLAKY]]  claim batches until none is left, settle each
+                                                      task (passed) after TASK_SEC, print one JSON line per
+                                                      event; a task ending in FLAKY fails unsettled once per host
   holder URL CAMPAIGN HOST RUN_ROOT BATCH LEASE_SEC   take custody like a launcher (custody/processes.json
                                                       with itself and a runner group), claim one batch, print
                                                       it, renew the lease until killed
@@ -26,7 +27,11 @@ def say(**event: object) -> None:
     print(json.dumps(event), flush=True)
 
 
-def worker(url: str, campaign: str, host: str, run_root: str, batch: str, task_sec: str = "0") -> None:
+def worker(url: str, campaign: str, host: str, run_root: str, batch: str, task_sec: str = "0",
+           flaky_suffix: str = "") -> None:
+    """`flaky_suffix`: a task whose id ends with it gets infra_failed the first time this host runs
+    it (an unsettled result: the claim goes back, and some host runs it again)."""
+    seen: set[str] = set()
     with TaskClaims(url, campaign) as claims:
         run = claims.register_run(host=host, run_root=run_root, lease_sec=60)
         while True:
@@ -36,8 +41,10 @@ def worker(url: str, campaign: str, host: str, run_root: str, batch: str, task_s
             say(event="claimed", run=run.run_id, tasks=ids, at=time.time())
             for task in ids:
                 time.sleep(float(task_sec))  # the task's work
-                claims.settle(run.run_id, task, "passed", receipt=f"{host}:{task}")
-                say(event="settled", run=run.run_id, task=task, at=time.time())
+                status = "infra_failed" if flaky_suffix and task.endswith(flaky_suffix) and task not in seen else "passed"
+                seen.add(task)
+                claims.settle(run.run_id, task, status, receipt=f"{host}:{task}")
+                say(event="settled" if status == "passed" else "released", run=run.run_id, task=task, at=time.time())
             claims.renew(run.run_id)
         claims.finish_run(run.run_id)
         say(event="done", run=run.run_id)

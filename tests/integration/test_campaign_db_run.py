@@ -4,13 +4,14 @@
     (the file store is never touched), and the database password appears nowhere in argv or the run root;
   - the PostgreSQL server restarted under a running launcher: its next save fails, and the run stops
     with exit 3 and campaign_persistence_failed, cleanup proven, its active run kept in the record
-    (unsettled, for `campaign reconcile`), never a silent continuation.
+    (unsettled), never a silent continuation; `campaign reconcile --campaign-db` then settles it.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -107,3 +108,14 @@ def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo,
         with open_campaign(PostgresCampaignStore(db, name), key_fingerprint=record.fingerprint,
                            ceiling=record.ceiling_usd, startup_usage=record.last_usage, create_if_missing=False):
             pass
+
+    # `campaign reconcile --campaign-db` proves the run over and settles it in the database record.
+    done = subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", "campaign", "reconcile", "--campaign-db", no_password(db),
+         "--campaign-name", name, "--run-root", str(run_root), "--operator-note", "postgres restarted in a test",
+         "--docker-host", demo.docker_host, "--meter-url", demo.meter.base_url, "--api-key-env", demo.key_env],
+        env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    settled = read_campaign_db(db, name)
+    assert settled.active_run is None and [r.outcome for r in settled.runs] == ["reconciled"]
+    assert settled.reconciliations[0].run_root == str(run_root)

@@ -140,18 +140,22 @@ def test_two_hosts_claim_every_task_exactly_once(db: str, tmp_path: Path) -> Non
     with TaskClaims(db, "c1") as claims:
         assert claims.add_selection(tasks) == 60
         assert claims.add_selection(tasks) == 0  # idempotent
-    hosts = [host("worker", db, "c1", name, str(tmp_path / name), "3", "0.01") for name in ("h1", "h2")]
+    # Tasks ending in 7 fail unsettled (infra_failed) the first time a host runs them: back to open.
+    hosts = [host("worker", db, "c1", name, str(tmp_path / name), "3", "0.01", "7") for name in ("h1", "h2")]
     got = [events(p) for p in hosts]
     settled = Counter(e["task"] for evs in got for e in evs if e["event"] == "settled")
     assert set(settled) == set(tasks) and set(settled.values()) == {1}
     per_host = [{e["task"] for e in evs if e["event"] == "settled"} for evs in got]
     assert all(per_host), "both hosts took part"
+    flaky = [t for t in tasks if t.endswith("7")]
     with TaskClaims(db, "c1") as claims:
         assert claims.counts() == ClaimCounts(settled=60)
         by = claims.settled_by()
     with psycopg2.connect(db) as conn, conn.cursor() as cur:
-        cur.execute("SELECT max(times_claimed) FROM task_claims")
-        assert cur.fetchone()[0] == 1
+        cur.execute("SELECT task_id, times_claimed FROM task_claims")
+        times = dict(cur.fetchall())
+    assert all(times[t] == 1 for t in tasks if t not in flaky)
+    assert all(times[t] >= 2 for t in flaky)  # released once, then claimed again and settled
     runs = {e["run"] for evs in got for e in evs}
     assert {r for r, _ in by.values()} <= runs
 
