@@ -6,6 +6,7 @@
   holder URL CAMPAIGN HOST RUN_ROOT BATCH LEASE_SEC   take custody like a launcher (custody/processes.json
                                                       with itself and a runner group), claim one batch, print
                                                       it, renew the lease until killed
+  stall URL CAMPAIGN HOST RUN_ROOT BATCH              stop inside a claim's transaction, rows locked, until killed
   hold URL NAME                                       hold the campaign record's lock until killed
 """
 
@@ -65,6 +66,24 @@ def holder(url: str, campaign: str, host: str, run_root: str, batch: str, lease_
             claims.renew(run.run_id)
 
 
+def stall(url: str, campaign: str, host: str, run_root: str, batch: str) -> None:
+    """Claim one batch but stop inside the claim's transaction, right after its rows are locked
+    (SELECT ... FOR UPDATE SKIP LOCKED), until killed: a host dying mid-claim."""
+    import psycopg2.extensions
+
+    class StallAfterLock(psycopg2.extensions.cursor):
+        def execute(self, query, vars=None):  # noqa: A002 - psycopg2's own parameter name
+            super().execute(query, vars)
+            if "SKIP LOCKED" in query:
+                say(event="locked", tasks=[row[0] for row in self.fetchall()])
+                time.sleep(600)
+
+    with TaskClaims(url, campaign) as claims:
+        run = claims.register_run(host=host, run_root=run_root, lease_sec=60)
+        claims._conn.cursor_factory = StallAfterLock
+        claims.claim(run.run_id, int(batch))
+
+
 def hold(url: str, name: str) -> None:
     with PostgresCampaignStore(url, name).locked():
         say(event="held")
@@ -72,4 +91,4 @@ def hold(url: str, name: str) -> None:
 
 
 if __name__ == "__main__":
-    {"worker": worker, "holder": holder, "hold": hold}[sys.argv[1]](*sys.argv[2:])
+    {"worker": worker, "holder": holder, "stall": stall, "hold": hold}[sys.argv[1]](*sys.argv[2:])

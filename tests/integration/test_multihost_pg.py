@@ -160,6 +160,33 @@ def test_two_hosts_claim_every_task_exactly_once(db: str, tmp_path: Path) -> Non
     assert {r for r, _ in by.values()} <= runs
 
 
+def test_a_host_killed_inside_its_claim_transaction_takes_nothing_and_blocks_no_one(db: str, tmp_path: Path) -> None:
+    tasks = [f"task-{i:02d}" for i in range(12)]
+    with TaskClaims(db, "c1") as b:
+        b.add_selection(tasks)
+        proc = host("stall", db, "c1", "h1", str(tmp_path / "a"), "5")
+        try:
+            locked = first_event(proc)
+            assert locked["event"] == "locked" and locked["tasks"] == tasks[:5]
+            run_b = b.register_run(host="h2", run_root=str(tmp_path / "b"), lease_sec=60)
+            started = time.monotonic()
+            assert b.claim(run_b.run_id, 100) == tasks[5:]  # skips the locked rows instead of waiting on them
+            assert time.monotonic() - started < 20
+        finally:
+            proc.kill()
+            proc.wait()
+        deadline = time.monotonic() + 20  # the server rolls the dead session's transaction back
+        taken: list[str] = []
+        while not taken:
+            taken = b.claim(run_b.run_id, 100)
+            assert taken or time.monotonic() < deadline, "the dead host's locks outlived it"
+            time.sleep(0.1)
+        assert taken == tasks[:5]
+        with psycopg2.connect(db) as conn, conn.cursor() as cur:
+            cur.execute("SELECT max(times_claimed) FROM task_claims")
+            assert cur.fetchone()[0] == 1  # the killed claim never committed
+
+
 def test_a_sigkilled_host_keeps_its_claims_until_its_lease_lapsed_and_its_runner_is_proven_gone(
         db: str, tmp_path: Path) -> None:
     tasks = [f"task-{i:02d}" for i in range(12)]
