@@ -233,7 +233,8 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         dry_run=cfg.dry_run,
         probe=cfg.probe,
         campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
-        campaign_db=f"{cfg.campaign_db} campaign {cfg.campaign_name!r}" if cfg.campaign_db else None,
+        campaign_db=cfg.campaign_db,
+        campaign_name=cfg.campaign_name if cfg.campaign_db else None,
         docker_host=cfg.docker_host,
     )
     write_manifest(cfg.run_root, manifest)

@@ -20,6 +20,7 @@ from pg_server import PASSWORD, PgServer  # tests/ is on sys.path (its conftest)
 
 from cowork_adapter.campaign.pg_store import PostgresCampaignStore, read_campaign_db
 from cowork_adapter.campaign.store import open_campaign
+from cowork_adapter.control import _campaign_active, read_run
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.scenarios import agent_started, prepare, read_json, wait_for
@@ -77,12 +78,13 @@ def test_a_paid_run_keeps_its_campaign_in_postgres(demo, server: PgServer) -> No
     assert record.last_usage >= record.usage_baseline
     assert not (demo.root / "unused.json").exists()  # the file store was never used
     manifest = read_json(demo.run_root(name) / "run_manifest.json")
-    assert manifest["campaign_file"] is None and manifest["campaign_db"].endswith(f"campaign '{name}'")
+    assert manifest["campaign_file"] is None and manifest["campaign_db"] == no_password(db)
+    assert manifest["campaign_name"] == name
     assert manifest.get("campaign_settlement") == "recorded"
     assert files_containing(demo.run_root(name), PASSWORD.encode()) == []
 
 
-def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo, server: PgServer) -> None:
+def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo, server: PgServer, monkeypatch) -> None:
     db = server.fresh_database("r" + uuid.uuid4().hex[:10])
     name = "pg-restart"
     run_root = demo.run_root(name)
@@ -108,6 +110,15 @@ def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo,
         with open_campaign(PostgresCampaignStore(db, name), key_fingerprint=record.fingerprint,
                            ceiling=record.ceiling_usd, startup_usage=record.last_usage, create_if_missing=False):
             pass
+
+    # status and stop find the run's active run (its launcher pid) in the database record too.
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    files = read_run(run_root)
+    if files.manifest.campaign_db != no_password(db):  # the server's address changed on restart
+        files.manifest = files.manifest.model_copy(update={"campaign_db": no_password(db)})
+    assert _campaign_active(files).run_root == str(run_root)
+    monkeypatch.delenv("PGPASSWORD")
+    assert _campaign_active(files) is None  # unreachable (no password): nothing added, no crash
 
     # `campaign reconcile --campaign-db` proves the run over and settles it in the database record.
     done = subprocess.run(
