@@ -24,6 +24,7 @@ from typer.models import TyperInfo
 from . import __version__
 from .defaults import (
     DEFAULT_API_KEY_ENV,
+    DEFAULT_CAMPAIGN_NAME,
     DEFAULT_METER_URL,
     DEFAULT_MODEL,
     PINNED_BENCH_COMMIT,
@@ -164,7 +165,7 @@ def _run_flags(
         help="The campaign in PostgreSQL instead of a file (several hosts): postgresql://HOST/DB, password in "
              "PGPASSWORD.", rich_help_panel=P_MONEY, show_default=False)] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.",
-                                               rich_help_panel=P_MONEY)] = "default",
+                                               rich_help_panel=P_MONEY)] = DEFAULT_CAMPAIGN_NAME,
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,
@@ -548,7 +549,7 @@ def campaign_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     campaign_db: Annotated[Optional[str], typer.Option(
         help="The campaign in PostgreSQL instead (postgresql://HOST/DB, password in PGPASSWORD).")] = None,
-    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = "default",
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
     from .campaign.commands import show_command
 
@@ -562,7 +563,7 @@ def _campaign_store_flags(campaign_file: Optional[Path], campaign_db: Optional[s
     if (campaign_file is None) == (campaign_db is None):
         raise Refusal("flags", "name the campaign with --campaign-file or --campaign-db (exactly one).")
     if campaign_file is not None:
-        if campaign_name != "default":
+        if campaign_name != DEFAULT_CAMPAIGN_NAME:
             raise Refusal("flags", "--campaign-name is only meaningful with --campaign-db.")
         return checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"), None
     from .config import check_campaign_db_url
@@ -594,7 +595,7 @@ def campaign_reconcile(
     campaign_file: Annotated[Optional[Path], typer.Option(help="The campaign record.")] = None,
     campaign_db: Annotated[Optional[str], typer.Option(
         help="The campaign in PostgreSQL instead (postgresql://HOST/DB, password in PGPASSWORD).")] = None,
-    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = "default",
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
     if not operator_note.strip():
         raise Refusal("flags", "--operator-note must say what was checked; it is empty.")

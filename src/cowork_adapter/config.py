@@ -19,7 +19,7 @@ from .errors import Refusal
 from .selection import explicit_selection
 from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
-    PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, AGENT_CONTAINER_SLEEP_SEC,
+    PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, DEFAULT_CAMPAIGN_NAME, AGENT_CONTAINER_SLEEP_SEC,
     TASK_TIMEOUT_WARN_SEC, DOCKER_MIN_MEMORY_BYTES, DEFAULT_CPUS, DEFAULT_MEMORY_BYTES,
     MIN_KEY_LEN_FOR_SUBSTRING, SAFETY_MODES, TASK_REVIEW_MODES, REVIEW_ENFORCEMENTS, RUNTIME_MODES,
     PROBE_CHOICES, ENV_NAME, COMMIT_SHA, UPSTREAM_ENTRY, WORD, InvalidFlag, flag_name, parse_docker_size,
@@ -99,7 +99,7 @@ class RunConfig(BaseModel):
     # The campaign in PostgreSQL instead (several hosts, one campaign): a postgresql:// URL without
     # a password (libpq reads PGPASSWORD or ~/.pgpass), and the campaign's name in that database.
     campaign_db: str | None = None
-    campaign_name: str = "default"
+    campaign_name: str = DEFAULT_CAMPAIGN_NAME
     new_campaign: bool = False  # the operator's consent to create a missing campaign (a new usage baseline)
     campaign_budget_usd: float | None = None
     prior_spend_usd: float = 0.0
@@ -266,7 +266,9 @@ class RunConfig(BaseModel):
             raise InvalidFlag("give --campaign-file or --campaign-db, not both: a campaign lives in one store.")
         if self.campaign_db is not None:
             check_campaign_db_url(self.campaign_db)
-        if self.campaign_name != "default" and self.campaign_db is None:
+        if not 1 <= len(self.campaign_name.strip()) <= 200 or self.campaign_name != self.campaign_name.strip():
+            raise InvalidFlag("--campaign-name must be 1 to 200 characters, without leading or trailing spaces.")
+        if self.campaign_name != DEFAULT_CAMPAIGN_NAME and self.campaign_db is None:
             raise InvalidFlag("--campaign-name is only meaningful with --campaign-db.")
         has_campaign = self.campaign_file is not None or self.campaign_db is not None
         if self.is_paid and not has_campaign:

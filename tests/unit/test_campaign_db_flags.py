@@ -47,6 +47,8 @@ def test_the_file_store_stays_the_default(base, tmp_path) -> None:
     ({"campaign_db": "postgresql://db/c", "campaign_file": "/tmp/c.json"}, "not both"),
     ({"campaign_file": "/tmp/c.json", "campaign_name": "q4"}, "only meaningful with --campaign-db"),
     ({"campaign_db": "postgresql://db/c", "engine": "oracle"}, "oracle"),
+    ({"campaign_db": "postgresql://db/c", "campaign_name": " "}, "1 to 200 characters"),
+    ({"campaign_db": "postgresql://db/c", "campaign_name": "x" * 201}, "1 to 200 characters"),
 ])
 def test_bad_campaign_db_flags_are_one_sentence(base, extra: dict, words: str) -> None:
     sentence = refused({**base, **extra})
