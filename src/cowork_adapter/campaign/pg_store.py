@@ -228,6 +228,8 @@ def read_campaign_db(url: str, name: str = "default") -> CampaignRecord | None:
         with conn, conn.cursor() as cur:
             cur.execute("SELECT record::text FROM campaigns WHERE name = %s", (name,))
             row = cur.fetchone()
+    except psycopg2.Error as exc:
+        raise Refusal(STAGE, f"The campaign {redacted(url)} campaign {name!r} cannot be read ({str(exc).strip()}).") from None
     finally:
         conn.close()
     return None if row is None else parse_campaign_text(f"{redacted(url)} campaign {name!r}", row[0])
@@ -259,7 +261,11 @@ class TaskClaims:
         self.url = url
         self.campaign = campaign
         self._conn = connect(url)
-        migrate(self._conn)
+        try:
+            migrate(self._conn)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         self._conn.close()
