@@ -117,6 +117,14 @@ def connect(url: str) -> psycopg2.extensions.connection:
 
 def migrate(conn: psycopg2.extensions.connection) -> int:
     """Bring the schema to SCHEMA_VERSION (one transaction, serialised across hosts); its version."""
+    try:
+        return _migrate(conn)
+    except psycopg2.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Refusal(STAGE, f"The campaign database's schema cannot be checked or created ({first}).") from None
+
+
+def _migrate(conn: psycopg2.extensions.connection) -> int:
     with conn:  # commits on success, rolls back on error
         with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, MIGRATION_LOCK))
@@ -166,8 +174,12 @@ class PostgresCampaignStore:
             migrate(conn)
             conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, self.name))
-                if not cur.fetchone()[0]:
+                try:
+                    cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, self.name))
+                    taken = cur.fetchone()[0]
+                except psycopg2.Error as exc:
+                    raise Refusal(STAGE, f"The campaign {self.location} cannot be held ({str(exc).strip()}).") from None
+                if not taken:
                     raise Refusal(STAGE, f"The campaign {self.location} is held by another launcher or command; "
                                          "wait for it to finish (see `cowork-adapter campaign show`).")
             conn.autocommit = False
