@@ -25,6 +25,7 @@ from typer.models import TyperInfo
 from . import __version__
 from .defaults import (
     DEFAULT_API_KEY_ENV,
+    DEFAULT_CAMPAIGN_NAME,
     DEFAULT_METER_URL,
     DEFAULT_MODEL,
     PINNED_BENCH_COMMIT,
@@ -193,6 +194,11 @@ def _run_flags(
         rich_help_panel=P_MONEY, show_default=False)] = None,
     campaign_file: Annotated[Optional[Path], typer.Option(
         help="Shared campaign record; required for a paid run.", rich_help_panel=P_MONEY)] = None,
+    campaign_db: Annotated[Optional[str], typer.Option(
+        help="The campaign in PostgreSQL instead of a file (several hosts): postgresql://HOST/DB, password in "
+             "PGPASSWORD.", rich_help_panel=P_MONEY, show_default=False)] = None,
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.",
+                                               rich_help_panel=P_MONEY)] = DEFAULT_CAMPAIGN_NAME,
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,
@@ -577,12 +583,36 @@ def version() -> None:
     "Example: cowork-adapter campaign show --campaign-file /data/campaign.json",
 )
 def campaign_show(
-    campaign_file: Annotated[Path, typer.Option(help="The campaign record.")],
+    campaign_file: Annotated[Optional[Path], typer.Option(help="The campaign record.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    campaign_db: Annotated[Optional[str], typer.Option(
+        help="The campaign in PostgreSQL instead (postgresql://HOST/DB, password in PGPASSWORD).")] = None,
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
     from .campaign.commands import show_command
 
-    raise SystemExit(show_command(checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"), as_json))
+    path, store = _campaign_store_flags(campaign_file, campaign_db, campaign_name)
+    raise SystemExit(show_command(path, as_json, store=store))
+
+
+def _campaign_store_flags(campaign_file: Optional[Path], campaign_db: Optional[str],
+                          campaign_name: str) -> tuple[Optional[Path], Any]:
+    """Exactly one of --campaign-file and --campaign-db: (checked path, None) or (None, PostgreSQL store)."""
+    if (campaign_file is None) == (campaign_db is None):
+        raise Refusal("flags", "name the campaign with --campaign-file or --campaign-db (exactly one).")
+    if campaign_file is not None:
+        if campaign_name != DEFAULT_CAMPAIGN_NAME:
+            raise Refusal("flags", "--campaign-name is only meaningful with --campaign-db.")
+        return checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"), None
+    from .config import check_campaign_db_url
+
+    try:
+        check_campaign_db_url(campaign_db)
+    except InvalidFlag as exc:
+        raise Refusal(exc.stage, exc.sentence) from None
+    from .campaign.pg_store import PostgresCampaignStore
+
+    return None, PostgresCampaignStore(campaign_db, campaign_name)
 
 
 @campaign_app.command(
@@ -593,7 +623,6 @@ def campaign_show(
     "/data/smoke-1 --operator-note 'launcher killed by OOM, checked ps'",
 )
 def campaign_reconcile(
-    campaign_file: Annotated[Path, typer.Option(help="The campaign record.")],
     run_root: Annotated[Path, typer.Option(help="Run root of the stale active run.")],
     operator_note: Annotated[str, typer.Option(help="What the operator checked, recorded verbatim.")],
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the provider key.")]
@@ -601,6 +630,10 @@ def campaign_reconcile(
     meter_url: Annotated[str, typer.Option(help="Base URL of the key meter.")] = DEFAULT_METER_URL,
     docker_host: Annotated[Optional[str], typer.Option(envvar="DOCKER_HOST", help="Docker daemon to check.")]
     = None,
+    campaign_file: Annotated[Optional[Path], typer.Option(help="The campaign record.")] = None,
+    campaign_db: Annotated[Optional[str], typer.Option(
+        help="The campaign in PostgreSQL instead (postgresql://HOST/DB, password in PGPASSWORD).")] = None,
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
     if not operator_note.strip():
         raise Refusal("flags", "--operator-note must say what was checked; it is empty.")
@@ -613,9 +646,11 @@ def campaign_reconcile(
         raise Refusal(exc.stage, exc.sentence) from None
     from .campaign.commands import reconcile_command
 
+    path, store = _campaign_store_flags(campaign_file, campaign_db, campaign_name)
     raise SystemExit(
         reconcile_command(
-            campaign_file=checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"),
+            campaign_file=path,
+            store=store,
             run_root=checked_path(run_root, PathKind.RUN_ROOT_IF_EXISTS, "--run-root"),
             operator_note=operator_note.strip(),
             api_key_env=api_key_env,

@@ -19,7 +19,7 @@ from .errors import Refusal
 from .selection import explicit_selection
 from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
-    PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, AGENT_CONTAINER_SLEEP_SEC,
+    PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, DEFAULT_CAMPAIGN_NAME, AGENT_CONTAINER_SLEEP_SEC,
     TASK_TIMEOUT_WARN_SEC, DOCKER_MIN_MEMORY_BYTES, DEFAULT_CPUS, DEFAULT_MEMORY_BYTES,
     MIN_KEY_LEN_FOR_SUBSTRING, SAFETY_MODES, TASK_REVIEW_MODES, REVIEW_ENFORCEMENTS, RUNTIME_MODES,
     PROBE_CHOICES, ENV_NAME, COMMIT_SHA, UPSTREAM_ENTRY, WORD, InvalidFlag, flag_name, parse_docker_size,
@@ -50,7 +50,7 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
 }
 # The money flags (campaign, budget, meter, key headroom): a reference engine (oracle, nop) spends
 # nothing, so any of them with one is a refusal rather than a silently ignored promise.
-MONEY_FIELDS = ("campaign_file", "campaign_budget_usd", "prior_spend_usd", "budget_usd", "budget_reserve_usd",
+MONEY_FIELDS = ("campaign_file", "campaign_db", "campaign_name", "campaign_budget_usd", "prior_spend_usd", "budget_usd", "budget_reserve_usd",
                 "meter_blindness_sec", "meter_url", "min_key_usd")
 _PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity")
 
@@ -96,6 +96,10 @@ class RunConfig(BaseModel):
     # what it lacks from the campaign it joins (paid.resolve_money), or is refused.
     budget_usd: float | None = None
     campaign_file: Path | None = None
+    # The campaign in PostgreSQL instead (several hosts, one campaign): a postgresql:// URL without
+    # a password (libpq reads PGPASSWORD or ~/.pgpass), and the campaign's name in that database.
+    campaign_db: str | None = None
+    campaign_name: str = DEFAULT_CAMPAIGN_NAME
     new_campaign: bool = False  # the operator's consent to create a missing campaign (a new usage baseline)
     campaign_budget_usd: float | None = None
     prior_spend_usd: float = 0.0
@@ -258,11 +262,20 @@ class RunConfig(BaseModel):
             changed = [f for f in MONEY_FIELDS if getattr(self, f) != type(self).model_fields[f].default]
             if changed:
                 raise InvalidFlag(reference_money_sentence(self.engine, changed[0]))
-        if self.is_paid and self.campaign_file is None:
+        if self.campaign_file is not None and self.campaign_db is not None:
+            raise InvalidFlag("give --campaign-file or --campaign-db, not both: a campaign lives in one store.")
+        if self.campaign_db is not None:
+            check_campaign_db_url(self.campaign_db)
+        if not 1 <= len(self.campaign_name.strip()) <= 200 or self.campaign_name != self.campaign_name.strip():
+            raise InvalidFlag("--campaign-name must be 1 to 200 characters, without leading or trailing spaces.")
+        if self.campaign_name != DEFAULT_CAMPAIGN_NAME and self.campaign_db is None:
+            raise InvalidFlag("--campaign-name is only meaningful with --campaign-db.")
+        has_campaign = self.campaign_file is not None or self.campaign_db is not None
+        if self.is_paid and not has_campaign:
             raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
-        if self.prior_spend_usd > 0 and self.campaign_file is None:
+        if self.prior_spend_usd > 0 and not has_campaign:
             raise InvalidFlag("--prior-spend-usd is only meaningful with --campaign-file.")
-        if self.new_campaign and self.campaign_file is None:
+        if self.new_campaign and not has_campaign:
             raise InvalidFlag("--new-campaign is only meaningful with --campaign-file.")
         if not_below(self.budget_reserve_usd, self.campaign_budget_usd):
             raise InvalidFlag(
@@ -405,7 +418,7 @@ class RunConfig(BaseModel):
             raise Refusal("flags", reference_money_sentence(str(flags["engine"]), "prior_spend_usd"))
         if flags.get("prior_spend_usd") is None:
             flags.pop("prior_spend_usd", None)
-        elif flags.get("campaign_file") is None:
+        elif flags.get("campaign_file") is None and flags.get("campaign_db") is None:
             raise Refusal("flags", "--prior-spend-usd is only meaningful with --campaign-file.")
         for key in ("tasks", "resume_from"):
             if flags.get(key) is None:
@@ -451,6 +464,24 @@ def refuse_money_flags(engine: str, argv: Sequence[str]) -> None:
         field = names.get(element.split("=", 1)[0])
         if field is not None:
             raise Refusal("flags", reference_money_sentence(engine, field))
+
+
+def check_campaign_db_url(url: str) -> None:
+    """--campaign-db: a postgresql:// URL naming a database, with no password in it (a password in
+    argv is visible to every user of the host, like a provider key would be)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        has_password = parts.password is not None
+    except ValueError:
+        raise InvalidFlag("--campaign-db is not a valid URL.") from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise InvalidFlag("--campaign-db must be a postgresql:// URL.")
+    if has_password:
+        raise InvalidFlag("--campaign-db must not carry a password; give it in PGPASSWORD or ~/.pgpass.")
+    if not parts.path.strip("/"):
+        raise InvalidFlag("--campaign-db must name a database (postgresql://HOST[:PORT]/DATABASE).")
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -166,13 +166,19 @@ def _scan_launchers(run_root: Path) -> list[int]:
 
 def _campaign_active(files: RunFiles):
     """The campaign's active_run when it is this run root, else None (read without the lock)."""
-    if files.manifest is None or not files.manifest.campaign_file:
+    m = files.manifest
+    if m is None or not (m.campaign_file or m.campaign_db):
         return None
     from .campaign.store import read_campaign
     from .errors import Refusal
 
     try:
-        record = read_campaign(files.manifest.campaign_file)
+        if m.campaign_db:  # PostgreSQL (libpq's PGPASSWORD or ~/.pgpass); unreachable: nothing added
+            from .campaign.pg_store import read_campaign_db
+
+            record = read_campaign_db(m.campaign_db, m.campaign_name or "default")
+        else:
+            record = read_campaign(m.campaign_file)
     except Refusal:
         return None
     active = record.active_run if record else None
@@ -346,6 +352,7 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "cleanup_proven": _cleanup_proven(m, mon),
         "campaign_settlement": settlement,
         "campaign_file": m.campaign_file if m is not None else None,
+        "campaign_db": (f"{m.campaign_db} campaign {m.campaign_name!r}" if m is not None and m.campaign_db else None),
         "progress": progress.to_dict(),
         "progress_source": "monitor.json" if mon is not None else "events.jsonl",
         "spending": mon.spending.to_dict() if mon is not None else None,

@@ -17,6 +17,8 @@ PINNED_BENCH_COMMIT = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
 DEFAULT_MODEL = "moonshotai/kimi-k3"
 DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
 DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
+# --campaign-name: the campaign's row in --campaign-db when none is named.
+DEFAULT_CAMPAIGN_NAME = "default"
 # Upstream agent containers run `sleep 7200`; a longer agent phase outlives its own container.
 AGENT_CONTAINER_SLEEP_SEC = 7200
 TASK_TIMEOUT_WARN_SEC = 7100

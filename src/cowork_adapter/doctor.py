@@ -460,19 +460,19 @@ class Doctor:
         skipped = self._not_needed(name)
         if skipped:
             return skipped
-        from .campaign.store import read_campaign
+        from .paid import campaign_location, peek_campaign, resolve_money
         from .schemas.campaign import key_fingerprint
 
-        path = self.cfg.campaign_file
-        if path is None:
+        file = self.cfg.campaign_file
+        if file is None and self.cfg.campaign_db is None:
             return fail(name, "a paid run needs --campaign-file.", "pass --campaign-file, the campaign's shared record")
-        if not path.parent.is_dir():
-            return fail(name, f"the campaign file's directory {path.parent} does not exist.", f"mkdir -p {path.parent}")
+        if file is not None and not file.parent.is_dir():
+            return fail(name, f"the campaign file's directory {file.parent} does not exist.", f"mkdir -p {file.parent}")
         try:
-            record = read_campaign(path)
+            record = peek_campaign(self.cfg)  # the file, or the --campaign-db record
         except Refusal as refusal:
-            return fail(name, refusal.sentence.rstrip("."), "restore the campaign file from a copy; never recreate it")
-        from .paid import resolve_money
+            return fail(name, refusal.sentence.rstrip("."), "restore the campaign record from a copy; never recreate it")
+        path = campaign_location(self.cfg)
 
         try:
             cfg = resolve_money(self.cfg, record)  # the bounds the run would use, or what it lacks

@@ -133,12 +133,11 @@ def preflight(cfg: RunConfig) -> Preflight:
     present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
     key = None
     if cfg.is_paid:
-        from .campaign.store import JsonFileCampaignStore
-        from .paid import paid_preflight
+        from .paid import campaign_store, paid_preflight
 
         key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
         # A campaign held by another launcher would refuse the admission after the environment probe.
-        JsonFileCampaignStore(cfg.campaign_file).refuse_if_locked()
+        campaign_store(cfg).refuse_if_locked()
     if cfg.resume_from:
         _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)
@@ -235,6 +234,8 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         dry_run=cfg.dry_run,
         probe=cfg.probe,
         campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
+        campaign_db=cfg.campaign_db,
+        campaign_name=cfg.campaign_name if cfg.campaign_db else None,
         docker_host=cfg.docker_host,
     )
     write_manifest(cfg.run_root, manifest)

@@ -29,7 +29,7 @@ from pathlib import Path
 from .campaign.budget import Spending, admission_check, stop_decision
 from .campaign.meter import KeyMeter, MeterError
 from .campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
-from .campaign.store import JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
+from .campaign.store import CampaignStore, JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
 from .config import RunConfig, not_below
 from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
@@ -72,9 +72,9 @@ def paid_preflight(cfg: RunConfig) -> tuple[str, RunConfig]:
     key = os.environ.get(cfg.api_key_env, "")
     if not key.strip():
         raise Refusal("credential", f"the environment variable {cfg.api_key_env} is empty or unset; supply the provider key there.")
-    if cfg.campaign_file is None:
+    if cfg.campaign_file is None and cfg.campaign_db is None:
         raise Refusal("campaign", "a paid run needs --campaign-file, the campaign's shared spending record.")
-    if not cfg.campaign_file.parent.is_dir():
+    if cfg.campaign_file is not None and not cfg.campaign_file.parent.is_dir():
         raise Refusal("campaign", f"the campaign file's directory {cfg.campaign_file.parent} does not exist.")
     meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
     try:
@@ -103,10 +103,10 @@ def resolve_money(cfg: RunConfig, record: CampaignRecord | None) -> RunConfig:
     bounds given explicitly. A run on an existing campaign takes each bound it does not name from
     what the campaign stored when it was created.
     """
-    path = cfg.campaign_file
+    path = campaign_location(cfg)
     if record is None:
         if not cfg.new_campaign:
-            raise Refusal("campaign", f"the campaign file {path} does not exist, and creating it would start a new "
+            raise Refusal("campaign", f"the campaign {path} does not exist, and creating it would start a new "
                                       "campaign with a new usage baseline; pass --new-campaign to create it, or name "
                                       "the existing campaign file.")
         missing = [flag for name, flag in MONEY_FLAGS if getattr(cfg, name) is None]
@@ -130,6 +130,31 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def campaign_store(cfg: RunConfig) -> CampaignStore:
+    """The run's campaign store: PostgreSQL with --campaign-db (several hosts), else the JSON file."""
+    if cfg.campaign_db is not None:
+        from .campaign.pg_store import PostgresCampaignStore  # psycopg2 only for runs that name a database
+
+        return PostgresCampaignStore(cfg.campaign_db, cfg.campaign_name)
+    return JsonFileCampaignStore(cfg.campaign_file)
+
+
+def peek_campaign(cfg: RunConfig) -> CampaignRecord | None:
+    """The campaign record without its lock (every write is atomic: a rename, or one transaction)."""
+    if cfg.campaign_db is not None:
+        from .campaign.pg_store import read_campaign_db
+
+        return read_campaign_db(cfg.campaign_db, cfg.campaign_name)
+    return read_campaign(cfg.campaign_file)
+
+
+def campaign_location(cfg: RunConfig) -> str:
+    """How messages name the campaign: its file, or its database and name."""
+    if cfg.campaign_db is not None:
+        return f"{cfg.campaign_db} campaign {cfg.campaign_name!r}"
+    return str(cfg.campaign_file)
+
+
 def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> RunConfig:
     """Every refusal the campaign's admission would give, before anything is created or started.
 
@@ -138,14 +163,14 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
     active_run, a meter below the last accepted usage, no money above the reserve. The admission
     under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
     """
-    record = read_campaign(cfg.campaign_file)
+    record = peek_campaign(cfg)
     cfg = resolve_money(cfg, record)
     usage = reading.usage
     if record is None:
         spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
                             usage_baseline=usage, usage=usage, usage_at_run_start=usage)
     else:
-        _admit_existing(record, str(cfg.campaign_file), key_fingerprint(key), cfg.campaign_budget_usd,
+        _admit_existing(record, campaign_location(cfg), key_fingerprint(key), cfg.campaign_budget_usd,
                         cfg.prior_spend_usd, usage, cfg.diagnostic_eval_on_truncation)
         spending = _spending(record, usage, usage)
     admission_check(spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=reading.limit_remaining)
@@ -291,7 +316,7 @@ class PaidRun:
         with ExitStack() as held:
             try:
                 campaign = held.enter_context(open_campaign(
-                    JsonFileCampaignStore(cfg.campaign_file), key_fingerprint=key_fingerprint(self.key),
+                    campaign_store(cfg), key_fingerprint=key_fingerprint(self.key),
                     ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
                     create_if_missing=cfg.new_campaign, reserve=cfg.budget_reserve_usd, run_budget=cfg.budget_usd,
                     diagnostic=cfg.diagnostic_eval_on_truncation,

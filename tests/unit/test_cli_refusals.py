@@ -343,12 +343,31 @@ def test_campaign_wiring(monkeypatch, tmp_path, clean_env):
                     str(tmp_path / "r"), "--operator-note", " checked ps ", "--docker-host", "unix:///d",
                     "--meter-url", "http://127.0.0.1:9/api/v1/"]) == 0
     assert calls == [
-        ("show_command", ((tmp_path / "c.json").resolve(), True), {}),
+        ("show_command", ((tmp_path / "c.json").resolve(), True), {"store": None}),
         ("reconcile_command", (), {
-            "campaign_file": (tmp_path / "c.json").resolve(), "run_root": (tmp_path / "r").resolve(),
+            "campaign_file": (tmp_path / "c.json").resolve(), "store": None, "run_root": (tmp_path / "r").resolve(),
             "operator_note": "checked ps", "api_key_env": "OPENROUTER_API_KEY",
             "meter_url": "http://127.0.0.1:9/api/v1", "docker_host": "unix:///d"}),
     ]
+
+
+def test_campaign_commands_take_a_postgres_campaign(monkeypatch, tmp_path, clean_env, capsys):
+    calls = _stand_in(monkeypatch, "cowork_adapter.campaign.commands", "show_command", "reconcile_command")
+    assert _invoke(["campaign", "show", "--campaign-db", "postgresql://db/c", "--campaign-name", "q4"]) == 0
+    assert _invoke(["campaign", "reconcile", "--campaign-db", "postgresql://db/c", "--run-root", str(tmp_path / "r"),
+                    "--operator-note", "checked", "--docker-host", "unix:///d"]) == 0
+    (show_args, show_kw), (_, reconcile_kw) = calls[0][1:], calls[1][1:]
+    assert show_args == (None, False) and (show_kw["store"].url, show_kw["store"].name) == ("postgresql://db/c", "q4")
+    assert reconcile_kw["campaign_file"] is None and reconcile_kw["store"].name == "default"
+    for argv, words in ((["campaign", "show"], "exactly one"),
+                        (["campaign", "show", "--campaign-db", "postgresql://db/c", "--campaign-file",
+                          str(tmp_path / "c.json")], "exactly one"),
+                        (["campaign", "show", "--campaign-db", "postgresql://u:pw@db/c"], "PGPASSWORD"),
+                        (["campaign", "show", "--campaign-file", str(tmp_path / "c.json"), "--campaign-name", "x"],
+                         "only meaningful with --campaign-db")):
+        assert _invoke(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.splitlines()) == 1 and ":pw@" not in err
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -57,7 +57,8 @@ def test_without_a_reference_engine_a_run_without_campaign_is_still_refused(flag
 def test_every_money_flag_with_a_reference_engine_is_refused_in_one_sentence(flags, tmp_path, field):
     values = {"campaign_file": tmp_path / "c.json", "campaign_budget_usd": 500.0, "prior_spend_usd": 1.0,
               "budget_usd": 10.0, "budget_reserve_usd": 1.0, "meter_blindness_sec": 60.0,
-              "meter_url": "http://127.0.0.1:9", "min_key_usd": 1.0}
+              "meter_url": "http://127.0.0.1:9", "min_key_usd": 1.0,
+              "campaign_db": "postgresql://db/campaigns", "campaign_name": "q4"}
     with pytest.raises(Refusal) as info:
         RunConfig.from_flags(engine="oracle", **{**flags, field: values[field]})
     sentence = info.value.sentence

@@ -22,7 +22,7 @@ from ..schemas.campaign import CampaignRecord, key_fingerprint
 from ..vocab import ExitCode, MeterPhase
 from .meter import KeyMeter, MeterReading
 from .observe import DEFAULT_BLINDNESS_SEC, Clock, MeterBlind, MeterObserver, SystemClock
-from .store import Campaign, JsonFileCampaignStore, read_campaign, utc_now
+from .store import Campaign, CampaignStore, JsonFileCampaignStore, read_campaign, utc_now
 
 DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
 STAGE = "reconcile"
@@ -35,12 +35,15 @@ def _refused(exc: Refusal) -> int:
     return int(exc.exit_code)
 
 
-def show_command(campaign_file: str | os.PathLike[str], as_json: bool = False, *, console: Console | None = None) -> int:
-    """Print the campaign (read-only, no lock needed: writes are atomic renames)."""
+def show_command(campaign_file: str | os.PathLike[str] | None, as_json: bool = False, *, console: Console | None = None,
+                 store: Any = None) -> int:
+    """Print the campaign (read-only, no lock needed: writes are atomic renames, or one committed
+    transaction for a PostgreSQL `store`, which replaces `campaign_file`)."""
     try:
-        record = read_campaign(campaign_file)
+        record = store.read() if store is not None else read_campaign(campaign_file)
         if record is None:
-            raise Refusal("campaign", f"The campaign file {Path(campaign_file).absolute()} does not exist.")
+            where = store.location if store is not None else f"file {Path(campaign_file).absolute()}"
+            raise Refusal("campaign", f"The campaign {where} does not exist.")
     except Refusal as exc:
         return _refused(exc)
     if as_json:
@@ -139,6 +142,7 @@ def reconcile_command(
     clock: Clock | None = None,
     environ: Mapping[str, str] | None = None,
     meter_deadline_sec: float = DEFAULT_BLINDNESS_SEC,
+    store: CampaignStore | None = None,
 ) -> int:
     """Clear a stale active_run after proving the run is over; record the proof in the campaign.
 
@@ -161,7 +165,7 @@ def reconcile_command(
         try:
             reading, record = settle_active_run(
                 campaign_file, wanted_root, note, key, meter_url, docker_host, label_is_empty=label_is_empty,
-                read_meter=read_meter, clock=clock, meter_deadline_sec=meter_deadline_sec,
+                read_meter=read_meter, clock=clock, meter_deadline_sec=meter_deadline_sec, store=store,
             )
         except CampaignPersistenceError as exc:
             print(f"cowork-adapter: campaign write failed: {exc}", file=sys.stderr)
@@ -187,6 +191,7 @@ def settle_active_run(
     read_meter: Callable[[float], MeterReading] | None = None,
     clock: Clock | None = None,
     meter_deadline_sec: float = DEFAULT_BLINDNESS_SEC,
+    store: CampaignStore | None = None,
 ) -> tuple[dict[str, Any], CampaignRecord]:
     """The guarded settlement of `reconcile` and `clear`: under the campaign's lock, prove the run
     over, read the meter, and clear its active_run in one save. Returns (meter reading, record).
@@ -195,15 +200,16 @@ def settle_active_run(
     the save fails. A missing campaign file is refused BEFORE the lock is taken: locking creates
     `<file>.lock`, and a run that never created its campaign must not leave one behind.
     """
-    path = Path(campaign_file).absolute()
-    if not path.is_file():
-        raise Refusal(STAGE, f"The campaign file {path} does not exist (a run killed before creating it has no "
-                             f"campaign to settle: finish it with `cowork-adapter clear {wanted_root}`).")
-    store = JsonFileCampaignStore(path)
+    if store is None:  # the JSON file (a PostgreSQL store is passed in by `--campaign-db`)
+        path = Path(campaign_file).absolute()
+        if not path.is_file():
+            raise Refusal(STAGE, f"The campaign file {path} does not exist (a run killed before creating it has no "
+                                 f"campaign to settle: finish it with `cowork-adapter clear {wanted_root}`).")
+        store = JsonFileCampaignStore(path)
     with store.locked() as session:
         record = session.load()
         if record is None:
-            raise Refusal(STAGE, f"The campaign file {store.location} does not exist.")
+            raise Refusal(STAGE, f"The campaign {store.location} does not exist.")
         checks = _prove_run_over(record, wanted_root, key, docker_host, label_is_empty)
         reading = _refresh_usage(record, key, meter_url, read_meter, clock or SystemClock(), meter_deadline_sec)
         checks["meter"] = reading

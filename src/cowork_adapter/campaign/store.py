@@ -131,7 +131,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite constant {name}")
 
 
-def parse_campaign_text(path: Path, text: str) -> CampaignRecord:
+def parse_campaign_text(path: Path | str, text: str) -> CampaignRecord:
     """Parse a campaign file's text, or raise a one-sentence Refusal naming what is wrong."""
     try:
         raw = json.loads(text, parse_constant=_reject_constant)

@@ -357,3 +357,19 @@ class AuditGapReason(Vocab):
     OVERSIZED_LINE = "oversized_line"  # longer than the audit's line bound: skipped, not parsed
     UNKNOWN_TOKENS = "unknown_tokens"
     UNKNOWN_COST = "unknown_cost"
+
+
+class ClaimState(Vocab):
+    """A task of a shared campaign's selection (PostgreSQL store): who may run it."""
+
+    OPEN = "open"  # no host holds it; the next claim may take it
+    CLAIMED = "claimed"  # one live host run holds it
+    SETTLED = "settled"  # a receipt settled it (passed, failed, agent_failed): never run again anywhere
+
+
+class HostRunState(Vocab):
+    """A host's run in a shared campaign."""
+
+    LIVE = "live"  # renewing its lease; its claims are its own
+    FINISHED = "finished"  # ended by its own launcher; unsettled claims went back to open
+    FENCED = "fenced"  # lease expired and its processes proven gone; its claims went back to open

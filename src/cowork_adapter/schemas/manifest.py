@@ -135,6 +135,9 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     refusal: Refusal | None = None
     error: dict[str, str] | None = None  # {type, message} for a crash, message scrubbed and capped
     campaign_file: str | None = None
+    # --campaign-db (a URL without password) and --campaign-name, when the campaign is in PostgreSQL.
+    campaign_db: str | None = None
+    campaign_name: str | None = None
     campaign_settlement: str | None = None
     docker_host: str | None = None  # the daemon the run used (`clear` defaults to it)
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
