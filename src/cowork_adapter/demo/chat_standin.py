@@ -285,6 +285,7 @@ class ChatStandin:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes: no ~40 ms delayed-ACK stall
 
             def log_message(self, format, *args):  # quiet: the counts and log are the record
                 return
