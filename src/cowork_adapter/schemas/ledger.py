@@ -89,6 +89,17 @@ class ContainerUse(_Model):
     cause: str | None = None  # why a value is None (not read yet or never, cgroup v2, ...)
 
 
+class GatewaySpend(_Model):
+    """--llm-gateway: the task's requests in gateway/requests.jsonl, with the provider's own figures."""
+
+    requests: int = 0
+    forwarded: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_requests: int = 0  # forwarded, but the answer carried no cost figure
+
+
 class TaskRow(_Model):
     schema_: Literal["cowork_adapter.task_result.v1"] = Field(TASK_ROW_SCHEMA, alias="schema")
     ts: str
@@ -117,6 +128,8 @@ class TaskRow(_Model):
     cpu_seconds: float | None = None
     resource_basis: str | None = None
     resource_containers: list[ContainerUse] = Field(default_factory=list)
+    # --llm-gateway only (None otherwise): the exact per-task spend the gateway logged.
+    gateway: GatewaySpend | None = None
 
     def to_line(self) -> str:
         return self.model_dump_json(by_alias=True) + "\n"
