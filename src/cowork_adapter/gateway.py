@@ -251,10 +251,10 @@ class Gateway:
             return None
         return token_task(self._secret, self.run_label, header[7:].strip())
 
-    def open_upstream(self, method: str, path: str, body: bytes | None, content_type: str | None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self._key}", "Accept-Encoding": "identity"}
-        if content_type:
-            headers["Content-Type"] = content_type
+    def open_upstream(self, method: str, path: str, body: bytes | None, passed: dict[str, str]) -> httpx.Response:
+        """The provider's response, opened as a stream. The client's own headers go along (its SDK's
+        names, OpenRouter's attribution headers), except the credential and what framing sets."""
+        headers = {**passed, "Authorization": f"Bearer {self._key}", "Accept-Encoding": "identity"}
         request = self._client.build_request(method, self.upstream + path, content=body, headers=headers)
         response = self._client.send(request, stream=True)
         with self._lock:
@@ -273,6 +273,10 @@ class Gateway:
 # Hop-by-hop and framing headers the gateway sets itself instead of passing on.
 _NOT_PASSED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
                          "proxy-authenticate", "proxy-authorization", "te", "trailers", "upgrade", "set-cookie"})
+
+
+# Request headers never forwarded: the credential (replaced by the key), the address, framing and hop-by-hop.
+_NOT_FORWARDED = _NOT_PASSED | {"authorization", "host", "accept-encoding", "cookie", "x-api-key"}
 
 
 def _handler(gateway: Gateway):
@@ -351,8 +355,8 @@ def _handler(gateway: Gateway):
             if refusal is not None:
                 return self._refuse(row, 403, REFUSED_FENCED, refusal, "gateway_fenced")
             try:
-                response = gateway.open_upstream(method, route, body if method == "POST" else None,
-                                                 self.headers.get("Content-Type"))
+                passed = {k: v for k, v in self.headers.items() if k.lower() not in _NOT_FORWARDED}
+                response = gateway.open_upstream(method, route, body if method == "POST" else None, passed)
             except httpx.HTTPError as exc:
                 row.error = f"upstream: {type(exc).__name__}"
                 return self._refuse(row, 502, None, f"the provider could not be reached ({type(exc).__name__})",

@@ -185,11 +185,13 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
         assert basic["plain"][0] == 200 and json.loads(basic["plain"][2])["choices"][0]["message"]["content"]
         status, kind, text = basic["stream"]
         assert status == 200 and kind.startswith("text/event-stream") and text.rstrip().endswith("data: [DONE]")
-        # A token of another task (minted with this run's own secret) and of another run are refused.
+        # Refused: this task's token re-labelled as another task's, a token of another run (its label,
+        # or its secret), and the token's MAC alone.
         secret = bytes.fromhex((run_root / "private" / "gateway.secret").read_text())
         label = run_label(run_root)
-        for token in (mint_token(secret, label, "some-other-task"), mint_token(secret, "0" * 32, agent[6:]),
-                      mint_token(secret, label, agent[6:]).replace(agent[6:], "x" + agent[6:])):
+        own = mint_token(secret, label, agent[6:])
+        for token in (own.replace(agent[6:], "x" + agent[6:]), mint_token(secret, "0" * 32, agent[6:]),
+                      mint_token(b"o" * 32, label, agent[6:]), own.rsplit(".", 1)[1]):
             refused = json.loads(_in_container(client, agent, CALLS, url, "one", token))
             assert refused["plain"][0] == 401, refused
         before = provider.total()

@@ -9,6 +9,7 @@ cuts streams in flight.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -86,6 +87,10 @@ def test_plain_completion_passes_through_with_the_key_only_upstream(bed):
     assert (row.prompt_tokens, row.completion_tokens) == (direct["usage"]["prompt_tokens"],
                                                           direct["usage"]["completion_tokens"])
     assert row.latency_ms > 0
+    # Upstream the provider saw the real key in place of the token, and the client's own headers.
+    seen = bed.standin.chat_requests()[-1]
+    assert seen["auth_sha256"] == hashlib.sha256(f"Bearer {KEY}".encode()).hexdigest()
+    assert seen["user_agent"] == f"python-httpx/{httpx.__version__}"
     assert KEY.encode() not in (bed.root / "gateway" / "requests.jsonl").read_bytes()
 
 

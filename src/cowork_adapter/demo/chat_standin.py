@@ -334,7 +334,10 @@ class ChatStandin:
                     "kind": reply.kind, "tools": names, "model": body.get("model"),
                     "offered_tools": len(offered_tools(body)),
                     "prompt_tokens": usage.get("prompt_tokens", 0),
-                    "completion_tokens": usage.get("completion_tokens", 0), "cost": cost})
+                    "completion_tokens": usage.get("completion_tokens", 0), "cost": cost,
+                    # Which credential and client called, without keeping the credential itself.
+                    "auth_sha256": hashlib.sha256((self.headers.get("Authorization") or "").encode()).hexdigest(),
+                    "user_agent": self.headers.get("User-Agent")})
                 if reply.kind == "hang":  # never answers while the stand-in runs: the caller's clock must end it
                     while not standin._stopping.wait(HANG_POLL_SEC):
                         pass
