@@ -275,6 +275,8 @@ _NOT_PASSED = frozenset({"connection", "keep-alive", "transfer-encoding", "conte
                          "proxy-authenticate", "proxy-authorization", "te", "trailers", "upgrade", "set-cookie"})
 
 
+# What reading a response the fence closed (or the provider broke off) may raise.
+_READ_ERRORS = (httpx.HTTPError, httpx.StreamError, ValueError, AttributeError, OSError)
 # Request headers never forwarded: the credential (replaced by the key), the address, framing and hop-by-hop.
 _NOT_FORWARDED = _NOT_PASSED | {"authorization", "host", "accept-encoding", "cookie", "x-api-key"}
 
@@ -367,19 +369,18 @@ def _handler(gateway: Gateway):
                 gateway.release(response)
 
         def _relay(self, response: httpx.Response, row: GatewayRequest) -> None:
-            row.status = response.status_code
             streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-            self.send_response(response.status_code)
-            for name, value in response.headers.items():
-                if name.lower() not in _NOT_PASSED:
-                    self.send_header(name, value)
-            if not streamed:
+            if not streamed:  # read whole first: a failed read is then still answered with an error
                 try:
                     data = response.read()
-                except httpx.HTTPError as exc:  # cut by the fence, or the provider went away
-                    row.error, row.cut = f"upstream: {type(exc).__name__}", gateway.fenced
-                    data = b""
-                    self.close_connection = True
+                except _READ_ERRORS as exc:  # cut by the fence, or the provider went away
+                    row.cut, row.error = gateway.fenced, f"upstream: {type(exc).__name__}"
+                    if gateway.fenced:
+                        return self._refuse(row, 403, REFUSED_FENCED, gateway.refusal() or "fenced", "gateway_fenced")
+                    return self._refuse(row, 502, None, f"the provider's answer broke off ({type(exc).__name__})",
+                                        "upstream_error")
+                row.status = response.status_code
+                self._head(response)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -389,6 +390,8 @@ def _handler(gateway: Gateway):
                     pass
                 return
             # A stream: relayed chunk by chunk as it arrives, ended by closing the connection.
+            row.status = response.status_code
+            self._head(response)
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
@@ -401,12 +404,15 @@ def _handler(gateway: Gateway):
                     usage.feed(chunk)
                     self.wfile.write(chunk)
                     self.wfile.flush()
-            except httpx.HTTPError as exc:
+            except _READ_ERRORS as exc:  # the fence closed the upstream response, or the provider broke off
                 row.cut = gateway.fenced
                 row.error = f"upstream: {type(exc).__name__}"
-            except (ValueError, AttributeError) as exc:  # httpx reading a response the fence closed
-                row.cut = gateway.fenced
-                row.error = f"upstream closed: {type(exc).__name__}"
             row.prompt_tokens, row.completion_tokens, row.cost_usd = usage.usage
+
+        def _head(self, response: httpx.Response) -> None:
+            self.send_response(response.status_code)
+            for name, value in response.headers.items():
+                if name.lower() not in _NOT_PASSED:
+                    self.send_header(name, value)
 
     return Handler

@@ -104,6 +104,10 @@ def _in_container(client, name: str, script: str, *args: str) -> str:
         raise docker.errors.NotFound(f"{name} is not running")
     code, output = container.exec_run(["python3", "-c", script, *args], demux=False)
     text = output.decode(errors="replace")
+    if code != 0:
+        container.reload()  # raises NotFound when the runner removed it meanwhile
+        if container.status != "running":
+            raise docker.errors.NotFound(f"{name} stopped during the exec")
     assert code == 0, f"exec in {name} failed ({code}): {text[-2000:]}"
     return text.strip().splitlines()[-1]
 
