@@ -259,5 +259,8 @@ def test_launcher_sigkilled_the_gateway_port_refuses(demo, docker_host):
         # The watchdog cleans up the run; nothing reached the provider after the launcher died.
         assert wait_for(lambda: label_is_empty(docker_host, run_label(run_root)), 180)
         assert provider.total() == served
+        # The watchdog deleted the gateway's secret and every token file with the key file.
+        assert wait_for(lambda: not (run_root / "private" / "gateway.secret").exists(), 30)
+        assert not list((run_root / "private").glob("agent-*.env"))
     finally:
         provider.stop()
