@@ -256,6 +256,8 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path, gatew
 class PaidRun:
     """One paid invocation. Its methods are the supervisor's ports (observe, disk_check, publish)."""
 
+    gateway = None  # the run's model gateway (--llm-gateway), set by __init__ when there is one
+
     def __init__(self, cfg: RunConfig, manifest: RunManifest, bench_copy: Path, key: str, gateway=None) -> None:
         self.cfg, self.manifest, self.bench_copy, self.key = cfg, manifest, bench_copy, key
         self.gateway = gateway
