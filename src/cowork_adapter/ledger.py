@@ -396,7 +396,7 @@ class IndexContext:
         runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
         self.custody = read_custody_tasks(self.run_root, runner_ids)
         self.resources = read_task_resources(self.run_root, runner_ids)
-        if self.manifest.llm_gateway is not None:
+        if getattr(self.manifest, "llm_gateway", None) is not None:  # a bare context (tests) has no manifest
             self.gateway = gateway_spend(self.run_root, runner_ids)
 
     def _blocked_tasks(self) -> dict[str, str]:
