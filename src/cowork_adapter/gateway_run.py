@@ -15,7 +15,7 @@ from pathlib import Path
 from .config import RunConfig
 from .errors import Refusal
 from .gateway import Gateway, new_secret
-from .schemas.gateway import read_requests
+from .schemas.gateway import is_billed, read_requests
 from .schemas.manifest import GatewayRecord
 from .schemas.run_config import agent_base_url, routed_model_id
 from .vocab import EngineKind
@@ -91,7 +91,7 @@ def close_for_run(gateway: Gateway, record: GatewayRecord, run_root: Path) -> No
     forwarded = [r for r in rows if r.refused is None]
     record.requests = len(rows)
     record.spent_usd = round(sum(r.cost_usd or 0.0 for r in forwarded), 10)
-    record.unknown_cost_requests = sum(1 for r in forwarded if r.cost_usd is None and r.status == 200)
+    record.unknown_cost_requests = sum(1 for r in forwarded if r.cost_usd is None and is_billed(r))
     record.allowance_usd = gateway.allowance_usd
     record.fence_reason = gateway.fence_reason
     remove_secrets(run_root)

@@ -34,7 +34,8 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
     for i, task in enumerate(tasks):  # the shim's record: runner id -> the task's directory
         (evidence / f"{i}-abcd.task").write_text(f"/bench/tasks/finalpool/{task}\n")
     (root / GATEWAY_DIR).mkdir()
-    rows = [_row("0-abcd", 0.25), _row("0-abcd", 0.5), _row("0-abcd", None, refused="fenced"),
+    models = GatewayRequest(at=1.0, task="0-abcd", path="/v1/models", status=200, latency_ms=1.0)  # costs nothing
+    rows = [_row("0-abcd", 0.25), _row("0-abcd", 0.5), _row("0-abcd", None, refused="fenced"), models,
             _row("1-abcd", None), _row(None, None, refused="auth")]
     (root / GATEWAY_DIR / REQUESTS_NAME).write_bytes(b"".join(encode_row(r) for r in rows) + b'{"torn')
     return tasks
@@ -43,10 +44,10 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
 def test_ledger_rows_carry_each_tasks_gateway_spend(tmp_path):
     root = tmp_path / "run"
     tasks = _gateway_run(root, 0.75)
-    assert len(read_requests(root)) == 5  # the torn last line of a killed launcher is skipped
+    assert len(read_requests(root)) == 6  # the torn last line of a killed launcher is skipped
     rows = {r.instance_id: r for r in build_index(root, live=False, interruption_cause="runner_exited")}
     first = rows[tasks[0]].gateway
-    assert (first.requests, first.forwarded, first.cost_usd, first.unknown_cost_requests) == (3, 2, 0.75, 0)
+    assert (first.requests, first.forwarded, first.cost_usd, first.unknown_cost_requests) == (4, 3, 0.75, 0)
     assert (first.prompt_tokens, first.completion_tokens) == (20, 4)
     assert rows[tasks[1]].gateway.unknown_cost_requests == 1
     assert rows[tasks[2]].gateway.requests == 0  # no request at all: an exact zero, not unknown

@@ -65,13 +65,18 @@ def read_requests(run_root: Path) -> list[GatewayRequest]:
     return rows
 
 
+def is_billed(row: GatewayRequest) -> bool:
+    """A forwarded request the provider may charge for: a chat completion (listing models costs nothing)."""
+    return row.refused is None and row.path.rstrip("/").endswith("/chat/completions")
+
+
 class TaskSpend(msgspec.Struct, kw_only=True):
     requests: int = 0
     forwarded: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
-    unknown_cost: int = 0  # forwarded requests whose response carried no cost figure
+    unknown_cost: int = 0  # forwarded chat completions whose response carried no cost figure
 
 
 def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
@@ -88,7 +93,7 @@ def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
         spend.prompt_tokens += row.prompt_tokens or 0
         spend.completion_tokens += row.completion_tokens or 0
         if row.cost_usd is None:
-            spend.unknown_cost += 1
+            spend.unknown_cost += is_billed(row)
         else:
             spend.cost_usd += row.cost_usd
     return out
