@@ -229,6 +229,9 @@ def _drop_key(run_root: Path) -> bool:
     path = run_root / "private" / "agent.env"
     existed = path.exists()
     path.unlink(missing_ok=True)
+    from .gateway_run import remove_secrets
+
+    remove_secrets(run_root)  # --llm-gateway: the gateway secret and token files (useless once it died)
     return existed
 
 

@@ -228,6 +228,13 @@ def _run_flags(
         rich_help_panel=P_PROVIDER)] = "",
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the provider key.",
                                              rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
+    llm_gateway: Annotated[bool, typer.Option(
+        "--llm-gateway", help="Serve the model through a gateway in the launcher: the key never enters a "
+        "container (each task gets its own token), every request is logged and costed, and the run's "
+        "budget is fenced per request.", rich_help_panel=P_PROVIDER)] = False,
+    llm_gateway_host: Annotated[str, typer.Option(
+        help="Host address the gateway listens on and containers call. Default: the Docker daemon's "
+             "bridge gateway address.", rich_help_panel=P_PROVIDER)] = "",
     credential_setting: Annotated[str, typer.Option(help="Settings key the provider key is given as.",
                                                     rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
     base_image: Annotated[Optional[str], typer.Option(

@@ -115,6 +115,9 @@ class RunConfig(BaseModel):
     openai_compatible_base_url: str = ""
     api_key_env: str = DEFAULT_API_KEY_ENV
     credential_setting: str = DEFAULT_API_KEY_ENV
+    # The opt-in model gateway (gateway.py): the launcher forwards model calls, the key stays in it.
+    llm_gateway: bool = False
+    llm_gateway_host: str = ""
     # Images.
     base_image: str  # defaults to cowork-pack:<bench_commit[:7]>
     image: str | None = None  # resolved by the launcher (cowork-ouroboros:<seed[:12]>-<commit[:7]>-<entry[:8]>)
@@ -275,7 +278,11 @@ class RunConfig(BaseModel):
             raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
         if self.prior_spend_usd > 0 and not has_campaign:
             raise InvalidFlag("--prior-spend-usd is only meaningful with --campaign-file.")
-        if self.new_campaign and not has_campaign:
+        if self.llm_gateway and self.spends_nothing:
+            raise InvalidFlag(f"--llm-gateway serves model calls, and the {self.engine} engine makes none.")
+        if self.llm_gateway_host and not self.llm_gateway:
+            raise InvalidFlag("--llm-gateway-host is only meaningful with --llm-gateway.")
+                if self.new_campaign and not has_campaign:
             raise InvalidFlag("--new-campaign is only meaningful with --campaign-file.")
         if not_below(self.budget_reserve_usd, self.campaign_budget_usd):
             raise InvalidFlag(
@@ -374,6 +381,8 @@ class RunConfig(BaseModel):
             "pids_limit": self.pids_limit,
             "or_provider": self.or_provider,
             "openai_compatible_base_url": self.openai_compatible_base_url,
+            # Only when on: a run without it compares equal to its ancestors from before the flag existed.
+            **({"llm_gateway": True} if self.llm_gateway else {}),
         }
 
     def warnings(self) -> list[str]:

@@ -324,6 +324,22 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
 
     selection = _selection(cfg, pre, manifest.image)
     manifest.selection = selection
+    if not (cfg.llm_gateway and pre.key and selection.task_ids and not cfg.dry_run and not cfg.probe):
+        return _configured(cfg, pre, manifest, bench_copy, None)
+    from .gateway_run import close_for_run, open_for_run
+
+    # The gateway lives in this process for the run's lifetime: it dies with the launcher.
+    gateway, cfg, manifest.llm_gateway = open_for_run(cfg, pre.key, manifest.run_label, run_root)
+    try:
+        return _configured(cfg, pre, manifest, bench_copy, gateway)
+    finally:
+        close_for_run(gateway, manifest.llm_gateway, run_root)
+
+
+def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway) -> int:
+    """From the run config file on: written, then the runner started under custody (or not, by mode)."""
+    run_root = cfg.run_root
+    selection = manifest.selection
     run_config = build_run_config(cfg)
     replace_atomic(bench_copy / "configs" / RUN_CONFIG_NAME, run_config.to_json())
     manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *selection.task_ids]
@@ -362,7 +378,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
         return run_free(cfg, manifest, bench_copy)
     from .paid import run_paid
 
-    return run_paid(cfg, pre, manifest, bench_copy)
+    return run_paid(cfg, pre, manifest, bench_copy, gateway=gateway)
 
 
 def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:

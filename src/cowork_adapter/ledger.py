@@ -35,6 +35,7 @@ from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema
     LEDGER_NAME,
     AdapterSummaryFacts,
     EvalResultFacts,
+    GatewaySpend,
     OfficialReceipt,
     RunnerRow,
     TaskRow,
@@ -372,6 +373,7 @@ class IndexContext:
     dumps: dict[str, Path] = field(default_factory=dict)
     custody: dict[str, str] = field(default_factory=dict)
     resources: dict[str, TaskResources] = field(default_factory=dict)
+    gateway: dict[str, GatewaySpend] | None = None  # --llm-gateway runs only, by task
     blocked: dict[str, str] = field(default_factory=dict)
     # task -> (evidence signature, row): a refresh re-reads only dumps whose files changed.
     cache: dict[str, tuple[tuple[Any, ...], TaskRow]] = field(default_factory=dict)
@@ -395,6 +397,8 @@ class IndexContext:
         runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
         self.custody = read_custody_tasks(self.run_root, runner_ids)
         self.resources = read_task_resources(self.run_root, runner_ids)
+        if getattr(self.manifest, "llm_gateway", None) is not None:  # a bare context (tests) has no manifest
+            self.gateway = gateway_spend(self.run_root, runner_ids)
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
@@ -662,7 +666,10 @@ def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ct
     rows: list[TaskRow] = []
     for task in selection:
         if task in invoked or task in ctx.blocked:  # a blocked task is classified even when not run
-            rows.append(classify_task(ctx, task, live=live, interruption_cause=interruption_cause))
+            row = classify_task(ctx, task, live=live, interruption_cause=interruption_cause)
+            if ctx.gateway is not None:  # the log grows on its own: never taken from the row cache
+                row = row.replace(gateway=ctx.gateway.get(task, GatewaySpend()))
+            rows.append(row)
         elif task in carried:
             rows.append(carried[task])
         else:
@@ -677,6 +684,21 @@ def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ct
                 )
             )
     return rows
+
+
+def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, GatewaySpend]:
+    """task -> its spend in the gateway log (rows carry the runner's id the token was minted for)."""
+    from .schemas.gateway import read_requests, spend_by_task
+
+    by_runner = spend_by_task(read_requests(run_root))
+    out = {}
+    for task, runner in runner_ids.items():
+        spend = by_runner.get(runner)
+        if spend is not None:
+            out[task] = GatewaySpend(requests=spend.requests, forwarded=spend.forwarded,
+                                     prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
+                                     cost_usd=round(spend.cost_usd, 10), unknown_cost_requests=spend.unknown_cost)
+    return out
 
 
 def write_index(run_root: Path | str, rows: Iterable[TaskRow]) -> Path:

@@ -52,6 +52,8 @@ from .signals import LAUNCHER_SIGNALS
 from .schemas.monitor import Disk, MeterConfirmation, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
 from .supervisor import SupervisionResult, Supervisor
+from .gateway import FENCE_BUDGET as GATEWAY_BUDGET
+from .gateway_run import secret_file as gateway_secret_file
 from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopReason
 
 GIB = 1 << 30
@@ -263,9 +265,13 @@ def write_agent_env(path: Path, key: str) -> None:
     create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600, in_place=True)
 
 
-def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> int:
-    """Run the selection under campaign custody; returns the exit code (see vocab.ExitCode)."""
-    paid = PaidRun(cfg, manifest, bench_copy, pre.key)
+def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path, gateway=None) -> int:
+    """Run the selection under campaign custody; returns the exit code (see vocab.ExitCode).
+
+    With `gateway` (--llm-gateway, gateway.py) no key file is written: the shim gives each agent
+    container its task's token, the gateway is fenced by every stop and fences the run itself when
+    its own sum of provider costs reaches the run's allowance."""
+    paid = PaidRun(cfg, manifest, bench_copy, pre.key, gateway)
     try:
         return paid.run()
     finally:
@@ -275,8 +281,11 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path) -> in
 class PaidRun:
     """One paid invocation. Its methods are the supervisor's ports (observe, disk_check, publish)."""
 
-    def __init__(self, cfg: RunConfig, manifest: RunManifest, bench_copy: Path, key: str) -> None:
+    gateway = None  # the run's model gateway (--llm-gateway), set by __init__ when there is one
+
+    def __init__(self, cfg: RunConfig, manifest: RunManifest, bench_copy: Path, key: str, gateway=None) -> None:
         self.cfg, self.manifest, self.bench_copy, self.key = cfg, manifest, bench_copy, key
+        self.gateway = gateway
         root = cfg.run_root
         self.label = manifest.run_label
         self.events = EventLog(root / "events.jsonl")
@@ -327,6 +336,10 @@ class PaidRun:
             self.run_start_usage = startup.usage
             self.spending = _spending(campaign.record, startup.usage, startup.usage)
             admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
+            if self.gateway is not None:
+                self.gateway.on_fence = self._gateway_fenced
+                self.gateway.set_allowance(gateway_allowance(self.spending, cfg.budget_reserve_usd, cfg.budget_usd,
+                                                             startup.limit_remaining))
             try:
                 campaign.start_run(run_root=str(cfg.run_root), run_label=self.label, launcher_pid=os.getpid(),
                                    host=socket.gethostname())
@@ -400,7 +413,8 @@ class PaidRun:
                 run_root=cfg.run_root, run_label=self.label, docker_host=cfg.docker_host, env=_watchdog_env(cfg),
                 bound_sec=cfg.meter_blindness_sec, grace_sec=min(8.0, cfg.meter_blindness_sec / 3), tmpdir=self.tmpdir,
             )
-            if self.key:  # a reference engine (oracle, nop) has no key: no env file exists at all
+            key_file = bool(self.key) and self.gateway is None  # with the gateway no container gets the key
+            if key_file:  # a reference engine (oracle, nop) has no key: no env file exists at all
                 write_agent_env(self.agent_env, self.key)
             launcher = ProcessIdentity(pid=os.getpid(), start_ticks=start_ticks(os.getpid()))
             custody = install_custody(
@@ -408,8 +422,9 @@ class PaidRun:
                 limits={"cpus": cfg.cpus, "memory_bytes": cfg.memory_bytes,
                         "memory_swap_bytes": cfg.memory_swap_bytes, "pids_limit": cfg.pids_limit},
                 stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.min_free_gib * GIB),
-                evidence_dir=self.evidence, agent_env_file=self.agent_env if self.key else None,
+                evidence_dir=self.evidence, agent_env_file=self.agent_env if key_file else None,
                 launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
+                gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
             write_processes(cfg.run_root, self.processes)
@@ -430,6 +445,8 @@ class PaidRun:
             result = SupervisionResult(stop_reason=StopReason.SUPERVISOR_ERROR.value,
                                        stop_causes=[StopReason.SUPERVISOR_ERROR.value], runner_exit_code=None,
                                        supervisor_error=f"{type(exc).__name__}: {exc}")
+        if self.gateway is not None:  # no model request is forwarded once the runner is done or stopping
+            self.gateway.fence("runner_exited" if not result.stop_reason else result.stop_reason, notify=False)
         self.causes = result.stop_causes
         self.event(EventKind.RUNNER_EXITED, exit_code=result.runner_exit_code)
         for cause in result.stop_causes:
@@ -586,6 +603,15 @@ class PaidRun:
         except CampaignPersistenceError as exc:
             self._persistence_failed(exc, "recording the runner's process group")
 
+    def _gateway_fenced(self, reason: str) -> None:
+        """From a gateway thread: its own cost sum reached the allowance. Fence admission, stop the run."""
+        if reason != GATEWAY_BUDGET:
+            return  # a stop the run itself caused (stop file, runner done): nothing more to do
+        self.event(EventKind.STOP_REQUESTED, reason=StopReason.GATEWAY_BUDGET.value, source="llm_gateway")
+        _fence(self.stop_file, StopReason.GATEWAY_BUDGET)
+        if self.stop_now is not None:
+            self.stop_now(StopReason.GATEWAY_BUDGET)
+
     def _daemon_lost(self, loss: DaemonLoss) -> None:
         """From the watch thread: record what was seen, fence admission now, stop the supervisor."""
         before, after = loss.before, loss.after
@@ -641,6 +667,18 @@ class PaidRun:
             stop_reason=self.causes[0] if self.causes else None,
             stop_causes=list(self.causes),
         )
+
+
+def gateway_allowance(spending: Spending, reserve_usd: float, run_budget_usd: float | None,
+                      limit_remaining: float | None) -> float:
+    """What the gateway's sum of provider costs may reach before it fences: the smallest of the
+    money above the campaign's reserve, the run's budget left, and the key's own remaining limit."""
+    bounds = [spending.remaining_usd - reserve_usd]
+    if run_budget_usd is not None:
+        bounds.append(run_budget_usd - (spending.run_spent_usd or 0.0))
+    if limit_remaining is not None:
+        bounds.append(limit_remaining)
+    return max(0.0, min(bounds))
 
 
 def _fence(stop_file: Path, reason: str) -> None:

@@ -489,3 +489,40 @@ def test_explicit_limit_above_the_daemon_is_refused(base, over, words):
     with pytest.raises(Refusal) as info:
         build(base, **over).fit_to_daemon(2, 24 << 30, daemon="unix:///d")
     assert info.value.stage == "limits" and words in info.value.sentence
+
+
+# ---- --llm-gateway ---------------------------------------------------------------------------
+
+
+def test_llm_gateway_is_off_by_default_and_recorded_only_when_on(base):
+    assert build(base).llm_gateway is False and "llm_gateway" not in build(base).applied_config()
+    assert build(base, llm_gateway=True).applied_config()["llm_gateway"] is True
+
+
+def test_llm_gateway_refusals(base):
+    free = {k: v for k, v in base.items() if k != "campaign_file"}
+    assert "makes none" in refusal(free, engine="oracle", llm_gateway=True).sentence
+    assert "only meaningful with --llm-gateway" in refusal(base, llm_gateway_host="10.0.0.1").sentence
+
+
+def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypatch):
+    """open_for_run: the engines get the gateway's URL and the compatible key setting; the gateway
+    forwards to the endpoint the run would otherwise have used."""
+    from cowork_adapter import gateway_run
+    from cowork_adapter.schemas.run_config import build_run_config
+
+    run_root = tmp_path / "storage" / "run-1"
+    run_root.mkdir(parents=True)
+    cfg = build(base, llm_gateway=True, llm_gateway_host="127.0.0.1", model="vendor/model-x")
+    gateway, engine_cfg, record = gateway_run.open_for_run(cfg, "sk-test", "c" * 32, run_root)
+    try:
+        url = f"http://127.0.0.1:{gateway.port}/v1"
+        assert record.container_url == url and record.upstream_url == "https://openrouter.ai/api/v1"
+        assert record.routed_model == "openai-compatible::vendor/model-x"
+        settings = build_run_config(engine_cfg).settings
+        assert settings["OPENAI_COMPATIBLE_BASE_URL"] == url and settings["OUROBOROS_MODEL"] == record.routed_model
+        assert build_run_config(engine_cfg).credential_setting == "OPENAI_COMPATIBLE_API_KEY"
+        assert (run_root / "private" / "gateway.secret").stat().st_mode & 0o777 == 0o600
+    finally:
+        gateway_run.close_for_run(gateway, record, run_root)
+    assert not (run_root / "private" / "gateway.secret").exists() and record.requests == 0

@@ -51,7 +51,7 @@ class Bed:
     """One installed custody with a fake docker; run(args) calls the real wrapper."""
 
     def __init__(self, root: Path, *, agent_env: bool = True, min_free: int = 0,
-                 launcher: tuple[int, int | None] | None = None) -> None:
+                 launcher: tuple[int, int | None] | None = None, gateway_secret: Path | None = None) -> None:
         self.fake_dir = root / "fake"
         self.fake_dir.mkdir()
         fake = self.fake_dir / "docker"
@@ -80,6 +80,7 @@ class Bed:
             environ={},
             launcher_pid=launcher[0] if launcher else None,
             launcher_start_ticks=launcher[1] if launcher else None,
+            gateway_secret_file=gateway_secret,
         )
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -194,6 +195,48 @@ def test_agent_env_file_is_only_for_agent_names(tmp_path):
     for name in ("eval-1-00000000", "pg-1-00000000", "xagent-1", "agentless"):
         bed2.run("run", "--name", name, "img")
         assert "--env-file" not in bed2.last_argv(), name
+
+
+def _gateway_bed(tmp_path: Path) -> tuple[Bed, bytes, Path]:
+    from cowork_adapter.gateway import new_secret
+
+    secret, path = new_secret(tmp_path / "private")
+    return Bed(tmp_path, agent_env=False, gateway_secret=path), secret, path
+
+
+def test_gateway_token_file_for_agent_containers_only_and_valid_for_its_task(tmp_path):
+    from cowork_adapter.gateway import token_task
+
+    bed, secret, secret_path = _gateway_bed(tmp_path)
+    done = bed.run("run", "-d", "--name", "agent-7-0000abcd", "img")
+    assert done.returncode == 0, done.stderr
+    argv = bed.last_argv()
+    env_file = Path(argv[argv.index("--env-file") + 1])
+    assert env_file.parent == secret_path.parent and env_file.name == "agent-7-0000abcd.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    name, _, token = env_file.read_text().strip().partition("=")
+    assert name == "COWORK_PROVIDER_KEY"
+    assert token_task(secret, LABEL, token) == "7-0000abcd"
+    assert token_task(secret, "f" * 32, token) is None  # another run's gateway refuses it
+    for other in ("eval-7-0000abcd", "pg-7-0000abcd", "helper-1"):
+        bed.run("run", "--name", other, "img")
+        assert "--env-file" not in bed.last_argv(), other
+
+
+def test_gateway_token_that_cannot_be_minted_refuses_the_agent_creation(tmp_path):
+    bed, _, secret_path = _gateway_bed(tmp_path)
+    secret_path.write_text("not hex")
+    done = bed.run("run", "--name", "agent-7-0000abcd", "img")
+    assert done.returncode == ExitCode.SHIM_REFUSED
+    assert ShimRefusal.GATEWAY_TOKEN_FAILED in done.stderr
+    assert bed.calls() == []  # the real docker was never called
+    assert bed.creations()[-1]["cause"] == ShimRefusal.GATEWAY_TOKEN_FAILED
+
+
+def test_shim_and_gateway_mint_the_same_token():
+    from cowork_adapter.gateway import mint_token
+
+    assert shim.gateway_token(b"s" * 32, LABEL, "task-1.x") == mint_token(b"s" * 32, LABEL, "task-1.x")
 
 
 # ---------------------------------------------------------------- refusals
@@ -412,7 +455,8 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
     assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
-              shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD}
+              shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD,
+              shim.GATEWAY_TOKEN_FAILED}
     assert causes == set(ShimRefusal.values())
     assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
     for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):

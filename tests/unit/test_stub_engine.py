@@ -601,3 +601,34 @@ def test_workspace_change_detection(seed_modules, tmp_path):
     (tmp_path / "b.txt").write_text("2")
     assert ws.artifact_status(before, ws.snapshot(str(tmp_path))) == "ready_with_changes"
     assert ws.artifact_status(None, None) == "not_applicable"
+
+
+def test_a_compatible_base_url_gets_one_real_request_per_round(spawn):
+    """With OPENAI_COMPATIBLE_BASE_URL the stand-in calls it each round with its credential as bearer;
+    the answer's usage (tokens and cost) is the round's usage row; a refused call ends llm_api_error."""
+    import hashlib
+
+    from cowork_adapter.demo.chat_standin import ChatStandin
+
+    endpoint = ChatStandin(cost_per_request=0.125).start()
+    try:
+        settings = base_settings(OPENAI_COMPATIBLE_BASE_URL=endpoint.base_url, OPENAI_COMPATIBLE_API_KEY="tok-1",
+                                 OUROBOROS_MODEL="openai-compatible::demo-stub-model")
+        del settings["OPENROUTER_API_KEY"]
+        stub = spawn(settings)
+        assert stub.wait_ready()["supervisor_ready"]
+        record = stub.settled(stub.submit("no marker"))
+        assert record["status"] == "completed"
+        served = endpoint.chat_requests()
+        usage = [r for r in stub.log_rows("events") if r["type"] == "llm_usage"]
+        assert served and len(usage) == len(served)
+        assert {s["auth_sha256"] for s in served} == {hashlib.sha256(b"Bearer tok-1").hexdigest()}
+        assert {s["model"] for s in served} == {"demo-stub-model"}  # the routing prefix is not sent
+        assert [(u["prompt_tokens"], u["completion_tokens"], u["cost"]) for u in usage] == [
+            (s["prompt_tokens"], s["completion_tokens"], 0.125) for s in served]
+    finally:
+        endpoint.stop()
+    refused = spawn(base_settings(OPENAI_COMPATIBLE_BASE_URL="http://127.0.0.1:9/v1"), name="refused")
+    assert refused.wait_ready()["supervisor_ready"]
+    record = refused.settled(refused.submit("no marker"))
+    assert (record["status"], record["reason_code"]) == ("failed", "llm_api_error")

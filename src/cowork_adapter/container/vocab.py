@@ -52,6 +52,7 @@ class StopReason(Vocab):
     BUDGET_EXHAUSTED = "budget_exhausted"  # the key meter itself reports no remaining limit
     CAMPAIGN_BUDGET_RESERVE = "campaign_budget_reserve"
     RUN_BUDGET = "run_budget"
+    GATEWAY_BUDGET = "gateway_budget"  # --llm-gateway: its sum of provider costs reached the run's allowance
     CAMPAIGN_PERSISTENCE_FAILED = "campaign_persistence_failed"
     DISK_RESERVE = "disk_reserve"
     ROOT_DISK_RESERVE = "root_disk_reserve"
@@ -268,6 +269,7 @@ class ShimRefusal(Vocab):
     FLAG_CONFLICT = "flag_conflict"  # the caller set a limit, pull policy or custody label itself
     HOST_OVERRIDE = "host_override"  # the caller named another daemon (-H/--host/--context)
     LAUNCHER_DEAD = "launcher_dead"  # the launcher that holds the run's custody is not alive
+    GATEWAY_TOKEN_FAILED = "gateway_token_failed"  # --llm-gateway: the task's token could not be minted
 
 
 class MeterPhase(Vocab):

@@ -89,6 +89,7 @@ def install_custody(
     environ: Mapping[str, str] | None = None,
     launcher_pid: int | None = None,
     launcher_start_ticks: int | None = None,
+    gateway_secret_file: Path | None = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 
@@ -117,6 +118,8 @@ def install_custody(
         raise Refusal(STAGE, f"The resource root {resource_root} is not a directory.")
     if agent_env_file is not None and not Path(agent_env_file).is_file():
         raise Refusal(STAGE, f"The agent env file {agent_env_file} is not an existing regular file.")
+    if gateway_secret_file is not None and not Path(gateway_secret_file).is_file():
+        raise Refusal(STAGE, f"The gateway secret file {gateway_secret_file} is not an existing regular file.")
     try:
         config = ShimConfig(
             real_docker=str(Path(real_docker).resolve()),
@@ -130,6 +133,7 @@ def install_custody(
             agent_env_file=None if agent_env_file is None else str(Path(agent_env_file).resolve()),
             launcher_pid=launcher_pid,
             launcher_start_ticks=launcher_start_ticks,
+            gateway_secret_file=None if gateway_secret_file is None else str(Path(gateway_secret_file).resolve()),
         )
     except (RecordInvalid, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None

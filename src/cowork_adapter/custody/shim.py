@@ -6,7 +6,10 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
 
 - creations (`run`, `create`, `container run`, `container create`) get the run label, a role
   label, the CPU/memory/swap/PIDs limits and `--pull=never`, inserted right after the
-  subcommand (so before the image); `agent-*` containers also get `--env-file <agent_env_file>`.
+  subcommand (so before the image); `agent-*` containers also get `--env-file <agent_env_file>`,
+  or, with the model gateway, `--env-file` of a per-task file holding the task's gateway token
+  (`cwg1.<task>.<HMAC-SHA256 of the run label and the task under the run's gateway secret>`,
+  minted here from the 0600 secret file the launcher wrote; the same scheme as gateway.mint_token).
   `network create` gets the two labels only.
 - a creation is refused (exit 75, one line on stderr) when the launcher that holds the run's
   custody is gone (its pid and start time, from the config, no longer name a living process),
@@ -26,6 +29,8 @@ Evidence goes to the host-only evidence_dir; a failure to write it never changes
 The shim never prints argv and never logs environment values.
 """
 
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -54,6 +59,7 @@ CONFIG_UNREADABLE = "config_unreadable"
 FLAG_CONFLICT = "flag_conflict"
 HOST_OVERRIDE = "host_override"
 LAUNCHER_DEAD = "launcher_dead"
+GATEWAY_TOKEN_FAILED = "gateway_token_failed"
 
 # Container states: the values of vocab.ContainerState.
 ABSENT, PRESENT, UNKNOWN = "absent", "present", "unknown"
@@ -104,6 +110,10 @@ NETWORK_BOOL_SHORT = frozenset()
 CONFLICTING_OPTIONS = frozenset(
     {"--cpus", "--memory", "-m", "--memory-swap", "--pids-limit", "--pull", "--label-file"}
 )
+# The gateway token (see cowork_adapter.gateway: same prefix, context and message layout).
+TOKEN_PREFIX = "cwg1"
+TOKEN_CONTEXT = b"cowork-gateway-token\0"
+KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 
 
@@ -241,6 +251,34 @@ def creation_flags(config, role, name):
     if config.get("agent_env_file") and role == "agent" and name and name.startswith("agent-"):
         flags += ["--env-file", config["agent_env_file"]]
     return flags
+
+
+def gateway_token(secret, run_label, task):
+    """The task's token for the run's gateway: it names the task, and only the gateway can check it."""
+    mac = hmac.new(secret, TOKEN_CONTEXT + run_label.encode() + b"\0" + task.encode(), hashlib.sha256).hexdigest()
+    return TOKEN_PREFIX + "." + task + "." + mac
+
+
+def write_token_env(config, task):
+    """The per-task env file with the task's gateway token (0600, next to the secret, never mounted).
+
+    Returns its path, or None when it cannot be made (the creation is then refused: fail closed)."""
+    secret_file = config["gateway_secret_file"]
+    try:
+        with open(secret_file, encoding="ascii") as handle:
+            secret = bytes.fromhex(handle.read().strip())
+        if len(secret) < 16:
+            return None
+        path = os.path.join(os.path.dirname(secret_file), "agent-" + task + ".env")
+        data = (KEY_ENV_IN_AGENT + "=" + gateway_token(secret, config["run_label"], task) + "\n").encode()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return path
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def format_cpus(cpus):
@@ -505,6 +543,12 @@ def handle_creation(config, argv, shape):
         cause = HOST_OVERRIDE
     if cause is None and has_conflict(options):
         cause = FLAG_CONFLICT
+    token_env = None
+    agent_ident = task_id(name, "agent") if not network and role == "agent" else None
+    if cause is None and config.get("gateway_secret_file") and agent_ident is not None:
+        token_env = write_token_env(config, agent_ident)
+        if token_env is None:
+            cause = GATEWAY_TOKEN_FAILED
     record(config, "creations.jsonl", {
         "ts": time.time(), "subcommand": shape["subcommand"], "name": name, "role": role,
         "admitted": cause is None, "cause": cause,
@@ -518,6 +562,8 @@ def handle_creation(config, argv, shape):
         flags = ["--label", RUN_LABEL_KEY + "=" + config["run_label"], "--label", ROLE_LABEL_KEY + "=" + role]
     else:
         flags = creation_flags(config, role, name)
+        if token_env is not None:
+            flags += ["--env-file", token_env]
     return run_real(config, argv[:at] + flags + argv[at:])
 
 

@@ -41,6 +41,9 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
     min_free_bytes: NonNegative
     evidence_dir: str
     agent_env_file: str | None = None
+    # With --llm-gateway: the run's gateway secret (0600, under <run_root>/private); agent containers
+    # then get a per-task token file instead of agent_env_file (which is None: no key file exists).
+    gateway_secret_file: str | None = None
     # The launcher holding the run's custody; the shim refuses every creation once it is gone.
     launcher_pid: Positive | None = None
     launcher_start_ticks: NonNegative | None = None

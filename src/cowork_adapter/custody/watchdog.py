@@ -170,6 +170,10 @@ class Watch:
     def delete_key(self) -> bool:
         try:
             self.paths["agent_env"].unlink(missing_ok=True)
+            # --llm-gateway: the gateway secret and the task token files (useless once the gateway died with the launcher).
+            private = self.paths["agent_env"].parent
+            for path in [private / "gateway.secret", *private.glob("agent-*.env")]:
+                path.unlink(missing_ok=True)
         except OSError as exc:
             self.say(f"could not delete the key file: {exc}")
         return not self.paths["agent_env"].exists()

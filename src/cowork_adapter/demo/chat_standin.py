@@ -222,9 +222,14 @@ class ChatStandin:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID,
-                 log_path: Optional[str] = None):
+                 log_path: Optional[str] = None, cost_per_request: Optional[float] = None,
+                 chunk_delay_sec: float = 0.0):
         self.model_id = model_id
         self.log_path = log_path
+        # OpenRouter's usage accounting: `usage.cost` in USD on every answer that carries usage.
+        self.cost_per_request = cost_per_request
+        # Pause before each streamed chunk, so a stream can be caught in flight.
+        self.chunk_delay_sec = chunk_delay_sec
         self.counts: dict[str, int] = {}
         self.log: list[dict] = []
         self._lock = threading.Lock()
@@ -280,6 +285,7 @@ class ChatStandin:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes: no ~40 ms delayed-ACK stall
 
             def log_message(self, format, *args):  # quiet: the counts and log are the record
                 return
@@ -323,11 +329,15 @@ class ChatStandin:
                 # The log holds the usage this endpoint reported: none for a stream not asking for it.
                 reported = answered and (not streamed or wants_stream_usage(body))
                 usage = completion(reply, body, 0)["usage"] if reported else {}
+                cost = standin.cost_per_request if reported else None
                 serial = standin._count(reply.kind, {
                     "kind": reply.kind, "tools": names, "model": body.get("model"),
                     "offered_tools": len(offered_tools(body)),
                     "prompt_tokens": usage.get("prompt_tokens", 0),
-                    "completion_tokens": usage.get("completion_tokens", 0)})
+                    "completion_tokens": usage.get("completion_tokens", 0), "cost": cost,
+                    # Which credential and client called, without keeping the credential itself.
+                    "auth_sha256": hashlib.sha256((self.headers.get("Authorization") or "").encode()).hexdigest(),
+                    "user_agent": self.headers.get("User-Agent")})
                 if reply.kind == "hang":  # never answers while the stand-in runs: the caller's clock must end it
                     while not standin._stopping.wait(HANG_POLL_SEC):
                         pass
@@ -337,9 +347,15 @@ class ChatStandin:
                     self._send(reply.status, {"error": {"message": reply.content, "type": "server_error"}})
                     return
                 if streamed:
-                    self._stream(stream_chunks(reply, body, serial))
+                    chunks = stream_chunks(reply, body, serial)
+                    if cost is not None and chunks and "usage" in chunks[-1]:
+                        chunks[-1]["usage"]["cost"] = cost
+                    self._stream(chunks)
                     return
-                self._send(200, completion(reply, body, serial))
+                whole = completion(reply, body, serial)
+                if cost is not None:
+                    whole["usage"]["cost"] = cost
+                self._send(200, whole)
 
             def _stream(self, chunks: list[dict]) -> None:
                 # Server-sent events, ended by closing the connection (no length is known up front).
@@ -349,6 +365,8 @@ class ChatStandin:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 for obj in chunks:
+                    if standin.chunk_delay_sec:
+                        time.sleep(standin.chunk_delay_sec)
                     self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")

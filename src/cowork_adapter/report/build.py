@@ -37,7 +37,12 @@ def _see(section: str, note: str) -> str:
 
 
 def row_cost(row: TaskRow) -> float | None:
-    """Known cost of one attempt: the adapter's accounted bound, else complete llm_usage costs."""
+    """Known cost of one attempt: with --llm-gateway the provider's own figures the gateway logged
+    (exact, when every forwarded request carried one), else the adapter's accounted bound, else
+    complete llm_usage costs."""
+    g = row.gateway
+    if g is not None and g.unknown_cost_requests == 0:
+        return g.cost_usd
     s = row.adapter_summary
     if s is not None and s.cost_known is True and s.accounted_upper_bound_usd is not None:
         return s.accounted_upper_bound_usd
@@ -241,6 +246,26 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
     return notes
 
 
+def _gateway_totals(runs: list[RunRecord]) -> dict[str, Any] | None:
+    """--llm-gateway runs: the gateway's sum of provider costs against the meter's delta, the
+    difference disclosed (charges outside the gateway, late charges, or responses without a cost)."""
+    used = [r for r in runs if r.manifest.llm_gateway is not None]
+    if not used:
+        return None
+    total = sum(r.manifest.llm_gateway.spent_usd or 0.0 for r in used)
+    meter = [r.run_spent_usd() for r in used]
+    meter_total = sum(v for v in meter if v is not None) if all(v is not None for v in meter) else None
+    return {
+        "runs": len(used),
+        "gateway_total_usd": total,
+        "unknown_cost_requests": sum(r.manifest.llm_gateway.unknown_cost_requests or 0 for r in used),
+        "meter_delta_usd": meter_total,
+        "meter_minus_gateway_usd": (meter_total - total) if meter_total is not None else None,
+        "note": "the gateway's total is the provider's own per-request figures; the meter's delta also holds "
+                "spending on the key outside the gateway and charges the provider posts late",
+    }
+
+
 def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
     tasks = denominator(runs)
     merged = merge_rows(runs)
@@ -332,6 +357,8 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
             "meter_run_spent_usd": meter_total,
             "meter_runs_without_reading": [r for r, v in meter if v is None],
             "meter_per_attempt_usd": (meter_total / len(attempts)) if meter_total is not None and attempts else None,
+            "known_per_passed_task_usd": (sum(costs) / passed) if passed and unknown_cost == 0 else None,
+            "gateway": _gateway_totals(runs),
             "source_note": "known cost is the adapter's accounted upper bound or llm_usage projection, not billing; the meter figure is the provider key's delta",
         },
         "by_domain": _group(tasks, merged, domains),

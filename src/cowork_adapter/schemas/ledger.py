@@ -86,6 +86,17 @@ class ContainerUse(Record):
     cause: str | None = None  # why a value is None (not read yet or never, cgroup v2, ...)
 
 
+class GatewaySpend(Record):
+    """--llm-gateway: the task's requests in gateway/requests.jsonl, with the provider's own figures."""
+
+    requests: int = 0
+    forwarded: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_requests: int = 0  # forwarded, but the answer carried no cost figure
+
+
 class TaskRow(Record, rename={"schema_": "schema"}):
     schema_: Literal["cowork_adapter.task_result.v1"] = TASK_ROW_SCHEMA
     ts: str
@@ -114,6 +125,8 @@ class TaskRow(Record, rename={"schema_": "schema"}):
     cpu_seconds: float | None = None
     resource_basis: str | None = None
     resource_containers: list[ContainerUse] = msgspec.field(default_factory=list)
+    # --llm-gateway only (None otherwise): the exact per-task spend the gateway logged.
+    gateway: GatewaySpend | None = None
 
 
 LEDGER_NAME = "result_index.jsonl"

@@ -105,6 +105,20 @@ class ClearedRecord(Record):
     campaign: str
 
 
+class GatewayRecord(Record):
+    """--llm-gateway: where the run's model gateway listened, what it forwarded to, what it changed."""
+
+    container_url: str  # the base URL agent containers were given (with /v1)
+    upstream_url: str  # the provider's base URL the gateway forwarded to
+    routed_model: str  # the model id the engine was configured with
+    disclosures: list[str] = msgspec.field(default_factory=list)
+    requests: int | None = None  # filled in at the end of the run
+    spent_usd: float | None = None  # the sum of the provider's cost figures
+    unknown_cost_requests: int | None = None
+    allowance_usd: float | None = None
+    fence_reason: str | None = None
+
+
 class RunManifest(Record, rename={"schema_": "schema"}):
     schema_: Literal["cowork_adapter.run_manifest.v1"] = MANIFEST_SCHEMA
     run_root: str
@@ -143,3 +157,4 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
     # The qualify table given with --task-validity (copied into the run root as task_validity.json).
     task_validity: dict[str, str] | None = None  # {source, sha256}
+    llm_gateway: GatewayRecord | None = None

@@ -14,6 +14,7 @@ from . import policy
 from .accounting import usage_for_call
 from .admission import parse_iso
 from .mcp_call import PREVIEW_CHARS, ToolResult, call_tool
+from .model_call import ModelCallError, chat_once
 from .naming import mcp_tool_name
 from .outcomes import TERMINAL_STATUSES
 from .supervisor import Supervisor, TaskControl, fault_exit, say
@@ -43,6 +44,10 @@ class TaskWorker:
                     self._run_plan()
             finally:
                 self.sup.slots.release()
+        except ModelCallError as exc:  # the endpoint (or a gateway in front of it) refused the round
+            self.sup.logs.append("events", {"type": "task_error", "task_id": self.task_id, "root_task_id": self.task_id,
+                                            "reason_code": "llm_api_error", "error": str(exc)})
+            self.sup.finish(self.task_id, "llm_api_error", result=f"llm_api_error: {exc}")
         except Exception as exc:  # noqa: BLE001 - any crash must still settle the task
             say(f"task {self.task_id} crashed: {type(exc).__name__}: {exc}")
             self.sup.finish(self.task_id, "task_exception", result=f"task_exception: {exc}")
@@ -128,8 +133,15 @@ class TaskWorker:
 
     def _model_call(self) -> None:
         usage = usage_for_call(self.calls)
-        self.calls += 1
         cost = self.cfg.cost_per_round_usd
+        if self.cfg.base_url:  # a real request; its answer's usage is the round's
+            answered = chat_once(self.cfg.base_url, self.cfg.credential, self.cfg.model, self.calls + 1)
+            for name in ("prompt_tokens", "completion_tokens"):
+                if isinstance(answered.get(name), int):
+                    usage[name] = answered[name]
+            if isinstance(answered.get("cost"), (int, float)):
+                cost = float(answered["cost"])
+        self.calls += 1
         self.control.spent_usd += cost
         self.control.usage_rows += 1
         self.prompt_tokens += usage["prompt_tokens"]

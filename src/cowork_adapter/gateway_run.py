@@ -1,0 +1,105 @@
+"""How a run uses the model gateway (--llm-gateway): open it, point the engines at it, account for it.
+
+The gateway listens on the host address the run's containers reach (the Docker daemon's default
+bridge gateway, or --llm-gateway-host) and forwards to the endpoint the run would otherwise have
+given the engine (--openai-compatible-base-url, else OpenRouter's chat API). Every engine is then
+configured as if the gateway were an OpenAI-compatible endpoint: Ouroboros routes the model as
+`openai-compatible::<model>` with OPENAI_COMPATIBLE_BASE_URL (6.97 hard-codes OpenRouter's URL for
+unprefixed ids), the benchmark's own engines get its URL in MODEL_API_URL / LLM_BASE_URL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import RunConfig
+from .errors import Refusal
+from .gateway import Gateway, new_secret
+from .schemas.gateway import is_billed, read_requests
+from .schemas.manifest import GatewayRecord
+from .schemas.run_config import agent_base_url, routed_model_id
+from .vocab import EngineKind
+
+COMPATIBLE_KEY_SETTING = "OPENAI_COMPATIBLE_API_KEY"
+# What routing Ouroboros 6.97 through an OpenAI-compatible endpoint changes (research: ouroboros-6.97-drift.md §8.1).
+OUROBOROS_DISCLOSURES = (
+    "Ouroboros routes the model as openai-compatible::<model>: it makes no OpenRouter pricing or capability "
+    "look-ups, so its own cost figures for these requests are unknown; the gateway log holds the provider's.",
+    "Ouroboros sends no OpenRouter extras on this route (provider routing from --or-provider, cache_control, "
+    "OpenRouter headers); the requests are plain OpenAI chat completions, not streamed.",
+    "The context window is learned from the gateway's /models, which forwards the provider's own list.",
+)
+GENERAL_DISCLOSURES = (
+    "Tokens and cost per request are the provider's own usage figures as returned; a streamed request that "
+    "does not ask for usage (stream_options.include_usage) has none, and its cost is not in the gateway's sum.",
+    "The gateway's per-request fence counts only requests made through it; the key meter stays the authority.",
+)
+
+
+def bridge_address(docker_host: str) -> str:
+    """The host's address on the daemon's default bridge network (containers on any bridge reach it)."""
+    import ipaddress
+
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=docker_host, timeout=30)
+        try:
+            config = ((client.networks.get("bridge").attrs.get("IPAM") or {}).get("Config") or [{}])[0]
+        finally:
+            client.close()
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+        return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    except Exception as exc:  # noqa: BLE001 - any failure is one sentence, with the flag that avoids it
+        raise Refusal("llm_gateway", f"the Docker daemon's bridge address could not be read ({type(exc).__name__}); "
+                                     "name the address containers reach this host at with --llm-gateway-host.") from None
+
+
+def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tuple[Gateway, RunConfig, GatewayRecord]:
+    """Start the run's gateway; returns it, the config the engines get, and the manifest's record."""
+    host = cfg.llm_gateway_host or bridge_address(cfg.docker_host)
+    secret, _ = new_secret(run_root / "private")
+    upstream = agent_base_url(cfg)
+    try:
+        gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
+                          stop_file=run_root / "custody" / "stop", bind_host=host).start()
+    except OSError as exc:
+        raise Refusal("llm_gateway", f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
+                                     "name a local address containers reach with --llm-gateway-host.") from None
+    url = gateway.url_for(host)
+    engine_cfg = cfg.model_copy(update={"openai_compatible_base_url": url,
+                                        "credential_setting": COMPATIBLE_KEY_SETTING})
+    disclosures = list(GENERAL_DISCLOSURES)
+    if cfg.engine_kind is EngineKind.OUROBOROS:
+        disclosures += OUROBOROS_DISCLOSURES
+    record = GatewayRecord(container_url=url, upstream_url=upstream,
+                           routed_model=routed_model_id(cfg.model, url), disclosures=disclosures)
+    return gateway, engine_cfg, record
+
+
+def secret_file(run_root: Path) -> Path:
+    from .gateway import SECRET_NAME
+
+    return run_root / "private" / SECRET_NAME
+
+
+def close_for_run(gateway: Gateway, record: GatewayRecord, run_root: Path) -> None:
+    """Stop the gateway, fill in the record's totals from its log, delete the secret and the token files."""
+    gateway.close()
+    rows = read_requests(run_root)
+    forwarded = [r for r in rows if r.refused is None]
+    record.requests = len(rows)
+    record.spent_usd = round(sum(r.cost_usd or 0.0 for r in forwarded), 10)
+    record.unknown_cost_requests = sum(1 for r in forwarded if r.cost_usd is None and is_billed(r))
+    record.allowance_usd = gateway.allowance_usd
+    record.fence_reason = gateway.fence_reason
+    remove_secrets(run_root)
+
+
+def remove_secrets(run_root: Path) -> None:
+    """The gateway secret and every task's token file (useless once the gateway is gone, removed anyway)."""
+    private = run_root / "private"
+    secret_file(run_root).unlink(missing_ok=True)
+    for path in private.glob("agent-*.env") if private.is_dir() else ():
+        path.unlink(missing_ok=True)
