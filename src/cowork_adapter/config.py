@@ -282,7 +282,7 @@ class RunConfig(BaseModel):
             raise InvalidFlag(f"--llm-gateway serves model calls, and the {self.engine} engine makes none.")
         if self.llm_gateway_host and not self.llm_gateway:
             raise InvalidFlag("--llm-gateway-host is only meaningful with --llm-gateway.")
-                if self.new_campaign and not has_campaign:
+        if self.new_campaign and not has_campaign:
             raise InvalidFlag("--new-campaign is only meaningful with --campaign-file.")
         if not_below(self.budget_reserve_usd, self.campaign_budget_usd):
             raise InvalidFlag(

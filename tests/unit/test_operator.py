@@ -25,7 +25,6 @@ from cowork_adapter.schemas.campaign import CampaignRecord
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress, Spending
 from cowork_adapter.vocab import EventKind
-from cowork_adapter.schemas.record import decode
 
 FAKE_LAUNCHER = textwrap.dedent(
     """
