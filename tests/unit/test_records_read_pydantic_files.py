@@ -31,6 +31,9 @@ from cowork_adapter.schemas.validity import TaskValidity
 from cowork_adapter.vocab import EventKind
 
 WRITTEN = Path(__file__).parent / "pydantic_written"
+# Fields added to a kind after its fixture was written: an old file lacks them and reads as null.
+ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gateway"},
+               "shim_config.json": {"gateway_secret_file"}, "result_index.jsonl": {"gateway"}}
 
 
 @pytest.mark.parametrize("name,kind", [("run_manifest.json", RunManifest), ("monitor.json", Monitor),
@@ -38,8 +41,17 @@ WRITTEN = Path(__file__).parent / "pydantic_written"
 def test_a_document_written_by_the_old_models_reads_and_writes_back_the_same(name: str, kind: type) -> None:
     text = (WRITTEN / name).read_text(encoding="utf-8")
     record = decode(text, kind)
-    assert record.to_json() == text
+    assert_same_document(record.to_json(), text, ADDED_SINCE.get(name, set()), indent=2)
 
+
+def assert_same_document(written: str, text: str, added_since: set[str], **dumps: object) -> None:
+    """`written` is `text` key for key and in the same order, apart from optional fields added to the
+    kind after the fixture was written (several hosts, the model gateway), which come back as null."""
+    fields = json.loads(written)
+    added = {key: value for key, value in fields.items() if key not in json.loads(text)}
+    assert set(added) <= added_since and all(value is None for value in added.values())
+    kept = {key: value for key, value in fields.items() if key not in added}
+    assert json.dumps(kept, ensure_ascii=False, **dumps) + "\n" == text  # type: ignore[arg-type]
 
 def test_an_old_campaign_file_reads_and_writes_back_the_same() -> None:
     text = (WRITTEN / "campaign.json").read_text(encoding="utf-8")
@@ -64,7 +76,9 @@ def test_an_old_entrypoint_config_reads_and_writes_back_the_same() -> None:
 
 def test_old_ledger_rows_and_events_read_and_write_back_the_same() -> None:
     ledger = (WRITTEN / "result_index.jsonl").read_text(encoding="utf-8")
-    assert "".join(row.to_line() for row in read_index(WRITTEN / "result_index.jsonl")) == ledger
+    rows = read_index(WRITTEN / "result_index.jsonl")
+    for row, line in zip(rows, ledger.splitlines(keepends=True), strict=True):
+        assert_same_document(row.to_line(), line, ADDED_SINCE["result_index.jsonl"], separators=(",", ":"))
     lines = (WRITTEN / "events.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     events = [parse_event(json.loads(line)) for line in lines]
     assert len({type(e) for e in events}) == 20  # every kind of event is in the file
