@@ -11,6 +11,7 @@ import uuid
 
 import docker
 import psycopg2
+import pytest
 
 IMAGE = "postgres:15"
 LABEL = "org.cowork-adapter.test.pgserver"
@@ -62,3 +63,13 @@ class PgServer:
         for container in self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.id}"}):
             container.remove(force=True, v=True)
         self.client.close()
+
+
+# The module fixture both PostgreSQL test modules import: one server a module, removed by its label.
+@pytest.fixture(scope="module")
+def server(docker_host: str):
+    pg = PgServer(docker_host)
+    try:
+        yield pg
+    finally:
+        pg.remove()

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from pg_server import PASSWORD, PgServer  # tests/ is on sys.path (its conftest)
+from pg_server import PASSWORD, PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
 
 from cowork_adapter.campaign.pg_store import PostgresCampaignStore, read_campaign_db
 from cowork_adapter.campaign.store import open_campaign
@@ -29,15 +29,6 @@ from cowork_adapter.schemas.campaign import key_fingerprint
 from cowork_adapter.vocab import ExitCode, StopReason
 
 CPF = StopReason.CAMPAIGN_PERSISTENCE_FAILED.value
-
-
-@pytest.fixture(scope="module")
-def server(docker_host: str):
-    pg = PgServer(docker_host)
-    try:
-        yield pg
-    finally:
-        pg.remove()
 
 
 @pytest.fixture(scope="module")

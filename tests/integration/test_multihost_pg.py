@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg2
 import pytest
-from pg_server import PgServer  # tests/ is on sys.path (its conftest)
+from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
 
 from cowork_adapter.campaign.claims import prove_fenced
 from cowork_adapter.campaign.pg_store import (
@@ -33,15 +33,6 @@ from cowork_adapter.schemas.multihost import ClaimCounts
 
 HOST_SCRIPT = Path(__file__).resolve().parents[1] / "multihost_host.py"
 FINGERPRINT = "sha256:0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def server(docker_host: str):
-    pg = PgServer(docker_host)
-    try:
-        yield pg
-    finally:
-        pg.remove()
 
 
 @pytest.fixture()

@@ -77,6 +77,23 @@ def evidence(run_root: Path, standin: ChatStandin, log: Path) -> str:
     return "\n".join(parts)
 
 
+def real_server_args(env, name: str, real_seed, extra: list[str]) -> list[str]:
+    """The launcher's flags for one demo task on the real server against the chat stand-in."""
+    args = env.run_args(name, [TASK], campaign=f"campaign-{name}.json", extra=[
+        *extra,
+        "--credential-setting", "OPENAI_COMPATIBLE_API_KEY",
+        # With review on the task still passes, but the stand-in does not speak the acceptance
+        # reviewers' format, so the review would be recorded as degraded: keep it out of these tests.
+        "--task-review-mode", "off",
+        "--max-workers", "2",
+    ])
+    args = with_flag(args, "--repo-dir", str(real_seed))
+    args = with_flag(args, "--model", DEFAULT_MODEL_ID)
+    args = with_flag(args, "--task-timeout", "900")
+    args = with_flag(args, "--memory", "6g")
+    return with_flag(args, "--cpus", "2")
+
+
 def test_real_server_completes_one_demo_task(real_seed, docker_host, tmp_path_factory):
     env = prepare(tmp_path_factory.mktemp("real-ouroboros") / "root", docker_host)
     standin = ChatStandin(host="0.0.0.0", port=0, model_id=DEFAULT_MODEL_ID).start()
@@ -85,19 +102,7 @@ def test_real_server_completes_one_demo_task(real_seed, docker_host, tmp_path_fa
         base_url = f"http://{address}:{standin.port}/v1"
         problem = reachable_from_a_task_network(docker_host, env.pack_tag, f"{base_url}/models")
         assert not problem, f"task containers cannot reach the chat stand-in at {base_url}: {problem}"
-        args = env.run_args("real", [TASK], campaign="campaign-real.json", extra=[
-            "--credential-setting", "OPENAI_COMPATIBLE_API_KEY",
-            "--openai-compatible-base-url", base_url,
-            # With review on the task still passes, but the stand-in does not speak the acceptance
-            # reviewers' format, so the review would be recorded as degraded: keep it out of this test.
-            "--task-review-mode", "off",
-            "--max-workers", "2",
-        ])
-        args = with_flag(args, "--repo-dir", str(real_seed))
-        args = with_flag(args, "--model", DEFAULT_MODEL_ID)
-        args = with_flag(args, "--task-timeout", "900")
-        args = with_flag(args, "--memory", "6g")
-        args = with_flag(args, "--cpus", "2")
+        args = real_server_args(env, "real", real_seed, ["--openai-compatible-base-url", base_url])
         started = time.monotonic()
         proc = env.launch(args, "real")
         code = proc.wait(timeout=3600)

@@ -17,7 +17,7 @@ from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.scenarios import key_leaks, prepare, read_json, read_rows
 from cowork_adapter.schemas.gateway import read_requests
 
-from test_real_ouroboros import TASK, evidence, real_seed, with_flag  # noqa: F401 - real_seed is a fixture
+from test_real_ouroboros import TASK, evidence, real_seed, real_server_args  # noqa: F401 - real_seed is a fixture
 
 COST = 0.002
 
@@ -26,17 +26,8 @@ def test_real_server_completes_a_demo_task_through_the_gateway(real_seed, docker
     env = prepare(tmp_path_factory.mktemp("real-ouroboros-gateway") / "root", docker_host)
     standin = ChatStandin(host="127.0.0.1", port=0, model_id=DEFAULT_MODEL_ID, cost_per_request=COST).start()
     try:
-        args = env.run_args("real-gw", [TASK], campaign="campaign-real-gw.json", extra=[
-            "--llm-gateway", "--openai-compatible-base-url", standin.base_url,
-            "--credential-setting", "OPENAI_COMPATIBLE_API_KEY",
-            "--task-review-mode", "off",  # as test_real_ouroboros.py: the stand-in does not speak review
-            "--max-workers", "2",
-        ])
-        args = with_flag(args, "--repo-dir", str(real_seed))
-        args = with_flag(args, "--model", DEFAULT_MODEL_ID)
-        args = with_flag(args, "--task-timeout", "900")
-        args = with_flag(args, "--memory", "6g")
-        args = with_flag(args, "--cpus", "2")
+        args = real_server_args(env, "real-gw", real_seed,
+                                ["--llm-gateway", "--openai-compatible-base-url", standin.base_url])
         started = time.monotonic()
         proc = env.launch(args, "real-gw")
         code = proc.wait(timeout=3600)
