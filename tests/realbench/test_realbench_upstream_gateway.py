@@ -3,8 +3,11 @@
 One task, `--engine upstream:main.py --llm-gateway`, the chat stand-in as the provider. The engine
 reads the gateway's URL from MODEL_API_URL and its task's token as MODEL_API_KEY; the gateway swaps
 the token for the key. While the task runs, every running container of the run is scanned for the
-key (configuration, every process's environ and cmdline, every file: the scanner of
-tests/integration/test_llm_gateway.py). Afterwards every request the provider answered must be one
+key: its configuration, and with the scanner of tests/integration/test_llm_gateway.py every
+process's environ and cmdline and every file the container wrote (its writable layer, `docker
+diff`: the real images hold ~5 GB outside /usr, too much to read within a task's life on two
+shared cores; what the image holds was built before the key existed, and the derived image's
+build inputs are in the run root, which is scanned too). Afterwards every request the provider answered must be one
 gateway row of that task with the provider's tokens, and the task's ledger row must carry that spend.
 
 Needs the real-benchmark test bed (`bash testbed/realbench.sh up`); under CI=true its absence fails.
@@ -29,6 +32,48 @@ from test_llm_gateway import SCAN, _in_container
 SETTLED = {"passed", "failed", "agent_failed"}
 ENGINE = "upstream:main.py"
 COST = 0.002  # the stand-in's usage.cost per answered request (OpenRouter's usage accounting)
+WALK = "for top, dirs, files in os.walk"
+assert WALK in SCAN
+# The scanner's process part as it is; its file part over the paths given after the needle's two
+# halves ("A:" a path the container added, walked whole; "C:" one it changed, a file read alone).
+SCAN_WRITTEN = SCAN.split(WALK)[0] + r"""
+def look(path):
+    global scanned
+    try:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 50 << 20:
+            return
+        data = open(path, "rb").read()
+    except OSError:
+        return
+    scanned += 1
+    if needle in data:
+        hits.append(path)
+for entry in sys.argv[3:]:
+    kind, path = entry[0], entry[2:]
+    if kind == "A" and os.path.isdir(path) and not os.path.islink(path):
+        for top, dirs, files in os.walk(path):
+            for name in files:
+                look(os.path.join(top, name))
+    else:
+        look(path)
+print(json.dumps({"hits": hits, "scanned": scanned}))
+"""
+
+
+def written_paths(container) -> list[str]:
+    """The container's writable layer as scanner arguments: added paths not under another added one."""
+    changes = sorted((c["Path"], c["Kind"]) for c in container.diff() or [] if c["Kind"] != 2)
+    added_dirs: list[str] = []
+    out = []
+    for path, kind in changes:
+        if any(path.startswith(d + "/") for d in added_dirs):
+            continue
+        if path.startswith(("/proc", "/sys", "/dev")):
+            continue
+        if kind == 1:
+            added_dirs.append(path)
+        out.append(("A:" if kind == 1 else "C:") + path)
+    return out
 
 
 def _scan_running(client, label: str, key: str, scanned: dict) -> None:
@@ -40,12 +85,11 @@ def _scan_running(client, label: str, key: str, scanned: dict) -> None:
                 continue
             config_hit = key in json.dumps(container.attrs.get("Config") or {})
             half = len(key) // 2
-            result = json.loads(_in_container(client, container.name, SCAN, key[:half], key[half:]))
+            paths = written_paths(container)
+            result = json.loads(_in_container(client, container.name, SCAN_WRITTEN, key[:half], key[half:], *paths))
         except docker.errors.NotFound:
             continue  # gone meanwhile (the runner removes a finished task's containers)
-        except AssertionError:
-            continue  # the exec died with its container; a later pass sees the next one
-        scanned[container.name] = {"config": config_hit, **result}
+        scanned[container.name] = {"config": config_hit, "written": len(paths), **result}
 
 
 @pytest.fixture(scope="module")
