@@ -21,7 +21,21 @@ daemon for the run's exact label every 0.2 s. Per run it records:
 and prints min / median / max of each over the runs. Every figure is measured; nothing is
 calculated from the poll interval. Exit 2 when a run did not stop on the campaign reserve.
 
+With --llm-gateway it then makes the same runs (same tasks, same phases) with the model gateway,
+the chat stand-in on loopback as the provider, and prints both series side by side. There the
+crossing request itself is the detection: at the same phase after a meter reading the script
+sends one chat completion through the gateway with the task's token (minted from the run's
+gateway secret, as the shim does) that the stand-in answers with a cost taking the gateway's sum
+past the run's allowance, then one request every 20 ms until one is refused. Per run:
+
+  refused    crossing request answered → the next request refused (403, the gateway's fence)
+  fence      crossing request answered → the stop file in place (its ctime)
+  total      crossing request answered → no labelled container
+
+The meter stays below the boundary in these runs, so the stop reason must be gateway_budget.
+
     DOCKER_HOST=unix:///var/lib/cowork-testbed/docker.sock .venv/bin/python benchmarks/bench_stop_latency.py --rate 0.25
+    ... bench_stop_latency.py --tasks 1 --llm-gateway   # one task a run, both series
 """
 
 from __future__ import annotations
@@ -36,17 +50,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 from cowork_adapter.campaign.observe import POLL_SEC
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
+from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.scenarios import DemoEnv, prepare, read_json
 from cowork_adapter.events import parse_ts
+from cowork_adapter.gateway import mint_token
 
 TASKS = ["demo-hang", "demo-deck-stateful", "demo-crm-postgres", "demo-round-limit"]
 CEILING, RESERVE = 50.0, 5.0
 POLL_S = 0.2
 PHASES = (0.1, 0.3, 0.5, 0.7, 0.9)
 MARGIN_S = 1.0  # the jump must come at least this long before the crossing
+CROSSING_COST = 100.0  # the provider's cost figure for the crossing request: past any allowance here
+RETRY_S = 0.02  # after the crossing, a request this often until one is refused
 
 
 def in_flight(run_root: Path) -> int:
@@ -81,10 +101,10 @@ def decision_time(run_root: Path) -> float | None:
     return None
 
 
-def wait_in_flight(run_root: Path, proc, deadline: float) -> int:
-    """Wait for four agents in flight (or 120 s after the first one started); return how many are."""
+def wait_in_flight(run_root: Path, proc, deadline: float, want: int) -> int:
+    """Wait for `want` agents in flight (or 120 s after the first one started); return how many are."""
     first_agent = None
-    while in_flight(run_root) < 4 and proc.poll() is None and time.monotonic() < deadline:
+    while in_flight(run_root) < want and proc.poll() is None and time.monotonic() < deadline:
         if first_agent is None and in_flight(run_root) > 0:
             first_agent = time.monotonic()
         if first_agent is not None and time.monotonic() - first_agent > 120:
@@ -93,15 +113,16 @@ def wait_in_flight(run_root: Path, proc, deadline: float) -> int:
     return in_flight(run_root)
 
 
-def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: str) -> dict:
+def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: str, tasks: list[str]) -> dict:
     name, campaign = f"stop-{index}", f"campaign-stop-{index}.json"
     run_root = env.run_root(name)
     label = run_label(run_root)
     boundary = CEILING - RESERVE
-    proc = env.launch(env.run_args(name, TASKS, campaign=campaign, budget_usd=1000, extra=["--concurrency", "4"]), name)
+    proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
+                                   extra=["--concurrency", str(len(tasks))]), name)
     deadline = time.monotonic() + 900
     try:
-        flight_at_jump = wait_in_flight(run_root, proc, deadline)
+        flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
         # The crossing goes at `phase` of the interval after a poll: the next poll grid point
         # (from the last reading) that leaves at least MARGIN_S to set the meter up.
         last = (reading_times(run_root) or [time.time()])[-1]
@@ -150,6 +171,82 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
     }
 
 
+def task_ident(run_root: Path, task: str) -> str | None:
+    """The runner's id of `task` (its agent container is agent-<id>), from the shim's .task evidence."""
+    evidence = run_root / "custody" / "evidence"
+    for path in evidence.glob("*.task") if evidence.is_dir() else ():
+        if task in path.read_text():
+            return path.name[: -len(".task")]
+    return None
+
+
+def chat(client: httpx.Client, url: str, token: str) -> int:
+    body = {"model": "demo-stub-model", "messages": [{"role": "user", "content": "bench crossing"}]}
+    return client.post(url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {token}"}).status_code
+
+
+def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, tasks: list[str],
+                    provider: ChatStandin) -> dict:
+    """A run with --llm-gateway: the crossing is one request whose provider cost passes the allowance."""
+    name, campaign = f"gw-stop-{index}", f"campaign-gw-stop-{index}.json"
+    run_root = env.run_root(name)
+    label = run_label(run_root)
+    provider.cost_per_request = 0.0001
+    extra = ["--concurrency", str(len(tasks)), "--llm-gateway", "--openai-compatible-base-url", provider.base_url,
+             "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]
+    proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000, extra=extra), name)
+    deadline = time.monotonic() + 900
+    client = httpx.Client(timeout=30)
+    try:
+        flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
+        ident = task_ident(run_root, tasks[0])
+        manifest = read_json(run_root / "run_manifest.json")
+        url = manifest["llm_gateway"]["container_url"]
+        secret = bytes.fromhex((run_root / "private" / "gateway.secret").read_text())
+        token = mint_token(secret, label, ident)
+        last = (reading_times(run_root) or [time.time()])[-1]
+        cross_wall = last + phase * POLL_SEC
+        while cross_wall - time.time() < MARGIN_S:
+            cross_wall += POLL_SEC
+        time.sleep(max(0.0, cross_wall - time.time()))
+        provider.cost_per_request = CROSSING_COST
+        status = chat(client, url, token)
+        answered_wall, answered_mono = time.time(), time.monotonic()
+        if status != 200:
+            raise RuntimeError(f"run {name}: the crossing request was answered {status}; see {run_root}")
+        refused_mono = None
+        while refused_mono is None and time.monotonic() < deadline:
+            time.sleep(RETRY_S)
+            try:
+                if chat(client, url, token) == 403:
+                    refused_mono = time.monotonic()
+            except httpx.TransportError:  # the run already closed its gateway
+                refused_mono = time.monotonic()
+        empty_mono = None
+        while time.monotonic() < deadline:
+            if label_is_empty(docker_host, label):
+                empty_mono = time.monotonic()
+                break
+            time.sleep(POLL_S)
+        code = proc.wait(timeout=600)
+    finally:
+        client.close()
+        provider.cost_per_request = 0.0001
+        if proc.poll() is None:
+            proc.terminate()
+    manifest = read_json(run_root / "run_manifest.json")
+    if refused_mono is None or empty_mono is None:
+        raise RuntimeError(f"run {name}: no refusal or no empty label before the deadline (exit {code}); see {run_root}")
+    before = [t for t in reading_times(run_root) if t <= answered_wall]
+    fence_path = run_root / "custody" / "stop"
+    fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
+    return {
+        "name": name, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
+        "flight_at_jump": flight_at_jump, "phase_s": (answered_wall - before[-1]) if before else float("nan"),
+        "refused": refused_mono - answered_mono, "fence": fence_wall - answered_wall, "total": empty_mono - answered_mono,
+    }
+
+
 def summary(values: list[float]) -> str:
     return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}"
 
@@ -160,29 +257,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.25, help="spending rate after the jump, USD/s")
     parser.add_argument("--phase", type=float, action="append", dest="phases",
                         help="crossing phase as a fraction of the poll interval (repeatable; default 0.1 0.3 0.5 0.7 0.9)")
+    parser.add_argument("--tasks", type=int, default=len(TASKS),
+                        help=f"tasks a run, at that concurrency: the first N of {TASKS} (default all)")
+    parser.add_argument("--llm-gateway", action="store_true",
+                        help="also make the runs with the model gateway and print both series side by side")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
     phases = args.phases or list(PHASES)
-    if not args.docker_host or args.rate <= 0 or any(not 0 <= p < 1 for p in phases):
-        print("bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate and phases in [0, 1)",
-              file=sys.stderr)
+    if (not args.docker_host or args.rate <= 0 or any(not 0 <= p < 1 for p in phases)
+            or not 1 <= args.tasks <= len(TASKS)):
+        print(f"bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate, phases in [0, 1) "
+              f"and --tasks from 1 to {len(TASKS)}", file=sys.stderr)
         return 2
+    tasks = TASKS[: args.tasks]
     work = Path(tempfile.mkdtemp(prefix="cowork-bench-stop-"))
     env = prepare(work / "demo", args.docker_host)
-    results = []
+    results, gw_results = [], []
+    provider = ChatStandin(host="127.0.0.1", cost_per_request=0.0001).start() if args.llm_gateway else None
     try:
         for index, phase in enumerate(phases):
-            result = one_run(env, index, phase, args.rate, args.docker_host)
+            result = one_run(env, index, phase, args.rate, args.docker_host, tasks)
             results.append(result)
             print(f"run {index}: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), measured {result['phase_s']:5.2f} s "
                   f"after a reading; in flight {result['flight_at_jump']}; detection {result['detection']:6.2f} s, "
                   f"fence {result['fence']:5.2f} s, "
                   f"stop {result['stop']:6.2f} s, total {result['total']:6.2f} s; stop reason {result['stop_reason']}, "
                   f"exit {result['exit']}", flush=True)
+        for index, phase in enumerate(phases if provider is not None else []):
+            result = one_gateway_run(env, index, phase, args.docker_host, tasks, provider)
+            gw_results.append(result)
+            print(f"gateway run {index}: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), crossing answered "
+                  f"{result['phase_s']:5.2f} s after a reading; in flight {result['flight_at_jump']}; "
+                  f"next request refused {result['refused']:5.3f} s, fence {result['fence']:5.2f} s, "
+                  f"no container {result['total']:6.2f} s; stop reason {result['stop_reason']}, exit {result['exit']}",
+                  flush=True)
     finally:
         env.meter.stop()
+        if provider is not None:
+            provider.stop()
     print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
-    print(f"{len(results)} runs, tasks {TASKS} at concurrency 4, meter poll every {POLL_SEC:g} s, "
+    print(f"{len(results)} runs, tasks {tasks} at concurrency {len(tasks)}, meter poll every {POLL_SEC:g} s, "
           f"rate ${args.rate:g}/s; min / median / max")
     print(f"  detection  crossing → stop decided (the reading)     {summary([r['detection'] for r in results])} s")
     print(f"  fence      stop decided → stop file in place         {summary([r['fence'] for r in results])} s")
@@ -190,9 +304,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  total      crossing → no labelled container         {summary([r['total'] for r in results])} s")
     print(f"  overshoot  rate × total                              "
           f"{summary([args.rate * r['total'] for r in results])} USD")
+    if gw_results:
+        print(f"\nside by side over the same phases (min / median / max, s):   {'without the gateway':>24}   "
+              f"{'with --llm-gateway':>24}")
+        print(f"  crossing → new requests refused                            {'(none: the meter fences)':>24}   "
+              f"{summary([r['refused'] for r in gw_results]):>24}")
+        print(f"  crossing → stop decided / stop file                        "
+              f"{summary([r['detection'] + r['fence'] for r in results]):>24}   "
+              f"{summary([r['fence'] for r in gw_results]):>24}")
+        print(f"  crossing → no labelled container                           "
+              f"{summary([r['total'] for r in results]):>24}   {summary([r['total'] for r in gw_results]):>24}")
+        print(f"  overshoot at ${args.rate:g}/s until no container (USD)               "
+              f"{summary([args.rate * r['total'] for r in results]):>24}   "
+              f"{summary([args.rate * r['total'] for r in gw_results]):>24}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(r["stop_reason"] == "campaign_budget_reserve" for r in results) else 2
+    ok = all(r["stop_reason"] == "campaign_budget_reserve" for r in results)
+    ok = ok and all(r["stop_reason"] == "gateway_budget" for r in gw_results)
+    return 0 if ok else 2
 
 
 if __name__ == "__main__":
