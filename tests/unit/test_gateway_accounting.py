@@ -27,6 +27,7 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
     manifest = json.loads((root / "run_manifest.json").read_text())
     manifest["llm_gateway"] = GatewayRecord(container_url="http://172.17.0.1:1/v1", upstream_url="http://p/v1",
                                             routed_model="openai-compatible::m", spent_usd=spent,
+                                            disclosures=["Ouroboros sends no OpenRouter extras on this route."],
                                             unknown_cost_requests=0, fence_reason=FENCE_BUDGET).to_dict()
     (root / "run_manifest.json").write_text(json.dumps(manifest))
     evidence = root / "custody" / "evidence"
@@ -67,6 +68,10 @@ def test_report_sets_the_gateway_total_against_the_meter_and_costs_passed_tasks(
     gateway = cost["gateway"]
     assert (gateway["gateway_total_usd"], gateway["meter_delta_usd"], gateway["meter_minus_gateway_usd"]) == (0.75, 1.0, 0.25)
     report = make_report([root], 1)
+    # The routing and what it changed are disclosed in the report, not only in the manifest.
+    gateway_notes = [d for d in report["disclosures"] if "model gateway" in d]
+    assert any("openai-compatible::m" in d and "http://p/v1" in d for d in gateway_notes), report["disclosures"]
+    assert any("no OpenRouter extras" in d for d in gateway_notes), report["disclosures"]
     if report["passed"] and cost["complete"]:
         assert cost["known_per_passed_task_usd"] == cost["known_usd"] / report["passed"]
     else:

@@ -12,6 +12,7 @@ from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
+from ..schemas.manifest import GatewayRecord
 from ..vocab import PaidActivity, ServerHealth, TaskStatus
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
 from .reference import CAVEAT, reference_rows
@@ -197,6 +198,13 @@ def _inventory_notes(run: RunRecord) -> list[str]:
     return notes
 
 
+def _gateway_notes(root: object, gateway: GatewayRecord) -> list[str]:
+    """A --llm-gateway run: what its model calls went through, then each thing the routing changed."""
+    return [f"Run {root} sent its model calls through the adapter's model gateway (model {gateway.routed_model}, "
+            f"forwarded to {gateway.upstream_url}); its per-task costs are the provider's own figures."] + [
+        f"Run {root}, model gateway: {d}" for d in gateway.disclosures]
+
+
 def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_cost: int, truncations: int,
                  provisional: int) -> list[str]:
     notes: list[str] = []
@@ -213,6 +221,8 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
         notes.extend(_see("environment", note) for note in _inventory_notes(run))
         if run.audit_unreadable:
             notes.append(_see("claims", f"The audit of run {run.root} is not shown: {run.audit_unreadable}."))
+        if m.llm_gateway is not None:
+            notes.extend(_see("cost", note) for note in _gateway_notes(run.root, m.llm_gateway))
         if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
             notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
                                             "outcomes are in the audit only and never count."))
