@@ -1,6 +1,6 @@
 """The run flags' defaults, choices and the value checks the command line needs before RunConfig.
 
-Kept apart from config.py (and free of pydantic) so that the command line can declare its flags and
+Kept apart from config.py (and free of msgspec) so that the command line can declare its flags and
 refuse a bad value without importing the validation machinery every command would then pay for at
 start-up; config.py re-exports every name here.
 """

@@ -116,7 +116,7 @@ def test_a_refused_path_imports_no_heavy_library(args: list[str]) -> None:
 
 
 def test_run_flags_are_declared_without_pydantic() -> None:
-    """`run --help` lists the run flags from defaults.py; RunConfig (pydantic) is built only by a run."""
+    """`run --help` lists the run flags from defaults.py; RunConfig is built only by a run."""
     got = _run("run", "--help")
     assert got["code"] == 0 and "--budget-usd" in got["out"], got
     assert "pydantic" not in got["heavy"], got["heavy"]
