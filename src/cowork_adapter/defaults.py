@@ -66,7 +66,10 @@ def parse_docker_size(text: str) -> int:
     if match is None:
         raise InvalidFlag(f"--memory {text!r} is not a Docker size such as 16g or 512m.")
     unit = match.group(2).lower() if match.group(2) else None
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    number = float(match.group(1)) * _SIZE_UNITS[unit]
+    if number == float("inf"):  # hundreds of digits: no size, and int() of it would raise OverflowError
+        raise InvalidFlag(f"--memory {text[:20]!r}... is too large to be a memory size.")
+    value = int(number)
     if value < DOCKER_MIN_MEMORY_BYTES:
         raise InvalidFlag(f"--memory {text!r} is below Docker's minimum of 6 MiB.")
     return value

@@ -357,6 +357,14 @@ def test_docker_size_rejects(text):
         parse_docker_size(text)
 
 
+def test_a_memory_size_too_large_for_a_number_is_one_sentence(base):
+    """400 digits overflow a float: refused by name, not a traceback (OverflowError)."""
+    r = refusal(base, memory="1" * 400 + "g")
+    assert r.sentence == f"--memory {'1' * 20!r}... is too large to be a memory size."
+    with pytest.raises(ValueError):
+        parse_docker_size("9" * 400)
+
+
 @given(st.integers(min_value=6, max_value=10**6), st.sampled_from(["m", "M", "mb", "MiB"]))
 def test_docker_size_megabytes_property(n, unit):
     assert parse_docker_size(f"{n}{unit}") == n * 1024**2
