@@ -28,10 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
-from .campaign.observe import DEFAULT_BLINDNESS_SEC
 from .errors import CampaignPersistenceError, CustodyError, Refusal
-from .events import EventLog
-from .manifest import utc_now, write_manifest
 from .schemas.manifest import ClearedRecord, RunManifest
 from .schemas.record import RecordInvalid, decode
 from .vocab import EventKind, ExitCode, RunOutcome, StopReason
@@ -251,15 +248,19 @@ def clear_command(
     api_key_env: str | None = None,
     environ: Mapping[str, str] | None = None,
     read_meter: Callable[[float], MeterReading] | None = None,
-    meter_deadline_sec: float = DEFAULT_BLINDNESS_SEC,
+    meter_deadline_sec: float | None = None,  # None: the meter's blindness bound (campaign.observe)
     table: Any = None,
 ) -> int:
+    # Imported here, not at the top: `status` imports this module for its hints (clear_hint,
+    # recorded_docker_host) and needs none of the machinery of clearing.
+    from .campaign.observe import DEFAULT_BLINDNESS_SEC
     from .control import fence, gather_recorded, read_run
     from .custody import docker_ops
     from .custody.liveness import prove
     from .resources import reader_for
 
     note = operator_note.strip()
+    meter_deadline_sec = DEFAULT_BLINDNESS_SEC if meter_deadline_sec is None else meter_deadline_sec
     try:
         if not note:
             raise Refusal(STAGE, "--operator-note must say what you checked; it is empty.")
@@ -365,6 +366,9 @@ def _record_quietly(plan: ClearPlan, note: str, processes: str, report, agent_en
 
 def _record(plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool, tmpdir_removed: bool,
             ledger: str, campaign: str) -> None:
+    from .events import EventLog
+    from .manifest import utc_now, write_manifest
+
     manifest = plan.manifest
     earlier = manifest.cleared  # an earlier, interrupted clear: what it removed stays on record
     cleared = ClearedRecord(

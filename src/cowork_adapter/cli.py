@@ -43,7 +43,7 @@ from .errors import Refusal
 from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode
 
-if TYPE_CHECKING:  # pydantic is imported only by the commands that build a RunConfig
+if TYPE_CHECKING:  # config.py (its checks, msgspec) is imported only by the commands that build a RunConfig
     from .config import RunConfig
 
 PROG = "cowork-adapter"

@@ -2,18 +2,29 @@
 
 Build it with `RunConfig.from_flags(...)`: that turns every invalid value or combination into a
 Refusal with one sentence (stage "flags" unless a more specific one applies) and resolves the
-explicit task selection. Direct construction validates the same rules but raises pydantic's
-ValidationError. Nothing here touches the disk except reading a `--task-file`.
+explicit task selection. Direct construction (`RunConfig(...)`) checks the same rules and raises
+InvalidFlag (a ValueError) with the same sentence. Nothing here touches the disk except reading a
+`--task-file` or `--task-validity`.
+
+RunConfig is a frozen msgspec Struct, like every record the host writes (schemas/record.py), though
+it is never written as such: the manifest records `applied_config()`. Its rules are this module's
+functions, run field by field in declaration order and then across fields: the sentence given is
+the first problem's (the order and the sentences pydantic, which described it before, gave).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal
+import re
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from pathlib import Path, PurePath
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+import msgspec
 
 from .errors import Refusal
 from .selection import explicit_selection
@@ -55,17 +66,15 @@ MONEY_FIELDS = ("campaign_file", "campaign_db", "campaign_name", "campaign_budge
 _PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity")
 
 
-class RunConfig(BaseModel):
+class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Every `run` flag, validated and frozen. Paths are absolute; floats finite."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=True, validate_default=True)
 
     # Where things are.
     repo_dir: Path
     bench_root: Path
     bench_commit: str = PINNED_BENCH_COMMIT
     docker_host: str
-    resource_root: Path  # defaults to the run root's parent
+    resource_root: Path | None = None  # the run root's parent when not given (never None once built)
     run_root: Path
     # What to run.
     tasks: tuple[str, ...] = ()
@@ -119,7 +128,7 @@ class RunConfig(BaseModel):
     llm_gateway: bool = False
     llm_gateway_host: str = ""
     # Images.
-    base_image: str  # defaults to cowork-pack:<bench_commit[:7]>
+    base_image: str | None = None  # cowork-pack:<bench_commit[:7]> when not given (never None once built)
     image: str | None = None  # resolved by the launcher (cowork-ouroboros:<seed[:12]>-<commit[:7]>-<entry[:8]>)
     build_image: bool = False
     # Mode.
@@ -137,132 +146,19 @@ class RunConfig(BaseModel):
     # Reporting: a task_validity.json from `qualify` (the report then also scores the valid tasks).
     task_validity: Path | None = None
 
-    # ---- defaults that depend on other fields ----
-
-    @model_validator(mode="before")
-    @classmethod
-    def _derived_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if data.get("resource_root") is None and data.get("run_root") is not None:
-            data["resource_root"] = Path(data["run_root"]).expanduser().resolve().parent
-        if data.get("base_image") is None:
-            commit = data.get("bench_commit") or PINNED_BENCH_COMMIT
-            data["base_image"] = f"cowork-pack:{str(commit)[:7]}"
-        if data.get("probe") == "none":
-            data["probe"] = None
-        if not data.get("subagents"):
-            data["subagent_depth"] = 0  # the depth only means something with subagents on
-        return data
-
-    # ---- single fields ----
-
-    @field_validator(*_PATH_FIELDS, mode="after")
-    @classmethod
-    def _absolute(cls, value: Path | None) -> Path | None:
-        return None if value is None else value.expanduser().resolve()
-
-    @field_validator("resume_from", mode="after")
-    @classmethod
-    def _absolute_ancestors(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
-        resolved = tuple(p.expanduser().resolve() for p in value)
-        if len(set(resolved)) != len(resolved):
-            raise InvalidFlag("--resume-from names the same run root twice.")
-        return resolved
-
-    @field_validator(*_NUMERIC_RULES, mode="after")
-    @classmethod
-    def _in_range(cls, value: float | None, info) -> float | None:
-        if value is None:  # unset: --cpus takes the daemon-fitted default, the money bounds the campaign's
-            return value
-        flag = flag_name(info.field_name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InvalidFlag(f"{flag} must be a finite number, not {value}.")
-        op, bound = _NUMERIC_RULES[info.field_name]
-        ok = value >= bound if op == ">=" else value > bound
-        if not ok:
-            words = "at least" if op == ">=" else "greater than"
-            raise InvalidFlag(f"{flag} must be {words} {bound:g} (got {value:g}).")
-        return value
-
-    @field_validator("docker_host", mode="after")
-    @classmethod
-    def _docker_host(cls, value: str) -> str:
-        if not value.strip():
-            raise InvalidFlag("--docker-host is empty; name the Docker daemon explicitly (or set DOCKER_HOST).",
-                              stage="docker_host")
-        return value.strip()
-
-    @field_validator("bench_commit", mode="after")
-    @classmethod
-    def _commit(cls, value: str) -> str:
-        if COMMIT_SHA.fullmatch(value) is None:
-            raise InvalidFlag(f"--bench-commit {value!r} is not a full 40-character lowercase commit id.")
-        return value
-
-    @field_validator("engine", mode="after")
-    @classmethod
-    def _engine(cls, value: str) -> str:
-        if value == EngineKind.OUROBOROS.value or value in REFERENCE_ENGINES:
-            return value
-        kind, _, entry = value.partition(":")
-        if kind != EngineKind.UPSTREAM.value or UPSTREAM_ENTRY.fullmatch(entry) is None:
-            raise InvalidFlag(
-                f"--engine {value!r} must be 'ouroboros', 'oracle', 'nop' or 'upstream:<entry file under /workspace>'."
-            )
-        return value
-
-    @field_validator("model", mode="after")
-    @classmethod
-    def _model(cls, value: str) -> str:
-        if not value or any(ch.isspace() for ch in value):
-            raise InvalidFlag(f"--model {value!r} must be a non-empty model id without spaces.")
-        return value
-
-    @field_validator("effort", "review_effort", "runtime_mode", mode="after")
-    @classmethod
-    def _word(cls, value: str, info) -> str:
-        if WORD.fullmatch(value) is None:
-            raise InvalidFlag(f"{flag_name(info.field_name)} {value!r} must be a single word.")
-        return value
-
-    @field_validator("review_max_cycles", mode="after")
-    @classmethod
-    def _cycles(cls, value: str) -> str:
-        if not value.isascii() or not value.isdigit():
-            raise InvalidFlag(f"--review-max-cycles {value!r} must be a whole number such as 2.")
-        return str(int(value))
-
-    @field_validator("api_key_env", "credential_setting", mode="after")
-    @classmethod
-    def _env_name(cls, value: str, info) -> str:
-        return check_env_name(flag_name(info.field_name), value)
-
-    @field_validator("meter_url", mode="after")
-    @classmethod
-    def _meter_url(cls, value: str) -> str:
-        return check_http_url("--meter-url", value)
-
-    @field_validator("openai_compatible_base_url", mode="after")
-    @classmethod
-    def _compatible_url(cls, value: str) -> str:
-        return check_http_url("--openai-compatible-base-url", value) if value else ""
-
-    @field_validator("memory", mode="after")
-    @classmethod
-    def _memory(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        parse_docker_size(value)
-        return value.strip()
+    def __post_init__(self) -> None:
+        # Built in code, a Struct is not checked by msgspec: convert and check every field here, then
+        # the combinations. Each rule leaves a checked value unchanged, so a second pass is harmless.
+        checked = _checked_fields({name: getattr(self, name) for name in self.__struct_fields__})
+        for name, value in checked.items():
+            msgspec.structs.force_setattr(self, name, value)
+        self._check_combinations()
 
     # ---- combinations ----
 
-    @model_validator(mode="after")
-    def _combinations(self) -> RunConfig:
+    def _check_combinations(self) -> None:
         if self.spends_nothing:
-            changed = [f for f in MONEY_FIELDS if getattr(self, f) != type(self).model_fields[f].default]
+            changed = [f for f in MONEY_FIELDS if getattr(self, f) != _field_defaults()[f]]
             if changed:
                 raise InvalidFlag(reference_money_sentence(self.engine, changed[0]))
         if self.campaign_file is not None and self.campaign_db is not None:
@@ -297,7 +193,6 @@ class RunConfig(BaseModel):
             raise InvalidFlag("--campaign-file must be outside the seed checkout (--repo-dir).")
         if self.run_root in self.resume_from:
             raise InvalidFlag("--resume-from must name earlier run roots, not this run's --run-root.")
-        return self
 
     # ---- derived views ----
 
@@ -347,7 +242,20 @@ class RunConfig(BaseModel):
             update["cpus"] = float(min(DEFAULT_CPUS, daemon_cpus))
         if self.memory is None:
             update["memory"] = str(min(DEFAULT_MEMORY_BYTES, daemon_memory_bytes))
-        return self.model_copy(update=update) if update else self
+        return self.with_changes(**update) if update else self
+
+    def with_changes(self, **changes: Any) -> RunConfig:
+        """A copy with `changes`: values the program settled after the flags were checked (limits
+        fitted to the daemon, money bounds from the campaign, the gateway's URL, the selection). They
+        are not checked again: each caller checks what it sets and refuses with its own stage and
+        sentence (paid.resolve_money, fit_to_daemon)."""
+        unknown = sorted(set(changes) - set(self.__struct_fields__))
+        if unknown:
+            raise TypeError(f"RunConfig has no field {unknown[0]!r}")
+        changed = copy.copy(self)  # a Struct's copy runs no __post_init__
+        for name, value in changes.items():
+            msgspec.structs.force_setattr(changed, name, value)
+        return changed
 
     @property
     def memory_swap_bytes(self) -> int:
@@ -435,15 +343,17 @@ class RunConfig(BaseModel):
             else:
                 flags[key] = tuple(flags[key])
         try:
-            config = cls.model_validate(flags)
-        except ValidationError as exc:
-            raise _as_refusal(exc) from None
+            # The field checks first, with the input as given (a required flag missing, an unknown
+            # one), then the construction, which checks the combinations.
+            config = cls(**_checked_fields(flags))
+        except InvalidFlag as exc:
+            raise Refusal(exc.stage, exc.sentence) from None
         if config.task_validity is not None:
             check_task_validity(config.task_validity, config.bench_commit)
         selection = explicit_selection(config.tasks, config.task_file)
         if selection is None:
             return config
-        return config.model_copy(update={"selection": tuple(selection)})
+        return config.with_changes(selection=tuple(selection))
 
 
 def not_below(reserve: float | None, ceiling: float | None) -> bool:
@@ -497,19 +407,207 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+# ---- the field checks -------------------------------------------------------------------------------
+# Each field is converted to its declared type (msgspec, lax: "3" for an int, a str for a Path), then
+# its rule below, if it has one, runs on the converted value and returns the value kept.
+
 _MISSING_HINTS = {"bench_root": " (or set COWORK_BENCH_ROOT)", "docker_host": " (or set DOCKER_HOST)"}
+# Declared optional so the Struct can be built without them; required once derived (_with_derived).
+_DERIVED = {"resource_root": Path, "base_image": str}
+# How a type mismatch reads, by the type msgspec expected (the words pydantic used).
+_EXPECTED = {"int": "a valid integer", "float": "a valid number", "str": "a valid string", "bool": "a valid boolean",
+             "array": "a valid tuple", "Path": "a valid path"}
+# ... and why, by (expected, given).
+_WHY = {("int", "str"): ", unable to parse string as an integer", ("int", "float"): ", got a number with a fractional part",
+        ("float", "str"): ", unable to parse string as a number", ("bool", "str"): ", unable to interpret input"}
 
 
-def _as_refusal(exc: ValidationError) -> Refusal:
-    """The first validation problem as one refusal sentence."""
-    first = exc.errors(include_url=False)[0]
-    cause = (first.get("ctx") or {}).get("error")
-    if isinstance(cause, InvalidFlag):
-        return Refusal(cause.stage, cause.sentence)
-    location = [str(part) for part in first.get("loc", ()) if not isinstance(part, int)]
-    flag = flag_name(location[0]) if location else "a flag"
-    if first.get("type") == "missing":
-        hint = _MISSING_HINTS.get(location[0], "") if location else ""
-        return Refusal("flags", f"{flag} is required{hint}.")
-    message = " ".join(str(first.get("msg", "is invalid")).split())
-    return Refusal("flags", f"{flag}: {message[:1].lower() + message[1:]}.")
+def _with_derived(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags with the defaults that depend on other flags filled in, before any check."""
+    data = dict(given)
+    if data.get("resource_root") is None and data.get("run_root") is not None:
+        data["resource_root"] = Path(data["run_root"]).expanduser().resolve().parent
+    if data.get("base_image") is None:
+        commit = data.get("bench_commit") or PINNED_BENCH_COMMIT
+        data["base_image"] = f"cowork-pack:{str(commit)[:7]}"
+    if data.get("probe") == "none":
+        data["probe"] = None
+    if not data.get("subagents"):
+        data["subagent_depth"] = 0  # the depth only means something with subagents on
+    return data
+
+
+def _absolute(name: str, value: Path | None) -> Path | None:
+    return None if value is None else value.expanduser().resolve()
+
+
+def _absolute_ancestors(name: str, value: tuple[Path, ...]) -> tuple[Path, ...]:
+    resolved = tuple(p.expanduser().resolve() for p in value)
+    if len(set(resolved)) != len(resolved):
+        raise InvalidFlag("--resume-from names the same run root twice.")
+    return resolved
+
+
+def _in_range(name: str, value: float | None) -> float | None:
+    if value is None:  # unset: --cpus takes the daemon-fitted default, the money bounds the campaign's
+        return value
+    flag = flag_name(name)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidFlag(f"{flag} must be a finite number, not {value}.")
+    op, bound = _NUMERIC_RULES[name]
+    ok = value >= bound if op == ">=" else value > bound
+    if not ok:
+        words = "at least" if op == ">=" else "greater than"
+        raise InvalidFlag(f"{flag} must be {words} {bound:g} (got {value:g}).")
+    return value
+
+
+def _docker_host(name: str, value: str) -> str:
+    if not value.strip():
+        raise InvalidFlag("--docker-host is empty; name the Docker daemon explicitly (or set DOCKER_HOST).",
+                          stage="docker_host")
+    return value.strip()
+
+
+def _commit(name: str, value: str) -> str:
+    if COMMIT_SHA.fullmatch(value) is None:
+        raise InvalidFlag(f"--bench-commit {value!r} is not a full 40-character lowercase commit id.")
+    return value
+
+
+def _engine(name: str, value: str) -> str:
+    if value == EngineKind.OUROBOROS.value or value in REFERENCE_ENGINES:
+        return value
+    kind, _, entry = value.partition(":")
+    if kind != EngineKind.UPSTREAM.value or UPSTREAM_ENTRY.fullmatch(entry) is None:
+        raise InvalidFlag(
+            f"--engine {value!r} must be 'ouroboros', 'oracle', 'nop' or 'upstream:<entry file under /workspace>'."
+        )
+    return value
+
+
+def _model(name: str, value: str) -> str:
+    if not value or any(ch.isspace() for ch in value):
+        raise InvalidFlag(f"--model {value!r} must be a non-empty model id without spaces.")
+    return value
+
+
+def _word(name: str, value: str) -> str:
+    if WORD.fullmatch(value) is None:
+        raise InvalidFlag(f"{flag_name(name)} {value!r} must be a single word.")
+    return value
+
+
+def _cycles(name: str, value: str) -> str:
+    if not value.isascii() or not value.isdigit():
+        raise InvalidFlag(f"--review-max-cycles {value!r} must be a whole number such as 2.")
+    return str(int(value))
+
+
+def _env_name(name: str, value: str) -> str:
+    return check_env_name(flag_name(name), value)
+
+
+def _url(name: str, value: str) -> str:
+    """--meter-url always; --openai-compatible-base-url when given (empty means OpenRouter)."""
+    return check_http_url(flag_name(name), value) if value or name == "meter_url" else ""
+
+
+def _memory(name: str, value: str | None) -> str | None:
+    if value is None:
+        return value
+    parse_docker_size(value)
+    return value.strip()
+
+
+_RULES: dict[str, Callable[[str, Any], Any]] = {
+    **dict.fromkeys(_PATH_FIELDS, _absolute),
+    "resume_from": _absolute_ancestors,
+    **dict.fromkeys(_NUMERIC_RULES, _in_range),
+    "docker_host": _docker_host,
+    "bench_commit": _commit,
+    "engine": _engine,
+    "model": _model,
+    **dict.fromkeys(("effort", "review_effort", "runtime_mode"), _word),
+    "review_max_cycles": _cycles,
+    **dict.fromkeys(("api_key_env", "credential_setting"), _env_name),
+    **dict.fromkeys(("meter_url", "openai_compatible_base_url"), _url),
+    "memory": _memory,
+}
+
+
+@functools.cache
+def _fields() -> tuple[msgspec.structs.FieldInfo, ...]:
+    return msgspec.structs.fields(RunConfig)
+
+
+@functools.cache
+def _field_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in _fields()}
+
+
+def _checked_fields(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every field of RunConfig converted and checked, in declaration order, or InvalidFlag with the
+    first problem's sentence: a missing required flag, a value of the wrong type, a rule broken; then
+    a name that is no flag. Defaults are checked too."""
+    data = _with_derived(given)
+    checked = {}
+    for field in _fields():
+        value = data.get(field.name, field.default)
+        if value is msgspec.NODEFAULT or (field.name in _DERIVED and value is None):
+            raise InvalidFlag(f"{flag_name(field.name)} is required{_MISSING_HINTS.get(field.name, '')}.")
+        value = _converted(field.name, value, _DERIVED.get(field.name, field.type))
+        rule = _RULES.get(field.name)
+        if rule is not None:
+            try:
+                value = rule(field.name, value)
+            except InvalidFlag:
+                raise
+            except ValueError as exc:  # from the standard library (a NUL in a path, a malformed URL)
+                raise InvalidFlag(f"{flag_name(field.name)}: value error, {exc}.") from None
+        checked[field.name] = value
+    unknown = [name for name in data if name not in checked]
+    if unknown:
+        raise InvalidFlag(f"{flag_name(unknown[0])}: extra inputs are not permitted.")
+    return checked
+
+
+def _as_path(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, (str, PurePath)):
+        return Path(value)
+    raise TypeError(f"Expected `{getattr(kind, '__name__', kind)}`, got `{type(value).__name__}`")
+
+
+def _converted(name: str, value: Any, kind: Any) -> Any:
+    """`value` as the declared type `kind`, or InvalidFlag saying what the flag should be."""
+    try:
+        return msgspec.convert(value, kind, strict=False, dec_hook=_as_path)
+    except msgspec.ValidationError as exc:
+        choices = _choices(kind)
+        if choices:
+            problem = "input should be " + _one_of_words(choices)
+        else:
+            message = str(exc).split(" - at ")[0]
+            expected = re.match(r"Expected `(\w+)[^`]*`, got `(\w+)`", message)  # `str | null`: the first type
+            words = _EXPECTED.get(expected.group(1)) if expected else None
+            if words:
+                problem = f"input should be {words}{_WHY.get(expected.groups(), '')}"
+            else:
+                problem = message[:1].lower() + message[1:]
+        raise InvalidFlag(f"{flag_name(name)}: {problem}.") from None
+
+
+def _choices(kind: Any) -> tuple[str, ...]:
+    """The allowed values of a Literal or an Enum field (None aside), else ()."""
+    if get_origin(kind) is Literal:
+        return tuple(get_args(kind))
+    if get_origin(kind) in (Union, UnionType):
+        return next((c for c in map(_choices, get_args(kind)) if c), ())
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return tuple(str(member.value) for member in kind)
+    return ()
+
+
+def _one_of_words(choices: Sequence[str]) -> str:
+    quoted = [f"'{c}'" for c in choices]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]

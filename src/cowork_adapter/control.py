@@ -34,7 +34,6 @@ from typing import Any
 
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_events
-from .fileio import create_exclusive
 from .live import eta_seconds, format_duration, progress_rows, summary_line
 from .resources import summary_line as resource_summary_line
 from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
@@ -575,6 +574,8 @@ GROUP_GRACE_SEC = 10.0
 
 def fence(run_root: Path) -> str:
     """Write the stop file the docker shim refuses new containers by (the launcher's own fence)."""
+    from .fileio import create_exclusive  # `stop` and `clear` write; `status` only reads
+
     path = run_root / "custody" / "stop"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The run flags' defaults, choices and the value checks the command line needs before RunConfig.
 
-Kept apart from config.py (and free of pydantic) so that the command line can declare its flags and
+Kept apart from config.py (and free of msgspec) so that the command line can declare its flags and
 refuse a bad value without importing the validation machinery every command would then pay for at
 start-up; config.py re-exports every name here.
 """
@@ -66,7 +66,10 @@ def parse_docker_size(text: str) -> int:
     if match is None:
         raise InvalidFlag(f"--memory {text!r} is not a Docker size such as 16g or 512m.")
     unit = match.group(2).lower() if match.group(2) else None
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    number = float(match.group(1)) * _SIZE_UNITS[unit]
+    if number == float("inf"):  # hundreds of digits: no size, and int() of it would raise OverflowError
+        raise InvalidFlag(f"--memory {text[:20]!r}... is too large to be a memory size.")
+    value = int(number)
     if value < DOCKER_MIN_MEMORY_BYTES:
         raise InvalidFlag(f"--memory {text!r} is below Docker's minimum of 6 MiB.")
     return value

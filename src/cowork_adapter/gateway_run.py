@@ -68,8 +68,7 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tu
         raise Refusal("llm_gateway", f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
                                      "name a local address containers reach with --llm-gateway-host.") from None
     url = gateway.url_for(host)
-    engine_cfg = cfg.model_copy(update={"openai_compatible_base_url": url,
-                                        "credential_setting": COMPATIBLE_KEY_SETTING})
+    engine_cfg = cfg.with_changes(openai_compatible_base_url=url, credential_setting=COMPATIBLE_KEY_SETTING)
     disclosures = list(GENERAL_DISCLOSURES)
     if cfg.engine_kind is EngineKind.OUROBOROS:
         disclosures += OUROBOROS_DISCLOSURES

@@ -121,7 +121,7 @@ def resolve_money(cfg: RunConfig, record: CampaignRecord | None) -> RunConfig:
     if missing:
         raise Refusal("campaign", f"the campaign {path} stores no value for {_and(missing)}; give "
                                   f"{'it' if len(missing) == 1 else 'them'} explicitly.")
-    resolved = cfg.model_copy(update=update)
+    resolved = cfg.with_changes(**update)
     if not_below(resolved.budget_reserve_usd, resolved.campaign_budget_usd):
         raise Refusal("campaign", f"the reserve ${resolved.budget_reserve_usd:g} is not below the campaign's ceiling "
                                   f"${resolved.campaign_budget_usd:g}; give a smaller --budget-reserve-usd.")

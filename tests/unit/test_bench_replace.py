@@ -99,7 +99,7 @@ def test_the_report_discloses_replaced_objects():
         dry_run = False
         inventory = None
         engine = "ouroboros"
-        llm_gateway = None
+        llm_gateway = None  # the manifest field the report's gateway disclosures read (5060de5)
         bench = BenchIdentity(root="/b", expected_commit="d943e75", replaced_objects={"a" * 40: "b" * 40})
 
     notes = _disclosures([_Run(M())], 496, {}, 0, 0, 0)

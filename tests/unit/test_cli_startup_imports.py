@@ -116,7 +116,7 @@ def test_a_refused_path_imports_no_heavy_library(args: list[str]) -> None:
 
 
 def test_run_flags_are_declared_without_pydantic() -> None:
-    """`run --help` lists the run flags from defaults.py; RunConfig (pydantic) is built only by a run."""
+    """`run --help` lists the run flags from defaults.py; RunConfig is built only by a run."""
     got = _run("run", "--help")
     assert got["code"] == 0 and "--budget-usd" in got["out"], got
     assert "pydantic" not in got["heavy"], got["heavy"]
@@ -129,3 +129,21 @@ def test_converting_only_the_invoked_command_changes_no_output(args: list[str]) 
     """The slimmed app prints, refuses and exits exactly as the whole app does."""
     slim, whole = _run(*args), _run(*args, app="whole")
     assert (slim["code"], slim["out"], slim["err"]) == (whole["code"], whole["out"], whole["err"])
+
+
+def test_status_imports_none_of_the_writers_of_clear_and_stop(tmp_path: Path) -> None:
+    """`status` imports clear.py for its hints and control.py for the run's view, not what writes:
+    the atomic writer (and secrets with it), the manifest writer, the campaign."""
+    synth_run(tmp_path / "run", 5)
+    probe = ("import contextlib, io, sys\nfrom cowork_adapter import cli\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    try:\n        cli.main(sys.argv[1:])\n    except SystemExit as exc:\n        code = exc.code\n"
+             "print(code, sorted(m for m in sys.modules if m.startswith('cowork_adapter')))")
+    done = subprocess.run([sys.executable, "-c", probe, "status", str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=120, check=True)
+    code, listed = done.stdout.split(" ", 1)
+    loaded = set(json.loads(listed.replace("'", '"')))
+    assert code == "0" and "cowork_adapter.clear" in loaded, done.stdout  # the hints are read
+    writers = {m for m in loaded if m in ("cowork_adapter.fileio", "cowork_adapter.manifest")
+               or m.startswith("cowork_adapter.campaign")}
+    assert writers == set(), writers

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cowork_adapter.config import RunConfig
 from cowork_adapter.paid import runner_env
 from cowork_adapter.schemas.run_config import OPENROUTER_CHAT_URL, agent_short_name
+from run_flags import config_for  # tests/run_flags.py: tests/ is on sys.path (its conftest)
 
 
 class PassThrough:
@@ -15,7 +15,7 @@ class PassThrough:
 
 
 def _env(**fields) -> dict:
-    cfg = RunConfig.model_construct(**{"model": "vendor/m-1", "max_steps": 9, "task_timeout": 600,
+    cfg = config_for(**{"model": "vendor/m-1", "max_steps": 9, "task_timeout": 600,
                                        "api_key_env": "COWORK_TEST_KEY", **fields})
     manifest = SimpleNamespace(image=SimpleNamespace(id="sha256:abc"))
     return runner_env(cfg, manifest, PassThrough())
@@ -36,7 +36,7 @@ def test_without_a_compatible_endpoint_the_engines_get_openrouter():
 
 def test_each_engine_dump_folder_is_the_one_it_writes():
     def short(engine: str) -> str:
-        return agent_short_name(RunConfig.model_construct(engine=engine, model="m", openai_compatible_base_url=""))
+        return agent_short_name(config_for(engine=engine, model="m", openai_compatible_base_url=""))
 
     assert short("upstream:main_strands.py") == "strands/m"  # main_strands.py: dumps/strands_<model>/
     assert short("upstream:main.py") == "openrouter/m"  # main.py: dumps/<MODEL_PROVIDER>_<MODEL_NAME>/
