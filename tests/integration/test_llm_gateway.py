@@ -34,36 +34,33 @@ pytestmark = pytest.mark.docker
 # In the container: scan every other process's environ and cmdline, and every file outside
 # /proc, /sys, /dev and /usr (the image's own OS files, built before the run), for the needle,
 # which arrives in two halves so this process's own argv never holds it whole.
-SCAN = r"""
+SCAN_PROCS = r"""
 import json, os, sys
 needle = (sys.argv[1] + sys.argv[2]).encode()
 me = str(os.getpid())
 hits, scanned = [], 0
+def look(path):
+    global scanned
+    try:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 50 << 20:
+            return
+        data = open(path, "rb").read()
+    except OSError:
+        return
+    scanned += 1
+    if needle in data:
+        hits.append(path)
 for pid in os.listdir("/proc"):
-    if not pid.isdigit() or pid == me:
-        continue
-    for part in ("environ", "cmdline"):
-        try:
-            data = open(f"/proc/{pid}/{part}", "rb").read()
-        except OSError:
-            continue
-        scanned += 1
-        if needle in data:
-            hits.append(f"/proc/{pid}/{part}")
+    if pid.isdigit() and pid != me:
+        look(f"/proc/{pid}/environ")
+        look(f"/proc/{pid}/cmdline")
+"""
+SCAN = SCAN_PROCS + r"""
 for top, dirs, files in os.walk("/"):
     if top == "/":
         dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev", "usr")]
     for name in files:
-        path = os.path.join(top, name)
-        try:
-            if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 50 << 20:
-                continue
-            data = open(path, "rb").read()
-        except OSError:
-            continue
-        scanned += 1
-        if needle in data:
-            hits.append(path)
+        look(os.path.join(top, name))
 print(json.dumps({"hits": hits, "scanned": scanned}))
 """
 

@@ -27,27 +27,14 @@ from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
 
 from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
-from test_llm_gateway import SCAN, _in_container
+from test_llm_gateway import SCAN_PROCS, _in_container
 
 SETTLED = {"passed", "failed", "agent_failed"}
 ENGINE = "upstream:main.py"
 COST = 0.002  # the stand-in's usage.cost per answered request (OpenRouter's usage accounting)
-WALK = "for top, dirs, files in os.walk"
-assert WALK in SCAN
 # The scanner's process part as it is; its file part over the paths given after the needle's two
 # halves ("A:" a path the container added, walked whole; "C:" one it changed, a file read alone).
-SCAN_WRITTEN = SCAN.split(WALK)[0] + r"""
-def look(path):
-    global scanned
-    try:
-        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 50 << 20:
-            return
-        data = open(path, "rb").read()
-    except OSError:
-        return
-    scanned += 1
-    if needle in data:
-        hits.append(path)
+SCAN_WRITTEN = SCAN_PROCS + r"""
 for entry in sys.argv[3:]:
     kind, path = entry[0], entry[2:]
     if kind == "A" and os.path.isdir(path) and not os.path.islink(path):
