@@ -316,18 +316,28 @@ def _handler(gateway: Gateway):
             clock = time.monotonic()
             task = gateway.authorize(self.headers.get("Authorization"))
             row = GatewayRequest(at=started, task=task, path=self.path.split("?", 1)[0], status=0, latency_ms=0.0)
+            self._clock, self._settled = clock, False
             try:
                 self._forward(method, task, row)
             except (BrokenPipeError, ConnectionResetError) as exc:
                 row.error = row.error or f"client gone: {type(exc).__name__}"
                 self.close_connection = True
             finally:
-                row.latency_ms = round((time.monotonic() - clock) * 1000, 3)
-                gateway.record(row)
-                gateway._add_cost(row.cost_usd)
+                self._settle(row)
+
+        def _settle(self, row: GatewayRequest) -> None:
+            """Record the request and count its cost, once. A plain answer is settled before its body is
+            sent, so the client cannot send its next request before a crossing has fenced the gateway."""
+            if self._settled:
+                return
+            self._settled = True
+            row.latency_ms = round((time.monotonic() - self._clock) * 1000, 3)
+            gateway.record(row)
+            gateway._add_cost(row.cost_usd)
 
         def _refuse(self, row: GatewayRequest, status: int, why: str, message: str, kind: str) -> None:
             row.status, row.refused = status, why
+            self._settle(row)
             self._json(status, message, kind)
 
         def _forward(self, method: str, task: str | None, row: GatewayRequest) -> None:
@@ -380,14 +390,15 @@ def _handler(gateway: Gateway):
                     return self._refuse(row, 502, None, f"the provider's answer broke off ({type(exc).__name__})",
                                         "upstream_error")
                 row.status = response.status_code
-                self._head(response)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
                 try:
                     row.prompt_tokens, row.completion_tokens, row.cost_usd = usage_of(json.loads(data))
                 except ValueError:
                     pass
+                self._settle(row)
+                self._head(response)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
                 return
             # A stream: relayed chunk by chunk as it arrives, ended by closing the connection.
             row.status = response.status_code
