@@ -129,6 +129,8 @@ _INT_DIGITS = sys.get_int_max_str_digits() or sys.maxsize
 # Any run of _INT_DIGITS + 1 digits covers a whole aligned window of this many bytes.
 _WINDOW = (_INT_DIGITS + 2) // 2
 _DIGITS = frozenset(b"0123456789")
+# Each byte to 1 if it is a digit, else 0 (for the bulk test of window ends below).
+_DIGIT_BITS = bytes(byte in _DIGITS for byte in range(256))
 
 
 def _may_hold_long_integer(data: bytes) -> bool:
@@ -137,8 +139,14 @@ def _may_hold_long_integer(data: bytes) -> bool:
     non-digit)."""
     if _INT_DIGITS >= len(data):
         return False
-    # A window is all digits only if its first and last bytes are: test those first, in bulk.
-    firsts, lasts = data[::_WINDOW], data[_WINDOW - 1::_WINDOW]
+    # A window is all digits only if its first and last bytes are: test those first, in bulk
+    # (each end mapped to a 0/1 byte, the two maps ANDed as integers: no Python loop per window).
+    lasts = data[_WINDOW - 1::_WINDOW]
+    firsts = data[:len(lasts) * _WINDOW:_WINDOW]  # the windows that end inside `data`
+    both = (int.from_bytes(firsts.translate(_DIGIT_BITS), "big")
+            & int.from_bytes(lasts.translate(_DIGIT_BITS), "big"))
+    if not both:
+        return False
     return any(first in _DIGITS and last in _DIGITS and data[k * _WINDOW:(k + 1) * _WINDOW].isdigit()
                for k, (first, last) in enumerate(zip(firsts, lasts)))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import reduce
@@ -314,9 +315,10 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
         except TypeError:  # an unhashable type or tool
             counts = Counter(map(_call_key, rows))
         scan.add_tool_calls(counts)
-        # Arguments holding a probe: one search per call's raw arguments, and a block without
-        # any (the usual case) ends here.
-        if not any(map(probe_hits, map(_ARGS, rows))):
+        # Arguments holding a probe: one search over the block's raw arguments joined by
+        # newlines (no probe holds one, so no hit spans two calls' arguments, and a raw newline
+        # never occurs inside JSON text), and a block without any (the usual case) ends here.
+        if not probe_hits(b"\n".join(map(_ARGS, rows))):
             index += sum(n for key, n in counts.items() if call_kind(key)[0])
             continue
         for line, row in zip(lines, rows):
@@ -349,8 +351,8 @@ _EVENT_ROWS = RowReader(UsageRow)
 def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
     """Count usage records (tokens, cost, names) and capability-omission rows: usage from the
     attempt ledger beside `path` when there is one, else from llm_usage rows."""
-    attempts = Path(path).with_name(ATTEMPTS_NAME)
-    from_ledger = attempts.is_file()
+    attempts = os.path.join(os.path.dirname(path), ATTEMPTS_NAME)  # strings: pathlib cost more per log
+    from_ledger = os.path.isfile(attempts)
     for block in iter_blocks(path, scan, rel):
         lines, rows = read_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
         kinds = list(map(_TYPE, rows))
