@@ -462,3 +462,25 @@ def test_the_long_integer_test_finds_every_aligned_window_of_digits(runs):
     assert audit_read._may_hold_long_integer(data) == expected
     if any(len(run) > limit for run in re.findall(rb"\d+", data)):
         assert expected
+
+
+_UTF8_BITS = [b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff", b"\xed\xa0\x80", b"\xc0\xaf",
+              b"\xe2\x82", b"\x80", b"\xf4\x90\x80\x80"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(bits=st.lists(st.sampled_from(_UTF8_BITS), max_size=40), piece=st.sampled_from([1, 2, 3, 5, 64 << 10]))
+def test_the_utf8_check_in_pieces_is_bytes_decode(bits, piece):
+    """Sequences cut at any piece boundary, valid or not, are judged as one strict decode judges."""
+    data = b"".join(bits)
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    original = audit_read._UTF8_PIECE
+    audit_read._UTF8_PIECE = piece
+    try:
+        assert audit_read._is_utf8(data) == valid
+    finally:
+        audit_read._UTF8_PIECE = original
