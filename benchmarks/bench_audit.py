@@ -20,12 +20,15 @@ run as `python -m cowork_adapter audit` with PYTHONPATH=SRC, paired against this
 same way: wall and CPU (user + sys of the process and its workers) of each as min / median /
 max, and the CPU ratio this / other per pair (CPU time is what stays comparable under the load
 of a shared machine). --root DIR synthesises into DIR once and reuses it on later runs (kept).
+--stages N then profiles the CPU (user + sys) of one process over the same logs, each stage added
+in turn, N rounds (medians): reading, + the UTF-8 check, + the long-integer and DEL checks and the
+separators, + msgspec's decoding, all of audit.read, the five scanners, the whole build_audit.
 
 Targets (issue 18): median ratio >= 0.25 and peak < 256 MiB; exit 1 when a target is missed
 (2 on a wrong result).
 
     .venv/bin/python benchmarks/bench_audit.py --size 1G [--repeat 5] [--workers N] [--ascii-escaped] [--keep]
-        [--against OTHER/src] [--root DIR]
+        [--against OTHER/src] [--root DIR] [--stages N]
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 TASKS = 496
 TARGET_RATIO = 0.25
@@ -204,6 +208,57 @@ def _timed_module_audit(src: str, root: Path, report: Path, workers: int | None)
     return wall, usage.ru_utime + usage.ru_stime, text
 
 
+def _stage_runs(root: Path, files: list[str]) -> list[tuple[str, Any]]:
+    """(name, function) of each stage: the reader's steps added in turn, then whole layers."""
+    from cowork_adapter.audit import read, run, scan
+
+    readers = {"tools.jsonl": scan._TOOL_ROWS, "events.jsonl": scan._EVENT_ROWS}
+
+    def upto(step: int) -> None:
+        for path in files:
+            name, sink = os.path.basename(path), scan.TaskScan()
+            reader = readers.get(name, scan._OBJECTS)
+            for block in read.iter_blocks(path, sink, name):
+                if step == 4:
+                    read.read_rows(block, reader, name, sink)
+                    continue
+                block.count = 1  # no line count: read_rows would have it for free
+                text, _ = block.whole_lines()
+                if step >= 1:
+                    read._is_utf8(text)
+                if step >= 2:
+                    read._may_hold_long_integer(text)
+                    read._KEY_SEARCH.find_matches_as_indexes(text)
+                    joined = text.replace(b"\n", read._SEPARATOR)
+                if step >= 3:
+                    reader.block.decode_lines(joined)
+
+    def scanners() -> None:
+        table = dict(scan.LOG_SCANNERS)
+        for path in files:
+            table[os.path.basename(path)](path, os.path.basename(path), scan.TaskScan())
+
+    names = ("reading the files", "+ the UTF-8 check", "+ long-integer/DEL checks, separators",
+             "+ msgspec decoding", "all of audit.read")
+    return [*((name, lambda step=step: upto(step)) for step, name in enumerate(names)),
+            ("the five scanners", scanners), ("whole build_audit", lambda: run.build_audit(root, 1))]
+
+
+def _print_stages(root: Path, files: list[str], rounds: int) -> None:
+    stages = _stage_runs(root, files)
+    times: dict[str, list[float]] = {name: [] for name, _ in stages}
+    for _ in range(rounds):
+        for name, function in stages:
+            before = os.times()
+            function()
+            after = os.times()
+            times[name].append(after.user - before.user + after.system - before.system)
+    print(f"CPU by stage, one process, each stage added in turn ({rounds} rounds; load average "
+          f"{os.getloadavg()[0]:.2f}):")
+    for name, values in times.items():
+        print(f"  {name:40s}{_spread(values)}")
+
+
 def _size_mib(text: str) -> float:
     """'1G', '512M', '300' (MiB) -> MiB."""
     text = text.strip().upper().removesuffix("IB").removesuffix("B")
@@ -229,6 +284,8 @@ def main() -> int:
                         help="the audit's --workers (default: its own default, the CPU count)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another tree's src folder: its audit timed too, paired with this tree's")
+    parser.add_argument("--stages", type=int, default=0,
+                        help="rounds of the in-process CPU profile by stage (0: none)")
     parser.add_argument("--root", type=Path, default=None,
                         help="synthesise into this folder once, and reuse it when it holds a run (kept)")
     args = parser.parse_args()
@@ -321,6 +378,8 @@ def main() -> int:
             print(f"{'  this tree wall / CPU (s)':28s}{_spread(this[0])}  /{_spread(this[1])}")
             print(f"{'  other tree wall / CPU (s)':28s}{_spread(other[0])}  /{_spread(other[1])}")
             print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1])])}")
+        if args.stages > 0:
+            _print_stages(root, files, args.stages)
         missed = [name for name, ok in (("ratio", ratio >= TARGET_RATIO),
                                         ("peak", max(peak_mib, tree_kib / 1024) < TARGET_PEAK_MIB)) if not ok]
         if missed:
