@@ -484,3 +484,12 @@ def test_the_utf8_check_in_pieces_is_bytes_decode(bits, piece):
         assert audit_read._is_utf8(data) == valid
     finally:
         audit_read._UTF8_PIECE = original
+
+
+def test_rows_are_untracked_by_the_collector_and_hold_no_cycle():
+    """gc=False is sound only for values that cannot form a cycle: decoded JSON rows."""
+    import gc
+
+    for row_type in (ToolRow, UsageRow, AttemptRow):
+        row = msgspec.json.decode(b'{"type": "x", "usage": {"a": [1]}, "args": {"b": 2}}', type=row_type)
+        assert not gc.is_tracked(row)
