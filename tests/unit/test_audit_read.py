@@ -486,7 +486,7 @@ def test_the_utf8_check_in_pieces_is_bytes_decode(bits, piece):
         audit_read._UTF8_PIECE = original
 
 
-def test_rows_are_untracked_by_the_collector_and_hold_no_cycle():
+def test_rows_are_untracked_by_the_collector():
     """gc=False is sound only for values that cannot form a cycle: decoded JSON rows."""
     import gc
 
