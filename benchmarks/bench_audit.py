@@ -14,10 +14,21 @@ wait4 (the largest process: the audit or one of its --workers scanning processes
 sampled peak of the summed RSS of its process tree. Checks the audit found exactly the planted
 findings. Deletes the run root at the end.
 
+--against SRC adds a third contender in the same alternation: the audit of another source tree
+(SRC is its `src` folder, e.g. the previous commit unpacked by `git archive HEAD~1 src | tar -x`),
+run as `python -m cowork_adapter audit` with PYTHONPATH=SRC, paired against this tree run the
+same way: wall and CPU (user + sys of the process and its workers) of each as min / median /
+max, and the CPU ratio this / other per pair (CPU time is what stays comparable under the load
+of a shared machine). --root DIR synthesises into DIR once and reuses it on later runs (kept).
+--stages N then profiles the CPU (user + sys) of one process over the same logs, each stage added
+in turn, N rounds (medians): reading, + the UTF-8 check, + the long-integer and DEL checks and the
+separators, + msgspec's decoding, all of audit.read, the five scanners, the whole build_audit.
+
 Targets (issue 18): median ratio >= 0.25 and peak < 256 MiB; exit 1 when a target is missed
 (2 on a wrong result).
 
     .venv/bin/python benchmarks/bench_audit.py --size 1G [--repeat 5] [--workers N] [--ascii-escaped] [--keep]
+        [--against OTHER/src] [--root DIR] [--stages N]
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 TASKS = 496
 TARGET_RATIO = 0.25
@@ -180,6 +192,73 @@ def _timed_child(argv: list[str], stdout) -> tuple[float, int, int, float, int]:
     return elapsed, proc.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, peak[0]
 
 
+def _timed_module_audit(src: str, root: Path, report: Path, workers: int | None) -> tuple[float, float, str | None]:
+    """(wall s, CPU s, the report's text or None on failure) of `python -m cowork_adapter audit`
+    importing the package from `src`."""
+    argv = [sys.executable, "-m", "cowork_adapter", "audit", "--run-dir", str(root), "--output", str(report)]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": src}
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    text = report.read_text() if os.waitstatus_to_exitcode(status) == 0 and report.is_file() else None
+    report.unlink(missing_ok=True)
+    return wall, usage.ru_utime + usage.ru_stime, text
+
+
+def _stage_runs(root: Path, files: list[str]) -> list[tuple[str, Any]]:
+    """(name, function) of each stage: the reader's steps added in turn, then whole layers."""
+    from cowork_adapter.audit import read, run, scan
+
+    readers = {"tools.jsonl": scan._TOOL_ROWS, "events.jsonl": scan._EVENT_ROWS}
+
+    def upto(step: int) -> None:
+        for path in files:
+            name, sink = os.path.basename(path), scan.TaskScan()
+            reader = readers.get(name, scan._OBJECTS)
+            for block in read.iter_blocks(path, sink, name):
+                if step == 4:
+                    read.read_rows(block, reader, name, sink)
+                    continue
+                block.count = 1  # no line count: read_rows would have it for free
+                text, _ = block.whole_lines()
+                if step >= 1:
+                    read._is_utf8(text)
+                if step >= 2:
+                    read._may_hold_long_integer(text)
+                    read._KEY_SEARCH.find_matches_as_indexes(text)
+                    joined = text.replace(b"\n", read._SEPARATOR)
+                if step >= 3:
+                    reader.block.decode_lines(joined)
+
+    def scanners() -> None:
+        table = dict(scan.LOG_SCANNERS)
+        for path in files:
+            table[os.path.basename(path)](path, os.path.basename(path), scan.TaskScan())
+
+    names = ("reading the files", "+ the UTF-8 check", "+ long-integer/DEL checks, separators",
+             "+ msgspec decoding", "all of audit.read")
+    return [*((name, lambda step=step: upto(step)) for step, name in enumerate(names)),
+            ("the five scanners", scanners), ("whole build_audit", lambda: run.build_audit(root, 1))]
+
+
+def _print_stages(root: Path, files: list[str], rounds: int) -> None:
+    stages = _stage_runs(root, files)
+    times: dict[str, list[float]] = {name: [] for name, _ in stages}
+    for _ in range(rounds):
+        for name, function in stages:
+            before = os.times()
+            function()
+            after = os.times()
+            times[name].append(after.user - before.user + after.system - before.system)
+    print(f"CPU by stage, one process, each stage added in turn ({rounds} rounds; load average "
+          f"{os.getloadavg()[0]:.2f}):")
+    for name, values in times.items():
+        print(f"  {name:40s}{_spread(values)}")
+
+
 def _size_mib(text: str) -> float:
     """'1G', '512M', '300' (MiB) -> MiB."""
     text = text.strip().upper().removesuffix("IB").removesuffix("B")
@@ -203,28 +282,48 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timed runs of each contender, alternating")
     parser.add_argument("--workers", type=int, default=None,
                         help="the audit's --workers (default: its own default, the CPU count)")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another tree's src folder: its audit timed too, paired with this tree's")
+    parser.add_argument("--stages", type=int, default=0,
+                        help="rounds of the in-process CPU profile by stage (0: none)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="synthesise into this folder once, and reuse it when it holds a run (kept)")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     command = shutil.which("cowork-adapter", path=str(Path(sys.executable).parent)) or shutil.which("cowork-adapter")
     if command is None:
         parser.error("the cowork-adapter command is not installed (bash scripts/install.sh)")
+    if args.against is not None and not (args.against / "cowork_adapter" / "__main__.py").is_file():
+        parser.error(f"--against {args.against}: no cowork_adapter package there")
     base = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=os.environ.get("BENCH_TMPDIR")))
     try:
-        root = base / "run"
-        root.mkdir()
-        t0 = time.perf_counter()
-        facts = synthesise(root, args.size, ascii_escaped=args.ascii_escaped)
-        files = _log_files(root)
-        print(f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB of non-repeating rows in "
-              f"{time.perf_counter() - t0:.1f}s under {base}")
+        root = base / "run" if args.root is None else args.root
+        facts_path = root / "bench_facts.json"
+        if facts_path.is_file():
+            facts = json.loads(facts_path.read_text())
+            files = _log_files(root)
+            print(f"reusing {root}: {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB")
+        else:
+            root.mkdir(parents=True)
+            t0 = time.perf_counter()
+            facts = synthesise(root, args.size, ascii_escaped=args.ascii_escaped)
+            facts_path.write_text(json.dumps(facts))
+            files = _log_files(root)
+            print(f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB of non-repeating rows in "
+                  f"{time.perf_counter() - t0:.1f}s under {root}")
         subprocess.run(["wc", "-l", *files], stdout=subprocess.DEVNULL, check=True)  # warm the cache
         # The package's bytecode as an installed package has it: an editable install where
         # PYTHONDONTWRITEBYTECODE is set would otherwise compile edited modules on every run.
         package = importlib.util.find_spec("cowork_adapter").submodule_search_locations[0]
         subprocess.run([sys.executable, "-m", "compileall", "-q", package], stdout=subprocess.DEVNULL, check=True)
+        if args.against is not None:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.against)], stdout=subprocess.DEVNULL,
+                           check=True)
         wc_times, audit_times, audit_cpus, peak_kib, tree_kib = [], [], [], 0, 0
+        paired: dict[str, tuple[list[float], list[float]]] = {"this": ([], []), "other": ([], [])}
         data: dict = {}
+        loads = [os.getloadavg()[0]]
         for run in range(args.repeat):  # alternating, so both see the same machine weather
             wc_s, wc_rc, _, _, _ = _timed_child(["wc", "-l", *files], subprocess.DEVNULL)
             report = base / f"audit-{run}.json"
@@ -241,6 +340,17 @@ def main() -> int:
                 print(f"the audit found {data['totals']['findings']} references, not exactly the "
                       f"{facts['planted_findings']} planted", file=sys.stderr)
                 return 2
+            if args.against is not None:
+                order = [("this", str(Path(package).parent)), ("other", str(args.against))]
+                for name, tree_src in order if run % 2 == 0 else order[::-1]:
+                    wall, cpu_s, text = _timed_module_audit(tree_src, root, base / f"{name}-{run}.json", args.workers)
+                    other = None if text is None else json.loads(text)
+                    if other is None or (other["totals"], other["tasks"]) != (data["totals"], data["tasks"]):
+                        print(f"the {name} tree's audit failed or its report differs", file=sys.stderr)
+                        return 2
+                    paired[name][0].append(wall)
+                    paired[name][1].append(cpu_s)
+            loads.append(os.getloadavg()[0])
             wc_times.append(wc_s)
             audit_times.append(audit_s)
             audit_cpus.append(cpu)
@@ -261,6 +371,15 @@ def main() -> int:
         print(f"audit peak memory: {peak_mib:.1f} MiB ru_maxrss (largest process); sampled peak of the "
               f"process tree: {tree_kib / 1024:.1f} MiB  target < {TARGET_PEAK_MIB} MiB")
         print(f"findings: {data['totals']['findings']} (planted {facts['planted_findings']})")
+        if args.against is not None:
+            this, other = paired["this"], paired["other"]
+            print(f"paired, `python -m cowork_adapter audit` of each tree ({args.repeat} pairs, order alternating; "
+                  f"load average {min(loads):.1f}-{max(loads):.1f}):")
+            print(f"{'  this tree wall / CPU (s)':28s}{_spread(this[0])}  /{_spread(this[1])}")
+            print(f"{'  other tree wall / CPU (s)':28s}{_spread(other[0])}  /{_spread(other[1])}")
+            print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1])])}")
+        if args.stages > 0:
+            _print_stages(root, files, args.stages)
         missed = [name for name, ok in (("ratio", ratio >= TARGET_RATIO),
                                         ("peak", max(peak_mib, tree_kib / 1024) < TARGET_PEAK_MIB)) if not ok]
         if missed:
@@ -269,7 +388,7 @@ def main() -> int:
         return 0
     finally:
         if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)  # a --root folder is kept for reuse
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import msgspec
@@ -45,8 +46,10 @@ _args = st.fixed_dictionaries({}, optional={
     "command": st.sampled_from(["cat groundtruth_workspace/a.xlsx", "psql -c 'select 1'", "ls", "cat eval_res.json",
                                 "PGPASSWORD=x psql", "\\u0070sql"]) | _text,
     "path": _text, "data": _value}) | _value
+_unhashable = st.lists(_scalar, max_size=2) | st.dictionaries(_text, _scalar, max_size=1)
 _tool_row = st.fixed_dictionaries(
-    {"type": st.sampled_from(["tool_call", "tool_call", "tool_call", "tool_result"]) | _scalar, "tool": _tool_name},
+    {"type": st.sampled_from(["tool_call", "tool_call", "tool_call", "tool_result"]) | _scalar | _unhashable,
+     "tool": _tool_name | _unhashable},
     optional={"args": _args, "is_error": st.sampled_from([True, False, 1, 0, None, "true"]),
               "result_preview": _text, "ts": st.just("2026-01-01T00:00:00+00:00")},
 )
@@ -217,6 +220,8 @@ _SILENT = {"type": "llm_usage", "prompt_tokens": 0, "completion_tokens": 0, "cac
 @_SETTINGS
 @example(data=_jsonl_text(_CALL, {"type": "note"}, _CALL, _PLANTED, _CALL, _PLANTED), chunk=1 << 20)
 @example(data=_jsonl_text(_CALL, _PLANTED, _CALL, _PLANTED), chunk=64)
+@example(data=_jsonl_text(_CALL, {"type": ["tool_call"], "tool": "x"}, _PLANTED, {"tool": {"a": 1}}, _PLANTED),
+         chunk=1 << 20)  # unhashable types and tools beside hits: the row-by-row keys
 @given(data=_lines(_tool_row), chunk=st.sampled_from([7, 64, 300, 4096, 1 << 20]))
 def test_tool_calls_and_findings_match_a_plain_json_reading(tmp_path, monkeypatch, data, chunk):
     scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, chunk, monkeypatch)
@@ -438,3 +443,53 @@ def test_a_log_read_in_one_read_ends_at_its_last_newline_or_not(tmp_path, monkey
         assert len(rows) == len(lines)
         numbers += [block.first + line for line in lines]
     assert numbers == [n for n, rec in _records(data) if rec is not None]
+
+
+def test_no_probe_holds_a_newline_so_joined_arguments_keep_hits_apart():
+    """scan_tools searches a block's arguments joined by newlines: no hit may span two calls."""
+    assert all(b"\n" not in probe for probe in PROBES)
+
+
+@settings(max_examples=400, deadline=None)
+@given(runs=st.lists(st.tuples(st.sampled_from([b"7", b"x", b"1a", b"05"]), st.integers(1, 6000)), max_size=12))
+def test_the_long_integer_test_finds_every_aligned_window_of_digits(runs):
+    """_may_hold_long_integer is True exactly when some aligned window is all digits (in data
+    longer than the digit limit), so any run of digits json.loads refuses is found."""
+    data = b"".join(piece * count for piece, count in runs)
+    window, limit = audit_read._WINDOW, audit_read._INT_DIGITS
+    expected = len(data) > limit and any(data[k * window:(k + 1) * window].isdigit()
+                                         for k in range(len(data) // window))
+    assert audit_read._may_hold_long_integer(data) == expected
+    if any(len(run) > limit for run in re.findall(rb"\d+", data)):
+        assert expected
+
+
+_UTF8_BITS = [b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff", b"\xed\xa0\x80", b"\xc0\xaf",
+              b"\xe2\x82", b"\x80", b"\xf4\x90\x80\x80"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(bits=st.lists(st.sampled_from(_UTF8_BITS), max_size=40), piece=st.sampled_from([1, 2, 3, 5, 64 << 10]))
+def test_the_utf8_check_in_pieces_is_bytes_decode(bits, piece):
+    """Sequences cut at any piece boundary, valid or not, are judged as one strict decode judges."""
+    data = b"".join(bits)
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    original = audit_read._UTF8_PIECE
+    audit_read._UTF8_PIECE = piece
+    try:
+        assert audit_read._is_utf8(data) == valid
+    finally:
+        audit_read._UTF8_PIECE = original
+
+
+def test_rows_are_untracked_by_the_collector():
+    """gc=False is sound only for values that cannot form a cycle: decoded JSON rows."""
+    import gc
+
+    for row_type in (ToolRow, UsageRow, AttemptRow):
+        row = msgspec.json.decode(b'{"type": "x", "usage": {"a": [1]}, "args": {"b": 2}}', type=row_type)
+        assert not gc.is_tracked(row)
