@@ -68,6 +68,8 @@ class SharedHost:
             claims.close()
             raise
         self = cls(paid, claims, run.run_id, host)
+        # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
+        paid.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
         paid.manifest.shared_run = SharedRun(run_id=run.run_id, host=host, lease_sec=cfg.host_lease_sec,
                                              claim_batch=cfg.claim_batch, claimed_file=CLAIMED_FILE)
         write_manifest(cfg.run_root, paid.manifest)

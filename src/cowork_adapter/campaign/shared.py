@@ -268,5 +268,5 @@ class HostLease:
                 self._stop_once(StopReason.CAMPAIGN_STOPPED.value, {"stop": msgspec.json.decode(stop)})
             try:
                 fence_lapsed(self.claims, self.run_id, self.host, self.say)
-            except (ClaimLost, Refusal) as exc:  # a fence that fails is tried again next turn
-                self.say("fence_failed", {"error": str(exc)[:500]})
+            except Exception as exc:  # noqa: BLE001 - a fence that fails is tried again next turn; the lease goes on
+                self.say("fence_failed", {"error": f"{type(exc).__name__}: {exc}"[:500]})
