@@ -166,6 +166,10 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
     under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
     """
     record = peek_campaign(cfg)
+    if cfg.shared_campaign and record is not None:
+        from .campaign.shared import refuse_if_stopped
+
+        refuse_if_stopped(record, campaign_location(cfg))
     cfg = resolve_money(cfg, record)
     usage = reading.usage
     if record is None:

@@ -197,3 +197,9 @@ def test_a_budget_crossing_stops_both_hosts(demo, server: PgServer) -> None:
     assert record.stop is not None and record.stop.reason == StopReason.CAMPAIGN_BUDGET_RESERVE.value
     assert waited < 120, waited
     assert {c[0] for c in claim_rows(db, "money").values()} <= {"open", "settled"}  # no claim left held
+
+    # A host started after the stop is refused in preflight, in one sentence, with nothing written.
+    late = launch(demo, db, "money", "money-late", tasks)
+    assert wait_all({"money-late": late}, 300)["money-late"] == ExitCode.REFUSED, log_of(demo, "money-late")
+    assert "was stopped by campaign_budget_reserve" in log_of(demo, "money-late")
+    assert not demo.run_root("money-late").exists()

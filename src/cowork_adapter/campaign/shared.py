@@ -146,6 +146,13 @@ def open_shared_campaign(url: str, name: str, *, key_fingerprint: str, ceiling: 
         conn.close()  # the shared hold ends with the session
 
 
+def refuse_if_stopped(record: CampaignRecord, location: str) -> None:
+    """A campaign whose stop was written admits no host (its money, or the key's, is used up)."""
+    if record.stop is not None:
+        raise Refusal(STAGE, f"The campaign {location} was stopped by {record.stop.reason} (seen by "
+                             f"{record.stop.host}, {record.stop.run_root}); no host is admitted after it.")
+
+
 def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling: float, prior_spend: float,
            usage: float, create: bool, reserve: float | None, run_budget: float | None, diagnostic: bool | None,
            at: datetime) -> CampaignRecord:
@@ -166,9 +173,7 @@ def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling
                                      "baseline, which needs --new-campaign.")
             record = parse_campaign_text(location, row[0])
             _admit_existing(record, location, key_fingerprint, ceiling, prior_spend, usage, diagnostic)
-            if record.stop is not None:
-                raise Refusal(STAGE, f"The campaign {location} was stopped by {record.stop.reason} (seen by "
-                                     f"{record.stop.host}, {record.stop.run_root}); no host is admitted after it.")
+            refuse_if_stopped(record, location)
             update: dict[str, Any] = {}
             if usage > record.last_usage:
                 update.update(last_usage=usage, last_usage_observed_at=at)
