@@ -176,6 +176,8 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
         spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
                             usage_baseline=usage, usage=usage, usage_at_run_start=usage)
     else:
+        if cfg.shared_campaign:  # another host may have read (and stored) the same meter after us
+            usage = max(usage, record.last_usage)
         _admit_existing(record, campaign_location(cfg), key_fingerprint(key), cfg.campaign_budget_usd,
                         cfg.prior_spend_usd, usage, cfg.diagnostic_eval_on_truncation)
         spending = _spending(record, usage, usage)

@@ -37,9 +37,10 @@ def test_hosts_join_one_record_and_their_writes_never_conflict(db: str) -> None:
     with pytest.raises(Refusal, match="needs --new-campaign"):
         with join(db, 1.0, create=False):
             pass
-    with join(db, 10.0) as a, join(db, 10.5) as b:
+    with join(db, 10.0) as a, join(db, 10.5) as b, join(db, 10.2) as c:
         assert a.record.usage_baseline == 10.0 and b.record.usage_baseline == 10.0  # the first host's reading
         assert b.record.last_usage == 10.5
+        assert c.record.last_usage == 10.5  # read before b's was stored: admitted, the newer one stays
         a.start_run(run_root="/a", run_label="la", launcher_pid=1, host="h")
         b.start_run(run_root="/b", run_label="lb", launcher_pid=2, host="h")
         b.record_usage(12.0)

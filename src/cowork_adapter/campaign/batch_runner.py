@@ -56,6 +56,7 @@ def main(config_path: str) -> int:
     code = 0
     batch_no = 0
     waited_since: float | None = None
+    last_start = 0.0
     with TaskClaims(cfg.db_url, cfg.campaign) as claims:
         try:
             while not stop.exists():
@@ -77,6 +78,9 @@ def main(config_path: str) -> int:
                               ClaimedBatch(batch=batch_no, tasks=ids, claimed_at=datetime.now(timezone.utc)))
                 tried.extend(ids)
                 say(f"batch {batch_no}: {' '.join(ids)}")
+                # run_parallel.sh names its log dir by the second it starts: never two batches in one.
+                time.sleep(max(0.0, last_start + 1.0 - time.time()))
+                last_start = time.time()
                 done = subprocess.run(["bash", "run_parallel.sh", str(cfg.concurrency), *ids], cwd=cfg.bench_dir,
                                       env=env, stdin=subprocess.DEVNULL)
                 if done.returncode != 0:

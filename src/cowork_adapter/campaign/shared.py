@@ -172,7 +172,10 @@ def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling
                 raise Refusal(STAGE, f"The campaign {location} does not exist; creating it would take a new usage "
                                      "baseline, which needs --new-campaign.")
             record = parse_campaign_text(location, row[0])
-            _admit_existing(record, location, key_fingerprint, ceiling, prior_spend, usage, diagnostic)
+            # A reading below the stored one is not a meter going backwards: another host read the
+            # same key's meter after this host did and stored it first. The stored one stays.
+            _admit_existing(record, location, key_fingerprint, ceiling, prior_spend, max(usage, record.last_usage),
+                            diagnostic)
             refuse_if_stopped(record, location)
             update: dict[str, Any] = {}
             if usage > record.last_usage:
