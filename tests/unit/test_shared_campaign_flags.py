@@ -101,3 +101,38 @@ def test_the_launcher_gives_run_parallel_no_database_password(base, monkeypatch)
     env = launcher_runner_env(cfg, manifest, SimpleNamespace(environment=lambda e: e))
     assert "hunter2" not in env.values() and not any(k.startswith("PG") for k in env)
     assert env["IMAGE"].startswith("sha256:")
+
+
+class FakeClaims:
+    """The two calls HostLease makes, scripted: heartbeat results, then lapsed runs to fence."""
+
+    def __init__(self, beats: list) -> None:
+        self.beats = beats
+        self.calls = 0
+
+    def heartbeat(self, run_id: str):
+        self.calls += 1
+        beat = self.beats[min(self.calls, len(self.beats)) - 1]
+        if isinstance(beat, Exception):
+            raise beat
+        return datetime.now(timezone.utc), beat
+
+    def expired_runs(self):
+        raise OSError("a fence that fails")  # must not end the lease thread
+
+
+def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> None:
+    import time
+
+    from cowork_adapter.campaign.pg_store import ClaimLost
+    from cowork_adapter.campaign.shared import HostLease
+
+    stop = '{"reason": "campaign_budget_reserve", "host": "h", "run_root": "/r", "at": "2026-01-01T00:00:00Z"}'
+    for beats, reason in (([None, stop], "campaign_stopped"), ([None, ClaimLost("lapsed")], "host_lease_lost")):
+        claims, stops, said = FakeClaims(beats), [], []
+        lease = HostLease(claims, "r1", 0.08, "h", on_stop=lambda r, d: stops.append(r),
+                          say=lambda action, detail: said.append(action)).start()
+        time.sleep(0.5)
+        lease.stop()
+        assert stops == [reason] and claims.calls >= 4  # once, and still renewing after it
+        assert "fence_failed" in said
