@@ -89,9 +89,12 @@ def host_runs(db_url: str, campaign: str) -> dict[str, tuple]:
         conn.close()
 
 
+def events_of(run_root: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
 def meter_readings(run_root: Path) -> list[float]:
-    lines = (run_root / "events.jsonl").read_text().splitlines()
-    return [e["usage"] for e in map(json.loads, filter(None, lines)) if e.get("kind") == "meter_reading"]
+    return [e["usage"] for e in events_of(run_root) if e.get("kind") == "meter_reading"]
 
 
 def wait_all(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, int]:
@@ -170,6 +173,9 @@ def test_a_killed_hosts_unsettled_task_moves_only_after_its_fence(demo, server: 
     assert state == "fenced" and json.loads(proof)["all_gone"] is True
     assert after[claimed_a[1]][4] >= ended_at  # B claimed it only after A's run was fenced
     assert label_is_empty(demo.docker_host, run_label(root_a))
+    # The fence itself gave the unsettled task back (release_fenced, under the run's row lock).
+    fences = [e for e in events_of(demo.run_root("kill-b")) if e.get("action") == "fenced_run_released"]
+    assert [(f["detail"]["run_id"], f["detail"]["tasks"]) for f in fences] == [(run_a, [claimed_a[1]])]
 
 
 def test_a_budget_crossing_stops_both_hosts(demo, server: PgServer) -> None:

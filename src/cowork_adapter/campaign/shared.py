@@ -192,10 +192,11 @@ def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling
 
 
 def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
-                         tasks: Sequence[str]) -> dict[str, str]:
+                         tasks: Sequence[str], *, give_back: bool = True) -> dict[str, str]:
     """Settle each of `tasks` that `run_id` holds by the row its run root's dumps give (receipts
-    first, ledger.rebuild_attempts): settled statuses settle, anything else goes back to open.
-    Returns task -> the claim's new state. A run root that cannot be read settles nothing."""
+    first, ledger.rebuild_attempts): settled statuses settle, anything else goes back to open
+    (only with `give_back`: a fencing host leaves that to release_fenced, which checks the lease
+    and the proof under the run's row lock). Returns task -> the claim's new state."""
     from ..ledger import rebuild_attempts
 
     held = set(claims.held_by(run_id)) & set(tasks)
@@ -209,6 +210,8 @@ def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
     for task in sorted(held):
         row = rows.get(task)
         status = row.status.value if row is not None else TaskStatus.NOT_ATTEMPTED.value
+        if not give_back and not TaskStatus(status).settled:
+            continue
         receipt = row.official_receipt.path if row is not None else None
         out[task] = str(claims.settle(run_id, task, status, receipt=receipt))
     return out
@@ -230,7 +233,7 @@ def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str,
         if not proof.all_gone:
             say("fence_unproven", {"run_id": run.run_id, "evidence": proof.evidence[:500]})
             continue
-        settled = settle_from_receipts(claims, run.run_id, run.run_root, claims.held_by(run.run_id))
+        settled = settle_from_receipts(claims, run.run_id, run.run_root, claims.held_by(run.run_id), give_back=False)
         done, reason, tasks = claims.release_fenced(run.run_id, proof)
         say("fenced_run_released", {"run_id": run.run_id, "released": done, "reason": reason[:500],
                                     "tasks": tasks, "settled_from_receipts": settled})
