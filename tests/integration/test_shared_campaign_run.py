@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psycopg2
 import pytest
-from pg_server import PASSWORD, PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
+from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
+from test_campaign_db_run import launch as launch_db_run  # the same directory (on sys.path under pytest)
 
 from cowork_adapter.campaign.pg_store import read_campaign_db
 from cowork_adapter.custody.docker_ops import label_is_empty
@@ -42,24 +43,13 @@ def demo(docker_host, tmp_path_factory):
     env.meter.stop()
 
 
-def no_password(url: str) -> str:
-    return url.replace(f":{PASSWORD}@", "@")
-
-
 def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str]) -> subprocess.Popen:
     """One host: its own run root and resource root, one task per claim, concurrency 1."""
-    args = demo.run_args(name, tasks, campaign="unused.json")
-    at = args.index("--campaign-file")
-    args[at:at + 2] = ["--campaign-db", no_password(db_url), "--campaign-name", campaign, "--shared-campaign",
-                       "--claim-batch", "1", "--host-lease-sec", LEASE_SEC]
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
-    args[args.index("--resource-root") + 1] = str(storage)
-    args[args.index("--concurrency") + 1] = "1"
-    assert PASSWORD not in " ".join(args)
-    env = {**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}
-    log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return launch_db_run(demo, None, name, db_url, tasks, campaign=campaign,
+                         extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC),
+                         flags={"--resource-root": str(storage), "--concurrency": "1"})
 
 
 def log_of(demo, name: str) -> str:
