@@ -199,6 +199,14 @@ def _run_flags(
              "PGPASSWORD.", rich_help_panel=P_MONEY, show_default=False)] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.",
                                                rich_help_panel=P_MONEY)] = DEFAULT_CAMPAIGN_NAME,
+    shared_campaign: Annotated[bool, typer.Option(
+        "--shared-campaign", help="Be one host of a campaign several hosts run together: take tasks from "
+        "--campaign-db's claims in batches; no exclusive hold.", rich_help_panel=P_MONEY)] = False,
+    claim_batch: Annotated[int, typer.Option(help="Tasks claimed per batch with --shared-campaign (1-1000).",
+                                             rich_help_panel=P_MONEY)] = 2,
+    host_lease_sec: Annotated[float, typer.Option(
+        help="This host's lease with --shared-campaign (8-3600 s): a dead launcher's claims move after it.",
+        rich_help_panel=P_MONEY)] = 60.0,
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,

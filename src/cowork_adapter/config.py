@@ -109,6 +109,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     # a password (libpq reads PGPASSWORD or ~/.pgpass), and the campaign's name in that database.
     campaign_db: str | None = None
     campaign_name: str = DEFAULT_CAMPAIGN_NAME
+    # One host of a campaign several hosts run together (campaign/shared.py): tasks come from the
+    # database's claims in batches of claim_batch; the host run's lease is host_lease_sec.
+    shared_campaign: bool = False
+    claim_batch: int = 2
+    host_lease_sec: float = 60.0
     new_campaign: bool = False  # the operator's consent to create a missing campaign (a new usage baseline)
     campaign_budget_usd: float | None = None
     prior_spend_usd: float = 0.0
@@ -169,6 +174,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidFlag("--campaign-name must be 1 to 200 characters, without leading or trailing spaces.")
         if self.campaign_name != DEFAULT_CAMPAIGN_NAME and self.campaign_db is None:
             raise InvalidFlag("--campaign-name is only meaningful with --campaign-db.")
+        shared_problem = check_shared_flags(self)
+        if shared_problem:
+            raise InvalidFlag(shared_problem)
         has_campaign = self.campaign_file is not None or self.campaign_db is not None
         if self.is_paid and not has_campaign:
             raise InvalidFlag("a paid run needs --campaign-file (or use --dry-run or --probe).")
@@ -383,6 +391,23 @@ def refuse_money_flags(engine: str, argv: Sequence[str]) -> None:
         field = names.get(element.split("=", 1)[0])
         if field is not None:
             raise Refusal("flags", reference_money_sentence(engine, field))
+
+
+def check_shared_flags(cfg: RunConfig) -> str | None:
+    """The one sentence that refuses a --shared-campaign combination, or None."""
+    if not cfg.shared_campaign:
+        if cfg.claim_batch != 2 or cfg.host_lease_sec != 60.0:
+            return "--claim-batch and --host-lease-sec are only meaningful with --shared-campaign."
+        return None
+    if cfg.campaign_db is None:
+        return "--shared-campaign needs --campaign-db: the hosts share the campaign through that database."
+    if cfg.resume_from:
+        return "--shared-campaign takes its tasks from the campaign's claims, so --resume-from does not apply."
+    if not 1 <= cfg.claim_batch <= 1000:
+        return f"--claim-batch must be 1 to 1000, not {cfg.claim_batch}."
+    if not (math.isfinite(cfg.host_lease_sec) and 8 <= cfg.host_lease_sec <= 3600):
+        return f"--host-lease-sec must be 8 to 3600 seconds, not {cfg.host_lease_sec:g}."
+    return None
 
 
 def check_campaign_db_url(url: str) -> None:

@@ -136,8 +136,10 @@ def preflight(cfg: RunConfig) -> Preflight:
         from .paid import campaign_store, paid_preflight
 
         key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
-        # A campaign held by another launcher would refuse the admission after the environment probe.
-        campaign_store(cfg).refuse_if_locked()
+        # A campaign held by another launcher would refuse the admission after the environment probe
+        # (a shared host takes no exclusive hold: its admission checks the shared one).
+        if not cfg.shared_campaign:
+            campaign_store(cfg).refuse_if_locked()
     if cfg.resume_from:
         _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)

@@ -375,6 +375,9 @@ class IndexContext:
     resources: dict[str, TaskResources] = field(default_factory=dict)
     gateway: dict[str, GatewaySpend] | None = None  # --llm-gateway runs only, by task
     blocked: dict[str, str] = field(default_factory=dict)
+    # A host of a shared campaign answers only for the tasks it claimed (claims.jsonl), not the
+    # campaign's whole selection: None for every other run.
+    claimed: list[str] | None = None
     # task -> (evidence signature, row): a refresh re-reads only dumps whose files changed.
     cache: dict[str, tuple[tuple[Any, ...], TaskRow]] = field(default_factory=dict)
     # Rows carried from the ancestry, rebuilt once per context: the recovery plan settled them
@@ -392,6 +395,11 @@ class IndexContext:
         return ctx
 
     def refresh(self) -> None:
+        shared = getattr(self.manifest, "shared_run", None)  # a bare context (tests) has no manifest
+        if shared is not None:  # a shared campaign's host: its selection is what it claimed so far
+            from .schemas.multihost import read_claimed
+
+            self.claimed = read_claimed(self.run_root / shared.claimed_file)
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
         runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
@@ -414,11 +422,15 @@ class IndexContext:
         return out
 
     def selection(self) -> list[str]:
+        if self.claimed is not None:
+            return list(self.claimed)
         sel = self.manifest.selection
         return list(sel.selection_task_ids or sel.task_ids)
 
     def invoked(self) -> set[str]:
         """Tasks this invocation handed the runner (the rest were settled in an ancestor)."""
+        if self.claimed is not None:
+            return set(self.claimed)
         sel = self.manifest.selection
         if sel.resume_from:
             return set(sel.task_ids)

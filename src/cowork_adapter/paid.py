@@ -166,12 +166,18 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
     under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
     """
     record = peek_campaign(cfg)
+    if cfg.shared_campaign and record is not None:
+        from .campaign.shared import refuse_if_stopped
+
+        refuse_if_stopped(record, campaign_location(cfg))
     cfg = resolve_money(cfg, record)
     usage = reading.usage
     if record is None:
         spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
                             usage_baseline=usage, usage=usage, usage_at_run_start=usage)
     else:
+        if cfg.shared_campaign:  # another host may have read (and stored) the same meter after us
+            usage = max(usage, record.last_usage)
         _admit_existing(record, campaign_location(cfg), key_fingerprint(key), cfg.campaign_budget_usd,
                         cfg.prior_spend_usd, usage, cfg.diagnostic_eval_on_truncation)
         spending = _spending(record, usage, usage)
@@ -236,7 +242,9 @@ class MeterTracker:
 
 def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]:
     """The upstream runner's environment: no key anywhere, the immutable image ID, our entry."""
-    base = {k: v for k, v in os.environ.items() if k not in KEY_CARRIERS and k != cfg.api_key_env}
+    # No libpq variable either: the database password (PGPASSWORD) is the launcher's, not the runner's.
+    base = {k: v for k, v in os.environ.items()
+            if k not in KEY_CARRIERS and k != cfg.api_key_env and not k.startswith("PG")}
     base.update(
         IMAGE=manifest.image.id,
         AGENT_ENTRY=AGENT_ENTRY,
@@ -307,7 +315,9 @@ class PaidRun:
         self.persistence_error: str | None = None  # the first campaign write that failed
         self.daemon_watch: DaemonWatch | None = None
         self.stop_now: Callable[[str], None] | None = None  # the supervisor's request_stop, once it exists
+        self.pending_stops: list[str] = []
         self.campaign = None  # the campaign handle, once admitted (never for a run that spends nothing)
+        self.host = None  # a shared campaign's host side (SharedHost), with --shared-campaign
 
     def event(self, kind: EventKind, **payload) -> None:
         record_event(self.events, self.failures, kind, **payload)
@@ -324,7 +334,12 @@ class PaidRun:
         startup = _startup_reading(self.meter)
         with ExitStack() as held:
             try:
-                campaign = held.enter_context(open_campaign(
+                opener = open_campaign
+                if cfg.shared_campaign:
+                    from .shared_host import shared_opener
+
+                    opener = shared_opener(cfg)
+                campaign = held.enter_context(opener(
                     campaign_store(cfg), key_fingerprint=key_fingerprint(self.key),
                     ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
                     create_if_missing=cfg.new_campaign, reserve=cfg.budget_reserve_usd, run_budget=cfg.budget_usd,
@@ -346,6 +361,13 @@ class PaidRun:
             except CampaignPersistenceError as exc:
                 # Not registered: the file has no active_run for this run, and nothing was started.
                 return self._unregistered(exc, "registering the run")
+            if cfg.shared_campaign:
+                from .shared_host import SharedHost
+
+                try:
+                    self.host = SharedHost.join(self)
+                except CampaignPersistenceError as exc:
+                    return self._unregistered(exc, "registering this host's run")
             self.observer = MeterObserver(
                 read=lambda timeout: self.meter.read_usage(timeout=timeout),
                 save=self._save_usage,
@@ -363,6 +385,8 @@ class PaidRun:
             self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
                 result, cleanup_error = self._end_custody(result)
+                if self.host is not None:
+                    self.host.end_lease()  # from here only this thread talks to the claims
                 settlement = "unconfirmed" if cleanup_error else self._settle(result)
                 if self.persistence_error is not None:
                     result = self._with_cause(result, StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
@@ -433,13 +457,18 @@ class PaidRun:
             write_manifest(cfg.run_root, self.manifest)
             env = runner_env(cfg, self.manifest, custody)
             env[RUN_MARKER_ENV] = self.label  # lets the watchdog find every process of the run in /proc
+            argv = self.manifest.official_command
+            if self.host is not None:  # our batch loop is the runner; it runs run_parallel.sh per batch
+                argv, env = self.host.runner(env)
             supervisor = Supervisor(
-                runner_argv=self.manifest.official_command, runner_env=env,
+                runner_argv=argv, runner_env=env,
                 runner_cwd=self.bench_copy, console_log=cfg.run_root / "console.log", stop_file=self.stop_file,
                 blindness_sec=cfg.meter_blindness_sec, meter=self, disk_check=self.disk_check, publish=self.publish,
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
             )
             self.stop_now = supervisor.request_stop  # daemon loss and failed campaign writes stop it at once
+            for cause in self.pending_stops:  # seen by the host's lease before the supervisor existed
+                supervisor.request_stop(cause)
             result = supervisor.run(anchor)
         except Exception as exc:  # noqa: BLE001 - after start_run every path must clean up and settle
             result = SupervisionResult(stop_reason=StopReason.SUPERVISOR_ERROR.value,
@@ -481,6 +510,8 @@ class PaidRun:
     def _settle(self, result: SupervisionResult) -> str:
         """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
         meter_error = None
+        if self.host is not None and not self.host.release_claims():
+            return "unconfirmed"  # the claims could not be settled: the host run stays live, its lease lapses
         try:
             reading = self.observer.observe(time.monotonic() + self.cfg.meter_blindness_sec, phase=MeterPhase.FINAL)
             self._accepted(reading, phase="final")
@@ -531,6 +562,8 @@ class PaidRun:
         self._accepted(reading, phase="poll")
         decision = stop_decision(self.spending, reserve_usd=self.cfg.budget_reserve_usd,
                                  run_budget_usd=self.cfg.budget_usd, limit_remaining=reading.limit_remaining)
+        if decision is not None and self.host is not None:
+            self.host.crossing(decision)  # a campaign-wide crossing stops every host
         return reading.request_time, decision
 
     def disk_check(self) -> StopReason | None:
@@ -611,6 +644,14 @@ class PaidRun:
         _fence(self.stop_file, StopReason.GATEWAY_BUDGET)
         if self.stop_now is not None:
             self.stop_now(StopReason.GATEWAY_BUDGET)
+
+    def stop_from_outside(self, reason: str) -> None:
+        """From a thread (the host's lease): fence admission now and stop the supervisor."""
+        _fence(self.stop_file, reason)
+        if self.stop_now is not None:
+            self.stop_now(reason)
+        else:
+            self.pending_stops.append(reason)
 
     def _daemon_lost(self, loss: DaemonLoss) -> None:
         """From the watch thread: record what was seen, fence admission now, stop the supervisor."""

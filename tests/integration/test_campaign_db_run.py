@@ -42,10 +42,15 @@ def no_password(url: str) -> str:
     return url.replace(f":{PASSWORD}@", "@")
 
 
-def launch(demo, server: PgServer, name: str, db_url: str, tasks: list[str]) -> subprocess.Popen:
+def launch(demo, server: PgServer | None, name: str, db_url: str, tasks: list[str], *, campaign: str | None = None,
+           extra: tuple[str, ...] = (), flags: dict[str, str] | None = None) -> subprocess.Popen:
+    """A paid demo run on the campaign `campaign` (default: `name`) in `db_url`; `extra` flags are
+    added after --campaign-name, `flags` replace the demo's value of a flag it already gives."""
     args = demo.run_args(name, tasks, campaign="unused.json")
     at = args.index("--campaign-file")
-    args[at:at + 2] = ["--campaign-db", no_password(db_url), "--campaign-name", name]
+    args[at:at + 2] = ["--campaign-db", no_password(db_url), "--campaign-name", campaign or name, *extra]
+    for flag, value in (flags or {}).items():
+        args[args.index(flag) + 1] = value
     assert PASSWORD not in " ".join(args)
     env = {**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}
     log = open(demo.root / f"{name}.log", "ab")

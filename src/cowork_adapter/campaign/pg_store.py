@@ -147,6 +147,22 @@ def _lost(what: str, exc: Exception) -> CampaignPersistenceError:
     return CampaignPersistenceError(f"the campaign database failed while {what}: {first}")
 
 
+def hold(conn: psycopg2.extensions.connection, name: str, location: str, *, shared: bool) -> bool:
+    """Try the campaign's session advisory lock, never waiting: exclusive for a single-host launcher
+    or command, shared for the hosts of a shared campaign (campaign/shared.py). Either kind refuses
+    the other; it ends with the connection. True when taken."""
+    take = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {take}(%s, hashtext(%s))", (LOCK_NAMESPACE, name))
+            return bool(cur.fetchone()[0])
+    except psycopg2.Error as exc:
+        raise Refusal(STAGE, f"The campaign {location} cannot be held ({str(exc).strip()}).") from None
+    finally:
+        conn.autocommit = False
+
+
 class PostgresCampaignStore:
     """The campaign `name` in the database at `url` (a CampaignStore)."""
 
@@ -172,17 +188,9 @@ class PostgresCampaignStore:
         conn = connect(self.url)
         try:
             migrate(conn)
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                try:
-                    cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, self.name))
-                    taken = cur.fetchone()[0]
-                except psycopg2.Error as exc:
-                    raise Refusal(STAGE, f"The campaign {self.location} cannot be held ({str(exc).strip()}).") from None
-                if not taken:
-                    raise Refusal(STAGE, f"The campaign {self.location} is held by another launcher or command; "
-                                         "wait for it to finish (see `cowork-adapter campaign show`).")
-            conn.autocommit = False
+            if not hold(conn, self.name, self.location, shared=False):
+                raise Refusal(STAGE, f"The campaign {self.location} is held by another launcher or command; "
+                                     "wait for it to finish (see `cowork-adapter campaign show`).")
             yield PostgresSession(conn, self.name, self.location)
         finally:
             conn.close()  # the advisory lock ends with the session
@@ -315,17 +323,49 @@ class TaskClaims:
         """Extend a live run's lease from the server's now; ClaimLost if it is no longer live or
         its lease already lapsed (another host may be proving it fenced: it must stop)."""
         with self._tx("renewing the lease") as cur:
-            cur.execute("UPDATE host_runs SET lease_expires_at = now() + make_interval(secs => lease_sec) "
-                        "WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() RETURNING lease_expires_at",
-                        (run_id,))
-            row = cur.fetchone()
+            return self._renew(cur, run_id)
+
+    @staticmethod
+    def _renew(cur: Any, run_id: str) -> datetime:
+        cur.execute("UPDATE host_runs SET lease_expires_at = now() + make_interval(secs => lease_sec) "
+                    "WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() RETURNING lease_expires_at",
+                    (run_id,))
+        row = cur.fetchone()
         if row is None:
             raise ClaimLost(f"run {run_id} lost its lease (lapsed or fenced); it must claim nothing more")
         return row[0]
 
-    def claim(self, run_id: str, limit: int) -> list[str]:
+    def heartbeat(self, run_id: str) -> tuple[datetime, str | None]:
+        """renew() and, in the same transaction, the campaign's stop (its JSON, or None): every host
+        learns of a campaign-wide stop within one renewal interval."""
+        with self._tx("renewing the lease") as cur:
+            expires = self._renew(cur, run_id)
+            cur.execute("SELECT (record->'stop')::text FROM campaigns WHERE name = %s", (self.campaign,))
+            stop = cur.fetchone()
+        text = stop[0] if stop else None
+        return expires, None if text in (None, "null") else text
+
+    def held_by(self, run_id: str) -> list[str]:
+        """The tasks `run_id` holds claimed (not settled), sorted."""
+        with self._tx("reading a run's claims") as cur:
+            cur.execute("SELECT task_id FROM task_claims WHERE run_id = %s AND state = 'claimed' ORDER BY task_id",
+                        (run_id,))
+            return [r[0] for r in cur.fetchall()]
+
+    def lapsed_claims(self) -> int:
+        """Claims held by live runs of this campaign whose lease has lapsed: work that may come back
+        once those runs are proven fenced."""
+        with self._tx("counting lapsed claims") as cur:
+            cur.execute("SELECT count(*) FROM task_claims c JOIN host_runs r ON r.run_id = c.run_id "
+                        "WHERE c.campaign = %s AND c.state = 'claimed' AND r.state = 'live' "
+                        "AND r.lease_expires_at <= now()", (self.campaign,))
+            return cur.fetchone()[0]
+
+    def claim(self, run_id: str, limit: int, exclude: Sequence[str] = ()) -> list[str]:
         """Up to `limit` open tasks, now held by `run_id`. Concurrent hosts skip each other's locked
-        rows instead of waiting, and never see a row another committed claim already took."""
+        rows instead of waiting, and never see a row another committed claim already took.
+        `exclude`: tasks this run already ran (an unsettled result went back to open for ANOTHER
+        host; the same run taking it again would loop on a task that fails here)."""
         with self._tx("claiming tasks") as cur:
             # FOR SHARE: a fencing host (FOR UPDATE on this row) waits for this claim, or this claim
             # waits for the fence and then sees the run is no longer live.
@@ -333,8 +373,14 @@ class TaskClaims:
                         "FOR SHARE", (run_id,))
             if cur.fetchone() is None:
                 raise ClaimLost(f"run {run_id} has no live lease; it may claim nothing")
-            cur.execute("SELECT task_id FROM task_claims WHERE campaign = %s AND state = 'open' ORDER BY task_id "
-                        "LIMIT %s FOR UPDATE SKIP LOCKED", (self.campaign, limit))
+            # A campaign-wide stop (campaign/shared.py) ends claiming for every host at once.
+            cur.execute("SELECT 1 FROM campaigns WHERE name = %s AND jsonb_typeof(record->'stop') = 'object'",
+                        (self.campaign,))
+            if cur.fetchone() is not None:
+                return []
+            cur.execute("SELECT task_id FROM task_claims WHERE campaign = %s AND state = 'open' "
+                        "AND NOT (task_id = ANY(%s)) ORDER BY task_id LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (self.campaign, list(exclude), limit))
             ids = [r[0] for r in cur.fetchall()]
             if ids:
                 cur.execute("UPDATE task_claims SET state = 'claimed', run_id = %s, claimed_at = now(), "

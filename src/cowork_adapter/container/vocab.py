@@ -63,6 +63,10 @@ class StopReason(Vocab):
     CUSTODY_BREACH = "custody_breach"  # the runner created a resource past the shim (no label)
     LAUNCHER_DIED = "launcher_died"  # the watchdog saw the launcher die and fenced the run itself
     DOCKER_DAEMON_LOST = "docker_daemon_lost"  # the daemon stopped answering, or restarted, mid-run
+    # A shared campaign (--shared-campaign): another host wrote the campaign's stop, or this host's
+    # lease could not be renewed (its claims may soon be released to another host: it must stop).
+    CAMPAIGN_STOPPED = "campaign_stopped"
+    HOST_LEASE_LOST = "host_lease_lost"
     RUNNER_FINISHED = "runner_finished"  # not a stop: recorded in the campaign history
 
 
@@ -302,6 +306,7 @@ class EventKind(Vocab):
     WATCHDOG_EXITED = "watchdog_exited"
     DAEMON_LOST = "daemon_lost"
     DEAD_RUN_CLEARED = "dead_run_cleared"  # `cowork-adapter clear` finished a dead run's custody
+    SHARED_HOST = "shared_host"  # --shared-campaign: registration, claims released, a fence, a campaign stop
 
 
 class ProbeKind(Vocab):

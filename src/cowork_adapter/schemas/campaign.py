@@ -74,6 +74,16 @@ class Reconciliation(_Strict):
     at: AwareDatetime
 
 
+class CampaignStop(_Strict):
+    """A campaign-wide stop written by one host of a shared campaign (a crossing it saw on the key's
+    meter): every host reads it with its lease renewal and stops; no host is admitted after it."""
+
+    reason: str  # a StopReason value
+    host: str
+    run_root: str
+    at: AwareDatetime
+
+
 class CampaignRecord(_Strict, rename={"schema_": "schema"}):
     """The whole campaign file. Mutate only through `replace(...)` and a store save."""
 
@@ -95,6 +105,7 @@ class CampaignRecord(_Strict, rename={"schema_": "schema"}):
     runs: tuple[RunRecord, ...] = ()
     active_run: ActiveRun | None = None
     reconciliations: tuple[Reconciliation, ...] = ()
+    stop: CampaignStop | None = None  # shared campaigns only (campaign/shared.py)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CampaignRecord":

@@ -201,7 +201,16 @@ class DaemonLost(_Event):
     silent_sec: float | None = None
 
 
+class SharedHost(_Event):
+    """A host of a shared campaign (campaign/shared.py): what it did in the campaign's database."""
+
+    kind: EventKind = EventKind.SHARED_HOST
+    action: str  # registered | claims_settled | claims_released | campaign_stop_written | fenced_run_released | ...
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
 EVENT_TYPES: tuple[type[_Event], ...] = (
+    SharedHost,
     RunAdmitted,
     RunnerStarted,
     TaskStarted,

@@ -70,6 +70,17 @@ class Selection(Record):
     settled_elsewhere: list[str] = msgspec.field(default_factory=list)  # skipped: settled in an ancestor
 
 
+class SharedRun(Record):
+    """This launcher as one host of a shared campaign (--shared-campaign): its host run in the
+    database, and the file its batch loop appends each claimed batch to (the ledger's selection)."""
+
+    run_id: str
+    host: str
+    lease_sec: float
+    claim_batch: int
+    claimed_file: str  # relative to the run root
+
+
 class Limits(Record):
     cpus: float
     memory_bytes: int
@@ -158,3 +169,4 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     # The qualify table given with --task-validity (copied into the run root as task_validity.json).
     task_validity: dict[str, str] | None = None  # {source, sha256}
     llm_gateway: GatewayRecord | None = None
+    shared_run: SharedRun | None = None

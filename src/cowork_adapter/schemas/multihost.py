@@ -49,3 +49,44 @@ class ClaimCounts(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def total(self) -> int:
         return self.open + self.claimed + self.settled
+
+
+class BatchRunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What the batch loop (campaign/batch_runner.py) is given, as a file in the run root: no secret
+    (the database password reaches it in its environment only, and it drops it for the runner)."""
+
+    db_url: str  # without a password
+    campaign: str
+    run_id: str
+    run_root: str
+    bench_dir: str
+    claimed_file: str  # absolute
+    stop_file: str  # the custody stop marker: no new batch once it exists
+    concurrency: int
+    claim_batch: int
+    wait_for_fence_sec: float  # how long to wait for a lapsed run's claims when nothing is open
+
+
+class ClaimedBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of the run's claimed-tasks file, written durably before its runner starts."""
+
+    batch: int
+    tasks: list[str]
+    claimed_at: datetime
+
+
+def read_claimed(path) -> list[str]:
+    """Every task the run claimed, in claim order, once each; a torn last line (a kill mid-write)
+    is skipped: its batch was never handed to a runner."""
+    out: list[str] = []
+    try:
+        lines = open(path, "rb").read().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            batch = msgspec.json.decode(line, type=ClaimedBatch)
+        except msgspec.DecodeError:
+            continue
+        out.extend(t for t in batch.tasks if t not in out)
+    return out

@@ -1,0 +1,97 @@
+"""The runner of a shared campaign's host: claim a batch, run it with the benchmark's UNCHANGED
+`run_parallel.sh`, settle it by its receipts, claim the next, until nothing is left for this run.
+
+`python -m cowork_adapter.campaign.batch_runner CONFIG` is what the supervisor starts as the runner
+(paid.py): it lives in the runner's process group, so every stop, fence and watchdog path that
+kills the runner kills this loop with it, and each run_parallel.sh it starts stays in that group.
+The database password reaches this process in its environment (PGPASSWORD) and is dropped, with
+every other libpq variable, from run_parallel.sh's.
+
+Each batch is appended to the run's claimed file (fsynced) BEFORE its runner starts, so the run's
+ledger answers for every task it may have run. Exit code: 0 when every batch's runner exited 0,
+else the last non-zero code; 75 when the database refused a claim or a settlement (the launcher
+sees the same lease problem and stops).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+
+from ..schemas.multihost import BatchRunnerConfig, ClaimedBatch
+from .pg_store import ClaimLost, TaskClaims
+from .shared import settle_from_receipts
+
+CLAIM_LOST_EXIT = 75
+WAIT_POLL_SEC = 2.0
+
+
+def runner_env(environ: dict[str, str]) -> dict[str, str]:
+    """run_parallel.sh's environment: ours without libpq's variables (no database password)."""
+    return {k: v for k, v in environ.items() if not k.startswith("PG")}
+
+
+def append_batch(path: Path, batch: ClaimedBatch) -> None:
+    with open(path, "ab") as out:
+        out.write(msgspec.json.encode(batch) + b"\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def say(text: str) -> None:
+    print(f"cowork-adapter batch runner: {text}", flush=True)
+
+
+def main(config_path: str) -> int:
+    cfg = msgspec.json.decode(Path(config_path).read_bytes(), type=BatchRunnerConfig)
+    stop = Path(cfg.stop_file)
+    env = runner_env(dict(os.environ))
+    tried: list[str] = []
+    code = 0
+    batch_no = 0
+    waited_since: float | None = None
+    last_start = 0.0
+    with TaskClaims(cfg.db_url, cfg.campaign) as claims:
+        try:
+            while not stop.exists():
+                ids = claims.claim(cfg.run_id, cfg.claim_batch, exclude=tried)
+                if not ids:
+                    # Claims of a host whose lease lapsed come back once its run is proven fenced
+                    # (the launcher's lease thread does that): wait a bounded time for them.
+                    if claims.lapsed_claims() == 0:
+                        break
+                    waited_since = waited_since or time.monotonic()
+                    if time.monotonic() - waited_since > cfg.wait_for_fence_sec:
+                        say("claims of a lapsed run were not released in time; ending")
+                        break
+                    time.sleep(WAIT_POLL_SEC)
+                    continue
+                waited_since = None
+                batch_no += 1
+                append_batch(Path(cfg.claimed_file),
+                              ClaimedBatch(batch=batch_no, tasks=ids, claimed_at=datetime.now(timezone.utc)))
+                tried.extend(ids)
+                say(f"batch {batch_no}: {' '.join(ids)}")
+                # run_parallel.sh names its log dir by the second it starts: never two batches in one.
+                time.sleep(max(0.0, last_start + 1.0 - time.time()))
+                last_start = time.time()
+                done = subprocess.run(["bash", "run_parallel.sh", str(cfg.concurrency), *ids], cwd=cfg.bench_dir,
+                                      env=env, stdin=subprocess.DEVNULL)
+                if done.returncode != 0:
+                    code = done.returncode
+                settled = settle_from_receipts(claims, cfg.run_id, cfg.run_root, ids)
+                say(f"batch {batch_no} settled: {settled}")
+        except ClaimLost as exc:
+            say(f"stopped: {exc}")
+            return CLAIM_LOST_EXIT
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
