@@ -175,6 +175,29 @@ def write_eval(dump: Path, result: Any, *, mode: str = "completed", raw: bytes |
         res_path.write_text(json.dumps({"pass": True, "details": "edited afterwards"}), encoding="utf-8")
 
 
+def ledger_run(root: Path, selection: list[str], outcomes: dict[str, str], *, task_ids: list[str] | None = None,
+               resume_from: tuple = (), generation: int = 0, **manifest_kw: Any) -> Path:
+    """A finished run with its ledger whose tasks end as `outcomes` (pass/fail/agent/infra; the
+    others are not attempted)."""
+    from cowork_adapter.ledger import build_index, write_index
+
+    write_manifest(root, selection, task_ids=task_ids, resume_from=[str(p) for p in resume_from],
+                   generation=generation, **manifest_kw)
+    for task, outcome in outcomes.items():
+        dump = dump_dir(root, task)
+        write_start_evidence(dump)
+        if outcome == "infra":
+            continue  # started, no summary: interrupted
+        if outcome == "agent":
+            write_summary(dump, summary("max_turns_reached", reason_code="round_limit", truncated=True))
+            continue
+        write_summary(dump, summary("success"))
+        write_traj_log(dump, "success")
+        write_eval(dump, {"pass": outcome == "pass"})
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    return root
+
+
 def task_names(n: int) -> list[str]:
     return [f"{DOMAINS[i % len(DOMAINS)]}-synthetic-task-{i:03d}" for i in range(n)]
 
