@@ -4,6 +4,7 @@ the PostgreSQL store returns them."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -168,6 +169,8 @@ def test_per_host_throughput_and_spend_beside_the_campaigns_one_spend(campaign):
     assert r["cost"]["meter_run_spent_usd"] == pytest.approx(7.5)  # the campaign's delta, not a sum of runs
     assert r["projection"]["campaign_remaining_usd"] == pytest.approx(92.5)
     assert not any("recovery ancestry" in d for d in r["disclosures"])
+    assert all(re.search(r"\(METHODOLOGY\.md §\w+\)$", d) for d in r["disclosures"])
+    assert "## hosts" in Path(r["methodology"]).read_text()
     assert any("Task b1:" in d for d in r["disclosures"])
     md = to_markdown(r)
     assert "## Campaign" in md and "4 of 6 selected tasks settled, 1 claimed, 1 open" in md and "| host-a | 1 | 2 |" in md

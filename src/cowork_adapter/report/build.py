@@ -384,7 +384,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
         "methodology": methodology_location(),
         "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional, chain=campaign is None)
         + ([_see("validity", validity_disclosure(validity))] if validity else [])
-        + (campaign.disclosures if campaign else []),
+        + [_see("hosts", d) for d in (campaign.disclosures if campaign else [])],
         "campaign": campaign.section if campaign else None,
         "validity": validity,
         "audit": _audit_summary(runs),
