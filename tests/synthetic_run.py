@@ -39,6 +39,8 @@ def write_manifest(
     outcome: str = "completed",
     inventory: dict[str, Any] | None = None,
     campaign_file: str | None = None,
+    campaign_name: str | None = None,
+    campaign_run_id: str | None = None,
     seed_dirty: bool = False,
     engine: str = "ouroboros",
     created_at: str = "2026-01-01T00:00:00Z",
@@ -66,6 +68,8 @@ def write_manifest(
         inventory=inventory,
         outcome=outcome,
         campaign_file=campaign_file,
+        campaign_name=campaign_name,
+        campaign_run_id=campaign_run_id,
     )
     (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")
     return manifest

@@ -27,6 +27,7 @@ from pg_server import PASSWORD, PgServer, server  # noqa: F401 (a module fixture
 
 from cowork_adapter.campaign.pg_store import PostgresCampaignStore, TaskClaims
 from cowork_adapter.campaign.store import open_campaign
+from cowork_adapter.schemas.monitor import MeterState, Monitor, Spending
 
 SELECTION = ["t1", "t2", "t3", "t4", "t5", "t6"]
 
@@ -73,6 +74,9 @@ def campaign(server: PgServer, tmp_path: Path):  # noqa: F811 (the module fixtur
                           campaign_name="c1")
     rb = synth.ledger_run(tmp_path / "host-b" / "run", SELECTION, {"t3": "pass", "t4": "agent", "t5": "infra"},
                           campaign_name="c1")
+    monitor = Monitor(observed_at="2026-12-01T10:00:00Z", launcher_pid=1, finished=True,
+                      spending=Spending(run_spent_usd=2.0), meter=MeterState(blindness_sec=30.0))
+    (ra / "monitor.json").write_text(monitor.to_json(), encoding="utf-8")  # host a's own meter delta
     with open_campaign(PostgresCampaignStore(url, "c1"), key_fingerprint="sha256:0123456789abcdef", ceiling=50.0,
                        startup_usage=10.0, create_if_missing=True) as money:
         money.record_usage(13.25)
@@ -113,6 +117,7 @@ def test_one_report_for_two_hosts_read_only(campaign, tmp_path: Path) -> None:
     assert (hosts["host-a"]["settled"], hosts["host-b"]["settled"], hosts["host-b"]["claimed"]) == (2, 2, 1)
     assert hosts["host-a"]["runs"][0]["run_id"] == run_a and hosts["host-b"]["runs"][0]["state"] == "live"
     assert all(h["settled_per_hour"] > 0 for h in hosts.values())
+    assert (hosts["host-a"]["meter_spent_usd"], hosts["host-b"]["meter_spent_usd"]) == (2.0, None)
     assert r["cost"]["meter_run_spent_usd"] == pytest.approx(3.25) and c["money"]["remaining_usd"] == pytest.approx(46.75)
     assert any(d.startswith(f"Task t3: run {run_a} on host-a") and f"says run {run_b} settled it" in d
                for d in r["disclosures"])

@@ -22,6 +22,7 @@ from cowork_adapter.report.campaign import (
 from cowork_adapter.report.merge import load_run
 from cowork_adapter.report.render import to_html, to_markdown
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
+from cowork_adapter.schemas.campaign import RunRecord as CampaignRunRecord
 from cowork_adapter.schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 
 from test_recovery import make_run  # noqa: E402  (same directory; pytest puts it on sys.path)
@@ -42,9 +43,10 @@ def claim(task: str, state: str, run_id: str | None = None, status: str | None =
                          settled_status=status, receipt=None, settled_at=T0 + timedelta(hours=1) if status else None)
 
 
-def record(last_usage: float = 17.5) -> CampaignRecord:
+def record(last_usage: float = 17.5, runs: tuple = ()) -> CampaignRecord:
     return CampaignRecord(fingerprint=key_fingerprint("k"), ceiling_usd=100.0, usage_baseline=10.0, prior_spend_usd=0.0,
-                          last_usage=last_usage, last_usage_observed_at=T0 + timedelta(hours=3), created_at=T0)
+                          last_usage=last_usage, last_usage_observed_at=T0 + timedelta(hours=3), created_at=T0,
+                          runs=runs)
 
 
 @pytest.fixture
@@ -58,8 +60,11 @@ def campaign(tmp_path):
     claims = [claim("a1", "settled", "RA", "passed"), claim("a2", "settled", "RA", "failed"),
               claim("b1", "settled", "RB", "passed"), claim("c", "open"), claim("d", "claimed", "RB"),
               claim("e", "settled", "RB", "passed")]
+    # The record's history has host a's finished run (its spend as the launcher settled it).
+    history = (CampaignRunRecord(run_root=str(ra), run_label="l", outcome="completed", spent_usd=4.25, started_at=T0,
+                                 finished_at=T0 + timedelta(hours=2)),)
     snap = CampaignSnapshot(name="c1", location="postgresql://pg/db campaign 'c1'", db_now=T0 + timedelta(hours=3),
-                            record=record(), runs=runs, claims=claims)
+                            record=record(runs=history), runs=runs, claims=claims)
     return snap, {"RA": load_run(str(ra)), "RB": load_run(str(rb))}
 
 
@@ -158,6 +163,8 @@ def test_per_host_throughput_and_spend_beside_the_campaigns_one_spend(campaign):
     assert hosts["host-b"]["settled_per_hour"] == pytest.approx(1.0)
     # accounted cost: every own attempt of the host's runs (synthetic summaries cost $0.50 each).
     assert hosts["host-a"]["accounted_usd"] == pytest.approx(4 * 0.5) and hosts["host-a"]["attempts"] == 4
+    # meter spend: host a's from the record's history (its run root has no monitor), host b's unknown.
+    assert (hosts["host-a"]["meter_spent_usd"], hosts["host-b"]["meter_spent_usd"]) == (4.25, None)
     assert view.meter_delta_usd == pytest.approx(7.5) and view.section["money"]["remaining_usd"] == pytest.approx(92.5)
     assert view.spend_series == [(1.0, 1.0), (2.0, 2.0)]
     assert any("Runs overlapped in time" in d for d in view.disclosures)

@@ -187,9 +187,11 @@ def _hours(run: CampaignRun, now: datetime) -> float:
 
 
 def host_figures(runs: list[CampaignRun], claims: list[CampaignClaim], matched: dict[str, RunRecord],
-                 now: datetime, row_cost: Any) -> list[dict[str, Any]]:
+                 now: datetime, row_cost: Any, recorded: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Per host: its runs, tasks settled, hours of its runs (a live run up to the database's now),
-    throughput, and spend: the meter's delta during its runs and the accounted cost of its attempts."""
+    throughput, and spend: the meter's delta during its runs (the run's own monitor or meter
+    readings, else the campaign record's history entry for its run root: `recorded`) and the
+    accounted cost of its attempts."""
     settled: dict[str, int] = {}
     claimed: dict[str, int] = {}
     for c in claims:
@@ -210,7 +212,7 @@ def host_figures(runs: list[CampaignRun], claims: list[CampaignClaim], matched: 
                 "run_id": r.run_id, "run_root": r.run_root, "given_as": rec.root if rec else None, "state": r.state,
                 "started_at": r.started_at.isoformat(), "ended_at": r.ended_at.isoformat() if r.ended_at else None,
                 "hours": _hours(r, now), "settled": settled.get(r.run_id, 0), "claimed": claimed.get(r.run_id, 0),
-                "meter_spent_usd": rec.run_spent_usd() if rec else None,
+                "meter_spent_usd": _run_meter(rec, (recorded or {}).get(r.run_root)),
                 "accounted_usd": sum(c for c in costs if c is not None), "unknown_cost_attempts": costs.count(None),
                 "attempts": len(attempts),
             })
@@ -226,6 +228,11 @@ def host_figures(runs: list[CampaignRun], claims: list[CampaignClaim], matched: 
             "attempts": sum(i["attempts"] for i in items),
         })
     return out
+
+
+def _run_meter(rec: RunRecord | None, recorded: float | None) -> float | None:
+    own = rec.run_spent_usd() if rec is not None else None
+    return own if own is not None else recorded
 
 
 def overlapping(runs: list[CampaignRun], now: datetime) -> bool:
@@ -256,7 +263,8 @@ def campaign_view(snap: CampaignSnapshot, matched: dict[str, RunRecord], merge: 
     """The campaign's section, spend and disclosures (`usage_series`: every run's (ts, meter usage))."""
     record = snap.record
     delta = (record.last_usage - record.usage_baseline) if record is not None else None
-    hosts = host_figures(snap.runs, snap.claims, matched, snap.db_now, row_cost)
+    recorded = {r.run_root: r.spent_usd for r in record.runs} if record is not None else {}
+    hosts = host_figures(snap.runs, snap.claims, matched, snap.db_now, row_cost, recorded)
     counts = {s.value: 0 for s in ClaimState}
     for c in snap.claims:
         counts[c.state] = counts.get(c.state, 0) + 1
