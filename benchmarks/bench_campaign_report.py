@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,20 +31,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import synthetic_run as synth  # noqa: E402
+from bench_multihost import fresh  # noqa: E402  (a new database on the server; this folder is on sys.path)
 
 from cowork_adapter.campaign.pg_store import TaskClaims  # noqa: E402
-
-
-def fresh(url: str) -> str:
-    import psycopg2
-
-    name = "bench" + uuid.uuid4().hex[:8]
-    conn = psycopg2.connect(url)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return url.rsplit("/", 1)[0] + "/" + name
 
 
 def outcomes(tasks: list[str]) -> dict[str, str]:
