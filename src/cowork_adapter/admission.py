@@ -7,16 +7,19 @@ task stays claimed or queued). `read_host_load` is the thin I/O that takes the r
 
 Not wired into the run yet: see the module's hand-in note in the report to the lead.
 
-Defaults (README "Admission by load"), from what was measured on this project's 2-CPU test bed:
+Defaults (README "Admission by load"), from what was measured on this project's 2-CPU test bed
+(benchmarks/bench_admission.py, 2026-12-02):
 * MemAvailable at least 2 GiB: the largest per-task peak the ledger recorded here is about 1.1 GiB
   (PostgreSQL + agent + eval containers summed), so one more task never starts without room for
   the largest one seen and as much again for the host.
-* Daemon ping at most 2 s: benchmarks/bench_admission.py measured the ping here; the limit is
-  several times its p99 at a load average of 15 per 2 CPUs, and well inside the 10 s after which the
-  launcher's daemon watch calls the daemon lost.
+* Daemon ping at most 2 s: the ping took 0.002 s median / 0.011 s p99 at a load of 1.6 per CPU and
+  0.009 / 0.091 s at 5.4 per CPU (the unit suite in 4 workers beside it); 2 s is some 20 times that
+  p99, for a daemon that is really struggling, and well inside the 10 s after which the launcher's
+  daemon watch calls the daemon lost.
 * Load average per CPU at most 4.0: at concurrency 2 on 2 CPUs, with other jobs on the machine
-  (load average 10-35), MCP servers began to need a second connect attempt; 4 per CPU is where this
-  machine still finished tasks. It is a judgment from those observations, not a measured threshold.
+  (load average 10-35, so 5-17 per CPU), MCP servers began to need a second connect attempt. It is
+  a judgment from those observations, not a measured threshold; on this shared machine at those
+  loads a run with the default would wait most of the time.
 """
 
 from __future__ import annotations
