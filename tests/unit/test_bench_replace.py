@@ -99,6 +99,7 @@ def test_the_report_discloses_replaced_objects():
         dry_run = False
         inventory = None
         engine = "ouroboros"
+        llm_gateway = None  # a run without --llm-gateway
         bench = BenchIdentity(root="/b", expected_commit="d943e75", replaced_objects={"a" * 40: "b" * 40})
 
     notes = _disclosures([_Run(M())], 496, {}, 0, 0, 0)
