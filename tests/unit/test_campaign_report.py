@@ -28,20 +28,24 @@ from cowork_adapter.schemas.multihost import CampaignClaim, CampaignRun, Campaig
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
 SELECTION = ["a1", "a2", "b1", "c", "d", "e"]
 
+
 def run(run_id: str, host: str, root: Path | str, start_h: float, end_h: float | None, state: str) -> CampaignRun:
     return CampaignRun(run_id=run_id, host=host, run_root=str(root), state=state,
                        started_at=T0 + timedelta(hours=start_h),
                        ended_at=None if end_h is None else T0 + timedelta(hours=end_h),
                        lease_expires_at=T0 + timedelta(hours=(end_h if end_h is not None else 3) + 0.01))
 
+
 def claim(task: str, state: str, run_id: str | None = None, status: str | None = None) -> CampaignClaim:
     return CampaignClaim(task_id=task, state=state, run_id=run_id, times_claimed=0 if state == "open" else 1,
                          settled_status=status, receipt=None, settled_at=T0 + timedelta(hours=1) if status else None)
+
 
 def record(last_usage: float = 17.5, runs: tuple = ()) -> CampaignRecord:
     return CampaignRecord(fingerprint=key_fingerprint("k"), ceiling_usd=100.0, usage_baseline=10.0, prior_spend_usd=0.0,
                           last_usage=last_usage, last_usage_observed_at=T0 + timedelta(hours=3), created_at=T0,
                           runs=runs)
+
 
 @pytest.fixture
 def campaign(tmp_path):
@@ -61,13 +65,16 @@ def campaign(tmp_path):
                             record=record(runs=history), runs=runs, claims=claims)
     return snap, {"RA": load_run(str(ra)), "RB": load_run(str(rb))}
 
+
 def given(*recs):
     return [(r.root, r.manifest) for r in recs]
+
 
 def test_roots_match_their_host_runs_by_the_registered_run_root(campaign):
     snap, recs = campaign
     assert match_runs(snap.runs, given(recs["RB"], recs["RA"]), "c1") == {"RB": recs["RB"].root, "RA": recs["RA"].root}
     assert [r.run_id for r in missing_runs(snap.runs, {"RA": recs["RA"].root})] == ["RB"]
+
 
 def test_a_root_not_of_the_campaign_is_refused(campaign, tmp_path):
     snap, recs = campaign
@@ -81,6 +88,7 @@ def test_a_root_not_of_the_campaign_is_refused(campaign, tmp_path):
     with pytest.raises(Refusal, match="records run R-nope, which is not a run of campaign 'c1'"):
         match_runs(snap.runs, [(recs["RA"].root, unknown_id)], "c1")
 
+
 def test_two_hosts_with_the_same_path_need_the_run_id(campaign):
     snap, recs = campaign
     twin = run("RC", "host-c", recs["RA"].manifest.run_root, 0, 1, "finished")
@@ -93,10 +101,12 @@ def test_two_hosts_with_the_same_path_need_the_run_id(campaign):
     with pytest.raises(Refusal, match="both run RC on host-c"):
         match_runs(runs, [("/copies/c", tagged), ("/copies/c2", tagged)], "c1")
 
+
 def test_missing_roots_are_named_with_their_hosts(campaign):
     snap, _ = campaign
     text = missing_sentence(snap.runs, "c1")
     assert "2 run roots are not given" in text and "host-a:" in text and "host-b:" in text and "(run RB, live)" in text
+
 
 def test_the_denominator_is_the_selection_and_each_settled_task_counts_once(campaign):
     snap, recs = campaign
@@ -110,6 +120,7 @@ def test_the_denominator_is_the_selection_and_each_settled_task_counts_once(camp
     assert m.merged["c"].row.reason_code == REASON_OPEN and m.merged["e"].row.reason_code == REASON_DB_ONLY
     assert m.merged["d"].provenance == recs["RB"].root  # its unsettled attempt's own words
 
+
 def test_disagreements_are_disclosed_never_merged(campaign):
     snap, recs = campaign
     notes = merge_campaign(snap.claims, snap.runs, recs).disagreements
@@ -118,6 +129,7 @@ def test_disagreements_are_disclosed_never_merged(campaign):
                for n in notes)
     assert any(n.startswith("Task e:") and "its ledger has no row for it" in n for n in notes)
     assert any(n.startswith("Task z:") and "not in the campaign's selection" in n for n in notes)
+
 
 def test_a_settled_result_for_an_open_task_is_not_counted(campaign):
     snap, recs = campaign
@@ -128,12 +140,14 @@ def test_a_settled_result_for_an_open_task_is_not_counted(campaign):
     claimed = [claim("a1", "claimed", "RA")] + claims[1:]
     assert merge_campaign(claimed, snap.runs, recs).merged["a1"].row.reason_code == REASON_CLAIMED
 
+
 def test_a_ledger_that_disagrees_on_the_status_yields_to_the_database(campaign):
     snap, recs = campaign
     claims = [claim("a2", "settled", "RA", "passed") if c.task_id == "a2" else c for c in snap.claims]
     m = merge_campaign(claims, snap.runs, recs)
     assert m.merged["a2"].row.status.value == "passed" and m.merged["a2"].row.reason_code == REASON_DB_ONLY
     assert any("Task a2:" in n and "its ledger says failed" in n for n in m.disagreements)
+
 
 def test_per_host_throughput_and_spend_beside_the_campaigns_one_spend(campaign):
     snap, recs = campaign
@@ -167,6 +181,7 @@ def test_per_host_throughput_and_spend_beside_the_campaigns_one_spend(campaign):
     assert "## Campaign" in md and "4 of 6 selected tasks settled, 1 claimed, 1 open" in md and "| host-a | 1 | 2 |" in md
     assert "host-b" in to_html(r)
 
+
 def test_a_campaign_without_a_money_record_has_unknown_spend(campaign):
     snap, recs = campaign
     snap = CampaignSnapshot(**{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "record": None})
@@ -175,11 +190,13 @@ def test_a_campaign_without_a_money_record_has_unknown_spend(campaign):
     assert view.meter_delta_usd is None and view.spend_series == [] and view.section["money"] is None
     assert any("no money record" in d for d in view.disclosures)
 
+
 def test_overlap_is_seen_past_a_short_run():
     long_, short, late = run("1", "h", "/a", 0, 10, "finished"), run("2", "h", "/b", 1, 2, "finished"), run(
         "3", "h", "/c", 5, 6, "finished")
     assert overlapping([long_, short, late], T0) and overlapping([long_, late], T0)
     assert not overlapping([short, late], T0)
+
 
 def test_hosts_of_another_configuration_are_refused_another_image_disclosed(campaign, tmp_path):
     snap, recs = campaign
@@ -191,6 +208,7 @@ def test_hosts_of_another_configuration_are_refused_another_image_disclosed(camp
     runs.append(run("RD", "host-d", rd.root, 0, 1, "finished"))
     with pytest.raises(Refusal, match=r"\(host-d\) differs in applied_config key 'model'"):
         check_identities({**recs, "RD": rd}, runs)
+
 
 def test_status_shows_every_host_and_names_the_missing_root(campaign):
     snap, recs = campaign
