@@ -39,6 +39,8 @@ def write_manifest(
     outcome: str = "completed",
     inventory: dict[str, Any] | None = None,
     campaign_file: str | None = None,
+    campaign_name: str | None = None,
+    campaign_run_id: str | None = None,
     seed_dirty: bool = False,
     engine: str = "ouroboros",
     created_at: str = "2026-01-01T00:00:00Z",
@@ -66,6 +68,8 @@ def write_manifest(
         inventory=inventory,
         outcome=outcome,
         campaign_file=campaign_file,
+        campaign_name=campaign_name,
+        campaign_run_id=campaign_run_id,
     )
     (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")
     return manifest
@@ -173,6 +177,29 @@ def write_eval(dump: Path, result: Any, *, mode: str = "completed", raw: bytes |
     (dump / f"{protocol.RECEIPT_PREFIX}{claim['attempt_id']}.json").write_bytes(protocol.dump_record(receipt))
     if mode == "changed":
         res_path.write_text(json.dumps({"pass": True, "details": "edited afterwards"}), encoding="utf-8")
+
+
+def ledger_run(root: Path, selection: list[str], outcomes: dict[str, str], *, task_ids: list[str] | None = None,
+               resume_from: tuple = (), generation: int = 0, **manifest_kw: Any) -> Path:
+    """A finished run with its ledger whose tasks end as `outcomes` (pass/fail/agent/infra; the
+    others are not attempted)."""
+    from cowork_adapter.ledger import build_index, write_index
+
+    write_manifest(root, selection, task_ids=task_ids, resume_from=[str(p) for p in resume_from],
+                   generation=generation, **manifest_kw)
+    for task, outcome in outcomes.items():
+        dump = dump_dir(root, task)
+        write_start_evidence(dump)
+        if outcome == "infra":
+            continue  # started, no summary: interrupted
+        if outcome == "agent":
+            write_summary(dump, summary("max_turns_reached", reason_code="round_limit", truncated=True))
+            continue
+        write_summary(dump, summary("success"))
+        write_traj_log(dump, "success")
+        write_eval(dump, {"pass": outcome == "pass"})
+    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
+    return root
 
 
 def task_names(n: int) -> list[str]:

@@ -497,7 +497,10 @@ def audit(
     help="Score one or more run roots with their disclosures and audit findings (offline, read-only: "
     "without --output-dir nothing is written and the Markdown report is printed; a run root is "
     "written into only when --output-dir names a folder in it).\n\n"
-    "Example: cowork-adapter report /data/smoke-1 /data/smoke-2 --output-dir /data/report-smoke"
+    "Example: cowork-adapter report /data/smoke-1 /data/smoke-2 --output-dir /data/report-smoke\n\n"
+    "A campaign over several hosts: cowork-adapter report --campaign-db postgresql://db/campaigns "
+    "--campaign-name c1 /copies/host-a/run-1 /copies/host-b/run-1 (every run root of the campaign; the "
+    "password in PGPASSWORD or ~/.pgpass)."
 )
 def report(
     run_roots: Annotated[list[Path], typer.Argument(help="Run roots to combine.")],
@@ -507,25 +510,63 @@ def report(
     concurrency: Annotated[int, typer.Option(
         min=1, help="Concurrency assumed by the full-run time projection.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    campaign_db: Annotated[Optional[str], typer.Option(
+        help="One result for the campaign in this PostgreSQL database (postgresql://HOST/DB, password in "
+             "PGPASSWORD): its selection is the denominator, and the run roots must be all of its hosts' runs.",
+        show_default=False)] = None,
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
+    campaign = _campaign_view_flags(campaign_db, campaign_name)
     roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     from .report import OUTPUT_NAMES, run_report_command
 
     # Offline and read-only: files are written only to an --output-dir the operator names.
     if output_dir is not None:
         output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=tuple(OUTPUT_NAMES))
-    raise SystemExit(run_report_command(roots, output_dir, concurrency, as_json))
+    raise SystemExit(run_report_command(roots, output_dir, concurrency, as_json, campaign=campaign))
+
+
+def _campaign_view_flags(campaign_db: Optional[str], campaign_name: str) -> Optional[tuple[str, str]]:
+    """(URL, name) for a view over a campaign in PostgreSQL, or None without --campaign-db."""
+    if campaign_db is None:
+        if campaign_name != DEFAULT_CAMPAIGN_NAME:
+            raise Refusal("flags", "--campaign-name is only meaningful with --campaign-db.")
+        return None
+    from .config import check_campaign_db_url
+
+    try:
+        check_campaign_db_url(campaign_db)
+    except InvalidFlag as exc:
+        raise Refusal(exc.stage, exc.sentence) from None
+    return campaign_db, campaign_name
 
 
 @app.command(
     help="Show a run's progress, spending, disk headroom and stop reasons.\n\n"
-    "Example: cowork-adapter status /data/smoke-1 --json\n\nExit codes: 0 read; 2 not a run root."
+    "Example: cowork-adapter status /data/smoke-1 --json\n\n"
+    "A campaign over several hosts: cowork-adapter status --campaign-db postgresql://db/campaigns "
+    "--campaign-name c1 [RUN_ROOT...] (its claims, host runs and leases from the database, with each "
+    "given run root's progress).\n\nExit codes: 0 read; 1 read, but a run root of the campaign was not "
+    "given; 2 refused (not a run root, database unreachable, unknown campaign, a run root not of it)."
 )
 def status(
-    run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
+    run_roots: Annotated[Optional[list[Path]], typer.Argument(
+        help="Run root to inspect (with --campaign-db: any of the campaign's run roots).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    campaign_db: Annotated[Optional[str], typer.Option(
+        help="Show the campaign in this PostgreSQL database over every host (password in PGPASSWORD).",
+        show_default=False)] = None,
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
-    run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
+    campaign = _campaign_view_flags(campaign_db, campaign_name)
+    if campaign is not None:
+        roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots or []]
+        from .campaign.overview import campaign_status_command
+
+        raise SystemExit(campaign_status_command(campaign[0], campaign[1], roots, as_json))
+    if len(run_roots or []) != 1:
+        raise Refusal("flags", "status takes exactly one run root (several only with --campaign-db).")
+    run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")
     from .control import status_command
 
     raise SystemExit(status_command(run_root, as_json))
@@ -619,15 +660,10 @@ def _campaign_store_flags(campaign_file: Optional[Path], campaign_db: Optional[s
         if campaign_name != DEFAULT_CAMPAIGN_NAME:
             raise Refusal("flags", "--campaign-name is only meaningful with --campaign-db.")
         return checked_path(campaign_file, PathKind.STATE_FILE, "--campaign-file"), None
-    from .config import check_campaign_db_url
-
-    try:
-        check_campaign_db_url(campaign_db)
-    except InvalidFlag as exc:
-        raise Refusal(exc.stage, exc.sentence) from None
+    url, name = _campaign_view_flags(campaign_db, campaign_name) or (campaign_db, campaign_name)
     from .campaign.pg_store import PostgresCampaignStore
 
-    return None, PostgresCampaignStore(campaign_db, campaign_name)
+    return None, PostgresCampaignStore(url, name)
 
 
 @campaign_app.command(

@@ -72,6 +72,7 @@ class SharedHost:
         paid.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
         paid.manifest.shared_run = SharedRun(run_id=run.run_id, host=host, lease_sec=cfg.host_lease_sec,
                                              claim_batch=cfg.claim_batch, claimed_file=CLAIMED_FILE)
+        paid.manifest.campaign_run_id = run.run_id  # how the campaign's report matches a copied run root
         write_manifest(cfg.run_root, paid.manifest)
         self._say("registered", {"run_id": run.run_id, "host": host, "lease_sec": cfg.host_lease_sec,
                                  "selection": len(paid.manifest.selection.task_ids), "added_to_claims": added})

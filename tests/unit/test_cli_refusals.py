@@ -318,8 +318,28 @@ def test_report_wiring(monkeypatch, tmp_path):
     assert _invoke(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--concurrency", "2", "--json"]) == 0
     # Without --output-dir nothing is to be written: no folder is handed on.
     assert _invoke(["report", str(tmp_path / "a"), "--output-dir", str(tmp_path / "out")]) == 0
-    assert calls == [("run_report_command", ([(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], None, 2, True), {}),
-                     ("run_report_command", ([(tmp_path / "a").resolve()], (tmp_path / "out").resolve(), 1, False), {})]
+    db = "postgresql://pg.example/campaigns"
+    assert _invoke(["report", str(tmp_path / "a"), "--campaign-db", db, "--campaign-name", "c1"]) == 0
+    assert calls == [("run_report_command", ([(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], None, 2, True),
+                      {"campaign": None}),
+                     ("run_report_command", ([(tmp_path / "a").resolve()], (tmp_path / "out").resolve(), 1, False),
+                      {"campaign": None}),
+                     ("run_report_command", ([(tmp_path / "a").resolve()], None, 1, False), {"campaign": (db, "c1")})]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["report", "RUN", "--campaign-name", "c1"], "--campaign-name is only meaningful with --campaign-db"),
+    (["report", "RUN", "--campaign-db", "postgresql://u:secret@pg/db"], "must not carry a password"),
+    (["status", "--campaign-db", "http://pg/db"], "must be a postgresql:// URL"),
+    (["status", "--campaign-db", "postgresql://pg"], "must name a database"),
+    (["status"], "exactly one run root"),
+    (["status", "RUN", "RUN"], "exactly one run root"),
+])
+def test_campaign_view_flags_refused(tmp_path, capsys, args, says):
+    (tmp_path / "run_manifest.json").write_text("{}")
+    assert _invoke([str(tmp_path) if a == "RUN" else a for a in args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.splitlines()) == 1 and "secret" not in err
 
 
 def test_status_and_stop_wiring(monkeypatch, tmp_path):
@@ -329,6 +349,19 @@ def test_status_and_stop_wiring(monkeypatch, tmp_path):
     assert _invoke(["stop", str(tmp_path), "--timeout", "12.5"]) == 0
     assert calls == [("status_command", (tmp_path.resolve(), True), {}),
                      ("stop_command", (tmp_path.resolve(), 12.5), {})]
+
+
+def test_campaign_status_wiring(monkeypatch, tmp_path):
+    calls = _stand_in(monkeypatch, "cowork_adapter.campaign.overview", "campaign_status_command")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run_manifest.json").write_text("{}")
+    db = "postgresql://pg.example/campaigns"
+    assert _invoke(["status", "--campaign-db", db, str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    assert _invoke(["status", "--campaign-db", db, "--campaign-name", "c2"]) == 0  # the database alone
+    assert calls == [("campaign_status_command", (db, "default", [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()],
+                                                  True), {}),
+                     ("campaign_status_command", (db, "c2", [], False), {})]
 
 
 def test_stop_refuses_bad_timeout(tmp_path, capsys):

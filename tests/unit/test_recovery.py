@@ -20,21 +20,8 @@ DATASET = ["a", "b", "c", "d", "e", "f"]
 def make_run(root: Path, selection: list[str], outcomes: dict[str, str], *, task_ids=None, resume_from=(),
              generation=0, **manifest_kw) -> Path:
     """A finished run whose tasks end as `outcomes` (pass/fail/agent/infra; others not attempted)."""
-    synth.write_manifest(root, selection, task_ids=task_ids, resume_from=[str(p) for p in resume_from],
-                         generation=generation, **manifest_kw)
-    for task, outcome in outcomes.items():
-        dump = synth.dump_dir(root, task)
-        synth.write_start_evidence(dump)
-        if outcome == "infra":
-            continue  # started, no summary: interrupted
-        if outcome == "agent":
-            synth.write_summary(dump, synth.summary("max_turns_reached", reason_code="round_limit", truncated=True))
-            continue
-        synth.write_summary(dump, synth.summary("success"))
-        synth.write_traj_log(dump, "success")
-        synth.write_eval(dump, {"pass": outcome == "pass"})
-    write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
-    return root
+    return synth.ledger_run(root, selection, outcomes, task_ids=task_ids, resume_from=tuple(resume_from),
+                            generation=generation, **manifest_kw)
 
 
 def resolve(roots, explicit=None, **kw):

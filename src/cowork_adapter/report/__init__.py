@@ -17,8 +17,9 @@ from typing import Any
 from ..errors import Refusal
 from ..fileio import create_exclusive
 from ..vocab import ExitCode
-from .build import build_report
-from .merge import load_runs
+from .build import build_report, row_cost
+from .campaign import campaign_view, check_identities, match_runs, merge_campaign, missing_runs, missing_sentence
+from .merge import load_run, load_runs, meter_usage_series
 from .render import to_html, to_markdown
 
 OUTPUT_NAMES = ("report.md", "report.json", "report.html")
@@ -31,6 +32,29 @@ def make_report(roots: list[Path], concurrency: int) -> dict[str, Any]:
     if concurrency < 1:
         raise Refusal("report", "The projection concurrency must be at least 1.")
     return build_report(load_runs(roots), concurrency=concurrency)
+
+
+def make_campaign_report(url: str, name: str, roots: list[Path], concurrency: int) -> dict[str, Any]:
+    """The one report of campaign `name` from its database and every host's run root (Refusal, stage
+    "report" or "campaign": unreachable, unknown, a root not of it, a root of it missing)."""
+    from ..campaign.pg_view import read_snapshot  # psycopg2 only for a campaign's report
+
+    if concurrency < 1:
+        raise Refusal("report", "The projection concurrency must be at least 1.")
+    snap = read_snapshot(url, name)
+    loaded = {rec.root: rec for rec in (load_run(str(Path(r).resolve())) for r in roots)}
+    matched = {run_id: loaded[root] for run_id, root in
+               match_runs(snap.runs, [(rec.root, rec.manifest) for rec in loaded.values()], name).items()}
+    missing = missing_runs(snap.runs, matched)
+    if missing:
+        raise Refusal("report", missing_sentence(missing, name))
+    merge = merge_campaign(snap.claims, snap.runs, matched)
+    merge.image_notes = check_identities(matched, snap.runs)
+    usage = [p for rec in matched.values() for p in meter_usage_series(rec.root)]
+    view = campaign_view(snap, matched, merge, row_cost=row_cost, usage_series=usage)
+    started = {r.run_id: r.started_at for r in snap.runs}
+    runs = [rec for _, rec in sorted(matched.items(), key=lambda kv: (started[kv[0]], kv[0]))]
+    return build_report(runs, concurrency=concurrency, campaign=view)
 
 
 def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
@@ -48,13 +72,16 @@ def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
     return paths
 
 
-def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: int, as_json: bool) -> int:
-    """Build the report; write its files only into `output_dir` when one is given. Returns an exit code.
+def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: int, as_json: bool,
+                       campaign: tuple[str, str] | None = None) -> int:
+    """Build the report (`campaign`: (database URL, name) for one campaign over its hosts); write
+    its files only into `output_dir` when one is given. Returns an exit code.
 
     stdout: the JSON (as_json); else the Markdown report without an output directory, or the
     headline, warnings and the files written with one."""
     try:
-        report = make_report([Path(r) for r in roots], concurrency)
+        report = (make_campaign_report(campaign[0], campaign[1], [Path(r) for r in roots], concurrency) if campaign
+                  else make_report([Path(r) for r in roots], concurrency))
         paths = write_report(report, Path(output_dir)) if output_dir is not None else []
     except Refusal as refusal:
         print(f"cowork-adapter report refused ({refusal.stage}): {refusal.sentence}", file=sys.stderr)

@@ -14,6 +14,7 @@ from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
 from ..vocab import PaidActivity, ServerHealth, TaskStatus
+from .campaign import CampaignView
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
 from .reference import CAVEAT, reference_rows
 from .stats import project_full_run, wilson_interval
@@ -206,7 +207,7 @@ def _gateway_notes(root: object, gateway: GatewayRecord) -> list[str]:
 
 
 def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_cost: int, truncations: int,
-                 provisional: int) -> list[str]:
+                 provisional: int, *, chain: bool = True) -> list[str]:
     notes: list[str] = []
     for run in runs:
         m = run.manifest
@@ -251,7 +252,7 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
     if provisional:
         notes.append(_see("statuses", f"{count(provisional, 'row')} {_verb(provisional, 'is', 'are')} provisional: "
                                       "a run was still live when its ledger was written."))
-    if len(runs) > 1:
+    if len(runs) > 1 and chain:
         notes.append(_see("recovery", f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt."))
     return notes
 
@@ -276,9 +277,11 @@ def _gateway_totals(runs: list[RunRecord]) -> dict[str, Any] | None:
     }
 
 
-def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
-    tasks = denominator(runs)
-    merged = merge_rows(runs)
+def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignView | None = None) -> dict[str, Any]:
+    """The report over a resume chain, or (`campaign`) over one campaign's host runs: then the
+    denominator, the rows, the spend and the remainder are the campaign's."""
+    tasks = campaign.merge.tasks if campaign else denominator(runs)
+    merged = campaign.merge.merged if campaign else merge_rows(runs)
     n = len(tasks)
     counts: dict[str, int] = {s.value: 0 for s in TaskStatus}
     for task in tasks:
@@ -297,9 +300,11 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
     meter = [(r.root, r.run_spent_usd()) for r in runs]
     meter_known = [v for _, v in meter if v is not None]
     meter_total = sum(meter_known) if meter_known else None
+    if campaign is not None:
+        meter_total = campaign.meter_delta_usd  # concurrent hosts' run deltas overlap; the campaign's does not
 
     projection = project_full_run(attempt_costs, durations, tasks=FULL_DATASET, concurrency=concurrency)
-    remaining, campaign_file = _campaign_remaining(runs)
+    remaining, campaign_file = (campaign.remaining_usd, campaign.location) if campaign else _campaign_remaining(runs)
     warnings: list[str] = []
     if remaining is not None and projection["projected_cost_usd"] is not None:
         if projection["projected_cost_usd"] > remaining:
@@ -314,10 +319,12 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
     # Cumulative spend: each run's meter readings, stacked on the total of the runs before it.
     spend: list[tuple[float, float]] = []
     offset = 0.0
-    for run in runs:
+    for run in runs if campaign is None else []:
         spend.extend((ts, offset + v) for ts, v in run.meter)
         last = run.run_spent_usd()
         offset += last if last is not None else 0.0
+    if campaign is not None:
+        spend = list(campaign.spend_series)
 
     status_of = {t: merged[t].row.status for t in tasks if t in merged}
     validity = validity_section(tasks, status_of, load_validity([r.root for r in runs]))
@@ -375,8 +382,10 @@ def build_report(runs: list[RunRecord], *, concurrency: int) -> dict[str, Any]:
         "by_mcp_server": _group(tasks, merged, servers),
         "reference": {"rows": reference_rows(), "caveat": CAVEAT},
         "methodology": methodology_location(),
-        "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional)
-        + ([_see("validity", validity_disclosure(validity))] if validity else []),
+        "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional, chain=campaign is None)
+        + ([_see("validity", validity_disclosure(validity))] if validity else [])
+        + [_see("hosts", d) for d in (campaign.disclosures if campaign else [])],
+        "campaign": campaign.section if campaign else None,
         "validity": validity,
         "audit": _audit_summary(runs),
         "projection": projection,

@@ -65,15 +65,22 @@ def _read_monitor(path: Path) -> Monitor | None:
         return None
 
 
-def _meter_series(root: Path) -> list[tuple[float, float]]:
+def _meter_series(root: Path, figure: str = "run_spent_usd") -> list[tuple[float, float]]:
+    """(unix ts, the reading's `figure`): the run's spend, or ("usage") the key meter's own usage."""
     points: list[tuple[float, float]] = []
     events, _ = read_events(root / "events.jsonl")  # a line that is no valid event draws nothing
     for event in events:
         ts = parse_ts(event.ts)
-        if isinstance(event, MeterReading) and ts is not None and event.run_spent_usd is not None:
-            points.append((ts, event.run_spent_usd))
+        value = getattr(event, figure, None) if isinstance(event, MeterReading) else None
+        if ts is not None and value is not None:
+            points.append((ts, value))
     points.sort()
     return points
+
+
+def meter_usage_series(root: str) -> list[tuple[float, float]]:
+    """The key meter's usage at each accepted reading of the run (a campaign plots its delta from them)."""
+    return _meter_series(Path(root), "usage")
 
 
 def _read_audit(root: Path) -> tuple[AuditReport | None, str | None]:

@@ -121,6 +121,29 @@ def _audit_omitted(a: dict[str, Any]) -> str | None:
     return f"{count(a['items_omitted'], 'further finding')} {'is' if a['items_omitted'] == 1 else 'are'} counted above and not listed; the audit files hold the stored ones."
 
 
+HOST_HEAD = ["host", "runs", "settled", "claimed now", "run hours", "settled per hour", "meter during its runs",
+             "accounted cost"]
+
+
+def _host_rows(c: dict[str, Any]) -> list[list[str]]:
+    return [[h["host"], str(len(h["runs"])), str(h["settled"]), str(h["claimed"]), f"{h['hours']:.2f}",
+             "n/a" if h["settled_per_hour"] is None else f"{h['settled_per_hour']:.1f}", _usd(h["meter_spent_usd"]),
+             _usd(h["accounted_usd"]) + (f" (+{h['unknown_cost_attempts']} unknown)" if h["unknown_cost_attempts"] else "")]
+            for h in c["hosts"]]
+
+
+def campaign_sentence(c: dict[str, Any]) -> str:
+    """The campaign's claims and its one spend, in one sentence."""
+    k = c["claims"]
+    total = sum(k.values())
+    money = c["money"]
+    spend = ("its spend is unknown (no money record yet)" if money is None else
+             f"its spend is the key meter's delta {_usd(money['meter_delta_usd'])} of a ceiling "
+             f"{_usd(money['ceiling_usd'])} ({_usd(money['remaining_usd'])} remaining)")
+    return (f"Campaign {c['name']!r} ({c['location']}), read at {c['read_at']}: {k.get('settled', 0)} of "
+            f"{count(total, 'selected task')} settled, {k.get('claimed', 0)} claimed, {k.get('open', 0)} open; {spend}.")
+
+
 def _task_table(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The per-task table; with a task validity table, each task's class too."""
     head = ["task", "status", "reason", "cost", "peak memory", "CPU time", "run"]
@@ -150,6 +173,8 @@ def to_markdown(r: dict[str, Any]) -> str:
     out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
     for w in r["projection"]["warnings"]:
         out += [f"> **Warning:** {w}", ""]
+    if r.get("campaign"):
+        out += ["## Campaign", "", campaign_sentence(r["campaign"]), "", _md_table(HOST_HEAD, _host_rows(r["campaign"])), ""]
     out += ["## Disclosures", ""] + [f"- {d}" for d in r["disclosures"]] + [""]
     if r["audit"] is not None:
         a = r["audit"]
@@ -204,6 +229,9 @@ def to_html(r: dict[str, Any]) -> str:
                   f"<p>From {escape(r['validity']['source'])}.</p>",
                   _html_table(["class", "selected tasks"], _validity_rows(r))]
     parts += [f"<p class='warn'>Warning: {escape(w)}</p>" for w in r["projection"]["warnings"]]
+    if r.get("campaign"):
+        parts += ["<h2>Campaign</h2>", f"<p>{escape(campaign_sentence(r['campaign']))}</p>",
+                  _html_table(HOST_HEAD, _host_rows(r["campaign"]))]
     parts += ["<h2>Disclosures</h2><ul>"] + [f"<li>{escape(d)}</li>" for d in r["disclosures"]] + ["</ul>"]
     if r["audit"] is not None:
         a = r["audit"]

@@ -163,6 +163,9 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     # --campaign-db (a URL without password) and --campaign-name, when the campaign is in PostgreSQL.
     campaign_db: str | None = None
     campaign_name: str | None = None
+    # --campaign-db: this run's host_runs.run_id, so a campaign's report matches a copied run root to
+    # its run even when two hosts used the same path (None: matched by run_root alone).
+    campaign_run_id: str | None = None
     campaign_settlement: str | None = None
     docker_host: str | None = None  # the daemon the run used (`clear` defaults to it)
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run

@@ -11,6 +11,8 @@ from datetime import datetime
 
 import msgspec
 
+from .campaign import CampaignRecord
+
 FENCE_PROOF_SCHEMA = "cowork_adapter.fence_proof.v1"
 
 
@@ -90,3 +92,38 @@ def read_claimed(path) -> list[str]:
             continue
         out.extend(t for t in batch.tasks if t not in out)
     return out
+
+
+class CampaignRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A host_runs row as the campaign's report and status read it (with its span for throughput)."""
+
+    run_id: str
+    host: str
+    run_root: str  # the path on its own host, as its launcher registered it
+    state: str  # a HostRunState value
+    started_at: datetime
+    ended_at: datetime | None
+    lease_expires_at: datetime
+
+
+class CampaignClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """A task_claims row: one task of the campaign's selection and who, if anyone, settled it."""
+
+    task_id: str
+    state: str  # a ClaimState value
+    run_id: str | None
+    times_claimed: int
+    settled_status: str | None
+    receipt: str | None
+    settled_at: datetime | None
+
+
+class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """One campaign as one consistent read of the database (campaign/pg_view.py), for report and status."""
+
+    name: str
+    location: str  # the database (password redacted) and the campaign's name, for sentences
+    db_now: datetime  # the server's clock: leases and open spans are measured by it, never a host's
+    record: CampaignRecord | None  # None: no run has saved the campaign's money record yet
+    runs: list[CampaignRun]
+    claims: list[CampaignClaim]
