@@ -40,7 +40,7 @@ from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinishe
 from .schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
-from .schemas.multihost import AdmissionState
+from .schemas.admission import AdmissionState
 from .schemas.record import RecordInvalid, decode
 from .vocab import EventKind, ExitCode
 

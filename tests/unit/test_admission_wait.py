@@ -15,7 +15,7 @@ from cowork_adapter.campaign.batch_runner import ADMISSION_FILE, admission_of, s
 from cowork_adapter.config import RunConfig
 from cowork_adapter.control import build_status, read_run, render_status_text
 from cowork_adapter.schemas.manifest import AdmissionLimitsRecord
-from cowork_adapter.schemas.multihost import AdmissionState
+from cowork_adapter.schemas.admission import AdmissionState
 
 from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
 

@@ -35,7 +35,8 @@ import msgspec
 from ..admission import AdmissionLimits, HostLoad, decide, read_host_load
 from ..fileio import replace_atomic
 from ..schemas.manifest import RunManifest
-from ..schemas.multihost import AdmissionState, BatchRunnerConfig, ClaimedBatch
+from ..schemas.admission import AdmissionState
+from ..schemas.multihost import BatchRunnerConfig, ClaimedBatch
 from ..schemas.record import RecordInvalid, decode
 from .pg_store import ClaimLost, TaskClaims
 from .shared import settle_from_receipts

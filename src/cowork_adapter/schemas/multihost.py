@@ -12,7 +12,6 @@ from datetime import datetime
 import msgspec
 
 from .campaign import CampaignRecord
-from .record import Record
 
 FENCE_PROOF_SCHEMA = "cowork_adapter.fence_proof.v1"
 
@@ -129,12 +128,3 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[CampaignRun]
     claims: list[CampaignClaim]
 
-
-class AdmissionState(Record):
-    """custody/admission.json: whether this host's batch loop is waiting for load before its next
-    claim (admission.py), written when a wait starts and when it ends; `status` shows it."""
-
-    waiting: bool
-    sentence: str  # Admission.sentence(): "waiting for load: ..." or "admitting: ..."
-    since: datetime  # when the wait started (waiting) or ended (not waiting)
-    waited_sec: float = 0.0  # the length of the wait that ended (0 while waiting)
