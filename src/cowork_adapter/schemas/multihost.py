@@ -127,4 +127,3 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     record: CampaignRecord | None  # None: no run has saved the campaign's money record yet
     runs: list[CampaignRun]
     claims: list[CampaignClaim]
-
