@@ -5,7 +5,7 @@ CPU, MemAvailable, and the time the Docker daemon takes to answer a ping. A task
 while every reading is within its limit; otherwise the host WAITS (it is never a failure, and the
 task stays claimed or queued). `read_host_load` is the thin I/O that takes the reading.
 
-Not wired into the run yet: see the module's hand-in note in the report to the lead.
+Wired into a shared host's batch loop (campaign/batch_runner.py): it waits before each claim.
 
 Defaults (README "Admission by load"), from what was measured on this project's 2-CPU test bed
 (benchmarks/bench_admission.py, 2026-12-02):

@@ -39,6 +39,7 @@ from .defaults import (
     check_http_url,
     refuse_key_on_command_line,
 )
+from .admission import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
 from .errors import Refusal
 from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode
@@ -207,6 +208,15 @@ def _run_flags(
     host_lease_sec: Annotated[float, typer.Option(
         help="This host's lease with --shared-campaign (8-3600 s): a dead launcher's claims move after it.",
         rich_help_panel=P_MONEY)] = 60.0,
+    max_load_per_cpu: Annotated[float, typer.Option(
+        help="With --shared-campaign: claim a batch only while the 1-minute load average per CPU is at most this.",
+        rich_help_panel=P_MONEY)] = DEFAULT_MAX_LOAD_PER_CPU,
+    min_mem_available_gib: Annotated[float, typer.Option(
+        help="With --shared-campaign: claim a batch only while MemAvailable is at least this (GiB).",
+        rich_help_panel=P_MONEY)] = DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB,
+    max_daemon_ping_sec: Annotated[float, typer.Option(
+        help="With --shared-campaign: claim a batch only while the Docker daemon answers a ping within this.",
+        rich_help_panel=P_MONEY)] = DEFAULT_MAX_DAEMON_PING_SEC,
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,

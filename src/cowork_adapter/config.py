@@ -26,6 +26,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
+from .admission import (DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB,
+                        AdmissionLimits)
 from .errors import Refusal
 from .selection import explicit_selection
 from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
@@ -114,6 +116,10 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     shared_campaign: bool = False
     claim_batch: int = 2
     host_lease_sec: float = 60.0
+    # Admission by load (admission.py): a shared host claims a batch only while these hold.
+    max_load_per_cpu: float = DEFAULT_MAX_LOAD_PER_CPU
+    min_mem_available_gib: float = DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB
+    max_daemon_ping_sec: float = DEFAULT_MAX_DAEMON_PING_SEC
     new_campaign: bool = False  # the operator's consent to create a missing campaign (a new usage baseline)
     campaign_budget_usd: float | None = None
     prior_spend_usd: float = 0.0
@@ -270,6 +276,12 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
         """Equal to the memory limit: containers get no swap on top of it."""
         return self.memory_bytes
 
+    def admission_limits(self) -> AdmissionLimits:
+        """The admission limits of the flags (checked first: AdmissionLimits refuses NaN itself)."""
+        return AdmissionLimits(max_load_per_cpu=self.max_load_per_cpu,
+                               min_mem_available_bytes=int(self.min_mem_available_gib * GIB),
+                               max_daemon_ping_sec=self.max_daemon_ping_sec)
+
     def applied_config(self) -> dict[str, Any]:
         """What recovery compares across ancestors: how the agent ran, not where or for how much."""
         return {
@@ -398,6 +410,10 @@ def check_shared_flags(cfg: RunConfig) -> str | None:
     if not cfg.shared_campaign:
         if cfg.claim_batch != 2 or cfg.host_lease_sec != 60.0:
             return "--claim-batch and --host-lease-sec are only meaningful with --shared-campaign."
+        if (cfg.max_load_per_cpu, cfg.min_mem_available_gib, cfg.max_daemon_ping_sec) != (
+                DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB, DEFAULT_MAX_DAEMON_PING_SEC):
+            return ("--max-load-per-cpu, --min-mem-available-gib and --max-daemon-ping-sec are only meaningful "
+                    "with --shared-campaign.")
         return None
     if cfg.campaign_db is None:
         return "--shared-campaign needs --campaign-db: the hosts share the campaign through that database."
@@ -407,6 +423,18 @@ def check_shared_flags(cfg: RunConfig) -> str | None:
         return f"--claim-batch must be 1 to 1000, not {cfg.claim_batch}."
     if not (math.isfinite(cfg.host_lease_sec) and 8 <= cfg.host_lease_sec <= 3600):
         return f"--host-lease-sec must be 8 to 3600 seconds, not {cfg.host_lease_sec:g}."
+    return check_admission_flags(cfg)
+
+
+def check_admission_flags(cfg: RunConfig) -> str | None:
+    """The one sentence that refuses an admission limit, or None. The upper bounds only catch a
+    typo (a unit slip); the daemon watch calls the daemon lost long before a 600 s ping."""
+    if not (math.isfinite(cfg.max_load_per_cpu) and 0 < cfg.max_load_per_cpu <= 1000):
+        return f"--max-load-per-cpu must be more than 0 and at most 1000, not {cfg.max_load_per_cpu:g}."
+    if not (math.isfinite(cfg.min_mem_available_gib) and 0 <= cfg.min_mem_available_gib <= 65536):
+        return f"--min-mem-available-gib must be 0 to 65536 GiB, not {cfg.min_mem_available_gib:g}."
+    if not (math.isfinite(cfg.max_daemon_ping_sec) and 0 < cfg.max_daemon_ping_sec <= 600):
+        return f"--max-daemon-ping-sec must be more than 0 and at most 600 seconds, not {cfg.max_daemon_ping_sec:g}."
     return None
 
 

@@ -40,6 +40,7 @@ from .schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinishe
 from .schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
+from .schemas.admission import AdmissionState
 from .schemas.record import RecordInvalid, decode
 from .vocab import EventKind, ExitCode
 
@@ -66,6 +67,7 @@ class RunFiles:
     events: list[_Event]  # typed: a line that is no valid event is counted in `problems`
     problems: list[str] = field(default_factory=list)
     ledger: list[TaskRow] | None = None  # result_index.jsonl's rows; None before it exists
+    admission: AdmissionState | None = None  # custody/admission.json: a shared host waiting for load
 
     @property
     def is_run_root(self) -> bool:
@@ -101,7 +103,8 @@ def read_run(run_root: Path) -> RunFiles:
             ledger = read_index(run_root / LEDGER_NAME)
         except (OSError, ValueError) as exc:
             problems.append(f"{LEDGER_NAME} cannot be read ({type(exc).__name__}), so resource use is not shown")
-    return RunFiles(run_root, manifest, monitor, events, problems, ledger)
+    admission = _load(run_root / "custody" / "admission.json", AdmissionState, problems)
+    return RunFiles(run_root, manifest, monitor, events, problems, ledger, admission)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,6 +369,7 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "problems": list(files.problems),
         "diagnostic_write_failures": {k: v.to_dict() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
         "resource_use": _resource_use(files.ledger),
+        "admission": files.admission.to_dict() if files.admission is not None else None,
     }
 
 
@@ -454,6 +458,9 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
         lines.append(f"  tasks: {p['done']}/{p['selected']} done, {p['running']} running "
                      "(from events.jsonl: no monitor.json yet)")
         lines.append(f"  elapsed {format_duration(status['elapsed_sec'])}, eta {format_duration(status['eta_sec'])}")
+    admission = status.get("admission")
+    if admission and admission["waiting"] and status["state"] not in ("finished", "launcher_gone"):
+        lines.append(f"  {admission['sentence']} (since {admission['since']}; a wait is not a failure)")
     proven = status["cleanup_proven"]
     lines.append("  cleanup: " + ("proven (nothing with the run's label remains)" if proven
                                   else "not proven yet" if proven is False else "unknown (no monitor.json)"))

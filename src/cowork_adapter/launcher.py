@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .config import RunConfig
@@ -29,7 +29,8 @@ from .image.build_lock import build_lock
 from .fileio import replace_atomic
 from .manifest import utc_now, write_manifest
 from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
-from .schemas.manifest import BenchIdentity, ImageIdentity, Limits, RunManifest, Selection, SeedIdentity
+from .schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, ImageIdentity, Limits, RunManifest, Selection,
+                               SeedIdentity)
 from .schemas.manifest import Refusal as RefusalRecord
 from .schemas.run_config import build_run_config
 from .selection import validate_against_dataset
@@ -239,6 +240,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         campaign_db=cfg.campaign_db,
         campaign_name=cfg.campaign_name if cfg.campaign_db else None,
         docker_host=cfg.docker_host,
+        admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())) if cfg.shared_campaign else None,
     )
     write_manifest(cfg.run_root, manifest)
     LAUNCHER_SIGNALS.install()

@@ -32,7 +32,8 @@ from cowork_adapter.vocab import EventKind
 
 WRITTEN = Path(__file__).parent / "pydantic_written"
 # Fields added to a kind after its fixture was written: an old file lacks them and reads as null.
-ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "campaign_run_id", "llm_gateway", "shared_run"},
+ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "campaign_run_id", "llm_gateway", "shared_run",
+                                      "admission"},
                "campaign.json": {"stop"},
                "shim_config.json": {"gateway_secret_file"}, "result_index.jsonl": {"gateway"}}
 

@@ -11,6 +11,12 @@ Each batch is appended to the run's claimed file (fsynced) BEFORE its runner sta
 ledger answers for every task it may have run. Exit code: 0 when every batch's runner exited 0,
 else the last non-zero code; 75 when the database refused a claim or a settlement (the launcher
 sees the same lease problem and stops).
+
+Admission by load (admission.py, issue 20 deliverable 4): before each claim the loop takes a
+reading of the host and claims only when `decide` admits. While it does not, the loop waits
+(claiming nothing, so no task is held back from the other hosts; the launcher's lease thread keeps
+renewing the host run) and says when the wait starts and ends, on its console and in
+custody/admission.json, which `status` shows. A wait is never a failure: it changes no exit code.
 """
 
 from __future__ import annotations
@@ -19,17 +25,28 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 import msgspec
 
+from ..admission import AdmissionLimits, HostLoad, decide, read_host_load
+from ..fileio import replace_atomic
+from ..schemas.manifest import RunManifest
+from ..schemas.admission import AdmissionState
 from ..schemas.multihost import BatchRunnerConfig, ClaimedBatch
+from ..schemas.record import RecordInvalid, decode
 from .pg_store import ClaimLost, TaskClaims
 from .shared import settle_from_receipts
 
 CLAIM_LOST_EXIT = 75
 WAIT_POLL_SEC = 2.0
+# How often a host waiting for load takes a new reading: the 1-minute load average moves slowly,
+# and each reading pings the daemon, so more often would only add to the load it waits on.
+ADMISSION_POLL_SEC = 5.0
+ADMISSION_FILE = "custody/admission.json"
 
 
 def runner_env(environ: dict[str, str]) -> dict[str, str]:
@@ -48,6 +65,75 @@ def say(text: str) -> None:
     print(f"cowork-adapter batch runner: {text}", flush=True)
 
 
+def wait_for_admission(read: Callable[[], HostLoad], limits: AdmissionLimits, *, stopped: Callable[[], bool],
+                       record: Callable[[AdmissionState], None], sleep: Callable[[float], None] = time.sleep,
+                       clock: Callable[[], float] = time.monotonic, poll_sec: float = ADMISSION_POLL_SEC) -> bool:
+    """Return once the host admits a batch (True) or the run is stopped while waiting (False).
+
+    One console line and one state record when a wait starts and one when it ends; nothing while
+    the host admits at once, so a run that never waits writes nothing."""
+    started: float | None = None
+    while True:
+        decision = decide(read(), limits)
+        if decision.admit or stopped():
+            if started is not None:
+                waited = clock() - started
+                sentence = decision.sentence() if decision.admit else "the run was stopped while waiting for load"
+                say(f"wait for load ended after {waited:.0f} s: {sentence}")
+                record(AdmissionState(waiting=False, sentence=sentence, since=datetime.now(timezone.utc),
+                                      waited_sec=waited))
+            return decision.admit
+        if started is None:
+            started = clock()
+            say(decision.sentence())
+            record(AdmissionState(waiting=True, sentence=decision.sentence(), since=datetime.now(timezone.utc)))
+        sleep(poll_sec)
+
+
+def admission_of(run_root: Path) -> tuple[AdmissionLimits, str | None]:
+    """The run's admission limits and daemon, from its manifest (the launcher's record of its flags).
+
+    An unreadable manifest gives the defaults and DOCKER_HOST: the loop never runs unlimited, and a
+    daemon it cannot ping makes it wait, not claim."""
+    try:
+        manifest = decode((run_root / "run_manifest.json").read_bytes(), RunManifest)
+    except (OSError, RecordInvalid) as exc:
+        say(f"run_manifest.json unreadable ({exc}); admission uses the default limits")
+        return AdmissionLimits(), os.environ.get("DOCKER_HOST")
+    limits = AdmissionLimits(**msgspec.structs.asdict(manifest.admission)) if manifest.admission else AdmissionLimits()
+    return limits, manifest.docker_host or os.environ.get("DOCKER_HOST")
+
+
+def daemon_ping(docker_host: str | None, timeout: float) -> Callable[[], object]:
+    """A ping of the run's daemon through one client made on first use (the Docker SDK is slow to import)."""
+    client = None
+
+    def ping() -> object:
+        nonlocal client
+        if docker_host is None:
+            raise RuntimeError("no Docker host known")
+        if client is None:
+            import docker
+
+            client = docker.APIClient(base_url=docker_host, timeout=timeout)
+        return client.ping()
+
+    return ping
+
+
+def state_writer(run_root: Path) -> Callable[[AdmissionState], None]:
+    path = run_root / ADMISSION_FILE
+
+    def write(state: AdmissionState) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            replace_atomic(path, msgspec.json.encode(state))
+        except OSError as exc:  # the console line says the same; a full disk must not stop the loop
+            say(f"{path} not written ({exc.strerror})")
+
+    return write
+
+
 def main(config_path: str) -> int:
     cfg = msgspec.json.decode(Path(config_path).read_bytes(), type=BatchRunnerConfig)
     stop = Path(cfg.stop_file)
@@ -57,9 +143,18 @@ def main(config_path: str) -> int:
     batch_no = 0
     waited_since: float | None = None
     last_start = 0.0
+    run_root = Path(cfg.run_root)
+    limits, docker_host = admission_of(run_root)
+    say(f"admission limits: {asdict(limits)}")
+    # A ping slower than twice the limit is as good as no answer; bounded so a stuck daemon cannot
+    # hold the loop (and its stop check) for long.
+    ping = daemon_ping(docker_host, timeout=min(30.0, 2 * limits.max_daemon_ping_sec + 1))
+    record = state_writer(run_root)
     with TaskClaims(cfg.db_url, cfg.campaign) as claims:
         try:
             while not stop.exists():
+                if not wait_for_admission(lambda: read_host_load(ping), limits, stopped=stop.exists, record=record):
+                    break
                 ids = claims.claim(cfg.run_id, cfg.claim_batch, exclude=tried)
                 if not ids:
                     # Claims of a host whose lease lapsed come back once its run is proven fenced

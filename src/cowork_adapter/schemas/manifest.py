@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .record import Record
+from .record import Finite, NonNegative, Record
 
 MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
 
@@ -79,6 +79,14 @@ class SharedRun(Record):
     lease_sec: float
     claim_batch: int
     claimed_file: str  # relative to the run root
+
+
+class AdmissionLimitsRecord(Record):
+    """--shared-campaign's admission by load (admission.py): a batch is claimed only within these."""
+
+    max_load_per_cpu: Finite
+    min_mem_available_bytes: NonNegative
+    max_daemon_ping_sec: Finite
 
 
 class Limits(Record):
@@ -173,3 +181,4 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     task_validity: dict[str, str] | None = None  # {source, sha256}
     llm_gateway: GatewayRecord | None = None
     shared_run: SharedRun | None = None
+    admission: AdmissionLimitsRecord | None = None  # --shared-campaign only: its batch loop reads it
