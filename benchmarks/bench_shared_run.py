@@ -40,7 +40,8 @@ def launch(demo, db: str, campaign: str, name: str, tasks: list[str]) -> subproc
     args = demo.run_args(name, tasks, campaign="unused.json")
     at = args.index("--campaign-file")
     args[at:at + 2] = ["--campaign-db", db.replace(f":{PASSWORD}@", "@"), "--campaign-name", campaign,
-                       "--shared-campaign", "--claim-batch", "1"]
+                       "--shared-campaign", "--claim-batch", "1",
+                       "--max-load-per-cpu", "1000"]  # both "hosts" share these 2 CPUs: no admission wait
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
     args[args.index("--resource-root") + 1] = str(storage)
