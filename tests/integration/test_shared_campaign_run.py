@@ -43,12 +43,13 @@ def demo(docker_host, tmp_path_factory):
     env.meter.stop()
 
 
-def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str]) -> subprocess.Popen:
-    """One host: its own run root and resource root, one task per claim, concurrency 1."""
+def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str],
+           extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """One host: its own run root and resource root, one task per claim, concurrency 1; `extra` flags added."""
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
     return launch_db_run(demo, None, name, db_url, tasks, campaign=campaign,
-                         extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC),
+                         extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC, *extra),
                          flags={"--resource-root": str(storage), "--concurrency": "1"})
 
 
