@@ -76,6 +76,7 @@ def test_a_silent_meter_stops_both_hosts_within_the_blindness_bound(demo, server
     for name, code in codes.items():
         root = demo.run_root(name)
         assert code == ExitCode.STOPPED, (name, code, log_of(demo, name))
+        assert "Traceback" not in log_of(demo, name), (name, log_of(demo, name))
         stop = first_stop_at(root)
         assert stop is not None, (name, log_of(demo, name))
         waited = stop[0] - silenced
