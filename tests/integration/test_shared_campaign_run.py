@@ -43,15 +43,16 @@ def demo(docker_host, tmp_path_factory):
     env.meter.stop()
 
 
-def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str]) -> subprocess.Popen:
-    """One host: its own run root and resource root, one task per claim, concurrency 1."""
+def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str],
+           extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """One host: its own run root and resource root, one task per claim, concurrency 1; `extra` flags added."""
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
     return launch_db_run(demo, None, name, db_url, tasks, campaign=campaign,
                          # Admission by load is off here (it has its own test): CI's parallel workers
                          # keep 2 CPUs far above the default 4.0 per CPU, so every host would wait.
                          extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC,
-                                "--max-load-per-cpu", "1000"),
+                                "--max-load-per-cpu", "1000", *extra),
                          flags={"--resource-root": str(storage), "--concurrency": "1"})
 
 
