@@ -134,3 +134,29 @@ def test_a_stale_stored_reading_is_no_reading_and_blinds_the_reader(db: str) -> 
         finally:
             poller.close()
             reader.close()
+
+
+def test_a_database_that_stops_answering_costs_a_read_no_more_than_its_slice(db: str, server: PgServer) -> None:
+    with MeterStandin(KEY, usage=1.0) as meter:
+        reader = SharedMeter(KeyMeter(meter.base_url, KEY), db, CAMPAIGN, poller="B", poll_sec=POLL_SEC)
+        try:
+            assert reader.read_usage(2.0).usage == 1.0 and reader.holder
+            server.container.pause()  # the server keeps the socket open and never answers: a partition
+            try:
+                for _ in range(2):  # the second waits behind the first, still stuck: a timeout too
+                    began = time.monotonic()
+                    with pytest.raises(MeterError) as hung:
+                        reader.read_usage(1.0)
+                    assert hung.value.error_type == "timeout" and time.monotonic() - began < 1.5
+            finally:
+                server.container.unpause()
+            deadline = time.monotonic() + 60  # the stuck statement ends (statement timeout or reset)
+            while True:
+                try:
+                    assert reader.read_usage(2.0).usage == 1.0
+                    break
+                except MeterError:
+                    assert time.monotonic() < deadline, "the shared meter did not recover after the database came back"
+                    time.sleep(0.5)
+        finally:
+            reader.close()

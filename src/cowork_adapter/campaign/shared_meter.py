@@ -53,29 +53,59 @@ class SharedMeter:
         self._monotonic = monotonic
         self._conn: Any = None
         self.holder = False  # True while this object holds the meter lock (and so polls the meter)
-        self._guard = threading.Lock()  # the final reading and a poll may overlap on one connection
+        self._guard = threading.Lock()  # a late read still running and the next one share one connection
 
     def read_usage(self, timeout: float | None = None) -> MeterReading:
-        """The provider's reading if we poll, else the stored one; MeterError when there is none."""
+        """The provider's reading if we poll, else the stored one; MeterError when there is none.
+        Bounded by `timeout` overall, as KeyMeter is: a database that stops answering (a partition
+        holds a socket for the keepalives' 25 s) must not stretch the observer's blindness bound."""
         budget = self.meter.timeout if timeout is None else timeout
-        with self._guard:
+        started = self._monotonic()
+        outcome: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                outcome["reading"] = self._read(budget, started)
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=call, name="shared-meter-read", daemon=True)
+        worker.start()
+        worker.join(budget)
+        if worker.is_alive():  # it finishes (or fails and drops its connection) on its own
+            raise MeterError("timeout", f"the campaign's shared meter reading took more than {budget:.1f}s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["reading"]
+
+    def close(self) -> None:
+        # Not waiting behind a stuck read: the connection, and the lock, end with the process anyway.
+        if self._guard.acquire(timeout=self.meter.timeout):
+            try:
+                self._drop()
+            finally:
+                self._guard.release()
+
+    # ------------------------------------------------------------------ internals
+
+    def _read(self, budget: float, started: float) -> MeterReading:
+        # One read at a time on the one connection; behind a stuck one, this read is a timeout.
+        if not self._guard.acquire(timeout=budget):
+            raise MeterError("timeout", "an earlier shared meter read is still waiting for the database")
+        try:
             try:
                 conn = self._connection(budget)
                 if not self.holder:
                     self.holder = self._try_lock(conn)
                 if self.holder:
-                    return self._poll(conn, budget)
+                    return self._poll(conn, max(0.1, budget - (self._monotonic() - started)))
                 return self._stored(conn)
             except psycopg2.Error as exc:
                 self._drop()  # a new connection next time; a lock we held went with the old one
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise MeterError("shared_store", f"the campaign's shared meter reading is unreachable: {first}") from None
-
-    def close(self) -> None:
-        with self._guard:
-            self._drop()
-
-    # ------------------------------------------------------------------ internals
+        finally:
+            self._guard.release()
 
     def _connection(self, timeout: float) -> Any:
         if self._conn is None or self._conn.closed:
