@@ -369,7 +369,8 @@ class PaidRun:
                 except CampaignPersistenceError as exc:
                     return self._unregistered(exc, "registering this host's run")
             self.observer = MeterObserver(
-                read=lambda timeout: self.meter.read_usage(timeout=timeout),
+                # A shared host reads the campaign's one polled reading (campaign/shared_meter.py).
+                read=lambda timeout: ((self.host and self.host.meter) or self.meter).read_usage(timeout=timeout),
                 save=self._save_usage,
                 last_accepted=lambda: campaign.record.last_usage,
                 on_observation=self._observation,

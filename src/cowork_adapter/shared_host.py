@@ -20,6 +20,7 @@ import msgspec
 
 from .campaign.pg_store import TaskClaims
 from .campaign.shared import CAMPAIGN_WIDE, HostLease, open_shared_campaign, settle_from_receipts
+from .campaign.shared_meter import SharedMeter
 from .errors import CampaignPersistenceError, Refusal
 from .fileio import replace_atomic
 from .manifest import write_manifest
@@ -51,6 +52,9 @@ class SharedHost:
     def __init__(self, paid: Any, claims: TaskClaims, run_id: str, host: str) -> None:
         self.paid, self.claims, self.run_id, self.host = paid, claims, run_id, host
         self.lease: HostLease | None = None
+        # The campaign's one meter stream for this host's polls (None after release_claims: the final
+        # reading is this host's own, from the provider, so its spend ends on the meter's delta).
+        self.meter: SharedMeter | None = None
 
     @classmethod
     def join(cls, paid: Any) -> "SharedHost":
@@ -68,6 +72,7 @@ class SharedHost:
             claims.close()
             raise
         self = cls(paid, claims, run.run_id, host)
+        self.meter = SharedMeter(paid.meter, cfg.campaign_db, cfg.campaign_name, poller=run.run_id)
         # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
         paid.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
         paid.manifest.shared_run = SharedRun(run_id=run.run_id, host=host, lease_sec=cfg.host_lease_sec,
@@ -117,6 +122,12 @@ class SharedHost:
             self.lease.stop()
             self.lease = None
 
+    def end_meter(self) -> None:
+        """Give up polling for the campaign (another host takes the meter lock at its next poll)."""
+        if self.meter is not None:
+            self.meter.close()
+            self.meter = None
+
     def release_claims(self) -> bool:
         """After proven cleanup: settle by receipts, give the rest back, end the host run."""
         try:
@@ -128,5 +139,6 @@ class SharedHost:
             return False
         finally:
             self.claims.close()
+            self.end_meter()
         self._say("claims_released", {"settled_from_receipts": settled, "released": released})
         return True

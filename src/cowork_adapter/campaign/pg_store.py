@@ -81,6 +81,18 @@ CREATE TABLE task_claims (
 CREATE INDEX task_claims_open ON task_claims (campaign, task_id) WHERE state = 'open';
 CREATE INDEX task_claims_by_run ON task_claims (run_id) WHERE state = 'claimed';
 """),
+    # The one accepted meter reading of a shared campaign (campaign/shared_meter.py): written by the
+    # host holding the campaign's meter lock, read with its age by every other host.
+    (2, """
+CREATE TABLE meter_readings (
+    campaign text PRIMARY KEY,
+    usage double precision NOT NULL CHECK (usage >= 0),
+    limit_usd double precision,
+    limit_remaining double precision,
+    observed_at timestamptz NOT NULL,
+    poller text NOT NULL
+);
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
