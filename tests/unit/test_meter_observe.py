@@ -242,3 +242,21 @@ def test_blindness_must_be_finite_and_above_20(bad):
     with pytest.raises(ValueError):
         validate_blindness(bad)
     assert validate_blindness(20.5) == 20.5
+
+
+def test_a_stored_reading_is_dated_by_its_age_so_blindness_runs_from_the_poll_that_made_it():
+    """A shared campaign's reading host gets another host's stored reading, 12 s old: the run's
+    next deadline runs from that poll (anchor 100 - 12), not from this read."""
+    clock = FakeClock(100.0)
+    saver = Saver(clock)
+
+    def stored(timeout: float) -> MeterReading:
+        return MeterReading(usage=1.0, limit=None, limit_remaining=None,
+                            requested_at_monotonic=clock.t - 12.0, age_sec=12.0)
+
+    obs = observer(clock, stored, saver)
+    reading = obs.observe(deadline=130.0)
+    assert reading.request_time == 88.0
+    schedule = MeterSchedule(blindness_sec=30, anchor=80.0)
+    schedule.accept(reading)
+    assert schedule.deadline == 118.0  # 88 + 30, not 130

@@ -37,6 +37,10 @@ class MeterReading:
     limit: float | None
     limit_remaining: float | None
     requested_at_monotonic: float
+    # How old the reading already was when this read returned it: 0 for the provider's own answer;
+    # a shared campaign's stored reading (shared_meter.py) carries its age, so the blindness bound
+    # runs from when the meter was read, not from when another host's copy of it was.
+    age_sec: float = 0.0
 
     @property
     def key_headroom(self) -> float | None:

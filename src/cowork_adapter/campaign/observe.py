@@ -182,7 +182,9 @@ class MeterObserver:
                     if self.clock.monotonic() > deadline:
                         raise AcceptedTooLate("the accepted reading was saved after the deadline", seen)
                     return AcceptedReading(
-                        request_time=requested,
+                        # A stored reading of another host's poll is as old as that poll: the next
+                        # deadline runs from then, so a reading host is never blind for longer.
+                        request_time=requested - max(0.0, reading.age_sec),
                         usage=float(reading.usage),
                         limit=reading.limit,
                         limit_remaining=reading.limit_remaining,

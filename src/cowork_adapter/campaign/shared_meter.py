@@ -157,7 +157,8 @@ class SharedMeter:
         usage, limit, remaining, _ = row
         # Requested when it was read, on our own clock: the age is the server's, so no clock skew.
         return MeterReading(usage=usage, limit=limit, limit_remaining=remaining,
-                            requested_at_monotonic=self._monotonic() - age)  # type: ignore[operator]
+                            requested_at_monotonic=self._monotonic() - age,  # type: ignore[operator]
+                            age_sec=age)  # type: ignore[arg-type]
 
     def _drop(self) -> None:
         conn, self._conn, self.holder = self._conn, None, False
