@@ -99,7 +99,12 @@ def _in_container(client, name: str, script: str, *args: str) -> str:
     container = client.containers.get(name)
     if container.status != "running":
         raise docker.errors.NotFound(f"{name} is not running")
-    code, output = container.exec_run(["python3", "-c", script, *args], demux=False)
+    try:
+        code, output = container.exec_run(["python3", "-c", script, *args], demux=False)
+    except docker.errors.APIError as exc:  # 409: it stopped between the status read and the exec
+        if exc.status_code == 409:
+            raise docker.errors.NotFound(f"{name} stopped before the exec") from exc
+        raise
     text = output.decode(errors="replace")
     if code != 0:  # killed with its container? (the runner stops a finished task's containers)
         deadline = time.monotonic() + 15
