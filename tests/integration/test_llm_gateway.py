@@ -101,9 +101,9 @@ def _in_container(client, name: str, script: str, *args: str) -> str:
         raise docker.errors.NotFound(f"{name} is not running")
     try:
         code, output = container.exec_run(["python3", "-c", script, *args], demux=False)
-    except docker.errors.APIError as exc:  # 409: it stopped between the status read and the exec
-        if exc.status_code == 409:
-            raise docker.errors.NotFound(f"{name} stopped before the exec") from exc
+    except docker.errors.APIError as exc:  # it stopped (409) or is being removed (500) meanwhile?
+        if isinstance(exc, docker.errors.NotFound) or "is not running" in str(exc):
+            raise docker.errors.NotFound(f"{name} stopped before the exec: {exc}") from exc
         raise
     text = output.decode(errors="replace")
     if code != 0:  # killed with its container? (the runner stops a finished task's containers)
