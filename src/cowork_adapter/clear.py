@@ -256,6 +256,7 @@ def clear_command(
     from .campaign.observe import DEFAULT_BLINDNESS_SEC
     from .control import fence, gather_recorded, read_run
     from .custody import docker_ops
+    from .custody.creations import creations_dir
     from .custody.liveness import prove
     from .resources import reader_for
 
@@ -296,7 +297,8 @@ def clear_command(
         # Containers a killed run left behind are read before removal: the rebuilt ledger shows them.
         report = docker_ops.cleanup_run(plan.docker_host, label, lambda r: print(f"cowork-adapter: cleanup: {r}",
                                                                                   file=sys.stderr, flush=True),
-                                        before_remove=reader_for(plan.run_root / "custody" / "evidence"))
+                                        before_remove=reader_for(plan.run_root / "custody" / "evidence"),
+                                        creations=creations_dir(plan.run_root))
     except CustodyError as exc:
         _drop_key(plan.run_root)
         say(f"the run's labelled objects could not all be removed or proven gone: {exc}; the key file was deleted, "

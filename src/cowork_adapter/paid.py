@@ -34,6 +34,7 @@ from .config import RunConfig, not_below
 from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
 from .custody.bash_env import install_custody
+from .custody.creations import creations_dir
 from .custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from .custody.docker_ops import cleanup_run, custody_gap
 from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
@@ -763,7 +764,8 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
     error = None
     try:
         report = cleanup_run(cfg.docker_host, label, log,
-                             before_remove=reader_for(cfg.run_root / "custody" / "evidence"))
+                             before_remove=reader_for(cfg.run_root / "custody" / "evidence"),
+                             creations=creations_dir(cfg.run_root))
         record_event(events, failures, EventKind.CLEANUP,
                      removed=len(report.removed_containers) + len(report.removed_networks), remaining=0, proven=True)
     except CustodyError as exc:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import docker
 import pytest
 
 from cowork_adapter.custody.bash_env import install_custody
-from cowork_adapter.custody.docker_ops import cleanup_run
+from cowork_adapter.custody.creations import creations_dir
+from cowork_adapter.custody.docker_ops import cleanup_run, label_is_empty
 from cowork_adapter.custody.labels import ROLE_LABEL_KEY, RUN_LABEL_KEY, run_label
 from cowork_adapter.custody.shim_config import ContainerLimits
 
@@ -165,3 +168,96 @@ def test_stop_file_refuses_creation_while_ps_still_works(custody):
     assert "ps_rc=0" in done.stdout
     with pytest.raises(docker.errors.NotFound):
         custody["client"].api.inspect_container(f"agent-{custody['id']}-late")
+
+
+# A stand-in for a slow daemon: the "real docker" the shim runs waits 4 s before a creation, as a
+# loaded daemon can take seconds to answer a create it will finish even if its client is killed.
+SLOW_DOCKER = """\
+#!/bin/sh
+case "$1" in run|create) sleep 4 ;; esac
+exec {real} "$@"
+"""
+
+ONE_CREATION = """\
+set -uo pipefail
+DOCKER=$(which docker)
+"$DOCKER" run -d --name "agent-$1" {image} sleep 60 >/dev/null
+""".format(image=IMAGE)
+
+
+def _slow_custody(tmp_path: Path, docker_host: str):
+    real = shutil.which("docker", path="/usr/local/bin:/usr/bin:/bin")
+    slow = tmp_path / "slow-docker"
+    slow.write_text(SLOW_DOCKER.format(real=real))
+    slow.chmod(0o755)
+    (tmp_path / "resources").mkdir()
+    run_root = tmp_path / "run"
+    files = install_custody(run_root, real_docker=str(slow), docker_host=docker_host, run_label=run_label(run_root),
+                            limits=LIMITS, stop_file=run_root / "custody" / "stop", resource_root=tmp_path / "resources",
+                            min_free_bytes=0, evidence_dir=tmp_path / "evidence", agent_env_file=None, environ={})
+    return run_root, files
+
+
+def _stopped_mid_creation(tmp_path: Path, run_root: Path, files, ident: str) -> None:
+    """Start a runner-like script that creates one container, wait until the creation is in flight,
+    then fence and SIGKILL the script's whole group, as the supervisor stops a runner."""
+    script = tmp_path / "one.sh"
+    script.write_text(ONE_CREATION)
+    env = files.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)})
+    runner = subprocess.Popen(["bash", str(script), ident], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not any(creations_dir(run_root).iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(creations_dir(run_root).iterdir()), "the creation never started"
+    (run_root / "custody" / "stop").write_text("stop_requested\n")
+    os.killpg(runner.pid, signal.SIGKILL)
+    runner.wait(timeout=10)
+
+
+def _remove_named(docker_host: str, name: str) -> None:
+    client = docker.DockerClient(base_url=docker_host, timeout=60)
+    try:
+        client.api.remove_container(name, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    finally:
+        client.close()
+
+
+def test_a_creation_landing_after_the_stop_is_waited_for_and_removed_before_the_proof(tmp_path, docker_host):
+    """The flake CI found: a cleanup proved a run empty while a create it had admitted was still
+    being answered, and the container appeared after the proof. The cleanup now waits for it."""
+    run_root, files = _slow_custody(tmp_path, docker_host)
+    ident = "inflight" + uuid.uuid4().hex[:8]
+    label = run_label(run_root)
+    log: list[dict] = []
+    try:
+        _stopped_mid_creation(tmp_path, run_root, files, ident)
+        report = cleanup_run(docker_host, label, log.append, creations=creations_dir(run_root))
+        assert [name for _, name in report.removed_containers] == [f"agent-{ident}"]
+        assert any(entry["event"] == "cleanup_creations_settled" for entry in log)
+        time.sleep(2)
+        assert label_is_empty(docker_host, label)
+        assert list(creations_dir(run_root).iterdir()) == []
+    finally:
+        _remove_named(docker_host, f"agent-{ident}")
+
+
+def test_without_the_wait_that_creation_escapes_the_proof(tmp_path, docker_host):
+    """The control: the same stop, proven by a cleanup that does not wait, is proven empty and then
+    holds the container that landed after it (why the in-flight locks exist)."""
+    run_root, files = _slow_custody(tmp_path, docker_host)
+    ident = "inflight" + uuid.uuid4().hex[:8]
+    label = run_label(run_root)
+    try:
+        _stopped_mid_creation(tmp_path, run_root, files, ident)
+        report = cleanup_run(docker_host, label, lambda entry: None)
+        assert report.removed_containers == []
+        deadline = time.monotonic() + 30
+        while label_is_empty(docker_host, label) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not label_is_empty(docker_host, label)
+    finally:
+        cleanup_run(docker_host, label, lambda entry: None, creations=creations_dir(run_root))
+        _remove_named(docker_host, f"agent-{ident}")

@@ -6,9 +6,11 @@ have been given; no daemon is needed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,9 @@ import pytest
 from cowork_adapter.container.procs import start_ticks
 from cowork_adapter.custody import labels, shim
 from cowork_adapter.custody.bash_env import install_custody
+from cowork_adapter.custody.creations import Settled, creations_dir, settle
 from cowork_adapter.custody.shim_config import ContainerLimits
+from cowork_adapter.custody.watchdog import RUN_MARKER_ENV
 from cowork_adapter.errors import Refusal
 from cowork_adapter.vocab import ContainerState, ExitCode, ShimRefusal
 
@@ -30,11 +34,36 @@ HOST = "unix:///tmp/fake-daemon.sock"
 
 FAKE_DOCKER = """\
 #!{python}
-import json, os, sys
+import fcntl, json, os, sys, time
 here = {here!r}
+
+def creation_locks():
+    # Each in-flight lock file of the run: True when someone holds its lock (a new open file
+    # description of ours cannot take it).
+    try:
+        directory = json.load(open(os.environ["COWORK_SHIM_CONFIG"]))["creations_dir"]
+        names = sorted(os.listdir(directory))
+    except (KeyError, OSError, TypeError, ValueError):
+        return None
+    held = []
+    for name in names:
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+    return held
+
 with open(os.path.join(here, "calls.jsonl"), "a") as log:
     log.write(json.dumps({{"argv": sys.argv[1:], "docker_host": os.environ.get("DOCKER_HOST"),
-                          "context": os.environ.get("DOCKER_CONTEXT")}}) + "\\n")
+                          "context": os.environ.get("DOCKER_CONTEXT"), "pgid": os.getpgid(0),
+                          "pid": os.getpid(), "locks": creation_locks(),
+                          "marker": os.environ.get("COWORK_RUN_LABEL")}}) + "\\n")
+if os.path.exists(os.path.join(here, "sleep")):
+    time.sleep(float(open(os.path.join(here, "sleep")).read()))
 if sys.argv[1:2] == ["ps"] and any(a.startswith("name=agent-") for a in sys.argv):
     names = open(os.path.join(here, "ps_names")).read()
     if names == "FAIL":
@@ -435,6 +464,93 @@ def test_container_exec_eval_with_phase_equals_form(bed):
                                "-w", "/w", "eval-8-12345678", "py", "--phase=eval"]
 
 
+def creation_files(bed: Bed) -> list[Path]:
+    return sorted(creations_dir(bed.files.shim_config.parent.parent).iterdir())
+
+
+def test_an_admitted_creation_holds_its_lock_outside_the_callers_group_until_docker_returns(bed):
+    """The real docker of a creation runs in its own process group, without the run's marker (a
+    stop of the runner's group or the watchdog's sweep does not cut a request the daemon would
+    finish unseen) and holds the creation's lock while it runs; the file is gone once it returned.
+    Other commands keep the caller's group and marker, and take no lock."""
+    done = bed.run("run", "-d", "--name", "agent-1-abc", "img", env={RUN_MARKER_ENV: LABEL})
+    assert done.returncode == 0
+    call = bed.calls()[-1]
+    assert call["locks"] == [True]  # exactly one lock, held while the docker ran
+    assert call["pgid"] == call["pid"] and call["marker"] is None
+    assert creation_files(bed) == []
+    bed.run("network", "create", "net-1")
+    assert bed.calls()[-1]["locks"] == [True] and creation_files(bed) == []
+    bed.run("exec", "agent-1-abc", "true", env={RUN_MARKER_ENV: LABEL})
+    call = bed.calls()[-1]
+    assert call["locks"] == [] and call["pgid"] == os.getpgid(0) and call["marker"] == LABEL
+
+
+def test_a_refused_creation_leaves_no_lock_and_a_lock_that_cannot_be_made_refuses(tmp_path):
+    bed = Bed(tmp_path)
+    bed.stop_file.write_text("")
+    assert bed.run("run", "-d", "--name", "agent-1-abc", "img").returncode == 75
+    assert creation_files(bed) == []
+    bed.stop_file.unlink()
+    directory = creations_dir(bed.files.shim_config.parent.parent)
+    directory.rmdir()
+    directory.write_text("")  # not a directory: no lock file can be made there
+    done = bed.run("run", "-d", "--name", "agent-1-abc", "img")
+    assert done.returncode == 75 and done.stderr.strip().endswith(ShimRefusal.CREATION_LOCK_FAILED.value)
+    assert bed.calls() == [] and bed.creations()[-1]["cause"] == ShimRefusal.CREATION_LOCK_FAILED
+
+
+def test_the_lock_outlives_a_killed_shim_while_its_docker_runs(bed):
+    """SIGKILL of the shim alone (or of the runner's group) leaves the request running: its lock
+    stays held, so cleanup waits for it (settle), and is taken once the docker has returned."""
+    (bed.fake_dir / "sleep").write_text("3")
+    # A shell leads the group and calls the wrapper, as the runner's bash does.
+    proc = subprocess.Popen(["sh", "-c", '"$0" run -d --name agent-2-abc img; exit $?', str(bed.files.wrapper)],
+                            env={"PATH": os.environ["PATH"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not bed.calls() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert bed.calls(), "the fake docker never started"
+    os.killpg(proc.pid, signal.SIGKILL)  # the caller's whole group, as a stop of the runner does
+    proc.wait(timeout=10)
+    directory = creations_dir(bed.files.shim_config.parent.parent)
+    early = settle(directory, time.monotonic() + 0.3)
+    assert early == Settled(ended=0, in_flight=1)
+    late = settle(directory, time.monotonic() + 20)
+    assert late == Settled(ended=1, in_flight=0) and creation_files(bed) == []
+
+
+def test_a_signal_to_the_shim_reaches_its_docker_and_the_exit_code_says_so(bed):
+    (bed.fake_dir / "sleep").write_text("30")
+    proc = subprocess.Popen([str(bed.files.wrapper), "run", "-d", "--name", "agent-3-abc", "img"],
+                            env={"PATH": os.environ["PATH"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not bed.calls() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the forwarding handlers are set right after the docker starts
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+    assert creation_files(bed) == []
+
+
+def test_settle_reads_ended_and_held_locks_and_a_missing_directory(tmp_path):
+    assert settle(tmp_path / "none", time.monotonic()) == Settled(0, 0)
+    assert settle(None, time.monotonic()) == Settled(0, 0)
+    (tmp_path / "a.lock").write_text("")  # its holder is gone: ended
+    (tmp_path / "other").write_text("")  # not a lock file: ignored
+    held = tmp_path / "b.lock"
+    fd = os.open(held, os.O_WRONLY | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert settle(tmp_path, time.monotonic() + 0.2) == Settled(ended=1, in_flight=1)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["b.lock", "other"]
+    finally:
+        os.close(fd)
+    assert settle(tmp_path, time.monotonic() + 5) == Settled(ended=1, in_flight=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+
+
 def test_creations_are_recorded_one_line_each(bed):
     bed.run("network", "create", "net-4-00000000")
     bed.run("run", "-d", "--name=pg-4-00000000", "postgres:15")
@@ -453,10 +569,11 @@ def test_creations_are_recorded_one_line_each(bed):
 
 def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
+    assert shim.RUN_MARKER_ENV == RUN_MARKER_ENV
     assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
               shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD,
-              shim.GATEWAY_TOKEN_FAILED}
+              shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED}
     assert causes == set(ShimRefusal.values())
     assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
     for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):

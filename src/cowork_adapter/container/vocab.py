@@ -274,6 +274,7 @@ class ShimRefusal(Vocab):
     HOST_OVERRIDE = "host_override"  # the caller named another daemon (-H/--host/--context)
     LAUNCHER_DEAD = "launcher_dead"  # the launcher that holds the run's custody is not alive
     GATEWAY_TOKEN_FAILED = "gateway_token_failed"  # --llm-gateway: the task's token could not be minted
+    CREATION_LOCK_FAILED = "creation_lock_failed"  # the in-flight lock (custody/creations) could not be taken
 
 
 class MeterPhase(Vocab):

@@ -33,6 +33,7 @@ from pathlib import Path
 from ..errors import Refusal
 from ..fileio import create_exclusive
 from ..schemas.record import RecordInvalid
+from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
@@ -134,6 +135,7 @@ def install_custody(
             launcher_pid=launcher_pid,
             launcher_start_ticks=launcher_start_ticks,
             gateway_secret_file=None if gateway_secret_file is None else str(Path(gateway_secret_file).resolve()),
+            creations_dir=str(creations_dir(run_root)),
         )
     except (RecordInvalid, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None
@@ -142,6 +144,7 @@ def install_custody(
     except FileExistsError:
         raise Refusal(STAGE, f"{custody_dir} already exists; a run root is never reused.") from None
     shim_dir.mkdir(mode=0o700)
+    creations_dir(run_root).mkdir(mode=0o700)
     _make_private_dir(Path(config.evidence_dir))
     tmpdir = resource_root.resolve() / f"tmp-{run_label[:12]}"
     _make_private_dir(tmpdir)

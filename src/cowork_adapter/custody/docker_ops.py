@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -18,12 +19,17 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from ..errors import CustodyError, Refusal
+from .creations import CREATION_WAIT_SEC, settle
 from .labels import RUN_LABEL_KEY, label_filter
 
 DEFAULT_TIMEOUT_SEC = 30
 # A removal the daemon already runs (the runner's EXIT trap, a restarted daemon's own cleanup) is
 # waited for this long before the relist judges; the relist stays the only proof.
 IN_PROGRESS_WAIT_SEC = 30.0
+# In-flight creations are waited for in rounds this long, each followed by another removal pass:
+# a foreground `docker run` whose create landed after a pass holds its lock until its container is
+# removed.
+CREATION_ROUND_SEC = 3.0
 # Failures of the transport or the daemon: each one leaves the state unknown.
 DOCKER_FAILURES = (DockerException, RequestException, OSError)
 
@@ -88,43 +94,44 @@ def label_is_empty(docker_host: str, run_label: str, *, timeout: int = DEFAULT_T
 def cleanup_run(
     docker_host: str, run_label: str, log: Log, *, timeout: int = DEFAULT_TIMEOUT_SEC,
     before_remove: Callable[[Any, str, str], None] | None = None,
+    creations: Path | None = None, creation_wait_sec: float = CREATION_WAIT_SEC,
 ) -> CleanupReport:
     """Force-remove the run's containers (with their anonymous volumes), then its networks and its
     labelled volumes, then prove by a fresh listing that none remains.
+
+    `creations` is the run's in-flight creations directory (custody/creations.py): after each
+    removal pass, every creation still in flight there is waited for (a few seconds at a time, up
+    to `creation_wait_sec` in all) and, when any was found, what it made is removed by another
+    pass; the proof waits until no creation is in flight.
 
     `before_remove(api, id, name)` runs before each container's removal (the resource reading of a
     container the runner left behind); whatever it raises is ignored, the removal always follows.
 
     A "not found" during removal (a competing cleanup) counts as success only because the relist
-    is empty. Raises CustodyError when a listing fails (state unknown) or anything survives.
+    is empty. Raises CustodyError when a listing fails (state unknown), a creation is still in
+    flight at the bound, or anything survives.
     Every removal error goes through `log` as {"event": "cleanup_remove", ...}.
     """
     dc = client(docker_host, timeout)
     try:
-        listed = _list(dc.api, run_label)
         errors: list[dict[str, Any]] = []
         removed: dict[str, list[Resource]] = {"container": [], "network": [], "volume": []}
         gone = 0
-        # Containers first: a network or volume cannot be removed while a container uses it.
-        for kind, remove, items in (
-            ("container", _remove_container, listed.containers),
-            ("network", _remove_network, listed.networks),
-            ("volume", _remove_volume, listed.volumes),
-        ):
-            for ident, name in items:
-                if kind == "container" and before_remove is not None:
-                    try:
-                        before_remove(dc.api, ident, name)
-                    except Exception:  # noqa: BLE001 - a reading never stands in custody's way
-                        pass
-                error = _attempt(remove, dc.api, kind, ident, name)
-                if error is None:
-                    removed[kind].append((ident, name))
-                    continue
-                log(error)
-                errors.append(error)
-                gone += error["outcome"] in ("not_found", "in_progress")
-        _await_removals(dc.api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"])
+        deadline = time.monotonic() + creation_wait_sec
+        while True:
+            gone += _remove_pass(dc.api, run_label, log, before_remove, errors, removed)
+            try:
+                settled = settle(creations, min(deadline, time.monotonic() + CREATION_ROUND_SEC))
+            except OSError as err:
+                raise CustodyError(f"cannot read the run's in-flight creations in {creations}: {err}") from err
+            if settled.in_flight and time.monotonic() >= deadline:
+                log({"event": "cleanup_creations_in_flight", "run_label": run_label, "in_flight": settled.in_flight})
+                raise CustodyError(f"{settled.in_flight} container creation(s) of run {run_label} still in flight "
+                                   f"after {creation_wait_sec:g} s")
+            if not settled.ended and not settled.in_flight:
+                break  # nothing landed since this pass listed: the relist below is the proof
+            log({"event": "cleanup_creations_settled", "run_label": run_label, "ended": settled.ended,
+                 "in_flight": settled.in_flight})
         try:
             remaining = _list(dc.api, run_label)
         except CustodyError as err:
@@ -142,6 +149,36 @@ def cleanup_run(
         return CleanupReport(removed["container"], removed["network"], errors, gone, removed["volume"])
     finally:
         dc.close()
+
+
+def _remove_pass(
+    api: Any, run_label: str, log: Log, before_remove: Callable[[Any, str, str], None] | None,
+    errors: list[dict[str, Any]], removed: dict[str, list[Resource]],
+) -> int:
+    """List the run's resources and remove each (containers first: a network or volume cannot be
+    removed while a container uses it); the number of those already gone or being removed."""
+    listed = _list(api, run_label)
+    gone = 0
+    for kind, remove, items in (
+        ("container", _remove_container, listed.containers),
+        ("network", _remove_network, listed.networks),
+        ("volume", _remove_volume, listed.volumes),
+    ):
+        for ident, name in items:
+            if kind == "container" and before_remove is not None:
+                try:
+                    before_remove(api, ident, name)
+                except Exception:  # noqa: BLE001 - a reading never stands in custody's way
+                    pass
+            error = _attempt(remove, api, kind, ident, name)
+            if error is None:
+                removed[kind].append((ident, name))
+                continue
+            log(error)
+            errors.append(error)
+            gone += error["outcome"] in ("not_found", "in_progress")
+    _await_removals(api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"])
+    return gone
 
 
 def image_identity(docker_host: str, ref: str, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> tuple[str, dict[str, str], list[str]]:

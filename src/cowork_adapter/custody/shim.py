@@ -17,6 +17,13 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   of the resource root fails or is below the reserve, the caller names another daemon, or the
   caller set a limit, the pull policy or a custody label itself (ours come first and docker
   keeps the last value, so theirs would win).
+- an admitted creation is an in-flight creation until the real docker has its answer: the shim
+  takes an exclusive flock on a fresh file under the config's `creations_dir` BEFORE it checks
+  admission, then runs the real docker in a process group of its own, unmarked, holding that lock
+  (inherited: it lasts while the request does, even if this shim is killed), so a stop of the
+  runner does not kill a request the daemon would finish anyway, unseen. Cleanup waits for every such lock before its proof (custody/creations.py): a stop
+  never proves a run empty while a creation it admitted is still landing. No lock, no creation:
+  a lock that cannot be taken refuses it (fail closed).
 - `exec agent-<id> …` records the --task_dir value; `exec eval-<id> … --phase eval` tells the
   eval phase whether `agent-<id>` still exists (COWORK_AGENT_CONTAINER_STATE).
 - `rm`/`stop` (also `container rm|stop`) of a task's `agent-`/`eval-`/`pg-<id>` container first
@@ -29,12 +36,14 @@ Evidence goes to the host-only evidence_dir; a failure to write it never changes
 The shim never prints argv and never logs environment values.
 """
 
+import fcntl
 import hashlib
 import hmac
 import http.client
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -50,6 +59,7 @@ ROLES_BY_PREFIX = {"agent": "agent", "eval": "eval", "pg": "pg", "helper": "help
 ROLE_NETWORK = "network"
 ROLE_OTHER = "other"
 STATE_ENV = "COWORK_AGENT_CONTAINER_STATE"
+RUN_MARKER_ENV = "COWORK_RUN_LABEL"  # watchdog.RUN_MARKER_ENV: the run's processes carry it
 
 # Refusal causes: the values of vocab.ShimRefusal (this file cannot import the package).
 ADMISSION_STOPPED = "admission_stopped"
@@ -60,6 +70,7 @@ FLAG_CONFLICT = "flag_conflict"
 HOST_OVERRIDE = "host_override"
 LAUNCHER_DEAD = "launcher_dead"
 GATEWAY_TOKEN_FAILED = "gateway_token_failed"
+CREATION_LOCK_FAILED = "creation_lock_failed"
 
 # Container states: the values of vocab.ContainerState.
 ABSENT, PRESENT, UNKNOWN = "absent", "present", "unknown"
@@ -526,6 +537,71 @@ def run_real(config, argv):
         return EXIT_CANNOT_EXECUTE
 
 
+def hold_creation_lock(config):
+    """(fd, path) of a fresh lock file under creations_dir, flocked by this process; None when the
+    config names no creations_dir (a config from before in-flight tracking); False when the lock
+    cannot be made. Blocking: a cleanup that opened the file first holds it only while it unlinks
+    it, and by then the run is fenced, so the admission check that follows refuses."""
+    directory = config.get("creations_dir")
+    if not directory:
+        return None
+    path = os.path.join(directory, "%d-%s.lock" % (os.getpid(), os.urandom(6).hex()))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        release_creation_lock((None, path))
+        return False
+    return fd, path
+
+
+def release_creation_lock(lock):
+    if not lock:
+        return
+    fd, path = lock
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    if fd is not None:
+        os.close(fd)
+
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_creation(config, argv, lock):
+    """Run the real docker for an admitted creation in a process group of its own, holding `lock`
+    until it ends; its exit code as a shell reports it.
+
+    The docker is neither in the runner's group nor marked as the run's (RUN_MARKER_ENV removed),
+    so neither the supervisor's stop of the runner group nor the watchdog's sweep of marked
+    processes cuts the request short: it keeps the inherited lock until the daemon has answered,
+    and the cleanup then sees what it made. This shim may die meanwhile; the lock does not."""
+    if not lock:
+        return run_real(config, argv)
+    fd, _ = lock
+    env = docker_env(config)
+    env.pop(RUN_MARKER_ENV, None)
+    try:
+        child = subprocess.Popen([config["real_docker"]] + argv, env=env, pass_fds=(fd,), process_group=0)
+    except OSError:
+        release_creation_lock(lock)
+        sys.stderr.write("docker shim: cannot execute the real docker\n")
+        return EXIT_CANNOT_EXECUTE
+    # A signal sent to this process itself (a `timeout` around the docker command) is the
+    # caller's to the docker it runs, as it was when the shim replaced itself by docker.
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda sig, _frame: child.send_signal(sig))
+    code = child.wait()
+    release_creation_lock(lock)
+    return 128 - code if code < 0 else code
+
+
 def handle_creation(config, argv, shape):
     at = shape["at"]
     network = shape["kind"] == "network_create"
@@ -538,7 +614,10 @@ def handle_creation(config, argv, shape):
         options, _ = parse_options(argv[at:], RUN_BOOL_LONG, RUN_BOOL_SHORT)
         name = option_value(options, "--name")
         role = role_for_name(name)
-    cause = admission_cause(config)
+    # Taken before admission is checked: a creation admitted before the run's fence is always
+    # one that cleanup can see (and wait for); one checked after it is refused.
+    lock = hold_creation_lock(config)
+    cause = CREATION_LOCK_FAILED if lock is False else admission_cause(config)
     if cause is None and shape["host_override"]:
         cause = HOST_OVERRIDE
     if cause is None and has_conflict(options):
@@ -557,6 +636,7 @@ def handle_creation(config, argv, shape):
         ident = task_id(name, "eval") if not network else None
         if ident is not None:
             record(config, ident + ".eval_refused", cause + "\n", once=True)
+        release_creation_lock(lock)
         return refuse(cause)
     if network:
         flags = ["--label", RUN_LABEL_KEY + "=" + config["run_label"], "--label", ROLE_LABEL_KEY + "=" + role]
@@ -564,7 +644,7 @@ def handle_creation(config, argv, shape):
         flags = creation_flags(config, role, name)
         if token_env is not None:
             flags += ["--env-file", token_env]
-    return run_real(config, argv[:at] + flags + argv[at:])
+    return run_creation(config, argv[:at] + flags + argv[at:], lock)
 
 
 def handle_exec(config, argv, shape):

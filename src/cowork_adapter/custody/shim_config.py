@@ -47,3 +47,6 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
     # The launcher holding the run's custody; the shim refuses every creation once it is gone.
     launcher_pid: Positive | None = None
     launcher_start_ticks: NonNegative | None = None
+    # Where each admitted creation holds its in-flight lock until the real docker has its answer
+    # (custody/creations.py); cleanup waits for them before its proof.
+    creations_dir: str | None = None

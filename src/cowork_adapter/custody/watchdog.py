@@ -47,6 +47,7 @@ from ..fileio import create_exclusive, replace_atomic
 from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses, ProcessIdentity
 from ..schemas.record import decode
 from ..vocab import EventKind, StopReason
+from .creations import CREATION_WAIT_SEC, creations_dir
 from .docker_ops import cleanup_run
 
 DONE = b"done\n"
@@ -241,7 +242,9 @@ class Watch:
         while True:
             attempts += 1
             try:
-                report = cleanup_run(self.docker_host, self.run_label, self._log, timeout=10)
+                report = cleanup_run(self.docker_host, self.run_label, self._log, timeout=10,
+                                     creations=creations_dir(self.run_root),
+                                     creation_wait_sec=max(1.0, min(CREATION_WAIT_SEC, deadline - self.clock())))
                 removed += len(report.removed_containers) + len(report.removed_networks)
                 self.record(EventKind.WATCHDOG_CLEANUP, removed=removed, proven=True, attempts=attempts)
                 return True

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from ..container.procs import group_alive
+from ..custody.creations import creations_dir
 from ..custody.docker_ops import cleanup_run, label_is_empty
 from ..custody.labels import run_label
 from ..vocab import ExitCode
@@ -220,7 +221,8 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     group_gone = stop_process_group(int(pgid)) if pgid else False
     cleanup_log: list[dict] = []
     try:
-        report = cleanup_run(env.docker_host, run_label(killed_root), cleanup_log.append)
+        report = cleanup_run(env.docker_host, run_label(killed_root), cleanup_log.append,
+                             creations=creations_dir(killed_root))
         removed = [n for _, n in report.removed_containers + report.removed_networks]
         cleaned = label_is_empty(env.docker_host, run_label(killed_root))
         detail = f"removed {removed}" + (f"; {json.dumps(cleanup_log)[:200]}" if cleanup_log else "")
