@@ -148,9 +148,13 @@ def ours(result: dict) -> tuple[list[dict], list[dict]]:
         cfg = info.get("Config") or {}
         env = cfg.get("Env") or []
         # Unnamed helpers run the run's immutable image: the FK-fix helper (PGHOST names our pg)
-        # and the runner's `docker run --rm IMAGE true` start-up check.
+        # and the runner's `docker run --rm IMAGE true` start-up check. Nothing in a start-up check
+        # names its run, and other test workers' runs of the same image make theirs meanwhile: one
+        # that carries ANOTHER run's exact label was made by that run's shim, so it is not ours
+        # (an unlabelled one still counts as ours, and fails the label check).
+        others = (cfg.get("Labels") or {}).get(RUN_LABEL_KEY) not in (None, result["label"])
         if attrs.get("image") == result["image_id"] and (
-            any(re.match(rf"PGHOST=pg-{pid}-", e) for e in env) or cfg.get("Cmd") == ["true"]
+            any(re.match(rf"PGHOST=pg-{pid}-", e) for e in env) or (cfg.get("Cmd") == ["true"] and not others)
         ):
             containers.append(item)
     return containers, networks
