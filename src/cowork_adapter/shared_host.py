@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 from contextlib import AbstractContextManager
+from dataclasses import asdict
 from typing import Any, Callable
 
 import msgspec
@@ -24,7 +25,7 @@ from .campaign.shared_meter import SharedMeter
 from .errors import CampaignPersistenceError, Refusal
 from .fileio import replace_atomic
 from .manifest import write_manifest
-from .schemas.manifest import SharedRun
+from .schemas.manifest import AdmissionLimitsRecord, SharedRun
 from .schemas.multihost import BatchRunnerConfig
 from .vocab import EventKind
 
@@ -101,7 +102,8 @@ class SharedHost:
             db_url=cfg.campaign_db, campaign=cfg.campaign_name, run_id=self.run_id, run_root=str(root),
             bench_dir=str(self.paid.bench_copy), claimed_file=str(root / CLAIMED_FILE),
             stop_file=str(self.paid.stop_file), concurrency=cfg.concurrency, claim_batch=cfg.claim_batch,
-            wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec))
+            wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec),
+            admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())), docker_host=cfg.docker_host)
         replace_atomic(root / RUNNER_CONFIG, msgspec.json.encode(config).decode())
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("PG")}}
         return [sys.executable, "-m", "cowork_adapter.campaign.batch_runner", str(root / RUNNER_CONFIG)], env

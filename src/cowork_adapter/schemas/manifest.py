@@ -181,4 +181,6 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     task_validity: dict[str, str] | None = None  # {source, sha256}
     llm_gateway: GatewayRecord | None = None
     shared_run: SharedRun | None = None
-    admission: AdmissionLimitsRecord | None = None  # --shared-campaign only: its batch loop reads it
+    # --shared-campaign only: the admission limits of its flags, as run (its batch loop reads its own
+    # copy in shared_runner.json, a BatchRunnerConfig).
+    admission: AdmissionLimitsRecord | None = None

@@ -12,6 +12,7 @@ from datetime import datetime
 import msgspec
 
 from .campaign import CampaignRecord
+from .manifest import AdmissionLimitsRecord
 
 FENCE_PROOF_SCHEMA = "cowork_adapter.fence_proof.v1"
 HOST_RUN_RELEASE_SCHEMA = "cowork_adapter.host_run_release.v1"
@@ -94,6 +95,8 @@ class BatchRunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: int
     claim_batch: int
     wait_for_fence_sec: float  # how long to wait for a lapsed run's claims when nothing is open
+    admission: AdmissionLimitsRecord  # a batch is claimed only within these (the run's flags)
+    docker_host: str  # the run's daemon, which admission pings
 
 
 class ClaimedBatch(msgspec.Struct, frozen=True, kw_only=True):
