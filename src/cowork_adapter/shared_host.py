@@ -76,9 +76,9 @@ class SharedHost:
         self.meter = SharedMeter(paid.meter, cfg.campaign_db, cfg.campaign_name, poller=run.run_id)
         # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
         paid.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
+        # shared_run.run_id is also how the campaign's report matches a copied run root to its host run.
         paid.manifest.shared_run = SharedRun(run_id=run.run_id, host=host, lease_sec=cfg.host_lease_sec,
                                              claim_batch=cfg.claim_batch, claimed_file=CLAIMED_FILE)
-        paid.manifest.campaign_run_id = run.run_id  # how the campaign's report matches a copied run root
         write_manifest(cfg.run_root, paid.manifest)
         self._say("registered", {"run_id": run.run_id, "host": host, "lease_sec": cfg.host_lease_sec,
                                  "selection": len(paid.manifest.selection.task_ids), "added_to_claims": added})

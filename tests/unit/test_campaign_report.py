@@ -23,6 +23,7 @@ from cowork_adapter.report.merge import load_run
 from cowork_adapter.report.render import to_html, to_markdown
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 from cowork_adapter.schemas.campaign import RunRecord as CampaignRunRecord
+from cowork_adapter.schemas.manifest import SharedRun
 from cowork_adapter.schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
@@ -84,9 +85,14 @@ def test_a_root_not_of_the_campaign_is_refused(campaign, tmp_path):
     other = recs["RA"].manifest.replace(campaign_name="c2")
     with pytest.raises(Refusal, match="belongs to campaign 'c2', not 'c1'"):
         match_runs(snap.runs, [(recs["RA"].root, other)], "c1")
-    unknown_id = recs["RA"].manifest.replace(campaign_run_id="R-nope")
+    unknown_id = recs["RA"].manifest.replace(shared_run=host_run_record("R-nope"))
     with pytest.raises(Refusal, match="records run R-nope, which is not a run of campaign 'c1'"):
         match_runs(snap.runs, [(recs["RA"].root, unknown_id)], "c1")
+
+
+def host_run_record(run_id: str) -> SharedRun:
+    """What a shared host's launcher records of its host run in its manifest."""
+    return SharedRun(run_id=run_id, host="h", lease_sec=60, claim_batch=1, claimed_file="claims.jsonl")
 
 
 def test_two_hosts_with_the_same_path_need_the_run_id(campaign):
@@ -96,7 +102,7 @@ def test_two_hosts_with_the_same_path_need_the_run_id(campaign):
     with pytest.raises(Refusal, match="matches run RA on host-a .* and run RC on host-c"):
         match_runs(runs, given(recs["RA"]), "c1")
     # With the run id in its manifest, the copy is matched to its own run; the same run twice is refused.
-    tagged = recs["RA"].manifest.replace(campaign_run_id="RC")
+    tagged = recs["RA"].manifest.replace(shared_run=host_run_record("RC"))
     assert match_runs(runs, [("/copies/c", tagged)], "c1") == {"RC": "/copies/c"}
     with pytest.raises(Refusal, match="both run RC on host-c"):
         match_runs(runs, [("/copies/c", tagged), ("/copies/c2", tagged)], "c1")

@@ -58,7 +58,7 @@ def match_runs(runs: list[CampaignRun], given: list[tuple[str, RunManifest]], ca
         if m.campaign_name is not None and m.campaign_name != campaign:
             raise Refusal(STAGE, f"Run root {root} belongs to campaign {m.campaign_name!r}, not {campaign!r}; "
                                  "give only the run roots of this campaign.")
-        run_id = m.campaign_run_id
+        run_id = m.shared_run.run_id if m.shared_run is not None else None
         if run_id is not None:
             if run_id not in by_id:
                 raise Refusal(STAGE, f"Run root {root} records run {run_id}, which is not a run of campaign "
