@@ -21,14 +21,14 @@ import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
-import docker
 import psycopg2
 import pytest
 from pg_server import PASSWORD, PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path
+from test_watchdog import containers  # noqa: F401 (a fixture: labelled sleepers, removed after the test)
 
 from cowork_adapter.campaign.pg_store import ClaimLost, HostRunReleased, TaskClaims
+from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
-from cowork_adapter.demo.scenarios import BYSTANDER_IMAGE
 from cowork_adapter.vocab import ExitCode
 
 TASKS = ["t1", "t2", "t3", "t4"]
@@ -77,22 +77,8 @@ def wait_lapsed(claims: TaskClaims, run_id: str, timeout: float = 30) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture()
-def daemon(docker_host: str):
-    client = docker.DockerClient(base_url=docker_host, timeout=60)
-    made: list = []
-    yield client, made
-    for container in made:
-        try:
-            container.remove(force=True)
-        except docker.errors.NotFound:
-            pass
-    client.close()
-
-
 def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_come_back(
-        server: PgServer, daemon, docker_host: str, tmp_path) -> None:  # noqa: F811 (the module fixture)
-    client, made = daemon
+        server: PgServer, containers, docker_host: str, tmp_path) -> None:  # noqa: F811 (module fixtures)
     db = server.fresh_database("rel" + uuid.uuid4().hex[:10])
     root_a = tmp_path.resolve() / "host-a" / "run-1"
     with TaskClaims(db, "c1") as claims:
@@ -119,15 +105,12 @@ def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_co
 
         # A's daemon answers and still holds a container with A's exact label (its watchdog died with
         # its machine): it is removed by that label, a bystander without it stays.
-        labelled = client.containers.run(BYSTANDER_IMAGE, ["sleep", "600"], detach=True,
-                                         labels={RUN_LABEL_KEY: run_label(root_a)})
-        bystander = client.containers.run(BYSTANDER_IMAGE, ["sleep", "600"], detach=True,
-                                          labels={RUN_LABEL_KEY: "0" * 32})
-        made += [labelled, bystander]
+        labelled = containers({RUN_LABEL_KEY: run_label(root_a)})
+        bystander = containers({RUN_LABEL_KEY: "0" * 32})
         done = release(db, a.run_id, "--docker-host", docker_host)
         assert done.returncode == ExitCode.OK, done.stderr
         assert "2 unsettled claim(s) back to open (t2, t3)" in done.stdout
-        assert not client.containers.list(all=True, filters={"label": f"{RUN_LABEL_KEY}={run_label(root_a)}"})
+        assert label_is_empty(docker_host, run_label(root_a))  # removed by the label
         bystander.reload()
         assert bystander.status == "running"
 
