@@ -79,7 +79,9 @@ def signal_all(run_root, sig: int, *, order: str) -> None:
 
 
 def batch_running(docker_host: str, run_root, batch: int) -> bool:
-    """A container with the run's label, created after the run claimed its `batch`-th batch, is running."""
+    """An agent container with the run's label (the runner's `agent-…`, which sleeps until the runner
+    removes it; not the short `docker run --rm` image check), created after the run claimed its
+    `batch`-th batch, is running."""
     lines = (run_root / "claims.jsonl").read_bytes().splitlines() if (run_root / "claims.jsonl").exists() else []
     if len(lines) < batch:
         return False
@@ -92,7 +94,7 @@ def batch_running(docker_host: str, run_root, batch: int) -> bool:
         listed = client.containers(filters={"label": f"{RUN_LABEL_KEY}={run_label(run_root)}", "status": "running"})
     finally:
         client.close()
-    return any(c["Created"] >= int(claimed) for c in listed)
+    return any(c["Created"] >= int(claimed) and any(n.startswith("/agent-") for n in c["Names"]) for c in listed)
 
 
 def lapsed(db: str, run_id: str) -> bool:
