@@ -197,6 +197,33 @@ def test_a_campaign_without_a_money_record_has_unknown_spend(campaign):
     assert any("no money record" in d for d in view.disclosures)
 
 
+def test_a_released_run_is_disclosed_as_an_operators_release_not_a_fence_proof(campaign):
+    """`campaign release` of host b's run (its machine lost): the report and status say who released
+    it, on what evidence, and that an attestation is not a proof."""
+    from cowork_adapter.campaign.release import Fence, release_record
+    from cowork_adapter.schemas.multihost import HostRun
+    from cowork_adapter.vocab import ReleaseFence
+
+    snap, recs = campaign
+    rb = snap.runs[1]
+    stored = HostRun(run_id=rb.run_id, campaign="c1", host=rb.host, run_root=rb.run_root, lease_sec=60,
+                     lease_expires_at=rb.lease_expires_at, state="live")
+    fence = Fence(ReleaseFence.ATTESTED, "no Docker daemon was named", None)
+    release = release_record(stored, snap.db_now, "postgres", ["d"], fence=fence, label="l", confirm_fenced=True,
+                             operator="op@desk", note="VM deleted")
+    released = CampaignRun(**{**{f: getattr(rb, f) for f in rb.__struct_fields__}, "state": "released",
+                              "ended_at": snap.db_now, "release": release})
+    snap = CampaignSnapshot(**{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "runs": [snap.runs[0], released]})
+    view = campaign_view(snap, recs, merge_campaign(snap.claims, snap.runs, recs), row_cost=row_cost, usage_series=[])
+    said = [d for d in view.disclosures if d.startswith("Host run RB on host-b")]
+    assert len(said) == 1 and "released by op@desk (database role postgres)" in said[0]
+    assert "operator-attested, not proven" in said[0] and "note: VM deleted" in said[0]
+    item = next(h for h in view.section["hosts"] if h["host"] == "host-b")["runs"][0]
+    assert item["release"]["fence"] == "operator_attested" and item["release"]["attested"] is True
+    status = build_campaign_status(snap, {})
+    assert "operator-attested, not proven" in next(r for r in status["runs"] if r["run_id"] == "RB")["lease"]
+
+
 def test_overlap_is_seen_past_a_short_run():
     long_, short, late = run("1", "h", "/a", 0, 10, "finished"), run("2", "h", "/b", 1, 2, "finished"), run(
         "3", "h", "/c", 5, 6, "finished")
