@@ -129,7 +129,7 @@ _DECODERS: dict[type, msgspec.json.Decoder] = {}
 
 def decode(data: bytes | str, kind: type[R]) -> R:
     """The record `kind` from one JSON document, or RecordInvalid."""
-    retired = kind.retired_fields
+    retired = getattr(kind, "retired_fields", ())  # a Record's; other kinds have none
     if retired:
         raw = data.encode("utf-8") if isinstance(data, str) else data
         if any(b'"' + name.encode() + b'"' in raw for name in retired):
