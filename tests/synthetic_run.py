@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cowork_adapter.container import protocol
-from cowork_adapter.schemas.manifest import BenchIdentity, ImageIdentity, RunManifest, SeedIdentity, Selection
+from cowork_adapter.schemas.manifest import (BenchIdentity, ImageIdentity, RunManifest, SeedIdentity, Selection,
+                                             SharedRun)
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Spending
 
 SHORT_NAME = "ouroboros_test_model"
@@ -40,7 +41,7 @@ def write_manifest(
     inventory: dict[str, Any] | None = None,
     campaign_file: str | None = None,
     campaign_name: str | None = None,
-    campaign_run_id: str | None = None,
+    shared_run: SharedRun | None = None,
     seed_dirty: bool = False,
     engine: str = "ouroboros",
     created_at: str = "2026-01-01T00:00:00Z",
@@ -69,7 +70,7 @@ def write_manifest(
         outcome=outcome,
         campaign_file=campaign_file,
         campaign_name=campaign_name,
-        campaign_run_id=campaign_run_id,
+        shared_run=shared_run,
     )
     (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")
     return manifest

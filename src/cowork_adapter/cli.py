@@ -77,7 +77,7 @@ app = typer.Typer(
 )
 campaign_app = typer.Typer(
     cls=_WholeSummaryGroup,
-    help="Inspect or reconcile the shared campaign spending record (never hand-edit its JSON).\n\n"
+    help="Inspect, reconcile or release the campaign's records (never hand-edit its JSON).\n\n"
     "Example: cowork-adapter campaign show --campaign-file /data/campaign.json",
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -719,6 +719,45 @@ def campaign_reconcile(
             docker_host=docker_host.strip(),
         )
     )
+
+
+@campaign_app.command(
+    "release",
+    help="Give a lapsed host run's unsettled claims back when its machine is gone for good (a shared "
+    "campaign in PostgreSQL).\n\nIts lease must have lapsed; with --docker-host and that daemon answering, "
+    "whatever carries the run's exact label is removed and proven gone; otherwise --confirm-fenced is the "
+    "operator's attestation. One transaction then marks the run released (with the evidence, who and "
+    "when) and reopens its claimed tasks; settled tasks are never touched.\n\n"
+    "Example: cowork-adapter campaign release --campaign-db postgresql://db.lan/campaigns --campaign-name c1 "
+    "--host-run 3f2a... --confirm-fenced --operator-note 'VM host-a deleted 09:10, its disk is gone'\n\n"
+    "Exit codes: 0 released; 1 the label's cleanup not proven or the database write failed (nothing "
+    "released); 2 refused (unknown run, not live, lease not lapsed, no evidence)."
+)
+def campaign_release(
+    campaign_db: Annotated[str, typer.Option(
+        help="The campaign in PostgreSQL (postgresql://HOST/DB, password in PGPASSWORD).", show_default=False)],
+    host_run: Annotated[str, typer.Option(help="The host run to release (its run id, as `status` lists it).",
+                                          show_default=False)],
+    operator_note: Annotated[str, typer.Option(help="What the operator checked, recorded verbatim.")],
+    campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
+    docker_host: Annotated[Optional[str], typer.Option(
+        help="The Docker daemon the run used (never taken from DOCKER_HOST: that is this machine's).",
+        show_default=False)] = None,
+    confirm_fenced: Annotated[bool, typer.Option(
+        "--confirm-fenced", help="Attest that the run's machine, processes and containers are gone (needed "
+        "when no --docker-host answers); recorded as the release's evidence.")] = False,
+) -> None:
+    if not operator_note.strip():
+        raise Refusal("flags", "--operator-note must say what was checked; it is empty.")
+    if not host_run.strip():
+        raise Refusal("flags", "--host-run is empty; name the run id `status --campaign-db` lists.")
+    if docker_host is not None and not docker_host.strip():
+        raise Refusal("docker_host", "--docker-host is empty; name the run's Docker daemon or omit it.")
+    url, name = _campaign_view_flags(campaign_db, campaign_name)
+    from .campaign.release import release_command
+
+    raise SystemExit(release_command(url, name, host_run.strip(), operator_note.strip(),
+                                     docker_host.strip() if docker_host else None, confirm_fenced))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 from contextlib import AbstractContextManager
+from dataclasses import asdict
 from typing import Any, Callable
 
 import msgspec
@@ -24,7 +25,7 @@ from .campaign.shared_meter import SharedMeter
 from .errors import CampaignPersistenceError, Refusal
 from .fileio import replace_atomic
 from .manifest import write_manifest
-from .schemas.manifest import SharedRun
+from .schemas.manifest import AdmissionLimitsRecord, SharedRun
 from .schemas.multihost import BatchRunnerConfig
 from .vocab import EventKind
 
@@ -75,9 +76,9 @@ class SharedHost:
         self.meter = SharedMeter(paid.meter, cfg.campaign_db, cfg.campaign_name, poller=run.run_id)
         # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
         paid.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
+        # shared_run.run_id is also how the campaign's report matches a copied run root to its host run.
         paid.manifest.shared_run = SharedRun(run_id=run.run_id, host=host, lease_sec=cfg.host_lease_sec,
                                              claim_batch=cfg.claim_batch, claimed_file=CLAIMED_FILE)
-        paid.manifest.campaign_run_id = run.run_id  # how the campaign's report matches a copied run root
         write_manifest(cfg.run_root, paid.manifest)
         self._say("registered", {"run_id": run.run_id, "host": host, "lease_sec": cfg.host_lease_sec,
                                  "selection": len(paid.manifest.selection.task_ids), "added_to_claims": added})
@@ -101,7 +102,8 @@ class SharedHost:
             db_url=cfg.campaign_db, campaign=cfg.campaign_name, run_id=self.run_id, run_root=str(root),
             bench_dir=str(self.paid.bench_copy), claimed_file=str(root / CLAIMED_FILE),
             stop_file=str(self.paid.stop_file), concurrency=cfg.concurrency, claim_batch=cfg.claim_batch,
-            wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec))
+            wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec),
+            admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())), docker_host=cfg.docker_host)
         replace_atomic(root / RUNNER_CONFIG, msgspec.json.encode(config).decode())
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("PG")}}
         return [sys.executable, "-m", "cowork_adapter.campaign.batch_runner", str(root / RUNNER_CONFIG)], env

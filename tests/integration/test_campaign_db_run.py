@@ -43,9 +43,11 @@ def no_password(url: str) -> str:
 
 
 def launch(demo, server: PgServer | None, name: str, db_url: str, tasks: list[str], *, campaign: str | None = None,
-           extra: tuple[str, ...] = (), flags: dict[str, str] | None = None) -> subprocess.Popen:
+           extra: tuple[str, ...] = (), flags: dict[str, str] | None = None,
+           prefix: tuple[str, ...] = ()) -> subprocess.Popen:
     """A paid demo run on the campaign `campaign` (default: `name`) in `db_url`; `extra` flags are
-    added after --campaign-name, `flags` replace the demo's value of a flag it already gives."""
+    added after --campaign-name, `flags` replace the demo's value of a flag it already gives;
+    `prefix` runs the launcher through another command (which must exec it)."""
     args = demo.run_args(name, tasks, campaign="unused.json")
     at = args.index("--campaign-file")
     args[at:at + 2] = ["--campaign-db", no_password(db_url), "--campaign-name", campaign or name, *extra]
@@ -54,7 +56,7 @@ def launch(demo, server: PgServer | None, name: str, db_url: str, tasks: list[st
     assert PASSWORD not in " ".join(args)
     env = {**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}
     log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen([*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def files_containing(root: Path, needle: bytes) -> list[str]:

@@ -44,8 +44,9 @@ def demo(docker_host, tmp_path_factory):
 
 
 def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str],
-           extra: tuple[str, ...] = ()) -> subprocess.Popen:
-    """One host: its own run root and resource root, one task per claim, concurrency 1; `extra` flags added."""
+           extra: tuple[str, ...] = (), prefix: tuple[str, ...] = ()) -> subprocess.Popen:
+    """One host: its own run root and resource root, one task per claim, concurrency 1; `extra` flags
+    added; `prefix` runs it through another command that execs it."""
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
     return launch_db_run(demo, None, name, db_url, tasks, campaign=campaign,
@@ -53,7 +54,7 @@ def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str],
                          # keep 2 CPUs far above the default 4.0 per CPU, so every host would wait.
                          extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC,
                                 "--max-load-per-cpu", "1000", *extra),
-                         flags={"--resource-root": str(storage), "--concurrency": "1"})
+                         flags={"--resource-root": str(storage), "--concurrency": "1"}, prefix=prefix)
 
 
 def log_of(demo, name: str) -> str:

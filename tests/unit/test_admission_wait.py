@@ -1,5 +1,5 @@
 """Admission by load wired into a shared host's batch loop (issue 20, deliverable 4): the flags,
-the wait loop over injected readings, the limits the loop reads from the manifest, and `status`.
+the wait loop over injected readings, the limits the loop reads from its config, and `status`.
 
 The decision itself (admission.decide) is tested in test_admission.py; a real shared run on the
 test bed waits and shows it in tests/integration/test_shared_campaign_run.py.
@@ -11,10 +11,9 @@ import msgspec
 import pytest
 
 from cowork_adapter.admission import GIB, AdmissionLimits, HostLoad
-from cowork_adapter.campaign.batch_runner import ADMISSION_FILE, admission_of, state_writer, wait_for_admission
+from cowork_adapter.campaign.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
 from cowork_adapter.config import RunConfig
 from cowork_adapter.control import build_status, read_run, render_status_text
-from cowork_adapter.schemas.manifest import AdmissionLimitsRecord
 from cowork_adapter.schemas.admission import AdmissionState
 
 from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
@@ -96,17 +95,27 @@ def test_a_stop_while_waiting_ends_the_wait_without_a_claim() -> None:
     assert loop.records[1].sentence == "the run was stopped while waiting for load"
 
 
-def test_the_loop_reads_its_limits_and_daemon_from_the_manifest(tmp_path, monkeypatch) -> None:
-    import synthetic_run as synth  # tests/synthetic_run.py (tests/ is on sys.path)
+def test_the_loop_reads_its_limits_and_daemon_from_its_one_config(tmp_path, monkeypatch) -> None:
+    """The launcher writes the run's admission flags and daemon into the batch loop's config
+    (shared_runner.json, a BatchRunnerConfig); the loop reads that file alone, whatever DOCKER_HOST says."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from cowork_adapter.schemas.multihost import BatchRunnerConfig
+    from cowork_adapter.shared_host import SharedHost
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
-    assert admission_of(tmp_path) == (AdmissionLimits(), "unix:///elsewhere.sock")  # no manifest: defaults
-    manifest = synth.write_manifest(tmp_path, ["a"])
-    manifest.admission = AdmissionLimitsRecord(max_load_per_cpu=0.5, min_mem_available_bytes=GIB,
-                                               max_daemon_ping_sec=1.0)
-    manifest.docker_host = "unix:///run/d.sock"
-    (tmp_path / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")
-    assert admission_of(tmp_path) == (AdmissionLimits(0.5, GIB, 1.0), "unix:///run/d.sock")
+    run_root = tmp_path / "storage" / "run-1"
+    run_root.mkdir(parents=True)
+    cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", run_root=run_root,
+                               docker_host="unix:///run/d.sock", campaign_db="postgresql://db/c", shared_campaign=True,
+                               max_load_per_cpu=0.5, min_mem_available_gib=1.0, max_daemon_ping_sec=1.0,
+                               new_campaign=True)
+    paid = SimpleNamespace(cfg=cfg, bench_copy=run_root / "bench", stop_file=run_root / "custody" / "stop")
+    argv, _env = SharedHost(paid, claims=None, run_id="r1", host="h").runner({})
+    config = msgspec.json.decode(Path(argv[-1]).read_bytes(), type=BatchRunnerConfig)
+    assert AdmissionLimits(**msgspec.structs.asdict(config.admission)) == AdmissionLimits(0.5, GIB, 1.0)
+    assert config.docker_host == "unix:///run/d.sock" and config.run_id == "r1"
 
 
 def test_status_shows_a_wait_while_the_run_lives_and_not_after(tmp_path) -> None:

@@ -23,6 +23,7 @@ from cowork_adapter.report.merge import load_run
 from cowork_adapter.report.render import to_html, to_markdown
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 from cowork_adapter.schemas.campaign import RunRecord as CampaignRunRecord
+from cowork_adapter.schemas.manifest import SharedRun
 from cowork_adapter.schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
@@ -84,9 +85,14 @@ def test_a_root_not_of_the_campaign_is_refused(campaign, tmp_path):
     other = recs["RA"].manifest.replace(campaign_name="c2")
     with pytest.raises(Refusal, match="belongs to campaign 'c2', not 'c1'"):
         match_runs(snap.runs, [(recs["RA"].root, other)], "c1")
-    unknown_id = recs["RA"].manifest.replace(campaign_run_id="R-nope")
+    unknown_id = recs["RA"].manifest.replace(shared_run=host_run_record("R-nope"))
     with pytest.raises(Refusal, match="records run R-nope, which is not a run of campaign 'c1'"):
         match_runs(snap.runs, [(recs["RA"].root, unknown_id)], "c1")
+
+
+def host_run_record(run_id: str) -> SharedRun:
+    """What a shared host's launcher records of its host run in its manifest."""
+    return SharedRun(run_id=run_id, host="h", lease_sec=60, claim_batch=1, claimed_file="claims.jsonl")
 
 
 def test_two_hosts_with_the_same_path_need_the_run_id(campaign):
@@ -96,7 +102,7 @@ def test_two_hosts_with_the_same_path_need_the_run_id(campaign):
     with pytest.raises(Refusal, match="matches run RA on host-a .* and run RC on host-c"):
         match_runs(runs, given(recs["RA"]), "c1")
     # With the run id in its manifest, the copy is matched to its own run; the same run twice is refused.
-    tagged = recs["RA"].manifest.replace(campaign_run_id="RC")
+    tagged = recs["RA"].manifest.replace(shared_run=host_run_record("RC"))
     assert match_runs(runs, [("/copies/c", tagged)], "c1") == {"RC": "/copies/c"}
     with pytest.raises(Refusal, match="both run RC on host-c"):
         match_runs(runs, [("/copies/c", tagged), ("/copies/c2", tagged)], "c1")
@@ -189,6 +195,33 @@ def test_a_campaign_without_a_money_record_has_unknown_spend(campaign):
                          usage_series=[(1.0, 11.0)])
     assert view.meter_delta_usd is None and view.spend_series == [] and view.section["money"] is None
     assert any("no money record" in d for d in view.disclosures)
+
+
+def test_a_released_run_is_disclosed_as_an_operators_release_not_a_fence_proof(campaign):
+    """`campaign release` of host b's run (its machine lost): the report and status say who released
+    it, on what evidence, and that an attestation is not a proof."""
+    from cowork_adapter.campaign.release import Fence, release_record
+    from cowork_adapter.schemas.multihost import HostRun
+    from cowork_adapter.vocab import ReleaseFence
+
+    snap, recs = campaign
+    rb = snap.runs[1]
+    stored = HostRun(run_id=rb.run_id, campaign="c1", host=rb.host, run_root=rb.run_root, lease_sec=60,
+                     lease_expires_at=rb.lease_expires_at, state="live")
+    fence = Fence(ReleaseFence.ATTESTED, "no Docker daemon was named", None)
+    release = release_record(stored, snap.db_now, "postgres", ["d"], fence=fence, label="l", confirm_fenced=True,
+                             operator="op@desk", note="VM deleted")
+    released = CampaignRun(**{**{f: getattr(rb, f) for f in rb.__struct_fields__}, "state": "released",
+                              "ended_at": snap.db_now, "release": release})
+    snap = CampaignSnapshot(**{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "runs": [snap.runs[0], released]})
+    view = campaign_view(snap, recs, merge_campaign(snap.claims, snap.runs, recs), row_cost=row_cost, usage_series=[])
+    said = [d for d in view.disclosures if d.startswith("Host run RB on host-b")]
+    assert len(said) == 1 and "released by op@desk (database role postgres)" in said[0]
+    assert "operator-attested, not proven" in said[0] and "note: VM deleted" in said[0]
+    item = next(h for h in view.section["hosts"] if h["host"] == "host-b")["runs"][0]
+    assert item["release"]["fence"] == "operator_attested" and item["release"]["attested"] is True
+    status = build_campaign_status(snap, {})
+    assert "operator-attested, not proven" in next(r for r in status["runs"] if r["run_id"] == "RB")["lease"]
 
 
 def test_overlap_is_seen_past_a_short_run():

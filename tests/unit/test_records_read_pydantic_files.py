@@ -32,7 +32,7 @@ from cowork_adapter.vocab import EventKind
 
 WRITTEN = Path(__file__).parent / "pydantic_written"
 # Fields added to a kind after its fixture was written: an old file lacks them and reads as null.
-ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "campaign_run_id", "llm_gateway", "shared_run",
+ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gateway", "shared_run",
                                       "admission"},
                "campaign.json": {"stop"},
                "shim_config.json": {"gateway_secret_file", "creations_dir"}, "result_index.jsonl": {"gateway"}}
@@ -128,3 +128,23 @@ def test_unknown_fields_and_unknown_kinds_are_refused(tmp_path: Path) -> None:
     assert '"usage":1.0' in written and '"run_spent_usd"' not in written and '"extra":{"k":null}' in written
     assert isinstance(log.read_new_typed()[0], MeterReading) and RunFinished is parse_event(
         {"ts": "t", "kind": "run_finished", "outcome": "completed"}).__class__
+
+
+def test_a_manifest_with_the_retired_campaign_run_id_reads_as_its_shared_run(tmp_path: Path) -> None:
+    """Shared hosts once wrote their host run's id twice (campaign_run_id and shared_run.run_id):
+    such a manifest still reads everywhere a manifest is read, and is written back with it once."""
+    from cowork_adapter.control import read_run
+    from cowork_adapter.manifest import read_manifest
+    from cowork_adapter.schemas.manifest import SharedRun
+
+    base = json.loads((WRITTEN / "run_manifest.json").read_text(encoding="utf-8"))
+    shared = SharedRun(run_id="r1", host="h", lease_sec=60, claim_batch=1, claimed_file="claims.jsonl").to_dict()
+    (tmp_path / "run_manifest.json").write_text(json.dumps({**base, "campaign_run_id": "r1", "shared_run": shared}))
+    manifest = read_manifest(tmp_path)
+    assert manifest.shared_run.run_id == "r1" and "campaign_run_id" not in manifest.to_json()
+    assert read_run(tmp_path).manifest == manifest  # status reads it too
+    for wrong, words in (({"campaign_run_id": "r2", "shared_run": shared}, "is not its shared_run's run_id"),
+                         ({"campaign_run_id": "r1"}, "is not its shared_run's run_id"),
+                         ({"campaign_run_id": None, "another_field": 1}, "unknown field")):
+        with pytest.raises(RecordInvalid, match=words):
+            decode(json.dumps({**base, **wrong}), RunManifest)

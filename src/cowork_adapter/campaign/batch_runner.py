@@ -34,10 +34,8 @@ import msgspec
 
 from ..admission import AdmissionLimits, HostLoad, decide, read_host_load
 from ..fileio import replace_atomic
-from ..schemas.manifest import RunManifest
 from ..schemas.admission import AdmissionState
 from ..schemas.multihost import BatchRunnerConfig, ClaimedBatch
-from ..schemas.record import RecordInvalid, decode
 from .pg_store import ClaimLost, TaskClaims
 from .shared import settle_from_receipts
 
@@ -90,28 +88,12 @@ def wait_for_admission(read: Callable[[], HostLoad], limits: AdmissionLimits, *,
         sleep(poll_sec)
 
 
-def admission_of(run_root: Path) -> tuple[AdmissionLimits, str | None]:
-    """The run's admission limits and daemon, from its manifest (the launcher's record of its flags).
-
-    An unreadable manifest gives the defaults and DOCKER_HOST: the loop never runs unlimited, and a
-    daemon it cannot ping makes it wait, not claim."""
-    try:
-        manifest = decode((run_root / "run_manifest.json").read_bytes(), RunManifest)
-    except (OSError, RecordInvalid) as exc:
-        say(f"run_manifest.json unreadable ({exc}); admission uses the default limits")
-        return AdmissionLimits(), os.environ.get("DOCKER_HOST")
-    limits = AdmissionLimits(**msgspec.structs.asdict(manifest.admission)) if manifest.admission else AdmissionLimits()
-    return limits, manifest.docker_host or os.environ.get("DOCKER_HOST")
-
-
-def daemon_ping(docker_host: str | None, timeout: float) -> Callable[[], object]:
+def daemon_ping(docker_host: str, timeout: float) -> Callable[[], object]:
     """A ping of the run's daemon through one client made on first use (the Docker SDK is slow to import)."""
     client = None
 
     def ping() -> object:
         nonlocal client
-        if docker_host is None:
-            raise RuntimeError("no Docker host known")
         if client is None:
             import docker
 
@@ -144,11 +126,11 @@ def main(config_path: str) -> int:
     waited_since: float | None = None
     last_start = 0.0
     run_root = Path(cfg.run_root)
-    limits, docker_host = admission_of(run_root)
+    limits = AdmissionLimits(**msgspec.structs.asdict(cfg.admission))
     say(f"admission limits: {asdict(limits)}")
     # A ping slower than twice the limit is as good as no answer; bounded so a stuck daemon cannot
     # hold the loop (and its stop check) for long.
-    ping = daemon_ping(docker_host, timeout=min(30.0, 2 * limits.max_daemon_ping_sec + 1))
+    ping = daemon_ping(cfg.docker_host, timeout=min(30.0, 2 * limits.max_daemon_ping_sec + 1))
     record = state_writer(run_root)
     with TaskClaims(cfg.db_url, cfg.campaign) as claims:
         try:

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..custody.liveness import Recorded, prove, read_custody_processes
-from ..schemas.multihost import FenceProof, HostRun
-from ..vocab import ClaimState, HostRunState, TaskStatus
+from ..schemas.multihost import CampaignRun, FenceProof, HostRun, HostRunRelease
+from ..vocab import ClaimState, HostRunState, ReleaseFence, TaskStatus
 
 SETTLED_STATUSES = frozenset(s.value for s in TaskStatus if s.settled)
 
@@ -43,6 +43,39 @@ def decide_release(run: HostRun, db_now: datetime, proof: FenceProof | None) -> 
     if not proof.all_gone:
         return ReleaseDecision(False, f"run {run.run_id} on {run.host} is not fenced: {proof.evidence}.")
     return ReleaseDecision(True, f"run {run.run_id} on {run.host}: lease expired and {proof.evidence}.")
+
+
+def lapsed_problem(run: HostRun | CampaignRun, db_now: datetime) -> str | None:
+    """Why an operator may NOT release `run` from another machine (one sentence), or None: it must
+    be live (nothing else holds claims) and its lease lapsed by the database's clock (a run that
+    lapsed can never renew again: `TaskClaims.renew` requires an unexpired lease)."""
+    if run.state != HostRunState.LIVE:
+        return f"run {run.run_id} on {run.host} is already {run.state}; it holds no claims to release."
+    if run.lease_expires_at > db_now:
+        left = (run.lease_expires_at - db_now).total_seconds()
+        return (f"run {run.run_id} on {run.host} still renews its lease (it expires in {left:.0f} s); the claims "
+                "of a live host are never released.")
+    return None
+
+
+def decide_operator_release(run: HostRun, db_now: datetime, release: HostRunRelease) -> ReleaseDecision:
+    """May an operator's `campaign release` give `run`'s unsettled claims back? Its lease must have
+    lapsed, and the release must carry evidence about THIS run: its daemon's answer for its exact
+    label (empty, or emptied and relisted), or the operator's attestation when no daemon answered."""
+    problem = lapsed_problem(run, db_now)
+    if problem is not None:
+        return ReleaseDecision(False, problem)
+    if (release.run_id, release.host, release.run_root) != (run.run_id, run.host, run.run_root):
+        return ReleaseDecision(False, f"the release is about run {release.run_id} at {release.host}:{release.run_root}, "
+                                      f"not run {run.run_id} at {run.host}:{run.run_root}.")
+    if release.fence == ReleaseFence.ATTESTED and not release.attested:
+        return ReleaseDecision(False, f"no Docker daemon proved run {run.run_id}'s label empty and the operator did not "
+                                      "attest its fence (--confirm-fenced).")
+    if release.fence not in ReleaseFence.values():
+        return ReleaseDecision(False, f"the release's fence {release.fence!r} is not one of {ReleaseFence.values()}.")
+    lapsed = (db_now - run.lease_expires_at).total_seconds()
+    return ReleaseDecision(True, f"run {run.run_id} on {run.host}: lease lapsed {lapsed:.0f} s ago and "
+                                 f"{release.fence}: {release.evidence}")
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,22 @@ from ..live import format_duration
 from ..report.campaign import match_runs, missing_runs, missing_sentence
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState
+from .release import describe
 
 SCHEMA = "cowork_adapter.campaign_status.v1"
 
 
 def _lease(run: CampaignRun, now: datetime) -> str:
+    if run.release is not None:
+        return describe(run.release)
     if run.state != HostRunState.LIVE:
         return f"{run.state} at {run.ended_at.isoformat() if run.ended_at else 'an unrecorded time'}"
     left = (run.lease_expires_at - now).total_seconds()
     if left > 0:
         return f"live (lease renewed; it expires in {left:.0f} s)"
     return (f"lease lapsed {-left:.0f} s ago: the run stopped renewing it (dead or cut off); its claims stay "
-            "with it until its processes are proven gone on its host")
+            "with it until its processes are proven gone on its host, or an operator releases it "
+            "(`campaign release`) when its machine is gone")
 
 
 def _root_view(files: RunFiles | None) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ psycopg2 is imported here only, so commands that never name a database never loa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -34,9 +34,9 @@ import psycopg2.extensions
 
 from ..errors import CampaignPersistenceError, Refusal
 from ..schemas.campaign import CampaignRecord
-from ..schemas.multihost import ClaimCounts, FenceProof, HostRun
+from ..schemas.multihost import ClaimCounts, FenceProof, HostRun, HostRunRelease
 from ..vocab import ClaimState, HostRunState
-from .claims import decide_release, decide_settle
+from .claims import decide_operator_release, decide_release, decide_settle, lapsed_problem
 from .store import STAGE, parse_campaign_text
 
 LOCK_NAMESPACE = 0x636F77  # "cow": the first key of every advisory lock this store takes
@@ -92,6 +92,13 @@ CREATE TABLE meter_readings (
     observed_at timestamptz NOT NULL,
     poller text NOT NULL
 );
+"""),
+    # An operator's release of a lapsed run from another machine (campaign/release.py): its own state,
+    # and the evidence and attestation that stood for a fence proof (a HostRunRelease).
+    (3, """
+ALTER TABLE host_runs DROP CONSTRAINT host_runs_state_check;
+ALTER TABLE host_runs ADD CONSTRAINT host_runs_state_check CHECK (state IN ('live', 'finished', 'fenced', 'released'));
+ALTER TABLE host_runs ADD COLUMN release jsonb;
 """),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -275,12 +282,27 @@ class ClaimLost(CampaignPersistenceError):
     """This run may no longer claim or settle: its lease lapsed, it was fenced, or the database is gone."""
 
 
-_RUN_COLUMNS = "run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, fence_proof::text"
+class HostRunReleased(ClaimLost):
+    """An operator released this run (`campaign release`) while its lease was lapsed: it came back
+    after its claims went to other hosts, and must stop without settling or running anything."""
+
+
+_RUN_COLUMNS = "run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, fence_proof::text, release::text"
 
 
 def _host_run(row: Sequence[Any]) -> HostRun:
     return HostRun(run_id=row[0], campaign=row[1], host=row[2], run_root=row[3], lease_sec=row[4],
-                   lease_expires_at=row[5], state=row[6], fence_proof=row[7])
+                   lease_expires_at=row[5], state=row[6], fence_proof=row[7], release=row[8])
+
+
+def _no_lease(cur: Any, run_id: str, doing: str) -> ClaimLost:
+    """The error for a run whose lease is gone, naming an operator's release when there was one."""
+    cur.execute("SELECT state, release->>'operator', release->>'at' FROM host_runs WHERE run_id = %s", (run_id,))
+    row = cur.fetchone()
+    if row is not None and row[0] == HostRunState.RELEASED:
+        return HostRunReleased(f"run {run_id} was released by {row[1]} at {row[2]} (campaign release) after its lease "
+                               f"lapsed; its claims went to other hosts, so it {doing}")
+    return ClaimLost(f"run {run_id} lost its lease (lapsed or fenced); it {doing}")
 
 
 class TaskClaims:
@@ -344,7 +366,7 @@ class TaskClaims:
                     (run_id,))
         row = cur.fetchone()
         if row is None:
-            raise ClaimLost(f"run {run_id} lost its lease (lapsed or fenced); it must claim nothing more")
+            raise _no_lease(cur, run_id, "must claim nothing more")
         return row[0]
 
     def heartbeat(self, run_id: str) -> tuple[datetime, str | None]:
@@ -384,7 +406,7 @@ class TaskClaims:
             cur.execute("SELECT 1 FROM host_runs WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() "
                         "FOR SHARE", (run_id,))
             if cur.fetchone() is None:
-                raise ClaimLost(f"run {run_id} has no live lease; it may claim nothing")
+                raise _no_lease(cur, run_id, "may claim nothing")
             # A campaign-wide stop (campaign/shared.py) ends claiming for every host at once.
             cur.execute("SELECT 1 FROM campaigns WHERE name = %s AND jsonb_typeof(record->'stop') = 'object'",
                         (self.campaign,))
@@ -463,6 +485,33 @@ class TaskClaims:
             cur.execute("UPDATE host_runs SET state = 'fenced', ended_at = now(), fence_proof = %s::jsonb "
                         "WHERE run_id = %s", (msgspec.json.encode(proof).decode(), run_id))
             return True, decision.reason, released
+
+    def release_by_operator(self, run_id: str, make: Callable[[HostRun, datetime, str, list[str]], HostRunRelease]
+                            ) -> tuple[HostRunRelease, list[str]]:
+        """`campaign release`: ONE transaction under the run's row lock: the rules checked again on
+        what is stored now (`decide_operator_release`), its claimed tasks back to open (a settled
+        task is never touched), the run marked released with `make(run, db_now, db_user, tasks)`.
+        Refusal (nothing written) when the rules say no; ClaimLost when the database fails."""
+        with self._tx("releasing a run") as cur:
+            cur.execute(f"SELECT {_RUN_COLUMNS} FROM host_runs WHERE run_id = %s AND campaign = %s FOR UPDATE",
+                        (run_id, self.campaign))
+            row = cur.fetchone()
+            if row is None:
+                raise Refusal(STAGE, f"The campaign {self.campaign!r} has no host run {run_id}.")
+            run = _host_run(row)
+            cur.execute("SELECT now(), session_user")
+            db_now, db_user = cur.fetchone()
+            problem = lapsed_problem(run, db_now)  # before any write: a refusal leaves the row as it was
+            if problem is not None:
+                raise Refusal(STAGE, problem[0].upper() + problem[1:])
+            released = self._release(cur, run_id)
+            release = make(run, db_now, db_user, released)
+            decision = decide_operator_release(run, db_now, release)
+            if not decision.release:  # raised inside the transaction: the claims' update rolls back
+                raise Refusal(STAGE, decision.reason[0].upper() + decision.reason[1:])
+            cur.execute("UPDATE host_runs SET state = 'released', ended_at = now(), release = %s::jsonb "
+                        "WHERE run_id = %s", (msgspec.json.encode(release).decode(), run_id))
+            return release, released
 
     def _release(self, cur: Any, run_id: str) -> list[str]:
         cur.execute("UPDATE task_claims SET state = 'open', run_id = NULL WHERE run_id = %s AND state = 'claimed' "

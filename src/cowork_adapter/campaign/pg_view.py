@@ -8,10 +8,11 @@ while hosts keep settling tasks.
 
 from __future__ import annotations
 
+import msgspec
 import psycopg2
 
 from ..errors import Refusal
-from ..schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
+from ..schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot, HostRunRelease
 from .pg_store import SCHEMA_VERSION, connect, redacted
 from .store import STAGE, parse_campaign_text
 
@@ -19,6 +20,13 @@ from .store import STAGE, parse_campaign_text
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _release(location: str, text: str) -> HostRunRelease:
+    try:
+        return msgspec.json.decode(text, type=HostRunRelease)
+    except msgspec.DecodeError as exc:
+        raise Refusal(STAGE, f"The campaign {location} holds a host run release that does not read ({exc}).") from None
 
 
 def read_snapshot(url: str, name: str) -> CampaignSnapshot:
@@ -44,10 +52,13 @@ def read_snapshot(url: str, name: str) -> CampaignSnapshot:
             db_now = cur.fetchone()[0]
             cur.execute("SELECT record::text FROM campaigns WHERE name = %s", (name,))
             row = cur.fetchone()
-            cur.execute("SELECT run_id, host, run_root, state, started_at, ended_at, lease_expires_at "
+            # An operator's release (schema v3) is read where the column exists: a v2 database has none.
+            release = "release::text" if version >= 3 else "NULL"
+            cur.execute(f"SELECT run_id, host, run_root, state, started_at, ended_at, lease_expires_at, {release} "
                         "FROM host_runs WHERE campaign = %s ORDER BY started_at, run_id", (name,))
             runs = [CampaignRun(run_id=r[0], host=r[1], run_root=r[2], state=r[3], started_at=r[4], ended_at=r[5],
-                                lease_expires_at=r[6]) for r in cur.fetchall()]
+                                lease_expires_at=r[6], release=None if r[7] is None else _release(location, r[7]))
+                    for r in cur.fetchall()]
             cur.execute("SELECT task_id, state, run_id, times_claimed, settled_status, receipt, settled_at "
                         "FROM task_claims WHERE campaign = %s ORDER BY task_id", (name,))
             claims = [CampaignClaim(task_id=r[0], state=r[1], run_id=r[2], times_claimed=r[3], settled_status=r[4],

@@ -35,7 +35,7 @@ import psycopg2
 from ..errors import CampaignPersistenceError, Refusal
 from ..schemas.campaign import ActiveRun, CampaignRecord, CampaignStop, RunRecord
 from ..vocab import StopReason, TaskStatus
-from .pg_store import ClaimLost, TaskClaims, connect, hold, migrate, redacted
+from .pg_store import ClaimLost, HostRunReleased, TaskClaims, connect, hold, migrate, redacted
 from .store import STAGE, _admit_existing, _money, parse_campaign_text, utc_now
 
 # Crossings every host must stop for: the key's own limit, or the campaign's money down to its
@@ -273,7 +273,10 @@ class HostLease:
             try:
                 _, stop = self.claims.heartbeat(self.run_id)
             except ClaimLost as exc:
-                self._stop_once(StopReason.HOST_LEASE_LOST.value, {"error": str(exc)[:500]})
+                # Released by an operator while lapsed (campaign release): its claims are other hosts'
+                # now; a reason of its own, so the operator sees why a host that came back stopped.
+                reason = StopReason.HOST_RUN_RELEASED if isinstance(exc, HostRunReleased) else StopReason.HOST_LEASE_LOST
+                self._stop_once(reason.value, {"error": str(exc)[:500]})
                 continue
             if stop is not None:
                 self._stop_once(StopReason.CAMPAIGN_STOPPED.value, {"stop": msgspec.json.decode(stop)})

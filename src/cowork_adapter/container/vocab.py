@@ -67,6 +67,9 @@ class StopReason(Vocab):
     # lease could not be renewed (its claims may soon be released to another host: it must stop).
     CAMPAIGN_STOPPED = "campaign_stopped"
     HOST_LEASE_LOST = "host_lease_lost"
+    # An operator released this host run's claims (`campaign release`) while its lease was lapsed:
+    # the host came back (a suspended VM, a healed partition) and must settle and run nothing more.
+    HOST_RUN_RELEASED = "host_run_released"
     RUNNER_FINISHED = "runner_finished"  # not a stop: recorded in the campaign history
 
 
@@ -381,3 +384,14 @@ class HostRunState(Vocab):
     LIVE = "live"  # renewing its lease; its claims are its own
     FINISHED = "finished"  # ended by its own launcher; unsettled claims went back to open
     FENCED = "fenced"  # lease expired and its processes proven gone; its claims went back to open
+    # Lease expired and an operator released it from another machine (`campaign release`): its
+    # processes were NOT proven gone there; its daemon's label was (or the operator attests it).
+    RELEASED = "released"
+
+
+class ReleaseFence(Vocab):
+    """What stood for a fence proof when an operator released a lapsed host run (`campaign release`)."""
+
+    LABEL_EMPTY = "docker_label_empty"  # its daemon answered: nothing with the run's exact label
+    LABEL_CLEANED = "docker_label_cleaned"  # its daemon answered: the label's objects removed, relist empty
+    ATTESTED = "operator_attested"  # no daemon reachable: the operator's --confirm-fenced is the evidence

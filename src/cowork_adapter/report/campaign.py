@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
+from ..campaign.release import describe
 from ..errors import Refusal
 from ..recovery import identity_difference
 from ..schemas.ledger import TaskRow
@@ -55,7 +58,7 @@ def match_runs(runs: list[CampaignRun], given: list[tuple[str, RunManifest]], ca
         if m.campaign_name is not None and m.campaign_name != campaign:
             raise Refusal(STAGE, f"Run root {root} belongs to campaign {m.campaign_name!r}, not {campaign!r}; "
                                  "give only the run roots of this campaign.")
-        run_id = m.campaign_run_id
+        run_id = m.shared_run.run_id if m.shared_run is not None else None
         if run_id is not None:
             if run_id not in by_id:
                 raise Refusal(STAGE, f"Run root {root} records run {run_id}, which is not a run of campaign "
@@ -215,6 +218,7 @@ def host_figures(runs: list[CampaignRun], claims: list[CampaignClaim], matched: 
                 "meter_spent_usd": _run_meter(rec, (recorded or {}).get(r.run_root)),
                 "accounted_usd": sum(c for c in costs if c is not None), "unknown_cost_attempts": costs.count(None),
                 "attempts": len(attempts),
+                "release": msgspec.to_builtins(r.release) if r.release is not None else None,
             })
         hours = sum(i["hours"] for i in items)
         meter = [i["meter_spent_usd"] for i in items]
@@ -278,6 +282,9 @@ def campaign_view(snap: CampaignSnapshot, matched: dict[str, RunRecord], merge: 
     if live:
         notes.append(f"{len(live)} run(s) were still live when the database was read "
                      f"({', '.join(_where(r) for r in live)}): this is a result so far.")
+    for r in snap.runs:
+        if r.release is not None:  # never a fence proof: the evidence and who gave it, as recorded
+            notes.append(f"Host run {r.run_id} on {r.host} ({r.run_root}) was {describe(r.release)}.")
     if record is None:
         notes.append("The campaign has no money record in the database yet, so its spend is unknown.")
     if overlapping(snap.runs, snap.db_now):

@@ -6,11 +6,11 @@ compares `applied_config`, `seed.head`, `bench.commit` and `image.id` across the
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from .record import Finite, NonNegative, Record
+from .record import Finite, NonNegative, Record, RecordInvalid
 
 MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
 
@@ -139,6 +139,10 @@ class GatewayRecord(Record):
 
 
 class RunManifest(Record, rename={"schema_": "schema"}):
+    # campaign_run_id: written until the host run's id had one place, shared_run.run_id (which a
+    # campaign's report matches a copied run root by); an older manifest carrying both still reads.
+    retired_fields: ClassVar[tuple[str, ...]] = ("campaign_run_id",)
+
     schema_: Literal["cowork_adapter.run_manifest.v1"] = MANIFEST_SCHEMA
     run_root: str
     run_label: str
@@ -171,9 +175,6 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     # --campaign-db (a URL without password) and --campaign-name, when the campaign is in PostgreSQL.
     campaign_db: str | None = None
     campaign_name: str | None = None
-    # --campaign-db: this run's host_runs.run_id, so a campaign's report matches a copied run root to
-    # its run even when two hosts used the same path (None: matched by run_root alone).
-    campaign_run_id: str | None = None
     campaign_settlement: str | None = None
     docker_host: str | None = None  # the daemon the run used (`clear` defaults to it)
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
@@ -181,4 +182,15 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     task_validity: dict[str, str] | None = None  # {source, sha256}
     llm_gateway: GatewayRecord | None = None
     shared_run: SharedRun | None = None
-    admission: AdmissionLimitsRecord | None = None  # --shared-campaign only: its batch loop reads it
+    # --shared-campaign only: the admission limits of its flags, as run (its batch loop reads its own
+    # copy in shared_runner.json, a BatchRunnerConfig).
+    admission: AdmissionLimitsRecord | None = None
+
+    @classmethod
+    def upgrade(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        run_id = raw.pop("campaign_run_id", None)
+        shared = raw.get("shared_run")
+        if run_id is not None and (shared.get("run_id") if isinstance(shared, dict) else None) != run_id:
+            raise RecordInvalid(f"the manifest's campaign_run_id {run_id!r} is not its shared_run's run_id; "
+                                "it cannot be read as one host run")
+        return raw

@@ -12,8 +12,10 @@ from datetime import datetime
 import msgspec
 
 from .campaign import CampaignRecord
+from .manifest import AdmissionLimitsRecord
 
 FENCE_PROOF_SCHEMA = "cowork_adapter.fence_proof.v1"
+HOST_RUN_RELEASE_SCHEMA = "cowork_adapter.host_run_release.v1"
 
 
 class HostRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,6 +29,7 @@ class HostRun(msgspec.Struct, frozen=True, kw_only=True):
     lease_expires_at: datetime
     state: str  # a HostRunState value
     fence_proof: str | None = None  # the FenceProof JSON that released its claims, when fenced
+    release: str | None = None  # the HostRunRelease JSON, when an operator released it (schema v3)
 
 
 class FenceProof(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +42,31 @@ class FenceProof(msgspec.Struct, frozen=True, kw_only=True):
     all_gone: bool
     evidence: str  # liveness.Liveness.sentence(): every holder and whether it lives
     checked_at: datetime
+
+
+class HostRunRelease(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's release of a lapsed host run from another machine (`campaign release`), kept in
+    its host_runs row: the evidence that stood for a fence proof, and who gave it, when.
+
+    Not a proof that the run's processes are gone (they were never checked: their machine is out of
+    reach); `fence` says what was checked instead, and report and status say so."""
+
+    schema: str = HOST_RUN_RELEASE_SCHEMA
+    run_id: str
+    host: str  # the run's host, as it registered
+    run_root: str
+    run_label: str  # the exact Docker label of its containers (from its registered run root)
+    fence: str  # a ReleaseFence value
+    evidence: str  # one sentence: what the daemon answered, or why none was asked
+    docker_host: str | None = None
+    removed: list[str] = msgspec.field(default_factory=list)  # "container NAME", ... removed by the label
+    attested: bool  # the operator passed --confirm-fenced
+    operator: str  # user@machine that ran the command
+    db_user: str  # the database role that wrote the row (the server's word, not the command's)
+    operator_note: str
+    lease_expired_at: datetime
+    at: datetime  # the database's clock when the row was written
+    released_tasks: list[str] = msgspec.field(default_factory=list)
 
 
 class ClaimCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +95,8 @@ class BatchRunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: int
     claim_batch: int
     wait_for_fence_sec: float  # how long to wait for a lapsed run's claims when nothing is open
+    admission: AdmissionLimitsRecord  # a batch is claimed only within these (the run's flags)
+    docker_host: str  # the run's daemon, which admission pings
 
 
 class ClaimedBatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +134,7 @@ class CampaignRun(msgspec.Struct, frozen=True, kw_only=True):
     started_at: datetime
     ended_at: datetime | None
     lease_expires_at: datetime
+    release: HostRunRelease | None = None  # an operator's release (state released): attested or label-proven
 
 
 class CampaignClaim(msgspec.Struct, frozen=True, kw_only=True):

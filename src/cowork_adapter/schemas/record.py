@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import PurePath
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -59,6 +59,16 @@ class _RecordMeta(type(msgspec.Struct)):  # type: ignore[misc]
 
 class Record(msgspec.Struct, metaclass=_RecordMeta, forbid_unknown_fields=True):
     """Base of every host-side record. Subclasses declare fields; `_check` holds rules across fields."""
+
+    # Fields an earlier version wrote and this one no longer has. A document that still carries one
+    # is read through `upgrade` (which drops it, checking its value against where it lives now), so
+    # an older run root reads; any other unknown field is still refused.
+    retired_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def upgrade(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """An older document's fields as this version declares them (raise RecordInvalid if they disagree)."""
+        return raw
 
     def __post_init__(self) -> None:
         if not getattr(_converting, "active", False):
@@ -103,11 +113,27 @@ def convert(value: Any, kind: type[R]) -> R:
     return _convert(value, kind, strict=False)
 
 
+def _decode_retired(raw: bytes, kind: type[R]) -> R:
+    """The slow path of `decode`, for an older document carrying a retired field."""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise RecordInvalid(str(exc)) from None
+    if isinstance(value, dict):
+        value = kind.upgrade(value)
+    return _convert(value, kind)
+
+
 _DECODERS: dict[type, msgspec.json.Decoder] = {}
 
 
 def decode(data: bytes | str, kind: type[R]) -> R:
     """The record `kind` from one JSON document, or RecordInvalid."""
+    retired = getattr(kind, "retired_fields", ())  # a Record's; other kinds have none
+    if retired:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        if any(b'"' + name.encode() + b'"' in raw for name in retired):
+            return _decode_retired(raw, kind)
     decoder = _DECODERS.get(kind) or _DECODERS.setdefault(kind, msgspec.json.Decoder(kind))
     _converting.active = True
     try:
