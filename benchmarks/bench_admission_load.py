@@ -31,7 +31,7 @@ dies. Other jobs on the machine add to the load: the reached load is measured, n
 
     eval "$(cat /tmp/rb.env)"   # DOCKER_HOST, COWORK_REAL_BENCH, COWORK_REAL_BASE_IMAGE
     .venv/bin/python benchmarks/bench_admission_load.py [--levels 0,1,2,4,6,8] [--level-sec 90]
-        [--min-samples 2] [--task kulinar-workshop-materials] [--fraction 0.5]
+        [--min-samples 2] [--task kulinar-workshop-materials] [--fraction 0.5] [--keep-going]
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import docker.errors
 
 from admission_threshold import LevelRow, choose_threshold
 from cowork_adapter.admission import GIB, parse_mem_available, timed_ping
+from cowork_adapter.campaign.commands import process_exists
 from cowork_adapter.container import mcp
 
 LABEL = "org.cowork-adapter.bench.admission-load"
@@ -267,15 +268,7 @@ def _owner(labels: dict) -> int:
 
 
 def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid > 0 and process_exists(pid)
 
 
 def _interrupt(signum, frame) -> None:
@@ -363,6 +356,8 @@ def main() -> int:
     parser.add_argument("--levels", default="0,1,2,4,6,8", help="busy processes per CPU, comma-separated")
     parser.add_argument("--level-sec", type=float, default=90.0, help="start no new sample after this long")
     parser.add_argument("--min-samples", type=int, default=2)
+    parser.add_argument("--keep-going", action="store_true",
+                        help="measure every level, also past the first one over --fraction")
     parser.add_argument("--quiet-sec", type=float, default=4.0,
                         help="before each sample, read the background load this long")
     parser.add_argument("--task", default="kulinar-workshop-materials",
@@ -376,7 +371,12 @@ def main() -> int:
     try:
         levels = [float(x) for x in args.levels.split(",")]
     except ValueError:
-        print(f"--levels must be numbers separated by commas (got {args.levels!r})", file=sys.stderr)
+        levels = []
+    if not levels or not all(0 <= x <= 64 for x in levels):
+        print(f"--levels must be numbers from 0 to 64 separated by commas (got {args.levels!r})", file=sys.stderr)
+        return 2
+    if not (0 < args.fraction <= 1) or args.min_samples < 1:
+        print("--fraction must be in (0, 1] and --min-samples at least 1", file=sys.stderr)
         return 2
     cpus = os.cpu_count() or 1
     client = docker.DockerClient(base_url=os.environ["DOCKER_HOST"], timeout=300)
@@ -392,6 +392,10 @@ def main() -> int:
             print(f"level {per_cpu:g} busy processes per CPU ...", flush=True)
             done.append(run_level(bench, per_cpu, cpus, args.level_sec, args.min_samples, args.quiet_sec))
             print_level(done[-1])
+            if not args.keep_going and max(s.adapter_ratio() for s in done[-1]["samples"]) > args.fraction:
+                print("  over the fraction: a heavier level cannot move the rule's limit; stopping "
+                      "(--keep-going measures them anyway)", flush=True)
+                break
     except KeyboardInterrupt:
         print("interrupted: stopping the busy processes and removing this run's containers", file=sys.stderr)
     finally:
