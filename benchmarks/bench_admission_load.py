@@ -381,8 +381,10 @@ def main() -> int:
     cpus = os.cpu_count() or 1
     client = docker.DockerClient(base_url=os.environ["DOCKER_HOST"], timeout=300)
     bench = Bench(client, Path(os.environ["COWORK_REAL_BENCH"]), os.environ["COWORK_REAL_BASE_IMAGE"], args.task)
-    # SIGTERM ends like Ctrl-C: through the finally below.
+    # SIGTERM and SIGINT end through the finally below; SIGINT set here too because a shell starts a
+    # background job with it ignored, and Python then leaves it ignored.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     left = bench.remove_leftovers()
     print(f"{args.task}: servers {', '.join(bench.specs)}; {cpus} CPU(s); load average before: {_loadavg()}"
           + (f"; removed a killed run's {', '.join(left)}" if left else ""), flush=True)
