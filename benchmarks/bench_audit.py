@@ -22,7 +22,9 @@ max, and the CPU ratio this / other per pair (CPU time is what stays comparable 
 of a shared machine). --root DIR synthesises into DIR once and reuses it on later runs (kept).
 --stages N then profiles the CPU (user + sys) of one process over the same logs, each stage added
 in turn, N rounds (medians): reading, + the UTF-8 check, + the long-integer and DEL checks and the
-separators, + msgspec's decoding, all of audit.read, the five scanners, the whole build_audit.
+separators, + msgspec's decoding, all of audit.read, the five scanners, the whole build_audit;
+and the budget the ratio target leaves: wc -l's median time / 0.25, less the command's start-up
+(the command on a run with no task, --repeat times), times the workers, beside audit.read's CPU.
 
 Targets (issue 18): median ratio >= 0.25 and peak < 256 MiB; exit 1 when a target is missed
 (2 on a wrong result).
@@ -121,6 +123,13 @@ def _write_log(path: Path, name: str, task: str, target: int, rng: random.Random
     return size
 
 
+def _write_run_records(root: Path) -> None:
+    """The run-level records a finished run has besides its ledger: manifest and monitor."""
+    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
+                                                        "applied_config": {}}))
+    (root / "monitor.json").write_text(json.dumps({"finished": True}))
+
+
 def synthesise(root: Path, size_mb: float, seed: int = 7, ascii_escaped: bool = False) -> dict[str, int]:
     rng = random.Random(seed)
     per_task = size_mb * (1 << 20) / TASKS
@@ -133,9 +142,7 @@ def synthesise(root: Path, size_mb: float, seed: int = 7, ascii_escaped: bool = 
                     "result_preview": "", "is_error": False, "status": "ok"}).encode() + b"\n",
     ]
     rows, total = [], 0
-    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
-                                                        "applied_config": {}}))
-    (root / "monitor.json").write_text(json.dumps({"finished": True}))
+    _write_run_records(root)
     for n in range(TASKS):
         task = f"task-{n:03d}"
         dump = root / "bench" / "dumps" / "abc123" / f"SingleUserTurn-{task}"
@@ -244,7 +251,8 @@ def _stage_runs(root: Path, files: list[str]) -> list[tuple[str, Any]]:
             ("the five scanners", scanners), ("whole build_audit", lambda: run.build_audit(root, 1))]
 
 
-def _print_stages(root: Path, files: list[str], rounds: int) -> None:
+def _print_stages(root: Path, files: list[str], rounds: int) -> dict[str, float]:
+    """Print the CPU of each stage (min / median / max); return the medians by stage name."""
     stages = _stage_runs(root, files)
     times: dict[str, list[float]] = {name: [] for name, _ in stages}
     for _ in range(rounds):
@@ -257,6 +265,47 @@ def _print_stages(root: Path, files: list[str], rounds: int) -> None:
           f"{os.getloadavg()[0]:.2f}):")
     for name, values in times.items():
         print(f"  {name:40s}{_spread(values)}")
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _empty_run(base: Path) -> Path:
+    """A run root with no task (a manifest, a monitor record, an empty ledger): auditing it
+    costs the command's start-up, imports and report writing, and no scanning."""
+    root = base / "empty-run"
+    root.mkdir()
+    _write_run_records(root)
+    (root / "result_index.jsonl").write_text("")
+    return root
+
+
+def _print_budget(command: str, base: Path, repeat: int, wc_times: list[float], read_cpu: float,
+                  workers: int) -> None:
+    """What the ratio target leaves for scanning, against what reading alone costs.
+
+    The command meets TARGET_RATIO when it takes at most wc -l / TARGET_RATIO of wall. Its
+    start-up (the same command on a run with no task, timed here) is serial; what is left is
+    shared by `workers` processes, so it holds at most `workers` times that much CPU (perfect
+    balance, no cost of forking). audit.read's CPU is from the stages above (one process)."""
+    empty = _empty_run(base)
+    walls, cpus = [], []
+    for run in range(repeat):
+        report = base / f"empty-{run}.json"
+        wall, status, _, cpu, _ = _timed_child([command, "audit", "--run-dir", str(empty), "--output", str(report)],
+                                               subprocess.DEVNULL)
+        if status != 0:
+            print(f"the audit of a run with no task exited {status}", file=sys.stderr)
+            return
+        report.unlink()
+        walls.append(wall)
+        cpus.append(cpu)
+    allowed = statistics.median(wc_times) / TARGET_RATIO
+    left = allowed - statistics.median(walls)
+    print(f"budget for ratio {TARGET_RATIO} (load average {os.getloadavg()[0]:.2f}): the command in "
+          f"{allowed:.3f} s of wall (wc -l median / {TARGET_RATIO}); its start-up on a run with no task, "
+          f"{repeat} runs: wall min / median / max {_spread(walls)} s, CPU median {statistics.median(cpus):.3f} s")
+    print(f"  leaves {left:.3f} s of wall for scanning: at most {max(left, 0.0) * workers:.3f} s of CPU over "
+          f"{workers} worker(s); all of audit.read alone takes {read_cpu:.3f} s of CPU (one process, median)"
+          + ("  -> out of reach with this reader" if read_cpu > left * workers else ""))
 
 
 def _size_mib(text: str) -> float:
@@ -379,7 +428,9 @@ def main() -> int:
             print(f"{'  other tree wall / CPU (s)':28s}{_spread(other[0])}  /{_spread(other[1])}")
             print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1])])}")
         if args.stages > 0:
-            _print_stages(root, files, args.stages)
+            medians = _print_stages(root, files, args.stages)
+            _print_budget(command, base, args.repeat, wc_times, medians["all of audit.read"],
+                          args.workers or os.cpu_count() or 1)
         missed = [name for name, ok in (("ratio", ratio >= TARGET_RATIO),
                                         ("peak", max(peak_mib, tree_kib / 1024) < TARGET_PEAK_MIB)) if not ok]
         if missed:
