@@ -30,14 +30,13 @@ write that fails is exit 1.
 from __future__ import annotations
 
 import getpass
-import hashlib
 import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..custody.labels import RUN_LABEL_HEX_CHARS
+from ..custody.labels import label_of_resolved_root
 from ..errors import CampaignPersistenceError, CustodyError, Refusal
 from ..schemas.multihost import HostRun, HostRunRelease
 from ..vocab import ExitCode, ReleaseFence
@@ -62,7 +61,7 @@ def label_of_registered_root(run_root: str) -> str:
     """The run's Docker label from the run root its launcher registered. That path was resolved on
     the run's own machine (config.RunConfig), so it is hashed as written, never resolved here
     (custody/labels.run_label would resolve it against THIS machine's symlinks)."""
-    return hashlib.sha256(run_root.encode("utf-8")).hexdigest()[:RUN_LABEL_HEX_CHARS]
+    return label_of_resolved_root(run_root)
 
 
 def _docker_listing(docker_host: str, label: str) -> list[str]:
@@ -74,9 +73,7 @@ def _docker_listing(docker_host: str, label: str) -> list[str]:
 def _docker_cleanup(docker_host: str, label: str) -> list[str]:
     from ..custody.docker_ops import cleanup_run
 
-    report = cleanup_run(docker_host, label, lambda _event: None)  # the relist inside proves it, or raises
-    return ([f"container {n}" for _, n in report.removed_containers] + [f"network {n}" for _, n in report.removed_networks]
-            + [f"volume {n}" for _, n in report.removed_volumes])
+    return cleanup_run(docker_host, label, lambda _event: None).names()  # the relist inside proves it, or raises
 
 
 def find_fence(run_id: str, label: str, docker_host: str | None, confirm_fenced: bool, *,

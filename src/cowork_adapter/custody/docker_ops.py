@@ -68,6 +68,10 @@ class CleanupReport:
     already_gone: int  # removals answered "not found" (a competing cleanup), proven by the relist
     removed_volumes: list[Resource] = field(default_factory=list)
 
+    def names(self) -> list[str]:
+        """Every removed resource as `kind name` (as Labelled.names)."""
+        return Labelled(self.removed_containers, self.removed_networks, self.removed_volumes).names()
+
 
 def client(docker_host: str, timeout: int = DEFAULT_TIMEOUT_SEC) -> docker.DockerClient:
     """A client of exactly this daemon with a timeout on every call; raises CustodyError if it cannot connect."""

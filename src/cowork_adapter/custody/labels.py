@@ -22,7 +22,11 @@ ROLE_OTHER = "other"
 
 def run_label(run_root: Path) -> str:
     """The run's label value: sha256(str(run_root.resolve())) truncated to 32 hex digits."""
-    resolved = str(Path(run_root).resolve())
+    return label_of_resolved_root(str(Path(run_root).resolve()))
+
+
+def label_of_resolved_root(resolved: str) -> str:
+    """The label of a run root already resolved (on the run's own machine, as it registered it)."""
     return hashlib.sha256(resolved.encode("utf-8")).hexdigest()[:RUN_LABEL_HEX_CHARS]
 
 
