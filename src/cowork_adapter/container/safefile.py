@@ -1,0 +1,247 @@
+"""Reading files the agent under test could have written: never follow a link, never block, never
+read without bound.
+
+Standard library only, Python 3.10 (copied into the task image beside protocol.py, and beside the
+docker shim on the host). Every reader of a task dump, on either side, goes through here.
+
+Why each rule:
+* no link is followed at or below `below` (a directory the reader trusts, such as a run's dumps
+  folder): each path component is opened with O_NOFOLLOW relative to its parent's descriptor, so
+  a link anywhere in the path (`<short> -> /etc`, `eval_res.json -> /etc/hostname`) is reported as
+  a link, never resolved. Without `below`, only the last component is checked.
+* O_NONBLOCK on every open and a regular-file check on the open descriptor (fstat): a FIFO or a
+  device named like a record neither hangs the reader nor is read (`/dev/zero` never ends).
+* a byte cap: at most `cap` bytes are read, and a larger file is reported as too large.
+
+Results are `Read` tuples: `kind` says what stood at the path (one of KINDS), `data` holds the
+bytes only for a regular file within the cap.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Iterator, NamedTuple, Optional
+
+ABSENT = "absent"
+REGULAR = "regular"
+DIRECTORY = "directory"
+SYMLINK = "symlink"
+FIFO = "fifo"
+DEVICE = "device"
+SOCKET = "socket"
+OTHER = "other"
+TOO_LARGE = "too_large"
+UNREADABLE = "unreadable"
+KINDS = (ABSENT, REGULAR, DIRECTORY, SYMLINK, FIFO, DEVICE, SOCKET, OTHER, TOO_LARGE, UNREADABLE)
+# What a reader may find instead of the regular file it expected: each is a flagged entry.
+UNSAFE_KINDS = frozenset({SYMLINK, FIFO, DEVICE, SOCKET, OTHER, TOO_LARGE})
+
+# Caps by what is read. A record (claim, receipt, eval_res.json, summaries, configs) is small; a
+# traj_log.json carries the task text and the evaluator's own summary; logs are streamed.
+RECORD_CAP = 16 * 1024 * 1024
+LOG_JSON_CAP = 64 * 1024 * 1024
+CHUNK = 1024 * 1024
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = _OPEN_FLAGS | getattr(os, "O_DIRECTORY", 0)
+
+
+class Read(NamedTuple):
+    kind: str
+    data: Optional[bytes]
+    size: Optional[int]
+    cause: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == REGULAR and self.data is not None
+
+
+class Entry(NamedTuple):
+    """One directory entry as lstat saw it (a link is a link, whatever it points to)."""
+
+    name: str
+    kind: str
+    size: int
+    mtime_ns: int
+
+
+def kind_of_mode(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return REGULAR
+    if stat.S_ISDIR(mode):
+        return DIRECTORY
+    if stat.S_ISLNK(mode):
+        return SYMLINK
+    if stat.S_ISFIFO(mode):
+        return FIFO
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return DEVICE
+    if stat.S_ISSOCK(mode):
+        return SOCKET
+    return OTHER
+
+
+def _split(path: str, below: Optional[str]) -> tuple[str, list[str]]:
+    """(trusted start, components to open without following) of `path`."""
+    path = os.path.abspath(path)
+    if below is None:
+        return os.path.dirname(path), [os.path.basename(path)]
+    base = os.path.abspath(below)
+    rel = os.path.relpath(path, base)
+    if rel == ".":
+        return base, []
+    if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
+        raise ValueError(f"{path} is not below {base}")
+    return base, [part for part in rel.split(os.sep) if part]
+
+
+def _classify_error(exc: OSError, parent_fd: int, name: str) -> tuple[str, str]:
+    """What an open that failed found: a link (ELOOP/ENOTDIR on a link), absent, or unreadable."""
+    if exc.errno == errno.ENOENT:
+        return ABSENT, "file_absent"
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+        try:
+            return kind_of_mode(os.lstat(name, dir_fd=parent_fd).st_mode), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        except OSError:
+            pass
+    if exc.errno == errno.ENXIO:  # a FIFO or socket opened with O_NONBLOCK and no peer
+        return OTHER, "os_error:ENXIO"
+    return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+
+
+def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[int], str, str]:
+    """(fd or None, kind, cause): open `path` read-only, no link followed at or below `below`.
+
+    The fd (caller closes it) is returned only for a regular file or a directory; anything else
+    is named by its kind and left unopened (a FIFO is classified by lstat, never opened for
+    reading: O_NONBLOCK makes the open itself safe, but a reader of it would see no end)."""
+    start, parts = _split(path, below)
+    try:
+        fd = os.open(start, _DIR_FLAGS)
+    except OSError as exc:
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+    for index, name in enumerate(parts):
+        last = index == len(parts) - 1
+        try:
+            mode = os.lstat(name, dir_fd=fd).st_mode
+        except OSError as exc:
+            os.close(fd)
+            return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        kind = kind_of_mode(mode)
+        if kind not in (REGULAR, DIRECTORY) or (not last and kind != DIRECTORY):
+            os.close(fd)
+            return None, kind, ""
+        try:
+            child = os.open(name, _DIR_FLAGS if kind == DIRECTORY else _OPEN_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            found = _classify_error(exc, fd, name)
+            os.close(fd)
+            return None, found[0], found[1]
+        os.close(fd)
+        fd = child
+        # The entry may have been swapped between lstat and open: trust only the open descriptor.
+        actual = kind_of_mode(os.fstat(fd).st_mode)
+        if actual != kind:
+            os.close(fd)
+            return None, actual, "changed_while_opening"
+    return fd, kind_of_mode(os.fstat(fd).st_mode), ""
+
+
+def read_bytes(path: str, *, cap: int = RECORD_CAP, below: Optional[str] = None) -> Read:
+    """The bytes of a regular file at `path`, at most `cap` of them; anything else is named."""
+    try:
+        fd, kind, cause = open_nofollow(path, below=below)
+    except ValueError as exc:
+        return Read(UNREADABLE, None, None, f"outside:{exc}"[:200])
+    if fd is None:
+        return Read(kind, None, None, cause)
+    try:
+        if kind != REGULAR:
+            return Read(kind, None, None, cause)
+        size = os.fstat(fd).st_size
+        if size > cap:
+            return Read(TOO_LARGE, None, size, f"over_cap:{cap}")
+        chunks, total = [], 0
+        while total <= cap:
+            chunk = os.read(fd, min(CHUNK, cap + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > cap:  # it grew while being read
+            return Read(TOO_LARGE, None, total, f"over_cap:{cap}")
+        return Read(REGULAR, b"".join(chunks), total, "")
+    except OSError as exc:
+        return Read(UNREADABLE, None, None, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}")
+    finally:
+        os.close(fd)
+
+
+def iter_chunks(path: str, *, cap: int, below: Optional[str] = None, chunk: int = CHUNK) -> tuple[Read, Iterator[bytes]]:
+    """(what stood at `path`, chunks of it): for streaming readers of large logs. The chunks stop
+    at `cap` bytes; the Read's kind is TOO_LARGE when the file's size at open exceeds the cap (the
+    first `cap` bytes are still yielded, so a reader can report a truncated log)."""
+    try:
+        fd, kind, cause = open_nofollow(path, below=below)
+    except ValueError as exc:
+        return Read(UNREADABLE, None, None, f"outside:{exc}"[:200]), iter(())
+    if fd is None or kind != REGULAR:
+        if fd is not None:
+            os.close(fd)
+        return Read(kind, None, None, cause), iter(())
+    size = os.fstat(fd).st_size
+    found = Read(TOO_LARGE if size > cap else REGULAR, None, size, f"over_cap:{cap}" if size > cap else "")
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            left = cap
+            while left > 0:
+                data = os.read(fd, min(chunk, left))
+                if not data:
+                    return
+                left -= len(data)
+                yield data
+        finally:
+            os.close(fd)
+
+    return found, chunks()
+
+
+def scan_dir(path: str, *, below: Optional[str] = None) -> tuple[str, list[Entry]]:
+    """(kind of `path`, its entries by lstat, sorted by name). Entries only for a real directory
+    (not a link to one); a name that vanished meanwhile is left out."""
+    try:
+        fd, kind, _ = open_nofollow(path, below=below)
+    except ValueError:
+        return UNREADABLE, []
+    if fd is None:
+        return kind, []
+    entries: list[Entry] = []
+    try:
+        if kind != DIRECTORY:
+            return kind, []
+        for name in sorted(os.listdir(fd)):
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except OSError:
+                continue
+            entries.append(Entry(name, kind_of_mode(st.st_mode), st.st_size, st.st_mtime_ns))
+    except OSError:
+        return UNREADABLE, entries
+    finally:
+        os.close(fd)
+    return DIRECTORY, entries
+
+
+def kind_at(path: str, *, below: Optional[str] = None) -> str:
+    """What stands at `path` (no link followed at or below `below`), without reading it."""
+    try:
+        fd, kind, _ = open_nofollow(path, below=below)
+    except ValueError:
+        return UNREADABLE
+    if fd is not None:
+        os.close(fd)
+    return kind
