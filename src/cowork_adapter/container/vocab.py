@@ -214,6 +214,24 @@ class EvalRefusal(Vocab):
     UNFINISHED_CLAIM = "unfinished_claim"
 
 
+class TamperKind(Vocab):
+    """What the host saw the agent under test try against its score, its siblings or the host.
+
+    Each is a flag on the task's ledger row and a line in the report's tampering section; none
+    ever makes a verdict, and a task so flagged is never `passed` unless its sealed verdict is.
+    """
+
+    UNSEALED_VERDICT = "unsealed_verdict"  # official records in the dump that no host seal covers
+    PLANTED_BEFORE_EVAL = "planted_before_eval"  # claim/receipt/eval_res.json there before the first eval exec
+    SEALED_FILE_CHANGED = "sealed_file_changed"  # a file the seal covers differs from its sealed bytes
+    VERDICT_DISAGREES_RUNNER = "verdict_disagrees_runner"  # sealed verdict vs the runner's Pass: / summary.csv
+    UNSAFE_ENTRY = "unsafe_entry"  # a link, FIFO, device, socket or oversize file where a record was read
+    OUTSIDE_OWN_DUMP = "outside_own_dump"  # a write, or a mount asked for, outside the task's own dump
+    GRADING_INPUTS_DIFFER = "grading_inputs_differ"  # traj_log.json's grading inputs differ from the task tree's
+    SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
+    EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
+
+
 class ContainerState(Vocab):
     ABSENT = "absent"
     PRESENT = "present"

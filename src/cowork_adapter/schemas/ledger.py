@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..vocab import OfficialEvalStatus, PaidActivity, TaskStatus
+from ..vocab import OfficialEvalStatus, PaidActivity, TamperKind, TaskStatus
 from .record import Record, RecordInvalid, decode
 
 TASK_ROW_SCHEMA = "cowork_adapter.task_result.v1"
@@ -97,6 +97,13 @@ class GatewaySpend(Record):
     unknown_cost_requests: int = 0  # forwarded, but the answer carried no cost figure
 
 
+class TamperFinding(Record):
+    """One thing the host saw the agent try (vocab.TamperKind); evidence, never a verdict."""
+
+    kind: TamperKind
+    detail: str = ""  # which file or field, at most 200 characters
+
+
 class TaskRow(Record, rename={"schema_": "schema"}):
     schema_: Literal["cowork_adapter.task_result.v1"] = TASK_ROW_SCHEMA
     ts: str
@@ -127,6 +134,8 @@ class TaskRow(Record, rename={"schema_": "schema"}):
     resource_containers: list[ContainerUse] = msgspec.field(default_factory=list)
     # --llm-gateway only (None otherwise): the exact per-task spend the gateway logged.
     gateway: GatewaySpend | None = None
+    # What the host saw the agent try against its score, a sibling or the host (issue 27).
+    tampering: list[TamperFinding] = msgspec.field(default_factory=list)
 
 
 LEDGER_NAME = "result_index.jsonl"
