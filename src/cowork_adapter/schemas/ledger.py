@@ -134,8 +134,9 @@ class TaskRow(Record, rename={"schema_": "schema"}):
     resource_containers: list[ContainerUse] = msgspec.field(default_factory=list)
     # --llm-gateway only (None otherwise): the exact per-task spend the gateway logged.
     gateway: GatewaySpend | None = None
-    # What the host saw the agent try against its score, a sibling or the host (issue 27).
-    tampering: list[TamperFinding] = msgspec.field(default_factory=list)
+    # What the host saw the agent try against its score, a sibling or the host. The ledger always
+    # writes a list (empty: nothing seen); None only in rows written before the check existed.
+    tampering: list[TamperFinding] | None = None
 
 
 LEDGER_NAME = "result_index.jsonl"
