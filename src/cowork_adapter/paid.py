@@ -33,7 +33,7 @@ from .campaign.store import CampaignStore, JsonFileCampaignStore, _admit_existin
 from .config import RunConfig, not_below
 from .container.procs import start_ticks
 from .container.protocol import scrub, secret_terms
-from .custody.bash_env import install_custody
+from .custody.bash_env import TaskDumps, eval_bound_sec, install_custody
 from .custody.creations import creations_dir
 from .custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from .custody.docker_ops import cleanup_run, custody_gap
@@ -48,7 +48,7 @@ from .schemas.campaign import CampaignRecord, key_fingerprint
 from .schemas.custody import CustodyProcesses, ProcessIdentity
 from .manifest import write_manifest
 from .schemas.manifest import RunManifest
-from .schemas.run_config import agent_base_url, model_provider
+from .schemas.run_config import agent_base_url, agent_short_name, model_provider
 from .signals import LAUNCHER_SIGNALS
 from .schemas.monitor import Disk, MeterConfirmation, MeterState, Monitor, Progress, RejectedObservation
 from .schemas.monitor import Spending as MonitorSpending
@@ -429,6 +429,12 @@ class PaidRun:
         self.causes = causes
         return dataclasses.replace(result, stop_reason=result.stop_reason or cause, stop_causes=causes)
 
+    def _runnable_tasks(self) -> list[str]:
+        """Every task this run may hand its runner: the invocation's, and a shared campaign's whole
+        selection (a host claims from it as it goes)."""
+        sel = self.manifest.selection
+        return sorted(set(sel.task_ids) | set(sel.selection_task_ids or []))
+
     def _supervise(self, anchor: float) -> SupervisionResult:
         """Install custody and supervise the runner; any failure after start_run becomes a stop cause."""
         cfg = self.cfg
@@ -451,6 +457,8 @@ class PaidRun:
                 evidence_dir=self.evidence, agent_env_file=self.agent_env if key_file else None,
                 launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
                 gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
+                dumps=TaskDumps(dumps_dir=self.bench_copy / "dumps", short=agent_short_name(cfg),
+                                tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ)),
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
             write_processes(cfg.run_root, self.processes)

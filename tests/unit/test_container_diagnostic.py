@@ -83,6 +83,8 @@ class Dump:
     def publish_official(self, state="absent", returned=None, raised=None) -> dict:
         bind = {"task_dir": TASK, "task_root": str(self.root), "log": protocol.file_facts(str(self.log))}
         claim = protocol.new_claim(bind, agent_container_state=state, prior_result={}, eval_host="h", pid=1)
+        # The digest the docker shim took of the summary when the agent exec ended (a host fact).
+        claim["evidence"]["agent_summary_sha256"] = protocol.file_facts(str(self.root / "ouroboros_summary.json"))["sha256"]
         (self.root / protocol.CLAIM_NAME).write_bytes(protocol.dump_record(claim))
         returned = returned or {"pass": None, "details": protocol.GATE_TEXT.format(status=STATUS)}
         (self.root / "eval_res.json").write_text(json.dumps(returned))
@@ -161,6 +163,7 @@ def _facts(dump: Dump) -> dict:
     return {
         "claim": dict(dump.claim), "receipt": receipt, "log_facts": protocol.file_facts(str(dump.log)),
         "log_status": STATUS, "eval_res": (dump.root / "eval_res.json").read_bytes(), "summary": dict(dump.summary),
+        "summary_sha256": dump.claim["evidence"]["agent_summary_sha256"],
     }
 
 
@@ -205,6 +208,9 @@ RULES = [
     ("summary.model_activity_observed", False, "ineligible", "no_agent_activity"),
     ("summary.model_activity_observed", None, "ineligible", "agent_activity_unknown"),
     ("summary.model_activity_observed", _DROP, "ineligible", "agent_activity_unknown"),
+    ("summary_sha256", "0" * 64, "ineligible", "adapter_summary_changed_after_agent_phase"),
+    ("summary_sha256", None, "ineligible", "adapter_summary_changed_after_agent_phase"),
+    ("claim.evidence.agent_summary_sha256", None, "ineligible", "adapter_summary_changed_after_agent_phase"),
     ("claim.evidence.agent_container_state", "present", "ineligible", "agent_termination_unproven"),
     ("claim.evidence.agent_container_state", "unknown", "ineligible", "agent_termination_unproven"),
 ]
@@ -224,10 +230,13 @@ def test_each_rule_failing_alone_makes_it_not_eligible(dump, path, value, outcom
 
 
 def test_an_ineligible_attempt_records_why_and_runs_nothing(dump):
-    dump.write_summary(model_activity_observed=None)
+    # The agent rewrites its summary after the agent exec ended (to look eligible): the host's
+    # digest no longer matches, so nothing in the summary is believed and nothing runs.
+    dump.write_summary(reason_code="round_limit", model_activity_observed=True, note="rewritten")
     receipt = dump.run()
     attempt = dump.claim["attempt_id"]
-    assert (receipt["outcome"], receipt["reason"], receipt["eligible"]) == ("ineligible", "agent_activity_unknown", False)
+    assert (receipt["outcome"], receipt["reason"], receipt["eligible"]) == (
+        "ineligible", "adapter_summary_changed_after_agent_phase", False)
     assert dump.files() == sorted(["ouroboros_diagnostic_claim.json", f"ouroboros_diagnostic_receipt-{attempt}.json"])
     assert not dump.args_out.exists()
 
@@ -344,7 +353,10 @@ def test_nothing_the_diagnostic_prints_reaches_the_runners_log(tmp_path):
     agent = bench.run("agent", FAKE_OURO_SCENARIO="round_limit")
     assert "====== Status: max_turns_reached ======" in agent.stdout, agent.stderr
     (bench.task_root / "workspace" / "answer.txt").write_text("42")
-    proc = bench.run("eval", MARK=MARK, ARGS_OUT=tmp_path / "args.txt")
+    # As the docker shim passes it: the summary's digest when the agent exec ended.
+    held = protocol.file_facts(str(bench.task_root / "ouroboros_summary.json"))["sha256"]
+    proc = bench.run("eval", MARK=MARK, ARGS_OUT=tmp_path / "args.txt", COWORK_AGENT_SUMMARY_SHA256=held,
+                     COWORK_EVAL_ENTRY="first")
     assert proc.returncode == 1  # the official exit code of a decline, unchanged
     assert [ln for ln in proc.stdout.splitlines() if ln.strip()] == [
         "Pass:    None", f"Details: {protocol.GATE_TEXT.format(status=STATUS)}"]

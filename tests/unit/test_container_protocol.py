@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 
+import os
+
 import pytest
 
 from cowork_adapter.container import outcome, protocol, runconfig, yamlmini
@@ -46,7 +48,22 @@ def test_eval_res_classifier(data, log_status, status, cause, passed):
 def test_unreadable_file_is_os_error(tmp_path):
     (tmp_path / "eval_res.json").mkdir()
     reading = protocol.read_eval_result(str(tmp_path / "eval_res.json"))
-    assert reading.status == S.UNREADABLE and reading.cause == "os_error:IsADirectoryError"
+    assert reading.status == S.UNREADABLE and reading.cause == "os_error:directory"
+
+
+@pytest.mark.parametrize("plant, kind", [
+    (lambda p, host: os.mkfifo(p), "fifo"),                  # a reader that opened it would block
+    (lambda p, host: os.symlink(host, p), "symlink"),        # never followed to a host file
+    (lambda p, host: os.symlink("/dev/zero", p), "symlink"),  # never read without bound
+])
+def test_an_eval_result_that_is_no_regular_file_is_named_never_read(tmp_path, plant, kind):
+    host = tmp_path / "host_file"
+    host.write_text('{"pass": true}')
+    plant(str(tmp_path / "eval_res.json"), str(host))
+    reading = protocol.read_eval_result(str(tmp_path / "eval_res.json"))
+    assert reading.status == S.UNREADABLE and reading.cause == f"os_error:{kind}"
+    facts = protocol.file_facts(str(tmp_path / "eval_res.json"))
+    assert facts["state"] == "unreadable" and facts["sha256"] is None and facts["cause"].startswith(kind)
 
 
 def test_publish_exclusive_has_one_winner(tmp_path):

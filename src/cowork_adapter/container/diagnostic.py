@@ -47,7 +47,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
-from . import protocol
+from . import protocol, safefile
 from .procs import group_alive
 from .vocab import (
     DIAGNOSTIC_LOG_PREFIX,
@@ -138,12 +138,14 @@ def _decode(data: Optional[bytes]) -> Any:
 
 
 def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
-           eval_res: Optional[bytes], summary: Any) -> Decision:
+           eval_res: Optional[bytes], summary: Any, summary_sha256: Optional[str] = None) -> Decision:
     """Whether the diagnostic may run, from the attempt's records as read now. Pure.
 
     `claim`/`receipt`: the official attempt as published on disk; `log_facts`: file facts of
     traj_log.json now; `log_status`: its `status`; `eval_res`: eval_res.json bytes (None if
-    absent); `summary`: the agent phase's summary (None if unreadable). The first failing rule wins.
+    absent); `summary`: the agent phase's summary (None if unreadable), `summary_sha256` the digest
+    of its bytes now, which must equal the digest the host took when the agent exec ended (the
+    claim's evidence): eligibility rests on facts the host holds. The first failing rule wins.
     """
     if (not protocol.valid_claim(claim) or not isinstance(receipt, dict)
             or receipt.get("schema") != protocol.RECEIPT_SCHEMA or receipt.get("attempt_id") != claim["attempt_id"]):
@@ -162,6 +164,10 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
         return _no(ineligible, DiagnosticReason.NOT_SAME_ATTEMPT_STATUS_GATE_DECLINE)
     if not isinstance(summary, dict):
         return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_UNAVAILABLE)
+    evidence = claim.get("evidence") if isinstance(claim.get("evidence"), dict) else {}
+    held = evidence.get("agent_summary_sha256")
+    if not isinstance(held, str) or not held or summary_sha256 != held:
+        return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_CHANGED)
     if summary.get("task") != claim["bindings"].get("task_dir") or summary.get("bench_status") != log_status:
         return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_NOT_LINKED)
     if summary.get("infra_failed") is not False:
@@ -175,7 +181,6 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
         return _no(ineligible, DiagnosticReason.NO_AGENT_ACTIVITY)
     if activity is not True:
         return _no(ineligible, DiagnosticReason.AGENT_ACTIVITY_UNKNOWN)
-    evidence = claim.get("evidence") if isinstance(claim.get("evidence"), dict) else {}
     if evidence.get("agent_container_state") != ContainerState.ABSENT.value:
         return _no(ineligible, DiagnosticReason.AGENT_TERMINATION_UNPROVEN)
     return ELIGIBLE
@@ -303,11 +308,8 @@ def _raise_interrupted(signum, frame):
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None
+    """A dump file's bytes, read as every reader of agent-written files reads (container/safefile)."""
+    return safefile.read_bytes(path, cap=safefile.LOG_JSON_CAP).data
 
 
 def _package_home() -> tuple[str, str]:
@@ -354,6 +356,7 @@ def run_diagnostic(task_root: str, claim: Mapping, *, env: Optional[Mapping[str,
     started = time.monotonic()
     bound_log = os.path.join(task_root, protocol.LOG_NAME)
     summary, _ = protocol.read_json_record(os.path.join(task_root, SUMMARY_NAME))
+    summary_sha = protocol.file_facts(os.path.join(task_root, SUMMARY_NAME))["sha256"]
     result = dict(record, log_path=bound_log, eligible=False,
                   reason_code=summary.get("reason_code") if summary else None, checker_exit_code=None,
                   command=None, command_sha256=None, exit_code=None, custody="not_started", report_stage=None,
@@ -363,7 +366,8 @@ def run_diagnostic(task_root: str, claim: Mapping, *, env: Optional[Mapping[str,
         linked = on_disk if on_disk == dict(claim) else None
         decision = decide(claim=linked, receipt=receipt, log_facts=protocol.file_facts(bound_log),
                           log_status=protocol.read_log_status(bound_log),
-                          eval_res=_read_bytes(os.path.join(task_root, protocol.EVAL_RES_NAME)), summary=summary)
+                          eval_res=_read_bytes(os.path.join(task_root, protocol.EVAL_RES_NAME)), summary=summary,
+                          summary_sha256=summary_sha)
         if decision.eligible:
             result["eligible"] = True
             result.update(_execute(task_root, attempt_id, linked, bound_log, cap, env, cwd))

@@ -2,21 +2,44 @@
 
 First entry: publish the claim, call `TaskEvaluator.evaluate_from_log_file` once, write the
 receipt. Any later entry replays the receipt's lines or refuses; it never evaluates again.
+
+The agent under test wrote this dump, so (issue 27) on the first entry the docker shim names
+(COWORK_EVAL_ENTRY=first):
+* any official record already there (a claim, a receipt, eval_res.json) was planted: it is set
+  aside as `planted-<name>` (evidence) and never honoured; the claim names what was set aside;
+* the grading inputs the unchanged evaluator takes from traj_log.json's config (the task, its
+  paths, the evaluation command and ground truth) are the task tree's: a field that differs from
+  the benchmark's own TaskConfig is rewritten before the call, and the claim names it;
+* a traj_log.json that is not a regular file within its cap is not evaluated (the evaluator would
+  block on a FIFO or follow a link);
+* the call is bounded (COWORK_EVAL_BOUND_SEC; the runner has no bound there): past it a receipt
+  says `eval_hung`, the evaluator's processes are killed and the phase exits.
+The host seals what this phase leaves (custody/shim.py), and only a sealed verdict is scored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import sys
+import threading
 from typing import Any, Optional
 
-from . import bench, protocol
+from . import bench, protocol, safefile
 from .runconfig import load_run_config, run_config_path
 from .vocab import ContainerState, EvalRefusal, ReceiptCause
 
 ENTRY_FILE = "cowork_entry.py"
+# Set by the docker shim on the eval exec (custody/shim.py: ENTRY_ENV, SUMMARY_SHA_ENV, BOUND_ENV).
+ENTRY_ENV = "COWORK_EVAL_ENTRY"
+SUMMARY_SHA_ENV = "COWORK_AGENT_SUMMARY_SHA256"
+BOUND_ENV = "COWORK_EVAL_BOUND_SEC"
+PLANTED_PREFIX = "planted-"
+# The traj_log.json config fields that decide what the evaluator grades, and where.
+GRADING_FIELDS = ("task_dir", "id", "task_root", "log_file", "agent_workspace")
+EVALUATION_FIELDS = ("evaluation_command", "groundtruth_workspace")
 EVALUATOR_FILE = os.path.join("utils", "evaluation", "evaluator.py")
 
 
@@ -75,10 +98,81 @@ def _reenter(task_root: str, claim_path: str, bind: dict, out) -> int:
     return emit(receipt, out)
 
 
+def set_aside_planted(task_root: str) -> list:
+    """Rename every official record found in the dump before the first eval entry to
+    `planted-<name>` (kept as evidence, never honoured); `["<name>:<kind>", ...]` of what moved."""
+    moved = []
+    _, entries = safefile.scan_dir(task_root)
+    for entry in entries:
+        name = entry.name
+        if name not in (protocol.CLAIM_NAME, protocol.EVAL_RES_NAME) and not name.startswith(protocol.RECEIPT_PREFIX):
+            continue
+        target = os.path.join(task_root, PLANTED_PREFIX + name)
+        n = 1
+        while os.path.lexists(target):
+            n += 1
+            target = os.path.join(task_root, f"{PLANTED_PREFIX}{n}-{name}")
+        os.rename(os.path.join(task_root, name), target)  # a link or FIFO is renamed, never opened
+        moved.append(f"{name}:{entry.kind}"[:200])
+    return moved
+
+
+def _canonical_path(value: Any) -> Any:
+    return os.path.normpath(os.path.abspath(value)) if isinstance(value, str) and value else value
+
+
+def grading_differences(logged: Any, canonical: dict) -> list:
+    """The grading inputs of an agent-written traj_log.json config that differ from the task
+    tree's TaskConfig (`canonical`, its to_dict()). Pure. An evaluation field the agent left None is
+    the sanitized agent tree's honest value (the evaluator then resolves it from the full tree)."""
+    if not isinstance(logged, dict):
+        return []
+    out = [name for name in GRADING_FIELDS if _canonical_path(logged.get(name)) != _canonical_path(canonical.get(name))]
+    stated = logged.get("evaluation")
+    truth = canonical.get("evaluation") if isinstance(canonical.get("evaluation"), dict) else {}
+    if stated is not None and not isinstance(stated, dict):
+        return out + ["evaluation"]
+    for name in EVALUATION_FIELDS:
+        value = (stated or {}).get(name)
+        if value is not None and value != truth.get(name):
+            out.append("evaluation." + name)
+    return out
+
+
+def canonicalize_log(log_file: str, task_config: Any) -> list:
+    """Rewrite traj_log.json's grading inputs to the task tree's where they differ; the names of
+    the fields rewritten. An unreadable or shapeless log is left alone (the evaluator reports it)."""
+    value, _ = protocol.read_json_record(log_file, cap=safefile.LOG_JSON_CAP)
+    to_dict = getattr(task_config, "to_dict", None)
+    if not isinstance(value, dict) or not isinstance(value.get("config"), dict) or to_dict is None:
+        return []
+    canonical = to_dict()
+    differ = grading_differences(value["config"], canonical)
+    if differ:
+        config = dict(value["config"])
+        for name in GRADING_FIELDS:
+            config[name] = canonical.get(name)
+        config["evaluation"] = canonical.get("evaluation")
+        value["config"] = config
+        protocol.write_atomic(log_file, protocol.dump_record(value))
+    return differ
+
+
+def _bound_sec() -> Optional[float]:
+    try:
+        value = float(os.environ.pop(BOUND_ENV, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def run_eval(task_dir: str, out=None) -> int:
     """One eval entry; returns the process exit code (0 only when the official pass is True)."""
     out = out or sys.stdout
     agent_state = _agent_state()
+    entry = os.environ.pop(ENTRY_ENV, "")
+    summary_sha = os.environ.pop(SUMMARY_SHA_ENV, "") or None
+    bound = _bound_sec()
     config_path = os.path.abspath(run_config_path(os.environ))
     cfg, raw, error = load_run_config(config_path)
     short = cfg.agent_short_name if cfg else (raw.get("agent_short_name") if isinstance(raw, dict) else None)
@@ -87,27 +181,45 @@ def run_eval(task_dir: str, out=None) -> int:
     task_root = bench.expected_task_root(task_dir, short)
     os.makedirs(task_root, exist_ok=True)
     claim_path = os.path.join(task_root, protocol.CLAIM_NAME)
-    bind = current_bindings(task_dir, task_root, config_path)
+    planted = set_aside_planted(task_root) if entry == "first" else []
     if os.path.lexists(claim_path):
-        return _reenter(task_root, claim_path, bind, out)
+        return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
     eval_res = os.path.join(task_root, protocol.EVAL_RES_NAME)
     prior = protocol.file_facts(eval_res)
-    claim = protocol.new_claim(bind, agent_container_state=agent_state, prior_result=prior,
-                               eval_host=socket.gethostname(), pid=os.getpid())
+    log_file = os.path.join(task_root, protocol.LOG_NAME)
+    log_kind = safefile.kind_at(log_file)
+    task_config, build_error, differ = None, None, []
+    if prior["state"] == "absent" and log_kind in (safefile.REGULAR, safefile.ABSENT):
+        try:
+            task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: absent here
+            differ = canonicalize_log(log_file, task_config)
+        except Exception as exc:  # recorded in the receipt below, after the claim
+            build_error = exc
+    claim = protocol.new_claim(current_bindings(task_dir, task_root, config_path), agent_container_state=agent_state,
+                               prior_result=prior, eval_host=socket.gethostname(), pid=os.getpid())
+    claim["evidence"].update(planted_before_eval=planted, grading_inputs_differ=differ,
+                             agent_summary_sha256=summary_sha, entry=entry or None)
     if not protocol.publish_exclusive(claim_path, protocol.dump_record(claim)):
-        return _reenter(task_root, claim_path, bind, out)
+        return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
+    cause = None
     if prior["state"] != "absent":
-        receipt = protocol.new_receipt(claim, official_run=False, cause=ReceiptCause.UNCLAIMED_PRIOR_RESULT.value)
+        cause = ReceiptCause.UNCLAIMED_PRIOR_RESULT.value
+    elif log_kind not in (safefile.REGULAR, safefile.ABSENT):
+        cause = f"{ReceiptCause.LOG_NOT_REGULAR.value}:{log_kind}"
+    elif build_error is not None:
+        cause = f"{ReceiptCause.PREPARATION_ERROR.value}:{type(build_error).__name__}"
+    if cause is not None:
+        receipt = protocol.new_receipt(claim, official_run=False, cause=cause)
         _publish_receipt(task_root, receipt)
         return emit(receipt, out)
-    return _evaluate(task_dir, short, task_root, claim, out,
+    return _evaluate(task_config, task_root, claim, out, bound=bound,
                      diagnose=bool(cfg and cfg.diagnostic_eval_on_truncation))
 
 
-def _evaluate(task_dir: str, short: str, task_root: str, claim: dict, out, diagnose: bool = False) -> int:
+def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: Optional[float] = None,
+              diagnose: bool = False) -> int:
     log_file = os.path.join(task_root, protocol.LOG_NAME)
     try:
-        task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: only now
         configured = bench.attr(task_config, "log_file")
         evaluator = bench.evaluator_class()
     except Exception as exc:
@@ -121,6 +233,10 @@ def _evaluate(task_dir: str, short: str, task_root: str, claim: dict, out, diagn
         return emit(receipt, out)
     raised: Optional[str] = None
     returned: Any = None
+    timer = threading.Timer(bound, _hung, args=(task_root, claim, out)) if bound else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
         returned = asyncio.run(evaluator.evaluate_from_log_file(log_file))
     except BaseException as exc:  # recorded, then the receipt is written before anything else
@@ -128,10 +244,47 @@ def _evaluate(task_dir: str, short: str, task_root: str, claim: dict, out, diagn
         if not isinstance(exc, Exception):
             _settle(task_root, claim, raised, None, out)
             raise
+    finally:
+        if timer is not None:
+            timer.cancel()
     code = _settle(task_root, claim, raised, returned, out)
     if diagnose:  # opt-in, audit only: after the official receipt and lines, never changing either
         _diagnose(task_root, claim)
     return code
+
+
+def _hung(task_root: str, claim: dict, out) -> None:
+    """The bound passed with the evaluator still running (a checker blocked on a FIFO in the
+    workspace, say): the receipt says so, its processes are killed, and the phase exits."""
+    receipt = protocol.new_receipt(claim, official_run=False, cause=ReceiptCause.EVAL_HUNG.value)
+    _publish_receipt(task_root, receipt)
+    emit(receipt, out)
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)
+
+
+def _descendants(root: int) -> list:
+    """Every process below `root`, from /proc (children first found, then theirs)."""
+    parents: dict = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+            parents.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _diagnose(task_root: str, claim: dict) -> None:

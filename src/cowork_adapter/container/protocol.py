@@ -17,6 +17,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
+from . import safefile
 from .vocab import OfficialEvalStatus, ReceiptCause
 
 CLAIM_NAME = "ouroboros_eval_claim.json"
@@ -76,18 +77,20 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def file_facts(path: str) -> dict:
-    """`{path, state: absent|unreadable|present, bytes, sha256[, cause]}` of one file."""
+def file_facts(path: str, cap: int = safefile.LOG_JSON_CAP) -> dict:
+    """`{path, state: absent|unreadable|present, bytes, sha256[, cause]}` of one file.
+
+    Read without following a link, without blocking and up to `cap` bytes (the agent may have
+    put a link, a FIFO or a huge file there): anything but a regular file within the cap is
+    unreadable, its kind in `cause`."""
     facts: dict = {"path": path, "state": "absent", "bytes": None, "sha256": None}
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
+    got = safefile.read_bytes(path, cap=cap)
+    if got.kind == safefile.ABSENT:
         return facts
-    except OSError as exc:
-        facts.update(state="unreadable", cause=f"os_error:{type(exc).__name__}")
+    if not got.ok:
+        facts.update(state="unreadable", cause=f"{got.kind}:{got.cause}" if got.cause else got.kind)
         return facts
-    facts.update(state="present", bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    facts.update(state="present", bytes=got.size, sha256=hashlib.sha256(got.data).hexdigest())
     return facts
 
 
@@ -255,15 +258,14 @@ def strict_loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
 
 
-def read_json_record(path: str) -> tuple[Optional[dict], str]:
-    """(object, "") or (None, cause) for a record file the protocol wrote."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
+def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[Optional[dict], str]:
+    """(object, "") or (None, cause) for a record file the protocol wrote (read as file_facts reads)."""
+    got = safefile.read_bytes(path, cap=cap)
+    if got.kind == safefile.ABSENT:
         return None, "file_absent"
-    except OSError as exc:
-        return None, f"os_error:{type(exc).__name__}"
+    if not got.ok:
+        return None, f"not_regular:{got.kind}"
+    data = got.data
     try:
         value = strict_loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -339,19 +341,16 @@ def classify_eval_bytes(data: Optional[bytes], log_status: Any = None) -> EvalRe
 
 def read_log_status(log_path: str) -> Any:
     """The `status` of a traj_log.json, or None when absent/unreadable/not an object."""
-    value, _ = read_json_record(log_path)
+    value, _ = read_json_record(log_path, cap=safefile.LOG_JSON_CAP)
     return value.get("status") if value else None
 
 
 def read_eval_result(path: str, log_path: Optional[str] = None) -> EvalReading:
     """Classify the eval_res.json at `path` (I/O wrapper of classify_eval_bytes)."""
-    try:
-        with open(path, "rb") as fh:
-            data: Optional[bytes] = fh.read()
-    except FileNotFoundError:
-        data = None
-    except OSError as exc:
-        return EvalReading(OfficialEvalStatus.UNREADABLE, f"{ReceiptCause.OS_ERROR.value}:{type(exc).__name__}", None)
+    got = safefile.read_bytes(path, cap=safefile.RECORD_CAP)
+    data: Optional[bytes] = got.data
+    if got.kind != safefile.ABSENT and not got.ok:
+        return EvalReading(OfficialEvalStatus.UNREADABLE, f"{ReceiptCause.OS_ERROR.value}:{got.kind}", None)
     status = read_log_status(log_path) if log_path else None
     return classify_eval_bytes(data, status)
 

@@ -204,6 +204,8 @@ class ReceiptCause(Vocab):
     STATUS_GATE = "status_gate"
     PASS_NULL_UNLINKED = "pass_null_unlinked"  # pass null without the exact upstream gate shape
     LOG_PATH_MISMATCH = "log_path_mismatch"  # TaskConfig's log file is not the claimed one
+    LOG_NOT_REGULAR = "log_not_regular"  # traj_log.json is a link, FIFO, device or over its cap: not evaluated
+    EVAL_HUNG = "eval_hung"  # the evaluator ran past the adapter's bound: killed, no verdict
 
 
 class EvalRefusal(Vocab):
@@ -260,6 +262,9 @@ class DiagnosticReason(Vocab):
     NOT_SAME_ATTEMPT_STATUS_GATE_DECLINE = "not_same_attempt_status_gate_decline"
     ADAPTER_SUMMARY_UNAVAILABLE = "adapter_summary_unavailable"
     ADAPTER_SUMMARY_NOT_LINKED = "adapter_summary_not_linked"
+    # The summary is not the one the host saw when the agent exec ended (custody/shim.py): the
+    # agent may have rewritten it, so nothing in it may make the diagnostic eligible.
+    ADAPTER_SUMMARY_CHANGED = "adapter_summary_changed_after_agent_phase"
     INFRASTRUCTURE_OUTCOME = "infrastructure_outcome"
     NO_TASK_SUBMISSION = "no_task_submission"
     STOP_REASON_NOT_ELIGIBLE = "stop_reason_not_eligible"

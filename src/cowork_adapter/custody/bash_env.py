@@ -37,9 +37,40 @@ from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
+# The shim reads task dumps through the same no-follow, capped reader as every other host reader.
+SAFEFILE_SOURCE = Path(__file__).resolve().parent.parent / "container" / "safefile.py"
 STAGE = "custody"
 # A docker found on the host that is really some run's shim wrapper carries this marker.
 WRAPPER_MARKER = "cowork-adapter docker shim"
+
+
+# The eval container lives 1800 s (the runner's `sleep 1800`); one eval exec is bounded well inside
+# it. COWORK_EVAL_BOUND_SEC in the launcher's environment may only lower it (tests).
+EVAL_BOUND_SEC = 1200.0
+EVAL_BOUND_ENV = "COWORK_EVAL_BOUND_SEC"
+
+
+def eval_bound_sec(environ: Mapping[str, str]) -> float:
+    try:
+        lowered = float(environ.get(EVAL_BOUND_ENV, ""))
+    except ValueError:
+        return EVAL_BOUND_SEC
+    return lowered if 0 < lowered < EVAL_BOUND_SEC else EVAL_BOUND_SEC
+
+
+def runner_digest(task: str) -> str:
+    """The runner's per-task id suffix: the first 8 hex of md5(task + newline) (run_parallel.sh)."""
+    return hashlib.md5((task + "\n").encode("utf-8")).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class TaskDumps:
+    """Per-task dumps (issue 27): each agent/eval container mounts only its own task's dump."""
+
+    dumps_dir: Path  # <bench copy>/dumps: the runner's mount source, never mounted whole any more
+    short: str  # the run's agent short name (TaskConfig places a dump at <short_>/SingleUserTurn-<task>)
+    tasks: tuple[str, ...]  # every task the run may hand its runner
+    eval_bound_sec: float  # one eval exec's bound (the runner has none)
 
 
 @dataclass(frozen=True)
@@ -91,6 +122,7 @@ def install_custody(
     launcher_pid: int | None = None,
     launcher_start_ticks: int | None = None,
     gateway_secret_file: Path | None = None,
+    dumps: "TaskDumps | None" = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 
@@ -121,6 +153,12 @@ def install_custody(
         raise Refusal(STAGE, f"The agent env file {agent_env_file} is not an existing regular file.")
     if gateway_secret_file is not None and not Path(gateway_secret_file).is_file():
         raise Refusal(STAGE, f"The gateway secret file {gateway_secret_file} is not an existing regular file.")
+    if dumps is not None:
+        digests: dict[str, str] = {}
+        for task in dumps.tasks:
+            other = digests.setdefault(runner_digest(task), task)
+            if other != task:
+                raise Refusal(STAGE, f"Tasks {other} and {task} share the runner's container id; run them in separate runs.")
     try:
         config = ShimConfig(
             real_docker=str(Path(real_docker).resolve()),
@@ -136,6 +174,10 @@ def install_custody(
             launcher_start_ticks=launcher_start_ticks,
             gateway_secret_file=None if gateway_secret_file is None else str(Path(gateway_secret_file).resolve()),
             creations_dir=str(creations_dir(run_root)),
+            dumps_dir=None if dumps is None else str(Path(dumps.dumps_dir).absolute()),
+            dump_short=None if dumps is None else dumps.short,
+            task_names=None if dumps is None else sorted(set(dumps.tasks)),
+            eval_bound_sec=None if dumps is None else dumps.eval_bound_sec,
         )
     except (RecordInvalid, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None
@@ -154,6 +196,7 @@ def install_custody(
     program = shim_dir / "shim.py"
     source = SHIM_SOURCE.read_bytes()
     _write(program, source.decode("utf-8"), 0o644)
+    _write(shim_dir / "safefile.py", SAFEFILE_SOURCE.read_text(encoding="utf-8"), 0o644)
     _write(wrapper, wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker,
                                    docker_host=docker_host), 0o755)
     bash_env = custody_dir / "bash_env.sh"

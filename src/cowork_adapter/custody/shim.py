@@ -71,6 +71,8 @@ HOST_OVERRIDE = "host_override"
 LAUNCHER_DEAD = "launcher_dead"
 GATEWAY_TOKEN_FAILED = "gateway_token_failed"
 CREATION_LOCK_FAILED = "creation_lock_failed"
+DUMP_MOUNT_REFUSED = "dump_mount_refused"
+TASK_UNKNOWN = "task_unknown"
 
 # Container states: the values of vocab.ContainerState.
 ABSENT, PRESENT, UNKNOWN = "absent", "present", "unknown"
@@ -126,6 +128,21 @@ TOKEN_PREFIX = "cwg1"
 TOKEN_CONTEXT = b"cowork-gateway-token\0"
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+
+# Per-task dumps and the seal (issue 27). The eval phase reads these variables (container/evalphase.py).
+DUMPS_TARGET = "/workspace/dumps"
+DUMP_PREFIX = "SingleUserTurn-"
+ENTRY_ENV = "COWORK_EVAL_ENTRY"  # first | repeat: whether an eval exec of this task came before
+SUMMARY_SHA_ENV = "COWORK_AGENT_SUMMARY_SHA256"  # the adapter summary as the agent exec left it
+BOUND_ENV = "COWORK_EVAL_BOUND_SEC"  # the eval phase's own bound; the shim's is a margin above it
+BOUND_MARGIN_SEC = 60.0
+KILL_GRACE_SEC = 5.0
+SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
+CLAIM_NAME = "ouroboros_eval_claim.json"  # container/protocol.py names; this file cannot import it
+RECEIPT_PREFIX = "ouroboros_eval_receipt-"
+EVAL_RES_NAME = "eval_res.json"
+SUMMARY_NAME = "ouroboros_summary.json"
+OFFICIAL_NAMES = (CLAIM_NAME, EVAL_RES_NAME)
 
 
 # ---------------------------------------------------------------- pure argv logic
@@ -602,6 +619,263 @@ def run_creation(config, argv, lock):
     return 128 - code if code < 0 else code
 
 
+# ---------------------------------------------------------------- per-task dumps (pure)
+
+
+def task_of(config, ident):
+    """The task a runner id names: the runner's id is `<pid>-<first 8 hex of md5(task + newline)>`.
+
+    None when the run has no task list (a config from before per-task dumps) or none matches."""
+    tasks = config.get("task_names")
+    if not tasks or not ident or "-" not in ident:
+        return None
+    digest = ident.rsplit("-", 1)[1]
+    for task in tasks:
+        if hashlib.md5((task + "\n").encode("utf-8")).hexdigest()[:8] == digest:
+            return task
+    return None
+
+
+def task_dump_rel(config, task):
+    """`<short_>/SingleUserTurn-<task>`: the task's dump below the dumps folder, as TaskConfig places it."""
+    return config["dump_short"].replace("/", "_") + "/" + DUMP_PREFIX + task
+
+
+def _volume_parts(spec):
+    """(source, target, rest) of a `-v` value `src:dst[:opts]`, or None for an anonymous volume."""
+    parts = spec.split(":")
+    if len(parts) < 2:
+        return None
+    return parts[0], parts[1], parts[2:]
+
+
+def _touches_dumps(config, path):
+    base = config["dumps_dir"].rstrip("/")
+    path = os.path.normpath(path) if path else path
+    return bool(path) and (path == base or path.startswith(base + "/"))
+
+
+def rewrite_dump_mounts(config, args, role, task):
+    """(args with the dumps mount narrowed to the task's own dump, refusal cause or None).
+
+    `args` are the creation's own options and positionals (after the subcommand). The runner mounts
+    the whole dumps folder read-write into every agent and eval container; here an agent or eval
+    container of a known task gets only `<dumps>/<short_>/SingleUserTurn-<task>` at the same path
+    inside, so no container can read or write another task's dump. Any other mount of the dumps
+    folder or of /workspace/dumps, a `--mount` or `--volumes-from` touching them, is refused."""
+    options, first = parse_options(args, RUN_BOOL_LONG, RUN_BOOL_SHORT)
+    out = list(args)
+    i = 0
+    while i < first:
+        arg = args[i]
+        name, attached = (arg.split("=", 1) + [None])[:2] if arg.startswith("--") else (arg, None)
+        if name in ("-v", "--volume", "--mount", "--volumes-from"):
+            value_at = i if attached is not None else i + 1
+            value = attached if attached is not None else (args[i + 1] if i + 1 < len(args) else "")
+            if name == "--volumes-from":
+                return args, DUMP_MOUNT_REFUSED
+            if name == "--mount":
+                if DUMPS_TARGET in value or config["dumps_dir"] in value:
+                    return args, DUMP_MOUNT_REFUSED
+            else:
+                parts = _volume_parts(value)
+                if parts is not None:
+                    source, target, rest = parts
+                    to_dumps = target.rstrip("/") == DUMPS_TARGET or target.startswith(DUMPS_TARGET + "/")
+                    if to_dumps or _touches_dumps(config, source):
+                        exact = target.rstrip("/") == DUMPS_TARGET and os.path.normpath(source) == os.path.normpath(config["dumps_dir"])
+                        if not exact or role not in ("agent", "eval") or task is None:
+                            return args, DUMP_MOUNT_REFUSED
+                        rel = task_dump_rel(config, task)
+                        narrowed = ":".join([config["dumps_dir"].rstrip("/") + "/" + rel, DUMPS_TARGET + "/" + rel] + rest)
+                        out[value_at] = ("--volume=" + narrowed) if attached is not None else narrowed
+            i = value_at + 1
+            continue
+        i += 1
+    return out, None
+
+
+def make_task_dump(config, task):
+    """Create the task's dump folder on the host (the mount's source) without following a link.
+
+    Every folder above it is the host's own (never mounted), so plain makedirs is enough; a
+    non-directory there refuses the creation."""
+    path = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        return not os.path.islink(path) and os.path.isdir(path)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- the seal of the official verdict
+
+
+def _load_safefile():
+    """container/safefile.py, copied beside this program (install_custody); None if it is missing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        import safefile  # noqa: PLC0415 - a sibling copy, found only once sys.path holds this folder
+    except ImportError:
+        return None
+    return safefile
+
+
+def file_seal(safefile, path, below):
+    """{kind, bytes, sha256} of one dump file as the host reads it: no link, no FIFO, capped."""
+    got = safefile.read_bytes(path, cap=safefile.RECORD_CAP, below=below)
+    return {"kind": got.kind, "bytes": got.size,
+            "sha256": hashlib.sha256(got.data).hexdigest() if got.ok else None}, got
+
+
+def official_entries(safefile, task_root, below):
+    """The official-looking entries of a task dump (name, kind, size), by lstat: what stood there."""
+    _, entries = safefile.scan_dir(task_root, below=below)
+    return [{"name": e.name, "kind": e.kind, "bytes": e.size} for e in entries
+            if e.name in OFFICIAL_NAMES or e.name.startswith(RECEIPT_PREFIX)]
+
+
+def read_seal_inputs(safefile, task_root, below):
+    """What the host seals after an eval exec: the claim, its receipt, eval_res.json, the verdict."""
+    claim_facts, claim = file_seal(safefile, os.path.join(task_root, CLAIM_NAME), below)
+    attempt, evidence = None, {}
+    try:
+        value = json.loads(claim.data.decode("utf-8")) if claim.ok else None
+    except (UnicodeDecodeError, ValueError):
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("attempt_id"), str) and SAFE_ID.match(value["attempt_id"]):
+        attempt = value["attempt_id"]
+        evidence = value.get("evidence") if isinstance(value.get("evidence"), dict) else {}
+    receipt_facts, verdict = None, None
+    if attempt is not None:
+        receipt_facts, receipt = file_seal(safefile, os.path.join(task_root, RECEIPT_PREFIX + attempt + ".json"), below)
+        try:
+            rec = json.loads(receipt.data.decode("utf-8")) if receipt.ok else None
+        except (UnicodeDecodeError, ValueError):
+            rec = None
+        if isinstance(rec, dict) and rec.get("attempt_id") == attempt:
+            returned = rec.get("returned")
+            verdict = {"official_run": rec.get("official_run") is True, "raised": rec.get("raised"),
+                       "cause": str(rec.get("cause"))[:200],
+                       "pass": returned.get("pass") if isinstance(returned, dict) and isinstance(returned.get("pass"), bool) else None}
+    eval_facts, _ = file_seal(safefile, os.path.join(task_root, EVAL_RES_NAME), below)
+    grading = evidence.get("grading_inputs_differ")
+    planted = evidence.get("planted_before_eval")
+    return {"attempt_id": attempt, "claim": claim_facts, "receipt": receipt_facts, "eval_res": eval_facts,
+            "verdict": verdict,
+            "grading_inputs_differ": [str(x)[:100] for x in grading][:20] if isinstance(grading, list) else [],
+            "planted_moved": [str(x)[:200] for x in planted][:50] if isinstance(planted, list) else []}
+
+
+def run_child(config, argv, env_extra, bound):
+    """Run the real docker with `argv` as this shim's child (same process group, so a stop of the
+    runner's group reaches it too); SIGTERM/SIGINT/SIGHUP sent to the shim alone are passed on.
+    Returns (exit code as a shell reports it, hung): past `bound` seconds the child gets SIGTERM,
+    then SIGKILL after a grace, and `hung` is True."""
+    env = docker_env(config)
+    env.update(env_extra)
+    try:
+        child = subprocess.Popen([config["real_docker"]] + argv, env=env)
+    except OSError:
+        sys.stderr.write("docker shim: cannot execute the real docker\n")
+        return EXIT_CANNOT_EXECUTE, False
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda sig, _frame: child.send_signal(sig))
+    hung = False
+    try:
+        code = child.wait(timeout=bound)
+    except subprocess.TimeoutExpired:
+        hung = True
+        child.terminate()
+        try:
+            code = child.wait(timeout=KILL_GRACE_SEC)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = child.wait()
+    return (128 - code if code < 0 else code), hung
+
+
+def handle_agent_exec(config, argv, ident, task):
+    """The agent exec, then the adapter summary's digest as it was when the exec ended: the eval
+    phase's diagnostic trusts only that summary (the agent may rewrite the file later)."""
+    code, _ = run_child(config, argv, {}, None)
+    try:  # evidence only: the exec has run and its exit code stands whatever happens here
+        safefile = _load_safefile()
+        if safefile is not None and task is not None:
+            task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
+            facts, _ = file_seal(safefile, os.path.join(task_root, SUMMARY_NAME), config["dumps_dir"])
+            record(config, ident + ".agent_summary", dict(facts, ts=time.time(), task=task))
+    except Exception:  # noqa: BLE001
+        pass
+    return code
+
+
+def agent_summary_sha(config, ident):
+    """The summary digest the agent exec left (the last line of `<id>.agent_summary`), or ""."""
+    path = evidence_path(config, ident + ".agent_summary")
+    try:
+        with open(path, "rb") as handle:
+            lines = handle.read(1 << 20).splitlines()
+        value = json.loads(lines[-1].decode("utf-8")) if lines else {}
+    except (OSError, ValueError, TypeError, IndexError):
+        return ""
+    sha = value.get("sha256") if isinstance(value, dict) else None
+    return sha if isinstance(sha, str) else ""
+
+
+def first_eval_entry(config, ident):
+    """True for the first eval exec of `ident` in this run (a write-once marker), else False."""
+    marker = evidence_path(config, ident + ".eval_entry")
+    if marker is None:
+        return True
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def handle_eval_exec(config, argv, at, ident, command):
+    """The eval exec under the host's seal: what stood in the dump before, the exec (bounded),
+    then the claim, receipt and eval_res.json as the host reads them, written once to
+    `<id>.seal.json` in the evidence folder, which no container mounts. Only the first entry is
+    sealed: a repeat replays its receipt, and the ledger scores the first."""
+    state = agent_state(config, ident)
+    record(config, ident + ".eval_admission", {"ts": time.time(), "agent_container_state": state})
+    first = first_eval_entry(config, ident)
+    bound = float(config.get("eval_bound_sec") or 0) or None
+    summary_sha = agent_summary_sha(config, ident)
+    env_extra = {STATE_ENV: state, ENTRY_ENV: "first" if first else "repeat", SUMMARY_SHA_ENV: summary_sha}
+    if bound:
+        env_extra[BOUND_ENV] = repr(bound)
+    flags = []
+    for name, value in sorted(env_extra.items()):
+        flags += ["-e", name + "=" + value]
+    safefile = _load_safefile()
+    task = task_of(config, ident)
+    below = config["dumps_dir"]
+    seal = None
+    if first and task is not None and safefile is not None:
+        task_root = os.path.join(below, task_dump_rel(config, task))
+        seal = {"schema": SEAL_SCHEMA, "runner_id": ident, "task": task, "entry": "first",
+                "task_dir_arg": flag_value(command, "--task_dir"), "agent_container_state": state,
+                "agent_summary_sha256": summary_sha or None, "pre": official_entries(safefile, task_root, below),
+                "started_at": time.time()}
+    code, hung = run_child(config, argv[:at] + flags + argv[at:], {}, bound + BOUND_MARGIN_SEC if bound else None)
+    if seal is not None:
+        try:  # the exec has run: never run it again, whatever the seal meets (no seal = not scored)
+            seal.update(ended_at=time.time(), exit_code=code, hung=hung)
+            seal.update(read_seal_inputs(safefile, task_root, below))
+            record(config, ident + ".seal.json", json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
+        except Exception:  # noqa: BLE001
+            sys.stderr.write("docker shim: the eval seal could not be written\n")
+    return code
+
+
 def handle_creation(config, argv, shape):
     at = shape["at"]
     network = shape["kind"] == "network_create"
@@ -622,6 +896,17 @@ def handle_creation(config, argv, shape):
         cause = HOST_OVERRIDE
     if cause is None and has_conflict(options):
         cause = FLAG_CONFLICT
+    if cause is None and not network and config.get("dumps_dir"):
+        ident = task_id(name, role) if role in ("agent", "eval") else None
+        task = task_of(config, ident)
+        if role in ("agent", "eval") and task is None:
+            cause = TASK_UNKNOWN
+        else:
+            rewritten, cause = rewrite_dump_mounts(config, argv[at:], role, task)
+            if cause is None:
+                argv = argv[:at] + rewritten
+                if task is not None and not make_task_dump(config, task):
+                    cause = DUMP_MOUNT_REFUSED
     token_env = None
     agent_ident = task_id(name, "agent") if not network and role == "agent" else None
     if cause is None and config.get("gateway_secret_file") and agent_ident is not None:
@@ -657,9 +942,13 @@ def handle_exec(config, argv, shape):
         task_dir = flag_value(command, "--task_dir")
         if task_dir is not None:
             record(config, ident + ".task", task_dir + "\n", once=True)
+        if config.get("dumps_dir"):
+            return handle_agent_exec(config, argv, ident, task_of(config, ident))
         return run_real(config, argv)
     ident = task_id(container, "eval")
     if ident is not None and flag_value(command, "--phase") == "eval":
+        if config.get("dumps_dir"):
+            return handle_eval_exec(config, argv, at, ident, command)
         state = agent_state(config, ident)
         record(config, ident + ".eval_admission", {"ts": time.time(), "agent_container_state": state})
         return run_real(config, argv[:at] + ["-e", STATE_ENV + "=" + state] + argv[at:])

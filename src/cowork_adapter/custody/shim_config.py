@@ -50,3 +50,11 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
     # Where each admitted creation holds its in-flight lock until the real docker has its answer
     # (custody/creations.py); cleanup waits for them before its proof.
     creations_dir: str | None = None
+    # Per-task dumps and the seal (issue 27): the run's dumps folder on the host (never mounted
+    # whole), the agent short name that places a task's dump in it, the tasks the run may run (the
+    # runner's container ids carry md5(task)), and the bound of one eval exec. None: an older config,
+    # whose shim mounts the whole folder and seals nothing.
+    dumps_dir: str | None = None
+    dump_short: str | None = None
+    task_names: list[str] | None = None
+    eval_bound_sec: Positive | None = None
