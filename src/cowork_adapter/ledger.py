@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from .audit.scan import TaskScan, scan_events
-from .container import protocol
+from .container import protocol, safefile
 from .events import utc_now_iso
 from .fileio import replace_atomic
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
@@ -38,15 +38,19 @@ from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema
     GatewaySpend,
     OfficialReceipt,
     RunnerRow,
+    TamperFinding,
     TaskRow,
     UsageFacts,
 )
+from .schemas.seal import EvalSeal, SealRead, read_seals, run_seals_verdicts
 from .schemas.manifest import RunManifest
 from .schemas.record import decode
 from .vocab import (
     INFRA_RUNTIME_REASONS,
     OfficialEvalStatus,
     PaidActivity,
+    ShimRefusal,
+    TamperKind,
     TaskStatus,
 )
 
@@ -62,6 +66,9 @@ START_EVIDENCE_NAMES = (
     "ouroboros_server.log",
 )
 SUMMARY_FIELDS = AdapterSummaryFacts.__struct_fields__
+# The dump entries a reader takes as records: each must be a regular file (a link, FIFO, device or
+# oversize file there is a flagged unsafe entry, never read). `ouroboros` must be a real folder.
+RECORD_NAMES = (SUMMARY_NAME, protocol.LOG_NAME, protocol.EVAL_RES_NAME, protocol.CLAIM_NAME, "traj.json")
 
 
 # ================================================================ official verdict (pure)
@@ -79,12 +86,10 @@ def classify_eval_result(path: Path, log_path: Path | None = None) -> tuple[Offi
     protocol.py offers the byte classifier but not this file-level tuple, so it lives here.
     The pass value is the literal JSON value (disclosure only); None for a missing key.
     """
-    try:
-        data: bytes | None = path.read_bytes()
-    except FileNotFoundError:
-        data = None
-    except OSError as exc:
-        return OfficialEvalStatus.UNREADABLE, f"os_error:{type(exc).__name__}", None, None, None
+    got = safefile.read_bytes(str(path), cap=safefile.RECORD_CAP)
+    if got.kind != safefile.ABSENT and not got.ok:
+        return OfficialEvalStatus.UNREADABLE, f"os_error:{got.kind}", None, None, None
+    data: bytes | None = got.data
     reading = protocol.classify_eval_bytes(data, None)
     if reading.cause == "pass_null_unlinked" and log_path is not None:
         # Only a null pass needs the linked log status (the gate decline); read it lazily.
@@ -151,6 +156,70 @@ def assess_official(
     if eval_status is OfficialEvalStatus.COMPLETED:
         return OfficialVerdict(OfficialEvalStatus.INVALID, "pass_not_boolean", None)
     return OfficialVerdict(eval_status, eval_cause, None)
+
+
+# ================================================================ the host's seal (pure)
+
+
+class DumpDigests(NamedTuple):
+    """sha256 of the dump's official files as read now (None: absent or not a regular file)."""
+
+    claim: str | None
+    receipt: str | None
+    eval_res: str | None
+    summary: str | None
+
+
+def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDigests, *,
+                 records_present: bool) -> tuple[OfficialVerdict, list[TamperFinding]]:
+    """The verdict a sealing run may score, and what the seal shows the agent tried.
+
+    Only a verdict whose seal exists, and whose claim, receipt and eval_res.json still have the
+    sealed bytes, stands; anything else in the dump is evidence (issue 27)."""
+    found: list[TamperFinding] = []
+    if seal is None:
+        if records_present:
+            found.append(TamperFinding(kind=TamperKind.UNSEALED_VERDICT, detail="official records without a host seal"))
+            return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "unsealed_verdict", None), found
+        return verdict, found
+    if seal.pre:
+        names = ", ".join(f"{e.name}:{e.kind}" for e in seal.pre)
+        found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
+    if seal.grading_inputs_differ:
+        found.append(TamperFinding(kind=TamperKind.GRADING_INPUTS_DIFFER, detail=", ".join(seal.grading_inputs_differ)[:200]))
+    if seal.hung or (seal.verdict is not None and seal.verdict.cause.startswith("eval_hung")):
+        found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec ended after {seal.ended_at - seal.started_at:.0f} s"))
+    if seal.agent_summary_sha256 and now.summary != seal.agent_summary_sha256:
+        found.append(TamperFinding(kind=TamperKind.SUMMARY_CHANGED, detail="ouroboros_summary.json"))
+    sealed = (("claim", seal.claim.sha256, now.claim), ("receipt", seal.receipt.sha256 if seal.receipt else None, now.receipt),
+              ("eval_res.json", seal.eval_res.sha256, now.eval_res))
+    changed = [name for name, then, current in sealed if then != current]
+    if changed:
+        found.append(TamperFinding(kind=TamperKind.SEALED_FILE_CHANGED, detail=", ".join(changed)))
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "sealed_file_changed", None), found
+    return verdict, found
+
+
+def runner_disagreement(verdict: OfficialVerdict, runner: RunnerRow | None) -> list[TamperFinding]:
+    """A flag when the runner's own `Pass:` grep (summary.csv eval_pass) says otherwise than the
+    scored verdict: the agent can print `Pass: True` into the log the runner greps."""
+    said = runner.eval_pass if runner is not None else None
+    if said not in ("True", "False"):
+        return []
+    scored = "True" if verdict.passed is True else "False"
+    if said == scored:
+        return []
+    return [TamperFinding(kind=TamperKind.VERDICT_DISAGREES_RUNNER,
+                          detail=f"summary.csv eval_pass {said}, sealed verdict {verdict.passed}")]
+
+
+def unsafe_entries(kinds: Mapping[str, str]) -> list[TamperFinding]:
+    """Flags for record names in a dump listing that are not regular files (links, FIFOs, ...)."""
+    bad = [f"{name}:{kind}" for name, kind in sorted(kinds.items())
+           if (name in RECORD_NAMES or name.startswith(protocol.RECEIPT_PREFIX)) and kind != safefile.REGULAR]
+    if "ouroboros" in kinds and kinds["ouroboros"] != safefile.DIRECTORY:
+        bad.append(f"ouroboros:{kinds['ouroboros']}")
+    return [TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=", ".join(bad)[:200])] if bad else []
 
 
 # ================================================================ row classification (pure)
@@ -230,15 +299,16 @@ def classify(facts: TaskFacts, *, live: bool, interruption_cause: str) -> tuple[
 
 
 def _read_json(path: Path) -> tuple[str, Any]:
-    """(state, value): absent | unreadable | present, strict JSON (no duplicates, no NaN)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    """(state, value): absent | unreadable | present, strict JSON (no duplicates, no NaN).
+
+    Read without following a link, blocking or passing the record cap (container/safefile)."""
+    got = safefile.read_bytes(str(path), cap=safefile.RECORD_CAP)
+    if got.kind == safefile.ABSENT:
         return "absent", None
-    except OSError:
+    if not got.ok:
         return "unreadable", None
     try:
-        return "present", protocol.strict_loads(data.decode("utf-8"))
+        return "present", protocol.strict_loads(got.data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return "unreadable", None
 
@@ -298,24 +368,45 @@ def find_dumps(bench: Path) -> dict[str, Path]:
     """
     found: dict[str, Path] = {}
     rank: dict[str, int] = {}
-    try:
-        shorts = sorted(p for p in (bench / "dumps").iterdir() if p.is_dir())
-    except OSError:
-        return found
+    dumps = bench / "dumps"
+    _, shorts = safefile.scan_dir(str(dumps))
     for short in shorts:
-        try:
-            entries = list(os.scandir(short))
-        except OSError:
+        if short.kind != safefile.DIRECTORY:  # a link is never followed, even to a folder
             continue
+        _, entries = safefile.scan_dir(str(dumps / short.name), below=str(dumps))
         for entry in entries:
-            if not entry.name.startswith("SingleUserTurn-") or not entry.is_dir():
+            if not entry.name.startswith("SingleUserTurn-") or entry.kind != safefile.DIRECTORY:
                 continue
             task = entry.name[len("SingleUserTurn-"):]
-            path = Path(entry.path)
-            score = 2 if (path / SUMMARY_NAME).exists() else (1 if (path / "ouroboros").exists() else 0)
+            path = dumps / short.name / entry.name
+            _, inside = safefile.scan_dir(str(path), below=str(dumps))
+            kinds = {e.name: e.kind for e in inside}
+            score = 2 if kinds.get(SUMMARY_NAME) == safefile.REGULAR else (1 if kinds.get("ouroboros") == safefile.DIRECTORY else 0)
             if task not in found or score > rank[task]:
                 found[task], rank[task] = path, score
     return found
+
+
+def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
+    """task -> how many of its containers the shim refused for a mount outside its own dump
+    (creations.jsonl rows with cause dump_mount_refused, named `<role>-<pid>-<md5(task)>`)."""
+    from .custody.bash_env import runner_digest
+
+    by_digest = {runner_digest(task): task for task in tasks}
+    got = safefile.read_bytes(str(Path(run_root) / "custody" / "evidence" / "creations.jsonl"), cap=safefile.LOG_JSON_CAP)
+    out: dict[str, int] = {}
+    for line in (got.data or b"").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        name = row.get("name") if isinstance(row, dict) else None
+        if row.get("cause") != ShimRefusal.DUMP_MOUNT_REFUSED.value or not isinstance(name, str) or "-" not in name:
+            continue
+        task = by_digest.get(name.rsplit("-", 1)[1])
+        if task is not None:
+            out[task] = out.get(task, 0) + 1
+    return out
 
 
 def read_custody_tasks(run_root: Path, runner_ids: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -383,6 +474,12 @@ class IndexContext:
     # Rows carried from the ancestry, rebuilt once per context: the recovery plan settled them
     # at launch and their receipts are write-once, so a live refresh need not re-read them.
     carried: dict[str, TaskRow] | None = None
+    # The host's seals of the official evals (schemas/seal.py), and whether this run seals at all
+    # (a run from before the seal keeps its receipts' verdicts, disclosed as unsealed).
+    seals: dict[str, SealRead] = field(default_factory=dict)
+    sealing: bool = False
+    # task -> the dump mounts the shim refused for its containers (a mount outside its own dump).
+    refused_mounts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def load(cls, run_root: Path | str) -> "IndexContext":
@@ -390,6 +487,7 @@ class IndexContext:
         root = Path(run_root)
         manifest = decode((root / MANIFEST_NAME).read_bytes(), RunManifest)
         ctx = cls(run_root=root, manifest=manifest, bench=bench_dir(root, manifest))
+        ctx.sealing = run_seals_verdicts(root)
         ctx.blocked = ctx._blocked_tasks()
         ctx.refresh()
         return ctx
@@ -407,6 +505,9 @@ class IndexContext:
         self.resources = read_task_resources(self.run_root, runner_ids)
         if getattr(self.manifest, "llm_gateway", None) is not None:  # a bare context (tests) has no manifest
             self.gateway = gateway_spend(self.run_root, runner_ids)
+        if self.sealing:
+            self.seals = read_seals(self.run_root)
+            self.refused_mounts = refused_dump_mounts(self.run_root, self.selection())
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
@@ -478,11 +579,10 @@ def _canonical(value: Any) -> str | None:
 def _file_digest(path: Path | None) -> tuple[int | None, str | None]:
     if path is None:
         return None, None
-    try:
-        data = path.read_bytes()
-    except OSError:
+    got = safefile.read_bytes(str(path), cap=safefile.LOG_JSON_CAP)
+    if not got.ok:
         return None, None
-    return len(data), hashlib.sha256(data).hexdigest()
+    return got.size, hashlib.sha256(got.data).hexdigest()
 
 
 def _paid_activity(status: TaskStatus, usage: UsageFacts | None, summary: Mapping[str, Any] | None) -> PaidActivity:
@@ -502,15 +602,13 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
     entries: list[tuple[str, int, int]] = []
     if dump is not None:
         for sub in (dump, dump / "ouroboros"):
-            try:
-                with os.scandir(sub) as it:
-                    for entry in it:
-                        st = entry.stat(follow_symlinks=False)
-                        entries.append((entry.name, st.st_size, st.st_mtime_ns))
-            except OSError:
+            kind, found = safefile.scan_dir(str(sub))
+            if kind != safefile.DIRECTORY:
                 entries.append((str(sub), -1, -1))
+            entries.extend((e.name, e.size, e.mtime_ns) for e in found)
     return (str(dump), tuple(sorted(entries)), ctx.runner_rows.get(task), ctx.custody.get(task),
-            repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause)
+            repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
+            ctx.refused_mounts.get(task))
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
@@ -534,11 +632,12 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     receipt_path: Path | None = None
     eval_facts: EvalResultFacts | None = None
     usage: UsageFacts | None = None
+    tampering: list[TamperFinding] = []
     if dump is not None:
-        try:
-            names = {entry.name for entry in os.scandir(dump)}
-        except OSError:
-            names = set()
+        _, listing = safefile.scan_dir(str(dump))
+        kinds = {entry.name: entry.kind for entry in listing}
+        names = set(kinds)
+        tampering += unsafe_entries(kinds)
         evidence = [n for n in START_EVIDENCE_NAMES if n in names]
         if SUMMARY_NAME in names:
             summary_state, summary = _read_json(dump / SUMMARY_NAME)
@@ -569,6 +668,14 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             eval_sha256=sha,
             eval_value_matches=matches,
         )
+        if ctx.sealing:
+            held = ctx.seals.get(task)
+            now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
+                              receipt=_file_digest(receipt_path)[1], eval_res=sha,
+                              summary=_file_digest(dump / SUMMARY_NAME)[1])
+            verdict, found = seal_verdict(verdict, held.seal if held else None, now,
+                                          records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
+            tampering += found
         if with_usage and "ouroboros" in names:
             usage = scan_usage(dump / "ouroboros" / "events.jsonl")
     if task in ctx.custody:
@@ -584,6 +691,10 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         official_pass=verdict.passed,
     )
     status_, reason, provisional = classify(facts, live=live, interruption_cause=interruption_cause)
+    tampering += runner_disagreement(verdict, runner)
+    if ctx.refused_mounts.get(task):
+        tampering.append(TamperFinding(kind=TamperKind.OUTSIDE_OWN_DUMP,
+                                       detail=f"{ctx.refused_mounts[task]} container mount(s) of the dumps folder refused"))
     r_bytes, r_sha = _file_digest(receipt_path)
     truncated = summary.get("truncated") if summary else None
     truncated = truncated if isinstance(truncated, bool) else None
@@ -617,6 +728,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         cpu_seconds=use.cpu_seconds,
         resource_basis=use.basis,
         resource_containers=list(use.containers),
+        tampering=tampering,
     )
 
 

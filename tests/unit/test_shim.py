@@ -573,8 +573,19 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
               shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD,
-              shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED}
+              shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED, shim.DUMP_MOUNT_REFUSED, shim.TASK_UNKNOWN}
     assert causes == set(ShimRefusal.values())
+    # The names the shim shares with the eval phase and the protocol (it cannot import either).
+    from cowork_adapter.container import evalphase, protocol
+    from cowork_adapter.custody.bash_env import runner_digest
+    from cowork_adapter.schemas.seal import SEAL_SCHEMA
+
+    assert (shim.ENTRY_ENV, shim.SUMMARY_SHA_ENV, shim.BOUND_ENV) == (
+        evalphase.ENTRY_ENV, evalphase.SUMMARY_SHA_ENV, evalphase.BOUND_ENV)
+    assert (shim.CLAIM_NAME, shim.RECEIPT_PREFIX, shim.EVAL_RES_NAME) == (
+        protocol.CLAIM_NAME, protocol.RECEIPT_PREFIX, protocol.EVAL_RES_NAME)
+    assert shim.SEAL_SCHEMA == SEAL_SCHEMA
+    assert shim.task_of({"task_names": ["a", "demo-csv-totals"]}, "77-" + runner_digest("demo-csv-totals")) == "demo-csv-totals"
     assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
     for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):
         assert shim.role_for_name(name) == labels.role_for_name(name)

@@ -301,6 +301,8 @@ class ShimRefusal(Vocab):
     LAUNCHER_DEAD = "launcher_dead"  # the launcher that holds the run's custody is not alive
     GATEWAY_TOKEN_FAILED = "gateway_token_failed"  # --llm-gateway: the task's token could not be minted
     CREATION_LOCK_FAILED = "creation_lock_failed"  # the in-flight lock (custody/creations) could not be taken
+    DUMP_MOUNT_REFUSED = "dump_mount_refused"  # a mount of the dumps folder other than the task's own dump
+    TASK_UNKNOWN = "task_unknown"  # an agent/eval container whose runner id names no task of the run
 
 
 class MeterPhase(Vocab):

@@ -1,0 +1,112 @@
+"""`<run_root>/custody/evidence/<runner id>.seal.json`: the host's seal of one task's official eval.
+
+The docker shim (custody/shim.py, standard library) writes it once, right after the task's first
+eval exec ended, from what the host read in the task's dump without following a link: the claim,
+its receipt, eval_res.json (kind, bytes, sha256) and the receipt's verdict, plus what stood there
+before the exec. The evidence folder is never mounted into a container, so nothing the agent
+under test runs can write a seal; the ledger scores a verdict only when its seal exists and the
+dump's files still have the sealed bytes (ledger.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from ..container import safefile
+from .record import Record, RecordInvalid, decode
+
+SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
+SEAL_SUFFIX = ".seal.json"
+EVIDENCE_DIR = ("custody", "evidence")
+
+
+class SealedFile(Record):
+    kind: str  # container/safefile kinds: regular, absent, symlink, fifo, too_large, ...
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+class SealedVerdict(Record, rename={"pass_": "pass"}):
+    official_run: bool
+    raised: str | None = None
+    cause: str = ""
+    pass_: bool | None = None
+
+
+class PreEntry(Record):
+    """An official-looking entry found in the dump before the eval exec (planted by the agent)."""
+
+    name: str
+    kind: str
+    bytes: int | None = None
+
+
+class EvalSeal(Record, rename={"schema_": "schema"}):
+    schema_: Literal["cowork_adapter.eval_seal.v1"] = SEAL_SCHEMA
+    runner_id: str
+    task: str
+    entry: str
+    task_dir_arg: str | None = None
+    agent_container_state: str
+    agent_summary_sha256: str | None = None
+    pre: list[PreEntry] = msgspec.field(default_factory=list)
+    started_at: float
+    ended_at: float
+    exit_code: int
+    hung: bool = False
+    attempt_id: str | None = None
+    claim: SealedFile
+    receipt: SealedFile | None = None
+    eval_res: SealedFile
+    verdict: SealedVerdict | None = None
+    grading_inputs_differ: list[str] = msgspec.field(default_factory=list)
+    planted_moved: list[str] = msgspec.field(default_factory=list)
+
+
+class SealRead(msgspec.Struct, frozen=True):
+    """A task's seal as read: the record, or why there is none usable (`cause`)."""
+
+    seal: EvalSeal | None
+    cause: str = ""
+
+
+def read_seals(run_root: Path | str) -> dict[str, SealRead]:
+    """task -> its seal, from every `<id>.seal.json` of the run's evidence folder.
+
+    A task sealed twice (two runner ids: a task handed to the runner twice) keeps the first id in
+    name order, as resources.task_runner_ids does. The folder is the host's own; its files are
+    still read through safefile (capped, no link)."""
+    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    out: dict[str, SealRead] = {}
+    try:
+        names = sorted(name for name in os.listdir(folder) if name.endswith(SEAL_SUFFIX))
+    except OSError:
+        return out
+    for name in names:
+        got = safefile.read_bytes(str(folder / name), cap=safefile.RECORD_CAP)
+        if not got.ok:
+            continue
+        try:
+            seal = decode(got.data, EvalSeal)
+        except RecordInvalid:
+            continue
+        out.setdefault(seal.task, SealRead(seal))
+    return out
+
+
+def run_seals_verdicts(run_root: Path | str) -> bool:
+    """Whether the run's shim sealed eval execs: a run from before the seal is read as it was
+    (its receipts settle its tasks, with a disclosure), never re-scored to nothing."""
+    got = safefile.read_bytes(str(Path(run_root) / "custody" / "shim_config.json"), cap=safefile.RECORD_CAP)
+    if not got.ok:
+        return False
+    try:
+        value = json.loads(got.data)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and bool(value.get("dumps_dir"))
