@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-benchmark test bed (README "Real-benchmark test bed"): the pinned Cowork Bench and the
+# The real-benchmark test bed (docs/testing.md, "The real-benchmark test bed"): the pinned Cowork Bench and the
 # Ouroboros 6.97.2 server, extracted from the fixture tars into scratch folders, and a
 # cowork-pack-compatible image built from the benchmark's OWN Dockerfile with disclosed substitutes.
 # Usage (from any folder or worktree):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's own Docker test bed (see README "Test bed"): a private dockerd and the images the
+# The project's own Docker test bed (see docs/testing.md, "The test bed"): a private dockerd and the images the
 # tests need, built without any registry. Usage:
 #   testbed/testbed.sh install   # Debian packages the test bed needs, when missing
 #   testbed/testbed.sh up        # start the private daemon (idempotent) and build the images

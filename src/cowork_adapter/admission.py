@@ -7,7 +7,7 @@ task stays claimed or queued). `read_host_load` is the thin I/O that takes the r
 
 Wired into a shared host's batch loop (campaign/batch_runner.py): it waits before each claim.
 
-Defaults (README "Admission by load"), from what was measured on this project's 2-CPU test bed
+Defaults (docs/several-hosts.md, "Admission by load"), from what was measured on this project's 2-CPU test bed
 (2026-12-02):
 * Load average per CPU at most 7.0, measured by benchmarks/bench_admission_load.py on the real
   benchmark's images: a task's start-up (its PostgreSQL ready as the runner checks it, bound 300 s;

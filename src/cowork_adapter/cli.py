@@ -49,6 +49,11 @@ if TYPE_CHECKING:  # config.py (its checks, msgspec) is imported only by the com
 
 PROG = "cowork-adapter"
 
+
+def _more(page: str) -> str:
+    """The help's last paragraph: the page of the repository's docs/ that says more (issue 31)."""
+    return f"\n\nMore: {page} in the cowork-adapter repository."
+
 class _WholeSummaryGroup(TyperGroup):
     """Plain help (no rich) whose command list gives each command's whole first paragraph,
     wrapped, where click would cut it at one line."""
@@ -68,7 +73,9 @@ app = typer.Typer(
     name=PROG,
     cls=_WholeSummaryGroup,
     help="Run an AI agent on Cowork Bench inside the benchmark's own containers, with custody of "
-    "money, containers and evidence.\n\nExample: cowork-adapter demo --run-root /tmp/demo-1",
+    "money, containers and evidence.\n\nExample: cowork-adapter demo --run-root /tmp/demo-1\n\n"
+    "Start with README.md of the cowork-adapter repository; each topic has a page in its docs/ "
+    "(docs/paid-campaign.md, docs/operating.md, docs/exit-codes.md, ...).",
     no_args_is_help=True,
     add_completion=True,
     rich_markup_mode=None,  # plain click help: rendering through rich cost ~0.2 s of CPU per --help
@@ -78,7 +85,7 @@ app = typer.Typer(
 campaign_app = typer.Typer(
     cls=_WholeSummaryGroup,
     help="Inspect, reconcile or release the campaign's records (never hand-edit its JSON).\n\n"
-    "Example: cowork-adapter campaign show --campaign-file /data/campaign.json",
+    "Example: cowork-adapter campaign show --campaign-file /data/campaign.json" + _more("docs/operating.md"),
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -352,7 +359,7 @@ app.command(
     "Example: cowork-adapter run --repo-dir ~/seed --bench-root ~/cowork_bench --run-root "
     "/data/smoke-1 --task TASK_ID --campaign-file /data/campaign.json\n\n"
     "Exit codes: 0 completed; 1 incomplete (infra or not-attempted rows, cleanup unproven, crash); "
-    "2 refused; 3 stopped (budget, meter, disk, signal).",
+    "2 refused; 3 stopped (budget, meter, disk, signal)." + _more("docs/paid-campaign.md"),
 )(_with_run_flags(_run_body))
 
 def _doctor_command() -> Callable[..., None]:
@@ -392,7 +399,7 @@ app.command(
     "start nothing. Without --repo-dir and --run-root it checks the host (daemon, its CPUs and memory, "
     "host tools, disk) and says what else it needs.\n\nExample: cowork-adapter doctor --repo-dir ~/seed "
     "--bench-root ~/cowork_bench --run-root /data/smoke-1 --dry-run\n\nExit codes: 0 every needed check OK; "
-    "1 a check failed; 2 flags refused.",
+    "1 a check failed; 2 flags refused." + _more("docs/paid-campaign.md"),
 )(_doctor_command())
 
 
@@ -457,7 +464,7 @@ app.command(
     "classify each task: valid, oracle_fails, nop_passes, environment_blocked (or undetermined).\n\n"
     "Example: cowork-adapter qualify --repo-dir ~/seed --bench-root ~/cowork_bench --run-root /data/qualify-1 "
     "--concurrency 2\n\nWrites <run-root>/task_validity.json and prints a table. Exit codes: 0 table written; "
-    "2 refused; 3 a run was stopped.",
+    "2 refused; 3 a run was stopped." + _more("docs/paid-campaign.md"),
 )(_qualify)
 
 
@@ -468,7 +475,7 @@ app.command(
 
 @app.command(
     help="Qualify the whole adapter on the bundled demo benchmark with a local meter; spends nothing.\n\n"
-    "Example: cowork-adapter demo --run-root /tmp/demo-1 --scenario pass"
+    "Example: cowork-adapter demo --run-root /tmp/demo-1 --scenario pass" + _more("docs/testing.md")
 )
 def demo(
     run_root: Annotated[Path, typer.Option(help="New directory for the demo's runs.")],
@@ -487,7 +494,7 @@ def demo(
 
 @app.command(
     help="Audit a finished run offline: evidence and items for manual review; never changes a verdict.\n\n"
-    "Example: cowork-adapter audit --run-dir /data/smoke-1 --output /data/smoke-1/audit.json"
+    "Example: cowork-adapter audit --run-dir /data/smoke-1 --output /data/smoke-1/audit.json" + _more("docs/operating.md")
 )
 def audit(
     run_dir: Annotated[Path, typer.Option(help="Run root to audit.")],
@@ -510,7 +517,7 @@ def audit(
     "Example: cowork-adapter report /data/smoke-1 /data/smoke-2 --output-dir /data/report-smoke\n\n"
     "A campaign over several hosts: cowork-adapter report --campaign-db postgresql://db/campaigns "
     "--campaign-name c1 /copies/host-a/run-1 /copies/host-b/run-1 (every run root of the campaign; the "
-    "password in PGPASSWORD or ~/.pgpass)."
+    "password in PGPASSWORD or ~/.pgpass; docs/several-hosts.md)." + _more("docs/operating.md")
 )
 def report(
     run_roots: Annotated[list[Path], typer.Argument(help="Run roots to combine.")],
@@ -558,6 +565,7 @@ def _campaign_view_flags(campaign_db: Optional[str], campaign_name: str) -> Opti
     "--campaign-name c1 [RUN_ROOT...] (its claims, host runs and leases from the database, with each "
     "given run root's progress).\n\nExit codes: 0 read; 1 read, but a run root of the campaign was not "
     "given; 2 refused (not a run root, database unreachable, unknown campaign, a run root not of it)."
+    + _more("docs/operating.md")
 )
 def status(
     run_roots: Annotated[Optional[list[Path]], typer.Argument(
@@ -586,6 +594,7 @@ def status(
     help="Ask a running launcher to stop and clean up by its exact run label, then wait for it.\n\n"
     "Example: cowork-adapter stop /data/smoke-1 --timeout 300\n\nExit codes: 0 stopped with cleanup proven, or already ended; "
     "1 cleanup unproven, timed out, or launcher gone (it names what lives and the `clear` line); 2 not a run root."
+    + _more("docs/operating.md")
 )
 def stop(
     run_root: Annotated[Path, typer.Argument(help="Run root of the launcher to stop.")],
@@ -606,6 +615,7 @@ def stop(
     "Example: cowork-adapter clear /data/smoke-1 --operator-note 'launcher OOM-killed at 14:02'\n\n"
     "Exit codes: 0 cleared, or already cleared; 1 labelled objects not removable or provable, ledger or "
     "campaign not written; 2 refused (bad input, a process of the run alive, no meter reading)."
+    + _more("docs/operating.md")
 )
 def clear(
     run_root: Annotated[Path, typer.Argument(help="Run root of the dead run.")],
@@ -638,7 +648,7 @@ def clear(
     ))
 
 
-@app.command(help=f"Print the adapter's version.\n\nExample: {PROG} version")
+@app.command(help=f"Print the adapter's version.\n\nExample: {PROG} version" + _more("README.md"))
 def version() -> None:
     typer.echo(f"{PROG} {__version__}")
 
@@ -646,7 +656,7 @@ def version() -> None:
 @campaign_app.command(
     "show",
     help="Show the campaign's ceiling, baseline, spending, active run and history.\n\n"
-    "Example: cowork-adapter campaign show --campaign-file /data/campaign.json",
+    "Example: cowork-adapter campaign show --campaign-file /data/campaign.json" + _more("docs/operating.md"),
 )
 def campaign_show(
     campaign_file: Annotated[Optional[Path], typer.Option(help="The campaign record.")] = None,
@@ -681,7 +691,7 @@ def _campaign_store_flags(campaign_file: Optional[Path], campaign_db: Optional[s
     help="After an ungraceful exit, verify the run left nothing behind, refresh the key's usage and "
     "clear the stale active run, recording the checks.\n\n"
     "Example: cowork-adapter campaign reconcile --campaign-file /data/campaign.json --run-root "
-    "/data/smoke-1 --operator-note 'launcher killed by OOM, checked ps'",
+    "/data/smoke-1 --operator-note 'launcher killed by OOM, checked ps'" + _more("docs/operating.md"),
 )
 def campaign_reconcile(
     run_root: Annotated[Path, typer.Option(help="Run root of the stale active run.")],
@@ -731,7 +741,7 @@ def campaign_reconcile(
     "Example: cowork-adapter campaign release --campaign-db postgresql://db.lan/campaigns --campaign-name c1 "
     "--host-run 3f2a... --confirm-fenced --operator-note 'VM host-a deleted 09:10, its disk is gone'\n\n"
     "Exit codes: 0 released; 1 the label's cleanup not proven or the database write failed (nothing "
-    "released); 2 refused (unknown run, not live, lease not lapsed, no evidence)."
+    "released); 2 refused (unknown run, not live, lease not lapsed, no evidence)." + _more("docs/several-hosts.md")
 )
 def campaign_release(
     campaign_db: Annotated[str, typer.Option(

@@ -493,7 +493,7 @@ def _why(status: dict[str, Any]) -> str:
     return f"the runner finished by itself ({status['outcome']})"
 
 
-# The README's names for the exit codes (its "Exit codes" table), not the enum's member names.
+# The names docs/exit-codes.md gives the exit codes (its "Exit codes" table), not the enum's member names.
 EXIT_WORDS = {ExitCode.OK: "completed", ExitCode.FAILED: "incomplete", ExitCode.REFUSED: "refused",
               ExitCode.STOPPED: "stopped", ExitCode.SHIM_REFUSED: "container creation refused"}
 

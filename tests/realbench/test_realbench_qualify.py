@@ -7,7 +7,7 @@ one of the four classes the evaluators can decide (none undetermined), and each 
 what it says: a valid task's ground truth passed and its untouched workspace failed; an oracle
 failure carries the evaluator's own words (or why the agent phase could not prepare the task); a
 blocked task names the server that failed the inventory. Which task lands where is the test bed's
-finding, not this file's (README gives the last counts). Neither run may hold a key file, read a
+finding, not this file's (docs/testing.md gives the last counts). Neither run may hold a key file, read a
 meter or leave anything labelled. The same run's inventory also proves that moex-finance (a
 `uv run <script>` server) is started from a task-like working directory and lists its tools.
 Needs the real-benchmark test bed (`bash testbed/realbench.sh up`); under CI=true its absence fails.
@@ -28,7 +28,7 @@ from cowork_adapter.custody.labels import run_label
 from realbench_env import CPUS, MEMORY, labelled_left, real_testbed
 
 # Three tasks at a time: the reference engines start no model and no Ouroboros server, so a task is
-# its containers, preprocess and evaluator (README, Benchmarks: bench_qualify.py --real).
+# its containers, preprocess and evaluator (docs/benchmarks.md: bench_qualify.py --real).
 CONCURRENCY = "3"
 DECIDED = {"valid", "oracle_fails", "nop_passes", "environment_blocked"}
 

@@ -62,6 +62,16 @@ def test_help_fits_80_columns_with_every_flag_name_whole(helps, words, longs):
         assert re.search(re.escape(flag) + r"(\s|$)", text), (flag, text)
 
 
+@pytest.mark.parametrize("words", [w for w, _ in COMMANDS], ids=[" ".join(w) or "(top)" for w, _ in COMMANDS])
+def test_help_names_the_page_that_says_more_and_the_page_exists(helps, words):
+    # Issue 31: every command's help (and the top one) points to the page of the docs that says more.
+    text = " ".join(helps[" ".join(words)].split())
+    pages = re.findall(r"\b((?:docs/[\w-]+|README)\.md)\b", text)
+    assert pages, text
+    for page in pages:
+        assert (REPO / page).is_file(), page
+
+
 @pytest.fixture
 def stand_in_daemon(monkeypatch):
     monkeypatch.setattr(doctor, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})

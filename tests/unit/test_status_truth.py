@@ -1,7 +1,7 @@
-"""`status`, `stop` and `report` tell the truth in the README's words.
+"""`status`, `stop` and `report` tell the truth in the words of docs/exit-codes.md.
 
 Counts add up to the denominator (environment_blocked, infra_failed and not_attempted included);
-"stopping" only while the run is stopping; exit codes named as the README's table names them; a
+"stopping" only while the run is stopping; exit codes named as that page's table names them; a
 folder that holds run roots (a demo root) is answered with the run roots inside; `report` on a
 folder that is not a run root gives one sentence.
 """
@@ -88,9 +88,9 @@ def test_tally_partitions_the_denominator(progress):
     assert sum(v for k, v in counts.items() if k != "done") == progress.selected
 
 
-def test_exit_codes_are_named_as_the_readme_names_them():
-    readme = (REPO / "README.md").read_text()
-    table = readme.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
+def test_exit_codes_are_named_as_the_docs_name_them():
+    page = (REPO / "docs" / "exit-codes.md").read_text()
+    table = page.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
     for code, word in EXIT_WORDS.items():
         row = next(line for line in table.splitlines() if line.startswith(f"| {int(code)} |"))
         assert f"**{word}**" in row, (code, word, row)

@@ -22,7 +22,7 @@ class Vocab(str, Enum):
 
 
 class ExitCode(IntEnum):
-    """Launcher and command exit codes (documented in README)."""
+    """Launcher and command exit codes (documented in docs/exit-codes.md)."""
 
     OK = 0
     FAILED = 1  # the run ended, but the runner failed or rows are infra_failed/not_attempted

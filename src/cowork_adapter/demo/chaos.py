@@ -3,7 +3,7 @@
 One kill (`kill_and_recover`): start `cowork-adapter run` on the demo benchmark in a session of its
 own, watch the run (run_manifest.json, image_build.log, events.jsonl, the daemon's listing of the
 run's exact label) until the chosen phase begins, wait a jitter drawn from the seed, SIGKILL the
-launcher by its pid or its process group, and then do what the README tells the operator:
+launcher by its pid or its process group, and then do what docs/operating.md tells the operator:
 
   wait for the watchdog (when the run had one) → `cowork-adapter clear` → `--resume-from` the
   killed run on the same campaign.
