@@ -1,0 +1,186 @@
+"""Per-task dumps and the host's seal (issue 27): the docker shim against a FAKE docker.
+
+The fake records each argv; on `exec eval-<id>` it plays the eval container by writing the
+official records into the task's dump on the host (where the per-task mount puts them), so the
+seal the shim writes afterwards can be checked without a daemon. The real daemon runs the same
+paths in tests/integration (test_demo_hostile.py, test_run_custody.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cowork_adapter.container import protocol
+from cowork_adapter.custody import shim
+from cowork_adapter.custody.bash_env import TaskDumps, install_custody, runner_digest
+from cowork_adapter.custody.shim_config import ContainerLimits
+from cowork_adapter.errors import Refusal
+from cowork_adapter.schemas.seal import EvalSeal, read_seals
+from cowork_adapter.schemas.record import decode
+
+LABEL = "0123456789abcdef0123456789abcdef"
+TASK, OTHER = "demo-csv-totals", "demo-wrong-answer"
+SHORT = "openrouter/m"
+ID = "77-" + runner_digest(TASK)
+
+FAKE_DOCKER = """\
+#!{python}
+import json, os, sys, time
+here = {here!r}
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:]}}) + "\\n")
+if sys.argv[1:2] == ["ps"]:
+    sys.exit(0)  # no agent container: the eval phase would see `absent`
+if sys.argv[1:2] == ["exec"] and any(a.startswith("eval-") for a in sys.argv):
+    hang = os.path.join(here, "hang")
+    if os.path.exists(hang):
+        time.sleep(float(open(hang).read()))
+    root = os.environ["FAKE_TASK_ROOT"]
+    if os.path.lexists(os.path.join(root, "eval_res.json")):  # the eval phase sets a planted one aside
+        os.rename(os.path.join(root, "eval_res.json"), os.path.join(root, "planted-eval_res.json"))
+    claim = {{"schema": "cowork_adapter.eval_attempt.v1", "attempt_id": "a" * 32, "bindings": {{}},
+             "evidence": {{"grading_inputs_differ": ["evaluation.evaluation_command"], "planted_before_eval": []}}}}
+    open(os.path.join(root, "ouroboros_eval_claim.json"), "w").write(json.dumps(claim))
+    open(os.path.join(root, "eval_res.json"), "w").write(json.dumps({{"pass": False}}))
+    receipt = {{"schema": "cowork_adapter.eval_receipt.v1", "attempt_id": "a" * 32, "official_run": True,
+               "cause": "evaluated", "raised": None, "returned": {{"pass": False}}}}
+    open(os.path.join(root, "ouroboros_eval_receipt-" + "a" * 32 + ".json"), "w").write(json.dumps(receipt))
+sys.exit(0)
+"""
+
+
+class SealBed:
+    def __init__(self, root: Path, eval_bound: float = 30.0) -> None:
+        self.fake_dir = root / "fake"
+        self.fake_dir.mkdir()
+        fake = self.fake_dir / "docker"
+        fake.write_text(FAKE_DOCKER.format(python=sys.executable, here=str(self.fake_dir)))
+        fake.chmod(0o755)
+        (root / "resources").mkdir()
+        self.bench = root / "run" / "bench"
+        self.dumps = self.bench / "dumps"
+        self.dumps.mkdir(parents=True)
+        self.evidence = root / "run" / "custody" / "evidence"
+        self.files = install_custody(
+            root / "run", real_docker=str(fake), docker_host="unix:///tmp/fake.sock", run_label=LABEL,
+            limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
+            stop_file=root / "run" / "STOP", resource_root=root / "resources", min_free_bytes=0,
+            evidence_dir=self.evidence, agent_env_file=None, environ={},
+            dumps=TaskDumps(dumps_dir=self.dumps, short=SHORT, tasks=(TASK, OTHER), eval_bound_sec=eval_bound),
+        )
+        self.task_root = self.dumps / "openrouter_m" / f"SingleUserTurn-{TASK}"
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        env = {"PATH": os.environ["PATH"], "FAKE_TASK_ROOT": str(self.task_root)}
+        return subprocess.run([str(self.files.wrapper), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+    def calls(self) -> list[list[str]]:
+        path = self.fake_dir / "calls.jsonl"
+        return [json.loads(line)["argv"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture()
+def bed(tmp_path):
+    return SealBed(tmp_path)
+
+
+def test_an_agent_container_mounts_only_its_own_task_dump(bed):
+    done = bed.run("run", "-d", "--name", f"agent-{ID}", "-v", f"{bed.dumps}:/workspace/dumps",
+                   "-v", f"{bed.bench}/configs:/workspace/configs:ro", "img", "sleep", "7200")
+    assert done.returncode == 0, done.stderr
+    [argv] = [a for a in bed.calls() if a[0] == "run"]
+    rel = f"openrouter_m/SingleUserTurn-{TASK}"
+    assert f"{bed.dumps}/{rel}:/workspace/dumps/{rel}" in argv
+    assert f"{bed.dumps}:/workspace/dumps" not in argv  # the whole folder is never mounted
+    assert f"{bed.bench}/configs:/workspace/configs:ro" in argv
+    assert bed.task_root.is_dir() and not bed.task_root.is_symlink()
+
+
+@pytest.mark.parametrize("args", [
+    ["--name", f"pg-{ID}", "-v", "{dumps}:/workspace/dumps"],                 # not an agent or eval container
+    ["--name", f"agent-{ID}", "-v", "{dumps}/openrouter_m:/workspace/dumps"],  # a part of the folder
+    ["--name", f"agent-{ID}", "-v", "{dumps}:/elsewhere"],                     # the folder at another path
+    ["--name", f"agent-{ID}", "--volume={dumps}:/workspace/dumps:ro", "-v", "/tmp:/workspace/dumps/x"],
+    ["--name", f"agent-{ID}", "--mount", "type=bind,source={dumps},target=/workspace/dumps"],
+    ["--name", f"agent-{ID}", "--volumes-from", "agent-1-00000000"],
+])
+def test_any_other_mount_of_the_dumps_is_refused(bed, args):
+    done = bed.run("run", "-d", *[a.format(dumps=bed.dumps) for a in args], "img", "true")
+    assert done.returncode == shim.EXIT_REFUSED and "dump_mount_refused" in done.stderr
+    assert not [a for a in bed.calls() if a[0] == "run"]
+
+
+def test_a_container_of_no_task_of_the_run_is_refused(bed):
+    done = bed.run("run", "-d", "--name", "agent-77-ffffffff", "-v", f"{bed.dumps}:/workspace/dumps", "img", "true")
+    assert done.returncode == shim.EXIT_REFUSED and "task_unknown" in done.stderr
+
+
+def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
+    bed.task_root.mkdir(parents=True)
+    os.mkfifo(bed.task_root / "eval_res.json")  # planted before the exec: the seal names it
+    (bed.task_root / "ouroboros_summary.json").write_text('{"task": "x"}')
+    assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK).returncode == 0
+    done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
+    assert done.returncode == 0, done.stderr
+    exec_argv = [a for a in bed.calls() if a[:2] == ["exec", "-e"]][0]
+    env = dict(exec_argv[i + 1].split("=", 1) for i, a in enumerate(exec_argv) if a == "-e")
+    held = protocol.file_facts(str(bed.task_root / "ouroboros_summary.json"))["sha256"]
+    assert env == {"COWORK_AGENT_CONTAINER_STATE": "absent", "COWORK_EVAL_ENTRY": "first",
+                   "COWORK_AGENT_SUMMARY_SHA256": held, "COWORK_EVAL_BOUND_SEC": "30.0"}
+    seal = read_seals(bed.bench.parent)[TASK].seal
+    assert isinstance(seal, EvalSeal) and seal.runner_id == ID and seal.entry == "first" and not seal.hung
+    assert [(e.name, e.kind) for e in seal.pre] == [("eval_res.json", "fifo")]
+    assert seal.claim.sha256 == protocol.file_facts(str(bed.task_root / protocol.CLAIM_NAME))["sha256"]
+    assert seal.eval_res.sha256 == protocol.file_facts(str(bed.task_root / "eval_res.json"))["sha256"]
+    assert seal.verdict is not None and seal.verdict.official_run and seal.verdict.pass_ is False
+    assert seal.grading_inputs_differ == ["evaluation.evaluation_command"]
+    assert seal.agent_summary_sha256 == held
+    # A second eval exec of the same task is a repeat: told so, and never re-sealed.
+    first = (bed.evidence / f"{ID}.seal.json").read_bytes()
+    bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
+    assert "COWORK_EVAL_ENTRY=repeat" in [a for a in bed.calls() if a[:2] == ["exec", "-e"]][-1]
+    assert (bed.evidence / f"{ID}.seal.json").read_bytes() == first
+
+
+def test_a_hung_eval_exec_is_ended_at_the_bound_and_sealed_as_hung(tmp_path):
+    bed = SealBed(tmp_path, eval_bound=1.0)
+    bed.task_root.mkdir(parents=True)
+    (bed.fake_dir / "hang").write_text("600")
+    # The wrapper runs the shim in a new interpreter: lower its margin through a copy of the program.
+    program = bed.files.shim_program
+    program.write_text(program.read_text().replace("BOUND_MARGIN_SEC = 60.0", "BOUND_MARGIN_SEC = 1.0"))
+    done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval", timeout=30)
+    assert done.returncode != 0
+    seal = decode((bed.evidence / f"{ID}.seal.json").read_bytes(), EvalSeal)
+    assert seal.hung and seal.ended_at - seal.started_at < 15 and seal.verdict is None
+
+
+def test_tasks_sharing_the_runners_id_are_refused(tmp_path):
+    # Two tasks whose md5 prefixes collide would share agent-/eval- container names and dumps.
+    first, second = _colliding_pair()
+    with pytest.raises(Refusal, match="share the runner's container id"):
+        install_custody(
+            tmp_path / "run", real_docker=sys.executable, docker_host="unix:///x", run_label=LABEL,
+            limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
+            stop_file=tmp_path / "STOP", resource_root=tmp_path, min_free_bytes=0, evidence_dir=tmp_path / "e",
+            agent_env_file=None, environ={},
+            dumps=TaskDumps(dumps_dir=tmp_path, short="s/m", tasks=(first, second), eval_bound_sec=1.0))
+    assert not (tmp_path / "run").exists()
+
+
+def _colliding_pair() -> tuple[str, str]:
+    seen: dict[str, str] = {}
+    n = 0
+    while True:
+        name = f"task-{n}"
+        digest = runner_digest(name)
+        if digest in seen:
+            return seen[digest], name
+        seen[digest] = name
+        n += 1
