@@ -23,13 +23,15 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+
+import msgspec
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from .audit.scan import TaskScan, scan_events
 from .container import protocol, safefile
 from .events import utc_now_iso
-from .fileio import replace_atomic
+from .fileio import create_exclusive, replace_atomic
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema (light readers import them there)
     LEDGER_NAME,
@@ -42,7 +44,8 @@ from .schemas.ledger import (  # LEDGER_NAME and read_index live with the schema
     TaskRow,
     UsageFacts,
 )
-from .schemas.seal import EvalSeal, SealRead, read_seals, run_seals_verdicts
+from .schemas.record import RecordInvalid, convert
+from .schemas.seal import EvalSeal, SealHead, SealRead, read_seals, run_seals_verdicts, seal_path
 from .schemas.manifest import RunManifest
 from .schemas.record import decode
 from .vocab import (
@@ -387,6 +390,28 @@ def find_dumps(bench: Path) -> dict[str, Path]:
     return found
 
 
+def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSeal | None:
+    """The host's seal of an eval exec whose shim died before sealing it (a SIGKILL of the runner's
+    group mid-eval), once its receipt exists: written once beside the head, so later readers
+    compare the dump with it. Sound for the same reason as the shim's own seal: the head shows the
+    agent's container was gone before the exec, and no other container mounts this dump. None when
+    the head cannot show that (the agent's container was present or unknown): then unsealed."""
+    if head.agent_container_state != "absent":
+        return None
+    from .custody import shim as shim_program  # its reader of a dump, so both seals read alike
+
+    inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))
+    try:
+        seal = convert(dict(msgspec.to_builtins(head), entry="late", **inputs), EvalSeal)
+    except RecordInvalid:
+        return None
+    try:
+        create_exclusive(seal_path(run_root, head.runner_id), seal.to_json())
+    except OSError:  # a read-only copy of a run root: the seal holds for this reading only
+        pass
+    return seal
+
+
 def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
     """task -> how many of its containers the shim refused for a mount outside its own dump
     (creations.jsonl rows with cause dump_mount_refused, named `<role>-<pid>-<md5(task)>`)."""
@@ -670,10 +695,13 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         )
         if ctx.sealing:
             held = ctx.seals.get(task)
+            seal = held.seal if held else None
+            if seal is None and held is not None and held.head is not None and receipt_state == "present":
+                seal = late_seal(ctx.run_root, held.head, dump, ctx.bench / "dumps")
             now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
                               receipt=_file_digest(receipt_path)[1], eval_res=sha,
                               summary=_file_digest(dump / SUMMARY_NAME)[1])
-            verdict, found = seal_verdict(verdict, held.seal if held else None, now,
+            verdict, found = seal_verdict(verdict, seal, now,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
         if with_usage and "ouroboros" in names:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cowork_adapter.container import protocol
@@ -184,3 +185,23 @@ def _colliding_pair() -> tuple[str, str]:
             return seen[digest], name
         seen[digest] = name
         n += 1
+
+
+def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
+    from cowork_adapter.ledger import late_seal
+    from cowork_adapter.schemas.seal import SealHead
+
+    bed.task_root.mkdir(parents=True)
+    assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0
+    head_file, seal_file = bed.evidence / f"{ID}.seal-head.json", bed.evidence / f"{ID}.seal.json"
+    head = decode(head_file.read_bytes(), SealHead)
+    assert head.entry == "first" and head.agent_container_state == "absent"
+    seal_file.unlink()  # as if the shim had been SIGKILLed after the head, before its seal
+    late = late_seal(bed.bench.parent, head, bed.task_root, bed.dumps)
+    assert late is not None and late.entry == "late" and late.ended_at is None
+    assert late.verdict is not None and late.verdict.pass_ is False
+    assert late.eval_res.sha256 == protocol.file_facts(str(bed.task_root / "eval_res.json"))["sha256"]
+    assert decode(seal_file.read_bytes(), EvalSeal) == late  # written once for every later reader
+    # A head that cannot show the agent's container was gone is never sealed late.
+    present = msgspec.structs.replace(head, agent_container_state="present")
+    assert late_seal(bed.bench.parent, present, bed.task_root, bed.dumps) is None

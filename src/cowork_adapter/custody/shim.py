@@ -138,6 +138,8 @@ BOUND_ENV = "COWORK_EVAL_BOUND_SEC"  # the eval phase's own bound; the shim's is
 BOUND_MARGIN_SEC = 60.0
 KILL_GRACE_SEC = 5.0
 SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
+SEAL_SUFFIX = ".seal.json"
+SEAL_HEAD_SUFFIX = ".seal-head.json"
 CLAIM_NAME = "ouroboros_eval_claim.json"  # container/protocol.py names; this file cannot import it
 RECEIPT_PREFIX = "ouroboros_eval_receipt-"
 EVAL_RES_NAME = "eval_res.json"
@@ -865,12 +867,15 @@ def handle_eval_exec(config, argv, at, ident, command):
                 "task_dir_arg": flag_value(command, "--task_dir"), "agent_container_state": state,
                 "agent_summary_sha256": summary_sha or None, "pre": official_entries(safefile, task_root, below),
                 "started_at": time.time()}
+        # The head, before the exec: if this shim dies during it, the host can still seal what the
+        # eval container alone wrote (schemas/seal.py), knowing what stood there before.
+        record(config, ident + SEAL_HEAD_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
     code, hung = run_child(config, argv[:at] + flags + argv[at:], {}, bound + BOUND_MARGIN_SEC if bound else None)
     if seal is not None:
         try:  # the exec has run: never run it again, whatever the seal meets (no seal = not scored)
             seal.update(ended_at=time.time(), exit_code=code, hung=hung)
             seal.update(read_seal_inputs(safefile, task_root, below))
-            record(config, ident + ".seal.json", json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
+            record(config, ident + SEAL_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
         except Exception:  # noqa: BLE001
             sys.stderr.write("docker shim: the eval seal could not be written\n")
     return code

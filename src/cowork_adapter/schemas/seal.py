@@ -6,6 +6,11 @@ its receipt, eval_res.json (kind, bytes, sha256) and the receipt's verdict, plus
 before the exec. The evidence folder is never mounted into a container, so nothing the agent
 under test runs can write a seal; the ledger scores a verdict only when its seal exists and the
 dump's files still have the sealed bytes (ledger.py).
+
+`<runner id>.seal-head.json` is the same record's first part, written before the exec. When the
+shim died during the exec (a SIGKILL of the runner's group), the host seals later (`entry` late):
+the head proves the agent's container was gone before the exec and what stood in the dump then,
+and the per-task mount means only the eval container wrote the dump since (ledger.late_seal).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .record import Record, RecordInvalid, decode
 
 SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
 SEAL_SUFFIX = ".seal.json"
+SEAL_HEAD_SUFFIX = ".seal-head.json"
 EVIDENCE_DIR = ("custody", "evidence")
 
 
@@ -46,18 +52,23 @@ class PreEntry(Record):
     bytes: int | None = None
 
 
-class EvalSeal(Record, rename={"schema_": "schema"}):
+class SealHead(Record, rename={"schema_": "schema"}, forbid_unknown_fields=False):
+    """What the shim knew before the eval exec (the seal's first part; unknown fields: the rest)."""
+
     schema_: Literal["cowork_adapter.eval_seal.v1"] = SEAL_SCHEMA
     runner_id: str
     task: str
-    entry: str
+    entry: str  # first (sealed by the shim) | late (sealed by the host after the shim died)
     task_dir_arg: str | None = None
     agent_container_state: str
     agent_summary_sha256: str | None = None
     pre: list[PreEntry] = msgspec.field(default_factory=list)
     started_at: float
-    ended_at: float
-    exit_code: int
+
+
+class EvalSeal(SealHead, forbid_unknown_fields=True):
+    ended_at: float | None = None  # None in a late seal: the host did not see the exec end
+    exit_code: int | None = None
     hung: bool = False
     attempt_id: str | None = None
     claim: SealedFile
@@ -69,10 +80,10 @@ class EvalSeal(Record, rename={"schema_": "schema"}):
 
 
 class SealRead(msgspec.Struct, frozen=True):
-    """A task's seal as read: the record, or why there is none usable (`cause`)."""
+    """A task's seal as read, or only its head (the shim died during the exec)."""
 
     seal: EvalSeal | None
-    cause: str = ""
+    head: SealHead | None = None
 
 
 def read_seals(run_root: Path | str) -> dict[str, SealRead]:
@@ -84,19 +95,33 @@ def read_seals(run_root: Path | str) -> dict[str, SealRead]:
     folder = Path(run_root).joinpath(*EVIDENCE_DIR)
     out: dict[str, SealRead] = {}
     try:
-        names = sorted(name for name in os.listdir(folder) if name.endswith(SEAL_SUFFIX))
+        names = sorted(os.listdir(folder))
     except OSError:
         return out
+    heads: dict[str, SealHead] = {}
     for name in names:
+        kind = EvalSeal if name.endswith(SEAL_SUFFIX) else (SealHead if name.endswith(SEAL_HEAD_SUFFIX) else None)
+        if kind is None:
+            continue
         got = safefile.read_bytes(str(folder / name), cap=safefile.RECORD_CAP)
         if not got.ok:
             continue
         try:
-            seal = decode(got.data, EvalSeal)
+            record = decode(got.data, kind)
         except RecordInvalid:
             continue
-        out.setdefault(seal.task, SealRead(seal))
+        if isinstance(record, EvalSeal):
+            out.setdefault(record.task, SealRead(record))
+        else:
+            heads.setdefault(record.task, record)
+    for task, head in heads.items():
+        if task not in out:
+            out[task] = SealRead(None, head)
     return out
+
+
+def seal_path(run_root: Path | str, runner_id: str) -> Path:
+    return Path(run_root).joinpath(*EVIDENCE_DIR, runner_id + SEAL_SUFFIX)
 
 
 def run_seals_verdicts(run_root: Path | str) -> bool:
