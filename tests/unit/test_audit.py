@@ -356,25 +356,26 @@ def test_an_absent_or_unreadable_manifest_is_a_run_gap(tmp_path: Path, manifest,
     assert report.tasks[0].activity.usage_records == 1  # the ledger still carries the audit
 
 
-def test_claims_are_read_even_when_the_dump_cannot_be_listed(run_root: Path, monkeypatch) -> None:
-    """Claim files are looked up in the dump's listing; a dump that cannot be listed (execute
-    without read permission) still has its claims opened by name, while receipts, found only by
-    listing, are then missing."""
+def test_a_dump_that_cannot_be_listed_is_a_gap_and_nothing_of_it_is_read(run_root: Path, monkeypatch) -> None:
+    """A dump the host cannot open (no read permission) is read through container.safefile, which
+    opens every component as a directory it lists: nothing of it is read, and the task says why
+    (a missing_task_dump gap naming the cause); the other tasks are read as ever."""
     import cowork_adapter.audit.run as audit_mod
 
-    listed = audit_mod.os.listdir
+    scan_dir = audit_mod.safefile.scan_dir
 
-    def refuse_dumps(path):
+    def refuse_dumps(path, below=None):
         if str(path).endswith("SingleUserTurn-planted-task"):
-            raise PermissionError(13, "Permission denied")
-        return listed(path)
+            return audit_mod.safefile.UNREADABLE, []
+        return scan_dir(path, below=below)
 
-    monkeypatch.setattr(audit_mod.os, "listdir", refuse_dumps)
+    monkeypatch.setattr(audit_mod.safefile, "scan_dir", refuse_dumps)
     planted = _task(build_audit(run_root, workers=1), "planted-task")
-    assert planted.eval_attempts.claims == 1 and planted.eval_attempts.diagnostic.present is True
-    assert planted.eval_attempts.receipts == []
+    assert planted.eval_attempts.claims == 0 and planted.eval_attempts.receipts == []
+    assert [(g.reason.value, g.detail) for g in planted.gaps] == [("missing_task_dump", "unreadable")]
     clean = _task(build_audit(run_root, workers=1), "clean-task")
     assert clean.eval_attempts.claims == 0 and clean.eval_attempts.diagnostic.present is False
+    assert clean.activity.usage_records > 0
 
 
 def test_a_lone_surrogate_in_a_log_never_stops_the_audit_from_writing(run_root: Path, tmp_path: Path) -> None:

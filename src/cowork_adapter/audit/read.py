@@ -22,6 +22,7 @@ What a caller must know:
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ from typing import Any, Iterator, Literal, Protocol, Sequence, TypeVar, Union
 import ahocorasick_rs
 import msgspec
 
+from ..container import safefile
 from ..vocab import AuditGapReason
 
 CHUNK_BYTES = 4 << 20  # most agent logs fit in one read: no line straddles two chunks
@@ -84,19 +86,72 @@ class Block:
         return self.count
 
 
-def iter_blocks(path: str | Path, sink: Sink, rel: str) -> Iterator[Block]:
-    """Blocks of whole lines, streamed. Oversized lines are gaps, never yielded. OSError propagates."""
+class UnsafeEntry(Exception):
+    """What stood where a log was to be read is no regular file within the cap (a link, FIFO,
+    device, socket, or a file over LOG_CAP_BYTES): nothing of it was read or followed."""
+
+    def __init__(self, kind: str, size: int | None = None) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.size = size
+
+    @property
+    def detail(self) -> str:
+        return self.kind if self.size is None else f"{self.kind}:{self.size}"
+
+
+# A task's log past this size is not read at all (an unsafe entry): no honest agent writes one
+# (a 496-task benchmark run of 1 GiB holds ~2 MiB per task), and a planted 10 GB sparse file
+# must neither hold the audit for minutes nor count as evidence.
+LOG_CAP_BYTES = 2 << 30
+
+
+def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_CAP_BYTES) -> tuple[int, int]:
+    """(fd, size) of the regular file at `path`, opened without following a link at or below
+    `below` and without blocking (container.safefile). FileNotFoundError when absent,
+    IsADirectoryError for a directory, UnsafeEntry for anything else or a file over `cap`."""
+    fd, kind, cause = safefile.open_nofollow(os.fspath(path), below=None if below is None else os.fspath(below))
+    if fd is None:
+        if kind == safefile.ABSENT:
+            raise FileNotFoundError(errno.ENOENT, "absent", os.fspath(path))
+        if kind == safefile.UNREADABLE:
+            raise PermissionError(errno.EACCES, cause or "unreadable", os.fspath(path))
+        raise UnsafeEntry(kind)
+    if kind != safefile.REGULAR:
+        os.close(fd)
+        if kind == safefile.DIRECTORY:
+            raise IsADirectoryError(errno.EISDIR, "directory", os.fspath(path))
+        raise UnsafeEntry(kind)
+    size = os.fstat(fd).st_size
+    if size > cap:
+        os.close(fd)
+        raise UnsafeEntry(safefile.TOO_LARGE, size)
+    return fd, size
+
+
+def iter_blocks(path: str | Path, sink: Sink, rel: str, *, below: str | Path | None = None,
+                cap: int = LOG_CAP_BYTES) -> Iterator[Block]:
+    """Blocks of whole lines, streamed. Oversized lines are gaps, never yielded. OSError propagates,
+    UnsafeEntry when `path` is no regular file within `cap` (see open_log); the open is the
+    generator's first step. A file that grows past `cap` while read is read up to `cap` and the
+    rest is an `unsafe_entry` gap."""
     lineno = 1
     carry = b""
     skipping = False  # inside an oversized line: drop bytes up to its newline
-    with open(path, "rb", buffering=0) as handle:
+    fd, size = open_log(path, below, cap)
+    with open(fd, "rb", buffering=0) as handle:
         # A log smaller than a chunk is read in one read of its size (not into a chunk-sized buffer).
-        want = min(CHUNK_BYTES, os.fstat(handle.fileno()).st_size + 1)
+        want = min(CHUNK_BYTES, size + 1)
+        left = cap
         while True:
-            chunk = handle.read(want)
+            chunk = handle.read(min(want, left + 1))
             want = CHUNK_BYTES
             if not chunk:
                 break
+            if len(chunk) > left:  # grown past the cap since it was opened: stop here
+                sink.gap(AuditGapReason.UNSAFE_ENTRY, rel, lineno, f"{safefile.TOO_LARGE}:grew_past:{cap}")
+                break
+            left -= len(chunk)
             sink.bytes += len(chunk)
             if skipping:
                 newline = chunk.find(b"\n")

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
+from ..container import safefile
+from ..container.protocol import CLAIM_NAME, EVAL_RES_NAME, RECEIPT_PREFIX
 from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
 from ..errors import Refusal
 from ..forked import forked_map
@@ -32,16 +34,24 @@ from ..schemas.audit import (
     ReceiptFact,
     RunEvalAttempts,
     TaskAudit,
+    LedgerTamper,
+    Tampering,
     TaskEvalAttempts,
+    TamperSeen,
     Totals,
 )
-from ..vocab import AuditGapReason, OfficialEvalStatus
-from .read import iter_blocks
+from ..tampering import count_tampering
+from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
+from .read import UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
 DUMPS_DIR = Path("bench") / "dumps"
 DUMP_PREFIX = "SingleUserTurn-"
+# Official and diagnostic records the host reads from a task's dump (its top level only).
+RECORD_NAMES = frozenset({EVAL_RES_NAME, CLAIM_NAME, "ouroboros_diagnostic_claim.json"})
+RECORD_PREFIXES = (RECEIPT_PREFIX, "ouroboros_diagnostic_receipt-", "ouroboros_diagnostic_report-")
+PLANTED_PREFIX = "planted-"  # an official record the eval phase found before its first entry, set aside
 CHECKED_OUTCOMES = frozenset({"checks_passed", "checks_failed"})
 NOT_RUN_OUTCOMES = frozenset({"ineligible", "unavailable"})  # diagnostics that never ran a checker
 
@@ -49,21 +59,24 @@ NOT_RUN_OUTCOMES = frozenset({"ineligible", "unavailable"})  # diagnostics that 
 # ---------------------------------------------------------------- small readers (never raise)
 
 
-def _read_small_json(path: Path) -> tuple[Any, str | None]:
-    """(value, None) or (None, cause): 'absent', 'too_large', 'os_error:<T>', 'json_error'."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(SMALL_JSON_LIMIT + 1)
-    except FileNotFoundError:
+def _read_small_json(path: Path | str, below: str | None = None) -> tuple[Any, str | None]:
+    """(value, None) or (None, cause): 'absent', 'json_error', 'os_error:<E>', or what stood
+    there instead of a regular file within the cap (a safefile kind: 'too_large', 'symlink',
+    'fifo', 'device', 'socket', 'directory'...). Read through container.safefile: no link is
+    followed at or below `below` (a dump's `dumps` folder), no FIFO or device is opened."""
+    found = safefile.read_bytes(os.fspath(path), cap=SMALL_JSON_LIMIT, below=below)
+    if found.kind == safefile.ABSENT:
         return None, "absent"
-    except OSError as exc:
-        return None, f"os_error:{type(exc).__name__}"
-    if len(data) > SMALL_JSON_LIMIT:
-        return None, "too_large"
+    if found.data is None:
+        return None, found.cause if found.kind == safefile.UNREADABLE and found.cause else found.kind
     try:
-        return json.loads(data), None
-    except ValueError:
+        return json.loads(found.data), None
+    except (ValueError, RecursionError):
         return None, "json_error"
+
+
+def _is_unsafe(cause: str | None) -> bool:
+    return cause in safefile.UNSAFE_KINDS
 
 
 def _run_record(root: Path, name: str, missing: AuditGapReason, run_gaps: list[Gap]) -> tuple[dict[str, Any], str | None]:
@@ -127,23 +140,44 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
     return rows()
 
 
-def _dump_index(root: Path) -> dict[str, Path]:
-    """instance_id -> dump dir, from bench/dumps/<short>/SingleUserTurn-<task>/ (first wins)."""
+def _dump_index(root: Path, outside: list[TamperSeen] | None = None) -> dict[str, Path]:
+    """instance_id -> dump path, from bench/dumps/<short>/SingleUserTurn-<task> (first wins),
+    listed without following a link (a task's entry that is no directory stays in the index:
+    its audit names what stands there). What the listing shows above every task's dump that is
+    a link, FIFO, device or socket, or named like an official record, goes to `outside`."""
     found: dict[str, Path] = {}
     base = root / DUMPS_DIR
-    try:
-        shorts = sorted(p for p in base.iterdir() if p.is_dir())
-    except OSError:
+    kind, shorts = safefile.scan_dir(str(base))
+    if kind != safefile.DIRECTORY:
         return found
+    below = str(base)
     for short in shorts:
-        try:
-            entries = sorted(short.iterdir())
-        except OSError:
+        if short.kind != safefile.DIRECTORY:
+            _flag_entry(outside, root, base / short.name, short)
             continue
+        _, entries = safefile.scan_dir(str(base / short.name), below=below)
         for entry in entries:
-            if entry.name.startswith(DUMP_PREFIX) and entry.is_dir():
-                found.setdefault(entry.name[len(DUMP_PREFIX):], entry)
+            if entry.name.startswith(DUMP_PREFIX):
+                found.setdefault(entry.name[len(DUMP_PREFIX):], base / short.name / entry.name)
+            else:
+                _flag_entry(outside, root, base / short.name / entry.name, entry)
     return found
+
+
+def _is_record_name(name: str) -> bool:
+    """A name the host reads as an official or diagnostic record of a task's dump."""
+    return name in RECORD_NAMES or name.startswith(RECORD_PREFIXES)
+
+
+def _flag_entry(seen: list[TamperSeen] | None, root: Path, path: Path, entry: safefile.Entry) -> None:
+    """A dumps-tree entry outside any task's own dump: a link/FIFO/device/socket, or a file named
+    like an official record there (no evaluator writes one there), is flagged; others pass."""
+    if seen is None:
+        return
+    if entry.kind in safefile.UNSAFE_KINDS:
+        seen.append(TamperSeen(kind=TamperKind.UNSAFE_ENTRY, file=_rel(path, root), detail=entry.kind))
+    elif _is_record_name(entry.name):
+        seen.append(TamperSeen(kind=TamperKind.OUTSIDE_OWN_DUMP, file=_rel(path, root), detail=entry.kind))
 
 
 def _evidence_by_task(root: Path, suffix: str) -> dict[str, Path]:
@@ -201,42 +235,48 @@ def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Pa
 
 
 class _DumpJson:
-    """The dump's `*.json` files from one listing: read a named one, or list those with a prefix.
-    A name the listing lacks reads as absent without a system call (when the dump cannot be
-    listed, every name is tried)."""
+    """The dump's `*.json` files from one listing (container.safefile.scan_dir: no link followed):
+    read a named one, or list those with a prefix. A name the listing lacks reads as absent
+    without a system call; one that is no regular file reads as its kind without being opened."""
 
-    def __init__(self, dump: Path) -> None:
+    def __init__(self, dump: Path, below: str | None, listing: list[safefile.Entry]) -> None:
         self.dump = dump
-        self.diagnostic_logs = 0  # ouroboros_diagnostic_log-<attempt>.log, counted from the same listing
-        try:
-            listing = os.listdir(dump)
-        except OSError:
-            self.names: list[str] | None = None
-            return
-        self.names = sorted(name for name in listing if name.endswith(".json"))
-        self.diagnostic_logs = sum(1 for name in listing if name.startswith(DIAGNOSTIC_LOG_PREFIX) and name.endswith(".log"))
+        self.below = below
+        self.kinds = {e.name: e.kind for e in listing if e.name.endswith(".json")}
+        self.names = sorted(self.kinds)
+        # ouroboros_diagnostic_log-<attempt>.log, counted from the same listing
+        self.diagnostic_logs = sum(1 for e in listing if e.name.startswith(DIAGNOSTIC_LOG_PREFIX) and e.name.endswith(".log"))
 
     def read(self, name: str) -> tuple[Any, str | None]:
-        if self.names is not None and name not in self.names:
+        kind = self.kinds.get(name)
+        if kind is None:
             return None, "absent"
-        return _read_small_json(self.dump / name)
+        if kind != safefile.REGULAR:
+            return None, kind
+        return _read_small_json(self.dump / name, self.below)
 
-    def with_prefix(self, prefix: str) -> list[Path]:
-        return [self.dump / name for name in self.names or () if name.startswith(prefix)]
+    def with_prefix(self, prefix: str) -> list[str]:
+        return [name for name in self.names if name.startswith(prefix)]
 
 
-def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
+def _record_gap(scan: TaskScan, rel: str, cause: str | None) -> None:
+    """An official record that could not be had: an unsafe entry (a tampering flag) or unreadable."""
+    reason = AuditGapReason.UNSAFE_ENTRY if _is_unsafe(cause) else AuditGapReason.UNREADABLE_RECORD
+    scan.gap(reason, rel, detail=cause or "not_object")
+
+
+def _eval_attempts(dump: Path, root: Path, scan: TaskScan, files: _DumpJson) -> TaskEvalAttempts:
     facts = TaskEvalAttempts()
-    files = _DumpJson(dump)
     claim, cause = files.read("ouroboros_eval_claim.json")
     if cause != "absent":
         facts.claims = 1
         if cause is not None or not isinstance(claim, dict):
-            scan.gap(AuditGapReason.UNREADABLE_RECORD, _rel(dump / "ouroboros_eval_claim.json", root),
-                     detail=cause or "not_object")
-    for path in files.with_prefix("ouroboros_eval_receipt-"):
-        receipt, cause = _read_small_json(path)
-        attempt = path.name[len("ouroboros_eval_receipt-"):-len(".json")]
+            _record_gap(scan, _rel(dump / "ouroboros_eval_claim.json", root), cause)
+    for name in files.with_prefix("ouroboros_eval_receipt-"):
+        receipt, cause = files.read(name)
+        attempt = name[len("ouroboros_eval_receipt-"):-len(".json")]
+        if _is_unsafe(cause):
+            _record_gap(scan, _rel(dump / name, root), cause)
         if cause is not None or not isinstance(receipt, dict):
             facts.receipts.append(ReceiptFact(attempt_id=attempt, state="invalid", cause=cause or "not_object"))
             continue
@@ -256,13 +296,17 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
     diag.receipts, diag.reports, diag.logs = len(receipts), len(reports), files.diagnostic_logs
     diag.present = diag.present or bool(receipts or reports or files.diagnostic_logs)
     final: dict[str, Any] | None = None
-    for path in receipts:  # the receipt is the parent's verdict on the diagnostic
-        value, _ = _read_small_json(path)
+    for name in receipts:  # the receipt is the parent's verdict on the diagnostic
+        value, cause = files.read(name)
+        if _is_unsafe(cause):
+            _record_gap(scan, _rel(dump / name, root), cause)
         if isinstance(value, dict):
             final = value
     if final is None:
-        for path in reports:
-            value, _ = _read_small_json(path)
+        for name in reports:
+            value, cause = files.read(name)
+            if _is_unsafe(cause):
+                _record_gap(scan, _rel(dump / name, root), cause)
             if isinstance(value, dict) and value.get("stage") == "final":
                 final = value
     if final is not None:
@@ -280,19 +324,44 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan) -> TaskEvalAttempts:
     return facts
 
 
-def _scan_logs(dump: Path, root: Path, scan: TaskScan) -> None:
+def _scan_logs(dump: Path, root: Path, scan: TaskScan, below: str | None, listing: list[safefile.Entry]) -> None:
     logs = os.path.join(dump, "ouroboros")  # strings: Path arithmetic cost more than listing the dump
     rel_logs = os.path.join(_rel(dump, root), "ouroboros")
+    kinds: dict[str, str] = {}
+    if any(e.name == "ouroboros" and e.kind == safefile.DIRECTORY for e in listing):
+        _, entries = safefile.scan_dir(logs, below=below)
+        kinds = {e.name: e.kind for e in entries}
+        _flag_dump_entries(scan, rel_logs, entries, records_allowed=False)
     for name, scanner in LOG_SCANNERS:
         rel = os.path.join(rel_logs, name)
-        try:  # opening is the existence check: one system call fewer per log
-            scanner(os.path.join(logs, name), rel, scan)
+        kind = kinds.get(name, safefile.ABSENT)
+        if kind in (safefile.ABSENT, safefile.DIRECTORY):
+            scan.gap(AuditGapReason.MISSING_LOG, rel)
+            continue
+        try:  # the listing saw what stood there; the open itself never follows a link or blocks
+            scanner(os.path.join(logs, name), rel, scan, below)
         except (FileNotFoundError, IsADirectoryError):  # raised by the open, before any byte counted
             scan.gap(AuditGapReason.MISSING_LOG, rel)
+            continue
+        except UnsafeEntry as exc:  # a link, FIFO, device, socket or over-cap log: never read
+            scan.gap(AuditGapReason.UNSAFE_ENTRY, rel, detail=exc.detail)
             continue
         except OSError as exc:  # an unreadable log is a gap, never fatal
             scan.gap(AuditGapReason.UNREADABLE_LOG, rel, detail=type(exc).__name__)
         scan.files += 1
+
+
+def _flag_dump_entries(scan: TaskScan, rel_dir: str, entries: list[safefile.Entry], *, records_allowed: bool) -> None:
+    """Flags from a listing inside a task's dump: every link, FIFO, device or socket (none is
+    ever read), a record the eval phase set aside as planted, and (where no evaluator writes
+    one: `records_allowed` false) a file named like an official record."""
+    for e in entries:
+        if e.kind in safefile.UNSAFE_KINDS:
+            scan.tamper(TamperKind.UNSAFE_ENTRY, os.path.join(rel_dir, e.name), e.kind)
+        elif e.name.startswith(PLANTED_PREFIX):
+            scan.tamper(TamperKind.PLANTED_BEFORE_EVAL, os.path.join(rel_dir, e.name), e.kind)
+        elif not records_allowed and _is_record_name(e.name):
+            scan.tamper(TamperKind.OUTSIDE_OWN_DUMP, os.path.join(rel_dir, e.name), e.kind)
 
 
 def _official_pass(row: dict[str, Any]) -> bool | None:
@@ -348,7 +417,20 @@ def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskS
         gaps_by_reason=dict(sorted(scan.gaps_by_reason.items())),
         gaps=[Gap(**g) for g in scan.gaps],
         eval_attempts=attempts,
+        ledger_tampering=_ledger_tampering(row.get("tampering")),
+        tampering_seen=[TamperSeen(**t) for t in scan.tampering],
+        tampering_seen_by_kind=dict(sorted(Counter(scan.tamper_kinds).items())),
     )
+
+
+def _ledger_tampering(value: Any) -> list[LedgerTamper] | None:
+    """The row's `tampering` as the row states it (None: written before the check)."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    return [LedgerTamper(kind=str(item.get("kind"))[:100], detail=str(item.get("detail") or "")[:200])
+            if isinstance(item, dict) else LedgerTamper(kind="unreadable_flag", detail=str(item)[:200])
+            for item in items]
 
 
 # ---------------------------------------------------------------- the run
@@ -369,7 +451,8 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     if manifest_cause == "absent" and rows is None:
         raise Refusal("audit", f"{run_dir} has neither run_manifest.json nor result_index.jsonl, "
                                "so it cannot be read as a run.")
-    dumps = _dump_index(root)
+    outside: list[TamperSeen] = []
+    dumps = _dump_index(root, outside)
     if rows is None:
         # No ledger: audit what the manifest selected, else every dump found (documented fallback).
         run_gaps.append(Gap(reason=AuditGapReason.MISSING_RESULT_INDEX, file="result_index.jsonl"))
@@ -396,11 +479,16 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
         flag = applied.get("diagnostic_eval_on_truncation")
         run_eval.diagnostic_enabled = flag if isinstance(flag, bool) else False
     all_complete = True
+    ledger_flags: list[tuple[str, list[str] | None]] = []
+    seen_flags: list[tuple[str, list[str]]] = []
     for task, scan in _audit_tasks(rows, root, dumps, _effective_workers(workers, dumps)):
         task.eval_attempts.eval_refusal = refusals.get(task.instance_id)
         if task.eval_attempts.eval_refusal is not None:
             run_eval.eval_refusals[task.instance_id] = task.eval_attempts.eval_refusal
         report.tasks.append(task)
+        ledger_flags.append((task.instance_id, None if task.ledger_tampering is None
+                             else [t.kind for t in task.ledger_tampering]))
+        seen_flags.append((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)]))
         _add_totals(totals, task, scan, findings_by_reason, gaps_by_reason)
         all_complete = all_complete and task.cost.complete
         if task.official_eval_status == OfficialEvalStatus.COMPLETED.value:
@@ -428,6 +516,8 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     report.totals = totals
     report.run_gaps = run_gaps
     report.eval_attempts = run_eval
+    report.tampering = Tampering(ledger=count_tampering(ledger_flags), seen=count_tampering(seen_flags),
+                                 outside_task_dumps=outside)
     return report
 
 
@@ -439,15 +529,31 @@ class Scanned(NamedTuple):
     lines: int
 
 
+def _dumps_folder(dump: Path) -> str | None:
+    """The `dumps` folder a task dump lies in (<bench>/dumps/<short>/SingleUserTurn-<task>): no link
+    is followed below it. The path comes from the host's own ledger or listing; None when it has
+    no such folder (then only the dump's own last component is checked)."""
+    for parent in dump.parents:
+        if parent.name == "dumps":
+            return str(parent)
+    return None
+
+
 def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> tuple[TaskAudit, Scanned]:
     scan = TaskScan()
     dump = _resolve_dump(row, root, dumps)
     attempts = TaskEvalAttempts()
-    if dump is None or not dump.is_dir():
-        scan.gap(AuditGapReason.MISSING_TASK_DUMP, _rel(dump, root) if dump else None)
+    below = _dumps_folder(dump) if dump is not None else None
+    kind, listing = safefile.scan_dir(str(dump), below=below) if dump is not None else (safefile.ABSENT, [])
+    if dump is None or kind in (safefile.ABSENT, safefile.UNREADABLE):
+        scan.gap(AuditGapReason.MISSING_TASK_DUMP, _rel(dump, root) if dump else None,
+                 detail=kind if kind == safefile.UNREADABLE else None)
+    elif kind != safefile.DIRECTORY:  # a link (to anywhere), FIFO, file...: never followed or read
+        scan.gap(AuditGapReason.UNSAFE_ENTRY, _rel(dump, root), detail=kind)
     else:
-        _scan_logs(dump, root, scan)
-        attempts = _eval_attempts(dump, root, scan)
+        _flag_dump_entries(scan, _rel(dump, root), listing, records_allowed=True)
+        _scan_logs(dump, root, scan, below, listing)
+        attempts = _eval_attempts(dump, root, scan, _DumpJson(dump, below, listing))
     return _task_report(row, root, dump, scan, attempts), Scanned(scan.files, scan.bytes, scan.lines)
 
 
@@ -461,8 +567,8 @@ def _dump_log_bytes(dumps: dict[str, Path], stop_at: int) -> int:
     total = 0
     for dump in dumps.values():
         for name, _ in LOG_SCANNERS:
-            try:
-                total += (dump / "ouroboros" / name).stat().st_size
+            try:  # lstat: a link's target is never looked at
+                total += os.lstat(os.path.join(dump, "ouroboros", name)).st_size
             except OSError:
                 continue
         if total >= stop_at:

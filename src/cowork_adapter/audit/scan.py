@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,8 +46,8 @@ from ..schemas.audit import (
     MAX_NAMES_PER_TASK,
     MAX_REFERENCES_PER_TASK,
 )
-from ..vocab import AuditFindingReason, AuditGapReason
-from .read import RowReader, iter_blocks, read_rows
+from ..vocab import AuditFindingReason, AuditGapReason, TamperKind
+from .read import RowReader, UnsafeEntry, iter_blocks, read_rows
 from .rules import args_may_match, find_references, probe_hits, split_mcp_name
 
 
@@ -140,8 +141,19 @@ class TaskScan:
     files: int = 0
     bytes: int = 0
     lines: int = 0
+    # What the audit itself saw against the evidence (TamperKind values, every one; the stored
+    # examples capped): each unsafe-entry gap is one, and record names outside a dump's own place.
+    tamper_kinds: list[str] = field(default_factory=list)
+    tampering: list[dict[str, Any]] = field(default_factory=list)
+
+    def tamper(self, kind: TamperKind, file: str, detail: str | None = None) -> None:
+        self.tamper_kinds.append(kind.value)
+        if len(self.tampering) < MAX_GAPS_PER_TASK:
+            self.tampering.append({"kind": kind, "file": file, "detail": detail})
 
     def gap(self, reason: AuditGapReason, file: str | None, line: int | None = None, detail: str | None = None) -> None:
+        if reason is AuditGapReason.UNSAFE_ENTRY:
+            self.tamper(TamperKind.UNSAFE_ENTRY, file or "", detail)
         self.gaps_total += 1
         self.gaps_by_reason[reason.value] += 1
         if file is not None and file.endswith(USAGE_FILES) and reason in _EVENTS_COST_GAPS:
@@ -292,7 +304,7 @@ def _call_key(row: ToolRow) -> tuple[Any, Any, bool]:
 
 
 _EVENTS_COST_GAPS = frozenset(
-    {AuditGapReason.MISSING_LOG, AuditGapReason.UNREADABLE_LOG,
+    {AuditGapReason.MISSING_LOG, AuditGapReason.UNREADABLE_LOG, AuditGapReason.UNSAFE_ENTRY,
      AuditGapReason.MALFORMED_LINE, AuditGapReason.OVERSIZED_LINE}
 )
 
@@ -323,10 +335,10 @@ def _listed_and_distinct(keys: Iterable[Any]) -> tuple[list[Any], set[Any]]:
     return listed, set(listed)
 
 
-def scan_tools(path: str | Path, rel: str, scan: TaskScan) -> None:
+def scan_tools(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
-    for block in iter_blocks(path, scan, rel):
+    for block in iter_blocks(path, scan, rel, below=below):
         lines, rows = read_rows(block, _TOOL_ROWS, rel, scan)
         counts = _keyed(rows, Counter)
         scan.add_tool_calls(counts)
@@ -371,12 +383,12 @@ SENT_STATES = frozenset({"dispatched", "settled", "unresolved"})
 _EVENT_ROWS = RowReader(UsageRow)
 
 
-def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
+def scan_events(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
     """Count usage records (tokens, cost, names) and capability-omission rows: usage from the
     attempt ledger beside `path` when there is one, else from llm_usage rows."""
     attempts = os.path.join(os.path.dirname(path), ATTEMPTS_NAME)  # strings: pathlib cost more per log
-    from_ledger = os.path.isfile(attempts)
-    for block in iter_blocks(path, scan, rel):
+    from_ledger = _present(attempts)
+    for block in iter_blocks(path, scan, rel, below=below):
         lines, rows = read_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
         kinds = list(map(_TYPE, rows))
         try:
@@ -394,9 +406,20 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan) -> None:
         scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
         try:
-            scan_attempts(attempts, attempts_rel, scan)
+            scan_attempts(attempts, attempts_rel, scan, below)
+        except UnsafeEntry as exc:  # a link, FIFO, device or oversize file: never read, usage incomplete
+            scan.gap(AuditGapReason.UNSAFE_ENTRY, attempts_rel, detail=exc.detail)
         except OSError as exc:  # unreadable after all: a gap, and the usage stays incomplete
             scan.gap(AuditGapReason.UNREADABLE_LOG, attempts_rel, detail=type(exc).__name__)
+
+
+def _present(path: str) -> bool:
+    """Whether anything stands at `path` (a link is not followed: whatever it is, the usage must
+    come from it, and an unsafe one leaves the usage incomplete rather than counted twice)."""
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 class AttemptRow(msgspec.Struct, gc=False):
@@ -417,13 +440,13 @@ class AttemptRow(msgspec.Struct, gc=False):
 _ATTEMPT_ROWS = RowReader(AttemptRow)
 
 
-def scan_attempts(path: str | Path, rel: str, scan: TaskScan) -> None:
+def scan_attempts(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
     """One usage record per provider request: per `kind: attempt` id of the ledger, its last
     row (the ledger appends each state change) when that state says the request was sent.
     A settled attempt carries tokens and cost; a dispatched or unresolved one has neither
     (gaps: the request was sent, what it cost is unknown)."""
     last: dict[str, tuple[int, AttemptRow]] = {}
-    for block in iter_blocks(path, scan, rel):
+    for block in iter_blocks(path, scan, rel, below=below):
         for line, row in zip(*read_rows(block, _ATTEMPT_ROWS, rel, scan)):
             if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
                 last[row.attempt_id] = (block.first + line, row)
@@ -448,9 +471,9 @@ class _Object(msgspec.Struct, gc=False):
 _OBJECTS = RowReader(_Object)
 
 
-def scan_objects(path: str | Path, rel: str, scan: TaskScan) -> None:
+def scan_objects(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
     """Every line a JSON object (progress, chat, supervisor: their content is not used)."""
-    for block in iter_blocks(path, scan, rel):
+    for block in iter_blocks(path, scan, rel, below=below):
         read_rows(block, _OBJECTS, rel, scan)
 
 

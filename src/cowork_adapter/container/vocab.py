@@ -393,6 +393,9 @@ class AuditGapReason(Vocab):
     OVERSIZED_LINE = "oversized_line"  # longer than the audit's line bound: skipped, not parsed
     UNKNOWN_TOKENS = "unknown_tokens"
     UNKNOWN_COST = "unknown_cost"
+    # A link, FIFO, device, socket or over-cap file where a log, record or dump was to be read:
+    # never opened or followed (container.safefile), and a tampering flag (TamperKind.UNSAFE_ENTRY).
+    UNSAFE_ENTRY = "unsafe_entry"
 
 
 class ClaimState(Vocab):

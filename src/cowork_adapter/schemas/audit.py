@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..vocab import AuditFindingReason, AuditGapReason
+from ..vocab import AuditFindingReason, AuditGapReason, TamperKind
 
 AUDIT_SCHEMA = "cowork_adapter.audit.v1"
 
@@ -126,6 +126,45 @@ class Gap(_Model, kw_only=True):
     detail: str | None = None
 
 
+class TamperSeen(_Model, kw_only=True):
+    """One thing the audit itself saw while reading a dump (a tampering flag, never a verdict)."""
+
+    kind: TamperKind
+    file: str  # relative to the run root; a link's target is never read or named
+    detail: str | None = None  # what stood there: symlink, fifo, device, socket, too_large:<bytes>...
+
+
+class LedgerTamper(_Model, kw_only=True):
+    """A ledger row's tampering flag as the row states it (its kind kept as written)."""
+
+    kind: str
+    detail: str = ""
+
+
+class TamperCounts(_Model, kw_only=True):
+    """Tampering flags over a set of tasks, counted per vocab.TamperKind (every kind listed, zeros
+    included, so "none seen" is explicit). `tasks_not_checked` are tasks whose ledger rows were
+    written before the host checked (their `tampering` is null): nothing is known of them."""
+
+    tasks: int = 0
+    tasks_checked: int = 0
+    tasks_not_checked: list[str] = msgspec.field(default_factory=list)
+    findings: int = 0
+    tasks_with_findings: list[str] = msgspec.field(default_factory=list)
+    by_kind: dict[str, int] = msgspec.field(default_factory=dict)
+    tasks_by_kind: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class Tampering(_Model, kw_only=True):
+    """The run's tampering flags: those its ledger rows carry (the host's seal and dump checks),
+    and those the audit saw itself reading the dumps (links, FIFOs, oversize files, official
+    record names outside a task's own dump; `outside_task_dumps` lists those above every dump)."""
+
+    ledger: TamperCounts = msgspec.field(default_factory=TamperCounts)
+    seen: TamperCounts = msgspec.field(default_factory=TamperCounts)
+    outside_task_dumps: list[TamperSeen] = msgspec.field(default_factory=list)
+
+
 class ReceiptFact(_Model, kw_only=True):
     attempt_id: str | None = None
     official_run: bool | None = None
@@ -177,6 +216,11 @@ class TaskAudit(_Model, kw_only=True):
     gaps_by_reason: dict[str, int] = msgspec.field(default_factory=dict)
     gaps: list[Gap] = msgspec.field(default_factory=list)
     eval_attempts: TaskEvalAttempts = msgspec.field(default_factory=TaskEvalAttempts)
+    # The ledger row's own flags, as its `tampering` (kind, detail); None: a row written before
+    # the host checked (not checked), or no row.
+    ledger_tampering: list[LedgerTamper] | None = None
+    tampering_seen: list[TamperSeen] = msgspec.field(default_factory=list)  # stored up to MAX_GAPS_PER_TASK
+    tampering_seen_by_kind: dict[str, int] = msgspec.field(default_factory=dict)  # every one counted
 
 
 class Totals(_Model, kw_only=True):
@@ -231,6 +275,7 @@ class AuditReport(_Model, kw_only=True):
     totals: Totals = msgspec.field(default_factory=Totals)
     run_gaps: list[Gap] = msgspec.field(default_factory=list)
     eval_attempts: RunEvalAttempts = msgspec.field(default_factory=RunEvalAttempts)
+    tampering: Tampering = msgspec.field(default_factory=Tampering)
     tasks: list[TaskAudit] = msgspec.field(default_factory=list)
 
     def to_json(self) -> str:
