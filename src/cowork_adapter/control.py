@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from .events import parse_ts, read_events
 from .live import eta_seconds, format_duration, progress_rows, summary_line
@@ -42,6 +44,7 @@ from .schemas.manifest import RunManifest
 from .schemas.monitor import Monitor, Progress
 from .schemas.admission import AdmissionState
 from .schemas.record import RecordInvalid, decode
+from .tampering import count_tampering, counts_sentence
 from .vocab import EventKind, ExitCode
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
@@ -369,6 +372,7 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "problems": list(files.problems),
         "diagnostic_write_failures": {k: v.to_dict() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
         "resource_use": _resource_use(files.ledger),
+        "tampering": _tampering(files.ledger),
         "admission": files.admission.to_dict() if files.admission is not None else None,
     }
 
@@ -389,6 +393,16 @@ def _resource_use(rows: list[TaskRow] | None) -> dict[str, Any] | None:
         "cpu_seconds_max": max(cpus) if cpus else None,
         "text": resource_summary_line(rows),
     }
+
+
+def _tampering(rows: list[TaskRow] | None) -> dict[str, Any] | None:
+    """The ledger rows' tampering flags counted per TamperKind, as the report counts them (None
+    without a ledger)."""
+    if rows is None:
+        return None
+    counts = count_tampering((r.instance_id, None if r.tampering is None else [f.kind.value for f in r.tampering])
+                             for r in rows)
+    return {**msgspec.to_builtins(counts), "text": counts_sentence(counts, what="the ledger")}
 
 
 def _cleanup_proven(m: RunManifest | None, mon: Monitor | None) -> bool | None:
@@ -474,6 +488,8 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
         lines.append(f"  next: {status['next_command']}")
     if status.get("resource_use"):
         lines.append(f"  {status['resource_use']['text']}")
+    if status.get("tampering"):
+        lines.append(f"  tampering: {status['tampering']['text']}")
     for problem in status["problems"]:
         lines.append(f"  problem: {problem}")
     return lines

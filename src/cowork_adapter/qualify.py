@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig
+from .container import safefile
+from .dumps import dumps_folder_of
 from .errors import Refusal
 from .schemas.ledger import LEDGER_NAME, read_index
 from .fileio import replace_atomic
@@ -111,9 +113,15 @@ def _returned(row: TaskRow | None) -> Any:
     """What the evaluator returned, from the receipt the row's verdict rests on."""
     if row is None or not row.official_receipt.path:
         return None
+    path = Path(row.official_receipt.path)
+    # The receipt lies in a task dump the agent could write: no link followed below the dumps
+    # folder, no FIFO or device opened, no more than a record's cap read.
+    found = safefile.read_bytes(str(path), cap=safefile.RECORD_CAP, below=dumps_folder_of(path))
+    if not found.ok:
+        return None
     try:
-        receipt = json.loads(Path(row.official_receipt.path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        receipt = json.loads(found.data)
+    except (ValueError, RecursionError):
         return None
     return receipt.get("returned") if isinstance(receipt, dict) else None
 

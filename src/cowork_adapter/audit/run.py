@@ -19,6 +19,7 @@ from typing import Any, Iterator, NamedTuple
 from ..container import safefile
 from ..container.protocol import CLAIM_NAME, EVAL_RES_NAME, RECEIPT_PREFIX
 from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
+from ..dumps import dumps_folder_of
 from ..errors import Refusal
 from ..forked import forked_map
 from ..schemas.audit import (
@@ -529,21 +530,11 @@ class Scanned(NamedTuple):
     lines: int
 
 
-def _dumps_folder(dump: Path) -> str | None:
-    """The `dumps` folder a task dump lies in (<bench>/dumps/<short>/SingleUserTurn-<task>): no link
-    is followed below it. The path comes from the host's own ledger or listing; None when it has
-    no such folder (then only the dump's own last component is checked)."""
-    for parent in dump.parents:
-        if parent.name == "dumps":
-            return str(parent)
-    return None
-
-
 def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> tuple[TaskAudit, Scanned]:
     scan = TaskScan()
     dump = _resolve_dump(row, root, dumps)
     attempts = TaskEvalAttempts()
-    below = _dumps_folder(dump) if dump is not None else None
+    below = dumps_folder_of(dump) if dump is not None else None
     kind, listing = safefile.scan_dir(str(dump), below=below) if dump is not None else (safefile.ABSENT, [])
     if dump is None or kind in (safefile.ABSENT, safefile.UNREADABLE):
         scan.gap(AuditGapReason.MISSING_TASK_DUMP, _rel(dump, root) if dump else None,

@@ -145,8 +145,13 @@ class TaskScan:
     # examples capped): each unsafe-entry gap is one, and record names outside a dump's own place.
     tamper_kinds: list[str] = field(default_factory=list)
     tampering: list[dict[str, Any]] = field(default_factory=list)
+    _tampered: set[tuple[str, str]] = field(default_factory=set)
 
     def tamper(self, kind: TamperKind, file: str, detail: str | None = None) -> None:
+        """One flag per kind and file (a link seen in a listing and then refused by the read is one)."""
+        if (kind.value, file) in self._tampered:
+            return
+        self._tampered.add((kind.value, file))
         self.tamper_kinds.append(kind.value)
         if len(self.tampering) < MAX_GAPS_PER_TASK:
             self.tampering.append({"kind": kind, "file": file, "detail": detail})

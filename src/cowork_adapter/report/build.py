@@ -7,12 +7,15 @@ from pathlib import Path
 from typing import Any
 
 
+import msgspec
+
 from ..ledger import task_config
 from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
+from ..tampering import count_tampering, counts_sentence
 from ..vocab import PaidActivity, ServerHealth, TaskStatus
 from .campaign import CampaignView
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
@@ -166,6 +169,31 @@ def _audit_summary(runs: list[RunRecord]) -> dict[str, Any] | None:
             "findings_by_reason": dict(sorted(by_reason.items())), "gaps": sum(gaps_by_reason.values()),
             "gaps_by_reason": dict(sorted(gaps_by_reason.items())), "items": items,
             "items_omitted": total - len(items), "stored_findings": stored}
+
+
+def _tampering_section(tasks: list[str], merged: dict[str, MergedRow], runs: list[RunRecord]) -> dict[str, Any]:
+    """The tampering flags of the rows the report scores (vocab.TamperKind counts and task ids),
+    from each row's `tampering`: a row written before the check has None, and is "not checked".
+    The launcher audits' own sightings (links, FIFOs, oversize or misplaced records) beside them."""
+    counts = count_tampering((t, [f.kind.value for f in merged[t].row.tampering]
+                              if merged[t].row.tampering is not None else None) for t in tasks if t in merged)
+    section: dict[str, Any] = msgspec.to_builtins(counts)
+    section["sentence"] = counts_sentence(counts, what="the ledger")
+    section["details"] = {t: [f"{f.kind.value}: {f.detail}" if f.detail else f.kind.value
+                              for f in merged[t].row.tampering or []]
+                          for t in counts.tasks_with_findings}
+    audits = [r.audit for r in runs if r.audit is not None]
+    if audits:
+        seen = count_tampering((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)])
+                               for audit in audits for task in audit.tasks)
+        outside = [f"{r.root}: {o.kind.value} {o.file}" + (f" ({o.detail})" if o.detail else "")
+                   for r in runs if r.audit is not None for o in r.audit.tampering.outside_task_dumps]
+        section["audit_seen"] = {**msgspec.to_builtins(seen), "outside_task_dumps": outside,
+                                 "sentence": counts_sentence(seen, what="the audit of the dumps")
+                                 + (f" {len(outside)} more outside every task's dump." if outside else "")}
+    else:
+        section["audit_seen"] = None
+    return section
 
 
 def _first_line(text: str | None, limit: int = 200) -> str:
@@ -326,6 +354,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
     if campaign is not None:
         spend = list(campaign.spend_series)
 
+    tampering = _tampering_section(tasks, merged, runs)
     status_of = {t: merged[t].row.status for t in tasks if t in merged}
     validity = validity_section(tasks, status_of, load_validity([r.root for r in runs]))
     task_rows = []
@@ -384,10 +413,12 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
         "methodology": methodology_location(),
         "disclosures": _disclosures(runs, n, counts, unknown_cost, truncations, provisional, chain=campaign is None)
         + ([_see("validity", validity_disclosure(validity))] if validity else [])
-        + [_see("hosts", d) for d in (campaign.disclosures if campaign else [])],
+        + [_see("hosts", d) for d in (campaign.disclosures if campaign else [])]
+        + [_see("tampering", tampering["sentence"])],
         "campaign": campaign.section if campaign else None,
         "validity": validity,
         "audit": _audit_summary(runs),
+        "tampering": tampering,
         "projection": projection,
         "series": {"cumulative_spend": [[ts, v] for ts, v in spend], "costs": costs, "durations": durations},
         "tasks": task_rows,

@@ -121,6 +121,35 @@ def _audit_omitted(a: dict[str, Any]) -> str | None:
     return f"{count(a['items_omitted'], 'further finding')} {'is' if a['items_omitted'] == 1 else 'are'} counted above and not listed; the audit files hold the stored ones."
 
 
+TAMPER_HEAD = ["kind", "findings", "tasks"]
+MAX_LISTED_TASKS = 50  # task ids per kind shown in the table (the JSON holds them all)
+
+
+def _task_list(tasks: list[str]) -> str:
+    shown = ", ".join(tasks[:MAX_LISTED_TASKS])
+    return shown + (f" and {len(tasks) - MAX_LISTED_TASKS} more" if len(tasks) > MAX_LISTED_TASKS else "")
+
+
+def _tamper_rows(c: dict[str, Any]) -> list[list[str]]:
+    """Every TamperKind with its count (zeros too: none seen is said), and its tasks."""
+    return [[kind, str(n), _task_list(c["tasks_by_kind"].get(kind, []))] for kind, n in c["by_kind"].items()]
+
+
+def _tamper_lines(t: dict[str, Any]) -> list[tuple[str, list[list[str]] | None]]:
+    """(sentence, table or None) pieces of the Tampering section, for either format."""
+    out: list[tuple[str, list[list[str]] | None]] = [(t["sentence"], _tamper_rows(t))]
+    if t["tasks_not_checked"]:
+        out.append((f"Not checked (rows written before the check): {_task_list(t['tasks_not_checked'])}.", None))
+    seen = t.get("audit_seen")
+    if seen is not None:
+        out.append((seen["sentence"], _tamper_rows(seen) if seen["findings"] else None))
+        for line in seen["outside_task_dumps"][:MAX_LISTED_TASKS]:
+            out.append((f"Outside every task's dump: {line}", None))
+    else:
+        out.append(("No readable audit: what the audit would see in the dumps is not shown.", None))
+    return out
+
+
 HOST_HEAD = ["host", "runs", "settled", "claimed now", "run hours", "settled per hour", "meter during its runs",
              "accounted cost"]
 
@@ -187,6 +216,10 @@ def to_markdown(r: dict[str, Any]) -> str:
             out += [_md_table(AUDIT_HEAD, _audit_rows(a)), ""]
         if _audit_omitted(a):
             out += [str(_audit_omitted(a)), ""]
+    if r.get("tampering") is not None:
+        out += ["## Tampering", ""]
+        for sentence, table in _tamper_lines(r["tampering"]):
+            out += [sentence, ""] + ([_md_table(TAMPER_HEAD, table), ""] if table else [])
     out += ["## By domain", "", _md_table(GROUP_HEAD, _group_table(r["by_domain"])), ""]
     out += ["## By MCP server", "", _md_table(GROUP_HEAD, _group_table(r["by_mcp_server"])), ""]
     out += ["## Published reference rows", "", r["reference"]["caveat"], "", _md_table(REF_HEAD, _ref_table(r)), ""]
@@ -245,6 +278,10 @@ def to_html(r: dict[str, Any]) -> str:
             parts.append(_html_table(AUDIT_HEAD, _audit_rows(a)))
         if _audit_omitted(a):
             parts.append(f"<p>{escape(str(_audit_omitted(a)))}</p>")
+    if r.get("tampering") is not None:
+        parts.append("<h2>Tampering</h2>")
+        for sentence, table in _tamper_lines(r["tampering"]):
+            parts.append(f"<p>{escape(sentence)}</p>" + (_html_table(TAMPER_HEAD, table) if table else ""))
     parts += ["<h2>Plots</h2><div class='plots'>"] + plots + ["</div>"]
     parts += ["<h2>By domain</h2>", _html_table(GROUP_HEAD, _group_table(domains))]
     parts += ["<h2>By MCP server</h2>", _html_table(GROUP_HEAD, _group_table(r["by_mcp_server"]))]

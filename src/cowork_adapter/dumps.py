@@ -1,0 +1,21 @@
+"""Where the trust of a task dump's path ends, for host readers of files the agent could write.
+
+A task dump is `<bench>/dumps/<short>/SingleUserTurn-<task>/`: the `dumps` folder and everything
+above it are the host's own, every component below it could have been replaced by the agent under
+test (a link, a FIFO...). container.safefile's `below` is that folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DUMPS_FOLDER = "dumps"
+
+
+def dumps_folder_of(path: Path | str) -> str | None:
+    """The nearest `dumps` folder above `path` (a path the host itself recorded, in its ledger
+    or listing), or None when there is none (then only the last component is checked)."""
+    for parent in Path(path).parents:
+        if parent.name == DUMPS_FOLDER:
+            return str(parent)
+    return None
