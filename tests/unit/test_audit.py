@@ -362,14 +362,14 @@ def test_a_dump_that_cannot_be_listed_is_a_gap_and_nothing_of_it_is_read(run_roo
     (a missing_task_dump gap naming the cause); the other tasks are read as ever."""
     import cowork_adapter.audit.run as audit_mod
 
-    scan_dir = audit_mod.safefile.scan_dir
+    open_nofollow = audit_mod.safefile.open_nofollow
 
     def refuse_dumps(path, below=None):
         if str(path).endswith("SingleUserTurn-planted-task"):
-            return audit_mod.safefile.UNREADABLE, []
-        return scan_dir(path, below=below)
+            return None, audit_mod.safefile.UNREADABLE, "os_error:EACCES"
+        return open_nofollow(path, below=below)
 
-    monkeypatch.setattr(audit_mod.safefile, "scan_dir", refuse_dumps)
+    monkeypatch.setattr(audit_mod.safefile, "open_nofollow", refuse_dumps)
     planted = _task(build_audit(run_root, workers=1), "planted-task")
     assert planted.eval_attempts.claims == 0 and planted.eval_attempts.receipts == []
     assert [(g.reason.value, g.detail) for g in planted.gaps] == [("missing_task_dump", "unreadable")]

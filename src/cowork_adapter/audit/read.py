@@ -27,7 +27,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Literal, Protocol, Sequence, TypeVar, Union
+from typing import Any, Iterator, Literal, NamedTuple, Protocol, Sequence, TypeVar, Union
 
 import ahocorasick_rs
 import msgspec
@@ -106,11 +106,24 @@ class UnsafeEntry(Exception):
 LOG_CAP_BYTES = 2 << 30
 
 
-def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_CAP_BYTES) -> tuple[int, int]:
-    """(fd, size) of the regular file at `path`, opened without following a link at or below
-    `below` and without blocking (container.safefile). FileNotFoundError when absent,
-    IsADirectoryError for a directory, UnsafeEntry for anything else or a file over `cap`."""
-    fd, kind, cause = safefile.open_nofollow(os.fspath(path), below=None if below is None else os.fspath(below))
+class Folder(NamedTuple):
+    """A directory opened without following a link (container.safefile) and its entries' kinds:
+    the files in it are opened relative to it, so the path above is walked once per folder."""
+
+    fd: int
+    kinds: dict[str, str]
+
+
+def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_CAP_BYTES,
+             folder: Folder | None = None) -> tuple[int, int]:
+    """(fd, size) of the regular file at `path` (in `folder`, by its name, when given), opened
+    without following a link at or below `below` and without blocking (container.safefile).
+    FileNotFoundError when absent, IsADirectoryError for a directory, UnsafeEntry for anything
+    else or a file over `cap`."""
+    if folder is not None:
+        fd, kind, cause = safefile.open_at(folder.fd, os.path.basename(path))
+    else:
+        fd, kind, cause = safefile.open_nofollow(os.fspath(path), below=None if below is None else os.fspath(below))
     if fd is None:
         if kind == safefile.ABSENT:
             raise FileNotFoundError(errno.ENOENT, "absent", os.fspath(path))
@@ -130,7 +143,7 @@ def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_C
 
 
 def iter_blocks(path: str | Path, sink: Sink, rel: str, *, below: str | Path | None = None,
-                cap: int = LOG_CAP_BYTES) -> Iterator[Block]:
+                cap: int = LOG_CAP_BYTES, folder: Folder | None = None) -> Iterator[Block]:
     """Blocks of whole lines, streamed. Oversized lines are gaps, never yielded. OSError propagates,
     UnsafeEntry when `path` is no regular file within `cap` (see open_log); the open is the
     generator's first step. A file that grows past `cap` while read is read up to `cap` and the
@@ -138,7 +151,7 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str, *, below: str | Path | N
     lineno = 1
     carry = b""
     skipping = False  # inside an oversized line: drop bytes up to its newline
-    fd, size = open_log(path, below, cap)
+    fd, size = open_log(path, below, cap, folder)
     with open(fd, "rb", buffering=0) as handle:
         # A log smaller than a chunk is read in one read of its size (not into a chunk-sized buffer).
         want = min(CHUNK_BYTES, size + 1)

@@ -44,7 +44,7 @@ from ..schemas.audit import (
 )
 from ..tampering import count_tampering
 from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
-from .read import UnsafeEntry, iter_blocks
+from .read import Folder, UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
@@ -65,7 +65,11 @@ def _read_small_json(path: Path | str, below: str | None = None) -> tuple[Any, s
     there instead of a regular file within the cap (a safefile kind: 'too_large', 'symlink',
     'fifo', 'device', 'socket', 'directory'...). Read through container.safefile: no link is
     followed at or below `below` (a dump's `dumps` folder), no FIFO or device is opened."""
-    found = safefile.read_bytes(os.fspath(path), cap=SMALL_JSON_LIMIT, below=below)
+    return _json_of(safefile.read_bytes(os.fspath(path), cap=SMALL_JSON_LIMIT, below=below))
+
+
+def _json_of(found: safefile.Read) -> tuple[Any, str | None]:
+    """_read_small_json's answer for what a safefile read found."""
     if found.kind == safefile.ABSENT:
         return None, "absent"
     if found.data is None:
@@ -236,25 +240,23 @@ def _resolve_dump(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> Pa
 
 
 class _DumpJson:
-    """The dump's `*.json` files from one listing (container.safefile.scan_dir: no link followed):
-    read a named one, or list those with a prefix. A name the listing lacks reads as absent
-    without a system call; one that is no regular file reads as its kind without being opened."""
+    """The dump's `*.json` files from one listing of the dump, opened once without following a
+    link: read a named one, or list those with a prefix. A name the listing lacks reads as
+    absent without a system call; one that is no regular file reads as its kind, never opened."""
 
-    def __init__(self, dump: Path, below: str | None, listing: list[safefile.Entry]) -> None:
+    def __init__(self, dump: Folder) -> None:
         self.dump = dump
-        self.below = below
-        self.kinds = {e.name: e.kind for e in listing if e.name.endswith(".json")}
-        self.names = sorted(self.kinds)
+        self.names = sorted(name for name in dump.kinds if name.endswith(".json"))
         # ouroboros_diagnostic_log-<attempt>.log, counted from the same listing
-        self.diagnostic_logs = sum(1 for e in listing if e.name.startswith(DIAGNOSTIC_LOG_PREFIX) and e.name.endswith(".log"))
+        self.diagnostic_logs = sum(1 for name in dump.kinds if name.startswith(DIAGNOSTIC_LOG_PREFIX) and name.endswith(".log"))
 
     def read(self, name: str) -> tuple[Any, str | None]:
-        kind = self.kinds.get(name)
+        kind = self.dump.kinds.get(name)
         if kind is None:
             return None, "absent"
         if kind != safefile.REGULAR:
             return None, kind
-        return _read_small_json(self.dump / name, self.below)
+        return _json_of(safefile.read_at(self.dump.fd, name, cap=SMALL_JSON_LIMIT))
 
     def with_prefix(self, prefix: str) -> list[str]:
         return [name for name in self.names if name.startswith(prefix)]
@@ -325,44 +327,49 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan, files: _DumpJson) -> 
     return facts
 
 
-def _scan_logs(dump: Path, root: Path, scan: TaskScan, below: str | None, listing: list[safefile.Entry]) -> None:
+def _scan_logs(dump: Path, root: Path, scan: TaskScan, top: Folder) -> None:
     logs = os.path.join(dump, "ouroboros")  # strings: Path arithmetic cost more than listing the dump
     rel_logs = os.path.join(_rel(dump, root), "ouroboros")
-    kinds: dict[str, str] = {}
-    if any(e.name == "ouroboros" and e.kind == safefile.DIRECTORY for e in listing):
-        _, entries = safefile.scan_dir(logs, below=below)
-        kinds = {e.name: e.kind for e in entries}
-        _flag_dump_entries(scan, rel_logs, entries, records_allowed=False)
-    for name, scanner in LOG_SCANNERS:
-        rel = os.path.join(rel_logs, name)
-        kind = kinds.get(name, safefile.ABSENT)
-        if kind in (safefile.ABSENT, safefile.DIRECTORY):
-            scan.gap(AuditGapReason.MISSING_LOG, rel)
-            continue
-        try:  # the listing saw what stood there; the open itself never follows a link or blocks
-            scanner(os.path.join(logs, name), rel, scan, below)
-        except (FileNotFoundError, IsADirectoryError):  # raised by the open, before any byte counted
-            scan.gap(AuditGapReason.MISSING_LOG, rel)
-            continue
-        except UnsafeEntry as exc:  # a link, FIFO, device, socket or over-cap log: never read
-            scan.gap(AuditGapReason.UNSAFE_ENTRY, rel, detail=exc.detail)
-            continue
-        except OSError as exc:  # an unreadable log is a gap, never fatal
-            scan.gap(AuditGapReason.UNREADABLE_LOG, rel, detail=type(exc).__name__)
-        scan.files += 1
+    fd, _, _ = (safefile.open_at(top.fd, "ouroboros", directory=True)
+                if top.kinds.get("ouroboros") == safefile.DIRECTORY else (None, "", ""))
+    if fd is None:  # absent, or a link/file in its place (flagged from the dump's listing)
+        for name, _ in LOG_SCANNERS:
+            scan.gap(AuditGapReason.MISSING_LOG, os.path.join(rel_logs, name))
+        return
+    try:
+        folder = Folder(fd, safefile.kinds_at(fd))
+        _flag_dump_entries(scan, rel_logs, folder.kinds, records_allowed=False)
+        for name, scanner in LOG_SCANNERS:
+            rel = os.path.join(rel_logs, name)
+            if folder.kinds.get(name, safefile.DIRECTORY) == safefile.DIRECTORY:
+                scan.gap(AuditGapReason.MISSING_LOG, rel)
+                continue
+            try:  # the listing saw what stood there; the open itself never follows a link or blocks
+                scanner(os.path.join(logs, name), rel, scan, folder)
+            except (FileNotFoundError, IsADirectoryError):  # raised by the open, before any byte counted
+                scan.gap(AuditGapReason.MISSING_LOG, rel)
+                continue
+            except UnsafeEntry as exc:  # a link, FIFO, device, socket or over-cap log: never read
+                scan.gap(AuditGapReason.UNSAFE_ENTRY, rel, detail=exc.detail)
+                continue
+            except OSError as exc:  # an unreadable log is a gap, never fatal
+                scan.gap(AuditGapReason.UNREADABLE_LOG, rel, detail=type(exc).__name__)
+            scan.files += 1
+    finally:
+        os.close(fd)
 
 
-def _flag_dump_entries(scan: TaskScan, rel_dir: str, entries: list[safefile.Entry], *, records_allowed: bool) -> None:
+def _flag_dump_entries(scan: TaskScan, rel_dir: str, kinds: dict[str, str], *, records_allowed: bool) -> None:
     """Flags from a listing inside a task's dump: every link, FIFO, device or socket (none is
     ever read), a record the eval phase set aside as planted, and (where no evaluator writes
     one: `records_allowed` false) a file named like an official record."""
-    for e in entries:
-        if e.kind in safefile.UNSAFE_KINDS:
-            scan.tamper(TamperKind.UNSAFE_ENTRY, os.path.join(rel_dir, e.name), e.kind)
-        elif e.name.startswith(PLANTED_PREFIX):
-            scan.tamper(TamperKind.PLANTED_BEFORE_EVAL, os.path.join(rel_dir, e.name), e.kind)
-        elif not records_allowed and _is_record_name(e.name):
-            scan.tamper(TamperKind.OUTSIDE_OWN_DUMP, os.path.join(rel_dir, e.name), e.kind)
+    for name, kind in sorted(kinds.items()):
+        if kind in safefile.UNSAFE_KINDS:
+            scan.tamper(TamperKind.UNSAFE_ENTRY, os.path.join(rel_dir, name), kind)
+        elif name.startswith(PLANTED_PREFIX):
+            scan.tamper(TamperKind.PLANTED_BEFORE_EVAL, os.path.join(rel_dir, name), kind)
+        elif not records_allowed and _is_record_name(name):
+            scan.tamper(TamperKind.OUTSIDE_OWN_DUMP, os.path.join(rel_dir, name), kind)
 
 
 def _official_pass(row: dict[str, Any]) -> bool | None:
@@ -530,21 +537,40 @@ class Scanned(NamedTuple):
     lines: int
 
 
+def _open_dump(dump: Path | None) -> tuple[int | None, str]:
+    """(fd of the task's dump folder or None, what stands there), no link followed below the
+    `dumps` folder (see dumps.dumps_folder_of): a link in place of the dump or of its `<short>`
+    folder is named, never followed."""
+    if dump is None:
+        return None, safefile.ABSENT
+    try:
+        fd, kind, _ = safefile.open_nofollow(str(dump), below=dumps_folder_of(dump))
+    except (OSError, ValueError):
+        return None, safefile.UNREADABLE
+    if fd is not None and kind != safefile.DIRECTORY:
+        os.close(fd)
+        return None, kind
+    return fd, kind
+
+
 def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]) -> tuple[TaskAudit, Scanned]:
     scan = TaskScan()
     dump = _resolve_dump(row, root, dumps)
     attempts = TaskEvalAttempts()
-    below = dumps_folder_of(dump) if dump is not None else None
-    kind, listing = safefile.scan_dir(str(dump), below=below) if dump is not None else (safefile.ABSENT, [])
-    if dump is None or kind in (safefile.ABSENT, safefile.UNREADABLE):
+    fd, kind = _open_dump(dump)
+    if fd is None and kind in (safefile.ABSENT, safefile.UNREADABLE):
         scan.gap(AuditGapReason.MISSING_TASK_DUMP, _rel(dump, root) if dump else None,
                  detail=kind if kind == safefile.UNREADABLE else None)
-    elif kind != safefile.DIRECTORY:  # a link (to anywhere), FIFO, file...: never followed or read
-        scan.gap(AuditGapReason.UNSAFE_ENTRY, _rel(dump, root), detail=kind)
+    elif fd is None:  # a link (to anywhere), FIFO, file...: never followed or read
+        scan.gap(AuditGapReason.UNSAFE_ENTRY, _rel(dump, root) if dump else None, detail=kind)
     else:
-        _flag_dump_entries(scan, _rel(dump, root), listing, records_allowed=True)
-        _scan_logs(dump, root, scan, below, listing)
-        attempts = _eval_attempts(dump, root, scan, _DumpJson(dump, below, listing))
+        try:
+            top = Folder(fd, safefile.kinds_at(fd))
+            _flag_dump_entries(scan, _rel(dump, root), top.kinds, records_allowed=True)
+            _scan_logs(dump, root, scan, top)
+            attempts = _eval_attempts(dump, root, scan, _DumpJson(top))
+        finally:
+            os.close(fd)
     return _task_report(row, root, dump, scan, attempts), Scanned(scan.files, scan.bytes, scan.lines)
 
 

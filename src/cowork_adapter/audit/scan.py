@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
+from ..container import safefile
 from ..schemas.audit import (
     MAX_FINDINGS_PER_TASK,
     MAX_GAPS_PER_TASK,
@@ -47,7 +48,7 @@ from ..schemas.audit import (
     MAX_REFERENCES_PER_TASK,
 )
 from ..vocab import AuditFindingReason, AuditGapReason, TamperKind
-from .read import RowReader, UnsafeEntry, iter_blocks, read_rows
+from .read import Folder, RowReader, UnsafeEntry, iter_blocks, read_rows
 from .rules import args_may_match, find_references, probe_hits, split_mcp_name
 
 
@@ -340,10 +341,10 @@ def _listed_and_distinct(keys: Iterable[Any]) -> tuple[list[Any], set[Any]]:
     return listed, set(listed)
 
 
-def scan_tools(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
+def scan_tools(path: str | Path, rel: str, scan: TaskScan, folder: Folder | None = None) -> None:
     """Count tool calls (MCP per server/tool, errors) and scan suspicious arguments."""
     index = 0  # record index: a call's position among this file's tool calls
-    for block in iter_blocks(path, scan, rel, below=below):
+    for block in iter_blocks(path, scan, rel, folder=folder):
         lines, rows = read_rows(block, _TOOL_ROWS, rel, scan)
         counts = _keyed(rows, Counter)
         scan.add_tool_calls(counts)
@@ -388,12 +389,15 @@ SENT_STATES = frozenset({"dispatched", "settled", "unresolved"})
 _EVENT_ROWS = RowReader(UsageRow)
 
 
-def scan_events(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
+def scan_events(path: str | Path, rel: str, scan: TaskScan, folder: Folder | None = None) -> None:
     """Count usage records (tokens, cost, names) and capability-omission rows: usage from the
     attempt ledger beside `path` when there is one, else from llm_usage rows."""
     attempts = os.path.join(os.path.dirname(path), ATTEMPTS_NAME)  # strings: pathlib cost more per log
-    from_ledger = _present(attempts)
-    for block in iter_blocks(path, scan, rel, below=below):
+    if folder is not None:  # the listing says what stands there (a link counts: see _present)
+        from_ledger = folder.kinds.get(ATTEMPTS_NAME, safefile.DIRECTORY) != safefile.DIRECTORY
+    else:
+        from_ledger = _present(attempts)
+    for block in iter_blocks(path, scan, rel, folder=folder):
         lines, rows = read_rows(block, _EVENT_ROWS, rel, scan)  # every line is validated
         kinds = list(map(_TYPE, rows))
         try:
@@ -411,7 +415,7 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan, below: str | None = 
         scan.usage_source = "attempt_ledger"
         attempts_rel = str(Path(rel).with_name(ATTEMPTS_NAME))
         try:
-            scan_attempts(attempts, attempts_rel, scan, below)
+            scan_attempts(attempts, attempts_rel, scan, folder)
         except UnsafeEntry as exc:  # a link, FIFO, device or oversize file: never read, usage incomplete
             scan.gap(AuditGapReason.UNSAFE_ENTRY, attempts_rel, detail=exc.detail)
         except OSError as exc:  # unreadable after all: a gap, and the usage stays incomplete
@@ -445,13 +449,13 @@ class AttemptRow(msgspec.Struct, gc=False):
 _ATTEMPT_ROWS = RowReader(AttemptRow)
 
 
-def scan_attempts(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
+def scan_attempts(path: str | Path, rel: str, scan: TaskScan, folder: Folder | None = None) -> None:
     """One usage record per provider request: per `kind: attempt` id of the ledger, its last
     row (the ledger appends each state change) when that state says the request was sent.
     A settled attempt carries tokens and cost; a dispatched or unresolved one has neither
     (gaps: the request was sent, what it cost is unknown)."""
     last: dict[str, tuple[int, AttemptRow]] = {}
-    for block in iter_blocks(path, scan, rel, below=below):
+    for block in iter_blocks(path, scan, rel, folder=folder):
         for line, row in zip(*read_rows(block, _ATTEMPT_ROWS, rel, scan)):
             if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
                 last[row.attempt_id] = (block.first + line, row)
@@ -476,9 +480,9 @@ class _Object(msgspec.Struct, gc=False):
 _OBJECTS = RowReader(_Object)
 
 
-def scan_objects(path: str | Path, rel: str, scan: TaskScan, below: str | None = None) -> None:
+def scan_objects(path: str | Path, rel: str, scan: TaskScan, folder: Folder | None = None) -> None:
     """Every line a JSON object (progress, chat, supervisor: their content is not used)."""
-    for block in iter_blocks(path, scan, rel, below=below):
+    for block in iter_blocks(path, scan, rel, folder=folder):
         read_rows(block, _OBJECTS, rel, scan)
 
 

@@ -112,6 +112,50 @@ def _classify_error(exc: OSError, parent_fd: int, name: str) -> tuple[str, str]:
     return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
 
 
+def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[Optional[int], str, str]:
+    """(fd or None, kind, cause): open the entry `name` of the open directory `dir_fd` as
+    open_nofollow opens each component (a link is named, never followed; a FIFO, device or
+    socket is named, never opened); `directory` admits only a directory. `dir_fd` stays open.
+    For a reader of many files in one folder: the folder is opened once, without following."""
+    try:
+        kind = kind_of_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError as exc:
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+    if kind not in (REGULAR, DIRECTORY) or (directory and kind != DIRECTORY):
+        return None, kind, ""
+    try:
+        fd = os.open(name, _DIR_FLAGS if kind == DIRECTORY else _OPEN_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        return (None, *_classify_error(exc, dir_fd, name))
+    # The entry may have been swapped between lstat and open: trust only the open descriptor.
+    actual = kind_of_mode(os.fstat(fd).st_mode)
+    if actual != kind:
+        os.close(fd)
+        return None, actual, "changed_while_opening"
+    return fd, kind, ""
+
+
+def kinds_at(dir_fd: int) -> dict[str, str]:
+    """name -> kind of every entry of the open directory `dir_fd` (a link is a link). The kind
+    comes from the directory itself (d_type) where the file system gives it, so a listing costs
+    no system call per entry; an entry of unknown type is lstat'ed. `dir_fd` stays open."""
+    kinds: dict[str, str] = {}
+    with os.scandir(dir_fd) as entries:  # scandir lists a duplicate: `dir_fd` stays as it was
+        for entry in entries:
+            try:
+                if entry.is_symlink():
+                    kinds[entry.name] = SYMLINK
+                elif entry.is_file(follow_symlinks=False):
+                    kinds[entry.name] = REGULAR
+                elif entry.is_dir(follow_symlinks=False):
+                    kinds[entry.name] = DIRECTORY
+                else:
+                    kinds[entry.name] = kind_of_mode(entry.stat(follow_symlinks=False).st_mode)
+            except OSError:
+                continue  # vanished meanwhile
+    return kinds
+
+
 def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[int], str, str]:
     """(fd or None, kind, cause): open `path` read-only, no link followed at or below `below`.
 
@@ -124,29 +168,11 @@ def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[i
     except OSError as exc:
         return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
     for index, name in enumerate(parts):
-        last = index == len(parts) - 1
-        try:
-            mode = os.lstat(name, dir_fd=fd).st_mode
-        except OSError as exc:
-            os.close(fd)
-            return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
-        kind = kind_of_mode(mode)
-        if kind not in (REGULAR, DIRECTORY) or (not last and kind != DIRECTORY):
-            os.close(fd)
-            return None, kind, ""
-        try:
-            child = os.open(name, _DIR_FLAGS if kind == DIRECTORY else _OPEN_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            found = _classify_error(exc, fd, name)
-            os.close(fd)
-            return None, found[0], found[1]
+        child, kind, cause = open_at(fd, name, directory=index < len(parts) - 1)
         os.close(fd)
+        if child is None:
+            return None, kind, cause
         fd = child
-        # The entry may have been swapped between lstat and open: trust only the open descriptor.
-        actual = kind_of_mode(os.fstat(fd).st_mode)
-        if actual != kind:
-            os.close(fd)
-            return None, actual, "changed_while_opening"
     return fd, kind_of_mode(os.fstat(fd).st_mode), ""
 
 
@@ -156,6 +182,16 @@ def read_bytes(path: str, *, cap: int = RECORD_CAP, below: Optional[str] = None)
         fd, kind, cause = open_nofollow(path, below=below)
     except ValueError as exc:
         return Read(UNREADABLE, None, None, f"outside:{exc}"[:200])
+    return _read_opened(fd, kind, cause, cap)
+
+
+def read_at(dir_fd: int, name: str, *, cap: int = RECORD_CAP) -> Read:
+    """read_bytes of the entry `name` of the open directory `dir_fd` (opened as open_at opens)."""
+    return _read_opened(*open_at(dir_fd, name), cap)
+
+
+def _read_opened(fd: Optional[int], kind: str, cause: str, cap: int) -> Read:
+    """The Read of what open_nofollow/open_at found (the fd, if any, is closed here)."""
     if fd is None:
         return Read(kind, None, None, cause)
     try:

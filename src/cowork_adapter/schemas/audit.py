@@ -56,6 +56,9 @@ LIMITATIONS: tuple[str, ...] = (
     "A receipt verdict on a row that is not completed is disclosure only, never a score.",
     "Residual-state diagnostics are post-stop observations and are never scored.",
     "progress, chat and supervisor logs are only checked to hold one JSON object per line; their content is not used.",
+    "Tampering the audit saw is what its listings of the dumps show when it runs (links, FIFOs, devices, oversize "
+    "files, misplaced or set-aside records); no such entry is ever opened or followed, and one removed before the "
+    "audit, or deeper in a dump than it lists, is not seen. The ledger rows' flags are the host's own checks.",
 )
 
 # Storage caps: counts stay exact, stored examples stop here (bounded report size and memory).
