@@ -347,3 +347,44 @@ def test_the_ledger_rebuild_of_clear_and_the_launchers_refresh_end_and_flag(tmp_
     for task in ("fifo", "devzero", "marker"):
         assert rows[task]["status"] != "passed", task
         assert any(f["kind"] == "unsafe_entry" for f in rows[task]["tampering"] or []), (task, rows[task]["tampering"])
+
+
+# ---------------------------------------------------------------- qualify: the receipt the row names
+
+
+def test_qualify_reads_the_receipt_it_names_without_following_a_link_or_blocking(tmp_path: Path) -> None:
+    from cowork_adapter.qualify import _returned
+    from cowork_adapter.schemas.ledger import OfficialReceipt, TaskRow
+
+    host_file, marker = _marker_file(tmp_path)
+    dump = tmp_path / "bench" / "dumps" / "short" / "SingleUserTurn-t"
+    dump.mkdir(parents=True)
+
+    def row(receipt: Path) -> TaskRow:
+        return TaskRow(ts="2026-01-01T00:00:00Z", instance_id="t", status="failed", reason_code="r",
+                       official_eval_status="completed", official_receipt=OfficialReceipt(path=str(receipt), pass_=False))
+
+    honest = dump / "receipt-honest.json"
+    honest.write_text(json.dumps({"returned": {"pass": False, "failure": "[FAIL] x"}}))
+    assert _returned(row(honest)) == {"pass": False, "failure": "[FAIL] x"}
+    linked = dump / "receipt-linked.json"
+    linked.write_text(json.dumps({"returned": {"pass": True, "note": marker}}))  # as the host file says
+    linked.unlink()
+    linked.symlink_to(host_file)
+    assert _returned(row(linked)) is None
+    fifo = dump / "receipt-fifo.json"
+    os.mkfifo(fifo)
+    assert _returned(row(fifo)) is None  # returns at once: a blocking open would hang the test run
+    # A link above the receipt, in place of the task's dump: not followed either.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "receipt.json").write_text(json.dumps({"returned": {"note": marker}}))
+    (dump.parent / "SingleUserTurn-u").symlink_to(elsewhere, target_is_directory=True)
+    assert _returned(row(dump.parent / "SingleUserTurn-u" / "receipt.json")) is None
+
+
+def test_the_audit_names_set_aside_records_as_the_eval_phase_does() -> None:
+    from cowork_adapter.audit import run
+    from cowork_adapter.container import evalphase
+
+    assert run.PLANTED_PREFIX == evalphase.PLANTED_PREFIX

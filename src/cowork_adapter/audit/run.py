@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
 from ..container import safefile
-from ..container.evalphase import PLANTED_PREFIX  # an official record found before the first eval entry
 from ..container.protocol import CLAIM_NAME, EVAL_RES_NAME, RECEIPT_PREFIX
 from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
 from ..dumps import dumps_folder_of
@@ -53,6 +52,10 @@ DUMP_PREFIX = "SingleUserTurn-"
 # Official and diagnostic records the host reads from a task's dump (its top level only).
 RECORD_NAMES = frozenset({EVAL_RES_NAME, CLAIM_NAME, "ouroboros_diagnostic_claim.json"})
 RECORD_PREFIXES = (RECEIPT_PREFIX, "ouroboros_diagnostic_receipt-", "ouroboros_diagnostic_report-")
+# The name the eval phase gives an official record it found before its first entry (set aside as
+# evidence): container.evalphase.PLANTED_PREFIX, spelled here because importing the eval phase
+# (asyncio and all) would double the audit command's start-up; a unit test checks they agree.
+PLANTED_PREFIX = "planted-"
 CHECKED_OUTCOMES = frozenset({"checks_passed", "checks_failed"})
 NOT_RUN_OUTCOMES = frozenset({"ineligible", "unavailable"})  # diagnostics that never ran a checker
 

@@ -90,7 +90,8 @@ def _split(path: str, below: Optional[str]) -> tuple[str, list[str]]:
     if below is None:
         return os.path.dirname(path), [os.path.basename(path)]
     base = os.path.abspath(below)
-    rel = os.path.relpath(path, base)
+    # Both are normalised absolute paths: a prefix is a cut (relpath cost as much as the opens).
+    rel = path[len(base) + 1:] if path.startswith(base + os.sep) else "." if path == base else os.path.relpath(path, base)
     if rel == ".":
         return base, []
     if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
