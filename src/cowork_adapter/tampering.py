@@ -46,7 +46,8 @@ def row_kinds(tampering: Any) -> list[str] | None:
             for item in tampering]
 
 
-def counts_sentence(counts: TamperCounts | dict[str, Any], *, what: str = "the ledger") -> str:
+def counts_sentence(counts: TamperCounts | dict[str, Any], *, what: str = "the ledger",
+                    unchecked: str = "ledger rows written before the check") -> str:
     """One sentence: zero findings said explicitly, and the tasks not checked named by number."""
     c = counts if isinstance(counts, dict) else _as_dict(counts)
     checked, not_checked = c["tasks_checked"], len(c["tasks_not_checked"])
@@ -60,7 +61,7 @@ def counts_sentence(counts: TamperCounts | dict[str, Any], *, what: str = "the l
         text = f"{what} holds no task checked for tampering."
     if not_checked:
         text += (f" {_n(not_checked, 'task')} {'was' if not_checked == 1 else 'were'} not checked "
-                 "(ledger rows written before the check).")
+                 f"({unchecked}).")
     return text[0].upper() + text[1:]
 
 

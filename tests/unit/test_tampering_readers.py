@@ -388,3 +388,22 @@ def test_the_audit_names_set_aside_records_as_the_eval_phase_does() -> None:
     from cowork_adapter.container import evalphase
 
     assert run.PLANTED_PREFIX == evalphase.PLANTED_PREFIX
+
+
+def test_an_audit_written_before_it_looked_for_tampering_is_not_checked_never_clean(tmp_path: Path) -> None:
+    from cowork_adapter.schemas.audit import launcher_audit_path
+
+    root = tmp_path / "run"
+    _flagged_run(root)
+    audit_run(root, workers=1)
+    path = launcher_audit_path(root)
+    old = json.loads(path.read_text())
+    del old["tampering"]
+    for task in old["tasks"]:
+        for key in ("ledger_tampering", "tampering_seen", "tampering_seen_by_kind"):
+            del task[key]
+    path.write_text(json.dumps(old))
+    seen = make_report([root], 1)["tampering"]["audit_seen"]
+    assert seen["findings"] == 0 and seen["tasks_checked"] == 0 and len(seen["tasks_not_checked"]) == 5
+    assert seen["sentence"] == ("The audit of the dumps holds no task checked for tampering. 5 tasks were not "
+                                "checked (audited before the audit looked for tampering).")

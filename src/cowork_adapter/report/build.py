@@ -184,12 +184,16 @@ def _tampering_section(tasks: list[str], merged: dict[str, MergedRow], runs: lis
                           for t in counts.tasks_with_findings}
     audits = [r.audit for r in runs if r.audit is not None]
     if audits:
-        seen = count_tampering((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)])
+        # An audit written before it looked (no `tampering`) saw nothing: its tasks are not checked.
+        seen = count_tampering((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)]
+                                if audit.tampering is not None else None)
                                for audit in audits for task in audit.tasks)
         outside = [f"{r.root}: {o.kind.value} {o.file}" + (f" ({o.detail})" if o.detail else "")
-                   for r in runs if r.audit is not None for o in r.audit.tampering.outside_task_dumps]
+                   for r in runs if r.audit is not None and r.audit.tampering is not None
+                   for o in r.audit.tampering.outside_task_dumps]
         section["audit_seen"] = {**msgspec.to_builtins(seen), "outside_task_dumps": outside,
-                                 "sentence": counts_sentence(seen, what="the audit of the dumps")
+                                 "sentence": counts_sentence(seen, what="the audit of the dumps",
+                                                            unchecked="audited before the audit looked for tampering")
                                  + (f" {len(outside)} more outside every task's dump." if outside else "")}
     else:
         section["audit_seen"] = None

@@ -278,7 +278,7 @@ class AuditReport(_Model, kw_only=True):
     totals: Totals = msgspec.field(default_factory=Totals)
     run_gaps: list[Gap] = msgspec.field(default_factory=list)
     eval_attempts: RunEvalAttempts = msgspec.field(default_factory=RunEvalAttempts)
-    tampering: Tampering = msgspec.field(default_factory=Tampering)
+    tampering: Tampering | None = None  # None: an audit written before it looked for tampering
     tasks: list[TaskAudit] = msgspec.field(default_factory=list)
 
     def to_json(self) -> str:
