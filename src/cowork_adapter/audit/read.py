@@ -33,6 +33,7 @@ import ahocorasick_rs
 import msgspec
 
 from ..container import safefile
+from ..dumps import dumps_folder_of
 from ..vocab import AuditGapReason
 
 CHUNK_BYTES = 4 << 20  # most agent logs fit in one read: no line straddles two chunks
@@ -86,12 +87,13 @@ class Block:
         return self.count
 
 
-class UnsafeEntry(Exception):
+class UnsafeEntry(OSError):
     """What stood where a log was to be read is no regular file within the cap (a link, FIFO,
-    device, socket, or a file over LOG_CAP_BYTES): nothing of it was read or followed."""
+    device, socket, or a file over LOG_CAP_BYTES): nothing of it was read or followed. An
+    OSError, so a reader that treats any unreadable log as unreadable (the ledger) does so."""
 
     def __init__(self, kind: str, size: int | None = None) -> None:
-        super().__init__(kind)
+        super().__init__(errno.EPERM, f"not a regular file within the cap: {kind}")
         self.kind = kind
         self.size = size
 
@@ -119,7 +121,10 @@ def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_C
     """(fd, size) of the regular file at `path` (in `folder`, by its name, when given), opened
     without following a link at or below `below` and without blocking (container.safefile).
     FileNotFoundError when absent, IsADirectoryError for a directory, UnsafeEntry for anything
-    else or a file over `cap`."""
+    else or a file over `cap`. Without `below`, a path in a task dump is read with no link
+    followed below its `dumps` folder (dumps.dumps_folder_of), whoever asks."""
+    if below is None and folder is None:
+        below = dumps_folder_of(path)
     if folder is not None:
         fd, kind, cause = safefile.open_at(folder.fd, os.path.basename(path))
     else:
