@@ -407,3 +407,13 @@ def test_an_audit_written_before_it_looked_for_tampering_is_not_checked_never_cl
     assert seen["findings"] == 0 and seen["tasks_checked"] == 0 and len(seen["tasks_not_checked"]) == 5
     assert seen["sentence"] == ("The audit of the dumps holds no task checked for tampering. 5 tasks were not "
                                 "checked (audited before the audit looked for tampering).")
+
+
+@pytest.mark.parametrize("path, folder", [
+    ("/r/bench/dumps/s/SingleUserTurn-x/ouroboros/events.jsonl", "/r/bench/dumps"),
+    ("/r/dumps/bench/dumps/s/SingleUserTurn-x", "/r/dumps/bench/dumps"),  # the nearest one
+    ("/r/bench/dumps", None), ("/r/result_index.jsonl", None), ("dumps/s/x", "dumps")])
+def test_the_trusted_folder_of_a_dump_path_is_its_nearest_dumps_folder(path: str, folder: str | None) -> None:
+    from cowork_adapter.dumps import dumps_folder_of
+
+    assert dumps_folder_of(path) == folder
