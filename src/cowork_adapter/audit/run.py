@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
 from ..container import safefile
-from ..container.protocol import CLAIM_NAME, EVAL_RES_NAME, RECEIPT_PREFIX
 from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
 from ..dumps import dumps_folder_of
 from ..errors import Refusal
@@ -49,9 +48,11 @@ from .scan import LOG_SCANNERS, TaskScan
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
 DUMPS_DIR = Path("bench") / "dumps"
 DUMP_PREFIX = "SingleUserTurn-"
-# Official and diagnostic records the host reads from a task's dump (its top level only).
-RECORD_NAMES = frozenset({EVAL_RES_NAME, CLAIM_NAME, "ouroboros_diagnostic_claim.json"})
-RECORD_PREFIXES = (RECEIPT_PREFIX, "ouroboros_diagnostic_receipt-", "ouroboros_diagnostic_report-")
+# Official and diagnostic records the host reads from a task's dump (its top level only), as
+# container.protocol names them (spelled here: importing it cost the audit's start-up a fifth;
+# a unit test checks they agree).
+RECORD_NAMES = frozenset({"eval_res.json", "ouroboros_eval_claim.json", "ouroboros_diagnostic_claim.json"})
+RECORD_PREFIXES = ("ouroboros_eval_receipt-", "ouroboros_diagnostic_receipt-", "ouroboros_diagnostic_report-")
 # The name the eval phase gives an official record it found before its first entry (set aside as
 # evidence): container.evalphase.PLANTED_PREFIX, spelled here because importing the eval phase
 # (asyncio and all) would double the audit command's start-up; a unit test checks they agree.
