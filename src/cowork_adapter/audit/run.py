@@ -33,11 +33,11 @@ from ..schemas.audit import (
     McpServerActivity,
     ReceiptFact,
     RunEvalAttempts,
-    TaskAudit,
     LedgerTamper,
     Tampering,
-    TaskEvalAttempts,
     TamperSeen,
+    TaskAudit,
+    TaskEvalAttempts,
     Totals,
 )
 from ..tampering import count_tampering
@@ -64,12 +64,12 @@ NOT_RUN_OUTCOMES = frozenset({"ineligible", "unavailable"})  # diagnostics that 
 # ---------------------------------------------------------------- small readers (never raise)
 
 
-def _read_small_json(path: Path | str, below: str | None = None) -> tuple[Any, str | None]:
+def _read_small_json(path: Path | str) -> tuple[Any, str | None]:
     """(value, None) or (None, cause): 'absent', 'json_error', 'os_error:<E>', or what stood
     there instead of a regular file within the cap (a safefile kind: 'too_large', 'symlink',
-    'fifo', 'device', 'socket', 'directory'...). Read through container.safefile: no link is
-    followed at or below `below` (a dump's `dumps` folder), no FIFO or device is opened."""
-    return _json_of(safefile.read_bytes(os.fspath(path), cap=SMALL_JSON_LIMIT, below=below))
+    'fifo', 'device', 'socket', 'directory'...). Read through container.safefile (the last
+    component not followed, no FIFO or device opened); a dump's records are read by _DumpJson."""
+    return _json_of(safefile.read_bytes(os.fspath(path), cap=SMALL_JSON_LIMIT))
 
 
 def _json_of(found: safefile.Read) -> tuple[Any, str | None]:
