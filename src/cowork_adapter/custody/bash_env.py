@@ -174,7 +174,7 @@ def install_custody(
             launcher_start_ticks=launcher_start_ticks,
             gateway_secret_file=None if gateway_secret_file is None else str(Path(gateway_secret_file).resolve()),
             creations_dir=str(creations_dir(run_root)),
-            dumps_dir=None if dumps is None else str(Path(dumps.dumps_dir).absolute()),
+            dumps_dir=None if dumps is None else str(Path(dumps.dumps_dir).resolve()),
             dump_short=None if dumps is None else dumps.short,
             task_names=None if dumps is None else sorted(set(dumps.tasks)),
             eval_bound_sec=None if dumps is None else dumps.eval_bound_sec,

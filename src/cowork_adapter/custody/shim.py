@@ -652,9 +652,13 @@ def _volume_parts(spec):
 
 
 def _touches_dumps(config, path):
-    base = config["dumps_dir"].rstrip("/")
-    path = os.path.normpath(path) if path else path
-    return bool(path) and (path == base or path.startswith(base + "/"))
+    """Whether a mount source is the dumps folder or inside it (compared as real paths: the runner
+    spells it `$(pwd)/dumps`, which bash gives as the physical path)."""
+    if not path:
+        return False
+    base = os.path.realpath(config["dumps_dir"])
+    path = os.path.realpath(path)
+    return path == base or path.startswith(base + "/")
 
 
 def rewrite_dump_mounts(config, args, role, task):
@@ -685,7 +689,7 @@ def rewrite_dump_mounts(config, args, role, task):
                     source, target, rest = parts
                     to_dumps = target.rstrip("/") == DUMPS_TARGET or target.startswith(DUMPS_TARGET + "/")
                     if to_dumps or _touches_dumps(config, source):
-                        exact = target.rstrip("/") == DUMPS_TARGET and os.path.normpath(source) == os.path.normpath(config["dumps_dir"])
+                        exact = target.rstrip("/") == DUMPS_TARGET and os.path.realpath(source) == os.path.realpath(config["dumps_dir"])
                         if not exact or role not in ("agent", "eval") or task is None:
                             return args, DUMP_MOUNT_REFUSED
                         rel = task_dump_rel(config, task)
