@@ -287,6 +287,12 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path, gatew
         paid.end_watchdog()  # every way out of a living launcher says "done" (idempotent)
 
 
+# Said at the start of every run that gives agent containers the key, and disclosed by `report`
+# (report/build.py): on this path the agent under test can read it (docs/security.md, the key's path).
+KEY_IN_AGENT_NOTE = ("the provider key reaches every agent container (its environment, the engine's settings file "
+                     "and `docker inspect`): the agent under test can read it; --llm-gateway keeps it on the host.")
+
+
 class PaidRun:
     """One paid invocation. Its methods are the supervisor's ports (observe, disk_check, publish)."""
 
@@ -332,6 +338,8 @@ class PaidRun:
                    resume_generation=self.manifest.selection.resume_generation)
         # Advice first: its daemon and file reads must not eat into the startup reading's blindness bound.
         _say_concurrency(cfg, "before this run")
+        if self.key and self.gateway is None:
+            print(f"cowork-adapter: {KEY_IN_AGENT_NOTE}", flush=True)
         startup = _startup_reading(self.meter)
         with ExitStack() as held:
             try:

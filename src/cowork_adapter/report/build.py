@@ -16,7 +16,7 @@ from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
 from ..tampering import count_tampering, counts_sentence
-from ..vocab import PaidActivity, ServerHealth, TaskStatus
+from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TaskStatus
 from .campaign import CampaignView
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
 from .reference import CAVEAT, reference_rows
@@ -256,6 +256,11 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
             notes.append(_see("claims", f"The audit of run {run.root} is not shown: {run.audit_unreadable}."))
         if m.llm_gateway is not None:
             notes.extend(_see("cost", note) for note in _gateway_notes(run.root, m.llm_gateway))
+        elif not m.dry_run and m.engine not in REFERENCE_ENGINES:
+            notes.append(_see("cost", f"Run {run.root} gave the provider key to its agent containers: the agent under "
+                                      "test could read it (its environment, the engine's settings file, `docker "
+                                      "inspect`) and spend outside this run's meter readings; --llm-gateway keeps "
+                                      "it on the host."))
         if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
             notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
                                             "outcomes are in the audit only and never count."))
