@@ -110,6 +110,7 @@ def test_an_agent_container_mounts_only_its_own_task_dump(bed):
     ["--name", f"agent-{ID}", "--volume={dumps}:/workspace/dumps:ro", "-v", "/tmp:/workspace/dumps/x"],
     ["--name", f"agent-{ID}", "--mount", "type=bind,source={dumps},target=/workspace/dumps"],
     ["--name", f"agent-{ID}", "--volumes-from", "agent-1-00000000"],
+    ["--name", f"agent-{ID}", "-dv", "{dumps}:/workspace/dumps"],             # a cluster hiding the mount
 ])
 def test_any_other_mount_of_the_dumps_is_refused(bed, args):
     done = bed.run("run", "-d", *[a.format(dumps=bed.dumps) for a in args], "img", "true")

@@ -698,6 +698,19 @@ def rewrite_dump_mounts(config, args, role, task):
             i = value_at + 1
             continue
         i += 1
+    # Checked again on the parsed result (clusters such as `-dv SRC:DST` included): every mount
+    # left that touches the dumps must be the task's own, or the creation is refused.
+    parsed, _ = parse_options(out, RUN_BOOL_LONG, RUN_BOOL_SHORT)
+    own = None if task is None else task_dump_rel(config, task)
+    for name, value in parsed:
+        if name in ("-v", "--volume") and value:
+            parts = _volume_parts(value)
+            if parts is None:
+                continue
+            source, target, _ = parts
+            if (target.startswith(DUMPS_TARGET) or _touches_dumps(config, source)) and (
+                    own is None or target.rstrip("/") != DUMPS_TARGET + "/" + own):
+                return args, DUMP_MOUNT_REFUSED
     return out, None
 
 
