@@ -28,9 +28,10 @@ from .image.derived import (
 from .image.build_lock import build_lock
 from .fileio import replace_atomic
 from .manifest import utc_now, write_manifest
-from .provenance import adapter_identity, bench_identity, clone_at, dataset_ids, seed_identity, upstream_hashes
-from .schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, ImageIdentity, Limits, RunManifest, Selection,
-                               SeedIdentity)
+from .pin_check import verify_copy
+from .provenance import adapter_identity, checked_bench, clone_at, dataset_ids, seed_identity, upstream_hashes
+from .schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, BenchSubstitute, ImageIdentity, Limits, RunManifest,
+                               Selection, SeedIdentity)
 from .schemas.manifest import Refusal as RefusalRecord
 from .schemas.run_config import build_run_config
 from .selection import validate_against_dataset
@@ -57,6 +58,7 @@ class Preflight:
     cfg: RunConfig | None = None  # the flags with their limits fitted to the daemon (see RunConfig.fit_to_daemon)
     daemon: tuple[int, int] | None = None  # the daemon's (CPUs, memory bytes) from docker info
     base_image_id: str | None = None  # what --base-image names now; the derived image's label must match it
+    substitutes: list[BenchSubstitute] | None = None  # the checkout's stand-ins for blobs its store lacks
 
 
 def say(sentence: str) -> None:
@@ -116,7 +118,7 @@ def preflight(cfg: RunConfig) -> Preflight:
     daemon = daemon_resources(cfg.docker_host)
     cfg = cfg.fit_to_daemon(*daemon, daemon=cfg.docker_host)
     seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
-    bench = bench_identity(cfg.bench_root, cfg.bench_commit)
+    bench, substitutes = checked_bench(cfg.bench_root, cfg.bench_commit)
     dataset = dataset_ids(cfg.bench_root)
     explicit = list(cfg.selection) if cfg.selection is not None else None
     if explicit is not None:
@@ -143,7 +145,7 @@ def preflight(cfg: RunConfig) -> Preflight:
             campaign_store(cfg).refuse_if_locked()
     if cfg.resume_from:
         _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
-    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id)
+    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id, substitutes)
 
 
 def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, present_tag: str | None,
@@ -315,9 +317,11 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     if cfg.task_validity is not None:
         manifest.task_validity = keep_task_validity(cfg.task_validity, run_root)
     bench_copy = run_root / "bench"
-    clone_at(cfg.bench_root, bench_copy, pre.bench.commit)
-    runner_hash, evaluators = upstream_hashes(bench_copy, pre.dataset)
+    clone_at(cfg.bench_root, bench_copy, pre.bench.commit, pre.substitutes or [])
     manifest.bench.working_copy = str(bench_copy)
+    # What runs is this clone: before any image or container, it must be the pin byte for byte.
+    manifest.bench_verified = verify_copy(bench_copy, pre.bench.commit, pre.substitutes or [])
+    runner_hash, evaluators = upstream_hashes(bench_copy, pre.dataset)
     manifest.bench.runner_sha256 = runner_hash
     manifest.bench.evaluator_sha256 = evaluators
     manifest.bench.dataset_size = len(pre.dataset)

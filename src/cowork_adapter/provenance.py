@@ -10,7 +10,9 @@ from pathlib import Path
 
 from . import __version__
 from .errors import Refusal
-from .schemas.manifest import AdapterIdentity, BenchIdentity, SeedIdentity
+from .pin_check import accepted_substitutes
+from .schemas.manifest import AdapterIdentity, BenchIdentity, BenchSubstitute, SeedIdentity
+from .vocab import SubstituteKind
 
 GIT_TIMEOUT = 60
 
@@ -82,6 +84,12 @@ def seed_identity(repo_dir: Path, *, allow_dirty: bool) -> SeedIdentity:
 
 def bench_identity(bench_root: Path, expected_commit: str) -> BenchIdentity:
     """The benchmark checkout's identity; refuses anything but a clean tree at the pinned commit."""
+    return checked_bench(bench_root, expected_commit)[0]
+
+
+def checked_bench(bench_root: Path, expected_commit: str) -> tuple[BenchIdentity, list[BenchSubstitute]]:
+    """The checkout's identity and its accepted substitutes (pin_check.accepted_substitutes): anything
+    but a clean tree at the pinned commit, with stand-ins only for blobs the object store lacks, is refused."""
     if not (bench_root / "tasks" / "finalpool").is_dir():
         raise Refusal("bench", f"{bench_root} is not a Cowork Bench checkout (no tasks/finalpool).")
     state = git_state(bench_root)
@@ -94,8 +102,12 @@ def bench_identity(bench_root: Path, expected_commit: str) -> BenchIdentity:
         )
     if state.dirty:
         raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
-    return BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
-                         replaced_objects=replaced_objects(bench_root), skip_worktree=skip_worktree_files(bench_root))
+    # What `git status` cannot show (skip-worktree files, replace objects) is accepted only as a
+    # stand-in for a blob the object store lacks; anything else is refused here, before the run root.
+    substitutes = accepted_substitutes(bench_root, state.head)
+    identity = BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
+                             replaced_objects=replaced_objects(bench_root), skip_worktree=skip_worktree_files(bench_root))
+    return identity, substitutes
 
 
 def skip_worktree_files(repo: Path) -> dict[str, str]:
@@ -154,29 +166,30 @@ def adapter_identity() -> AdapterIdentity:
     return AdapterIdentity(version=__version__)
 
 
-def clone_at(source: Path, dest: Path, commit: str) -> None:
-    """A run-scoped working copy of `source` at `commit` (never the operator's checkout)."""
+def clone_at(source: Path, dest: Path, commit: str, substitutes: list[BenchSubstitute]) -> None:
+    """A run-scoped working copy of `source` at `commit` (never the operator's checkout), carrying
+    only the accepted `substitutes` (pin_check.accepted_substitutes); pin_check.verify_copy then
+    checks it against the pin before anything runs."""
     out = subprocess.run(
         ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(source), str(dest)],
         capture_output=True,
         timeout=600,
         check=False,
     )
-    if out.returncode == 0:
-        # The operator's replacement objects (e.g. a stand-in for a blob the public snapshot lacks)
-        # come along, or the checkout fails on the missing blob; the manifest discloses them.
-        out = _git(dest, "fetch", "--quiet", "origin", "refs/replace/*:refs/replace/*")
-    substitutes = skip_worktree_files(source)
+    replaced = sorted({s.pinned_blob for s in substitutes if s.kind is SubstituteKind.REPLACE_OBJECT})
+    if out.returncode == 0 and replaced:
+        # A replacement for a blob the store lacks comes along, or the checkout cannot write that path.
+        out = _git(dest, "fetch", "--quiet", "origin", *(f"refs/replace/{o}:refs/replace/{o}" for o in replaced))
+    copied = [s.path for s in substitutes if s.kind is SubstituteKind.SKIP_WORKTREE]
     if out.returncode == 0:
         out = _git(dest, "checkout", "--quiet", "--detach", commit)
-        if out.returncode != 0 and substitutes:
+        if out.returncode != 0 and copied:
             # A blob only the operator's substitute stands for cannot be checked out; the rest was.
             out = _git(dest, "reset", "--quiet", commit)
     if out.returncode != 0:
         raise Refusal("bench", f"cloning {source} at {commit[:12]} failed: {out.stderr.decode(errors='replace').strip()[:300]}")
-    # Files the operator's checkout marks skip-worktree (a stand-in for content the published
-    # snapshot lacks) come along as they are there, marked the same; the manifest discloses them.
-    for rel in substitutes:
+    # A skip-worktree stand-in comes along as it is in the operator's checkout, marked the same.
+    for rel in copied:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / rel, dest / rel)
+        shutil.copyfile(source / rel, dest / rel, follow_symlinks=False)
         _git(dest, "update-index", "--skip-worktree", rel)

@@ -6,3 +6,11 @@ from .container.vocab import (  # noqa: F401  (explicit names for readers and ty
     TRUNCATION_RUNTIME_REASONS,
     Vocab,
 )
+
+
+class SubstituteKind(Vocab):
+    """How an operator's checkout stands in for a blob the benchmark's object store lacks (host only:
+    the run's clone is checked on the host, never in a container)."""
+
+    SKIP_WORKTREE = "skip_worktree"  # a file written in place and marked skip-worktree
+    REPLACE_OBJECT = "replace_object"  # a refs/replace/<pinned blob> object

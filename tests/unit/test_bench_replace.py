@@ -12,7 +12,7 @@ from pathlib import Path
 
 import hashlib
 
-from cowork_adapter.provenance import bench_identity, clone_at, replaced_objects
+from cowork_adapter.provenance import bench_identity, checked_bench, clone_at, replaced_objects
 from cowork_adapter.report.build import _disclosures
 from cowork_adapter.report.merge import RunRecord
 from cowork_adapter.schemas.manifest import BenchIdentity
@@ -25,6 +25,11 @@ def git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def drop_object(repo: Path, oid: str) -> None:
+    """Remove a loose object: the store then lacks it, as the public snapshot lacks the seed."""
+    (repo / ".git" / "objects" / oid[:2] / oid[2:]).unlink()
+
+
 def make_bench(root: Path) -> tuple[str, str, str]:
     (root / "tasks" / "finalpool" / "t1").mkdir(parents=True)
     (root / "tasks" / "finalpool" / "t1" / "task_config.json").write_text("{}")
@@ -34,10 +39,11 @@ def make_bench(root: Path) -> tuple[str, str, str]:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "pin")
     original = git(root, "rev-parse", "HEAD:db/seed.sql")
+    drop_object(root, original)
     (root / "standin.sql").write_text("stand-in seed\n")
     standin = git(root, "hash-object", "-w", "standin.sql")
     (root / "standin.sql").unlink()
-    git(root, "replace", original, standin)
+    git(root, "update-ref", f"refs/replace/{original}", standin)  # `git replace` wants the original present
     git(root, "checkout", "-q", "--", "db/seed.sql")
     return git(root, "rev-parse", "HEAD"), original, standin
 
@@ -46,10 +52,10 @@ def test_clone_carries_replacements_and_identity_records_them(tmp_path):
     bench = tmp_path / "bench"
     commit, original, standin = make_bench(bench)
     assert replaced_objects(bench) == {original: standin}
-    ident = bench_identity(bench, commit)
+    ident, subs = checked_bench(bench, commit)
     assert ident.replaced_objects == {original: standin}
     copy = tmp_path / "copy"
-    clone_at(bench, copy, commit)
+    clone_at(bench, copy, commit, subs)
     assert (copy / "db" / "seed.sql").read_text() == "stand-in seed\n"
     assert replaced_objects(copy) == {original: standin}
 
@@ -63,7 +69,7 @@ def test_a_checkout_without_replacements_records_none(tmp_path):
     git(bench, "commit", "-qm", "pin")
     head = git(bench, "rev-parse", "HEAD")
     assert bench_identity(bench, head).replaced_objects == {}
-    clone_at(bench, tmp_path / "copy", head)
+    clone_at(bench, tmp_path / "copy", head, [])
     assert (tmp_path / "copy" / "f").read_text() == "x"
 
 
@@ -77,13 +83,15 @@ def test_a_skip_worktree_stand_in_is_carried_into_the_clone_and_recorded(tmp_pat
     git(bench, "add", "-A")
     git(bench, "commit", "-qm", "pin")
     head = git(bench, "rev-parse", "HEAD")
+    drop_object(bench, git(bench, "rev-parse", "HEAD:db/seed.sql"))
     (bench / "db" / "seed.sql").write_text("stand-in seed\n")
     git(bench, "update-index", "--skip-worktree", "db/seed.sql")
     assert git(bench, "status", "--porcelain") == ""  # hidden from status: hence the disclosure
     digest = hashlib.sha256(b"stand-in seed\n").hexdigest()
-    assert bench_identity(bench, head).skip_worktree == {"db/seed.sql": digest}
+    ident, subs = checked_bench(bench, head)
+    assert ident.skip_worktree == {"db/seed.sql": digest}
     copy = tmp_path / "copy"
-    clone_at(bench, copy, head)
+    clone_at(bench, copy, head, subs)
     assert (copy / "db" / "seed.sql").read_text() == "stand-in seed\n"
     assert git(copy, "status", "--porcelain") == ""
     assert bench_identity(copy, head).skip_worktree == {"db/seed.sql": digest}

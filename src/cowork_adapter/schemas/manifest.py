@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 import msgspec
 
 from .record import Finite, NonNegative, Record, RecordInvalid
+from ..vocab import SubstituteKind
 
 MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
 
@@ -29,6 +30,28 @@ class SeedIdentity(Record):
     diff_sha256: str | None = None
     allow_dirty_seed: bool = False
     reportable: bool = True  # false for a dirty seed: a diagnostic run, never a published score
+
+
+class BenchSubstitute(Record):
+    """Content of the run's clone that is not the pinned blob: accepted only because the object
+    store lacks that blob (the public snapshot's database seed); see pin_check."""
+
+    path: str
+    pinned_blob: str  # the blob id the pinned tree names, absent from the object store
+    kind: SubstituteKind
+    replacement: str | None = None  # the replace object's id (kind replace_object)
+    sha256: str | None = None  # of the file the run's clone holds (set when the clone is verified)
+    reason: str = "the pinned blob is missing from the object store"
+
+
+class BenchVerification(Record):
+    """What was compared with the pinned commit in the run's clone before anything started."""
+
+    scope: str  # which paths: every path of the pinned tree
+    files: NonNegative  # files whose bytes hash to the blob id the pinned tree names
+    bytes: NonNegative
+    substitutes: list[BenchSubstitute] = msgspec.field(default_factory=list)
+    seconds: Finite = 0.0
 
 
 class BenchIdentity(Record):
@@ -152,6 +175,9 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     adapter: AdapterIdentity
     seed: SeedIdentity | None = None
     bench: BenchIdentity | None = None
+    # The run's benchmark clone checked against the pinned commit, before the image or any container
+    # (None: not reached, or refused; the refusal says where it differs).
+    bench_verified: BenchVerification | None = None
     image: ImageIdentity | None = None
     engine: str = "ouroboros"
     selection: Selection = msgspec.field(default_factory=Selection)
