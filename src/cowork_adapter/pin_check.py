@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Refusal
+from .provenance import sha256_file
 from .schemas.manifest import BenchSubstitute, BenchVerification
 from .vocab import SubstituteKind
 
@@ -127,13 +128,13 @@ def pinned_paths(repo: Path, commit: str) -> list[PinnedPath]:
     return sorted(paths, key=lambda p: p.path)
 
 
-def blob_sizes(repo: Path, oids: set[str]) -> dict[str, int | None]:
-    """{blob id: size, or None when the object store lacks it} (one `cat-file --batch-check`)."""
+def object_facts(repo: Path, oids: set[str]) -> dict[str, tuple[str, int] | None]:
+    """{id: (type, size), or None when the object store lacks it} (one `cat-file --batch-check`)."""
     out = _git(repo, "cat-file", "--batch-check", data="".join(f"{o}\n" for o in sorted(oids)).encode())
     if out.returncode != 0:
         raise Refusal("bench", f"git cat-file could not check the objects of {repo}.")
     rows = (line.split() for line in out.stdout.decode().splitlines())
-    return {r[0]: (None if r[1] == "missing" else int(r[2])) for r in rows}
+    return {r[0]: (None if r[1] == "missing" else (r[1], int(r[2]))) for r in rows}
 
 
 def _skip_worktree(repo: Path) -> list[str]:
@@ -161,20 +162,20 @@ def accepted_substitutes(checkout: Path, commit: str) -> list[BenchSubstitute]:
     (and a missing blob nothing stands in for) is refused before the run root exists."""
     pinned = pinned_paths(checkout, commit)
     by_path = {p.path: p for p in pinned}
-    sizes = blob_sizes(checkout, {p.oid for p in pinned if p.mode != GITLINK})
-    missing = {oid for oid, size in sizes.items() if size is None}
+    facts = object_facts(checkout, {p.oid for p in pinned if p.mode != GITLINK})
+    missing = {oid for oid, fact in facts.items() if fact is None}
     missing_at = {p.path: p.oid for p in pinned if p.oid in missing}
     subs: list[BenchSubstitute] = []
     for path in _skip_worktree(checkout):
         if path not in missing_at:
-            held = "is not a path of the pinned commit" if path not in by_path else "whose pinned blob the object store holds"
-            raise Refusal("bench", f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree, a file that {held}: "
+            held = "a path the pinned commit does not have" if path not in by_path else "a file whose pinned blob the object store holds"
+            raise Refusal("bench", f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree, {held}: "
                                    f"{ONLY_MISSING}, so undo it (git update-index --no-skip-worktree, then git checkout the file).")
         if not (checkout / path).is_file() or (checkout / path).is_symlink():
             raise Refusal("bench", f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree but holds no regular file there.")
         subs.append(BenchSubstitute(path=path, pinned_blob=missing_at[path], kind=SubstituteKind.SKIP_WORKTREE))
     replacements = _replacements(checkout)
-    kinds = _batch(checkout, sorted(set(replacements.values()))) if replacements else {}
+    kinds = object_facts(checkout, set(replacements.values())) if replacements else {}
     for original, replacement in sorted(replacements.items()):
         paths = sorted(p for p, oid in missing_at.items() if oid == original)
         named = next((p.path for p in pinned if p.oid == original), None)
@@ -182,7 +183,7 @@ def accepted_substitutes(checkout: Path, commit: str) -> list[BenchSubstitute]:
             what = f"the pinned blob of {_shown(named)}, which the object store holds" if named else "no blob missing from the pinned tree"
             raise Refusal("bench", f"the benchmark checkout {checkout} replaces object {original[:12]} ({what}) through "
                                    f"refs/replace/: {ONLY_MISSING}, so remove it (git replace -d {original[:12]}).")
-        if (kinds.get(replacement) or (b"",))[0] != b"blob":
+        if (kinds.get(replacement) or ("",))[0] != "blob":
             raise Refusal("bench", f"the benchmark checkout {checkout} replaces the missing blob of {_shown(paths[0])} "
                                    f"with {replacement[:12]}, which is not a blob in its object store.")
         subs.extend(BenchSubstitute(path=p, pinned_blob=original, kind=SubstituteKind.REPLACE_OBJECT, replacement=replacement)
@@ -234,21 +235,13 @@ def hash_files(repo: Path, paths: list[str]) -> list[str]:
     return oids
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_copy(copy: Path, commit: str, substitutes: list[BenchSubstitute]) -> BenchVerification:
     """Every file of the run's clone hashes to its pinned blob, the accepted substitutes aside;
     nothing else stands there. Refuses, naming the first differing paths, on any difference."""
     started = time.monotonic()
     pinned = pinned_paths(copy, commit)
-    sizes = blob_sizes(copy, {p.oid for p in pinned if p.mode != GITLINK})
-    missing = {oid for oid, size in sizes.items() if size is None}
+    facts = object_facts(copy, {p.oid for p in pinned if p.mode != GITLINK})
+    missing = {oid for oid, fact in facts.items() if fact is None}
     accepted = {s.path: s for s in substitutes}
     disk = _on_disk(copy)
     differing = sorted(set(disk) - {p.path for p in pinned})  # not in the pinned tree at all
@@ -264,7 +257,7 @@ def verify_copy(copy: Path, commit: str, substitutes: list[BenchSubstitute]) -> 
             if p.path not in accepted or disk[p.path] != "file":
                 differing.append(p.path)
             else:
-                used.append(accepted[p.path].replace(sha256=_sha256(copy / p.path)))
+                used.append(accepted[p.path].replace(sha256=sha256_file(copy / p.path)))
         elif p.mode == SYMLINK:  # a link's blob is its target: compared, never followed
             links += 1
             if _object_id(_algo(commit), b"blob", os.fsencode(os.readlink(copy / p.path))) != p.oid:
@@ -279,5 +272,5 @@ def verify_copy(copy: Path, commit: str, substitutes: list[BenchSubstitute]) -> 
         raise Refusal("bench", f"the run's benchmark clone differs from the pinned commit {commit[:12]} at "
                                f"{', '.join(_shown(d) for d in differing[:SHOWN])}{more}: the runner, evaluators and tasks "
                                f"must be the pinned ones byte for byte and {ONLY_MISSING}.")
-    return BenchVerification(scope=SCOPE, files=len(to_hash) + links, bytes=sum(sizes[p.oid] or 0 for p in to_hash), substitutes=used,
+    return BenchVerification(scope=SCOPE, files=len(to_hash) + links, bytes=sum(facts[p.oid][1] for p in to_hash), substitutes=used,
                              seconds=round(time.monotonic() - started, 3))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from . import __version__
 from .errors import Refusal
-from .pin_check import accepted_substitutes
 from .schemas.manifest import AdapterIdentity, BenchIdentity, BenchSubstitute, SeedIdentity
 from .vocab import SubstituteKind
 
@@ -104,6 +103,8 @@ def checked_bench(bench_root: Path, expected_commit: str) -> tuple[BenchIdentity
         raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
     # What `git status` cannot show (skip-worktree files, replace objects) is accepted only as a
     # stand-in for a blob the object store lacks; anything else is refused here, before the run root.
+    from .pin_check import accepted_substitutes  # it reads files with this module's helpers
+
     substitutes = accepted_substitutes(bench_root, state.head)
     identity = BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
                              replaced_objects=replaced_objects(bench_root), skip_worktree=skip_worktree_files(bench_root))
