@@ -172,6 +172,9 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    # The listen backlog: the stdlib's 5 makes a burst of connections wait seconds in SYN retries
+    # before the accept loop can even close the ones over the bound.
+    request_queue_size = 256
 
     def __init__(self, address, handler, gateway: "Gateway", max_connections: int) -> None:
         self.gateway = gateway
@@ -674,6 +677,9 @@ def _handler(gateway: Gateway):
                         usage.feed(chunk)
                         self.wfile.write(chunk)
                         self.wfile.flush()
+                    # A stream is framed by the connection's end, so a socket the fence shut down
+                    # ends it like the provider would: fenced by now is cut.
+                    row.cut = row.cut or gateway.fenced
                 except _READ_ERRORS as exc:  # the fence shut the upstream socket, or the provider broke off
                     row.cut = gateway.fenced
                     row.error = f"upstream: {type(exc).__name__}"

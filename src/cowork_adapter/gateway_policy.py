@@ -68,7 +68,7 @@ def shape(body: dict, policy: Policy) -> dict | str:
         return "the request names no model"
     if policy.model is not None and model != policy.model:
         return f"the model is pinned to the run's {policy.model!r}; {model[:80]!r} is refused"
-    if "n" in body and body["n"] != 1:
+    if body.get("n") is not None and not (_whole(body["n"]) and body["n"] == 1):
         return "n must be 1 (or absent): several answers are several times the price"
     if "stream" in body and not isinstance(body["stream"], bool):
         return "stream must be true or false"
