@@ -591,6 +591,7 @@ def _handler(gateway: Gateway):
                 if method == "POST":
                     self._refuse(row, 411, REFUSED_BODY, "a Content-Length is required", "invalid_request_error",
                                  close=True)
+                gateway._deadlines.pop(self.connection, None)  # read whole: the provider's time is not the client's
                 return b""
             raw = given[0].strip()
             if len(given) > 1 or not (raw.isascii() and raw.isdigit()):

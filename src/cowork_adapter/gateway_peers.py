@@ -22,9 +22,9 @@ MAX_AGE_SEC = 2.0
 DAEMON_TIMEOUT_SEC = 10
 
 
-def addresses_of(attrs: dict) -> set[str]:
-    """Every IPv4/IPv6 address a container has on its networks (from `docker inspect` attributes)."""
-    networks = ((attrs.get("NetworkSettings") or {}).get("Networks") or {}).values()
+def addresses_of(listed: dict) -> set[str]:
+    """Every IPv4/IPv6 address a container has on its networks (one entry of the daemon's container list)."""
+    networks = ((listed.get("NetworkSettings") or {}).get("Networks") or {}).values()
     found = set()
     for net in networks:
         for key in ("IPAddress", "GlobalIPv6Address"):
@@ -50,9 +50,10 @@ class RunPeers:
 
         if self._client is None:
             self._client = docker.DockerClient(base_url=self.docker_host, timeout=DAEMON_TIMEOUT_SEC)
-        # Not sparse: the list's attributes carry NetworkSettings, one daemon call for the whole run.
-        listed = self._client.containers.list(filters={"label": f"{RUN_LABEL_KEY}={self.run_label}"})
-        return set().union(*(addresses_of(c.attrs) for c in listed)) if listed else set()
+        # The daemon's list itself carries each container's networks: one call for the whole run
+        # (the high-level list would inspect every container once more).
+        listed = self._client.api.containers(filters={"label": f"{RUN_LABEL_KEY}={self.run_label}"})
+        return set().union(*(addresses_of(c) for c in listed)) if listed else set()
 
     def allowed(self, ip: str) -> bool:
         with self._lock:  # one reader at a time; the others wait for its answer
