@@ -389,3 +389,33 @@ def test_every_row_decodes_and_no_key_is_logged(rig):
     data = (rig.root / "gateway" / "requests.jsonl").read_bytes()
     assert b"sk-abuse" not in data
     assert all(json.loads(line)["schema"] for line in data.splitlines())
+
+
+def test_a_flood_of_strangers_asks_the_daemon_at_most_once_per_refresh_interval(monkeypatch):
+    from cowork_adapter import gateway_peers
+
+    class Counted(gateway_peers.RunPeers):
+        reads = 0
+
+        def _read(self) -> set[str]:
+            Counted.reads += 1
+            return {"10.0.0.2"}
+
+    peers = Counted("unix:///nowhere", LABEL)
+    clock = [100.0]
+    monkeypatch.setattr(gateway_peers.time, "monotonic", lambda: clock[0])
+    assert peers.allowed("10.0.0.2") and Counted.reads == 1
+    assert not any(peers.allowed(f"10.9.{i // 250}.{i % 250}") for i in range(2000))  # strangers, at once
+    assert Counted.reads == 1
+    clock[0] += gateway_peers.REFRESH_MIN_SEC + 0.01
+    assert not peers.allowed("10.9.9.9") and Counted.reads == 2
+    clock[0] += gateway_peers.MAX_AGE_SEC + 0.01  # a known address is read again once the list is old
+    assert peers.allowed("10.0.0.2") and Counted.reads == 3
+
+
+def test_peer_addresses_come_from_every_network_of_the_listed_containers():
+    from cowork_adapter.gateway_peers import addresses_of
+
+    listed = {"NetworkSettings": {"Networks": {"bridge": {"IPAddress": "172.17.0.5", "GlobalIPv6Address": ""},
+                                               "task-net": {"IPAddress": "172.20.0.3", "GlobalIPv6Address": "fd00::3"}}}}
+    assert addresses_of(listed) == {"172.17.0.5", "172.20.0.3", "fd00::3"} and addresses_of({}) == set()
