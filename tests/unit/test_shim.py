@@ -263,6 +263,11 @@ def test_rm_of_an_agent_container_revokes_its_gateway_token_and_never_fails_the_
     assert (bed.evidence / ("7-0000abcd" + REVOKED_SUFFIX)).is_file()
     assert not (bed.evidence / ("7-0000abcd.eval" + REVOKED_SUFFIX)).exists()
     assert [p.name for p in bed.evidence.glob("*" + REVOKED_SUFFIX)] == ["7-0000abcd" + REVOKED_SUFFIX]
+    # The same name created again (a runner clearing a name before it creates it) holds the token again;
+    # the earlier revocation is kept aside.
+    assert bed.run("run", "-d", "--name", "agent-7-0000abcd", "img").returncode == 0
+    assert not (bed.evidence / ("7-0000abcd" + REVOKED_SUFFIX)).exists()
+    assert len(list(bed.evidence.glob("7-0000abcd" + REVOKED_SUFFIX + ".before-*"))) == 1
 
 
 def test_without_the_gateway_rm_leaves_no_revocation_marker(bed):

@@ -314,6 +314,18 @@ def write_token_env(config, task):
         return None
 
 
+def unrevoke(config, task):
+    """A new agent-<task> holds the task's token again: a revocation left by an earlier `rm` of that
+    name (a runner that clears a name before it creates it) is set aside, kept under a dated name."""
+    path = evidence_path(config, task + AGENT_REMOVED_SUFFIX)
+    if path is None:
+        return
+    try:
+        os.rename(path, "%s.before-%d" % (path, time.time_ns()))
+    except OSError:
+        pass
+
+
 def format_cpus(cpus):
     """`2` rather than `2.0`; docker accepts both, humans read the first."""
     value = float(cpus)
@@ -938,6 +950,8 @@ def handle_creation(config, argv, shape):
         token_env = write_token_env(config, agent_ident)
         if token_env is None:
             cause = GATEWAY_TOKEN_FAILED
+        else:
+            unrevoke(config, agent_ident)
     record(config, "creations.jsonl", {
         "ts": time.time(), "subcommand": shape["subcommand"], "name": name, "role": role,
         "admitted": cause is None, "cause": cause,
