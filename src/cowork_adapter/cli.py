@@ -23,6 +23,8 @@ from typer.core import TyperCommand, TyperGroup
 from typer.models import TyperInfo
 
 from . import __version__
+from .gateway_policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
+from .gateway_policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .defaults import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_CAMPAIGN_NAME,
@@ -260,6 +262,12 @@ def _run_flags(
     llm_gateway_host: Annotated[str, typer.Option(
         help="Host address the gateway listens on and containers call. Default: the Docker daemon's "
              "bridge gateway address.", rich_help_panel=P_PROVIDER)] = "",
+    llm_gateway_max_tokens: Annotated[int, typer.Option(
+        help="With --llm-gateway: the most output tokens one request may ask for (larger asks are clamped, "
+             "none becomes this).", rich_help_panel=P_PROVIDER)] = DEFAULT_GATEWAY_MAX_TOKENS,
+    llm_gateway_unknown_cost_usd: Annotated[float, typer.Option(
+        help="With --llm-gateway: USD a request is counted at when the provider's answer has no cost.",
+        rich_help_panel=P_PROVIDER)] = DEFAULT_GATEWAY_UNKNOWN_COST_USD,
     credential_setting: Annotated[str, typer.Option(help="Settings key the provider key is given as.",
                                                     rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
     base_image: Annotated[Optional[str], typer.Option(

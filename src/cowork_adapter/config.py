@@ -29,6 +29,8 @@ import msgspec
 from .admission import (DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB,
                         AdmissionLimits)
 from .errors import Refusal
+from .gateway_policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
+from .gateway_policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .selection import explicit_selection
 from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
@@ -50,6 +52,8 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "max_workers": (">=", 1),
     "subagent_depth": (">=", 0),
     "per_task_cost_usd": (">", 0),
+    "llm_gateway_max_tokens": (">=", 1),
+    "llm_gateway_unknown_cost_usd": (">", 0),
     "budget_usd": (">", 0),
     "campaign_budget_usd": (">", 0),
     "prior_spend_usd": (">=", 0),
@@ -138,6 +142,10 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     # The opt-in model gateway (gateway.py): the launcher forwards model calls, the key stays in it.
     llm_gateway: bool = False
     llm_gateway_host: str = ""
+    # The gateway's caps (gateway_policy): output tokens one request may ask for (clamped to it), and
+    # what a forwarded request whose answer carries no cost figure is counted at.
+    llm_gateway_max_tokens: int = DEFAULT_GATEWAY_MAX_TOKENS
+    llm_gateway_unknown_cost_usd: float = DEFAULT_GATEWAY_UNKNOWN_COST_USD
     # Images.
     base_image: str | None = None  # cowork-pack:<bench_commit[:7]> when not given (never None once built)
     image: str | None = None  # resolved by the launcher (cowork-ouroboros:<seed[:12]>-<commit[:7]>-<entry[:8]>)
@@ -192,6 +200,10 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidFlag(f"--llm-gateway serves model calls, and the {self.engine} engine makes none.")
         if self.llm_gateway_host and not self.llm_gateway:
             raise InvalidFlag("--llm-gateway-host is only meaningful with --llm-gateway.")
+        for name, default in (("llm_gateway_max_tokens", DEFAULT_GATEWAY_MAX_TOKENS),
+                              ("llm_gateway_unknown_cost_usd", DEFAULT_GATEWAY_UNKNOWN_COST_USD)):
+            if getattr(self, name) != default and not self.llm_gateway:
+                raise InvalidFlag(f"--{name.replace('_', '-')} is only meaningful with --llm-gateway.")
         if self.new_campaign and not has_campaign:
             raise InvalidFlag("--new-campaign is only meaningful with --campaign-file.")
         if not_below(self.budget_reserve_usd, self.campaign_budget_usd):
@@ -310,7 +322,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             "or_provider": self.or_provider,
             "openai_compatible_base_url": self.openai_compatible_base_url,
             # Only when on: a run without it compares equal to its ancestors from before the flag existed.
-            **({"llm_gateway": True} if self.llm_gateway else {}),
+            **({"llm_gateway": True, "llm_gateway_max_tokens": self.llm_gateway_max_tokens}
+               if self.llm_gateway else {}),
         }
 
     def warnings(self) -> list[str]:

@@ -849,7 +849,8 @@ def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, Gatew
         if spend is not None:
             out[task] = GatewaySpend(requests=spend.requests, forwarded=spend.forwarded,
                                      prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
-                                     cost_usd=round(spend.cost_usd, 10), unknown_cost_requests=spend.unknown_cost)
+                                     cost_usd=round(spend.cost_usd, 10), unknown_cost_requests=spend.unknown_cost,
+                                     assumed_cost_usd=round(spend.assumed_cost_usd, 10))
     return out
 
 

@@ -78,7 +78,7 @@ def call(path, body=None):
             return r.status, r.headers.get("Content-Type", ""), r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
-chat = {"model": "demo-stub-model", "messages": [{"role": "user", "content": "from the agent container"}]}
+chat = {"model": "demo/stub-model", "messages": [{"role": "user", "content": "from the agent container"}]}  # the run's (pinned)
 out = {}
 if mode == "basic":
     out["models"] = call("/models")[0]
@@ -204,6 +204,12 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
                       mint_token(b"o" * 32, label, agent[6:]), own.rsplit(".", 1)[1]):
             refused = json.loads(_in_container(client, agent, CALLS, url, "one", token))
             assert refused["plain"][0] == 401, refused
+        # Shaped by the agent: another model is refused; the csv task's token died with its container
+        # (the runner's `rm agent-<id>` through the shim), though it is still a well-formed token of the run.
+        csv_ident = _task_ident(run_root, "demo-csv-totals")
+        assert wait_for(lambda: (run_root / "custody" / "evidence" / f"{csv_ident}.agent_removed").exists(), 120)
+        dead = json.loads(_in_container(client, agent, CALLS, url, "one", mint_token(secret, label, csv_ident)))
+        assert dead["plain"][0] == 401 and "was removed" in dead["plain"][2], dead
         before = provider.total()
 
         # The crossing: the next request's provider cost takes the gateway's sum past the run's allowance.
@@ -226,7 +232,6 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
         hang = spend[agent[6:]]
         assert hang.forwarded >= 4 and hang.cost_usd >= 25.0
         # The stub's own rounds of both tasks came through the gateway, each under its own task's token.
-        csv_ident = _task_ident(run_root, "demo-csv-totals")
         assert spend[csv_ident].forwarded >= 1 and spend[csv_ident].unknown_cost == 0
         forwarded_chats = [r for r in rows if r.refused is None and r.path.endswith("/chat/completions")]
         assert len(forwarded_chats) == len(provider.chat_requests())  # every provider request is one log row

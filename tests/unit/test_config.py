@@ -513,6 +513,17 @@ def test_llm_gateway_refusals(base):
     assert "only meaningful with --llm-gateway" in refusal(base, llm_gateway_host="10.0.0.1").sentence
 
 
+def test_llm_gateway_caps_are_flags_of_the_gateway_only(base):
+    cfg = build(base, llm_gateway=True, llm_gateway_max_tokens=4096, llm_gateway_unknown_cost_usd=1.5)
+    assert (cfg.llm_gateway_max_tokens, cfg.llm_gateway_unknown_cost_usd) == (4096, 1.5)
+    assert cfg.applied_config()["llm_gateway_max_tokens"] == 4096  # it bounds how the agent ran
+    assert "llm_gateway_max_tokens" not in build(base).applied_config()
+    for field, value in (("llm_gateway_max_tokens", 100), ("llm_gateway_unknown_cost_usd", 1.0)):
+        assert "only meaningful with --llm-gateway" in refusal(base, **{field: value}).sentence
+    assert "llm-gateway-max-tokens" in refusal(base, llm_gateway=True, llm_gateway_max_tokens=0).sentence
+    assert "llm-gateway-unknown-cost-usd" in refusal(base, llm_gateway=True, llm_gateway_unknown_cost_usd=0).sentence
+
+
 def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypatch):
     """open_for_run: the engines get the gateway's URL and the compatible key setting; the gateway
     forwards to the endpoint the run would otherwise have used."""
@@ -534,6 +545,11 @@ def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypa
     finally:
         gateway_run.close_for_run(gateway, record, run_root)
     assert not (run_root / "private" / "gateway.secret").exists() and record.requests == 0
+    # The gateway was given the run's limits, and the record says how it shaped and counted.
+    assert gateway.policy.model == "vendor/model-x" and gateway.per_task_usd == cfg.per_task_cost_usd
+    assert gateway.peers is not None and gateway.peers.run_label == "c" * 32
+    assert record.unknown_cost_price_usd == cfg.llm_gateway_unknown_cost_usd and record.assumed_usd == 0
+    assert any("pinned the model" in d for d in record.disclosures)
 
 
 # ---- RunConfig as a msgspec Struct: the first problem, in one sentence ---------------------------

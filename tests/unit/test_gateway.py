@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from cowork_adapter.demo.chat_standin import ChatStandin
+from cowork_adapter.gateway_policy import DEFAULT_UNKNOWN_COST_USD
 from cowork_adapter.gateway import FENCE_BUDGET, FENCE_RUN_STOPPING, Gateway, mint_token, token_task
 from cowork_adapter.paid import gateway_allowance
 from cowork_adapter.campaign.budget import Spending
@@ -210,6 +211,8 @@ def test_a_stream_in_flight_is_cut_by_the_fence(tmp_path):
         assert b"[DONE]" not in b"".join(got)
         row = read_requests(tmp_path)[0]
         assert row.cut and row.stream
+        # Cut before its usage chunk: no cost figure, so the fences counted the pessimistic price.
+        assert row.cost_usd is None and row.assumed_cost_usd == DEFAULT_UNKNOWN_COST_USD
     finally:
         made.close()
 

@@ -16,10 +16,11 @@ from cowork_adapter.schemas.gateway import GATEWAY_DIR, REQUESTS_NAME, GatewayRe
 from cowork_adapter.schemas.manifest import GatewayRecord
 
 
-def _row(task: str | None, cost: float | None, *, refused: str | None = None, tokens=(10, 2)) -> GatewayRequest:
+def _row(task: str | None, cost: float | None, *, refused: str | None = None, tokens=(10, 2),
+         assumed: float | None = None) -> GatewayRequest:
     return GatewayRequest(at=1.0, task=task, path="/v1/chat/completions", model="m", status=200 if not refused else 403,
                           latency_ms=3.0, prompt_tokens=tokens[0], completion_tokens=tokens[1], cost_usd=cost,
-                          refused=refused)
+                          refused=refused, assumed_cost_usd=assumed)
 
 
 def _gateway_run(root: Path, spent: float) -> list[str]:
@@ -28,7 +29,8 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
     manifest["llm_gateway"] = GatewayRecord(container_url="http://172.17.0.1:1/v1", upstream_url="http://p/v1",
                                             routed_model="openai-compatible::m", spent_usd=spent,
                                             disclosures=["Ouroboros sends no OpenRouter extras on this route."],
-                                            unknown_cost_requests=0, fence_reason=FENCE_BUDGET).to_dict()
+                                            unknown_cost_requests=1, assumed_usd=5.0,
+                                            fence_reason=FENCE_BUDGET).to_dict()
     (root / "run_manifest.json").write_text(json.dumps(manifest))
     evidence = root / "custody" / "evidence"
     evidence.mkdir(parents=True)
@@ -37,7 +39,7 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
     (root / GATEWAY_DIR).mkdir()
     models = GatewayRequest(at=1.0, task="0-abcd", path="/v1/models", status=200, latency_ms=1.0)  # costs nothing
     rows = [_row("0-abcd", 0.25), _row("0-abcd", 0.5), _row("0-abcd", None, refused="fenced"), models,
-            _row("1-abcd", None), _row(None, None, refused="auth")]
+            _row("1-abcd", None, assumed=5.0), _row(None, None, refused="auth")]
     (root / GATEWAY_DIR / REQUESTS_NAME).write_bytes(b"".join(encode_row(r) for r in rows) + b'{"torn')
     return tasks
 
@@ -51,6 +53,7 @@ def test_ledger_rows_carry_each_tasks_gateway_spend(tmp_path):
     assert (first.requests, first.forwarded, first.cost_usd, first.unknown_cost_requests) == (4, 3, 0.75, 0)
     assert (first.prompt_tokens, first.completion_tokens) == (20, 4)
     assert rows[tasks[1]].gateway.unknown_cost_requests == 1
+    assert (rows[tasks[1]].gateway.assumed_cost_usd, first.assumed_cost_usd) == (5.0, 0.0)  # disclosed apart
     assert rows[tasks[2]].gateway.requests == 0  # no request at all: an exact zero, not unknown
     # The exact gateway figure wins over the engine's own accounting; an unknown one falls back.
     assert row_cost(rows[tasks[0]]) == 0.75 and row_cost(rows[tasks[2]]) == 0.0
@@ -67,6 +70,7 @@ def test_report_sets_the_gateway_total_against_the_meter_and_costs_passed_tasks(
     cost = make_report([root], 1)["cost"]
     gateway = cost["gateway"]
     assert (gateway["gateway_total_usd"], gateway["meter_delta_usd"], gateway["meter_minus_gateway_usd"]) == (0.75, 1.0, 0.25)
+    assert (gateway["unknown_cost_requests"], gateway["assumed_usd"]) == (1, 5.0)
     report = make_report([root], 1)
     # The routing and what it changed are disclosed in the report, not only in the manifest.
     gateway_notes = [d for d in report["disclosures"] if "model gateway" in d]

@@ -252,6 +252,31 @@ def test_gateway_token_file_for_agent_containers_only_and_valid_for_its_task(tmp
         assert "--env-file" not in bed.last_argv(), other
 
 
+def test_rm_of_an_agent_container_revokes_its_gateway_token_and_never_fails_the_rm(tmp_path):
+    from cowork_adapter.gateway import REVOKED_SUFFIX
+
+    bed, _, _ = _gateway_bed(tmp_path)
+    assert bed.run("stop", "agent-7-0000abcd").returncode == 0  # a stop is not a removal
+    assert not (bed.evidence / ("7-0000abcd" + REVOKED_SUFFIX)).exists()
+    done = bed.run("rm", "-f", "agent-7-0000abcd", "eval-7-0000abcd")
+    assert done.returncode == 0 and bed.last_argv() == ["rm", "-f", "agent-7-0000abcd", "eval-7-0000abcd"]
+    assert (bed.evidence / ("7-0000abcd" + REVOKED_SUFFIX)).is_file()
+    assert not (bed.evidence / ("7-0000abcd.eval" + REVOKED_SUFFIX)).exists()
+    assert [p.name for p in bed.evidence.glob("*" + REVOKED_SUFFIX)] == ["7-0000abcd" + REVOKED_SUFFIX]
+    # The same name created again (a runner clearing a name before it creates it) holds the token again;
+    # the earlier revocation is kept aside.
+    assert bed.run("run", "-d", "--name", "agent-7-0000abcd", "img").returncode == 0
+    assert not (bed.evidence / ("7-0000abcd" + REVOKED_SUFFIX)).exists()
+    assert len(list(bed.evidence.glob("7-0000abcd" + REVOKED_SUFFIX + ".before-*"))) == 1
+
+
+def test_without_the_gateway_rm_leaves_no_revocation_marker(bed):
+    from cowork_adapter.gateway import REVOKED_SUFFIX
+
+    assert bed.run("rm", "agent-7-0000abcd").returncode == 0
+    assert not list(bed.evidence.glob("*" + REVOKED_SUFFIX))
+
+
 def test_gateway_token_that_cannot_be_minted_refuses_the_agent_creation(tmp_path):
     bed, _, secret_path = _gateway_bed(tmp_path)
     secret_path.write_text("not hex")
@@ -571,6 +596,9 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
     assert shim.RUN_MARKER_ENV == RUN_MARKER_ENV
     assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
+    from cowork_adapter.gateway import REVOKED_SUFFIX
+
+    assert shim.AGENT_REMOVED_SUFFIX == REVOKED_SUFFIX
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
               shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD,
               shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED, shim.DUMP_MOUNT_REFUSED, shim.TASK_UNKNOWN}

@@ -30,6 +30,8 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   reads the daemon's own accounting of it (the stats API: the cgroup's peak memory and cumulative
   CPU time), because removal destroys that cgroup; one line per read goes to `<id>.resources.jsonl`.
   A failed read is recorded with its cause and never delays or blocks the command for long.
+  With the model gateway, `rm` of `agent-<id>` first leaves `<id>.agent_removed` in the evidence
+  directory: the gateway refuses that task's token from then on.
 - every other command runs the real docker with its exact argv, output and exit code.
 
 Evidence goes to the host-only evidence_dir; a failure to write it never changes an exit code.
@@ -127,6 +129,7 @@ CONFLICTING_OPTIONS = frozenset(
 TOKEN_PREFIX = "cwg1"
 TOKEN_CONTEXT = b"cowork-gateway-token\0"
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
+AGENT_REMOVED_SUFFIX = ".agent_removed"  # gateway.REVOKED_SUFFIX: this task's token is dead
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 
 # Per-task dumps and the seal (issue 27). The eval phase reads these variables (container/evalphase.py).
@@ -309,6 +312,18 @@ def write_token_env(config, task):
         return path
     except (OSError, ValueError, TypeError):
         return None
+
+
+def unrevoke(config, task):
+    """A new agent-<task> holds the task's token again: a revocation left by an earlier `rm` of that
+    name (a runner that clears a name before it creates it) is set aside, kept under a dated name."""
+    path = evidence_path(config, task + AGENT_REMOVED_SUFFIX)
+    if path is None:
+        return
+    try:
+        os.rename(path, "%s.before-%d" % (path, time.time_ns()))
+    except OSError:
+        pass
 
 
 def format_cpus(cpus):
@@ -935,6 +950,8 @@ def handle_creation(config, argv, shape):
         token_env = write_token_env(config, agent_ident)
         if token_env is None:
             cause = GATEWAY_TOKEN_FAILED
+        else:
+            unrevoke(config, agent_ident)
     record(config, "creations.jsonl", {
         "ts": time.time(), "subcommand": shape["subcommand"], "name": name, "role": role,
         "admitted": cause is None, "cause": cause,
@@ -980,7 +997,8 @@ def handle_exec(config, argv, shape):
 def handle_remove(config, argv, shape):
     """Read each task container's accounting before `rm`/`stop` destroys it, then run the command."""
     at = shape["at"]
-    if shape["subcommand"].endswith("rm"):
+    removing = shape["subcommand"].endswith("rm")
+    if removing:
         _, first = parse_options(argv[at:], RM_BOOL_LONG, RM_BOOL_SHORT)
     else:
         _, first = parse_options(argv[at:], STOP_BOOL_LONG, STOP_BOOL_SHORT)
@@ -989,6 +1007,10 @@ def handle_remove(config, argv, shape):
         ident = task_id(container, role) if role in MEASURED_ROLES else None
         if ident is None:
             continue
+        if role == "agent" and removing and config.get("gateway_secret_file"):
+            # The task's gateway token dies with its container: the gateway refuses a token whose
+            # task has this marker (gateway.REVOKED_SUFFIX). Written first: the removal decided it.
+            record(config, ident + AGENT_REMOVED_SUFFIX, "%f\n" % time.time(), once=True)
         reading = read_stats(config, container)
         reading.update(role=role, command=shape["subcommand"])
         record(config, ident + ".resources.jsonl", reading)

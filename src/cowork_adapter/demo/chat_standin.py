@@ -223,13 +223,15 @@ class ChatStandin:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID,
                  log_path: Optional[str] = None, cost_per_request: Optional[float] = None,
-                 chunk_delay_sec: float = 0.0):
+                 chunk_delay_sec: float = 0.0, answer_delay_sec: float = 0.0):
         self.model_id = model_id
         self.log_path = log_path
         # OpenRouter's usage accounting: `usage.cost` in USD on every answer that carries usage.
         self.cost_per_request = cost_per_request
         # Pause before each streamed chunk, so a stream can be caught in flight.
         self.chunk_delay_sec = chunk_delay_sec
+        # Pause before a plain answer's headers, so a request can be caught waiting for them.
+        self.answer_delay_sec = answer_delay_sec
         self.counts: dict[str, int] = {}
         self.log: list[dict] = []
         self._lock = threading.Lock()
@@ -337,7 +339,10 @@ class ChatStandin:
                     "completion_tokens": usage.get("completion_tokens", 0), "cost": cost,
                     # Which credential and client called, without keeping the credential itself.
                     "auth_sha256": hashlib.sha256((self.headers.get("Authorization") or "").encode()).hexdigest(),
-                    "user_agent": self.headers.get("User-Agent")})
+                    "user_agent": self.headers.get("User-Agent"),
+                    # What bounds the answer's price, as the request asked (the gateway shapes these).
+                    "max_tokens": body.get("max_tokens"), "max_completion_tokens": body.get("max_completion_tokens"),
+                    "n": body.get("n"), "include_usage": wants_stream_usage(body)})
                 if reply.kind == "hang":  # never answers while the stand-in runs: the caller's clock must end it
                     while not standin._stopping.wait(HANG_POLL_SEC):
                         pass
@@ -351,6 +356,8 @@ class ChatStandin:
                     if cost is not None and chunks and "usage" in chunks[-1]:
                         chunks[-1]["usage"]["cost"] = cost
                     self._stream(chunks)
+                    return
+                if standin.answer_delay_sec and standin._stopping.wait(standin.answer_delay_sec):
                     return
                 whole = completion(reply, body, serial)
                 if cost is not None:

@@ -307,6 +307,8 @@ def _gateway_totals(runs: list[RunRecord]) -> dict[str, Any] | None:
         "runs": len(used),
         "gateway_total_usd": total,
         "unknown_cost_requests": sum(r.manifest.llm_gateway.unknown_cost_requests or 0 for r in used),
+        # What the gateway's fences counted those at (its pessimistic price); not in gateway_total_usd.
+        "assumed_usd": sum(r.manifest.llm_gateway.assumed_usd or 0.0 for r in used),
         "meter_delta_usd": meter_total,
         "meter_minus_gateway_usd": (meter_total - total) if meter_total is not None else None,
         "note": "the gateway's total is the provider's own per-request figures; the meter's delta also holds "

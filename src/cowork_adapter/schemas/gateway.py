@@ -21,7 +21,10 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     `task` is the runner's task id the token was minted for (None when the token was not valid);
     tokens and cost are the provider's own figures from the response's `usage` (None when it gave
     none, e.g. a stream that did not ask for usage); `refused` names why the gateway answered
-    itself instead of forwarding (auth, fenced...), `cut` that a stream was ended by the fence."""
+    itself instead of forwarding (auth, fenced...), `cut` that the fence ended the exchange (a stream
+    in flight, or a request waiting for the provider's headers). `assumed_cost_usd`: a request the
+    provider may bill whose answer carried no cost figure (or never came whole) is counted at the
+    run's pessimistic price (--llm-gateway-unknown-cost-usd); it is that figure, else None."""
 
     schema: str = GATEWAY_SCHEMA
     at: float  # unix time the request arrived
@@ -34,6 +37,7 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    assumed_cost_usd: float | None = None
     refused: str | None = None
     cut: bool = False
     error: str | None = None
@@ -77,6 +81,7 @@ class TaskSpend(msgspec.Struct, kw_only=True):
     completion_tokens: int = 0
     cost_usd: float = 0.0
     unknown_cost: int = 0  # forwarded chat completions whose response carried no cost figure
+    assumed_cost_usd: float = 0.0  # what those were counted at by the gateway's fences (pessimistic)
 
 
 def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
@@ -94,6 +99,7 @@ def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
         spend.completion_tokens += row.completion_tokens or 0
         if row.cost_usd is None:
             spend.unknown_cost += is_billed(row)
+            spend.assumed_cost_usd += row.assumed_cost_usd or 0.0
         else:
             spend.cost_usd += row.cost_usd
     return out

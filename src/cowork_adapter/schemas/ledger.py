@@ -95,6 +95,7 @@ class GatewaySpend(Record):
     completion_tokens: int = 0
     cost_usd: float = 0.0
     unknown_cost_requests: int = 0  # forwarded, but the answer carried no cost figure
+    assumed_cost_usd: float = 0.0  # what the gateway counted those at (its pessimistic price), not in cost_usd
 
 
 class TamperFinding(Record):

@@ -157,6 +157,11 @@ class GatewayRecord(Record):
     requests: int | None = None  # filled in at the end of the run
     spent_usd: float | None = None  # the sum of the provider's cost figures
     unknown_cost_requests: int | None = None
+    # What the gateway's fences counted the unknown-cost requests at (its pessimistic price), apart
+    # from spent_usd; the per-request price; refusals and connections that left no log row.
+    assumed_usd: float | None = None
+    unknown_cost_price_usd: float | None = None
+    unlogged_refusals: int | None = None
     allowance_usd: float | None = None
     fence_reason: str | None = None
 

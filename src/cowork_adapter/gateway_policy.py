@@ -1,0 +1,91 @@
+"""What the model gateway lets through to the provider: the shape of a chat request, pure.
+
+The agent under test holds its task's token and can send the gateway any body with curl. Every
+field that could make one request cost more than the run's own engine would is pinned, capped
+or refused here, before anything is forwarded:
+
+- `model` must be the run's model (another model, or an OpenRouter variant such as `:online`,
+  has another price);
+- `n` must be absent or 1 (n answers are n times the output);
+- `max_tokens` / `max_completion_tokens` are clamped to the run's cap, and `max_tokens` is set to
+  the cap when neither is given (the output of one request, and so its worst price, is bounded;
+  clamped rather than refused so an engine asking for more still runs, on a shorter leash);
+- OpenRouter's routing and paid extras are refused: `models` (fallbacks to other, maybe dearer,
+  models), `route`, `provider` (its `order`, `only`, `ignore`, `sort`, `allow_fallbacks`,
+  `max_price`, `quantizations` pick another endpoint at another price), `plugins` (web search
+  and file parsers are billed per use) and `web_search_options` (billed per search);
+- a stream is made to report its usage (`stream_options.include_usage = true`).
+
+`shape(body, policy)` returns the body to forward, or the sentence the request is refused with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Fields refused outright, with why (the sentence names the field and the reason).
+REFUSED_FIELDS = {
+    "models": "OpenRouter model fallbacks may route to another model at another price",
+    "route": "OpenRouter routing may route to another model at another price",
+    "provider": "OpenRouter provider routing may pick another endpoint at another price",
+    "plugins": "OpenRouter plugins (web search, file parsing) are billed per use",
+    "web_search_options": "web search is billed per search",
+}
+TOKEN_CAP_FIELDS = ("max_tokens", "max_completion_tokens")
+DEFAULT_MAX_TOKENS = 32768
+# What a forwarded request whose answer carries no `usage.cost` is counted at (README: model gateway):
+# DEFAULT_MAX_TOKENS output tokens at $75 per million ($2.46) plus 160k prompt tokens at $15 per
+# million ($2.40), the list prices of the dearest mainstream models (Claude Opus class), rounded up.
+DEFAULT_UNKNOWN_COST_USD = 5.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The run's limits on a request: its model (None: any, used only by tests of other points)
+    and the most output tokens one request may ask for."""
+
+    model: str | None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+def pinned_model(run_model: str) -> str:
+    """The model id the engines send the gateway: the run's model without a provider route prefix
+    (`openai-compatible::m` is sent as `m`)."""
+    return run_model.split("::", 1)[1] if "::" in run_model else run_model
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def shape(body: dict, policy: Policy) -> dict | str:
+    """The body to forward (a new dict), or why it is refused (one sentence)."""
+    for name, why in REFUSED_FIELDS.items():
+        if name in body:
+            return f"the field {name!r} is refused: {why}"
+    model = body.get("model")
+    if not isinstance(model, str):
+        return "the request names no model"
+    if policy.model is not None and model != policy.model:
+        return f"the model is pinned to the run's {policy.model!r}; {model[:80]!r} is refused"
+    if body.get("n") is not None and not (_whole(body["n"]) and body["n"] == 1):
+        return "n must be 1 (or absent): several answers are several times the price"
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return "stream must be true or false"
+    out = dict(body)
+    capped = False
+    for name in TOKEN_CAP_FIELDS:
+        if name not in body or body[name] is None:
+            continue
+        if not _whole(body[name]) or body[name] < 1:
+            return f"{name} must be a positive whole number"
+        out[name] = min(body[name], policy.max_tokens)
+        capped = True
+    if not capped:
+        out["max_tokens"] = policy.max_tokens
+    if out.get("stream") is True:
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            return "stream_options must be an object"
+        out["stream_options"] = {**(options or {}), "include_usage": True}
+    return out
