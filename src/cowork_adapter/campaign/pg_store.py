@@ -37,6 +37,7 @@ from ..schemas.campaign import CampaignRecord
 from ..schemas.multihost import ClaimCounts, FenceProof, HostRun, HostRunRelease
 from ..vocab import ClaimState, HostRunState
 from .claims import decide_operator_release, decide_release, decide_settle, lapsed_problem
+from .db_url import PASSWORD_SENTENCE, password_part
 from .store import STAGE, parse_campaign_text
 
 LOCK_NAMESPACE = 0x636F77  # "cow": the first key of every advisory lock this store takes
@@ -117,6 +118,12 @@ def redacted(url: str) -> str:
 def check_url(url: str) -> None:
     if urlsplit(url).scheme not in ("postgresql", "postgres"):
         raise Refusal(STAGE, f"--campaign-db must be a postgresql:// URL, not {redacted(url)!r}.")
+    try:
+        secret = password_part(url)
+    except ValueError:
+        secret = "unsplittable URL"
+    if secret is not None:  # every command checks its flags first; this holds for any other caller
+        raise Refusal(STAGE, PASSWORD_SENTENCE)
 
 
 def connect(url: str) -> psycopg2.extensions.connection:
