@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import RunConfig
 from .container.protocol import scrub, secret_terms
-from .custody.labels import run_label
+from .custody.labels import new_run_label
 from .errors import Refusal
 from .image.derived import (
     ImageRequest,
@@ -233,9 +233,11 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
     cfg = pre.cfg or cfg  # from here on the limits are the ones every container gets
     secrets = [pre.key] if pre.key else []
     cfg.run_root.mkdir()
+    label, nonce = new_run_label(cfg.run_root)  # unique to this run, even where the path was used before
     manifest = RunManifest(
         run_root=str(cfg.run_root),
-        run_label=run_label(cfg.run_root),
+        run_label=label,
+        run_nonce=nonce,
         created_at=utc_now(),
         updated_at=utc_now(),
         argv=[scrub(a, secret_terms(secrets)) for a in argv],

@@ -33,7 +33,7 @@ from cowork_adapter.vocab import EventKind
 WRITTEN = Path(__file__).parent / "pydantic_written"
 # Fields added to a kind after its fixture was written: an old file lacks them and reads as null.
 ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gateway", "shared_run",
-                                      "admission"},
+                                      "admission", "run_nonce"},
                "campaign.json": {"stop"},
                "shim_config.json": {"gateway_secret_file", "creations_dir"}, "result_index.jsonl": {"gateway", "tampering"}}
 
