@@ -456,15 +456,17 @@ def check_campaign_db_url(url: str) -> None:
     argv is visible to every user of the host, like a provider key would be)."""
     from urllib.parse import urlsplit
 
+    from .campaign.db_url import PASSWORD_SENTENCE, password_part
+
     try:
         parts = urlsplit(url)
-        has_password = parts.password is not None
+        has_password = password_part(url) is not None
     except ValueError:
         raise InvalidFlag("--campaign-db is not a valid URL.") from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise InvalidFlag("--campaign-db must be a postgresql:// URL.")
     if has_password:
-        raise InvalidFlag("--campaign-db must not carry a password; give it in PGPASSWORD or ~/.pgpass.")
+        raise InvalidFlag(PASSWORD_SENTENCE)
     if not parts.path.strip("/"):
         raise InvalidFlag("--campaign-db must name a database (postgresql://HOST[:PORT]/DATABASE).")
 

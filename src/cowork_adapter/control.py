@@ -196,12 +196,20 @@ def _runner_started_pids(files: RunFiles) -> list[int]:
     return [e.pid for e in files.events if isinstance(e, RunnerStarted) and e.pid is not None]
 
 
+def run_marker(files: RunFiles) -> bytes | None:
+    """The environment entry every process of the run carries (watchdog.RUN_MARKER_ENV), or None."""
+    from .custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
+
+    label = files.manifest.run_label if files.manifest is not None else None
+    return f"{RUN_MARKER_ENV}={label}".encode() if label else None
+
+
 def gather_recorded(files: RunFiles) -> Recorded:
     """Every pid the run wrote down about its custody processes (the liveness proof's input)."""
     custody, problem = read_custody_processes(files.run_root)
     if problem:
         files.problems.append(problem)
-    recorded = Recorded(custody=custody)
+    recorded = Recorded(custody=custody, marker=run_marker(files))
     if files.monitor is not None:
         recorded.launcher_pids.append((files.monitor.launcher_pid, "monitor.json"))
         if files.monitor.runner_pid:
@@ -622,8 +630,19 @@ def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
 
 
 def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float) -> str:
-    """Fence, then SIGTERM the runner's group (its EXIT trap removes its containers), SIGKILL if it lingers."""
+    """Fence, then SIGTERM the runner's group (its EXIT trap removes its containers), SIGKILL if it lingers.
+
+    The group is signalled only while a member carries the run's marker (COWORK_RUN_LABEL=<label>):
+    a recorded group id is reused by the kernel once the run's group is gone, and may name another
+    user's or another run's processes by now."""
+    from .container.procs import signal_marked_group
+    from .custody.shim import RUN_MARKER_ENV
+
+    files = read_run(run_root)
+    label = files.manifest.run_label if files.manifest is not None else None
     fenced = fence(run_root)
+    if not label:
+        return f"{fenced}; the run recorded no label, so the runner group {pgid} cannot be proven the run's and was not signalled"
     try:
         from .events import EventLog
 
@@ -633,7 +652,11 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
         pass  # the fence and the signals below do not depend on the record
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(pgid, sig)
+            if not signal_marked_group(pgid, sig, RUN_MARKER_ENV, label):  # checked again before each signal
+                if sig == signal.SIGKILL:
+                    return f"{fenced}; the run's processes in group {pgid} ended after SIGTERM"
+                return (f"{fenced}; no process of group {pgid} carries the run's marker ({RUN_MARKER_ENV}), so it "
+                        "is not the run's (ended, or its id reused) and was not signalled")
         except ProcessLookupError:
             return f"{fenced}; the runner group {pgid} ended"
         except PermissionError:

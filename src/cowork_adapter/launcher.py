@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import RunConfig
 from .container.protocol import scrub, secret_terms
-from .custody.labels import run_label
+from .custody.labels import new_run_label
 from .errors import Refusal
 from .image.derived import (
     ImageRequest,
@@ -144,28 +144,44 @@ def preflight(cfg: RunConfig) -> Preflight:
         if not cfg.shared_campaign:
             campaign_store(cfg).refuse_if_locked()
     if cfg.resume_from:
-        _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
+        ancestors = _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
+        _resume_campaign_preflight(cfg, ancestors)
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id, substitutes)
 
 
 def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, present_tag: str | None,
-                        explicit: list[str] | None, dataset: list[str]) -> None:
+                        explicit: list[str] | None, dataset: list[str]) -> list[str]:
     """Every recovery refusal decidable before anything is written (the ancestry, its manifests,
     dumps, configuration, seed, benchmark, passes; the image's ID when the image is already
-    present). The plan itself is made again after the image is resolved."""
+    present); every ancestor's root. The plan itself is made again after the image is resolved."""
     from .recovery import resolve_ancestry
 
     image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
     try:
-        resolve_ancestry(
+        return resolve_ancestry(
             list(cfg.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
             bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
             explicit_selection=explicit, dataset_ids=dataset,
-        )
+        ).ancestors
     except Refusal:
         raise
     except Exception:  # noqa: BLE001 - not a refusal: the admitted run plans again and records a crash
-        return
+        return [str(Path(p).resolve()) for p in cfg.resume_from]  # the direct parents' campaign still binds
+
+
+def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
+    """A resume continues its ancestors' campaign (the same file, or database and name), or is refused."""
+    from .recovery import STAGE, CampaignPlace, campaign_refusal
+
+    here = CampaignPlace.of(cfg.campaign_file, cfg.campaign_db, cfg.campaign_name)
+    exists = True  # a run that spends nothing never creates a campaign
+    if cfg.is_paid:
+        from .paid import peek_campaign
+
+        exists = peek_campaign(cfg) is not None
+    sentence = campaign_refusal(ancestors, here, exists)
+    if sentence is not None:
+        raise Refusal(STAGE, sentence)
 
 
 def budget_record(cfg: RunConfig) -> dict:
@@ -219,9 +235,11 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
     cfg = pre.cfg or cfg  # from here on the limits are the ones every container gets
     secrets = [pre.key] if pre.key else []
     cfg.run_root.mkdir()
+    label, nonce = new_run_label(cfg.run_root)  # unique to this run, even where the path was used before
     manifest = RunManifest(
         run_root=str(cfg.run_root),
-        run_label=run_label(cfg.run_root),
+        run_label=label,
+        run_nonce=nonce,
         created_at=utc_now(),
         updated_at=utc_now(),
         argv=[scrub(a, secret_terms(secrets)) for a in argv],

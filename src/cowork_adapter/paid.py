@@ -274,6 +274,14 @@ def write_agent_env(path: Path, key: str) -> None:
     create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600, in_place=True)
 
 
+def delete_agent_env(path: Path) -> None:
+    """Remove the key's env file; an error is said, never raised (the way out must go on)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        print(f"cowork-adapter: could not delete the key file {path}: {exc.strerror}", file=sys.stderr, flush=True)
+
+
 def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path, gateway=None) -> int:
     """Run the selection under campaign custody; returns the exit code (see vocab.ExitCode).
 
@@ -284,6 +292,9 @@ def run_paid(cfg: RunConfig, pre, manifest: RunManifest, bench_copy: Path, gatew
     try:
         return paid.run()
     finally:
+        # Every way out, an exception or a signal's StopSignal included: the key leaves the disk
+        # (the watchdog deletes it only when the launcher dies, and is told "done" just below).
+        delete_agent_env(paid.agent_env)
         paid.end_watchdog()  # every way out of a living launcher says "done" (idempotent)
 
 
@@ -787,8 +798,9 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
     except CustodyError as exc:
         error = str(exc)
         record_event(events, failures, EventKind.CLEANUP, proven=False, error=error[:500])
-    agent_env.unlink(missing_ok=True)
-    shutil.rmtree(tmpdir, ignore_errors=True)  # the runner's staging copies (TMPDIR is run-scoped)
+    finally:  # an unexpected error of the cleanup still takes the key off the disk
+        delete_agent_env(agent_env)
+        shutil.rmtree(tmpdir, ignore_errors=True)  # the runner's staging copies (TMPDIR is run-scoped)
     return error
 
 

@@ -239,3 +239,50 @@ def resolve_ancestry(
         generation=generation,
     )
 
+
+
+# ---------------------------------------------------------------- the ancestors' campaign
+
+
+@dataclass(frozen=True)
+class CampaignPlace:
+    """Where a run keeps its campaign: a file (resolved path) or a database and a campaign name."""
+
+    file: str | None = None
+    db: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def of(cls, file: str | Path | None, db: str | None, name: str | None) -> "CampaignPlace":
+        if db is not None:
+            return cls(db=db, name=name or "default")
+        return cls(file=str(Path(file).resolve()) if file is not None else None)
+
+    def describe(self) -> str:
+        if self.db is not None:
+            return f"the campaign {self.name!r} in {self.db}"
+        return f"the campaign file {self.file}" if self.file is not None else "no campaign"
+
+
+def _took_custody(root: str, manifest: RunManifest) -> bool:
+    """The run registered in its campaign (custody/processes.json is written after start_run; a
+    settlement is recorded after it): its spending may be in that campaign only."""
+    return manifest.campaign_settlement is not None or (Path(root) / "custody" / "processes.json").exists()
+
+
+def campaign_refusal(ancestors: list[str], here: CampaignPlace, campaign_exists: bool) -> str | None:
+    """The sentence refusing a resume that does not continue its ancestors' campaign, or None.
+
+    A resume settles the ancestry's remaining tasks under the same money record: another campaign
+    (or a new one with a new baseline in the place of a vanished one) would let the ancestry's
+    spending escape the ceiling. Ancestors are manifests already read by resolve_ancestry."""
+    for root in ancestors:
+        manifest = _load_manifest(root)
+        theirs = CampaignPlace.of(manifest.campaign_file, manifest.campaign_db, manifest.campaign_name)
+        if theirs != here:
+            return (f"Ancestor {root} ran under {theirs.describe()}, but this resume names {here.describe()}; "
+                    "a resume must use its ancestors' campaign.")
+        if here != CampaignPlace() and not campaign_exists and _took_custody(root, manifest):
+            return (f"Ancestor {root} ran under {here.describe()}, which no longer exists; a resume continues "
+                    "its ancestors' campaign and never starts a new one.")
+    return None

@@ -67,7 +67,8 @@ class SharedHost:
         except Refusal as exc:
             raise CampaignPersistenceError(exc.sentence) from None
         try:
-            run = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.host_lease_sec)
+            run = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.host_lease_sec,
+                                      run_label=paid.label)
             added = claims.add_selection(paid.manifest.selection.task_ids)
         except BaseException:
             claims.close()

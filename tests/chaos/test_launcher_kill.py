@@ -33,7 +33,7 @@ import pytest
 
 from cowork_adapter.container.procs import group_alive, process_alive
 from cowork_adapter.custody.docker_ops import cleanup_run, list_labelled
-from cowork_adapter.custody.labels import run_label
+from cowork_adapter.custody.labels import path_label, run_label
 from cowork_adapter.custody.watchdog import custody_paths, read_processes
 from cowork_adapter.demo.chaos import CreateEvents, events_of
 from cowork_adapter.demo.scenarios import (
@@ -90,17 +90,17 @@ def containers_of(docker_host: str, label: str) -> list:
 def test_a_killed_launcher_spends_nothing_more(demo, docker_host, moment, how):
     name = f"kill-{moment}-{how}"
     run_root = demo.run_root(name)
-    label = run_label(run_root)
     paths = custody_paths(run_root)
-    bystanders = make_bystanders(docker_host, label)
+    bystanders = make_bystanders(docker_host, path_label(run_root))  # the run's own label is drawn at its start
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     unlabelled = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
                                        name=f"agent-{os.getpid()}-{secrets.token_hex(4)}")
-    creates = CreateEvents(docker_host, label)
+    creates = CreateEvents(docker_host, run_root)
     launcher = launch(demo, name, TASKS)
     try:
         reached = wait_for(lambda: MOMENTS[moment](run_root) or launcher.poll() is not None, 600, 0.05)
         assert reached and launcher.poll() is None, f"the launcher ended before {moment} (see {name}.log)"
+        label = run_label(run_root)  # recorded in the manifest before any container of the run
         if moment == "in_flight":
             time.sleep(2)  # let the agents work a little
         killed_at = time.time()
@@ -166,8 +166,7 @@ def test_with_the_watchdog_killed_too_the_shim_alone_refuses_every_creation(demo
     """Defense in depth: watchdog and launcher both SIGKILLed; the runner goes on, the shim refuses."""
     name = "kill-watchdog-first"
     run_root = demo.run_root(name)
-    label = run_label(run_root)
-    creates = CreateEvents(docker_host, label)
+    creates = CreateEvents(docker_host, run_root)
     launcher = launch(demo, name, TASKS)
     pgid = None
     try:
@@ -199,7 +198,7 @@ def test_with_the_watchdog_killed_too_the_shim_alone_refuses_every_creation(demo
             except ProcessLookupError:
                 pass
             wait_for(lambda: not group_alive(pgid), 15, 0.2)
-        cleanup_run(docker_host, label, lambda entry: None)
+        cleanup_run(docker_host, run_label(run_root), lambda entry: None)
         custody_paths(run_root)["agent_env"].unlink(missing_ok=True)
 
 

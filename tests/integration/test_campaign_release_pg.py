@@ -28,7 +28,7 @@ from test_watchdog import containers  # noqa: F401 (a fixture: labelled sleepers
 
 from cowork_adapter.campaign.pg_store import ClaimLost, HostRunReleased, TaskClaims
 from cowork_adapter.custody.docker_ops import label_is_empty
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, new_run_label, path_label
 from cowork_adapter.vocab import ExitCode
 
 TASKS = ["t1", "t2", "t3", "t4"]
@@ -83,7 +83,8 @@ def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_co
     root_a = tmp_path.resolve() / "host-a" / "run-1"
     with TaskClaims(db, "c1") as claims:
         claims.add_selection(TASKS)
-        a = claims.register_run(host="host-a", run_root=str(root_a), lease_sec=2)
+        label_a, _ = new_run_label(root_a)  # as A's launcher drew it and registered it
+        a = claims.register_run(host="host-a", run_root=str(root_a), lease_sec=2, run_label=label_a)
         b = claims.register_run(host="host-b", run_root=str(tmp_path / "host-b" / "run-1"), lease_sec=600)
         assert claims.claim(a.run_id, 3) == ["t1", "t2", "t3"]
         claims.settle(a.run_id, "t1", "passed", receipt="t1/receipt.json")
@@ -105,14 +106,16 @@ def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_co
 
         # A's daemon answers and still holds a container with A's exact label (its watchdog died with
         # its machine): it is removed by that label, a bystander without it stays.
-        labelled = containers({RUN_LABEL_KEY: run_label(root_a)})
+        labelled = containers({RUN_LABEL_KEY: label_a})
         bystander = containers({RUN_LABEL_KEY: "0" * 32})
+        same_path = containers({RUN_LABEL_KEY: path_label(root_a)})  # another run at A's path (path-only label)
         done = release(db, a.run_id, "--docker-host", docker_host)
         assert done.returncode == ExitCode.OK, done.stderr
         assert "2 unsettled claim(s) back to open (t2, t3)" in done.stdout
-        assert label_is_empty(docker_host, run_label(root_a))  # removed by the label
-        bystander.reload()
-        assert bystander.status == "running"
+        assert label_is_empty(docker_host, label_a)  # removed by the label
+        for other in (bystander, same_path):
+            other.reload()
+            assert other.status == "running"
 
         state, ended, record = run_row(db, a.run_id)
         assert state == "released" and ended is not None

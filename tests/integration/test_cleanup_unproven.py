@@ -35,7 +35,6 @@ def demo(docker_host, tmp_path_factory):
 def test_an_unprovable_cleanup_keeps_the_campaigns_active_run(demo):
     name = "unproven"
     run_root = demo.run_root(name)
-    label = run_label(run_root)
     campaign = demo.root / f"campaign-{name}.json"
     client = docker.DockerClient(base_url=demo.docker_host, timeout=60)
     holder = volume = None
@@ -45,6 +44,7 @@ def test_an_unprovable_cleanup_keeps_the_campaigns_active_run(demo):
             started = wait_for(lambda: agent_started(run_root) or proc.poll() is not None, 900, 0.5)
             log = (demo.root / f"{name}.log").read_text(errors="replace")
             assert started and proc.poll() is None, f"the run did not reach its agent; log tail:\n{log[-3000:]}"
+            label = run_label(run_root)  # drawn at the run's start, recorded in its manifest
             volume = client.volumes.create(name=f"unproven-{label[:12]}", labels={RUN_LABEL_KEY: label})
             holder = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
                                            labels={HOLDER_LABEL: label},

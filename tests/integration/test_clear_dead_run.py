@@ -25,7 +25,7 @@ import docker
 import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty, list_labelled
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.container.procs import group_alive
 from cowork_adapter.demo.scenarios import (
     BYSTANDER_IMAGE,
@@ -108,13 +108,15 @@ def env(docker_host, tmp_path_factory):
 def test_clear_after_a_kill_during_the_preflight_probe(env, docker_host):
     name = "probe-kill"
     run_root = env.run_root(name)
-    label = run_label(run_root)
     campaign = env.root / "campaign-probe.json"
-    bystanders = make_bystanders(docker_host, label)
-    more = MoreBystanders(docker_host, label)
+    # The run's label is drawn at its start: the bystanders carry its path's label and near ones.
+    bystanders = make_bystanders(docker_host, path_label(run_root))
+    more = MoreBystanders(docker_host, path_label(run_root))
     proc = None
     try:
         proc = env.launch(env.run_args(name, ["demo-csv-totals"], campaign=campaign.name), name)
+        assert wait_for(lambda: (run_root / "run_manifest.json").exists() or proc.poll() is not None, 600, 0.1)
+        label = run_label(run_root)
         # The image is built first (minutes on a cold daemon), then the inventory's sandbox starts.
         assert wait_for(lambda: named_container(docker_host, label, "pg-probe-") or proc.poll() is not None, 1200, 0.5)
         assert proc.poll() is None, (env.root / f"{name}.log").read_text()[-3000:]
@@ -182,13 +184,14 @@ def runner_pgid(run_root: Path) -> int | None:
 def test_clear_after_a_kill_mid_run(env, docker_host):
     name = "paid-kill"
     run_root = env.run_root(name)
-    label = run_label(run_root)
     campaign = env.root / "campaign-paid.json"
-    bystanders = make_bystanders(docker_host, label)
+    bystanders = make_bystanders(docker_host, path_label(run_root))  # its own label is drawn at its start
     proc = None
     pgid = None
     try:
         proc = env.launch(env.run_args(name, ["demo-hang"], campaign=campaign.name), name)
+        assert wait_for(lambda: (run_root / "run_manifest.json").exists() or proc.poll() is not None, 600, 0.1)
+        label = run_label(run_root)
         assert wait_for(lambda: agent_started(run_root) or proc.poll() is not None, 1200, 0.5)
         assert proc.poll() is None, (env.root / f"{name}.log").read_text()[-3000:]
         assert wait_for(lambda: named_container(docker_host, label, "agent-"), 120, 0.5)

@@ -21,7 +21,7 @@ import pytest
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.creations import creations_dir
 from cowork_adapter.custody.docker_ops import cleanup_run, label_is_empty
-from cowork_adapter.custody.labels import ROLE_LABEL_KEY, RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import ROLE_LABEL_KEY, RUN_LABEL_KEY, path_label
 from cowork_adapter.custody.shim_config import ContainerLimits
 
 IMAGE = "cowork-testbed/base:bookworm"
@@ -71,7 +71,7 @@ def custody(tmp_path: Path, docker_host: str):
     resources = tmp_path / "resources"
     resources.mkdir()
     run_root = tmp_path / "run"
-    label = run_label(run_root)
+    label = path_label(run_root)
     files = install_custody(
         run_root,
         real_docker=real,
@@ -192,7 +192,7 @@ def _slow_custody(tmp_path: Path, docker_host: str):
     slow.chmod(0o755)
     (tmp_path / "resources").mkdir()
     run_root = tmp_path / "run"
-    files = install_custody(run_root, real_docker=str(slow), docker_host=docker_host, run_label=run_label(run_root),
+    files = install_custody(run_root, real_docker=str(slow), docker_host=docker_host, run_label=path_label(run_root),
                             limits=LIMITS, stop_file=run_root / "custody" / "stop", resource_root=tmp_path / "resources",
                             min_free_bytes=0, evidence_dir=tmp_path / "evidence", agent_env_file=None, environ={})
     return run_root, files
@@ -230,7 +230,7 @@ def test_a_creation_landing_after_the_stop_is_waited_for_and_removed_before_the_
     being answered, and the container appeared after the proof. The cleanup now waits for it."""
     run_root, files = _slow_custody(tmp_path, docker_host)
     ident = "inflight" + uuid.uuid4().hex[:8]
-    label = run_label(run_root)
+    label = path_label(run_root)
     log: list[dict] = []
     try:
         _stopped_mid_creation(tmp_path, run_root, files, ident)
@@ -249,7 +249,7 @@ def test_without_the_wait_that_creation_escapes_the_proof(tmp_path, docker_host)
     holds the container that landed after it (why the in-flight locks exist)."""
     run_root, files = _slow_custody(tmp_path, docker_host)
     ident = "inflight" + uuid.uuid4().hex[:8]
-    label = run_label(run_root)
+    label = path_label(run_root)
     try:
         _stopped_mid_creation(tmp_path, run_root, files, ident)
         report = cleanup_run(docker_host, label, lambda entry: None)

@@ -21,7 +21,7 @@ import pytest
 
 from cowork_adapter.config import RunConfig
 from cowork_adapter.custody.docker_ops import label_is_empty
-from cowork_adapter.custody.labels import run_label
+from cowork_adapter.custody.labels import new_run_label, run_label
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.meter_standin import MeterStandin
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
@@ -157,7 +157,8 @@ def _paid_root(demo, broken_probe, name: str) -> tuple[Path, object]:
     run_root = demo["root"] / "runs" / name
     run_root.mkdir()
     manifest = read_manifest(probe_root)
-    manifest = manifest.replace(**{"run_root": str(run_root), "run_label": run_label(run_root),
+    label, nonce = new_run_label(run_root)  # as the launcher draws it
+    manifest = manifest.replace(**{"run_root": str(run_root), "run_label": label, "run_nonce": nonce,
                                            "inventory": None, "probe": None, "outcome": "running"})
     write_manifest(run_root, manifest)
     return run_root, manifest

@@ -20,7 +20,7 @@ import docker
 import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.scenarios import prepare, read_json
 from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
 
@@ -42,13 +42,19 @@ def daemon(docker_host) -> dict:
 
 
 class LabelledCreations:
-    """Container creations on the daemon that carry one run label, followed while the CLI runs."""
+    """Container creations on the daemon that carry one run's label, followed while the CLI runs.
 
-    def __init__(self, docker_host: str, label: str) -> None:
+    The run's label is drawn when it starts (a per-run nonce), after this starts following: every
+    creation carrying the label KEY is kept, and `seen` keeps those whose value is the label the run
+    root's manifest records, or its path's label (a refused run has no manifest, so no label was
+    drawn for it: the path's label is the only one it could have used)."""
+
+    def __init__(self, docker_host: str, run_root: Path) -> None:
         self.client = docker.DockerClient(base_url=docker_host, timeout=60)
-        self.seen: list[dict] = []
+        self.run_root = run_root
+        self._all: list[dict] = []
         self._stream = self.client.events(decode=True, filters={
-            "type": ["container"], "event": ["create"], "label": [f"{RUN_LABEL_KEY}={label}"]})
+            "type": ["container"], "event": ["create"], "label": [RUN_LABEL_KEY]})
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
@@ -60,9 +66,17 @@ class LabelledCreations:
                     info = self.client.api.inspect_container(ident)
                 except docker.errors.NotFound:
                     info = None
-                self.seen.append({"id": ident, "inspect": info})
+                self._all.append({"id": ident, "inspect": info,
+                                  "label": ((event.get("Actor") or {}).get("Attributes") or {}).get(RUN_LABEL_KEY)})
         except Exception:  # noqa: BLE001 - the stream ends when close() is called
             return
+
+    @property
+    def seen(self) -> list[dict]:
+        labels = {path_label(self.run_root)}
+        if (self.run_root / "run_manifest.json").exists():
+            labels.add(run_label(self.run_root))
+        return [c for c in self._all if c["label"] in labels]
 
     def close(self) -> None:
         time.sleep(1)  # let the last events arrive
@@ -116,7 +130,7 @@ def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daem
     cut = args.index("--campaign-file")
     args = args[:cut] + args[cut + 3:] + ["--probe", "inventory"]  # no model, no campaign: the containers only
     assert "--new-campaign" not in args
-    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    watcher = LabelledCreations(env.docker_host, run_root)
     try:
         proc = run(env, args)
     finally:
@@ -167,7 +181,7 @@ def test_a_new_campaign_is_never_implied_and_is_refused_in_preflight(env, flag, 
     campaign = env.root / f"campaign-{name}.json"
     run_root = env.run_root(name)
     args = drop_flag(env.run_args(name, ["demo-csv-totals"], campaign=campaign.name), flag, with_value)
-    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    watcher = LabelledCreations(env.docker_host, run_root)
     try:
         proc = run(env, args)
     finally:
@@ -217,7 +231,7 @@ def _refused_before_anything(env, name: str, campaign: Path, *phrases: str) -> N
     """The run is refused in one sentence with no run root and no container of its label."""
     before = campaign.read_bytes() if campaign.exists() else None
     run_root = env.run_root(name)
-    watcher = LabelledCreations(env.docker_host, run_label(run_root))
+    watcher = LabelledCreations(env.docker_host, run_root)
     try:
         proc = run(env, env.run_args(name, ["demo-csv-totals"], campaign=campaign.name))
     finally:

@@ -25,6 +25,7 @@ from cowork_adapter.container import protocol
 from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.docker_ops import cleanup_run, label_is_empty
 from cowork_adapter.custody.labels import run_label
+from cowork_adapter.demo.chaos import cli
 from cowork_adapter.demo.scenarios import agent_started, prepare, wait_for
 from cowork_adapter.demo.scenarios_recovery import stop_after_agent
 from cowork_adapter.errors import CustodyError
@@ -157,6 +158,11 @@ def killed(docker_host, tmp_path_factory):
             proc.wait(timeout=60)
     assert remove_leftovers(env.docker_host, run_label(root)), "the killed run's labelled resources survived"
     (root / "private" / "agent.env").unlink(missing_ok=True)
+    # The operator's `clear` settles the killed run in its campaign: every resume continues that campaign.
+    cleared = cli(env, "clear", str(root), "--operator-note", "killed by the receipts test",
+                  "--campaign-file", str(env.root / "campaign-killed.json"), "--meter-url", env.meter.base_url,
+                  "--docker-host", env.docker_host, "--api-key-env", env.key_env)
+    assert cleared.returncode == ExitCode.OK, cleared.stdout + cleared.stderr
     yield env, root, stale, live_settled
     env.meter.stop()
 
@@ -182,7 +188,7 @@ def test_the_kill_left_receipts_and_an_unsettled_task(killed):
 
 def resume(env, root: Path, name: str) -> tuple[Path, int]:
     child = env.run_root(name)
-    proc = env.launch(env.run_args(name, [], campaign=f"campaign-{name}.json",
+    proc = env.launch(env.run_args(name, [], campaign="campaign-killed.json",  # the ancestor's campaign
                                    extra=["--resume-from", str(root)]), name)
     started, code = stop_after_agent(env, proc, child)
     assert started, f"the resumed run started no agent (exit {code}); see {env.root / (name + '.log')}"

@@ -54,19 +54,20 @@ def world(docker_host, tmp_path_factory):
     return w
 
 
-def run_cli(w: dict, name: str, *, tasks=(), resume_from=(), extra=()) -> subprocess.CompletedProcess:
+def run_cli(w: dict, name: str, *, tasks=(), resume_from=(), extra=(), dry_run=True,
+            env_extra=None) -> subprocess.CompletedProcess:
     args = [
         sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(w["seed"]), "--bench-root", str(w["bench"]),
         "--bench-commit", w["commit"], "--docker-host", w["docker_host"], "--resource-root", str(w["root"]),
         "--run-root", str(w["root"] / "runs" / name), "--base-image", w["pack"], "--build-image",
-        "--model", "demo/stub-model", "--dry-run", "--min-free-gib", "1", "--min-root-free-gib", "1",
-        "--cpus", "1", "--memory", "2g", "--task-timeout", "120",
+        "--model", "demo/stub-model", *(["--dry-run"] if dry_run else []), "--min-free-gib", "1",
+        "--min-root-free-gib", "1", "--cpus", "1", "--memory", "2g", "--task-timeout", "120",
     ]
     for task in tasks:
         args += ["--task", task]
     for parent in resume_from:
         args += ["--resume-from", str(parent)]
-    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    env = {**{k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}, **(env_extra or {})}
     return subprocess.run(args + list(extra), env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
                           stdin=subprocess.DEVNULL)
 
@@ -163,6 +164,44 @@ def test_explicit_selection_widens_without_repeating_settled_work(world):
     out = run_cli(world, "widen-r1", resume_from=[r0], tasks=SEL + ["demo-crm-postgres"])
     assert out.returncode == 0, out.stderr
     assert manifest(world, "widen-r1")["selection"]["task_ids"] == ["demo-hang", "demo-crm-postgres"]
+
+
+def _under_campaign(root: Path, campaign: Path) -> Path:
+    """The ancestor ran under `campaign` and registered in it (custody/processes.json follows that)."""
+    m = decode((root / "run_manifest.json").read_bytes(), RunManifest)
+    (root / "run_manifest.json").write_text(m.replace(campaign_file=str(campaign)).to_json())
+    (root / "custody").mkdir(exist_ok=True)
+    (root / "custody" / "processes.json").write_text("{}")
+    return root
+
+
+def test_a_resume_continues_its_ancestors_campaign_or_is_refused(world):
+    campaign = world["root"] / "campaign-resumed.json"
+    r0 = _under_campaign(first_pass(world, "campaign"), campaign)
+    out = run_cli(world, "campaign-same-r1", resume_from=[r0], extra=["--campaign-file", str(campaign)])
+    assert out.returncode == 0, out.stderr  # the control: the ancestors' campaign is admitted
+    assert manifest(world, "campaign-same-r1")["campaign_file"] == str(campaign)
+    other = world["root"] / "campaign-other.json"
+    assert_refused(run_cli(world, "campaign-other-r1", resume_from=[r0], extra=["--campaign-file", str(other)]),
+                   f"Ancestor {r0} ran under the campaign file {campaign}, but this resume names the campaign file "
+                   f"{other}; a resume must use its ancestors' campaign.")
+    assert_refused(run_cli(world, "campaign-none-r1", resume_from=[r0]), "names no campaign")
+
+
+def test_a_paid_resume_never_starts_a_new_baseline_where_its_ancestors_campaign_was(world):
+    from cowork_adapter.demo.meter_standin import MeterStandin
+
+    campaign = world["root"] / "campaign-vanished.json"  # the ancestor registered in it; it is gone now
+    r0 = _under_campaign(first_pass(world, "vanished"), campaign)
+    key = "sk-or-v1-fake-resume-campaign-key-0001"
+    with MeterStandin(key, usage=3.0, max_delay_sec=5.0) as meter:
+        out = run_cli(world, "vanished-r1", resume_from=[r0], dry_run=False, env_extra={"RESUME_TEST_KEY": key},
+                      extra=["--campaign-file", str(campaign), "--new-campaign", "--campaign-budget-usd", "50",
+                             "--budget-usd", "10", "--budget-reserve-usd", "1", "--api-key-env", "RESUME_TEST_KEY",
+                             "--meter-url", meter.base_url])
+    assert_refused(out, f"Ancestor {r0} ran under the campaign file {campaign}, which no longer exists; a resume "
+                        "continues its ancestors' campaign and never starts a new one.")
+    assert not campaign.exists() and not Path(str(campaign) + ".lock").exists()
 
 
 CHANGES = {

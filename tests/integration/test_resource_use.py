@@ -16,7 +16,7 @@ import docker
 
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.docker_ops import cleanup_run
-from cowork_adapter.custody.labels import run_label
+from cowork_adapter.custody.labels import path_label
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.ledger import IndexContext, _classify_task_uncached
 from cowork_adapter.resources import METHOD_SENTENCE, read_task_resources, reader_for
@@ -67,7 +67,7 @@ def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool) -> tuple[
     assert real, "the docker CLI is needed on the host"
     ident = "ctres" + uuid.uuid4().hex[:8]
     run_root = tmp_path / "run"
-    label = run_label(run_root)
+    label = path_label(run_root)
     resources = tmp_path / "resources"
     resources.mkdir()
     evidence = run_root / "custody" / "evidence"  # where a real run keeps it (paid.PaidRun)

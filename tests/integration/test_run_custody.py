@@ -22,7 +22,7 @@ import docker
 import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.scenarios import (
     bystanders_alive,
     make_bystanders,
@@ -102,12 +102,14 @@ def custody_run(docker_host, tmp_path_factory):
     env = prepare(tmp_path_factory.mktemp("custody") / "root", docker_host)
     name = "custody"
     run_root = env.run_root(name)
-    label = run_label(run_root)
-    bystanders = make_bystanders(docker_host, label)
+    # The run's label is drawn at its start: the bystanders carry its path's label and a near one.
+    bystanders = make_bystanders(docker_host, path_label(run_root))
     watcher = CreationWatcher(docker_host)
-    result: dict = {"env": env, "run_root": run_root, "label": label}
+    result: dict = {"env": env, "run_root": run_root}
     try:
         proc = env.launch(env.run_args(name, TASKS, campaign="campaign-custody.json"), name)
+        assert wait_for(lambda: (run_root / "run_manifest.json").exists() or proc.poll() is not None, 600, 0.1)
+        label = result["label"] = run_label(run_root)
         result["reached"] = wait_for(
             lambda: FINISHING <= summary_tasks(run_root) and agent_started_for(run_root, "demo-hang"), 900, 1.0
         )

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.scenarios import bystanders_alive, make_bystanders, remove_bystanders, wait_for
 from cowork_adapter.vocab import ExitCode
 
@@ -58,8 +58,8 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
     tasks = bed.tasks()
     real = RealRun(bed, tmp_path_factory.mktemp("realbench") / "root", docker_host).start()
     first, second = real.run_root("first"), real.run_root("resumed")
-    labels = {"first": run_label(first), "resumed": run_label(second)}
-    bystanders = make_bystanders(docker_host, labels["first"])
+    labels: dict[str, str] = {}  # each drawn at its run's start, read from its manifest
+    bystanders = make_bystanders(docker_host, path_label(first))
     watcher = CreationWatcher(docker_host)
     out: dict = {"real": real, "tasks": tasks, "roots": {"first": first, "resumed": second}, "labels": labels,
                  "bystander_ids": set(bystanders["containers"]) | set(bystanders["networks"])}
@@ -79,6 +79,7 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["first_started"] = started_tasks(first)
         out["first_pid"] = runner_pid(first)
         out["first_rows"] = read_rows(first)
+        labels["first"] = run_label(first)
 
         resumed_at = time.monotonic()
         proc = real.launch(real.args("resumed", tasks, extra=["--resume-from", str(first)]), "resumed")
@@ -87,6 +88,7 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["resumed_started"] = started_tasks(second)
         out["resumed_pid"] = runner_pid(second)
         out["resumed_rows"] = read_rows(second)
+        labels["resumed"] = run_label(second)
         time.sleep(1)  # the watcher drains the last events
         out["left"] = {name: labelled_left(docker_host, label) for name, label in labels.items()}
         out["bystanders_after"] = bystanders_alive(docker_host, bystanders)

@@ -112,6 +112,23 @@ def test_reconcile_clears_the_active_run_and_records_the_proof(crashed, capsys):
     assert KEY not in path.read_text()
 
 
+def test_reconcile_keeps_the_usage_it_replaces_in_the_history(crashed, capsys):
+    path, run_root = crashed
+    before = read_campaign(path)
+    assert before.last_usage == 50.0
+    assert reconcile(path, run_root, read_meter=meter_at(70.0)) == 0
+    raw = json.loads(path.read_text())
+    assert raw["last_usage"] == 70.0
+    kept = raw["reconciliations"][-1]
+    assert (kept["previous_usage"], kept["usage_at_reconcile"]) == (50.0, 70.0)
+    note = read_campaign(path).reconciliations[-1]
+    assert note.previous_usage_observed_at == before.last_usage_observed_at
+    capsys.readouterr()
+    assert show_command(path, False) == 0
+    shown = capsys.readouterr().out
+    assert "usage before" in shown and "50.000000" in shown and "70.000000" in shown
+
+
 def _refused(path, run_root, capsys, words, **over):
     before = path.read_bytes()
     assert reconcile(path, run_root, **over) == 2

@@ -113,6 +113,7 @@ def test_an_unreadable_custody_record_proves_nothing(tmp_path: Path) -> None:
 def test_urls_are_checked_and_passwords_never_shown() -> None:
     assert redacted("postgresql://u:secret@db:5432/c") == "postgresql://u:***@db:5432/c"
     assert redacted("postgresql://db/c") == "postgresql://db/c"
+    assert redacted("postgresql://db/c?sslmode=require&PassWord=secret") == "postgresql://db/c?sslmode=require&PassWord=***"
     with pytest.raises(Refusal) as caught:
         check_url("mysql://u:secret@db/c")
     assert "secret" not in str(caught.value) and "postgresql://" in str(caught.value)

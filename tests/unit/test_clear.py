@@ -40,11 +40,14 @@ class FakeProc:
         self.root = root
         root.mkdir()
 
-    def add(self, pid: int, argv: list[str], *, cwd: Path | None = None, **stat) -> None:
+    def add(self, pid: int, argv: list[str], *, cwd: Path | None = None, environ: list[str] | None = None,
+            **stat) -> None:
         d = self.root / str(pid)
         d.mkdir()
         (d / "stat").write_text(stat_line(pid, **stat))
         (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        if environ is not None:  # absent: unreadable, as another user's process is
+            (d / "environ").write_bytes(b"\0".join(e.encode() for e in environ) + b"\0")
         if cwd is not None:
             (d / "cwd").symlink_to(cwd)
 
@@ -59,6 +62,7 @@ def proc(tmp_path) -> FakeProc:
 
 
 RUN = Path("/data/runs/r1")
+MARKED = {"COWORK_RUN_LABEL": "ab" * 16}  # the marker of the run `manifest` below describes
 LAUNCHER_ARGV = ["python3", "-m", "cowork_adapter", "run", "--run-root", str(RUN)]
 
 
@@ -118,6 +122,19 @@ def test_the_scan_finds_an_unrecorded_launcher_watchdog_or_runner(proc, tmp_path
     assert [(h.role, h.pid) for h in live.alive] == [
         ("launcher", 110), ("process of the run", 120), ("process of the run", 130)]
     assert all(h.source == "the process table" for h in live.alive)
+
+
+def test_a_recorded_group_id_reused_by_unmarked_processes_is_not_the_runs(proc):
+    marker = b"COWORK_RUN_LABEL=" + b"ab" * 16
+    proc.add(300, ["sleep", "999"], pgrp=300, environ=["PATH=/bin", "HOME=/home/other"])  # someone else's now
+    proc.add(301, ["sleep", "999"], pgrp=300, environ=["COWORK_RUN_LABEL=" + "cd" * 16])  # another run's
+    recorded = Recorded(runner_pgids=[(300, "monitor.json")], marker=marker)
+    live = prove(RUN, recorded, table=proc.table, self_pid=SELF)
+    assert live.all_gone and live.sentence() == "runner group 300 gone (from monitor.json)"
+    proc.add(302, ["bash", "run_parallel.sh"], pgrp=300, environ=["A=1", marker.decode()])  # one of the run's
+    proc.add(303, ["docker", "ps"], pgrp=300)  # unreadable environment: not proof of another owner
+    group = prove(RUN, recorded, table=proc.table, self_pid=SELF).live_group()
+    assert group is not None and group.members == (302, 303)
 
 
 def test_an_empty_record_proves_nothing_alive(proc):
@@ -267,7 +284,7 @@ def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
     # A runner in its own session that ignores SIGTERM: stop must escalate to SIGKILL.
     runner = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, "
                                "signal.SIG_IGN)\nopen('ready','w').close()\nwhile True: time.sleep(0.1)"],
-                              cwd=run_root, start_new_session=True)
+                              cwd=run_root, start_new_session=True, env={**os.environ, **MARKED})
     try:
         deadline = time.monotonic() + 20
         while not (run_root / "ready").exists():
@@ -293,6 +310,47 @@ def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
         if runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)
             runner.wait()
+
+
+def test_stop_never_signals_a_recorded_group_whose_id_now_names_other_processes(run_root, capsys):
+    """The run's group is gone and the kernel gave its id to another session (here: a process that
+    carries no marker, or another run's): `stop` fences but signals nothing."""
+    write(run_root, manifest(run_root, outcome="running", docker_host=None))
+    for environment in ({}, {"COWORK_RUN_LABEL": "cd" * 16}):
+        stranger = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+                                    start_new_session=True, env={**{k: v for k, v in os.environ.items()
+                                                                    if k != "COWORK_RUN_LABEL"}, **environment})
+        try:
+            dead = subprocess.Popen([sys.executable, "-c", "pass"])
+            dead.wait()
+            mon = Monitor(observed_at=datetime.now(timezone.utc), launcher_pid=dead.pid, runner_pid=stranger.pid,
+                          finished=False, progress=Progress(selected=2, running=1),
+                          meter=MeterState(blindness_sec=30.0))
+            (run_root / "monitor.json").write_text(mon.to_json())
+            code = stop_command(run_root, timeout=1.0, poll_sec=0.1)
+            err = capsys.readouterr().err
+            assert code == 1
+            assert "nothing was signalled" in err and f"runner group {stranger.pid} gone" in err, err
+            time.sleep(0.3)
+            assert stranger.poll() is None, "stop signalled a group that is not the run's"
+        finally:
+            os.killpg(stranger.pid, signal.SIGKILL)
+            stranger.wait()
+
+
+def test_the_orphaned_group_stop_checks_the_marker_before_each_signal(run_root):
+    from cowork_adapter.control import stop_orphaned_group
+
+    write(run_root, manifest(run_root, outcome="running", docker_host=None))
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True,
+                                env={k: v for k, v in os.environ.items() if k != "COWORK_RUN_LABEL"})
+    try:
+        said = stop_orphaned_group(run_root, stranger.pid, grace_sec=1.0, poll_sec=0.1)
+        assert "carries the run's marker (COWORK_RUN_LABEL), so it is not the run's" in said and "not signalled" in said
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_root, capsys):

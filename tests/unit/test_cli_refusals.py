@@ -97,6 +97,16 @@ CASES = [
          words="--budget-reserve-usd (100) must be below --campaign-budget-usd (100)"),
     Case("reserve above ceiling", ["--budget-reserve-usd", "200", "--campaign-budget-usd", "150"],
          words="must be below --campaign-budget-usd"),
+    Case("campaign db password in the query", ["--campaign-db", "postgresql://db/c?password=hunter2"],
+         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
+    Case("campaign db password among parameters", ["--campaign-db", "postgres://u@db:5432/c?sslmode=require&PassWord=hunter2"],
+         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
+    Case("campaign db password name encoded", ["--campaign-db", "postgresql://db/c?pass%77ord=hunter2"],
+         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
+    Case("campaign db ssl key password", ["--campaign-db", "postgresql://db/c?sslpassword=hunter2"],
+         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
+    Case("campaign db password in the user part", ["--campaign-db", "postgresql://u:hunter2@db/c"],
+         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
     Case("resume from itself", ["--resume-from", "{case}/storage/run"], words="--resume-from"),
     Case("resume from twice", ["--resume-from", "{case}/old", "--resume-from", "{case}/old/"], words="twice"),
     # --- the provider key ---
@@ -188,7 +198,7 @@ def test_refusal_is_one_line_and_writes_nothing(outcomes, case):
     assert lines[0].startswith("cowork-adapter: ") and lines[0].strip() != "cowork-adapter:"
     assert case.words in lines[0], lines[0]
     assert out.stdout == ""
-    assert FAKE_KEY not in out.stderr and "other-secret-123" not in out.stderr
+    assert FAKE_KEY not in out.stderr and "other-secret-123" not in out.stderr and "hunter2" not in out.stderr
     assert not out.run_root.exists() and not out.run_root.parent.exists()
     assert out.after == out.before
 
@@ -330,6 +340,11 @@ def test_report_wiring(monkeypatch, tmp_path):
 @pytest.mark.parametrize("args,says", [
     (["report", "RUN", "--campaign-name", "c1"], "--campaign-name is only meaningful with --campaign-db"),
     (["report", "RUN", "--campaign-db", "postgresql://u:secret@pg/db"], "must not carry a password"),
+    (["report", "RUN", "--campaign-db", "postgresql://pg/db?password=secret"], "must not carry a password"),
+    (["status", "--campaign-db", "postgresql://pg/db?user=u&password=secret"], "must not carry a password"),
+    (["campaign", "show", "--campaign-db", "postgresql://pg/db?password=secret"], "must not carry a password"),
+    (["campaign", "reconcile", "--campaign-db", "postgresql://pg/db?password=secret", "--run-root", "RUN",
+      "--operator-note", "n", "--docker-host", "unix:///nonexistent/docker.sock"], "must not carry a password"),
     (["status", "--campaign-db", "http://pg/db"], "must be a postgresql:// URL"),
     (["status", "--campaign-db", "postgresql://pg"], "must name a database"),
     (["status"], "exactly one run root"),

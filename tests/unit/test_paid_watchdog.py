@@ -58,9 +58,48 @@ def test_run_paid_ends_the_watchdog_on_every_way_out(tmp_path, monkeypatch):
         self.watchdog = Handle()
         raise RuntimeError("a crash after the watchdog started")
 
-    monkeypatch.setattr(paid.PaidRun, "__init__", lambda self, *a: None)
+    def no_init(self, *_a):
+        self.agent_env = tmp_path / "private" / "agent.env"
+
+    monkeypatch.setattr(paid.PaidRun, "__init__", no_init)
     monkeypatch.setattr(paid.PaidRun, "run", boom)
     monkeypatch.setattr(paid.PaidRun, "watchdog", None, raising=False)
     with pytest.raises(RuntimeError):
         paid.run_paid(SimpleNamespace(), SimpleNamespace(key="k"), None, tmp_path)
     assert ended == [True]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a crash mid-run"), KeyboardInterrupt()])
+def test_the_key_file_is_deleted_when_the_run_raises_mid_run(tmp_path, monkeypatch, error):
+    key_file = tmp_path / "private" / "agent.env"
+    seen: list[bool] = []
+
+    def init(self, *_a):
+        self.agent_env = key_file
+
+    def crash_mid_run(self):
+        paid.write_agent_env(self.agent_env, "sk-or-v1-not-a-real-key")  # as _supervise writes it
+        seen.append(self.agent_env.exists())
+        raise error
+
+    monkeypatch.setattr(paid.PaidRun, "__init__", init)
+    monkeypatch.setattr(paid.PaidRun, "run", crash_mid_run)
+    monkeypatch.setattr(paid.PaidRun, "watchdog", None, raising=False)
+    with pytest.raises(type(error)):
+        paid.run_paid(SimpleNamespace(), SimpleNamespace(key="k"), None, tmp_path)
+    assert seen == [True]
+    assert not key_file.exists()
+
+
+def test_the_cleanup_deletes_the_key_file_even_when_it_fails_unexpectedly(tmp_path, monkeypatch):
+    key_file = tmp_path / "private" / "agent.env"
+    paid.write_agent_env(key_file, "sk-or-v1-not-a-real-key")
+
+    def broken(*_a, **_kw):
+        raise ValueError("an unexpected answer of the daemon")
+
+    monkeypatch.setattr(paid, "cleanup_run", broken)
+    cfg = SimpleNamespace(docker_host="unix:///nowhere.sock", run_root=tmp_path)
+    with pytest.raises(ValueError):
+        paid._cleanup(cfg, "0" * 32, None, None, tmp_path / "tmp", key_file)
+    assert not key_file.exists()

@@ -219,3 +219,68 @@ def test_empty_image_id_refused(chain):
     r0, _ = chain
     with pytest.raises(Refusal, match="image"):
         resolve([r0], image_id="")
+
+
+# ---- a resume continues its ancestors' campaign (issue 28) ----------------------------------------
+
+from cowork_adapter.recovery import CampaignPlace, campaign_refusal  # noqa: E402
+from cowork_adapter.schemas.manifest import RunManifest  # noqa: E402
+from cowork_adapter.schemas.record import decode  # noqa: E402
+
+
+def _with_campaign(root: Path, *, file=None, db=None, name=None, custody=True) -> Path:
+    path = root / "run_manifest.json"
+    manifest = decode(path.read_bytes(), RunManifest).replace(campaign_file=file, campaign_db=db, campaign_name=name)
+    path.write_text(manifest.to_json())
+    if custody:  # written after the run registered in its campaign
+        (root / "custody").mkdir(exist_ok=True)
+        (root / "custody" / "processes.json").write_text("{}")
+    return root
+
+
+def test_a_resume_under_its_ancestors_campaign_file_is_admitted(chain, tmp_path):
+    r0, r1 = (_with_campaign(r, file=str(tmp_path / "c.json")) for r in chain)
+    assert campaign_refusal([str(r1), str(r0)], CampaignPlace.of(tmp_path / "c.json", None, None), True) is None
+
+
+def test_a_resume_naming_another_campaign_is_refused(chain, tmp_path):
+    r0, r1 = chain
+    _with_campaign(r0, file=str(tmp_path / "c.json"))
+    _with_campaign(r1, file=str(tmp_path / "c.json"))
+    other = campaign_refusal([str(r1), str(r0)], CampaignPlace.of(tmp_path / "other.json", None, None), True)
+    assert other == (f"Ancestor {r1} ran under the campaign file {tmp_path / 'c.json'}, but this resume names the "
+                     f"campaign file {tmp_path / 'other.json'}; a resume must use its ancestors' campaign.")
+    none = campaign_refusal([str(r1), str(r0)], CampaignPlace(), True)
+    assert none is not None and "names no campaign" in none
+    in_db = campaign_refusal([str(r1)], CampaignPlace.of(None, "postgresql://db/c", "q4"), True)
+    assert in_db is not None and "the campaign 'q4' in postgresql://db/c" in in_db
+
+
+def test_an_older_ancestor_under_another_campaign_is_refused(chain, tmp_path):
+    r0, r1 = chain
+    _with_campaign(r0, file=str(tmp_path / "old.json"))
+    _with_campaign(r1, file=str(tmp_path / "c.json"))
+    sentence = campaign_refusal([str(r1), str(r0)], CampaignPlace.of(tmp_path / "c.json", None, None), True)
+    assert sentence is not None and sentence.startswith(f"Ancestor {r0} ran under the campaign file {tmp_path / 'old.json'}")
+
+
+def test_a_campaign_in_postgres_binds_its_database_and_name(chain):
+    r0, _ = chain
+    _with_campaign(r0, db="postgresql://db/c", name="q4")
+    assert campaign_refusal([str(r0)], CampaignPlace.of(None, "postgresql://db/c", "q4"), True) is None
+    assert "'q5'" in campaign_refusal([str(r0)], CampaignPlace.of(None, "postgresql://db/c", "q5"), True)
+    assert campaign_refusal([str(r0)], CampaignPlace.of(None, "postgresql://db2/c", "q4"), True) is not None
+
+
+def test_a_resume_never_starts_a_new_baseline_where_its_ancestors_campaign_was(chain, tmp_path):
+    r0, _ = chain
+    _with_campaign(r0, file=str(tmp_path / "c.json"))
+    sentence = campaign_refusal([str(r0)], CampaignPlace.of(tmp_path / "c.json", None, None), False)
+    assert sentence == (f"Ancestor {r0} ran under the campaign file {tmp_path / 'c.json'}, which no longer exists; "
+                        "a resume continues its ancestors' campaign and never starts a new one.")
+
+
+def test_an_ancestor_killed_before_it_registered_lets_its_resume_create_the_campaign(chain, tmp_path):
+    r0, _ = chain
+    _with_campaign(r0, file=str(tmp_path / "c.json"), custody=False)  # killed before start_run: nothing spent
+    assert campaign_refusal([str(r0)], CampaignPlace.of(tmp_path / "c.json", None, None), False) is None

@@ -13,7 +13,7 @@ import pytest
 
 from cowork_adapter.campaign.claims import decide_operator_release, lapsed_problem
 from cowork_adapter.campaign.release import Fence, describe, find_fence, label_of_registered_root, release_record
-from cowork_adapter.custody.labels import run_label
+from cowork_adapter.custody.labels import new_run_label, path_label
 from cowork_adapter.errors import CustodyError, Refusal
 from cowork_adapter.schemas.multihost import HostRun, HostRunRelease
 from cowork_adapter.vocab import ExitCode, ReleaseFence
@@ -117,9 +117,12 @@ def test_without_a_daemons_answer_the_operator_must_attest(daemon: Daemon, docke
     assert attested.fence == ReleaseFence.ATTESTED and attested.docker_host == docker_host
 
 
-def test_the_label_is_the_registered_root_hashed_as_written(tmp_path) -> None:
+def test_the_label_is_the_registered_one_else_the_registered_root_hashed_as_written(tmp_path) -> None:
     root = tmp_path.resolve() / "run-1"
-    assert label_of_registered_root(str(root)) == run_label(root)
+    label, _ = new_run_label(root)
+    assert label_of_registered_root(str(root), label) == label  # schema v4: as the launcher drew it
+    assert label_of_registered_root(str(root)) == path_label(root)  # a run registered before: its path's
+    assert label != path_label(root)
 
 
 def test_status_and_report_say_an_attested_release_is_not_proven() -> None:

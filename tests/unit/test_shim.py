@@ -619,15 +619,49 @@ def test_shim_constants_match_the_vocabulary_and_labels():
         assert shim.role_for_name(name) == labels.role_for_name(name)
 
 
-def test_run_label_is_sha256_prefix_of_the_resolved_root(tmp_path):
+def test_the_path_label_is_sha256_prefix_of_the_resolved_root(tmp_path):
     import hashlib
 
     (tmp_path / "a").mkdir()
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "a")
     expected = hashlib.sha256(str((tmp_path / "a").resolve()).encode()).hexdigest()[:32]
-    assert labels.run_label(link) == labels.run_label(tmp_path / "a") == expected
-    assert labels.run_label(tmp_path / "b") != expected
+    assert labels.path_label(link) == labels.path_label(tmp_path / "a") == expected
+    assert labels.path_label(tmp_path / "b") != expected
+
+
+def test_a_run_label_is_unique_per_run_even_for_the_same_path(tmp_path):
+    import hashlib
+
+    (tmp_path / "a").mkdir()
+    resolved = str((tmp_path / "a").resolve())
+    first, nonce = labels.new_run_label(tmp_path / "a")
+    second, other = labels.new_run_label(tmp_path / "link-free-same-path" / ".." / "a")
+    assert nonce != other and first != second  # two hosts (or two runs) on one path, one daemon
+    assert first == hashlib.sha256(f"{resolved}\0{nonce}".encode()).hexdigest()[:32]
+    assert labels.label_of_resolved_root(resolved, nonce) == first  # recomputable from what is recorded
+    assert labels.path_label(tmp_path / "a") not in (first, second)  # never the old, path-only label
+    assert len(first) == labels.RUN_LABEL_HEX_CHARS
+
+
+def test_the_label_of_a_run_root_is_the_one_it_recorded_old_or_new(tmp_path):
+    from cowork_adapter.schemas.manifest import RunManifest
+
+    def root_with(name, **label):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "run_manifest.json").write_text(RunManifest(
+            run_root=str(root), created_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z", argv=[],
+            adapter={"version": "0"}, **label).to_json())
+        return root
+
+    new = tmp_path / "new"
+    label, nonce = labels.new_run_label(new)
+    assert labels.run_label(root_with("new", run_label=label, run_nonce=nonce)) == label
+    old = root_with("old", run_label=labels.path_label(tmp_path / "old"))  # a run root from before the nonce
+    assert labels.run_label(old) == labels.path_label(old)
+    with pytest.raises(OSError):
+        labels.run_label(tmp_path / "never-ran")  # never guessed from the path
 
 
 def test_parse_options_short_clusters_and_attached_values():

@@ -98,10 +98,11 @@ def _runs_table(record: CampaignRecord) -> Table:
 
 def _reconciliations_table(record: CampaignRecord) -> Table:
     table = Table(title="Operator reconciliations")
-    for column in ("run root", "at", "usage", "note"):
+    for column in ("run root", "at", "usage before", "usage", "note"):
         table.add_column(column)
     for item in record.reconciliations:
-        table.add_row(item.run_root, item.at.isoformat(), f"{item.usage_at_reconcile:.6f}", item.operator_note)
+        before = "not kept" if item.previous_usage is None else f"{item.previous_usage:.6f}"
+        table.add_row(item.run_root, item.at.isoformat(), before, f"{item.usage_at_reconcile:.6f}", item.operator_note)
     return table
 
 

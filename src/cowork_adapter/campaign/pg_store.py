@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import psycopg2
@@ -37,6 +37,7 @@ from ..schemas.campaign import CampaignRecord
 from ..schemas.multihost import ClaimCounts, FenceProof, HostRun, HostRunRelease
 from ..vocab import ClaimState, HostRunState
 from .claims import decide_operator_release, decide_release, decide_settle, lapsed_problem
+from .db_url import SECRET_PARAMETERS, password_part
 from .store import STAGE, parse_campaign_text
 
 LOCK_NAMESPACE = 0x636F77  # "cow": the first key of every advisory lock this store takes
@@ -100,18 +101,28 @@ ALTER TABLE host_runs DROP CONSTRAINT host_runs_state_check;
 ALTER TABLE host_runs ADD CONSTRAINT host_runs_state_check CHECK (state IN ('live', 'finished', 'fenced', 'released'));
 ALTER TABLE host_runs ADD COLUMN release jsonb;
 """),
+    # The run's exact Docker label as its launcher made it (path and a per-run nonce, custody/labels.py):
+    # a release from another machine cannot recompute it from the run root. NULL: a run registered
+    # before, whose label is its run root's alone.
+    (4, """
+ALTER TABLE host_runs ADD COLUMN run_label text;
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 def redacted(url: str) -> str:
-    """The URL with its password replaced, for messages and the store's location."""
+    """The URL with its password replaced (user part and query), for messages and the store's location.
+    The flags refuse a URL with a password; an in-process caller (a test's server URL) may give one."""
     parts = urlsplit(url)
-    if parts.password is None:
+    if password_part(url) is None:
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc[-1]}")
+    query = [(k, "***" if unquote(k).strip().lower() in SECRET_PARAMETERS else v)
+             for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    return urlunsplit(parts._replace(query=urlencode(query, safe="*")))
 
 
 def check_url(url: str) -> None:
@@ -287,12 +298,13 @@ class HostRunReleased(ClaimLost):
     after its claims went to other hosts, and must stop without settling or running anything."""
 
 
-_RUN_COLUMNS = "run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, fence_proof::text, release::text"
+_RUN_COLUMNS = ("run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, fence_proof::text, release::text, "
+                "run_label")
 
 
 def _host_run(row: Sequence[Any]) -> HostRun:
     return HostRun(run_id=row[0], campaign=row[1], host=row[2], run_root=row[3], lease_sec=row[4],
-                   lease_expires_at=row[5], state=row[6], fence_proof=row[7], release=row[8])
+                   lease_expires_at=row[5], state=row[6], fence_proof=row[7], release=row[8], run_label=row[9])
 
 
 def _no_lease(cur: Any, run_id: str, doing: str) -> ClaimLost:
@@ -345,12 +357,14 @@ class TaskClaims:
                         "ON CONFLICT DO NOTHING", (self.campaign, list(task_ids)))
             return cur.rowcount
 
-    def register_run(self, *, host: str, run_root: str, lease_sec: float, run_id: str | None = None) -> HostRun:
+    def register_run(self, *, host: str, run_root: str, lease_sec: float, run_id: str | None = None,
+                     run_label: str | None = None) -> HostRun:
         run_id = run_id or uuid.uuid4().hex
         with self._tx("registering the run") as cur:
-            cur.execute("INSERT INTO host_runs (run_id, campaign, host, run_root, lease_sec, lease_expires_at, state) "
-                        "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s), 'live') "
-                        f"RETURNING {_RUN_COLUMNS}", (run_id, self.campaign, host, run_root, lease_sec, lease_sec))
+            cur.execute("INSERT INTO host_runs (run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, "
+                        "run_label) VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s), 'live', %s) "
+                        f"RETURNING {_RUN_COLUMNS}",
+                        (run_id, self.campaign, host, run_root, lease_sec, lease_sec, run_label))
             return _host_run(cur.fetchone())
 
     def renew(self, run_id: str) -> datetime:

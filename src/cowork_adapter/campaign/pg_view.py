@@ -54,10 +54,12 @@ def read_snapshot(url: str, name: str) -> CampaignSnapshot:
             row = cur.fetchone()
             # An operator's release (schema v3) is read where the column exists: a v2 database has none.
             release = "release::text" if version >= 3 else "NULL"
-            cur.execute(f"SELECT run_id, host, run_root, state, started_at, ended_at, lease_expires_at, {release} "
-                        "FROM host_runs WHERE campaign = %s ORDER BY started_at, run_id", (name,))
+            label = "run_label" if version >= 4 else "NULL"  # v4: the label registered with the run
+            cur.execute(f"SELECT run_id, host, run_root, state, started_at, ended_at, lease_expires_at, {release}, "
+                        f"{label} FROM host_runs WHERE campaign = %s ORDER BY started_at, run_id", (name,))
             runs = [CampaignRun(run_id=r[0], host=r[1], run_root=r[2], state=r[3], started_at=r[4], ended_at=r[5],
-                                lease_expires_at=r[6], release=None if r[7] is None else _release(location, r[7]))
+                                lease_expires_at=r[6], release=None if r[7] is None else _release(location, r[7]),
+                                run_label=r[8])
                     for r in cur.fetchall()]
             cur.execute("SELECT task_id, state, run_id, times_claimed, settled_status, receipt, settled_at "
                         "FROM task_claims WHERE campaign = %s ORDER BY task_id", (name,))

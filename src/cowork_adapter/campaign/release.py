@@ -57,11 +57,12 @@ class Fence:
     removed: list[str] = field(default_factory=list)
 
 
-def label_of_registered_root(run_root: str) -> str:
-    """The run's Docker label from the run root its launcher registered. That path was resolved on
-    the run's own machine (config.RunConfig), so it is hashed as written, never resolved here
-    (custody/labels.run_label would resolve it against THIS machine's symlinks)."""
-    return label_of_resolved_root(run_root)
+def label_of_registered_root(run_root: str, registered_label: str | None = None) -> str:
+    """The run's Docker label: the one its launcher registered (schema v4: path and nonce, never
+    recomputable here), else, for a run registered before, its run root's path-only label. That path
+    was resolved on the run's own machine (config.RunConfig), so it is hashed as written, never
+    resolved here (against THIS machine's symlinks)."""
+    return registered_label or label_of_resolved_root(run_root)
 
 
 def _docker_listing(docker_host: str, label: str) -> list[str]:
@@ -134,7 +135,7 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
         problem = lapsed_problem(run, snap.db_now)
         if problem is not None:
             raise Refusal(STAGE, problem[0].upper() + problem[1:])
-        label = label_of_registered_root(run.run_root)
+        label = label_of_registered_root(run.run_root, run.run_label)
         try:
             fence = find_fence(run_id, label, docker_host, confirm_fenced, listing=listing, cleanup=cleanup)
         except CustodyError as exc:

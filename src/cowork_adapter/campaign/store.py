@@ -225,7 +225,8 @@ class Campaign:
         _check_usage(usage, self._record.last_usage)
         at = self._now()
         note = Reconciliation(
-            run_root=active.run_root, operator_note=operator_note, checks=checks, usage_at_reconcile=usage, at=at
+            run_root=active.run_root, operator_note=operator_note, checks=checks, usage_at_reconcile=usage, at=at,
+            previous_usage=self._record.last_usage, previous_usage_observed_at=self._record.last_usage_observed_at,
         )
         entry = RunRecord(
             run_root=active.run_root,

@@ -101,20 +101,54 @@ def pids_with_env(name: str, value: str) -> list[int]:
     on the runner is inherited by every descendant that does not scrub its environment.
     """
     wanted = f"{name}={value}".encode()
-    found = []
     try:
         pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
-        return found
+        return []
+    # Unreadable (gone meanwhile, or another user's process) is not marked.
+    return [pid for pid in pids if environ_holds(pid, wanted)]
+
+
+def environ_holds(pid: int, entry: bytes) -> Optional[bool]:
+    """Whether the environment `pid` was started with holds `entry` (b"NAME=value"); None when it
+    cannot be read (gone meanwhile, or another user's process)."""
+    try:
+        with open(f"/proc/{int(pid)}/environ", "rb") as fh:
+            return entry in fh.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+
+
+def marked_members(pgid: int, name: str, value: str) -> list[int]:
+    """The live (not zombie) members of process group `pgid` whose environment holds `name=value`.
+
+    A group id is its leader's pid, and the kernel hands a pid out again once every member of the
+    group is gone: a recorded group id alone may name someone else's group by now. A member that
+    carries the run's marker proves the group is still the run's (no foreign group can hold that id
+    while one of ours does)."""
+    entry = f"{name}={value}".encode()
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    found = []
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                entries = fh.read().split(b"\0")
-        except OSError:
-            continue  # gone meanwhile, or another user's process
-        if wanted in entries:
+        fields = _stat_fields(pid)
+        if fields is None or len(fields) < 3 or fields[0] in ("Z", "X", "x") or fields[2] != str(pgid):
+            continue
+        if environ_holds(pid, entry):
             found.append(pid)
     return found
+
+
+def signal_marked_group(pgid: int, sig: int, name: str, value: str) -> bool:
+    """killpg(pgid, sig) only while a member carries the marker `name=value`; False when none does
+    (the group is gone, or the id now names another group) and nothing was signalled. Errors of
+    killpg itself (ProcessLookupError, PermissionError) reach the caller."""
+    if not marked_members(pgid, name, value):
+        return False
+    os.killpg(pgid, sig)
+    return True
 
 
 def pgid_of(pid: int) -> Optional[int]:

@@ -88,6 +88,13 @@ class ProcTable:
         except OSError:
             return None
 
+    def environ_holds(self, pid: int, entry: bytes) -> bool | None:
+        """Whether the environment `pid` started with holds `entry`; None when unreadable."""
+        try:
+            return entry in (self.root / str(pid) / "environ").read_bytes().split(b"\0")
+        except OSError:
+            return None
+
     def live(self, pid: int) -> ProcStat | None:
         """The stat of a running (not zombie, not dead) process, else None."""
         stat = self.stat(pid)
@@ -122,6 +129,9 @@ class Recorded:
     custody: CustodyProcesses | None = None
     launcher_pids: list[tuple[int, str]] = field(default_factory=list)  # (pid, source), no start ticks
     runner_pgids: list[tuple[int, str]] = field(default_factory=list)  # (pgid, source)
+    # b"COWORK_RUN_LABEL=<label>", the marker every process of the run inherits: a recorded group's
+    # member whose (readable) environment lacks it is another group that reuses the id, not the run's.
+    marker: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -269,7 +279,8 @@ def prove(run_root: Path, recorded: Recorded, *, table: ProcTable | None = None,
         if stat is None:
             continue
         if stat.pgrp in members:
-            members[stat.pgrp].append(pid)
+            if recorded.marker is None or table.environ_holds(pid, recorded.marker) is not False:
+                members[stat.pgrp].append(pid)  # unreadable is not proof of another owner: counted
             continue
         if pid in named:
             continue

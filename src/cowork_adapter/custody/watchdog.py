@@ -180,12 +180,11 @@ class Watch:
         return not self.paths["agent_env"].exists()
 
     def targets(self) -> tuple[set[int], set[int]]:
-        """(process groups, single pids) of the run: the recorded runner group and the marked ones."""
+        """(process groups, single pids) of the run: every group with a member carrying the run's
+        marker, the recorded runner group among them while it lives. A recorded group id alone is
+        never signalled: once the run's group is gone the kernel may give that id to anyone."""
         own = os.getpgid(0)
         groups: set[int] = set()
-        recorded = read_processes(self.run_root)
-        if recorded is not None and recorded.runner_pgid:
-            groups.add(recorded.runner_pgid)
         marked = set(pids_with_env(RUN_MARKER_ENV, self.run_label)) - {os.getpid()}
         for pid in marked:
             pgid = pgid_of(pid)

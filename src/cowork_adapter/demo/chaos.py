@@ -43,7 +43,7 @@ import docker
 
 from ..container import protocol
 from ..custody.docker_ops import label_is_empty, list_labelled
-from ..custody.labels import RUN_LABEL_KEY, run_label
+from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
 from ..custody.watchdog import custody_paths
 from ..events import read_all
 from ..vocab import ExitCode
@@ -92,25 +92,42 @@ def pick_moments(seed: int, phases: list[str], hows: tuple[str, ...] = ("pid", "
 
 
 class CreateEvents:
-    """Follows the daemon's container create/destroy events of one exact run label, with their times."""
+    """Follows the daemon's container create/destroy events of one run's exact label, with their times.
 
-    def __init__(self, docker_host: str, label: str) -> None:
+    The label is drawn when the launcher starts (a per-run nonce), after this starts following: every
+    event carrying the label KEY is kept with its value, and `times` / `gone` keep those whose value
+    is the label the run recorded in its manifest (none before it has one: nothing labelled exists)."""
+
+    def __init__(self, docker_host: str, run_root: Path) -> None:
         self.client = docker.DockerClient(base_url=docker_host, timeout=60)
-        self.times: list[tuple[float, str]] = []  # creates: (daemon time in s, container name)
-        self.gone: list[tuple[float, str]] = []  # destroys
+        self.run_root = run_root
+        self._seen: list[tuple[str, float, str, str]] = []  # (action, daemon time in s, name, label value)
         self._stream = self.client.events(decode=True, filters={
-            "type": ["container"], "event": ["create", "destroy"], "label": [f"{RUN_LABEL_KEY}={label}"]})
+            "type": ["container"], "event": ["create", "destroy"], "label": [RUN_LABEL_KEY]})
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
     def _follow(self) -> None:
         try:
             for event in self._stream:
-                name = ((event.get("Actor") or {}).get("Attributes") or {}).get("name", "")
+                attributes = (event.get("Actor") or {}).get("Attributes") or {}
                 at = int(event.get("timeNano", 0)) / 1e9
-                (self.times if event.get("Action") == "create" else self.gone).append((at, name))
+                self._seen.append((event.get("Action", ""), at, attributes.get("name", ""),
+                                   attributes.get(RUN_LABEL_KEY, "")))
         except Exception:  # noqa: BLE001 - the stream ends when close() is called
             return
+
+    def _of_run(self, action: str) -> list[tuple[float, str]]:
+        label = label_now(self.run_root)
+        return [(at, name) for act, at, name, value in list(self._seen) if act == action and value == label]
+
+    @property
+    def times(self) -> list[tuple[float, str]]:  # creates: (daemon time in s, container name)
+        return self._of_run("create")
+
+    @property
+    def gone(self) -> list[tuple[float, str]]:  # destroys
+        return self._of_run("destroy")
 
     def close(self) -> None:
         self._stream.close()
@@ -126,7 +143,17 @@ def kinds_of(run_root: Path) -> list[str]:
     return [str(e.get("kind")) for e in events_of(run_root)]
 
 
-def labelled_names(docker_host: str, label: str) -> list[str]:
+def label_now(run_root: Path) -> str | None:
+    """The label the run recorded, or None before its manifest exists (nothing carries it yet)."""
+    try:
+        return run_label(run_root)
+    except (OSError, ValueError):
+        return None
+
+
+def labelled_names(docker_host: str, label: str | None) -> list[str]:
+    if label is None:
+        return []
     try:
         return [name for _, name in list_labelled(docker_host, label, timeout=10).containers]
     except Exception:  # noqa: BLE001 - a busy daemon: not seen yet
@@ -245,7 +272,7 @@ class ChaosBench:
 
     # ------------------------------------------------------------------ reaching a phase
 
-    def _reach(self, moment: Moment, proc: subprocess.Popen, run_root: Path, label: str, tasks: list[str]) -> bool:
+    def _reach(self, moment: Moment, proc: subprocess.Popen, run_root: Path, tasks: list[str]) -> bool:
         """Wait until the phase begins (True), with the extra action some phases need."""
         env = self.env
         alive = lambda: proc.poll() is None  # noqa: E731
@@ -253,7 +280,8 @@ class ChaosBench:
         if phase == "preflight":
             return wait_for(lambda: (run_root / "run_manifest.json").exists() or not alive(), 300, 0.002) and alive()
         if phase == "probe":
-            return wait_for(lambda: any(n.startswith("pg-probe-") for n in labelled_names(env.docker_host, label))
+            return wait_for(lambda: any(n.startswith("pg-probe-")
+                                        for n in labelled_names(env.docker_host, label_now(run_root)))
                             or not alive(), 300, 0.1) and alive()
         if phase == "image":
             return wait_for(lambda: (run_root / "image_build.log").exists() or not alive(), 300, 0.02) and alive()
@@ -287,19 +315,20 @@ class ChaosBench:
         name = f"{self.prefix}-{index:02d}-{moment.phase}-{moment.how}"
         result = KillResult(moment, name)
         run_root = env.run_root(name)
-        label = run_label(run_root)
         campaign = env.root / f"campaign-{name}.json"
-        bystanders = make_bystanders(env.docker_host, label)
+        # The run's own label is drawn at its start: the bystanders carry its path's label (another
+        # run at the same path, or one from before the nonce) and a near-identical one.
+        bystanders = make_bystanders(env.docker_host, path_label(run_root))
         client = docker.DockerClient(base_url=env.docker_host, timeout=60)
         unlabelled = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
                                            name=f"agent-{secrets.token_hex(5)}")
-        creates = CreateEvents(env.docker_host, label)
+        creates = CreateEvents(env.docker_host, run_root)
         usage_before = env.meter.state()["usage"]
         started = time.time()
         proc = self.launch(name, self.args(name, moment, tasks, []))
         checks = result.checks
         try:
-            reached = self._reach(moment, proc, run_root, label, tasks)
+            reached = self._reach(moment, proc, run_root, tasks)
             if reached:
                 time.sleep(moment.jitter)
             signal_it = (lambda sig: os.kill(proc.pid, sig)) if moment.how == "pid" \
@@ -333,12 +362,13 @@ class ChaosBench:
             result.seconds["clear"] = round(time.time() - killed_at - result.seconds["contained"], 1)
             checks.append(Check("`cowork-adapter clear` exits 0", out.returncode == ExitCode.OK,
                                 f"exit {out.returncode}: {(out.stderr or out.stdout).strip()[-300:]}"))
+            label = label_now(run_root)
             checks.append(Check("nothing with the run's exact label is left after clear",
-                                label_is_empty(env.docker_host, label)))
+                                label is None or label_is_empty(env.docker_host, label), str(label)))
             if not campaign_existed:
                 checks.append(Check("clear created no campaign file and no lock for a run that had none",
                                     not any(env.root.glob(f"campaign-{name}.json*"))))
-            checks.append(Check("the bystanders (near-identical label, unlabelled agent-*) survive",
+            checks.append(Check("the bystanders (the path's label, a near-identical one, unlabelled agent-*) survive",
                                 bystanders_alive(env.docker_host, bystanders)
                                 and client.containers.get(unlabelled.id).status == "running"))
             resumed_at = time.time()
@@ -366,7 +396,7 @@ class ChaosBench:
         late = [(round(t - killed_at, 2), n) for t, n in creates.times if t > killed_at + FENCE_SEC]
         agents = {n for _, n in creates.times if n.startswith("agent-")}
         gone_at = {n: t for t, n in creates.gone}
-        alive_agents = [n for n in agents if n in labelled_names(env.docker_host, run_label(run_root))]
+        alive_agents = [n for n in agents if n in labelled_names(env.docker_host, label_now(run_root))]
         outlived = [(n, round(gone_at[n] - killed_at, 1)) for n in agents
                     if n in gone_at and gone_at[n] > killed_at + BLINDNESS_SEC]
         key_gone = not custody_paths(run_root)["agent_env"].exists()

@@ -22,7 +22,7 @@ from typing import Callable
 import docker
 
 from ..custody.docker_ops import label_is_empty
-from ..custody.labels import RUN_LABEL_KEY, run_label
+from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
 from ..vocab import DemoScenario, ExitCode, TaskStatus
 from .bench_repo import materialize_bench
 from .meter_standin import MeterStandin
@@ -212,7 +212,7 @@ def resource_checks(env: DemoEnv, name: str, rows: dict[str, dict]) -> list[Chec
 def scenario_sigterm(env: DemoEnv) -> list[Check]:
     name, campaign = "sigterm", "campaign-sigterm.json"
     run_root = env.run_root(name)
-    bystanders = make_bystanders(env.docker_host, run_label(run_root))
+    bystanders = make_bystanders(env.docker_host, path_label(run_root))  # its own label is drawn at its start
     try:
         proc = env.launch(env.run_args(name, ["demo-hang", "demo-csv-totals"], campaign=campaign), name)
         started = wait_for(lambda: agent_started(run_root), 300)
@@ -297,16 +297,21 @@ SCENARIOS: dict[str, Callable[[DemoEnv], list[Check]]] = {
 
 
 def make_bystanders(docker_host: str, label: str) -> dict[str, list[str]]:
-    """A container and a network that look like the run's own (names, a near-identical label)."""
+    """Containers and a network that look like the run's own: names like its containers', one with
+    `label` itself and one with a near-identical label. Given the run root's path-only label
+    (labels.path_label), the first is what another run at the same path carries (another host on the
+    same daemon, or a run from before the per-run nonce): the run must never remove it."""
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
         suffix = secrets.token_hex(4)
-        container = client.containers.run(
+        near = client.containers.run(
             BYSTANDER_IMAGE, ["sleep", "3600"], detach=True, name=f"agent-1-{suffix}",
             labels={RUN_LABEL_KEY: label[:-1] + ("0" if label[-1] != "0" else "1")},
         )
+        same_path = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
+                                          name=f"agent-2-{suffix}", labels={RUN_LABEL_KEY: label})
         network = client.networks.create(f"net-1-{suffix}")
-        return {"containers": [container.id], "networks": [network.id]}
+        return {"containers": [near.id, same_path.id], "networks": [network.id]}
     finally:
         client.close()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import docker
 
-from ..custody.labels import run_label
+from ..custody.labels import path_label
 from ..image.derived import ImageRequest, build_derived_image
 from ..vocab import ExitCode, TaskStatus
 from .scenarios import Check, DemoEnv, custody_checks, read_json, read_rows
@@ -33,11 +33,11 @@ def _git_head(repo: Path) -> str:
 
 def unrepaired_image(env: DemoEnv) -> str:
     """A derived image built as the benchmark gives it (repairs off), tagged for this demo root."""
-    tag = f"cowork-demo-unrepaired:{run_label(env.root)[:12]}"
+    tag = f"cowork-demo-unrepaired:{path_label(env.root)[:12]}"
     req = ImageRequest(tag=tag, base_image=env.pack_tag, seed_dir=env.seed, seed_head=_git_head(env.seed),
                        bench_commit=env.bench_commit)
     context = env.root / "unrepaired-image"
-    build_derived_image(env.docker_host, req, context, env.root / "unrepaired-image.log", run_label(context),
+    build_derived_image(env.docker_host, req, context, env.root / "unrepaired-image.log", path_label(context),
                         lambda: None, repair=False)
     return tag
 

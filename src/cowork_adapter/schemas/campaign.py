@@ -72,6 +72,10 @@ class Reconciliation(_Strict):
     checks: dict[str, Any]
     usage_at_reconcile: Usd
     at: AwareDatetime
+    # The usage the reconcile replaced (last_usage and when it was observed before this save), so the
+    # history keeps both values (None in records written before it was kept).
+    previous_usage: Usd | None = None
+    previous_usage_observed_at: AwareDatetime | None = None
 
 
 class CampaignStop(_Strict):

@@ -208,6 +208,9 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     campaign_name: str | None = None
     campaign_settlement: str | None = None
     docker_host: str | None = None  # the daemon the run used (`clear` defaults to it)
+    # The random nonce hashed with the run root into run_label (custody/labels.py); None in a run
+    # root from before it, whose run_label is the path's alone.
+    run_nonce: str | None = None
     cleared: ClearedRecord | None = None  # set by `cowork-adapter clear` on a dead run
     # The qualify table given with --task-validity (copied into the run root as task_validity.json).
     task_validity: dict[str, str] | None = None  # {source, sha256}

@@ -30,6 +30,7 @@ class HostRun(msgspec.Struct, frozen=True, kw_only=True):
     state: str  # a HostRunState value
     fence_proof: str | None = None  # the FenceProof JSON that released its claims, when fenced
     release: str | None = None  # the HostRunRelease JSON, when an operator released it (schema v3)
+    run_label: str | None = None  # its containers' exact Docker label (schema v4; None: registered before)
 
 
 class FenceProof(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +56,7 @@ class HostRunRelease(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     host: str  # the run's host, as it registered
     run_root: str
-    run_label: str  # the exact Docker label of its containers (from its registered run root)
+    run_label: str  # the exact Docker label of its containers (as registered; else from its run root)
     fence: str  # a ReleaseFence value
     evidence: str  # one sentence: what the daemon answered, or why none was asked
     docker_host: str | None = None
@@ -135,6 +136,7 @@ class CampaignRun(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: datetime | None
     lease_expires_at: datetime
     release: HostRunRelease | None = None  # an operator's release (state released): attested or label-proven
+    run_label: str | None = None  # its containers' exact Docker label (schema v4; None: registered before)
 
 
 class CampaignClaim(msgspec.Struct, frozen=True, kw_only=True):
