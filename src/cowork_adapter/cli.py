@@ -44,7 +44,7 @@ from .defaults import (
 from .admission import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
 from .errors import Refusal
 from .paths import PathKind, checked_path
-from .vocab import DemoScenario, ExitCode
+from .vocab import DemoScenario, ExitCode, StopPath
 
 if TYPE_CHECKING:  # config.py (its checks, msgspec) is imported only by the commands that build a RunConfig
     from .config import RunConfig
@@ -128,6 +128,7 @@ _ReviewEnforcement = _choices("ReviewEnforcement", REVIEW_ENFORCEMENTS)
 _SafetyMode = _choices("SafetyMode", SAFETY_MODES)
 _RuntimeMode = _choices("RuntimeMode", RUNTIME_MODES)
 _Probe = _choices("Probe", PROBE_CHOICES)
+_StopPath = _choices("StopPathChoice", [p.value for p in StopPath])
 
 
 def _one_of(values: Sequence[str]) -> str:
@@ -301,6 +302,9 @@ def _run_flags(
     task_validity: Annotated[Optional[Path], typer.Option(
         help="task_validity.json from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
              "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
+    stop_path: Annotated[_StopPath, typer.Option(
+        hidden=True, help="Benchmarks only: runner_trap stops the old way (the runner's own EXIT trap removes "
+        "its containers one by one) so bench_stop_latency.py can measure it beside the default.")] = "fast",
 ) -> None:
     """Template of the run flags: never registered itself."""
 

@@ -164,6 +164,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     pids_limit: int = 512
     # Reporting: a task_validity.json from `qualify` (the report then also scores the valid tasks).
     task_validity: Path | None = None
+    # How a stop removes the run's containers (vocab.StopPath). A hidden flag: the old path
+    # (runner_trap) exists only so bench_stop_latency.py can measure it beside the fast one.
+    stop_path: Literal["fast", "runner_trap"] = "fast"
 
     def __post_init__(self) -> None:
         # Built in code, a Struct is not checked by msgspec: convert and check every field here, then

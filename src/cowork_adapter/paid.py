@@ -55,7 +55,7 @@ from .schemas.monitor import Spending as MonitorSpending
 from .supervisor import SupervisionResult, Supervisor
 from .gateway import FENCE_BUDGET as GATEWAY_BUDGET
 from .gateway_run import secret_file as gateway_secret_file
-from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopReason
+from .vocab import EventKind, ExitCode, MeterPhase, RunOutcome, StopPath, StopReason
 
 GIB = 1 << 30
 # Rejected meter reads monitor.json lists one by one; older ones are only counted (rejected_dropped).
@@ -494,6 +494,7 @@ class PaidRun:
                 runner_cwd=self.bench_copy, console_log=cfg.run_root / "console.log", stop_file=self.stop_file,
                 blindness_sec=cfg.meter_blindness_sec, meter=self, disk_check=self.disk_check, publish=self.publish,
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
+                remove_labelled=self._stop_clear, stop_path=StopPath(cfg.stop_path),
             )
             self.stop_now = supervisor.request_stop  # daemon loss and failed campaign writes stop it at once
             for cause in self.pending_stops:  # seen by the host's lease before the supervisor existed
@@ -665,6 +666,24 @@ class PaidRun:
         except CampaignPersistenceError as exc:
             self._persistence_failed(exc, "recording the runner's process group")
 
+    def _stop_clear(self, reason: str) -> None:
+        """The fast stop's removal (Supervisor.remove_labelled), recorded as stop_cleared: the run's
+        containers, networks and volumes by exact label, in parallel, each container's accounting
+        read first, every admitted creation waited for, proven by a fresh listing. Never raises:
+        the final cleanup (_end_custody) lists and proves again whatever happened here."""
+        started = time.monotonic()
+        removed, error = 0, None
+        try:
+            report = cleanup_run(self.cfg.docker_host, self.label, _cleanup_log,
+                                 before_remove=reader_for(self.evidence), creations=creations_dir(self.cfg.run_root))
+            removed = len(report.removed_containers) + len(report.removed_networks) + len(report.removed_volumes)
+        except CustodyError as exc:
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - the group must still be stopped, and the final cleanup judges
+            error = f"{type(exc).__name__}: {exc}"
+        self.event(EventKind.STOP_CLEARED, reason=reason, removed=removed, proven=error is None,
+                   seconds=round(time.monotonic() - started, 3), error=error[:500] if error else None)
+
     def _gateway_fenced(self, reason: str) -> None:
         """From a gateway thread: its own cost sum reached the allowance. Fence admission, stop the run."""
         if reason != GATEWAY_BUDGET:
@@ -781,16 +800,15 @@ def _spending(record, usage: float, run_start_usage: float) -> Spending:
                     usage_baseline=record.usage_baseline, usage=usage, usage_at_run_start=run_start_usage)
 
 
+def _cleanup_log(entry: dict) -> None:
+    print(json.dumps({"event": "cowork_cleanup", **entry}), file=sys.stderr, flush=True)
+
+
 def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Path, agent_env: Path) -> str | None:
     """Exact-label cleanup, proven by a relist; then the staging dirs and the key file. None = proven."""
-    import json
-
-    def log(entry: dict) -> None:
-        print(json.dumps({"event": "cowork_cleanup", **entry}), file=sys.stderr, flush=True)
-
     error = None
     try:
-        report = cleanup_run(cfg.docker_host, label, log,
+        report = cleanup_run(cfg.docker_host, label, _cleanup_log,
                              before_remove=reader_for(cfg.run_root / "custody" / "evidence"),
                              creations=creations_dir(cfg.run_root))
         record_event(events, failures, EventKind.CLEANUP,

@@ -21,7 +21,7 @@ from .campaign.observe import POLL_SEC, MeterBlind, MeterSchedule  # one cadence
 from .container.procs import group_alive
 from .errors import CampaignPersistenceError
 from .fileio import create_exclusive
-from .vocab import StopReason
+from .vocab import StopPath, StopReason
 
 # POLL_SEC (15 s) and READ_SLICE_SEC (one full meter read must always fit before the blindness
 # bound) come from campaign.observe, the same constants the manifest records; the waits are
@@ -60,6 +60,11 @@ class Supervisor:
     publish: Callable[[bool], None]  # progress refresh; must not raise (it reports its own failures)
     on_event: Callable[[str, dict], None]
     on_runner_started: Callable[[int], None] = lambda pgid: None
+    # The fast stop's exact-label removal (StopPath.FAST), given the stop's first cause: the run's
+    # containers removed in parallel, the admitted creations waited for, proven by a fresh listing.
+    # It must not raise; the launcher's final cleanup proves custody whatever it did.
+    remove_labelled: Callable[[str], None] | None = None
+    stop_path: StopPath = StopPath.FAST
     clock: Callable[[], float] = time.monotonic
     poll_sec: float = POLL_SEC
     group_grace_sec: float = GROUP_GRACE_SEC
@@ -139,6 +144,8 @@ class Supervisor:
             if decision is not None:
                 self.request_stop(decision)  # known exhaustion never waits for another poll
                 break
+            if self._causes:
+                break  # a signal or the gateway's fence arrived during the read: no disk check or publish first
             reason = self.disk_check()
             if reason is not None:
                 self.request_stop(reason)
@@ -154,7 +161,16 @@ class Supervisor:
             self._wake.clear()
 
     def _fence_and_stop_group(self) -> None:
-        """Fence container admission (the shim reads the stop file), then stop the runner group."""
+        """Fence container admission (the shim reads the stop file), then stop the runner group.
+
+        StopPath.FAST, in this order: the fence; SIGTERM to the group (its task subshells stop at
+        once, so none reacts to its containers vanishing); the run's containers removed by exact
+        label without waiting for the runner's own EXIT trap (remove_labelled); then the group
+        waited for, SIGKILL after the grace. Killed at any point of it, this process leaves the
+        fence in place and the watchdog does the rest (it signals the group again, and its cleanup
+        waits for any removal the daemon is still running).
+        StopPath.RUNNER_TRAP (benchmarks only): the group's trap removes them one by one.
+        """
         reason = self._causes[0] if self._causes else StopReason.RUNNER_FINISHED
         try:
             create_exclusive(self.stop_file, f"{reason}\n", durable=False)  # the shim sees it at once
@@ -164,15 +180,23 @@ class Supervisor:
             # Without the marker the shim cannot refuse new containers: still stop the group.
             self.on_event("stop_marker_failed", {"error": f"{type(exc).__name__}: {exc}"})
             self.request_stop(StopReason.SUPERVISOR_ERROR)
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
+            return  # no runner was started: nothing of the run can exist
+        # A runner that ended by itself removed its own containers: the final cleanup proves it.
+        remove = self.remove_labelled if self._causes and self.stop_path is StopPath.FAST else None
+        if self.proc.poll() is not None:
+            if remove is not None:
+                remove(str(reason))  # a stop cause raced the runner's end: do not wait for the final cleanup
             return
-        self.on_event("stop_requested", {"reason": str(reason)})
-        # The runner's EXIT trap removes its containers on SIGTERM; SIGKILL only if the group lingers.
+        self.on_event("stop_requested", {"reason": str(reason), "path": str(self.stop_path)})
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
-                break
+                pass  # the group is gone already; its containers may not be
+            if remove is not None:
+                remove(str(reason))
+                remove = None
             if self._wait_group_gone(self.group_grace_sec):
                 break
         self.proc.poll()

@@ -3,10 +3,14 @@ it is classified as such and waited for, never counted as a failure; the relist 
 
 from __future__ import annotations
 
+import threading
+import time
+
 import requests
 from docker.errors import APIError, NotFound
 
 from cowork_adapter.custody import docker_ops
+from cowork_adapter.custody.labels import RUN_LABEL_KEY
 
 
 def _api_error(status: int, text: str) -> APIError:
@@ -54,3 +58,57 @@ def test_the_wait_is_bounded():
     api = SlowRemoval(rounds=10**6)
     docker_ops._await_removals(api, ["abc"], timeout=0.2)
     assert 1 <= api.calls <= 3
+
+
+class ParallelDaemon:
+    """docker-py's APIClient as far as a removal pass uses it; a forced container removal takes
+    `delay` s (the daemon kills the container first)."""
+
+    def __init__(self, label: str, containers: int, delay: float) -> None:
+        self.delay, self.lock, self.log = delay, threading.Lock(), []
+        self.made = {f"c{i}": {"Id": f"c{i}", "Names": [f"/agent-{i}"], "Labels": {RUN_LABEL_KEY: label}}
+                     for i in range(containers)}
+        self.nets = {"n0": {"Id": "n0", "Name": "net-0", "Labels": {RUN_LABEL_KEY: label}}}
+
+    def containers(self, all, filters):  # noqa: A002 - docker-py's own keyword
+        return list(self.made.values())
+
+    def networks(self, filters):
+        return list(self.nets.values())
+
+    def volumes(self, filters):
+        return {"Volumes": []}
+
+    def remove_container(self, ident, v, force):
+        time.sleep(self.delay)
+        with self.lock:
+            self.log.append(("rm", ident))
+            del self.made[ident]
+
+    def remove_network(self, ident):
+        with self.lock:
+            assert not self.made, "a network is removed only after every container"
+            self.log.append(("net", ident))
+            del self.nets[ident]
+
+
+def test_a_removal_pass_removes_the_containers_in_parallel_each_read_first():
+    label = "a" * 32
+    daemon = ParallelDaemon(label, containers=8, delay=0.4)
+    read: list[str] = []
+
+    def before_remove(_api, ident, _name):
+        with daemon.lock:
+            read.append(ident)
+            assert ("rm", ident) not in daemon.log  # the reading comes before its removal
+
+    removed = {"container": [], "network": [], "volume": []}
+    errors: list = []
+    started = time.monotonic()
+    gone = docker_ops._remove_pass(daemon, label, lambda entry: None, before_remove, errors, removed)
+    took = time.monotonic() - started
+    assert gone == 0 and errors == []
+    assert sorted(i for i, _ in removed["container"]) == sorted(f"c{i}" for i in range(8))
+    assert removed["network"] == [("n0", "net-0")] and daemon.log[-1] == ("net", "n0")
+    assert sorted(read) == sorted(f"c{i}" for i in range(8))
+    assert took < 1.6  # one after the other: 8 x 0.4 = 3.2 s

@@ -185,3 +185,85 @@ def test_the_supervisor_polls_at_the_cadence_the_manifest_records(tmp_path):
     recorded = budget_record(cfg)["meter"]
     assert supervisor.poll_sec == recorded["poll_sec"] == 15.0
     assert recorded["read_slice_sec"] == 5.0
+
+
+# A runner whose EXIT trap takes 1.5 s (as the upstream runner's removes its containers one by one):
+# the fast stop must not wait for it before the run's containers are removed.
+SLOW_TRAP_RUNNER = ["bash", "-c", "trap 'sleep 1.5' EXIT; sleep 300 & wait"]
+
+
+class Removal:
+    """A stand-in remove_labelled that records what the world looked like when it was called."""
+
+    def __init__(self, sup_ref: dict, stop_file: Path):
+        self.sup_ref, self.stop_file, self.calls = sup_ref, stop_file, []
+
+    def __call__(self, reason: str) -> None:
+        sup = self.sup_ref["sup"]
+        self.calls.append({"reason": reason, "at": time.monotonic(), "fenced": self.stop_file.exists(),
+                           "group_alive": not group_gone(sup.proc.pid, settle=0.0)})
+
+
+def test_fast_stop_removes_before_the_runner_trap_ends_then_the_group_is_gone(tmp_path):
+    ref: dict = {}
+    removal = Removal(ref, tmp_path / "stop")
+    sup = ref["sup"] = make(tmp_path, SLOW_TRAP_RUNNER, FakeMeter(decision_after=1), remove_labelled=removal)
+    started = time.monotonic()
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == StopReason.RUN_BUDGET
+    assert len(removal.calls) == 1
+    call = removal.calls[0]
+    assert call["reason"] == StopReason.RUN_BUDGET
+    assert call["fenced"]  # the fence comes first: no creation is admitted while it removes
+    assert call["group_alive"]  # the trap was still running: the removal did not wait for it
+    assert call["at"] - started < 1.0
+    assert group_gone(sup.proc.pid)  # and the group is still stopped, as before
+    assert ("stop_requested", {"reason": "run_budget", "path": "fast"}) in sup.events
+
+
+def test_runner_trap_path_leaves_the_removal_to_the_runner(tmp_path):
+    from cowork_adapter.vocab import StopPath
+
+    ref: dict = {}
+    removal = Removal(ref, tmp_path / "stop")
+    sup = ref["sup"] = make(tmp_path, SLOW_TRAP_RUNNER, FakeMeter(decision_after=1), remove_labelled=removal,
+                            stop_path=StopPath.RUNNER_TRAP)
+    started = time.monotonic()
+    result = sup.run(time.monotonic())
+    assert result.stop_reason == StopReason.RUN_BUDGET
+    assert removal.calls == []
+    assert time.monotonic() - started >= 1.5  # it waited for the trap (the grace is 2 s)
+    assert group_gone(sup.proc.pid)
+
+
+def test_a_runner_that_finishes_by_itself_gets_no_stop_removal(tmp_path):
+    ref: dict = {}
+    removal = Removal(ref, tmp_path / "stop")
+    sup = ref["sup"] = make(tmp_path, ["bash", "-c", "true"], FakeMeter(), remove_labelled=removal)
+    assert sup.run(time.monotonic()).stop_reason is None
+    assert removal.calls == []
+
+
+def test_a_stop_before_the_runner_started_removes_nothing(tmp_path):
+    ref: dict = {}
+    removal = Removal(ref, tmp_path / "stop")
+    sup = ref["sup"] = make(tmp_path, ["bash", "-c", "touch started"], FakeMeter(), remove_labelled=removal)
+    assert sup.run(time.monotonic() - 31.0).stop_reason == StopReason.BUDGET_METER_UNAVAILABLE
+    assert removal.calls == [] and sup.proc is None
+
+
+def test_a_signal_during_a_meter_read_stops_without_a_disk_check_or_publish(tmp_path):
+    """A stop cause that arrives while the meter is read ends the loop right after the read."""
+    published, checked = [], []
+
+    class SlowRead(FakeMeter):
+        def observe(self, deadline):
+            self.calls += 1
+            if self.calls == 2:
+                sup.request_stop(StopReason.STOP_REQUESTED)  # as a SIGTERM handler would, mid-read
+            return time.monotonic(), None
+
+    sup = make(tmp_path, LONG_RUNNER, SlowRead(), publish=published.append,
+               disk_check=lambda: checked.append(1))
+    assert sup.run(time.monotonic()).stop_reason == StopReason.STOP_REQUESTED
+    assert len(published) == 1 and len(checked) == 1  # the first turn's only

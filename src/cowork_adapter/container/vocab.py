@@ -336,6 +336,18 @@ class EventKind(Vocab):
     DAEMON_LOST = "daemon_lost"
     DEAD_RUN_CLEARED = "dead_run_cleared"  # `cowork-adapter clear` finished a dead run's custody
     SHARED_HOST = "shared_host"  # --shared-campaign: registration, claims released, a fence, a campaign stop
+    STOP_CLEARED = "stop_cleared"  # a stop removed the run's containers itself (StopPath.FAST), proven or not
+
+
+class StopPath(Vocab):
+    """How a stop leaves no container with the run's label."""
+
+    # Fence, signal the runner group, remove the run's containers by exact label in parallel and
+    # wait for the admitted creations, proven by a fresh listing; then the group is proven gone.
+    FAST = "fast"
+    # The old path, kept for bench_stop_latency.py only: signal the runner group and wait for its
+    # own EXIT trap to remove its containers one by one (SIGKILL after the grace).
+    RUNNER_TRAP = "runner_trap"
 
 
 class ProbeKind(Vocab):

@@ -119,6 +119,17 @@ class Cleanup(_Event):
     error: str | None = None
 
 
+class StopCleared(_Event):
+    """A stop's own exact-label removal (StopPath.FAST), before the runner group is waited for."""
+
+    kind: EventKind = EventKind.STOP_CLEARED
+    reason: str  # the stop's first cause
+    removed: int = 0  # containers, networks and volumes this removal took away
+    proven: bool = False  # a fresh listing found nothing with the run's label, no creation in flight
+    seconds: float | None = None  # stop decided (the fence) -> proven, on this process's clock
+    error: str | None = None
+
+
 class Settlement(_Event):
     kind: EventKind = EventKind.SETTLEMENT
     settlement: str  # recorded | unconfirmed
@@ -222,6 +233,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     StopRequested,
     RunnerExited,
     Cleanup,
+    StopCleared,
     Settlement,
     RunFinished,
     DeadRunCleared,
