@@ -45,6 +45,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,10 +60,13 @@ from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.scenarios import DemoEnv, prepare, read_json
 from cowork_adapter.events import parse_ts
 from cowork_adapter.gateway import mint_token
+from cowork_adapter.vocab import StopPath
 
 TASKS = ["demo-hang", "demo-deck-stateful", "demo-crm-postgres", "demo-round-limit"]
 CEILING, RESERVE = 50.0, 5.0
-POLL_S = 0.2
+POLL_S = 0.05  # the label is listed this often: the figures' resolution
+FAST, RUNNER_TRAP = StopPath.FAST.value, StopPath.RUNNER_TRAP.value
+PATHS = (FAST, RUNNER_TRAP)
 PHASES = (0.1, 0.3, 0.5, 0.7, 0.9)
 MARGIN_S = 1.0  # the jump must come at least this long before the crossing
 CROSSING_COST = 100.0  # the provider's cost figure for the crossing request: past any allowance here
@@ -113,13 +117,19 @@ def wait_in_flight(run_root: Path, proc, deadline: float, want: int) -> int:
     return in_flight(run_root)
 
 
-def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: str, tasks: list[str]) -> dict:
-    name, campaign = f"stop-{index}", f"campaign-stop-{index}.json"
+def path_args(path: str) -> list[str]:
+    """The run flag that selects the stop path (the hidden --stop-path; the default is fast)."""
+    return ["--stop-path", path]
+
+
+def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: str, tasks: list[str],
+            path: str = FAST) -> dict:
+    name, campaign = f"stop-{path}-{index}", f"campaign-stop-{path}-{index}.json"
     run_root = env.run_root(name)
     label = run_label(run_root)
     boundary = CEILING - RESERVE
     proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
-                                   extra=["--concurrency", str(len(tasks))]), name)
+                                   extra=["--concurrency", str(len(tasks)), *path_args(path)]), name)
     deadline = time.monotonic() + 900
     try:
         flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
@@ -164,7 +174,7 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
     fence_path = run_root / "custody" / "stop"
     fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
     return {
-        "name": name, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
+        "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump,
         "phase_s": (cross_wall - before[-1]) if before else float("nan"),
         "detection": stop_wall - cross_wall, "fence": fence_wall - stop_wall, "stop": empty_wall - stop_wall, "total": empty_mono - cross_mono,
@@ -186,14 +196,14 @@ def chat(client: httpx.Client, url: str, token: str) -> int:
 
 
 def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, tasks: list[str],
-                    provider: ChatStandin) -> dict:
+                    provider: ChatStandin, path: str = FAST) -> dict:
     """A run with --llm-gateway: the crossing is one request whose provider cost passes the allowance."""
-    name, campaign = f"gw-stop-{index}", f"campaign-gw-stop-{index}.json"
+    name, campaign = f"gw-stop-{path}-{index}", f"campaign-gw-stop-{path}-{index}.json"
     run_root = env.run_root(name)
     label = run_label(run_root)
     provider.cost_per_request = 0.0001
     extra = ["--concurrency", str(len(tasks)), "--llm-gateway", "--openai-compatible-base-url", provider.base_url,
-             "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]
+             "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", *path_args(path)]
     proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000, extra=extra), name)
     deadline = time.monotonic() + 900
     client = httpx.Client(timeout=30)
@@ -241,14 +251,58 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
     fence_path = run_root / "custody" / "stop"
     fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
     return {
-        "name": name, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
+        "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump, "phase_s": (answered_wall - before[-1]) if before else float("nan"),
         "refused": refused_mono - answered_mono, "fence": fence_wall - answered_wall, "total": empty_mono - answered_mono,
     }
 
 
+def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list[str], path: str) -> dict:
+    """`cowork-adapter stop RUN_ROOT` once the agents are in flight: command start → no labelled container."""
+    name, campaign = f"cmd-stop-{path}-{index}", f"campaign-cmd-stop-{path}-{index}.json"
+    run_root = env.run_root(name)
+    label = run_label(run_root)
+    proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
+                                   extra=["--concurrency", str(len(tasks)), *path_args(path)]), name)
+    deadline = time.monotonic() + 900
+    stop = None
+    try:
+        flight = wait_in_flight(run_root, proc, deadline, len(tasks))
+        started = time.monotonic()
+        stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "120"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        empty = returned = None
+        while time.monotonic() < deadline and (empty is None or returned is None):
+            now = time.monotonic()
+            if returned is None and stop.poll() is not None:
+                returned = now
+            if empty is None and label_is_empty(docker_host, label):
+                empty = now
+            time.sleep(POLL_S)
+        code = proc.wait(timeout=600)
+    finally:
+        if stop is not None and stop.poll() is None:
+            stop.terminate()
+        if proc.poll() is None:
+            proc.terminate()
+    manifest = read_json(run_root / "run_manifest.json")
+    if empty is None or returned is None:
+        raise RuntimeError(f"run {name}: no empty label or no end of `stop` before the deadline; see {run_root}")
+    return {"name": name, "path": path, "exit": code, "stop_exit": stop.returncode, "flight": flight,
+            "stop_reason": manifest.get("stop_reason"), "empty": empty - started, "command": returned - started}
+
+
 def summary(values: list[float]) -> str:
-    return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}"
+    return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}" if values else "(not run)"
+
+
+def side_by_side(title: str, rows: list[tuple[str, str]], series: dict[str, list[dict]], unit: str = "s") -> None:
+    """One line per figure: min / median / max of each stop path's runs, the paths in columns."""
+    print(f"\n{title} (min / median / max, {unit})")
+    print(f"  {'':<52}" + "".join(f"{path:>26}" for path in series))
+    for label, key in rows:
+        cells = "".join(f"{summary([r[key] for r in runs]):>26}" for runs in series.values())
+        print(f"  {label:<52}{cells}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,68 +313,86 @@ def main(argv: list[str] | None = None) -> int:
                         help="crossing phase as a fraction of the poll interval (repeatable; default 0.1 0.3 0.5 0.7 0.9)")
     parser.add_argument("--tasks", type=int, default=len(TASKS),
                         help=f"tasks a run, at that concurrency: the first N of {TASKS} (default all)")
+    parser.add_argument("--path", action="append", dest="paths", choices=PATHS,
+                        help="stop path to measure (repeatable; default both, each phase run once with each, "
+                             "alternating, so both see the same load)")
     parser.add_argument("--llm-gateway", action="store_true",
                         help="also make the runs with the model gateway and print both series side by side")
+    parser.add_argument("--stop-command", type=int, default=0, metavar="N",
+                        help="also time `cowork-adapter stop` N times per path (command start → no labelled container)")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
     phases = args.phases or list(PHASES)
+    paths = list(dict.fromkeys(args.paths or PATHS))
     if (not args.docker_host or args.rate <= 0 or any(not 0 <= p < 1 for p in phases)
-            or not 1 <= args.tasks <= len(TASKS)):
-        print(f"bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate, phases in [0, 1) "
-              f"and --tasks from 1 to {len(TASKS)}", file=sys.stderr)
+            or not 1 <= args.tasks <= len(TASKS) or args.stop_command < 0):
+        print(f"bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate, phases in [0, 1), "
+              f"--tasks from 1 to {len(TASKS)} and --stop-command >= 0", file=sys.stderr)
         return 2
     tasks = TASKS[: args.tasks]
     work = Path(tempfile.mkdtemp(prefix="cowork-bench-stop-"))
     env = prepare(work / "demo", args.docker_host)
-    results, gw_results = [], []
+    results: dict[str, list[dict]] = {path: [] for path in paths}
+    gw_results: dict[str, list[dict]] = {path: [] for path in paths}
+    cmd_results: dict[str, list[dict]] = {path: [] for path in paths}
     provider = ChatStandin(host="127.0.0.1", cost_per_request=0.0001).start() if args.llm_gateway else None
     try:
         for index, phase in enumerate(phases):
-            result = one_run(env, index, phase, args.rate, args.docker_host, tasks)
-            results.append(result)
-            print(f"run {index}: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), measured {result['phase_s']:5.2f} s "
-                  f"after a reading; in flight {result['flight_at_jump']}; detection {result['detection']:6.2f} s, "
-                  f"fence {result['fence']:5.2f} s, "
-                  f"stop {result['stop']:6.2f} s, total {result['total']:6.2f} s; stop reason {result['stop_reason']}, "
-                  f"exit {result['exit']}", flush=True)
+            for path in paths:
+                result = one_run(env, index, phase, args.rate, args.docker_host, tasks, path)
+                results[path].append(result)
+                print(f"run {index} [{path}]: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), measured "
+                      f"{result['phase_s']:5.2f} s after a reading; in flight {result['flight_at_jump']}; detection "
+                      f"{result['detection']:6.2f} s, fence {result['fence']:5.2f} s, stop {result['stop']:6.2f} s, "
+                      f"total {result['total']:6.2f} s; stop reason {result['stop_reason']}, exit {result['exit']}",
+                      flush=True)
         for index, phase in enumerate(phases if provider is not None else []):
-            result = one_gateway_run(env, index, phase, args.docker_host, tasks, provider)
-            gw_results.append(result)
-            print(f"gateway run {index}: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), crossing answered "
-                  f"{result['phase_s']:5.2f} s after a reading; in flight {result['flight_at_jump']}; "
-                  f"next request refused {result['refused']:5.3f} s, fence {result['fence']:5.2f} s, "
-                  f"no container {result['total']:6.2f} s; stop reason {result['stop_reason']}, exit {result['exit']}",
-                  flush=True)
+            for path in paths:
+                result = one_gateway_run(env, index, phase, args.docker_host, tasks, provider, path)
+                gw_results[path].append(result)
+                print(f"gateway run {index} [{path}]: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), crossing "
+                      f"answered {result['phase_s']:5.2f} s after a reading; in flight {result['flight_at_jump']}; "
+                      f"next request refused {result['refused']:5.3f} s, fence {result['fence']:5.2f} s, "
+                      f"no container {result['total']:6.2f} s; stop reason {result['stop_reason']}, exit {result['exit']}",
+                      flush=True)
+        for index in range(args.stop_command):
+            for path in paths:
+                result = one_stop_command_run(env, index, args.docker_host, tasks, path)
+                cmd_results[path].append(result)
+                print(f"stop command {index} [{path}]: in flight {result['flight']}; no container {result['empty']:6.2f} s, "
+                      f"command returned {result['command']:6.2f} s (exit {result['stop_exit']}); stop reason "
+                      f"{result['stop_reason']}, run exit {result['exit']}", flush=True)
     finally:
         env.meter.stop()
         if provider is not None:
             provider.stop()
     print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
-    print(f"{len(results)} runs, tasks {tasks} at concurrency {len(tasks)}, meter poll every {POLL_SEC:g} s, "
-          f"rate ${args.rate:g}/s; min / median / max")
-    print(f"  detection  crossing → stop decided (the reading)     {summary([r['detection'] for r in results])} s")
-    print(f"  fence      stop decided → stop file in place         {summary([r['fence'] for r in results])} s")
-    print(f"  stop       stop decided → no labelled container     {summary([r['stop'] for r in results])} s")
-    print(f"  total      crossing → no labelled container         {summary([r['total'] for r in results])} s")
-    print(f"  overshoot  rate × total                              "
-          f"{summary([args.rate * r['total'] for r in results])} USD")
-    if gw_results:
-        print(f"\nside by side over the same phases (min / median / max, s):   {'without the gateway':>24}   "
-              f"{'with --llm-gateway':>24}")
-        print(f"  crossing → new requests refused                            {'(none: the meter fences)':>24}   "
-              f"{summary([r['refused'] for r in gw_results]):>24}")
-        print(f"  crossing → stop decided / stop file                        "
-              f"{summary([r['detection'] + r['fence'] for r in results]):>24}   "
-              f"{summary([r['fence'] for r in gw_results]):>24}")
-        print(f"  crossing → no labelled container                           "
-              f"{summary([r['total'] for r in results]):>24}   {summary([r['total'] for r in gw_results]):>24}")
-        print(f"  overshoot at ${args.rate:g}/s until no container (USD)               "
-              f"{summary([args.rate * r['total'] for r in results]):>24}   "
-              f"{summary([args.rate * r['total'] for r in gw_results]):>24}")
+    print(f"{len(phases)} phases a path, tasks {tasks} at concurrency {len(tasks)}, meter poll every {POLL_SEC:g} s, "
+          f"rate ${args.rate:g}/s, the label listed every {POLL_S:g} s")
+    side_by_side("meter crossing, each stop path", [
+        ("detection  crossing → stop decided (the reading)", "detection"),
+        ("fence      stop decided → stop file in place", "fence"),
+        ("stop       stop decided → no labelled container", "stop"),
+        ("total      crossing → no labelled container", "total"),
+    ], results)
+    side_by_side("overshoot: rate × total", [("overshoot", "overshoot")],
+                 {path: [{"overshoot": args.rate * r["total"]} for r in runs] for path, runs in results.items()}, "USD")
+    if provider is not None:
+        side_by_side("with --llm-gateway, from the crossing request's answer", [
+            ("crossing → new requests refused (the gateway's fence)", "refused"),
+            ("crossing → stop file in place", "fence"),
+            ("crossing → no labelled container", "total"),
+        ], gw_results)
+    if args.stop_command:
+        side_by_side("`cowork-adapter stop`, from the command's start", [
+            ("→ no labelled container", "empty"),
+            ("→ the command returned", "command"),
+        ], cmd_results)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    ok = all(r["stop_reason"] == "campaign_budget_reserve" for r in results)
-    ok = ok and all(r["stop_reason"] == "gateway_budget" for r in gw_results)
+    ok = all(r["stop_reason"] == "campaign_budget_reserve" for runs in results.values() for r in runs)
+    ok = ok and all(r["stop_reason"] == "gateway_budget" for runs in gw_results.values() for r in runs)
+    ok = ok and all(r["stop_reason"] == "signal_15" for runs in cmd_results.values() for r in runs)
     return 0 if ok else 2
 
 

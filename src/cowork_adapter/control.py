@@ -629,12 +629,18 @@ def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
     return True
 
 
-def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float) -> str:
-    """Fence, then SIGTERM the runner's group (its EXIT trap removes its containers), SIGKILL if it lingers.
+def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float,
+                        docker_host: str | None = None) -> str:
+    """The fast stop without a launcher, as the launcher's own (supervisor.py): fence, SIGKILL the
+    runner's group, remove the run's labelled objects (custody/stop_removal.py: in parallel, the
+    admitted creations waited for, proven by a fresh listing), then prove the group gone. Without
+    a recorded Docker host nothing can be removed here: then SIGTERM first, so the group's EXIT
+    trap removes its containers, SIGKILL if it lingers, and the rest is `clear`'s.
 
     The group is signalled only while a member carries the run's marker (COWORK_RUN_LABEL=<label>):
     a recorded group id is reused by the kernel once the run's group is gone, and may name another
-    user's or another run's processes by now."""
+    user's or another run's processes by now. The removal goes by the run's exact label, whoever
+    the group is now."""
     from .container.procs import signal_marked_group
     from .custody.shim import RUN_MARKER_ENV
 
@@ -643,27 +649,48 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
     fenced = fence(run_root)
     if not label:
         return f"{fenced}; the run recorded no label, so the runner group {pgid} cannot be proven the run's and was not signalled"
+    events = None
     try:
         from .events import EventLog
 
-        EventLog(run_root / "events.jsonl").append(EventKind.STOP_REQUESTED, reason=FENCE_REASON,
-                                                   source="operator_stop_without_launcher")
-    except OSError:
+        events = EventLog(run_root / "events.jsonl")
+        events.append(EventKind.STOP_REQUESTED, reason=FENCE_REASON, source="operator_stop_without_launcher")
+    except (OSError, ValueError):
         pass  # the fence and the signals below do not depend on the record
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    removal = None if docker_host else "no Docker host recorded, so nothing was removed"
+    signals = (signal.SIGKILL,) if removal is None else (signal.SIGTERM, signal.SIGKILL)
+    ended = None
+    for index, sig in enumerate(signals):
         try:
             if not signal_marked_group(pgid, sig, RUN_MARKER_ENV, label):  # checked again before each signal
-                if sig == signal.SIGKILL:
-                    return f"{fenced}; the run's processes in group {pgid} ended after SIGTERM"
-                return (f"{fenced}; no process of group {pgid} carries the run's marker ({RUN_MARKER_ENV}), so it "
-                        "is not the run's (ended, or its id reused) and was not signalled")
+                ended = (f"the run's processes in group {pgid} ended after {signals[index - 1].name}" if index else
+                         f"no process of group {pgid} carries the run's marker ({RUN_MARKER_ENV}), so it is not the "
+                         "run's (ended, or its id reused) and was not signalled")
         except ProcessLookupError:
-            return f"{fenced}; the runner group {pgid} ended"
+            ended = f"the runner group {pgid} ended"
         except PermissionError:
             return f"{fenced}; not allowed to signal the runner group {pgid} (run stop as the user who started the run)"
+        if removal is None:
+            removal = _remove_for_stop(run_root, docker_host, label, events)
+        if ended is not None:
+            break
         if _group_gone(pgid, grace_sec if sig == signal.SIGTERM else 5.0, poll_sec):
-            return f"{fenced}; the runner group {pgid} ended after {signal.Signals(sig).name}"
-    return f"{fenced}; the runner group {pgid} still has processes after SIGKILL"
+            ended = f"the runner group {pgid} ended after {signal.Signals(sig).name}"
+            break
+    return f"{fenced}; {removal}; {ended or f'the runner group {pgid} still has processes after SIGKILL'}"
+
+
+def _remove_for_stop(run_root: Path, docker_host: str, label: str, events) -> str:
+    from .custody.stop_removal import remove_for_stop
+
+    done = remove_for_stop(run_root, docker_host, label)
+    if events is not None:
+        try:
+            events.append(EventKind.STOP_CLEARED, reason=FENCE_REASON, removed=done.removed, proven=done.proven,
+                          seconds=done.seconds, error=done.error)
+        except (OSError, ValueError):
+            pass  # the removal is proven (or not) by its own listing, recorded or not
+    return done.sentence()
 
 
 def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_SEC) -> int:
@@ -682,8 +709,11 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
             return int(ExitCode.OK)
         group = liveness_of(files).live_group()
         if group is not None:
+            from .clear import recorded_docker_host
+
             done = stop_orphaned_group(run_root, group.pid, grace_sec=min(timeout, GROUP_GRACE_SEC),
-                                       poll_sec=min(poll_sec, 0.2))
+                                       poll_sec=min(poll_sec, 0.2),
+                                       docker_host=recorded_docker_host(run_root, files.manifest))
             say(f"the run {run_root} is unfinished and its launcher is gone, but its runner group {group.pid} was "
                 f"still running: {done}.", err=True)
             files = read_run(run_root)
@@ -702,8 +732,13 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
         except PermissionError:
             say(f"not allowed to signal the launcher (pid {pid}); run `stop` as the user who started the run.", err=True)
             return int(ExitCode.FAILED)
-        say(f"sent SIGTERM to the launcher (pid {pid}, from {source}); waiting up to {timeout:g}s for its verified "
-            "cleanup.")
+        # Admission is fenced now, not when the launcher's loop next turns (it may be mid meter
+        # read); the launcher then finds the run fenced, removes its containers and proves it.
+        # Only once its custody exists: before that no container can be made, and the launcher
+        # makes that directory itself.
+        fenced = f"; {fence(run_root)}" if (run_root / "custody").is_dir() else ""
+        say(f"sent SIGTERM to the launcher (pid {pid}, from {source}){fenced}; waiting up to {timeout:g}s for its "
+            "verified cleanup.")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         files = read_run(run_root)

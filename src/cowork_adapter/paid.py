@@ -37,6 +37,7 @@ from .custody.bash_env import TaskDumps, eval_bound_sec, install_custody
 from .custody.creations import creations_dir
 from .custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from .custody.docker_ops import cleanup_run, custody_gap
+from .custody.stop_removal import log_line, remove_for_stop
 from .custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from .errors import CampaignPersistenceError, CustodyError, Refusal
 from .events import EventLog
@@ -667,22 +668,11 @@ class PaidRun:
             self._persistence_failed(exc, "recording the runner's process group")
 
     def _stop_clear(self, reason: str) -> None:
-        """The fast stop's removal (Supervisor.remove_labelled), recorded as stop_cleared: the run's
-        containers, networks and volumes by exact label, in parallel, each container's accounting
-        read first, every admitted creation waited for, proven by a fresh listing. Never raises:
-        the final cleanup (_end_custody) lists and proves again whatever happened here."""
-        started = time.monotonic()
-        removed, error = 0, None
-        try:
-            report = cleanup_run(self.cfg.docker_host, self.label, _cleanup_log,
-                                 before_remove=reader_for(self.evidence), creations=creations_dir(self.cfg.run_root))
-            removed = len(report.removed_containers) + len(report.removed_networks) + len(report.removed_volumes)
-        except CustodyError as exc:
-            error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - the group must still be stopped, and the final cleanup judges
-            error = f"{type(exc).__name__}: {exc}"
-        self.event(EventKind.STOP_CLEARED, reason=reason, removed=removed, proven=error is None,
-                   seconds=round(time.monotonic() - started, 3), error=error[:500] if error else None)
+        """The fast stop's removal (Supervisor.remove_labelled; custody/stop_removal.py), recorded as
+        stop_cleared. Never raises: the final cleanup (_end_custody) lists and proves again."""
+        done = remove_for_stop(self.cfg.run_root, self.cfg.docker_host, self.label)
+        self.event(EventKind.STOP_CLEARED, reason=reason, removed=done.removed, proven=done.proven,
+                   seconds=done.seconds, error=done.error)
 
     def _gateway_fenced(self, reason: str) -> None:
         """From a gateway thread: its own cost sum reached the allowance. Fence admission, stop the run."""
@@ -800,15 +790,11 @@ def _spending(record, usage: float, run_start_usage: float) -> Spending:
                     usage_baseline=record.usage_baseline, usage=usage, usage_at_run_start=run_start_usage)
 
 
-def _cleanup_log(entry: dict) -> None:
-    print(json.dumps({"event": "cowork_cleanup", **entry}), file=sys.stderr, flush=True)
-
-
 def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Path, agent_env: Path) -> str | None:
     """Exact-label cleanup, proven by a relist; then the staging dirs and the key file. None = proven."""
     error = None
     try:
-        report = cleanup_run(cfg.docker_host, label, _cleanup_log,
+        report = cleanup_run(cfg.docker_host, label, log_line,
                              before_remove=reader_for(cfg.run_root / "custody" / "evidence"),
                              creations=creations_dir(cfg.run_root))
         record_event(events, failures, EventKind.CLEANUP,

@@ -21,6 +21,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.scenarios import (
@@ -31,6 +32,7 @@ from cowork_adapter.demo.scenarios import (
     remove_bystanders,
     wait_for,
 )
+from cowork_adapter.events import parse_ts
 from cowork_adapter.vocab import ExitCode
 
 TASKS = ["demo-csv-totals", "demo-crm-postgres", "demo-hang"]
@@ -63,7 +65,7 @@ class CreationWatcher:
                 except docker.errors.NotFound:
                     info = None  # removed before we could look: recorded, judged by the caller
                 self.seen.append({"type": kind, "id": ident, "event_attrs": attrs, "inspect": info,
-                                  "time": event.get("time")})
+                                  "time": event.get("time"), "time_nano": event.get("timeNano")})
         except Exception:  # noqa: BLE001 - the stream ends when close() is called
             return
 
@@ -115,12 +117,22 @@ def custody_run(docker_host, tmp_path_factory):
         )
         time.sleep(2)
         result["bystanders_during"] = bystanders_alive(docker_host, bystanders)
+        result["runner_pid"] = runner_pid(run_root)
         proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        # The fast stop: the label empties without waiting for the runner's trap (issue 28).
+        result["empty_in"] = None
+        while proc.poll() is None or result["empty_in"] is None:
+            if label_is_empty(docker_host, label):
+                result["empty_in"] = time.monotonic() - signalled
+                break
+            assert time.monotonic() - signalled < 120, "the label did not empty within 120 s of the stop"
+            time.sleep(0.1)
         result["exit_code"] = proc.wait(timeout=600)
+        result["runner_group_alive"] = group_alive(result["runner_pid"])
         time.sleep(1)  # let the watcher drain the last events
         result["empty_after"] = label_is_empty(docker_host, label)
         result["bystanders_after"] = bystanders_alive(docker_host, bystanders)
-        result["runner_pid"] = runner_pid(run_root)
         result["image_id"] = (read_json(run_root / "run_manifest.json").get("image") or {}).get("id")
         result["manifest"] = read_json(run_root / "run_manifest.json")
     finally:
@@ -202,3 +214,33 @@ def test_nothing_with_the_label_remains_and_bystanders_survive(custody_run):
     assert custody_run["empty_after"] is True
     assert custody_run["bystanders_during"] is True
     assert custody_run["bystanders_after"] is True
+
+
+def stop_cleared(run_root: Path) -> list[dict]:
+    events = [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines()]
+    return [e for e in events if e.get("kind") == "stop_cleared"]
+
+
+def test_the_stop_removed_the_containers_itself_proven_and_nothing_landed_after(custody_run):
+    """The fast stop (issue 28): its own exact-label removal, proven, with the runner group gone
+    after it, and no container of the run created after that proof."""
+    cleared = stop_cleared(custody_run["run_root"])
+    assert len(cleared) == 1, cleared
+    assert cleared[0]["proven"] is True and cleared[0]["reason"] == "signal_15", cleared
+    assert cleared[0]["removed"] >= 2  # demo-hang's pg and agent at least (and its network)
+    assert custody_run["runner_group_alive"] is False
+    # Generous for a loaded 2-core test bed; the runner's trap path took 5 s and more here.
+    assert custody_run["empty_in"] is not None and custody_run["empty_in"] < 4.0, custody_run["empty_in"]
+    proof = parse_ts(cleared[0]["ts"])
+    containers, _ = ours(custody_run)
+    late = [c["event_attrs"].get("name") for c in containers if c["time_nano"] and c["time_nano"] / 1e9 > proof]
+    assert late == []
+
+
+def test_the_stop_kept_the_accounting_of_the_containers_it_removed(custody_run):
+    """Each container the stop removed was read first: demo-hang's agent has a valid reading."""
+    evidence = custody_run["run_root"] / "custody" / "evidence"
+    ident = next(p.name[: -len(".task")] for p in evidence.glob("*.task") if p.read_text().strip() == "demo-hang")
+    readings = [json.loads(line) for line in (evidence / f"{ident}.resources.jsonl").read_text().splitlines()]
+    agent = [r for r in readings if r.get("container") == f"agent-{ident}"]
+    assert any(isinstance(r.get("memory_peak_bytes"), int) and r["memory_peak_bytes"] > 0 for r in agent), agent
