@@ -54,7 +54,7 @@ from pathlib import Path
 import httpx
 
 from cowork_adapter.campaign.observe import POLL_SEC
-from cowork_adapter.custody.docker_ops import label_is_empty
+from cowork_adapter.custody.docker_ops import list_labelled
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.scenarios import DemoEnv, prepare, read_json
@@ -103,6 +103,21 @@ def decision_time(run_root: Path) -> float | None:
         if event.get("kind") == "meter_reading" and remaining is not None and remaining <= RESERVE + 1e-9:
             return parse_ts(event.get("ts"))
     return None
+
+
+def no_container(docker_host: str, label: str) -> bool:
+    """No container (in any state) carries the run's label: what the figures time. Its networks go
+    a moment later, in the same removal, and the launcher's final cleanup proves them gone too."""
+    return not list_labelled(docker_host, label, timeout=10).containers
+
+
+def stop_cleared(run_root: Path) -> tuple[float, float]:
+    """(wall time the stop's own removal started, its duration) from the stop_cleared event; NaNs
+    on the runner_trap path, which has none."""
+    for event in read_events(run_root):
+        if event.get("kind") == "stop_cleared" and event.get("seconds") is not None:
+            return (parse_ts(event.get("ts")) or float("nan")) - event["seconds"], float(event["seconds"])
+    return float("nan"), float("nan")
 
 
 def wait_in_flight(run_root: Path, proc, deadline: float, want: int) -> int:
@@ -156,7 +171,7 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
         while time.monotonic() < deadline:
             if stop_wall is None:
                 stop_wall = decision_time(run_root)
-            if stop_wall is not None and label_is_empty(docker_host, label):
+            if stop_wall is not None and no_container(docker_host, label):
                 empty_mono = time.monotonic()
                 break
             time.sleep(POLL_S)
@@ -173,7 +188,9 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
     empty_wall = time.time() - (time.monotonic() - empty_mono)
     fence_path = run_root / "custody" / "stop"
     fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
+    removal_start, removal = stop_cleared(run_root)
     return {
+        "to_removal": removal_start - stop_wall, "removal": removal,
         "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump,
         "phase_s": (cross_wall - before[-1]) if before else float("nan"),
@@ -234,7 +251,7 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
                 refused_mono = time.monotonic()
         empty_mono = None
         while time.monotonic() < deadline:
-            if label_is_empty(docker_host, label):
+            if no_container(docker_host, label):
                 empty_mono = time.monotonic()
                 break
             time.sleep(POLL_S)
@@ -276,7 +293,7 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
             now = time.monotonic()
             if returned is None and stop.poll() is not None:
                 returned = now
-            if empty is None and label_is_empty(docker_host, label):
+            if empty is None and no_container(docker_host, label):
                 empty = now
             time.sleep(POLL_S)
         code = proc.wait(timeout=600)
@@ -293,7 +310,8 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
 
 
 def summary(values: list[float]) -> str:
-    return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}" if values else "(not run)"
+    values = [v for v in values if v == v]  # NaN: a figure the path does not have
+    return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}" if values else "(none)"
 
 
 def side_by_side(title: str, rows: list[tuple[str, str]], series: dict[str, list[dict]], unit: str = "s") -> None:
@@ -336,32 +354,40 @@ def main(argv: list[str] | None = None) -> int:
     gw_results: dict[str, list[dict]] = {path: [] for path in paths}
     cmd_results: dict[str, list[dict]] = {path: [] for path in paths}
     provider = ChatStandin(host="127.0.0.1", cost_per_request=0.0001).start() if args.llm_gateway else None
+    def meter_line(r: dict) -> str:
+        return (f"run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
+                f"({r['target_phase'] * POLL_SEC:4.1f} s), measured {r['phase_s']:5.2f} s after a reading; in flight "
+                f"{r['flight_at_jump']}; detection {r['detection']:6.2f} s, fence {r['fence']:5.2f} s, stop "
+                f"{r['stop']:6.2f} s (its own removal: starts {r['to_removal']:5.2f} s, takes {r['removal']:5.2f} s), "
+                f"total {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}")
+
+    def gateway_line(r: dict) -> str:
+        return (f"gateway run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
+                f"({r['target_phase'] * POLL_SEC:4.1f} s), crossing answered {r['phase_s']:5.2f} s after a reading; "
+                f"in flight {r['flight_at_jump']}; next request refused {r['refused']:5.3f} s, fence {r['fence']:5.2f} s, "
+                f"no container {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}")
+
+    def command_line(r: dict) -> str:
+        return (f"stop command {r['index']} [{r['path']}]: in flight {r['flight']}; no container {r['empty']:6.2f} s, "
+                f"command returned {r['command']:6.2f} s (exit {r['stop_exit']}); stop reason {r['stop_reason']}, "
+                f"run exit {r['exit']}")
+
+    def measure(into: dict[str, list[dict]], count: int, one, line) -> None:
+        """`count` runs a path, the paths alternating so both see the same load; each printed as it ends."""
+        for index in range(count):
+            for path in paths:
+                result = {**one(index, path), "index": index}
+                into[path].append(result)
+                print(line(result), flush=True)
+
     try:
-        for index, phase in enumerate(phases):
-            for path in paths:
-                result = one_run(env, index, phase, args.rate, args.docker_host, tasks, path)
-                results[path].append(result)
-                print(f"run {index} [{path}]: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), measured "
-                      f"{result['phase_s']:5.2f} s after a reading; in flight {result['flight_at_jump']}; detection "
-                      f"{result['detection']:6.2f} s, fence {result['fence']:5.2f} s, stop {result['stop']:6.2f} s, "
-                      f"total {result['total']:6.2f} s; stop reason {result['stop_reason']}, exit {result['exit']}",
-                      flush=True)
-        for index, phase in enumerate(phases if provider is not None else []):
-            for path in paths:
-                result = one_gateway_run(env, index, phase, args.docker_host, tasks, provider, path)
-                gw_results[path].append(result)
-                print(f"gateway run {index} [{path}]: target phase {phase:.1f} ({phase * POLL_SEC:4.1f} s), crossing "
-                      f"answered {result['phase_s']:5.2f} s after a reading; in flight {result['flight_at_jump']}; "
-                      f"next request refused {result['refused']:5.3f} s, fence {result['fence']:5.2f} s, "
-                      f"no container {result['total']:6.2f} s; stop reason {result['stop_reason']}, exit {result['exit']}",
-                      flush=True)
-        for index in range(args.stop_command):
-            for path in paths:
-                result = one_stop_command_run(env, index, args.docker_host, tasks, path)
-                cmd_results[path].append(result)
-                print(f"stop command {index} [{path}]: in flight {result['flight']}; no container {result['empty']:6.2f} s, "
-                      f"command returned {result['command']:6.2f} s (exit {result['stop_exit']}); stop reason "
-                      f"{result['stop_reason']}, run exit {result['exit']}", flush=True)
+        measure(results, len(phases), lambda i, path: one_run(env, i, phases[i], args.rate, args.docker_host, tasks,
+                                                                path), meter_line)
+        if provider is not None:
+            measure(gw_results, len(phases), lambda i, path: one_gateway_run(env, i, phases[i], args.docker_host,
+                                                                             tasks, provider, path), gateway_line)
+        measure(cmd_results, args.stop_command,
+                lambda i, path: one_stop_command_run(env, i, args.docker_host, tasks, path), command_line)
     finally:
         env.meter.stop()
         if provider is not None:
@@ -373,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         ("detection  crossing → stop decided (the reading)", "detection"),
         ("fence      stop decided → stop file in place", "fence"),
         ("stop       stop decided → no labelled container", "stop"),
+        ("           of it: decided → the stop's removal starts", "to_removal"),
+        ("           of it: the removal, to its proof", "removal"),
         ("total      crossing → no labelled container", "total"),
     ], results)
     side_by_side("overshoot: rate × total", [("overshoot", "overshoot")],

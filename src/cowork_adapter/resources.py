@@ -182,16 +182,27 @@ def summary_line(rows: Sequence[TaskRow]) -> str:
 # ---------------------------------------------------------------- files
 
 
-def reader_for(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
+def reader_for(evidence_dir: Path | str, *, docker_host: str | None = None,
+               bound_sec: float | None = None) -> Callable[[Any, str, str], None]:
     """A `cleanup_run(before_remove=...)` hook: a task container the runner left behind (its
     launcher or runner was killed before `rm`) is read from the daemon the same way the shim
-    reads it, into the same evidence file, before custody cleanup removes it."""
+    reads it, into the same evidence file, before custody cleanup removes it.
+
+    With `bound_sec` (a stop's removal, custody/stop_removal.py) the read is the shim's own, on
+    `docker_host`, given at most that long: a busy daemon answers a stats request only at its
+    collector's next round, up to a second later, and a stop does not wait that long for the
+    reading of a task it interrupts. A read cut short is recorded with its cause, like any failed one."""
     from .custody import shim
 
     def read(api: Any, ident: str, name: str) -> None:
         role = shim.role_for_name(name)
         task_ident = shim.task_id(name, role) if role in MEASURED_ROLES else None
         if task_ident is None:
+            return
+        if bound_sec is not None and docker_host:
+            reading = shim.read_stats({"docker_host": docker_host}, ident, timeout=bound_sec)
+            reading.update(container=name, role=role, command="adapter_stop")
+            shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
             return
         reading = {"ts": time.time(), "container": name, "method": shim.STATS_METHOD, "role": role,
                    "command": "adapter_cleanup", "memory_peak_bytes": None, "cpu_ns": None,

@@ -525,11 +525,11 @@ def parse_stats(data):
     return peak, cpu_ns, usage, cause
 
 
-def read_stats(config, container):
+def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     """One reading of `container` from the daemon: a dict for <id>.resources.jsonl. Never raises."""
     reading = {"ts": time.time(), "container": container, "method": STATS_METHOD,
                "memory_peak_bytes": None, "cpu_ns": None, "memory_usage_bytes": None, "cause": None}
-    conn = daemon_connection(config["docker_host"], STATS_TIMEOUT_SEC)
+    conn = daemon_connection(config["docker_host"], timeout)
     if conn is None:
         reading["cause"] = "daemon_address_unsupported"
         return reading

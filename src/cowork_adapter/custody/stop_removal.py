@@ -2,13 +2,13 @@
 
 Called right after the run is fenced (the stop file: the shim refuses every later creation) and
 its runner group signalled, by the launcher's supervisor (StopPath.FAST) and by `cowork-adapter
-stop` on a run whose launcher is gone. It is custody's one exact-label cleanup (docker_ops.cleanup_run):
-the run's containers removed in parallel, each one's accounting read first (the cgroup dies with
-it), every admitted creation waited for (custody/creations.py) with another pass for what landed,
-then networks and volumes, proven by a fresh listing. Nothing without the run's exact label is
-touched. Killed midway, the caller leaves the fence in place; a removal the daemon accepted
-finishes there, and the next cleanup (the watchdog's, the launcher's final one, `clear`) waits for
-it and proves the rest.
+stop` on a run whose launcher is gone. It is custody's one exact-label cleanup
+(docker_ops.cleanup_run): the run's containers removed in parallel, each one's accounting read
+first (its cgroup dies with it; the read bounded by READING_BOUND_SEC), every admitted creation
+waited for (custody/creations.py) with another pass for what landed, then networks and volumes,
+proven by a fresh listing. Nothing without the run's exact label is touched. Killed midway, the
+caller leaves the fence in place; a removal the daemon accepted finishes there, and the next
+cleanup (the watchdog's, the launcher's final one, `clear`) waits for it and proves the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from pathlib import Path
 from ..errors import CustodyError
 from .creations import creations_dir
 from .docker_ops import cleanup_run
+
+# How long a stop waits for each container's reading before removing it anyway (resources.reader_for).
+READING_BOUND_SEC = 0.25
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,8 @@ def remove_for_stop(run_root: Path, docker_host: str, label: str) -> StopRemoval
     started = time.monotonic()
     removed, error = 0, None
     try:
-        report = cleanup_run(docker_host, label, log_line, before_remove=reader_for(run_root / "custody" / "evidence"),
+        report = cleanup_run(docker_host, label, log_line, before_remove=reader_for(run_root / "custody" / "evidence", docker_host=docker_host,
+                                                        bound_sec=READING_BOUND_SEC),
                              creations=creations_dir(run_root))
         removed = len(report.removed_containers) + len(report.removed_networks) + len(report.removed_volumes)
     except CustodyError as exc:
