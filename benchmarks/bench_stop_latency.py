@@ -1,12 +1,22 @@
-"""Benchmark the campaign stop, measured over the meter's poll interval: detection, stop, overshoot.
+"""Benchmark the campaign stop, measured over the meter's poll interval: detection, stop, overshoot,
+for each stop path side by side.
+
+Two stop paths (vocab.StopPath; the run's hidden --stop-path flag selects one):
+  fast         the default: fence, SIGTERM to the runner group, then the run's containers removed
+               by exact label in parallel (custody/stop_removal.py: the admitted creations waited
+               for, proven by a fresh listing) without waiting for the runner's EXIT trap; then
+               the group waited for (SIGKILL after the grace)
+  runner_trap  the old path, kept for this script: fence, SIGTERM, and the runner's own EXIT trap
+               removes its containers one by one while the supervisor waits for the group
+Each phase is run once with each path, alternating, so both see the same load.
 
 For each crossing phase (default 0.1, 0.3, 0.5, 0.7, 0.9 of the supervisor's meter poll interval,
 POLL_SEC) the script makes one paid demo run at concurrency 4 on four tasks (demo-hang and three
 others) with the meter stand-in and a fresh campaign. Once the agents are in flight it reads the
 supervisor's last meter reading (events.jsonl), jumps the stand-in's usage to just below the
 campaign boundary (ceiling − reserve) and lets it climb at --rate USD/s so that the boundary is
-crossed at that phase of the interval after a poll. It then tails events.jsonl and polls the
-daemon for the run's exact label every 0.2 s. Per run it records:
+crossed at that phase of the interval after a poll. It then tails events.jsonl and lists the
+daemon's containers with the run's exact label every 0.05 s. Per run it records:
 
   phase      when the crossing fell, measured: seconds since the last meter reading before it
   detection  true crossing (from the stand-in's schedule) → stop decided: the supervisor's first
@@ -14,19 +24,21 @@ daemon for the run's exact label every 0.2 s. Per run it records:
              admission and signals the runner group on the same pass)
   fence      stop decided → the stop file the docker shim reads is in place (its ctime: the
              link that created it), a part of `stop`
-  stop       stop decided → the script first sees no container with the run's label
+  stop       stop decided → the script first sees no container with the run's label; on the fast
+             path also its parts from the stop_cleared event: decided → the stop's own removal
+             starts, and that removal to its proof
   total      true crossing → no labelled container
   overshoot  rate × total: what a provider spending at --rate charges past the boundary
 
 and prints min / median / max of each over the runs. Every figure is measured; nothing is
 calculated from the poll interval. Exit 2 when a run did not stop on the campaign reserve.
 
-With --llm-gateway it then makes the same runs (same tasks, same phases) with the model gateway,
-the chat stand-in on loopback as the provider, and prints both series side by side. There the
-crossing request itself is the detection: at the same phase after a meter reading the script
-sends one chat completion through the gateway with the task's token (minted from the run's
-gateway secret, as the shim does) that the stand-in answers with a cost taking the gateway's sum
-past the run's allowance, then one request every 20 ms until one is refused. Per run:
+With --llm-gateway it then makes the same runs (same tasks, same phases, both paths) with the
+model gateway, the chat stand-in on loopback as the provider. There the crossing request itself
+is the detection: at the same phase after a meter reading the script sends one chat completion
+through the gateway with the task's token (minted from the run's gateway secret, as the shim
+does) that the stand-in answers with a cost taking the gateway's sum past the run's allowance,
+then one request every 20 ms until one is refused. Per run:
 
   refused    crossing request answered → the next request refused (403, the gateway's fence)
   fence      crossing request answered → the stop file in place (its ctime)
@@ -34,8 +46,12 @@ past the run's allowance, then one request every 20 ms until one is refused. Per
 
 The meter stays below the boundary in these runs, so the stop reason must be gateway_budget.
 
+With --stop-command N it also times `cowork-adapter stop RUN_ROOT` N times a path on a run whose
+four agents are in flight: the command's start → no labelled container, and → the command returned.
+
     DOCKER_HOST=unix:///var/lib/cowork-testbed/docker.sock .venv/bin/python benchmarks/bench_stop_latency.py --rate 0.25
-    ... bench_stop_latency.py --tasks 1 --llm-gateway   # one task a run, both series
+    ... bench_stop_latency.py --llm-gateway --stop-command 2   # all three series, both paths
+    ... bench_stop_latency.py --path fast --tasks 1            # one path, one task a run
 """
 
 from __future__ import annotations
@@ -336,12 +352,15 @@ def main(argv: list[str] | None = None) -> int:
                              "alternating, so both see the same load)")
     parser.add_argument("--llm-gateway", action="store_true",
                         help="also make the runs with the model gateway and print both series side by side")
+    parser.add_argument("--gateway-path", action="append", dest="gateway_paths", choices=PATHS,
+                        help="stop path of the --llm-gateway runs (repeatable; default: those of --path)")
     parser.add_argument("--stop-command", type=int, default=0, metavar="N",
                         help="also time `cowork-adapter stop` N times per path (command start → no labelled container)")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
     phases = args.phases or list(PHASES)
     paths = list(dict.fromkeys(args.paths or PATHS))
+    gateway_paths = list(dict.fromkeys(args.gateway_paths or paths))
     if (not args.docker_host or args.rate <= 0 or any(not 0 <= p < 1 for p in phases)
             or not 1 <= args.tasks <= len(TASKS) or args.stop_command < 0):
         print(f"bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate, phases in [0, 1), "
@@ -351,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="cowork-bench-stop-"))
     env = prepare(work / "demo", args.docker_host)
     results: dict[str, list[dict]] = {path: [] for path in paths}
-    gw_results: dict[str, list[dict]] = {path: [] for path in paths}
+    gw_results: dict[str, list[dict]] = {path: [] for path in gateway_paths}
     cmd_results: dict[str, list[dict]] = {path: [] for path in paths}
     provider = ChatStandin(host="127.0.0.1", cost_per_request=0.0001).start() if args.llm_gateway else None
     def meter_line(r: dict) -> str:
@@ -375,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     def measure(into: dict[str, list[dict]], count: int, one, line) -> None:
         """`count` runs a path, the paths alternating so both see the same load; each printed as it ends."""
         for index in range(count):
-            for path in paths:
+            for path in into:
                 result = {**one(index, path), "index": index}
                 into[path].append(result)
                 print(line(result), flush=True)

@@ -163,13 +163,18 @@ class Supervisor:
     def _fence_and_stop_group(self) -> None:
         """Fence container admission (the shim reads the stop file), then stop the runner group.
 
-        StopPath.FAST, in this order: the fence; SIGTERM to the group (its task subshells stop at
-        once, so none reacts to its containers vanishing); the run's containers removed by exact
-        label without waiting for the runner's own EXIT trap (remove_labelled); then the group
-        waited for, SIGKILL after the grace. Killed at any point of it, this process leaves the
-        fence in place and the watchdog does the rest (it signals the group again, and its cleanup
-        waits for any removal the daemon is still running).
-        StopPath.RUNNER_TRAP (benchmarks only): the group's trap removes them one by one.
+        StopPath.FAST, in this order: the fence; SIGKILL to the group (nothing of the runner
+        reacts to its containers vanishing or competes for the CPU with the removal, and its EXIT
+        trap, which would only remove what the next step removes, does not run); the run's
+        containers removed by exact label (remove_labelled: in parallel, the admitted creations
+        waited for, proven by a fresh listing); then the group proven gone. An admitted creation
+        outlives the SIGKILL on purpose (its docker runs in a group of its own and holds its
+        creation lock until the daemon answers), so the removal waits for it and removes what it
+        made. Killed at any point of this, this process leaves the fence in place and the
+        watchdog does the rest (it signals the group again, and its cleanup waits for any removal
+        the daemon is still running).
+        StopPath.RUNNER_TRAP (benchmarks only): SIGTERM, and the group's EXIT trap removes the
+        containers one by one while the group is waited for (SIGKILL after the grace).
         """
         reason = self._causes[0] if self._causes else StopReason.RUNNER_FINISHED
         try:
@@ -189,7 +194,7 @@ class Supervisor:
                 remove(str(reason))  # a stop cause raced the runner's end: do not wait for the final cleanup
             return
         self.on_event("stop_requested", {"reason": str(reason), "path": str(self.stop_path)})
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sig in (signal.SIGKILL,) if remove is not None else (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:

@@ -187,27 +187,25 @@ def test_the_supervisor_polls_at_the_cadence_the_manifest_records(tmp_path):
     assert recorded["read_slice_sec"] == 5.0
 
 
-# A runner whose EXIT trap takes 1.5 s (as the upstream runner's removes its containers one by one):
-# the fast stop must not wait for it before the run's containers are removed.
-SLOW_TRAP_RUNNER = ["bash", "-c", "trap 'sleep 1.5' EXIT; sleep 300 & wait"]
+# A runner whose EXIT trap takes 1.5 s and leaves a mark (as the upstream runner's removes its
+# containers one by one): the fast stop must not wait for it.
+def slow_trap_runner(tmp_path: Path) -> list[str]:
+    return ["bash", "-c", f"trap 'sleep 1.5; touch {tmp_path}/trapped' EXIT; sleep 300 & wait"]
 
 
 class Removal:
     """A stand-in remove_labelled that records what the world looked like when it was called."""
 
-    def __init__(self, sup_ref: dict, stop_file: Path):
-        self.sup_ref, self.stop_file, self.calls = sup_ref, stop_file, []
+    def __init__(self, stop_file: Path):
+        self.stop_file, self.calls = stop_file, []
 
     def __call__(self, reason: str) -> None:
-        sup = self.sup_ref["sup"]
-        self.calls.append({"reason": reason, "at": time.monotonic(), "fenced": self.stop_file.exists(),
-                           "group_alive": not group_gone(sup.proc.pid, settle=0.0)})
+        self.calls.append({"reason": reason, "at": time.monotonic(), "fenced": self.stop_file.exists()})
 
 
-def test_fast_stop_removes_before_the_runner_trap_ends_then_the_group_is_gone(tmp_path):
-    ref: dict = {}
-    removal = Removal(ref, tmp_path / "stop")
-    sup = ref["sup"] = make(tmp_path, SLOW_TRAP_RUNNER, FakeMeter(decision_after=1), remove_labelled=removal)
+def test_fast_stop_kills_the_group_and_removes_without_its_trap_then_the_group_is_gone(tmp_path):
+    removal = Removal(tmp_path / "stop")
+    sup = make(tmp_path, slow_trap_runner(tmp_path), FakeMeter(decision_after=1), remove_labelled=removal)
     started = time.monotonic()
     result = sup.run(time.monotonic())
     assert result.stop_reason == StopReason.RUN_BUDGET
@@ -215,39 +213,39 @@ def test_fast_stop_removes_before_the_runner_trap_ends_then_the_group_is_gone(tm
     call = removal.calls[0]
     assert call["reason"] == StopReason.RUN_BUDGET
     assert call["fenced"]  # the fence comes first: no creation is admitted while it removes
-    assert call["group_alive"]  # the trap was still running: the removal did not wait for it
-    assert call["at"] - started < 1.0
-    assert group_gone(sup.proc.pid)  # and the group is still stopped, as before
+    assert call["at"] - started < 1.0  # the decision came at the second poll (0.1 s)
+    assert group_gone(sup.proc.pid)  # the group is stopped, as before
+    assert time.monotonic() - started < 1.5
+    time.sleep(2.0)
+    assert not (tmp_path / "trapped").exists()  # SIGKILL: the trap never ran, nothing waited for it
     assert ("stop_requested", {"reason": "run_budget", "path": "fast"}) in sup.events
 
 
 def test_runner_trap_path_leaves_the_removal_to_the_runner(tmp_path):
     from cowork_adapter.vocab import StopPath
 
-    ref: dict = {}
-    removal = Removal(ref, tmp_path / "stop")
-    sup = ref["sup"] = make(tmp_path, SLOW_TRAP_RUNNER, FakeMeter(decision_after=1), remove_labelled=removal,
-                            stop_path=StopPath.RUNNER_TRAP)
+    removal = Removal(tmp_path / "stop")
+    sup = make(tmp_path, slow_trap_runner(tmp_path), FakeMeter(decision_after=1), remove_labelled=removal,
+               stop_path=StopPath.RUNNER_TRAP)
     started = time.monotonic()
     result = sup.run(time.monotonic())
     assert result.stop_reason == StopReason.RUN_BUDGET
     assert removal.calls == []
     assert time.monotonic() - started >= 1.5  # it waited for the trap (the grace is 2 s)
+    assert (tmp_path / "trapped").exists()
     assert group_gone(sup.proc.pid)
 
 
 def test_a_runner_that_finishes_by_itself_gets_no_stop_removal(tmp_path):
-    ref: dict = {}
-    removal = Removal(ref, tmp_path / "stop")
-    sup = ref["sup"] = make(tmp_path, ["bash", "-c", "true"], FakeMeter(), remove_labelled=removal)
+    removal = Removal(tmp_path / "stop")
+    sup = make(tmp_path, ["bash", "-c", "true"], FakeMeter(), remove_labelled=removal)
     assert sup.run(time.monotonic()).stop_reason is None
     assert removal.calls == []
 
 
 def test_a_stop_before_the_runner_started_removes_nothing(tmp_path):
-    ref: dict = {}
-    removal = Removal(ref, tmp_path / "stop")
-    sup = ref["sup"] = make(tmp_path, ["bash", "-c", "touch started"], FakeMeter(), remove_labelled=removal)
+    removal = Removal(tmp_path / "stop")
+    sup = make(tmp_path, ["bash", "-c", "touch started"], FakeMeter(), remove_labelled=removal)
     assert sup.run(time.monotonic() - 31.0).stop_reason == StopReason.BUDGET_METER_UNAVAILABLE
     assert removal.calls == [] and sup.proc is None
 
