@@ -198,6 +198,24 @@ def test_stop_signals_the_launcher_and_reports_the_verified_cleanup(run_root, pr
     assert "the run stopped: outcome stopped, stop reason signal_15, cleanup proven" in out and "exit code 3" in out
 
 
+def test_stop_fences_a_run_with_custody_at_once_beside_the_signal(run_root, procs, capsys):
+    """Admission is refused from the operator's stop on, not only once the launcher's loop turns."""
+    (run_root / "custody").mkdir()
+    proc = start_fake(run_root)
+    procs.append(proc)
+    assert stop_command(run_root, timeout=30, poll_sec=0.1) == 0
+    out = capsys.readouterr().out
+    assert f"; fenced (wrote {run_root / 'custody' / 'stop'})" in out
+    assert (run_root / "custody" / "stop").read_text() == "stop_requested\n"
+
+
+def test_stop_does_not_make_the_custody_directory_of_a_run_without_one(run_root, procs, capsys):
+    proc = start_fake(run_root)
+    procs.append(proc)
+    assert stop_command(run_root, timeout=30, poll_sec=0.1) == 0
+    assert not (run_root / "custody").exists() and "fenced" not in capsys.readouterr().out
+
+
 def test_stop_finds_a_launcher_by_a_relative_run_root_in_its_argv(run_root, procs, capsys):
     proc = start_fake(run_root, argv_root=run_root.name, cwd=run_root.parent, write_monitor=False)
     procs.append(proc)
