@@ -226,6 +226,13 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         assert f"runner group {pgid} was still running" in stop.stderr and "fenced" in stop.stderr, stop.stderr
         assert (run_root / "custody" / "stop").exists()
         assert wait_for(lambda: not group_alive(pgid), 10, 0.2)
+        # The fast stop without a launcher (issue 28): SIGKILL to the group, and the run's labelled
+        # objects removed by `stop` itself, proven by a fresh listing; bystanders untouched.
+        assert "proven by a fresh listing" in stop.stderr and "after SIGKILL" in stop.stderr, stop.stderr
+        assert label_is_empty(docker_host, label) and bystanders_alive(docker_host, bystanders)
+        cleared_by_stop = [e for e in events(run_root) if e["kind"] == "stop_cleared"]
+        assert len(cleared_by_stop) == 1 and cleared_by_stop[0]["proven"] is True, cleared_by_stop
+        assert cleared_by_stop[0]["removed"] >= 1
 
         env.meter.set_rate(0.0)
         env.meter.add_usage(0.75)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import docker
@@ -119,11 +120,15 @@ def test_competing_removal_ends_clean_and_is_logged(scene, monkeypatch):
     host, label, api = scene["host"], scene["label"], scene["api"]
     original = docker_ops._remove_container
     raced: list[str] = []
+    first = threading.Lock()  # the containers are removed in parallel: exactly one loses the race
 
     def competing_then_ours(client_api, ident):
-        if not raced:  # another cleanup wins the race for the first container
+        with first:
+            lose = not raced
+            if lose:
+                raced.append(ident)
+        if lose:  # another cleanup wins the race for this container
             api.remove_container(ident, force=True, v=True)
-            raced.append(ident)
         original(client_api, ident)
 
     monkeypatch.setattr(docker_ops, "_remove_container", competing_then_ours)
