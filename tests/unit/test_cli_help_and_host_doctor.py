@@ -13,6 +13,7 @@ import pytest
 import typer
 
 from cowork_adapter import cli, doctor
+from cowork_adapter.errors import Refusal
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -29,7 +30,9 @@ def _commands() -> list[tuple[list[str], list[str]]]:
             if hasattr(command, "commands"):
                 walk(command, words + [name])
             else:
-                longs = [o for p in command.params for o in getattr(p, "opts", ()) if o.startswith("--")]
+                # A hidden flag (--stop-path, for benchmarks only) is left out of help on purpose.
+                longs = [o for p in command.params if not getattr(p, "hidden", False)
+                         for o in getattr(p, "opts", ()) if o.startswith("--")]
                 out.append((words + [name], longs))
 
     walk(typer.main.get_command(cli.app), [])
@@ -70,6 +73,20 @@ def test_help_names_the_page_that_says_more_and_the_page_exists(helps, words):
     assert pages, text
     for page in pages:
         assert (REPO / page).is_file(), page
+
+
+def test_the_benchmark_only_stop_path_flag_is_hidden_but_checked(helps, tmp_path):
+    from cowork_adapter.config import RunConfig
+
+    assert "--stop-path" not in helps["run"]
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "bench").mkdir()
+    flags = dict(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
+                 run_root=tmp_path / "runs" / "r", dry_run=True)
+    assert RunConfig.from_flags(**flags).stop_path == "fast"
+    assert RunConfig.from_flags(**flags, stop_path="runner_trap").stop_path == "runner_trap"
+    with pytest.raises(Refusal, match="--stop-path: input should be 'fast' or 'runner_trap'"):
+        RunConfig.from_flags(**flags, stop_path="slow")
 
 
 @pytest.fixture
