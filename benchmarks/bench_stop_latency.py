@@ -52,6 +52,13 @@ four agents are in flight: the command's start → no labelled container, and �
     DOCKER_HOST=unix:///var/lib/cowork-testbed/docker.sock .venv/bin/python benchmarks/bench_stop_latency.py --rate 0.25
     ... bench_stop_latency.py --llm-gateway --stop-command 2   # all three series, both paths
     ... bench_stop_latency.py --path fast --tasks 1            # one path, one task a run
+    eval "$(bash testbed/realbench.sh env)"; ... bench_stop_latency.py --realbench   # one stop on the real benchmark
+
+With --realbench it makes instead one paid run of the real pinned Cowork Bench with the real
+Ouroboros server (the real-benchmark suite's set-up: tests/integration/realbench_env.RealRun) on the
+first --tasks tasks at that concurrency, and once 2 agents run it starts `cowork-adapter stop` and
+prints: the command's start → no labelled container, → the command returned, and the launcher's own
+removal (objects, duration, proven).
 """
 
 from __future__ import annotations
@@ -339,6 +346,65 @@ def side_by_side(title: str, rows: list[tuple[str, str]], series: dict[str, list
         print(f"  {label:<52}{cells}")
 
 
+def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> int:
+    """--realbench: one `cowork-adapter stop` on the real-benchmark test bed (the real-benchmark
+    suite's RealRun: the pinned Cowork Bench, the real Ouroboros 6.97.2 seed, cowork-pack:d943e75,
+    the meter and chat stand-ins) on the first `tasks` tasks at that concurrency, once `in_flight`
+    agents run: the command's start → no labelled container, → the command returned, and the
+    launcher's own removal (stop_cleared)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+    from realbench_env import RealRun, real_testbed, started_tasks, summary_tasks
+
+    bed = real_testbed()
+    real = RealRun(bed, Path(tempfile.mkdtemp(prefix="cowork-realbench-stop-")) / "root", docker_host).start()
+    name = "stop"
+    run_root = real.run_root(name)
+    label = run_label(run_root)
+    extra = ["--concurrency", str(tasks), "--stop-path", path]
+    proc = real.launch(real.args(name, bed.tasks(tasks), extra=extra), name)
+    try:
+        deadline = time.monotonic() + 3600
+        while len(started_tasks(run_root) - summary_tasks(run_root)) < in_flight:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                print(f"the run ended or took too long before {in_flight} agents ran; see {real.root}/{name}.log")
+                return 2
+            time.sleep(1.0)
+        flight = len(started_tasks(run_root) - summary_tasks(run_root))
+        containers = len(list_labelled(docker_host, label, timeout=10).containers)
+        started = time.monotonic()
+        stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "300"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        empty = returned = None
+        while empty is None or returned is None:
+            now = time.monotonic()
+            if returned is None and stop.poll() is not None:
+                returned = now - started
+            if empty is None and not list_labelled(docker_host, label, timeout=10).containers:
+                empty = now - started
+            if now - started > 600:
+                break
+            time.sleep(POLL_S)
+        code = proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        real.stop()
+    events = [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines() if line.strip()]
+    cleared = [e for e in events if e.get("kind") == "stop_cleared"]
+    manifest = json.loads((run_root / "run_manifest.json").read_text())
+    print(f"real benchmark, {tasks} tasks at concurrency {tasks}, {flight} agents in flight, {containers} "
+          f"labelled containers at the stop; path {path}; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
+    print(f"  `stop` start → no labelled container  {empty if empty is None else round(empty, 2)} s")
+    print(f"  `stop` start → the command returned   {returned if returned is None else round(returned, 2)} s "
+          f"(exit {stop.returncode})")
+    for event in cleared:
+        print(f"  the launcher's own removal: {event['removed']} object(s) in {event['seconds']} s, "
+              f"proven {event['proven']}")
+    print(f"  stop reason {manifest.get('stop_reason')}, run exit {code}; run root {run_root}")
+    return 0 if empty is not None and stop.returncode == 0 else 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""))
@@ -356,8 +422,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop path of the --llm-gateway runs (repeatable; default: those of --path)")
     parser.add_argument("--stop-command", type=int, default=0, metavar="N",
                         help="also time `cowork-adapter stop` N times per path (command start → no labelled container)")
+    parser.add_argument("--realbench", action="store_true",
+                        help="instead: one `cowork-adapter stop` on the real-benchmark test bed (realbench.sh env), "
+                             "--tasks tasks at that concurrency, 2 agents in flight, the first --path")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
+    if args.realbench:
+        if not args.docker_host:
+            print("bench_stop_latency: --realbench needs DOCKER_HOST (eval \"$(bash testbed/realbench.sh env)\")",
+                  file=sys.stderr)
+            return 2
+        return realbench_stop(args.docker_host, args.tasks, min(2, args.tasks), (args.paths or [FAST])[0])
     phases = args.phases or list(PHASES)
     paths = list(dict.fromkeys(args.paths or PATHS))
     gateway_paths = list(dict.fromkeys(args.gateway_paths or paths))
