@@ -164,13 +164,13 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
             path: str = FAST) -> dict:
     name, campaign = f"stop-{path}-{index}", f"campaign-stop-{path}-{index}.json"
     run_root = env.run_root(name)
-    label = run_label(run_root)
     boundary = CEILING - RESERVE
     proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
                                    extra=["--concurrency", str(len(tasks)), *path_args(path)]), name)
     deadline = time.monotonic() + 900
     try:
         flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
+        label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         # The crossing goes at `phase` of the interval after a poll: the next poll grid point
         # (from the last reading) that leaves at least MARGIN_S to set the meter up.
         last = (reading_times(run_root) or [time.time()])[-1]
@@ -240,7 +240,6 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
     """A run with --llm-gateway: the crossing is one request whose provider cost passes the allowance."""
     name, campaign = f"gw-stop-{path}-{index}", f"campaign-gw-stop-{path}-{index}.json"
     run_root = env.run_root(name)
-    label = run_label(run_root)
     provider.cost_per_request = 0.0001
     extra = ["--concurrency", str(len(tasks)), "--llm-gateway", "--openai-compatible-base-url", provider.base_url,
              "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", *path_args(path)]
@@ -249,6 +248,7 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
     client = httpx.Client(timeout=30)
     try:
         flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
+        label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         ident = task_ident(run_root, tasks[0])
         manifest = read_json(run_root / "run_manifest.json")
         url = manifest["llm_gateway"]["container_url"]
@@ -301,13 +301,13 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
     """`cowork-adapter stop RUN_ROOT` once the agents are in flight: command start → no labelled container."""
     name, campaign = f"cmd-stop-{path}-{index}", f"campaign-cmd-stop-{path}-{index}.json"
     run_root = env.run_root(name)
-    label = run_label(run_root)
     proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
                                    extra=["--concurrency", str(len(tasks)), *path_args(path)]), name)
     deadline = time.monotonic() + 900
     stop = None
     try:
         flight = wait_in_flight(run_root, proc, deadline, len(tasks))
+        label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         started = time.monotonic()
         stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "120"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
@@ -359,7 +359,6 @@ def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> i
     real = RealRun(bed, Path(tempfile.mkdtemp(prefix="cowork-realbench-stop-")) / "root", docker_host).start()
     name = "stop"
     run_root = real.run_root(name)
-    label = run_label(run_root)
     extra = ["--concurrency", str(tasks), "--stop-path", path]
     proc = real.launch(real.args(name, bed.tasks(tasks), extra=extra), name)
     try:
@@ -370,6 +369,7 @@ def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> i
                 return 2
             time.sleep(1.0)
         flight = len(started_tasks(run_root) - summary_tasks(run_root))
+        label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         containers = len(list_labelled(docker_host, label, timeout=10).containers)
         started = time.monotonic()
         stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "300"],
