@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from .audit.scan import TaskScan, scan_events
 from .container import protocol, safefile
+from .container.procs import process_alive
 from .events import utc_now_iso
 from .fileio import create_exclusive, replace_atomic
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
@@ -52,6 +53,7 @@ from .vocab import (
     INFRA_RUNTIME_REASONS,
     OfficialEvalStatus,
     PaidActivity,
+    ReceiptCause,
     ShimRefusal,
     TamperKind,
     TaskStatus,
@@ -190,7 +192,10 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
     if seal.grading_inputs_differ:
         found.append(TamperFinding(kind=TamperKind.GRADING_INPUTS_DIFFER, detail=", ".join(seal.grading_inputs_differ)[:200]))
-    if seal.hung or (seal.verdict is not None and seal.verdict.cause.startswith("eval_hung")):
+    refused = seal.verdict.cause if seal.verdict is not None else ""
+    if refused.startswith((ReceiptCause.LOG_NOT_REGULAR.value, ReceiptCause.WORKSPACE_LINK_OUTSIDE_DUMP.value)):
+        found.append(TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=refused[:200]))
+    if seal.hung or refused.startswith(ReceiptCause.EVAL_HUNG.value):
         found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec ended after {seal.ended_at - seal.started_at:.0f} s"))
     if seal.agent_summary_sha256 and now.summary != seal.agent_summary_sha256:
         found.append(TamperFinding(kind=TamperKind.SUMMARY_CHANGED, detail="ouroboros_summary.json"))
@@ -398,9 +403,15 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
     the head cannot show that (the agent's container was present or unknown): then unsealed."""
     if head.agent_container_state != "absent":
         return None
+    if head.shim_pid is not None and process_alive(head.shim_pid, head.shim_start_ticks):
+        return None  # the exec may still run: its own shim seals it, or a later reading does
     from .custody import shim as shim_program  # its reader of a dump, so both seals read alike
 
     inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))
+    planted = {entry.sha256 for entry in head.pre if entry.sha256}
+    found = [inputs[name].get("sha256") for name in ("claim", "receipt", "eval_res") if isinstance(inputs.get(name), dict)]
+    if planted.intersection(found):
+        return None  # a record that stood there before the exec: the agent's, never the verdict
     try:
         seal = convert(dict(msgspec.to_builtins(head), entry="late", **inputs), EvalSeal)
     except RecordInvalid:

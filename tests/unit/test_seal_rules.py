@@ -156,3 +156,30 @@ def test_planted_records_are_set_aside_never_opened(tmp_path):
     assert names == sorted(["planted-2-eval_res.json", "planted-eval_res.json", "planted-ouroboros_eval_claim.json",
                             f"planted-{protocol.RECEIPT_PREFIX}{'a' * 32}.json", "traj_log.json"])
     assert os.path.islink(tmp_path / "planted-ouroboros_eval_claim.json")  # moved as a link, not read
+
+
+def test_a_workspace_link_to_what_the_agent_could_not_see_is_found(tmp_path):
+    tasks = tmp_path / "tasks"
+    own = tasks / "finalpool" / "t"
+    (own / "groundtruth_workspace").mkdir(parents=True)
+    (own / "files").mkdir()
+    (tasks / "finalpool" / "other" / "evaluation").mkdir(parents=True)
+    root = tmp_path / "dumps" / "s_m" / "SingleUserTurn-t"
+    (root / "workspace" / "sub").mkdir(parents=True)
+    (root / "workspace" / "answer.txt").write_text("42")
+    os.symlink(own / "files", root / "workspace" / "inputs")   # its own task's inputs: seen where it ran
+    os.symlink("answer.txt", root / "workspace" / "same")      # inside the dump
+    assert evalphase.link_to_hidden(str(root), "t", str(tasks)) is None
+    os.symlink(tasks / "finalpool" / "other" / "evaluation", root / "workspace" / "sub" / "theirs")
+    assert evalphase.link_to_hidden(str(root), "t", str(tasks)) == "workspace/sub/theirs"
+    os.unlink(root / "workspace" / "sub" / "theirs")
+    (root / "workspace").rename(root / "workspace.real")
+    os.symlink(own / "groundtruth_workspace", root / "workspace")  # graded against itself
+    assert evalphase.link_to_hidden(str(root), "t", str(tasks)) == "workspace"
+
+
+def test_a_refused_evaluation_of_an_unsafe_dump_is_flagged():
+    held = seal(verdict=SealedVerdict(official_run=False, cause="workspace_link_outside_dump:workspace"))
+    verdict, found = seal_verdict(OfficialVerdict(OfficialEvalStatus.NOT_RUN, "workspace_link_outside_dump", None),
+                                  held, NOW, records_present=True)
+    assert verdict.passed is None and kinds(found) == ["unsafe_entry"]

@@ -206,3 +206,24 @@ def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
     # A head that cannot show the agent's container was gone is never sealed late.
     present = msgspec.structs.replace(head, agent_container_state="present")
     assert late_seal(bed.bench.parent, present, bed.task_root, bed.dumps) is None
+
+
+def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(bed):
+    from cowork_adapter.container.procs import start_ticks
+    from cowork_adapter.ledger import late_seal
+    from cowork_adapter.schemas.seal import PreEntry, SealHead
+
+    bed.task_root.mkdir(parents=True)
+    assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0
+    (bed.evidence / f"{ID}.seal.json").unlink()
+    head = decode((bed.evidence / f"{ID}.seal-head.json").read_bytes(), SealHead)
+    assert head.shim_pid is not None and head.shim_start_ticks is not None
+    # A live shim (this very process stands in for it): the exec may still be running.
+    alive = msgspec.structs.replace(head, shim_pid=os.getpid(), shim_start_ticks=start_ticks(os.getpid()))
+    assert late_seal(bed.bench.parent, alive, bed.task_root, bed.dumps) is None
+    # The claim now in the dump stood there before the exec (planted, not yet set aside).
+    claim_sha = protocol.file_facts(str(bed.task_root / protocol.CLAIM_NAME))["sha256"]
+    planted = msgspec.structs.replace(head, pre=[PreEntry(name=protocol.CLAIM_NAME, kind="regular", sha256=claim_sha)])
+    assert late_seal(bed.bench.parent, planted, bed.task_root, bed.dumps) is None
+    assert not (bed.evidence / f"{ID}.seal.json").exists()
+    assert late_seal(bed.bench.parent, head, bed.task_root, bed.dumps) is not None

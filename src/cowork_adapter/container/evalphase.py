@@ -117,6 +117,38 @@ def set_aside_planted(task_root: str) -> list:
     return moved
 
 
+HIDDEN_TASK_PARTS = ("groundtruth_workspace", "groundtruth_workspace_cn", "evaluation")
+
+
+def _hidden_target(target: str, tasks: str, own: str) -> bool:
+    """Whether `target` is task-tree content the agent's container did not have: another task, or
+    its own task's ground truth or evaluator (only the eval container mounts the full tree)."""
+    if target != tasks and not target.startswith(tasks + os.sep):
+        return False
+    if target != own and not target.startswith(own + os.sep):
+        return True
+    return any(target == os.path.join(own, part) or target.startswith(os.path.join(own, part) + os.sep)
+               for part in HIDDEN_TASK_PARTS)
+
+
+def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> Optional[str]:
+    """The first link in the agent's workspace (the workspace itself included) that resolves to
+    task-tree content its own container did not see, relative to the dump; None when there is none.
+    Such a link dangles where the agent ran and resolves in the eval container: a workspace pointing
+    at the ground truth would be graded against itself. The walk never follows a link."""
+    tasks = os.path.realpath(tasks)
+    own = os.path.join(tasks, "finalpool", task_dir)
+    workspace = os.path.join(task_root, "workspace")
+    candidates = [workspace] if os.path.islink(workspace) else []
+    if not candidates:
+        for folder, dirs, files in os.walk(workspace):
+            candidates.extend(os.path.join(folder, n) for n in dirs + files if os.path.islink(os.path.join(folder, n)))
+    for path in candidates:
+        if _hidden_target(os.path.realpath(path), tasks, own):
+            return os.path.relpath(path, task_root)[:150]
+    return None
+
+
 def _canonical_path(value: Any) -> Any:
     return os.path.normpath(os.path.abspath(value)) if isinstance(value, str) and value else value
 
@@ -206,6 +238,8 @@ def run_eval(task_dir: str, out=None) -> int:
         cause = ReceiptCause.UNCLAIMED_PRIOR_RESULT.value
     elif log_kind not in (safefile.REGULAR, safefile.ABSENT):
         cause = f"{ReceiptCause.LOG_NOT_REGULAR.value}:{log_kind}"
+    elif (outside := link_to_hidden(task_root, task_dir)) is not None:
+        cause = f"{ReceiptCause.WORKSPACE_LINK_OUTSIDE_DUMP.value}:{outside}"
     elif build_error is not None:
         cause = f"{ReceiptCause.PREPARATION_ERROR.value}:{type(build_error).__name__}"
     if cause is not None:

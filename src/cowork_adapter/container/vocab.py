@@ -206,6 +206,8 @@ class ReceiptCause(Vocab):
     LOG_PATH_MISMATCH = "log_path_mismatch"  # TaskConfig's log file is not the claimed one
     LOG_NOT_REGULAR = "log_not_regular"  # traj_log.json is a link, FIFO, device or over its cap: not evaluated
     EVAL_HUNG = "eval_hung"  # the evaluator ran past the adapter's bound: killed, no verdict
+    # A link in the agent's workspace leads out of its dump (to the ground truth, say): not evaluated.
+    WORKSPACE_LINK_OUTSIDE_DUMP = "workspace_link_outside_dump"
 
 
 class EvalRefusal(Vocab):

@@ -765,10 +765,26 @@ def file_seal(safefile, path, below):
 
 
 def official_entries(safefile, task_root, below):
-    """The official-looking entries of a task dump (name, kind, size), by lstat: what stood there."""
+    """The official-looking entries of a task dump (name, kind, size, sha256 of a regular file's bytes):
+    what stood there before the eval exec. The digests let the host refuse to seal a planted record
+    that the eval phase had not yet set aside (ledger.late_seal)."""
     _, entries = safefile.scan_dir(task_root, below=below)
-    return [{"name": e.name, "kind": e.kind, "bytes": e.size} for e in entries
-            if e.name in OFFICIAL_NAMES or e.name.startswith(RECEIPT_PREFIX)]
+    out = []
+    for e in entries:
+        if e.name in OFFICIAL_NAMES or e.name.startswith(RECEIPT_PREFIX):
+            facts, _ = file_seal(safefile, os.path.join(task_root, e.name), below) if e.kind == "regular" else ({}, None)
+            out.append({"name": e.name, "kind": e.kind, "bytes": e.size, "sha256": facts.get("sha256")})
+    return out
+
+
+def own_start_ticks():
+    """This process's start time in clock ticks (field 22 of /proc/self/stat), or None."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            stat = handle.read().decode("utf-8", "replace")
+        return int(stat[stat.rfind(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def read_seal_inputs(safefile, task_root, below):
@@ -898,7 +914,7 @@ def handle_eval_exec(config, argv, at, ident, command):
         seal = {"schema": SEAL_SCHEMA, "runner_id": ident, "task": task, "entry": "first",
                 "task_dir_arg": flag_value(command, "--task_dir"), "agent_container_state": state,
                 "agent_summary_sha256": summary_sha or None, "pre": official_entries(safefile, task_root, below),
-                "started_at": time.time()}
+                "started_at": time.time(), "shim_pid": os.getpid(), "shim_start_ticks": own_start_ticks()}
         # The head, before the exec: if this shim dies during it, the host can still seal what the
         # eval container alone wrote (schemas/seal.py), knowing what stood there before.
         record(config, ident + SEAL_HEAD_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)

@@ -50,6 +50,7 @@ class PreEntry(Record):
     name: str
     kind: str
     bytes: int | None = None
+    sha256: str | None = None  # a regular file's bytes (a planted record is never sealed as the verdict)
 
 
 class SealHead(Record, rename={"schema_": "schema"}, forbid_unknown_fields=False):
@@ -64,6 +65,9 @@ class SealHead(Record, rename={"schema_": "schema"}, forbid_unknown_fields=False
     agent_summary_sha256: str | None = None
     pre: list[PreEntry] = msgspec.field(default_factory=list)
     started_at: float
+    # The shim that ran the exec: while it lives, the exec may still be running (no late seal).
+    shim_pid: int | None = None
+    shim_start_ticks: int | None = None
 
 
 class EvalSeal(SealHead, forbid_unknown_fields=True):
