@@ -423,6 +423,27 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
     return seal
 
 
+def _once(findings: list[TamperFinding]) -> list[TamperFinding]:
+    """Each finding once, in order (the seal and the held summary copy may both see a change)."""
+    seen: set[tuple[str, str]] = set()
+    return [f for f in findings if (f.kind.value, f.detail) not in seen and not seen.add((f.kind.value, f.detail))]
+
+
+def held_summary_path(ctx: IndexContext, task: str) -> Path | None:
+    runner = ctx.runner_ids.get(task) if ctx.sealing else None
+    return ctx.run_root / "custody" / "evidence" / f"{runner}.agent_summary.json" if runner else None
+
+
+def held_summary(ctx: IndexContext, task: str) -> tuple[str, Any] | None:
+    """(state, value) of the summary copy the shim took when the task's agent exec ended, or None
+    when there is none (a run from before it, or an agent exec that never ended)."""
+    path = held_summary_path(ctx, task)
+    if path is None:
+        return None
+    state, value = _read_json(path)
+    return None if state == "absent" else (state, value)
+
+
 def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
     """task -> how many of its containers the shim refused for a mount outside its own dump
     (creations.jsonl rows with cause dump_mount_refused, named `<role>-<pid>-<md5(task)>`)."""
@@ -516,6 +537,8 @@ class IndexContext:
     sealing: bool = False
     # task -> the dump mounts the shim refused for its containers (a mount outside its own dump).
     refused_mounts: dict[str, int] = field(default_factory=dict)
+    # task -> its runner id (the shim's `<id>.task` evidence), for the host-held summary copy.
+    runner_ids: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, run_root: Path | str) -> "IndexContext":
@@ -537,6 +560,7 @@ class IndexContext:
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
         runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
+        self.runner_ids = runner_ids
         self.custody = read_custody_tasks(self.run_root, runner_ids)
         self.resources = read_task_resources(self.run_root, runner_ids)
         if getattr(self.manifest, "llm_gateway", None) is not None:  # a bare context (tests) has no manifest
@@ -675,10 +699,15 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         names = set(kinds)
         tampering += unsafe_entries(kinds)
         evidence = [n for n in START_EVIDENCE_NAMES if n in names]
-        if SUMMARY_NAME in names:
+        held = held_summary(ctx, task)
+        if held is not None:  # the summary as the agent exec left it (custody/shim.py): the agent
+            summary_state, summary = held  # cannot rewrite this copy; a changed dump copy is flagged
+            if _file_digest(dump / SUMMARY_NAME)[1] != _file_digest(held_summary_path(ctx, task))[1]:
+                tampering.append(TamperFinding(kind=TamperKind.SUMMARY_CHANGED, detail="ouroboros_summary.json"))
+        elif SUMMARY_NAME in names:
             summary_state, summary = _read_json(dump / SUMMARY_NAME)
-            if summary_state == "present" and not isinstance(summary, dict):
-                summary_state, summary = "unreadable", None
+        if summary_state == "present" and not isinstance(summary, dict):
+            summary_state, summary = "unreadable", None
         eval_path = dump / protocol.EVAL_RES_NAME
         status, cause, pass_value, size, sha = classify_eval_result(eval_path, dump / protocol.LOG_NAME)
         eval_facts = EvalResultFacts(
@@ -767,7 +796,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         cpu_seconds=use.cpu_seconds,
         resource_basis=use.basis,
         resource_containers=list(use.containers),
-        tampering=tampering,
+        tampering=_once(tampering),
     )
 
 

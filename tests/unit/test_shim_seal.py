@@ -128,6 +128,8 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     os.mkfifo(bed.task_root / "eval_res.json")  # planted before the exec: the seal names it
     (bed.task_root / "ouroboros_summary.json").write_text('{"task": "x"}')
     assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK).returncode == 0
+    # The summary's bytes as the agent exec left them, held where no container reaches.
+    assert (bed.evidence / f"{ID}.agent_summary.json").read_bytes() == (bed.task_root / "ouroboros_summary.json").read_bytes()
     done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
     assert done.returncode == 0, done.stderr
     exec_argv = [a for a in bed.calls() if a[:2] == ["exec", "-e"]][0]

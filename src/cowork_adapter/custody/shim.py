@@ -143,6 +143,8 @@ KILL_GRACE_SEC = 5.0
 SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
 SEAL_SUFFIX = ".seal.json"
 SEAL_HEAD_SUFFIX = ".seal-head.json"
+HELD_SUMMARY_SUFFIX = ".agent_summary.json"
+HELD_SUMMARY_CAP = 1024 * 1024
 CLAIM_NAME = "ouroboros_eval_claim.json"  # container/protocol.py names; this file cannot import it
 RECEIPT_PREFIX = "ouroboros_eval_receipt-"
 EVAL_RES_NAME = "eval_res.json"
@@ -855,8 +857,12 @@ def handle_agent_exec(config, argv, ident, task):
         safefile = _load_safefile()
         if safefile is not None and task is not None:
             task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
-            facts, _ = file_seal(safefile, os.path.join(task_root, SUMMARY_NAME), config["dumps_dir"])
+            facts, got = file_seal(safefile, os.path.join(task_root, SUMMARY_NAME), config["dumps_dir"])
             record(config, ident + ".agent_summary", dict(facts, ts=time.time(), task=task))
+            if got.ok and got.size <= HELD_SUMMARY_CAP:
+                # The bytes themselves, host-only: the ledger classifies from them, not from a file
+                # the agent's leftover processes could rewrite before the container is removed.
+                record(config, ident + HELD_SUMMARY_SUFFIX, got.data.decode("utf-8", "replace"), once=True)
     except Exception:  # noqa: BLE001
         pass
     return code
