@@ -132,7 +132,7 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     assert (bed.evidence / f"{ID}.agent_summary.json").read_bytes() == (bed.task_root / "ouroboros_summary.json").read_bytes()
     done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
     assert done.returncode == 0, done.stderr
-    exec_argv = [a for a in bed.calls() if a[:2] == ["exec", "-e"]][0]
+    exec_argv = [a for a in bed.calls() if a[0] == "exec" and f"eval-{ID}" in a][0]
     env = dict(exec_argv[i + 1].split("=", 1) for i, a in enumerate(exec_argv) if a == "-e")
     held = protocol.file_facts(str(bed.task_root / "ouroboros_summary.json"))["sha256"]
     assert env == {"COWORK_AGENT_CONTAINER_STATE": "absent", "COWORK_EVAL_ENTRY": "first",
@@ -148,7 +148,7 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     # A second eval exec of the same task is a repeat: told so, and never re-sealed.
     first = (bed.evidence / f"{ID}.seal.json").read_bytes()
     bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
-    assert "COWORK_EVAL_ENTRY=repeat" in [a for a in bed.calls() if a[:2] == ["exec", "-e"]][-1]
+    assert "COWORK_EVAL_ENTRY=repeat" in [a for a in bed.calls() if a[0] == "exec" and f"eval-{ID}" in a][-1]
     assert (bed.evidence / f"{ID}.seal.json").read_bytes() == first
 
 
@@ -229,3 +229,23 @@ def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(be
     assert late_seal(bed.bench.parent, planted, bed.task_root, bed.dumps) is None
     assert not (bed.evidence / f"{ID}.seal.json").exists()
     assert late_seal(bed.bench.parent, head, bed.task_root, bed.dumps) is not None
+
+
+def test_the_agent_exec_is_told_to_end_what_the_agent_left_running(bed):
+    assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK).returncode == 0
+    [argv] = [a for a in bed.calls() if a[0] == "exec"]
+    assert argv[:3] == ["exec", "-e", "COWORK_END_STRAYS=1"] and argv[3] == f"agent-{ID}"
+
+
+def test_end_strays_does_nothing_outside_the_runners_agent_container(monkeypatch):
+    from cowork_adapter.container import procs
+
+    monkeypatch.setenv(procs.END_STRAYS_ENV, "1")  # even with the marker: PID 1 here is not `sleep`
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            assert os.path.basename(fh.read().split(b"\0")[0]) != b"sleep"
+        assert procs.end_strays() == 0 and child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

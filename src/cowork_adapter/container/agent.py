@@ -16,7 +16,7 @@ import traceback
 from typing import Any, Optional
 
 from . import bench, mcp, ouroboros, protocol, reference, upstream
-from .procs import stop_group
+from .procs import end_strays, stop_group
 from .outcome import ERROR_MAX, apply_result, classify, final_answer, model_activity, new_summary
 from .runconfig import DEFAULT_KEY_ENV, EntrypointConfig, ImagePaths, env_seconds, load_run_config, run_config_path
 from .vocab import AdapterReason, AdapterStage, BenchStatus, EngineKind
@@ -372,6 +372,10 @@ class AgentRun:
                 self._checkpoint()  # the server's last log lines, written while it stopped
             if self.workspace_git:
                 ouroboros.remove_worktree_git(self.workspace)
+        strays = end_strays()
+        if strays and self.task_root:  # a leftover could have rewritten the summary: ours is the last word
+            s["strays_killed"] = strays
+            self._write_json(SUMMARY_NAME, s)
         line = json.dumps(s, ensure_ascii=False, sort_keys=True, default=str)
         print(protocol.runner_safe(protocol.scrub(f"[cowork] summary: {line}", self.terms)), file=self.out, flush=True)
         if not self.upstream_mode:

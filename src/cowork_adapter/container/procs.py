@@ -224,3 +224,41 @@ def wait_until(check, *, proc: Optional[subprocess.Popen], deadline: float, inte
         if time.monotonic() >= deadline:
             return "timeout"
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+END_STRAYS_ENV = "COWORK_END_STRAYS"  # set by the docker shim on the agent exec (custody/shim.py)
+
+
+def end_strays() -> int:
+    """SIGKILL every process of the task container but PID 1 (the runner's `sleep`), this process
+    and its ancestors; how many were signalled. What the agent under test left running (a daemon
+    that escaped its process group) could otherwise rewrite the dump after the agent phase wrote it.
+
+    Only inside the runner's agent container: the shim's marker in the environment AND PID 1 being
+    `sleep`; anywhere else (a test on a host) it does nothing."""
+    if os.environ.get(END_STRAYS_ENV) != "1":
+        return 0
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            first = fh.read().split(b"\0")[0]
+    except OSError:
+        return 0
+    if os.path.basename(first) != b"sleep":
+        return 0
+    keep, pid = {1}, os.getpid()
+    while pid > 1 and pid not in keep:
+        keep.add(pid)
+        fields = _stat_fields(pid)
+        try:
+            pid = int(fields[1]) if fields else 0
+        except (IndexError, ValueError):
+            pid = 0
+    killed = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed

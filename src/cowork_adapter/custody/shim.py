@@ -144,6 +144,7 @@ SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
 SEAL_SUFFIX = ".seal.json"
 SEAL_HEAD_SUFFIX = ".seal-head.json"
 HELD_SUMMARY_SUFFIX = ".agent_summary.json"
+END_STRAYS_ENV = "COWORK_END_STRAYS"  # container/procs.py: the agent phase kills what the agent left running
 HELD_SUMMARY_CAP = 1024 * 1024
 CLAIM_NAME = "ouroboros_eval_claim.json"  # container/protocol.py names; this file cannot import it
 RECEIPT_PREFIX = "ouroboros_eval_receipt-"
@@ -849,10 +850,11 @@ def run_child(config, argv, env_extra, bound):
     return (128 - code if code < 0 else code), hung
 
 
-def handle_agent_exec(config, argv, ident, task):
-    """The agent exec, then the adapter summary's digest as it was when the exec ended: the eval
-    phase's diagnostic trusts only that summary (the agent may rewrite the file later)."""
-    code, _ = run_child(config, argv, {}, None)
+def handle_agent_exec(config, argv, at, ident, task):
+    """The agent exec (told to end, inside its container, what the agent left running), then the
+    adapter summary's digest and bytes as they were when the exec ended: the ledger and the eval
+    phase's diagnostic trust only that summary (the agent may rewrite the file later)."""
+    code, _ = run_child(config, argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:], {}, None)
     try:  # evidence only: the exec has run and its exit code stands whatever happens here
         safefile = _load_safefile()
         if safefile is not None and task is not None:
@@ -1004,7 +1006,7 @@ def handle_exec(config, argv, shape):
         if task_dir is not None:
             record(config, ident + ".task", task_dir + "\n", once=True)
         if config.get("dumps_dir"):
-            return handle_agent_exec(config, argv, ident, task_of(config, ident))
+            return handle_agent_exec(config, argv, at, ident, task_of(config, ident))
         return run_real(config, argv)
     ident = task_id(container, "eval")
     if ident is not None and flag_value(command, "--phase") == "eval":
