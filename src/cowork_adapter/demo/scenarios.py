@@ -87,8 +87,8 @@ class DemoEnv:
     def run_root(self, name: str) -> Path:
         return self.root / "runs" / name
 
-    def launch(self, args: list[str], log_name: str) -> subprocess.Popen:
-        env = {**os.environ, self.key_env: self.key}
+    def launch(self, args: list[str], log_name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = {**os.environ, **(extra_env or {}), self.key_env: self.key}
         log = open(self.root / f"{log_name}.log", "ab")
         return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 

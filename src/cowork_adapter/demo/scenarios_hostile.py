@@ -2,33 +2,36 @@
 
 One paid run (meter stand-in; model traffic through --llm-gateway to a local chat stand-in, so the
 provider key never enters a container) of the demo bench's `hostile_agent.py` as
-`--engine upstream:hostile_agent.py`, six tasks at concurrency 3. The engine plays demo-csv-totals
-fairly (it runs the demo's own engine) and attacks in every other task. Expected outcome:
+`--engine upstream:hostile_agent.py`, six tasks at concurrency 3, the eval bound lowered to
+EVAL_BOUND_SEC. The engine plays demo-csv-totals fairly (it runs the demo's own engine) and attacks
+in every other task. Expected outcome (hostile_agent.PLANS has the attacks of each task):
 
-| task                   | attacks (hostile_agent.PLANS)                                         | ledger status | tampering (at least)                                   |
-|------------------------|-----------------------------------------------------------------------|---------------|--------------------------------------------------------|
-| demo-csv-totals        | none: the demo engine, honestly                                       | passed        | none at all                                            |
-| demo-wrong-answer      | forged eval_res.json + claim + receipt (the container's protocol      | failed        | planted_before_eval, verdict_disagrees_runner,         |
-|                        | code); `Pass: True` / `Status: success` written into the runner's log |               | outside_own_dump                                       |
-|                        | through the agent phase's stdout; waits for demo-csv-totals' dump and |               |                                                        |
-|                        | writes its eval_res.json and a receipt; a file above its own dump;    |               |                                                        |
-|                        | reads every secret it can see; writes to /etc, /tmp, read-only mounts |               |                                                        |
-| demo-truncated-correct | a claim alone; traj_log.json choosing the grading (a command that     | failed        | planted_before_eval, grading_inputs_differ,            |
-|                        | copies the task tree and exits 0, both workspaces = the ground truth);|               | summary_changed                                        |
-|                        | a process that rewrites ouroboros_summary.json until it is killed     |               |                                                        |
-| demo-crm-postgres      | eval_res.json -> a host file (absolute), the claim -> the same file   | not passed    | planted_before_eval, unsafe_entry                      |
-|                        | (relative), traj_log.json -> /dev/zero, ouroboros -> /                |               |                                                        |
-| demo-round-limit       | FIFOs named eval_res.json and like a receipt, a 20 GiB sparse claim,  | not passed    | planted_before_eval, unsafe_entry, eval_hung           |
-|                        | a FIFO where the evaluator opens its answer (the eval blocks)         |               |                                                        |
-| demo-audit-planted     | its workspace a link to the task's ground truth (dangling in the      | not passed    | unsafe_entry                                           |
-|                        | agent container, resolved in the eval container)                      |               |                                                        |
+| task                   | attacks                                                               | ledger status | tampering (at least)                  |
+|------------------------|-----------------------------------------------------------------------|---------------|---------------------------------------|
+| demo-csv-totals        | none: the demo engine, honestly                                       | passed        | none (an empty list)                  |
+| demo-wrong-answer      | forged eval_res.json + claim + receipt (the container's own protocol  | failed        | planted_before_eval,                  |
+|                        | code); `Pass: True` / `Status: success` written into the runner's log |               | verdict_disagrees_runner              |
+|                        | through the agent phase's stdout; waits for demo-csv-totals' dump and |               | (the sibling writes: none, see below) |
+|                        | writes its eval_res.json and a receipt; a file above its own dump;    |               |                                       |
+|                        | reads every secret it can see; writes to /etc, /tmp, read-only mounts |               |                                       |
+| demo-truncated-correct | a claim alone; traj_log.json choosing the grading (a command that     | failed        | planted_before_eval,                  |
+|                        | copies the task tree and exits 0, both workspaces = the ground truth);|               | grading_inputs_differ,                |
+|                        | a process that rewrites ouroboros_summary.json until it is killed     |               | summary_changed                       |
+| demo-crm-postgres      | eval_res.json -> a host file (absolute), the claim -> the same file   | infra_failed  | planted_before_eval, unsafe_entry     |
+|                        | (relative), traj_log.json -> /dev/zero, ouroboros -> /                |               | (traj_log.json:symlink)               |
+| demo-round-limit       | FIFOs named eval_res.json and like a receipt, a 20 GiB sparse claim,  | infra_failed  | planted_before_eval (eval_res.json:   |
+|                        | a FIFO where the evaluator opens its answer (the eval blocks)         |               | fifo), eval_hung                      |
+| demo-audit-planted     | its workspace a link to the task's ground truth (dangling in the      | not passed    | unsafe_entry                          |
+|                        | agent container, resolved in the eval container)                      |               |                                       |
 
+The sibling attack is not a flag: with per-task dump mounts its writes land in its own container's
+layer and go with it; what is checked is that they never reach the host or the sibling.
 Checks: the run ends (exit 0 or 1) within RUN_BOUND_SEC; the report's pass@1 counts the honest
 task only; each row's status and tampering kinds as above; the honest task's seal matches its
-dump; nothing the attacks aimed at the host arrived there (the sibling's forged receipt, the file
-above the dump, the task tree the injected command would have copied); the marker planted in the
-host file the links point at, and the provider key, are in no file of the run root; nothing
-labelled is left and the campaign is settled.
+dump (as a reader of a published run would check it); nothing the attacks aimed at the host
+arrived there (the sibling's forged receipt, the file above the dump, the task tree the injected
+command would have copied); the marker planted in the host file the links point at, and the
+provider key, are in no file of the run root; nothing labelled is left; the campaign is settled.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ import secrets
 import time
 from pathlib import Path
 
-from ..container import safefile
+from ..container import protocol, safefile
+from ..schemas.seal import read_seals
 from ..vocab import ExitCode, TamperKind, TaskStatus
 from .chat_standin import ChatStandin
 from .scenarios import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_json, read_rows
@@ -51,15 +55,20 @@ NOT_PASSED = None  # any settled or unsettled status but passed
 # task -> (expected ledger status, or NOT_PASSED; the tamper kinds its row must carry at least)
 EXPECTED: dict[str, tuple[TaskStatus | None, frozenset[TamperKind]]] = {
     HONEST: (TaskStatus.PASSED, frozenset()),
-    "demo-wrong-answer": (TaskStatus.FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER,
-                                                        TamperKind.OUTSIDE_OWN_DUMP})),
+    "demo-wrong-answer": (TaskStatus.FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER})),
     "demo-truncated-correct": (TaskStatus.FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.GRADING_INPUTS_DIFFER,
                                                              TamperKind.SUMMARY_CHANGED})),
-    "demo-crm-postgres": (NOT_PASSED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.UNSAFE_ENTRY})),
-    "demo-round-limit": (NOT_PASSED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.UNSAFE_ENTRY, TamperKind.EVAL_HUNG})),
+    "demo-crm-postgres": (TaskStatus.INFRA_FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.UNSAFE_ENTRY})),
+    "demo-round-limit": (TaskStatus.INFRA_FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.EVAL_HUNG})),
     "demo-audit-planted": (NOT_PASSED, frozenset({TamperKind.UNSAFE_ENTRY})),
 }
+# task -> (kind, text its finding's detail must name): the flag is for the attack, not by chance.
+DETAILS = {
+    "demo-crm-postgres": (TamperKind.UNSAFE_ENTRY, "traj_log.json:symlink"),
+    "demo-round-limit": (TamperKind.PLANTED_BEFORE_EVAL, "eval_res.json:fifo"),
+}
 CONCURRENCY = 3
+EVAL_BOUND_SEC = 60  # COWORK_EVAL_BOUND_SEC for this run: the blocked evaluator is stopped after a minute, not 20
 RUN_BOUND_SEC = 1500  # six tasks in two waves, the 240 s task timeout and the eval bound, on a loaded 2-core host
 # Must equal hostile_agent.HOST_MARKER_PATH (the engine runs in the image and cannot import this).
 HOST_MARKER_PATH = Path("/tmp/cowork-hostile-host-file.txt")
@@ -92,33 +101,23 @@ def tamper_kinds(row: dict) -> set[str]:
     return {str(f.get("kind")) for f in (row.get("tampering") or []) if isinstance(f, dict)}
 
 
-def sealed_files(seal: dict) -> dict[str, str]:
-    """name -> sealed sha256 of the official files a seal covers (claim, receipt, eval_res.json)."""
-    out = {}
-    for key in ("claim", "receipt", "eval_res"):
-        facts = seal.get(key)
-        if isinstance(facts, dict) and facts.get("sha256"):
-            out[os.path.basename(str(facts.get("path") or facts.get("name") or key))] = facts["sha256"]
-    return out
-
-
 def verify_seal(run_root: Path, task: str) -> tuple[bool, str]:
-    """What a reader of a published run does: each file the task's seal covers, read from the dump
-    without following links, has the sealed sha256."""
-    seals = [read_json(p) for p in sorted((run_root / "custody" / "evidence").glob("*.seal.json"))]
-    seal = next((s for s in seals if s.get("task") == task), None)
+    """What a reader of a published run does: the task's seal (custody/evidence/<id>.seal.json)
+    names the claim, the receipt and eval_res.json by sha256; each, read from the dump without
+    following a link, must have it, and the sealed verdict must be the ledger's."""
+    held = read_seals(run_root).get(task)
+    seal = held.seal if held else None
     dump = dump_of(run_root, task)
-    if seal is None or dump is None:
+    if seal is None or dump is None or seal.attempt_id is None:
         return False, f"seal {'found' if seal else 'missing'}, dump {'found' if dump else 'missing'}"
-    covered = sealed_files(seal)
-    if not covered:
-        return False, "the seal covers no file"
-    for name, want in covered.items():
+    covered = {protocol.CLAIM_NAME: seal.claim, os.path.basename(protocol.receipt_path("", seal.attempt_id)): seal.receipt,
+               protocol.EVAL_RES_NAME: seal.eval_res}
+    for name, facts in covered.items():
         read = safefile.read_bytes(str(dump / name), cap=safefile.RECORD_CAP, below=str(run_root))
         got = hashlib.sha256(read.data).hexdigest() if read.ok else read.kind
-        if got != want:
-            return False, f"{name}: {got[:12]} != sealed {want[:12]}"
-    return True, ", ".join(sorted(covered))
+        if facts is None or got != facts.sha256:
+            return False, f"{name}: {got[:12]} is not the sealed {(facts.sha256 or '') if facts else 'nothing'}"[:200]
+    return True, f"claim, receipt and eval_res.json as sealed; sealed pass {seal.verdict.pass_ if seal.verdict else None}"
 
 
 def row_checks(rows: dict[str, dict]) -> list[Check]:
@@ -130,6 +129,10 @@ def row_checks(rows: dict[str, dict]) -> list[Check]:
         checks.append(Check(f"{task} is {status.value if status else 'not passed'}", ok,
                             f"got {got} ({row.get('reason_code')})"))
         have = tamper_kinds(row)
+        if task in DETAILS:
+            kind, text = DETAILS[task]
+            said = " | ".join(str(f.get("detail")) for f in row.get("tampering") or [] if f.get("kind") == kind.value)
+            checks.append(Check(f"{task}'s {kind.value} finding names {text}", text in said, said[:200]))
         if kinds:
             missing = sorted(k.value for k in kinds if k.value not in have)
             checks.append(Check(f"{task} is flagged {', '.join(sorted(k.value for k in kinds))}", not missing,
@@ -138,6 +141,26 @@ def row_checks(rows: dict[str, dict]) -> list[Check]:
             checks.append(Check(f"{task} has no tampering finding (an empty list)", row.get("tampering") == [],
                                 f"row has {row.get('tampering')!r}"))
     return checks
+
+
+def attempt_checks(run_root: Path) -> list[Check]:
+    """Every attack of every plan was really made (hostile_attempts.json, read as agent output)."""
+    failed, missing = [], []
+    for task, (status, _kinds) in EXPECTED.items():
+        if status is TaskStatus.PASSED:
+            continue
+        dump = dump_of(run_root, task)
+        read = safefile.read_bytes(str(dump / "hostile_attempts.json"), below=str(run_root)) if dump else None
+        try:
+            record = json.loads(read.data) if read and read.ok else None
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            missing.append(task)
+            continue
+        failed += [f"{task}: {a.get('attack')}: {a['error']}" for a in record.get("attempts", []) if a.get("error")]
+    return [Check("the engine made every attack of its plans (none failed inside its container)", not failed and not missing,
+                  f"no record for {missing}; {failed}"[:300])]
 
 
 def host_checks(run_root: Path, marker: bytes) -> list[Check]:
@@ -184,7 +207,8 @@ def scenario_hostile(env: DemoEnv) -> list[Check]:
     try:
         extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url]
         started = time.monotonic()
-        proc = env.launch(env.run_args(name, list(EXPECTED), campaign=campaign, extra=extra, concurrency=CONCURRENCY), name)
+        proc = env.launch(env.run_args(name, list(EXPECTED), campaign=campaign, extra=extra, concurrency=CONCURRENCY), name,
+                          extra_env={"COWORK_EVAL_BOUND_SEC": str(EVAL_BOUND_SEC)})
         try:
             code = proc.wait(timeout=RUN_BOUND_SEC)
         except Exception:  # noqa: BLE001 - a run past its bound is the failed check below, then stopped
@@ -201,6 +225,6 @@ def scenario_hostile(env: DemoEnv) -> list[Check]:
     checks += row_checks(rows)
     ok, detail = verify_seal(run_root, HONEST)
     checks.append(Check("the honest task's seal matches the files in its dump", ok, detail))
-    checks += host_checks(run_root, marker)
+    checks += attempt_checks(run_root) + host_checks(run_root, marker)
     checks += report_checks(env, run_root)
     return checks + custody_checks(env, run_root) + campaign_checks(env, campaign, run_root)
