@@ -35,8 +35,12 @@ from cowork_adapter.vocab import ExitCode, TamperKind
 from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
 
 ENTRY = "hostile_agent.py"
+# planted: the forged claim, receipt and eval_res.json, the FIFO and the 20 GiB receipts (set aside before the eval);
+# runner: the forged `Pass: True` line; grading: traj_log.json's; unsafe: traj.json -> a host file, and the
+# workspace linked to the ground truth; summary: the process that outlives the engine.
 EXPECTED_KINDS = {TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER, TamperKind.GRADING_INPUTS_DIFFER,
                   TamperKind.UNSAFE_ENTRY, TamperKind.SUMMARY_CHANGED}
+PLANTED_NAMES = (":fifo", "eval_res.json:regular")  # what the planted finding's detail must name
 RUN_BOUND_SEC = 2400
 
 
@@ -107,6 +111,8 @@ def test_no_forged_pass_is_counted_and_every_attempt_is_flagged(hostile_run):
     kinds = {f["kind"] for f in row.get("tampering") or []}
     missing = sorted(k.value for k in EXPECTED_KINDS if k.value not in kinds)
     assert not missing, f"missing {missing}\n{detail(hostile_run)}"
+    planted = " ".join(f["detail"] for f in row["tampering"] if f["kind"] == TamperKind.PLANTED_BEFORE_EVAL.value)
+    assert all(name in planted for name in PLANTED_NAMES), planted
 
 
 def test_the_injected_command_never_ran_and_no_host_file_was_read(hostile_run):

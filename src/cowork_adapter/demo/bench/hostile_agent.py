@@ -48,7 +48,7 @@ PLANS = {
     "demo-audit-planted": ("groundtruth_link",),
 }
 # One task of a real benchmark: every attack that does not need a second task or a known answer file.
-DEFAULT_PLAN = ("inject_grading", "forged_verdict", "runner_lines", "huge_receipt", "fifo_receipt",
+DEFAULT_PLAN = ("inject_grading", "forged_verdict", "runner_lines", "huge_receipt", "fifo_receipt", "record_link",
                 "groundtruth_link", "summary_rewriter", "loot", "outside")
 SIBLING_OF = {"demo-wrong-answer": "demo-csv-totals"}
 WORKSPACE_FIFO = {"demo-round-limit": "index.txt"}  # the answer file the task's evaluator opens
@@ -199,14 +199,22 @@ def links(t: Task) -> None:
     t.note("links", made=made)
 
 
+def record_link(t: Task) -> None:
+    """traj.json (a record the host reads, which neither the runner nor the evaluator needs) as a
+    link to the host file."""
+    os.symlink(HOST_MARKER_PATH, t.path("traj.json"))
+    t.note("record_link", name="traj.json", to=HOST_MARKER_PATH)
+
+
 def fifos(t: Task) -> None:
     os.mkfifo(t.path(protocol.EVAL_RES_NAME))
-    os.mkfifo(protocol.receipt_path(t.root, "f" * 32))
-    t.note("fifos", made=[protocol.EVAL_RES_NAME, os.path.basename(protocol.receipt_path(t.root, "f" * 32))])
+    os.mkfifo(protocol.receipt_path(t.root, "0" * 32))
+    t.note("fifos", made=[protocol.EVAL_RES_NAME, os.path.basename(protocol.receipt_path(t.root, "0" * 32))])
 
 
 def fifo_receipt(t: Task) -> None:
-    os.mkfifo(protocol.receipt_path(t.root, "f" * 32))
+    # "0" * 32 sorts before any real attempt id: the planted finding's 200-character detail names it first.
+    os.mkfifo(protocol.receipt_path(t.root, "0" * 32))
     t.note("fifo_receipt")
 
 
@@ -337,7 +345,7 @@ def honest() -> None:
 
 
 ATTACKS = {f.__name__: f for f in (forged_verdict, planted_claim, runner_lines, inject_grading, groundtruth_link,
-                                   links, fifos, fifo_receipt, huge, huge_receipt, workspace_fifo, sibling, loot, outside,
+                                   links, record_link, fifos, fifo_receipt, huge, huge_receipt, workspace_fifo, sibling, loot, outside,
                                    summary_rewriter)}
 
 
