@@ -205,7 +205,8 @@ def scenario_hostile(env: DemoEnv) -> list[Check]:
     marker = host_marker()
     chat = ChatStandin(host="127.0.0.1").start()
     try:
-        extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url]
+        extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url,
+                 "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]
         started = time.monotonic()
         proc = env.launch(env.run_args(name, list(EXPECTED), campaign=campaign, extra=extra, concurrency=CONCURRENCY), name,
                           extra_env={"COWORK_EVAL_BOUND_SEC": str(EVAL_BOUND_SEC)})
