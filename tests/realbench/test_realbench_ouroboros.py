@@ -260,5 +260,8 @@ def test_the_honest_engine_has_no_tampering_finding(stopped_and_resumed):
                            "--output-dir", str(second.parent / "report-tampering")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    tampering = json.loads(proc.stdout).get("tampering")
-    assert isinstance(tampering, dict) and not tampering.get("tasks"), tampering
+    report = json.loads(proc.stdout)
+    tampering = report["tampering"]
+    assert tampering["findings"] == 0 and tampering["tasks_not_checked"] == [], tampering
+    assert tampering["tasks_checked"] == report["denominator"], tampering
+    assert tampering["audit_seen"] is None or tampering["audit_seen"]["findings"] == 0, tampering["audit_seen"]

@@ -194,9 +194,14 @@ def report_checks(env: DemoEnv, run_root: Path) -> list[Check]:
     except ValueError:
         report = {}
     honest = sum(1 for status, _ in EXPECTED.values() if status is TaskStatus.PASSED)
+    flagged = sorted(t for t, (_status, kinds) in EXPECTED.items() if kinds)
+    section = report.get("tampering") or {}
     return [Check(f"the report's pass@1 counts only the honest task ({honest} of {len(EXPECTED)})",
                   report.get("passed") == honest and report.get("denominator") == len(EXPECTED),
-                  f"exit {proc.returncode}, passed {report.get('passed')!r} of {report.get('denominator')!r}")]
+                  f"exit {proc.returncode}, passed {report.get('passed')!r} of {report.get('denominator')!r}"),
+            Check("the report's Tampering section names every attacking task and only those",
+                  sorted(section.get("tasks_with_findings") or []) == flagged and section.get("tasks_not_checked") == [],
+                  str(section.get("sentence"))[:200])]
 
 
 def scenario_hostile(env: DemoEnv) -> list[Check]:
