@@ -29,6 +29,7 @@ import pytest
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.meter_standin import MeterStandin
+from cowork_adapter.demo.scenarios import files_containing
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "testbed" / "realbench.sh"
@@ -226,15 +227,8 @@ def runner_pid(run_root: Path) -> int | None:
 
 
 def key_leaks(root: Path, key: str) -> list[str]:
-    needle = key.encode()
-    leaks = []
-    for path in root.rglob("*"):
-        try:
-            if path.is_file() and not path.is_symlink() and needle in path.read_bytes():
-                leaks.append(str(path))
-        except OSError:
-            continue
-    return leaks
+    # Read as an agent-written tree must be (no link, FIFO or 20 GiB sparse file followed or read whole).
+    return [str(root / rel) for rel in files_containing(root, key.encode())]
 
 
 def labelled_left(docker_host: str, label: str) -> list[str]:

@@ -247,3 +247,23 @@ def test_the_report_equals_the_ledger(stopped_and_resumed):
     assert got == dict(want), (got, want)
     by_task = {t["instance_id"]: t for t in report["tasks"]}
     assert {t: r["status"] for t, r in by_task.items()} == {t: r["status"] for t, r in rows.items()}
+
+
+def test_the_honest_engine_has_no_tampering_finding(stopped_and_resumed):
+    # Issue 27: every row carries the check's result (a list; None would be a row written without
+    # it), and for the real, honest Ouroboros engine that list is empty in both runs and the report.
+    out = stopped_and_resumed
+    for name in ("first", "resumed"):
+        rows = out[f"{name}_rows"]
+        found = {t: r.get("tampering") for t, r in rows.items() if r.get("tampering") != []}
+        assert rows and not found, f"{name}: {found}"
+    second = out["roots"]["resumed"]
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(second), "--json",
+                           "--output-dir", str(second.parent / "report-tampering")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    tampering = report["tampering"]
+    assert tampering["findings"] == 0 and tampering["tasks_not_checked"] == [], tampering
+    assert tampering["tasks_checked"] == report["denominator"], tampering
+    assert tampering["audit_seen"] is None or tampering["audit_seen"]["findings"] == 0, tampering["audit_seen"]

@@ -93,3 +93,18 @@ def test_an_unchanged_refresh_does_not_rewrite_the_ledger(tmp_path):
     synth.write_summary(synth.dump_dir(root, "a"), synth.summary("success"))
     progress.refresh(live=True, interruption_cause="in_progress")
     assert (root / LEDGER_NAME).stat().st_ino != inode
+
+
+def test_a_run_that_begins_sealing_after_its_first_refresh_scores_only_sealed_verdicts(tmp_path):
+    # The launcher's first refresh comes at admission, before custody writes the shim's config: the
+    # live ledger must still check seals once the run seals (issue 27), or a forged pass is scored.
+    root, progress = make(tmp_path)
+    progress.refresh(live=True, interruption_cause="in_progress")
+    (root / "custody").mkdir(exist_ok=True)
+    (root / "custody" / "shim_config.json").write_text(json.dumps({"dumps_dir": str(root / "bench" / "dumps")}))
+    dump = synth.dump_dir(root, "a")
+    synth.write_traj_log(dump, "success")
+    synth.write_eval(dump, {"pass": True})  # a verdict no host seal covers
+    rows = {r.instance_id: r for r in progress.refresh(live=True, interruption_cause="in_progress")}
+    assert rows["a"].status is not S.PASSED
+    assert "unsealed_verdict" in {f.kind.value for f in rows["a"].tampering or []}

@@ -381,6 +381,7 @@ class DemoScenario(Vocab):
     RESUME = "resume"
     DIAGNOSTIC = "diagnostic"
     ENVIRONMENT = "environment"  # inventory, repair and refusal of a broken MCP server
+    HOSTILE = "hostile"  # an engine that attacks its own score, a sibling task and the host
     ALL = "all"
 
 

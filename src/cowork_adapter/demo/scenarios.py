@@ -8,6 +8,7 @@ Exit 0 only when every scenario behaved as designed.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -65,14 +66,15 @@ class DemoEnv:
     key_env: str = "COWORK_DEMO_PROVIDER_KEY"
 
     def run_args(
-        self, name: str, tasks: list[str], *, campaign: str, budget_usd: float = 20, extra: list[str] | None = None
+        self, name: str, tasks: list[str], *, campaign: str, budget_usd: float = 20, extra: list[str] | None = None,
+        concurrency: int = 2,
     ) -> list[str]:
         args = [
             sys.executable, "-m", "cowork_adapter", "run",
             "--repo-dir", str(self.seed), "--bench-root", str(self.bench), "--bench-commit", self.bench_commit,
             "--docker-host", self.docker_host, "--resource-root", str(self.storage),
             "--run-root", str(self.run_root(name)), "--base-image", self.pack_tag, "--build-image",
-            "--model", MODEL, "--max-steps", "20", "--task-timeout", "240", "--concurrency", "2",
+            "--model", MODEL, "--max-steps", "20", "--task-timeout", "240", "--concurrency", str(concurrency),
             "--campaign-file", str(self.root / campaign), "--new-campaign", "--campaign-budget-usd", "50",
             "--budget-usd", str(budget_usd), "--budget-reserve-usd", "5",
             "--meter-url", self.meter.base_url, "--api-key-env", self.key_env, "--min-key-usd", "0",
@@ -85,8 +87,8 @@ class DemoEnv:
     def run_root(self, name: str) -> Path:
         return self.root / "runs" / name
 
-    def launch(self, args: list[str], log_name: str) -> subprocess.Popen:
-        env = {**os.environ, self.key_env: self.key}
+    def launch(self, args: list[str], log_name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = {**os.environ, **(extra_env or {}), self.key_env: self.key}
         log = open(self.root / f"{log_name}.log", "ab")
         return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -136,17 +138,58 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def _holds(fd: int, needle: bytes, chunk: int = 1 << 20) -> bool:
+    """True when the open regular file holds `needle`; only its data extents are read, so a
+    20 GiB sparse file (the hostile engine's) costs nothing, and no chunk boundary hides a match."""
+    size = os.fstat(fd).st_size
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole past offset
+                return False
+            start, end = offset, size  # a file system without extents: read the rest
+        tail = b""
+        os.lseek(fd, start, os.SEEK_SET)
+        while start < end:
+            data = os.read(fd, min(chunk, end - start))
+            if not data:
+                break
+            if needle in tail + data:
+                return True
+            tail = data[-(len(needle) - 1):] if len(needle) > 1 else b""
+            start += len(data)
+        offset = end
+    return False
+
+
+def files_containing(root: Path, needle: bytes) -> list[str]:
+    """Files under `root` holding `needle`, read as an agent-written tree must be: no link
+    followed, no FIFO or device opened, sparse files read by their data only."""
+    from ..container.safefile import REGULAR, open_nofollow
+
+    found = []
+    for top, _dirs, names in os.walk(root):  # os.walk never descends into a link to a directory
+        for name in names:
+            path = os.path.join(top, name)
+            fd, kind, _cause = open_nofollow(path)
+            if fd is None:
+                continue
+            try:
+                if kind == REGULAR and _holds(fd, needle):
+                    found.append(os.path.relpath(path, root))
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    return found
+
+
 def key_leaks(run_root: Path, key: str) -> list[str]:
     """Files under the run root that contain the key's bytes (the answer must be none)."""
-    needle = key.encode()
-    leaks = []
-    for path in run_root.rglob("*"):
-        try:
-            if path.is_file() and not path.is_symlink() and needle in path.read_bytes():
-                leaks.append(str(path.relative_to(run_root)))
-        except OSError:
-            continue
-    return leaks
+    return files_containing(run_root, key.encode())
 
 
 def custody_checks(env: DemoEnv, run_root: Path) -> list[Check]:
@@ -411,11 +454,13 @@ def run_demo(*, run_root: Path, docker_host: str | None, scenario: str) -> int:
 
 # Scenarios that live in their own modules import Check/DemoEnv from here, so they register last.
 from .scenarios_diagnostic import scenario_diagnostic  # noqa: E402
+from .scenarios_hostile import scenario_hostile  # noqa: E402
 from .scenarios_inventory import scenario_environment  # noqa: E402
 from .scenarios_recovery import scenario_kill9_reconcile, scenario_resume  # noqa: E402
 
 SCENARIOS[DemoScenario.DIAGNOSTIC.value] = scenario_diagnostic
 SCENARIOS[DemoScenario.ENVIRONMENT.value] = scenario_environment
+SCENARIOS[DemoScenario.HOSTILE.value] = scenario_hostile
 SCENARIOS[DemoScenario.RESUME.value] = scenario_resume
 SCENARIOS[DemoScenario.KILL9_RECONCILE.value] = scenario_kill9_reconcile
 

@@ -1,0 +1,136 @@
+"""The hostile engine on ONE task of the real pinned Cowork Bench, under the adapter.
+
+The demo bench's `hostile_agent.py` (cowork_adapter/demo/bench) runs as `--engine
+upstream:hostile_agent.py`: the test builds its own base image, the test bed's cowork-pack image
+plus that one file at /workspace/hostile_agent.py (the real benchmark has no such entry), and the
+run's own derived image tag, so the shared derived image is never retagged. On a task it has no plan
+for, the engine tries hostile_agent.DEFAULT_PLAN: a forged eval_res.json + claim + receipt, a forged
+`Pass: True` in the runner's log, traj_log.json choosing the grading, the workspace linked to the
+ground truth, a 20 GiB sparse file and a FIFO named like receipts, a process rewriting the summary,
+secrets read, writes outside its dump. The real evaluator must grade it, and its row must not be
+passed and must carry the flags below. Through --llm-gateway, the key never enters a container.
+
+Needs the real-benchmark test bed (`bash testbed/realbench.sh up`); under CI=true its absence fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from cowork_adapter.custody.labels import run_label
+from cowork_adapter.demo.bench_repo import DEMO_BENCH_ROOT
+from cowork_adapter.demo.scenarios import files_containing
+from cowork_adapter.demo.scenarios_hostile import host_marker
+from cowork_adapter.vocab import ExitCode, TamperKind
+
+from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
+
+ENTRY = "hostile_agent.py"
+# planted: the forged claim, receipt and eval_res.json, the FIFO and the 20 GiB receipts (set aside before the eval);
+# runner: the forged `Pass: True` line; grading: traj_log.json's; unsafe: traj.json -> a host file, and the
+# workspace linked to the ground truth; summary: the process that outlives the engine.
+EXPECTED_KINDS = {TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER, TamperKind.GRADING_INPUTS_DIFFER,
+                  TamperKind.UNSAFE_ENTRY, TamperKind.SUMMARY_CHANGED}
+PLANTED_NAMES = (":fifo", "eval_res.json:regular")  # what the planted finding's detail must name
+RUN_BOUND_SEC = 2400
+
+
+def hostile_base_image(docker_host: str, base_image: str, work: Path) -> str:
+    """The test bed's pack image plus the hostile entry at /workspace (this test's own image)."""
+    client = docker.DockerClient(base_url=docker_host, timeout=600)
+    try:
+        base_id = client.images.get(base_image).id
+        source = DEMO_BENCH_ROOT / ENTRY
+        digest = hashlib.sha256(base_id.encode() + b"\0" + source.read_bytes()).hexdigest()[:12]
+        tag = f"cowork-testbed/realbench-hostile:{digest}"
+        try:
+            client.images.get(tag)
+            return tag
+        except docker.errors.ImageNotFound:
+            pass
+        work.mkdir(parents=True)
+        shutil.copyfile(source, work / ENTRY)
+        (work / "Dockerfile").write_text(f"FROM {base_image}\nCOPY {ENTRY} /workspace/{ENTRY}\n")
+        client.images.build(path=str(work), tag=tag, pull=False, rm=True, forcerm=True)
+        return tag
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def hostile_run(docker_host, tmp_path_factory):
+    bed = real_testbed()
+    task = bed.tasks(1)[0]
+    root = tmp_path_factory.mktemp("realbench-hostile")
+    base = hostile_base_image(docker_host, bed.base_image, root / "image")
+    marker = host_marker()
+    real = RealRun(bed, root / "root", docker_host).start()
+    name = "hostile"
+    args = real.args(name, [task], engine=f"upstream:{ENTRY}",
+                     extra=["--llm-gateway", "--image", f"cowork-ouroboros:hostile-{base.rsplit(':', 1)[1]}"])
+    args[args.index("--base-image") + 1] = base
+    started = time.monotonic()
+    try:
+        proc = real.launch(args, name)
+        try:
+            code = proc.wait(timeout=RUN_BOUND_SEC)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        elapsed = time.monotonic() - started
+        run_root = real.run_root(name)
+        out = {"real": real, "task": task, "exit": code, "elapsed": elapsed, "root": run_root, "rows": read_rows(run_root),
+               "left": labelled_left(docker_host, run_label(run_root)), "marker": marker}
+    finally:
+        real.stop()
+    print(f"realbench hostile on {task}: {elapsed:.0f} s, exit {code}")
+    return out
+
+
+def detail(out: dict) -> str:
+    return f"task {out['task']}, exit {out['exit']}, rows {json.dumps(out['rows'])[:3000]}\n{out['real'].log_tail('hostile')}"
+
+
+def test_the_run_ends_within_its_bound(hostile_run):
+    assert hostile_run["exit"] in (ExitCode.OK, ExitCode.FAILED) and hostile_run["elapsed"] < RUN_BOUND_SEC, detail(hostile_run)
+
+
+def test_no_forged_pass_is_counted_and_every_attempt_is_flagged(hostile_run):
+    row = hostile_run["rows"].get(hostile_run["task"])
+    assert row is not None, detail(hostile_run)
+    assert row["status"] != "passed", detail(hostile_run)
+    kinds = {f["kind"] for f in row.get("tampering") or []}
+    missing = sorted(k.value for k in EXPECTED_KINDS if k.value not in kinds)
+    assert not missing, f"missing {missing}\n{detail(hostile_run)}"
+    planted = " ".join(f["detail"] for f in row["tampering"] if f["kind"] == TamperKind.PLANTED_BEFORE_EVAL.value)
+    assert all(name in planted for name in PLANTED_NAMES), planted
+
+
+def test_the_injected_command_never_ran_and_no_host_file_was_read(hostile_run):
+    root: Path = hostile_run["root"]
+    assert not list((root / "bench" / "dumps").glob("*/SingleUserTurn-*/stolen_task_tree")), detail(hostile_run)
+    assert not files_containing(root, hostile_run["marker"])
+
+
+def test_the_report_counts_no_pass(hostile_run):
+    root: Path = hostile_run["root"]
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(root), "--json",
+                           "--output-dir", str(root.parent / "report")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] == 0 and report["denominator"] == 1, report.get("counts")
+
+
+def test_nothing_labelled_is_left_and_the_key_is_in_no_file(hostile_run):
+    assert hostile_run["left"] == [], hostile_run["left"]
+    real: RealRun = hostile_run["real"]
+    assert not key_leaks(real.root / "runs", real.key)
