@@ -565,6 +565,11 @@ class IndexContext:
         self.resources = read_task_resources(self.run_root, runner_ids)
         if getattr(self.manifest, "llm_gateway", None) is not None:  # a bare context (tests) has no manifest
             self.gateway = gateway_spend(self.run_root, runner_ids)
+        if not self.sealing and run_seals_verdicts(self.run_root):
+            # A live context is loaded at admission, before custody writes the shim's config: from the
+            # refresh that first sees it, the run seals, and rows read before are read again.
+            self.sealing = True
+            self.cache.clear()
         if self.sealing:
             self.seals = read_seals(self.run_root)
             self.refused_mounts = refused_dump_mounts(self.run_root, self.selection())

@@ -25,7 +25,6 @@ from .events import EventLog
 from .fileio import replace_atomic
 from .ledger import IndexContext, build_index, write_index
 from .schemas.ledger import TaskRow
-from .schemas.seal import run_seals_verdicts
 from .schemas.monitor import Monitor, WriteFailure
 from .vocab import EventKind, TaskStatus
 
@@ -55,9 +54,7 @@ class RunProgress:
     _halt: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def _context(self) -> IndexContext:
-        # The first refresh comes at admission, before custody writes the shim's config: a context
-        # loaded then would never check seals, so it is loaded again once the run seals (issue 27).
-        if self._ctx is None or (not self._ctx.sealing and run_seals_verdicts(self.run_root)):
+        if self._ctx is None:
             self._ctx = IndexContext.load(self.run_root)
         else:
             self._ctx.refresh()
