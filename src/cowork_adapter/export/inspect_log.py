@@ -123,28 +123,41 @@ def usage_of(task: TaskExport) -> ModelUsage:
 # ---------------------------------------------------------------- transcript to messages and events
 
 
-def _tool_call(use) -> ToolCall:
-    return ToolCall(id=use.id, function=use.function, arguments=use.arguments)
+class _Ids:
+    """Ids for a sample's messages and events, given here: Inspect's default draws a random id for
+    each (a third of the mapping's time), and a log written twice should read the same."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.n = 0
+
+    def __call__(self, kind: str) -> str:
+        self.n += 1
+        return f"{self.prefix}{kind}{self.n}"
 
 
-def _conversation(transcript: Transcript, model: str, started: datetime) -> tuple[list[ChatMessage], list[Any]]:
+def _conversation(transcript: Transcript, model: str, started: datetime,
+                  ids: _Ids) -> tuple[list[ChatMessage], list[Any]]:
     messages: list[ChatMessage] = []
     events: list[Any] = []
     if transcript.system:
-        messages.append(ChatMessageSystem(content=transcript.system))
+        messages.append(ChatMessageSystem(id=ids("m"), content=transcript.system))
     for item in transcript.items:
         if isinstance(item, UserText):
-            messages.append(ChatMessageUser(content=item.text))
+            messages.append(ChatMessageUser(id=ids("m"), content=item.text))
         elif isinstance(item, Info):
-            events.append(InfoEvent(timestamp=_when(item.ts, started), source=item.kind, data=item.text))
+            events.append(InfoEvent(uuid=ids("e"), timestamp=_when(item.ts, started), working_start=0.0,
+                                    source=item.kind, data=item.text))
         elif isinstance(item, Turn):
-            _turn(item, model, started, messages, events)
+            _turn(item, model, started, messages, events, ids)
     return messages, events
 
 
-def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage], events: list[Any]) -> None:
-    calls = [_tool_call(use) for use in turn.calls]
-    reply = ChatMessageAssistant(content="\n\n".join(turn.text), tool_calls=calls or None, model=turn.model or model,
+def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage], events: list[Any],
+          ids: _Ids) -> None:
+    calls = [ToolCall(id=use.id, function=use.function, arguments=use.arguments) for use in turn.calls]
+    name = turn.model or model
+    reply = ChatMessageAssistant(id=ids("m"), content="\n\n".join(turn.text), tool_calls=calls or None, model=name,
                                  source="generate")
     messages.append(reply)
     at = _when(turn.ts, started)
@@ -153,15 +166,16 @@ def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage]
         p, c = turn.prompt_tokens or 0, turn.completion_tokens or 0
         usage = ModelUsage(input_tokens=p, output_tokens=c, total_tokens=p + c,
                            input_tokens_cache_read=turn.cached_tokens, total_cost=turn.cost)
-    output = ModelOutput(model=turn.model or model, usage=usage,
+    output = ModelOutput(model=name, usage=usage,
                          choices=[ChatCompletionChoice(message=reply, stop_reason="tool_calls" if calls else "stop")])
-    events.append(ModelEvent(timestamp=at, model=turn.model or model, input=[], tools=[], tool_choice="auto",
-                             config=GenerateConfig(), output=output))
-    for use, call in zip(turn.calls, calls):
+    events.append(ModelEvent(uuid=ids("e"), timestamp=at, working_start=0.0, model=name, input=[], tools=[],
+                             tool_choice="auto", config=GenerateConfig(), output=output))
+    for use in turn.calls:
         error = ToolCallError("unknown", use.error[:TOOL_OUTPUT_CAP]) if use.error is not None else None
-        messages.append(ChatMessageTool(content=use.result, tool_call_id=use.id, function=use.function, error=error))
-        events.append(ToolEvent(timestamp=_when(use.ts, at), id=use.id, function=use.function,
-                                arguments=use.arguments, result=use.result, error=error,
+        messages.append(ChatMessageTool(id=ids("m"), content=use.result, tool_call_id=use.id, function=use.function,
+                                        error=error))
+        events.append(ToolEvent(uuid=ids("e"), timestamp=_when(use.ts, at), working_start=0.0, id=use.id,
+                                function=use.function, arguments=use.arguments, result=use.result, error=error,
                                 truncated=(TOOL_OUTPUT_CAP + 1, TOOL_OUTPUT_CAP) if use.cut else None))
 
 
@@ -171,7 +185,8 @@ def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage]
 def sample_of(task: TaskExport, model: str, created: datetime) -> EvalSample:
     transcript = task.transcript
     input_text = next((i.text for i in transcript.items if isinstance(i, UserText)), None)
-    messages, events = _conversation(transcript, model, created)
+    uuid = f"{task.run_label}-{task.instance_id}"
+    messages, events = _conversation(transcript, model, created, _Ids(f"{uuid}-"))
     final = transcript.final or ""
     return EvalSample(
         id=task.instance_id,
@@ -186,7 +201,7 @@ def sample_of(task: TaskExport, model: str, created: datetime) -> EvalSample:
         model_usage={model: usage_of(task)},
         total_time=task.duration_s,
         working_time=task.working_s,
-        uuid=f"{task.run_label}:{task.instance_id}",
+        uuid=uuid,
     )
 
 

@@ -36,6 +36,9 @@ TOOL_OUTPUT_CAP = 2000
 ARGUMENTS_CAP = 8000
 # Any other text (a model turn's notes, a user message, the final result).
 TEXT_CAP = 20000
+# The most model turns one sample keeps (its first ones; the rest are counted and disclosed): a task
+# of 100 steps takes about as many turns, and the log of one sample stays a few MiB at most.
+MAX_TURNS = 400
 # The most bytes read of one log (its first bytes when larger; the cut is disclosed).
 LOG_CAP = 256 << 20
 LOG_NAMES = ("chat.jsonl", "progress.jsonl", "events.jsonl", "tools.jsonl")
@@ -188,7 +191,7 @@ class _Row(msgspec.Struct, gc=False):
 
 
 _ROWS = msgspec.json.Decoder(_Row)
-_ROW_LISTS = msgspec.json.Decoder(list[_Row])
+_ROW_LISTS = msgspec.json.Decoder(_Row)
 
 
 def _rows(data: bytes, name: str, notes: list[str]) -> list[_Row]:
@@ -392,8 +395,26 @@ def _settle(pending: dict[str, ToolUse], call_id: Any, text: str, failed: bool, 
 # ---------------------------------------------------------------- one dump
 
 
+def bounded(transcript: Transcript, max_turns: int = MAX_TURNS) -> Transcript:
+    """The transcript cut after its `max_turns`-th model turn, the cut noted."""
+    turns = 0
+    for index, item in enumerate(transcript.items):
+        if isinstance(item, Turn):
+            turns += 1
+            if turns > max_turns:
+                left = sum(isinstance(i, Turn) for i in transcript.items[index:])
+                del transcript.items[index:]
+                transcript.notes.append(f"{left} later model turn(s) are left out: a sample keeps the first {max_turns}")
+                break
+    return transcript
+
+
 def read_transcript(dump: str | None, below: str | None) -> Transcript:
-    """The transcript of the task dump `dump` (a folder below `below`, the run's dumps folder)."""
+    """The transcript of the task dump `dump` (a folder below `below`, the run's dumps folder), bounded."""
+    return bounded(_read_transcript(dump, below))
+
+
+def _read_transcript(dump: str | None, below: str | None) -> Transcript:
     if dump is None or below is None:
         return Transcript(source="none", notes=["the task has no dump"])
     try:
