@@ -11,6 +11,7 @@ is refused before anything is read, and a file that appears meanwhile is never r
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -35,13 +36,22 @@ def _require_inspect() -> None:
                                 f"({EXTRA_HINT}).")
 
 
-def planned_outputs(roots: list[Path], output_dir: Path) -> list[Path]:
-    """The file each run root is written to; Refusal when two collide or one already exists."""
-    paths = [output_dir / log_name(root) for root in roots]
-    for i, path in enumerate(paths):
-        if path in paths[:i]:
+def inspect_log_names(roots: list[Path]) -> tuple[str, ...]:
+    """The .eval file name of each run root; Refusal when inspect_ai is missing or a root is given twice
+    (decided before any file is written)."""
+    _require_inspect()
+    names = tuple(log_name(root) for root in roots)
+    for i, name in enumerate(names):
+        if name in names[:i]:
             raise Refusal("export", f"{roots[i]} is given twice; each run root is exported once.")
-        if path.exists() or path.is_symlink():
+    return names
+
+
+def planned_outputs(roots: list[Path], output_dir: Path) -> list[Path]:
+    """The file each run root is written to; Refusal when one already exists."""
+    paths = [output_dir / name for name in inspect_log_names(roots)]
+    for path in paths:
+        if os.path.lexists(path):
             raise Refusal("export", f"{path} already exists, and an export never overwrites a file; "
                                     "choose another --output-dir.")
     return paths
@@ -49,7 +59,6 @@ def planned_outputs(roots: list[Path], output_dir: Path) -> list[Path]:
 
 def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = None) -> list[Path]:
     """Write one .eval per run root into `output_dir` (created if needed); Refusal on bad input."""
-    _require_inspect()
     paths = planned_outputs(roots, output_dir)
     from .inspect_log import write_log
     from .run import load_export
