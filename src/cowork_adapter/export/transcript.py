@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Iterable, Union
 
 import msgspec
@@ -219,11 +220,33 @@ def _rows(data: bytes, name: str, notes: list[str]) -> list[_Row]:
 _ORDER = {"chat.jsonl": 0, "events.jsonl": 1, "progress.jsonl": 2, "tools.jsonl": 3}
 
 
+def _instant(ts: Any, cache: dict[str, float]) -> float | None:
+    """Seconds since the epoch of an ISO timestamp (compared as text, `01.5Z` would sort before `01Z`)."""
+    if not isinstance(ts, str):
+        return None
+    value = cache.get(ts)
+    if value is None and ts not in cache:
+        try:
+            when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+            value = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+        except ValueError:
+            value = None
+        cache[ts] = value
+    return value
+
+
 def _merged(logs: dict[str, list[_Row]]) -> list[tuple[str, _Row]]:
     """(log name, row) of every log by timestamp; within one instant, a model call before the text
-    and tools it led to, and each log in its own order."""
-    keyed = [((row.ts if isinstance(row.ts, str) else ""), _ORDER[name], index, name, row)
-             for name, rows in logs.items() for index, row in enumerate(rows)]
+    and tools it led to, and each log in its own order. A row without a readable timestamp takes
+    the one of the row before it in its log."""
+    cache: dict[str, float | None] = {}
+    keyed = []
+    for name, rows in logs.items():
+        last = 0.0
+        for index, row in enumerate(rows):
+            at = _instant(row.ts, cache)
+            last = last if at is None else at
+            keyed.append((last, _ORDER[name], index, name, row))
     keyed.sort(key=lambda k: k[:3])
     return [(name, row) for _, _, _, name, row in keyed]
 
