@@ -218,3 +218,23 @@ def test_report_inspect_without_an_output_dir_is_refused(run_root: Path, capsys)
     with pytest.raises(SystemExit) as done:
         main(["report", str(run_root), "--inspect"])
     assert done.value.code == 2 and "name --output-dir" in capsys.readouterr().err
+
+
+def test_a_tool_call_joins_the_model_call_it_names_even_when_its_usage_row_comes_later(tmp_path: Path) -> None:
+    """Ouroboros 6.97 names each tool call's model call (llm_call_id); the supervisor may log that
+    call's usage row after the tools ran. The call still opens one turn, counted once."""
+    below = tmp_path / "dumps"
+    logs = below / "s" / "SingleUserTurn-a" / "ouroboros"
+    logs.mkdir(parents=True)
+    usage = {"type": "llm_usage", "model": "m", "prompt_tokens": 5, "completion_tokens": 1, "cost": 0.1}
+    _jsonl(logs / "events.jsonl", [{**usage, "ts": "2026-01-01T00:00:01Z", "llm_call_id": "A"},
+                                   {**usage, "ts": "2026-01-01T00:00:09Z", "llm_call_id": "B"}])
+    _jsonl(logs / "tools.jsonl", [
+        {"ts": "2026-01-01T00:00:02Z", "type": "tool_call", "tool": "one", "llm_call_id": "A", "result_preview": "1"},
+        {"ts": "2026-01-01T00:00:03Z", "type": "tool_call", "tool": "two", "llm_call_id": "B", "result_preview": "2"},
+        {"ts": "2026-01-01T00:00:04Z", "type": "tool_call", "tool": "three", "llm_call_id": "A", "result_preview": "3"},
+    ])
+    t = read_transcript(str(logs.parent), str(below))
+    turns = [[c.function for c in item.calls] for item in t.items]
+    assert turns == [["one", "three"], ["two"]], turns
+    assert [item.prompt_tokens for item in t.items] == [5, 5]

@@ -189,6 +189,7 @@ class _Row(msgspec.Struct, gc=False):
     cost: Any = None
     error: Any = None
     reason_code: Any = None
+    llm_call_id: Any = None
 
 
 _ROWS = msgspec.json.Decoder(_Row)
@@ -260,6 +261,18 @@ def _tool_use(row: _Row, number: int) -> ToolUse:
                    ts=_text(row.ts, 64), cut=cut)
 
 
+def _usage_turn(row: _Row, out: Transcript, turns_by_call: dict[str, Turn]) -> Turn:
+    """A new model turn from an llm_usage row, appended to `out` and registered by its call id."""
+    call_id = row.llm_call_id if isinstance(row.llm_call_id, str) else None
+    turn = Turn(ts=_text(row.ts, 64), model=_text(row.model, 200), prompt_tokens=_count(row.prompt_tokens),
+                completion_tokens=_count(row.completion_tokens), cached_tokens=_count(row.cached_tokens),
+                cost=_money(row.cost))
+    out.items.append(turn)
+    if call_id is not None:
+        turns_by_call[call_id] = turn
+    return turn
+
+
 def from_ouroboros(logs_dir: str, below: str) -> Transcript | None:
     """The transcript in <dump>/ouroboros/, or None when the folder holds none of the logs."""
     notes: list[str] = []
@@ -271,16 +284,20 @@ def from_ouroboros(logs_dir: str, below: str) -> Transcript | None:
     if not logs:
         return None
     out = Transcript(source="ouroboros_logs", notes=notes)
+    # A tool row naming its model call (llm_call_id, Ouroboros 6.97+) belongs to that call's turn even
+    # when the usage row, written by the supervisor, was logged after the tools ran.
+    usage_by_call = {row.llm_call_id: row for row in logs.get("events.jsonl", ())
+                     if row.type == "llm_usage" and isinstance(row.llm_call_id, str)}
+    turns_by_call: dict[str, Turn] = {}
     turn: Turn | None = None
     calls = 0
     for name, row in _merged(logs):
         ts = _text(row.ts, 64)
         if name == "events.jsonl":
             if row.type == "llm_usage":
-                turn = Turn(ts=ts, model=_text(row.model, 200), prompt_tokens=_count(row.prompt_tokens),
-                            completion_tokens=_count(row.completion_tokens), cached_tokens=_count(row.cached_tokens),
-                            cost=_money(row.cost))
-                out.items.append(turn)
+                if isinstance(row.llm_call_id, str) and row.llm_call_id in turns_by_call:
+                    continue  # its turn was opened by the tool calls it led to
+                turn = _usage_turn(row, out, turns_by_call)
             elif row.type == "task_error":
                 out.items.append(Info("task_error", _text(row.error) or _text(row.reason_code) or "task_error", ts))
             continue
@@ -294,15 +311,24 @@ def from_ouroboros(logs_dir: str, below: str) -> Transcript | None:
             text = _text(row.text) or _text(row.content)
             if not text:
                 continue
-        if turn is None:
-            turn = Turn(ts=ts)
-            out.items.append(turn)
-        if name == "tools.jsonl":
-            if row.type in ("tool_call", None) and isinstance(row.tool, str):
-                calls += 1
-                turn.calls.append(_tool_use(row, calls))
-        else:
+            if turn is None:
+                turn = Turn(ts=ts)
+                out.items.append(turn)
             turn.text.append(text)
+            continue
+        if row.type not in ("tool_call", None) or not isinstance(row.tool, str):
+            continue
+        target = turn
+        call_id = row.llm_call_id if isinstance(row.llm_call_id, str) else None
+        if call_id in turns_by_call:
+            target = turns_by_call[call_id]
+        elif call_id in usage_by_call:  # its usage row is still to come
+            target = turn = _usage_turn(usage_by_call[call_id], out, turns_by_call)
+        if target is None:
+            target = turn = Turn(ts=ts)
+            out.items.append(turn)
+        calls += 1
+        target.calls.append(_tool_use(row, calls))
     out.final = _task_result(logs_dir, below, notes)
     return out
 
