@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from synthetic_run import dump_dir, ledger_run  # tests/synthetic_run.py (tests/ is on sys.path)
 
+from cowork_adapter.audit import audit_run
 from cowork_adapter.cli import main
 from cowork_adapter.export import log_name
 from cowork_adapter.export.transcript import MAX_TURNS, TOOL_OUTPUT_CAP, bounded, read_transcript
@@ -57,6 +58,7 @@ def run_root(tmp_path: Path) -> Path:
     root = tmp_path / "run"
     ledger_run(root, SELECTION, OUTCOMES)
     write_ouroboros_logs(dump_dir(root, "t-pass"))
+    audit_run(root, workers=1)  # the launcher's audit, as a finished run has it
     return root
 
 
@@ -122,6 +124,7 @@ def test_the_transcript_is_the_engines_messages_and_tool_calls_in_order(run_root
     assert kinds == ["model", "tool", "tool", "model"], kinds
     assert sample.events[0].output.usage.input_tokens == 100
     assert sample.metadata["transcript_outputs_cut"] == 1
+    assert sample.metadata["audit"]["tool_calls"] == 2 and sample.metadata["audit"]["findings"] == []
     assert sample.metadata["transcript_tool_output_cap_chars"] == TOOL_OUTPUT_CAP
     # A task whose engine logged nothing has no messages, and says so.
     never = sample_of(log, "t-never")

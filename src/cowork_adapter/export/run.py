@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..container import safefile
 from ..forked import forked_map
 from ..report.build import build_report, row_cost, row_duration
@@ -88,7 +90,7 @@ class TaskExport:
         if self.audit is not None:
             a = self.audit
             out["audit"] = {"findings_total": a.findings_total, "findings_by_reason": a.findings_by_reason,
-                            "findings": [f.to_dict() for f in a.findings],
+                            "findings": msgspec.to_builtins(a.findings),
                             "gaps_total": a.gaps_total, "gaps_by_reason": a.gaps_by_reason,
                             "tool_calls": a.activity.tool_calls, "cost_complete": a.cost.complete}
         return out
