@@ -60,16 +60,11 @@ from .. import __version__
 from ..schemas.ledger import TaskRow
 from ..vocab import OfficialEvalStatus, TaskStatus
 from .run import ExportRun, TaskExport
-from .transcript import ARGUMENTS_CAP, TOOL_OUTPUT_CAP, Info, Transcript, Turn, UserText
+from .transcript import TOOL_OUTPUT_CAP, Info, Transcript, Turn, UserText
 
 BENCH_ORIGIN = "https://github.com/0717376/cowork_bench"
 SCORER = "official"
 CORRECT, INCORRECT = "C", "I"  # Inspect's own values for a right and a wrong answer
-CAP_NOTE = (f"Tool outputs are the engine's result previews, each cut at {TOOL_OUTPUT_CAP} characters (as "
-            f"Ouroboros logs them); tool arguments longer than {ARGUMENTS_CAP} characters of JSON are kept "
-            "as their first characters. Model inputs are not logged by the engine: model events carry the "
-            "model's output and usage only.")
-
 
 def _when(ts: str | None, fallback: datetime) -> datetime:
     """An aware datetime from a log's ISO timestamp, else `fallback`."""
@@ -209,7 +204,10 @@ def eval_log_of(run: ExportRun) -> EvalLog:
     report = run.report
     created = _when(run.manifest.created_at, datetime.now(timezone.utc))
     model = run.model
-    samples = [sample_of(task, model, created) for task in run.tasks]
+    samples = []
+    for task in run.tasks:
+        samples.append(sample_of(task, model, created))
+        task.transcript.items.clear()  # mapped: the sample holds it now (a whole run's logs weigh GiBs)
     total = ModelUsage()
     for sample in samples:
         total = total + sample.model_usage[model]

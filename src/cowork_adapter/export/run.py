@@ -21,10 +21,16 @@ from ..report.merge import RunRecord, denominator, load_runs, merge_rows
 from ..schemas.audit import TaskAudit
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
-from .transcript import TOOL_OUTPUT_CAP, Transcript, read_transcript
+from .transcript import ARGUMENTS_CAP, MAX_TURNS, TOOL_OUTPUT_CAP, Transcript, read_transcript
 
 DUMPS = Path("bench") / "dumps"
 DUMP_PREFIX = "SingleUserTurn-"
+CAP_NOTE = ("Each sample's messages and events are the engine's own logs (Ouroboros' chat, progress, events "
+            "and tools logs, or an upstream engine's traj.json). Tool outputs are the engine's result "
+            f"previews, each cut at {TOOL_OUTPUT_CAP} characters (as Ouroboros logs them); tool arguments longer "
+            f"than {ARGUMENTS_CAP} characters of JSON are kept as their first characters; a sample keeps its "
+            f"first {MAX_TURNS} model turns. The engine does not log what each model call was sent: model "
+            "events carry the model's output and usage only.")
 PARALLEL_MIN_TASKS = 64  # below this many dumps, forking workers costs more than it saves
 
 
@@ -133,9 +139,7 @@ class ExportRun:
             "cost": {k: v for k, v in r["cost"].items() if k != "gateway"},
             "disclosures": r["disclosures"],
             "audit": r["audit"],
-            "transcripts": "Each sample's messages and events are the engine's own logs (Ouroboros' logs, or an "
-                           "upstream engine's traj.json); tool outputs are cut at "
-                           f"{TOOL_OUTPUT_CAP} characters.",
+            "transcripts": CAP_NOTE,
         }
 
 
