@@ -176,7 +176,8 @@ def test_the_export_reads_back_with_every_task_its_verdict_usage_and_transcript(
         assert {"model", "tool"} <= {e.event for e in sample.events}, task
     planted = samples[PLANTED_TASK]
     called = [c.function for m in planted.messages if m.role == "assistant" for c in (m.tool_calls or [])]
-    assert [tool for _, _, tool in PLANTED] == [c for c in called if c in {t for _, _, t in PLANTED}][:len(PLANTED)]
+    remaining = iter(called)  # the planted calls appear in the transcript, in plan order
+    assert all(any(c == tool for c in remaining) for _, _, tool in PLANTED), called
     assert planted.metadata["audit"]["findings_total"] == len(PLANTED)
     assert [f["token"] for f in planted.metadata["audit"]["findings"]] == [token for _, token, _ in PLANTED]
     report = make_report([demo_run], 1)
