@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,7 +196,7 @@ def test_inspect_view_shows_the_sample_list_and_a_transcript(demo_run, exported)
     # Kept after the test (pytest prunes its old temporary folders): COWORK_TEST_ARTIFACTS, else the
     # clone's own test-artifacts/ (ignored by git), one folder per test session.
     base = os.environ.get("COWORK_TEST_ARTIFACTS") or str(Path(__file__).resolve().parents[2] / "test-artifacts")
-    artifacts = Path(base) / f"inspect-view-{demo_run.parent.parent.name}"
+    artifacts = Path(base) / f"inspect-view-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     print(f"inspect view screenshots and logs: {artifacts}")
     with Viewer(out, artifacts) as viewer:
         listed = viewer.page_text(f"/logs/{path.name}/samples/", CLEAN + [PLANTED_TASK], artifacts / "samples.png")
