@@ -565,6 +565,7 @@ def report(
     "(its official verdict as the score, the ledger's usage, the engine's transcript). Open the logs "
     "with `inspect view --log-dir DIR`. Needs the `inspect` extra (pip install 'cowork-adapter[inspect]').\n\n"
     "Example: cowork-adapter export /data/smoke-1 --format inspect --output-dir /data/inspect-logs"
+    + _more("docs/operating.md")
 )
 def export(
     run_roots: Annotated[list[Path], typer.Argument(help="Run roots to export (each with its recovery ancestry).")],
