@@ -570,7 +570,7 @@ def report(
 def export(
     run_roots: Annotated[list[Path], typer.Argument(help="Run roots to export (each with its recovery ancestry).")],
     output_dir: Annotated[Path, typer.Option(help="Folder the .eval logs are written to (created if absent).")],
-    format: Annotated[str, typer.Option("--format", help="The log format: inspect (Inspect AI's .eval).")]
+    log_format: Annotated[str, typer.Option("--format", help="The log format: inspect (Inspect AI's .eval).")]
     = "inspect",
     workers: Annotated[Optional[int], typer.Option(help="Processes reading task dumps (default: CPU count).")]
     = None,
@@ -578,10 +578,10 @@ def export(
     roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     from .export import FORMATS, inspect_log_names, run_export_command
 
-    if format not in FORMATS:
-        raise Refusal("flags", f"--format must be one of {', '.join(FORMATS)}, not {format!r}.")
+    if log_format not in FORMATS:
+        raise Refusal("flags", f"--format must be one of {', '.join(FORMATS)}, not {log_format!r}.")
     output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=inspect_log_names(roots))
-    raise SystemExit(run_export_command(roots, output_dir, format, workers))
+    raise SystemExit(run_export_command(roots, output_dir, log_format, workers))
 
 
 def _campaign_view_flags(campaign_db: Optional[str], campaign_name: str) -> Optional[tuple[str, str]]:
