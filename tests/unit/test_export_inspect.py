@@ -241,3 +241,18 @@ def test_a_tool_call_joins_the_model_call_it_names_even_when_its_usage_row_comes
     turns = [[c.function for c in item.calls] for item in t.items]
     assert turns == [["one", "three"], ["two"]], turns
     assert [item.prompt_tokens for item in t.items] == [5, 5]
+
+
+def test_the_task_text_comes_from_the_task_record_when_no_chat_row_gave_it(tmp_path: Path) -> None:
+    """The real server logs the agent's `out` chat rows only; the task it was given is the record's
+    `description` (and its final answer the record's `result`)."""
+    below = tmp_path / "dumps"
+    logs = below / "s" / "SingleUserTurn-a" / "ouroboros"
+    logs.mkdir(parents=True)
+    _jsonl(logs / "chat.jsonl", [{"ts": "2026-01-01T00:00:02Z", "direction": "out", "text": "Noted."}])
+    _jsonl(logs / "events.jsonl", [{"ts": "2026-01-01T00:00:01Z", "type": "llm_usage", "prompt_tokens": 9,
+                                    "completion_tokens": 2}])
+    (logs / "eb7c.json").write_text(json.dumps({"description": "Make the menu deck.", "result": "Noted."}))
+    t = read_transcript(str(logs.parent), str(below))
+    assert [type(i).__name__ for i in t.items] == ["UserText", "Turn"]
+    assert t.items[0].text == "Make the menu deck." and t.items[1].text == ["Noted."] and t.final == "Noted."

@@ -329,12 +329,15 @@ def from_ouroboros(logs_dir: str, below: str) -> Transcript | None:
             out.items.append(turn)
         calls += 1
         target.calls.append(_tool_use(row, calls))
-    out.final = _task_result(logs_dir, below, notes)
+    given, out.final = _task_record(logs_dir, below)
+    if given and not any(isinstance(item, UserText) for item in out.items):
+        out.items.insert(0, UserText(given))  # the real server logs no `in` chat row for a task it is given
     return out
 
 
-def _task_result(logs_dir: str, below: str, notes: list[str]) -> str | None:
-    """The `result` text of the task's record (<task_id>.json beside the logs), when there is one."""
+def _task_record(logs_dir: str, below: str) -> tuple[str | None, str | None]:
+    """(the task text Ouroboros was given, its `result` text) from the task's record
+    (<task_id>.json beside the logs), when there is one."""
     kind, entries = safefile.scan_dir(logs_dir, below=below)
     for entry in entries:
         if not entry.name.endswith(".json") or entry.kind != safefile.REGULAR:
@@ -344,9 +347,9 @@ def _task_result(logs_dir: str, below: str, notes: list[str]) -> str | None:
             record = json.loads(found.data) if found.ok else None
         except (ValueError, RecursionError):
             record = None
-        if isinstance(record, dict) and isinstance(record.get("result"), str):
-            return record["result"][:TEXT_CAP]
-    return None
+        if isinstance(record, dict) and ("result" in record or "description" in record):
+            return _text(record.get("description")), _text(record.get("result"))
+    return None, None
 
 
 # ---------------------------------------------------------------- upstream traj.json
