@@ -544,15 +544,56 @@ def report(
              "PGPASSWORD): its selection is the denominator, and the run roots must be all of its hosts' runs.",
         show_default=False)] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
+    inspect: Annotated[bool, typer.Option(
+        "--inspect", help="Also write each run root's Inspect AI log (.eval) beside the report's files in "
+        "--output-dir (open it with: inspect view --log-dir DIR). Needs the `inspect` extra.")] = False,
 ) -> None:
     campaign = _campaign_view_flags(campaign_db, campaign_name)
     roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
     from .report import OUTPUT_NAMES, run_report_command
 
+    logs: tuple[str, ...] = ()
+    if inspect:
+        if output_dir is None:
+            raise Refusal("flags", "--inspect writes the Inspect log beside the report's files: name --output-dir.")
+        from .export import inspect_log_names
+
+        logs = inspect_log_names(roots)
     # Offline and read-only: files are written only to an --output-dir the operator names.
     if output_dir is not None:
-        output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=tuple(OUTPUT_NAMES))
-    raise SystemExit(run_report_command(roots, output_dir, concurrency, as_json, campaign=campaign))
+        output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir",
+                                  output_names=tuple(OUTPUT_NAMES) + logs)
+    code = run_report_command(roots, output_dir, concurrency, as_json, campaign=campaign)
+    if inspect and code == ExitCode.OK and output_dir is not None:
+        from .export import run_export_command
+
+        code = run_export_command(roots, output_dir, "inspect")
+    raise SystemExit(code)
+
+
+@app.command(
+    help="Write each run root as an Inspect AI eval log (offline, read-only over the run roots): one "
+    ".eval per run root in --output-dir, never over an existing file, with every selected task a sample "
+    "(its official verdict as the score, the ledger's usage, the engine's transcript). Open the logs "
+    "with `inspect view --log-dir DIR`. Needs the `inspect` extra (pip install 'cowork-adapter[inspect]').\n\n"
+    "Example: cowork-adapter export /data/smoke-1 --format inspect --output-dir /data/inspect-logs"
+    + _more("docs/operating.md")
+)
+def export(
+    run_roots: Annotated[list[Path], typer.Argument(help="Run roots to export (each with its recovery ancestry).")],
+    output_dir: Annotated[Path, typer.Option(help="Folder the .eval logs are written to (created if absent).")],
+    log_format: Annotated[str, typer.Option("--format", help="The log format: inspect (Inspect AI's .eval).")]
+    = "inspect",
+    workers: Annotated[Optional[int], typer.Option(help="Processes reading task dumps (default: CPU count).")]
+    = None,
+) -> None:
+    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
+    from .export import FORMATS, inspect_log_names, run_export_command
+
+    if log_format not in FORMATS:
+        raise Refusal("flags", f"--format must be one of {', '.join(FORMATS)}, not {log_format!r}.")
+    output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=inspect_log_names(roots))
+    raise SystemExit(run_export_command(roots, output_dir, log_format, workers))
 
 
 def _campaign_view_flags(campaign_db: Optional[str], campaign_name: str) -> Optional[tuple[str, str]]:

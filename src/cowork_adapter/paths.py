@@ -244,7 +244,7 @@ def check_output_files(flag: str, raw: str, folder: Path, names: tuple[str, ...]
         target = folder / name
         if os.path.lexists(target):
             what = "a symbolic link" if os.path.islink(target) else "already there"
-            raise _refuse(flag, raw, f"holds {name} ({what}), and a report never overwrites one; choose another directory")
+            raise _refuse(flag, raw, f"holds {name} ({what}), and neither a report nor an export ever overwrites one; choose another directory")
 
 
 __all__ = ["PathKind", "checked_path", "check_output_files", "is_run_root", "run_roots_inside", "not_a_run_root"]

@@ -10,8 +10,10 @@ record index are checked against the dumped tools.jsonl itself.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,79 @@ def test_the_seeds_audit_command_works_as_written_on_the_finished_run(demo_run):
     launcher = json.loads(before)
     assert written["task_count"] == launcher["task_count"] and written["totals"] == launcher["totals"]
     assert launcher_audit.read_bytes() == before
+
+
+# ---------------------------------------------------------------- the same run as an Inspect AI log
+
+
+@pytest.fixture(scope="module")
+def exported(demo_run, tmp_path_factory):
+    """`cowork-adapter export` of the demo run: (the log folder, the log)."""
+    from cowork_adapter.export import log_name
+
+    out = Path(tmp_path_factory.mktemp("inspect-export")) / "logs"
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "export", str(demo_run), "--format", "inspect",
+                           "--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    return out, out / log_name(demo_run)
+
+
+def test_the_export_reads_back_with_every_task_its_verdict_usage_and_transcript(demo_run, exported):
+    from inspect_ai.analysis import samples_df
+    from inspect_ai.log import read_eval_log
+
+    from cowork_adapter.report import make_report
+    from cowork_adapter.report.build import row_cost
+    from cowork_adapter.schemas.ledger import read_index
+
+    _, path = exported
+    log = read_eval_log(str(path))
+    rows = {r.instance_id: r for r in read_index(demo_run / "result_index.jsonl")}
+    samples = {s.id: s for s in log.samples}
+    assert sorted(samples) == sorted(rows) == sorted(CLEAN + [PLANTED_TASK])
+    model = log.eval.model
+    for task, row in rows.items():
+        sample = samples[task]
+        assert sample.scores["official"].value == ("C" if row.status.value == "passed" else "I"), task
+        assert sample.scores["official"].metadata["status"] == row.status.value
+        usage = sample.model_usage[model]
+        assert (usage.input_tokens, usage.output_tokens) == (row.usage.prompt_tokens, row.usage.completion_tokens)
+        assert usage.total_cost == pytest.approx(row_cost(row))
+        # The stub engine logs every round: the conversation is there, as messages and as events.
+        assert [m.role for m in sample.messages][0] == "user", task
+        assert any(m.role == "assistant" and m.tool_calls for m in sample.messages), task
+        assert {"model", "tool"} <= {e.event for e in sample.events}, task
+    planted = samples[PLANTED_TASK]
+    called = [c.function for m in planted.messages if m.role == "assistant" for c in (m.tool_calls or [])]
+    remaining = iter(called)  # the planted calls appear in the transcript, in plan order
+    assert all(any(c == tool for c in remaining) for _, _, tool in PLANTED), called
+    assert planted.metadata["audit"]["findings_total"] == len(PLANTED)
+    assert [f["token"] for f in planted.metadata["audit"]["findings"]] == [token for _, token, _ in PLANTED]
+    report = make_report([demo_run], 1)
+    frame = samples_df(str(path))
+    assert (frame["score_official"] == "C").mean() == pytest.approx(report["pass_at_1"])
+    assert log.eval.metadata["disclosures"] == report["disclosures"]
+
+
+def test_inspect_view_shows_the_sample_list_and_a_transcript(demo_run, exported):
+    """`inspect view` on the export, in the test bed's headless Chromium: the page's own text (not a
+    file's existence) holds every task of the sample list and the planted task's tool calls."""
+    from inspect_view import Viewer  # tests/inspect_view.py
+
+    out, path = exported
+    # Kept after the test (pytest prunes its old temporary folders): COWORK_TEST_ARTIFACTS, else the
+    # clone's own test-artifacts/ (ignored by git), one folder per test session.
+    base = os.environ.get("COWORK_TEST_ARTIFACTS") or str(Path(__file__).resolve().parents[2] / "test-artifacts")
+    artifacts = Path(base) / f"inspect-view-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    print(f"inspect view screenshots and logs: {artifacts}")
+    with Viewer(out, artifacts) as viewer:
+        listed = viewer.page_text(f"/logs/{path.name}/samples/", CLEAN + [PLANTED_TASK], artifacts / "samples.png")
+        shown = viewer.page_text(f"/logs/{path.name}/samples/sample/{PLANTED_TASK}/1/transcript",
+                                 [tool for _, _, tool in PLANTED], artifacts / "transcript.png")
+    for task in CLEAN + [PLANTED_TASK]:
+        assert task in listed, listed[:3000]
+    assert "cowork_bench" in listed
+    for _, _, tool in PLANTED:
+        assert tool in shown, shown[:3000]
+    assert "MODEL CALL" in shown.upper(), shown[:3000]
+    assert (artifacts / "transcript.png").stat().st_size > 10_000

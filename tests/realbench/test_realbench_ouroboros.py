@@ -267,3 +267,45 @@ def test_the_honest_engine_has_no_tampering_finding(stopped_and_resumed):
     assert tampering["findings"] == 0 and tampering["tasks_not_checked"] == [], tampering
     assert tampering["tasks_checked"] == report["denominator"], tampering
     assert tampering["audit_seen"] is None or tampering["audit_seen"]["findings"] == 0, tampering["audit_seen"]
+
+
+def test_the_resumed_run_exports_to_an_inspect_log_that_reads_back_whole(stopped_and_resumed):
+    """The real engine's run (its recovery ancestry merged) as an Inspect AI log, read back with
+    inspect_ai: every task a sample, the ledger's verdicts and usage, and the transcript of every
+    task whose Ouroboros logged tool calls."""
+    from inspect_ai.analysis import samples_df
+    from inspect_ai.log import read_eval_log
+
+    from cowork_adapter.export import log_name
+    from cowork_adapter.report import make_report
+    from cowork_adapter.report.build import row_cost
+    from cowork_adapter.report.merge import load_runs, merge_rows
+
+    out = stopped_and_resumed
+    second = out["roots"]["resumed"]
+    logs = second.parent / "inspect-logs"
+    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "export", str(second), "--format", "inspect",
+                           "--output-dir", str(logs)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    log = read_eval_log(str(logs / log_name(second)))
+    samples = {s.id: s for s in log.samples}
+    assert sorted(samples) == sorted(out["tasks"])
+    merged = merge_rows(load_runs([second]))
+    for task, sample in samples.items():
+        row = merged[task].row
+        assert sample.scores["official"].value == ("C" if row.status.value == "passed" else "I"), task
+        assert sample.scores["official"].metadata["status"] == row.status.value, task
+        usage = sample.model_usage[log.eval.model]
+        if row.usage is not None and not row.usage.unreadable:
+            assert (usage.input_tokens, usage.output_tokens) == (row.usage.prompt_tokens, row.usage.completion_tokens)
+        cost = row_cost(row)
+        assert usage.total_cost == (pytest.approx(cost) if cost is not None else None), task
+        tools = Path(merged[task].provenance) / "bench" / "dumps"
+        logged = [p for p in tools.glob(f"*/SingleUserTurn-{task}/ouroboros/tools.jsonl") if p.stat().st_size > 0]
+        if logged:  # the engine logged tool calls: the transcript shows them
+            assert any(m.role == "assistant" and m.tool_calls for m in sample.messages), task
+            assert any(e.event == "tool" for e in sample.events), task
+    assert any(s.messages for s in samples.values()), "no task's transcript came through"
+    report = make_report([second], 1)
+    frame = samples_df(str(logs / log_name(second)))
+    assert (frame["score_official"] == "C").mean() == pytest.approx(report["pass_at_1"])

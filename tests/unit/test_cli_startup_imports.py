@@ -58,7 +58,7 @@ def test_version_imports_no_heavy_library() -> None:
 
 @pytest.mark.parametrize("words", [[], ["run"], ["doctor"], ["qualify"], ["demo"], ["audit"], ["report"],
                                    ["status"], ["stop"], ["clear"], ["version"], ["campaign"],
-                                   ["campaign", "show"], ["campaign", "reconcile"]])
+                                   ["campaign", "show"], ["campaign", "reconcile"], ["export"]])
 def test_every_help_is_plain_text_without_rich_or_a_command_library(words: list[str]) -> None:
     """Help is click's plain text (its panels kept as sections): rendering it through rich cost ~0.2 s."""
     got = _run(*words, "--help")
@@ -107,7 +107,8 @@ def test_status_of_a_paid_run_reads_its_campaign_with_msgspec_only(tmp_path: Pat
 
 
 @pytest.mark.parametrize("args", [["status", "/nonexistent/run"], ["audit", "--run-dir", "/nonexistent/run"],
-                                  ["report", "/nonexistent/run"], ["stop", "/nonexistent/run"]])
+                                  ["report", "/nonexistent/run"], ["stop", "/nonexistent/run"],
+                                  ["export", "/nonexistent/run", "--output-dir", "/tmp/nowhere"]])
 def test_a_refused_path_imports_no_heavy_library(args: list[str]) -> None:
     """A path refusal is decided before the command's implementation is imported."""
     got = _run(*args)

@@ -60,6 +60,10 @@ SLOTS: dict[str, tuple[list[str], dict[str, str]]] = {
                               {k: v for k, v in FILE_IN.items()}),
     "report": (["report", "{p}"], RUN_ROOT_IN),
     "report --output-dir": (["report", "good-run", "--output-dir", "{p}"], OUTPUT_DIR),
+    "export": (["export", "{p}", "--output-dir", "out-logs"], RUN_ROOT_IN),
+    # The export writes no report.md: a folder holding one (even a dangling link) is no refusal for it.
+    "export --output-dir": (["export", "good-run", "--output-dir", "{p}"],
+                            {k: v for k, v in OUTPUT_DIR.items() if "report.md" not in k}),
     "audit --run-dir": (["audit", "--run-dir", "{p}"], RUN_ROOT_IN),
     "audit --output": (["audit", "--run-dir", "good-run", "--output", "{p}"], NEW_FILE),
     "campaign show": (["campaign", "show", "--campaign-file", "{p}"], FILE_IN),

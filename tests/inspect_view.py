@@ -1,0 +1,123 @@
+"""`inspect view` on a folder of logs, opened in headless Chromium through the DevTools protocol.
+
+Test support: the viewer is a web page that loads the log with scripts after the first paint, so a
+one-shot `--dump-dom` catches it half-loaded. Here Chromium stays up with a DevTools port; each page
+is navigated to, its text read (document.body.innerText) until the expected words appear or the time
+is up, and a screenshot saved. Everything listens on 127.0.0.1 only and is stopped by its own pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp  # an inspect_ai dependency (the test extra pins inspect_ai)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
+
+
+class Viewer:
+    """`inspect view --log-dir DIR` and a headless Chromium on it; use as a context manager."""
+
+    def __init__(self, log_dir: Path, work: Path) -> None:
+        self.log_dir, self.work = log_dir, work
+        self.port, self.devtools = free_port(), free_port()
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Viewer":
+        inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or "inspect"
+        self.work.mkdir(parents=True, exist_ok=True)
+        with open(self.work / "view.log", "wb") as out:
+            self.procs.append(subprocess.Popen(
+                [inspect, "view", "--log-dir", str(self.log_dir), "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_http(f"http://127.0.0.1:{self.port}/", 120)
+        with open(self.work / "chromium.log", "wb") as out:
+            self.procs.append(subprocess.Popen(
+                [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={self.work / 'chromium-profile'}",
+                 f"--remote-debugging-port={self.devtools}", "--remote-debugging-address=127.0.0.1", "about:blank"],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_http(f"http://127.0.0.1:{self.devtools}/json/version", 60)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in reversed(self.procs):
+            _stop(proc)
+
+    def url(self, fragment: str) -> str:
+        return f"http://127.0.0.1:{self.port}/#{fragment}"
+
+    def page_text(self, fragment: str, want: list[str], screenshot: Path, timeout: float = 90) -> str:
+        """The page's text once every word of `want` shows (or at the timeout), a screenshot saved."""
+        return asyncio.run(self._page_text(self.url(fragment), want, screenshot, timeout))
+
+    async def _page_text(self, url: str, want: list[str], screenshot: Path, timeout: float) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.devtools}/json/list", timeout=10) as answer:
+            pages = [p for p in json.loads(answer.read()) if p.get("type") == "page"]
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                counter = iter(range(1, 1 << 30))
+
+                async def call(method: str, **params) -> dict:
+                    ident = next(counter)
+                    await ws.send_str(json.dumps({"id": ident, "method": method, "params": params}))
+                    while True:
+                        message = json.loads((await ws.receive()).data)
+                        if message.get("id") == ident:
+                            return message.get("result", {})
+
+                await call("Page.enable")
+                await call("Page.navigate", url=url)
+                deadline = time.monotonic() + timeout
+                text = ""
+                while time.monotonic() < deadline:
+                    await asyncio.sleep(1.0)
+                    got = await call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
+                                     returnByValue=True)
+                    text = got.get("result", {}).get("value") or ""
+                    if all(w in text for w in want):
+                        break
+                shot = await call("Page.captureScreenshot", format="png")
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                screenshot.write_bytes(base64.b64decode(shot.get("data", "")))
+                return text
