@@ -40,6 +40,7 @@ write_once keeps the first cause with a bare O_EXCL create and never raises).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import stat
@@ -129,3 +130,12 @@ def create_exclusive(
 
 
 __all__ = ["DEFAULT_MODE", "create_exclusive", "replace_atomic"]
+
+
+def sha256_file(path: Path | str) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks (the host's own files: benchmark clones)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Refusal
-from .provenance import sha256_file
+from .fileio import sha256_file
 from .schemas.manifest import BenchSubstitute, BenchVerification
 from .vocab import SubstituteKind
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import Refusal
+from .fileio import sha256_file
 from .schemas.manifest import AdapterIdentity, BenchIdentity, BenchSubstitute, SeedIdentity
 from .vocab import SubstituteKind
 
@@ -18,14 +19,6 @@ GIT_TIMEOUT = 60
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -103,7 +96,7 @@ def checked_bench(bench_root: Path, expected_commit: str) -> tuple[BenchIdentity
         raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
     # What `git status` cannot show (skip-worktree files, replace objects) is accepted only as a
     # stand-in for a blob the object store lacks; anything else is refused here, before the run root.
-    from .pin_check import accepted_substitutes  # here, not at the top: pin_check imports sha256_file from this module
+    from .pin_check import accepted_substitutes  # here, not at the top: only a run's preflight checks the pin
 
     substitutes = accepted_substitutes(bench_root, state.head)
     identity = BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
