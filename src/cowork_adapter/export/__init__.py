@@ -23,11 +23,19 @@ EXTRA_HINT = "pip install 'cowork-adapter[inspect]'"
 
 
 def log_name(root: Path) -> str:
-    """The log's file name for a run root: its folder's name and the start of its run label (a hash
-    of its resolved path, so two roots of one name differ)."""
+    """The log's file name for a run root: its folder's name and the start of its run label (the label
+    its manifest recorded, unique per run, so two roots of one name differ). Refusal when the manifest
+    cannot be read."""
     from ..custody.labels import run_label
 
-    return f"{root.name}-{run_label(root)[:8]}.eval"
+    try:
+        label = run_label(root)
+    except OSError as exc:
+        raise Refusal("export", f"{root} has no readable run_manifest.json ({exc.strerror or type(exc).__name__}), "
+                                "so it is not a run root to export.") from None
+    except ValueError as exc:
+        raise Refusal("export", f"{root}/run_manifest.json is not a run manifest ({str(exc)[:200]}).") from None
+    return f"{root.name}-{label[:8]}.eval"
 
 
 def _require_inspect() -> None:
