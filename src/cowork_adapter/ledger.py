@@ -176,17 +176,27 @@ class DumpDigests(NamedTuple):
 
 
 def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDigests, *,
-                 records_present: bool) -> tuple[OfficialVerdict, list[TamperFinding]]:
+                 records_present: bool, head: SealHead | None = None) -> tuple[OfficialVerdict, list[TamperFinding]]:
     """The verdict a sealing run may score, and what the seal shows the agent tried.
 
     Only a verdict whose seal exists, and whose claim, receipt and eval_res.json still have the
-    sealed bytes, stands; anything else in the dump is evidence (issue 27)."""
+    sealed bytes, stands; anything else in the dump is evidence (issue 27). Official records with
+    no eval exec seen at all (no head) were written by the agent: flagged. With a head but no seal
+    (an eval cut short by a stop, or still running) they are the eval phase's own: not scored,
+    not flagged."""
     found: list[TamperFinding] = []
     if seal is None:
-        if records_present:
+        if not records_present:
+            return verdict, found
+        if head is None:
             found.append(TamperFinding(kind=TamperKind.UNSEALED_VERDICT, detail="official records without a host seal"))
             return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "unsealed_verdict", None), found
-        return verdict, found
+        if head.pre:
+            names = ", ".join(f"{e.name}:{e.kind}" for e in head.pre)
+            found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
+        if verdict.passed is None:
+            return verdict, found
+        return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "unsealed_verdict", None), found
     if seal.pre:
         names = ", ".join(f"{e.name}:{e.kind}" for e in seal.pre)
         found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
@@ -746,7 +756,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
                               receipt=_file_digest(receipt_path)[1], eval_res=sha,
                               summary=_file_digest(dump / SUMMARY_NAME)[1])
-            verdict, found = seal_verdict(verdict, seal, now,
+            verdict, found = seal_verdict(verdict, seal, now, head=held.head if held else None,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
         if with_usage and "ouroboros" in names:

@@ -183,3 +183,16 @@ def test_a_refused_evaluation_of_an_unsafe_dump_is_flagged():
     verdict, found = seal_verdict(OfficialVerdict(OfficialEvalStatus.NOT_RUN, "workspace_link_outside_dump", None),
                                   held, NOW, records_present=True)
     assert verdict.passed is None and kinds(found) == ["unsafe_entry"]
+
+
+def test_an_eval_cut_short_by_a_stop_is_not_scored_and_not_flagged():
+    # The shim saw the eval exec begin (its head) and was killed with the runner's group before sealing:
+    # the claim without a receipt is the eval phase's own, never the agent's.
+    from cowork_adapter.schemas.seal import SealHead
+
+    head = SealHead(runner_id="1-abcdef12", task="t", entry="first", agent_container_state="absent", started_at=1.0)
+    cut = OfficialVerdict(OfficialEvalStatus.UNKNOWN, "claim_without_terminal_receipt", None)
+    assert seal_verdict(cut, None, NOW, records_present=True, head=head) == (cut, [])
+    # A receipt with a verdict the host could not seal is still not scored.
+    verdict, found = seal_verdict(PASSED, None, NOW, records_present=True, head=head)
+    assert verdict.passed is None and found == []

@@ -206,16 +206,15 @@ class Removal:
 def test_fast_stop_kills_the_group_and_removes_without_its_trap_then_the_group_is_gone(tmp_path):
     removal = Removal(tmp_path / "stop")
     sup = make(tmp_path, slow_trap_runner(tmp_path), FakeMeter(decision_after=1), remove_labelled=removal)
-    started = time.monotonic()
     result = sup.run(time.monotonic())
     assert result.stop_reason == StopReason.RUN_BUDGET
     assert len(removal.calls) == 1
     call = removal.calls[0]
     assert call["reason"] == StopReason.RUN_BUDGET
     assert call["fenced"]  # the fence comes first: no creation is admitted while it removes
-    assert call["at"] - started < 1.0  # the decision came at the second poll (0.1 s)
     assert group_gone(sup.proc.pid)  # the group is stopped, as before
-    assert time.monotonic() - started < 1.5
+    # How fast is bench_stop_latency.py's to measure; here: nothing waited for the trap, which
+    # never ran (it would have written its file 1.5 s after a SIGTERM).
     time.sleep(2.0)
     assert not (tmp_path / "trapped").exists()  # SIGKILL: the trap never ran, nothing waited for it
     assert ("stop_requested", {"reason": "run_budget", "path": "fast"}) in sup.events

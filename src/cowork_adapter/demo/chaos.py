@@ -86,8 +86,10 @@ def pick_moments(seed: int, phases: list[str], hows: tuple[str, ...] = ("pid", "
     windows = {  # jitter windows (s) after the phase's start signal; each stays inside its phase
         # preflight (clone + hashes) lasts well under 0.1 s on a quiet machine: its window is tiny
         "preflight": (0.0, 0.02), "probe": (0.2, 2.0), "image": (0.2, 1.5), "runner_start": (0.0, 0.4),
-        "in_flight": (0.5, 4.0), "stop": (0.0, 0.2), "cleanup": (0.0, 0.05), "settlement": (0.3, 3.0),
+        "in_flight": (0.5, 4.0), "stop": (0.0, 0.2), "cleanup": (0.0, 0.0), "settlement": (0.3, 3.0),
     }
+    # cleanup: the stop itself now removes the run's containers (supervisor's fast path), so the final
+    # cleanup after runner_exited is one relist and its proof, tens of ms: the kill comes at once.
     return [Moment(p, h, round(rng.uniform(*windows[p]), 3)) for p in phases for h in hows]
 
 
