@@ -21,7 +21,6 @@ import csv
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 
 import msgspec
