@@ -18,7 +18,7 @@ import time
 
 import docker
 
-from cowork_adapter.admission import GIB, AdmissionLimits, decide, read_host_load
+from cowork_adapter.host.admission import GIB, AdmissionLimits, decide, read_host_load
 
 
 def spread(values: list[float]) -> str:

@@ -52,7 +52,7 @@ import docker
 import docker.errors
 
 from admission_threshold import LevelRow, choose_threshold
-from cowork_adapter.admission import GIB, parse_mem_available, timed_ping
+from cowork_adapter.host.admission import GIB, parse_mem_available, timed_ping
 from cowork_adapter.campaign.commands import process_exists
 from cowork_adapter.container import mcp
 

@@ -40,7 +40,7 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False, pretty_exceptions
 @app.command()
 def status(run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False) -> None:
-    from cowork_adapter.control import status_command
+    from cowork_adapter.ops.control import status_command
     raise SystemExit(status_command(run_root, as_json))
 
 @app.command()
@@ -63,7 +63,7 @@ def app() -> None:
 @click.argument("run_root", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def status(run_root: Path, as_json: bool) -> None:
-    from cowork_adapter.control import status_command
+    from cowork_adapter.ops.control import status_command
     raise SystemExit(status_command(run_root, as_json))
 
 @app.command()

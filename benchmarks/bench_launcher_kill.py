@@ -33,7 +33,7 @@ from pathlib import Path
 from cowork_adapter.custody.docker_ops import list_labelled
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.custody.watchdog import custody_paths
-from cowork_adapter.demo.scenarios import agent_started, prepare, wait_for
+from cowork_adapter.demo.env import agent_started, prepare, wait_for
 
 TASKS = ["demo-hang", "demo-csv-totals", "demo-crm-postgres", "demo-wrong-answer"]
 POLL_S = 0.02

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.score.ledger import build_index, write_index
 
 # The synthetic run roots are test support (tests/synthetic_run.py), not part of the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -59,8 +59,8 @@ def spread(values: list[float]) -> str:
 
 def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
     """(recovery plan, child's first ledger build+write, child's second build) in seconds."""
-    from cowork_adapter.ledger import IndexContext
-    from cowork_adapter.recovery import resolve_ancestry
+    from cowork_adapter.score.ledger import IndexContext
+    from cowork_adapter.run.recovery import resolve_ancestry
 
     tasks = synth.task_names(len(json.loads((ancestor / "run_manifest.json").read_text())["selection"]["task_ids"]))
     start = time.perf_counter()
@@ -82,7 +82,7 @@ def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
 
 def refresher_tick(root: Path) -> float:
     """One live refresh of an unchanged run, as the ledger refresher does every ~2 s."""
-    from cowork_adapter.ledger import IndexContext
+    from cowork_adapter.score.ledger import IndexContext
 
     ctx = IndexContext.load(root)
     build_index(root, live=True, interruption_cause="in_progress", ctx=ctx)

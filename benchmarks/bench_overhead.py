@@ -44,8 +44,8 @@ from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.docker_ops import cleanup_run, label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.bench_repo import materialize_bench
-from cowork_adapter.demo.scenarios import prepare
-from cowork_adapter.events import parse_ts
+from cowork_adapter.demo.env import prepare
+from cowork_adapter.runroot.events import parse_ts
 
 DEFAULT_TASKS = ["demo-csv-totals", "demo-crm-postgres", "demo-deck-stateful"]
 TASK_TIMEOUT_S = 240

@@ -27,10 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from cowork_adapter import provenance
+from cowork_adapter.benchmark import provenance
 
 try:
-    from cowork_adapter.pin_check import verify_copy
+    from cowork_adapter.benchmark.pin_check import verify_copy
 except ImportError:  # an adapter from before the check: only B can run
     verify_copy = None
 

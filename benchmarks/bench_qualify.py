@@ -31,7 +31,7 @@ from pathlib import Path
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
-from cowork_adapter.events import parse_ts
+from cowork_adapter.runroot.events import parse_ts
 
 DEFAULT_TASKS = ["demo-csv-totals", "demo-wrong-answer", "demo-crm-postgres", "demo-nop-passes",
                  "demo-audit-planted", "demo-deck-stateful"]

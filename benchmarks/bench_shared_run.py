@@ -31,7 +31,7 @@ sys.path.insert(0, str(TESTS))
 
 from pg_server import PASSWORD, PgServer  # noqa: E402
 
-from cowork_adapter.demo.scenarios import prepare  # noqa: E402
+from cowork_adapter.demo.env import prepare  # noqa: E402
 
 TASKS = ["demo-crm-postgres", "demo-csv-totals", "demo-deck-stateful", "demo-wrong-answer"]
 

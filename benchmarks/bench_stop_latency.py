@@ -80,9 +80,9 @@ from cowork_adapter.campaign.observe import POLL_SEC
 from cowork_adapter.custody.docker_ops import list_labelled
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.demo.scenarios import DemoEnv, prepare, read_json
-from cowork_adapter.events import parse_ts
-from cowork_adapter.gateway import mint_token
+from cowork_adapter.demo.env import DemoEnv, prepare, read_json
+from cowork_adapter.runroot.events import parse_ts
+from cowork_adapter.gateway.server import mint_token
 from cowork_adapter.vocab import StopPath
 
 TASKS = ["demo-hang", "demo-deck-stateful", "demo-crm-postgres", "demo-round-limit"]

@@ -8,7 +8,7 @@
 #       (FIRST names the step before any line matches), with the latest line matching DETAIL_RE
 #       ('' for none). Returns CMD's exit code.
 #   docker_build_logged WHAT LOG DOCKER-BUILD-ARGS...
-#       `docker build --pull=false ARGS` through step_run: a line per Docker step, LOG truncated first. The lines come from cowork_adapter.steplines, standard library only, run by the
+#       `docker build --pull=false ARGS` through step_run: a line per Docker step, LOG truncated first. The lines come from cowork_adapter.image.steplines, standard library only, run by the
 #       host's python3 from this checkout's src/ (no venv needed).
 
 STEPS_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../src" && pwd)
@@ -30,7 +30,7 @@ step_run() {
   fi
   local args=(--what "$what" --log "$logfile" --first "$first" --step "$step_re")
   [ -n "$detail_re" ] && args+=(--detail "$detail_re")
-  PYTHONPATH="$STEPS_SRC${PYTHONPATH:+:$PYTHONPATH}" python3 -m cowork_adapter.steplines "${args[@]}" -- "$@" </dev/null >&2
+  PYTHONPATH="$STEPS_SRC${PYTHONPATH:+:$PYTHONPATH}" python3 -m cowork_adapter.image.steplines "${args[@]}" -- "$@" </dev/null >&2
 }
 
 # A Docker build's steps, from the legacy builder (Step 3/9 : RUN ...) or BuildKit (#7 [2/4] RUN ...),

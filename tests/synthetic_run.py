@@ -184,7 +184,7 @@ def ledger_run(root: Path, selection: list[str], outcomes: dict[str, str], *, ta
                resume_from: tuple = (), generation: int = 0, **manifest_kw: Any) -> Path:
     """A finished run with its ledger whose tasks end as `outcomes` (pass/fail/agent/infra; the
     others are not attempted)."""
-    from cowork_adapter.ledger import build_index, write_index
+    from cowork_adapter.score.ledger import build_index, write_index
 
     write_manifest(root, selection, task_ids=task_ids, resume_from=[str(p) for p in resume_from],
                    generation=generation, **manifest_kw)

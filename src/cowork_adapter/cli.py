@@ -23,8 +23,8 @@ from typer.core import TyperCommand, TyperGroup
 from typer.models import TyperInfo
 
 from . import __version__
-from .gateway_policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
-from .gateway_policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
+from .gateway.policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
+from .gateway.policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .defaults import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_CAMPAIGN_NAME,
@@ -41,7 +41,7 @@ from .defaults import (
     check_http_url,
     refuse_key_on_command_line,
 )
-from .admission import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
+from .host.admission import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
 from .errors import Refusal
 from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode, StopPath
@@ -353,13 +353,13 @@ def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
 
 
 def _run_body(cfg: RunConfig) -> None:
-    from .launcher import execute_run
+    from .run.launch import execute_run
 
     raise SystemExit(execute_run(cfg, argv=_current_argv()))
 
 
 def _doctor_body(cfg: RunConfig) -> None:
-    from .doctor import doctor_command
+    from .ops.doctor import doctor_command
 
     raise SystemExit(doctor_command(cfg))
 
@@ -381,7 +381,7 @@ def _doctor_command() -> Callable[..., None]:
 
     def command(**flags: Any) -> None:
         if flags.get("repo_dir") is None or flags.get("run_root") is None:
-            from .doctor import host_doctor_command
+            from .ops.doctor import host_doctor_command
 
             folder = flags.get("resource_root")
             folder = checked_path(folder, PathKind.DIR, "--resource-root") if folder is not None else None
@@ -463,7 +463,7 @@ def _qualify(
     if fields.get("docker_host") is None:
         fields["docker_host"] = ""
     fields = {k: v for k, v in fields.items() if v is not None}
-    from .qualify import qualify_command
+    from .run.qualify import qualify_command
 
     raise SystemExit(qualify_command(fields, _current_argv()))
 
@@ -638,7 +638,7 @@ def status(
     if len(run_roots or []) != 1:
         raise Refusal("flags", "status takes exactly one run root (several only with --campaign-db).")
     run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")
-    from .control import status_command
+    from .ops.control import status_command
 
     raise SystemExit(status_command(run_root, as_json))
 
@@ -656,7 +656,7 @@ def stop(
     if not (0 < timeout < float("inf")):
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
     run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
-    from .control import stop_command
+    from .ops.control import stop_command
 
     raise SystemExit(stop_command(run_root, timeout))
 
@@ -692,7 +692,7 @@ def clear(
             meter_url = check_http_url("--meter-url", meter_url)
     except InvalidFlag as exc:
         raise Refusal(exc.stage, exc.sentence) from None
-    from .clear import clear_command
+    from .ops.clear import clear_command
 
     raise SystemExit(clear_command(
         checked_path(run_root, PathKind.RUN_ROOT, "", needs_manifest=True), operator_note.strip(),

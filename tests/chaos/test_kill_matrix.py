@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from cowork_adapter.demo.chaos import PHASES, SEED_ENV, ChaosBench, chaos_seed, pick_moments
-from cowork_adapter.demo.scenarios import prepare
+from cowork_adapter.demo.env import prepare
 
 pytestmark = pytest.mark.docker
 

@@ -29,7 +29,7 @@ import pytest
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.meter_standin import MeterStandin
-from cowork_adapter.demo.scenarios import files_containing
+from cowork_adapter.demo.env import files_containing
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "testbed" / "realbench.sh"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from cowork_adapter.demo.scenarios import prepare, read_rows
+from cowork_adapter.demo.env import prepare, read_rows
 
 
 @pytest.fixture(scope="module")

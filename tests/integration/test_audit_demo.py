@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.demo.scenarios import prepare, read_json, read_rows
+from cowork_adapter.demo.env import prepare, read_json, read_rows
 from cowork_adapter.schemas.audit import launcher_audit_path
 
 CLEAN = ["demo-csv-totals", "demo-crm-postgres"]

@@ -25,7 +25,7 @@ import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
-from cowork_adapter.demo.scenarios import prepare, read_json, wait_for
+from cowork_adapter.demo.env import prepare, read_json, wait_for
 from cowork_adapter.schemas.audit import launcher_audit_path
 from cowork_adapter.vocab import ExitCode, StopReason
 

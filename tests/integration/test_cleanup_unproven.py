@@ -19,7 +19,7 @@ import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
-from cowork_adapter.demo.scenarios import BYSTANDER_IMAGE, agent_started, prepare, read_json, wait_for
+from cowork_adapter.demo.env import BYSTANDER_IMAGE, agent_started, prepare, read_json, wait_for
 from cowork_adapter.vocab import ExitCode
 
 HOLDER_LABEL = "org.cowork-adapter.test-holder"

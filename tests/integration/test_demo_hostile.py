@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from cowork_adapter.demo.scenarios import prepare
+from cowork_adapter.demo.env import prepare
 from cowork_adapter.demo.scenarios_hostile import EXPECTED, scenario_hostile
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cowork_adapter.demo.scenarios import SCENARIOS, prepare
+from cowork_adapter.demo.env import SCENARIOS, prepare
 
 
 @pytest.fixture(scope="module")

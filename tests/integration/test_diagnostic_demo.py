@@ -6,7 +6,7 @@ by the diagnostic, visible only in the audit) and one run without the flag (no d
 
 from __future__ import annotations
 
-from cowork_adapter.demo.scenarios import prepare
+from cowork_adapter.demo.env import prepare
 from cowork_adapter.demo.scenarios_diagnostic import scenario_diagnostic
 
 

@@ -24,8 +24,8 @@ import pytest
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.demo.scenarios import key_leaks, prepare, read_json, read_rows, wait_for
-from cowork_adapter.gateway import mint_token
+from cowork_adapter.demo.env import key_leaks, prepare, read_json, read_rows, wait_for
+from cowork_adapter.gateway.server import mint_token
 from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 from cowork_adapter.vocab import ExitCode
 

@@ -21,7 +21,7 @@ import pytest
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
-from cowork_adapter.demo.scenarios import prepare, read_json
+from cowork_adapter.demo.env import prepare, read_json
 from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
 
 
@@ -195,7 +195,7 @@ def test_a_new_campaign_is_never_implied_and_is_refused_in_preflight(env, flag, 
 def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env, monkeypatch, capsys):
     """The old default --cpus crashed at the inventory's first container (docker APIError) and left no
     ledger. Whatever crashes after admission, the ledger answers for every selected task."""
-    from cowork_adapter import launcher
+    from cowork_adapter.run import launch as launcher
     from cowork_adapter.config import RunConfig
     from cowork_adapter.schemas.manifest import ImageIdentity
 

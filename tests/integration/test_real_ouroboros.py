@@ -23,7 +23,7 @@ import docker
 import pytest
 
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
-from cowork_adapter.demo.scenarios import prepare, read_rows
+from cowork_adapter.demo.env import prepare, read_rows
 from cowork_adapter.schemas.audit import LAUNCHER_AUDIT_NAME
 
 from realbench_env import host_address_for_containers, real_testbed

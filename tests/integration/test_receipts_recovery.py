@@ -26,7 +26,7 @@ from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.docker_ops import cleanup_run, label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chaos import cli
-from cowork_adapter.demo.scenarios import agent_started, prepare, wait_for
+from cowork_adapter.demo.env import agent_started, prepare, wait_for
 from cowork_adapter.demo.scenarios_recovery import stop_after_agent
 from cowork_adapter.errors import CustodyError
 from cowork_adapter.schemas.ledger import LEDGER_NAME, read_index

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.demo.scenarios import prepare, read_rows
+from cowork_adapter.demo.env import prepare, read_rows
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TASKS = ["demo-csv-totals", "demo-wrong-answer"]

@@ -18,8 +18,8 @@ from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.docker_ops import cleanup_run
 from cowork_adapter.custody.labels import path_label
 from cowork_adapter.custody.shim_config import ContainerLimits
-from cowork_adapter.ledger import IndexContext, _classify_task_uncached
-from cowork_adapter.resources import METHOD_SENTENCE, read_task_resources, reader_for
+from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
+from cowork_adapter.host.resources import METHOD_SENTENCE, read_task_resources, reader_for
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.schemas.record import decode
 

@@ -24,7 +24,7 @@ import pytest
 from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
-from cowork_adapter.demo.scenarios import (
+from cowork_adapter.demo.env import (
     bystanders_alive,
     make_bystanders,
     prepare,
@@ -32,7 +32,7 @@ from cowork_adapter.demo.scenarios import (
     remove_bystanders,
     wait_for,
 )
-from cowork_adapter.events import parse_ts
+from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.vocab import ExitCode
 
 TASKS = ["demo-csv-totals", "demo-crm-postgres", "demo-hang"]

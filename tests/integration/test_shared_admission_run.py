@@ -19,7 +19,7 @@ from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ 
 from test_campaign_db_run import launch as launch_db_run  # the same directory (on sys.path under pytest)
 from test_shared_campaign_run import LEASE_SEC, claim_rows, demo, log_of  # noqa: F401 (demo: a fixture)
 
-from cowork_adapter.campaign.batch_runner import ADMISSION_FILE
+from cowork_adapter.run.batch_runner import ADMISSION_FILE
 from cowork_adapter.schemas.admission import AdmissionState
 from cowork_adapter.schemas.multihost import read_claimed
 from cowork_adapter.vocab import ExitCode

@@ -24,7 +24,7 @@ from test_shared_campaign_run import (  # noqa: F401 (demo is a module fixture)
 from cowork_adapter.campaign.observe import POLL_SEC, READ_SLICE_SEC
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
-from cowork_adapter.demo.scenarios import read_json, wait_for
+from cowork_adapter.demo.env import read_json, wait_for
 from cowork_adapter.schemas.multihost import read_claimed
 from cowork_adapter.vocab import ExitCode, StopReason
 

@@ -40,7 +40,7 @@ from test_shared_campaign_run import (  # the same directory (on sys.path under 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
 from cowork_adapter.custody.watchdog import read_processes
-from cowork_adapter.demo.scenarios import read_json, wait_for
+from cowork_adapter.demo.env import read_json, wait_for
 from cowork_adapter.schemas.multihost import ClaimedBatch, read_claimed
 from cowork_adapter.vocab import ExitCode, StopReason
 

@@ -27,12 +27,12 @@ from test_campaign_db_run import launch as launch_db_run  # the same directory (
 from cowork_adapter.campaign.pg_store import read_campaign_db
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
-from cowork_adapter.demo.scenarios import prepare, read_json, read_rows, wait_for
+from cowork_adapter.demo.env import prepare, read_json, read_rows, wait_for
 from cowork_adapter.schemas.multihost import read_claimed
 from cowork_adapter.vocab import ExitCode, StopReason
 
 LEASE_SEC = "8"
-# Tasks with a settled designed outcome under the stub engine (demo.scenarios.DESIGNED).
+# Tasks with a settled designed outcome under the stub engine (demo.env.DESIGNED).
 QUICK = ["demo-crm-postgres", "demo-csv-totals", "demo-wrong-answer"]
 
 

@@ -21,7 +21,7 @@ import pytest
 from cowork_adapter.container.procs import group_alive, process_alive
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.custody.watchdog import WatchdogError, custody_paths, read_processes, start_watchdog
-from cowork_adapter.events import read_all
+from cowork_adapter.runroot.events import read_all
 from cowork_adapter.vocab import EventKind
 
 IMAGE = "cowork-testbed/base:bookworm"
@@ -186,7 +186,7 @@ def test_a_watchdog_that_cannot_arm_is_an_error(tmp_path):
 
 def test_the_runner_does_not_inherit_the_pipe_write_end(tmp_path):
     """The supervisor's runner Popen (close_fds): no descriptor of the pipe reaches the runner."""
-    from cowork_adapter.supervisor import Supervisor
+    from cowork_adapter.run.supervisor import Supervisor
 
     class Meter:
         def observe(self, deadline):

@@ -28,7 +28,7 @@ import pytest
 
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.bench_repo import DEMO_BENCH_ROOT
-from cowork_adapter.demo.scenarios import files_containing
+from cowork_adapter.demo.env import files_containing
 from cowork_adapter.demo.scenarios_hostile import host_marker
 from cowork_adapter.vocab import ExitCode, TamperKind
 

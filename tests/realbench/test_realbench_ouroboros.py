@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
-from cowork_adapter.demo.scenarios import bystanders_alive, make_bystanders, remove_bystanders, wait_for
+from cowork_adapter.demo.env import bystanders_alive, make_bystanders, remove_bystanders, wait_for
 from cowork_adapter.vocab import ExitCode
 
 from realbench_env import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cowork_adapter.admission import (
+from cowork_adapter.host.admission import (
     GIB, AdmissionLimits, HostLoad, decide, parse_loadavg, parse_mem_available, read_host_load, timed_ping,
 )
 

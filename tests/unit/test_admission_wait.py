@@ -10,10 +10,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cowork_adapter.admission import GIB, AdmissionLimits, HostLoad
-from cowork_adapter.campaign.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
+from cowork_adapter.host.admission import GIB, AdmissionLimits, HostLoad
+from cowork_adapter.run.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
 from cowork_adapter.config import RunConfig
-from cowork_adapter.control import build_status, read_run, render_status_text
+from cowork_adapter.ops.control import build_status, read_run, render_status_text
 from cowork_adapter.schemas.admission import AdmissionState
 
 from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
@@ -102,7 +102,7 @@ def test_the_loop_reads_its_limits_and_daemon_from_its_one_config(tmp_path, monk
     from types import SimpleNamespace
 
     from cowork_adapter.schemas.multihost import BatchRunnerConfig
-    from cowork_adapter.shared_host import SharedHost
+    from cowork_adapter.run.shared_host import SharedHost
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
     run_root = tmp_path / "storage" / "run-1"

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import cowork_adapter.audit as audit_package
 
-ORDER = ["read", "rules", "scan", "run", "write", "__init__"]
+ORDER = ["forked", "read", "rules", "scan", "run", "write", "__init__"]
 ALLOWED = {  # which sibling modules each may import
+    "forked": set(),
     "read": set(),
     "rules": set(),
     "scan": {"read", "rules"},
-    "run": {"read", "scan"},
+    "run": {"forked", "read", "scan"},
     "write": {"run"},
     "__init__": {"run", "write"},
 }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import hashlib
 
-from cowork_adapter.provenance import bench_identity, checked_bench, clone_at, replaced_objects
+from cowork_adapter.benchmark.provenance import bench_identity, checked_bench, clone_at, replaced_objects
 from cowork_adapter.report.build import _disclosures
 from cowork_adapter.report.merge import RunRecord
 from cowork_adapter.schemas.manifest import BenchIdentity

@@ -12,7 +12,7 @@ import pytest
 
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.campaign.overview import build_campaign_status, render_campaign_status
-from cowork_adapter.control import read_run
+from cowork_adapter.ops.control import read_run
 from cowork_adapter.errors import Refusal
 from cowork_adapter.report.build import build_report, row_cost
 from cowork_adapter.report.campaign import (

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.campaign.commands import reconcile_command
-from cowork_adapter.clear import clear_command, clear_hint, clear_key_note, make_plan, recorded_docker_host
+from cowork_adapter.ops.clear import clear_command, make_plan
+from cowork_adapter.ops.recorded import clear_hint, clear_key_note, recorded_docker_host
 from cowork_adapter.container.procs import group_alive
-from cowork_adapter.control import read_run, stop_command
+from cowork_adapter.ops.control import read_run, stop_command
 from cowork_adapter.custody.liveness import ProcTable, Recorded, parse_stat, prove
 from cowork_adapter.errors import Refusal
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
@@ -339,7 +340,7 @@ def test_stop_never_signals_a_recorded_group_whose_id_now_names_other_processes(
 
 
 def test_the_orphaned_group_stop_checks_the_marker_before_each_signal(run_root):
-    from cowork_adapter.control import stop_orphaned_group
+    from cowork_adapter.ops.control import stop_orphaned_group
 
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True,
@@ -354,7 +355,7 @@ def test_the_orphaned_group_stop_checks_the_marker_before_each_signal(run_root):
 
 
 def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_root, capsys):
-    from cowork_adapter.control import status_command
+    from cowork_adapter.ops.control import status_command
 
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -378,7 +379,7 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
 
 
 def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, capsys):
-    from cowork_adapter.control import status_command
+    from cowork_adapter.ops.control import status_command
 
     write(run_root, manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z",
                              docker_host=None))
@@ -408,7 +409,7 @@ def test_clear_with_an_unreachable_daemon_removes_nothing_but_the_key(run_root, 
 
 
 def test_the_next_command_waits_for_a_live_watchdog_and_stops_a_live_runner(run_root, proc):
-    from cowork_adapter.control import next_command
+    from cowork_adapter.ops.control import next_command
 
     write(run_root, manifest(run_root))
     files = read_run(run_root)

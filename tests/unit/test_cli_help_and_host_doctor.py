@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from cowork_adapter import cli, doctor
+from cowork_adapter import cli
+from cowork_adapter.ops import doctor
 from cowork_adapter.errors import Refusal
 
 REPO = Path(__file__).resolve().parents[2]

@@ -212,12 +212,12 @@ def test_valid_flags_pass_validation_in_a_subprocess(tmp_path):
     # where the command's lazy import finds it first.
     (fake / "sitecustomize.py").write_text(
         "import sys, types\n"
-        "m = types.ModuleType('cowork_adapter.launcher')\n"
+        "m = types.ModuleType('cowork_adapter.run.launch')\n"
         "def execute_run(cfg, argv):\n"
         "    print('REACHED', cfg.run_root, cfg.selection, cfg.is_paid)\n"
         "    return 0\n"
         "m.execute_run = execute_run\n"
-        "sys.modules['cowork_adapter.launcher'] = m\n"
+        "sys.modules['cowork_adapter.run.launch'] = m\n"
     )
     case_dir = tmp_path / "case"
     case_dir.mkdir()
@@ -269,7 +269,7 @@ def clean_env(monkeypatch):
 
 
 def test_run_wiring(monkeypatch, tmp_path, clean_env, capsys):
-    calls = _stand_in(monkeypatch, "cowork_adapter.launcher", "execute_run", result=3)
+    calls = _stand_in(monkeypatch, "cowork_adapter.run.launch", "execute_run", result=3)
     monkeypatch.setenv("COWORK_BENCH_ROOT", str(tmp_path / "bench"))
     monkeypatch.setenv("DOCKER_HOST", "unix:///x.sock")
     argv = ["run", "--repo-dir", str(tmp_path / "seed"), "--run-root", str(tmp_path / "s" / "r"), "--dry-run",
@@ -288,7 +288,7 @@ def test_run_wiring(monkeypatch, tmp_path, clean_env, capsys):
 
 
 def test_doctor_wiring_shares_run_flags(monkeypatch, tmp_path, clean_env):
-    calls = _stand_in(monkeypatch, "cowork_adapter.doctor", "doctor_command")
+    calls = _stand_in(monkeypatch, "cowork_adapter.ops.doctor", "doctor_command")
     argv = ["doctor", "--repo-dir", str(tmp_path / "seed"), "--run-root", str(tmp_path / "s" / "r"),
             "--bench-root", str(tmp_path / "b"), "--docker-host", "unix:///y", "--probe", "inventory",
             "--pids-limit", "64"]
@@ -358,7 +358,7 @@ def test_campaign_view_flags_refused(tmp_path, capsys, args, says):
 
 
 def test_status_and_stop_wiring(monkeypatch, tmp_path):
-    calls = _stand_in(monkeypatch, "cowork_adapter.control", "status_command", "stop_command")
+    calls = _stand_in(monkeypatch, "cowork_adapter.ops.control", "status_command", "stop_command")
     (tmp_path / "events.jsonl").write_text("")  # the path resolver admits only run roots
     assert _invoke(["status", str(tmp_path), "--json"]) == 0
     assert _invoke(["stop", str(tmp_path), "--timeout", "12.5"]) == 0

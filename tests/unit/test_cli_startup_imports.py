@@ -133,7 +133,7 @@ def test_converting_only_the_invoked_command_changes_no_output(args: list[str]) 
 
 
 def test_status_imports_none_of_the_writers_of_clear_and_stop(tmp_path: Path) -> None:
-    """`status` imports clear.py for its hints and control.py for the run's view, not what writes:
+    """`status` imports ops/recorded.py for the clear hints and control.py for the run's view, not what writes:
     the atomic writer (and secrets with it), the manifest writer, the campaign."""
     synth_run(tmp_path / "run", 5)
     probe = ("import contextlib, io, sys\nfrom cowork_adapter import cli\n"
@@ -144,7 +144,8 @@ def test_status_imports_none_of_the_writers_of_clear_and_stop(tmp_path: Path) ->
                           text=True, timeout=120, check=True)
     code, listed = done.stdout.split(" ", 1)
     loaded = set(json.loads(listed.replace("'", '"')))
-    assert code == "0" and "cowork_adapter.clear" in loaded, done.stdout  # the hints are read
-    writers = {m for m in loaded if m in ("cowork_adapter.fileio", "cowork_adapter.manifest")
+    assert code == "0" and "cowork_adapter.ops.recorded" in loaded, done.stdout  # the hints are read
+    assert "cowork_adapter.ops.clear" not in loaded, done.stdout  # clear itself (it writes) is not
+    writers = {m for m in loaded if m in ("cowork_adapter.fileio", "cowork_adapter.runroot.manifest")
                or m.startswith("cowork_adapter.campaign")}
     assert writers == set(), writers

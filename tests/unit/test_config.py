@@ -527,7 +527,7 @@ def test_llm_gateway_caps_are_flags_of_the_gateway_only(base):
 def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypatch):
     """open_for_run: the engines get the gateway's URL and the compatible key setting; the gateway
     forwards to the endpoint the run would otherwise have used."""
-    from cowork_adapter import gateway_run
+    from cowork_adapter.gateway import run as gateway_run
     from cowork_adapter.schemas.run_config import build_run_config
 
     run_root = tmp_path / "storage" / "run-1"

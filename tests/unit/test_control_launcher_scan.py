@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from cowork_adapter.control import is_launcher_of
+from cowork_adapter.ops.control import is_launcher_of
 
 
 def test_a_launcher_naming_a_symlink_loop_is_not_ours_and_raises_nothing(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter import doctor
+from cowork_adapter.host import resources
+from cowork_adapter.ops import doctor
 from cowork_adapter.config import RunConfig
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.meter_standin import MeterStandin
@@ -51,6 +52,7 @@ def healthy(monkeypatch, pins):
     bench, commit, seed, head = pins
     monkeypatch.setattr(doctor, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})
     monkeypatch.setattr(doctor, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})
+    monkeypatch.setattr(resources, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})  # the host advice
     monkeypatch.setattr(doctor, "image_present", lambda host, ref: {"Id": "sha256:" + "ab" * 32, "Config": {"Labels": {}}})
     monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(137, True, 64 << 20))
     monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cowork_adapter.forked import MAX_ITEMS, WorkerFailed, forked_map
+from cowork_adapter.audit.forked import MAX_ITEMS, WorkerFailed, forked_map
 
 
 def _no_children_left() -> bool:

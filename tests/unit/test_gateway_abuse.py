@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cowork_adapter import gateway as gw
+from cowork_adapter.gateway import server as gw
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway import (FENCE_RUN_STOPPING, REVOKED_SUFFIX, Gateway, mint_token, token_task)
-from cowork_adapter.gateway_policy import Policy, pinned_model, shape
+from cowork_adapter.gateway.server import (FENCE_RUN_STOPPING, REVOKED_SUFFIX, Gateway, mint_token, token_task)
+from cowork_adapter.gateway.policy import Policy, pinned_model, shape
 from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 from test_gateway import Bed  # tests/unit is on sys.path under pytest's rootdir-relative imports
 
@@ -392,7 +392,7 @@ def test_every_row_decodes_and_no_key_is_logged(rig):
 
 
 def test_a_flood_of_strangers_asks_the_daemon_at_most_once_per_refresh_interval(monkeypatch):
-    from cowork_adapter import gateway_peers
+    from cowork_adapter.gateway import peers as gateway_peers
 
     class Counted(gateway_peers.RunPeers):
         reads = 0
@@ -414,7 +414,7 @@ def test_a_flood_of_strangers_asks_the_daemon_at_most_once_per_refresh_interval(
 
 
 def test_peer_addresses_come_from_every_network_of_the_listed_containers():
-    from cowork_adapter.gateway_peers import addresses_of
+    from cowork_adapter.gateway.peers import addresses_of
 
     listed = {"NetworkSettings": {"Networks": {"bridge": {"IPAddress": "172.17.0.5", "GlobalIPv6Address": ""},
                                                "task-net": {"IPAddress": "172.20.0.3", "GlobalIPv6Address": "fd00::3"}}}}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import synthetic_run as synth  # tests/synthetic_run.py (tests/ is on sys.path)
 
-from cowork_adapter.gateway import FENCE_BUDGET
-from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.gateway.server import FENCE_BUDGET
+from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.report import make_report
 from cowork_adapter.report.build import row_cost
 from cowork_adapter.schemas.gateway import GATEWAY_DIR, REQUESTS_NAME, GatewayRequest, encode_row, read_requests

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.container import protocol
-from cowork_adapter.ledger import (
+from cowork_adapter.score.ledger import (
     IndexContext,
     TaskFacts,
     assess_official,

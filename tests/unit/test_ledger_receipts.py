@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.ledger import (
+from cowork_adapter.score.ledger import (
     LEDGER_NAME,
     IndexContext,
     build_index,

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from cowork_adapter import live
-from cowork_adapter.live import ProgressView, eta_seconds, format_duration, progress_rows, summary_line
+from cowork_adapter.run import live
+from cowork_adapter.run.live import ProgressView, eta_seconds, format_duration, progress_rows, summary_line
 from cowork_adapter.schemas.monitor import Disk, MeterState, Monitor, Progress, Spending
 
 GIB = 1 << 30

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from cowork_adapter.campaign.observe import AcceptedReading, Observation
-from cowork_adapter.paid import KEEP_REJECTED, MeterTracker, PaidRun
+from cowork_adapter.run.paid import KEEP_REJECTED, MeterTracker, PaidRun
 from cowork_adapter.schemas.events import MeterConfirmed
 from cowork_adapter.schemas.monitor import MeterState
 from cowork_adapter.vocab import EventKind

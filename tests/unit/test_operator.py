@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.events import EventLog
-from cowork_adapter.control import build_status, is_launcher_of, read_run, status_command, stop_command
+from cowork_adapter.runroot.events import EventLog
+from cowork_adapter.ops.control import build_status, is_launcher_of, read_run, status_command, stop_command
 from cowork_adapter.schemas.campaign import CampaignRecord
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress, Spending

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cowork_adapter import paid
+from cowork_adapter.run import paid
 from cowork_adapter.custody.watchdog import WatchdogError
 from cowork_adapter.vocab import EventKind, StopReason
 

@@ -11,7 +11,7 @@ import pytest
 
 from cowork_adapter.campaign.store import JsonFileCampaignStore
 from cowork_adapter.errors import Refusal
-from cowork_adapter.recovery import resolve_ancestry
+from cowork_adapter.run.recovery import resolve_ancestry
 import synthetic_run as synth  # tests/synthetic_run.py
 
 DATASET = ["a", "b", "c"]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import cowork_adapter.probes as probes
+import cowork_adapter.run.probes as probes
 from cowork_adapter.config import RunConfig
 from cowork_adapter.errors import Refusal
 from cowork_adapter.image.repairs import label_value, plan_repairs
-from cowork_adapter.manifest import read_manifest, write_manifest
+from cowork_adapter.runroot.manifest import read_manifest, write_manifest
 from cowork_adapter.schemas.inventory import Inventory
 from cowork_adapter.schemas.manifest import ImageIdentity, RunManifest, Selection
 from cowork_adapter.vocab import ExitCode, ServerHealth

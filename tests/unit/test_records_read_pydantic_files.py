@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.custody.shim_config import ContainerLimits, ShimConfig
-from cowork_adapter.events import EventLog
+from cowork_adapter.runroot.events import EventLog
 from cowork_adapter.schemas.campaign import parse_campaign
 from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
 from cowork_adapter.schemas.events import MeterReading, RunFinished, TaskStarted, parse_event
@@ -137,8 +137,8 @@ def test_unknown_fields_and_unknown_kinds_are_refused(tmp_path: Path) -> None:
 def test_a_manifest_with_the_retired_campaign_run_id_reads_as_its_shared_run(tmp_path: Path) -> None:
     """Shared hosts once wrote their host run's id twice (campaign_run_id and shared_run.run_id):
     such a manifest still reads everywhere a manifest is read, and is written back with it once."""
-    from cowork_adapter.control import read_run
-    from cowork_adapter.manifest import read_manifest
+    from cowork_adapter.ops.control import read_run
+    from cowork_adapter.runroot.manifest import read_manifest
     from cowork_adapter.schemas.manifest import SharedRun
 
     base = json.loads((WRITTEN / "run_manifest.json").read_text(encoding="utf-8"))

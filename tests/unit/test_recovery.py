@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.errors import Refusal
-from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.schemas.ledger import read_index
-from cowork_adapter.recovery import resolve_ancestry
+from cowork_adapter.run.recovery import resolve_ancestry
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import TaskStatus
 
@@ -223,7 +223,7 @@ def test_empty_image_id_refused(chain):
 
 # ---- a resume continues its ancestors' campaign (issue 28) ----------------------------------------
 
-from cowork_adapter.recovery import CampaignPlace, campaign_refusal  # noqa: E402
+from cowork_adapter.run.recovery import CampaignPlace, campaign_refusal  # noqa: E402
 from cowork_adapter.schemas.manifest import RunManifest  # noqa: E402
 from cowork_adapter.schemas.record import decode  # noqa: E402
 

@@ -12,7 +12,7 @@ from test_cli_refusals import Case, _play
 
 from cowork_adapter.config import MONEY_FIELDS, RunConfig
 from cowork_adapter.errors import Refusal
-from cowork_adapter.qualify import (build_validity, classify, evaluator_words, qualify_configs, render_html,
+from cowork_adapter.run.qualify import (build_validity, classify, evaluator_words, qualify_configs, render_html,
                                     render_table, verdict_of)
 from cowork_adapter.schemas.ledger import OfficialReceipt, TaskRow
 from cowork_adapter.schemas.run_config import agent_short_name, build_run_config, model_provider
@@ -310,8 +310,8 @@ def test_report_without_a_table_has_no_validity_block(tmp_path):
 
 
 def test_free_run_has_no_meter_no_campaign_and_never_asks_to_stop(flags, tmp_path):
-    from cowork_adapter.free import FreeRun, stage_groundtruth
-    from cowork_adapter.paid import NO_CAMPAIGN, SETTLED
+    from cowork_adapter.run.free import FreeRun, stage_groundtruth
+    from cowork_adapter.run.paid import NO_CAMPAIGN, SETTLED
     import synthetic_run as synth
 
     cfg = RunConfig.from_flags(engine="nop", **flags)

@@ -146,7 +146,7 @@ def test_a_released_host_that_comes_back_stops_with_its_own_reason() -> None:
     from cowork_adapter.campaign.shared import HostLease
 
     stops: list[str] = []
-    lease = HostLease(Beats(HostRunReleased("released by op@desk")), "r1", 0.08, "h", on_stop=lambda r, d: stops.append(r),
+    lease = HostLease(Beats(HostRunReleased("released by op@desk")), "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
                       say=lambda action, detail: None).start()
     time.sleep(0.3)
     lease.stop()

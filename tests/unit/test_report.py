@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.audit import audit_run
-from cowork_adapter.ledger import build_index, write_index
+from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.report import make_report, run_report_command
 from cowork_adapter.schemas.audit import launcher_audit_path, read_launcher_audit
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.control import _resource_use, render_status_text
+from cowork_adapter.ops.control import _resource_use, render_status_text
 from cowork_adapter.custody import shim
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.shim_config import ContainerLimits
-from cowork_adapter.ledger import IndexContext, _classify_task_uncached
+from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
 from cowork_adapter.report.render import _task_table
-from cowork_adapter.resources import (
+from cowork_adapter.host.resources import (
     METHOD_SENTENCE,
     NOT_TIED,
     Suggestion,

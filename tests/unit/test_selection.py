@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cowork_adapter.errors import Refusal
-from cowork_adapter.selection import (
+from cowork_adapter.benchmark.selection import (
     MAX_TASK_FILE_BYTES,
     explicit_selection,
     read_task_file,

@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 import msgspec
 import pytest
 
-from cowork_adapter.campaign.batch_runner import append_batch, runner_env
+from cowork_adapter.run.batch_runner import append_batch, runner_env
 from cowork_adapter.config import RunConfig
-from cowork_adapter.ledger import IndexContext
+from cowork_adapter.score.ledger import IndexContext
 from cowork_adapter.schemas.campaign import CampaignRecord, CampaignStop
 from cowork_adapter.schemas.multihost import ClaimedBatch, read_claimed
-from cowork_adapter.shared_host import wait_for_fence_sec
+from cowork_adapter.run.shared_host import wait_for_fence_sec
 
 from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
 
@@ -92,7 +92,7 @@ def test_the_loop_waits_for_a_fence_longer_than_the_lease() -> None:
 def test_the_launcher_gives_run_parallel_no_database_password(base, monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from cowork_adapter.paid import runner_env as launcher_runner_env
+    from cowork_adapter.run.paid import runner_env as launcher_runner_env
 
     monkeypatch.setenv("PGPASSWORD", "hunter2")
     monkeypatch.setenv("PGUSER", "postgres")
@@ -130,7 +130,7 @@ def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> N
     stop = '{"reason": "campaign_budget_reserve", "host": "h", "run_root": "/r", "at": "2026-01-01T00:00:00Z"}'
     for beats, reason in (([None, stop], "campaign_stopped"), ([None, ClaimLost("lapsed")], "host_lease_lost")):
         claims, stops, said = FakeClaims(beats), [], []
-        lease = HostLease(claims, "r1", 0.08, "h", on_stop=lambda r, d: stops.append(r),
+        lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
                           say=lambda action, detail: said.append(action)).start()
         time.sleep(0.5)
         lease.stop()

@@ -227,14 +227,14 @@ def test_agent_env_file_is_only_for_agent_names(tmp_path):
 
 
 def _gateway_bed(tmp_path: Path) -> tuple[Bed, bytes, Path]:
-    from cowork_adapter.gateway import new_secret
+    from cowork_adapter.gateway.server import new_secret
 
     secret, path = new_secret(tmp_path / "private")
     return Bed(tmp_path, agent_env=False, gateway_secret=path), secret, path
 
 
 def test_gateway_token_file_for_agent_containers_only_and_valid_for_its_task(tmp_path):
-    from cowork_adapter.gateway import token_task
+    from cowork_adapter.gateway.server import token_task
 
     bed, secret, secret_path = _gateway_bed(tmp_path)
     done = bed.run("run", "-d", "--name", "agent-7-0000abcd", "img")
@@ -253,7 +253,7 @@ def test_gateway_token_file_for_agent_containers_only_and_valid_for_its_task(tmp
 
 
 def test_rm_of_an_agent_container_revokes_its_gateway_token_and_never_fails_the_rm(tmp_path):
-    from cowork_adapter.gateway import REVOKED_SUFFIX
+    from cowork_adapter.gateway.server import REVOKED_SUFFIX
 
     bed, _, _ = _gateway_bed(tmp_path)
     assert bed.run("stop", "agent-7-0000abcd").returncode == 0  # a stop is not a removal
@@ -271,7 +271,7 @@ def test_rm_of_an_agent_container_revokes_its_gateway_token_and_never_fails_the_
 
 
 def test_without_the_gateway_rm_leaves_no_revocation_marker(bed):
-    from cowork_adapter.gateway import REVOKED_SUFFIX
+    from cowork_adapter.gateway.server import REVOKED_SUFFIX
 
     assert bed.run("rm", "agent-7-0000abcd").returncode == 0
     assert not list(bed.evidence.glob("*" + REVOKED_SUFFIX))
@@ -288,7 +288,7 @@ def test_gateway_token_that_cannot_be_minted_refuses_the_agent_creation(tmp_path
 
 
 def test_shim_and_gateway_mint_the_same_token():
-    from cowork_adapter.gateway import mint_token
+    from cowork_adapter.gateway.server import mint_token
 
     assert shim.gateway_token(b"s" * 32, LABEL, "task-1.x") == mint_token(b"s" * 32, LABEL, "task-1.x")
 
@@ -596,7 +596,7 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
     assert shim.RUN_MARKER_ENV == RUN_MARKER_ENV
     assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
-    from cowork_adapter.gateway import REVOKED_SUFFIX
+    from cowork_adapter.gateway.server import REVOKED_SUFFIX
 
     assert shim.AGENT_REMOVED_SUFFIX == REVOKED_SUFFIX
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,

@@ -191,7 +191,7 @@ def _colliding_pair() -> tuple[str, str]:
 
 
 def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
-    from cowork_adapter.ledger import late_seal
+    from cowork_adapter.score.ledger import late_seal
     from cowork_adapter.schemas.seal import SealHead
 
     bed.task_root.mkdir(parents=True)
@@ -212,7 +212,7 @@ def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
 
 def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(bed):
     from cowork_adapter.container.procs import start_ticks
-    from cowork_adapter.ledger import late_seal
+    from cowork_adapter.score.ledger import late_seal
     from cowork_adapter.schemas.seal import PreEntry, SealHead
 
     bed.task_root.mkdir(parents=True)

@@ -7,7 +7,7 @@ import io
 import re
 import time
 
-from cowork_adapter.steplines import StepLines
+from cowork_adapter.image.steplines import StepLines
 
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] building x:y: (.+) \(\d+m\d\ds in this step\)$")
 
@@ -32,7 +32,7 @@ def test_a_wrapped_command_logs_everything_and_steps_on_its_step_lines(tmp_path)
     # line, the latest detail only in the beats, the command's exit code returned.
     import re as _re
 
-    from cowork_adapter.steplines import run_logged
+    from cowork_adapter.image.steplines import run_logged
 
     log = tmp_path / "build.log"
     script = ("echo 'I: Retrieving Packages'; echo 'I: Unpacking libc6'; sleep 0.4; "
@@ -56,7 +56,7 @@ def test_a_wrapped_command_logs_everything_and_steps_on_its_step_lines(tmp_path)
 def test_a_command_killed_by_a_signal_and_a_missing_command(tmp_path):
     import re as _re
 
-    from cowork_adapter.steplines import main, run_logged
+    from cowork_adapter.image.steplines import main, run_logged
 
     code = run_logged("x", ["bash", "-c", "kill -TERM $$"], str(tmp_path / "a.log"), _re.compile("^Step"),
                       stream=io.StringIO(), interval=5)

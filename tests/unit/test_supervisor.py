@@ -12,7 +12,7 @@ import pytest
 
 from cowork_adapter.campaign.observe import MeterBlind
 from cowork_adapter.errors import CampaignPersistenceError
-from cowork_adapter.supervisor import Supervisor
+from cowork_adapter.run.supervisor import Supervisor
 from cowork_adapter.vocab import StopReason
 
 
@@ -173,7 +173,7 @@ def test_the_supervisor_polls_at_the_cadence_the_manifest_records(tmp_path):
     """Issue 21 item 8: one poll constant. The real supervisor's default wait is the 15 s that
     `budget_record` writes into the manifest (tests elsewhere pass a short poll_sec explicitly)."""
     from cowork_adapter.config import RunConfig
-    from cowork_adapter.launcher import budget_record
+    from cowork_adapter.run.launch import budget_record
 
     (tmp_path / "seed").mkdir()
     (tmp_path / "bench").mkdir()

@@ -25,10 +25,10 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.audit.write import audit_run
 from cowork_adapter.container import protocol
-from cowork_adapter.control import build_status, read_run, render_status_text
+from cowork_adapter.ops.control import build_status, read_run, render_status_text
 from cowork_adapter.report import make_report
 from cowork_adapter.report.render import to_html, to_markdown
-from cowork_adapter.tampering import count_tampering, counts_sentence
+from cowork_adapter.score.tampering import count_tampering, counts_sentence
 from cowork_adapter.vocab import TamperKind
 
 KINDS = [k.value for k in TamperKind]
@@ -323,9 +323,9 @@ def _bytes_read(pid: int) -> int:
 _REBUILD = """
 import sys
 from pathlib import Path
-from cowork_adapter.clear import rebuild_final_ledger
-from cowork_adapter.progress import RunProgress
-from cowork_adapter.events import EventLog
+from cowork_adapter.ops.clear import rebuild_final_ledger
+from cowork_adapter.run.progress import RunProgress
+from cowork_adapter.runroot.events import EventLog
 root = Path(sys.argv[1])
 if sys.argv[2] == "clear":
     print(rebuild_final_ledger(root))
@@ -353,7 +353,7 @@ def test_the_ledger_rebuild_of_clear_and_the_launchers_refresh_end_and_flag(tmp_
 
 
 def test_qualify_reads_the_receipt_it_names_without_following_a_link_or_blocking(tmp_path: Path) -> None:
-    from cowork_adapter.qualify import _returned
+    from cowork_adapter.run.qualify import _returned
     from cowork_adapter.schemas.ledger import OfficialReceipt, TaskRow
 
     host_file, marker = _marker_file(tmp_path)
@@ -416,6 +416,6 @@ def test_an_audit_written_before_it_looked_for_tampering_is_not_checked_never_cl
     ("/r/dumps/bench/dumps/s/SingleUserTurn-x", "/r/dumps/bench/dumps"),  # the nearest one
     ("/r/bench/dumps", None), ("/r/result_index.jsonl", None), ("dumps/s/x", "dumps")])
 def test_the_trusted_folder_of_a_dump_path_is_its_nearest_dumps_folder(path: str, folder: str | None) -> None:
-    from cowork_adapter.dumps import dumps_folder_of
+    from cowork_adapter.runroot.dumps import dumps_folder_of
 
     assert dumps_folder_of(path) == folder

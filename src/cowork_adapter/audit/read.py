@@ -33,7 +33,7 @@ import ahocorasick_rs
 import msgspec
 
 from ..container import safefile
-from ..dumps import dumps_folder_of
+from ..runroot.dumps import dumps_folder_of
 from ..vocab import AuditGapReason
 
 CHUNK_BYTES = 4 << 20  # most agent logs fit in one read: no line straddles two chunks

@@ -18,9 +18,9 @@ from typing import Any, Iterator, NamedTuple
 
 from ..container import safefile
 from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
-from ..dumps import dumps_folder_of
+from ..runroot.dumps import dumps_folder_of
 from ..errors import Refusal
-from ..forked import forked_map
+from .forked import forked_map
 from ..schemas.audit import (
     Activity,
     AuditReport,
@@ -40,7 +40,7 @@ from ..schemas.audit import (
     TaskEvalAttempts,
     Totals,
 )
-from ..tampering import count_tampering
+from ..score.tampering import count_tampering
 from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
 from .read import Folder, UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan

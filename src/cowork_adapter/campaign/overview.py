@@ -12,9 +12,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..control import RunFiles, read_run
+from ..ops.control import RunFiles, read_run
 from ..errors import Refusal
-from ..live import format_duration
+from ..run.live import format_duration
 from ..report.campaign import match_runs, missing_runs, missing_sentence
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState

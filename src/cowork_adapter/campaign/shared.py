@@ -16,7 +16,8 @@ whole run. A shared host instead:
 
 Settling by receipt (`settle_from_receipts`) is the one rule for the batch loop, the launcher's end
 and the fencing host: a task with a settled ledger row rebuilt from the run's dumps settles; any
-other result gives its claim back.
+other result gives its claim back. The rows come from a reader the run hands in (`AttemptsReader`,
+the ledger's `rebuild_attempts`): money decides on them and never imports the scoring code.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from ..schemas.campaign import ActiveRun, CampaignRecord, CampaignStop, RunRecor
 from ..vocab import StopReason, TaskStatus
 from .pg_store import ClaimLost, HostRunReleased, TaskClaims, connect, hold, migrate, redacted
 from .store import STAGE, _admit_existing, _money, parse_campaign_text, utc_now
+
+# (run root, tasks) -> task -> its ledger row rebuilt from the run's dumps (needs .status and
+# .official_receipt); OSError/ValueError when the run root cannot be read.
+AttemptsReader = Callable[[str | Path, set[str]], dict[str, Any]]
 
 # Crossings every host must stop for: the key's own limit, or the campaign's money down to its
 # reserve. A run's own --budget-usd stops that host only.
@@ -192,18 +197,19 @@ def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling
 
 
 def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
-                         tasks: Sequence[str], *, give_back: bool = True) -> dict[str, str]:
+                         tasks: Sequence[str], read_attempts: AttemptsReader, *,
+                         give_back: bool = True) -> dict[str, str]:
     """Settle each of `tasks` that `run_id` holds by the row its run root's dumps give (receipts
-    first, ledger.rebuild_attempts): settled statuses settle, anything else goes back to open
+    first, `read_attempts`): settled statuses settle, anything else goes back to open
     (only with `give_back`: a fencing host leaves that to release_fenced, which checks the lease
     and the proof under the run's row lock). Returns task -> the claim's new state."""
-    from ..ledger import rebuild_attempts
+    from ..score.ledger import rebuild_attempts
 
     held = set(claims.held_by(run_id)) & set(tasks)
     if not held:
         return {}
     try:
-        rows = rebuild_attempts(run_root, held, with_usage=False)
+        rows = read_attempts(run_root, held)
     except (OSError, ValueError):
         rows = {}
     out = {}
@@ -217,7 +223,7 @@ def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
     return out
 
 
-def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str,
+def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str, read_attempts: AttemptsReader,
                  say: Callable[[str, dict], None]) -> list[str]:
     """Release the claims of every lapsed run of the campaign that the launcher-death rules prove
     gone on this machine (its receipts settled first); returns the tasks released."""
@@ -233,7 +239,8 @@ def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str,
         if not proof.all_gone:
             say("fence_unproven", {"run_id": run.run_id, "evidence": proof.evidence[:500]})
             continue
-        settled = settle_from_receipts(claims, run.run_id, run.run_root, claims.held_by(run.run_id), give_back=False)
+        settled = settle_from_receipts(claims, run.run_id, run.run_root, claims.held_by(run.run_id),
+                                       read_attempts, give_back=False)
         done, reason, tasks = claims.release_fenced(run.run_id, proof)
         say("fenced_run_released", {"run_id": run.run_id, "released": done, "reason": reason[:500],
                                     "tasks": tasks, "settled_from_receipts": settled})
@@ -247,8 +254,10 @@ class HostLease:
     hosts fenced. It lives in the launcher's process: a dead launcher's lease lapses by itself."""
 
     def __init__(self, claims: TaskClaims, run_id: str, lease_sec: float, host: str, *,
-                 on_stop: Callable[[str, dict], None], say: Callable[[str, dict], None]) -> None:
+                 read_attempts: AttemptsReader, on_stop: Callable[[str, dict], None],
+                 say: Callable[[str, dict], None]) -> None:
         self.claims, self.run_id, self.lease_sec, self.host = claims, run_id, lease_sec, host
+        self.read_attempts = read_attempts
         self.on_stop = on_stop  # (stop reason, details): called once
         self.say = say
         self._halt = threading.Event()
@@ -281,6 +290,6 @@ class HostLease:
             if stop is not None:
                 self._stop_once(StopReason.CAMPAIGN_STOPPED.value, {"stop": msgspec.json.decode(stop)})
             try:
-                fence_lapsed(self.claims, self.run_id, self.host, self.say)
+                fence_lapsed(self.claims, self.run_id, self.host, self.read_attempts, self.say)
             except Exception as exc:  # noqa: BLE001 - a fence that fails is tried again next turn; the lease goes on
                 self.say("fence_failed", {"error": f"{type(exc).__name__}: {exc}"[:500]})

@@ -20,6 +20,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from ..errors import CustodyError, Refusal
+from ..host.daemon import docker_client
 from .creations import CREATION_WAIT_SEC, settle
 from .labels import RUN_LABEL_KEY, label_filter
 
@@ -82,7 +83,7 @@ class CleanupReport:
 def client(docker_host: str, timeout: int = DEFAULT_TIMEOUT_SEC) -> docker.DockerClient:
     """A client of exactly this daemon with a timeout on every call; raises CustodyError if it cannot connect."""
     try:
-        return docker.DockerClient(base_url=docker_host, timeout=timeout, max_pool_size=REMOVAL_WORKERS)
+        return docker_client(docker_host, timeout, pool=REMOVAL_WORKERS)
     except DOCKER_FAILURES as err:
         raise CustodyError(f"cannot reach the Docker daemon at {docker_host}: {_brief(err)}") from err
 
@@ -215,7 +216,7 @@ def _in_parallel(work: Callable[[Resource], Any], items: list[Resource]) -> list
 def image_identity(docker_host: str, ref: str, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> tuple[str, dict[str, str], list[str]]:
     """(immutable image Id, labels, repo digests) of a local image; Refusal("image") when missing or Id-less."""
     try:
-        dc = docker.DockerClient(base_url=docker_host, timeout=timeout)
+        dc = docker_client(docker_host, timeout)
     except DOCKER_FAILURES as err:
         raise Refusal("image", f"Cannot reach the Docker daemon at {docker_host} to inspect image {ref}.") from err
     try:

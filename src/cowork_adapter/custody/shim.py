@@ -125,7 +125,7 @@ NETWORK_BOOL_SHORT = frozenset()
 CONFLICTING_OPTIONS = frozenset(
     {"--cpus", "--memory", "-m", "--memory-swap", "--pids-limit", "--pull", "--label-file"}
 )
-# The gateway token (see cowork_adapter.gateway: same prefix, context and message layout).
+# The gateway token (see cowork_adapter.gateway.server: same prefix, context and message layout).
 TOKEN_PREFIX = "cwg1"
 TOKEN_CONTEXT = b"cowork-gateway-token\0"
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"

@@ -51,7 +51,7 @@ def log_line(entry: dict) -> None:
 
 def remove_for_stop(run_root: Path, docker_host: str, label: str) -> StopRemoval:
     """Remove everything with the run's exact label and prove it; never raises."""
-    from ..resources import reader_for  # the shim's own reading of a container's accounting
+    from ..host.resources import reader_for  # the shim's own reading of a container's accounting
 
     started = time.monotonic()
     removed, error = 0, None

@@ -42,7 +42,7 @@ from typing import Callable
 
 from ..container.procs import group_alive, pgid_of, pids_with_env, process_alive, start_ticks
 from ..errors import CustodyError
-from ..events import EventLog
+from ..runroot.events import EventLog
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses, ProcessIdentity
 from ..schemas.record import decode

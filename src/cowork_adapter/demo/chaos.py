@@ -45,9 +45,9 @@ from ..container import protocol
 from ..custody.docker_ops import label_is_empty, list_labelled
 from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
 from ..custody.watchdog import custody_paths
-from ..events import read_all
+from ..runroot.events import read_all
 from ..vocab import ExitCode
-from .scenarios import (
+from .env import (
     BYSTANDER_IMAGE,
     Check,
     DemoEnv,

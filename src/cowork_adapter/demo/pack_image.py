@@ -18,6 +18,7 @@ from pathlib import Path
 
 import docker
 
+from ..host.daemon import docker_client
 from ..image.build_lock import build_lock
 from ..image.wheelhouse import build_wheelhouse, records_json
 from .bench_repo import materialize_bench
@@ -90,7 +91,7 @@ def ensure_demo_pack_image(
     Needs the base image on the daemon (never pulled) and, on the first build, `pip download`
     access from the host (the wheelhouse is cached afterwards).
     """
-    client = docker.DockerClient(base_url=docker_host, timeout=DOCKER_TIMEOUT_S)
+    client = docker_client(docker_host, DOCKER_TIMEOUT_S)
     try:
         base_id = client.images.get(base_image).id
         with tempfile.TemporaryDirectory(prefix="cowork-pack-") as tmp:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..schemas.audit import launcher_audit_path
 from ..vocab import ExitCode, OfficialEvalStatus, TaskStatus
-from .scenarios import Check, DemoEnv, campaign_checks, custody_checks, read_json, read_rows
+from .env import Check, DemoEnv, campaign_checks, custody_checks, read_json, read_rows
 
 TASK = "demo-truncated-correct"
 FLAG = "--diagnostic-eval-on-truncation"

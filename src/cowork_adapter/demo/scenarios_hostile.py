@@ -47,7 +47,8 @@ from ..container import protocol, safefile
 from ..schemas.seal import read_seals
 from ..vocab import ExitCode, TamperKind, TaskStatus
 from .chat_standin import ChatStandin
-from .scenarios import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_json, read_rows
+from .chaos import cli
+from .env import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_json, read_rows
 
 ENGINE = "upstream:hostile_agent.py"
 HONEST = "demo-csv-totals"
@@ -195,8 +196,6 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
 
 
 def report_checks(env: DemoEnv, run_root: Path) -> list[Check]:
-    from .chaos import cli  # chaos imports the scenarios module: imported when played
-
     proc = cli(env, "report", str(run_root), "--json", "--output-dir", str(env.root / "report-hostile"), timeout=300)
     try:
         report = json.loads(proc.stdout)

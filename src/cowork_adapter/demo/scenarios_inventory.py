@@ -17,9 +17,10 @@ from pathlib import Path
 import docker
 
 from ..custody.labels import path_label
+from ..host.daemon import docker_client
 from ..image.derived import ImageRequest, build_derived_image
 from ..vocab import ExitCode, TaskStatus
-from .scenarios import Check, DemoEnv, custody_checks, read_json, read_rows
+from .env import Check, DemoEnv, custody_checks, read_json, read_rows
 
 BROKEN_TASK = "demo-broken-sdk"
 HEALTHY_TASK = "demo-csv-totals"
@@ -43,7 +44,7 @@ def unrepaired_image(env: DemoEnv) -> str:
 
 
 def remove_image(docker_host: str, tag: str) -> None:
-    client = docker.DockerClient(base_url=docker_host, timeout=120)
+    client = docker_client(docker_host, 120)
     try:
         client.images.remove(tag, force=True)
     except docker.errors.ImageNotFound:

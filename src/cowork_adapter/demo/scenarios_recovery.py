@@ -27,7 +27,7 @@ from ..custody.creations import creations_dir
 from ..custody.docker_ops import cleanup_run, label_is_empty
 from ..custody.labels import run_label
 from ..vocab import ExitCode
-from .scenarios import (
+from .env import (
     Check,
     DemoEnv,
     agent_started,

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..container import safefile
-from ..forked import forked_map
+from ..audit.forked import forked_map
 from ..report.build import build_report, row_cost, row_duration
 from ..report.merge import RunRecord, denominator, load_runs, merge_rows
 from ..schemas.audit import TaskAudit

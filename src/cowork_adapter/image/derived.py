@@ -22,8 +22,9 @@ import docker.errors
 
 from .. import __version__
 from ..errors import Refusal
+from ..host.daemon import docker_client
 from ..schemas.manifest import ImageIdentity, WheelRecord
-from ..steplines import StepLines
+from .steplines import StepLines
 from .repairs import DETECT_LIMITS, LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
 from .wheelhouse import build_wheelhouse
 
@@ -145,7 +146,7 @@ def check_labels(tag: str, labels: dict[str, str], req: ImageRequest) -> None:
 
 
 def _client(docker_host: str) -> docker.DockerClient:
-    return docker.DockerClient(base_url=docker_host, timeout=120)
+    return docker_client(docker_host, 120)
 
 
 def inspect_image(docker_host: str, ref: str) -> dict | None:
@@ -321,7 +322,7 @@ def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Pat
 
 
 def _digest_of(records: list[WheelRecord]) -> str:
-    from ..provenance import sha256_bytes
+    from ..benchmark.provenance import sha256_bytes
 
     return sha256_bytes("".join(f"{r.filename} {r.sha256}\n" for r in sorted(records, key=lambda r: r.filename)).encode())
 

@@ -27,6 +27,7 @@ import docker
 import docker.errors
 
 from ..errors import Refusal
+from ..host.daemon import docker_client
 from ..vocab import RepairFault
 from .wheelhouse import WheelRecord, build_wheelhouse
 
@@ -291,7 +292,7 @@ def detect(docker_host: str, image: str, run_label: str, *, limits: Mapping[str,
     """Run DETECT_PY in `image` (no network, the run's label, removed afterwards); its document."""
     from ..custody.labels import RUN_LABEL_KEY
 
-    client = docker.DockerClient(base_url=docker_host, timeout=timeout)
+    client = docker_client(docker_host, timeout)
     container = None
     try:
         container = client.containers.create(

@@ -9,13 +9,13 @@ from typing import Any
 
 import msgspec
 
-from ..ledger import task_config
+from ..score.ledger import task_config
 from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
-from ..tampering import count_tampering, counts_sentence
+from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TaskStatus
 from .campaign import CampaignView
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts

@@ -22,7 +22,7 @@ import msgspec
 
 from ..campaign.release import describe
 from ..errors import Refusal
-from ..recovery import identity_difference
+from ..run.recovery import identity_difference
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot

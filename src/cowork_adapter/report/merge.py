@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 
 from ..errors import Refusal
-from ..events import parse_ts, read_events
-from ..ledger import MANIFEST_NAME
+from ..runroot.events import parse_ts, read_events
+from ..score.ledger import MANIFEST_NAME
 from ..schemas.ledger import LEDGER_NAME, read_index
-from ..recovery import identity_difference
+from ..run.recovery import identity_difference
 from ..schemas.audit import AuditReport, audit_path_to_read, read_launcher_audit
 from ..schemas.events import MeterReading
 from ..schemas.ledger import TaskRow

@@ -83,7 +83,7 @@ class ClaimCounts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BatchRunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """What the batch loop (campaign/batch_runner.py) is given, as a file in the run root: no secret
+    """What the batch loop (run/batch_runner.py) is given, as a file in the run root: no secret
     (the database password reaches it in its environment only, and it drops it for the runner)."""
 
     db_url: str  # without a password

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from stub_ouroboros.http_api import bind
 from stub_ouroboros.settings import load_config, resolve_paths
-from stub_ouroboros.supervisor import Supervisor, say
+from stub_ouroboros.supervisor import Supervisor
+from stub_ouroboros.tasklife import say
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

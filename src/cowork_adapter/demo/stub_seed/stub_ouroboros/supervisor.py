@@ -20,21 +20,9 @@ from .logs import JsonlLogs
 from .outcomes import TERMINAL_STATUSES, public_view, terminal_fields
 from .settings import Paths, StubConfig
 from .store import ResultStore
+from .tasklife import TaskControl, fault_exit, say
+from .worker import TaskWorker
 from .workspace import artifact_status, snapshot
-
-FAULT_EXIT_CODE = 86  # exit status of the STUB_EXIT_* faults, distinct from a crash
-
-
-def say(message: str) -> None:
-    """Server log line on stdout (the client captures it as ouroboros_server.log)."""
-    print(f"[stub-ouroboros] {message}", flush=True)
-
-
-def fault_exit(message: str) -> None:
-    say(f"FAULT: {message}; exiting with {FAULT_EXIT_CODE}")
-    sys.stderr.flush()
-    os._exit(FAULT_EXIT_CODE)
-
 
 def install_extra_plans(extra: dict) -> None:
     """Register STUB_EXTRA_PLANS entries in the copied policy module (a test hook)."""
@@ -65,17 +53,6 @@ def git_head(repo_dir: Path) -> tuple[str, str]:
         return out.stdout.strip() if out.returncode == 0 else ""
 
     return run("rev-parse", "HEAD"), run("rev-parse", "--abbrev-ref", "HEAD")
-
-
-class TaskControl:
-    """Per-task live state shared by the worker thread, cancel requests and the settler."""
-
-    def __init__(self, workspace_before):
-        self.stop = threading.Event()  # wakes the worker: cancel or finalize_then_cancel
-        self.stop_policy = "cancel"
-        self.workspace_before = workspace_before
-        self.spent_usd = 0.0
-        self.usage_rows = 0
 
 
 class Supervisor:
@@ -182,7 +159,6 @@ class Supervisor:
         if not self.store.create(record):
             return 409, {"error": "task already exists", "task_id": verdict.task_id}
         self.controls[verdict.task_id] = control
-        from .worker import TaskWorker  # late import: worker imports this module's helpers
 
         threading.Thread(
             target=TaskWorker(self, verdict.task_id, control).run,

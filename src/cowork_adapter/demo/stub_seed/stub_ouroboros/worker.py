@@ -17,11 +17,11 @@ from .mcp_call import PREVIEW_CHARS, ToolResult, call_tool
 from .model_call import ModelCallError, chat_once
 from .naming import mcp_tool_name
 from .outcomes import TERMINAL_STATUSES
-from .supervisor import Supervisor, TaskControl, fault_exit, say
+from .tasklife import TaskControl, WorkerHost, fault_exit, say
 
 
 class TaskWorker:
-    def __init__(self, sup: Supervisor, task_id: str, control: TaskControl):
+    def __init__(self, sup: WorkerHost, task_id: str, control: TaskControl):
         self.sup = sup
         self.cfg = sup.config
         self.task_id = task_id

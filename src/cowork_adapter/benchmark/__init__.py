@@ -1,0 +1,1 @@
+"""The benchmark copy: task selection, pinned identity, provenance."""

@@ -1,0 +1,1 @@
+"""The model gateway: the key on the host, per-task tokens, fences and shaping."""

@@ -1,0 +1,698 @@
+"""The opt-in model gateway (`--llm-gateway`): the provider key stays in the launcher's memory.
+
+An OpenAI-compatible HTTP endpoint served by threads of the launcher for the run's lifetime. Agent
+containers call it with a per-task token instead of the key; it forwards `/chat/completions`
+(streamed or not) and `/models` to the provider with the real key, and passes the provider's status
+and body back. Why threads and not a process: it dies with the launcher by construction, so nothing
+can spend without a living supervisor.
+
+Tokens: `cwg1.<task>.<hmac>`, the HMAC-SHA256 under a per-run random secret of the run label and the
+runner's task id. The shim mints them when it creates `agent-<task>` (it reads the secret from a
+0600 file under <run_root>/private/, never mounted into a container); the gateway holds the same
+secret and recomputes. A token names one task of one run; it dies when the shim removes the task's
+agent container (the shim leaves `<task>.agent_removed` in the evidence directory) and with this
+gateway (no other process accepts it, and the key never left this process).
+
+The agent under test is untrusted and holds its token, so the gateway defends itself:
+- only the run's own containers are served (gateway_peers.RunPeers, by peer address);
+- the token is checked before any body is read; a POST needs one exact Content-Length (411/400/413
+  otherwise), at most MAX_BODY_BYTES; a request must arrive whole within request_deadline_sec
+  (a trickling client is cut by the reaper), every socket operation has a timeout, and at most
+  max_connections connections are served at once (more are closed on accept);
+- log rows are bounded: paths and client text truncated, rows of unauthenticated refusals capped;
+- the body is shaped by gateway_policy (model pinned, n = 1, output tokens capped, price-changing
+  routing refused, stream usage forced);
+- a forwarded request whose answer carries no cost is counted at `unknown_cost_usd`;
+- the per-task limit (--per-task-cost-usd) is enforced per token, beside the run-wide fence.
+
+The fence is per request: once `fence(reason)` is called (the run is stopping, the stop file
+exists, or the gateway's own sum reaches the run's allowance) every new request is refused with a
+403 and a sentence, and every upstream connection is shut down: a stream in flight is cut, and a
+request still waiting for the provider's headers is cut too (counted at `unknown_cost_usd`, since
+the provider may bill it). Every request is one row of <run_root>/gateway/requests.jsonl.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
+from ..schemas.gateway import GATEWAY_DIR, REQUESTS_NAME, GatewayRequest, encode_row
+
+TOKEN_PREFIX = "cwg1"
+TOKEN_CONTEXT = b"cowork-gateway-token\0"
+SECRET_NAME = "gateway.secret"
+# The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim.py handle_remove).
+REVOKED_SUFFIX = ".agent_removed"
+# The task ids the shim mints tokens for (shim.SAFE_ID); anything else is not a token of ours.
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+MAX_TOKEN_CHARS = 256
+# The stop file and the request deadlines are looked at this often.
+STOP_POLL_SEC = 0.1
+# A chat body is JSON text; 16 MiB holds a long context with images. Bounded memory: this times
+# max_connections, and only the run's containers with a valid token get a body read at all.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_CONNECTIONS = 128
+# A request (its line, headers and body; or a keep-alive connection's wait for its next one) must
+# arrive whole within this; every single socket operation (a write to a client that does not read)
+# within SOCKET_TIMEOUT_SEC.
+REQUEST_DEADLINE_SEC = 30.0
+SOCKET_TIMEOUT_SEC = 30.0
+# Log rows: client-provided text is cut to these lengths, and rows of requests without a valid
+# token (or from strangers) stop after MAX_ANONYMOUS_ROWS (then only counted).
+PATH_CHARS = 200
+TEXT_CHARS = 120
+MAX_ANONYMOUS_ROWS = 1000
+# Upstream timeouts: a model may think for minutes before its first byte; connecting is quick.
+UPSTREAM_TIMEOUT = httpx.Timeout(connect=15.0, read=600.0, write=60.0, pool=30.0)
+# Why the gateway answered a request itself (GatewayRequest.refused).
+REFUSED_AUTH = "auth"
+REFUSED_REVOKED = "revoked"
+REFUSED_PEER = "peer"
+REFUSED_FENCED = "fenced"
+REFUSED_TASK_BUDGET = "task_budget"
+REFUSED_ROUTE = "route"
+REFUSED_BODY = "body"
+REFUSED_SHAPE = "shape"
+FENCE_RUN_STOPPING = "run_stopping"
+FENCE_BUDGET = "gateway_budget"
+
+
+def token_mac(secret: bytes, run_label: str, task: str) -> str:
+    message = TOKEN_CONTEXT + run_label.encode() + b"\0" + task.encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def mint_token(secret: bytes, run_label: str, task: str) -> str:
+    """The token of `task` in run `run_label` (the shim mints the same one; see custody/shim.py)."""
+    return f"{TOKEN_PREFIX}.{task}.{token_mac(secret, run_label, task)}"
+
+
+def token_task(secret: bytes, run_label: str, token: str) -> str | None:
+    """The task a token was minted for in this run, or None (malformed, other run, other task)."""
+    if len(token) > MAX_TOKEN_CHARS or not token.isascii():  # compare_digest raises on non-ASCII text
+        return None
+    prefix, _, rest = token.partition(".")
+    task, _, mac = rest.rpartition(".")
+    if prefix != TOKEN_PREFIX or not _TASK_ID.match(task) or not mac:
+        return None
+    return task if hmac.compare_digest(mac, token_mac(secret, run_label, task)) else None
+
+
+def new_secret(private_dir: Path) -> tuple[bytes, Path]:
+    """A fresh per-run secret, and the 0600 file the shim reads it from (created, never replaced)."""
+    secret = os.urandom(32)
+    private_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = private_dir / SECRET_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secret.hex().encode())
+    finally:
+        os.close(fd)
+    return secret, path
+
+
+def usage_of(obj: object) -> tuple[int | None, int | None, float | None]:
+    """(prompt tokens, completion tokens, cost) from a response or chunk's `usage`, when present."""
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if not isinstance(usage, dict):
+        return None, None, None
+
+    def number(name: str, kind):
+        value = usage.get(name)
+        return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return number("prompt_tokens", int), number("completion_tokens", int), number("cost", float)
+
+
+def bounded(text: str | None, limit: int) -> str | None:
+    """Client-provided text as a log row may hold it: at most `limit` characters, marked when cut."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"...[{len(text) - limit} more]"
+
+
+class StreamUsage:
+    """Follows a server-sent event stream as it passes and keeps the last `usage` it carried."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.usage: tuple[int | None, int | None, float | None] = (None, None, None)
+
+    def feed(self, data: bytes) -> None:
+        self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:") or b'"usage"' not in line:
+                continue
+            try:
+                found = usage_of(json.loads(line[5:].strip()))
+            except ValueError:
+                continue
+            if found != (None, None, None):
+                self.usage = found
+
+
+class _Server(ThreadingHTTPServer):
+    """The stdlib threading server with a bound on connections served at once and a peer check."""
+
+    daemon_threads = True
+    block_on_close = False
+    # The listen backlog: the stdlib's 5 makes a burst of connections wait seconds in SYN retries
+    # before the accept loop can even close the ones over the bound.
+    request_queue_size = 256
+
+    def __init__(self, address, handler, gateway: "Gateway", max_connections: int) -> None:
+        self.gateway = gateway
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def verify_request(self, request, client_address) -> bool:
+        return self.gateway.admit_peer(client_address[0])
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):  # full: closed at once, no thread, no read
+            self.gateway.overflowed += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:  # a broken client is not our traceback
+        self.gateway.errors += 1
+
+
+class Gateway:
+    """The gateway on `bind_host:port` (0 = any free port). `start()` returns self; `close()` ends it.
+
+    `allowance_usd` is what the gateway's sum of costs may reach before it fences (None until the
+    launcher has admitted the run: every request is refused until then). `policy` shapes chat
+    bodies (gateway_policy). `per_task_usd`: a task whose sum reaches it gets no more requests.
+    `unknown_cost_usd`: what a forwarded request without a provider cost figure is counted at.
+    `revoked_dir`: where the shim leaves `<task>.agent_removed`. `peers`: an object with
+    `allowed(ip)` (gateway_peers.RunPeers); None serves any peer (tests on loopback).
+    `on_fence(reason)` is called once, from the thread that fenced (the launcher stops the run).
+    """
+
+    def __init__(self, *, upstream: str, key: str, run_label: str, secret: bytes, run_root: Path,
+                 stop_file: Path, bind_host: str, port: int = 0,
+                 on_fence: Callable[[str], None] | None = None, policy: Policy | None = None,
+                 per_task_usd: float | None = None, unknown_cost_usd: float = DEFAULT_UNKNOWN_COST_USD,
+                 revoked_dir: Path | None = None, peers=None, max_connections: int = MAX_CONNECTIONS,
+                 request_deadline_sec: float = REQUEST_DEADLINE_SEC,
+                 socket_timeout_sec: float = SOCKET_TIMEOUT_SEC) -> None:
+        self.upstream = upstream.rstrip("/")
+        self._key = key
+        self.run_label = run_label
+        self._secret = secret
+        self.stop_file = stop_file
+        self.on_fence = on_fence
+        self.policy = policy or Policy(model=None)
+        self.per_task_usd = per_task_usd
+        self.unknown_cost_usd = unknown_cost_usd
+        self.revoked_dir = revoked_dir
+        self.peers = peers
+        self.request_deadline_sec = request_deadline_sec
+        self.socket_timeout_sec = socket_timeout_sec
+        self.allowance_usd: float | None = None
+        self.spent_usd = 0.0
+        self.assumed_usd = 0.0  # the part of spent_usd counted at unknown_cost_usd
+        self.task_spent: dict[str, float] = {}
+        self.fence_reason: str | None = None
+        # Counters of what left no row: connections closed on accept (full), broken handlers,
+        # unauthenticated refusals past MAX_ANONYMOUS_ROWS.
+        self.overflowed = 0
+        self.errors = 0
+        self.unlogged_refusals = 0
+        self._anonymous_rows = 0
+        self._fenced = threading.Event()
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._active: set[httpx.Response] = set()
+        # Every upstream connection ever opened (httpcore network streams, seen through the trace
+        # extension): the fence shuts their sockets down, which also ends a wait for headers.
+        self._upstream_streams: weakref.WeakSet = weakref.WeakSet()
+        # Client connections still reading a request -> the monotonic time they must be done by.
+        self._deadlines: dict[socket.socket, float] = {}
+        log_dir = run_root / GATEWAY_DIR
+        log_dir.mkdir(mode=0o700, exist_ok=True)
+        self._log_fd = os.open(log_dir / REQUESTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._client = httpx.Client(timeout=UPSTREAM_TIMEOUT, follow_redirects=False)
+        self._server = _Server((bind_host, port), _handler(self), self, max_connections)
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def url_for(self, host: str) -> str:
+        """The base URL (with /v1) under which containers reach this gateway at `host`."""
+        return f"http://{host}:{self.port}/v1"
+
+    def start(self) -> "Gateway":
+        for target, name in ((self._server.serve_forever, "llm-gateway"), (self._watch, "llm-gateway-watch")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def close(self) -> None:
+        """Fence, stop serving, release the port and the log. Idempotent."""
+        if self._closing.is_set():
+            return
+        self.fence(FENCE_RUN_STOPPING, notify=False)
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._client.close()
+        if self.peers is not None and hasattr(self.peers, "close"):
+            self.peers.close()
+        with self._lock:
+            os.close(self._log_fd)
+            self._log_fd = -1
+
+    # ------------------------------------------------------------ who may call
+
+    def admit_peer(self, ip: str) -> bool:
+        """Whether a connection from `ip` is served (called on accept); a refusal is logged."""
+        if self.peers is None:
+            return True
+        ip = ip[7:] if ip.startswith("::ffff:") else ip  # an IPv4 peer on a dual-stack socket
+        if self.peers.allowed(ip):
+            return True
+        self.record(GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0,
+                                   refused=REFUSED_PEER, error=bounded(f"peer {ip} is not a container of this run",
+                                                                       TEXT_CHARS)))
+        return False
+
+    def authorize(self, header: str | None) -> str | None:
+        if not header or not header[:7].lower() == "bearer ":
+            return None
+        return token_task(self._secret, self.run_label, header[7:].strip())
+
+    def revoked(self, task: str) -> bool:
+        """Whether the shim removed `task`'s agent container (one stat: cheap on every request)."""
+        return self.revoked_dir is not None and os.path.lexists(self.revoked_dir / (task + REVOKED_SUFFIX))
+
+    # ------------------------------------------------------------ money and the fence
+
+    def set_allowance(self, usd: float) -> None:
+        with self._lock:
+            self.allowance_usd = max(0.0, float(usd))
+        self._check_budget()
+
+    def fence(self, reason: str, *, notify: bool = True) -> None:
+        """Refuse every new request from now on and cut every upstream exchange in flight (a stream
+        being relayed, or a request waiting for the provider's headers). The first reason stays."""
+        with self._lock:
+            first = self.fence_reason is None
+            if first:
+                self.fence_reason = reason
+            self._fenced.set()
+            active = list(self._active)
+            streams = list(self._upstream_streams)
+        for stream in streams:  # a shut-down socket ends a blocked read in its thread at once
+            try:
+                stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
+        for response in active:  # closing the upstream response ends the relay loop reading it
+            try:
+                response.close()
+            except Exception:  # noqa: BLE001 - a response already closed by its own thread
+                pass
+        if first and notify and self.on_fence is not None:
+            self.on_fence(reason)
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced.is_set()
+
+    def _add_cost(self, task: str | None, cost: float | None, assumed: float | None) -> None:
+        charge = cost if cost is not None else assumed
+        if charge is None:
+            return
+        with self._lock:
+            self.spent_usd += charge
+            if cost is None:
+                self.assumed_usd += charge
+            if task is not None:
+                self.task_spent[task] = self.task_spent.get(task, 0.0) + charge
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        with self._lock:
+            crossed = self.allowance_usd is not None and self.spent_usd >= self.allowance_usd > 0
+            crossed = crossed or self.allowance_usd == 0.0
+        if crossed and not self.fenced:
+            self.fence(FENCE_BUDGET)
+
+    def _watch(self) -> None:
+        """The stop file, and the request deadlines: a client still sending when its time is up is cut."""
+        while not self._closing.wait(STOP_POLL_SEC):
+            if not self.fenced and os.path.lexists(self.stop_file):
+                self.fence(FENCE_RUN_STOPPING)
+            now = time.monotonic()
+            for conn, deadline in list(self._deadlines.items()):
+                if now > deadline and self._deadlines.pop(conn, None) is not None:
+                    try:
+                        conn.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+    def refusal(self, task: str | None = None) -> tuple[str, str] | None:
+        """(why, sentence) a new request of `task` gets now, or None to forward it."""
+        if self.fenced:
+            if self.fence_reason == FENCE_BUDGET:
+                return REFUSED_FENCED, (f"the run's model budget is spent: the gateway's sum of costs "
+                                        f"${self.spent_usd:.4f} reached the run's allowance "
+                                        f"${self.allowance_usd or 0:.4f}")
+            return REFUSED_FENCED, f"the run is stopping ({self.fence_reason}); no new model requests are forwarded"
+        if self.allowance_usd is None:
+            return REFUSED_FENCED, "the run is not admitted yet; no model requests are forwarded"
+        spent = self.task_spent.get(task, 0.0) if task is not None else 0.0
+        if self.per_task_usd is not None and spent >= self.per_task_usd:
+            return REFUSED_TASK_BUDGET, (f"this task's model spend ${spent:.4f} reached the per-task limit "
+                                         f"${self.per_task_usd:.4f} (--per-task-cost-usd); no more requests "
+                                         f"of this task are forwarded")
+        return None
+
+    # ------------------------------------------------------------ the request log
+
+    def record(self, row: GatewayRequest) -> None:
+        row.path = bounded(row.path, PATH_CHARS) or ""
+        row.model = bounded(row.model, TEXT_CHARS)
+        row.error = bounded(row.error, TEXT_CHARS)
+        data = encode_row(row)
+        with self._lock:
+            if row.task is None and row.refused is not None:
+                if self._anonymous_rows >= MAX_ANONYMOUS_ROWS:
+                    self.unlogged_refusals += 1
+                    return
+                self._anonymous_rows += 1
+            if self._log_fd >= 0:
+                os.write(self._log_fd, data)  # one append of one line: rows never interleave
+
+    # ------------------------------------------------------------ forwarding
+
+    def open_upstream(self, method: str, path: str, body: bytes | None, passed: dict[str, str],
+                      sent: list[bool]) -> httpx.Response:
+        """The provider's response, opened as a stream. The client's own headers go along (its SDK's
+        names, OpenRouter's attribution headers), except the credential and what framing sets.
+        `sent[0]` becomes True once the whole request went out (from then on the provider may bill it)."""
+
+        def trace(event: str, info: dict) -> None:
+            if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+                stream = info.get("return_value")
+                if stream is not None:
+                    with self._lock:
+                        self._upstream_streams.add(stream)
+                        fenced = self._fenced.is_set()
+                    if fenced:  # fenced while connecting: the sweep may have missed this one
+                        stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+            elif event == "http11.send_request_body.complete":
+                sent[0] = True
+
+        headers = {**passed, "Authorization": f"Bearer {self._key}", "Accept-Encoding": "identity"}
+        request = self._client.build_request(method, self.upstream + path, content=body, headers=headers,
+                                             extensions={"trace": trace})
+        if self.fenced:
+            raise httpx.ConnectError("fenced before sending")
+        response = self._client.send(request, stream=True)
+        with self._lock:
+            self._active.add(response)
+            fenced = self._fenced.is_set()
+        if fenced:  # fenced while waiting: the fence's sweep may have missed this one
+            response.close()
+        return response
+
+    def release(self, response: httpx.Response) -> None:
+        with self._lock:
+            self._active.discard(response)
+        response.close()
+
+
+# Hop-by-hop and framing headers the gateway sets itself instead of passing on.
+_NOT_PASSED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
+                         "proxy-authenticate", "proxy-authorization", "te", "trailers", "upgrade", "set-cookie"})
+
+
+# What reading a response the fence closed (or the provider broke off) may raise.
+_READ_ERRORS = (httpx.HTTPError, httpx.StreamError, ValueError, AttributeError, OSError)
+# Request headers never forwarded: the credential (replaced by the key), the address, framing and hop-by-hop.
+_NOT_FORWARDED = _NOT_PASSED | {"authorization", "host", "accept-encoding", "cookie", "x-api-key"}
+
+
+class _Refused(Exception):
+    """Raised inside a handler once the refusal was answered and logged."""
+
+
+def _handler(gateway: Gateway):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # Headers and body are two writes: without this, Nagle's algorithm and the client's delayed
+        # ACK hold the body back ~40 ms on every keep-alive answer (bench_gateway.py measured it).
+        disable_nagle_algorithm = True
+        timeout = gateway.socket_timeout_sec  # every read and write on the client's socket
+
+        def log_message(self, format, *args):  # the request log is the record
+            return
+
+        def handle_one_request(self):
+            # The request must arrive whole (or the idle keep-alive connection gets its next one)
+            # before the deadline; the body reader clears it, the watcher cuts a late one.
+            gateway._deadlines[self.connection] = time.monotonic() + gateway.request_deadline_sec
+            try:
+                super().handle_one_request()
+            finally:
+                gateway._deadlines.pop(self.connection, None)
+
+        def _json(self, status: int, message: str, kind: str) -> None:
+            data = json.dumps({"error": {"message": f"cowork-adapter gateway: {message}", "type": kind,
+                                         "code": status}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _route(self) -> str | None:
+            path = self.path.split("?", 1)[0].rstrip("/")
+            path = path[3:] if path.startswith("/v1/") else path
+            return path if path in ("/models", "/chat/completions") else None
+
+        def do_GET(self):
+            self._serve("GET")
+
+        def do_POST(self):
+            self._serve("POST")
+
+        def _serve(self, method: str) -> None:
+            started = time.time()
+            clock = time.monotonic()
+            row = GatewayRequest(at=started, task=None, path=self.path.split("?", 1)[0], status=0, latency_ms=0.0)
+            self._clock, self._settled = clock, False
+            try:
+                self._forward(method, row)
+            except _Refused:
+                pass
+            except (OSError, ValueError) as exc:  # the client went away, or its socket timed out
+                row.error = row.error or f"client gone: {type(exc).__name__}"
+                self.close_connection = True
+            finally:
+                self._settle(row)
+
+        def _settle(self, row: GatewayRequest) -> None:
+            """Record the request and count its cost, once. A plain answer is settled before its body is
+            sent, so the client cannot send its next request before a crossing has fenced the gateway."""
+            if self._settled:
+                return
+            self._settled = True
+            row.latency_ms = round((time.monotonic() - self._clock) * 1000, 3)
+            gateway.record(row)
+            gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd)
+
+        def _refuse(self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str,
+                    *, close: bool = False):
+            """Answer the request with an error and log it; raises _Refused to end the handling."""
+            row.status, row.refused = status, why
+            if close:  # the body was not read: the connection cannot carry another request
+                self.close_connection = True
+            self._settle(row)
+            self._json(status, message, kind)
+            raise _Refused
+
+        def _forward(self, method: str, row: GatewayRequest) -> None:
+            # 1. The token, before anything else is read.
+            task = gateway.authorize(self.headers.get("Authorization"))
+            row.task = task
+            if task is None:
+                self._refuse(row, 401, REFUSED_AUTH, "the token is not valid for this run and task",
+                             "authentication_error", close=True)
+            if gateway.revoked(task):
+                self._refuse(row, 401, REFUSED_REVOKED, "this task's agent container was removed; its token "
+                             "is no longer valid", "authentication_error", close=True)
+            route = self._route()
+            wanted = "GET" if route == "/models" else "POST"
+            if route is None or method != wanted:
+                self._refuse(row, 404, REFUSED_ROUTE, f"no route {method} {bounded(self.path, PATH_CHARS)}",
+                             "not_found", close=True)
+            # 2. The body: its exact length first, then a bounded read within the deadline.
+            body = self._read_body(method, row)
+            if route == "/models":
+                return self._send_upstream(method, route, None, row)
+            # 3. The shape: model, n, output tokens, routing, stream usage (gateway_policy).
+            try:
+                parsed = json.loads(body or b"{}")
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                self._refuse(row, 400, REFUSED_BODY, "the body is not a JSON object", "invalid_request_error")
+            row.model = parsed.get("model") if isinstance(parsed.get("model"), str) else None
+            row.stream = parsed.get("stream") is True
+            shaped = shape(parsed, gateway.policy)
+            if isinstance(shaped, str):
+                self._refuse(row, 400, REFUSED_SHAPE, shaped, "invalid_request_error")
+            self._send_upstream(method, route, json.dumps(shaped).encode(), row)
+
+        def _read_body(self, method: str, row: GatewayRequest) -> bytes:
+            if self.headers.get("Transfer-Encoding") is not None:
+                self._refuse(row, 411, REFUSED_BODY, "a Content-Length is required (no chunked bodies)",
+                             "invalid_request_error", close=True)
+            given = self.headers.get_all("Content-Length") or []
+            if not given:
+                if method == "POST":
+                    self._refuse(row, 411, REFUSED_BODY, "a Content-Length is required", "invalid_request_error",
+                                 close=True)
+                gateway._deadlines.pop(self.connection, None)  # read whole: the provider's time is not the client's
+                return b""
+            raw = given[0].strip()
+            if len(given) > 1 or not (raw.isascii() and raw.isdigit()):
+                self._refuse(row, 400, REFUSED_BODY, "the Content-Length is not one whole number",
+                             "invalid_request_error", close=True)
+            length = int(raw)
+            if length > MAX_BODY_BYTES:
+                self._refuse(row, 413, REFUSED_BODY, f"request body too large (at most {MAX_BODY_BYTES} bytes)",
+                             "invalid_request_error", close=True)
+            if method == "GET" and length:
+                self._refuse(row, 400, REFUSED_BODY, "a GET carries no body", "invalid_request_error", close=True)
+            body = self.rfile.read(length) if length else b""
+            gateway._deadlines.pop(self.connection, None)
+            if len(body) < length:  # cut by the deadline, or the client stopped sending
+                row.error = f"body ended after {len(body)} of {length} bytes"
+                self._refuse(row, 400, REFUSED_BODY, "the body did not arrive in time", "invalid_request_error",
+                             close=True)
+            return body
+
+        def _send_upstream(self, method: str, route: str, body: bytes | None, row: GatewayRequest) -> None:
+            refusal = gateway.refusal(row.task)
+            if refusal is not None:
+                self._refuse(row, 403, refusal[0], refusal[1],
+                             "gateway_fenced" if refusal[0] == REFUSED_FENCED else "task_budget_spent")
+            billed = route == "/chat/completions"
+            sent = [False]
+            try:
+                passed = {k: v for k, v in self.headers.items() if k.lower() not in _NOT_FORWARDED}
+                response = gateway.open_upstream(method, route, body, passed, sent)
+            except httpx.HTTPError as exc:
+                row.error = f"upstream: {type(exc).__name__}"
+                self._unanswered(row, billed and sent[0])
+                return
+            try:
+                self._relay(response, row, billed)
+            finally:
+                gateway.release(response)
+
+        def _unanswered(self, row: GatewayRequest, maybe_billed: bool) -> None:
+            """The provider's answer never came whole: cut by the fence, or it broke off. Once the
+            request went out the provider may bill it: counted at the pessimistic price."""
+            row.cut = gateway.fenced
+            if maybe_billed:
+                row.assumed_cost_usd = gateway.unknown_cost_usd
+            if gateway.fenced:  # a request that went out counts as forwarded (refused stays None): it may be billed
+                self._refuse(row, 403, None if maybe_billed else REFUSED_FENCED,
+                             (gateway.refusal() or ("", "fenced"))[1], "gateway_fenced")
+            self._refuse(row, 502, None, f"the provider's answer did not arrive ({row.error})", "upstream_error")
+
+        def _relay(self, response: httpx.Response, row: GatewayRequest, billed: bool) -> None:
+            streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+            if not streamed:  # read whole first: a failed read is then still answered with an error
+                try:
+                    data = response.read()
+                except _READ_ERRORS as exc:  # cut by the fence, or the provider went away
+                    row.error = f"upstream: {type(exc).__name__}"
+                    return self._unanswered(row, billed)
+                row.status = response.status_code
+                try:
+                    row.prompt_tokens, row.completion_tokens, row.cost_usd = usage_of(json.loads(data))
+                except ValueError:
+                    pass
+                if billed and row.cost_usd is None and response.status_code < 400:
+                    row.assumed_cost_usd = gateway.unknown_cost_usd
+                self._settle(row)
+                self._head(response)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            # A stream: relayed chunk by chunk as it arrives, ended by closing the connection.
+            row.status = response.status_code
+            self._head(response)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            usage = StreamUsage()
+            try:
+                try:
+                    for chunk in response.iter_raw():
+                        if gateway.fenced:
+                            row.cut = True
+                            break
+                        usage.feed(chunk)
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                    # A stream is framed by the connection's end, so a socket the fence shut down
+                    # ends it like the provider would: fenced by now is cut.
+                    row.cut = row.cut or gateway.fenced
+                except _READ_ERRORS as exc:  # the fence shut the upstream socket, or the provider broke off
+                    row.cut = gateway.fenced
+                    row.error = f"upstream: {type(exc).__name__}"
+            finally:  # also when the client went away mid-stream: the provider bills what it made
+                row.prompt_tokens, row.completion_tokens, row.cost_usd = usage.usage
+                if billed and row.cost_usd is None and response.status_code < 400:
+                    row.assumed_cost_usd = gateway.unknown_cost_usd
+
+        def _head(self, response: httpx.Response) -> None:
+            self.send_response(response.status_code)
+            for name, value in response.headers.items():
+                if name.lower() not in _NOT_PASSED:
+                    self.send_header(name, value)
+
+    return Handler

@@ -1,0 +1,1 @@
+"""The host: load admission and per-task resource use and the concurrency it suggests."""

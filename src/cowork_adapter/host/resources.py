@@ -1,0 +1,327 @@
+"""Per-task resource use (peak memory, CPU time) and the concurrency it suggests for a host.
+
+The numbers come from the daemon's own accounting: the docker shim reads the stats API of each
+task container (`agent-`, `eval-`, `pg-<id>`) right before the runner's `rm`/`stop` destroys its
+cgroup, one JSON line per read in `custody/evidence/<id>.resources.jsonl`. On this project's
+cgroup v1 test bed the daemon reports the cgroup's own high-water mark (`max_usage`), so the peak
+is measured, not sampled; a cgroup v2 daemon reports no peak and the task's peak stays None with
+that reason. CPU time is the cgroup's cumulative `total_usage`.
+
+Layers: `summarize()` and `suggest_concurrency()` are pure; `read_task_resources()` and
+`measured_use()` read files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..schemas.ledger import ContainerUse, TaskRow
+from .daemon import daemon_info
+
+EVIDENCE_DIR = ("custody", "evidence")
+READINGS_SUFFIX = ".resources.jsonl"
+MEASURED_ROLES = ("pg", "agent", "eval")  # the shim's MEASURED_ROLES
+METHOD_SENTENCE = ("daemon stats API read before each container's removal (cgroup max_usage and "
+                   "cpu total_usage), summed over the task's containers")
+# Share of the daemon's memory the suggestion lets tasks fill: the daemon, the page cache and
+# the launcher need the rest.
+MEMORY_SHARE = 0.8
+# An average rate hides the bursts (PostgreSQL's start, the agent's MCP servers starting): a task
+# that averages less than this much of a CPU still counts as this much, at most 4 tasks per CPU.
+MIN_CPU_RATE = 0.25
+
+
+@dataclass(frozen=True)
+class TaskResources:
+    peak_memory_bytes: int | None
+    cpu_seconds: float | None
+    basis: str
+    containers: tuple[ContainerUse, ...] = ()
+
+
+NOT_TIED = TaskResources(None, None, "no agent container of this task has run in this run, so no "
+                                     "container's accounting can be tied to it")
+
+
+# ---------------------------------------------------------------- pure
+
+
+def _best(readings: Iterable[Mapping[str, Any]], key: str) -> int | None:
+    """The largest valid value of `key` among one container's readings (a read after `stop`
+    finds the cgroup gone; the earlier read is the true one, and both values only grow)."""
+    values = [r.get(key) for r in readings]
+    valid = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return max(valid) if valid else None
+
+
+def summarize(containers: Sequence[tuple[str, str]], readings: Sequence[Mapping[str, Any]]) -> TaskResources:
+    """A task's use from its admitted containers [(name, role)] and the shim's readings.
+
+    Any container without a valid reading makes that total None (never a partial sum passed
+    off as the whole), with the causes named.
+    """
+    uses: list[ContainerUse] = []
+    for name, role in containers:
+        mine = [r for r in readings if r.get("container") == name]
+        peak, cpu_ns = _best(mine, "memory_peak_bytes"), _best(mine, "cpu_ns")
+        cause = None
+        if peak is None or cpu_ns is None:
+            causes = sorted({str(r.get("cause")) for r in mine if r.get("cause")})
+            cause = ",".join(causes) if causes else "no reading (one is taken when the container is removed)"
+        uses.append(ContainerUse(container=name, role=role, peak_memory_bytes=peak,
+                                 cpu_seconds=round(cpu_ns / 1e9, 3) if cpu_ns is not None else None, cause=cause))
+    if not uses:
+        return NOT_TIED
+    missing_peak = [u for u in uses if u.peak_memory_bytes is None]
+    missing_cpu = [u for u in uses if u.cpu_seconds is None]
+    peak = None if missing_peak else sum(u.peak_memory_bytes for u in uses)
+    cpu = None if missing_cpu else round(sum(u.cpu_seconds for u in uses), 3)
+    if not missing_peak and not missing_cpu:
+        basis = METHOD_SENTENCE
+    else:
+        gaps = {u.container: u.cause for u in missing_peak + missing_cpu}
+        basis = "unknown: " + "; ".join(f"{name}: {cause}" for name, cause in sorted(gaps.items()))
+    return TaskResources(peak, cpu, basis, tuple(uses))
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    concurrency: int | None  # None: nothing measured yet
+    sentence: str
+
+
+def suggest_concurrency(host_cpus: int | None, host_memory_bytes: int | None,
+                        peaks: Sequence[int], cpu_rates: Sequence[float]) -> Suggestion:
+    """How many tasks this host can run at once, from measured per-task use.
+
+    Memory bounds it by the largest measured task peak (a task above the host's memory is an
+    OOM kill); CPU by the largest measured CPU rate (CPU seconds per wall-clock second), counted
+    as at least MIN_CPU_RATE. The smaller wins, and never below 1.
+    """
+    if not peaks:
+        return Suggestion(None, "no task's resource use has been measured yet (in this campaign's ledgers), so no "
+                                "concurrency is suggested; start at 1 and read `cowork-adapter status` "
+                                "after the first task")
+    if not host_cpus or not host_memory_bytes:
+        return Suggestion(None, "the daemon did not report its CPUs and memory, so no concurrency is "
+                                f"suggested from the {len(peaks)} measured task(s)")
+    largest = max(peaks)
+    by_memory = max(1, math.floor(host_memory_bytes * MEMORY_SHARE / largest))
+    parts = [f"memory allows {by_memory} ({MEMORY_SHARE:.0%} of {_gib(host_memory_bytes)} / the largest "
+             f"measured task peak {_mib(largest)} over {len(peaks)} task(s))"]
+    limit = by_memory
+    if cpu_rates:
+        largest_rate = max(cpu_rates)
+        rate = max(largest_rate, MIN_CPU_RATE)
+        floor = f", counted as the floor {MIN_CPU_RATE:.2f}" if largest_rate < MIN_CPU_RATE else ""
+        by_cpu = max(1, math.floor(host_cpus / rate))
+        parts.append(f"CPU allows {by_cpu} ({host_cpus} CPUs / the largest measured rate {largest_rate:.2f} CPUs "
+                     f"per task over {len(cpu_rates)} task(s){floor})")
+        limit = min(limit, by_cpu)
+    else:
+        parts.append("CPU not considered (no measured task has a wall-clock duration)")
+    return Suggestion(limit, f"suggested concurrency {limit} for this host ({host_cpus} CPUs, "
+                             f"{_gib(host_memory_bytes)} per the daemon): " + "; ".join(parts))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def describe(row: TaskRow) -> str:
+    """`412 MiB, 3.2 CPU s` or `unknown` for a table cell."""
+    if row.peak_memory_bytes is None and row.cpu_seconds is None:
+        return "unknown"
+    mem = _mib(row.peak_memory_bytes) if row.peak_memory_bytes is not None else "? MiB"
+    cpu = f"{row.cpu_seconds:.1f} CPU s" if row.cpu_seconds is not None else "? CPU s"
+    return f"{mem}, {cpu}"
+
+
+def row_samples(rows: Iterable[TaskRow]) -> tuple[list[int], list[float]]:
+    """(peaks, CPU rates) of the rows that carry measurements; a rate needs the runner's duration."""
+    peaks: list[int] = []
+    rates: list[float] = []
+    for row in rows:
+        if row.peak_memory_bytes is not None:
+            peaks.append(row.peak_memory_bytes)
+        duration = row.runner_row.duration_s if row.runner_row else None
+        if row.cpu_seconds is not None and duration and duration > 0:
+            rates.append(row.cpu_seconds / duration)
+    return peaks, rates
+
+
+def summary_line(rows: Sequence[TaskRow]) -> str:
+    """`status`'s one line: median and max over the measured tasks, and how many are unknown."""
+    peaks = sorted(r.peak_memory_bytes for r in rows if r.peak_memory_bytes is not None)
+    cpus = sorted(r.cpu_seconds for r in rows if r.cpu_seconds is not None)
+    attempted = [r for r in rows if r.resource_containers or r.peak_memory_bytes is not None]
+    if not peaks and not cpus:
+        return f"resource use: none measured yet ({len(attempted)} task(s) with containers)"
+    parts = []
+    if peaks:
+        parts.append(f"peak memory median {_mib(int(statistics.median(peaks)))}, max {_mib(peaks[-1])} "
+                     f"({len(peaks)} task(s))")
+    if cpus:
+        parts.append(f"CPU time median {statistics.median(cpus):.1f} s, max {cpus[-1]:.1f} s ({len(cpus)} task(s))")
+    unknown = sum(1 for r in attempted if r.peak_memory_bytes is None or r.cpu_seconds is None)
+    if unknown:
+        parts.append(f"{unknown} task(s) unknown")
+    return "resource use: " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------- files
+
+
+def reader_for(evidence_dir: Path | str, *, docker_host: str | None = None,
+               bound_sec: float | None = None) -> Callable[[Any, str, str], None]:
+    """A `cleanup_run(before_remove=...)` hook: a task container the runner left behind (its
+    launcher or runner was killed before `rm`) is read from the daemon the same way the shim
+    reads it, into the same evidence file, before custody cleanup removes it.
+
+    With `bound_sec` (a stop's removal, custody/stop_removal.py) the read is the shim's own, on
+    `docker_host`, given at most that long: a busy daemon answers a stats request only at its
+    collector's next round, up to a second later, and a stop does not wait that long for the
+    reading of a task it interrupts. A read cut short is recorded with its cause, like any failed one."""
+    from ..custody import shim
+
+    def read(api: Any, ident: str, name: str) -> None:
+        role = shim.role_for_name(name)
+        task_ident = shim.task_id(name, role) if role in MEASURED_ROLES else None
+        if task_ident is None:
+            return
+        if bound_sec is not None and docker_host:
+            reading = shim.read_stats({"docker_host": docker_host}, ident, timeout=bound_sec)
+            reading.update(container=name, role=role, command="adapter_stop")
+            shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
+            return
+        reading = {"ts": time.time(), "container": name, "method": shim.STATS_METHOD, "role": role,
+                   "command": "adapter_cleanup", "memory_peak_bytes": None, "cpu_ns": None,
+                   "memory_usage_bytes": None, "cause": None}
+        try:
+            data = api.stats(ident, stream=False, one_shot=True)
+        except Exception as exc:  # noqa: BLE001 - recorded as the cause, like the shim does
+            reading["cause"] = "stats_read_failed:" + type(exc).__name__
+        else:
+            peak, cpu_ns, usage, cause = shim.parse_stats(data)
+            reading.update(memory_peak_bytes=peak, cpu_ns=cpu_ns, memory_usage_bytes=usage, cause=cause)
+        shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
+
+    return read
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue  # a torn last line (the shim killed mid-write) loses only itself
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def task_runner_ids(run_root: Path | str) -> dict[str, str]:
+    """task → the runner id of its agent container, from the shim's `<id>.task` files (the agent
+    exec's --task_dir). The first id of a task in name order wins, so every reader agrees."""
+    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".task"))
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for file_name in names:
+        try:
+            task = Path((folder / file_name).read_text(encoding="utf-8", errors="replace").strip()).name
+        except OSError:
+            continue
+        if task:
+            out.setdefault(task, file_name[: -len(".task")])
+    return out
+
+
+def read_task_resources(run_root: Path | str, runner_ids: Mapping[str, str] | None = None) -> dict[str, TaskResources]:
+    """task → its resource use, from the shim's evidence of `run_root`.
+
+    `runner_ids` (task → runner id, as `task_runner_ids` gives) saves a second scan when the caller
+    has it. A task's containers are the admitted creations named `<role>-<id>`.
+    """
+    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    if runner_ids is None:
+        runner_ids = task_runner_ids(run_root)
+    admitted: dict[str, list[tuple[str, str]]] = {}
+    for rec in _lines(folder / "creations.jsonl") if runner_ids else ():
+        name, role = rec.get("name"), rec.get("role")
+        if rec.get("admitted") is True and role in MEASURED_ROLES and isinstance(name, str):
+            admitted.setdefault(name[len(role) + 1:], []).append((name, role))
+    out: dict[str, TaskResources] = {}
+    for task, ident in runner_ids.items():
+        containers = list(dict.fromkeys(admitted.get(ident) or [(f"agent-{ident}", "agent")]))
+        out[task] = summarize(containers, _lines(folder / (ident + READINGS_SUFFIX)))
+    return out
+
+
+def measured_use(run_roots: Iterable[Path | str]) -> tuple[list[int], list[float]]:
+    """(peaks, CPU rates) from the ledgers of `run_roots`; an unreadable ledger adds nothing."""
+    from ..schemas.ledger import LEDGER_NAME, read_index
+
+    peaks: list[int] = []
+    rates: list[float] = []
+    for root in dict.fromkeys(str(r) for r in run_roots):
+        try:
+            rows = read_index(Path(root) / LEDGER_NAME)
+        except (OSError, ValueError):
+            continue
+        p, r = row_samples(rows)
+        peaks += p
+        rates += r
+    return peaks, rates
+
+
+def campaign_roots(campaign_file: Path | None, resume_from: Iterable[Path | str] = ()) -> list[str]:
+    """Run roots whose ledgers hold this campaign's measured use: its recorded runs and the
+    run's ancestors (an unreadable campaign file adds none; its own check reports it)."""
+    roots = [str(r) for r in resume_from]
+    if campaign_file is not None:
+        from ..campaign.store import read_campaign
+        from ..errors import Refusal
+
+        try:
+            record = read_campaign(campaign_file)
+        except (Refusal, OSError, ValueError):
+            record = None
+        if record is not None:
+            roots += [run.run_root for run in record.runs]
+            if record.active_run is not None:
+                roots.append(record.active_run.run_root)
+    return list(dict.fromkeys(roots))
+
+
+def host_suggestion(docker_host: str, roots: Iterable[Path | str]) -> Suggestion:
+    """The suggestion for the daemon at `docker_host` from the ledgers of `roots`. Never raises:
+    a daemon that does not answer leaves the host's size unknown, which the sentence says."""
+    try:
+        info = daemon_info(docker_host)
+        cpus, memory = int(info.get("NCPU") or 0) or None, int(info.get("MemTotal") or 0) or None
+    except Exception:  # noqa: BLE001 - advice only: any failure means "host size unknown"
+        cpus = memory = None
+    roots = list(dict.fromkeys(str(r) for r in roots))
+    peaks, rates = measured_use(roots)
+    found = suggest_concurrency(cpus, memory, peaks, rates)
+    where = f" (measured in {len(roots)} run root(s) of this campaign)" if peaks else ""
+    return Suggestion(found.concurrency, found.sentence + where)

@@ -1,0 +1,1 @@
+"""Operator commands over a run root or a host: status, stop, clear, doctor."""

@@ -1,0 +1,1 @@
+"""The run's life: launch, preflight, the supervised runner, the stop, recovery, progress."""

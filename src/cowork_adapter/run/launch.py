@@ -1,0 +1,473 @@
+"""`cowork-adapter run`: preflight, admission, the run itself, and a manifest finalised on every path.
+
+Preflight refusals happen before the run root exists, so a refused invocation writes nothing and
+the operator can fix the input and retry with the same root. From admission on, run_manifest.json
+is the run's record and is finalised whatever happens (refusal, stop, crash).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..config import RunConfig
+from ..container.protocol import scrub, secret_terms
+from ..custody.labels import new_run_label
+from ..errors import Refusal
+from ..image.derived import (
+    ImageRequest,
+    build_derived_image,
+    container_digest,
+    inspect_image,
+    label_mismatch,
+    resolve_image,
+)
+from ..image.build_lock import build_lock
+from ..fileio import replace_atomic
+from ..runroot.manifest import utc_now, write_manifest
+from ..benchmark.pin_check import verify_copy
+from ..benchmark.provenance import adapter_identity, checked_bench, clone_at, dataset_ids, seed_identity, upstream_hashes
+from ..schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, BenchSubstitute, ImageIdentity, Limits, RunManifest,
+                               Selection, SeedIdentity)
+from ..schemas.manifest import Refusal as RefusalRecord
+from ..schemas.run_config import build_run_config
+from ..benchmark.selection import validate_against_dataset
+from .signals import LAUNCHER_SIGNALS, StopSignal
+from ..vocab import EngineKind, ExitCode, RunOutcome
+
+RUN_CONFIG_NAME = "cowork_adapter_run.json"
+AGENT_ENTRY = "cowork_entry.py"
+GIB = 1 << 30
+
+
+@dataclass
+class Preflight:
+    """Everything checked before the run root is created."""
+
+    seed_head: str
+    seed: SeedIdentity
+    bench: BenchIdentity
+    dataset: list[str]
+    explicit: list[str] | None
+    image_tag: str
+    image_present: bool
+    key: str | None = None  # the provider key, for a paid run: memory only, never written
+    cfg: RunConfig | None = None  # the flags with their limits fitted to the daemon (see RunConfig.fit_to_daemon)
+    daemon: tuple[int, int] | None = None  # the daemon's (CPUs, memory bytes) from docker info
+    base_image_id: str | None = None  # what --base-image names now; the derived image's label must match it
+    substitutes: list[BenchSubstitute] | None = None  # the checkout's stand-ins for blobs its store lacks
+
+
+def say(sentence: str) -> None:
+    print(f"cowork-adapter: {sentence}", file=sys.stderr, flush=True)
+
+
+def default_image_tag(cfg: RunConfig, seed_head: str) -> str:
+    """`cowork-ouroboros:<seed>-<bench>-<entry>`: other entry code is another tag, so two runs
+    building different adapters on one daemon never retag each other's image."""
+    return cfg.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}-{container_digest()[:8]}"
+
+
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def disk_refusal(cfg: RunConfig) -> str | None:
+    """A sentence when the resource root or / is below its reserve, else None."""
+    checks = ((cfg.resource_root, cfg.min_free_gib, "--min-free-gib"), (Path("/"), cfg.min_root_free_gib, "--min-root-free-gib"))
+    for path, reserve_gib, flag in checks:
+        free = free_bytes(path)
+        if free < reserve_gib * GIB:
+            return f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB."
+    return None
+
+
+def daemon_resources(docker_host: str) -> tuple[int, int]:
+    """(CPUs, memory bytes) the daemon reports in `docker info`; a daemon that does not answer is a refusal."""
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=docker_host, timeout=60)
+        try:
+            info = client.info()
+        finally:
+            client.close()
+    except docker.errors.DockerException as exc:
+        raise Refusal("docker_host", f"the Docker daemon at {docker_host} did not answer: {exc}") from None
+    try:
+        return int(info["NCPU"]), int(info["MemTotal"])
+    except (KeyError, TypeError, ValueError):
+        raise Refusal("docker_host", f"the Docker daemon at {docker_host} did not report its CPUs and memory.") from None
+
+
+def preflight(cfg: RunConfig) -> Preflight:
+    if cfg.run_root.exists():
+        raise Refusal(
+            "run_root",
+            f"the run root {cfg.run_root} already exists; every invocation, dry runs and retries included, needs a new run root.",
+        )
+    if not cfg.run_root.parent.is_dir():
+        raise Refusal("run_root", f"the parent of the run root, {cfg.run_root.parent}, does not exist; create the storage directory first.")
+    if not cfg.docker_host:
+        raise Refusal("docker_host", "no Docker host was given; pass --docker-host or set DOCKER_HOST to the daemon to use.")
+    if not cfg.resource_root.is_dir():
+        raise Refusal("disk", f"the resource root {cfg.resource_root} is not a directory.")
+    daemon = daemon_resources(cfg.docker_host)
+    cfg = cfg.fit_to_daemon(*daemon, daemon=cfg.docker_host)
+    seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
+    bench, substitutes = checked_bench(cfg.bench_root, cfg.bench_commit)
+    dataset = dataset_ids(cfg.bench_root)
+    explicit = list(cfg.selection) if cfg.selection is not None else None
+    if explicit is not None:
+        validate_against_dataset(explicit, dataset)
+    reason = disk_refusal(cfg)
+    if reason:
+        raise Refusal("disk", reason)
+    found = {}
+    for ref in (cfg.base_image, "postgres:15"):
+        found[ref] = inspect_image(cfg.docker_host, ref)
+        if found[ref] is None:
+            raise Refusal("image", f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.")
+    base_id = found[cfg.base_image].get("Id")
+    tag = default_image_tag(cfg, seed.head)
+    present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
+    key = None
+    if cfg.is_paid:
+        from .paid import campaign_store, paid_preflight
+
+        key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
+        # A campaign held by another launcher would refuse the admission after the environment probe
+        # (a shared host takes no exclusive hold: its admission checks the shared one).
+        if not cfg.shared_campaign:
+            campaign_store(cfg).refuse_if_locked()
+    if cfg.resume_from:
+        ancestors = _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
+        _resume_campaign_preflight(cfg, ancestors)
+    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id, substitutes)
+
+
+def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, present_tag: str | None,
+                        explicit: list[str] | None, dataset: list[str]) -> list[str]:
+    """Every recovery refusal decidable before anything is written (the ancestry, its manifests,
+    dumps, configuration, seed, benchmark, passes; the image's ID when the image is already
+    present); every ancestor's root. The plan itself is made again after the image is resolved."""
+    from .recovery import resolve_ancestry
+
+    image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
+    try:
+        return resolve_ancestry(
+            list(cfg.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
+            bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
+            explicit_selection=explicit, dataset_ids=dataset,
+        ).ancestors
+    except Refusal:
+        raise
+    except Exception:  # noqa: BLE001 - not a refusal: the admitted run plans again and records a crash
+        return [str(Path(p).resolve()) for p in cfg.resume_from]  # the direct parents' campaign still binds
+
+
+def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
+    """A resume continues its ancestors' campaign (the same file, or database and name), or is refused."""
+    from .recovery import STAGE, CampaignPlace, campaign_refusal
+
+    here = CampaignPlace.of(cfg.campaign_file, cfg.campaign_db, cfg.campaign_name)
+    exists = True  # a run that spends nothing never creates a campaign
+    if cfg.is_paid:
+        from .paid import peek_campaign
+
+        exists = peek_campaign(cfg) is not None
+    sentence = campaign_refusal(ancestors, here, exists)
+    if sentence is not None:
+        raise Refusal(STAGE, sentence)
+
+
+def budget_record(cfg: RunConfig) -> dict:
+    """The money and disk bounds of this invocation, as the manifest records them."""
+    from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
+
+    return {
+        "budget_usd": cfg.budget_usd,
+        "campaign_budget_usd": cfg.campaign_budget_usd,
+        "budget_reserve_usd": cfg.budget_reserve_usd,
+        "prior_spend_usd": cfg.prior_spend_usd,
+        "per_task_cost_usd": cfg.per_task_cost_usd,
+        "min_key_usd": cfg.min_key_usd,
+        "meter": {"url": cfg.meter_url, "blindness_sec": cfg.meter_blindness_sec, "poll_sec": POLL_SEC,
+                  "read_slice_sec": READ_SLICE_SEC, "retry_sec": RETRY_SEC},
+        "min_free_gib": cfg.min_free_gib,
+        "min_root_free_gib": cfg.min_root_free_gib,
+        "resource_root": str(cfg.resource_root),
+        "api_key_env": cfg.api_key_env,
+    }
+
+
+def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, base_image_id: str | None) -> bool:
+    """True when `tag` exists with labels matching the pins; False when it must be built.
+
+    Without --build-image a missing or mismatching image is a refusal: the run never executes an
+    image built from another seed, benchmark, entrypoint or base image (a base rebuilt under the
+    same tag has another ID, so the derived image built on the old one is rebuilt or refused).
+    """
+    info = inspect_image(cfg.docker_host, tag)
+    if info is None:
+        if not cfg.build_image:
+            raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.base_image}.")
+        return False
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head,
+                       bench_commit=bench_commit, base_image_id=base_image_id)
+    mismatch = label_mismatch(tag, labels, req)
+    if mismatch and not cfg.build_image:
+        raise Refusal("image", mismatch + ".")
+    return mismatch is None
+
+
+def execute_run(cfg: RunConfig, argv: list[str]) -> int:
+    """The whole `run` command; returns the process exit code (see vocab.ExitCode)."""
+    try:
+        pre = preflight(cfg)
+    except Refusal as refusal:
+        say(refusal.sentence)
+        return ExitCode.REFUSED
+    cfg = pre.cfg or cfg  # from here on the limits are the ones every container gets
+    secrets = [pre.key] if pre.key else []
+    cfg.run_root.mkdir()
+    label, nonce = new_run_label(cfg.run_root)  # unique to this run, even where the path was used before
+    manifest = RunManifest(
+        run_root=str(cfg.run_root),
+        run_label=label,
+        run_nonce=nonce,
+        created_at=utc_now(),
+        updated_at=utc_now(),
+        argv=[scrub(a, secret_terms(secrets)) for a in argv],
+        adapter=adapter_identity(),
+        seed=pre.seed,
+        bench=pre.bench,
+        engine=cfg.engine,
+        applied_config=cfg.applied_config(),
+        limits=Limits(
+            cpus=cfg.cpus, memory_bytes=cfg.memory_bytes, memory_swap_bytes=cfg.memory_swap_bytes,
+            pids_limit=cfg.pids_limit, daemon_cpus=pre.daemon[0] if pre.daemon else None,
+            daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
+        ),
+        budgets=budget_record(cfg),
+        dry_run=cfg.dry_run,
+        probe=cfg.probe,
+        campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
+        campaign_db=cfg.campaign_db,
+        campaign_name=cfg.campaign_name if cfg.campaign_db else None,
+        docker_host=cfg.docker_host,
+        admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())) if cfg.shared_campaign else None,
+    )
+    write_manifest(cfg.run_root, manifest)
+    LAUNCHER_SIGNALS.install()
+    try:
+        code = _admitted(cfg, pre, manifest)
+    except StopSignal as stop:
+        manifest.outcome = RunOutcome.STOPPED
+        manifest.stop_reason = stop.cause
+        manifest.stop_causes = [stop.cause]
+        code = ExitCode.STOPPED
+        say(f"stopped by {stop.cause} before the runner started; nothing ran.")
+    except Refusal as refusal:
+        manifest.outcome = RunOutcome.REFUSED
+        manifest.refusal = RefusalRecord(stage=refusal.stage, sentence=refusal.sentence)
+        code = ExitCode.REFUSED
+        say(refusal.sentence)
+    except BaseException as exc:  # noqa: BLE001 - a crash is recorded, then re-raised as exit 1
+        manifest.outcome = RunOutcome.CRASHED
+        message = scrub("".join(traceback.format_exception_only(type(exc), exc)).strip(), secret_terms(secrets))
+        manifest.error = {"type": type(exc).__name__, "message": message[:4000]}
+        code = ExitCode.FAILED
+        say(f"the run crashed ({type(exc).__name__}); see {cfg.run_root / 'run_manifest.json'}.")
+        _ledger_after_crash(cfg, pre, manifest)
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        manifest.finished_at = utc_now()
+        LAUNCHER_SIGNALS.restore()
+    late = [c for c in LAUNCHER_SIGNALS.received if c not in manifest.stop_causes]
+    manifest.stop_causes = [*manifest.stop_causes, *late]  # recorded, never interrupting custody
+    manifest.exit_code = int(code)
+    write_manifest(cfg.run_root, manifest)
+    return int(code)
+
+
+def keep_task_validity(source: Path, run_root: Path) -> dict[str, str]:
+    """Copy qualify's table into the run root (the report reads it there) and record its digest."""
+    import hashlib
+
+    from ..schemas.validity import VALIDITY_NAME
+
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise Refusal("flags", f"--task-validity {source} cannot be read any more: {exc.strerror or exc}.") from None
+    replace_atomic(run_root / VALIDITY_NAME, data)
+    return {"source": str(source), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> None:
+    """A row for every selected task after a crash, so no task leaves the denominator.
+
+    A crash before the selection was recorded records it here (a recovery run's selection needs
+    its ancestors resolved, so it is left without rows). Guarded: whatever fails here is said on
+    stderr and never replaces the crash being recorded.
+    """
+    try:
+        if manifest.selection is None and not cfg.resume_from:
+            manifest.selection = _selection(cfg, pre, manifest.image)  # without ancestors it needs no image
+        if manifest.selection is None:
+            return
+        write_manifest(cfg.run_root, manifest)
+        from ..score.ledger import build_index, write_index
+
+        write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause=RunOutcome.CRASHED.value))
+    except Exception as exc:  # noqa: BLE001 - the crash is the record that matters
+        say(f"the ledger could not be written after the crash ({type(exc).__name__}: {exc}).")
+
+
+def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
+    run_root = cfg.run_root
+    if cfg.task_validity is not None:
+        manifest.task_validity = keep_task_validity(cfg.task_validity, run_root)
+    bench_copy = run_root / "bench"
+    clone_at(cfg.bench_root, bench_copy, pre.bench.commit, pre.substitutes or [])
+    manifest.bench.working_copy = str(bench_copy)
+    # What runs is this clone: before any image or container, it must be the pin byte for byte.
+    manifest.bench_verified = verify_copy(bench_copy, pre.bench.commit, pre.substitutes or [])
+    runner_hash, evaluators = upstream_hashes(bench_copy, pre.dataset)
+    manifest.bench.runner_sha256 = runner_hash
+    manifest.bench.evaluator_sha256 = evaluators
+    manifest.bench.dataset_size = len(pre.dataset)
+    write_manifest(run_root, manifest)
+
+    manifest.image = _image(cfg, pre, manifest)
+    write_manifest(run_root, manifest)
+
+    selection = _selection(cfg, pre, manifest.image)
+    manifest.selection = selection
+    if not (cfg.llm_gateway and pre.key and selection.task_ids and not cfg.dry_run and not cfg.probe):
+        return _configured(cfg, pre, manifest, bench_copy, None)
+    from ..gateway.run import close_for_run, open_for_run
+
+    # The gateway lives in this process for the run's lifetime: it dies with the launcher.
+    gateway, cfg, manifest.llm_gateway = open_for_run(cfg, pre.key, manifest.run_label, run_root)
+    try:
+        return _configured(cfg, pre, manifest, bench_copy, gateway)
+    finally:
+        close_for_run(gateway, manifest.llm_gateway, run_root)
+
+
+def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway) -> int:
+    """From the run config file on: written, then the runner started under custody (or not, by mode)."""
+    run_root = cfg.run_root
+    selection = manifest.selection
+    run_config = build_run_config(cfg)
+    replace_atomic(bench_copy / "configs" / RUN_CONFIG_NAME, run_config.to_json())
+    manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *selection.task_ids]
+    manifest.outcome = RunOutcome.RUNNING
+    write_manifest(run_root, manifest)
+
+    if not selection.task_ids:
+        # Never start the runner without task arguments: upstream would then run all 496.
+        from ..score.ledger import build_index, write_index
+
+        write_index(run_root, build_index(run_root, live=False, interruption_cause="nothing_remaining"))
+        manifest.outcome = RunOutcome.NOTHING_REMAINING
+        print(f"cowork-adapter: nothing remains to run; every selected task is settled in {selection.resume_from}.")
+        return ExitCode.OK
+    if cfg.dry_run:
+        manifest.outcome = RunOutcome.DRY_RUN
+        print(f"cowork-adapter: dry run recorded in {run_root / 'run_manifest.json'} (image {manifest.image.id[:19]}).")
+        return ExitCode.OK
+    if cfg.probe:
+        from .probes import run_probe
+
+        return run_probe(cfg, manifest, bench_copy)
+    _qualify_environment(cfg, manifest, bench_copy)
+    if not manifest.selection.task_ids:
+        from ..score.ledger import build_index, write_index
+
+        write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause="environment_blocked"))
+        manifest.outcome = RunOutcome.INCOMPLETE
+        say("every remaining task is environment-blocked; nothing was run.")
+        return ExitCode.FAILED
+    if cfg.spends_nothing:  # oracle / nop: the same custody, no key, meter or campaign
+        from .free import run_free, stage_groundtruth
+
+        if cfg.engine == EngineKind.ORACLE.value:
+            stage_groundtruth(bench_copy, manifest.selection.task_ids)
+        return run_free(cfg, manifest, bench_copy)
+    from .paid import run_paid
+
+    return run_paid(cfg, pre, manifest, bench_copy, gateway=gateway)
+
+
+def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:
+    """Before any charge: every MCP server the selection needs must start and list its tools.
+
+    A needed failing server refuses the run; with --accept-environment-blocked its tasks stay in
+    the denominator as environment_blocked, but are not handed to the runner (a certain failure
+    should cost no model money).
+    """
+    from .probes import enforce_inventory, inventory_for_run
+
+    inventory = inventory_for_run(cfg, manifest, bench_copy)
+    enforce_inventory(cfg, manifest, inventory)
+    blocked = set(inventory.get("blocked_tasks") or {})
+    if blocked:
+        manifest.selection.task_ids = [t for t in manifest.selection.task_ids if t not in blocked]
+        manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *manifest.selection.task_ids]
+        write_manifest(cfg.run_root, manifest)
+
+
+def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdentity:
+    req = ImageRequest(
+        tag=pre.image_tag,
+        base_image=cfg.base_image,
+        seed_dir=cfg.repo_dir,
+        seed_head=pre.seed_head,
+        bench_commit=pre.bench.commit,
+        base_image_id=pre.base_image_id,
+    )
+    wheels = []
+    built = False
+    if not pre.image_present:
+        # Another launcher may be building the same tag: wait for it, then use its image if it fits.
+        with build_lock(req.tag):
+            if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
+                wheels = build_derived_image(
+                    cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
+                    manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
+                )
+                built = True
+    return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
+
+
+def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selection:
+    if not cfg.resume_from:
+        ids = pre.explicit if pre.explicit is not None else pre.dataset
+        return Selection(task_ids=list(ids), selection_task_ids=list(ids), explicit=pre.explicit is not None)
+    from .recovery import resolve_ancestry
+
+    plan = resolve_ancestry(
+        list(cfg.resume_from),
+        current_applied_config=cfg.applied_config(),
+        seed_head=pre.seed_head,
+        bench_commit=pre.bench.commit,
+        image_id=image.id,
+        explicit_selection=pre.explicit,
+        dataset_ids=pre.dataset,
+    )
+    return Selection(
+        task_ids=list(plan.remaining),
+        selection_task_ids=list(plan.selection_task_ids),
+        explicit=pre.explicit is not None,
+        resume_from=[str(a) for a in plan.ancestors],
+        resume_generation=plan.generation,
+        settled_elsewhere=sorted(plan.settled),
+    )

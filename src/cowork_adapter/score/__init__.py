@@ -1,0 +1,1 @@
+"""Scoring: the ledger of official verdicts and the tampering counts."""
