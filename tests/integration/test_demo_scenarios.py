@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cowork_adapter.demo.env import SCENARIOS, prepare
+from cowork_adapter.demo.env import prepare
+from cowork_adapter.demo.scenarios import SCENARIOS
 
 
 @pytest.fixture(scope="module")
