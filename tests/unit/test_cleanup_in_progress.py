@@ -3,6 +3,8 @@ it is classified as such and waited for, never counted as a failure; the relist 
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 
@@ -65,24 +67,37 @@ class ParallelDaemon:
     `delay` s (the daemon kills the container first)."""
 
     def __init__(self, label: str, containers: int, delay: float) -> None:
-        self.delay, self.lock, self.log = delay, threading.Lock(), []
+        self.label, self.delay, self.lock, self.log = label, delay, threading.Lock(), []
         self.made = {f"c{i}": {"Id": f"c{i}", "Names": [f"/agent-{i}"], "Labels": {RUN_LABEL_KEY: label}}
                      for i in range(containers)}
         self.nets = {"n0": {"Id": "n0", "Name": "net-0", "Labels": {RUN_LABEL_KEY: label}}}
+        self.removed_at: dict[str, float] = {}
+
+    def land(self, ident: str) -> None:
+        """A container an in-flight creation made appears on the daemon."""
+        with self.lock:
+            self.made[ident] = {"Id": ident, "Names": [f"/agent-{ident}"], "Labels": {RUN_LABEL_KEY: self.label}}
 
     def containers(self, all, filters):  # noqa: A002 - docker-py's own keyword
-        return list(self.made.values())
+        with self.lock:
+            self.log.append(("list", "containers"))
+            return list(self.made.values())
 
     def networks(self, filters):
-        return list(self.nets.values())
+        with self.lock:
+            self.log.append(("list", "networks"))
+            return list(self.nets.values())
 
     def volumes(self, filters):
+        with self.lock:
+            self.log.append(("list", "volumes"))
         return {"Volumes": []}
 
     def remove_container(self, ident, v, force):
         time.sleep(self.delay)
         with self.lock:
             self.log.append(("rm", ident))
+            self.removed_at[ident] = time.monotonic()
             del self.made[ident]
 
     def remove_network(self, ident):
@@ -112,3 +127,63 @@ def test_a_removal_pass_removes_the_containers_in_parallel_each_read_first():
     assert removed["network"] == [("n0", "net-0")] and daemon.log[-1] == ("net", "n0")
     assert sorted(read) == sorted(f"c{i}" for i in range(8))
     assert took < 1.6  # one after the other: 8 x 0.4 = 3.2 s
+
+
+def test_a_pass_removes_the_containers_after_one_listing_and_lists_networks_and_volumes_after():
+    """The containers' removals wait for no more than their own listing: the networks' and volumes'
+    listings (more round trips to a loaded daemon) come once the containers are gone."""
+    label = "b" * 32
+    daemon = ParallelDaemon(label, containers=4, delay=0.05)
+    removed = {"container": [], "network": [], "volume": []}
+    docker_ops._remove_pass(daemon, label, lambda entry: None, None, [], removed)
+    assert daemon.log[0] == ("list", "containers")
+    assert [kind for kind, _ in daemon.log[1:5]] == ["rm"] * 4
+    assert daemon.log[5:] == [("list", "networks"), ("list", "volumes"), ("net", "n0")]
+
+
+class FakeClient:
+    def __init__(self, api) -> None:
+        self.api = api
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_container_landing_while_its_creation_is_in_flight_is_removed_at_once_and_the_proof_waits(
+        tmp_path, monkeypatch):
+    """An admitted creation still holds its lock (a `docker run` waiting for its answer) when the
+    stop's first pass lists: what it makes is removed within a short round of landing, not after
+    the creation has ended, and the proof still waits for the lock."""
+    label = "c" * 32
+    daemon = ParallelDaemon(label, containers=2, delay=0.05)
+    monkeypatch.setattr(docker_ops, "client", lambda host, timeout: FakeClient(daemon))
+    creations = tmp_path / "creations"
+    creations.mkdir()
+    lock_path = creations / "99-abc.lock"
+    fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the in-flight creation's lock (another open file: it conflicts)
+    outcome: dict = {}
+
+    def stop() -> None:
+        try:
+            outcome["report"] = docker_ops.cleanup_run("unix:///fake", label, lambda entry: None, creations=creations,
+                                                       creation_wait_sec=20)
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            outcome["error"] = exc
+        outcome["returned"] = time.monotonic()
+
+    worker = threading.Thread(target=stop)
+    worker.start()
+    time.sleep(0.3)
+    landed = time.monotonic()
+    daemon.land("late")
+    time.sleep(1.5)
+    assert "late" in daemon.removed_at and daemon.removed_at["late"] - landed < 0.9, daemon.removed_at
+    assert "returned" not in outcome  # the lock is still held: nothing is proven yet
+    released = time.monotonic()
+    os.unlink(lock_path)  # the creation ends as the shim ends one: its file removed, its lock closed
+    os.close(fd)
+    worker.join(10)
+    assert "error" not in outcome, outcome
+    assert outcome["returned"] >= released
+    assert sorted(i for i, _ in outcome["report"].removed_containers) == ["c0", "c1", "late"]

@@ -26,12 +26,14 @@ from cowork_adapter.report.render import _task_table
 from cowork_adapter.host.resources import (
     METHOD_SENTENCE,
     NOT_TIED,
+    STOP_UNREAD_CAUSE,
     Suggestion,
     read_task_resources,
     row_samples,
     suggest_concurrency,
     summarize,
     summary_line,
+    unread_by_stop,
 )
 from cowork_adapter.schemas.ledger import RunnerRow, TaskRow
 from cowork_adapter.schemas.record import decode
@@ -182,6 +184,20 @@ def test_a_container_without_a_reading_makes_the_total_unknown_with_the_reason_n
                                              "cause": "daemon_reports_no_peak"}])
     assert v2.peak_memory_bytes is None and v2.cpu_seconds == 0.0
     assert "daemon_reports_no_peak" in v2.basis
+
+
+def test_a_stop_never_asks_the_daemon_and_says_why_the_task_is_unknown(tmp_path):
+    """The stop's hook (custody/stop_removal.py) writes a line naming its cause for each measured
+    container, none for another, and never touches the daemon (its api argument is None here)."""
+    note = unread_by_stop(tmp_path)
+    for name in ("agent-5-aa", "pg-5-aa", "eval-5-aa", "helper-5-aa", "other"):
+        note(None, "id-" + name, name)
+    lines = [json.loads(line) for line in (tmp_path / "5-aa.resources.jsonl").read_text().splitlines()]
+    assert [r["container"] for r in lines] == ["agent-5-aa", "pg-5-aa", "eval-5-aa"]
+    assert {(r["command"], r["cause"], r["memory_peak_bytes"], r["cpu_ns"]) for r in lines} == {
+        ("adapter_stop", STOP_UNREAD_CAUSE, None, None)}
+    use = summarize([("agent-5-aa", "agent")], lines[:1])
+    assert use.peak_memory_bytes is None and STOP_UNREAD_CAUSE in use.basis
 
 
 def test_no_container_tied_to_the_task_is_unknown_with_a_reason():

@@ -31,7 +31,9 @@ LOCK_SUFFIX = ".lock"
 # idle daemon and in a few seconds on a loaded one; a foreground `docker run` holds its lock until
 # its container is removed, which cleanup does first.
 CREATION_WAIT_SEC = 30.0
-POLL_SEC = 0.1
+# A held lock is tried again this often: a try is an open and a flock of a local file, and a stop
+# waits on it (cleanup_run's short rounds), so it is short.
+POLL_SEC = 0.02
 
 
 def creations_dir(run_root: Path) -> Path:

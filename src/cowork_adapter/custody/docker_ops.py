@@ -29,9 +29,10 @@ DEFAULT_TIMEOUT_SEC = 30
 # waited for this long before the relist judges; the relist stays the only proof.
 IN_PROGRESS_WAIT_SEC = 30.0
 # In-flight creations are waited for in rounds this long, each followed by another removal pass:
-# a foreground `docker run` whose create landed after a pass holds its lock until its container is
-# removed.
-CREATION_ROUND_SEC = 3.0
+# what a creation made is on the daemon before its lock is released (a foreground `docker run`
+# holds its lock until its container is removed, a `run -d` until the start answers), so a short
+# round removes it as soon as it lands instead of after a long sleep; a round costs one listing.
+CREATION_ROUND_SEC = 0.25
 # Removals of one kind run in this many threads at most; the client's connection pool is as large,
 # so no thread waits for a connection and none is opened past the pool.
 REMOVAL_WORKERS = 16
@@ -129,6 +130,7 @@ def cleanup_run(
         removed: dict[str, list[Resource]] = {"container": [], "network": [], "volume": []}
         gone = 0
         deadline = time.monotonic() + creation_wait_sec
+        in_flight = 0
         while True:
             gone += _remove_pass(dc.api, run_label, log, before_remove, errors, removed)
             try:
@@ -141,8 +143,10 @@ def cleanup_run(
                                    f"after {creation_wait_sec:g} s")
             if not settled.ended and not settled.in_flight:
                 break  # nothing landed since this pass listed: the relist below is the proof
-            log({"event": "cleanup_creations_settled", "run_label": run_label, "ended": settled.ended,
-                 "in_flight": settled.in_flight})
+            if settled.ended or settled.in_flight != in_flight:  # a line per change, not per short round
+                log({"event": "cleanup_creations_settled", "run_label": run_label, "ended": settled.ended,
+                     "in_flight": settled.in_flight})
+            in_flight = settled.in_flight
         try:
             remaining = _list(dc.api, run_label)
         except CustodyError as err:
@@ -174,13 +178,18 @@ def _remove_pass(
     other, a run's dozen containers take seconds, all at once about the time of the slowest one.
     Killed mid-pass, this process leaves nothing half-owned: a removal the daemon accepted finishes
     there, the rest stays labelled for the next cleanup (the watchdog's, `clear`'s)."""
-    listed = _list(api, run_label)
     gone = 0
-    for kind, remove, items in (
-        ("container", _remove_container, listed.containers),
-        ("network", _remove_network, listed.networks),
-        ("volume", _remove_volume, listed.volumes),
-    ):
+    rest = None
+    for kind, remove in (("container", _remove_container), ("network", _remove_network), ("volume", _remove_volume)):
+        # The containers are listed alone and removed at once: the networks' and volumes' listings
+        # (two more round trips to a daemon that may be slow under load) come while nothing of the
+        # run can still run, and see what the container removals left.
+        if kind == "container":
+            items = _list_containers(api, run_label)
+        else:
+            if rest is None:
+                rest = _list(api, run_label, containers=False)
+            items = rest.networks if kind == "network" else rest.volumes
         hook = before_remove if kind == "container" else None
         outcomes = _in_parallel(lambda item: _read_and_remove(hook, remove, api, kind, *item), items)
         for (ident, name), error in zip(items, outcomes):
@@ -190,7 +199,8 @@ def _remove_pass(
             log(error)  # here, in this thread: `log` need not be thread-safe
             errors.append(error)
             gone += error["outcome"] in ("not_found", "in_progress")
-    _await_removals(api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"])
+        if kind == "container":  # a network is freed only once a competing removal of its container is done
+            _await_removals(api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"])
     return gone
 
 
@@ -282,20 +292,30 @@ def custody_gap(
 # ---------------------------------------------------------------- internals
 
 
-def _list(api: docker.APIClient, run_label: str) -> Labelled:
+def _list(api: docker.APIClient, run_label: str, *, containers: bool = True) -> Labelled:
+    """The run's resources; with containers=False its networks and volumes only."""
     wanted = label_filter(run_label)
+    listed = _list_containers(api, run_label) if containers else []
     try:
-        containers = api.containers(all=True, filters={"label": wanted})
         networks = api.networks(filters={"label": wanted})
         volumes = (api.volumes(filters={"label": wanted}) or {}).get("Volumes") or []
     except DOCKER_FAILURES as err:
         raise CustodyError(f"cannot list resources with run label {run_label}: {_brief(err)}") from err
     # The daemon filter is exact; the client-side check keeps that a property of this code too.
     return Labelled(
-        containers=[(c["Id"], _container_name(c)) for c in containers if _owned(c, run_label)],
+        containers=listed,
         networks=[(n["Id"], n.get("Name", "")) for n in networks if _owned(n, run_label)],
         volumes=[(v["Name"], v["Name"]) for v in volumes if _owned(v, run_label)],
     )
+
+
+def _list_containers(api: docker.APIClient, run_label: str) -> list[Resource]:
+    """The run's containers in every state (exact label, checked client-side too)."""
+    try:
+        containers = api.containers(all=True, filters={"label": label_filter(run_label)})
+    except DOCKER_FAILURES as err:
+        raise CustodyError(f"cannot list resources with run label {run_label}: {_brief(err)}") from err
+    return [(c["Id"], _container_name(c)) for c in containers if _owned(c, run_label)]
 
 
 def _owned(item: dict[str, Any], run_label: str) -> bool:

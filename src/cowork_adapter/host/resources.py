@@ -28,6 +28,8 @@ from .daemon import daemon_info
 EVIDENCE_DIR = ("custody", "evidence")
 READINGS_SUFFIX = ".resources.jsonl"
 MEASURED_ROLES = ("pg", "agent", "eval")  # the shim's MEASURED_ROLES
+# Why a container a stop removed has no reading (unread_by_stop).
+STOP_UNREAD_CAUSE = "not_read_removed_by_stop"
 METHOD_SENTENCE = ("daemon stats API read before each container's removal (cgroup max_usage and "
                    "cpu total_usage), summed over the task's containers")
 # Share of the daemon's memory the suggestion lets tasks fill: the daemon, the page cache and
@@ -183,31 +185,17 @@ def summary_line(rows: Sequence[TaskRow]) -> str:
 # ---------------------------------------------------------------- files
 
 
-def reader_for(evidence_dir: Path | str, *, docker_host: str | None = None,
-               bound_sec: float | None = None) -> Callable[[Any, str, str], None]:
+def reader_for(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
     """A `cleanup_run(before_remove=...)` hook: a task container the runner left behind (its
     launcher or runner was killed before `rm`) is read from the daemon the same way the shim
-    reads it, into the same evidence file, before custody cleanup removes it.
-
-    With `bound_sec` (a stop's removal, custody/stop_removal.py) the read is the shim's own, on
-    `docker_host`, given at most that long: a busy daemon answers a stats request only at its
-    collector's next round, up to a second later, and a stop does not wait that long for the
-    reading of a task it interrupts. A read cut short is recorded with its cause, like any failed one."""
+    reads it, into the same evidence file, before custody cleanup removes it."""
     from ..custody import shim
 
     def read(api: Any, ident: str, name: str) -> None:
-        role = shim.role_for_name(name)
-        task_ident = shim.task_id(name, role) if role in MEASURED_ROLES else None
+        task_ident = _measured_task(shim, name)
         if task_ident is None:
             return
-        if bound_sec is not None and docker_host:
-            reading = shim.read_stats({"docker_host": docker_host}, ident, timeout=bound_sec)
-            reading.update(container=name, role=role, command="adapter_stop")
-            shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
-            return
-        reading = {"ts": time.time(), "container": name, "method": shim.STATS_METHOD, "role": role,
-                   "command": "adapter_cleanup", "memory_peak_bytes": None, "cpu_ns": None,
-                   "memory_usage_bytes": None, "cause": None}
+        reading = _unread(shim, name, "adapter_cleanup", None)
         try:
             data = api.stats(ident, stream=False, one_shot=True)
         except Exception as exc:  # noqa: BLE001 - recorded as the cause, like the shim does
@@ -218,6 +206,34 @@ def reader_for(evidence_dir: Path | str, *, docker_host: str | None = None,
         shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
 
     return read
+
+
+def unread_by_stop(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
+    """The stop's `cleanup_run(before_remove=...)` hook (custody/stop_removal.py): no daemon read,
+    one line saying so. The daemon answers a stats request only at its next collection round (about
+    1.0 s measured on the test bed, idle or loaded), and a stop does not keep a task it interrupts
+    running that long for a figure; the task's resource use then names STOP_UNREAD_CAUSE."""
+    from ..custody import shim
+
+    def note(_api: Any, _ident: str, name: str) -> None:
+        task_ident = _measured_task(shim, name)
+        if task_ident is not None:
+            shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)),
+                             _unread(shim, name, "adapter_stop", STOP_UNREAD_CAUSE))
+
+    return note
+
+
+def _measured_task(shim: Any, name: str) -> str | None:
+    """The runner's task id of a measured container (agent-, eval-, pg-<id>), else None."""
+    role = shim.role_for_name(name)
+    return shim.task_id(name, role) if role in MEASURED_ROLES else None
+
+
+def _unread(shim: Any, name: str, command: str, cause: str | None) -> dict[str, Any]:
+    return {"ts": time.time(), "container": name, "method": shim.STATS_METHOD, "role": shim.role_for_name(name),
+            "command": command, "memory_peak_bytes": None, "cpu_ns": None, "memory_usage_bytes": None,
+            "cause": cause}
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

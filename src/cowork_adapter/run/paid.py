@@ -678,10 +678,12 @@ class PaidRun:
         """From a gateway thread: its own cost sum reached the allowance. Fence admission, stop the run."""
         if reason != GATEWAY_BUDGET:
             return  # a stop the run itself caused (stop file, runner done): nothing more to do
-        self.event(EventKind.STOP_REQUESTED, reason=StopReason.GATEWAY_BUDGET.value, source="llm_gateway")
+        # The fence and the supervisor's wake first: the event's durable write (an fsync, slow on a
+        # busy disk) must not delay the stop; killed before it, the stop file still tells.
         _fence(self.stop_file, StopReason.GATEWAY_BUDGET)
         if self.stop_now is not None:
             self.stop_now(StopReason.GATEWAY_BUDGET)
+        self.event(EventKind.STOP_REQUESTED, reason=StopReason.GATEWAY_BUDGET.value, source="llm_gateway")
 
     def stop_from_outside(self, reason: str) -> None:
         """From a thread (the host's lease): fence admission now and stop the supervisor."""
