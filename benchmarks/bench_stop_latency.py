@@ -35,10 +35,12 @@ calculated from the poll interval. Exit 2 when a run did not stop on the campaig
 
 With --llm-gateway it then makes the same runs (same tasks, same phases, both paths) with the
 model gateway, the chat stand-in on loopback as the provider. There the crossing request itself
-is the detection: at the same phase after a meter reading the script sends one chat completion
-through the gateway with the task's token (minted from the run's gateway secret, as the shim
-does) that the stand-in answers with a cost taking the gateway's sum past the run's allowance,
-then one request every 20 ms until one is refused. Per run:
+is the detection: at the same phase after a meter reading one chat completion goes through the
+gateway with the task's token (minted from the run's gateway secret, as the shim does) from
+inside the first task's own agent container (a `docker exec` of a small Python script there: the
+gateway serves only the run's containers), which the stand-in answers with a cost taking the
+gateway's sum past the run's allowance, then one request every 20 ms until one is refused; the
+script reports both moments on the shared kernel clock. Per run:
 
   refused    crossing request answered → the next request refused (403, the gateway's fence)
   fence      crossing request answered → the stop file in place (its ctime)
@@ -71,10 +73,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-import httpx
+import docker
 
 from cowork_adapter.campaign.observe import POLL_SEC
 from cowork_adapter.custody.docker_ops import list_labelled
@@ -83,6 +86,7 @@ from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.env import DemoEnv, prepare, read_json
 from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.gateway.server import mint_token
+from cowork_adapter.gateway.policy import pinned_model
 from cowork_adapter.vocab import StopPath
 
 TASKS = ["demo-hang", "demo-deck-stateful", "demo-crm-postgres", "demo-round-limit"]
@@ -94,6 +98,7 @@ PHASES = (0.1, 0.3, 0.5, 0.7, 0.9)
 MARGIN_S = 1.0  # the jump must come at least this long before the crossing
 CROSSING_COST = 100.0  # the provider's cost figure for the crossing request: past any allowance here
 RETRY_S = 0.02  # after the crossing, a request this often until one is refused
+COST_LEAD_S = 0.01  # the stand-in charges the crossing price from this long before the crossing request
 
 
 def in_flight(run_root: Path) -> int:
@@ -230,14 +235,67 @@ def task_ident(run_root: Path, task: str) -> str | None:
     return None
 
 
-def chat(client: httpx.Client, url: str, token: str) -> int:
-    body = {"model": "demo-stub-model", "messages": [{"role": "user", "content": "bench crossing"}]}
-    return client.post(url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {token}"}).status_code
+# Run inside the task's agent container (the gateway serves only the run's containers): at wall time
+# BENCH_AT (the host's clock: a container shares its kernel's) one chat completion, then one every
+# BENCH_EVERY s until one is refused; a JSON line, flushed, at each of those two moments.
+IN_AGENT = r"""
+import json, os, time, urllib.error, urllib.request
+url = os.environ["BENCH_URL"].rstrip("/") + "/chat/completions"
+body = json.dumps({"model": os.environ["BENCH_MODEL"], "messages": [{"role": "user", "content": "bench crossing"}]}).encode()
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def chat():
+    request = urllib.request.Request(url, data=body, headers={"Authorization": "Bearer " + os.environ["BENCH_TOKEN"],
+                                                              "Content-Type": "application/json"})
+    try:
+        with opener.open(request, timeout=30) as answer:
+            answer.read()
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return 0  # the gateway closed: refused too
+time.sleep(max(0.0, float(os.environ["BENCH_AT"]) - time.time()))
+status = chat()
+print(json.dumps({"crossing": status, "at": time.time()}), flush=True)
+while status == 200:
+    time.sleep(float(os.environ["BENCH_EVERY"]))
+    status = chat()
+    if status != 200:
+        print(json.dumps({"refused": status, "at": time.time()}), flush=True)
+"""
+AGENT_PYTHON = "/opt/venv/bin/python3"  # the demo pack image's, the one its agent runs
+
+
+def in_agent_lines(docker_host: str, container: str, env: dict[str, str], into: list[dict]) -> threading.Thread:
+    """Start IN_AGENT in `container` (an exec of the run's own agent container, through the daemon)
+    and collect its JSON lines into `into` from a thread, as they come."""
+    dc = docker.DockerClient(base_url=docker_host, timeout=60)
+    exec_id = dc.api.exec_create(container, [AGENT_PYTHON, "-c", IN_AGENT], environment=env)["Id"]
+    stream = dc.api.exec_start(exec_id, stream=True)
+
+    def read() -> None:
+        buffer = b""
+        try:
+            for chunk in stream:
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip().startswith(b"{"):
+                        into.append(json.loads(line))
+        except Exception:  # noqa: BLE001 - the container removed under the exec ends its stream
+            pass
+        finally:
+            dc.close()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
 
 
 def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, tasks: list[str],
                     provider: ChatStandin, path: str = FAST) -> dict:
-    """A run with --llm-gateway: the crossing is one request whose provider cost passes the allowance."""
+    """A run with --llm-gateway: the crossing is one request, from inside the first task's agent
+    container, whose provider cost passes the allowance."""
     name, campaign = f"gw-stop-{path}-{index}", f"campaign-gw-stop-{path}-{index}.json"
     run_root = env.run_root(name)
     provider.cost_per_request = 0.0001
@@ -245,47 +303,47 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
              "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", *path_args(path)]
     proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000, extra=extra), name)
     deadline = time.monotonic() + 900
-    client = httpx.Client(timeout=30)
+    lines: list[dict] = []
     try:
         flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
         label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         ident = task_ident(run_root, tasks[0])
-        manifest = read_json(run_root / "run_manifest.json")
-        url = manifest["llm_gateway"]["container_url"]
+        gateway = read_json(run_root / "run_manifest.json")["llm_gateway"]
         secret = bytes.fromhex((run_root / "private" / "gateway.secret").read_text())
-        token = mint_token(secret, label, ident)
         last = (reading_times(run_root) or [time.time()])[-1]
         cross_wall = last + phase * POLL_SEC
         while cross_wall - time.time() < MARGIN_S:
             cross_wall += POLL_SEC
-        time.sleep(max(0.0, cross_wall - time.time()))
+        reader = in_agent_lines(docker_host, f"agent-{ident}", {
+            "BENCH_URL": gateway["container_url"], "BENCH_TOKEN": mint_token(secret, label, ident),
+            "BENCH_MODEL": pinned_model(gateway["routed_model"]), "BENCH_AT": repr(cross_wall),
+            "BENCH_EVERY": repr(RETRY_S)}, lines)
+        # The crossing price from just before the request leaves the container to its answer.
+        time.sleep(max(0.0, cross_wall - COST_LEAD_S - time.time()))
         provider.cost_per_request = CROSSING_COST
-        status = chat(client, url, token)
-        answered_wall, answered_mono = time.time(), time.monotonic()
-        if status != 200:
-            raise RuntimeError(f"run {name}: the crossing request was answered {status}; see {run_root}")
-        refused_mono = None
-        while refused_mono is None and time.monotonic() < deadline:
-            time.sleep(RETRY_S)
-            try:
-                if chat(client, url, token) == 403:
-                    refused_mono = time.monotonic()
-            except httpx.TransportError:  # the run already closed its gateway
-                refused_mono = time.monotonic()
-        empty_mono = None
+        while not lines and reader.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        provider.cost_per_request = 0.0001
+        crossing = next((line for line in lines if "crossing" in line), None)
+        if crossing is None or crossing["crossing"] != 200:
+            raise RuntimeError(f"run {name}: the crossing request from the agent container was answered "
+                               f"{crossing and crossing['crossing']}; see {run_root}")
+        answered_wall = crossing["at"]
+        empty_wall = None
         while time.monotonic() < deadline:
             if no_container(docker_host, label):
-                empty_mono = time.monotonic()
+                empty_wall = time.time()
                 break
             time.sleep(POLL_S)
+        reader.join(30)
         code = proc.wait(timeout=600)
     finally:
-        client.close()
         provider.cost_per_request = 0.0001
         if proc.poll() is None:
             proc.terminate()
     manifest = read_json(run_root / "run_manifest.json")
-    if refused_mono is None or empty_mono is None:
+    refused = next((line for line in lines if "refused" in line), None)
+    if refused is None or empty_wall is None:
         raise RuntimeError(f"run {name}: no refusal or no empty label before the deadline (exit {code}); see {run_root}")
     before = [t for t in reading_times(run_root) if t <= answered_wall]
     fence_path = run_root / "custody" / "stop"
@@ -293,7 +351,7 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
     return {
         "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump, "phase_s": (answered_wall - before[-1]) if before else float("nan"),
-        "refused": refused_mono - answered_mono, "fence": fence_wall - answered_wall, "total": empty_mono - answered_mono,
+        "refused": refused["at"] - answered_wall, "fence": fence_wall - answered_wall, "total": empty_wall - answered_wall,
     }
 
 
@@ -337,13 +395,25 @@ def summary(values: list[float]) -> str:
     return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}" if values else "(none)"
 
 
+def ratio(series: dict[str, list[dict]], key: str) -> str:
+    """The old path's median over the fast path's, when both were measured."""
+    medians = {}
+    for path in (RUNNER_TRAP, FAST):
+        values = [r[key] for r in series.get(path, []) if r[key] == r[key]]
+        medians[path] = statistics.median(values) if values else None
+    old, new = medians[RUNNER_TRAP], medians[FAST]
+    return f"{old / new:9.2f}x" if old is not None and new else ""
+
+
 def side_by_side(title: str, rows: list[tuple[str, str]], series: dict[str, list[dict]], unit: str = "s") -> None:
-    """One line per figure: min / median / max of each stop path's runs, the paths in columns."""
+    """One line per figure: min / median / max of each stop path's runs, the paths in columns, and
+    the ratio of their medians (runner_trap / fast) when both ran."""
+    both = FAST in series and RUNNER_TRAP in series
     print(f"\n{title} (min / median / max, {unit})")
-    print(f"  {'':<52}" + "".join(f"{path:>26}" for path in series))
+    print(f"  {'':<52}" + "".join(f"{path:>26}" for path in series) + (f"{'old/fast':>10}" if both else ""))
     for label, key in rows:
         cells = "".join(f"{summary([r[key] for r in runs]):>26}" for runs in series.values())
-        print(f"  {label:<52}{cells}")
+        print(f"  {label:<52}{cells}" + (f"{ratio(series, key):>10}" if both else ""))
 
 
 def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> int:
