@@ -41,7 +41,7 @@ from .defaults import (
     check_http_url,
     refuse_key_on_command_line,
 )
-from .host.admission import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
+from .defaults import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
 from .errors import Refusal
 from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode, StopPath

@@ -26,14 +26,13 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
-from .host.admission import (DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB,
-                        AdmissionLimits)
 from .errors import Refusal
 from .gateway.policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
 from .gateway.policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .benchmark.selection import explicit_selection
 from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
+    DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB, AdmissionLimits,
     PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, DEFAULT_CAMPAIGN_NAME, AGENT_CONTAINER_SLEEP_SEC,
     TASK_TIMEOUT_WARN_SEC, DOCKER_MIN_MEMORY_BYTES, DEFAULT_CPUS, DEFAULT_MEMORY_BYTES,
     MIN_KEY_LEN_FOR_SUBSTRING, SAFETY_MODES, TASK_REVIEW_MODES, REVIEW_ENFORCEMENTS, RUNTIME_MODES,

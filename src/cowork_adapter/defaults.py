@@ -7,8 +7,10 @@ start-up; config.py re-exports every name here.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .errors import Refusal
@@ -30,6 +32,12 @@ DEFAULT_CPUS = 4.0
 DEFAULT_MEMORY_BYTES = 16 << 30
 # A substring check on argv is only meaningful for a key long enough not to match by chance.
 MIN_KEY_LEN_FOR_SUBSTRING = 8
+
+# Admission by load (host/admission.py applies them; how each default was measured is in its docstring).
+GIB = 2**30
+DEFAULT_MAX_LOAD_PER_CPU = 7.0
+DEFAULT_MIN_MEM_AVAILABLE_BYTES = 2 * GIB
+DEFAULT_MAX_DAEMON_PING_SEC = 2.0
 
 SAFETY_MODES = ("full", "light", "off")
 TASK_REVIEW_MODES = ("off", "auto", "required")
@@ -53,6 +61,24 @@ class InvalidFlag(ValueError):
         super().__init__(sentence)
         self.stage = stage
         self.sentence = sentence
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """The three admission flags as one value: config builds it, host/admission.py's `decide` applies it."""
+
+    max_load_per_cpu: float = DEFAULT_MAX_LOAD_PER_CPU
+    min_mem_available_bytes: int = DEFAULT_MIN_MEM_AVAILABLE_BYTES
+    max_daemon_ping_sec: float = DEFAULT_MAX_DAEMON_PING_SEC
+
+    def __post_init__(self) -> None:
+        # Flags are checked where they are parsed; this guards the arithmetic against NaN/inf.
+        for name in ("max_load_per_cpu", "max_daemon_ping_sec"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number greater than 0 (got {value})")
+        if self.min_mem_available_bytes < 0:
+            raise ValueError(f"min_mem_available_bytes must be >= 0 (got {self.min_mem_available_bytes})")
 
 
 def flag_name(field: str) -> str:

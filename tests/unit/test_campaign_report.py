@@ -15,9 +15,10 @@ from cowork_adapter.campaign.overview import build_campaign_status, render_campa
 from cowork_adapter.ops.control import read_run
 from cowork_adapter.errors import Refusal
 from cowork_adapter.report.build import build_report, row_cost
+from cowork_adapter.campaign.records import match_runs, missing_runs, missing_sentence
 from cowork_adapter.report.campaign import (
-    REASON_CLAIMED, REASON_DB_ONLY, REASON_OPEN, campaign_view, check_identities, match_runs, merge_campaign,
-    missing_runs, missing_sentence, overlapping,
+    REASON_CLAIMED, REASON_DB_ONLY, REASON_OPEN, campaign_view, check_identities, merge_campaign,
+    overlapping,
 )
 from cowork_adapter.report.merge import load_run
 from cowork_adapter.report.render import to_html, to_markdown

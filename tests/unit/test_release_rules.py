@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cowork_adapter.campaign.claims import decide_operator_release, lapsed_problem
-from cowork_adapter.campaign.release import Fence, describe, find_fence, label_of_registered_root, release_record
+from cowork_adapter.campaign.records import describe
+from cowork_adapter.campaign.release import Fence, find_fence, label_of_registered_root, release_record
 from cowork_adapter.custody.labels import new_run_label, path_label
 from cowork_adapter.errors import CustodyError, Refusal
 from cowork_adapter.schemas.multihost import HostRun, HostRunRelease

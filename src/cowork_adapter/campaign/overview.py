@@ -15,10 +15,9 @@ from typing import Any
 from ..ops.control import RunFiles, read_run
 from ..errors import Refusal
 from ..run.live import format_duration
-from ..report.campaign import match_runs, missing_runs, missing_sentence
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState
-from .release import describe
+from .records import describe, match_runs, missing_runs, missing_sentence, read_snapshot
 
 SCHEMA = "cowork_adapter.campaign_status.v1"
 
@@ -115,8 +114,6 @@ def render_campaign_status(status: dict[str, Any]) -> list[str]:
 
 def campaign_status_command(url: str, name: str, roots: list[Path], as_json: bool) -> int:
     """0 read (every run root of the campaign given), 1 read but some run roots not given, 2 refused."""
-    from .pg_view import read_snapshot
-
     snap = read_snapshot(url, name)
     files = {}
     for root in roots:

@@ -122,7 +122,7 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
     from .claims import lapsed_problem
     from .commands import _refused
     from .pg_store import TaskClaims
-    from .pg_view import read_snapshot
+    from .records import read_snapshot
 
     operator = operator or f"{getpass.getuser()}@{socket.gethostname()}"
     try:
@@ -159,12 +159,3 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
           + (f" ({', '.join(tasks)})" if tasks else "") + f"; recorded by {release.operator} as {release.db_user} "
           f"at {release.at.isoformat()}.")
     return int(ExitCode.OK)
-
-
-def describe(release: HostRunRelease) -> str:
-    """One sentence for status and report: released, by whom, on what evidence (never 'proven')."""
-    how = ("operator-attested, not proven" if release.fence == ReleaseFence.ATTESTED
-           else "its daemon's label proven empty, its processes not checked")
-    return (f"released by {release.operator} (database role {release.db_user}) at {release.at.isoformat()} "
-            f"({how}: {release.evidence}; note: {release.operator_note}); "
-            f"{len(release.released_tasks)} claim(s) went back to open")

@@ -203,8 +203,6 @@ def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
     first, `read_attempts`): settled statuses settle, anything else goes back to open
     (only with `give_back`: a fencing host leaves that to release_fenced, which checks the lease
     and the proof under the run's row lock). Returns task -> the claim's new state."""
-    from ..score.ledger import rebuild_attempts
-
     held = set(claims.held_by(run_id)) & set(tasks)
     if not held:
         return {}

@@ -48,26 +48,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GIB = 2**30
-DEFAULT_MAX_LOAD_PER_CPU = 7.0  # measured: see the module's docstring
-DEFAULT_MIN_MEM_AVAILABLE_BYTES = 2 * GIB
-DEFAULT_MAX_DAEMON_PING_SEC = 2.0
-
-
-@dataclass(frozen=True)
-class AdmissionLimits:
-    max_load_per_cpu: float = DEFAULT_MAX_LOAD_PER_CPU
-    min_mem_available_bytes: int = DEFAULT_MIN_MEM_AVAILABLE_BYTES
-    max_daemon_ping_sec: float = DEFAULT_MAX_DAEMON_PING_SEC
-
-    def __post_init__(self) -> None:
-        # Flags are checked where they are parsed; this guards the arithmetic against NaN/inf.
-        for name in ("max_load_per_cpu", "max_daemon_ping_sec"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number greater than 0 (got {value})")
-        if self.min_mem_available_bytes < 0:
-            raise ValueError(f"min_mem_available_bytes must be >= 0 (got {self.min_mem_available_bytes})")
+# The limits and their defaults live in defaults.py (config and the command line read them without this
+# module's readers of the host); re-exported here beside `decide`, which applies them.
+from ..defaults import (  # noqa: F401
+    DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB, AdmissionLimits)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from ..errors import Refusal
 from ..fileio import create_exclusive
 from ..vocab import ExitCode
 from .build import build_report, row_cost
-from .campaign import campaign_view, check_identities, match_runs, merge_campaign, missing_runs, missing_sentence
+from ..campaign.records import match_runs, missing_runs, missing_sentence, read_snapshot
+from .campaign import campaign_view, check_identities, merge_campaign
 from .merge import load_run, load_runs, meter_usage_series
 from .render import to_html, to_markdown
 
@@ -37,8 +38,6 @@ def make_report(roots: list[Path], concurrency: int) -> dict[str, Any]:
 def make_campaign_report(url: str, name: str, roots: list[Path], concurrency: int) -> dict[str, Any]:
     """The one report of campaign `name` from its database and every host's run root (Refusal, stage
     "report" or "campaign": unreachable, unknown, a root not of it, a root of it missing)."""
-    from ..campaign.pg_view import read_snapshot  # psycopg2 only for a campaign's report
-
     if concurrency < 1:
         raise Refusal("report", "The projection concurrency must be at least 1.")
     snap = read_snapshot(url, name)

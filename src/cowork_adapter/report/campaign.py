@@ -20,11 +20,10 @@ from typing import Any
 
 import msgspec
 
-from ..campaign.release import describe
+from ..campaign.records import describe, run_place
 from ..errors import Refusal
 from ..run.recovery import identity_difference
 from ..schemas.ledger import TaskRow
-from ..schemas.manifest import RunManifest
 from ..schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, OfficialEvalStatus, PaidActivity, TaskStatus
 from .merge import STAGE, MergedRow, RunRecord, own_attempts
@@ -42,54 +41,6 @@ class CampaignMerge:
     claim_state: dict[str, str]  # task -> open | claimed | settled
     disagreements: list[str] = field(default_factory=list)  # one sentence each: disclosed, never merged
     image_notes: list[str] = field(default_factory=list)
-
-
-def _where(run: CampaignRun) -> str:
-    return f"run {run.run_id} on {run.host} ({run.run_root})"
-
-
-def match_runs(runs: list[CampaignRun], given: list[tuple[str, RunManifest]], campaign: str) -> dict[str, str]:
-    """run_id -> the given run root (path here) of that host run, matched by the run id its manifest
-    records, else by the run root its launcher registered. Refusal for a root that is not the
-    campaign's, matches two host runs, or repeats a run already given."""
-    by_id = {r.run_id: r for r in runs}
-    matched: dict[str, str] = {}
-    for root, m in given:
-        if m.campaign_name is not None and m.campaign_name != campaign:
-            raise Refusal(STAGE, f"Run root {root} belongs to campaign {m.campaign_name!r}, not {campaign!r}; "
-                                 "give only the run roots of this campaign.")
-        run_id = m.shared_run.run_id if m.shared_run is not None else None
-        if run_id is not None:
-            if run_id not in by_id:
-                raise Refusal(STAGE, f"Run root {root} records run {run_id}, which is not a run of campaign "
-                                     f"{campaign!r}; give only the run roots of this campaign.")
-            candidates = [by_id[run_id]]
-        else:
-            candidates = [r for r in runs if r.run_root == m.run_root]
-        if not candidates:
-            raise Refusal(STAGE, f"Run root {root} (recorded as {m.run_root}) is not a run of campaign {campaign!r}: "
-                                 "no host run of the campaign has that run root; give only the run roots of this campaign.")
-        if len(candidates) > 1:
-            raise Refusal(STAGE, f"Run root {root} (recorded as {m.run_root}) matches "
-                                 f"{' and '.join(_where(c) for c in candidates)}, and its manifest records no run id "
-                                 "to tell them apart; report those hosts' runs separately.")
-        run = candidates[0]
-        if run.run_id in matched:
-            raise Refusal(STAGE, f"Run roots {matched[run.run_id]} and {root} are both {_where(run)}; "
-                                 "give each run root once.")
-        matched[run.run_id] = root
-    return matched
-
-
-def missing_runs(runs: list[CampaignRun], matched: dict[str, Any]) -> list[CampaignRun]:
-    return [r for r in runs if r.run_id not in matched]
-
-
-def missing_sentence(missing: list[CampaignRun], campaign: str) -> str:
-    listed = "; ".join(f"{r.host}:{r.run_root} (run {r.run_id}, {r.state})" for r in missing)
-    noun = "run root is" if len(missing) == 1 else f"{len(missing)} run roots are"
-    return (f"Campaign {campaign!r}: {noun} not given: {listed}; copy each from its host and name it, "
-            "since one result needs every host's ledger.")
 
 
 def check_identities(matched: dict[str, RunRecord], runs: list[CampaignRun]) -> list[str]:
@@ -112,7 +63,7 @@ def check_identities(matched: dict[str, RunRecord], runs: list[CampaignRun]) -> 
             raise Refusal(STAGE, f"Run root {rec.root} ({by_id[run_id].host}) differs in {diff} from {first.root} "
                                  f"({by_id[first_id].host}), and results of different configurations are never merged.")
         if image != first_image:
-            notes.append(f"{_where(by_id[run_id])} used image {image}, and {_where(by_id[first_id])} image "
+            notes.append(f"{run_place(by_id[run_id])} used image {image}, and {run_place(by_id[first_id])} image "
                          f"{first_image}: each host builds its own image from the same configuration.")
     return notes
 
@@ -151,13 +102,13 @@ def merge_campaign(claims: list[CampaignClaim], runs: list[CampaignRun],
                                          provenance=f"campaign database ({claim.run_id})")
                 what = (f"its ledger says {row.status.value}" if row is not None
                         else "its ledger has no row for it" if rec is not None else "its run root was not read")
-                who = _where(settler) if settler else f"run {claim.run_id}"
+                who = run_place(settler) if settler else f"run {claim.run_id}"
                 notes.append(f"Task {task}: the campaign database says {who} settled it as {db_status.value}, but "
                              f"{what}; the database's status counts.")
             for other_id, other in rows.items():
                 o = other.get(task)
                 if other_id != claim.run_id and o is not None and o.status.settled:
-                    notes.append(f"Task {task}: {_where(by_id[other_id])} has a result ({o.status.value}) for it, but "
+                    notes.append(f"Task {task}: {run_place(by_id[other_id])} has a result ({o.status.value}) for it, but "
                                  f"the campaign database says run {claim.run_id} settled it; that result is not counted.")
             continue
         # Open or claimed: not run. An unsettled attempt (infra_failed, ...) keeps its own words.
@@ -168,7 +119,7 @@ def merge_campaign(claims: list[CampaignClaim], runs: list[CampaignRun],
             if o is None:
                 continue
             if o.status.settled:
-                notes.append(f"Task {task}: {_where(by_id[run_id])} has a result ({o.status.value}) for it, but the "
+                notes.append(f"Task {task}: {run_place(by_id[run_id])} has a result ({o.status.value}) for it, but the "
                              f"campaign database says it is {claim.state}, not settled; that result is not counted.")
             elif o.status is not TaskStatus.NOT_ATTEMPTED:
                 kept = MergedRow(row=o, provenance=matched[run_id].root)
@@ -178,7 +129,7 @@ def merge_campaign(claims: list[CampaignClaim], runs: list[CampaignRun],
     for run_id, own in rows.items():
         for task, o in sorted(own.items()):
             if task not in selection and o.status is not TaskStatus.NOT_ATTEMPTED:
-                notes.append(f"Task {task}: {_where(by_id[run_id])} has a row ({o.status.value}) for it, but it is not "
+                notes.append(f"Task {task}: {run_place(by_id[run_id])} has a row ({o.status.value}) for it, but it is not "
                              "in the campaign's selection; it is not counted.")
     return CampaignMerge(tasks=tasks, merged=merged, claim_state={c.task_id: c.state for c in claims},
                          disagreements=notes)
@@ -281,7 +232,7 @@ def campaign_view(snap: CampaignSnapshot, matched: dict[str, RunRecord], merge: 
     live = [r for r in snap.runs if r.state == "live"]
     if live:
         notes.append(f"{len(live)} run(s) were still live when the database was read "
-                     f"({', '.join(_where(r) for r in live)}): this is a result so far.")
+                     f"({', '.join(run_place(r) for r in live)}): this is a result so far.")
     for r in snap.runs:
         if r.release is not None:  # never a fence proof: the evidence and who gave it, as recorded
             notes.append(f"Host run {r.run_id} on {r.host} ({r.run_root}) was {describe(r.release)}.")

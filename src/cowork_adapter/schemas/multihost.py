@@ -152,7 +152,7 @@ class CampaignClaim(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """One campaign as one consistent read of the database (campaign/pg_view.py), for report and status."""
+    """One campaign as one consistent read of the database (campaign/records.py), for report and status."""
 
     name: str
     location: str  # the database (password redacted) and the campaign's name, for sentences

@@ -32,7 +32,7 @@ from ..container import protocol, safefile
 from ..container.procs import process_alive
 from ..runroot.events import utc_now_iso
 from ..fileio import create_exclusive, replace_atomic
-from ..host.resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
+from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from ..schemas.ledger import (  # LEDGER_NAME and read_index live with the schema (light readers import them there)
     LEDGER_NAME,
     AdapterSummaryFacts,
