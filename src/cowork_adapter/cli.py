@@ -632,7 +632,7 @@ def status(
     campaign = _campaign_view_flags(campaign_db, campaign_name)
     if campaign is not None:
         roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots or []]
-        from .campaign.overview import campaign_status_command
+        from .ops.campaign_status import campaign_status_command
 
         raise SystemExit(campaign_status_command(campaign[0], campaign[1], roots, as_json))
     if len(run_roots or []) != 1:

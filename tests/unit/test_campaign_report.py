@@ -1,5 +1,5 @@
 """One result for a campaign spread over hosts: the pure merge (report/campaign.py) and the status
-picture (campaign/overview.py), over synthetic run roots with real ledgers and database rows as
+picture (ops/campaign_status.py), over synthetic run roots with real ledgers and database rows as
 the PostgreSQL store returns them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
-from cowork_adapter.campaign.overview import build_campaign_status, render_campaign_status
+from cowork_adapter.ops.campaign_status import build_campaign_status, render_campaign_status
 from cowork_adapter.ops.control import read_run
 from cowork_adapter.errors import Refusal
 from cowork_adapter.report.build import build_report, row_cost

@@ -367,7 +367,7 @@ def test_status_and_stop_wiring(monkeypatch, tmp_path):
 
 
 def test_campaign_status_wiring(monkeypatch, tmp_path):
-    calls = _stand_in(monkeypatch, "cowork_adapter.campaign.overview", "campaign_status_command")
+    calls = _stand_in(monkeypatch, "cowork_adapter.ops.campaign_status", "campaign_status_command")
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "run_manifest.json").write_text("{}")

@@ -12,12 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..ops.control import RunFiles, read_run
+from ..campaign.records import describe, match_runs, missing_runs, missing_sentence, read_snapshot
 from ..errors import Refusal
 from ..run.live import format_duration
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState
-from .records import describe, match_runs, missing_runs, missing_sentence, read_snapshot
+from .control import RunFiles, read_run
 
 SCHEMA = "cowork_adapter.campaign_status.v1"
 
