@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -377,8 +378,6 @@ app.command(
 def _doctor_command() -> Callable[..., None]:
     """`doctor`: the run flags, with --repo-dir and --run-root optional. Without them it checks the
     host only (daemon, its CPUs and memory, host tools, disk) and says what else it needs."""
-    import inspect
-
     def command(**flags: Any) -> None:
         if flags.get("repo_dir") is None or flags.get("run_root") is None:
             from .ops.doctor import host_doctor_command

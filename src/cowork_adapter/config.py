@@ -23,13 +23,16 @@ from enum import Enum
 from pathlib import Path, PurePath
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import msgspec
 
+from .campaign.db_url import PASSWORD_SENTENCE, password_part
 from .errors import Refusal
 from .gateway.policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
 from .gateway.policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .benchmark.selection import explicit_selection
+from .schemas.validity import read_validity
 from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
 from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
     DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB, AdmissionLimits,
@@ -398,8 +401,6 @@ def not_below(reserve: float | None, ceiling: float | None) -> bool:
 
 def check_task_validity(path: Path, bench_commit: str) -> None:
     """--task-validity must be qualify's table for this benchmark commit."""
-    from .schemas.validity import read_validity
-
     table = read_validity(path)
     if table.bench_commit != bench_commit:
         raise Refusal("flags", f"--task-validity {path} qualifies benchmark commit {table.bench_commit[:12]}, "
@@ -456,10 +457,6 @@ def check_admission_flags(cfg: RunConfig) -> str | None:
 def check_campaign_db_url(url: str) -> None:
     """--campaign-db: a postgresql:// URL naming a database, with no password in it (a password in
     argv is visible to every user of the host, like a provider key would be)."""
-    from urllib.parse import urlsplit
-
-    from .campaign.db_url import PASSWORD_SENTENCE, password_part
-
     try:
         parts = urlsplit(url)
         has_password = password_part(url) is not None

@@ -4,10 +4,15 @@ Every case runs the real command line in a fresh interpreter and lists which hea
 up in sys.modules. pydantic, rich, docker, httpx, yaml and msgspec each cost tens to hundreds of
 milliseconds to import; a command that does not use one must not pay for it. The time itself is
 measured by benchmarks/bench_startup.py.
+
+Below, the one list of the imports made inside a function anywhere in src/cowork_adapter (the demo and
+the stub seed included), each with its reason; any other import stands at the top of its module, and a
+new one inside a function fails `test_every_import_inside_a_function_is_listed_with_its_reason`.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -19,6 +24,121 @@ from synthetic_run import one_task_audit_run, synth_run  # tests/synthetic_run.p
 
 HEAVY = ("pydantic", "pydantic_core", "rich", "docker", "httpx", "yaml", "msgspec", "ahocorasick_rs",
          "markdown_it", "pygments")
+
+DOCKER = "docker (with requests) takes ~0.2 s to import: only what talks to a daemon pays it"
+HTTPX = "httpx (the key meter, the gateway) takes ~0.3 s to import: only a paid run, doctor's meter check or a campaign command pays it"
+PSYCOPG2 = "psycopg2 takes ~0.1 s to import: only a command that reads or writes a campaign database pays it"
+NO_WRITERS = "status imports this module and none of the writers (test_status_imports_none_of_the_writers_of_clear_and_stop)"
+COMMAND = "the command line imports a command's implementation only when that command runs (start-up of every other command)"
+IN_CONTAINER = "the benchmark's own code, importable only inside the task container once its folder is on sys.path"
+ONE_PHASE = "the container's entry point imports only the phase it runs: each phase is its own process in the task container"
+
+# (file under src/cowork_adapter, the module as the import names it: "" for `import x`) -> why inside a function.
+FUNCTION_IMPORTS = {
+    ("cli.py", ".audit"): COMMAND,
+    ("cli.py", ".campaign.commands"): COMMAND,
+    ("cli.py", ".campaign.pg_store"): COMMAND,
+    ("cli.py", ".campaign.release"): COMMAND,
+    ("cli.py", ".config"): "RunConfig and the flag checks import msgspec: not for --help or a refused path",
+    ("cli.py", ".demo.scenarios"): COMMAND,
+    ("cli.py", ".export"): COMMAND,
+    ("cli.py", ".ops.campaign_status"): COMMAND,
+    ("cli.py", ".ops.clear"): COMMAND,
+    ("cli.py", ".ops.control"): COMMAND,
+    ("cli.py", ".ops.doctor"): COMMAND,
+    ("cli.py", ".report"): COMMAND,
+    ("cli.py", ".run.launch"): COMMAND,
+    ("cli.py", ".run.qualify"): COMMAND,
+    ("campaign/commands.py", "..custody.docker_ops"): DOCKER,
+    ("campaign/records.py", ""): PSYCOPG2,  # import psycopg2
+    ("campaign/records.py", ".pg_store"): PSYCOPG2,
+    ("campaign/records.py", ".store"): "the store (a writer) only when the snapshot is read, not for the pure readers report/ uses",
+    ("campaign/release.py", "..custody.docker_ops"): DOCKER,
+    ("campaign/release.py", ".commands"): HTTPX,
+    ("campaign/release.py", ".pg_store"): PSYCOPG2,
+    ("container/bench.py", "utils.data_structures.task_config"): IN_CONTAINER,
+    ("container/bench.py", "utils.evaluation.evaluator"): IN_CONTAINER,
+    ("container/diagnostic.py", "utils.data_structures.task_config"): IN_CONTAINER,
+    ("container/entrypoint.py", ".agent"): ONE_PHASE,
+    ("container/entrypoint.py", ".evalphase"): ONE_PHASE,
+    ("container/entrypoint.py", ".probes"): ONE_PHASE,
+    ("container/yamlmini.py", ""): "PyYAML is optional in the image: without it the stdlib subset parser reads the file",
+    ("custody/shim.py", ""): "safefile is a sibling copy beside the installed shim, on sys.path only once its folder is added",
+    ("demo/bench/main.py", "mcp"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
+    ("demo/bench/main.py", "mcp.client.stdio"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
+    ("demo/bench/main.py", "mcp.client.streamable_http"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
+    ("demo/bench/utils/mcp_config.py", ""): "PyYAML is optional where the stand-in benchmark runs",
+    ("demo/scenarios.py", "rich.console"): "rich only to print the demo's verdict table",
+    ("demo/scenarios.py", "rich.table"): "rich only to print the demo's verdict table",
+    ("demo/stub_seed/stub_ouroboros/mcp_call.py", ""): "httpx and mcp only when the stub engine calls an MCP tool",
+    ("demo/stub_seed/stub_ouroboros/mcp_call.py", "mcp"): "httpx and mcp only when the stub engine calls an MCP tool",
+    ("demo/stub_seed/stub_ouroboros/mcp_call.py", "mcp.client.streamable_http"):
+        "mcp's client under either of its two names, whichever the installed version has",
+    ("export/__init__.py", ".inspect_log"): "inspect_ai takes ~4 s to import: only the Inspect export pays it",
+    ("host/daemon.py", ""): DOCKER,  # import docker
+    ("host/daemon.py", "docker.errors"): DOCKER,
+    ("host/daemon.py", "requests.exceptions"): DOCKER,
+    ("host/resources.py", "..campaign.store"): NO_WRITERS,
+    ("ops/clear.py", "..campaign.commands"): HTTPX,
+    ("ops/clear.py", "..custody"): DOCKER,  # docker_ops
+    ("ops/clear.py", "..gateway.run"): HTTPX,
+    ("ops/control.py", "..campaign.pg_store"): PSYCOPG2,
+    ("ops/control.py", "..campaign.store"): NO_WRITERS,
+    ("ops/control.py", "..custody.docker_ops"): DOCKER,
+    ("ops/control.py", "..custody.stop_removal"): DOCKER,
+    ("ops/control.py", "..fileio"): NO_WRITERS,
+    ("ops/doctor.py", "..campaign.meter"): HTTPX,
+    ("ops/doctor.py", "..image.derived"): DOCKER,
+    ("ops/doctor.py", "..run.launch"): DOCKER,
+    ("ops/doctor.py", "..run.paid"): HTTPX,
+    ("run/batch_runner.py", ""): DOCKER,  # import docker
+    ("run/launch.py", "..gateway.run"): HTTPX,
+    ("run/launch.py", ".free"): "the run kinds (httpx and rich through the meter and the live view): a refused preflight decides first",
+    ("run/launch.py", ".paid"): "the run kinds (httpx and rich through the meter and the live view): a refused preflight decides first",
+    ("run/live.py", "rich.console"): "rich (~0.15 s) only for the live view on a terminal",
+    ("run/live.py", "rich.live"): "rich (~0.15 s) only for the live view on a terminal",
+    ("run/live.py", "rich.table"): "rich (~0.15 s) only for the live view on a terminal",
+    ("run/paid.py", "..campaign.pg_store"): PSYCOPG2,
+    ("run/paid.py", "..campaign.shared"): PSYCOPG2,
+    ("run/paid.py", ".shared_host"): PSYCOPG2,
+    # Not for start-up: left as they were while run/paid.py is rebuilt into run/run.py; to the top there.
+    ("run/paid.py", "..audit"): "to the top of run/run.py when it replaces paid.py (not a start-up need)",
+    ("run/paid.py", "..host.resources"): "to the top of run/run.py when it replaces paid.py (not a start-up need)",
+}
+
+
+def _function_imports(src: Path) -> dict[tuple[str, str], list[str]]:
+    """(file, module) -> where: every import statement inside a function (nested ones too)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.ImportFrom):
+                    module = "." * node.level + (node.module or "")
+                elif isinstance(node, ast.Import):
+                    module = ""
+                else:
+                    continue
+                key = (path.relative_to(src).as_posix(), module)
+                found.setdefault(key, []).append(f"{key[0]}:{node.lineno} in {func.name}")
+    return found
+
+
+def test_every_import_inside_a_function_is_listed_with_its_reason() -> None:
+    """An import belongs at the top of its module unless start-up time needs it elsewhere: a new one
+    inside a function is listed above with its reason, and an entry nothing uses any more is dropped."""
+    import cowork_adapter
+
+    found = _function_imports(Path(cowork_adapter.__file__).parent)
+    unlisted = sorted(where for key, places in found.items() if key not in FUNCTION_IMPORTS for where in places)
+    assert unlisted == [], "imports inside functions missing from FUNCTION_IMPORTS (move them to the top): " + \
+        "; ".join(unlisted)
+    stale = sorted(set(FUNCTION_IMPORTS) - set(found))
+    assert stale == [], f"FUNCTION_IMPORTS entries no function imports any more: {stale}"
+
 
 # Runs the command line in-process, then prints the exit code and the heavy top-level modules loaded.
 _PROBE = """

@@ -13,6 +13,7 @@ from ..errors import Refusal
 from ..fileio import sha256_file
 from ..schemas.manifest import AdapterIdentity, BenchIdentity, BenchSubstitute, SeedIdentity
 from ..vocab import SubstituteKind
+from .pin_check import accepted_substitutes
 
 GIT_TIMEOUT = 60
 
@@ -96,7 +97,6 @@ def checked_bench(bench_root: Path, expected_commit: str) -> tuple[BenchIdentity
         raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
     # What `git status` cannot show (skip-worktree files, replace objects) is accepted only as a
     # stand-in for a blob the object store lacks; anything else is refused here, before the run root.
-    from .pin_check import accepted_substitutes  # here, not at the top: only a run's preflight checks the pin
 
     substitutes = accepted_substitutes(bench_root, state.head)
     identity = BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,

@@ -40,6 +40,8 @@ from ..custody.labels import label_of_resolved_root
 from ..errors import CampaignPersistenceError, CustodyError, Refusal
 from ..schemas.multihost import HostRun, HostRunRelease
 from ..vocab import ExitCode, ReleaseFence
+from .claims import lapsed_problem
+from .records import read_snapshot
 
 STAGE = "release"
 
@@ -119,10 +121,8 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
                     confirm_fenced: bool, *, listing: ListLabel = _docker_listing, cleanup: CleanLabel = _docker_cleanup,
                     operator: str | None = None) -> int:
     """0 released; 1 a cleanup not proven or the database write failed (nothing released); 2 refused."""
-    from .claims import lapsed_problem
     from .commands import _refused
     from .pg_store import TaskClaims
-    from .records import read_snapshot
 
     operator = operator or f"{getpass.getuser()}@{socket.gethostname()}"
     try:

@@ -36,6 +36,7 @@ import psycopg2
 from ..errors import CampaignPersistenceError, Refusal
 from ..schemas.campaign import ActiveRun, CampaignRecord, CampaignStop, RunRecord
 from ..vocab import StopReason, TaskStatus
+from .claims import prove_fenced
 from .pg_store import ClaimLost, HostRunReleased, TaskClaims, connect, hold, migrate, redacted
 from .store import STAGE, _admit_existing, _money, parse_campaign_text, utc_now
 
@@ -225,8 +226,6 @@ def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str, read_attempts: 
                  say: Callable[[str, dict], None]) -> list[str]:
     """Release the claims of every lapsed run of the campaign that the launcher-death rules prove
     gone on this machine (its receipts settled first); returns the tasks released."""
-    from .claims import prove_fenced
-
     released: list[str] = []
     for run in claims.expired_runs():
         if run.run_id == own_run_id:

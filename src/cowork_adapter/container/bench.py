@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from typing import Any, Optional
+from .procs import stop_group
 
 GLOBAL_TASK_CONFIG = {"dump_path": "./dumps/"}
 # The subfolders the benchmark's servers expect in the workspace (as both upstream engines do).
@@ -99,8 +101,6 @@ def preprocess_command(task_config: Any, workspace: str) -> Optional[str]:
 
 
 def _quote(path: str) -> str:
-    import shlex
-
     return shlex.quote(path)
 
 
@@ -114,12 +114,8 @@ def run_preprocess(command: str, *, log_path: str, env: dict, timeout: float) ->
         try:
             return proc.wait(timeout=max(1.0, timeout)), ""
         except subprocess.TimeoutExpired:
-            from .procs import stop_group
-
             stop_group(proc, grace=5)
             return -1, "timeout"
         except BaseException:
-            from .procs import stop_group
-
             stop_group(proc, grace=5)
             raise

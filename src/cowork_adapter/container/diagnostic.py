@@ -47,7 +47,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
-from . import protocol, safefile
+from . import bench, protocol, safefile
 from .procs import group_alive
 from .vocab import (
     DIAGNOSTIC_LOG_PREFIX,
@@ -219,8 +219,6 @@ def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: s
 
 def _rebuild_from_tree(task_dir: str) -> tuple:
     """The benchmark's own Evaluation.build against the full tree in cwd (child process only)."""
-    from . import bench
-
     bench._cwd_on_path()
     from utils.data_structures.task_config import Evaluation  # type: ignore
 

@@ -28,6 +28,7 @@ import threading
 from typing import Any, Optional
 
 from . import bench, protocol, safefile
+from .diagnostic import run_diagnostic
 from .runconfig import load_run_config, run_config_path
 from .vocab import ContainerState, EvalRefusal, ReceiptCause
 
@@ -324,8 +325,6 @@ def _descendants(root: int) -> list:
 def _diagnose(task_root: str, claim: dict) -> None:
     """The residual-state diagnostic (diagnostic.py); it prints nothing to the runner's log."""
     try:
-        from .diagnostic import run_diagnostic
-
         run_diagnostic(task_root, claim)
     except Exception as exc:  # its own failures are receipt outcomes; this is the last resort
         print(protocol.runner_safe(f"[cowork] diagnostic not recorded: {type(exc).__name__}"),

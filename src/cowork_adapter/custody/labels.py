@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 from pathlib import Path
+from ..schemas.manifest import RunManifest
+from ..schemas.record import decode
 
 RUN_LABEL_KEY = "org.cowork-adapter.run"
 ROLE_LABEL_KEY = "org.cowork-adapter.role"
@@ -48,9 +50,6 @@ def new_run_label(run_root: Path) -> tuple[str, str]:
 def run_label(run_root: Path) -> str:
     """The label an existing run root recorded (its manifest's `run_label`). Raises OSError when the
     run root has no manifest and ValueError when it cannot be read: a label is never guessed."""
-    from ..schemas.manifest import RunManifest
-    from ..schemas.record import decode
-
     return decode((Path(run_root) / "run_manifest.json").read_bytes(), RunManifest).run_label
 
 

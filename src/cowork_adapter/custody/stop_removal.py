@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CustodyError
+from ..host.resources import unread_by_stop  # the stop's note in place of a container's reading
 from .creations import creations_dir
 from .docker_ops import cleanup_run
 
@@ -50,8 +51,6 @@ def log_line(entry: dict) -> None:
 
 def remove_for_stop(run_root: Path, docker_host: str, label: str) -> StopRemoval:
     """Remove everything with the run's exact label and prove it; never raises."""
-    from ..host.resources import unread_by_stop  # host/ reads custody's shim: imported here, not at the top
-
     started = time.monotonic()
     removed, error = 0, None
     try:

@@ -17,6 +17,7 @@ from typing import Callable
 
 import docker
 
+from ..container.safefile import REGULAR, open_nofollow
 from ..custody.docker_ops import label_is_empty
 from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
 from ..host.daemon import docker_client
@@ -169,8 +170,6 @@ def _holds(fd: int, needle: bytes, chunk: int = 1 << 20) -> bool:
 def files_containing(root: Path, needle: bytes) -> list[str]:
     """Files under `root` holding `needle`, read as an agent-written tree must be: no link
     followed, no FIFO or device opened, sparse files read by their data only."""
-    from ..container.safefile import REGULAR, open_nofollow
-
     found = []
     for top, _dirs, names in os.walk(root):  # os.walk never descends into a link to a directory
         for name in names:

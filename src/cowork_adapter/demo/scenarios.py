@@ -36,6 +36,7 @@ from .env import (
     resource_checks,
     wait_for,
 )
+from .heartbeat import DemoHeartbeat
 from .scenarios_diagnostic import scenario_diagnostic
 from .scenarios_hostile import scenario_hostile
 from .scenarios_inventory import scenario_environment
@@ -178,7 +179,6 @@ def run_demo(*, run_root: Path, docker_host: str | None, scenario: str) -> int:
     if unknown:
         print(f"cowork-adapter: the demo scenario {unknown[0]} is not available yet.", file=sys.stderr)
         return ExitCode.REFUSED
-    from .heartbeat import DemoHeartbeat
 
     heartbeat = DemoHeartbeat(len(names)).start()
     results: dict[str, list[Check]] = {}

@@ -15,8 +15,10 @@ import os
 import sys
 from pathlib import Path
 
+from ..custody.labels import run_label
 from ..errors import Refusal
 from ..vocab import ExitCode
+from .run import load_export
 
 FORMATS = ("inspect",)
 EXTRA_HINT = "pip install 'cowork-adapter[inspect]'"
@@ -26,8 +28,6 @@ def log_name(root: Path) -> str:
     """The log's file name for a run root: its folder's name and the start of its run label (the label
     its manifest recorded, unique per run, so two roots of one name differ). Refusal when the manifest
     cannot be read."""
-    from ..custody.labels import run_label
-
     try:
         label = run_label(root)
     except OSError as exc:
@@ -69,7 +69,6 @@ def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = No
     """Write one .eval per run root into `output_dir` (created if needed); Refusal on bad input."""
     paths = planned_outputs(roots, output_dir)
     from .inspect_log import write_log
-    from .run import load_export
 
     runs = [load_export(root, workers) for root in roots]  # every root read before anything is written
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -11,12 +11,13 @@ unprefixed ids), the benchmark's own engines get its URL in MODEL_API_URL / LLM_
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from ..config import RunConfig
 from ..errors import Refusal
 from ..host.daemon import docker_client
-from .server import Gateway, new_secret
+from .server import SECRET_NAME, Gateway, new_secret
 from .peers import RunPeers
 from .policy import Policy, pinned_model
 from ..schemas.gateway import is_billed, read_requests
@@ -56,8 +57,6 @@ def shaping_disclosures(cfg: RunConfig) -> list[str]:
 
 def bridge_address(docker_host: str) -> str:
     """The host's address on the daemon's default bridge network (containers on any bridge reach it)."""
-    import ipaddress
-
     try:
         client = docker_client(docker_host)
         try:
@@ -98,8 +97,6 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tu
 
 
 def secret_file(run_root: Path) -> Path:
-    from .server import SECRET_NAME
-
     return run_root / "private" / SECRET_NAME
 
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..schemas.ledger import TaskRow
+from ..custody import shim
+from ..errors import Refusal
+from ..schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from ..score.resources import (  # noqa: F401  (re-exported: the host's readers and tests look here)
     EVIDENCE_DIR, MEASURED_ROLES, METHOD_SENTENCE, NOT_TIED, READINGS_SUFFIX, TaskResources, read_task_resources, summarize,
     task_runner_ids)
@@ -136,7 +138,6 @@ def reader_for(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
     """A `cleanup_run(before_remove=...)` hook: a task container the runner left behind (its
     launcher or runner was killed before `rm`) is read from the daemon the same way the shim
     reads it, into the same evidence file, before custody cleanup removes it."""
-    from ..custody import shim
 
     def read(api: Any, ident: str, name: str) -> None:
         task_ident = _measured_task(shim, name)
@@ -160,7 +161,6 @@ def unread_by_stop(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
     one line saying so. The daemon answers a stats request only at its next collection round (about
     1.0 s measured on the test bed, idle or loaded), and a stop does not keep a task it interrupts
     running that long for a figure; the task's resource use then names STOP_UNREAD_CAUSE."""
-    from ..custody import shim
 
     def note(_api: Any, _ident: str, name: str) -> None:
         task_ident = _measured_task(shim, name)
@@ -185,8 +185,6 @@ def _unread(shim: Any, name: str, command: str, cause: str | None) -> dict[str, 
 
 def measured_use(run_roots: Iterable[Path | str]) -> tuple[list[int], list[float]]:
     """(peaks, CPU rates) from the ledgers of `run_roots`; an unreadable ledger adds nothing."""
-    from ..schemas.ledger import LEDGER_NAME, read_index
-
     peaks: list[int] = []
     rates: list[float] = []
     for root in dict.fromkeys(str(r) for r in run_roots):
@@ -206,7 +204,6 @@ def campaign_roots(campaign_file: Path | None, resume_from: Iterable[Path | str]
     roots = [str(r) for r in resume_from]
     if campaign_file is not None:
         from ..campaign.store import read_campaign
-        from ..errors import Refusal
 
         try:
             record = read_campaign(campaign_file)

@@ -21,6 +21,7 @@ import docker
 import docker.errors
 
 from .. import __version__
+from ..benchmark.provenance import sha256_bytes
 from ..errors import Refusal
 from ..host.daemon import docker_client
 from ..schemas.manifest import ImageIdentity, WheelRecord
@@ -322,8 +323,6 @@ def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Pat
 
 
 def _digest_of(records: list[WheelRecord]) -> str:
-    from ..benchmark.provenance import sha256_bytes
-
     return sha256_bytes("".join(f"{r.filename} {r.sha256}\n" for r in sorted(records, key=lambda r: r.filename)).encode())
 
 

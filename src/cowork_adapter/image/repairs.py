@@ -26,6 +26,7 @@ from typing import Any, Collection, Mapping, Sequence
 import docker
 import docker.errors
 
+from ..custody.labels import RUN_LABEL_KEY
 from ..errors import Refusal
 from ..host.daemon import docker_client
 from ..vocab import RepairFault
@@ -290,8 +291,6 @@ def finalize(repairs: Sequence[PlannedRepair], after_detection: Mapping[str, Any
 def detect(docker_host: str, image: str, run_label: str, *, limits: Mapping[str, int] | None = None,
            timeout: int = DETECT_TIMEOUT_SEC) -> dict[str, Any]:
     """Run DETECT_PY in `image` (no network, the run's label, removed afterwards); its document."""
-    from ..custody.labels import RUN_LABEL_KEY
-
     client = docker_client(docker_host, timeout)
     container = None
     try:

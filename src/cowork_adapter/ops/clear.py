@@ -26,11 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
+from ..campaign.observe import DEFAULT_BLINDNESS_SEC
+from ..campaign.store import read_campaign
+from ..custody.creations import creations_dir
+from ..custody.liveness import prove
 from ..errors import CampaignPersistenceError, CustodyError, Refusal
+from ..host.resources import reader_for
+from ..runroot.events import EventLog, read_all
+from ..runroot.manifest import utc_now, write_manifest
+from ..schemas.campaign import key_fingerprint
 from ..schemas.manifest import ClearedRecord, RunManifest
 from ..schemas.record import RecordInvalid, decode
+from ..score.ledger import rebuild_final
 from ..vocab import EventKind, ExitCode, RunOutcome, StopReason
+from .control import fence, gather_recorded, read_run
 from .recorded import clear_hint, recorded_docker_host, recorded_key_env, recorded_meter_url, run_tmpdir
 
 if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
@@ -88,8 +97,6 @@ def _load_manifest(run_root: Path) -> RunManifest:
 
 def _ran_past_admission(run_root: Path) -> bool:
     """True when the runner started: by then the run's campaign file existed."""
-    from ..runroot.events import read_all
-
     path = run_root / "events.jsonl"
     if not path.is_file():
         return False
@@ -119,10 +126,6 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
         chosen = None
     if chosen is None:
         return ClearPlan(run_root, manifest, host, meter, None, NO_CAMPAIGN_FILE, None)
-    # Imported here: `status` uses this module's hints and never reads a campaign through it.
-    from ..campaign.store import read_campaign
-    from ..schemas.campaign import key_fingerprint
-
     record = read_campaign(chosen)  # a Refusal when unreadable: nothing was touched yet
     active = record.active_run if record is not None else None
     if active is None:
@@ -148,8 +151,6 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
 
 def rebuild_final_ledger(run_root: Path) -> int:
     """Step 4: the final ledger from the manifest and the dumps (receipts settle); returns the rows written."""
-    from ..score.ledger import rebuild_final
-
     return len(rebuild_final(run_root, StopReason.LAUNCHER_DIED.value))
 
 
@@ -183,14 +184,7 @@ def clear_command(
     meter_deadline_sec: float | None = None,  # None: the meter's blindness bound (campaign.observe)
     table: Any = None,
 ) -> int:
-    # Imported here, not at the top: `status` imports this module for its hints (clear_hint,
-    # recorded_docker_host) and needs none of the machinery of clearing.
-    from ..campaign.observe import DEFAULT_BLINDNESS_SEC
-    from .control import fence, gather_recorded, read_run
     from ..custody import docker_ops
-    from ..custody.creations import creations_dir
-    from ..custody.liveness import prove
-    from ..host.resources import reader_for
 
     note = operator_note.strip()
     meter_deadline_sec = DEFAULT_BLINDNESS_SEC if meter_deadline_sec is None else meter_deadline_sec
@@ -300,9 +294,6 @@ def _record_quietly(plan: ClearPlan, note: str, processes: str, report, agent_en
 
 def _record(plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool, tmpdir_removed: bool,
             ledger: str, campaign: str) -> None:
-    from ..runroot.events import EventLog
-    from ..runroot.manifest import utc_now, write_manifest
-
     manifest = plan.manifest
     earlier = manifest.cleared  # an earlier, interrupted clear: what it removed stays on record
     cleared = ClearedRecord(

@@ -34,8 +34,11 @@ from typing import Any
 
 import msgspec
 
+from ..container.procs import group_alive, signal_marked_group
 from ..custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
-from ..runroot.events import parse_ts, read_events
+from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
+from ..errors import CustodyError, Refusal
+from ..runroot.events import EventLog, parse_ts, read_events
 from ..run.live import eta_seconds, format_duration, progress_rows, summary_line
 from ..host.resources import summary_line as resource_summary_line
 from ..schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
@@ -46,6 +49,7 @@ from ..schemas.admission import AdmissionState
 from ..schemas.record import RecordInvalid, decode
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import EventKind, ExitCode
+from .recorded import clear_hint, clear_key_note, recorded_docker_host
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 STOP_POLL_SEC = 0.5
@@ -175,7 +179,6 @@ def _campaign_active(files: RunFiles):
     if m is None or not (m.campaign_file or m.campaign_db):
         return None
     from ..campaign.store import read_campaign
-    from ..errors import Refusal
 
     try:
         if m.campaign_db:  # PostgreSQL (libpq's PGPASSWORD or ~/.pgpass); unreachable: nothing added
@@ -198,8 +201,6 @@ def _runner_started_pids(files: RunFiles) -> list[int]:
 
 def run_marker(files: RunFiles) -> bytes | None:
     """The environment entry every process of the run carries (watchdog.RUN_MARKER_ENV), or None."""
-    from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
-
     label = files.manifest.run_label if files.manifest is not None else None
     return f"{RUN_MARKER_ENV}={label}".encode() if label else None
 
@@ -240,9 +241,6 @@ class LabelledView:
 
 
 def list_labelled_view(files: RunFiles) -> LabelledView:
-    from .recorded import recorded_docker_host
-    from ..errors import CustodyError
-
     host = recorded_docker_host(files.run_root, files.manifest)
     label = files.manifest.run_label if files.manifest is not None else None
     if not host or not label:
@@ -259,8 +257,6 @@ def list_labelled_view(files: RunFiles) -> LabelledView:
 
 def next_command(files: RunFiles, liveness: Liveness) -> str:
     """What the operator runs next on a run whose launcher is gone, with every flag it needs."""
-    from .recorded import clear_hint, clear_key_note
-
     clear = f"`{clear_hint(files.run_root, files.manifest)}`{clear_key_note(files.manifest)}"
     runners = [h for h in liveness.alive if h.role not in ("launcher", "watchdog")]
     if runners:
@@ -619,8 +615,6 @@ def fence(run_root: Path) -> str:
 
 
 def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
-    from ..container.procs import group_alive
-
     deadline = time.monotonic() + timeout
     while group_alive(pgid):
         if time.monotonic() >= deadline:
@@ -641,9 +635,6 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
     a recorded group id is reused by the kernel once the run's group is gone, and may name another
     user's or another run's processes by now. The removal goes by the run's exact label, whoever
     the group is now."""
-    from ..container.procs import signal_marked_group
-    from ..custody.shim import RUN_MARKER_ENV
-
     files = read_run(run_root)
     label = files.manifest.run_label if files.manifest is not None else None
     fenced = fence(run_root)
@@ -651,8 +642,6 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
         return f"{fenced}; the run recorded no label, so the runner group {pgid} cannot be proven the run's and was not signalled"
     events = None
     try:
-        from ..runroot.events import EventLog
-
         events = EventLog(run_root / "events.jsonl")
         events.append(EventKind.STOP_REQUESTED, reason=FENCE_REASON, source="operator_stop_without_launcher")
     except (OSError, ValueError):
@@ -709,8 +698,6 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
             return int(ExitCode.OK)
         group = liveness_of(files).live_group()
         if group is not None:
-            from .recorded import recorded_docker_host
-
             done = stop_orphaned_group(run_root, group.pid, grace_sec=min(timeout, GROUP_GRACE_SEC),
                                        poll_sec=min(poll_sec, 0.2),
                                        docker_host=recorded_docker_host(run_root, files.manifest))

@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..benchmark.provenance import bench_identity, dataset_ids, seed_identity
+from ..benchmark.selection import validate_against_dataset
 from ..config import RunConfig
 from ..errors import Refusal
 from ..host.daemon import daemon_info, docker_client, docker_failures, docker_version, image_present
+from ..host.resources import campaign_roots, host_suggestion
+from ..schemas.campaign import key_fingerprint
 from ..vocab import ExitCode
 
 GIB = 1 << 30
@@ -308,8 +312,6 @@ class Doctor:
     # ---- pins ----
 
     def bench(self) -> CheckResult:
-        from ..benchmark.provenance import bench_identity
-
         try:
             identity = bench_identity(self.cfg.bench_root, self.cfg.bench_commit)
         except Refusal as refusal:
@@ -322,9 +324,6 @@ class Doctor:
     def selection(self) -> CheckResult:
         if not self.bench_ok:
             return fail("selection", "cannot be checked until the benchmark check passes.", "fix the benchmark first")
-        from ..benchmark.provenance import dataset_ids
-        from ..benchmark.selection import validate_against_dataset
-
         dataset = dataset_ids(self.cfg.bench_root)
         if self.cfg.resume_from:
             return ok("selection", f"recovery from {len(self.cfg.resume_from)} earlier run root(s); the launcher "
@@ -338,8 +337,6 @@ class Doctor:
         return ok("selection", f"{len(self.cfg.selection)} task(s) of the {len(dataset)}-task pinned dataset.")
 
     def seed(self) -> CheckResult:
-        from ..benchmark.provenance import seed_identity
-
         try:
             identity = seed_identity(self.cfg.repo_dir, allow_dirty=self.cfg.allow_dirty_seed)
         except Refusal as refusal:
@@ -403,7 +400,6 @@ class Doctor:
         name = "concurrency"
         if not self.daemon_up:
             return skip(name, "no suggestion: the Docker daemon did not answer, so its CPUs and memory are unknown.")
-        from ..host.resources import campaign_roots, host_suggestion
 
         found = host_suggestion(self.cfg.docker_host, campaign_roots(self.cfg.campaign_file, self.cfg.resume_from))
         sentence = found.sentence[0].upper() + found.sentence[1:]
@@ -417,7 +413,6 @@ class Doctor:
         if skipped:
             return skipped
         from ..run.paid import campaign_location, peek_campaign, resolve_money
-        from ..schemas.campaign import key_fingerprint
 
         file = self.cfg.campaign_file
         if file is None and self.cfg.campaign_db is None:

@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..custody.shim_config import ShimConfig
 from ..schemas.manifest import RunManifest
 from ..schemas.record import RecordInvalid, decode
 
@@ -17,8 +18,6 @@ def recorded_docker_host(run_root: Path, manifest: RunManifest | None) -> str | 
     if manifest is not None and manifest.docker_host:
         return manifest.docker_host
     try:
-        from ..custody.shim_config import ShimConfig
-
         text = (Path(run_root) / "custody" / "shim_config.json").read_text(encoding="utf-8")
         return decode(text, ShimConfig).docker_host
     except (OSError, RecordInvalid):

@@ -21,7 +21,7 @@ from .build import build_report, row_cost
 from ..campaign.records import match_runs, missing_runs, missing_sentence, read_snapshot
 from .campaign import campaign_view, check_identities, merge_campaign
 from .merge import load_run, load_runs, meter_usage_series
-from .render import to_html, to_markdown
+from .render import headline, to_html, to_markdown, valid_line
 
 OUTPUT_NAMES = ("report.md", "report.json", "report.html")
 
@@ -90,8 +90,6 @@ def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: 
     elif not paths:
         sys.stdout.write(to_markdown(report))
     else:
-        from .render import headline, valid_line
-
         print(headline(report))
         if valid_line(report):
             print(valid_line(report))

@@ -7,12 +7,16 @@ is the run's record and is finalised whatever happens (refusal, stop, crash).
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sys
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import docker
+
+from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..custody.labels import new_run_label
@@ -35,6 +39,10 @@ from ..schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, BenchSubst
 from ..schemas.manifest import Refusal as RefusalRecord
 from ..schemas.run_config import build_run_config
 from ..benchmark.selection import validate_against_dataset
+from ..schemas.validity import VALIDITY_NAME
+from ..score.ledger import build_index, write_index
+from .probes import enforce_inventory, inventory_for_run, run_probe
+from .recovery import STAGE as RESUME_STAGE, CampaignPlace, campaign_refusal, resolve_ancestry
 from .signals import LAUNCHER_SIGNALS, StopSignal
 from ..vocab import EngineKind, ExitCode, RunOutcome
 
@@ -87,8 +95,6 @@ def disk_refusal(cfg: RunConfig) -> str | None:
 
 def daemon_resources(docker_host: str) -> tuple[int, int]:
     """(CPUs, memory bytes) the daemon reports in `docker info`; a daemon that does not answer is a refusal."""
-    import docker
-
     try:
         client = docker.DockerClient(base_url=docker_host, timeout=60)
         try:
@@ -154,8 +160,6 @@ def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, prese
     """Every recovery refusal decidable before anything is written (the ancestry, its manifests,
     dumps, configuration, seed, benchmark, passes; the image's ID when the image is already
     present); every ancestor's root. The plan itself is made again after the image is resolved."""
-    from .recovery import resolve_ancestry
-
     image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
     try:
         return resolve_ancestry(
@@ -171,8 +175,6 @@ def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, prese
 
 def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
     """A resume continues its ancestors' campaign (the same file, or database and name), or is refused."""
-    from .recovery import STAGE, CampaignPlace, campaign_refusal
-
     here = CampaignPlace.of(cfg.campaign_file, cfg.campaign_db, cfg.campaign_name)
     exists = True  # a run that spends nothing never creates a campaign
     if cfg.is_paid:
@@ -181,13 +183,11 @@ def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
         exists = peek_campaign(cfg) is not None
     sentence = campaign_refusal(ancestors, here, exists)
     if sentence is not None:
-        raise Refusal(STAGE, sentence)
+        raise Refusal(RESUME_STAGE, sentence)
 
 
 def budget_record(cfg: RunConfig) -> dict:
     """The money and disk bounds of this invocation, as the manifest records them."""
-    from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
-
     return {
         "budget_usd": cfg.budget_usd,
         "campaign_budget_usd": cfg.campaign_budget_usd,
@@ -298,10 +298,6 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
 
 def keep_task_validity(source: Path, run_root: Path) -> dict[str, str]:
     """Copy qualify's table into the run root (the report reads it there) and record its digest."""
-    import hashlib
-
-    from ..schemas.validity import VALIDITY_NAME
-
     try:
         data = source.read_bytes()
     except OSError as exc:
@@ -323,7 +319,6 @@ def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -
         if manifest.selection is None:
             return
         write_manifest(cfg.run_root, manifest)
-        from ..score.ledger import build_index, write_index
 
         write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause=RunOutcome.CRASHED.value))
     except Exception as exc:  # noqa: BLE001 - the crash is the record that matters
@@ -374,7 +369,6 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
 
     if not selection.task_ids:
         # Never start the runner without task arguments: upstream would then run all 496.
-        from ..score.ledger import build_index, write_index
 
         write_index(run_root, build_index(run_root, live=False, interruption_cause="nothing_remaining"))
         manifest.outcome = RunOutcome.NOTHING_REMAINING
@@ -385,13 +379,9 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
         print(f"cowork-adapter: dry run recorded in {run_root / 'run_manifest.json'} (image {manifest.image.id[:19]}).")
         return ExitCode.OK
     if cfg.probe:
-        from .probes import run_probe
-
         return run_probe(cfg, manifest, bench_copy)
     _qualify_environment(cfg, manifest, bench_copy)
     if not manifest.selection.task_ids:
-        from ..score.ledger import build_index, write_index
-
         write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause="environment_blocked"))
         manifest.outcome = RunOutcome.INCOMPLETE
         say("every remaining task is environment-blocked; nothing was run.")
@@ -414,8 +404,6 @@ def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path
     the denominator as environment_blocked, but are not handed to the runner (a certain failure
     should cost no model money).
     """
-    from .probes import enforce_inventory, inventory_for_run
-
     inventory = inventory_for_run(cfg, manifest, bench_copy)
     enforce_inventory(cfg, manifest, inventory)
     blocked = set(inventory.get("blocked_tasks") or {})
@@ -452,7 +440,6 @@ def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selectio
     if not cfg.resume_from:
         ids = pre.explicit if pre.explicit is not None else pre.dataset
         return Selection(task_ids=list(ids), selection_task_ids=list(ids), explicit=pre.explicit is not None)
-    from .recovery import resolve_ancestry
 
     plan = resolve_ancestry(
         list(cfg.resume_from),

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..container import safefile
+from ..report.render import CSS
 from ..runroot.dumps import dumps_folder_of
 from ..errors import Refusal
 from ..schemas.ledger import LEDGER_NAME, read_index
@@ -27,6 +28,7 @@ from ..runroot.manifest import utc_now
 from ..schemas.ledger import TaskRow
 from ..schemas.validity import VALIDITY_HTML_NAME, VALIDITY_NAME, EngineVerdict, TaskValidity, TaskValidityRow
 from ..vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
+from .launch import execute_run
 
 ENGINES = (EngineKind.ORACLE.value, EngineKind.NOP.value)
 REASON_MAX = 300
@@ -159,8 +161,6 @@ def _word(v: EngineVerdict) -> str:
 def render_html(validity: TaskValidity) -> str:
     """The table as one self-contained page (nothing loaded from anywhere): the count per class, then
     per task its verdicts, class and the evaluator's own reason. Every text is escaped."""
-    from ..report.render import CSS
-
     def table(head: list[str], rows: list[list[str]]) -> str:
         th = "".join(f"<th>{escape(h)}</th>" for h in head)
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -205,8 +205,6 @@ def qualify_configs(flags: dict[str, Any], argv: list[str]) -> tuple[Path, dict[
 
 
 def qualify_command(flags: dict[str, Any], argv: list[str]) -> int:
-    from .launch import execute_run
-
     root, configs = qualify_configs(flags, argv)
     root.mkdir()
     codes = {}

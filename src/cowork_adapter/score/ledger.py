@@ -30,8 +30,12 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from ..audit.scan import TaskScan, scan_events
 from ..container import protocol, safefile
 from ..container.procs import process_alive
+from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
+from ..custody.bash_env import runner_digest
 from ..runroot.events import utc_now_iso
 from ..fileio import create_exclusive, replace_atomic
+from ..schemas.gateway import read_requests, spend_by_task
+from ..schemas.multihost import read_claimed
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from ..schemas.ledger import (  # LEDGER_NAME and read_index live with the schema (light readers import them there)
     LEDGER_NAME,
@@ -414,7 +418,6 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
         return None
     if head.shim_pid is not None and process_alive(head.shim_pid, head.shim_start_ticks):
         return None  # the exec may still run: its own shim seals it, or a later reading does
-    from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 
     inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))
     planted = {entry.sha256 for entry in head.pre if entry.sha256}
@@ -456,8 +459,6 @@ def held_summary(ctx: IndexContext, task: str) -> tuple[str, Any] | None:
 def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
     """task -> how many of its containers the shim refused for a mount outside its own dump
     (creations.jsonl rows with cause dump_mount_refused, named `<role>-<pid>-<md5(task)>`)."""
-    from ..custody.bash_env import runner_digest
-
     by_digest = {runner_digest(task): task for task in tasks}
     got = safefile.read_bytes(str(Path(run_root) / "custody" / "evidence" / "creations.jsonl"), cap=safefile.LOG_JSON_CAP)
     out: dict[str, int] = {}
@@ -563,8 +564,6 @@ class IndexContext:
     def refresh(self) -> None:
         shared = getattr(self.manifest, "shared_run", None)  # a bare context (tests) has no manifest
         if shared is not None:  # a shared campaign's host: its selection is what it claimed so far
-            from ..schemas.multihost import read_claimed
-
             self.claimed = read_claimed(self.run_root / shared.claimed_file)
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
@@ -899,8 +898,6 @@ def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ct
 
 def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, GatewaySpend]:
     """task -> its spend in the gateway log (rows carry the runner's id the token was minted for)."""
-    from ..schemas.gateway import read_requests, spend_by_task
-
     by_runner = spend_by_task(read_requests(run_root))
     out = {}
     for task, runner in runner_ids.items():

@@ -10,6 +10,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -138,8 +139,6 @@ class TaskConfig:
         cn_mode: bool = False,
     ) -> "TaskConfig":
         """Read tasks/finalpool/<task_dir>/ (relative to cwd) and compute the dump layout."""
-        import json
-
         global_task_config = dict(global_task_config or {})
         base = os.path.join(TASKS_ROOT, task_dir)
         with open(os.path.join(base, "task_config.json"), encoding="utf-8") as fh:
