@@ -83,6 +83,7 @@ FUNCTION_IMPORTS = {
     ("ops/clear.py", "..custody"): DOCKER,  # docker_ops
     ("ops/clear.py", "..gateway.run"): HTTPX,
     ("ops/control.py", "..campaign.pg_store"): PSYCOPG2,
+    ("ops/control.py", "..container.procs"): "urllib.request (~25 ms) with it: `status` imports this module and signals no group",
     ("ops/control.py", "..campaign.store"): NO_WRITERS,
     ("ops/control.py", "..custody.docker_ops"): DOCKER,
     ("ops/control.py", "..custody.stop_removal"): DOCKER,

@@ -34,7 +34,6 @@ from typing import Any
 
 import msgspec
 
-from ..container.procs import group_alive, signal_marked_group
 from ..custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
 from ..errors import CustodyError, Refusal
@@ -615,6 +614,8 @@ def fence(run_root: Path) -> str:
 
 
 def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
+    from ..container.procs import group_alive  # urllib.request (~25 ms): `status` signals no group
+
     deadline = time.monotonic() + timeout
     while group_alive(pgid):
         if time.monotonic() >= deadline:
@@ -635,6 +636,8 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
     a recorded group id is reused by the kernel once the run's group is gone, and may name another
     user's or another run's processes by now. The removal goes by the run's exact label, whoever
     the group is now."""
+    from ..container.procs import signal_marked_group  # urllib.request (~25 ms): `status` signals no group
+
     files = read_run(run_root)
     label = files.manifest.run_label if files.manifest is not None else None
     fenced = fence(run_root)
