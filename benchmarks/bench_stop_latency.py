@@ -87,6 +87,7 @@ from cowork_adapter.demo.env import DemoEnv, prepare, read_json
 from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.gateway.server import mint_token
 from cowork_adapter.gateway.policy import pinned_model
+from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import StopPath
 
 TASKS = ["demo-hang", "demo-deck-stateful", "demo-crm-postgres", "demo-round-limit"]
@@ -292,6 +293,17 @@ def in_agent_lines(docker_host: str, container: str, env: dict[str, str], into: 
     return thread
 
 
+def gateway_refusal(run_root: Path, after: float) -> dict | None:
+    """The first request the gateway fenced after the crossing, from its own log: the script's line
+    is lost when the stop removes the agent container before its output is read (the exec's stream
+    ends with the container). Its arrival time stands for the refusal (the refusal itself takes
+    under a millisecond there: its latency_ms)."""
+    for row in read_requests(run_root):
+        if row.refused == "fenced" and row.at >= after:
+            return {"refused": row.status, "at": row.at + (row.latency_ms or 0.0) / 1000}
+    return None
+
+
 def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, tasks: list[str],
                     provider: ChatStandin, path: str = FAST) -> dict:
     """A run with --llm-gateway: the crossing is one request, from inside the first task's agent
@@ -342,7 +354,7 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
         if proc.poll() is None:
             proc.terminate()
     manifest = read_json(run_root / "run_manifest.json")
-    refused = next((line for line in lines if "refused" in line), None)
+    refused = next((line for line in lines if "refused" in line), None) or gateway_refusal(run_root, answered_wall)
     if refused is None or empty_wall is None:
         raise RuntimeError(f"run {name}: no refusal or no empty label before the deadline (exit {code}); see {run_root}")
     before = [t for t in reading_times(run_root) if t <= answered_wall]
