@@ -110,7 +110,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     per_task_cost_usd: float = 25.0
     diagnostic_eval_on_truncation: bool = False
     # Money. No amount is ever assumed: the three bounds are None until given, and a paid run takes
-    # what it lacks from the campaign it joins (paid.resolve_money), or is refused.
+    # what it lacks from the campaign it joins (run/spending.resolve_money), or is refused.
     budget_usd: float | None = None
     campaign_file: Path | None = None
     # The campaign in PostgreSQL instead (several hosts, one campaign): a postgresql:// URL without
@@ -279,7 +279,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
         """A copy with `changes`: values the program settled after the flags were checked (limits
         fitted to the daemon, money bounds from the campaign, the gateway's URL, the selection). They
         are not checked again: each caller checks what it sets and refuses with its own stage and
-        sentence (paid.resolve_money, fit_to_daemon)."""
+        sentence (run/spending.resolve_money, fit_to_daemon)."""
         unknown = sorted(set(changes) - set(self.__struct_fields__))
         if unknown:
             raise TypeError(f"RunConfig has no field {unknown[0]!r}")

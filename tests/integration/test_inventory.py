@@ -152,7 +152,7 @@ def _paid_config(demo, run_root: Path, meter_url: str, campaign: Path, accept: b
 
 def _paid_root(demo, broken_probe, name: str) -> tuple[Path, object]:
     """A fresh run root holding the probe run's manifest re-labelled as this run's (the launcher's state
-    just before run_paid: bench cloned, image resolved, selection made)."""
+    just before run_in_custody: bench cloned, image resolved, selection made)."""
     _, probe_root, _ = broken_probe
     run_root = demo["root"] / "runs" / name
     run_root.mkdir()

@@ -70,7 +70,7 @@ def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool) -> tuple[
     label = path_label(run_root)
     resources = tmp_path / "resources"
     resources.mkdir()
-    evidence = run_root / "custody" / "evidence"  # where a real run keeps it (paid.PaidRun)
+    evidence = run_root / "custody" / "evidence"  # where a real run keeps it (run.Run)
     files = install_custody(
         run_root, real_docker=real, docker_host=docker_host, run_label=label, limits=LIMITS,
         stop_file=run_root / "STOP", resource_root=resources, min_free_bytes=0,

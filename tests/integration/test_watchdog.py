@@ -1,5 +1,5 @@
 """The watchdog process on its own: a stand-in launcher (a real process that calls start_watchdog,
-as paid.py does) with a stand-in runner group, a real SIGKILL, and the real Docker daemon for the
+as run/run.py does) with a stand-in runner group, a real SIGKILL, and the real Docker daemon for the
 exact-label cleanup. The full paid run under a launcher kill is tests/chaos/test_launcher_kill.py.
 """
 

@@ -111,8 +111,8 @@ def test_the_loop_reads_its_limits_and_daemon_from_its_one_config(tmp_path, monk
                                docker_host="unix:///run/d.sock", campaign_db="postgresql://db/c", shared_campaign=True,
                                max_load_per_cpu=0.5, min_mem_available_gib=1.0, max_daemon_ping_sec=1.0,
                                new_campaign=True)
-    paid = SimpleNamespace(cfg=cfg, bench_copy=run_root / "bench", stop_file=run_root / "custody" / "stop")
-    argv, _env = SharedHost(paid, claims=None, run_id="r1", host="h").runner({})
+    run = SimpleNamespace(cfg=cfg, bench_copy=run_root / "bench", stop_file=run_root / "custody" / "stop")
+    argv, _env = SharedHost(run, claims=None, run_id="r1", host="h").runner({})
     config = msgspec.json.decode(Path(argv[-1]).read_bytes(), type=BatchRunnerConfig)
     assert AdmissionLimits(**msgspec.structs.asdict(config.admission)) == AdmissionLimits(0.5, GIB, 1.0)
     assert config.docker_host == "unix:///run/d.sock" and config.run_id == "r1"

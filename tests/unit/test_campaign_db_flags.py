@@ -6,7 +6,7 @@ import pytest
 
 from cowork_adapter.config import RunConfig
 from cowork_adapter.errors import Refusal
-from cowork_adapter.run.paid import campaign_location, campaign_store
+from cowork_adapter.run.spending import campaign_location, campaign_store
 from cowork_adapter.campaign.store import JsonFileCampaignStore
 
 

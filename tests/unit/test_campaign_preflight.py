@@ -10,7 +10,7 @@ import pytest
 from cowork_adapter.campaign.observe import AcceptedReading
 from cowork_adapter.config import RunConfig
 from cowork_adapter.errors import Refusal
-from cowork_adapter.run.paid import campaign_preflight
+from cowork_adapter.run.spending import campaign_preflight
 from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
 
 KEY = "preflight-key-0123456789abcdef"

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
-import cowork_adapter.run.paid as paid_module
+import cowork_adapter.run.run as run_module
 from cowork_adapter.config import RunConfig
 from cowork_adapter.container import ouroboros
 from cowork_adapter.ops.control import status_command
@@ -66,7 +66,7 @@ class RecordingWake:
 
 
 def test_the_production_supervisor_waits_15_s_between_reads_the_cadence_the_manifest_records(tmp_path):
-    """No poll_sec passed (as paid.py constructs it): with a fresh reading each turn and a 60 s
+    """No poll_sec passed (as run.py constructs it): with a fresh reading each turn and a 60 s
     blindness bound, every wait of the loop (MeterSchedule's) is the full 15 s the manifest records."""
     (tmp_path / "seed").mkdir()
     (tmp_path / "bench").mkdir()
@@ -87,12 +87,12 @@ def test_the_production_supervisor_waits_15_s_between_reads_the_cadence_the_mani
 
 
 def test_the_paid_run_builds_its_supervisor_without_overriding_the_poll():
-    """The paid run's Supervisor(...) passes no poll_sec (nor a READ_SLICE of its own): the 15 s
+    """The run's Supervisor(...) passes no poll_sec (nor a READ_SLICE of its own): the 15 s
     default is what a paid run uses."""
-    tree = ast.parse(Path(paid_module.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(run_module.__file__).read_text(encoding="utf-8"))
     calls = [node for node in ast.walk(tree)
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Supervisor"]
-    assert len(calls) == 1, "paid.py should construct exactly one Supervisor"
+    assert len(calls) == 1, "run.py should construct exactly one Supervisor"
     assert "poll_sec" not in {kw.arg for kw in calls[0].keywords}
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from cowork_adapter.campaign.observe import AcceptedReading, Observation
-from cowork_adapter.run.paid import KEEP_REJECTED, MeterTracker, PaidRun
+from cowork_adapter.run.spending import KEEP_REJECTED, CampaignSpending, MeterTracker
 from cowork_adapter.schemas.events import MeterConfirmed
 from cowork_adapter.schemas.monitor import MeterState
 from cowork_adapter.vocab import EventKind
@@ -62,10 +62,10 @@ def test_every_rejection_is_counted_the_latest_kept_and_the_confirmation_survive
 def test_the_confirmation_is_an_event_naming_how_many_rejections_it_ends():
     recorded: list[tuple[EventKind, dict]] = []
     fake = SimpleNamespace(tracker=MeterTracker(blindness_sec=30.0),
-                           event=lambda kind, **payload: recorded.append((kind, payload)))
-    PaidRun._observation(fake, rejected(1))
-    PaidRun._observation(fake, rejected(2))
-    PaidRun._observation(fake, confirmed(3, 2.5))
+                           run=SimpleNamespace(event=lambda kind, **payload: recorded.append((kind, payload))))
+    CampaignSpending._observation(fake, rejected(1))
+    CampaignSpending._observation(fake, rejected(2))
+    CampaignSpending._observation(fake, confirmed(3, 2.5))
     assert [kind for kind, _ in recorded] == [EventKind.METER_REJECTED, EventKind.METER_REJECTED,
                                               EventKind.METER_CONFIRMED]
     payload = recorded[-1][1]

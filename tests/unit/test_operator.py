@@ -1,7 +1,7 @@
 """`status` and `stop` on run roots written by real (stand-in) launcher processes.
 
 The stand-in launcher is a real process whose argv looks like `cowork_adapter run --run-root R`;
-on SIGTERM it finalises monitor.json and run_manifest.json the way paid.py does. `stop` must
+on SIGTERM it finalises monitor.json and run_manifest.json the way run/run.py does. `stop` must
 signal only such a process for the exact run root, and say what happened.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cowork_adapter.run.paid import _exit_code, _outcome, _say_outcome
+from cowork_adapter.run.run import _exit_code, _outcome, _say_outcome
 from cowork_adapter.vocab import ExitCode, RunOutcome
 
 ZERO = dict(selected=0, done=0, passed=0, failed=0, agent_failed=0, infra_failed=0, not_attempted=0,

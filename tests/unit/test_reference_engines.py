@@ -306,19 +306,20 @@ def test_report_without_a_table_has_no_validity_block(tmp_path):
     assert r["tasks"][0]["validity_class"] is None
 
 
-# ---- the free run: no key, meter or campaign ----------------------------------------------------------
+# ---- a run that spends nothing: no key, meter or campaign ----------------------------------------------------------
 
 
-def test_free_run_has_no_meter_no_campaign_and_never_asks_to_stop(flags, tmp_path):
-    from cowork_adapter.run.free import FreeRun, stage_groundtruth
-    from cowork_adapter.run.paid import NO_CAMPAIGN, SETTLED
+def test_a_run_spending_nothing_has_no_meter_no_campaign_and_never_asks_to_stop(flags, tmp_path):
+    from cowork_adapter.container.reference import stage_groundtruth
+    from cowork_adapter.run.run import Run
+    from cowork_adapter.run.spending import NO_CAMPAIGN, SETTLED, NoSpending
     import synthetic_run as synth
 
     cfg = RunConfig.from_flags(engine="nop", **flags)
     manifest = synth.write_manifest(cfg.run_root, ["a"], engine="nop")
-    run = FreeRun(cfg, manifest, cfg.run_root / "bench")
-    assert run.meter is None and run.campaign is None and run.key == ""
-    at, decision = run.observe(0.0)
+    run = Run(cfg, manifest, cfg.run_root / "bench", NoSpending(cfg))
+    assert not run.spending.spends and run.spending.persistence_error is None and run.key == ""
+    at, decision = run.spending.observe(0.0)
     assert decision is None and isinstance(at, float)
     run._runner_started(4242)  # no campaign to record the runner's group in: nothing raises
     assert NO_CAMPAIGN in SETTLED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cowork_adapter.run.paid import runner_env
+from cowork_adapter.run.run import runner_env
 from cowork_adapter.schemas.run_config import OPENROUTER_CHAT_URL, agent_short_name
 from run_flags import config_for  # tests/run_flags.py: tests/ is on sys.path (its conftest)
 

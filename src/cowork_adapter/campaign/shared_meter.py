@@ -1,6 +1,6 @@
 """One meter poller for every host of a shared campaign (`run --shared-campaign`).
 
-`SharedMeter` has KeyMeter's `read_usage(timeout)`, so PaidRun's MeterObserver judges its answers
+`SharedMeter` has KeyMeter's `read_usage(timeout)`, so the campaign spending's MeterObserver judges its answers
 exactly as it judges the provider's. Behind it, one host polls: the one holding the session advisory
 lock on "<campaign>:meter" (never waited for; the server frees it when the holder's connection dies,
 and the next host to ask takes it). The holder reads the provider's meter and stores every reading

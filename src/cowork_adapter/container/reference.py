@@ -11,10 +11,26 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 # Under the run config's folder: <configs>/cowork_oracle_groundtruth/<task>/...
 STAGE_DIR = "cowork_oracle_groundtruth"
 GROUNDTRUTH_DIR = "groundtruth_workspace"
+
+
+def stage_groundtruth(bench_copy: Path, task_ids: list[str]) -> int:
+    """On the host, for an oracle run only: each task's groundtruth_workspace copied under configs/
+    (mounted read-only into task containers), because the agent container's task tree is sanitized.
+    Returns how many tasks had one to stage."""
+    stage = bench_copy / "configs" / STAGE_DIR
+    stage.mkdir(parents=True, exist_ok=False)
+    staged = 0
+    for task in task_ids:
+        source = bench_copy / "tasks" / "finalpool" / task / GROUNDTRUTH_DIR
+        if source.is_dir():
+            shutil.copytree(source, stage / task, symlinks=True)
+            staged += 1
+    return staged
 
 
 def staged_groundtruth(run_config_path: str, task_dir: str) -> str:

@@ -412,7 +412,7 @@ class Doctor:
         skipped = self._not_needed(name)
         if skipped:
             return skipped
-        from ..run.paid import campaign_location, peek_campaign, resolve_money
+        from ..run.spending import campaign_location, peek_campaign, resolve_money
 
         file = self.cfg.campaign_file
         if file is None and self.cfg.campaign_db is None:

@@ -43,7 +43,7 @@ def recorded_key_env(manifest: RunManifest | None) -> str | None:
 
 
 def run_tmpdir(manifest: RunManifest) -> Path | None:
-    """The runner's run-scoped TMPDIR (<resource_root>/tmp-<label[:12]>, as paid.py makes it)."""
+    """The runner's run-scoped TMPDIR (<resource_root>/tmp-<label[:12]>, as run/run.py makes it)."""
     root = manifest.budgets.get("resource_root")
     if not isinstance(root, str) or not root:
         return None

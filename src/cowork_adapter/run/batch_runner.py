@@ -2,7 +2,7 @@
 `run_parallel.sh`, settle it by its receipts, claim the next, until nothing is left for this run.
 
 `python -m cowork_adapter.run.batch_runner CONFIG` is what the supervisor starts as the runner
-(paid.py): it lives in the runner's process group, so every stop, fence and watchdog path that
+(run.py): it lives in the runner's process group, so every stop, fence and watchdog path that
 kills the runner kills this loop with it, and each run_parallel.sh it starts stays in that group.
 The database password reaches this process in its environment (PGPASSWORD) and is dropped, with
 every other libpq variable, from run_parallel.sh's.

@@ -142,7 +142,7 @@ def preflight(cfg: RunConfig) -> Preflight:
     present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
     key = None
     if cfg.is_paid:
-        from .paid import campaign_store, paid_preflight
+        from .spending import campaign_store, paid_preflight
 
         key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
         # A campaign held by another launcher would refuse the admission after the environment probe
@@ -178,7 +178,7 @@ def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
     here = CampaignPlace.of(cfg.campaign_file, cfg.campaign_db, cfg.campaign_name)
     exists = True  # a run that spends nothing never creates a campaign
     if cfg.is_paid:
-        from .paid import peek_campaign
+        from .spending import peek_campaign
 
         exists = peek_campaign(cfg) is not None
     sentence = campaign_refusal(ancestors, here, exists)
@@ -386,15 +386,18 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
         manifest.outcome = RunOutcome.INCOMPLETE
         say("every remaining task is environment-blocked; nothing was run.")
         return ExitCode.FAILED
-    if cfg.spends_nothing:  # oracle / nop: the same custody, no key, meter or campaign
-        from .free import run_free, stage_groundtruth
+    from .run import run_in_custody
+    from .spending import CampaignSpending, NoSpending, SharedCampaignSpending
+
+    # Every run has the same custody; only its spending policy differs.
+    if cfg.spends_nothing:  # oracle / nop: no key, meter or campaign
+        from ..container.reference import stage_groundtruth
 
         if cfg.engine == EngineKind.ORACLE.value:
             stage_groundtruth(bench_copy, manifest.selection.task_ids)
-        return run_free(cfg, manifest, bench_copy)
-    from .paid import run_paid
-
-    return run_paid(cfg, pre, manifest, bench_copy, gateway=gateway)
+        return run_in_custody(cfg, manifest, bench_copy, NoSpending(cfg))
+    spending = SharedCampaignSpending(cfg, pre.key) if cfg.shared_campaign else CampaignSpending(cfg, pre.key)
+    return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway)
 
 
 def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:

@@ -3,7 +3,7 @@
 On a terminal the view is a rich table redrawn in place (tasks done of total, passes, failures,
 spending, meter age, disk headroom, elapsed time and ETA). When output is not a terminal (a log
 file, a pipe, `TERM=dumb`) it prints one timestamped line per change, plus a heartbeat line.
-paid.py calls `ProgressView.for_stream(stream)`, `.update(monitor)` on every poll and `.close()`
+run.py calls `ProgressView.for_stream(stream)`, `.update(monitor)` on every poll and `.close()`
 once at the end. The row builders are pure so `status` and the tests share them.
 """
 

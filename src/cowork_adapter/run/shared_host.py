@@ -1,6 +1,6 @@
 """The launcher's side of `run --shared-campaign`: this run as one host of a campaign in PostgreSQL.
 
-paid.PaidRun drives it at four points: `join` after admission (register the host run, put the
+spending.SharedCampaignSpending drives it at four points: `join` after admission (register the host run, put the
 selection in the claims, start the lease thread), `runner` when the supervisor starts the runner
 (our batch loop instead of one run_parallel.sh), `crossing` when this host's meter reading crosses
 a campaign-wide bound (the campaign's stop, written for every host), and at the end `end_lease`
@@ -51,71 +51,73 @@ def wait_for_fence_sec(lease_sec: float) -> float:
 
 
 class SharedHost:
-    def __init__(self, paid: Any, claims: TaskClaims, run_id: str, host: str) -> None:
-        self.paid, self.claims, self.run_id, self.host = paid, claims, run_id, host
+    def __init__(self, run: Any, claims: TaskClaims, run_id: str, host: str) -> None:
+        self.run, self.claims, self.run_id, self.host = run, claims, run_id, host
         self.lease: HostLease | None = None
         # The campaign's one meter stream for this host's polls (None after release_claims: the final
         # reading is this host's own, from the provider, so its spend ends on the meter's delta).
         self.meter: SharedMeter | None = None
 
     @classmethod
-    def join(cls, paid: Any) -> "SharedHost":
-        """Register this host's run with its lease and the selection; raises CampaignPersistenceError."""
-        cfg = paid.cfg
+    def join(cls, run: Any, meter: Any) -> "SharedHost":
+        """Register this host's run (`run`, a run.Run) with its lease and the selection, its polls
+        shared through `meter` (the key's); raises CampaignPersistenceError."""
+        cfg = run.cfg
         host = socket.gethostname()
         try:
             claims = TaskClaims(cfg.campaign_db, cfg.campaign_name)
         except Refusal as exc:
             raise CampaignPersistenceError(exc.sentence) from None
         try:
-            run = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.host_lease_sec,
-                                      run_label=paid.label)
-            added = claims.add_selection(paid.manifest.selection.task_ids)
+            registered = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.host_lease_sec,
+                                             run_label=run.label)
+            added = claims.add_selection(run.manifest.selection.task_ids)
         except BaseException:
             claims.close()
             raise
-        self = cls(paid, claims, run.run_id, host)
-        self.meter = SharedMeter(paid.meter, cfg.campaign_db, cfg.campaign_name, poller=run.run_id)
+        self = cls(run, claims, registered.run_id, host)
+        self.meter = SharedMeter(meter, cfg.campaign_db, cfg.campaign_name, poller=registered.run_id)
         # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
-        paid.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
+        run.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
         # shared_run.run_id is also how the campaign's report matches a copied run root to its host run.
-        paid.manifest.shared_run = SharedRun(run_id=run.run_id, host=host, lease_sec=cfg.host_lease_sec,
+        run.manifest.shared_run = SharedRun(run_id=registered.run_id, host=host, lease_sec=cfg.host_lease_sec,
                                              claim_batch=cfg.claim_batch, claimed_file=CLAIMED_FILE)
-        write_manifest(cfg.run_root, paid.manifest)
-        self._say("registered", {"run_id": run.run_id, "host": host, "lease_sec": cfg.host_lease_sec,
-                                 "selection": len(paid.manifest.selection.task_ids), "added_to_claims": added})
-        self.lease = HostLease(claims, run.run_id, cfg.host_lease_sec, host, read_attempts=settled_attempts,
+        write_manifest(cfg.run_root, run.manifest)
+        self._say("registered", {"run_id": registered.run_id, "host": host, "lease_sec": cfg.host_lease_sec,
+                                 "selection": len(run.manifest.selection.task_ids), "added_to_claims": added})
+        self.lease = HostLease(claims, registered.run_id, cfg.host_lease_sec, host, read_attempts=settled_attempts,
                                on_stop=self._on_stop, say=self._say).start()
         return self
 
     def _say(self, action: str, detail: dict) -> None:
-        self.paid.event(EventKind.SHARED_HOST, action=action, detail=detail)
+        self.run.event(EventKind.SHARED_HOST, action=action, detail=detail)
 
     def _on_stop(self, reason: str, detail: dict) -> None:
         self._say("stop_seen", {"reason": reason, **detail})
-        self.paid.stop_from_outside(reason)
+        self.run.stop_from_outside(reason)
 
     def runner(self, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         """The batch loop's argv and environment (the runner's, plus libpq's variables, which the
         loop alone uses and drops for run_parallel.sh)."""
-        cfg = self.paid.cfg
+        cfg = self.run.cfg
         root = cfg.run_root
         config = BatchRunnerConfig(
             db_url=cfg.campaign_db, campaign=cfg.campaign_name, run_id=self.run_id, run_root=str(root),
-            bench_dir=str(self.paid.bench_copy), claimed_file=str(root / CLAIMED_FILE),
-            stop_file=str(self.paid.stop_file), concurrency=cfg.concurrency, claim_batch=cfg.claim_batch,
+            bench_dir=str(self.run.bench_copy), claimed_file=str(root / CLAIMED_FILE),
+            stop_file=str(self.run.stop_file), concurrency=cfg.concurrency, claim_batch=cfg.claim_batch,
             wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec),
             admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())), docker_host=cfg.docker_host)
         replace_atomic(root / RUNNER_CONFIG, msgspec.json.encode(config).decode())
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("PG")}}
         return [sys.executable, "-m", "cowork_adapter.run.batch_runner", str(root / RUNNER_CONFIG)], env
 
-    def crossing(self, reason: str) -> None:
-        """This host's meter crossed a bound: a campaign-wide one is written for every host."""
+    def crossing(self, reason: str, campaign: Any) -> None:
+        """This host's meter crossed a bound: a campaign-wide one is written for every host (through
+        `campaign`, the admitted shared campaign)."""
         if str(reason) not in CAMPAIGN_WIDE:
             return
         try:
-            stop = self.paid.campaign.stop_campaign(str(reason), host=self.host, run_root=str(self.paid.cfg.run_root))
+            stop = campaign.stop_campaign(str(reason), host=self.host, run_root=str(self.run.cfg.run_root))
         except CampaignPersistenceError as exc:  # this host stops anyway; the others see the meter too
             self._say("campaign_stop_failed", {"reason": str(reason), "error": str(exc)[:500]})
             return
@@ -135,7 +137,7 @@ class SharedHost:
     def release_claims(self) -> bool:
         """After proven cleanup: settle by receipts, give the rest back, end the host run."""
         try:
-            settled = settle_from_receipts(self.claims, self.run_id, self.paid.cfg.run_root,
+            settled = settle_from_receipts(self.claims, self.run_id, self.run.cfg.run_root,
                                            self.claims.held_by(self.run_id), settled_attempts)
             released = self.claims.finish_run(self.run_id)
         except CampaignPersistenceError as exc:
