@@ -23,7 +23,7 @@ import socket
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from ..campaign.budget import Spending, admission_check, stop_decision
