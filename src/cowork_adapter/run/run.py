@@ -137,6 +137,8 @@ class Run:
         self.cfg, self.manifest, self.bench_copy, self.key = cfg, manifest, bench_copy, key
         self.spending = spending
         self.gateway = gateway
+        if gateway is not None:  # its own sum of provider costs reaching the allowance stops the run
+            gateway.on_fence = self._gateway_fenced
         root = cfg.run_root
         self.label = manifest.run_label
         self.events = EventLog(root / "events.jsonl")
@@ -379,7 +381,7 @@ class Run:
         self.event(EventKind.STOP_CLEARED, reason=reason, removed=done.removed, proven=done.proven,
                    seconds=done.seconds, error=done.error)
 
-    def gateway_fenced(self, reason: str) -> None:
+    def _gateway_fenced(self, reason: str) -> None:
         """From a gateway thread: its own cost sum reached the allowance. Fence admission, stop the run."""
         if reason != GATEWAY_BUDGET:
             return  # a stop the run itself caused (stop file, runner done): nothing more to do

@@ -364,7 +364,6 @@ class CampaignSpending:
         self.spending = _spending(campaign.record, startup.usage, startup.usage)
         admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
         if run.gateway is not None:
-            run.gateway.on_fence = run.gateway_fenced
             run.gateway.set_allowance(gateway_allowance(self.spending, cfg.budget_reserve_usd, cfg.budget_usd,
                                                         startup.limit_remaining))
         try:
