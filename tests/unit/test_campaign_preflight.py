@@ -158,3 +158,21 @@ def test_the_same_or_an_unrecorded_diagnostic_setting_is_admitted(tmp_path, stor
     config = cfg(tmp_path, diagnostic_eval_on_truncation=True)
     write(config.campaign_file, diagnostic_eval_on_truncation=stored)
     campaign_preflight(config, KEY, reading())
+
+
+def test_the_startup_reading_is_one_sane_read_stamped_in_utc():
+    """The first reading before custody (spending._startup_reading): accepted with its limit, or refused."""
+    from types import SimpleNamespace
+
+    from cowork_adapter.campaign.meter import MeterReading
+    from cowork_adapter.run.spending import _startup_reading
+
+    def meter(usage: float):
+        answer = MeterReading(usage=usage, limit=40.0, limit_remaining=30.0, requested_at_monotonic=0.0)
+        return SimpleNamespace(read_usage=lambda timeout: answer)
+
+    accepted = _startup_reading(meter(10.0))
+    assert accepted.usage == 10.0 and accepted.limit_remaining == 30.0 and accepted.attempts == 1
+    assert accepted.observed_at.tzinfo is timezone.utc
+    with pytest.raises(Refusal, match="starting reading was rejected"):
+        _startup_reading(meter(float("nan")))
