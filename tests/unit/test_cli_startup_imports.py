@@ -91,20 +91,17 @@ FUNCTION_IMPORTS = {
     ("ops/doctor.py", "..campaign.meter"): HTTPX,
     ("ops/doctor.py", "..image.derived"): DOCKER,
     ("ops/doctor.py", "..run.launch"): DOCKER,
-    ("ops/doctor.py", "..run.paid"): HTTPX,
+    ("ops/doctor.py", "..run.spending"): HTTPX,
     ("run/batch_runner.py", ""): DOCKER,  # import docker
     ("run/launch.py", "..gateway.run"): HTTPX,
-    ("run/launch.py", ".free"): "the run kinds (httpx and rich through the meter and the live view): a refused preflight decides first",
-    ("run/launch.py", ".paid"): "the run kinds (httpx and rich through the meter and the live view): a refused preflight decides first",
+    ("run/launch.py", ".run"): "the run itself (httpx and rich through the meter and the live view): a refused preflight decides first",
+    ("run/launch.py", ".spending"): "the spending policies (httpx through the meter): a refused preflight decides first",
     ("run/live.py", "rich.console"): "rich (~0.15 s) only for the live view on a terminal",
     ("run/live.py", "rich.live"): "rich (~0.15 s) only for the live view on a terminal",
     ("run/live.py", "rich.table"): "rich (~0.15 s) only for the live view on a terminal",
-    ("run/paid.py", "..campaign.pg_store"): PSYCOPG2,
-    ("run/paid.py", "..campaign.shared"): PSYCOPG2,
-    ("run/paid.py", ".shared_host"): PSYCOPG2,
-    # Not for start-up: left as they were while run/paid.py is rebuilt into run/run.py; to the top there.
-    ("run/paid.py", "..audit"): "to the top of run/run.py when it replaces paid.py (not a start-up need)",
-    ("run/paid.py", "..host.resources"): "to the top of run/run.py when it replaces paid.py (not a start-up need)",
+    ("run/spending.py", "..campaign.pg_store"): PSYCOPG2,
+    ("run/spending.py", "..campaign.shared"): PSYCOPG2,
+    ("run/spending.py", ".shared_host"): PSYCOPG2,
 }
 
 

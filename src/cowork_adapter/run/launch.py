@@ -19,6 +19,7 @@ import docker
 from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import RunConfig
 from ..container.protocol import scrub, secret_terms
+from ..container.reference import stage_groundtruth
 from ..custody.labels import new_run_label
 from ..errors import Refusal
 from ..image.derived import (
@@ -391,7 +392,6 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
 
     # Every run has the same custody; only its spending policy differs.
     if cfg.spends_nothing:  # oracle / nop: no key, meter or campaign
-        from ..container.reference import stage_groundtruth
 
         if cfg.engine == EngineKind.ORACLE.value:
             stage_groundtruth(bench_copy, manifest.selection.task_ids)

@@ -41,7 +41,8 @@ from ..runroot.events import EventLog
 from ..fileio import create_exclusive
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
-from ..host.resources import reader_for
+from ..audit import audit_run
+from ..host.resources import campaign_roots, host_suggestion, reader_for
 from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..runroot.manifest import write_manifest
 from ..schemas.manifest import RunManifest
@@ -501,7 +502,6 @@ def _exit_code(result, progress: RunProgress, cleanup_error: str | None, settlem
 
 def _audit(run_root: Path) -> None:
     try:
-        from ..audit import audit_run
 
         audit_run(run_root)
     except Exception as exc:  # noqa: BLE001 - the audit is evidence, never a verdict: report and go on
@@ -511,7 +511,6 @@ def _audit(run_root: Path) -> None:
 def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
     """The concurrency this host's measured per-task use suggests (advice printed, never enforced;
     the next run's operator chooses it). Never raises: it must not break a run's start or end."""
-    from ..host.resources import campaign_roots, host_suggestion
 
     try:
         found = host_suggestion(cfg.docker_host, [*campaign_roots(cfg.campaign_file, cfg.resume_from), *own])
