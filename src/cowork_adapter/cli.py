@@ -46,6 +46,7 @@ from .defaults import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEF
 from .errors import Refusal
 from .paths import PathKind, checked_path
 from .vocab import DemoScenario, ExitCode, StopPath
+from .runroot import layout
 
 if TYPE_CHECKING:  # config.py (its checks, msgspec) is imported only by the commands that build a RunConfig
     from .config import RunConfig
@@ -301,7 +302,7 @@ def _run_flags(
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
     task_validity: Annotated[Optional[Path], typer.Option(
-        help="task_validity.json from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
+        help=f"{layout.TASK_VALIDITY} from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
              "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
     stop_path: Annotated[_StopPath, typer.Option(
         hidden=True, help="Benchmarks only: runner_trap stops the old way (the runner's own EXIT trap removes "
@@ -423,7 +424,7 @@ def _qualify(
     repo_dir: Annotated[Path, typer.Option(help="Clean Ouroboros seed checkout (binds the derived image).",
                                            rich_help_panel=P_WHERE)],
     run_root: Annotated[Path, typer.Option(
-        help="New directory: the oracle and nop run roots and task_validity.json go under it.",
+        help=f"New directory: the oracle and nop run roots and {layout.TASK_VALIDITY} go under it.",
         rich_help_panel=P_WHERE)],
     bench_root: BenchRootOpt = None,
     bench_commit: BenchCommitOpt = PINNED_BENCH_COMMIT,
@@ -474,7 +475,7 @@ app.command(
     "(nothing done) over the selection, both graded by the official evaluator and spending nothing, and "
     "classify each task: valid, oracle_fails, nop_passes, environment_blocked (or undetermined).\n\n"
     "Example: cowork-adapter qualify --repo-dir ~/seed --bench-root ~/cowork_bench --run-root /data/qualify-1 "
-    "--concurrency 2\n\nWrites <run-root>/task_validity.json and prints a table. Exit codes: 0 table written; "
+    f"--concurrency 2\n\nWrites <run-root>/{layout.TASK_VALIDITY} and prints a table. Exit codes: 0 table written; "
     "2 refused; 3 a run was stopped." + _more("docs/paid-campaign.md"),
 )(_qualify)
 
@@ -505,7 +506,7 @@ def demo(
 
 @app.command(
     help="Audit a finished run offline: evidence and items for manual review; never changes a verdict.\n\n"
-    "Example: cowork-adapter audit --run-dir /data/smoke-1 --output /data/smoke-1/audit.json" + _more("docs/operating.md")
+    f"Example: cowork-adapter audit --run-dir /data/smoke-1 --output /data/smoke-1/{layout.OPERATOR_AUDIT}" + _more("docs/operating.md")
 )
 def audit(
     run_dir: Annotated[Path, typer.Option(help="Run root to audit.")],

@@ -18,14 +18,15 @@ from enum import Enum
 from pathlib import Path
 
 from .errors import Refusal
+from .runroot import layout
+from .runroot.layout import RunRoot
 
 STAGE = "path"
 NAME_MAX = 255  # bytes per component (Linux NAME_MAX)
 PATH_MAX = 4095  # bytes of a whole path (Linux PATH_MAX, without the NUL)
-# What makes a folder a run root (any one of them: a run killed early may have only its events).
-RUN_ROOT_MARKERS = ("run_manifest.json", "monitor.json", "events.jsonl", "result_index.jsonl")
-# Files of a run root that commands read; each must be a regular file when present.
-RUN_ROOT_FILES = (*RUN_ROOT_MARKERS, "audit.json", "audit.launcher.json", "custody/processes.json", "custody/stop")
+# What makes a folder a run root, and the files of one that commands read (runroot/layout.py).
+RUN_ROOT_MARKERS = layout.MARKERS
+RUN_ROOT_FILES = layout.READ_FILES
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 PSEUDO_ALLOWED = ("/dev/shm",)  # a real tmpfs under /dev
 MAX_LISTED = 20
@@ -229,9 +230,9 @@ def checked_path(raw: str | os.PathLike[str], kind: PathKind, flag: str, *, need
         _require(flag, raw, path, want_dir=True)
     if kind in (PathKind.RUN_ROOT, PathKind.RUN_ROOT_IF_EXISTS) and exists:
         if kind is PathKind.RUN_ROOT and not is_run_root(path):
-            raise not_a_run_root(flag, raw, path, "no run_manifest.json, monitor.json, events.jsonl or result_index.jsonl")
-        if needs_manifest and not os.path.lexists(path / "run_manifest.json"):
-            raise not_a_run_root(flag, raw, path, "no run_manifest.json")
+            raise not_a_run_root(flag, raw, path, "no " + ", ".join(layout.MARKERS[:-1]) + " or " + layout.MARKERS[-1])
+        if needs_manifest and not os.path.lexists(RunRoot(path).manifest):
+            raise not_a_run_root(flag, raw, path, f"no {layout.MANIFEST}")
         _check_run_root_files(flag, raw, path)
     if kind is PathKind.OUTPUT_DIR:
         check_output_files(flag, raw, path, output_names)

@@ -12,7 +12,8 @@ from cowork_adapter.gateway.server import FENCE_BUDGET
 from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.report import make_report
 from cowork_adapter.report.build import row_cost
-from cowork_adapter.schemas.gateway import GATEWAY_DIR, REQUESTS_NAME, GatewayRequest, encode_row, read_requests
+from cowork_adapter.runroot.layout import RunRoot
+from cowork_adapter.schemas.gateway import GatewayRequest, encode_row, read_requests
 from cowork_adapter.schemas.manifest import GatewayRecord
 
 
@@ -36,11 +37,11 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
     evidence.mkdir(parents=True)
     for i, task in enumerate(tasks):  # the shim's record: runner id -> the task's directory
         (evidence / f"{i}-abcd.task").write_text(f"/bench/tasks/finalpool/{task}\n")
-    (root / GATEWAY_DIR).mkdir()
+    RunRoot(root).gateway_requests.parent.mkdir()
     models = GatewayRequest(at=1.0, task="0-abcd", path="/v1/models", status=200, latency_ms=1.0)  # costs nothing
     rows = [_row("0-abcd", 0.25), _row("0-abcd", 0.5), _row("0-abcd", None, refused="fenced"), models,
             _row("1-abcd", None, assumed=5.0), _row(None, None, refused="auth")]
-    (root / GATEWAY_DIR / REQUESTS_NAME).write_bytes(b"".join(encode_row(r) for r in rows) + b'{"torn')
+    RunRoot(root).gateway_requests.write_bytes(b"".join(encode_row(r) for r in rows) + b'{"torn')
     return tasks
 
 

@@ -44,6 +44,8 @@ from ..score.tampering import count_tampering
 from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
 from .read import Folder, UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
 DUMPS_DIR = Path("bench") / "dumps"
@@ -121,14 +123,14 @@ def _rel(path: Path, root: Path) -> str:
 
 def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | None:
     """Rows of result_index.jsonl as dicts, streamed; None when the file is absent."""
-    path = root / "result_index.jsonl"
+    path = RunRoot(root).result_index
     if not path.is_file():
         return None
 
     def rows() -> Iterator[dict[str, Any]]:
         scan = TaskScan()
         try:
-            for block in iter_blocks(path, scan, "result_index.jsonl"):
+            for block in iter_blocks(path, scan, layout.RESULT_INDEX):
                 for offset, line in enumerate(block.data.split(b"\n")):
                     if not line.strip():
                         continue
@@ -140,9 +142,9 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
                         yield row
                     else:
                         run_gaps.append(Gap(reason=AuditGapReason.MALFORMED_LINE,
-                                            file="result_index.jsonl", line=block.first + offset))
+                                            file=layout.RESULT_INDEX, line=block.first + offset))
         except OSError as exc:
-            run_gaps.append(Gap(reason=AuditGapReason.UNREADABLE_LOG, file="result_index.jsonl",
+            run_gaps.append(Gap(reason=AuditGapReason.UNREADABLE_LOG, file=layout.RESULT_INDEX,
                                 detail=type(exc).__name__))
         run_gaps.extend(Gap(**g) for g in scan.gaps)  # oversized ledger lines
 
@@ -191,7 +193,7 @@ def _flag_entry(seen: list[TamperSeen] | None, root: Path, path: Path, entry: sa
 
 def _evidence_by_task(root: Path, suffix: str) -> dict[str, Path]:
     """task name -> the shim's `<runner-id><suffix>` evidence file, joined through `<runner-id>.task`."""
-    evidence = root / "custody" / "evidence"
+    evidence = RunRoot(root).evidence
     try:
         names = sorted(os.listdir(evidence))
     except OSError:
@@ -459,21 +461,21 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     if not root.is_dir():
         raise Refusal("audit", f"{run_dir} is not a directory, so there is no run to audit.")
     rows = _ledger_rows(root, run_gaps)
-    manifest, manifest_cause = _run_record(root, "run_manifest.json", AuditGapReason.MISSING_MANIFEST, run_gaps)
+    manifest, manifest_cause = _run_record(root, layout.MANIFEST, AuditGapReason.MISSING_MANIFEST, run_gaps)
     if manifest_cause == "absent" and rows is None:
-        raise Refusal("audit", f"{run_dir} has neither run_manifest.json nor result_index.jsonl, "
+        raise Refusal("audit", f"{run_dir} has neither {layout.MANIFEST} nor {layout.RESULT_INDEX}, "
                                "so it cannot be read as a run.")
     outside: list[TamperSeen] = []
     dumps = _dump_index(root, outside)
     if rows is None:
         # No ledger: audit what the manifest selected, else every dump found (documented fallback).
-        run_gaps.append(Gap(reason=AuditGapReason.MISSING_RESULT_INDEX, file="result_index.jsonl"))
+        run_gaps.append(Gap(reason=AuditGapReason.MISSING_RESULT_INDEX, file=layout.RESULT_INDEX))
         selection = manifest.get("selection")
         ids = selection.get("selection_task_ids") or selection.get("task_ids") if isinstance(selection, dict) else None
         ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else sorted(dumps)
         rows = iter({"instance_id": i} for i in ids)
 
-    monitor, _ = _run_record(root, "monitor.json", AuditGapReason.MISSING_MONITOR, run_gaps)
+    monitor, _ = _run_record(root, layout.MONITOR, AuditGapReason.MISSING_MONITOR, run_gaps)
     refusals = _eval_refusals(root)
     admissions = _eval_admissions(root)
     ineligible: Counter = Counter()

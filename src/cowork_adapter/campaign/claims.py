@@ -15,6 +15,7 @@ from pathlib import Path
 from ..custody.liveness import Recorded, prove, read_custody_processes
 from ..schemas.multihost import CampaignRun, FenceProof, HostRun, HostRunRelease
 from ..vocab import ClaimState, HostRunState, ReleaseFence, TaskStatus
+from ..runroot.layout import CUSTODY_PROCESSES_FILE
 
 SETTLED_STATUSES = frozenset(s.value for s in TaskStatus if s.settled)
 
@@ -111,7 +112,7 @@ def prove_fenced(run: HostRun, *, host: str, now: datetime | None = None) -> Fen
     naming the run root. Refused by `decide_release` when run on another host."""
     root = Path(run.run_root)
     custody, problem = read_custody_processes(root)
-    runner = [(custody.runner_pgid, "custody/processes.json")] if custody and custody.runner_pgid else []
+    runner = [(custody.runner_pgid, CUSTODY_PROCESSES_FILE)] if custody and custody.runner_pgid else []
     live = prove(root, Recorded(custody=custody, runner_pgids=runner))
     evidence = live.sentence() if problem is None else f"{live.sentence()}; {problem}"
     # An unreadable custody record proves nothing: the runner group it names might still live.

@@ -23,6 +23,7 @@ from ..vocab import ExitCode, MeterPhase
 from .meter import KeyMeter, MeterReading
 from .observe import DEFAULT_BLINDNESS_SEC, Clock, MeterBlind, MeterObserver, SystemClock
 from .store import Campaign, CampaignStore, JsonFileCampaignStore, read_campaign, utc_now
+from ..runroot.layout import RunRoot
 
 DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
 STAGE = "reconcile"
@@ -284,7 +285,7 @@ def _refresh_usage(
 
 def _remove_agent_env(run_root: Path) -> bool:
     """A launcher killed by SIGKILL never reached its cleanup: the key file must not outlive reconcile."""
-    path = run_root / "private" / "agent.env"
+    path = RunRoot(run_root).agent_env
     existed = path.exists()
     path.unlink(missing_ok=True)
     return existed

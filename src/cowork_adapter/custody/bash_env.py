@@ -35,6 +35,7 @@ from ..fileio import create_exclusive
 from ..schemas.record import RecordInvalid
 from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
+from ..runroot.layout import RunRoot
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
 # The shim reads task dumps through the same no-follow, capped reader as every other host reader.
@@ -142,7 +143,7 @@ def install_custody(
     if not run_label:
         raise Refusal(STAGE, "The run label is empty.")
     run_root = Path(run_root).resolve()
-    custody_dir = run_root / "custody"
+    custody_dir = RunRoot(run_root).custody
     shim_dir = custody_dir / "shim"
     wrapper = shim_dir / "docker"
     _check_real_docker(real_docker, wrapper)
@@ -191,7 +192,7 @@ def install_custody(
     tmpdir = resource_root.resolve() / f"tmp-{run_label[:12]}"
     _make_private_dir(tmpdir)
 
-    config_path = custody_dir / "shim_config.json"
+    config_path = RunRoot(run_root).shim_config
     _write(config_path, config.to_json(), 0o600)
     program = shim_dir / "shim.py"
     source = SHIM_SOURCE.read_bytes()
@@ -199,7 +200,7 @@ def install_custody(
     _write(shim_dir / "safefile.py", SAFEFILE_SOURCE.read_text(encoding="utf-8"), 0o644)
     _write(wrapper, wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker,
                                    docker_host=docker_host), 0o755)
-    bash_env = custody_dir / "bash_env.sh"
+    bash_env = RunRoot(run_root).bash_env
     _write(bash_env, bash_env_text(wrapper, run_label), 0o644)
     return CustodyFiles(
         bash_env=bash_env,

@@ -17,6 +17,7 @@ import secrets
 from pathlib import Path
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
+from ..runroot.layout import RunRoot
 
 RUN_LABEL_KEY = "org.cowork-adapter.run"
 ROLE_LABEL_KEY = "org.cowork-adapter.role"
@@ -50,7 +51,7 @@ def new_run_label(run_root: Path) -> tuple[str, str]:
 def run_label(run_root: Path) -> str:
     """The label an existing run root recorded (its manifest's `run_label`). Raises OSError when the
     run root has no manifest and ValueError when it cannot be read: a label is never guessed."""
-    return decode((Path(run_root) / "run_manifest.json").read_bytes(), RunManifest).run_label
+    return decode(RunRoot(run_root).manifest.read_bytes(), RunManifest).run_label
 
 
 def role_for_name(name: str | None) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses
 from ..schemas.record import RecordInvalid, decode
+from ..runroot.layout import CUSTODY_PROCESSES_FILE
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 # cowork-adapter commands that only read or finish a run: naming its root does not make them part of it.
@@ -251,10 +252,10 @@ def prove(run_root: Path, recorded: Recorded, *, table: ProcTable | None = None,
 
     custody = recorded.custody
     if custody is not None:
-        add(ROLE_LAUNCHER, custody.launcher.pid, "custody/processes.json",
+        add(ROLE_LAUNCHER, custody.launcher.pid, CUSTODY_PROCESSES_FILE,
             _identity_alive(table, custody.launcher.pid, custody.launcher.start_ticks))
         if custody.watchdog is not None:
-            add(ROLE_WATCHDOG, custody.watchdog.pid, "custody/processes.json",
+            add(ROLE_WATCHDOG, custody.watchdog.pid, CUSTODY_PROCESSES_FILE,
                 _identity_alive(table, custody.watchdog.pid, custody.watchdog.start_ticks))
     for pid, source in recorded.launcher_pids:
         if pid in named or pid <= 0:
@@ -265,7 +266,7 @@ def prove(run_root: Path, recorded: Recorded, *, table: ProcTable | None = None,
 
     groups: dict[int, str] = {}
     if custody is not None and custody.runner_pgid:
-        groups[custody.runner_pgid] = "custody/processes.json"
+        groups[custody.runner_pgid] = CUSTODY_PROCESSES_FILE
     for pgid, source in recorded.runner_pgids:
         if pgid > 0:
             groups.setdefault(pgid, source)

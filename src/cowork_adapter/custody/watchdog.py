@@ -44,11 +44,13 @@ from ..container.procs import group_alive, pgid_of, pids_with_env, process_alive
 from ..errors import CustodyError
 from ..runroot.events import EventLog
 from ..fileio import create_exclusive, replace_atomic
-from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses, ProcessIdentity
+from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..schemas.record import decode
 from ..vocab import EventKind, StopReason
 from .creations import CREATION_WAIT_SEC, creations_dir
 from .docker_ops import cleanup_run
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 
 DONE = b"done\n"
 READY = b"ready\n"
@@ -60,13 +62,13 @@ KILL_WAIT_SEC = 5.0
 
 
 def custody_paths(run_root: Path) -> dict[str, Path]:
-    root = Path(run_root)
+    root = RunRoot(run_root)
     return {
-        "stop": root / "custody" / "stop",
-        "processes": root / "custody" / CUSTODY_PROCESSES_NAME,
-        "agent_env": root / "private" / "agent.env",
-        "events": root / "events.jsonl",
-        "log": root / "watchdog.log",
+        "stop": root.stop_file,
+        "processes": root.custody_processes,
+        "agent_env": root.agent_env,
+        "events": root.events,
+        "log": root.watchdog_log,
     }
 
 
@@ -109,7 +111,7 @@ class Watch:
         try:
             self.events.append(kind, **payload)
         except (OSError, ValueError) as exc:  # the actions matter more than their record
-            self.say(f"could not append {kind} to events.jsonl: {type(exc).__name__}: {exc}")
+            self.say(f"could not append {kind} to {layout.EVENTS}: {type(exc).__name__}: {exc}")
 
     def wait_for_launcher(self, life_fd: int, pidfd: int | None) -> str | None:
         """Block until the launcher says DONE (returns None) or is gone (returns what said so)."""
@@ -173,7 +175,7 @@ class Watch:
             self.paths["agent_env"].unlink(missing_ok=True)
             # --llm-gateway: the gateway secret and the task token files (useless once the gateway died with the launcher).
             private = self.paths["agent_env"].parent
-            for path in [private / "gateway.secret", *private.glob("agent-*.env")]:
+            for path in [private / layout.GATEWAY_SECRET, *private.glob("agent-*.env")]:
                 path.unlink(missing_ok=True)
         except OSError as exc:
             self.say(f"could not delete the key file: {exc}")

@@ -19,6 +19,8 @@ from ..custody.labels import run_label
 from ..errors import Refusal
 from ..vocab import ExitCode
 from .run import load_export
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 
 FORMATS = ("inspect",)
 EXTRA_HINT = "pip install 'cowork-adapter[inspect]'"
@@ -31,10 +33,10 @@ def log_name(root: Path) -> str:
     try:
         label = run_label(root)
     except OSError as exc:
-        raise Refusal("export", f"{root} has no readable run_manifest.json ({exc.strerror or type(exc).__name__}), "
+        raise Refusal("export", f"{root} has no readable {layout.MANIFEST} ({exc.strerror or type(exc).__name__}), "
                                 "so it is not a run root to export.") from None
     except ValueError as exc:
-        raise Refusal("export", f"{root}/run_manifest.json is not a run manifest ({str(exc)[:200]}).") from None
+        raise Refusal("export", f"{RunRoot(root).manifest} is not a run manifest ({str(exc)[:200]}).") from None
     return f"{root.name}-{label[:8]}.eval"
 
 

@@ -50,11 +50,12 @@ from pathlib import Path
 import httpx
 
 from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
-from ..schemas.gateway import GATEWAY_DIR, REQUESTS_NAME, GatewayRequest, encode_row
+from ..runroot.layout import GATEWAY_SECRET, RunRoot
+from ..schemas.gateway import GatewayRequest, encode_row
 
 TOKEN_PREFIX = "cwg1"
 TOKEN_CONTEXT = b"cowork-gateway-token\0"
-SECRET_NAME = "gateway.secret"
+SECRET_NAME = GATEWAY_SECRET  # in the run root's private/ (RunRoot.gateway_secret)
 # The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim.py handle_remove).
 REVOKED_SUFFIX = ".agent_removed"
 # The task ids the shim mints tokens for (shim.SAFE_ID); anything else is not a token of ours.
@@ -257,9 +258,9 @@ class Gateway:
         self._upstream_streams: weakref.WeakSet = weakref.WeakSet()
         # Client connections still reading a request -> the monotonic time they must be done by.
         self._deadlines: dict[socket.socket, float] = {}
-        log_dir = run_root / GATEWAY_DIR
-        log_dir.mkdir(mode=0o700, exist_ok=True)
-        self._log_fd = os.open(log_dir / REQUESTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log_path = RunRoot(run_root).gateway_requests
+        log_path.parent.mkdir(mode=0o700, exist_ok=True)
+        self._log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._client = httpx.Client(timeout=UPSTREAM_TIMEOUT, follow_redirects=False)
         self._server = _Server((bind_host, port), _handler(self), self, max_connections)
         self._threads: list[threading.Thread] = []

@@ -25,7 +25,7 @@ from ..custody import shim
 from ..errors import Refusal
 from ..schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from ..score.resources import (  # noqa: F401  (re-exported: the host's readers and tests look here)
-    EVIDENCE_DIR, MEASURED_ROLES, METHOD_SENTENCE, NOT_TIED, READINGS_SUFFIX, TaskResources, read_task_resources, summarize,
+    MEASURED_ROLES, METHOD_SENTENCE, NOT_TIED, READINGS_SUFFIX, TaskResources, read_task_resources, summarize,
     task_runner_ids)
 from .daemon import daemon_info
 

@@ -18,6 +18,7 @@ from ..run.live import format_duration
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState
 from .control import RunFiles, read_run
+from ..runroot.layout import MONITOR
 
 SCHEMA = "cowork_adapter.campaign_status.v1"
 
@@ -103,8 +104,8 @@ def render_campaign_status(status: dict[str, Any]) -> list[str]:
             continue
         p = g["progress"]
         lines.append(f"    run root {g['run_root']}: "
-                     + (f"{p['done']}/{p['selected']} done, {p['running']} running (monitor.json as of {g['observed_at']})"
-                        if p else "no monitor.json yet")
+                     + (f"{p['done']}/{p['selected']} done, {p['running']} running ({MONITOR} as of {g['observed_at']})"
+                        if p else f"no {MONITOR} yet")
                      + (f", stop reason {g['stop_reason']}" if g["stop_reason"] else ""))
         lines += [f"    problem: {x}" for x in g["problems"]]
     if status["missing"]:

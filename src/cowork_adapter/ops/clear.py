@@ -41,12 +41,14 @@ from ..score.ledger import rebuild_final
 from ..vocab import EventKind, ExitCode, RunOutcome, StopReason
 from .control import fence, gather_recorded, read_run
 from .recorded import clear_hint, recorded_docker_host, recorded_key_env, recorded_meter_url, run_tmpdir
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 
 if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
     from ..campaign.meter import MeterReading
 
 STAGE = "clear"
-MANIFEST = "run_manifest.json"
+MANIFEST = layout.MANIFEST
 
 # What step 5 found (the manifest's cleared.campaign).
 CAMPAIGN_SETTLED = "settled"
@@ -97,7 +99,7 @@ def _load_manifest(run_root: Path) -> RunManifest:
 
 def _ran_past_admission(run_root: Path) -> bool:
     """True when the runner started: by then the run's campaign file existed."""
-    path = run_root / "events.jsonl"
+    path = RunRoot(run_root).events
     if not path.is_file():
         return False
     return any(e.get("kind") == EventKind.RUNNER_STARTED.value for e in read_all(path))
@@ -156,7 +158,7 @@ def rebuild_final_ledger(run_root: Path) -> int:
 
 def _drop_key(run_root: Path) -> bool:
     """Delete the run's key file; True when it existed."""
-    path = run_root / "private" / "agent.env"
+    path = RunRoot(run_root).agent_env
     existed = path.exists()
     path.unlink(missing_ok=True)
     from ..gateway.run import remove_secrets
@@ -167,7 +169,7 @@ def _drop_key(run_root: Path) -> bool:
 
 def _already_cleared(plan: ClearPlan, labelled_empty: bool) -> bool:
     return (plan.manifest.cleared is not None and labelled_empty
-            and not (plan.run_root / "private" / "agent.env").exists()
+            and not RunRoot(plan.run_root).agent_env.exists()
             and plan.campaign_state != CAMPAIGN_SETTLED)
 
 
@@ -223,7 +225,7 @@ def clear_command(
         # Containers a killed run left behind are read before removal: the rebuilt ledger shows them.
         report = docker_ops.cleanup_run(plan.docker_host, label, lambda r: print(f"cowork-adapter: cleanup: {r}",
                                                                                   file=sys.stderr, flush=True),
-                                        before_remove=reader_for(plan.run_root / "custody" / "evidence"),
+                                        before_remove=reader_for(RunRoot(plan.run_root).evidence),
                                         creations=creations_dir(plan.run_root))
     except CustodyError as exc:
         _drop_key(plan.run_root)
@@ -306,14 +308,14 @@ def _record(plan: ClearPlan, note: str, processes: str, report, agent_env_remove
         ledger=ledger, campaign=campaign,
     )
     try:
-        EventLog(plan.run_root / "events.jsonl").append(
+        EventLog(RunRoot(plan.run_root).events).append(
             EventKind.DEAD_RUN_CLEARED, removed_containers=len(cleared.removed_containers),
             removed_networks=len(cleared.removed_networks), removed_volumes=len(cleared.removed_volumes),
             label_empty=True, agent_env_removed=agent_env_removed, campaign=campaign, ledger=ledger,
             operator_note=note,
         )
     except OSError as exc:
-        say(f"could not append to events.jsonl ({exc.strerror}); the manifest still records the clear.", err=True)
+        say(f"could not append to {layout.EVENTS} ({exc.strerror}); the manifest still records the clear.", err=True)
     if manifest.finished_at is None:
         # The launcher never finalised the record: it was stopped by its own death.
         manifest.outcome = RunOutcome.STOPPED.value

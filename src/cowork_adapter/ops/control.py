@@ -49,6 +49,8 @@ from ..schemas.record import RecordInvalid, decode
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import EventKind, ExitCode
 from .recorded import clear_hint, clear_key_note, recorded_docker_host
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 STOP_POLL_SEC = 0.5
@@ -97,19 +99,20 @@ def _load(path: Path, model, problems: list[str]):
 
 def read_run(run_root: Path) -> RunFiles:
     problems: list[str] = []
-    manifest = _load(run_root / "run_manifest.json", RunManifest, problems)
-    monitor = _load(run_root / "monitor.json", Monitor, problems)
-    events, invalid = read_events(run_root / "events.jsonl")
+    root = RunRoot(run_root)
+    manifest = _load(root.manifest, RunManifest, problems)
+    monitor = _load(root.monitor, Monitor, problems)
+    events, invalid = read_events(root.events)
     if invalid:
         lines = "1 line that is" if invalid == 1 else f"{invalid} lines that are"
-        problems.append(f"events.jsonl has {lines} not a valid event (skipped)")
+        problems.append(f"{layout.EVENTS} has {lines} not a valid event (skipped)")
     ledger = None
-    if (run_root / LEDGER_NAME).exists():
+    if root.result_index.exists():
         try:
-            ledger = read_index(run_root / LEDGER_NAME)
+            ledger = read_index(root.result_index)
         except (OSError, ValueError) as exc:
             problems.append(f"{LEDGER_NAME} cannot be read ({type(exc).__name__}), so resource use is not shown")
-    admission = _load(run_root / "custody" / "admission.json", AdmissionState, problems)
+    admission = _load(root.admission, AdmissionState, problems)
     return RunFiles(run_root, manifest, monitor, events, problems, ledger, admission)
 
 
@@ -211,17 +214,17 @@ def gather_recorded(files: RunFiles) -> Recorded:
         files.problems.append(problem)
     recorded = Recorded(custody=custody, marker=run_marker(files))
     if files.monitor is not None:
-        recorded.launcher_pids.append((files.monitor.launcher_pid, "monitor.json"))
+        recorded.launcher_pids.append((files.monitor.launcher_pid, layout.MONITOR))
         if files.monitor.runner_pid:
             # The runner is started in its own session: its pid is its process group's id.
-            recorded.runner_pgids.append((files.monitor.runner_pid, "monitor.json"))
+            recorded.runner_pgids.append((files.monitor.runner_pid, layout.MONITOR))
     active = _campaign_active(files)
     if active is not None:
         recorded.launcher_pids.append((active.launcher_pid, "the campaign's active_run"))
         if active.runner_pgid:
             recorded.runner_pgids.append((active.runner_pgid, "the campaign's active_run"))
     for pid in _runner_started_pids(files):
-        recorded.runner_pgids.append((pid, "events.jsonl"))
+        recorded.runner_pgids.append((pid, layout.EVENTS))
     return recorded
 
 
@@ -271,7 +274,7 @@ def find_launcher(files: RunFiles) -> tuple[int | None, str]:
     """(pid of this run's live launcher or None, where the pid came from)."""
     candidates = []
     if files.monitor is not None:
-        candidates.append((files.monitor.launcher_pid, "monitor.json"))
+        candidates.append((files.monitor.launcher_pid, layout.MONITOR))
     active = _campaign_active(files)
     campaign_pid = active.launcher_pid if active is not None else None
     if campaign_pid is not None:
@@ -362,7 +365,7 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "campaign_file": m.campaign_file if m is not None else None,
         "campaign_db": (f"{m.campaign_db} campaign {m.campaign_name!r}" if m is not None and m.campaign_db else None),
         "progress": progress.to_dict(),
-        "progress_source": "monitor.json" if mon is not None else "events.jsonl",
+        "progress_source": layout.MONITOR if mon is not None else layout.EVENTS,
         "spending": mon.spending.to_dict() if mon is not None else None,
         "meter": {"age_sec": mon.meter.age_sec, "blindness_sec": mon.meter.blindness_sec,
                   "last_usage": mon.meter.last_usage, "last_error": mon.meter.last_error,
@@ -437,7 +440,7 @@ def add_dead_run_truth(status: dict[str, Any], files: RunFiles) -> None:
     # Unproven: the launcher died unfinished, or its own cleanup failed, and no `clear` followed.
     unproven = cleared is None and (status["state"] == "launcher_gone" or status["cleanup_proven"] is False)
     needs_clear = (unproven or not liveness.all_gone or bool(view.names) or _campaign_active(files) is not None
-                   or (files.run_root / "private" / "agent.env").exists())
+                   or RunRoot(files.run_root).agent_env.exists())
     status["next_command"] = next_command(files, liveness) if needs_clear else None
 
 
@@ -462,7 +465,7 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
                          f"(campaign {status['cleared']['campaign']}, ledger {status['cleared']['ledger']})")
     if monitor is not None:
         if not status["launcher_alive"]:
-            lines.append(f"  (monitor.json as of {status['observed_at']}: its launcher is gone, so these numbers "
+            lines.append(f"  ({layout.MONITOR} as of {status['observed_at']}: its launcher is gone, so these numbers "
                          "stopped there)")
         stopped = status["state"] in ("finished", "launcher_gone")
         lines.append(f"  {summary_line(monitor, stopped)}")
@@ -473,14 +476,14 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
     else:
         p = status["progress"]
         lines.append(f"  tasks: {p['done']}/{p['selected']} done, {p['running']} running "
-                     "(from events.jsonl: no monitor.json yet)")
+                     f"(from {layout.EVENTS}: no {layout.MONITOR} yet)")
         lines.append(f"  elapsed {format_duration(status['elapsed_sec'])}, eta {format_duration(status['eta_sec'])}")
     admission = status.get("admission")
     if admission and admission["waiting"] and status["state"] not in ("finished", "launcher_gone"):
         lines.append(f"  {admission['sentence']} (since {admission['since']}; a wait is not a failure)")
     proven = status["cleanup_proven"]
     lines.append("  cleanup: " + ("proven (nothing with the run's label remains)" if proven
-                                  else "not proven yet" if proven is False else "unknown (no monitor.json)"))
+                                  else "not proven yet" if proven is False else f"unknown (no {layout.MONITOR})"))
     if status["campaign_settlement"]:
         lines.append(f"  campaign settlement: {status['campaign_settlement']}")
     if status["state"] in ("finished", "launcher_gone") or status["stop_reason"]:
@@ -525,7 +528,7 @@ def _exit_word(code: int) -> str:
 
 
 def _not_a_run_root(run_root: Path) -> int:
-    say(f"{run_root} is not a run root (no run_manifest.json, monitor.json or events.jsonl).", err=True)
+    say(f"{run_root} is not a run root (no {layout.MANIFEST}, {layout.MONITOR} or {layout.EVENTS}).", err=True)
     return int(ExitCode.REFUSED)
 
 
@@ -602,7 +605,7 @@ def fence(run_root: Path) -> str:
     """Write the stop file the docker shim refuses new containers by (the launcher's own fence)."""
     from ..fileio import create_exclusive  # `stop` and `clear` write; `status` only reads
 
-    path = run_root / "custody" / "stop"
+    path = RunRoot(run_root).stop_file
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         create_exclusive(path, f"{FENCE_REASON}\n", durable=False)  # the shim sees it at once
@@ -645,7 +648,7 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
         return f"{fenced}; the run recorded no label, so the runner group {pgid} cannot be proven the run's and was not signalled"
     events = None
     try:
-        events = EventLog(run_root / "events.jsonl")
+        events = EventLog(RunRoot(run_root).events)
         events.append(EventKind.STOP_REQUESTED, reason=FENCE_REASON, source="operator_stop_without_launcher")
     except (OSError, ValueError):
         pass  # the fence and the signals below do not depend on the record
@@ -726,7 +729,7 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
         # read); the launcher then finds the run fenced, removes its containers and proves it.
         # Only once its custody exists: before that no container can be made, and the launcher
         # makes that directory itself.
-        fenced = f"; {fence(run_root)}" if (run_root / "custody").is_dir() else ""
+        fenced = f"; {fence(run_root)}" if RunRoot(run_root).custody.is_dir() else ""
         say(f"sent SIGTERM to the launcher (pid {pid}, from {source}){fenced}; waiting up to {timeout:g}s for its "
             "verified cleanup.")
     deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..custody.shim_config import ShimConfig
 from ..schemas.manifest import RunManifest
 from ..schemas.record import RecordInvalid, decode
+from ..runroot.layout import RunRoot
 
 
 
@@ -18,7 +19,7 @@ def recorded_docker_host(run_root: Path, manifest: RunManifest | None) -> str | 
     if manifest is not None and manifest.docker_host:
         return manifest.docker_host
     try:
-        text = (Path(run_root) / "custody" / "shim_config.json").read_text(encoding="utf-8")
+        text = RunRoot(run_root).shim_config.read_text(encoding="utf-8")
         return decode(text, ShimConfig).docker_host
     except (OSError, RecordInvalid):
         pass

@@ -15,7 +15,8 @@ import msgspec
 
 from ..errors import Refusal
 from ..runroot.events import parse_ts, read_events
-from ..score.ledger import MANIFEST_NAME
+from ..runroot.layout import RunRoot
+from ..runroot.manifest import read_manifest
 from ..schemas.ledger import LEDGER_NAME, read_index
 from ..run.recovery import identity_difference
 from ..schemas.audit import AuditReport, audit_path_to_read, read_launcher_audit
@@ -68,7 +69,7 @@ def _read_monitor(path: Path) -> Monitor | None:
 def _meter_series(root: Path, figure: str = "run_spent_usd") -> list[tuple[float, float]]:
     """(unix ts, the reading's `figure`): the run's spend, or ("usage") the key meter's own usage."""
     points: list[tuple[float, float]] = []
-    events, _ = read_events(root / "events.jsonl")  # a line that is no valid event draws nothing
+    events, _ = read_events(RunRoot(root).events)  # a line that is no valid event draws nothing
     for event in events:
         ts = parse_ts(event.ts)
         value = getattr(event, figure, None) if isinstance(event, MeterReading) else None
@@ -96,7 +97,7 @@ def _read_audit(root: Path) -> tuple[AuditReport | None, str | None]:
 def load_run(root: str) -> RunRecord:
     path = Path(root)
     try:
-        manifest = decode((path / MANIFEST_NAME).read_bytes(), RunManifest)
+        manifest = read_manifest(path)
     except (OSError, ValueError) as exc:
         raise Refusal(STAGE, f"The run manifest of {root} is missing or unreadable ({type(exc).__name__}).") from None
     if manifest.dry_run and not (path / LEDGER_NAME).exists():
@@ -115,7 +116,7 @@ def load_run(root: str) -> RunRecord:
         root=root,
         manifest=manifest,
         rows=rows,
-        monitor=_read_monitor(path / "monitor.json"),
+        monitor=_read_monitor(RunRoot(path).monitor),
         meter=_meter_series(path),
         audit=audit,
         audit_unreadable=audit_unreadable,

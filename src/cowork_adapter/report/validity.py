@@ -8,10 +8,10 @@ valid still counts there, as it always does.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ..schemas.validity import VALIDITY_NAME, TaskValidity, read_validity
+from ..runroot.layout import RunRoot
+from ..schemas.validity import TaskValidity, read_validity
 from ..vocab import TaskStatus, TaskValidityClass
 from .stats import wilson_interval
 
@@ -21,7 +21,7 @@ UNQUALIFIED = "unqualified"  # a selected task the table does not list
 def load_validity(run_roots: list[str]) -> tuple[TaskValidity, str] | None:
     """The table of the newest run that kept one (runs are given oldest first), and its path."""
     for root in reversed(run_roots):
-        path = Path(root) / VALIDITY_NAME
+        path = RunRoot(root).task_validity
         if path.is_file():
             return read_validity(path, flag="the run's task validity table"), str(path)
     return None

@@ -34,6 +34,7 @@ import msgspec
 
 from ..host.admission import AdmissionLimits, HostLoad, decide, read_host_load
 from ..fileio import replace_atomic
+from ..runroot import layout
 from ..schemas.admission import AdmissionState
 from ..schemas.multihost import BatchRunnerConfig, ClaimedBatch
 from ..campaign.pg_store import ClaimLost, TaskClaims
@@ -45,7 +46,7 @@ WAIT_POLL_SEC = 2.0
 # How often a host waiting for load takes a new reading: the 1-minute load average moves slowly,
 # and each reading pings the daemon, so more often would only add to the load it waits on.
 ADMISSION_POLL_SEC = 5.0
-ADMISSION_FILE = "custody/admission.json"
+ADMISSION_FILE = layout.ADMISSION_FILE
 
 
 def runner_env(environ: dict[str, str]) -> dict[str, str]:

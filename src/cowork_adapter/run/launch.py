@@ -32,6 +32,7 @@ from ..image.derived import (
 )
 from ..image.build_lock import build_lock
 from ..fileio import replace_atomic
+from ..runroot.layout import CONFIGS, RUN_CONFIG, RunRoot
 from ..runroot.manifest import utc_now, write_manifest
 from ..benchmark.pin_check import verify_copy
 from ..benchmark.provenance import adapter_identity, checked_bench, clone_at, dataset_ids, seed_identity, upstream_hashes
@@ -47,7 +48,6 @@ from .recovery import STAGE as RESUME_STAGE, CampaignPlace, campaign_refusal, re
 from .signals import LAUNCHER_SIGNALS, StopSignal
 from ..vocab import EngineKind, ExitCode, RunOutcome
 
-RUN_CONFIG_NAME = "cowork_adapter_run.json"
 AGENT_ENTRY = "cowork_entry.py"
 GIB = 1 << 30
 
@@ -283,7 +283,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         message = scrub("".join(traceback.format_exception_only(type(exc), exc)).strip(), secret_terms(secrets))
         manifest.error = {"type": type(exc).__name__, "message": message[:4000]}
         code = ExitCode.FAILED
-        say(f"the run crashed ({type(exc).__name__}); see {cfg.run_root / 'run_manifest.json'}.")
+        say(f"the run crashed ({type(exc).__name__}); see {RunRoot(cfg.run_root).manifest}.")
         _ledger_after_crash(cfg, pre, manifest)
         if not isinstance(exc, Exception):
             raise
@@ -303,7 +303,7 @@ def keep_task_validity(source: Path, run_root: Path) -> dict[str, str]:
         data = source.read_bytes()
     except OSError as exc:
         raise Refusal("flags", f"--task-validity {source} cannot be read any more: {exc.strerror or exc}.") from None
-    replace_atomic(run_root / VALIDITY_NAME, data)
+    replace_atomic(RunRoot(run_root).task_validity, data)
     return {"source": str(source), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -330,7 +330,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     run_root = cfg.run_root
     if cfg.task_validity is not None:
         manifest.task_validity = keep_task_validity(cfg.task_validity, run_root)
-    bench_copy = run_root / "bench"
+    bench_copy = RunRoot(run_root).bench
     clone_at(cfg.bench_root, bench_copy, pre.bench.commit, pre.substitutes or [])
     manifest.bench.working_copy = str(bench_copy)
     # What runs is this clone: before any image or container, it must be the pin byte for byte.
@@ -363,7 +363,7 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
     run_root = cfg.run_root
     selection = manifest.selection
     run_config = build_run_config(cfg)
-    replace_atomic(bench_copy / "configs" / RUN_CONFIG_NAME, run_config.to_json())
+    replace_atomic(bench_copy / CONFIGS / RUN_CONFIG, run_config.to_json())
     manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *selection.task_ids]
     manifest.outcome = RunOutcome.RUNNING
     write_manifest(run_root, manifest)
@@ -377,7 +377,7 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
         return ExitCode.OK
     if cfg.dry_run:
         manifest.outcome = RunOutcome.DRY_RUN
-        print(f"cowork-adapter: dry run recorded in {run_root / 'run_manifest.json'} (image {manifest.image.id[:19]}).")
+        print(f"cowork-adapter: dry run recorded in {RunRoot(run_root).manifest} (image {manifest.image.id[:19]}).")
         return ExitCode.OK
     if cfg.probe:
         return run_probe(cfg, manifest, bench_copy)
@@ -432,7 +432,7 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
         with build_lock(req.tag):
             if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
                 wheels = build_derived_image(
-                    cfg.docker_host, req, cfg.run_root / "tmp" / "image", cfg.run_root / "image_build.log",
+                    cfg.docker_host, req, RunRoot(cfg.run_root).image_context, RunRoot(cfg.run_root).image_build_log,
                     manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
                 )
                 built = True

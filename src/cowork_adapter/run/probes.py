@@ -29,7 +29,7 @@ from ..custody.labels import ROLE_LABEL_KEY, ROLE_NETWORK, RUN_LABEL_KEY, role_f
 from ..errors import Refusal
 from ..host.daemon import docker_client
 from ..image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, disclosed, finalize, for_selection, planned_from_labels
-from ..runroot.manifest import utc_now, write_manifest
+from ..runroot.manifest import read_manifest, utc_now, write_manifest
 from ..schemas.inventory import Inventory, RepairRecord, ServerInventory
 from ..schemas.manifest import RunManifest
 from ..schemas.record import convert
@@ -367,8 +367,7 @@ def reusable_inventory(source_root: Path, image_id: str, needs: Mapping[str, lis
     and over every server this selection needs (with the same tasks blocked). Else None: probe anew.
     Only `qualify` asks, for its nop pass right after its oracle pass over the same selection."""
     try:
-        recorded = json.loads((Path(source_root) / "run_manifest.json").read_text(encoding="utf-8")).get("inventory")
-        found = convert(recorded, Inventory)
+        found = convert(read_manifest(Path(source_root)).inventory, Inventory)
     except (OSError, ValueError, AttributeError):
         return None
     if not image_id or found.image_id != image_id or set(found.servers) != set(needs):

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..runroot import layout
 from ..runroot.events import EventLog
+from ..runroot.layout import RunRoot
 from ..fileio import replace_atomic
 from ..score.ledger import IndexContext, build_index, write_index
 from ..schemas.ledger import TaskRow
@@ -74,7 +76,7 @@ class RunProgress:
         try:
             self.refresh(live=live, interruption_cause=interruption_cause)
         except Exception as exc:  # noqa: BLE001 - the ledger never stops or crashes a run
-            report_write_failure(self.failures, "result_index.jsonl", exc)
+            report_write_failure(self.failures, layout.RESULT_INDEX, exc)
 
     def _tick(self) -> None:
         with self._lock:
@@ -83,7 +85,7 @@ class RunProgress:
             try:
                 self._refresh(live=True, interruption_cause="in_progress")
             except Exception as exc:  # noqa: BLE001 - the ledger never stops or crashes a run
-                report_write_failure(self.failures, "result_index.jsonl", exc)
+                report_write_failure(self.failures, layout.RESULT_INDEX, exc)
 
     def start_refresher(self, interval: float = 2.0) -> None:
         """Refresh the live ledger every `interval` seconds until stop_refresher() or a final refresh."""
@@ -126,7 +128,7 @@ class RunProgress:
             write_index(self.run_root, self.rows)
             self._written = self.rows
         except OSError as exc:
-            report_write_failure(self.failures, "result_index.jsonl", exc)
+            report_write_failure(self.failures, layout.RESULT_INDEX, exc)
         return self.rows
 
     def counts(self) -> dict[str, int]:
@@ -149,9 +151,9 @@ class RunProgress:
     def write_monitor(self, monitor: Monitor) -> None:
         monitor.diagnostic_write_failures = dict(self.failures)
         try:
-            replace_atomic(self.run_root / "monitor.json", monitor.to_json())
+            replace_atomic(RunRoot(self.run_root).monitor, monitor.to_json())
         except OSError as exc:
-            report_write_failure(self.failures, "monitor.json", exc)
+            report_write_failure(self.failures, layout.MONITOR, exc)
 
     def _event(self, kind: EventKind, **payload: Any) -> None:
         record_event(self.events, self.failures, kind, **payload)
@@ -166,5 +168,5 @@ def record_event(events: EventLog, failures: dict[str, WriteFailure], kind: Even
     try:
         events.append(kind, **payload)
     except OSError as exc:
-        report_write_failure(failures, "events.jsonl", exc)
+        report_write_failure(failures, layout.EVENTS, exc)
 

@@ -22,11 +22,12 @@ from ..container import safefile
 from ..report.render import CSS
 from ..runroot.dumps import dumps_folder_of
 from ..errors import Refusal
-from ..schemas.ledger import LEDGER_NAME, read_index
+from ..schemas.ledger import read_index
 from ..fileio import replace_atomic
-from ..runroot.manifest import utc_now
+from ..runroot.layout import RunRoot
+from ..runroot.manifest import read_manifest, utc_now
 from ..schemas.ledger import TaskRow
-from ..schemas.validity import VALIDITY_HTML_NAME, VALIDITY_NAME, EngineVerdict, TaskValidity, TaskValidityRow
+from ..schemas.validity import EngineVerdict, TaskValidity, TaskValidityRow
 from ..vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
 from .launch import execute_run
 
@@ -108,7 +109,7 @@ def classify(oracle: EngineVerdict, nop: EngineVerdict) -> tuple[TaskValidityCla
 
 
 def _rows(run_root: Path) -> dict[str, TaskRow]:
-    return {row.instance_id: row for row in read_index(run_root / LEDGER_NAME)}
+    return {row.instance_id: row for row in read_index(RunRoot(run_root).result_index)}
 
 
 def _returned(row: TaskRow | None) -> Any:
@@ -219,12 +220,13 @@ def qualify_command(flags: dict[str, Any], argv: list[str]) -> int:
             print(f"cowork-adapter: qualify: the {engine} run was stopped; no table is written.", file=sys.stderr)
             return int(ExitCode.STOPPED)
     oracle_cfg = configs[EngineKind.ORACLE.value]
-    manifest = json.loads((oracle_cfg.run_root / "run_manifest.json").read_text(encoding="utf-8"))
-    selection = (manifest.get("selection") or {}).get("selection_task_ids") or []
-    validity = build_validity(oracle_cfg.run_root, configs[EngineKind.NOP.value].run_root, list(selection),
-                              str((manifest.get("bench") or {}).get("commit") or oracle_cfg.bench_commit))
-    replace_atomic(root / VALIDITY_NAME, validity.to_json())
-    replace_atomic(root / VALIDITY_HTML_NAME, render_html(validity))
+    manifest = read_manifest(oracle_cfg.run_root)
+    commit = manifest.bench.commit if manifest.bench is not None else None
+    validity = build_validity(oracle_cfg.run_root, configs[EngineKind.NOP.value].run_root,
+                              list(manifest.selection.selection_task_ids), str(commit or oracle_cfg.bench_commit))
+    table = RunRoot(root)
+    replace_atomic(table.task_validity, validity.to_json())
+    replace_atomic(table.task_validity_html, render_html(validity))
     sys.stdout.write(render_table(validity))
-    print(f"cowork-adapter: qualify: wrote {root / VALIDITY_NAME} and {root / VALIDITY_HTML_NAME}", flush=True)
+    print(f"cowork-adapter: qualify: wrote {table.task_validity} and {table.task_validity_html}", flush=True)
     return int(ExitCode.OK)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import Refusal
-from ..score.ledger import MANIFEST_NAME, bench_dir, rebuild_attempts
+from ..runroot.layout import RunRoot
+from ..score.ledger import bench_dir, rebuild_attempts
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
@@ -97,7 +98,7 @@ def identity_difference(
 
 
 def _load_manifest(root: str) -> RunManifest:
-    path = Path(root) / MANIFEST_NAME
+    path = RunRoot(root).manifest
     try:
         return decode(path.read_bytes(), RunManifest)
     except (OSError, ValueError) as exc:
@@ -267,7 +268,7 @@ class CampaignPlace:
 def _took_custody(root: str, manifest: RunManifest) -> bool:
     """The run registered in its campaign (custody/processes.json is written after start_run; a
     settlement is recorded after it): its spending may be in that campaign only."""
-    return manifest.campaign_settlement is not None or (Path(root) / "custody" / "processes.json").exists()
+    return manifest.campaign_settlement is not None or RunRoot(root).custody_processes.exists()
 
 
 def campaign_refusal(ancestors: list[str], here: CampaignPlace, campaign_exists: bool) -> str | None:

@@ -37,7 +37,9 @@ from ..custody.docker_ops import cleanup_run, custody_gap
 from ..custody.stop_removal import log_line, remove_for_stop
 from ..custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from ..errors import CustodyError, Refusal
+from ..runroot import layout
 from ..runroot.events import EventLog
+from ..runroot.layout import RunRoot
 from ..fileio import create_exclusive
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
@@ -142,13 +144,13 @@ class Run:
             gateway.on_fence = self._gateway_fenced
         root = cfg.run_root
         self.label = manifest.run_label
-        self.events = EventLog(root / "events.jsonl")
+        self.events = EventLog(RunRoot(root).events)
         self.progress = RunProgress(root, self.events)
         self.failures = self.progress.failures
         self.view = ProgressView.for_stream(sys.stdout)
-        self.stop_file = root / "custody" / "stop"
-        self.evidence = root / "custody" / "evidence"
-        self.agent_env = root / "private" / "agent.env"
+        self.stop_file = RunRoot(root).stop_file
+        self.evidence = RunRoot(root).evidence
+        self.agent_env = RunRoot(root).agent_env
         self.tmpdir = cfg.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
         self.runner_pid: int | None = None
         self.watchdog: WatchdogHandle | None = None
@@ -258,7 +260,7 @@ class Run:
             argv, env = self.spending.runner(self.manifest.official_command, env)
             supervisor = Supervisor(
                 runner_argv=argv, runner_env=env,
-                runner_cwd=self.bench_copy, console_log=cfg.run_root / "console.log", stop_file=self.stop_file,
+                runner_cwd=self.bench_copy, console_log=RunRoot(cfg.run_root).console_log, stop_file=self.stop_file,
                 blindness_sec=cfg.meter_blindness_sec, meter=self.spending, disk_check=self.disk_check, publish=self.publish,
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
                 remove_labelled=self._stop_clear, stop_path=StopPath(cfg.stop_path),
@@ -314,13 +316,13 @@ class Run:
         try:
             self.progress.refresh(live=False, interruption_cause=cause)
         except Exception as exc:  # noqa: BLE001 - reported; run_finished and the audit still follow
-            report_write_failure(self.failures, "result_index.jsonl", exc)
+            report_write_failure(self.failures, layout.RESULT_INDEX, exc)
         monitor = self._monitor(finished=cleanup_error is None)
         monitor.campaign_settlement = settlement
         try:
             self.progress.write_monitor(monitor)
         except Exception as exc:  # noqa: BLE001
-            report_write_failure(self.failures, "monitor.json", exc)
+            report_write_failure(self.failures, layout.MONITOR, exc)
         self.view.update(monitor)
         self.view.close()
         self.manifest.outcome = _outcome(result, self.progress)
@@ -361,7 +363,7 @@ class Run:
         try:
             self.progress.refresh(live=live, interruption_cause="in_progress")
         except Exception as exc:  # noqa: BLE001 - progress never stops a run
-            report_write_failure(self.failures, "result_index.jsonl", exc)
+            report_write_failure(self.failures, layout.RESULT_INDEX, exc)
         monitor = self._monitor(finished=False)
         self.progress.write_monitor(monitor)
         self.view.update(monitor)
@@ -469,7 +471,7 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
     error = None
     try:
         report = cleanup_run(cfg.docker_host, label, log_line,
-                             before_remove=reader_for(cfg.run_root / "custody" / "evidence"),
+                             before_remove=reader_for(RunRoot(cfg.run_root).evidence),
                              creations=creations_dir(cfg.run_root))
         record_event(events, failures, EventKind.CLEANUP,
                      removed=len(report.removed_containers) + len(report.removed_networks), remaining=0, proven=True)

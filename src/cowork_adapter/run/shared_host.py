@@ -24,14 +24,15 @@ from ..campaign.shared import CAMPAIGN_WIDE, HostLease, open_shared_campaign, se
 from ..campaign.shared_meter import SharedMeter
 from ..errors import CampaignPersistenceError, Refusal
 from ..fileio import replace_atomic
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 from ..runroot.manifest import write_manifest
 from ..schemas.manifest import AdmissionLimitsRecord, SharedRun
 from ..schemas.multihost import BatchRunnerConfig
 from ..score.ledger import settled_attempts
 from ..vocab import EventKind
 
-CLAIMED_FILE = "claims.jsonl"
-RUNNER_CONFIG = "shared_runner.json"
+CLAIMED_FILE = layout.CLAIMED
 
 
 def shared_opener(cfg: Any) -> Callable[..., AbstractContextManager[Any]]:
@@ -103,13 +104,13 @@ class SharedHost:
         root = cfg.run_root
         config = BatchRunnerConfig(
             db_url=cfg.campaign_db, campaign=cfg.campaign_name, run_id=self.run_id, run_root=str(root),
-            bench_dir=str(self.run.bench_copy), claimed_file=str(root / CLAIMED_FILE),
+            bench_dir=str(self.run.bench_copy), claimed_file=str(RunRoot(root).claimed),
             stop_file=str(self.run.stop_file), concurrency=cfg.concurrency, claim_batch=cfg.claim_batch,
             wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec),
             admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())), docker_host=cfg.docker_host)
-        replace_atomic(root / RUNNER_CONFIG, msgspec.json.encode(config).decode())
+        replace_atomic(RunRoot(root).shared_runner, msgspec.json.encode(config).decode())
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("PG")}}
-        return [sys.executable, "-m", "cowork_adapter.run.batch_runner", str(root / RUNNER_CONFIG)], env
+        return [sys.executable, "-m", "cowork_adapter.run.batch_runner", str(RunRoot(root).shared_runner)], env
 
     def crossing(self, reason: str, campaign: Any) -> None:
         """This host's meter crossed a bound: a campaign-wide one is written for every host (through

@@ -8,8 +8,9 @@ from pathlib import Path
 from ..fileio import replace_atomic
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
+from .layout import MANIFEST, RunRoot
 
-MANIFEST_NAME = "run_manifest.json"
+MANIFEST_NAME = MANIFEST  # RunRoot.manifest
 
 
 def utc_now() -> str:
@@ -18,8 +19,8 @@ def utc_now() -> str:
 
 def write_manifest(run_root: Path, manifest: RunManifest) -> None:
     manifest.updated_at = utc_now()
-    replace_atomic(run_root / MANIFEST_NAME, manifest.to_json())
+    replace_atomic(RunRoot(run_root).manifest, manifest.to_json())
 
 
 def read_manifest(run_root: Path) -> RunManifest:
-    return decode((run_root / MANIFEST_NAME).read_bytes(), RunManifest)
+    return decode(RunRoot(run_root).manifest.read_bytes(), RunManifest)

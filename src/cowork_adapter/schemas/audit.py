@@ -17,33 +17,32 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 from ..vocab import AuditFindingReason, AuditGapReason, TamperKind
 
 AUDIT_SCHEMA = "cowork_adapter.audit.v1"
 
-# The launcher's own audit of a run, at the run's end. Every writer and reader of that file
-# names it through launcher_audit_path(), so its name is decided here only.
-LAUNCHER_AUDIT_NAME = "audit.launcher.json"
-# The seed's own audit command writes `--output RUN/audit.json`: that name stays the operator's (and
-# runs finished before the launcher's audit had a name of its own wrote theirs there).
-OPERATOR_AUDIT_NAME = "audit.json"
+# The launcher's own audit of a run, at the run's end, and the operator's (runroot/layout.py names both).
+LAUNCHER_AUDIT_NAME = layout.LAUNCHER_AUDIT
 
 
 def launcher_audit_path(run_root: Path) -> Path:
     """The file where the launcher writes its audit of `run_root`."""
-    return Path(run_root) / LAUNCHER_AUDIT_NAME
+    return RunRoot(run_root).launcher_audit
 
 
 def audit_path_to_read(run_root: Path) -> Path:
     """The audit a reader of a run uses: the launcher's own, else the operator's `audit.json`."""
-    for name in (LAUNCHER_AUDIT_NAME, OPERATOR_AUDIT_NAME):
-        if (Path(run_root) / name).is_file():
-            return Path(run_root) / name
-    return launcher_audit_path(run_root)
+    root = RunRoot(run_root)
+    for path in (root.launcher_audit, root.operator_audit):
+        if path.is_file():
+            return path
+    return root.launcher_audit
 
 
 SCORING_AUTHORITY = (
-    "The official evaluator, as recorded in result_index.jsonl, is the only scoring authority; "
+    f"The official evaluator, as recorded in {layout.RESULT_INDEX}, is the only scoring authority; "
     "this audit reports evidence for manual review and never changes a verdict."
 )
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import msgspec
 
-GATEWAY_DIR = "gateway"
-REQUESTS_NAME = "requests.jsonl"
+from ..runroot.layout import RunRoot
+
 GATEWAY_SCHEMA = "cowork_adapter.gateway_request.v1"
 
 
@@ -53,7 +53,7 @@ def encode_row(row: GatewayRequest) -> bytes:
 
 def read_requests(run_root: Path) -> list[GatewayRequest]:
     """Every complete row of the run's gateway log (a torn last line, from a killed launcher, is skipped)."""
-    path = Path(run_root) / GATEWAY_DIR / REQUESTS_NAME
+    path = RunRoot(run_root).gateway_requests
     try:
         lines = path.read_bytes().splitlines()
     except FileNotFoundError:

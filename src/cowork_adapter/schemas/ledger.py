@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..runroot.layout import RESULT_INDEX
 from ..vocab import OfficialEvalStatus, PaidActivity, TamperKind, TaskStatus
 from .record import Record, RecordInvalid, decode
 
@@ -140,7 +141,7 @@ class TaskRow(Record, rename={"schema_": "schema"}):
     tampering: list[TamperFinding] | None = None
 
 
-LEDGER_NAME = "result_index.jsonl"
+LEDGER_NAME = RESULT_INDEX  # RunRoot.result_index
 
 
 def read_index(path: Path | str) -> list[TaskRow]:

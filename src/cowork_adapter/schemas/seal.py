@@ -23,12 +23,10 @@ from typing import Literal
 import msgspec
 
 from ..container import safefile
+from ..runroot.layout import SEAL_HEAD_SUFFIX, SEAL_SUFFIX, RunRoot
 from .record import Record, RecordInvalid, decode
 
 SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
-SEAL_SUFFIX = ".seal.json"
-SEAL_HEAD_SUFFIX = ".seal-head.json"
-EVIDENCE_DIR = ("custody", "evidence")
 
 
 class SealedFile(Record):
@@ -96,7 +94,7 @@ def read_seals(run_root: Path | str) -> dict[str, SealRead]:
     A task sealed twice (two runner ids: a task handed to the runner twice) keeps the first id in
     name order, as resources.task_runner_ids does. The folder is the host's own; its files are
     still read through safefile (capped, no link)."""
-    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    folder = RunRoot(run_root).evidence
     out: dict[str, SealRead] = {}
     try:
         names = sorted(os.listdir(folder))
@@ -125,13 +123,13 @@ def read_seals(run_root: Path | str) -> dict[str, SealRead]:
 
 
 def seal_path(run_root: Path | str, runner_id: str) -> Path:
-    return Path(run_root).joinpath(*EVIDENCE_DIR, runner_id + SEAL_SUFFIX)
+    return RunRoot(run_root).seal(runner_id)
 
 
 def run_seals_verdicts(run_root: Path | str) -> bool:
     """Whether the run's shim sealed eval execs: a run from before the seal is read as it was
     (its receipts settle its tasks, with a disclosure), never re-scored to nothing."""
-    got = safefile.read_bytes(str(Path(run_root) / "custody" / "shim_config.json"), cap=safefile.RECORD_CAP)
+    got = safefile.read_bytes(str(RunRoot(run_root).shim_config), cap=safefile.RECORD_CAP)
     if not got.ok:
         return False
     try:

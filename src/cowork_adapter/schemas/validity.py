@@ -12,11 +12,10 @@ from pathlib import Path
 from .record import Record, RecordInvalid, decode
 
 from ..errors import Refusal
+from ..runroot.layout import TASK_VALIDITY
 from ..vocab import TaskStatus, TaskValidityClass
 
 TASK_VALIDITY_SCHEMA = "cowork_adapter.task_validity.v1"
-VALIDITY_NAME = "task_validity.json"
-VALIDITY_HTML_NAME = "task_validity.html"  # the same table for people, beside it
 
 
 class EngineVerdict(Record):
@@ -55,4 +54,4 @@ def read_validity(path: Path, flag: str = "--task-validity") -> TaskValidity:
     except OSError as exc:
         raise Refusal("flags", f"{flag} {path} cannot be read: {exc.strerror or exc}.") from None
     except RecordInvalid:
-        raise Refusal("flags", f"{flag} {path} is not a task_validity.json written by qualify.") from None
+        raise Refusal("flags", f"{flag} {path} is not a {TASK_VALIDITY} written by qualify.") from None

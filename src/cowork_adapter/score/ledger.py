@@ -33,6 +33,8 @@ from ..container.procs import process_alive
 from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 from ..custody.bash_env import runner_digest
 from ..runroot.events import utc_now_iso
+from ..runroot.layout import RunRoot
+from ..runroot.manifest import read_manifest
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.multihost import read_claimed
@@ -51,7 +53,6 @@ from ..schemas.ledger import (  # LEDGER_NAME and read_index live with the schem
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.seal import EvalSeal, SealHead, SealRead, read_seals, run_seals_verdicts, seal_path
 from ..schemas.manifest import RunManifest
-from ..schemas.record import decode
 from ..vocab import (
     INFRA_RUNTIME_REASONS,
     OfficialEvalStatus,
@@ -62,7 +63,6 @@ from ..vocab import (
     TaskStatus,
 )
 
-MANIFEST_NAME = "run_manifest.json"
 SUMMARY_NAME = "ouroboros_summary.json"
 # Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
 # pre-created dump dir and workspace, traj_log.json and eval_res.json are deliberately absent.
@@ -443,7 +443,7 @@ def _once(findings: list[TamperFinding]) -> list[TamperFinding]:
 
 def held_summary_path(ctx: IndexContext, task: str) -> Path | None:
     runner = ctx.runner_ids.get(task) if ctx.sealing else None
-    return ctx.run_root / "custody" / "evidence" / f"{runner}.agent_summary.json" if runner else None
+    return RunRoot(ctx.run_root).held_summary(runner) if runner else None
 
 
 def held_summary(ctx: IndexContext, task: str) -> tuple[str, Any] | None:
@@ -460,7 +460,7 @@ def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
     """task -> how many of its containers the shim refused for a mount outside its own dump
     (creations.jsonl rows with cause dump_mount_refused, named `<role>-<pid>-<md5(task)>`)."""
     by_digest = {runner_digest(task): task for task in tasks}
-    got = safefile.read_bytes(str(Path(run_root) / "custody" / "evidence" / "creations.jsonl"), cap=safefile.LOG_JSON_CAP)
+    got = safefile.read_bytes(str(RunRoot(run_root).creations_log), cap=safefile.LOG_JSON_CAP)
     out: dict[str, int] = {}
     for line in (got.data or b"").splitlines():
         try:
@@ -517,7 +517,7 @@ def task_config(bench: Path, task: str) -> dict[str, Any]:
 def bench_dir(run_root: Path | str, manifest: RunManifest) -> Path:
     """The run's benchmark working copy, which holds its task dumps (else <run_root>/bench)."""
     working = manifest.bench.working_copy if manifest.bench and manifest.bench.working_copy else None
-    return Path(working) if working and Path(working).is_dir() else Path(run_root) / "bench"
+    return Path(working) if working and Path(working).is_dir() else RunRoot(run_root).bench
 
 
 @dataclass
@@ -554,7 +554,7 @@ class IndexContext:
     def load(cls, run_root: Path | str) -> "IndexContext":
         """Read the manifest (raises OSError/ValueError when it is missing or invalid)."""
         root = Path(run_root)
-        manifest = decode((root / MANIFEST_NAME).read_bytes(), RunManifest)
+        manifest = read_manifest(root)
         ctx = cls(run_root=root, manifest=manifest, bench=bench_dir(root, manifest))
         ctx.sealing = run_seals_verdicts(root)
         ctx.blocked = ctx._blocked_tasks()
@@ -758,7 +758,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
         if with_usage and "ouroboros" in names:
-            usage = scan_usage(dump / "ouroboros" / "events.jsonl")
+            usage = scan_usage(dump / "ouroboros" / protocol.ENGINE_EVENTS_LOG)
     if task in ctx.custody:
         evidence.append(ctx.custody[task])
     facts = TaskFacts(

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..runroot.layout import CREATIONS_LOG, RunRoot
 from ..schemas.ledger import ContainerUse
 
-EVIDENCE_DIR = ("custody", "evidence")
 READINGS_SUFFIX = ".resources.jsonl"
 MEASURED_ROLES = ("pg", "agent", "eval")  # the shim's MEASURED_ROLES
 METHOD_SENTENCE = ("daemon stats API read before each container's removal (cgroup max_usage and "
@@ -92,7 +92,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 def task_runner_ids(run_root: Path | str) -> dict[str, str]:
     """task → the runner id of its agent container, from the shim's `<id>.task` files (the agent
     exec's --task_dir). The first id of a task in name order wins, so every reader agrees."""
-    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    folder = RunRoot(run_root).evidence
     try:
         names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".task"))
     except OSError:
@@ -114,11 +114,11 @@ def read_task_resources(run_root: Path | str, runner_ids: Mapping[str, str] | No
     `runner_ids` (task → runner id, as `task_runner_ids` gives) saves a second scan when the caller
     has it. A task's containers are the admitted creations named `<role>-<id>`.
     """
-    folder = Path(run_root).joinpath(*EVIDENCE_DIR)
+    folder = RunRoot(run_root).evidence
     if runner_ids is None:
         runner_ids = task_runner_ids(run_root)
     admitted: dict[str, list[tuple[str, str]]] = {}
-    for rec in _lines(folder / "creations.jsonl") if runner_ids else ():
+    for rec in _lines(folder / CREATIONS_LOG) if runner_ids else ():
         name, role = rec.get("name"), rec.get("role")
         if rec.get("admitted") is True and role in MEASURED_ROLES and isinstance(name, str):
             admitted.setdefault(name[len(role) + 1:], []).append((name, role))
