@@ -2,7 +2,8 @@
 
 A name spelled twice drifts (MANIFEST_NAME was once defined in two modules): this test reads every
 string literal of src/cowork_adapter (docstrings aside: prose may name a file) and fails on a run
-root's file name outside layout.py. Exempt, because they cannot import the host's code: container/
+root's file name outside layout.py, and on a path built with a run root's folder name (`x / "custody"`).
+Exempt, because they cannot import the host's code: container/
 (copied into the image; it names the task dumps' files itself) and custody/shim.py (run as
 `python3 -I -S shim.py`, standard library only). demo/ is exempt as the tests are: its scenarios
 assert the on-disk layout.
@@ -25,6 +26,10 @@ NAMES = sorted({value for key, value in vars(layout).items()
 # A name counts where it stands alone or as a path's last components ("custody/processes.json"),
 # not inside a longer name ("audit.launcher.json" holds no "audit.json"; "x-events.jsonl" is another file).
 SPELLED = re.compile("|".join(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])" for name in NAMES))
+# A run root's folders are words used elsewhere too (a refusal's stage is "custody"), so a folder name
+# counts only where a path is built with it: `x / "custody"`, Path("bench"), x.joinpath("custody", ...).
+FOLDERS = {layout.CUSTODY, layout.PRIVATE, layout.GATEWAY, layout.BENCH, layout.DUMPS, layout.CONFIGS,
+           layout.TMP, layout.EVIDENCE, layout.CREATIONS, layout.STOP}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -37,8 +42,24 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
+def _folder_joined(node: ast.AST) -> str | None:
+    """The run-root folder name a path is built with at `node`, if any."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        parts = [node.left, node.right]
+    elif isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "Path"
+                                         or getattr(node.func, "attr", None) == "joinpath"):
+        parts = list(node.args)
+    else:
+        return None
+    for part in parts:
+        if isinstance(part, ast.Constant) and part.value in FOLDERS:
+            return part.value
+    return None
+
+
 def spelled_outside(src: Path) -> list[str]:
-    """`file:line: name` for each run-root file name spelled in a string literal outside layout.py."""
+    """`file:line: name` for each run-root file name spelled in a string literal outside layout.py,
+    and each path built with a run-root folder's name there."""
     hits = []
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src).as_posix()
@@ -50,7 +71,10 @@ def spelled_outside(src: Path) -> list[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
                 for match in SPELLED.finditer(node.value):
                     hits.append(f"{rel}:{node.lineno}: {match.group(0)}")
-    return hits
+            folder = _folder_joined(node)
+            if folder is not None:
+                hits.append(f"{rel}:{node.lineno}: {folder}/")
+    return sorted(hits, key=lambda hit: (hit.split(":")[0], int(hit.split(":")[1])))
 
 
 def test_no_run_root_file_name_outside_layout():
@@ -59,8 +83,11 @@ def test_no_run_root_file_name_outside_layout():
 
 def test_the_guard_finds_a_name_spelled_elsewhere(tmp_path):
     (tmp_path / "reader.py").write_text('"""Reads run_manifest.json (prose)."""\nPATH = "custody/processes.json"\n'
-                                        'OTHER = "audit.launcher.json.bak"\n', encoding="utf-8")
-    assert spelled_outside(tmp_path) == ["reader.py:2: custody/processes.json"]
+                                        'OTHER = "audit.launcher.json.bak"\nSTAGE = "custody"\n'
+                                        'KEY = root / "private" / NAME\nSEALS = root.joinpath("custody", "evidence")\n',
+                                        encoding="utf-8")
+    assert spelled_outside(tmp_path) == ["reader.py:2: custody/processes.json", "reader.py:5: private/",
+                                         "reader.py:6: custody/"]
 
 
 def test_run_root_paths():

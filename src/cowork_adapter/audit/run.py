@@ -45,10 +45,10 @@ from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
 from .read import Folder, UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan
 from ..runroot import layout
-from ..runroot.layout import RunRoot
+from ..runroot.layout import RELATIVE_DUMPS, RunRoot
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
-DUMPS_DIR = Path("bench") / "dumps"
+DUMPS_DIR = RELATIVE_DUMPS
 DUMP_PREFIX = "SingleUserTurn-"
 # Official and diagnostic records the host reads from a task's dump (its top level only), as
 # container.protocol names them (spelled here: importing it cost the audit's start-up a fifth;

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from ..runroot.layout import RunRoot
 
-CREATIONS_DIRNAME = "creations"
 LOCK_SUFFIX = ".lock"
 # How long cleanup waits for creations in flight. A create answers in well under a second on an
 # idle daemon and in a few seconds on a loaded one; a foreground `docker run` holds its lock until
@@ -37,7 +37,7 @@ POLL_SEC = 0.02
 
 
 def creations_dir(run_root: Path) -> Path:
-    return Path(run_root) / "custody" / CREATIONS_DIRNAME
+    return RunRoot(run_root).creations
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from ..schemas.custody import CUSTODY_PROCESSES_NAME, CustodyProcesses
+from ..schemas.custody import CustodyProcesses
 from ..schemas.record import RecordInvalid, decode
-from ..runroot.layout import CUSTODY_PROCESSES_FILE
+from ..runroot.layout import CUSTODY_PROCESSES_FILE, RunRoot
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 # cowork-adapter commands that only read or finish a run: naming its root does not make them part of it.
@@ -160,7 +160,7 @@ class Liveness:
 
 def read_custody_processes(run_root: Path) -> tuple[CustodyProcesses | None, str | None]:
     """(custody/processes.json, None) or (None, the problem); a missing file is (None, None)."""
-    path = Path(run_root) / "custody" / CUSTODY_PROCESSES_NAME
+    path = RunRoot(run_root).custody_processes
     try:
         return decode(path.read_bytes(), CustodyProcesses), None
     except FileNotFoundError:

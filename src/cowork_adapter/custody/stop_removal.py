@@ -25,6 +25,7 @@ from ..errors import CustodyError
 from ..host.resources import unread_by_stop  # the stop's note in place of a container's reading
 from .creations import creations_dir
 from .docker_ops import cleanup_run
+from ..runroot.layout import RunRoot
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def remove_for_stop(run_root: Path, docker_host: str, label: str) -> StopRemoval
     started = time.monotonic()
     removed, error = 0, None
     try:
-        report = cleanup_run(docker_host, label, log_line, before_remove=unread_by_stop(run_root / "custody" / "evidence"),
+        report = cleanup_run(docker_host, label, log_line, before_remove=unread_by_stop(RunRoot(run_root).evidence),
                              creations=creations_dir(run_root))
         removed = len(report.removed_containers) + len(report.removed_networks) + len(report.removed_volumes)
     except CustodyError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from ..container import safefile
+from ..runroot.layout import RELATIVE_DUMPS
 from ..audit.forked import forked_map
 from ..report.build import build_report, row_cost, row_duration
 from ..report.merge import RunRecord, denominator, load_runs, merge_rows
@@ -23,7 +24,7 @@ from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from .transcript import ARGUMENTS_CAP, MAX_TURNS, TOOL_OUTPUT_CAP, Transcript, read_transcript
 
-DUMPS = Path("bench") / "dumps"
+DUMPS = RELATIVE_DUMPS
 DUMP_PREFIX = "SingleUserTurn-"
 CAP_NOTE = ("Each sample's messages and events are the engine's own logs (Ouroboros' chat, progress, events "
             "and tools logs, or an upstream engine's traj.json). Tool outputs are the engine's result "

@@ -24,6 +24,7 @@ from ..schemas.gateway import is_billed, read_requests
 from ..schemas.manifest import GatewayRecord
 from ..schemas.run_config import agent_base_url, routed_model_id
 from ..vocab import EngineKind
+from ..runroot.layout import RunRoot
 
 COMPATIBLE_KEY_SETTING = "OPENAI_COMPATIBLE_API_KEY"
 # What routing Ouroboros 6.97 through an OpenAI-compatible endpoint changes (research: ouroboros-6.97-drift.md §8.1).
@@ -74,14 +75,14 @@ def bridge_address(docker_host: str) -> str:
 def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tuple[Gateway, RunConfig, GatewayRecord]:
     """Start the run's gateway; returns it, the config the engines get, and the manifest's record."""
     host = cfg.llm_gateway_host or bridge_address(cfg.docker_host)
-    secret, _ = new_secret(run_root / "private")
+    secret, _ = new_secret(RunRoot(run_root).private)
     upstream = agent_base_url(cfg)
     try:
         gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
-                          stop_file=run_root / "custody" / "stop", bind_host=host,
+                          stop_file=RunRoot(run_root).stop_file, bind_host=host,
                           policy=Policy(model=pinned_model(cfg.model), max_tokens=cfg.llm_gateway_max_tokens),
                           per_task_usd=cfg.per_task_cost_usd, unknown_cost_usd=cfg.llm_gateway_unknown_cost_usd,
-                          revoked_dir=run_root / "custody" / "evidence",
+                          revoked_dir=RunRoot(run_root).evidence,
                           peers=RunPeers(cfg.docker_host, run_label)).start()
     except OSError as exc:
         raise Refusal("llm_gateway", f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
@@ -97,7 +98,7 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tu
 
 
 def secret_file(run_root: Path) -> Path:
-    return run_root / "private" / SECRET_NAME
+    return RunRoot(run_root).gateway_secret
 
 
 def close_for_run(gateway: Gateway, record: GatewayRecord, run_root: Path) -> None:
@@ -118,7 +119,7 @@ def close_for_run(gateway: Gateway, record: GatewayRecord, run_root: Path) -> No
 
 def remove_secrets(run_root: Path) -> None:
     """The gateway secret and every task's token file (useless once the gateway is gone, removed anyway)."""
-    private = run_root / "private"
+    private = RunRoot(run_root).private
     secret_file(run_root).unlink(missing_ok=True)
     for path in private.glob("agent-*.env") if private.is_dir() else ():
         path.unlink(missing_ok=True)

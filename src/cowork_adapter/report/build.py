@@ -23,6 +23,7 @@ from .reference import CAVEAT, reference_rows
 from .stats import project_full_run, wilson_interval
 from .validity import disclosure as validity_disclosure
 from .validity import load_validity, validity_section
+from ..runroot.layout import RunRoot
 
 REPORT_SCHEMA = "cowork_adapter.report.v1"
 FULL_DATASET = 496
@@ -98,7 +99,7 @@ def _task_meta(runs: list[RunRecord], tasks: list[str]) -> tuple[dict[str, list[
     benches = []
     for run in reversed(runs):
         wc = run.manifest.bench.working_copy if run.manifest.bench else None
-        for cand in (Path(wc) if wc else None, Path(run.root) / "bench"):
+        for cand in (Path(wc) if wc else None, RunRoot(run.root).bench):
             if cand is not None and cand.is_dir() and cand not in benches:
                 benches.append(cand)
     domains: dict[str, list[str]] = {}

@@ -29,6 +29,7 @@ from ..custody.labels import ROLE_LABEL_KEY, ROLE_NETWORK, RUN_LABEL_KEY, role_f
 from ..errors import Refusal
 from ..host.daemon import docker_client
 from ..image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, disclosed, finalize, for_selection, planned_from_labels
+from ..runroot.layout import CONFIGS
 from ..runroot.manifest import read_manifest, utc_now, write_manifest
 from ..schemas.inventory import Inventory, RepairRecord, ServerInventory
 from ..schemas.manifest import RunManifest
@@ -190,7 +191,7 @@ class ProbeSandbox:
                "PGPASSWORD": PG_PASSWORD, "PGDATABASE": PG_DB, "LOCAL_SERVERS_PATH": SERVERS_ROOT,
                "PYTHON_BIN": "/opt/venv/bin/python3"}
         volumes = {
-            str(self.bench_copy / "configs"): {"bind": "/workspace/configs", "mode": "ro"},
+            str(self.bench_copy / CONFIGS): {"bind": "/workspace/configs", "mode": "ro"},
             str(self.probe_root / "tasks"): {"bind": "/workspace/tasks", "mode": "ro"},
             str(self.probe_root / "out"): {"bind": "/probe", "mode": "rw"},
         }

@@ -39,7 +39,7 @@ from ..custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, w
 from ..errors import CustodyError, Refusal
 from ..runroot import layout
 from ..runroot.events import EventLog
-from ..runroot.layout import RunRoot
+from ..runroot.layout import RunRoot, dumps_of
 from ..fileio import create_exclusive
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
@@ -247,7 +247,7 @@ class Run:
                 evidence_dir=self.evidence, agent_env_file=self.agent_env if key_file else None,
                 launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
                 gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
-                dumps=TaskDumps(dumps_dir=self.bench_copy / "dumps", short=agent_short_name(cfg),
+                dumps=TaskDumps(dumps_dir=dumps_of(self.bench_copy), short=agent_short_name(cfg),
                                 tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ)),
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DUMPS_FOLDER = "dumps"
+from .layout import DUMPS
+
+DUMPS_FOLDER = DUMPS
 
 
 def dumps_folder_of(path: Path | str) -> str | None:

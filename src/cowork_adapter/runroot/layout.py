@@ -58,6 +58,7 @@ GATEWAY_REQUESTS = "requests.jsonl"
 BENCH = "bench"
 DUMPS = "dumps"
 CONFIGS = "configs"
+RELATIVE_DUMPS = Path(BENCH, DUMPS)  # bench/dumps, relative to a run root
 RUN_CONFIG = "cowork_adapter_run.json"  # the run flags the container reads, in the bench copy's configs/
 TMP = "tmp"
 
@@ -213,9 +214,14 @@ class RunRoot:
 
     @property
     def dumps(self) -> Path:
-        return self.bench / DUMPS
+        return dumps_of(self.bench)
 
     @property
     def run_config(self) -> Path:
         """The run flags the container reads (RUN_CONFIG under a bench copy's CONFIGS)."""
         return self.bench / CONFIGS / RUN_CONFIG
+
+
+def dumps_of(bench: Path) -> Path:
+    """The task dumps' folder of a benchmark copy (a run's own bench/, or the working copy its manifest names)."""
+    return Path(bench) / DUMPS

@@ -33,7 +33,7 @@ from ..container.procs import process_alive
 from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 from ..custody.bash_env import runner_digest
 from ..runroot.events import utc_now_iso
-from ..runroot.layout import RunRoot
+from ..runroot.layout import RunRoot, dumps_of
 from ..runroot.manifest import read_manifest
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
@@ -389,7 +389,7 @@ def find_dumps(bench: Path) -> dict[str, Path]:
     """
     found: dict[str, Path] = {}
     rank: dict[str, int] = {}
-    dumps = bench / "dumps"
+    dumps = dumps_of(bench)
     _, shorts = safefile.scan_dir(str(dumps))
     for short in shorts:
         if short.kind != safefile.DIRECTORY:  # a link is never followed, even to a folder
@@ -750,7 +750,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             held = ctx.seals.get(task)
             seal = held.seal if held else None
             if seal is None and held is not None and held.head is not None and receipt_state == "present":
-                seal = late_seal(ctx.run_root, held.head, dump, ctx.bench / "dumps")
+                seal = late_seal(ctx.run_root, held.head, dump, dumps_of(ctx.bench))
             now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
                               receipt=_file_digest(receipt_path)[1], eval_res=sha,
                               summary=_file_digest(dump / SUMMARY_NAME)[1])
