@@ -25,7 +25,7 @@ import pytest
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
-from cowork_adapter.score.ledger import LEDGER_NAME
+from cowork_adapter.schemas.ledger import LEDGER_NAME
 from cowork_adapter.container import protocol
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.ledger import TaskRow

@@ -28,7 +28,8 @@ from cowork_adapter.ops.control import status_command
 from cowork_adapter.errors import Refusal
 from cowork_adapter.runroot.events import EventLog
 from cowork_adapter.run.launch import _selection, budget_record
-from cowork_adapter.score.ledger import LEDGER_NAME, build_index, write_index
+from cowork_adapter.schemas.ledger import LEDGER_NAME
+from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.run.progress import RunProgress
 from cowork_adapter.benchmark.provenance import dataset_ids, seed_identity
 from cowork_adapter.run.recovery import resolve_ancestry

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..custody import shim
 from ..errors import Refusal
-from ..schemas.ledger import LEDGER_NAME, TaskRow, read_index
+from ..runroot.layout import RunRoot
+from ..schemas.ledger import TaskRow, read_index
 from ..score.resources import (  # noqa: F401  (re-exported: the host's readers and tests look here)
     MEASURED_ROLES, METHOD_SENTENCE, NOT_TIED, READINGS_SUFFIX, TaskResources, read_task_resources, summarize,
     task_runner_ids)
@@ -189,7 +190,7 @@ def measured_use(run_roots: Iterable[Path | str]) -> tuple[list[int], list[float
     rates: list[float] = []
     for root in dict.fromkeys(str(r) for r in run_roots):
         try:
-            rows = read_index(Path(root) / LEDGER_NAME)
+            rows = read_index(RunRoot(root).result_index)
         except (OSError, ValueError):
             continue
         p, r = row_samples(rows)

@@ -41,7 +41,7 @@ from ..runroot.events import EventLog, parse_ts, read_events
 from ..run.live import eta_seconds, format_duration, progress_rows, summary_line
 from ..host.resources import summary_line as resource_summary_line
 from ..schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
-from ..schemas.ledger import LEDGER_NAME, TaskRow, read_index
+from ..schemas.ledger import TaskRow, read_index
 from ..schemas.manifest import RunManifest
 from ..schemas.monitor import Monitor, Progress
 from ..schemas.admission import AdmissionState
@@ -111,7 +111,7 @@ def read_run(run_root: Path) -> RunFiles:
         try:
             ledger = read_index(root.result_index)
         except (OSError, ValueError) as exc:
-            problems.append(f"{LEDGER_NAME} cannot be read ({type(exc).__name__}), so resource use is not shown")
+            problems.append(f"{layout.RESULT_INDEX} cannot be read ({type(exc).__name__}), so resource use is not shown")
     admission = _load(root.admission, AdmissionState, problems)
     return RunFiles(run_root, manifest, monitor, events, problems, ledger, admission)
 

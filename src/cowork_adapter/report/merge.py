@@ -17,7 +17,7 @@ from ..errors import Refusal
 from ..runroot.events import parse_ts, read_events
 from ..runroot.layout import RunRoot
 from ..runroot.manifest import read_manifest
-from ..schemas.ledger import LEDGER_NAME, read_index
+from ..schemas.ledger import read_index
 from ..run.recovery import identity_difference
 from ..schemas.audit import AuditReport, audit_path_to_read, read_launcher_audit
 from ..schemas.events import MeterReading
@@ -96,20 +96,21 @@ def _read_audit(root: Path) -> tuple[AuditReport | None, str | None]:
 
 def load_run(root: str) -> RunRecord:
     path = Path(root)
+    ledger = RunRoot(path).result_index
     try:
         manifest = read_manifest(path)
     except (OSError, ValueError) as exc:
         raise Refusal(STAGE, f"The run manifest of {root} is missing or unreadable ({type(exc).__name__}).") from None
-    if manifest.dry_run and not (path / LEDGER_NAME).exists():
+    if manifest.dry_run and not ledger.exists():
         # A dry run records its configuration and image and runs no task: there is no score to report.
         raise Refusal(STAGE, f"Run {root} was a dry run: no task ran and it has no ledger, so there is nothing to report.")
     try:
-        rows = read_index(path / LEDGER_NAME)
+        rows = read_index(ledger)
     except OSError as exc:
-        raise Refusal(STAGE, f"The ledger {path / LEDGER_NAME} cannot be read ({exc.strerror or type(exc).__name__}); "
+        raise Refusal(STAGE, f"The ledger {ledger} cannot be read ({exc.strerror or type(exc).__name__}); "
                              "a run whose launcher died gets its final ledger from `cowork-adapter clear`.") from None
     except ValueError as exc:
-        raise Refusal(STAGE, f"The ledger {path / LEDGER_NAME} is not a valid ledger ({exc}); "
+        raise Refusal(STAGE, f"The ledger {ledger} is not a valid ledger ({exc}); "
                              "a run whose launcher died gets its final ledger from `cowork-adapter clear`.") from None
     audit, audit_unreadable = _read_audit(path)
     return RunRecord(

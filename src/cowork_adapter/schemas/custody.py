@@ -8,11 +8,9 @@ pids are reused, so each is paired with its start time in clock ticks since boot
 
 from __future__ import annotations
 
-from ..runroot.layout import CUSTODY_PROCESSES
 from .record import NonNegative, Positive, Record
 
 CUSTODY_PROCESSES_SCHEMA = "cowork_adapter.custody_processes.v1"
-CUSTODY_PROCESSES_NAME = CUSTODY_PROCESSES  # under <run_root>/custody/ (RunRoot.custody_processes)
 
 
 class ProcessIdentity(Record, frozen=True):

@@ -39,8 +39,7 @@ from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.multihost import read_claimed
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
-from ..schemas.ledger import (  # LEDGER_NAME and read_index live with the schema (light readers import them there)
-    LEDGER_NAME,
+from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
     EvalResultFacts,
     GatewaySpend,
@@ -912,7 +911,7 @@ def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, Gatew
 
 def write_index(run_root: Path | str, rows: Iterable[TaskRow]) -> Path:
     """Replace <run_root>/result_index.jsonl atomically; raises OSError on a failed write."""
-    path = Path(run_root) / LEDGER_NAME
+    path = RunRoot(run_root).result_index
     replace_atomic(path, "".join(row.to_line() for row in rows))
     return path
 
