@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from ..container import protocol, safefile
+from ..container import safefile
+from ..runroot.layout import ENGINE_EVENTS
 from ..schemas.audit import (
     MAX_FINDINGS_PER_TASK,
     MAX_GAPS_PER_TASK,
@@ -382,7 +383,7 @@ def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, r
 
 # The server's physical-attempt ledger, copied into <dump>/ouroboros/ beside events.jsonl.
 ATTEMPTS_NAME = "usage_attempts.jsonl"
-USAGE_FILES = (protocol.ENGINE_EVENTS_LOG, ATTEMPTS_NAME)
+USAGE_FILES = (ENGINE_EVENTS, ATTEMPTS_NAME)
 # Final states of an attempt that reached the provider: a request was sent. `reserved` and
 # `released` attempts never were.
 SENT_STATES = frozenset({"dispatched", "settled", "unresolved"})
@@ -489,7 +490,7 @@ def scan_objects(path: str | Path, rel: str, scan: TaskScan, folder: Folder | No
 # Which scanner reads which log of <dump>/ouroboros/ (all five are expected; absence is a gap).
 LOG_SCANNERS = (
     ("tools.jsonl", scan_tools),
-    (protocol.ENGINE_EVENTS_LOG, scan_events),
+    (ENGINE_EVENTS, scan_events),
     ("progress.jsonl", scan_objects),
     ("chat.jsonl", scan_objects),
     ("supervisor.jsonl", scan_objects),

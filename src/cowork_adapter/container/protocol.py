@@ -24,7 +24,6 @@ CLAIM_NAME = "ouroboros_eval_claim.json"
 RECEIPT_PREFIX = "ouroboros_eval_receipt-"
 EVAL_RES_NAME = "eval_res.json"
 LOG_NAME = "traj_log.json"
-ENGINE_EVENTS_LOG = "events.jsonl"  # the engine's own log, copied into <dump>/ouroboros/ (not the run's)
 CLAIM_SCHEMA = "cowork_adapter.eval_attempt.v1"
 RECEIPT_SCHEMA = "cowork_adapter.eval_receipt.v1"
 GATE_TEXT = "Task status: {status}, only SUCCESS counts as pass; pass is null"

@@ -28,7 +28,8 @@ from typing import Any, Iterable, Union
 
 import msgspec
 
-from ..container import protocol, safefile
+from ..container import safefile
+from ..runroot.layout import ENGINE_EVENTS
 
 # The longest tool output kept: Ouroboros' own result previews stop at 2,000 characters, and an
 # upstream engine's full outputs are cut to the same length, so every transcript shows the same.
@@ -42,7 +43,7 @@ TEXT_CAP = 20000
 MAX_TURNS = 400
 # The most bytes read of one log (its first bytes when larger; the cut is disclosed).
 LOG_CAP = 256 << 20
-LOG_NAMES = ("chat.jsonl", "progress.jsonl", protocol.ENGINE_EVENTS_LOG, "tools.jsonl")
+LOG_NAMES = ("chat.jsonl", "progress.jsonl", ENGINE_EVENTS, "tools.jsonl")
 KNOWN_JSON = frozenset({"usage_attempts.jsonl"})
 
 
@@ -218,7 +219,7 @@ def _rows(data: bytes, name: str, notes: list[str]) -> list[_Row]:
 # ---------------------------------------------------------------- Ouroboros logs
 
 
-_ORDER = {"chat.jsonl": 0, protocol.ENGINE_EVENTS_LOG: 1, "progress.jsonl": 2, "tools.jsonl": 3}
+_ORDER = {"chat.jsonl": 0, ENGINE_EVENTS: 1, "progress.jsonl": 2, "tools.jsonl": 3}
 
 
 def _instant(ts: Any, cache: dict[str, float]) -> float | None:
@@ -286,14 +287,14 @@ def from_ouroboros(logs_dir: str, below: str) -> Transcript | None:
     out = Transcript(source="ouroboros_logs", notes=notes)
     # A tool row naming its model call (llm_call_id, Ouroboros 6.97+) belongs to that call's turn even
     # when the usage row, written by the supervisor, was logged after the tools ran.
-    usage_by_call = {row.llm_call_id: row for row in logs.get(protocol.ENGINE_EVENTS_LOG, ())
+    usage_by_call = {row.llm_call_id: row for row in logs.get(ENGINE_EVENTS, ())
                      if row.type == "llm_usage" and isinstance(row.llm_call_id, str)}
     turns_by_call: dict[str, Turn] = {}
     turn: Turn | None = None
     calls = 0
     for name, row in _merged(logs):
         ts = _text(row.ts, 64)
-        if name == protocol.ENGINE_EVENTS_LOG:
+        if name == ENGINE_EVENTS:
             if row.type == "llm_usage":
                 if isinstance(row.llm_call_id, str) and row.llm_call_id in turns_by_call:
                     continue  # its turn was opened by the tool calls it led to

@@ -3,7 +3,7 @@
 `RunRoot(path)` maps a run root to each of its files; every command reads and writes them through
 it, with the typed readers and writers of runroot/ and schemas/. The bare names below are for
 sentences and records that name a file (a write failure, a status's source); the task dumps' own
-files are the container's and are named in container/ (protocol.py, ouroboros.py).
+files are the container's and are named in container/ (protocol.py, ouroboros.py), but for the engine's log.
 
 This module imports nothing of the project, so any layer may use it (tests/unit/test_runroot_layout.py
 fails when a name below is spelled anywhere else in src/).
@@ -61,6 +61,10 @@ CONFIGS = "configs"
 RELATIVE_DUMPS = Path(BENCH, DUMPS)  # bench/dumps, relative to a run root
 RUN_CONFIG = "cowork_adapter_run.json"  # the run flags the container reads, in the bench copy's configs/
 TMP = "tmp"
+
+# The engine's own log, copied into a task dump's ouroboros/ by container/ouroboros.py: another file that has
+# the run log's name (named here so the host's readers of dumps spell it once too; container/ cannot import this).
+ENGINE_EVENTS = "events.jsonl"
 
 # Seal files of one eval exec, in custody/evidence/ under the shim's runner id.
 SEAL_SUFFIX = ".seal.json"

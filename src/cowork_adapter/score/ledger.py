@@ -33,7 +33,7 @@ from ..container.procs import process_alive
 from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 from ..custody.bash_env import runner_digest
 from ..runroot.events import utc_now_iso
-from ..runroot.layout import RunRoot, dumps_of
+from ..runroot.layout import ENGINE_EVENTS, RunRoot, dumps_of
 from ..runroot.manifest import read_manifest
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
@@ -757,7 +757,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
         if with_usage and "ouroboros" in names:
-            usage = scan_usage(dump / "ouroboros" / protocol.ENGINE_EVENTS_LOG)
+            usage = scan_usage(dump / "ouroboros" / ENGINE_EVENTS)
     if task in ctx.custody:
         evidence.append(ctx.custody[task])
     facts = TaskFacts(
