@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.score.ledger import (
-    LEDGER_NAME,
     IndexContext,
     build_index,
     classify_task,
@@ -21,7 +20,7 @@ from cowork_adapter.score.ledger import (
     rebuild_final,
     write_index,
 )
-from cowork_adapter.schemas.ledger import read_index
+from cowork_adapter.schemas.ledger import LEDGER_NAME, read_index
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.vocab import OfficialEvalStatus as E
