@@ -44,6 +44,7 @@ import docker
 from ..container import protocol
 from ..custody.docker_ops import label_is_empty, list_labelled
 from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
+from ..host.daemon import docker_client
 from ..custody.watchdog import custody_paths
 from ..runroot.events import read_all
 from ..vocab import ExitCode
@@ -101,7 +102,7 @@ class CreateEvents:
     is the label the run recorded in its manifest (none before it has one: nothing labelled exists)."""
 
     def __init__(self, docker_host: str, run_root: Path) -> None:
-        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
+        self.client = docker_client(docker_host, 60)
         self.run_root = run_root
         self._seen: list[tuple[str, float, str, str]] = []  # (action, daemon time in s, name, label value)
         self._stream = self.client.events(decode=True, filters={
@@ -262,7 +263,7 @@ class ChaosBench:
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def remove_fresh_images(self) -> None:
-        client = docker.DockerClient(base_url=self.env.docker_host, timeout=120)
+        client = docker_client(self.env.docker_host, 120)
         try:
             for tag in self.fresh_tags:
                 try:
@@ -321,7 +322,7 @@ class ChaosBench:
         # The run's own label is drawn at its start: the bystanders carry its path's label (another
         # run at the same path, or one from before the nonce) and a near-identical one.
         bystanders = make_bystanders(env.docker_host, path_label(run_root))
-        client = docker.DockerClient(base_url=env.docker_host, timeout=60)
+        client = docker_client(env.docker_host, 60)
         unlabelled = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
                                            name=f"agent-{secrets.token_hex(5)}")
         creates = CreateEvents(env.docker_host, run_root)

@@ -19,7 +19,7 @@ import docker
 
 from ..container.safefile import REGULAR, open_nofollow
 from ..custody.docker_ops import label_is_empty
-from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
+from ..custody.labels import RUN_LABEL_KEY, run_label
 from ..host.daemon import docker_client
 from ..vocab import TaskStatus
 from .bench_repo import materialize_bench

@@ -48,7 +48,7 @@ from ..schemas.seal import read_seals
 from ..vocab import ExitCode, TamperKind, TaskStatus
 from .chat_standin import ChatStandin
 from .chaos import cli
-from .env import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_json, read_rows
+from .env import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_rows
 
 ENGINE = "upstream:hostile_agent.py"
 HONEST = "demo-csv-totals"

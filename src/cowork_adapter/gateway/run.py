@@ -17,7 +17,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..errors import Refusal
 from ..host.daemon import docker_client
-from .server import SECRET_NAME, Gateway, new_secret
+from .server import Gateway, new_secret
 from .peers import RunPeers
 from .policy import Policy, pinned_model
 from ..schemas.gateway import is_billed, read_requests

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..benchmark.provenance import bench_identity, dataset_ids, seed_identity
 from ..benchmark.selection import validate_against_dataset

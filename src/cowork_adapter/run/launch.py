@@ -14,7 +14,6 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import docker
 
 from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import RunConfig
@@ -30,6 +29,7 @@ from ..image.derived import (
     label_mismatch,
     resolve_image,
 )
+from ..host.daemon import daemon_info, docker_failures
 from ..image.build_lock import build_lock
 from ..fileio import replace_atomic
 from ..runroot.layout import CONFIGS, RUN_CONFIG, RunRoot
@@ -41,7 +41,6 @@ from ..schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, BenchSubst
 from ..schemas.manifest import Refusal as RefusalRecord
 from ..schemas.run_config import build_run_config
 from ..benchmark.selection import validate_against_dataset
-from ..schemas.validity import VALIDITY_NAME
 from ..score.ledger import build_index, write_index
 from .probes import enforce_inventory, inventory_for_run, run_probe
 from .recovery import STAGE as RESUME_STAGE, CampaignPlace, campaign_refusal, resolve_ancestry
@@ -97,12 +96,8 @@ def disk_refusal(cfg: RunConfig) -> str | None:
 def daemon_resources(docker_host: str) -> tuple[int, int]:
     """(CPUs, memory bytes) the daemon reports in `docker info`; a daemon that does not answer is a refusal."""
     try:
-        client = docker.DockerClient(base_url=docker_host, timeout=60)
-        try:
-            info = client.info()
-        finally:
-            client.close()
-    except docker.errors.DockerException as exc:
+        info = daemon_info(docker_host)
+    except docker_failures() as exc:
         raise Refusal("docker_host", f"the Docker daemon at {docker_host} did not answer: {exc}") from None
     try:
         return int(info["NCPU"]), int(info["MemTotal"])
