@@ -259,18 +259,34 @@ def _run_flags(
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the provider key.",
                                              rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
     llm_gateway: Annotated[bool, typer.Option(
-        "--llm-gateway", help="Serve the model through a gateway in the launcher: the key never enters a "
-        "container (each task gets its own token), every request is logged and costed, and the run's "
-        "budget is fenced per request.", rich_help_panel=P_PROVIDER)] = False,
+        "--llm-gateway", help="Serve the model through the launcher's gateway as an OpenAI-compatible endpoint "
+        "(the engine routes openai-compatible::<model>) instead of as openrouter.ai (the default). Either way "
+        "the key never enters a container (each task gets its own token), every request is logged and costed, "
+        "and the run's budget is fenced per request.", rich_help_panel=P_PROVIDER)] = False,
+    key_in_agent: Annotated[bool, typer.Option(
+        "--key-in-agent", help="The seed's own path: give the provider key to every agent container (its "
+        "environment, the engine's settings, `docker inspect`), where the agent under test can read it. "
+        "Default (OpenRouter route): the run serves openrouter.ai itself over TLS on port 443 of the address "
+        "containers reach (a run-scoped CA they trust) and adds the key on the host.",
+        rich_help_panel=P_PROVIDER)] = False,
     llm_gateway_host: Annotated[str, typer.Option(
-        help="Host address the gateway listens on and containers call. Default: the Docker daemon's "
-             "bridge gateway address.", rich_help_panel=P_PROVIDER)] = "",
+        help="Host address the run's gateway listens on and containers call (port 443 on the default route). "
+             "Default: the Docker daemon's bridge gateway address.", rich_help_panel=P_PROVIDER)] = "",
     llm_gateway_max_tokens: Annotated[int, typer.Option(
-        help="With --llm-gateway: the most output tokens one request may ask for (larger asks are clamped, "
-             "none becomes this).", rich_help_panel=P_PROVIDER)] = DEFAULT_GATEWAY_MAX_TOKENS,
+        help="With a gateway (default route or --llm-gateway): the most output tokens one request may ask for "
+             "(larger asks are clamped, none becomes this).", rich_help_panel=P_PROVIDER)] = DEFAULT_GATEWAY_MAX_TOKENS,
     llm_gateway_unknown_cost_usd: Annotated[float, typer.Option(
-        help="With --llm-gateway: USD a request is counted at when the provider's answer has no cost.",
-        rich_help_panel=P_PROVIDER)] = DEFAULT_GATEWAY_UNKNOWN_COST_USD,
+        help="With a gateway (default route or --llm-gateway): USD a request is counted at when the provider's "
+             "answer has no cost.", rich_help_panel=P_PROVIDER)] = DEFAULT_GATEWAY_UNKNOWN_COST_USD,
+    provider_upstream_url: Annotated[str, typer.Option(
+        hidden=True, help="Test beds only: where the default route's gateway forwards, instead of "
+        "https://openrouter.ai/api/v1.")] = "",
+    provider_standin_address: Annotated[str, typer.Option(
+        hidden=True, help="Test beds only, with --key-in-agent: agent containers resolve openrouter.ai to this "
+        "address (a stand-in serving it over TLS).")] = "",
+    provider_standin_bundle: Annotated[Optional[Path], typer.Option(
+        hidden=True, help="Test beds only, with --provider-standin-address: the CA bundle agent containers "
+        "trust.")] = None,
     credential_setting: Annotated[str, typer.Option(help="Settings key the provider key is given as.",
                                                     rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
     base_image: Annotated[Optional[str], typer.Option(

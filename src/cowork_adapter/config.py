@@ -71,7 +71,8 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
 # nothing, so any of them with one is a refusal rather than a silently ignored promise.
 MONEY_FIELDS = ("campaign_file", "campaign_db", "campaign_name", "campaign_budget_usd", "prior_spend_usd", "budget_usd", "budget_reserve_usd",
                 "meter_blindness_sec", "meter_url", "min_key_usd")
-_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity")
+_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity",
+                "provider_standin_bundle")
 
 
 class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,9 +142,18 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     openai_compatible_base_url: str = ""
     api_key_env: str = DEFAULT_API_KEY_ENV
     credential_setting: str = DEFAULT_API_KEY_ENV
-    # The opt-in model gateway (gateway.py): the launcher forwards model calls, the key stays in it.
+    # Where the key goes (docs/security.md, the key's path). By default (the OpenRouter route) the
+    # run's gateway serves TLS as openrouter.ai and no container holds the key (provider_tls.py);
+    # --llm-gateway serves an OpenAI-compatible face instead; --key-in-agent is the seed's own path.
     llm_gateway: bool = False
+    key_in_agent: bool = False
     llm_gateway_host: str = ""
+    # Hidden, for test beds: where the default route's gateway forwards (else OpenRouter), and, with
+    # --key-in-agent, a stand-in serving as openrouter.ai that agent containers reach (its address)
+    # and trust (its CA bundle): the seed's path measured against the same stand-in.
+    provider_upstream_url: str = ""
+    provider_standin_address: str = ""
+    provider_standin_bundle: Path | None = None
     # The gateway's caps (gateway_policy): output tokens one request may ask for (clamped to it), and
     # what a forwarded request whose answer carries no cost figure is counted at.
     llm_gateway_max_tokens: int = DEFAULT_GATEWAY_MAX_TOKENS
@@ -203,12 +213,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidFlag("--prior-spend-usd is only meaningful with --campaign-file.")
         if self.llm_gateway and self.spends_nothing:
             raise InvalidFlag(f"--llm-gateway serves model calls, and the {self.engine} engine makes none.")
-        if self.llm_gateway_host and not self.llm_gateway:
-            raise InvalidFlag("--llm-gateway-host is only meaningful with --llm-gateway.")
-        for name, default in (("llm_gateway_max_tokens", DEFAULT_GATEWAY_MAX_TOKENS),
-                              ("llm_gateway_unknown_cost_usd", DEFAULT_GATEWAY_UNKNOWN_COST_USD)):
-            if getattr(self, name) != default and not self.llm_gateway:
-                raise InvalidFlag(f"--{name.replace('_', '-')} is only meaningful with --llm-gateway.")
+        self._check_key_route()
         if self.new_campaign and not has_campaign:
             raise InvalidFlag("--new-campaign is only meaningful with --campaign-file.")
         if not_below(self.budget_reserve_usd, self.campaign_budget_usd):
@@ -225,7 +230,41 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.run_root in self.resume_from:
             raise InvalidFlag("--resume-from must name earlier run roots, not this run's --run-root.")
 
+    def _check_key_route(self) -> None:
+        if self.key_in_agent and self.llm_gateway:
+            raise InvalidFlag("give --key-in-agent or --llm-gateway, not both: the key is either in the "
+                              "agent containers or only in the launcher.")
+        if self.key_in_agent and self.spends_nothing:
+            raise InvalidFlag(f"--key-in-agent gives the agent the provider key, and the {self.engine} engine uses none.")
+        gateway = "a gateway serves the run's model calls (the default OpenRouter route, or --llm-gateway)"
+        if self.llm_gateway_host and not self.served_by_gateway:
+            raise InvalidFlag(f"--llm-gateway-host is only meaningful when {gateway}.")
+        for name, default in (("llm_gateway_max_tokens", DEFAULT_GATEWAY_MAX_TOKENS),
+                              ("llm_gateway_unknown_cost_usd", DEFAULT_GATEWAY_UNKNOWN_COST_USD)):
+            if getattr(self, name) != default and not self.served_by_gateway:
+                raise InvalidFlag(f"--{name.replace('_', '-')} is only meaningful when {gateway}.")
+        if self.provider_upstream_url and not self.provider_tls:
+            raise InvalidFlag("--provider-upstream-url is only meaningful on the default OpenRouter route "
+                              "(no --key-in-agent, --llm-gateway or --openai-compatible-base-url).")
+        if bool(self.provider_standin_address) != (self.provider_standin_bundle is not None):
+            raise InvalidFlag("--provider-standin-address and --provider-standin-bundle go together.")
+        if self.provider_standin_address and not (self.key_in_agent and not self.openai_compatible_base_url):
+            raise InvalidFlag("--provider-standin-address is only meaningful with --key-in-agent on the OpenRouter route.")
+
     # ---- derived views ----
+
+    @property
+    def provider_tls(self) -> bool:
+        """The default route: the engine keeps OpenRouter's URL, which the run's gateway serves over TLS
+        (provider_tls.py); no container holds the key. Not for a reference engine (no model calls),
+        --key-in-agent (the seed's path), --llm-gateway or an OpenAI-compatible endpoint."""
+        return (not self.spends_nothing and not self.key_in_agent and not self.llm_gateway
+                and not self.openai_compatible_base_url)
+
+    @property
+    def served_by_gateway(self) -> bool:
+        """Whether a paid run's model calls go through the run's gateway (either face)."""
+        return self.llm_gateway or self.provider_tls
 
     @property
     def is_paid(self) -> bool:
@@ -598,7 +637,7 @@ _RULES: dict[str, Callable[[str, Any], Any]] = {
     **dict.fromkeys(("effort", "review_effort", "runtime_mode"), _word),
     "review_max_cycles": _cycles,
     **dict.fromkeys(("api_key_env", "credential_setting"), _env_name),
-    **dict.fromkeys(("meter_url", "openai_compatible_base_url"), _url),
+    **dict.fromkeys(("meter_url", "openai_compatible_base_url", "provider_upstream_url"), _url),
     "memory": _memory,
 }
 

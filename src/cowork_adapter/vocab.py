@@ -14,3 +14,13 @@ class SubstituteKind(Vocab):
 
     SKIP_WORKTREE = "skip_worktree"  # a file written in place and marked skip-worktree
     REPLACE_OBJECT = "replace_object"  # a refs/replace/<pinned blob> object
+
+
+class GatewayRoute(Vocab):
+    """Which face the run's model gateway showed the engine (host only: the gateway runs in the launcher)."""
+
+    # --llm-gateway: an OpenAI-compatible endpoint; the engine routes openai-compatible::<model>.
+    OPENAI_COMPATIBLE = "openai_compatible"
+    # The default: the gateway serves the provider's own host over TLS (provider_tls.py); the engine
+    # keeps the seed's OpenRouter route unchanged.
+    PROVIDER_TLS = "provider_tls"

@@ -75,6 +75,16 @@ class TaskDumps:
 
 
 @dataclass(frozen=True)
+class ProviderRoute:
+    """Agent containers resolve `host` to `address` and trust `ca_bundle` (provider_tls.py): the
+    default route's gateway, or (test beds, --key-in-agent) a stand-in serving as the provider."""
+
+    host: str
+    address: str
+    ca_bundle: Path
+
+
+@dataclass(frozen=True)
 class CustodyFiles:
     """What install_custody wrote, and the environment the runner must be started with.
 
@@ -124,6 +134,7 @@ def install_custody(
     launcher_start_ticks: int | None = None,
     gateway_secret_file: Path | None = None,
     dumps: "TaskDumps | None" = None,
+    provider: "ProviderRoute | None" = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 
@@ -152,6 +163,8 @@ def install_custody(
         raise Refusal(STAGE, f"The resource root {resource_root} is not a directory.")
     if agent_env_file is not None and not Path(agent_env_file).is_file():
         raise Refusal(STAGE, f"The agent env file {agent_env_file} is not an existing regular file.")
+    if provider is not None and not Path(provider.ca_bundle).is_file():
+        raise Refusal(STAGE, f"The provider CA bundle {provider.ca_bundle} is not an existing regular file.")
     if gateway_secret_file is not None and not Path(gateway_secret_file).is_file():
         raise Refusal(STAGE, f"The gateway secret file {gateway_secret_file} is not an existing regular file.")
     if dumps is not None:
@@ -174,6 +187,9 @@ def install_custody(
             launcher_pid=launcher_pid,
             launcher_start_ticks=launcher_start_ticks,
             gateway_secret_file=None if gateway_secret_file is None else str(Path(gateway_secret_file).resolve()),
+            provider_host=None if provider is None else provider.host,
+            provider_address=None if provider is None else provider.address,
+            provider_ca_bundle=None if provider is None else str(Path(provider.ca_bundle).resolve()),
             creations_dir=str(creations_dir(run_root)),
             dumps_dir=None if dumps is None else str(Path(dumps.dumps_dir).resolve()),
             dump_short=None if dumps is None else dumps.short,

@@ -10,6 +10,9 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   or, with the model gateway, `--env-file` of a per-task file holding the task's gateway token
   (`cwg1.<task>.<HMAC-SHA256 of the run label and the task under the run's gateway secret>`,
   minted here from the 0600 secret file the launcher wrote; the same scheme as gateway.mint_token).
+  On the default route (the run serves the provider's host itself, provider_tls.py) `agent-*`
+  containers also get `--add-host <provider host>:<gateway address>`, the run's CA bundle mounted
+  read-only and the variables that make their HTTP clients trust it (SSL_CERT_FILE, ...).
   `network create` gets the two labels only.
 - a creation is refused (exit 75, one line on stderr) when the launcher that holds the run's
   custody is gone (its pid and start time, from the config, no longer name a living process),
@@ -130,6 +133,9 @@ TOKEN_PREFIX = "cwg1"
 TOKEN_CONTEXT = b"cowork-gateway-token\0"
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
 AGENT_REMOVED_SUFFIX = ".agent_removed"  # gateway.REVOKED_SUFFIX: this task's token is dead
+# gateway/tls.py BUNDLE_IN_CONTAINER and CA_ENV_NAMES (this file cannot import the package).
+PROVIDER_BUNDLE_TARGET = "/etc/cowork-adapter/provider-ca-bundle.pem"
+PROVIDER_CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 
 # Per-task dumps and the seal (issue 27). The eval phase reads these variables (container/evalphase.py).
@@ -284,8 +290,23 @@ def creation_flags(config, role, name):
         "--pids-limit", str(int(limits["pids_limit"])),
         "--pull=never",
     ]
-    if config.get("agent_env_file") and role == "agent" and name and name.startswith("agent-"):
+    agent = role == "agent" and bool(name) and name.startswith("agent-")
+    if config.get("agent_env_file") and agent:
         flags += ["--env-file", config["agent_env_file"]]
+    if config.get("provider_address") and agent:
+        flags += provider_flags(config)
+    return flags
+
+
+def provider_flags(config):
+    """The provider's host resolves to the gateway, whose certificate the run CA signed: trusted here."""
+    source = "source=" + config["provider_ca_bundle"]
+    if "," in source or '"' in source:  # --mount is one CSV record: a field holding a comma is quoted
+        source = '"' + source.replace('"', '""') + '"'
+    flags = ["--add-host", config["provider_host"] + ":" + config["provider_address"],
+             "--mount", "type=bind," + source + ",target=" + PROVIDER_BUNDLE_TARGET + ",readonly"]
+    for name in PROVIDER_CA_ENV:
+        flags += ["-e", name + "=" + PROVIDER_BUNDLE_TARGET]
     return flags
 
 

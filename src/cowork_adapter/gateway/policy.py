@@ -16,6 +16,12 @@ or refused here, before anything is forwarded:
   and file parsers are billed per use) and `web_search_options` (billed per search);
 - a stream is made to report its usage (`stream_options.include_usage = true`).
 
+On the provider's own route (the default; provider_tls.py) the policy also lets through what
+Ouroboros 6.97.2 sends there by itself and cannot raise a price: a `provider` object holding only
+`require_parameters` and `allow_fallbacks` (its pins for Anthropic models and for replayed
+reasoning; both narrow OpenRouter's choice of endpoint, or restate its default), and refuses tools
+other than functions (`openrouter:web_search` is billed per search).
+
 `shape(body, policy)` returns the body to forward, or the sentence the request is refused with.
 """
 
@@ -46,6 +52,14 @@ class Policy:
 
     model: str | None
     max_tokens: int = DEFAULT_MAX_TOKENS
+    # The provider's own route: `provider` keys let through (booleans only), and whether tools must
+    # all be functions. Empty / False on the OpenAI-compatible route (--llm-gateway), as before.
+    provider_keys: frozenset[str] = frozenset()
+    function_tools_only: bool = False
+
+
+# What the provider's own route lets through in `provider` (see the module's docstring).
+SEED_PROVIDER_KEYS = frozenset({"require_parameters", "allow_fallbacks"})
 
 
 def pinned_model(run_model: str) -> str:
@@ -58,11 +72,19 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _benign_provider(value: object, policy: Policy) -> bool:
+    return (bool(policy.provider_keys) and isinstance(value, dict) and set(value) <= policy.provider_keys
+            and all(isinstance(v, bool) for v in value.values()))
+
+
 def shape(body: dict, policy: Policy) -> dict | str:
     """The body to forward (a new dict), or why it is refused (one sentence)."""
     for name, why in REFUSED_FIELDS.items():
-        if name in body:
+        if name in body and not (name == "provider" and _benign_provider(body[name], policy)):
             return f"the field {name!r} is refused: {why}"
+    if policy.function_tools_only and isinstance(body.get("tools"), list):
+        if any(not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"]):
+            return "only function tools are forwarded: provider-side tools (web search) are billed per use"
     model = body.get("model")
     if not isinstance(model, str):
         return "the request names no model"

@@ -1,12 +1,19 @@
-"""How a run uses the model gateway (--llm-gateway): open it, point the engines at it, account for it.
+"""How a run uses the model gateway: open it, point the engines at it, account for it.
 
 The gateway listens on the host address the run's containers reach (the Docker daemon's default
-bridge gateway, or --llm-gateway-host), serves only peers that are containers of the run
-(gateway_peers.RunPeers), and forwards to the endpoint the run would otherwise have
-given the engine (--openai-compatible-base-url, else OpenRouter's chat API). Every engine is then
-configured as if the gateway were an OpenAI-compatible endpoint: Ouroboros routes the model as
-`openai-compatible::<model>` with OPENAI_COMPATIBLE_BASE_URL (6.97 hard-codes OpenRouter's URL for
-unprefixed ids), the benchmark's own engines get its URL in MODEL_API_URL / LLM_BASE_URL.
+bridge gateway, or --llm-gateway-host) and serves only peers that are containers of the run
+(gateway_peers.RunPeers). It has two faces:
+
+- the default (a paid run on the OpenRouter route without --key-in-agent): it serves
+  `openrouter.ai` itself, over TLS on port 443 with a run-scoped certificate (provider_tls.py);
+  the shim makes agent containers resolve that name to the gateway and trust the run CA. The
+  engine's configuration is untouched (Ouroboros keeps its OpenRouter client, request shape and
+  pricing look-ups); only its key is a task token. Upstream: OpenRouter (or, on test beds,
+  --provider-upstream-url).
+- --llm-gateway: every engine is configured as if the gateway were an OpenAI-compatible endpoint:
+  Ouroboros routes the model as `openai-compatible::<model>` with OPENAI_COMPATIBLE_BASE_URL (6.97
+  hard-codes OpenRouter's URL for unprefixed ids), the benchmark's own engines get its URL in
+  MODEL_API_URL / LLM_BASE_URL. Upstream: --openai-compatible-base-url, else OpenRouter's chat API.
 """
 
 from __future__ import annotations
@@ -15,16 +22,18 @@ import ipaddress
 from pathlib import Path
 
 from ..config import RunConfig
+from ..custody.bash_env import ProviderRoute
 from ..errors import Refusal
 from ..host.daemon import docker_client
-from .server import Gateway, new_secret
-from .peers import RunPeers
-from .policy import Policy, pinned_model
 from ..schemas.gateway import is_billed, read_requests
 from ..schemas.manifest import GatewayRecord
-from ..schemas.run_config import agent_base_url, routed_model_id
-from ..vocab import EngineKind
+from ..schemas.run_config import OPENROUTER_CHAT_URL, agent_base_url, routed_model_id
+from ..vocab import EngineKind, GatewayRoute
 from ..runroot.layout import RunRoot
+from .peers import RunPeers
+from .policy import SEED_PROVIDER_KEYS, Policy, pinned_model
+from .server import Gateway, new_secret
+from .tls import PROVIDER_HOST, TLS_PORT, make_run_tls, remove_private
 
 COMPATIBLE_KEY_SETTING = "OPENAI_COMPATIBLE_API_KEY"
 # What routing Ouroboros 6.97 through an OpenAI-compatible endpoint changes (research: ouroboros-6.97-drift.md §8.1).
@@ -42,12 +51,30 @@ GENERAL_DISCLOSURES = (
 )
 
 
+PROVIDER_TLS_DISCLOSURES = (
+    f"The engine kept the seed's OpenRouter route ({OPENROUTER_CHAT_URL}, its own request shape and pricing "
+    f"look-ups); the run served {PROVIDER_HOST} itself over TLS to its agent containers (the name resolved to "
+    "the run's gateway, whose certificate a CA made for this run signed, which those containers trusted) and "
+    "added the key upstream: no container held the key, each task held a token for its own requests.",
+    "Ouroboros's look-ups of OpenRouter's model list went upstream without a credential, as the seed sends them; "
+    "its generation-cost and key-usage look-ups with the key in place of the task's token.",
+    "The agent containers' SSL_CERT_FILE, REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE named a bundle of the host's "
+    "public roots plus the run CA, so every other HTTPS call of theirs verified against the host's roots.",
+)
+
+
 def shaping_disclosures(cfg: RunConfig) -> list[str]:
     """What the gateway changed or refused in the engine's requests, and how it counted unknown costs."""
+    if cfg.llm_gateway:
+        routing = "refused OpenRouter's models, route, provider, plugins and web_search_options."
+    else:
+        routing = ("refused OpenRouter's models, route, plugins and web_search_options, a provider object with "
+                   "other fields than require_parameters and allow_fallbacks, and tools other than functions; "
+                   "a request it left unchanged went upstream byte for byte (the request log's `changed` "
+                   "marks the others).")
     return [
         f"The gateway pinned the model to {pinned_model(cfg.model)!r}, required n = 1, clamped max_tokens / "
-        f"max_completion_tokens to {cfg.llm_gateway_max_tokens} (set it to that when absent), and refused "
-        "OpenRouter's models, route, provider, plugins and web_search_options.",
+        f"max_completion_tokens to {cfg.llm_gateway_max_tokens} (set it to that when absent), and {routing}",
         f"A forwarded request whose answer carried no cost figure (or was cut) was counted at "
         f"${cfg.llm_gateway_unknown_cost_usd:g} by the gateway's fences (assumed_usd in the record, "
         "assumed_cost_usd per request); it is not in the provider-figure total.",
@@ -72,10 +99,14 @@ def bridge_address(docker_host: str) -> str:
                                      "name the address containers reach this host at with --llm-gateway-host.") from None
 
 
-def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tuple[Gateway, RunConfig, GatewayRecord]:
-    """Start the run's gateway; returns it, the config the engines get, and the manifest's record."""
+def open_for_run(cfg: RunConfig, key: str, run_label: str,
+                 run_root: Path) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute | None]:
+    """Start the run's gateway; returns it, the config the engines get, the manifest's record, and
+    (the default route) what the shim gives agent containers to reach it as the provider."""
     host = cfg.llm_gateway_host or bridge_address(cfg.docker_host)
     secret, _ = new_secret(RunRoot(run_root).private)
+    if not cfg.llm_gateway:
+        return _open_provider_tls(cfg, key, run_label, run_root, host, secret)
     upstream = agent_base_url(cfg)
     try:
         gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
@@ -85,6 +116,7 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tu
                           revoked_dir=RunRoot(run_root).evidence,
                           peers=RunPeers(cfg.docker_host, run_label)).start()
     except OSError as exc:
+        remove_secrets(run_root)
         raise Refusal("llm_gateway", f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
                                      "name a local address containers reach with --llm-gateway-host.") from None
     url = gateway.url_for(host)
@@ -92,9 +124,37 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str, run_root: Path) -> tu
     disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg)
     if cfg.engine_kind is EngineKind.OUROBOROS:
         disclosures += OUROBOROS_DISCLOSURES
-    record = GatewayRecord(container_url=url, upstream_url=upstream,
-                           routed_model=routed_model_id(cfg.model, url), disclosures=disclosures)
-    return gateway, engine_cfg, record
+    record = GatewayRecord(container_url=url, upstream_url=upstream, routed_model=routed_model_id(cfg.model, url),
+                           disclosures=disclosures, route=GatewayRoute.OPENAI_COMPATIBLE,
+                           listen_address=f"{host}:{gateway.port}")
+    return gateway, engine_cfg, record, None
+
+
+def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path, host: str,
+                       secret: bytes) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute]:
+    """The default route: the gateway serves the provider's host over TLS on port 443 of `host`."""
+    tls = make_run_tls(run_root, run_label)
+    upstream = cfg.provider_upstream_url or OPENROUTER_CHAT_URL
+    try:
+        gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
+                          stop_file=run_root / "custody" / "stop", bind_host=host, port=TLS_PORT,
+                          policy=Policy(model=pinned_model(cfg.model), max_tokens=cfg.llm_gateway_max_tokens,
+                                        provider_keys=SEED_PROVIDER_KEYS, function_tools_only=True),
+                          per_task_usd=cfg.per_task_cost_usd, unknown_cost_usd=cfg.llm_gateway_unknown_cost_usd,
+                          revoked_dir=run_root / "custody" / "evidence", peers=RunPeers(cfg.docker_host, run_label),
+                          tls=tls.server_context(), openrouter=True).start()
+    except OSError as exc:
+        remove_secrets(run_root)
+        raise Refusal("provider_tls", f"the run cannot serve {PROVIDER_HOST} on {host}:{TLS_PORT} "
+                                      f"({exc.strerror or exc}): that needs root and a free port 443 there; name "
+                                      "another address containers reach with --llm-gateway-host, or give the "
+                                      "agent containers the key themselves with --key-in-agent (the seed's path, "
+                                      "where the agent can read it).") from None
+    disclosures = list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg)
+    record = GatewayRecord(container_url=OPENROUTER_CHAT_URL, upstream_url=upstream, routed_model=cfg.model,
+                           disclosures=disclosures, route=GatewayRoute.PROVIDER_TLS,
+                           listen_address=f"{host}:{TLS_PORT}")
+    return gateway, cfg, record, ProviderRoute(host=PROVIDER_HOST, address=host, ca_bundle=tls.bundle)
 
 
 def secret_file(run_root: Path) -> Path:
@@ -121,5 +181,6 @@ def remove_secrets(run_root: Path) -> None:
     """The gateway secret and every task's token file (useless once the gateway is gone, removed anyway)."""
     private = RunRoot(run_root).private
     secret_file(run_root).unlink(missing_ok=True)
+    remove_private(run_root)  # the default route's TLS key
     for path in private.glob("agent-*.env") if private.is_dir() else ():
         path.unlink(missing_ok=True)

@@ -1,9 +1,11 @@
-"""The opt-in model gateway (`--llm-gateway`): the provider key stays in the launcher's memory.
+"""The model gateway: the provider key stays in the launcher's memory.
 
-An OpenAI-compatible HTTP endpoint served by threads of the launcher for the run's lifetime. Agent
-containers call it with a per-task token instead of the key; it forwards `/chat/completions`
-(streamed or not) and `/models` to the provider with the real key, and passes the provider's status
-and body back. Why threads and not a process: it dies with the launcher by construction, so nothing
+An HTTP endpoint served by threads of the launcher for the run's lifetime, with one of two faces
+(gateway_routes.py): by default the provider's own (it serves TLS as `openrouter.ai` on port 443,
+provider_tls.py, so the engine keeps the seed's OpenRouter route), or with `--llm-gateway` an
+OpenAI-compatible one. Agent containers call it with a per-task token instead of the key; it
+forwards the chat calls (streamed or not) and the free look-ups the route needs to the provider
+with the real key, and passes the provider's status and body back. Why threads and not a process: it dies with the launcher by construction, so nothing
 can spend without a living supervisor.
 
 Tokens: `cwg1.<task>.<hmac>`, the HMAC-SHA256 under a per-run random secret of the run label and the
@@ -40,6 +42,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 import weakref
@@ -49,9 +52,10 @@ from pathlib import Path
 
 import httpx
 
-from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
 from ..runroot.layout import GATEWAY_SECRET, RunRoot
 from ..schemas.gateway import GatewayRequest, encode_row
+from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
+from .routes import route_for
 
 TOKEN_PREFIX = "cwg1"
 TOKEN_CONTEXT = b"cowork-gateway-token\0"
@@ -177,10 +181,18 @@ class _Server(ThreadingHTTPServer):
     # before the accept loop can even close the ones over the bound.
     request_queue_size = 256
 
-    def __init__(self, address, handler, gateway: "Gateway", max_connections: int) -> None:
+    def __init__(self, address, handler, gateway: "Gateway", max_connections: int,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.gateway = gateway
+        self.tls = tls
         self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, handler)
+
+    def get_request(self):
+        sock, address = super().get_request()
+        if self.tls is not None:  # no I/O here: the handshake runs in the handler's thread, under its timeout
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
 
     def verify_request(self, request, client_address) -> bool:
         return self.gateway.admit_peer(client_address[0])
@@ -224,8 +236,10 @@ class Gateway:
                  per_task_usd: float | None = None, unknown_cost_usd: float = DEFAULT_UNKNOWN_COST_USD,
                  revoked_dir: Path | None = None, peers=None, max_connections: int = MAX_CONNECTIONS,
                  request_deadline_sec: float = REQUEST_DEADLINE_SEC,
-                 socket_timeout_sec: float = SOCKET_TIMEOUT_SEC) -> None:
+                 socket_timeout_sec: float = SOCKET_TIMEOUT_SEC, tls: ssl.SSLContext | None = None,
+                 openrouter: bool = False) -> None:
         self.upstream = upstream.rstrip("/")
+        self.openrouter = openrouter  # the provider's own face (gateway_routes), else OpenAI-compatible
         self._key = key
         self.run_label = run_label
         self._secret = secret
@@ -262,7 +276,7 @@ class Gateway:
         log_path.parent.mkdir(mode=0o700, exist_ok=True)
         self._log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._client = httpx.Client(timeout=UPSTREAM_TIMEOUT, follow_redirects=False)
-        self._server = _Server((bind_host, port), _handler(self), self, max_connections)
+        self._server = _Server((bind_host, port), _handler(self), self, max_connections, tls)
         self._threads: list[threading.Thread] = []
 
     @property
@@ -270,7 +284,7 @@ class Gateway:
         return self._server.server_address[1]
 
     def url_for(self, host: str) -> str:
-        """The base URL (with /v1) under which containers reach this gateway at `host`."""
+        """The base URL (with /v1) under which containers reach this gateway at `host` (OpenAI-compatible face)."""
         return f"http://{host}:{self.port}/v1"
 
     def start(self) -> "Gateway":
@@ -381,8 +395,8 @@ class Gateway:
             now = time.monotonic()
             for conn, deadline in list(self._deadlines.items()):
                 if now > deadline and self._deadlines.pop(conn, None) is not None:
-                    try:
-                        conn.shutdown(socket.SHUT_RDWR)
+                    try:  # the plain socket's shutdown: an SSLSocket's own would drop its TLS state under the reader
+                        socket.socket.shutdown(conn, socket.SHUT_RDWR)
                     except OSError:
                         pass
 
@@ -422,9 +436,10 @@ class Gateway:
     # ------------------------------------------------------------ forwarding
 
     def open_upstream(self, method: str, path: str, body: bytes | None, passed: dict[str, str],
-                      sent: list[bool]) -> httpx.Response:
+                      sent: list[bool], with_key: bool = True) -> httpx.Response:
         """The provider's response, opened as a stream. The client's own headers go along (its SDK's
-        names, OpenRouter's attribution headers), except the credential and what framing sets.
+        names, OpenRouter's attribution headers), except the credential and what framing sets; the
+        key replaces the credential (`with_key`: a request that came without one goes without one).
         `sent[0]` becomes True once the whole request went out (from then on the provider may bill it)."""
 
         def trace(event: str, info: dict) -> None:
@@ -439,7 +454,9 @@ class Gateway:
             elif event == "http11.send_request_body.complete":
                 sent[0] = True
 
-        headers = {**passed, "Authorization": f"Bearer {self._key}", "Accept-Encoding": "identity"}
+        headers = {**passed, "Accept-Encoding": "identity"}
+        if with_key:
+            headers["Authorization"] = f"Bearer {self._key}"
         request = self._client.build_request(method, self.upstream + path, content=body, headers=headers,
                                              extensions={"trace": trace})
         if self.fenced:
@@ -484,6 +501,11 @@ def _handler(gateway: Gateway):
         def log_message(self, format, *args):  # the request log is the record
             return
 
+        def setup(self):
+            super().setup()  # sets the socket timeout first: a stalled handshake ends with it
+            if isinstance(self.connection, ssl.SSLSocket):
+                self.connection.do_handshake()
+
         def handle_one_request(self):
             # The request must arrive whole (or the idle keep-alive connection gets its next one)
             # before the deadline; the body reader clears it, the watcher cuts a late one.
@@ -503,11 +525,6 @@ def _handler(gateway: Gateway):
                 self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
-
-        def _route(self) -> str | None:
-            path = self.path.split("?", 1)[0].rstrip("/")
-            path = path[3:] if path.startswith("/v1/") else path
-            return path if path in ("/models", "/chat/completions") else None
 
         def do_GET(self):
             self._serve("GET")
@@ -551,24 +568,27 @@ def _handler(gateway: Gateway):
             raise _Refused
 
         def _forward(self, method: str, row: GatewayRequest) -> None:
-            # 1. The token, before anything else is read.
-            task = gateway.authorize(self.headers.get("Authorization"))
-            row.task = task
-            if task is None:
-                self._refuse(row, 401, REFUSED_AUTH, "the token is not valid for this run and task",
-                             "authentication_error", close=True)
-            if gateway.revoked(task):
-                self._refuse(row, 401, REFUSED_REVOKED, "this task's agent container was removed; its token "
-                             "is no longer valid", "authentication_error", close=True)
-            route = self._route()
-            wanted = "GET" if route == "/models" else "POST"
-            if route is None or method != wanted:
+            # 1. The token, before anything else is read (optional only where the seed sends none).
+            found = route_for(self.path, openrouter=gateway.openrouter)
+            header = self.headers.get("Authorization")
+            task = None
+            if found is None or found[0].token_required or header is not None:
+                task = gateway.authorize(header)
+                row.task = task
+                if task is None:
+                    self._refuse(row, 401, REFUSED_AUTH, "the token is not valid for this run and task",
+                                 "authentication_error", close=True)
+                if gateway.revoked(task):
+                    self._refuse(row, 401, REFUSED_REVOKED, "this task's agent container was removed; its token "
+                                 "is no longer valid", "authentication_error", close=True)
+            if found is None or method != found[0].method:
                 self._refuse(row, 404, REFUSED_ROUTE, f"no route {method} {bounded(self.path, PATH_CHARS)}",
                              "not_found", close=True)
+            route, upstream_path = found
             # 2. The body: its exact length first, then a bounded read within the deadline.
             body = self._read_body(method, row)
-            if route == "/models":
-                return self._send_upstream(method, route, None, row)
+            if not route.chat:
+                return self._send_upstream(method, upstream_path, None, row, billed=route.billed)
             # 3. The shape: model, n, output tokens, routing, stream usage (gateway_policy).
             try:
                 parsed = json.loads(body or b"{}")
@@ -581,7 +601,10 @@ def _handler(gateway: Gateway):
             shaped = shape(parsed, gateway.policy)
             if isinstance(shaped, str):
                 self._refuse(row, 400, REFUSED_SHAPE, shaped, "invalid_request_error")
-            self._send_upstream(method, route, json.dumps(shaped).encode(), row)
+            # A body the policy left as it was goes upstream byte for byte, as the engine sent it.
+            row.changed = shaped != parsed
+            forwarded = json.dumps(shaped).encode() if row.changed else body
+            self._send_upstream(method, upstream_path, forwarded, row, billed=route.billed)
 
         def _read_body(self, method: str, row: GatewayRequest) -> bytes:
             if self.headers.get("Transfer-Encoding") is not None:
@@ -612,16 +635,16 @@ def _handler(gateway: Gateway):
                              close=True)
             return body
 
-        def _send_upstream(self, method: str, route: str, body: bytes | None, row: GatewayRequest) -> None:
+        def _send_upstream(self, method: str, path: str, body: bytes | None, row: GatewayRequest, *,
+                           billed: bool) -> None:
             refusal = gateway.refusal(row.task)
             if refusal is not None:
                 self._refuse(row, 403, refusal[0], refusal[1],
                              "gateway_fenced" if refusal[0] == REFUSED_FENCED else "task_budget_spent")
-            billed = route == "/chat/completions"
             sent = [False]
             try:
                 passed = {k: v for k, v in self.headers.items() if k.lower() not in _NOT_FORWARDED}
-                response = gateway.open_upstream(method, route, body, passed, sent)
+                response = gateway.open_upstream(method, path, body, passed, sent, with_key=row.task is not None)
             except httpx.HTTPError as exc:
                 row.error = f"upstream: {type(exc).__name__}"
                 self._unanswered(row, billed and sent[0])

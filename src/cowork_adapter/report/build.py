@@ -260,8 +260,9 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
         elif not m.dry_run and m.engine not in REFERENCE_ENGINES:
             notes.append(_see("cost", f"Run {run.root} gave the provider key to its agent containers: the agent under "
                                       "test could read it (its environment, the engine's settings file, `docker "
-                                      "inspect`) and spend outside this run's meter readings; --llm-gateway keeps "
-                                      "it on the host."))
+                                      "inspect`) and spend outside this run's meter readings (--key-in-agent, or an "
+                                      "OpenAI-compatible endpoint without --llm-gateway); the default OpenRouter "
+                                      "route and --llm-gateway keep it on the host."))
         if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
             notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
                                             "outcomes are in the audit only and never count."))

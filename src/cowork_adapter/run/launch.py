@@ -341,19 +341,30 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
 
     selection = _selection(cfg, pre, manifest.image)
     manifest.selection = selection
-    if not (cfg.llm_gateway and pre.key and selection.task_ids and not cfg.dry_run and not cfg.probe):
-        return _configured(cfg, pre, manifest, bench_copy, None)
+    if not (cfg.served_by_gateway and pre.key and selection.task_ids and not cfg.dry_run and not cfg.probe):
+        return _configured(cfg, pre, manifest, bench_copy, None, _standin_route(cfg))
     from ..gateway.run import close_for_run, open_for_run
 
     # The gateway lives in this process for the run's lifetime: it dies with the launcher.
-    gateway, cfg, manifest.llm_gateway = open_for_run(cfg, pre.key, manifest.run_label, run_root)
+    gateway, cfg, manifest.llm_gateway, provider = open_for_run(cfg, pre.key, manifest.run_label, run_root)
     try:
-        return _configured(cfg, pre, manifest, bench_copy, gateway)
+        return _configured(cfg, pre, manifest, bench_copy, gateway, provider)
     finally:
         close_for_run(gateway, manifest.llm_gateway, run_root)
 
 
-def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway) -> int:
+def _standin_route(cfg: RunConfig):
+    """Test beds only (--key-in-agent with --provider-standin-address): a stand-in serving as the provider."""
+    if not cfg.provider_standin_address or cfg.provider_standin_bundle is None:
+        return None
+    from ..custody.bash_env import ProviderRoute
+    from ..gateway.tls import PROVIDER_HOST
+
+    return ProviderRoute(host=PROVIDER_HOST, address=cfg.provider_standin_address, ca_bundle=cfg.provider_standin_bundle)
+
+
+def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway,
+                provider=None) -> int:
     """From the run config file on: written, then the runner started under custody (or not, by mode)."""
     run_root = cfg.run_root
     selection = manifest.selection
@@ -392,7 +403,8 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
             stage_groundtruth(bench_copy, manifest.selection.task_ids)
         return run_in_custody(cfg, manifest, bench_copy, NoSpending(cfg))
     spending = SharedCampaignSpending(cfg, pre.key) if cfg.shared_campaign else CampaignSpending(cfg, pre.key)
-    return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway)
+    return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway,
+                          provider=provider)
 
 
 def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:

@@ -106,14 +106,14 @@ def delete_agent_env(path: Path) -> None:
 
 
 def run_in_custody(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, spending: SpendingPolicy,
-                   key: str = "", gateway=None) -> int:
+                   key: str = "", gateway=None, provider=None) -> int:
     """Run the selection under custody, spending as `spending` allows; returns the exit code (see
     vocab.ExitCode). `key` is the provider key for agent containers ("" for a run that spends nothing).
 
     With `gateway` (--llm-gateway, gateway.py) no key file is written: the shim gives each agent
     container its task's token, the gateway is fenced by every stop and fences the run itself when
     its own sum of provider costs reaches the run's allowance."""
-    run = Run(cfg, manifest, bench_copy, spending, key, gateway)
+    run = Run(cfg, manifest, bench_copy, spending, key, gateway, provider)
     try:
         return run.run()
     finally:
@@ -126,7 +126,8 @@ def run_in_custody(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, spen
 # Said at the start of every run that gives agent containers the key, and disclosed by `report`
 # (report/build.py): on this path the agent under test can read it (docs/security.md, the key's path).
 KEY_IN_AGENT_NOTE = ("the provider key reaches every agent container (its environment, the engine's settings file "
-                     "and `docker inspect`): the agent under test can read it; --llm-gateway keeps it on the host.")
+                     "and `docker inspect`): the agent under test can read it; the default OpenRouter route "
+                     "(without --key-in-agent) and --llm-gateway keep it on the host.")
 
 
 class Run:
@@ -136,12 +137,13 @@ class Run:
     gateway = None  # the run's model gateway (--llm-gateway), set by __init__ when there is one
 
     def __init__(self, cfg: RunConfig, manifest: RunManifest, bench_copy: Path, spending: SpendingPolicy,
-                 key: str = "", gateway=None) -> None:
+                 key: str = "", gateway=None, provider=None) -> None:
         self.cfg, self.manifest, self.bench_copy, self.key = cfg, manifest, bench_copy, key
         self.spending = spending
         self.gateway = gateway
         if gateway is not None:  # its own sum of provider costs reaching the allowance stops the run
             gateway.on_fence = self._gateway_fenced
+        self.provider = provider  # custody.bash_env.ProviderRoute: how agent containers reach the provider's host
         root = cfg.run_root
         self.label = manifest.run_label
         self.events = EventLog(RunRoot(root).events)
@@ -247,6 +249,7 @@ class Run:
                 evidence_dir=self.evidence, agent_env_file=self.agent_env if key_file else None,
                 launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
                 gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
+                provider=self.provider,
                 dumps=TaskDumps(dumps_dir=dumps_of(self.bench_copy), short=agent_short_name(cfg),
                                 tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ)),
             )

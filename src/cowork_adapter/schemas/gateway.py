@@ -24,7 +24,9 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     itself instead of forwarding (auth, fenced...), `cut` that the fence ended the exchange (a stream
     in flight, or a request waiting for the provider's headers). `assumed_cost_usd`: a request the
     provider may bill whose answer carried no cost figure (or never came whole) is counted at the
-    run's pessimistic price (--llm-gateway-unknown-cost-usd); it is that figure, else None."""
+    run's pessimistic price (--llm-gateway-unknown-cost-usd); it is that figure, else None. A request
+    the provider's own face forwards without a credential (OpenRouter's free /models, which the
+    seed calls without one) has task None and refused None."""
 
     schema: str = GATEWAY_SCHEMA
     at: float  # unix time the request arrived
@@ -41,6 +43,9 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     refused: str | None = None
     cut: bool = False
     error: str | None = None
+    # A chat body the gateway's policy changed before forwarding it (gateway_policy); an unchanged
+    # one went upstream byte for byte.
+    changed: bool = False
 
 
 _ENCODER = msgspec.json.Encoder()

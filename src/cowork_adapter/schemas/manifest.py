@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 import msgspec
 
 from .record import Finite, NonNegative, Record, RecordInvalid
-from ..vocab import SubstituteKind
+from ..vocab import GatewayRoute, SubstituteKind
 
 MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
 
@@ -148,12 +148,15 @@ class ClearedRecord(Record):
 
 
 class GatewayRecord(Record):
-    """--llm-gateway: where the run's model gateway listened, what it forwarded to, what it changed."""
+    """Where the run's model gateway listened, what it forwarded to, what it changed (the default
+    OpenRouter route, or --llm-gateway: `route`; a record from before the default route is the latter)."""
 
     container_url: str  # the base URL agent containers were given (with /v1)
     upstream_url: str  # the provider's base URL the gateway forwarded to
     routed_model: str  # the model id the engine was configured with
     disclosures: list[str] = msgspec.field(default_factory=list)
+    route: GatewayRoute = GatewayRoute.OPENAI_COMPATIBLE
+    listen_address: str | None = None  # where it listened (host:port); the default route's containers resolve the provider's host to it
     requests: int | None = None  # filled in at the end of the run
     spent_usd: float | None = None  # the sum of the provider's cost figures
     unknown_cost_requests: int | None = None
