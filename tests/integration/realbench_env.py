@@ -160,7 +160,11 @@ class RealRun:
     def run_root(self, name: str) -> Path:
         return self.root / "runs" / name
 
-    def args(self, name: str, tasks: list[str], *, engine: str = "ouroboros", extra: list[str] | None = None) -> list[str]:
+    def args(self, name: str, tasks: list[str], *, engine: str = "ouroboros", extra: list[str] | None = None,
+             openrouter_route: bool = False) -> list[str]:
+        """The run's argv; `openrouter_route`: the engine keeps the seed's OpenRouter route (no
+        OpenAI-compatible endpoint), for the default route and its baseline (the test adds how
+        openrouter.ai reaches the stand-in)."""
         args = [
             sys.executable, "-m", "cowork_adapter", "run",
             "--repo-dir", str(self.bed.seed), "--bench-root", str(self.bed.bench),
@@ -168,7 +172,8 @@ class RealRun:
             "--run-root", str(self.run_root(name)), "--base-image", self.bed.base_image, "--build-image",
             "--engine", engine, "--model", DEFAULT_MODEL_ID, "--max-steps", "20", "--task-timeout", "600",
             "--concurrency", "2", "--max-workers", "2", "--task-review-mode", "off",
-            "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", "--openai-compatible-base-url", self.base_url,
+            *(() if openrouter_route else (
+                "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", "--openai-compatible-base-url", self.base_url)),
             "--campaign-file", str(self.root / "campaign.json"), "--new-campaign", "--campaign-budget-usd", "50",
             "--budget-usd", "20", "--budget-reserve-usd", "5",
             "--meter-url", self.meter.base_url, "--api-key-env", KEY_ENV, "--min-key-usd", "0",

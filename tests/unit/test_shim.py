@@ -80,7 +80,8 @@ class Bed:
     """One installed custody with a fake docker; run(args) calls the real wrapper."""
 
     def __init__(self, root: Path, *, agent_env: bool = True, min_free: int = 0,
-                 launcher: tuple[int, int | None] | None = None, gateway_secret: Path | None = None) -> None:
+                 launcher: tuple[int, int | None] | None = None, gateway_secret: Path | None = None,
+                 provider=None) -> None:
         self.fake_dir = root / "fake"
         self.fake_dir.mkdir()
         fake = self.fake_dir / "docker"
@@ -110,6 +111,7 @@ class Bed:
             launcher_pid=launcher[0] if launcher else None,
             launcher_start_ticks=launcher[1] if launcher else None,
             gateway_secret_file=gateway_secret,
+            provider=provider,
         )
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -224,6 +226,32 @@ def test_agent_env_file_is_only_for_agent_names(tmp_path):
     for name in ("eval-1-00000000", "pg-1-00000000", "xagent-1", "agentless"):
         bed2.run("run", "--name", name, "img")
         assert "--env-file" not in bed2.last_argv(), name
+
+
+def test_agent_containers_reach_the_provider_host_at_the_gateway_and_trust_the_run_ca(tmp_path):
+    """The default route: only agent-* containers get the provider host's address, the run CA bundle
+    (read-only) and the variables their HTTP clients read it from; the runner's own flags follow ours."""
+    from cowork_adapter.custody.bash_env import ProviderRoute
+
+    bundle = tmp_path / "tls dir,1" / "bundle.pem"  # a comma: --mount is one CSV record
+    bundle.parent.mkdir()
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    bed = Bed(tmp_path, agent_env=False, provider=ProviderRoute("openrouter.ai", "172.17.0.1", bundle))
+    assert bed.run("run", "-d", "--name", "agent-7-0000abcd", "-e", "X=1", "img").returncode == 0
+    argv = bed.last_argv()
+    assert argv[argv.index("--add-host") + 1] == "openrouter.ai:172.17.0.1"
+    mount = argv[argv.index("--mount") + 1]
+    assert mount == f'type=bind,"source={bundle}",target=/etc/cowork-adapter/provider-ca-bundle.pem,readonly'
+    envs = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        assert f"{name}=/etc/cowork-adapter/provider-ca-bundle.pem" in envs
+    assert argv.index("--add-host") < argv.index("img") and envs[-1] == "X=1"
+    for name in ("eval-7-0000abcd", "pg-7-0000abcd", "helper-1"):
+        bed.run("run", "-d", "--name", name, "img")
+        assert "--add-host" not in bed.last_argv() and "--mount" not in bed.last_argv(), name
+    (tmp_path / "other").mkdir()
+    with pytest.raises(Refusal, match="provider CA bundle"):
+        Bed(tmp_path / "other", provider=ProviderRoute("openrouter.ai", "172.17.0.1", tmp_path / "missing.pem"))
 
 
 def _gateway_bed(tmp_path: Path) -> tuple[Bed, bytes, Path]:

@@ -173,9 +173,10 @@ class Watch:
     def delete_key(self) -> bool:
         try:
             self.paths["agent_env"].unlink(missing_ok=True)
-            # --llm-gateway: the gateway secret and the task token files (useless once the gateway died with the launcher).
+            # A gateway's secret, the task token files and the default route's TLS key (gateway/tls.py):
+            # useless once the gateway died with the launcher.
             private = self.paths["agent_env"].parent
-            for path in [private / layout.GATEWAY_SECRET, *private.glob("agent-*.env")]:
+            for path in [private / layout.GATEWAY_SECRET, private / layout.PROVIDER_LEAF_KEY, *private.glob("agent-*.env")]:
                 path.unlink(missing_ok=True)
         except OSError as exc:
             self.say(f"could not delete the key file: {exc}")

@@ -15,6 +15,12 @@ call the server makes lands here and is answered from `cowork_adapter.demo.polic
 - Every answer carries `usage.prompt_tokens` / `completion_tokens` (rough counts, never zero) so
   the server records model activity; requests are counted by kind.
 
+OpenRouter's own paths are served too (`/api/v1/models`, `/api/v1/chat/completions`, and the
+look-ups `/api/v1/generation`, `/api/v1/auth/key`, `/api/v1/key`), and with `tls` the stand-in
+answers HTTPS: a test bed can make it reachable as `https://openrouter.ai` (the seed's own route),
+and every request, look-ups included, is one row of `requests` (what the engine sent, to compare
+two routes request by request).
+
 Pure decisions (`respond`) are apart from the HTTP plumbing (`ChatStandin`).
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -46,6 +53,17 @@ REVIEW_CONTRACT = "Return ONLY a JSON array"
 CLEAN_REVIEW = "[]\nNO_FINDINGS"
 HANG_POLL_SEC = 0.5
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# Headers that say how a request travelled (framing, connection, compression), not what it asked.
+TRANSPORT_HEADERS = frozenset({"host", "content-length", "connection", "accept-encoding", "transfer-encoding"})
+# Body fields every chat request log row keeps as sent (all but the conversation and the tool list).
+CONVERSATION_FIELDS = frozenset({"messages", "tools"})
+
+
+def request_route(path: str) -> str:
+    """`/v1/<route>` for both `/v1/<route>` and OpenRouter's `/api/v1/<route>` (query dropped)."""
+    path = path.split("?", 1)[0].rstrip("/")
+    path = path[4:] if path.startswith("/api/v1/") else path
+    return path if path.startswith("/v1/") else "/v1" + path
 
 
 # ---------------------------------------------------------------- naming
@@ -223,7 +241,7 @@ class ChatStandin:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID,
                  log_path: Optional[str] = None, cost_per_request: Optional[float] = None,
-                 chunk_delay_sec: float = 0.0, answer_delay_sec: float = 0.0):
+                 chunk_delay_sec: float = 0.0, answer_delay_sec: float = 0.0, tls: Optional[ssl.SSLContext] = None):
         self.model_id = model_id
         self.log_path = log_path
         # OpenRouter's usage accounting: `usage.cost` in USD on every answer that carries usage.
@@ -234,10 +252,15 @@ class ChatStandin:
         self.answer_delay_sec = answer_delay_sec
         self.counts: dict[str, int] = {}
         self.log: list[dict] = []
+        # Every request in arrival order: method, path, the credential's digest (None: none sent),
+        # the header names it carried, and for a chat call its fields other than the conversation.
+        self.requests: list[dict] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread: Optional[threading.Thread] = None
 
     @property
@@ -270,6 +293,23 @@ class ChatStandin:
         with self._lock:
             return [dict(r) for r in self.log]
 
+    def all_requests(self) -> list[dict]:
+        """A copy of the log of every request (look-ups included)."""
+        with self._lock:
+            return [dict(r) for r in self.requests]
+
+    def _note(self, handler: BaseHTTPRequestHandler, body: Optional[dict]) -> None:
+        auth = handler.headers.get("Authorization")
+        row = {"method": handler.command, "path": handler.path,
+               "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth is not None else None,
+               "headers": sorted({k.lower() for k in handler.headers.keys()} - TRANSPORT_HEADERS)}
+        if body is not None:
+            row["fields"] = {k: v for k, v in body.items() if k not in CONVERSATION_FIELDS}
+            row["messages"] = len(body.get("messages") or [])
+            row["tools"] = sorted(offered_tools(body))
+        with self._lock:
+            self.requests.append(row)
+
     def _count(self, kind: str, record: Optional[dict] = None) -> int:
         with self._lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -301,7 +341,15 @@ class ChatStandin:
                 self.wfile.write(data)
 
             def do_GET(self):
-                if self.path.rstrip("/") in ("/v1/models", "/models"):
+                route = request_route(self.path)
+                standin._note(self, None)
+                if route == "/v1/generation":
+                    self._send(200, {"data": {"id": self.path.partition("id=")[2], "total_cost": standin.cost_per_request}})
+                    return
+                if route in ("/v1/auth/key", "/v1/key"):
+                    self._send(200, {"data": {"label": "stand-in", "usage": 0.0, "usage_daily": 0.0, "limit": None}})
+                    return
+                if route == "/v1/models":
                     standin._count("models")
                     self._send(200, {"object": "list", "data": [{
                         "id": standin.model_id, "object": "model", "owned_by": "cowork-adapter-standin",
@@ -310,7 +358,7 @@ class ChatStandin:
                 self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
             def do_POST(self):
-                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                if request_route(self.path) != "/v1/chat/completions":
                     self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 length = int(self.headers.get("Content-Length") or 0)
@@ -324,6 +372,7 @@ class ChatStandin:
                     standin._count("bad")
                     self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
                     return
+                standin._note(self, body)
                 reply = respond(body)
                 names = [c["function"]["name"] for c in reply.tool_calls]
                 streamed = bool(body.get("stream"))

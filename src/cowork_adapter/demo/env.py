@@ -84,7 +84,7 @@ class DemoEnv:
         ]
         for task in tasks:
             args += ["--task", task]
-        return args + list(extra or [])
+        return args + key_route(list(extra or [])) + list(extra or [])
 
     def run_root(self, name: str) -> Path:
         return self.root / "runs" / name
@@ -93,6 +93,18 @@ class DemoEnv:
         env = {**os.environ, **(extra_env or {}), self.key_env: self.key}
         log = open(self.root / f"{log_name}.log", "ab")
         return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def key_route(extra: list[str]) -> list[str]:
+    """The demo's paid runs take the seed's path (--key-in-agent; its key is a stand-in that unlocks
+    only the local meter) unless they name a route themselves: the default route serves port 443 of
+    the daemon's bridge address, which one run holds at a time, and the demo's and the suite's runs
+    overlap. The default route has its own test (tests/integration/test_provider_tls_run.py)."""
+    named = {"--llm-gateway", "--key-in-agent", "--llm-gateway-host"}
+    engine = extra[extra.index("--engine") + 1] if "--engine" in extra[:-1] else ""
+    if named & set(extra) or engine in ("oracle", "nop"):
+        return []
+    return ["--key-in-agent"]
 
 
 def prepare(root: Path, docker_host: str) -> DemoEnv:

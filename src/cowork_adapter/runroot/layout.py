@@ -49,6 +49,7 @@ ADMISSION_FILE = f"{CUSTODY}/{ADMISSION}"
 PRIVATE = "private"
 AGENT_ENV = "agent.env"
 GATEWAY_SECRET = "gateway.secret"
+PROVIDER_LEAF_KEY = "provider-leaf.key"  # the default route's TLS key (gateway/tls.py), 0600
 
 # gateway/: the opt-in model gateway's request log.
 GATEWAY = "gateway"
