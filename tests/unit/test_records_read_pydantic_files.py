@@ -35,7 +35,9 @@ WRITTEN = Path(__file__).parent / "pydantic_written"
 ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gateway", "shared_run", "bench_verified",
                                       "admission", "run_nonce"},
                "campaign.json": {"stop"},
-               "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec"}, "result_index.jsonl": {"gateway", "tampering"}}
+               "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec",
+                                    "provider_host", "provider_address", "provider_ca_bundle"},
+               "result_index.jsonl": {"gateway", "tampering"}}
 
 
 @pytest.mark.parametrize("name,kind", [("run_manifest.json", RunManifest), ("monitor.json", Monitor),

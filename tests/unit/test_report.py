@@ -337,13 +337,15 @@ def test_a_dry_run_root_is_refused_in_one_sentence_that_says_it_was_a_dry_run(tm
 
 
 def test_a_run_that_gave_its_agents_the_key_says_the_agent_could_read_it(tmp_path):
-    # The default path (no --llm-gateway) puts the key in every agent container: disclosed, per run.
+    # A run without a gateway record (--key-in-agent, or a compatible endpoint without --llm-gateway)
+    # put the key in every agent container: disclosed, per run.
     paid = make_run(tmp_path / "paid", ["a"], {"a": "pass"})
     notes = [SECTION_CITED.sub("", n) for n in make_report([paid], 1)["disclosures"]]
     assert [n for n in notes if "gave the provider key to its agent containers" in n] == [
         f"Run {paid.resolve()} gave the provider key to its agent containers: the agent under test could read it "
         "(its environment, the engine's settings file, `docker inspect`) and spend outside this run's meter "
-        "readings; --llm-gateway keeps it on the host."]
+        "readings (--key-in-agent, or an OpenAI-compatible endpoint without --llm-gateway); the default OpenRouter "
+        "route and --llm-gateway keep it on the host."]
     # A reference engine (oracle, nop) is given no key at all.
     free = make_run(tmp_path / "free", ["a"], {"a": "pass"}, engine="oracle")
     notes = make_report([free], 1)["disclosures"]
