@@ -26,7 +26,7 @@ import pytest
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.demo.scenarios import key_leaks, prepare, read_json, wait_for
+from cowork_adapter.demo.env import key_leaks, prepare, read_json, wait_for
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
 

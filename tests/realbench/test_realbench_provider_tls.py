@@ -29,8 +29,8 @@ import pytest
 
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway_run import bridge_address
-from cowork_adapter.provider_tls import make_run_tls
+from cowork_adapter.gateway.run import bridge_address
+from cowork_adapter.gateway.tls import make_run_tls
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
 

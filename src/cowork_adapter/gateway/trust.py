@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import Refusal
+from ..errors import Refusal
 
 # The derived image's interpreters (container/runconfig.py ImagePaths, and the base's own).
 PYTHONS = ("/opt/ouroboros-venv/bin/python", "/opt/venv/bin/python3", "/opt/mcp-proxy-venv/bin/python",
@@ -29,8 +29,8 @@ def certifi_files(docker_host: str, image: str, run_label: str) -> list[str]:
     """The distinct cacert files the image's Pythons' certifi names (absolute, regular files)."""
     import docker
 
-    from .custody.labels import RUN_LABEL_KEY
-    from .image.derived import DETECT_LIMITS
+    from ..custody.labels import RUN_LABEL_KEY
+    from ..image.derived import DETECT_LIMITS
 
     try:
         client = docker.DockerClient(base_url=docker_host, timeout=120)
