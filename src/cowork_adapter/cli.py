@@ -341,7 +341,7 @@ def _with_run_flags(body: Callable[[RunConfig], None]) -> Callable[..., None]:
 _RUN_PATH_KINDS = {
     "repo_dir": PathKind.DIR_IF_EXISTS, "bench_root": PathKind.DIR_IF_EXISTS, "run_root": PathKind.NEW_DIR,
     "resource_root": PathKind.DIR_IF_EXISTS, "task_file": PathKind.FILE, "campaign_file": PathKind.STATE_FILE,
-    "task_validity": PathKind.FILE,
+    "task_validity": PathKind.FILE, "provider_standin_bundle": PathKind.FILE,
 }
 
 

@@ -143,7 +143,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     api_key_env: str = DEFAULT_API_KEY_ENV
     credential_setting: str = DEFAULT_API_KEY_ENV
     # Where the key goes (docs/security.md, the key's path). By default (the OpenRouter route) the
-    # run's gateway serves TLS as openrouter.ai and no container holds the key (provider_tls.py);
+    # run's gateway serves TLS as openrouter.ai and no container holds the key (gateway/tls.py);
     # --llm-gateway serves an OpenAI-compatible face instead; --key-in-agent is the seed's own path.
     llm_gateway: bool = False
     key_in_agent: bool = False
@@ -154,7 +154,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     provider_upstream_url: str = ""
     provider_standin_address: str = ""
     provider_standin_bundle: Path | None = None
-    # The gateway's caps (gateway_policy): output tokens one request may ask for (clamped to it), and
+    # The gateway's caps (gateway/policy.py): output tokens one request may ask for (clamped to it), and
     # what a forwarded request whose answer carries no cost figure is counted at.
     llm_gateway_max_tokens: int = DEFAULT_GATEWAY_MAX_TOKENS
     llm_gateway_unknown_cost_usd: float = DEFAULT_GATEWAY_UNKNOWN_COST_USD
@@ -256,7 +256,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def provider_tls(self) -> bool:
         """The default route: the engine keeps OpenRouter's URL, which the run's gateway serves over TLS
-        (provider_tls.py); no container holds the key. Not for a reference engine (no model calls),
+        (gateway/tls.py); no container holds the key. Not for a reference engine (no model calls),
         --key-in-agent (the seed's path), --llm-gateway or an OpenAI-compatible endpoint."""
         return (not self.spends_nothing and not self.key_in_agent and not self.llm_gateway
                 and not self.openai_compatible_base_url)

@@ -21,6 +21,6 @@ class GatewayRoute(Vocab):
 
     # --llm-gateway: an OpenAI-compatible endpoint; the engine routes openai-compatible::<model>.
     OPENAI_COMPATIBLE = "openai_compatible"
-    # The default: the gateway serves the provider's own host over TLS (provider_tls.py); the engine
+    # The default: the gateway serves the provider's own host over TLS (gateway/tls.py); the engine
     # keeps the seed's OpenRouter route unchanged.
     PROVIDER_TLS = "provider_tls"

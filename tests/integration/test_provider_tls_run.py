@@ -1,5 +1,5 @@
 """The default route on the real Docker test bed: a paid run with no route flag serves openrouter.ai
-itself over TLS (provider_tls.py), and the provider key is in no container.
+itself over TLS (gateway/tls.py), and the provider key is in no container.
 
 One demo run (stub engine, `demo-hang` keeps its agent container up) with no --key-in-agent and no
 --llm-gateway. Its gateway listens on port 443 of the gateway address of a network this test makes

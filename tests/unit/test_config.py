@@ -557,7 +557,7 @@ def test_gateway_run_serves_the_provider_host_by_default(base, tmp_path):
     --key-in-agent (here: 443 on an address this host does not have)."""
     import os
 
-    from cowork_adapter import gateway_run
+    from cowork_adapter.gateway import run as gateway_run
 
     run_root = tmp_path / "storage" / "run-1"
     run_root.mkdir(parents=True)

@@ -2,7 +2,7 @@
 
 What an agent holding its token (or anyone reaching the port) can try, and what must hold: the token
 is checked before any body is read; bodies, lengths and slow clients are bounded; connections are
-bounded; log rows are bounded; requests are shaped (gateway_policy) so one request cannot cost more
+bounded; log rows are bounded; requests are shaped (gateway/policy.py) so one request cannot cost more
 than the run's own; unknown costs are counted pessimistically; the per-task limit and a removed
 container's token are enforced; the fence also cuts a request waiting for the provider's headers.
 The peer check against the daemon is proved on the test bed (tests/integration/test_gateway_abuse.py).

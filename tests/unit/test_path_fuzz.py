@@ -87,6 +87,8 @@ for command in ("run", "doctor"):
     SLOTS[f"{command} --campaign-file"] = ([command, *_run_with("--campaign-file", "{p}")], FILE_IN)
     SLOTS[f"{command} --resume-from"] = ([command, *_run_with("--resume-from", "{p}")], DIR_IN)
     SLOTS[f"{command} --task-validity"] = ([command, *_run_with("--task-validity", "{p}")], FILE_IN)
+    SLOTS[f"{command} --provider-standin-bundle"] = ([command, *_run_with("--provider-standin-bundle", "{p}"), "--key-in-agent",
+                                                      "--provider-standin-address", "192.0.2.1"], FILE_IN)
 QUALIFY_FLAGS = RUN_FLAGS[:-1]  # qualify takes run's places, and no --dry-run
 for flag, kinds in (("--run-root", NEW_DIR), ("--repo-dir", DIR_IN), ("--bench-root", DIR_IN),
                     ("--resource-root", DIR_IN), ("--task-file", FILE_IN)):

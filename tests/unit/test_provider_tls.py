@@ -1,4 +1,4 @@
-"""The default route's TLS identity (provider_tls.py) and the gateway's provider face, on loopback.
+"""The default route's TLS identity (gateway/tls.py) and the gateway's provider face, on loopback.
 
 The run CA and the leaf are real certificates made by `cryptography`; they are checked by the
 Python `ssl` module as an agent container's client would (the bundle, the host name), and the

@@ -36,7 +36,7 @@ ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gatewa
                                       "admission", "run_nonce"},
                "campaign.json": {"stop"},
                "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec",
-                                    "provider_host", "provider_address", "provider_ca_bundle"},
+                                    "provider_host", "provider_address", "provider_ca_bundle", "provider_ca_targets"},
                "result_index.jsonl": {"gateway", "tampering"}}
 
 

@@ -76,12 +76,15 @@ class TaskDumps:
 
 @dataclass(frozen=True)
 class ProviderRoute:
-    """Agent containers resolve `host` to `address` and trust `ca_bundle` (provider_tls.py): the
+    """Agent containers resolve `host` to `address` and trust `ca_bundle` (gateway/tls.py): the
     default route's gateway, or (test beds, --key-in-agent) a stand-in serving as the provider."""
 
     host: str
     address: str
     ca_bundle: Path
+    # certifi's CA files of the image's Pythons (gateway/trust.py): the bundle is mounted over each,
+    # for clients that read no variable (Ouroboros's worker httpx client: trust_env=False).
+    ca_targets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,7 @@ def install_custody(
             provider_host=None if provider is None else provider.host,
             provider_address=None if provider is None else provider.address,
             provider_ca_bundle=None if provider is None else str(Path(provider.ca_bundle).resolve()),
+            provider_ca_targets=None if provider is None else list(provider.ca_targets),
             creations_dir=str(creations_dir(run_root)),
             dumps_dir=None if dumps is None else str(Path(dumps.dumps_dir).resolve()),
             dump_short=None if dumps is None else dumps.short,

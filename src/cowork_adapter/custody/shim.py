@@ -10,7 +10,7 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   or, with the model gateway, `--env-file` of a per-task file holding the task's gateway token
   (`cwg1.<task>.<HMAC-SHA256 of the run label and the task under the run's gateway secret>`,
   minted here from the 0600 secret file the launcher wrote; the same scheme as gateway.mint_token).
-  On the default route (the run serves the provider's host itself, provider_tls.py) `agent-*`
+  On the default route (the run serves the provider's host itself, gateway/tls.py) `agent-*`
   containers also get `--add-host <provider host>:<gateway address>`, the run's CA bundle mounted
   read-only and the variables that make their HTTP clients trust it (SSL_CERT_FILE, ...).
   `network create` gets the two labels only.
@@ -303,8 +303,9 @@ def provider_flags(config):
     source = "source=" + config["provider_ca_bundle"]
     if "," in source or '"' in source:  # --mount is one CSV record: a field holding a comma is quoted
         source = '"' + source.replace('"', '""') + '"'
-    flags = ["--add-host", config["provider_host"] + ":" + config["provider_address"],
-             "--mount", "type=bind," + source + ",target=" + PROVIDER_BUNDLE_TARGET + ",readonly"]
+    flags = ["--add-host", config["provider_host"] + ":" + config["provider_address"]]
+    for target in [PROVIDER_BUNDLE_TARGET, *(config.get("provider_ca_targets") or [])]:
+        flags += ["--mount", "type=bind," + source + ",target=" + target + ",readonly"]
     for name in PROVIDER_CA_ENV:
         flags += ["-e", name + "=" + PROVIDER_BUNDLE_TARGET]
     return flags

@@ -44,11 +44,12 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
     # With --llm-gateway: the run's gateway secret (0600, under <run_root>/private); agent containers
     # then get a per-task token file instead of agent_env_file (which is None: no key file exists).
     gateway_secret_file: str | None = None
-    # The default route (provider_tls.py): agent containers resolve the provider's host to the
+    # The default route (gateway/tls.py): agent containers resolve the provider's host to the
     # gateway's address and trust the run CA (a bundle mounted read-only, named by the CA variables).
     provider_host: str | None = None
     provider_address: str | None = None
     provider_ca_bundle: str | None = None
+    provider_ca_targets: list[str] | None = None  # certifi files the bundle is mounted over too
     # The launcher holding the run's custody; the shim refuses every creation once it is gone.
     launcher_pid: Positive | None = None
     launcher_start_ticks: NonNegative | None = None

@@ -16,7 +16,7 @@ or refused here, before anything is forwarded:
   and file parsers are billed per use) and `web_search_options` (billed per search);
 - a stream is made to report its usage (`stream_options.include_usage = true`).
 
-On the provider's own route (the default; provider_tls.py) the policy also lets through what
+On the provider's own route (the default; gateway/tls.py) the policy also lets through what
 Ouroboros 6.97.2 sends there by itself and cannot raise a price: a `provider` object holding only
 `require_parameters` and `allow_fallbacks` (its pins for Anthropic models and for replayed
 reasoning; both narrow OpenRouter's choice of endpoint, or restate its default), and refuses tools

@@ -2,10 +2,10 @@
 
 - The OpenAI-compatible face (`--llm-gateway`): `<url>/v1/chat/completions` and `<url>/v1/models`
   (the `/v1` optional), both with the task's token.
-- The provider's own face (the default route, provider_tls.py): the gateway answers as
+- The provider's own face (the default route, gateway/tls.py): the gateway answers as
   `https://openrouter.ai`, so it serves the paths of OpenRouter's API that Ouroboros 6.97.2 calls
   on its OpenRouter route, and only those:
-  - `POST /api/v1/chat/completions`: the model calls (token; shaped by gateway_policy; billed);
+  - `POST /api/v1/chat/completions`: the model calls (token; shaped by gateway/policy.py; billed);
   - `GET /api/v1/models`: pricing and capability look-ups, which Ouroboros makes WITHOUT a
     credential (ouroboros/llm.py fetch_openrouter_pricing, _fetch_openrouter_capabilities), so the
     token is optional here: without one the request goes upstream without one too, as it would;

@@ -5,7 +5,7 @@ bridge gateway, or --llm-gateway-host) and serves only peers that are containers
 (gateway_peers.RunPeers). It has two faces:
 
 - the default (a paid run on the OpenRouter route without --key-in-agent): it serves
-  `openrouter.ai` itself, over TLS on port 443 with a run-scoped certificate (provider_tls.py);
+  `openrouter.ai` itself, over TLS on port 443 with a run-scoped certificate (gateway/tls.py);
   the shim makes agent containers resolve that name to the gateway and trust the run CA. The
   engine's configuration is untouched (Ouroboros keeps its OpenRouter client, request shape and
   pricing look-ups); only its key is a task token. Upstream: OpenRouter (or, on test beds,

@@ -1,8 +1,8 @@
 """The model gateway: the provider key stays in the launcher's memory.
 
 An HTTP endpoint served by threads of the launcher for the run's lifetime, with one of two faces
-(gateway_routes.py): by default the provider's own (it serves TLS as `openrouter.ai` on port 443,
-provider_tls.py, so the engine keeps the seed's OpenRouter route), or with `--llm-gateway` an
+(gateway/routes.py): by default the provider's own (it serves TLS as `openrouter.ai` on port 443,
+gateway/tls.py, so the engine keeps the seed's OpenRouter route), or with `--llm-gateway` an
 OpenAI-compatible one. Agent containers call it with a per-task token instead of the key; it
 forwards the chat calls (streamed or not) and the free look-ups the route needs to the provider
 with the real key, and passes the provider's status and body back. Why threads and not a process: it dies with the launcher by construction, so nothing
@@ -22,7 +22,7 @@ The agent under test is untrusted and holds its token, so the gateway defends it
   (a trickling client is cut by the reaper), every socket operation has a timeout, and at most
   max_connections connections are served at once (more are closed on accept);
 - log rows are bounded: paths and client text truncated, rows of unauthenticated refusals capped;
-- the body is shaped by gateway_policy (model pinned, n = 1, output tokens capped, price-changing
+- the body is shaped by gateway/policy.py (model pinned, n = 1, output tokens capped, price-changing
   routing refused, stream usage forced);
 - a forwarded request whose answer carries no cost is counted at `unknown_cost_usd`;
 - the per-task limit (--per-task-cost-usd) is enforced per token, beside the run-wide fence.
@@ -223,7 +223,7 @@ class Gateway:
 
     `allowance_usd` is what the gateway's sum of costs may reach before it fences (None until the
     launcher has admitted the run: every request is refused until then). `policy` shapes chat
-    bodies (gateway_policy). `per_task_usd`: a task whose sum reaches it gets no more requests.
+    bodies (gateway/policy.py). `per_task_usd`: a task whose sum reaches it gets no more requests.
     `unknown_cost_usd`: what a forwarded request without a provider cost figure is counted at.
     `revoked_dir`: where the shim leaves `<task>.agent_removed`. `peers`: an object with
     `allowed(ip)` (gateway_peers.RunPeers); None serves any peer (tests on loopback).
@@ -239,7 +239,7 @@ class Gateway:
                  socket_timeout_sec: float = SOCKET_TIMEOUT_SEC, tls: ssl.SSLContext | None = None,
                  openrouter: bool = False) -> None:
         self.upstream = upstream.rstrip("/")
-        self.openrouter = openrouter  # the provider's own face (gateway_routes), else OpenAI-compatible
+        self.openrouter = openrouter  # the provider's own face (gateway/routes.py), else OpenAI-compatible
         self._key = key
         self.run_label = run_label
         self._secret = secret
@@ -589,7 +589,7 @@ def _handler(gateway: Gateway):
             body = self._read_body(method, row)
             if not route.chat:
                 return self._send_upstream(method, upstream_path, None, row, billed=route.billed)
-            # 3. The shape: model, n, output tokens, routing, stream usage (gateway_policy).
+            # 3. The shape: model, n, output tokens, routing, stream usage (gateway/policy.py).
             try:
                 parsed = json.loads(body or b"{}")
             except ValueError:

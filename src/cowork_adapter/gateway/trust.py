@@ -12,12 +12,14 @@ other probes (image/derived.py image_python).
 from __future__ import annotations
 
 import json
+import re
 
 from ..errors import Refusal
 
 # The derived image's interpreters (container/runconfig.py ImagePaths, and the base's own).
 PYTHONS = ("/opt/ouroboros-venv/bin/python", "/opt/venv/bin/python3", "/opt/mcp-proxy-venv/bin/python",
            "/usr/bin/python3")
+SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,4000}")
 _PROBE = (
     'for py in "$@"; do [ -x "$py" ] && "$py" -I -c '
     '"import certifi,json,os;p=os.path.realpath(certifi.where());print(json.dumps(p) if os.path.isfile(p) else \'\')"'
@@ -30,10 +32,11 @@ def certifi_files(docker_host: str, image: str, run_label: str) -> list[str]:
     import docker
 
     from ..custody.labels import RUN_LABEL_KEY
+    from ..host.daemon import docker_client
     from ..image.derived import DETECT_LIMITS
 
     try:
-        client = docker.DockerClient(base_url=docker_host, timeout=120)
+        client = docker_client(docker_host, 120)
         try:
             out = client.containers.run(image, ["-c", _PROBE, "probe", *PYTHONS], entrypoint=["/bin/sh"], remove=True,
                                         labels={RUN_LABEL_KEY: run_label}, network_disabled=True, **DETECT_LIMITS)
@@ -49,6 +52,7 @@ def certifi_files(docker_host: str, image: str, run_label: str) -> list[str]:
             path = json.loads(line) if line.strip() else ""
         except ValueError:
             continue
-        if isinstance(path, str) and path.startswith("/") and path not in found:
+        # A --mount target is one CSV field of the shim's flags: plain absolute paths only.
+        if isinstance(path, str) and SAFE_PATH.fullmatch(path) and path not in found:
             found.append(path)
     return found

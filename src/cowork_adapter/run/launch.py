@@ -11,7 +11,7 @@ import hashlib
 import shutil
 import sys
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
@@ -342,15 +342,25 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     selection = _selection(cfg, pre, manifest.image)
     manifest.selection = selection
     if not (cfg.served_by_gateway and pre.key and selection.task_ids and not cfg.dry_run and not cfg.probe):
-        return _configured(cfg, pre, manifest, bench_copy, None, _standin_route(cfg))
+        return _configured(cfg, pre, manifest, bench_copy, None, _with_ca_targets(cfg, manifest, _standin_route(cfg)))
     from ..gateway.run import close_for_run, open_for_run
 
     # The gateway lives in this process for the run's lifetime: it dies with the launcher.
     gateway, cfg, manifest.llm_gateway, provider = open_for_run(cfg, pre.key, manifest.run_label, run_root)
     try:
+        provider = _with_ca_targets(cfg, manifest, provider)
         return _configured(cfg, pre, manifest, bench_copy, gateway, provider)
     finally:
         close_for_run(gateway, manifest.llm_gateway, run_root)
+
+
+def _with_ca_targets(cfg: RunConfig, manifest: RunManifest, provider):
+    """The provider route with the certifi files of the run's image (gateway/trust.py), asked once per run."""
+    if provider is None or manifest.image is None or not manifest.image.id:
+        return provider
+    from ..gateway.trust import certifi_files
+
+    return replace(provider, ca_targets=tuple(certifi_files(cfg.docker_host, manifest.image.id, manifest.run_label)))
 
 
 def _standin_route(cfg: RunConfig):

@@ -43,7 +43,7 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     refused: str | None = None
     cut: bool = False
     error: str | None = None
-    # A chat body the gateway's policy changed before forwarding it (gateway_policy); an unchanged
+    # A chat body the gateway's policy changed before forwarding it (gateway/policy.py); an unchanged
     # one went upstream byte for byte.
     changed: bool = False
 
