@@ -63,6 +63,13 @@ def written_paths(container) -> list[str]:
     return out
 
 
+def _still_running(client, ident: str) -> bool:
+    try:
+        return client.api.inspect_container(ident)["State"].get("Status") == "running"
+    except docker.errors.NotFound:
+        return False
+
+
 def _scan_running(client, label: str, key: str, scanned: dict) -> None:
     """Scan every running container of the run not scanned yet; record what each held."""
     for container in client.containers.list(sparse=True, filters={"label": f"{RUN_LABEL_KEY}={label}"}):
@@ -76,6 +83,12 @@ def _scan_running(client, label: str, key: str, scanned: dict) -> None:
             result = json.loads(_in_container(client, container.name, SCAN_WRITTEN, key[:half], key[half:], *paths))
         except docker.errors.NotFound:
             continue  # gone meanwhile (the runner removes a finished task's containers)
+        except docker.errors.APIError:
+            # A removal under way: the daemon answers a read of the container's changes with a 500
+            # (its layer is gone). Skipped only when the container is indeed gone or going.
+            if _still_running(client, container.id):
+                raise
+            continue
         scanned[container.name] = {"config": config_hit, "written": len(paths), **result}
 
 

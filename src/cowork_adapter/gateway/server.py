@@ -276,6 +276,10 @@ class Gateway:
         log_path.parent.mkdir(mode=0o700, exist_ok=True)
         self._log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._client = httpx.Client(timeout=UPSTREAM_TIMEOUT, follow_redirects=False)
+        # The provider sees the client's own headers, not httpx's defaults added where the client sent
+        # none (an `Accept: */*` on the seed's key check made its request differ from the seed's path).
+        for name in ("accept", "user-agent"):
+            self._client.headers.pop(name, None)
         self._server = _Server((bind_host, port), _handler(self), self, max_connections, tls)
         self._threads: list[threading.Thread] = []
 
