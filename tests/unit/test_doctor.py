@@ -60,6 +60,9 @@ def healthy(monkeypatch, pins):
     return pins
 
 
+ROUTE_HOST = "127.0.0.77"
+
+
 def make_cfg(tmp_path: Path, pins, meter_url: str, **over) -> RunConfig:
     bench, commit, seed, _head = pins
     (tmp_path / "runs").mkdir(exist_ok=True)
@@ -68,6 +71,7 @@ def make_cfg(tmp_path: Path, pins, meter_url: str, **over) -> RunConfig:
         tasks=("demo-csv-totals",), campaign_file=tmp_path / "campaign.json", new_campaign=True, campaign_budget_usd=50.0,
         budget_usd=20.0, budget_reserve_usd=5.0, meter_url=meter_url, api_key_env=KEY_ENV, min_key_usd=1.0,
         min_free_gib=1.0, min_root_free_gib=1.0, base_image="cowork-pack:test", build_image=True,
+        llm_gateway_host=ROUTE_HOST,  # the default route's port 443 here (a loopback address no other test binds)
     )
     flags.update(over)
     return RunConfig.from_flags(**flags)
@@ -104,8 +108,24 @@ def test_all_ok_exits_zero_and_prints_one_line_per_check(tmp_path, healthy, mete
     assert code == 0
     assert all(line.startswith("OK") for line in lines.values()), lines
     assert set(lines) >= {"docker host", "limits enforced", "base image", "postgres image", "host tools", "benchmark",
-                          "seed", "provider key", "key meter", "campaign", "disk reserve (/)"}
+                          "seed", "provider key", "key route", "key meter", "campaign", "disk reserve (/)"}
     assert "20.10.24" in lines["docker host"]
+    assert lines["key route"] == f"OK    key route: the run serves openrouter.ai itself on {ROUTE_HOST}:443; no container gets the key."
+
+
+def test_the_default_route_needs_its_port(tmp_path, healthy, meter, capsys):
+    # Another run on this daemon holds port 443 of the address: the default route cannot start there.
+    import socket
+
+    held_host = "127.0.0.78"
+    with socket.create_server((held_host, 443)):
+        code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host=held_host), capsys)
+    assert code == 1
+    line = only_failure(lines, "key route")
+    assert f"the run could not serve openrouter.ai on port 443 of {held_host}" in line and "--key-in-agent" in line
+    # The seed's path is said for what it is.
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host="", key_in_agent=True), capsys)
+    assert code == 0 and "the agent under test can read it" in lines["key route"]
 
 
 def test_the_key_is_never_printed(tmp_path, healthy, meter, capsys):

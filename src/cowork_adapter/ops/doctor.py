@@ -11,6 +11,7 @@ meter and campaign for --dry-run or --probe).
 from __future__ import annotations
 
 import os
+import socket
 import secrets
 import shutil
 import subprocess
@@ -176,7 +177,7 @@ class Doctor:
     def checks(self) -> list[Callable[[], CheckResult]]:
         return [self.docker_host, self.limits_fit, self.limits, self.base_image, self.postgres_image, self.run_root,
                 self.resource_disk, self.root_disk, self.host_tools, self.bench, self.selection, self.seed,
-                self.derived_image, self.key_present, self.meter, self.campaign, self.concurrency]
+                self.derived_image, self.key_present, self.key_route, self.meter, self.campaign, self.concurrency]
 
     def run(self) -> list[CheckResult]:
         results = []
@@ -356,6 +357,36 @@ class Doctor:
             return None
         mode = "--dry-run" if self.cfg.dry_run else f"--probe {self.cfg.probe}"
         return skip(name, f"not needed: a {mode} run calls no model and spends nothing.")
+
+    def key_route(self) -> CheckResult:
+        """Where the key goes: the default route needs port 443 of the address containers reach."""
+        name = "key route"
+        skipped = self._not_needed(name)
+        if skipped:
+            return skipped
+        if not self.cfg.served_by_gateway:
+            return ok(name, "the key goes into every agent container (--key-in-agent, or a compatible endpoint "
+                            "without --llm-gateway): the agent under test can read it.")
+        if not self.cfg.provider_tls:
+            return ok(name, "--llm-gateway: the key stays in the launcher; containers get a per-task token.")
+        if not self.cfg.llm_gateway_host and not self.daemon_up:
+            return self._daemon_down(name)
+        from ..gateway.run import bridge_address
+        from ..gateway.tls import PROVIDER_HOST, TLS_PORT
+
+        try:
+            host = self.cfg.llm_gateway_host or bridge_address(self.cfg.docker_host)
+            with socket.create_server((host, TLS_PORT)):
+                pass  # bound and closed at once: the run binds it again at its start
+        except Refusal as refusal:
+            return fail(name, refusal.sentence.rstrip("."), "pass --llm-gateway-host")
+        except OSError as exc:
+            return fail(name, f"the run could not serve {PROVIDER_HOST} on port {TLS_PORT} of {host} "
+                              f"({exc.strerror or exc}).",
+                        "run as root or with CAP_NET_BIND_SERVICE, free the port (another run on this daemon "
+                        "holds it), name another address with --llm-gateway-host, or pass --key-in-agent "
+                        "(the agent can then read the key)")
+        return ok(name, f"the run serves {PROVIDER_HOST} itself on {host}:{TLS_PORT}; no container gets the key.")
 
     def key_present(self) -> CheckResult:
         name = "provider key"
