@@ -39,6 +39,7 @@ from test_realbench_upstream_gateway import _scan_running
 
 SETTLED = {"passed", "failed", "agent_failed"}
 COST = 0.002
+SEED_MAX_TOKENS = 65536  # what Ouroboros 6.97.2 asks for in every chat request
 # Body fields that name one conversation rather than the request's shape: OpenRouter's sticky-routing
 # id is a digest of the conversation (ouroboros/llm.py _openrouter_session_identity), whose prompt
 # carries the run's own paths and times.
@@ -92,8 +93,11 @@ def both(docker_host, tmp_path_factory):
         out["baseline"]["requests"] = seed.all_requests()
         standin = ChatStandin(host="127.0.0.1", cost_per_request=COST).start()
         try:
+            # The gateway's output cap at the seed's own ask: its default (32768, disclosed in the run's
+            # record) clamps Ouroboros 6.97.2's max_tokens 65536, the one field it would change.
             out["default"] = _run(real, "default", task, [
-                "--provider-upstream-url", f"http://127.0.0.1:{standin.port}/api/v1"], client, scan=True)
+                "--provider-upstream-url", f"http://127.0.0.1:{standin.port}/api/v1",
+                "--llm-gateway-max-tokens", str(SEED_MAX_TOKENS)], client, scan=True)
         finally:
             standin.stop()
         out["default"]["requests"] = standin.all_requests()
@@ -112,6 +116,23 @@ def detail(run: dict) -> str:
     return f"exit {run['exit']}, rows {run['rows']}\n{run['log']}"
 
 
+def first_difference(ours: list[dict], seed: list[dict]) -> str:
+    """Where the two logs part: the first request that differs, field by field (pytest cuts a long diff)."""
+    for index, (a, b) in enumerate(zip(ours, seed)):
+        a, b = comparable(a), comparable(b)
+        if a != b:
+            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            parts = []
+            for k in keys:
+                if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
+                    sub = sorted(f for f in set(a[k]) | set(b[k]) if a[k].get(f) != b[k].get(f))
+                    parts.append(f"{k}: " + "; ".join(f"{f}: ours {a[k].get(f)!r:.200} seed {b[k].get(f)!r:.200}" for f in sub))
+                else:
+                    parts.append(f"{k}: ours {a.get(k)!r:.300} seed {b.get(k)!r:.300}")
+            return f"request {index} ({a.get('path')}): " + " | ".join(parts)
+    return f"{len(ours)} requests against the seed's {len(seed)}"
+
+
 def test_both_runs_graded_the_task(both):
     for name in ("baseline", "default"):
         run = both[name]
@@ -127,7 +148,7 @@ def test_both_runs_graded_the_task(both):
 def test_the_requests_equal_the_seeds_path_request_by_request(both):
     seed, ours = both["baseline"]["requests"], both["default"]["requests"]
     assert any(r["path"].endswith("/chat/completions") for r in seed), "the engine never called the model"
-    assert [comparable(r) for r in ours] == [comparable(r) for r in seed]
+    assert [comparable(r) for r in ours] == [comparable(r) for r in seed], first_difference(ours, seed)
     # The provider saw the key on both paths, never a token.
     bearer = hashlib.sha256(f"Bearer {both['real'].key}".encode()).hexdigest()
     assert {r["auth_sha256"] for r in ours if r["path"].endswith("/chat/completions")} == {bearer}
