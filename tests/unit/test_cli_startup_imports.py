@@ -31,6 +31,7 @@ PSYCOPG2 = "psycopg2 takes ~0.1 s to import: only a command that reads or writes
 NO_WRITERS = "status imports this module and none of the writers (test_status_imports_none_of_the_writers_of_clear_and_stop)"
 COMMAND = "the command line imports a command's implementation only when that command runs (start-up of every other command)"
 IN_CONTAINER = "the benchmark's own code, importable only inside the task container once its folder is on sys.path"
+CRYPTOGRAPHY = "cryptography (the default route's run CA) takes ~0.1 s to import: only a paid run on that route or doctor's check of it pays it"
 ONE_PHASE = "the container's entry point imports only the phase it runs: each phase is its own process in the task container"
 
 # (file under src/cowork_adapter, the module as the import names it: "" for `import x`) -> why inside a function.
@@ -94,6 +95,9 @@ FUNCTION_IMPORTS = {
     ("ops/doctor.py", "..run.spending"): HTTPX,
     ("run/batch_runner.py", ""): DOCKER,  # import docker
     ("run/launch.py", "..gateway.run"): HTTPX,
+    ("run/launch.py", "..gateway.tls"): CRYPTOGRAPHY,
+    ("ops/doctor.py", "..gateway.run"): HTTPX,
+    ("ops/doctor.py", "..gateway.tls"): CRYPTOGRAPHY,
     ("run/launch.py", ".run"): "the run itself (httpx and rich through the meter and the live view): a refused preflight decides first",
     ("run/launch.py", ".spending"): "the spending policies (httpx through the meter): a refused preflight decides first",
     ("run/live.py", "rich.console"): "rich (~0.15 s) only for the live view on a terminal",

@@ -137,11 +137,11 @@ def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path,
     upstream = cfg.provider_upstream_url or OPENROUTER_CHAT_URL
     try:
         gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
-                          stop_file=run_root / "custody" / "stop", bind_host=host, port=TLS_PORT,
+                          stop_file=RunRoot(run_root).stop_file, bind_host=host, port=TLS_PORT,
                           policy=Policy(model=pinned_model(cfg.model), max_tokens=cfg.llm_gateway_max_tokens,
                                         provider_keys=SEED_PROVIDER_KEYS, function_tools_only=True),
                           per_task_usd=cfg.per_task_cost_usd, unknown_cost_usd=cfg.llm_gateway_unknown_cost_usd,
-                          revoked_dir=run_root / "custody" / "evidence", peers=RunPeers(cfg.docker_host, run_label),
+                          revoked_dir=RunRoot(run_root).evidence, peers=RunPeers(cfg.docker_host, run_label),
                           tls=tls.server_context(), openrouter=True).start()
     except OSError as exc:
         remove_secrets(run_root)

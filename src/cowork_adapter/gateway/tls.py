@@ -24,23 +24,22 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+import certifi
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from ..runroot import layout
+from ..runroot.layout import RunRoot
 
 PROVIDER_HOST = "openrouter.ai"
 TLS_PORT = 443
 # Where an agent container finds the bundle, and the variables its HTTP clients read it from:
 # httpx 0.28 (the openai SDK, Ouroboros's chat calls) and urllib read SSL_CERT_FILE, requests
 # (Ouroboros's /models pricing look-ups) reads REQUESTS_CA_BUNDLE, curl CURL_CA_BUNDLE.
-BUNDLE_IN_CONTAINER = "/etc/cowork-adapter/provider-ca-bundle.pem"
+BUNDLE_IN_CONTAINER = f"/etc/cowork-adapter/{layout.PROVIDER_BUNDLE}"
 CA_ENV_NAMES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
-TLS_DIR = "tls"
-BUNDLE_NAME = "provider-ca-bundle.pem"
-CA_CERT_NAME = "run-ca.pem"
-LEAF_CERT_NAME = "provider-leaf.pem"
-LEAF_KEY_NAME = "provider-leaf.key"
 # A campaign's run lasts days at most; a certificate outliving its run is worth nothing to anyone.
 VALID_DAYS = 30
 
@@ -71,8 +70,6 @@ def public_roots() -> bytes:
             data = Path(candidate).read_bytes()
             if b"BEGIN CERTIFICATE" in data:
                 return data
-    import certifi
-
     return Path(certifi.where()).read_bytes()
 
 
@@ -132,13 +129,14 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
 def make_run_tls(run_root: Path, run_label: str) -> RunTls:
     """Make the run's CA, leaf and bundle under `run_root` (tls/ public, private/ 0700)."""
     ca_pem, leaf_pem, key_pem = make_certificates(run_label)
-    private = run_root / "private"
+    root = RunRoot(run_root)
+    private = root.private
     private.mkdir(mode=0o700, parents=True, exist_ok=True)
-    public = run_root / TLS_DIR
+    public = root.tls
     public.mkdir(mode=0o755, exist_ok=True)
     roots = public_roots()
-    tls = RunTls(bundle=public / BUNDLE_NAME, ca_cert=public / CA_CERT_NAME, leaf_cert=public / LEAF_CERT_NAME,
-                 leaf_key=private / LEAF_KEY_NAME)
+    tls = RunTls(bundle=public / layout.PROVIDER_BUNDLE, ca_cert=public / layout.RUN_CA_CERT,
+                 leaf_cert=public / layout.PROVIDER_LEAF_CERT, leaf_key=root.provider_leaf_key)
     _write_new(tls.leaf_key, key_pem, 0o600)
     _write_new(tls.ca_cert, ca_pem, 0o644)
     _write_new(tls.leaf_cert, leaf_pem, 0o644)
@@ -148,4 +146,4 @@ def make_run_tls(run_root: Path, run_label: str) -> RunTls:
 
 def remove_private(run_root: Path) -> None:
     """The leaf's private key, deleted when the run ends (the certificates stay: they are public)."""
-    (run_root / "private" / LEAF_KEY_NAME).unlink(missing_ok=True)
+    RunRoot(run_root).provider_leaf_key.unlink(missing_ok=True)

@@ -14,7 +14,12 @@ from __future__ import annotations
 import json
 import re
 
+import docker
+
+from ..custody.labels import RUN_LABEL_KEY
 from ..errors import Refusal
+from ..host.daemon import docker_client
+from ..image.derived import DETECT_LIMITS
 
 # The derived image's interpreters (container/runconfig.py ImagePaths, and the base's own).
 PYTHONS = ("/opt/ouroboros-venv/bin/python", "/opt/venv/bin/python3", "/opt/mcp-proxy-venv/bin/python",
@@ -29,12 +34,6 @@ _PROBE = (
 
 def certifi_files(docker_host: str, image: str, run_label: str) -> list[str]:
     """The distinct cacert files the image's Pythons' certifi names (absolute, regular files)."""
-    import docker
-
-    from ..custody.labels import RUN_LABEL_KEY
-    from ..host.daemon import docker_client
-    from ..image.derived import DETECT_LIMITS
-
     try:
         client = docker_client(docker_host, 120)
         try:

@@ -29,6 +29,8 @@ from ..image.derived import (
     label_mismatch,
     resolve_image,
 )
+from ..custody.bash_env import ProviderRoute
+from ..gateway.trust import certifi_files
 from ..host.daemon import daemon_info, docker_failures
 from ..image.build_lock import build_lock
 from ..fileio import replace_atomic
@@ -358,8 +360,6 @@ def _with_ca_targets(cfg: RunConfig, manifest: RunManifest, provider):
     """The provider route with the certifi files of the run's image (gateway/trust.py), asked once per run."""
     if provider is None or manifest.image is None or not manifest.image.id:
         return provider
-    from ..gateway.trust import certifi_files
-
     return replace(provider, ca_targets=tuple(certifi_files(cfg.docker_host, manifest.image.id, manifest.run_label)))
 
 
@@ -367,7 +367,6 @@ def _standin_route(cfg: RunConfig):
     """Test beds only (--key-in-agent with --provider-standin-address): a stand-in serving as the provider."""
     if not cfg.provider_standin_address or cfg.provider_standin_bundle is None:
         return None
-    from ..custody.bash_env import ProviderRoute
     from ..gateway.tls import PROVIDER_HOST
 
     return ProviderRoute(host=PROVIDER_HOST, address=cfg.provider_standin_address, ca_bundle=cfg.provider_standin_bundle)

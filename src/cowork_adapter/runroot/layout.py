@@ -51,6 +51,12 @@ AGENT_ENV = "agent.env"
 GATEWAY_SECRET = "gateway.secret"
 PROVIDER_LEAF_KEY = "provider-leaf.key"  # the default route's TLS key (gateway/tls.py), 0600
 
+# tls/: the default route's public certificates (gateway/tls.py); the bundle is mounted into agent containers.
+TLS = "tls"
+PROVIDER_BUNDLE = "provider-ca-bundle.pem"
+RUN_CA_CERT = "run-ca.pem"
+PROVIDER_LEAF_CERT = "provider-leaf.pem"
+
 # gateway/: the opt-in model gateway's request log.
 GATEWAY = "gateway"
 GATEWAY_REQUESTS = "requests.jsonl"
@@ -206,6 +212,14 @@ class RunRoot:
     @property
     def gateway_secret(self) -> Path:
         return self.private / GATEWAY_SECRET
+
+    @property
+    def provider_leaf_key(self) -> Path:
+        return self.private / PROVIDER_LEAF_KEY
+
+    @property
+    def tls(self) -> Path:
+        return self.path / TLS
 
     @property
     def gateway_requests(self) -> Path:
