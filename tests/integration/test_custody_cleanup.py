@@ -168,11 +168,11 @@ def test_a_failed_relist_is_unknown_and_raises(scene, monkeypatch):
     original = docker_ops._list
     calls: list[int] = []
 
-    def relist_fails(api, run_label):
+    def relist_fails(api, run_label, **kinds):
         calls.append(1)
         if len(calls) > 1:
             raise CustodyError("simulated listing failure")
-        return original(api, run_label)
+        return original(api, run_label, **kinds)
 
     monkeypatch.setattr(docker_ops, "_list", relist_fails)
     logged: list[dict] = []

@@ -152,8 +152,11 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
     name = "through"
     run_root = env.run_root(name)
     try:
+        # demo-hang's agent must outlive every step below: the demo's 240 s task timeout does not on a
+        # loaded CI machine (its container was removed before the crossing once), so a longer one (the
+        # last --task-timeout given wins).
         proc = env.launch(env.run_args(name, ["demo-hang", "demo-csv-totals"], campaign="campaign-gw.json",
-                                       budget_usd=20, extra=_gateway_args(provider)), name)
+                                       budget_usd=20, extra=[*_gateway_args(provider), "--task-timeout", "1200"]), name)
         log = env.root / f"{name}.log"
         assert wait_for(lambda: (_task_ident(run_root, "demo-hang") is not None) or proc.poll() is not None, 600), \
             log.read_text()[-3000:]
