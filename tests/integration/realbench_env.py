@@ -29,6 +29,7 @@ import pytest
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.meter_standin import MeterStandin
+from cowork_adapter.demo.env import read_rows  # one reader of a ledger by task, the demo's (tests import it from here too)
 from cowork_adapter.demo.env import files_containing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -197,14 +198,6 @@ class RealRun:
 
 
 # ---------------------------------------------------------------- reading a run root
-
-
-def read_rows(run_root: Path) -> dict[str, dict]:
-    path = run_root / "result_index.jsonl"
-    if not path.is_file():
-        return {}
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {row["instance_id"]: row for row in rows}
 
 
 def summary_tasks(run_root: Path) -> set[str]:
