@@ -43,7 +43,9 @@ EVAL_RES = {
 
 def _leftovers(client: docker.DockerClient, pid: int) -> list[str]:
     prefix = f"-{pid}-"
-    names = [c.name for c in client.containers.list(all=True) if prefix in c.name]
+    # The low-level listing: the model listing inspects each container and fails on one that a test beside this one
+    # removes between the list and the inspect.
+    names = [n.lstrip("/") for c in client.api.containers(all=True) for n in c["Names"] if prefix in n]
     names += [n.name for n in client.networks.list() if prefix in n.name]
     return names
 
