@@ -21,10 +21,12 @@ import pytest
 from cowork_adapter.container.procs import group_alive, process_alive
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.custody.watchdog import WatchdogError, custody_paths, read_processes, start_watchdog
+from cowork_adapter.runroot import layout
 from cowork_adapter.runroot.events import read_all
 from cowork_adapter.vocab import EventKind
 
 IMAGE = "cowork-testbed/base:bookworm"
+PRIVATE_SECRETS = (layout.GATEWAY_SECRET, layout.PROVIDER_LEAF_KEY, "agent-1-0123abcd.env")
 
 LAUNCHER = textwrap.dedent("""
     import json, os, subprocess, sys, time
@@ -66,6 +68,9 @@ def make_root(tmp_path: Path) -> tuple[Path, str]:
     (run_root / "custody").mkdir(parents=True)
     (run_root / "private").mkdir()
     (run_root / "private" / "agent.env").write_text("COWORK_PROVIDER_KEY=not-a-key\n")
+    # The other secrets a run keeps there: the gateway's, a task's token file, the default route's TLS key.
+    for name in PRIVATE_SECRETS:
+        (run_root / "private" / name).write_text("not-a-secret\n")
     return run_root, secrets.token_hex(16)
 
 
@@ -124,6 +129,7 @@ def test_a_killed_launcher_is_contained_by_its_watchdog(tmp_path, docker_host, c
     assert paths["stop"].read_text() == "launcher_died\n"
     assert wait_until(lambda: not process_alive(pids["watchdog"], None), 30.0) is not None, "the watchdog lingers"
     assert not paths["agent_env"].exists()
+    assert [n for n in PRIVATE_SECRETS if (run_root / "private" / n).exists()] == []
     assert not group_alive(pids["runner"]) and not process_alive(pids["stray"], None)
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
