@@ -264,3 +264,60 @@ def test_a_signal_during_a_meter_read_stops_without_a_disk_check_or_publish(tmp_
                disk_check=lambda: checked.append(1))
     assert sup.run(time.monotonic()).stop_reason == StopReason.STOP_REQUESTED
     assert len(published) == 1 and len(checked) == 1  # the first turn's only
+
+
+class BlockedRead(FakeMeter):
+    """The second meter read blocks (as a read does up to its 5 s timeout) until the stop has removed
+    the run's containers, or 30 s: a stop that waits for the loop's turn removes only after it."""
+
+    def __init__(self, removed: threading.Event):
+        super().__init__()
+        self.removed, self.reading, self.returned = removed, threading.Event(), False
+
+    def observe(self, deadline):
+        self.calls += 1
+        if self.calls == 2:
+            self.reading.set()
+            self.removed.wait(30.0)
+            self.returned = True
+        return time.monotonic(), None
+
+
+@pytest.mark.parametrize("source", ["another_thread", "signal"])
+def test_a_stop_decided_outside_the_loop_does_not_wait_for_a_meter_read_in_progress(tmp_path, source):
+    removed, calls = threading.Event(), []
+    meter = BlockedRead(removed)
+
+    def remove(reason: str) -> None:
+        calls.append({"reason": reason, "read_returned": meter.returned, "fenced": (tmp_path / "stop").exists()})
+        removed.set()
+
+    sup = make(tmp_path, LONG_RUNNER, meter, remove_labelled=remove)
+
+    def stop() -> None:
+        assert meter.reading.wait(30.0)
+        if source == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler is the supervisor's while it runs
+        else:
+            sup.stop_at_once(StopReason.GATEWAY_BUDGET)
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    result = sup.run(time.monotonic())
+    stopper.join()
+    cause = f"signal_{signal.SIGTERM}" if source == "signal" else StopReason.GATEWAY_BUDGET
+    assert result.stop_reason == cause
+    # Removed once, fenced first, while the loop was still inside the read; the loop's own stop at
+    # its end found the group signalled and did not remove again.
+    assert calls == [{"reason": cause, "read_returned": False, "fenced": True}]
+    assert group_gone(sup.proc.pid)
+    assert [kind for kind, _ in sup.events].count("stop_requested") == 1
+
+
+def test_a_stop_asked_for_before_the_start_starts_no_runner(tmp_path):
+    removal = Removal(tmp_path / "stop")
+    sup = make(tmp_path, ["bash", "-c", f"touch {tmp_path}/started"], FakeMeter(), remove_labelled=removal)
+    sup.request_stop(StopReason.HOST_LEASE_LOST)
+    assert sup.run(time.monotonic()).stop_reason == StopReason.HOST_LEASE_LOST
+    assert sup.proc is None and removal.calls == [] and not (tmp_path / "started").exists()
+    assert (tmp_path / "stop").read_text() == f"{StopReason.HOST_LEASE_LOST}\n"

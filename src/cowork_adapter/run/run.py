@@ -268,7 +268,7 @@ class Run:
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
                 remove_labelled=self._stop_clear, stop_path=StopPath(cfg.stop_path),
             )
-            self.stop_now = supervisor.request_stop  # daemon loss and failed campaign writes stop it at once
+            self.stop_now = supervisor.stop_at_once  # the gateway, the lease, daemon loss, a failed campaign write
             for cause in self.pending_stops:  # seen by the host's lease before the supervisor existed
                 supervisor.request_stop(cause)
             result = supervisor.run(anchor)

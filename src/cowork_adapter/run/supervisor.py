@@ -4,12 +4,18 @@ The loop is deliberately plain. Each turn: honour a stop cause, read the meter w
 blindness bound, check budgets and disks, publish progress, then wait — never longer than leaves
 room for one full meter read before the bound. Everything it depends on is injected, so its timing
 rules are tested without Docker or money.
+
+A stop decided outside the loop (a signal, the gateway's fence, the host's lease, the daemon watch)
+does not wait for the loop's turn: the loop may be inside a meter read (up to its 5 s timeout) or a
+publish on a busy disk. `stop_at_once` runs the stop in a thread of its own at once; the stop is
+one step under a lock, so the loop's own stop at its end waits for that one and never repeats it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -70,6 +76,8 @@ class Supervisor:
     group_grace_sec: float = GROUP_GRACE_SEC
     _causes: list[str] = field(default_factory=list)
     _wake: threading.Event = field(default_factory=threading.Event)
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopped: subprocess.Popen | None = None  # the runner whose group a stop has already signalled
     proc: subprocess.Popen | None = None
 
     def request_stop(self, cause: str) -> None:
@@ -78,8 +86,44 @@ class Supervisor:
             self._causes.append(cause)
         self._wake.set()
 
+    def stop_at_once(self, cause: str) -> None:
+        """Record a stop cause and stop now, in a thread of its own, not at the loop's next look.
+
+        For causes decided outside the loop. A thread, because the caller must not block on the
+        removal (a gateway thread answers its request; a signal handler may interrupt the loop
+        while it holds the stop's lock)."""
+        self.request_stop(cause)
+        threading.Thread(target=self._fence_and_stop_group, name="cowork-stop", daemon=True).start()
+
     def _on_signal(self, signum: int, _frame) -> None:
-        self.request_stop(f"signal_{signum}")
+        self.request_stop(f"signal_{signum}")  # the watcher (_watch_signals) has already stopped at once
+
+    def _watch_signals(self) -> Callable[[], None]:
+        """Stop at once on SIGINT/SIGTERM, from a thread; returns the function that ends the watch.
+
+        Python runs a signal's handler in the main thread only, and only once that thread's blocking
+        call returns (a meter read waits up to its timeout) when the kernel gave the signal to
+        another thread. Its C-level handler writes the signal's number to the wakeup fd at once,
+        whatever the thread: a thread reading that socket starts the stop."""
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)  # the C handler must never block
+        previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+        def watch() -> None:
+            while data := reader.recv(64):  # b"" once `end` closed the writer
+                for signum in data:
+                    if signum in (signal.SIGINT, signal.SIGTERM):
+                        self.stop_at_once(f"signal_{signum}")
+
+        watcher = threading.Thread(target=watch, name="cowork-signals", daemon=True)
+        watcher.start()
+
+        def end() -> None:
+            signal.set_wakeup_fd(previous)
+            writer.close()
+            watcher.join(timeout=5.0)
+            reader.close()
+        return end
 
     def run(self, anchor: float) -> SupervisionResult:
         """Start the runner and supervise it until it ends or a stop cause ends it.
@@ -87,11 +131,12 @@ class Supervisor:
         `anchor` is the request time of the startup reading that admission accepted and saved.
         """
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        end_watch = self._watch_signals()
         error = None
         try:
             if self.clock() >= anchor + self.blindness_sec:
                 self.request_stop(StopReason.BUDGET_METER_UNAVAILABLE)
-            else:
+            elif not self._causes:  # a stop asked for before the start (a signal, a lost lease) starts nothing
                 self._start_runner()
                 self._loop(anchor)
         except Exception as exc:  # noqa: BLE001 - an unexpected failure stops the run as such
@@ -101,6 +146,7 @@ class Supervisor:
             try:
                 self._fence_and_stop_group()
             finally:
+                end_watch()
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
         code = self.proc.returncode if self.proc is not None else None
@@ -176,6 +222,10 @@ class Supervisor:
         StopPath.RUNNER_TRAP (benchmarks only): SIGTERM, and the group's EXIT trap removes the
         containers one by one while the group is waited for (SIGKILL after the grace).
         """
+        with self._stop_lock:  # one stop at a time: a later caller finds the group already signalled
+            self._stop_once()
+
+    def _stop_once(self) -> None:
         reason = self._causes[0] if self._causes else StopReason.RUNNER_FINISHED
         try:
             create_exclusive(self.stop_file, f"{reason}\n", durable=False)  # the shim sees it at once
@@ -187,6 +237,11 @@ class Supervisor:
             self.request_stop(StopReason.SUPERVISOR_ERROR)
         if self.proc is None:
             return  # no runner was started: nothing of the run can exist
+        if self._stopped is self.proc:  # an earlier stop (another thread's) did the rest for this runner
+            self._wait_group_gone(self.group_grace_sec)
+            self.proc.poll()
+            return
+        self._stopped = self.proc
         # A runner that ended by itself removed its own containers: the final cleanup proves it.
         remove = self.remove_labelled if self._causes and self.stop_path is StopPath.FAST else None
         if self.proc.poll() is not None:
