@@ -294,13 +294,23 @@ def in_agent_lines(docker_host: str, container: str, env: dict[str, str], into: 
 
 
 def gateway_refusal(run_root: Path, after: float) -> dict | None:
-    """The first request the gateway fenced after the crossing, from its own log: the script's line
+    """The first request the gateway refused after the crossing, from its own log: the script's line
     is lost when the stop removes the agent container before its output is read (the exec's stream
-    ends with the container). Its arrival time stands for the refusal (the refusal itself takes
-    under a millisecond there: its latency_ms)."""
+    ends with the container). Fenced, or cut short by the container's removal mid-request (its body
+    never arrived: refused "body"). Its arrival time stands for the refusal (latency_ms added).
+    None when no later request reached the gateway: the container was gone first."""
     for row in read_requests(run_root):
-        if row.refused == "fenced" and row.at >= after:
-            return {"refused": row.status, "at": row.at + (row.latency_ms or 0.0) / 1000}
+        if row.refused is not None and row.at >= after:
+            return {"refused": row.status, "reason": row.refused, "at": row.at + (row.latency_ms or 0.0) / 1000}
+    return None
+
+
+def gateway_crossing(run_root: Path) -> float | None:
+    """When the first request priced at the crossing cost was answered (arrival + latency), from the
+    gateway's log; None when there is none."""
+    for row in read_requests(run_root):
+        if row.refused is None and row.cost_usd is not None and row.cost_usd >= CROSSING_COST:
+            return row.at + (row.latency_ms or 0.0) / 1000
     return None
 
 
@@ -337,10 +347,12 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
             time.sleep(0.005)
         provider.cost_per_request = 0.0001
         crossing = next((line for line in lines if "crossing" in line), None)
-        if crossing is None or crossing["crossing"] != 200:
-            raise RuntimeError(f"run {name}: the crossing request from the agent container was answered "
-                               f"{crossing and crossing['crossing']}; see {run_root}")
-        answered_wall = crossing["at"]
+        # A demo agent's own request in the crossing price's window may cross first (this one is then
+        # fenced): the crossing is then that request's answer, from the gateway's log.
+        answered_wall = crossing["at"] if crossing and crossing["crossing"] == 200 else gateway_crossing(run_root)
+        if answered_wall is None:
+            raise RuntimeError(f"run {name}: no request crossed (the script's was answered "
+                               f"{crossing and crossing['crossing']}); see {run_root}")
         empty_wall = None
         while time.monotonic() < deadline:
             if no_container(docker_host, label):
@@ -355,15 +367,17 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
             proc.terminate()
     manifest = read_json(run_root / "run_manifest.json")
     refused = next((line for line in lines if "refused" in line), None) or gateway_refusal(run_root, answered_wall)
-    if refused is None or empty_wall is None:
-        raise RuntimeError(f"run {name}: no refusal or no empty label before the deadline (exit {code}); see {run_root}")
+    if empty_wall is None:
+        raise RuntimeError(f"run {name}: no empty label before the deadline (exit {code}); see {run_root}")
     before = [t for t in reading_times(run_root) if t <= answered_wall]
     fence_path = run_root / "custody" / "stop"
     fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
     return {
         "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump, "phase_s": (answered_wall - before[-1]) if before else float("nan"),
-        "refused": refused["at"] - answered_wall, "fence": fence_wall - answered_wall, "total": empty_wall - answered_wall,
+        "refused": refused["at"] - answered_wall if refused else float("nan"),
+        "refused_how": (refused.get("reason") or f"answered {refused['refused']}") if refused else "no later request: the container was gone",
+        "fence": fence_wall - answered_wall, "total": empty_wall - answered_wall,
     }
 
 
@@ -540,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     def gateway_line(r: dict) -> str:
         return (f"gateway run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
                 f"({r['target_phase'] * POLL_SEC:4.1f} s), crossing answered {r['phase_s']:5.2f} s after a reading; "
-                f"in flight {r['flight_at_jump']}; next request refused {r['refused']:5.3f} s, fence {r['fence']:5.2f} s, "
+                f"in flight {r['flight_at_jump']}; next request refused {r['refused']:5.3f} s ({r['refused_how']}), "
+                f"fence {r['fence']:5.2f} s, "
                 f"no container {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}")
 
     def command_line(r: dict) -> str:
