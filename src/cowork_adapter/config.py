@@ -429,7 +429,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
         inside: dict[str, dict[str, Any]] = {}
         for name, value in changes.items():
             group = _GROUP_OF.get(name)
-            if group is not None:
+            if name in GROUPS and isinstance(value, GROUPS[name]):  # a whole group (`image` is also a field)
+                msgspec.structs.force_setattr(changed, name, value)
+            elif group is not None:
                 inside.setdefault(group, {})[name] = value
             elif name in self.__struct_fields__:
                 msgspec.structs.force_setattr(changed, name, value)
