@@ -39,7 +39,7 @@ from .defaults import (  # noqa: F401  (re-exported: config is where readers loo
     PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, DEFAULT_CAMPAIGN_NAME, AGENT_CONTAINER_SLEEP_SEC,
     TASK_TIMEOUT_WARN_SEC, DOCKER_MIN_MEMORY_BYTES, DEFAULT_CPUS, DEFAULT_MEMORY_BYTES,
     MIN_KEY_LEN_FOR_SUBSTRING, SAFETY_MODES, TASK_REVIEW_MODES, REVIEW_ENFORCEMENTS, RUNTIME_MODES,
-    PROBE_CHOICES, ENV_NAME, COMMIT_SHA, UPSTREAM_ENTRY, WORD, InvalidFlag, flag_name, parse_docker_size,
+    PROBE_CHOICES, ENV_NAME, COMMIT_SHA, UPSTREAM_ENTRY, WORD, InvalidFlag, flag_name,
     check_env_name, check_http_url, refuse_key_on_command_line,
 )
 
@@ -735,6 +735,25 @@ def _env_name(name: str, value: str) -> str:
 def _url(name: str, value: str) -> str:
     """--meter-url always; --openai-compatible-base-url when given (empty means OpenRouter)."""
     return check_http_url(flag_name(name), value) if value or name == "meter_url" else ""
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp])?(?:i?b)?", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+def parse_docker_size(text: str) -> int:
+    """Bytes of a Docker size string: `16g`, `512m`, `1.5GiB`, `1024` (binary multipliers)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise InvalidFlag(f"--memory {text!r} is not a Docker size such as 16g or 512m.")
+    unit = match.group(2).lower() if match.group(2) else None
+    number = float(match.group(1)) * _SIZE_UNITS[unit]
+    if number == float("inf"):  # hundreds of digits: no size, and int() of it would raise OverflowError
+        raise InvalidFlag(f"--memory {text[:20]!r}... is too large to be a memory size.")
+    value = int(number)
+    if value < DOCKER_MIN_MEMORY_BYTES:
+        raise InvalidFlag(f"--memory {text!r} is below Docker's minimum of 6 MiB.")
+    return value
 
 
 def _memory(name: str, value: str | None) -> str | None:

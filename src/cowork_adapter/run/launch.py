@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
-from ..config import RunConfig
+from ..config import Disk, RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..container.reference import stage_groundtruth
 from ..custody.labels import new_run_label
@@ -85,9 +85,9 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def disk_refusal(cfg: RunConfig) -> str | None:
+def disk_refusal(resource_root: Path, disk: Disk) -> str | None:
     """A sentence when the resource root or / is below its reserve, else None."""
-    checks = ((cfg.resource_root, cfg.disk.min_free_gib, "--min-free-gib"), (Path("/"), cfg.disk.min_root_free_gib, "--min-root-free-gib"))
+    checks = ((resource_root, disk.min_free_gib, "--min-free-gib"), (Path("/"), disk.min_root_free_gib, "--min-root-free-gib"))
     for path, reserve_gib, flag in checks:
         free = free_bytes(path)
         if free < reserve_gib * GIB:
@@ -127,7 +127,7 @@ def preflight(cfg: RunConfig) -> Preflight:
     explicit = list(cfg.selection.task_ids) if cfg.selection.task_ids is not None else None
     if explicit is not None:
         validate_against_dataset(explicit, dataset)
-    reason = disk_refusal(cfg)
+    reason = disk_refusal(cfg.resource_root, cfg.disk)
     if reason:
         raise Refusal("disk", reason)
     found = {}
@@ -450,7 +450,7 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
             if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
                 wheels = build_derived_image(
                     cfg.docker_host, req, RunRoot(cfg.run_root).image_context, RunRoot(cfg.run_root).image_build_log,
-                    manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
+                    manifest.run_label, lambda: disk_refusal(cfg.resource_root, cfg.disk), progress=sys.stderr,
                 )
                 built = True
     return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
