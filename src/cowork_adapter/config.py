@@ -7,9 +7,12 @@ InvalidFlag (a ValueError) with the same sentence. Nothing here touches the disk
 `--task-file` or `--task-validity`.
 
 RunConfig is a frozen msgspec Struct, like every record the host writes (schemas/record.py), though
-it is never written as such: the manifest records `applied_config()`. Its rules are this module's
-functions, run field by field in declaration order and then across fields: the sentence given is
-the first problem's (the order and the sentences pydantic, which described it before, gave).
+it is never written as such: the manifest records `applied_config()` and `budget_record`. It is made
+of frozen groups, one per panel of `run --help` (Selection, Agent, Money, Hosts, Disk, Provider,
+Image, Limits), each field named as its flag. Its rules are this module's functions (the one place
+a `run` flag is checked), run field by field in declaration order, the groups' fields in place of
+each group, and then across fields: the sentence given is the first problem's (the order and the
+sentences pydantic, which described it before, gave).
 """
 
 from __future__ import annotations
