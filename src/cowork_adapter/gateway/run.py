@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from ..config import RunConfig
+from ..config import Agent, Provider, RunConfig
 from ..custody.bash_env import ProviderRoute
 from ..errors import Refusal
 from ..host.daemon import docker_client
@@ -63,9 +63,9 @@ PROVIDER_TLS_DISCLOSURES = (
 )
 
 
-def shaping_disclosures(cfg: RunConfig) -> list[str]:
+def shaping_disclosures(provider: Provider, agent: Agent) -> list[str]:
     """What the gateway changed or refused in the engine's requests, and how it counted unknown costs."""
-    if cfg.provider.llm_gateway:
+    if provider.llm_gateway:
         routing = "refused OpenRouter's models, route, provider, plugins and web_search_options."
     else:
         routing = ("refused OpenRouter's models, route, plugins and web_search_options, a provider object with "
@@ -73,13 +73,13 @@ def shaping_disclosures(cfg: RunConfig) -> list[str]:
                    "a request it left unchanged went upstream byte for byte (the request log's `changed` "
                    "marks the others).")
     return [
-        f"The gateway pinned the model to {pinned_model(cfg.agent.model)!r}, required n = 1, clamped max_tokens / "
-        f"max_completion_tokens to {cfg.provider.llm_gateway_max_tokens} (set it to that when absent), and {routing}",
+        f"The gateway pinned the model to {pinned_model(agent.model)!r}, required n = 1, clamped max_tokens / "
+        f"max_completion_tokens to {provider.llm_gateway_max_tokens} (set it to that when absent), and {routing}",
         f"A forwarded request whose answer carried no cost figure (or was cut) was counted at "
-        f"${cfg.provider.llm_gateway_unknown_cost_usd:g} by the gateway's fences (assumed_usd in the record, "
+        f"${provider.llm_gateway_unknown_cost_usd:g} by the gateway's fences (assumed_usd in the record, "
         "assumed_cost_usd per request); it is not in the provider-figure total.",
         f"The gateway refused further requests of a task once its costs reached --per-task-cost-usd "
-        f"(${cfg.agent.per_task_cost_usd:g}), and the token of a task whose agent container was removed.",
+        f"(${agent.per_task_cost_usd:g}), and the token of a task whose agent container was removed.",
     ]
 
 
@@ -121,7 +121,7 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str,
                                      "name a local address containers reach with --llm-gateway-host.") from None
     url = gateway.url_for(host)
     engine_cfg = cfg.with_changes(openai_compatible_base_url=url, credential_setting=COMPATIBLE_KEY_SETTING)
-    disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg)
+    disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
     if cfg.agent.engine_kind is EngineKind.OUROBOROS:
         disclosures += OUROBOROS_DISCLOSURES
     record = GatewayRecord(container_url=url, upstream_url=upstream, routed_model=routed_model_id(cfg.agent.model, url),
@@ -150,7 +150,7 @@ def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path,
                                       "another address containers reach with --llm-gateway-host, or give the "
                                       "agent containers the key themselves with --key-in-agent (the seed's path, "
                                       "where the agent can read it).") from None
-    disclosures = list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg)
+    disclosures = list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
     record = GatewayRecord(container_url=OPENROUTER_CHAT_URL, upstream_url=upstream, routed_model=cfg.agent.model,
                            disclosures=disclosures, route=GatewayRoute.PROVIDER_TLS,
                            listen_address=f"{host}:{TLS_PORT}")
