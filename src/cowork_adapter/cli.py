@@ -113,6 +113,7 @@ class _PanelledCommand(TyperCommand):
 
 P_WHERE, P_SELECT, P_AGENT, P_MONEY, P_DISK = "Locations", "Selection", "Agent", "Money", "Disk"
 P_PROVIDER, P_IMAGE, P_MODE, P_LIMITS = "Provider", "Image", "Mode", "Container limits"
+P_HOSTS = "Hosts"  # one host of a campaign several hosts run together (config.Hosts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,21 +215,21 @@ def _run_flags(
                                                rich_help_panel=P_MONEY)] = DEFAULT_CAMPAIGN_NAME,
     shared_campaign: Annotated[bool, typer.Option(
         "--shared-campaign", help="Be one host of a campaign several hosts run together: take tasks from "
-        "--campaign-db's claims in batches; no exclusive hold.", rich_help_panel=P_MONEY)] = False,
+        "--campaign-db's claims in batches; no exclusive hold.", rich_help_panel=P_HOSTS)] = False,
     claim_batch: Annotated[int, typer.Option(help="Tasks claimed per batch with --shared-campaign (1-1000).",
-                                             rich_help_panel=P_MONEY)] = 2,
+                                             rich_help_panel=P_HOSTS)] = 2,
     host_lease_sec: Annotated[float, typer.Option(
         help="This host's lease with --shared-campaign (8-3600 s): a dead launcher's claims move after it.",
-        rich_help_panel=P_MONEY)] = 60.0,
+        rich_help_panel=P_HOSTS)] = 60.0,
     max_load_per_cpu: Annotated[float, typer.Option(
         help="With --shared-campaign: claim a batch only while the 1-minute load average per CPU is at most this.",
-        rich_help_panel=P_MONEY)] = DEFAULT_MAX_LOAD_PER_CPU,
+        rich_help_panel=P_HOSTS)] = DEFAULT_MAX_LOAD_PER_CPU,
     min_mem_available_gib: Annotated[float, typer.Option(
         help="With --shared-campaign: claim a batch only while MemAvailable is at least this (GiB).",
-        rich_help_panel=P_MONEY)] = DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB,
+        rich_help_panel=P_HOSTS)] = DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB,
     max_daemon_ping_sec: Annotated[float, typer.Option(
         help="With --shared-campaign: claim a batch only while the Docker daemon answers a ping within this.",
-        rich_help_panel=P_MONEY)] = DEFAULT_MAX_DAEMON_PING_SEC,
+        rich_help_panel=P_HOSTS)] = DEFAULT_MAX_DAEMON_PING_SEC,
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,

@@ -1,8 +1,11 @@
-"""The run flags' defaults, choices and the value checks the command line needs before RunConfig.
+"""The run flags' defaults and choices, and the few value checks the command line itself runs.
 
-Kept apart from config.py (and free of msgspec) so that the command line can declare its flags and
-refuse a bad value without importing the validation machinery every command would then pay for at
-start-up; config.py re-exports every name here.
+Kept apart from config.py (and free of msgspec) so that the command line can declare its flags
+without importing the validation machinery every command would then pay for at start-up; config.py
+re-exports every name here. Every check of a `run` flag lives in config.py; the three here are the
+ones the CLI must run before any command is chosen (the key on the command line, in `main`) or for
+commands that build no RunConfig (`clear`, `campaign reconcile`: --api-key-env, --meter-url), where
+importing config.py would load msgspec on their refused paths (tests/unit/test_cli_startup_imports.py).
 """
 
 from __future__ import annotations
@@ -50,8 +53,6 @@ COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 # An upstream engine entry is a file directly under /workspace (e.g. main_strands.py).
 UPSTREAM_ENTRY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 WORD = re.compile(r"[A-Za-z0-9_.-]+")
-_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp])?(?:i?b)?", re.IGNORECASE)
-_SIZE_UNITS = {None: 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
 
 
 class InvalidFlag(ValueError):
@@ -84,21 +85,6 @@ class AdmissionLimits:
 def flag_name(field: str) -> str:
     """The command-line spelling of a RunConfig field (`max_steps` -> `--max-steps`)."""
     return "--" + field.replace("_", "-")
-
-
-def parse_docker_size(text: str) -> int:
-    """Bytes of a Docker size string: `16g`, `512m`, `1.5GiB`, `1024` (binary multipliers)."""
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
-        raise InvalidFlag(f"--memory {text!r} is not a Docker size such as 16g or 512m.")
-    unit = match.group(2).lower() if match.group(2) else None
-    number = float(match.group(1)) * _SIZE_UNITS[unit]
-    if number == float("inf"):  # hundreds of digits: no size, and int() of it would raise OverflowError
-        raise InvalidFlag(f"--memory {text[:20]!r}... is too large to be a memory size.")
-    value = int(number)
-    if value < DOCKER_MIN_MEMORY_BYTES:
-        raise InvalidFlag(f"--memory {text!r} is below Docker's minimum of 6 MiB.")
-    return value
 
 
 def check_env_name(flag: str, value: str) -> str:

@@ -203,7 +203,7 @@ def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env,
     run_root = env.run_root("crash-after-admission")
 
     def fake_image(cfg, pre, manifest):  # the image is not what this test is about: no build
-        return ImageIdentity(tag="unbuilt:test", id="sha256:" + "0" * 64, base_image=cfg.base_image)
+        return ImageIdentity(tag="unbuilt:test", id="sha256:" + "0" * 64, base_image=cfg.image.base_image)
 
     def crash(cfg, manifest, bench_copy):
         raise docker.errors.APIError("500 Server Error: Range of CPUs is from 0.01 to 2.00, as there are only 2 CPUs")

@@ -25,9 +25,9 @@ SHARED = {"campaign_db": DB, "shared_campaign": True}
 def test_admission_flags_reach_the_limits(base) -> None:
     cfg = RunConfig.from_flags(**base, **SHARED, max_load_per_cpu=0.5, min_mem_available_gib=1.5,
                                max_daemon_ping_sec=0.25)
-    assert cfg.admission_limits() == AdmissionLimits(max_load_per_cpu=0.5, min_mem_available_bytes=int(1.5 * GIB),
+    assert cfg.hosts.admission_limits() == AdmissionLimits(max_load_per_cpu=0.5, min_mem_available_bytes=int(1.5 * GIB),
                                                      max_daemon_ping_sec=0.25)
-    assert RunConfig.from_flags(**base, **SHARED).admission_limits() == AdmissionLimits()  # admission.py's defaults
+    assert RunConfig.from_flags(**base, **SHARED).hosts.admission_limits() == AdmissionLimits()  # admission.py's defaults
     assert "max_load_per_cpu" not in cfg.applied_config()  # where a task ran is not how it ran
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from cowork_adapter.config import RunConfig
 from cowork_adapter.errors import Refusal
-from cowork_adapter.run.spending import campaign_location, campaign_store
+from cowork_adapter.run.spending import campaign_store
 from cowork_adapter.campaign.store import JsonFileCampaignStore
 
 
@@ -29,15 +29,15 @@ def refused(flags: dict) -> str:
 def test_a_paid_run_may_name_its_campaign_in_postgres_instead_of_a_file(base) -> None:
     cfg = RunConfig.from_flags(**base, campaign_db="postgresql://db.example:5432/campaigns", campaign_name="q4",
                                new_campaign=True, prior_spend_usd=1.0)
-    assert cfg.campaign_file is None and cfg.campaign_db.endswith("/campaigns")
-    assert campaign_location(cfg) == "postgresql://db.example:5432/campaigns campaign 'q4'"
-    store = campaign_store(cfg)  # no connection is made until the store is used
+    assert cfg.money.campaign_file is None and cfg.money.campaign_db.endswith("/campaigns")
+    assert cfg.money.campaign_location() == "postgresql://db.example:5432/campaigns campaign 'q4'"
+    store = campaign_store(cfg.money)  # no connection is made until the store is used
     assert type(store).__name__ == "PostgresCampaignStore" and store.name == "q4"
 
 
 def test_the_file_store_stays_the_default(base, tmp_path) -> None:
     cfg = RunConfig.from_flags(**base, campaign_file=tmp_path / "storage" / "campaign.json")
-    assert isinstance(campaign_store(cfg), JsonFileCampaignStore)
+    assert isinstance(campaign_store(cfg.money), JsonFileCampaignStore)
 
 
 @pytest.mark.parametrize(("extra", "words"), [

@@ -54,10 +54,10 @@ def test_a_missing_campaign_is_admitted_and_nothing_is_created(tmp_path):
 
 def test_a_healthy_campaign_is_admitted_unchanged(tmp_path):
     config = cfg(tmp_path)
-    before = write(config.campaign_file)
+    before = write(config.money.campaign_file)
     campaign_preflight(config, KEY, reading())
-    assert config.campaign_file.read_bytes() == before
-    assert not config.campaign_file.with_name("campaign.json.lock").exists()
+    assert config.money.campaign_file.read_bytes() == before
+    assert not config.money.campaign_file.with_name("campaign.json.lock").exists()
 
 
 def active(tmp_path: Path) -> ActiveRun:
@@ -77,10 +77,10 @@ def active(tmp_path: Path) -> ActiveRun:
 def test_each_campaign_refusal_is_raised_in_preflight_without_touching_the_file(tmp_path, case, record, flags,
                                                                                  read, words):
     config = cfg(tmp_path, **flags)
-    before = write(config.campaign_file, **({"active_run": active(tmp_path)} if record == "active" else record))
+    before = write(config.money.campaign_file, **({"active_run": active(tmp_path)} if record == "active" else record))
     assert words in refused(config, read)
-    assert config.campaign_file.read_bytes() == before
-    assert not config.campaign_file.with_name("campaign.json.lock").exists()
+    assert config.money.campaign_file.read_bytes() == before
+    assert not config.money.campaign_file.with_name("campaign.json.lock").exists()
 
 
 def test_a_new_campaign_whose_prior_spend_leaves_nothing_above_the_reserve_is_refused(tmp_path):
@@ -114,30 +114,30 @@ def test_creating_a_campaign_needs_every_money_flag_given(tmp_path, drop):
 
 def test_an_existing_campaign_supplies_the_bounds_it_stored(tmp_path):
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=None, budget_reserve_usd=None)
-    before = write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
+    before = write(config.money.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
     resolved = campaign_preflight(config, KEY, reading())
-    assert (resolved.campaign_budget_usd, resolved.budget_usd, resolved.budget_reserve_usd) == (50.0, 12.0, 4.0)
-    assert config.campaign_file.read_bytes() == before
+    assert (resolved.money.campaign_budget_usd, resolved.money.budget_usd, resolved.money.budget_reserve_usd) == (50.0, 12.0, 4.0)
+    assert config.money.campaign_file.read_bytes() == before
 
 
 def test_explicit_bounds_win_over_the_stored_ones_but_the_ceiling_never_changes(tmp_path):
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=7.0, budget_reserve_usd=3.0)
-    write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
+    write(config.money.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
     resolved = campaign_preflight(config, KEY, reading())
-    assert (resolved.campaign_budget_usd, resolved.budget_usd, resolved.budget_reserve_usd) == (50.0, 7.0, 3.0)
+    assert (resolved.money.campaign_budget_usd, resolved.money.budget_usd, resolved.money.budget_reserve_usd) == (50.0, 7.0, 3.0)
     assert "a ceiling cannot change" in refused(cfg(tmp_path, campaign_budget_usd=60.0))
 
 
 def test_a_campaign_that_stored_no_bounds_names_the_flags_to_give(tmp_path):
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=None, budget_reserve_usd=None)
-    write(config.campaign_file)  # a file written before the bounds were stored
+    write(config.money.campaign_file)  # a file written before the bounds were stored
     sentence = refused(config)
     assert "--budget-usd and --budget-reserve-usd" in sentence and "--campaign-budget-usd" not in sentence
 
 
 def test_a_stored_ceiling_below_an_explicit_reserve_is_refused(tmp_path):
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_reserve_usd=50.0)
-    write(config.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
+    write(config.money.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
     assert "is not below the campaign's ceiling $50" in refused(config)
 
 
@@ -147,16 +147,16 @@ def test_a_stored_ceiling_below_an_explicit_reserve_is_refused(tmp_path):
 @pytest.mark.parametrize("stored,asked", [(True, False), (False, True)])
 def test_a_run_with_another_diagnostic_setting_than_the_campaigns_is_refused(tmp_path, stored, asked):
     config = cfg(tmp_path, diagnostic_eval_on_truncation=asked)
-    before = write(config.campaign_file, diagnostic_eval_on_truncation=stored)
+    before = write(config.money.campaign_file, diagnostic_eval_on_truncation=stored)
     sentence = refused(config)
     assert "--diagnostic-eval-on-truncation" in sentence and "same setting" in sentence
-    assert config.campaign_file.read_bytes() == before
+    assert config.money.campaign_file.read_bytes() == before
 
 
 @pytest.mark.parametrize("stored", [None, True])
 def test_the_same_or_an_unrecorded_diagnostic_setting_is_admitted(tmp_path, stored):
     config = cfg(tmp_path, diagnostic_eval_on_truncation=True)
-    write(config.campaign_file, diagnostic_eval_on_truncation=stored)
+    write(config.money.campaign_file, diagnostic_eval_on_truncation=stored)
     campaign_preflight(config, KEY, reading())
 
 

@@ -214,7 +214,7 @@ def test_valid_flags_pass_validation_in_a_subprocess(tmp_path):
         "import sys, types\n"
         "m = types.ModuleType('cowork_adapter.run.launch')\n"
         "def execute_run(cfg, argv):\n"
-        "    print('REACHED', cfg.run_root, cfg.selection, cfg.is_paid)\n"
+        "    print('REACHED', cfg.run_root, cfg.selection.task_ids, cfg.is_paid)\n"
         "    return 0\n"
         "m.execute_run = execute_run\n"
         "sys.modules['cowork_adapter.run.launch'] = m\n"
@@ -280,8 +280,8 @@ def test_run_wiring(monkeypatch, tmp_path, clean_env, capsys):
     cfg = args[0]
     assert isinstance(cfg, RunConfig)
     assert cfg.bench_root == (tmp_path / "bench").resolve() and cfg.docker_host == "unix:///x.sock"
-    assert cfg.selection == ("b", "a") and cfg.safety_mode == "light" and cfg.probe is None
-    assert cfg.memory_bytes == 8 * 1024**3 and cfg.subagent_depth == 0 and cfg.prior_spend_usd == 0.0
+    assert cfg.selection.task_ids == ("b", "a") and cfg.agent.safety_mode == "light" and cfg.probe is None
+    assert cfg.limits.memory_bytes == 8 * 1024**3 and cfg.agent.subagent_depth == 0 and cfg.money.prior_spend_usd == 0.0
     assert kwargs["argv"] == ["cowork-adapter", *argv]
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("cowork-adapter: warning: --task-timeout 7200")
@@ -294,7 +294,7 @@ def test_doctor_wiring_shares_run_flags(monkeypatch, tmp_path, clean_env):
             "--pids-limit", "64"]
     assert _invoke(argv) == 0
     cfg = calls[0][1][0]
-    assert cfg.probe == "inventory" and cfg.pids_limit == 64
+    assert cfg.probe == "inventory" and cfg.limits.pids_limit == 64
 
 
 def test_doctor_refuses_like_run(tmp_path, clean_env, capsys):

@@ -191,7 +191,7 @@ def test_every_help_is_plain_text_without_rich_or_a_command_library(words: list[
 def test_the_run_help_keeps_its_flags_grouped_by_panel() -> None:
     out = _run("run", "--help")["out"]
     headings = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert headings == ["Locations", "Selection", "Agent", "Mode", "Money", "Disk", "Provider", "Image",
+    assert headings == ["Locations", "Selection", "Agent", "Mode", "Money", "Hosts", "Disk", "Provider", "Image",
                         "Container limits", "Options"], headings
     assert out.index("--repo-dir") < out.index("Selection:") < out.index("--task-file") < out.index("Agent:")
 

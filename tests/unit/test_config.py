@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from cowork_adapter.config import (
     PINNED_BENCH_COMMIT,
+    Money,
     RunConfig,
+    Selection,
     parse_docker_size,
     refuse_key_on_command_line,
 )
@@ -52,27 +54,27 @@ def test_defaults(base, tmp_path):
     cfg = build(base)
     assert cfg.bench_commit == PINNED_BENCH_COMMIT
     assert cfg.resource_root == (tmp_path / "storage").resolve()
-    assert cfg.base_image == "cowork-pack:d943e75"
-    assert cfg.image is None
-    assert (cfg.concurrency, cfg.max_steps, cfg.task_timeout, cfg.mcp_tool_timeout) == (1, 100, 3600, 300)
-    assert cfg.model == "moonshotai/kimi-k3" and cfg.engine == "ouroboros"
-    assert (cfg.effort, cfg.review_effort, cfg.review_slots) == ("high", "high", 3)
-    assert (cfg.task_review_mode, cfg.review_enforcement, cfg.review_max_cycles) == ("required", "blocking", "2")
-    assert (cfg.safety_mode, cfg.runtime_mode, cfg.max_workers) == ("off", "pro", 4)
-    assert cfg.subagents is False and cfg.subagent_depth == 0
-    assert cfg.per_task_cost_usd == 25.0 and cfg.diagnostic_eval_on_truncation is False
+    assert cfg.image.base_image == "cowork-pack:d943e75"
+    assert cfg.image.image is None
+    assert (cfg.selection.concurrency, cfg.agent.max_steps, cfg.agent.task_timeout, cfg.agent.mcp_tool_timeout) == (1, 100, 3600, 300)
+    assert cfg.agent.model == "moonshotai/kimi-k3" and cfg.agent.engine == "ouroboros"
+    assert (cfg.agent.effort, cfg.agent.review_effort, cfg.agent.review_slots) == ("high", "high", 3)
+    assert (cfg.agent.task_review_mode, cfg.agent.review_enforcement, cfg.agent.review_max_cycles) == ("required", "blocking", "2")
+    assert (cfg.agent.safety_mode, cfg.agent.runtime_mode, cfg.agent.max_workers) == ("off", "pro", 4)
+    assert cfg.agent.subagents is False and cfg.agent.subagent_depth == 0
+    assert cfg.agent.per_task_cost_usd == 25.0 and cfg.agent.diagnostic_eval_on_truncation is False
     # No amount of money is a default: a paid run takes them from its flags or from its campaign.
-    assert (cfg.budget_usd, cfg.campaign_budget_usd, cfg.prior_spend_usd, cfg.budget_reserve_usd) == (
+    assert (cfg.money.budget_usd, cfg.money.campaign_budget_usd, cfg.money.prior_spend_usd, cfg.money.budget_reserve_usd) == (
         None, None, 0.0, None)
-    assert cfg.new_campaign is False
-    assert cfg.meter_blindness_sec == 30.0 and cfg.meter_url == "https://openrouter.ai/api/v1"
-    assert (cfg.min_free_gib, cfg.min_root_free_gib, cfg.min_key_usd) == (200.0, 40.0, 20.0)
-    assert cfg.or_provider == "" and cfg.openai_compatible_base_url == ""
-    assert cfg.api_key_env == cfg.credential_setting == "OPENROUTER_API_KEY"
-    assert (cfg.cpus, cfg.memory, cfg.pids_limit) == (None, None, 512)  # fitted to the daemon by the launcher
-    assert cfg.memory_bytes == 16 * 1024**3
+    assert cfg.money.new_campaign is False
+    assert cfg.money.meter_blindness_sec == 30.0 and cfg.money.meter_url == "https://openrouter.ai/api/v1"
+    assert (cfg.disk.min_free_gib, cfg.disk.min_root_free_gib, cfg.money.min_key_usd) == (200.0, 40.0, 20.0)
+    assert cfg.provider.or_provider == "" and cfg.provider.openai_compatible_base_url == ""
+    assert cfg.provider.api_key_env == cfg.provider.credential_setting == "OPENROUTER_API_KEY"
+    assert (cfg.limits.cpus, cfg.limits.memory, cfg.limits.pids_limit) == (None, None, 512)  # fitted to the daemon by the launcher
+    assert cfg.limits.memory_bytes == 16 * 1024**3
     assert cfg.probe is None and cfg.is_paid
-    assert cfg.selection is None and cfg.tasks == () and cfg.resume_from == ()
+    assert cfg.selection.task_ids is None and cfg.selection.tasks == () and cfg.selection.resume_from == ()
 
 
 def test_paths_become_absolute(base, tmp_path, monkeypatch):
@@ -81,30 +83,30 @@ def test_paths_become_absolute(base, tmp_path, monkeypatch):
                 resume_from=[Path("old")], task_file=None)
     assert cfg.repo_dir == (tmp_path / "seed").resolve()
     assert cfg.run_root == (tmp_path / "storage" / "run-2").resolve()
-    assert cfg.resume_from == ((tmp_path / "old").resolve(),)
-    assert all(p.is_absolute() for p in (cfg.bench_root, cfg.resource_root, cfg.campaign_file))
+    assert cfg.selection.resume_from == ((tmp_path / "old").resolve(),)
+    assert all(p.is_absolute() for p in (cfg.bench_root, cfg.resource_root, cfg.money.campaign_file))
 
 
 def test_none_lists_mean_empty(base):
     cfg = build(base, tasks=None, resume_from=None)
-    assert cfg.tasks == () and cfg.resume_from == () and cfg.selection is None
+    assert cfg.selection.tasks == () and cfg.selection.resume_from == () and cfg.selection.task_ids is None
 
 
 def test_frozen(base):
     cfg = build(base)
     with pytest.raises(Exception):
-        cfg.concurrency = 2  # type: ignore[misc]
+        cfg.selection.concurrency = 2  # type: ignore[misc]
 
 
 def test_base_image_follows_bench_commit(base):
     cfg = build(base, bench_commit="0123456789abcdef0123456789abcdef01234567")
-    assert cfg.base_image == "cowork-pack:0123456"
+    assert cfg.image.base_image == "cowork-pack:0123456"
 
 
 def test_subagent_depth_only_with_subagents(base):
-    assert build(base, subagent_depth=5).subagent_depth == 0
-    assert build(base, subagents=True, subagent_depth=5).subagent_depth == 5
-    assert build(base, subagents=True).subagent_depth == 3
+    assert build(base, subagent_depth=5).agent.subagent_depth == 0
+    assert build(base, subagents=True, subagent_depth=5).agent.subagent_depth == 5
+    assert build(base, subagents=True).agent.subagent_depth == 3
 
 
 def test_probe_none_and_modes_are_unpaid(base):
@@ -117,8 +119,8 @@ def test_probe_none_and_modes_are_unpaid(base):
 
 def test_engine_forms(base):
     cfg = build(base, engine="upstream:main_strands.py")
-    assert cfg.engine_kind is EngineKind.UPSTREAM and cfg.upstream_entry == "main_strands.py"
-    assert build(base).upstream_entry is None
+    assert cfg.agent.engine_kind is EngineKind.UPSTREAM and cfg.agent.upstream_entry == "main_strands.py"
+    assert build(base).agent.upstream_entry is None
 
 
 # ---- single-flag rules -----------------------------------------------------------------------
@@ -192,7 +194,7 @@ def test_nan_and_inf_are_refused(base, field, value):
 def test_boundaries_that_pass(base):
     cfg = build(base, meter_blindness_sec=20.001, pids_limit=16, review_slots=0, min_free_gib=0.0,
                 budget_reserve_usd=0.0, prior_spend_usd=0.0, memory="6m")
-    assert cfg.meter_blindness_sec == 20.001 and cfg.pids_limit == 16 and cfg.memory_bytes == 6 * 1024**2
+    assert cfg.money.meter_blindness_sec == 20.001 and cfg.limits.pids_limit == 16 and cfg.limits.memory_bytes == 6 * 1024**2
 
 
 def test_empty_docker_host_is_refused_by_name(base):
@@ -215,8 +217,8 @@ def test_unknown_field_is_refused(base):
 
 def test_urls_lose_trailing_slash(base):
     cfg = build(base, meter_url="http://127.0.0.1:9/api/v1/", openai_compatible_base_url="http://h:1/v1/")
-    assert cfg.meter_url == "http://127.0.0.1:9/api/v1"
-    assert cfg.openai_compatible_base_url == "http://h:1/v1"
+    assert cfg.money.meter_url == "http://127.0.0.1:9/api/v1"
+    assert cfg.provider.openai_compatible_base_url == "http://h:1/v1"
 
 
 # ---- combinations ------------------------------------------------------------------------------
@@ -226,20 +228,20 @@ def test_paid_run_needs_campaign_file(base):
     flags = {k: v for k, v in base.items() if k != "campaign_file"}
     r = refusal(flags)
     assert r.stage == "flags" and "--campaign-file" in r.sentence
-    assert build(flags, dry_run=True).campaign_file is None
-    assert build(flags, probe="stateful").campaign_file is None
+    assert build(flags, dry_run=True).money.campaign_file is None
+    assert build(flags, probe="stateful").money.campaign_file is None
 
 
 def test_new_campaign_needs_campaign_file(base):
     flags = {k: v for k, v in base.items() if k != "campaign_file"}
     r = refusal(flags, dry_run=True, new_campaign=True)
     assert r.stage == "flags" and "--new-campaign is only meaningful with --campaign-file" in r.sentence
-    assert build(base, new_campaign=True).new_campaign is True
+    assert build(base, new_campaign=True).money.new_campaign is True
 
 
 def test_a_reserve_alone_or_a_ceiling_alone_is_not_compared_with_an_assumed_amount(base):
-    assert build(base, budget_reserve_usd=5000.0).campaign_budget_usd is None
-    assert build(base, campaign_budget_usd=1.0).budget_reserve_usd is None
+    assert build(base, budget_reserve_usd=5000.0).money.campaign_budget_usd is None
+    assert build(base, campaign_budget_usd=1.0).money.budget_reserve_usd is None
 
 
 def test_prior_spend_needs_campaign_file(base):
@@ -248,14 +250,14 @@ def test_prior_spend_needs_campaign_file(base):
     assert "--prior-spend-usd" in refusal(flags, dry_run=True, prior_spend_usd=0.0).sentence
     assert "--prior-spend-usd" in refusal(flags, dry_run=True, prior_spend_usd=5.0).sentence
     # Not given: fine, recorded as 0.
-    assert build(flags, dry_run=True, prior_spend_usd=None).prior_spend_usd == 0.0
-    assert build(base, prior_spend_usd=12.5).prior_spend_usd == 12.5
+    assert build(flags, dry_run=True, prior_spend_usd=None).money.prior_spend_usd == 0.0
+    assert build(base, prior_spend_usd=12.5).money.prior_spend_usd == 12.5
 
 
 def test_prior_spend_rule_also_holds_for_direct_construction(base):
     flags = {k: v for k, v in base.items() if k != "campaign_file"}
     with pytest.raises(Exception, match="prior-spend"):
-        RunConfig(**flags, dry_run=True, prior_spend_usd=3.0)
+        RunConfig(**flags, dry_run=True, money=Money(prior_spend_usd=3.0))
 
 
 @pytest.mark.parametrize("reserve,ceiling", [(100.0, 100.0), (150.0, 100.0), (1000.0, 1000.0)])
@@ -265,7 +267,7 @@ def test_reserve_must_be_below_ceiling(base, reserve, ceiling):
 
 
 def test_reserve_just_below_ceiling_passes(base):
-    assert build(base, budget_reserve_usd=99.99, campaign_budget_usd=100.0).budget_reserve_usd == 99.99
+    assert build(base, budget_reserve_usd=99.99, campaign_budget_usd=100.0).money.budget_reserve_usd == 99.99
 
 
 def test_run_root_outside_checkouts(base, tmp_path):
@@ -286,8 +288,8 @@ def test_selection_resolved(base, tmp_path):
     task_file = tmp_path / "tasks.txt"
     task_file.write_text("c\n# skip\nd\n")
     cfg = build(base, tasks=["b", "a"], task_file=task_file)
-    assert cfg.selection == ("b", "a", "c", "d") and cfg.tasks == ("b", "a")
-    assert cfg.task_file == task_file.resolve()
+    assert cfg.selection.task_ids == ("b", "a", "c", "d") and cfg.selection.tasks == ("b", "a")
+    assert cfg.selection.task_file == task_file.resolve()
 
 
 def test_selection_refusal_has_selection_stage(base, tmp_path):
@@ -463,7 +465,7 @@ def test_run_config_file_parses_in_the_container(base, engine):
     cfg = build(base, engine=engine, diagnostic_eval_on_truncation=True)
     raw = json.loads(build_run_config(cfg).to_json())
     parsed = parse_run_config(raw)
-    assert parsed.engine == engine and parsed.model == cfg.model
+    assert parsed.engine == engine and parsed.model == cfg.agent.model
     assert parsed.task_timeout_sec == 3600 and parsed.diagnostic_eval_on_truncation is True
     assert parsed.key_env == "COWORK_PROVIDER_KEY" and parsed.openai_compatible_base_url is None
     assert parsed.agent_short_name.endswith("/moonshotai/kimi-k3")
@@ -478,7 +480,7 @@ def test_run_config_file_parses_in_the_container(base, engine):
 ])
 def test_default_limits_fit_the_daemon(base, daemon_cpus, daemon_mem, want):
     fitted = build(base).fit_to_daemon(daemon_cpus, daemon_mem)
-    assert (fitted.cpus, fitted.memory_bytes) == want
+    assert (fitted.limits.cpus, fitted.limits.memory_bytes) == want
     assert (fitted.applied_config()["cpus"], fitted.applied_config()["memory_bytes"]) == want
     # The same daemon gives the same applied configuration: recovery compares equal values.
     assert build(base).fit_to_daemon(daemon_cpus, daemon_mem).applied_config() == fitted.applied_config()
@@ -486,7 +488,7 @@ def test_default_limits_fit_the_daemon(base, daemon_cpus, daemon_mem, want):
 
 def test_explicit_limits_within_the_daemon_are_kept(base):
     fitted = build(base, cpus=1.5, memory="2g").fit_to_daemon(2, 24 << 30)
-    assert (fitted.cpus, fitted.memory_bytes) == (1.5, 2 << 30)
+    assert (fitted.limits.cpus, fitted.limits.memory_bytes) == (1.5, 2 << 30)
 
 
 @pytest.mark.parametrize("over,words", [
@@ -503,7 +505,7 @@ def test_explicit_limit_above_the_daemon_is_refused(base, over, words):
 
 
 def test_llm_gateway_is_off_by_default_and_recorded_only_when_on(base):
-    assert build(base).llm_gateway is False and "llm_gateway" not in build(base).applied_config()
+    assert build(base).provider.llm_gateway is False and "llm_gateway" not in build(base).applied_config()
     assert build(base, llm_gateway=True).applied_config()["llm_gateway"] is True
 
 
@@ -511,14 +513,14 @@ def test_llm_gateway_refusals(base):
     free = {k: v for k, v in base.items() if k != "campaign_file"}
     assert "makes none" in refusal(free, engine="oracle", llm_gateway=True).sentence
     # The default route has a gateway too: the host is meaningful there, not on the seed's path.
-    assert build(base, llm_gateway_host="10.0.0.1").llm_gateway_host == "10.0.0.1"
+    assert build(base, llm_gateway_host="10.0.0.1").provider.llm_gateway_host == "10.0.0.1"
     assert "only meaningful when a gateway serves" in refusal(base, key_in_agent=True,
                                                               llm_gateway_host="10.0.0.1").sentence
 
 
 def test_llm_gateway_caps_are_flags_of_the_gateway_only(base):
     cfg = build(base, llm_gateway=True, llm_gateway_max_tokens=4096, llm_gateway_unknown_cost_usd=1.5)
-    assert (cfg.llm_gateway_max_tokens, cfg.llm_gateway_unknown_cost_usd) == (4096, 1.5)
+    assert (cfg.provider.llm_gateway_max_tokens, cfg.provider.llm_gateway_unknown_cost_usd) == (4096, 1.5)
     assert cfg.applied_config()["llm_gateway_max_tokens"] == 4096  # it bounds how the agent ran
     assert "llm_gateway_max_tokens" not in build(base).applied_config()
     for field, value in (("llm_gateway_max_tokens", 100), ("llm_gateway_unknown_cost_usd", 1.0)):
@@ -542,7 +544,7 @@ def test_the_key_route_is_the_default_tls_one_unless_a_flag_names_another(base):
     assert "not both" in refusal(base, key_in_agent=True, llm_gateway=True).sentence
     assert "uses none" in refusal(free, engine="nop", key_in_agent=True).sentence
     # The test beds' hidden flags: each only where it means something, the stand-in's two together.
-    assert build(base, provider_upstream_url="http://127.0.0.1:9/api/v1").provider_upstream_url
+    assert build(base, provider_upstream_url="http://127.0.0.1:9/api/v1").provider.provider_upstream_url
     assert "default OpenRouter route" in refusal(base, key_in_agent=True,
                                                  provider_upstream_url="http://127.0.0.1:9/api/v1").sentence
     assert "go together" in refusal(base, key_in_agent=True, provider_standin_address="10.0.0.1").sentence
@@ -607,9 +609,9 @@ def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypa
         gateway_run.close_for_run(gateway, record, run_root)
     assert not (run_root / "private" / "gateway.secret").exists() and record.requests == 0
     # The gateway was given the run's limits, and the record says how it shaped and counted.
-    assert gateway.policy.model == "vendor/model-x" and gateway.per_task_usd == cfg.per_task_cost_usd
+    assert gateway.policy.model == "vendor/model-x" and gateway.per_task_usd == cfg.agent.per_task_cost_usd
     assert gateway.peers is not None and gateway.peers.run_label == "c" * 32
-    assert record.unknown_cost_price_usd == cfg.llm_gateway_unknown_cost_usd and record.assumed_usd == 0
+    assert record.unknown_cost_price_usd == cfg.provider.llm_gateway_unknown_cost_usd and record.assumed_usd == 0
     assert any("pinned the model" in d for d in record.disclosures)
 
 
@@ -639,8 +641,8 @@ def test_a_value_of_the_wrong_kind_is_one_sentence(base, field, value, sentence)
 def test_values_are_converted_to_the_declared_types(base):
     cfg = build(base, concurrency="3", cpus=2, pids_limit=16.0, repo_dir=str(base["repo_dir"]), tasks=["a"],
                 probe="inventory", dry_run="true")
-    assert (cfg.concurrency, cfg.cpus, cfg.pids_limit, cfg.tasks) == (3, 2.0, 16, ("a",))
-    assert isinstance(cfg.cpus, float) and isinstance(cfg.repo_dir, Path) and cfg.probe is ProbeKind.INVENTORY
+    assert (cfg.selection.concurrency, cfg.limits.cpus, cfg.limits.pids_limit, cfg.selection.tasks) == (3, 2.0, 16, ("a",))
+    assert isinstance(cfg.limits.cpus, float) and isinstance(cfg.repo_dir, Path) and cfg.probe is ProbeKind.INVENTORY
     assert cfg.dry_run is True
 
 
@@ -663,17 +665,19 @@ def test_a_missing_flag_comes_before_a_later_bad_value(base):
 def test_direct_construction_refuses_with_the_same_sentence(base):
     from cowork_adapter.defaults import InvalidFlag
 
+    where = {k: v for k, v in base.items() if k != "campaign_file"}
+    money = Money(campaign_file=base["campaign_file"])
     with pytest.raises(InvalidFlag) as info:
-        RunConfig(**base, concurrency=0)
+        RunConfig(**where, money=money, selection=Selection(concurrency=0))
     assert info.value.sentence == "--concurrency must be at least 1 (got 0)."
-    cfg = RunConfig(**base, concurrency="2")
-    assert cfg == build(base, concurrency=2) and cfg.concurrency == 2
+    cfg = RunConfig(**where, money=money, selection=Selection(concurrency="2"))  # type: ignore[arg-type]
+    assert cfg == build(base, concurrency=2) and cfg.selection.concurrency == 2
 
 
 def test_with_changes_copies_without_touching_the_original(base):
     cfg = build(base)
     changed = cfg.with_changes(cpus=2.0, memory=str(8 << 30))
-    assert (changed.cpus, changed.memory_bytes) == (2.0, 8 << 30) and (cfg.cpus, cfg.memory) == (None, None)
+    assert (changed.limits.cpus, changed.limits.memory_bytes) == (2.0, 8 << 30) and (cfg.limits.cpus, cfg.limits.memory) == (None, None)
     assert changed.with_changes() == changed
     with pytest.raises(TypeError, match="no field 'cpu'"):
         cfg.with_changes(cpu=2.0)

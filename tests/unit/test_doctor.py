@@ -281,7 +281,7 @@ def test_meter_headroom_below_minimum(tmp_path, healthy, meter, capsys):
 
 def test_campaign_with_active_run_points_to_reconcile(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.campaign_file, active_run={
+    write_campaign(cfg.money.campaign_file, active_run={
         "run_root": "/data/old-run", "run_label": "ab" * 16, "launcher_pid": 4242,
         "started_at": datetime.now(timezone.utc), "host": "h", "usage_at_start": 2.0})
     code, lines = run(cfg, capsys)
@@ -292,14 +292,14 @@ def test_campaign_with_active_run_points_to_reconcile(tmp_path, healthy, meter, 
 
 def test_campaign_of_another_key(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.campaign_file, fingerprint=key_fingerprint("another-fake-key"))
+    write_campaign(cfg.money.campaign_file, fingerprint=key_fingerprint("another-fake-key"))
     code, lines = run(cfg, capsys)
     assert "belongs to key sha256:" in only_failure(lines, "campaign")
 
 
 def test_campaign_ceiling_mismatch(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.campaign_file, ceiling_usd=70.0)
+    write_campaign(cfg.money.campaign_file, ceiling_usd=70.0)
     code, lines = run(cfg, capsys)
     line = only_failure(lines, "campaign")
     assert "a ceiling never changes" in line and "— fix: pass --campaign-budget-usd 70" in line
@@ -307,7 +307,7 @@ def test_campaign_ceiling_mismatch(tmp_path, healthy, meter, capsys):
 
 def test_campaign_spent_down_to_the_reserve(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.campaign_file, prior_spend_usd=44.0)
+    write_campaign(cfg.money.campaign_file, prior_spend_usd=44.0)
     code, lines = run(cfg, capsys)
     assert "not above the $5 reserve" in only_failure(lines, "campaign")
 
@@ -326,7 +326,7 @@ def test_a_missing_campaign_without_a_reserve_names_the_flag(tmp_path, healthy, 
 
 def test_campaign_with_another_diagnostic_setting(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.campaign_file, diagnostic_eval_on_truncation=True)
+    write_campaign(cfg.money.campaign_file, diagnostic_eval_on_truncation=True)
     code, lines = run(cfg, capsys)
     line = only_failure(lines, "campaign")
     assert "same setting" in line and "— fix: pass --diagnostic-eval-on-truncation" in line
@@ -334,17 +334,17 @@ def test_campaign_with_another_diagnostic_setting(tmp_path, healthy, meter, caps
 
 def test_unreadable_campaign(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    cfg.campaign_file.write_text("{not json")
+    cfg.money.campaign_file.write_text("{not json")
     code, lines = run(cfg, capsys)
     assert "never recreate it" in only_failure(lines, "campaign")
 
 
 def test_existing_settled_campaign_is_ok(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.campaign_file)
+    write_campaign(cfg.money.campaign_file)
     code, lines = run(cfg, capsys)
     assert code == 0 and "no active run" in lines["campaign"]
-    assert json.loads(cfg.campaign_file.read_text())["last_usage"] == 2.0  # doctor never writes the campaign
+    assert json.loads(cfg.money.campaign_file.read_text())["last_usage"] == 2.0  # doctor never writes the campaign
 
 
 def test_dry_run_needs_no_key_meter_or_campaign(tmp_path, healthy, capsys, monkeypatch):
@@ -408,7 +408,7 @@ def test_concurrency_is_suggested_from_the_campaigns_measured_tasks(tmp_path, he
     (earlier / "result_index.jsonl").write_text("".join(r.to_line() for r in rows))
     now = datetime.now(timezone.utc)
     cfg = make_cfg(tmp_path, healthy, meter.base_url, concurrency=3)
-    write_campaign(cfg.campaign_file, runs=[{"run_root": str(earlier), "run_label": "cd" * 16, "outcome": "completed",
+    write_campaign(cfg.money.campaign_file, runs=[{"run_root": str(earlier), "run_label": "cd" * 16, "outcome": "completed",
                                              "spent_usd": 1.0, "started_at": now, "finished_at": now}])
     code, lines = run(cfg, capsys)
     line = lines["concurrency"]

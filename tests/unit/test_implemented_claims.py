@@ -84,7 +84,7 @@ def test_the_production_supervisor_waits_15_s_between_reads_the_cadence_the_mani
     result = supervisor.run(anchor=now)
     assert result.stop_reason == "test_done" and result.supervisor_error is None
     assert wake.waits == [15.0, 15.0, 15.0]
-    assert budget_record(cfg)["meter"]["poll_sec"] == 15.0
+    assert budget_record(cfg).meter.poll_sec == 15.0
 
 
 def test_the_paid_run_builds_its_supervisor_without_overriding_the_poll():
@@ -113,9 +113,9 @@ def test_a_run_without_a_task_selector_selects_every_task_of_the_benchmark(tmp_p
     (tmp_path / "seed").mkdir()
     cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=bench, docker_host="unix:///d",
                                run_root=tmp_path / "runs" / "r", dry_run=True)
-    assert cfg.selection is None
+    assert cfg.selection.task_ids is None
     dataset = dataset_ids(bench)
-    selection = _selection(cfg, SimpleNamespace(explicit=None if cfg.selection is None else list(cfg.selection),
+    selection = _selection(cfg, SimpleNamespace(explicit=None if cfg.selection.task_ids is None else list(cfg.selection.task_ids),
                                                 dataset=dataset), image=None)
     assert len(selection.task_ids) == 496 and selection.task_ids == sorted(names)
     assert selection.selection_task_ids == selection.task_ids and selection.explicit is False

@@ -52,7 +52,14 @@ def assert_same_document(written: str, text: str, added_since: set[str], **dumps
     """`written` is `text` key for key and in the same order, apart from optional fields added to the
     kind after the fixture was written (several hosts, the model gateway), which come back as null."""
     fields = json.loads(written)
-    added = {key: value for key, value in fields.items() if key not in json.loads(text)}
+    old = json.loads(text)
+    if isinstance(fields.get("budgets"), dict) and isinstance(old.get("budgets"), dict):
+        # The manifest's budgets became a typed record (Budgets) with the keys budget_record always
+        # wrote; a key this hand-filled fixture left out comes back as null.
+        budgets = fields["budgets"]
+        assert all(budgets[key] is None for key in budgets if key not in old["budgets"])
+        fields["budgets"] = {key: value for key, value in budgets.items() if key in old["budgets"]}
+    added = {key: value for key, value in fields.items() if key not in old}
     assert set(added) <= added_since and all(value is None for value in added.values())
     kept = {key: value for key, value in fields.items() if key not in added}
     assert json.dumps(kept, ensure_ascii=False, **dumps) + "\n" == text  # type: ignore[arg-type]
@@ -154,3 +161,25 @@ def test_a_manifest_with_the_retired_campaign_run_id_reads_as_its_shared_run(tmp
                          ({"campaign_run_id": None, "another_field": 1}, "unknown field")):
         with pytest.raises(RecordInvalid, match=words):
             decode(json.dumps({**base, **wrong}), RunManifest)
+
+
+def test_a_manifest_with_the_untyped_budgets_reads_as_the_budgets_record(tmp_path: Path) -> None:
+    """Before Budgets, the manifest's budgets were a plain mapping with these keys (run/launch.budget_record):
+    such a manifest reads, every key as the field of the same name, and writes the same keys back."""
+    budgets = {
+        "budget_usd": 20.0, "campaign_budget_usd": 1000.0, "budget_reserve_usd": 100.0, "prior_spend_usd": 0.0,
+        "per_task_cost_usd": 25.0, "min_key_usd": 20.0,
+        "meter": {"url": "https://openrouter.ai/api/v1", "blindness_sec": 30.0, "poll_sec": 15.0, "read_slice_sec": 5.0,
+                  "retry_sec": 2.0},
+        "min_free_gib": 200.0, "min_root_free_gib": 40.0, "resource_root": "/data", "api_key_env": "OPENROUTER_API_KEY",
+    }
+    base = json.loads((WRITTEN / "run_manifest.json").read_text(encoding="utf-8"))
+    manifest = decode(json.dumps({**base, "budgets": budgets}), RunManifest)
+    assert manifest.budgets.budget_usd == 20.0 and manifest.budgets.campaign_budget_usd == 1000.0
+    assert manifest.budgets.meter is not None and manifest.budgets.meter.url == "https://openrouter.ai/api/v1"
+    assert manifest.budgets.resource_root == "/data" and manifest.budgets.api_key_env == "OPENROUTER_API_KEY"
+    assert json.loads(manifest.to_json())["budgets"] == budgets
+    # A dry run's bounds were written as null; an older manifest may lack a key: both read as None.
+    sparse = decode(json.dumps({**base, "budgets": {"budget_usd": None, "meter": {"url": "http://m/api/v1"}}}), RunManifest)
+    assert sparse.budgets.budget_usd is None and sparse.budgets.api_key_env is None
+    assert sparse.budgets.meter is not None and sparse.budgets.meter.poll_sec is None

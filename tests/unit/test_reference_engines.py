@@ -39,10 +39,10 @@ def flags(tmp_path) -> dict:
 @pytest.mark.parametrize("engine", ["oracle", "nop"])
 def test_reference_engine_needs_no_campaign_and_is_not_paid(flags, engine):
     cfg = RunConfig.from_flags(engine=engine, **flags)
-    assert cfg.engine == engine and cfg.engine_kind is EngineKind(engine)
+    assert cfg.agent.engine == engine and cfg.agent.engine_kind is EngineKind(engine)
     assert cfg.spends_nothing and not cfg.is_paid
-    assert cfg.upstream_entry is None
-    assert model_provider(cfg) == engine and agent_short_name(cfg) == f"{engine}/{cfg.model}"
+    assert cfg.agent.upstream_entry is None
+    assert model_provider(cfg) == engine and agent_short_name(cfg) == f"{engine}/{cfg.agent.model}"
     rendered = build_run_config(cfg)
     assert rendered.engine == engine and rendered.settings == {} and rendered.disabled_tools == []
 
@@ -114,9 +114,9 @@ def test_qualify_configs_refuse_an_existing_root_and_write_nothing(flags, tmp_pa
 def test_qualify_configs_are_one_oracle_and_one_nop_accepting_blocked_tasks(flags):
     root, configs = qualify_configs(dict(flags, tasks=("a",)), ["cowork-adapter", "qualify"])
     assert not root.exists()
-    assert [c.engine for c in configs.values()] == ["oracle", "nop"]
+    assert [c.agent.engine for c in configs.values()] == ["oracle", "nop"]
     assert {c.run_root for c in configs.values()} == {root / "oracle", root / "nop"}
-    assert all(c.accept_environment_blocked and not c.is_paid and c.selection == ("a",) for c in configs.values())
+    assert all(c.accept_environment_blocked and not c.is_paid and c.selection.task_ids == ("a",) for c in configs.values())
     # The nop pass may reuse the oracle pass's inventory (probes.reusable_inventory decides when it starts).
     assert configs["oracle"].inventory_from is None and configs["nop"].inventory_from == root / "oracle"
 
@@ -252,7 +252,7 @@ def test_task_validity_flag_must_be_a_qualify_table_of_this_commit(flags, tmp_pa
 
     base = dict(flags, campaign_file=tmp_path / "storage" / "c.json")
     good = _table(tmp_path / "ok.json", {"a": "valid"}, PINNED_BENCH_COMMIT)
-    assert RunConfig.from_flags(task_validity=good, **base).task_validity == good.resolve()
+    assert RunConfig.from_flags(task_validity=good, **base).selection.task_validity == good.resolve()
     other = _table(tmp_path / "other.json", {"a": "valid"}, "f" * 40)
     with pytest.raises(Refusal) as info:
         RunConfig.from_flags(task_validity=other, **base)

@@ -25,7 +25,7 @@ DB = "postgresql://db.example:5432/campaigns"
 
 def test_a_shared_host_names_its_database_batch_and_lease(base) -> None:
     cfg = RunConfig.from_flags(**base, campaign_db=DB, shared_campaign=True, claim_batch=3, host_lease_sec=20)
-    assert cfg.shared_campaign and cfg.claim_batch == 3 and cfg.host_lease_sec == 20
+    assert cfg.hosts.shared_campaign and cfg.hosts.claim_batch == 3 and cfg.hosts.host_lease_sec == 20
     assert "shared_campaign" not in cfg.applied_config()  # where a task ran is not how it ran
 
 

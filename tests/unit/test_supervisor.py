@@ -182,9 +182,9 @@ def test_the_supervisor_polls_at_the_cadence_the_manifest_records(tmp_path):
     supervisor = Supervisor(runner_argv=["true"], runner_env={}, runner_cwd=tmp_path, console_log=tmp_path / "c.log",
                             stop_file=tmp_path / "stop", blindness_sec=30.0, meter=None, disk_check=lambda: None,
                             publish=lambda live: None, on_event=lambda kind, data: None)
-    recorded = budget_record(cfg)["meter"]
-    assert supervisor.poll_sec == recorded["poll_sec"] == 15.0
-    assert recorded["read_slice_sec"] == 5.0
+    recorded = budget_record(cfg).meter
+    assert supervisor.poll_sec == recorded.poll_sec == 15.0
+    assert recorded.read_slice_sec == 5.0
 
 
 # A runner whose EXIT trap takes 1.5 s and leaves a mark (as the upstream runner's removes its

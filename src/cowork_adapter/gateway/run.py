@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from ..config import RunConfig
+from ..config import Agent, Provider, RunConfig
 from ..custody.bash_env import ProviderRoute
 from ..errors import Refusal
 from ..host.daemon import docker_client
@@ -63,9 +63,9 @@ PROVIDER_TLS_DISCLOSURES = (
 )
 
 
-def shaping_disclosures(cfg: RunConfig) -> list[str]:
+def shaping_disclosures(provider: Provider, agent: Agent) -> list[str]:
     """What the gateway changed or refused in the engine's requests, and how it counted unknown costs."""
-    if cfg.llm_gateway:
+    if provider.llm_gateway:
         routing = "refused OpenRouter's models, route, provider, plugins and web_search_options."
     else:
         routing = ("refused OpenRouter's models, route, plugins and web_search_options, a provider object with "
@@ -73,13 +73,13 @@ def shaping_disclosures(cfg: RunConfig) -> list[str]:
                    "a request it left unchanged went upstream byte for byte (the request log's `changed` "
                    "marks the others).")
     return [
-        f"The gateway pinned the model to {pinned_model(cfg.model)!r}, required n = 1, clamped max_tokens / "
-        f"max_completion_tokens to {cfg.llm_gateway_max_tokens} (set it to that when absent), and {routing}",
+        f"The gateway pinned the model to {pinned_model(agent.model)!r}, required n = 1, clamped max_tokens / "
+        f"max_completion_tokens to {provider.llm_gateway_max_tokens} (set it to that when absent), and {routing}",
         f"A forwarded request whose answer carried no cost figure (or was cut) was counted at "
-        f"${cfg.llm_gateway_unknown_cost_usd:g} by the gateway's fences (assumed_usd in the record, "
+        f"${provider.llm_gateway_unknown_cost_usd:g} by the gateway's fences (assumed_usd in the record, "
         "assumed_cost_usd per request); it is not in the provider-figure total.",
         f"The gateway refused further requests of a task once its costs reached --per-task-cost-usd "
-        f"(${cfg.per_task_cost_usd:g}), and the token of a task whose agent container was removed.",
+        f"(${agent.per_task_cost_usd:g}), and the token of a task whose agent container was removed.",
     ]
 
 
@@ -103,16 +103,16 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str,
                  run_root: Path) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute | None]:
     """Start the run's gateway; returns it, the config the engines get, the manifest's record, and
     (the default route) what the shim gives agent containers to reach it as the provider."""
-    host = cfg.llm_gateway_host or bridge_address(cfg.docker_host)
+    host = cfg.provider.llm_gateway_host or bridge_address(cfg.docker_host)
     secret, _ = new_secret(RunRoot(run_root).private)
-    if not cfg.llm_gateway:
+    if not cfg.provider.llm_gateway:
         return _open_provider_tls(cfg, key, run_label, run_root, host, secret)
     upstream = agent_base_url(cfg)
     try:
         gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
                           stop_file=RunRoot(run_root).stop_file, bind_host=host,
-                          policy=Policy(model=pinned_model(cfg.model), max_tokens=cfg.llm_gateway_max_tokens),
-                          per_task_usd=cfg.per_task_cost_usd, unknown_cost_usd=cfg.llm_gateway_unknown_cost_usd,
+                          policy=Policy(model=pinned_model(cfg.agent.model), max_tokens=cfg.provider.llm_gateway_max_tokens),
+                          per_task_usd=cfg.agent.per_task_cost_usd, unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
                           revoked_dir=RunRoot(run_root).evidence,
                           peers=RunPeers(cfg.docker_host, run_label)).start()
     except OSError as exc:
@@ -121,10 +121,10 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str,
                                      "name a local address containers reach with --llm-gateway-host.") from None
     url = gateway.url_for(host)
     engine_cfg = cfg.with_changes(openai_compatible_base_url=url, credential_setting=COMPATIBLE_KEY_SETTING)
-    disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg)
-    if cfg.engine_kind is EngineKind.OUROBOROS:
+    disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
+    if cfg.agent.engine_kind is EngineKind.OUROBOROS:
         disclosures += OUROBOROS_DISCLOSURES
-    record = GatewayRecord(container_url=url, upstream_url=upstream, routed_model=routed_model_id(cfg.model, url),
+    record = GatewayRecord(container_url=url, upstream_url=upstream, routed_model=routed_model_id(cfg.agent.model, url),
                            disclosures=disclosures, route=GatewayRoute.OPENAI_COMPATIBLE,
                            listen_address=f"{host}:{gateway.port}")
     return gateway, engine_cfg, record, None
@@ -134,13 +134,13 @@ def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path,
                        secret: bytes) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute]:
     """The default route: the gateway serves the provider's host over TLS on port 443 of `host`."""
     tls = make_run_tls(run_root, run_label)
-    upstream = cfg.provider_upstream_url or OPENROUTER_CHAT_URL
+    upstream = cfg.provider.provider_upstream_url or OPENROUTER_CHAT_URL
     try:
         gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
                           stop_file=RunRoot(run_root).stop_file, bind_host=host, port=TLS_PORT,
-                          policy=Policy(model=pinned_model(cfg.model), max_tokens=cfg.llm_gateway_max_tokens,
+                          policy=Policy(model=pinned_model(cfg.agent.model), max_tokens=cfg.provider.llm_gateway_max_tokens,
                                         provider_keys=SEED_PROVIDER_KEYS, function_tools_only=True),
-                          per_task_usd=cfg.per_task_cost_usd, unknown_cost_usd=cfg.llm_gateway_unknown_cost_usd,
+                          per_task_usd=cfg.agent.per_task_cost_usd, unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
                           revoked_dir=RunRoot(run_root).evidence, peers=RunPeers(cfg.docker_host, run_label),
                           tls=tls.server_context(), openrouter=True).start()
     except OSError as exc:
@@ -150,8 +150,8 @@ def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path,
                                       "another address containers reach with --llm-gateway-host, or give the "
                                       "agent containers the key themselves with --key-in-agent (the seed's path, "
                                       "where the agent can read it).") from None
-    disclosures = list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg)
-    record = GatewayRecord(container_url=OPENROUTER_CHAT_URL, upstream_url=upstream, routed_model=cfg.model,
+    disclosures = list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
+    record = GatewayRecord(container_url=OPENROUTER_CHAT_URL, upstream_url=upstream, routed_model=cfg.agent.model,
                            disclosures=disclosures, route=GatewayRoute.PROVIDER_TLS,
                            listen_address=f"{host}:{TLS_PORT}")
     return gateway, cfg, record, ProviderRoute(host=PROVIDER_HOST, address=host, ca_bundle=tls.bundle)

@@ -217,18 +217,18 @@ class Doctor:
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."),
                         "lower the limit to what the daemon has, or leave it out to take the fitted default")
-        sources = ["default" if self.cfg.cpus is None else "--cpus", "default" if self.cfg.memory is None else "--memory"]
-        return ok(name, f"{fitted.cpus:g} CPUs ({sources[0]}) and {fitted.memory_bytes / GIB:.1f} GiB ({sources[1]}) "
+        sources = ["default" if self.cfg.limits.cpus is None else "--cpus", "default" if self.cfg.limits.memory is None else "--memory"]
+        return ok(name, f"{fitted.limits.cpus:g} CPUs ({sources[0]}) and {fitted.limits.memory_bytes / GIB:.1f} GiB ({sources[1]}) "
                         f"per container, within the daemon's {cpus} CPUs and {memory / GIB:.1f} GiB.")
 
     def limits(self) -> CheckResult:
         name = "limits enforced"
         if not self.daemon_up:
             return self._daemon_down(name)
-        if image_present(self.cfg.docker_host, self.cfg.base_image) is None:
-            return fail(name, f"cannot probe: the base image {self.cfg.base_image} is absent.",
+        if image_present(self.cfg.docker_host, self.cfg.image.base_image) is None:
+            return fail(name, f"cannot probe: the base image {self.cfg.image.base_image} is absent.",
                         "make the base image present (see the base image check), then run doctor again")
-        outcome = limit_probe(self.cfg.docker_host, self.cfg.base_image)
+        outcome = limit_probe(self.cfg.docker_host, self.cfg.image.base_image)
         killed = outcome.oom_killed or outcome.exit_code == OOM_EXIT
         if killed:
             return ok(name, f"a container held to {PROBE_MEMORY} was OOM-killed allocating {PROBE_ALLOC_MIB} MiB "
@@ -247,8 +247,8 @@ class Doctor:
         return ok(name, f"{ref} is present ({str(info.get('Id', ''))[:19]}).")
 
     def base_image(self) -> CheckResult:
-        return self._image("base image", self.cfg.base_image,
-                           f"build it once: docker build -t {self.cfg.base_image} {self.cfg.bench_root}")
+        return self._image("base image", self.cfg.image.base_image,
+                           f"build it once: docker build -t {self.cfg.image.base_image} {self.cfg.bench_root}")
 
     def postgres_image(self) -> CheckResult:
         return self._image("postgres image", POSTGRES_IMAGE,
@@ -267,17 +267,17 @@ class Doctor:
         tag = default_image_tag(self.cfg, self.seed_head)
         info = image_present(self.cfg.docker_host, tag)
         if info is None:
-            if self.cfg.build_image:
-                return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.base_image}.")
+            if self.cfg.image.build_image:
+                return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.image.base_image}.")
             return fail(name, f"{tag} is absent and --build-image was not given.", "add --build-image")
-        base = image_present(self.cfg.docker_host, self.cfg.base_image)
-        req = ImageRequest(tag=tag, base_image=self.cfg.base_image, seed_dir=self.cfg.repo_dir,
+        base = image_present(self.cfg.docker_host, self.cfg.image.base_image)
+        req = ImageRequest(tag=tag, base_image=self.cfg.image.base_image, seed_dir=self.cfg.repo_dir,
                            seed_head=self.seed_head, bench_commit=self.cfg.bench_commit,
                            base_image_id=(base or {}).get("Id"))
         mismatch = label_mismatch(tag, (info.get("Config") or {}).get("Labels") or {}, req)
         if mismatch is None:
             return ok(name, f"{tag} is present and its labels match the seed, benchmark and entrypoint.")
-        if self.cfg.build_image:
+        if self.cfg.image.build_image:
             return ok(name, f"{tag} does not match the pins; --build-image will rebuild it.")
         return fail(name, mismatch.split("; pass")[0] + ".", "add --build-image to rebuild it")
 
@@ -302,10 +302,10 @@ class Doctor:
         return ok(name, f"{path} has {free / GIB:.1f} GiB free (reserve {reserve_gib:g} GiB, {flag}).")
 
     def resource_disk(self) -> CheckResult:
-        return self._disk("disk reserve (resource root)", self.cfg.resource_root, self.cfg.min_free_gib, "--min-free-gib")
+        return self._disk("disk reserve (resource root)", self.cfg.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib")
 
     def root_disk(self) -> CheckResult:
-        return self._disk("disk reserve (/)", Path("/"), self.cfg.min_root_free_gib, "--min-root-free-gib")
+        return self._disk("disk reserve (/)", Path("/"), self.cfg.disk.min_root_free_gib, "--min-root-free-gib")
 
     def host_tools(self) -> CheckResult:
         return host_tools_check()
@@ -326,16 +326,16 @@ class Doctor:
         if not self.bench_ok:
             return fail("selection", "cannot be checked until the benchmark check passes.", "fix the benchmark first")
         dataset = dataset_ids(self.cfg.bench_root)
-        if self.cfg.resume_from:
-            return ok("selection", f"recovery from {len(self.cfg.resume_from)} earlier run root(s); the launcher "
+        if self.cfg.selection.resume_from:
+            return ok("selection", f"recovery from {len(self.cfg.selection.resume_from)} earlier run root(s); the launcher "
                                    f"resolves what remains of the {len(dataset)}-task dataset.")
-        if self.cfg.selection is None:
+        if self.cfg.selection.task_ids is None:
             return ok("selection", f"no task selectors: the whole pinned dataset ({len(dataset)} tasks) will run.")
         try:
-            validate_against_dataset(self.cfg.selection, dataset)
+            validate_against_dataset(self.cfg.selection.task_ids, dataset)
         except Refusal as refusal:
             return fail("selection", refusal.sentence.rstrip("."), "select task ids from tasks/finalpool of the pinned benchmark")
-        return ok("selection", f"{len(self.cfg.selection)} task(s) of the {len(dataset)}-task pinned dataset.")
+        return ok("selection", f"{len(self.cfg.selection.task_ids)} task(s) of the {len(dataset)}-task pinned dataset.")
 
     def seed(self) -> CheckResult:
         try:
@@ -369,13 +369,13 @@ class Doctor:
                             "without --llm-gateway): the agent under test can read it.")
         if not self.cfg.provider_tls:
             return ok(name, "--llm-gateway: the key stays in the launcher; containers get a per-task token.")
-        if not self.cfg.llm_gateway_host and not self.daemon_up:
+        if not self.cfg.provider.llm_gateway_host and not self.daemon_up:
             return self._daemon_down(name)
         from ..gateway.run import bridge_address
         from ..gateway.tls import PROVIDER_HOST, TLS_PORT
 
         try:
-            host = self.cfg.llm_gateway_host or bridge_address(self.cfg.docker_host)
+            host = self.cfg.provider.llm_gateway_host or bridge_address(self.cfg.docker_host)
             with socket.create_server((host, TLS_PORT)):
                 pass  # bound and closed at once: the run binds it again at its start
         except Refusal as refusal:
@@ -393,7 +393,7 @@ class Doctor:
         skipped = self._not_needed(name)
         if skipped:
             return skipped
-        env = self.cfg.api_key_env
+        env = self.cfg.provider.api_key_env
         value = os.environ.get(env, "")
         if not value.strip():
             return fail(name, f"the environment variable {env} is empty or unset.",
@@ -411,20 +411,20 @@ class Doctor:
         from ..campaign.meter import MeterError
 
         try:
-            headroom, usage = meter_headroom(self.cfg.meter_url, self.key)
+            headroom, usage = meter_headroom(self.cfg.money.meter_url, self.key)
         except MeterError as exc:
-            return fail(name, f"{self.cfg.meter_url} did not give a usable reading ({exc.error_type}: "
+            return fail(name, f"{self.cfg.money.meter_url} did not give a usable reading ({exc.error_type}: "
                               f"{_brief(exc).replace(self.key, '[redacted-key]')}).",
                         "check --meter-url and that the key is valid and not revoked")
         self.usage = usage
         effective = headroom.effective
         if effective is None:
-            return ok(name, f"{self.cfg.meter_url} answers (usage ${usage:.2f}); the key is uncapped.")
-        if effective < self.cfg.min_key_usd:
-            return fail(name, f"the key has ${effective:.2f} of headroom, below --min-key-usd {self.cfg.min_key_usd:g}.",
+            return ok(name, f"{self.cfg.money.meter_url} answers (usage ${usage:.2f}); the key is uncapped.")
+        if effective < self.cfg.money.min_key_usd:
+            return fail(name, f"the key has ${effective:.2f} of headroom, below --min-key-usd {self.cfg.money.min_key_usd:g}.",
                         "add credits or raise the key's limit (or lower --min-key-usd deliberately)")
-        return ok(name, f"{self.cfg.meter_url} answers: usage ${usage:.2f}, headroom ${effective:.2f} "
-                        f"(at least --min-key-usd {self.cfg.min_key_usd:g}).")
+        return ok(name, f"{self.cfg.money.meter_url} answers: usage ${usage:.2f}, headroom ${effective:.2f} "
+                        f"(at least --min-key-usd {self.cfg.money.min_key_usd:g}).")
 
     def concurrency(self) -> CheckResult:
         """A concurrency for this host from the campaign's measured per-task use (advice, never a failure)."""
@@ -432,10 +432,10 @@ class Doctor:
         if not self.daemon_up:
             return skip(name, "no suggestion: the Docker daemon did not answer, so its CPUs and memory are unknown.")
 
-        found = host_suggestion(self.cfg.docker_host, campaign_roots(self.cfg.campaign_file, self.cfg.resume_from))
+        found = host_suggestion(self.cfg.docker_host, campaign_roots(self.cfg.money.campaign_file, self.cfg.selection.resume_from))
         sentence = found.sentence[0].upper() + found.sentence[1:]
-        if found.concurrency is not None and self.cfg.concurrency > found.concurrency:
-            sentence += f"; --concurrency {self.cfg.concurrency} is above it"
+        if found.concurrency is not None and self.cfg.selection.concurrency > found.concurrency:
+            sentence += f"; --concurrency {self.cfg.selection.concurrency} is above it"
         return ok(name, sentence + ".")
 
     def campaign(self) -> CheckResult:
@@ -443,39 +443,39 @@ class Doctor:
         skipped = self._not_needed(name)
         if skipped:
             return skipped
-        from ..run.spending import campaign_location, peek_campaign, resolve_money
+        from ..run.spending import peek_campaign, resolve_money
 
-        file = self.cfg.campaign_file
-        if file is None and self.cfg.campaign_db is None:
+        file = self.cfg.money.campaign_file
+        if not self.cfg.money.has_campaign:
             return fail(name, "a paid run needs --campaign-file.", "pass --campaign-file, the campaign's shared record")
         if file is not None and not file.parent.is_dir():
             return fail(name, f"the campaign file's directory {file.parent} does not exist.", f"mkdir -p {file.parent}")
         try:
-            record = peek_campaign(self.cfg)  # the file, or the --campaign-db record
+            record = peek_campaign(self.cfg.money)  # the file, or the --campaign-db record
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "restore the campaign record from a copy; never recreate it")
-        path = campaign_location(self.cfg)
+        path = self.cfg.money.campaign_location()
 
         try:
-            cfg = resolve_money(self.cfg, record)  # the bounds the run would use, or what it lacks
+            money = resolve_money(self.cfg.money, record)  # the bounds the run would use, or what it lacks
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "pass what the sentence names")
         if record is None:
             return ok(name, f"{path} does not exist yet: the run will create it (--new-campaign) with a "
-                            f"${cfg.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.")
+                            f"${money.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.")
         if self.key is not None and record.fingerprint != key_fingerprint(self.key):
-            return fail(name, f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.api_key_env}.",
+            return fail(name, f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.provider.api_key_env}.",
                         "use the key this campaign was created with, or a new --campaign-file for a new key")
-        if record.ceiling_usd != cfg.campaign_budget_usd:
+        if record.ceiling_usd != money.campaign_budget_usd:
             return fail(name, f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
-                              f"{cfg.campaign_budget_usd:g}; a ceiling never changes.",
+                              f"{money.campaign_budget_usd:g}; a ceiling never changes.",
                         f"pass --campaign-budget-usd {record.ceiling_usd:g}")
         stored = record.diagnostic_eval_on_truncation
-        if stored is not None and stored != self.cfg.diagnostic_eval_on_truncation:
+        if stored is not None and stored != self.cfg.agent.diagnostic_eval_on_truncation:
             return fail(name, f"{path} runs with --diagnostic-eval-on-truncation {'on' if stored else 'off'}, "
                               "and every run of a campaign uses the same setting.",
                         ("pass" if stored else "drop") + " --diagnostic-eval-on-truncation")
-        if self.cfg.prior_spend_usd != 0:
+        if self.cfg.money.prior_spend_usd != 0:
             return fail(name, f"{path} already exists, so --prior-spend-usd cannot be declared again.",
                         "drop --prior-spend-usd")
         if record.active_run is not None:
@@ -489,12 +489,12 @@ class Doctor:
             return fail(name, f"the key meter reads {usage:.2f}, below the campaign's last accepted usage "
                               f"{record.last_usage:.2f}.", "check that --meter-url and the key are the campaign's")
         spending = record.spending(usage)
-        if spending.remaining_usd <= cfg.budget_reserve_usd:
+        if spending.remaining_usd <= money.budget_reserve_usd:
             return fail(name, f"{path} has ${spending.remaining_usd:.2f} remaining, not above the "
-                              f"${cfg.budget_reserve_usd:g} reserve.",
+                              f"${money.budget_reserve_usd:g} reserve.",
                         "the campaign is spent; settle the budget with its owner before any further paid run")
         return ok(name, f"{path}: ceiling ${record.ceiling_usd:g}, spent ${spending.spent_usd:.2f}, remaining "
-                        f"${spending.remaining_usd:.2f} (reserve ${cfg.budget_reserve_usd:g}); no active run.")
+                        f"${spending.remaining_usd:.2f} (reserve ${money.budget_reserve_usd:g}); no active run.")
 
 
 def doctor_command(cfg: RunConfig) -> int:
@@ -504,7 +504,7 @@ def doctor_command(cfg: RunConfig) -> int:
         print(result.line(), flush=True)
     failed = [r for r in results if r.verdict == FAIL]
     mode = "paid run" if cfg.is_paid else ("dry run" if cfg.dry_run else (
-        f"--probe {cfg.probe} run" if cfg.probe else f"--engine {cfg.engine} run"))
+        f"--probe {cfg.probe} run" if cfg.probe else f"--engine {cfg.agent.engine} run"))
     if failed:
         print(f"doctor: {len(failed)} check(s) failed; this {mode} cannot start yet.", flush=True)
         return int(ExitCode.FAILED)

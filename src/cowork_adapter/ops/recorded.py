@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 
 from ..custody.shim_config import ShimConfig
@@ -33,20 +32,18 @@ def recorded_docker_host(run_root: Path, manifest: RunManifest | None) -> str | 
 
 
 def recorded_meter_url(manifest: RunManifest | None) -> str | None:
-    meter = (manifest.budgets if manifest is not None else {}).get("meter")
-    url = meter.get("url") if isinstance(meter, Mapping) else None
-    return url if isinstance(url, str) and url else None
+    meter = manifest.budgets.meter if manifest is not None else None
+    return (meter.url or None) if meter is not None else None
 
 
 def recorded_key_env(manifest: RunManifest | None) -> str | None:
-    name = (manifest.budgets if manifest is not None else {}).get("api_key_env")
-    return name if isinstance(name, str) and name else None
+    return (manifest.budgets.api_key_env or None) if manifest is not None else None
 
 
 def run_tmpdir(manifest: RunManifest) -> Path | None:
     """The runner's run-scoped TMPDIR (<resource_root>/tmp-<label[:12]>, as run/run.py makes it)."""
-    root = manifest.budgets.get("resource_root")
-    if not isinstance(root, str) or not root:
+    root = manifest.budgets.resource_root
+    if not root:
         return None
     return Path(root).resolve() / f"tmp-{manifest.run_label[:12]}"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
-from ..config import RunConfig
+from ..config import Disk, RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..container.reference import stage_groundtruth
 from ..custody.labels import new_run_label
@@ -38,7 +38,7 @@ from ..runroot.layout import CONFIGS, RUN_CONFIG, RunRoot
 from ..runroot.manifest import utc_now, write_manifest
 from ..benchmark.pin_check import verify_copy
 from ..benchmark.provenance import adapter_identity, checked_bench, clone_at, dataset_ids, seed_identity, upstream_hashes
-from ..schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, BenchSubstitute, ImageIdentity, Limits, RunManifest,
+from ..schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, Budgets, MeterCadence, BenchSubstitute, ImageIdentity, Limits, RunManifest,
                                Selection, SeedIdentity)
 from ..schemas.manifest import Refusal as RefusalRecord
 from ..schemas.run_config import build_run_config
@@ -78,16 +78,16 @@ def say(sentence: str) -> None:
 def default_image_tag(cfg: RunConfig, seed_head: str) -> str:
     """`cowork-ouroboros:<seed>-<bench>-<entry>`: other entry code is another tag, so two runs
     building different adapters on one daemon never retag each other's image."""
-    return cfg.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}-{container_digest()[:8]}"
+    return cfg.image.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}-{container_digest()[:8]}"
 
 
 def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def disk_refusal(cfg: RunConfig) -> str | None:
+def disk_refusal(resource_root: Path, disk: Disk) -> str | None:
     """A sentence when the resource root or / is below its reserve, else None."""
-    checks = ((cfg.resource_root, cfg.min_free_gib, "--min-free-gib"), (Path("/"), cfg.min_root_free_gib, "--min-root-free-gib"))
+    checks = ((resource_root, disk.min_free_gib, "--min-free-gib"), (Path("/"), disk.min_root_free_gib, "--min-root-free-gib"))
     for path, reserve_gib, flag in checks:
         free = free_bytes(path)
         if free < reserve_gib * GIB:
@@ -124,18 +124,18 @@ def preflight(cfg: RunConfig) -> Preflight:
     seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
     bench, substitutes = checked_bench(cfg.bench_root, cfg.bench_commit)
     dataset = dataset_ids(cfg.bench_root)
-    explicit = list(cfg.selection) if cfg.selection is not None else None
+    explicit = list(cfg.selection.task_ids) if cfg.selection.task_ids is not None else None
     if explicit is not None:
         validate_against_dataset(explicit, dataset)
-    reason = disk_refusal(cfg)
+    reason = disk_refusal(cfg.resource_root, cfg.disk)
     if reason:
         raise Refusal("disk", reason)
     found = {}
-    for ref in (cfg.base_image, "postgres:15"):
+    for ref in (cfg.image.base_image, "postgres:15"):
         found[ref] = inspect_image(cfg.docker_host, ref)
         if found[ref] is None:
             raise Refusal("image", f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.")
-    base_id = found[cfg.base_image].get("Id")
+    base_id = found[cfg.image.base_image].get("Id")
     tag = default_image_tag(cfg, seed.head)
     present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
     key = None
@@ -145,9 +145,9 @@ def preflight(cfg: RunConfig) -> Preflight:
         key, cfg = paid_preflight(cfg)  # the money bounds resolved against the campaign
         # A campaign held by another launcher would refuse the admission after the environment probe
         # (a shared host takes no exclusive hold: its admission checks the shared one).
-        if not cfg.shared_campaign:
-            campaign_store(cfg).refuse_if_locked()
-    if cfg.resume_from:
+        if not cfg.hosts.shared_campaign:
+            campaign_store(cfg.money).refuse_if_locked()
+    if cfg.selection.resume_from:
         ancestors = _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
         _resume_campaign_preflight(cfg, ancestors)
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id, substitutes)
@@ -161,45 +161,46 @@ def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, prese
     image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
     try:
         return resolve_ancestry(
-            list(cfg.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
+            list(cfg.selection.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
             bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
             explicit_selection=explicit, dataset_ids=dataset,
         ).ancestors
     except Refusal:
         raise
     except Exception:  # noqa: BLE001 - not a refusal: the admitted run plans again and records a crash
-        return [str(Path(p).resolve()) for p in cfg.resume_from]  # the direct parents' campaign still binds
+        return [str(Path(p).resolve()) for p in cfg.selection.resume_from]  # the direct parents' campaign still binds
 
 
 def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
     """A resume continues its ancestors' campaign (the same file, or database and name), or is refused."""
-    here = CampaignPlace.of(cfg.campaign_file, cfg.campaign_db, cfg.campaign_name)
+    here = CampaignPlace.of(cfg.money.campaign_file, cfg.money.campaign_db, cfg.money.campaign_name)
     exists = True  # a run that spends nothing never creates a campaign
     if cfg.is_paid:
         from .spending import peek_campaign
 
-        exists = peek_campaign(cfg) is not None
+        exists = peek_campaign(cfg.money) is not None
     sentence = campaign_refusal(ancestors, here, exists)
     if sentence is not None:
         raise Refusal(RESUME_STAGE, sentence)
 
 
-def budget_record(cfg: RunConfig) -> dict:
+def budget_record(cfg: RunConfig) -> Budgets:
     """The money and disk bounds of this invocation, as the manifest records them."""
-    return {
-        "budget_usd": cfg.budget_usd,
-        "campaign_budget_usd": cfg.campaign_budget_usd,
-        "budget_reserve_usd": cfg.budget_reserve_usd,
-        "prior_spend_usd": cfg.prior_spend_usd,
-        "per_task_cost_usd": cfg.per_task_cost_usd,
-        "min_key_usd": cfg.min_key_usd,
-        "meter": {"url": cfg.meter_url, "blindness_sec": cfg.meter_blindness_sec, "poll_sec": POLL_SEC,
-                  "read_slice_sec": READ_SLICE_SEC, "retry_sec": RETRY_SEC},
-        "min_free_gib": cfg.min_free_gib,
-        "min_root_free_gib": cfg.min_root_free_gib,
-        "resource_root": str(cfg.resource_root),
-        "api_key_env": cfg.api_key_env,
-    }
+    money, disk = cfg.money, cfg.disk
+    return Budgets(
+        budget_usd=money.budget_usd,
+        campaign_budget_usd=money.campaign_budget_usd,
+        budget_reserve_usd=money.budget_reserve_usd,
+        prior_spend_usd=money.prior_spend_usd,
+        per_task_cost_usd=cfg.agent.per_task_cost_usd,
+        min_key_usd=money.min_key_usd,
+        meter=MeterCadence(url=money.meter_url, blindness_sec=money.meter_blindness_sec, poll_sec=POLL_SEC,
+                           read_slice_sec=READ_SLICE_SEC, retry_sec=RETRY_SEC),
+        min_free_gib=disk.min_free_gib,
+        min_root_free_gib=disk.min_root_free_gib,
+        resource_root=str(cfg.resource_root),
+        api_key_env=cfg.provider.api_key_env,
+    )
 
 
 def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, base_image_id: str | None) -> bool:
@@ -211,14 +212,14 @@ def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, b
     """
     info = inspect_image(cfg.docker_host, tag)
     if info is None:
-        if not cfg.build_image:
-            raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.base_image}.")
+        if not cfg.image.build_image:
+            raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.image.base_image}.")
         return False
     labels = (info.get("Config") or {}).get("Labels") or {}
-    req = ImageRequest(tag=tag, base_image=cfg.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head,
+    req = ImageRequest(tag=tag, base_image=cfg.image.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head,
                        bench_commit=bench_commit, base_image_id=base_image_id)
     mismatch = label_mismatch(tag, labels, req)
-    if mismatch and not cfg.build_image:
+    if mismatch and not cfg.image.build_image:
         raise Refusal("image", mismatch + ".")
     return mismatch is None
 
@@ -244,21 +245,21 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         adapter=adapter_identity(),
         seed=pre.seed,
         bench=pre.bench,
-        engine=cfg.engine,
+        engine=cfg.agent.engine,
         applied_config=cfg.applied_config(),
         limits=Limits(
-            cpus=cfg.cpus, memory_bytes=cfg.memory_bytes, memory_swap_bytes=cfg.memory_swap_bytes,
-            pids_limit=cfg.pids_limit, daemon_cpus=pre.daemon[0] if pre.daemon else None,
+            cpus=cfg.limits.cpus, memory_bytes=cfg.limits.memory_bytes, memory_swap_bytes=cfg.limits.memory_swap_bytes,
+            pids_limit=cfg.limits.pids_limit, daemon_cpus=pre.daemon[0] if pre.daemon else None,
             daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
         ),
         budgets=budget_record(cfg),
         dry_run=cfg.dry_run,
         probe=cfg.probe,
-        campaign_file=str(cfg.campaign_file) if cfg.campaign_file else None,
-        campaign_db=cfg.campaign_db,
-        campaign_name=cfg.campaign_name if cfg.campaign_db else None,
+        campaign_file=str(cfg.money.campaign_file) if cfg.money.campaign_file else None,
+        campaign_db=cfg.money.campaign_db,
+        campaign_name=cfg.money.campaign_name if cfg.money.campaign_db else None,
         docker_host=cfg.docker_host,
-        admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())) if cfg.shared_campaign else None,
+        admission=AdmissionLimitsRecord(**asdict(cfg.hosts.admission_limits())) if cfg.hosts.shared_campaign else None,
     )
     write_manifest(cfg.run_root, manifest)
     LAUNCHER_SIGNALS.install()
@@ -312,7 +313,7 @@ def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -
     stderr and never replaces the crash being recorded.
     """
     try:
-        if manifest.selection is None and not cfg.resume_from:
+        if manifest.selection is None and not cfg.selection.resume_from:
             manifest.selection = _selection(cfg, pre, manifest.image)  # without ancestors it needs no image
         if manifest.selection is None:
             return
@@ -325,8 +326,8 @@ def _ledger_after_crash(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -
 
 def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     run_root = cfg.run_root
-    if cfg.task_validity is not None:
-        manifest.task_validity = keep_task_validity(cfg.task_validity, run_root)
+    if cfg.selection.task_validity is not None:
+        manifest.task_validity = keep_task_validity(cfg.selection.task_validity, run_root)
     bench_copy = RunRoot(run_root).bench
     clone_at(cfg.bench_root, bench_copy, pre.bench.commit, pre.substitutes or [])
     manifest.bench.working_copy = str(bench_copy)
@@ -365,11 +366,11 @@ def _with_ca_targets(cfg: RunConfig, manifest: RunManifest, provider):
 
 def _standin_route(cfg: RunConfig):
     """Test beds only (--key-in-agent with --provider-standin-address): a stand-in serving as the provider."""
-    if not cfg.provider_standin_address or cfg.provider_standin_bundle is None:
+    if not cfg.provider.provider_standin_address or cfg.provider.provider_standin_bundle is None:
         return None
     from ..gateway.tls import PROVIDER_HOST
 
-    return ProviderRoute(host=PROVIDER_HOST, address=cfg.provider_standin_address, ca_bundle=cfg.provider_standin_bundle)
+    return ProviderRoute(host=PROVIDER_HOST, address=cfg.provider.provider_standin_address, ca_bundle=cfg.provider.provider_standin_bundle)
 
 
 def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway,
@@ -379,7 +380,7 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
     selection = manifest.selection
     run_config = build_run_config(cfg)
     replace_atomic(bench_copy / CONFIGS / RUN_CONFIG, run_config.to_json())
-    manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *selection.task_ids]
+    manifest.official_command = ["bash", "run_parallel.sh", str(cfg.selection.concurrency), *selection.task_ids]
     manifest.outcome = RunOutcome.RUNNING
     write_manifest(run_root, manifest)
 
@@ -408,10 +409,10 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
     # Every run has the same custody; only its spending policy differs.
     if cfg.spends_nothing:  # oracle / nop: no key, meter or campaign
 
-        if cfg.engine == EngineKind.ORACLE.value:
+        if cfg.agent.engine == EngineKind.ORACLE.value:
             stage_groundtruth(bench_copy, manifest.selection.task_ids)
         return run_in_custody(cfg, manifest, bench_copy, NoSpending(cfg))
-    spending = SharedCampaignSpending(cfg, pre.key) if cfg.shared_campaign else CampaignSpending(cfg, pre.key)
+    spending = SharedCampaignSpending(cfg, pre.key) if cfg.hosts.shared_campaign else CampaignSpending(cfg, pre.key)
     return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway,
                           provider=provider)
 
@@ -428,14 +429,14 @@ def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path
     blocked = set(inventory.get("blocked_tasks") or {})
     if blocked:
         manifest.selection.task_ids = [t for t in manifest.selection.task_ids if t not in blocked]
-        manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), *manifest.selection.task_ids]
+        manifest.official_command = ["bash", "run_parallel.sh", str(cfg.selection.concurrency), *manifest.selection.task_ids]
         write_manifest(cfg.run_root, manifest)
 
 
 def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdentity:
     req = ImageRequest(
         tag=pre.image_tag,
-        base_image=cfg.base_image,
+        base_image=cfg.image.base_image,
         seed_dir=cfg.repo_dir,
         seed_head=pre.seed_head,
         bench_commit=pre.bench.commit,
@@ -449,19 +450,19 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
             if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
                 wheels = build_derived_image(
                     cfg.docker_host, req, RunRoot(cfg.run_root).image_context, RunRoot(cfg.run_root).image_build_log,
-                    manifest.run_label, lambda: disk_refusal(cfg), progress=sys.stderr,
+                    manifest.run_label, lambda: disk_refusal(cfg.resource_root, cfg.disk), progress=sys.stderr,
                 )
                 built = True
     return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
 
 
 def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selection:
-    if not cfg.resume_from:
+    if not cfg.selection.resume_from:
         ids = pre.explicit if pre.explicit is not None else pre.dataset
         return Selection(task_ids=list(ids), selection_task_ids=list(ids), explicit=pre.explicit is not None)
 
     plan = resolve_ancestry(
-        list(cfg.resume_from),
+        list(cfg.selection.resume_from),
         current_applied_config=cfg.applied_config(),
         seed_head=pre.seed_head,
         bench_commit=pre.bench.commit,

@@ -159,8 +159,8 @@ class ProbeSandbox:
         self.box = None
 
     def _limits(self) -> dict[str, Any]:
-        return {"nano_cpus": int(self.cfg.cpus * 1e9), "mem_limit": self.cfg.memory_bytes,
-                "memswap_limit": self.cfg.memory_swap_bytes, "pids_limit": self.cfg.pids_limit}
+        return {"nano_cpus": int(self.cfg.limits.cpus * 1e9), "mem_limit": self.cfg.limits.memory_bytes,
+                "memswap_limit": self.cfg.limits.memory_swap_bytes, "pids_limit": self.cfg.limits.pids_limit}
 
     def __enter__(self) -> "ProbeSandbox":
         try:

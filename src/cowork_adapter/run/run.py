@@ -68,26 +68,26 @@ def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]
     """The upstream runner's environment: no key anywhere, the immutable image ID, our entry."""
     # No libpq variable either: the database password (PGPASSWORD) is the launcher's, not the runner's.
     base = {k: v for k, v in os.environ.items()
-            if k not in KEY_CARRIERS and k != cfg.api_key_env and not k.startswith("PG")}
+            if k not in KEY_CARRIERS and k != cfg.provider.api_key_env and not k.startswith("PG")}
     base.update(
         IMAGE=manifest.image.id,
         AGENT_ENTRY=AGENT_ENTRY,
         AGENT_PHASE_AWARE="1",
         MODEL_PROVIDER=model_provider(cfg),
-        MODEL_NAME=cfg.model,
-        LLM_MODEL=cfg.model,
+        MODEL_NAME=cfg.agent.model,
+        LLM_MODEL=cfg.agent.model,
         # The benchmark's own engines read the endpoint from these (the Ouroboros server drops them).
         MODEL_API_URL=agent_base_url(cfg),
         LLM_BASE_URL=agent_base_url(cfg),
-        MAX_STEPS=str(cfg.max_steps),
-        TASK_TIMEOUT=str(cfg.task_timeout),
+        MAX_STEPS=str(cfg.agent.max_steps),
+        TASK_TIMEOUT=str(cfg.agent.task_timeout),
     )
     return custody.environment(base)
 
 
 def _watchdog_env(cfg: RunConfig) -> dict[str, str]:
     """The watchdog needs no key: the launcher's environment without any variable that may carry one."""
-    return {k: v for k, v in os.environ.items() if k not in KEY_CARRIERS and k != cfg.api_key_env}
+    return {k: v for k, v in os.environ.items() if k not in KEY_CARRIERS and k != cfg.provider.api_key_env}
 
 
 def write_agent_env(path: Path, key: str) -> None:
@@ -235,7 +235,7 @@ class Run:
             # be started or armed, this raises and the runner never starts (stop before spending).
             self.watchdog = start_watchdog(
                 run_root=cfg.run_root, run_label=self.label, docker_host=cfg.docker_host, env=_watchdog_env(cfg),
-                bound_sec=cfg.meter_blindness_sec, grace_sec=min(8.0, cfg.meter_blindness_sec / 3), tmpdir=self.tmpdir,
+                bound_sec=cfg.money.meter_blindness_sec, grace_sec=min(8.0, cfg.money.meter_blindness_sec / 3), tmpdir=self.tmpdir,
             )
             key_file = bool(self.key) and self.gateway is None  # with the gateway no container gets the key
             if key_file:  # a reference engine (oracle, nop) has no key: no env file exists at all
@@ -243,9 +243,9 @@ class Run:
             launcher = ProcessIdentity(pid=os.getpid(), start_ticks=start_ticks(os.getpid()))
             custody = install_custody(
                 cfg.run_root, real_docker=_real_docker(), docker_host=cfg.docker_host, run_label=self.label,
-                limits={"cpus": cfg.cpus, "memory_bytes": cfg.memory_bytes,
-                        "memory_swap_bytes": cfg.memory_swap_bytes, "pids_limit": cfg.pids_limit},
-                stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.min_free_gib * GIB),
+                limits={"cpus": cfg.limits.cpus, "memory_bytes": cfg.limits.memory_bytes,
+                        "memory_swap_bytes": cfg.limits.memory_swap_bytes, "pids_limit": cfg.limits.pids_limit},
+                stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.disk.min_free_gib * GIB),
                 evidence_dir=self.evidence, agent_env_file=self.agent_env if key_file else None,
                 launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
                 gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
@@ -264,7 +264,7 @@ class Run:
             supervisor = Supervisor(
                 runner_argv=argv, runner_env=env,
                 runner_cwd=self.bench_copy, console_log=RunRoot(cfg.run_root).console_log, stop_file=self.stop_file,
-                blindness_sec=cfg.meter_blindness_sec, meter=self.spending, disk_check=self.disk_check, publish=self.publish,
+                blindness_sec=cfg.money.meter_blindness_sec, meter=self.spending, disk_check=self.disk_check, publish=self.publish,
                 on_event=self._supervisor_event, on_runner_started=self._runner_started,
                 remove_labelled=self._stop_clear, stop_path=StopPath(cfg.stop_path),
             )
@@ -345,9 +345,9 @@ class Run:
         money = self.spending.money_stop()
         if money is not None:
             return money
-        if _free(cfg.resource_root) < cfg.min_free_gib * GIB:
+        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB:
             return StopReason.DISK_RESERVE
-        if _free(Path("/")) < cfg.min_root_free_gib * GIB:
+        if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB:
             return StopReason.ROOT_DISK_RESERVE
         watch = self.daemon_watch
         if watch is not None and watch.lost is not None:
@@ -451,8 +451,8 @@ class Run:
             spending=spending,
             meter=meter,
             disk=Disk(resource_free_bytes=_free(cfg.resource_root), root_free_bytes=_free(Path("/")),
-                      resource_reserve_bytes=int(cfg.min_free_gib * GIB),
-                      root_reserve_bytes=int(cfg.min_root_free_gib * GIB)),
+                      resource_reserve_bytes=int(cfg.disk.min_free_gib * GIB),
+                      root_reserve_bytes=int(cfg.disk.min_root_free_gib * GIB)),
             stop_reason=self.causes[0] if self.causes else None,
             stop_causes=list(self.causes),
         )
@@ -518,11 +518,11 @@ def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
     the next run's operator chooses it). Never raises: it must not break a run's start or end."""
 
     try:
-        found = host_suggestion(cfg.docker_host, [*campaign_roots(cfg.campaign_file, cfg.resume_from), *own])
+        found = host_suggestion(cfg.docker_host, [*campaign_roots(cfg.money.campaign_file, cfg.selection.resume_from), *own])
     except Exception as exc:  # noqa: BLE001 - advice only
         print(f"cowork-adapter: no concurrency suggestion {when} ({type(exc).__name__})", flush=True)
         return
-    print(f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.concurrency}).", flush=True)
+    print(f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.selection.concurrency}).", flush=True)
 
 
 def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: str | None, settlement: str) -> None:

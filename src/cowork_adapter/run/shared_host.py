@@ -40,7 +40,7 @@ def shared_opener(cfg: Any) -> Callable[..., AbstractContextManager[Any]]:
     shared host never takes the exclusive hold)."""
 
     def opener(_store: Any, **kwargs: Any) -> AbstractContextManager[Any]:
-        return open_shared_campaign(cfg.campaign_db, cfg.campaign_name, **kwargs)
+        return open_shared_campaign(cfg.money.campaign_db, cfg.money.campaign_name, **kwargs)
 
     return opener
 
@@ -66,27 +66,27 @@ class SharedHost:
         cfg = run.cfg
         host = socket.gethostname()
         try:
-            claims = TaskClaims(cfg.campaign_db, cfg.campaign_name)
+            claims = TaskClaims(cfg.money.campaign_db, cfg.money.campaign_name)
         except Refusal as exc:
             raise CampaignPersistenceError(exc.sentence) from None
         try:
-            registered = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.host_lease_sec,
+            registered = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.hosts.host_lease_sec,
                                              run_label=run.label)
             added = claims.add_selection(run.manifest.selection.task_ids)
         except BaseException:
             claims.close()
             raise
         self = cls(run, claims, registered.run_id, host)
-        self.meter = SharedMeter(meter, cfg.campaign_db, cfg.campaign_name, poller=registered.run_id)
+        self.meter = SharedMeter(meter, cfg.money.campaign_db, cfg.money.campaign_name, poller=registered.run_id)
         # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
-        run.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.concurrency), "<each claimed batch>"]
+        run.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.selection.concurrency), "<each claimed batch>"]
         # shared_run.run_id is also how the campaign's report matches a copied run root to its host run.
-        run.manifest.shared_run = SharedRun(run_id=registered.run_id, host=host, lease_sec=cfg.host_lease_sec,
-                                             claim_batch=cfg.claim_batch, claimed_file=CLAIMED_FILE)
+        run.manifest.shared_run = SharedRun(run_id=registered.run_id, host=host, lease_sec=cfg.hosts.host_lease_sec,
+                                             claim_batch=cfg.hosts.claim_batch, claimed_file=CLAIMED_FILE)
         write_manifest(cfg.run_root, run.manifest)
-        self._say("registered", {"run_id": registered.run_id, "host": host, "lease_sec": cfg.host_lease_sec,
+        self._say("registered", {"run_id": registered.run_id, "host": host, "lease_sec": cfg.hosts.host_lease_sec,
                                  "selection": len(run.manifest.selection.task_ids), "added_to_claims": added})
-        self.lease = HostLease(claims, registered.run_id, cfg.host_lease_sec, host, read_attempts=settled_attempts,
+        self.lease = HostLease(claims, registered.run_id, cfg.hosts.host_lease_sec, host, read_attempts=settled_attempts,
                                on_stop=self._on_stop, say=self._say).start()
         return self
 
@@ -103,11 +103,11 @@ class SharedHost:
         cfg = self.run.cfg
         root = cfg.run_root
         config = BatchRunnerConfig(
-            db_url=cfg.campaign_db, campaign=cfg.campaign_name, run_id=self.run_id, run_root=str(root),
+            db_url=cfg.money.campaign_db, campaign=cfg.money.campaign_name, run_id=self.run_id, run_root=str(root),
             bench_dir=str(self.run.bench_copy), claimed_file=str(RunRoot(root).claimed),
-            stop_file=str(self.run.stop_file), concurrency=cfg.concurrency, claim_batch=cfg.claim_batch,
-            wait_for_fence_sec=wait_for_fence_sec(cfg.host_lease_sec),
-            admission=AdmissionLimitsRecord(**asdict(cfg.admission_limits())), docker_host=cfg.docker_host)
+            stop_file=str(self.run.stop_file), concurrency=cfg.selection.concurrency, claim_batch=cfg.hosts.claim_batch,
+            wait_for_fence_sec=wait_for_fence_sec(cfg.hosts.host_lease_sec),
+            admission=AdmissionLimitsRecord(**asdict(cfg.hosts.admission_limits())), docker_host=cfg.docker_host)
         replace_atomic(RunRoot(root).shared_runner, msgspec.json.encode(config).decode())
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("PG")}}
         return [sys.executable, "-m", "cowork_adapter.run.batch_runner", str(RunRoot(root).shared_runner)], env

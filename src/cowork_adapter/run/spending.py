@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+import msgspec
+
 from ..campaign.budget import Spending, admission_check, stop_decision
 from ..campaign.meter import KeyMeter, MeterError
 from ..campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
 from ..campaign.store import CampaignStore, JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
-from ..config import RunConfig, not_below
+from ..config import Money, RunConfig, not_below
 from ..errors import CampaignPersistenceError, Refusal
 from ..runroot.manifest import write_manifest
 from ..schemas.campaign import CampaignRecord, key_fingerprint
@@ -47,91 +49,92 @@ SETTLED = ("recorded", NO_CAMPAIGN)
 
 def paid_preflight(cfg: RunConfig) -> tuple[str, RunConfig]:
     """The provider key from the environment, checked against the meter before anything is written,
-    and the config with its money bounds resolved (see `resolve_money`)."""
-    key = os.environ.get(cfg.api_key_env, "")
+    and the config with its money bounds resolved (see `resolve_money`). The flags already hold a
+    campaign (config.py refuses a paid run without one)."""
+    key = os.environ.get(cfg.provider.api_key_env, "")
     if not key.strip():
-        raise Refusal("credential", f"the environment variable {cfg.api_key_env} is empty or unset; supply the provider key there.")
-    if cfg.campaign_file is None and cfg.campaign_db is None:
-        raise Refusal("campaign", "a paid run needs --campaign-file, the campaign's shared spending record.")
-    if cfg.campaign_file is not None and not cfg.campaign_file.parent.is_dir():
-        raise Refusal("campaign", f"the campaign file's directory {cfg.campaign_file.parent} does not exist.")
-    meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
+        raise Refusal("credential", f"the environment variable {cfg.provider.api_key_env} is empty or unset; supply the provider key there.")
+    money = cfg.money
+    if money.campaign_file is not None and not money.campaign_file.parent.is_dir():
+        raise Refusal("campaign", f"the campaign file's directory {money.campaign_file.parent} does not exist.")
+    meter = KeyMeter(money.meter_url, key, timeout=5.0)
     try:
         headroom = meter.headroom(timeout=5.0)
     except MeterError as exc:
-        raise Refusal("credential", f"the key meter at {cfg.meter_url} did not give a usable answer: {exc}") from None
+        raise Refusal("credential", f"the key meter at {money.meter_url} did not give a usable answer: {exc}") from None
     effective = headroom.effective
-    if effective is not None and effective < cfg.min_key_usd:
-        raise Refusal("credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {cfg.min_key_usd:g}.")
+    if effective is not None and effective < money.min_key_usd:
+        raise Refusal("credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {money.min_key_usd:g}.")
     cfg = campaign_preflight(cfg, key, _startup_reading(meter))
     return key, cfg
 
 
-# The money flags a run that creates a campaign must give: (RunConfig field, flag).
-MONEY_FLAGS = (("campaign_budget_usd", "--campaign-budget-usd"), ("budget_usd", "--budget-usd"),
-               ("budget_reserve_usd", "--budget-reserve-usd"))
-# Where an existing campaign keeps each bound the run did not name.
-_STORED = {"campaign_budget_usd": "ceiling_usd", "budget_usd": "run_budget_usd", "budget_reserve_usd": "reserve_usd"}
-
-
-def resolve_money(cfg: RunConfig, record: CampaignRecord | None) -> RunConfig:
-    """The config with all three money bounds known, or a Refusal naming what is missing.
+def resolve_money(money: Money, record: CampaignRecord | None) -> Money:
+    """The money flags with all three bounds known, or a Refusal naming what is missing.
 
     No amount is ever assumed. A campaign that does not exist is created only with --new-campaign
     (a new campaign is a new usage baseline: a mistyped path must not start one), and only from
     bounds given explicitly. A run on an existing campaign takes each bound it does not name from
-    what the campaign stored when it was created.
+    what the campaign stored when it was created (its ceiling, run budget and reserve).
     """
-    path = campaign_location(cfg)
+    path = money.campaign_location()
     if record is None:
-        if not cfg.new_campaign:
+        if not money.new_campaign:
             raise Refusal("campaign", f"the campaign {path} does not exist, and creating it would start a new "
                                       "campaign with a new usage baseline; pass --new-campaign to create it, or name "
                                       "the existing campaign file.")
-        missing = [flag for name, flag in MONEY_FLAGS if getattr(cfg, name) is None]
+        missing = _missing(money)
         if missing:
             raise Refusal("campaign", f"creating the campaign {path} needs {_and(missing)} given explicitly; "
                                       "no amount is assumed.")
-        return cfg
-    update = {name: getattr(record, _STORED[name]) for name, _ in MONEY_FLAGS if getattr(cfg, name) is None}
-    missing = [flag for name, flag in MONEY_FLAGS if name in update and update[name] is None]
+        return money
+    resolved = msgspec.structs.replace(
+        money,
+        campaign_budget_usd=_given_or(money.campaign_budget_usd, record.ceiling_usd),
+        budget_usd=_given_or(money.budget_usd, record.run_budget_usd),
+        budget_reserve_usd=_given_or(money.budget_reserve_usd, record.reserve_usd),
+    )
+    missing = _missing(resolved)
     if missing:
         raise Refusal("campaign", f"the campaign {path} stores no value for {_and(missing)}; give "
                                   f"{'it' if len(missing) == 1 else 'them'} explicitly.")
-    resolved = cfg.with_changes(**update)
     if not_below(resolved.budget_reserve_usd, resolved.campaign_budget_usd):
         raise Refusal("campaign", f"the reserve ${resolved.budget_reserve_usd:g} is not below the campaign's ceiling "
                                   f"${resolved.campaign_budget_usd:g}; give a smaller --budget-reserve-usd.")
     return resolved
 
 
+def _given_or(given: float | None, stored: float | None) -> float | None:
+    return stored if given is None else given
+
+
+def _missing(money: Money) -> list[str]:
+    """The money bounds still unknown, by flag, in the order a refusal names them."""
+    bounds = (("--campaign-budget-usd", money.campaign_budget_usd), ("--budget-usd", money.budget_usd),
+              ("--budget-reserve-usd", money.budget_reserve_usd))
+    return [flag for flag, value in bounds if value is None]
+
+
 def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def campaign_store(cfg: RunConfig) -> CampaignStore:
+def campaign_store(money: Money) -> CampaignStore:
     """The run's campaign store: PostgreSQL with --campaign-db (several hosts), else the JSON file."""
-    if cfg.campaign_db is not None:
+    if money.campaign_db is not None:
         from ..campaign.pg_store import PostgresCampaignStore  # psycopg2 only for runs that name a database
 
-        return PostgresCampaignStore(cfg.campaign_db, cfg.campaign_name)
-    return JsonFileCampaignStore(cfg.campaign_file)
+        return PostgresCampaignStore(money.campaign_db, money.campaign_name)
+    return JsonFileCampaignStore(money.campaign_file)
 
 
-def peek_campaign(cfg: RunConfig) -> CampaignRecord | None:
+def peek_campaign(money: Money) -> CampaignRecord | None:
     """The campaign record without its lock (every write is atomic: a rename, or one transaction)."""
-    if cfg.campaign_db is not None:
+    if money.campaign_db is not None:
         from ..campaign.pg_store import read_campaign_db
 
-        return read_campaign_db(cfg.campaign_db, cfg.campaign_name)
-    return read_campaign(cfg.campaign_file)
-
-
-def campaign_location(cfg: RunConfig) -> str:
-    """How messages name the campaign: its file, or its database and name."""
-    if cfg.campaign_db is not None:
-        return f"{cfg.campaign_db} campaign {cfg.campaign_name!r}"
-    return str(cfg.campaign_file)
+        return read_campaign_db(money.campaign_db, money.campaign_name)
+    return read_campaign(money.campaign_file)
 
 
 def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> RunConfig:
@@ -142,24 +145,25 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
     active_run, a meter below the last accepted usage, no money above the reserve. The admission
     under the lock (`open_campaign`) checks all of it again, since the file may change meanwhile.
     """
-    record = peek_campaign(cfg)
-    if cfg.shared_campaign and record is not None:
+    record = peek_campaign(cfg.money)
+    shared = cfg.hosts.shared_campaign
+    if shared and record is not None:
         from ..campaign.shared import refuse_if_stopped
 
-        refuse_if_stopped(record, campaign_location(cfg))
-    cfg = resolve_money(cfg, record)
+        refuse_if_stopped(record, cfg.money.campaign_location())
+    money = resolve_money(cfg.money, record)
     usage = reading.usage
     if record is None:
-        spending = Spending(ceiling_usd=cfg.campaign_budget_usd, prior_spend_usd=cfg.prior_spend_usd,
+        spending = Spending(ceiling_usd=money.campaign_budget_usd, prior_spend_usd=money.prior_spend_usd,
                             usage_baseline=usage, usage=usage, usage_at_run_start=usage)
     else:
-        if cfg.shared_campaign:  # another host may have read (and stored) the same meter after us
+        if shared:  # another host may have read (and stored) the same meter after us
             usage = max(usage, record.last_usage)
-        _admit_existing(record, campaign_location(cfg), key_fingerprint(key), cfg.campaign_budget_usd,
-                        cfg.prior_spend_usd, usage, cfg.diagnostic_eval_on_truncation)
+        _admit_existing(record, money.campaign_location(), key_fingerprint(key), money.campaign_budget_usd,
+                        money.prior_spend_usd, usage, cfg.agent.diagnostic_eval_on_truncation)
         spending = _spending(record, usage, usage)
-    admission_check(spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=reading.limit_remaining)
-    return cfg
+    admission_check(spending, reserve_usd=money.budget_reserve_usd, limit_remaining=reading.limit_remaining)
+    return cfg.with_changes(money=money)
 
 
 @dataclass
@@ -254,8 +258,8 @@ def monitor_spending(spending: Spending | None, cfg: RunConfig) -> MonitorSpendi
         campaign_spent_usd=max(0.0, spending.spent_usd) if spending else None,
         campaign_remaining_usd=max(0.0, spending.remaining_usd) if spending else None,
         run_spent_usd=max(0.0, spending.run_spent_usd or 0.0) if spending else None,
-        reserve_usd=cfg.budget_reserve_usd,
-        run_budget_usd=cfg.budget_usd,
+        reserve_usd=cfg.money.budget_reserve_usd,
+        run_budget_usd=cfg.money.budget_usd,
     )
 
 
@@ -292,7 +296,7 @@ class NoSpending:
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self.tracker = MeterTracker(cfg.meter_blindness_sec)  # never fed: monitor.json's meter stays empty
+        self.tracker = MeterTracker(cfg.money.meter_blindness_sec)  # never fed: monitor.json's meter stays empty
 
     def admit(self, run: Any, held: ExitStack) -> None:
         write_manifest(run.cfg.run_root, run.manifest)
@@ -327,8 +331,8 @@ class CampaignSpending:
 
     def __init__(self, cfg: RunConfig, key: str) -> None:
         self.cfg, self.key = cfg, key
-        self.meter = KeyMeter(cfg.meter_url, key, timeout=5.0)
-        self.tracker = MeterTracker(cfg.meter_blindness_sec)
+        self.meter = KeyMeter(cfg.money.meter_url, key, timeout=5.0)
+        self.tracker = MeterTracker(cfg.money.meter_blindness_sec)
         self.spending: Spending | None = None
         self.persistence_error: str | None = None  # the first campaign write that failed
         self.campaign = None  # the campaign handle, once admitted
@@ -351,10 +355,10 @@ class CampaignSpending:
         startup = _startup_reading(self.meter)
         try:
             campaign = held.enter_context(self._opener()(
-                campaign_store(cfg), key_fingerprint=key_fingerprint(self.key),
-                ceiling=cfg.campaign_budget_usd, prior_spend=cfg.prior_spend_usd, startup_usage=startup.usage,
-                create_if_missing=cfg.new_campaign, reserve=cfg.budget_reserve_usd, run_budget=cfg.budget_usd,
-                diagnostic=cfg.diagnostic_eval_on_truncation,
+                campaign_store(cfg.money), key_fingerprint=key_fingerprint(self.key),
+                ceiling=cfg.money.campaign_budget_usd, prior_spend=cfg.money.prior_spend_usd, startup_usage=startup.usage,
+                create_if_missing=cfg.money.new_campaign, reserve=cfg.money.budget_reserve_usd, run_budget=cfg.money.budget_usd,
+                diagnostic=cfg.agent.diagnostic_eval_on_truncation,
             ))
         except CampaignPersistenceError as exc:
             raise self._not_admitted(exc, "opening the campaign") from None
@@ -362,9 +366,9 @@ class CampaignSpending:
         self.startup = startup
         self.run_start_usage = startup.usage
         self.spending = _spending(campaign.record, startup.usage, startup.usage)
-        admission_check(self.spending, reserve_usd=cfg.budget_reserve_usd, limit_remaining=startup.limit_remaining)
+        admission_check(self.spending, reserve_usd=cfg.money.budget_reserve_usd, limit_remaining=startup.limit_remaining)
         if run.gateway is not None:
-            run.gateway.set_allowance(gateway_allowance(self.spending, cfg.budget_reserve_usd, cfg.budget_usd,
+            run.gateway.set_allowance(gateway_allowance(self.spending, cfg.money.budget_reserve_usd, cfg.money.budget_usd,
                                                         startup.limit_remaining))
         try:
             campaign.start_run(run_root=str(cfg.run_root), run_label=run.label, launcher_pid=os.getpid(),
@@ -391,8 +395,8 @@ class CampaignSpending:
     def observe(self, deadline: float) -> tuple[float, StopReason | None]:
         reading = self.observer.observe(deadline, phase=MeterPhase.POLL)
         self._accepted(reading, phase="poll")
-        decision = stop_decision(self.spending, reserve_usd=self.cfg.budget_reserve_usd,
-                                 run_budget_usd=self.cfg.budget_usd, limit_remaining=reading.limit_remaining)
+        decision = stop_decision(self.spending, reserve_usd=self.cfg.money.budget_reserve_usd,
+                                 run_budget_usd=self.cfg.money.budget_usd, limit_remaining=reading.limit_remaining)
         if decision is not None:
             self._crossing(decision)
         return reading.request_time, decision
@@ -428,7 +432,7 @@ class CampaignSpending:
         """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
         meter_error = None
         try:
-            reading = self.observer.observe(time.monotonic() + self.cfg.meter_blindness_sec, phase=MeterPhase.FINAL)
+            reading = self.observer.observe(time.monotonic() + self.cfg.money.meter_blindness_sec, phase=MeterPhase.FINAL)
             self._accepted(reading, phase="final")
         except MeterBlind as exc:
             meter_error = f"final meter reading unavailable: {exc.last_error or exc}"

@@ -123,6 +123,34 @@ class Limits(Record):
     daemon_memory_bytes: int | None = None
 
 
+class MeterCadence(Record):
+    """The key meter a run read and how often (run/supervisor.py's cadence)."""
+
+    url: str | None = None
+    blindness_sec: float | None = None
+    poll_sec: float | None = None
+    read_slice_sec: float | None = None
+    retry_sec: float | None = None
+
+
+class Budgets(Record):
+    """The money and disk bounds of one invocation (run/launch.budget_record): each key is its flag's
+    name, as in RunConfig. Every field has a default: a manifest written before this record was typed
+    (a plain mapping with these keys, some of them possibly absent) still reads."""
+
+    budget_usd: float | None = None
+    campaign_budget_usd: float | None = None
+    budget_reserve_usd: float | None = None
+    prior_spend_usd: float | None = None
+    per_task_cost_usd: float | None = None
+    min_key_usd: float | None = None
+    meter: MeterCadence | None = None
+    min_free_gib: float | None = None
+    min_root_free_gib: float | None = None
+    resource_root: str | None = None
+    api_key_env: str | None = None
+
+
 class Refusal(Record):
     stage: str
     sentence: str
@@ -191,7 +219,7 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     selection: Selection = msgspec.field(default_factory=Selection)
     applied_config: dict[str, Any] = msgspec.field(default_factory=dict)
     limits: Limits | None = None
-    budgets: dict[str, Any] = msgspec.field(default_factory=dict)  # invocation/campaign bounds, meter cadence
+    budgets: Budgets = msgspec.field(default_factory=Budgets)  # invocation/campaign bounds, meter cadence
     official_command: list[str] = msgspec.field(default_factory=list)
     bash_env: str | None = None
     dry_run: bool = False

@@ -93,11 +93,11 @@ def routed_model_id(model: str, openai_compatible_base_url: str) -> str:
 
 def model_provider(cfg: RunConfig) -> str:
     """The MODEL_PROVIDER both task containers get; with MODEL_NAME it names the dump folder."""
-    if cfg.engine_kind is EngineKind.OUROBOROS:
+    if cfg.agent.engine_kind is EngineKind.OUROBOROS:
         return "ouroboros"
     if cfg.spends_nothing:
-        return cfg.engine  # oracle / nop: dumps under dumps/<engine>_<model>/
-    return "openai" if cfg.openai_compatible_base_url else "openrouter"
+        return cfg.agent.engine  # oracle / nop: dumps under dumps/<engine>_<model>/
+    return "openai" if cfg.provider.openai_compatible_base_url else "openrouter"
 
 
 # The provider segment of an upstream entry that names its dumps by a fixed word, not by
@@ -110,19 +110,19 @@ OPENROUTER_CHAT_URL = "https://openrouter.ai/api/v1"
 def agent_short_name(cfg: RunConfig) -> str:
     """`<provider>/<model>`, what the benchmark's TaskConfig uses to place the task dump: the
     one the engine itself uses, so the summary, the eval phase and the ledger find its dump."""
-    provider = UPSTREAM_DUMP_PROVIDER.get(cfg.upstream_entry or "", model_provider(cfg))
-    return f"{provider}/{cfg.model}"
+    provider = UPSTREAM_DUMP_PROVIDER.get(cfg.agent.upstream_entry or "", model_provider(cfg))
+    return f"{provider}/{cfg.agent.model}"
 
 
 def agent_base_url(cfg: RunConfig) -> str:
     """The chat endpoint of the task's model, for upstream engines that read it from the env
     (MODEL_API_URL for main.py, LLM_BASE_URL for main_strands.py)."""
-    return cfg.openai_compatible_base_url or OPENROUTER_CHAT_URL
+    return cfg.provider.openai_compatible_base_url or OPENROUTER_CHAT_URL
 
 
 def disabled_tools(cfg: RunConfig) -> list[str]:
     tools = list(ALWAYS_DISABLED_TOOLS)
-    if not cfg.subagents:
+    if not cfg.agent.subagents:
         tools.append(SUBAGENT_TOOL)
     return tools
 
@@ -141,38 +141,38 @@ def _subagent_roster(cfg: RunConfig, model_id: str) -> str:
             "minted_from": "cowork-adapter",
         }
 
-    items = [row("worker", "task work", cfg.effort, False)]
-    items += [row(f"reviewer-{n}", "review", cfg.review_effort, True) for n in range(1, cfg.review_slots + 1)]
+    items = [row("worker", "task work", cfg.agent.effort, False)]
+    items += [row(f"reviewer-{n}", "review", cfg.agent.review_effort, True) for n in range(1, cfg.agent.review_slots + 1)]
     return json.dumps({"enabled": True, "items": items}, sort_keys=True)
 
 
 def render_ouroboros_settings(cfg: RunConfig) -> dict[str, Any]:
     """The non-secret settings.json content for the Ouroboros server, from the flags."""
-    model_id = routed_model_id(cfg.model, cfg.openai_compatible_base_url)
+    model_id = routed_model_id(cfg.agent.model, cfg.provider.openai_compatible_base_url)
     settings: dict[str, Any] = {slot: model_id for slot in MODEL_SLOTS}
     settings.update(
         {
-            "OUROBOROS_REVIEW_MODELS": ",".join([model_id] * max(cfg.review_slots, 1)),
+            "OUROBOROS_REVIEW_MODELS": ",".join([model_id] * max(cfg.agent.review_slots, 1)),
             "USE_LOCAL_MAIN": False,
             "USE_LOCAL_LIGHT": False,
             "USE_LOCAL_FALLBACK": False,
             "USE_LOCAL_CONSCIOUSNESS": False,
             "USE_LOCAL_HEAVY": False,
             "OUROBOROS_SUBAGENTS": _subagent_roster(cfg, model_id),
-            "OUROBOROS_TASK_REVIEW_MODE": cfg.task_review_mode,
-            "OUROBOROS_REVIEW_ENFORCEMENT": cfg.review_enforcement,
-            "OUROBOROS_REVIEW_MAX_CYCLES": cfg.review_max_cycles,
-            "OUROBOROS_EFFORT_TASK": cfg.effort,
-            "OUROBOROS_RUNTIME_MODE": cfg.runtime_mode,
-            "OUROBOROS_SAFETY_MODE": cfg.safety_mode,
+            "OUROBOROS_TASK_REVIEW_MODE": cfg.agent.task_review_mode,
+            "OUROBOROS_REVIEW_ENFORCEMENT": cfg.agent.review_enforcement,
+            "OUROBOROS_REVIEW_MAX_CYCLES": cfg.agent.review_max_cycles,
+            "OUROBOROS_EFFORT_TASK": cfg.agent.effort,
+            "OUROBOROS_RUNTIME_MODE": cfg.agent.runtime_mode,
+            "OUROBOROS_SAFETY_MODE": cfg.agent.safety_mode,
             "OUROBOROS_CONTEXT_MODE": "max",
             "OUROBOROS_CONTEXT_MODE_AUTO_LOW": "false",
-            "OUROBOROS_MAX_SUBAGENT_DEPTH": cfg.subagent_depth if cfg.subagents else 0,
+            "OUROBOROS_MAX_SUBAGENT_DEPTH": cfg.agent.subagent_depth if cfg.agent.subagents else 0,
             "OUROBOROS_ALLOW_MUTATIVE_SUBAGENTS": "false",
-            "OUROBOROS_MAX_WORKERS": cfg.max_workers,
-            "OUROBOROS_MAX_ROUNDS": cfg.max_steps,
-            "TOTAL_BUDGET": cfg.per_task_cost_usd,
-            "OUROBOROS_PER_TASK_COST_USD": cfg.per_task_cost_usd,
+            "OUROBOROS_MAX_WORKERS": cfg.agent.max_workers,
+            "OUROBOROS_MAX_ROUNDS": cfg.agent.max_steps,
+            "TOTAL_BUDGET": cfg.agent.per_task_cost_usd,
+            "OUROBOROS_PER_TASK_COST_USD": cfg.agent.per_task_cost_usd,
             "OUROBOROS_POST_TASK_EVOLUTION": "false",
             "OUROBOROS_POST_TASK_EVOLUTION_CADENCE": "off",
             "OUROBOROS_MAIN_WEB_SEARCH": "off",
@@ -182,29 +182,29 @@ def render_ouroboros_settings(cfg: RunConfig) -> dict[str, Any]:
             "OUROBOROS_SUBAGENT_HARNESS": "",
             "MCP_ENABLED": True,
             "MCP_SERVERS": [],  # the entrypoint fills in one row per server the task needs
-            "MCP_TOOL_TIMEOUT_SEC": cfg.mcp_tool_timeout,
+            "MCP_TOOL_TIMEOUT_SEC": cfg.agent.mcp_tool_timeout,
         }
     )
-    if cfg.or_provider:
-        settings["OUROBOROS_OR_PROVIDER"] = cfg.or_provider
-    if cfg.openai_compatible_base_url:
-        settings["OPENAI_COMPATIBLE_BASE_URL"] = cfg.openai_compatible_base_url
+    if cfg.provider.or_provider:
+        settings["OUROBOROS_OR_PROVIDER"] = cfg.provider.or_provider
+    if cfg.provider.openai_compatible_base_url:
+        settings["OPENAI_COMPATIBLE_BASE_URL"] = cfg.provider.openai_compatible_base_url
     return settings
 
 
 def build_run_config(cfg: RunConfig) -> EntrypointConfigFile:
     """The run config file for `cfg`. An upstream engine gets no Ouroboros settings or tool list."""
-    ouroboros = cfg.engine_kind is EngineKind.OUROBOROS
+    ouroboros = cfg.agent.engine_kind is EngineKind.OUROBOROS
     return EntrypointConfigFile(
-        engine=cfg.engine,
-        model=cfg.model,
+        engine=cfg.agent.engine,
+        model=cfg.agent.model,
         settings=render_ouroboros_settings(cfg) if ouroboros else {},
         disabled_tools=disabled_tools(cfg) if ouroboros else [],
-        task_timeout_sec=cfg.task_timeout,
-        mcp_tool_timeout_sec=cfg.mcp_tool_timeout,
+        task_timeout_sec=cfg.agent.task_timeout,
+        mcp_tool_timeout_sec=cfg.agent.mcp_tool_timeout,
         truncation_reason_codes=sorted(TRUNCATION_RUNTIME_REASONS),
-        diagnostic_eval_on_truncation=cfg.diagnostic_eval_on_truncation,
-        credential_setting=cfg.credential_setting,
-        openai_compatible_base_url=cfg.openai_compatible_base_url or None,
+        diagnostic_eval_on_truncation=cfg.agent.diagnostic_eval_on_truncation,
+        credential_setting=cfg.provider.credential_setting,
+        openai_compatible_base_url=cfg.provider.openai_compatible_base_url or None,
         agent_short_name=agent_short_name(cfg),
     )
