@@ -470,13 +470,13 @@ def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> i
         started = time.monotonic()
         stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "300"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        empty = returned = None
+        empty = returned = empty_wall = None
         while empty is None or returned is None:
             now = time.monotonic()
             if returned is None and stop.poll() is not None:
                 returned = now - started
             if empty is None and not list_labelled(docker_host, label, timeout=10).containers:
-                empty = now - started
+                empty, empty_wall = now - started, time.time()
             if now - started > 600:
                 break
             time.sleep(POLL_S)
@@ -497,6 +497,11 @@ def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> i
     for event in cleared:
         print(f"  the launcher's own removal: {event['removed']} object(s) in {event['seconds']} s, "
               f"proven {event['proven']}")
+        # The launcher decides the stop when the signal reaches it and starts its removal at once
+        # (to_removal 0.00 s in the demo series): its start, on the shared wall clock, is the decision.
+        decided = (parse_ts(event.get("ts")) or float("nan")) - float(event["seconds"])
+        if empty_wall is not None:
+            print(f"  stop decided (the launcher's removal starts) → no labelled container  {empty_wall - decided:.2f} s")
     print(f"  stop reason {manifest.get('stop_reason')}, run exit {code}; run root {run_root}")
     return 0 if empty is not None and stop.returncode == 0 else 2
 
