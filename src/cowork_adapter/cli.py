@@ -40,6 +40,7 @@ from .defaults import (
     InvalidFlag,
     check_env_name,
     check_http_url,
+    flag_value,
     refuse_key_on_command_line,
 )
 from .defaults import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
@@ -864,12 +865,8 @@ def _say(sentence: str) -> None:
 def _api_key_env_in(args: Sequence[str]) -> str:
     """The --api-key-env value on the command line, read before parsing (so that a usage error
     never echoes the key)."""
-    for i, arg in enumerate(args):
-        if arg == "--api-key-env" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--api-key-env="):
-            return arg.split("=", 1)[1]
-    return DEFAULT_API_KEY_ENV
+    given = flag_value(args, "--api-key-env")
+    return DEFAULT_API_KEY_ENV if given is None else given
 
 
 def _quiet_flag_types(command: Any) -> None:

@@ -87,6 +87,17 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of `flag` on a command line read without parsing it (`--flag V` or `--flag=V`; the
+    first one given): the key variable's name before parsing, a run's daemon from its recorded argv."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def check_env_name(flag: str, value: str) -> str:
     if ENV_NAME.fullmatch(value) is None:
         raise InvalidFlag(f"{flag} {value!r} is not a valid environment variable name.")

@@ -18,6 +18,7 @@ from cowork_adapter.config import (
     parse_docker_size,
     refuse_key_on_command_line,
 )
+from cowork_adapter.defaults import flag_value
 from cowork_adapter.container.runconfig import parse_run_config
 from cowork_adapter.errors import Refusal
 from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, EntrypointConfigFile, build_run_config
@@ -693,3 +694,15 @@ def test_building_a_run_config_imports_no_pydantic():
              "docker_host='unix:///d', dry_run=True); print(sorted(m for m in sys.modules if m.startswith('pydantic')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["run", "--docker-host", "tcp://h:2375", "--x"], "tcp://h:2375"),
+    (["run", "--docker-host=unix:///d.sock"], "unix:///d.sock"),
+    (["run", "--docker-host=a", "--docker-host", "b"], "a"),  # the first one given
+    (["run", "--docker-host"], None),  # a flag without its value names nothing
+    (["run", "--docker-hosts", "x"], None),  # only the exact flag
+    ([], None),
+])
+def test_flag_value_reads_a_flag_without_parsing(argv, expected):
+    assert flag_value(argv, "--docker-host") == expected

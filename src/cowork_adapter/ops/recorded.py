@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from ..custody.shim_config import ShimConfig
+from ..defaults import flag_value
 from ..schemas.manifest import RunManifest
 from ..schemas.record import RecordInvalid, decode
 from ..runroot.layout import RunRoot
@@ -22,13 +23,7 @@ def recorded_docker_host(run_root: Path, manifest: RunManifest | None) -> str | 
         return decode(text, ShimConfig).docker_host
     except (OSError, RecordInvalid):
         pass
-    argv = manifest.argv if manifest is not None else []
-    for i, arg in enumerate(argv):
-        if arg == "--docker-host" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--docker-host="):
-            return arg.split("=", 1)[1]
-    return None
+    return flag_value(manifest.argv if manifest is not None else [], "--docker-host")
 
 
 def recorded_meter_url(manifest: RunManifest | None) -> str | None:
