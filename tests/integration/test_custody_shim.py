@@ -172,9 +172,12 @@ def test_stop_file_refuses_creation_while_ps_still_works(custody):
 
 # A stand-in for a slow daemon: the "real docker" the shim runs waits 4 s before a creation, as a
 # loaded daemon can take seconds to answer a create it will finish even if its client is killed.
+# It first leaves a mark: the shim runs it only once the creation is admitted, so the mark is the
+# moment a stop can no longer refuse that creation (the lock file appears earlier, before the
+# admission check, and a stop written between the two is refused, as designed: CI saw that race).
 SLOW_DOCKER = """\
 #!/bin/sh
-case "$1" in run|create) sleep 4 ;; esac
+case "$1" in run|create) : > {admitted}; sleep 4 ;; esac
 exec {real} "$@"
 """
 
@@ -188,7 +191,7 @@ DOCKER=$(which docker)
 def _slow_custody(tmp_path: Path, docker_host: str):
     real = shutil.which("docker", path="/usr/local/bin:/usr/bin:/bin")
     slow = tmp_path / "slow-docker"
-    slow.write_text(SLOW_DOCKER.format(real=real))
+    slow.write_text(SLOW_DOCKER.format(real=real, admitted=tmp_path / "admitted"))
     slow.chmod(0o755)
     (tmp_path / "resources").mkdir()
     run_root = tmp_path / "run"
@@ -199,17 +202,19 @@ def _slow_custody(tmp_path: Path, docker_host: str):
 
 
 def _stopped_mid_creation(tmp_path: Path, run_root: Path, files, ident: str) -> None:
-    """Start a runner-like script that creates one container, wait until the creation is in flight,
-    then fence and SIGKILL the script's whole group, as the supervisor stops a runner."""
+    """Start a runner-like script that creates one container, wait until the creation is admitted
+    and in flight, then fence and SIGKILL the script's whole group, as the supervisor stops a runner."""
     script = tmp_path / "one.sh"
     script.write_text(ONE_CREATION)
     env = files.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)})
     runner = subprocess.Popen(["bash", str(script), ident], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while not any(creations_dir(run_root).iterdir()) and time.monotonic() < deadline:
+    admitted = tmp_path / "admitted"
+    while not admitted.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert any(creations_dir(run_root).iterdir()), "the creation never started"
+    assert admitted.exists(), "the creation was never admitted"
+    assert any(creations_dir(run_root).iterdir()), "an admitted creation holds no lock"
     (run_root / "custody" / "stop").write_text("stop_requested\n")
     os.killpg(runner.pid, signal.SIGKILL)
     runner.wait(timeout=10)
