@@ -170,14 +170,19 @@ def test_stop_file_refuses_creation_while_ps_still_works(custody):
         custody["client"].api.inspect_container(f"agent-{custody['id']}-late")
 
 
-# A stand-in for a slow daemon: the "real docker" the shim runs waits 4 s before a creation, as a
-# loaded daemon can take seconds to answer a create it will finish even if its client is killed.
+# A stand-in for a slow daemon: the "real docker" the shim runs holds a creation back (until the
+# test writes the release file, or `hold` tenths of a second at most), as a loaded daemon can take
+# seconds to answer a create it will finish even if its client is killed.
 # It first leaves a mark: the shim runs it only once the creation is admitted, so the mark is the
 # moment a stop can no longer refuse that creation (the lock file appears earlier, before the
 # admission check, and a stop written between the two is refused, as designed: CI saw that race).
 SLOW_DOCKER = """\
 #!/bin/sh
-case "$1" in run|create) : > {admitted}; sleep 4 ;; esac
+case "$1" in run|create)
+  : > {admitted}
+  i=0
+  while [ ! -e {release} ] && [ "$i" -lt {hold} ]; do sleep 0.1; i=$((i + 1)); done ;;
+esac
 exec {real} "$@"
 """
 
@@ -188,10 +193,11 @@ DOCKER=$(which docker)
 """.format(image=IMAGE)
 
 
-def _slow_custody(tmp_path: Path, docker_host: str):
+def _slow_custody(tmp_path: Path, docker_host: str, hold_sec: float):
     real = shutil.which("docker", path="/usr/local/bin:/usr/bin:/bin")
     slow = tmp_path / "slow-docker"
-    slow.write_text(SLOW_DOCKER.format(real=real, admitted=tmp_path / "admitted"))
+    slow.write_text(SLOW_DOCKER.format(real=real, admitted=tmp_path / "admitted", release=tmp_path / "release",
+                                       hold=int(hold_sec * 10)))
     slow.chmod(0o755)
     (tmp_path / "resources").mkdir()
     run_root = tmp_path / "run"
@@ -233,7 +239,7 @@ def _remove_named(docker_host: str, name: str) -> None:
 def test_a_creation_landing_after_the_stop_is_waited_for_and_removed_before_the_proof(tmp_path, docker_host):
     """The flake CI found: a cleanup proved a run empty while a create it had admitted was still
     being answered, and the container appeared after the proof. The cleanup now waits for it."""
-    run_root, files = _slow_custody(tmp_path, docker_host)
+    run_root, files = _slow_custody(tmp_path, docker_host, hold_sec=4)  # never released: the daemon answers late
     ident = "inflight" + uuid.uuid4().hex[:8]
     label = path_label(run_root)
     log: list[dict] = []
@@ -251,18 +257,24 @@ def test_a_creation_landing_after_the_stop_is_waited_for_and_removed_before_the_
 
 def test_without_the_wait_that_creation_escapes_the_proof(tmp_path, docker_host):
     """The control: the same stop, proven by a cleanup that does not wait, is proven empty and then
-    holds the container that landed after it (why the in-flight locks exist)."""
-    run_root, files = _slow_custody(tmp_path, docker_host)
+    holds the container that landed after it (why the in-flight locks exist).
+
+    The creation is held back until that cleanup has returned, and only then let through: a fixed
+    4 s delay raced the cleanup itself, whose four listings can take longer on a loaded daemon, so
+    the container landed before its listing or its proof and the control failed."""
+    run_root, files = _slow_custody(tmp_path, docker_host, hold_sec=120)
     ident = "inflight" + uuid.uuid4().hex[:8]
     label = path_label(run_root)
     try:
         _stopped_mid_creation(tmp_path, run_root, files, ident)
         report = cleanup_run(docker_host, label, lambda entry: None)
         assert report.removed_containers == []
+        (tmp_path / "release").write_text("")
         deadline = time.monotonic() + 30
         while label_is_empty(docker_host, label) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not label_is_empty(docker_host, label)
     finally:
+        (tmp_path / "release").write_text("")  # a held creation ends, so the cleanup below can wait for it
         cleanup_run(docker_host, label, lambda entry: None, creations=creations_dir(run_root))
         _remove_named(docker_host, f"agent-{ident}")
