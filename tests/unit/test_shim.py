@@ -578,13 +578,27 @@ def test_a_signal_to_the_shim_reaches_its_docker_and_the_exit_code_says_so(bed):
     (bed.fake_dir / "sleep").write_text("30")
     proc = subprocess.Popen([str(bed.files.wrapper), "run", "-d", "--name", "agent-3-abc", "img"],
                             env={"PATH": os.environ["PATH"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The shim sets its forwarding handlers right after it starts the docker: a SIGTERM before
+    # that kills the shim itself (-15, not 143). The fake docker's call proves only that the docker
+    # runs, and a fixed pause after it could pass with the shim not yet run again on a loaded
+    # machine: wait for both, the handler read from the kernel's record of caught signals.
     deadline = time.monotonic() + 20
-    while not bed.calls() and time.monotonic() < deadline:
+    while not (bed.calls() and catches(proc.pid, signal.SIGTERM)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.2)  # the forwarding handlers are set right after the docker starts
+    assert bed.calls() and catches(proc.pid, signal.SIGTERM), "the shim never ran its docker with handlers set"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
     assert creation_files(bed) == []
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (the SigCgt mask of /proc/<pid>/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
+    return bool(mask & (1 << (signum - 1)))
 
 
 def test_settle_reads_ended_and_held_locks_and_a_missing_directory(tmp_path):
