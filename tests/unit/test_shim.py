@@ -376,7 +376,10 @@ def test_a_dead_launcher_refuses_every_creation_but_never_teardown(tmp_path):
         bed = Bed(tmp_path, launcher=(launcher.pid, start_ticks(launcher.pid)))
         assert bed.run("run", "--name", "agent-9-00000000", "img").returncode == 0  # alive: admitted
         launcher.kill()
-        time.sleep(0.2)  # exited but not reaped: a zombie runs no code, so it is dead too
+        # Until it has exited (a zombie, not reaped: it runs no code, so it is dead too). The kill
+        # only queues SIGKILL: on a loaded machine a fixed 0.2 s could pass before the process
+        # ran again to die, and the shim then rightly saw a live launcher and admitted.
+        os.waitid(os.P_PID, launcher.pid, os.WEXITED | os.WNOWAIT)
         assert not bed.stop_file.exists()
         for argv in (["run", "--name", "agent-9-00000001", "img"], ["container", "create", "img"],
                      ["network", "create", "net-9-00000000"]):
