@@ -21,7 +21,8 @@ def test_start_ticks_names_one_process():
             assert process_alive(child.pid, start_ticks(child.pid))
             assert not process_alive(child.pid, start_ticks(child.pid) + 1)  # another start: another process
             child.kill()
-            time.sleep(0.2)
+            # Exited, not reaped: a fixed pause could end before the killed child ran again to die.
+            os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
             assert not process_alive(child.pid, None)  # a zombie runs no code
         finally:
             child.kill()
