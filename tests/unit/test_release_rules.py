@@ -149,7 +149,12 @@ def test_a_released_host_that_comes_back_stops_with_its_own_reason() -> None:
     stops: list[str] = []
     lease = HostLease(Beats(HostRunReleased("released by op@desk")), "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
                       say=lambda action, detail: None).start()
-    time.sleep(0.3)
+    # Until a turn has stopped the host (a fixed 0.3 s could pass before the thread's first turn on
+    # a loaded machine); more turns would only prove the stop comes once.
+    deadline = time.monotonic() + 30
+    while not stops and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)  # a few more turns (lease/4 = 0.02 s): the stop is still said once
     lease.stop()
     assert stops == ["host_run_released"]
 

@@ -132,7 +132,11 @@ def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> N
         claims, stops, said = FakeClaims(beats), [], []
         lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
                           say=lambda action, detail: said.append(action)).start()
-        time.sleep(0.5)
+        # Until the thread has done what is asserted (a fixed 0.5 s, about 25 turns, could pass with
+        # the thread barely started on a loaded machine): stopping it sooner would prove nothing.
+        deadline = time.monotonic() + 30
+        while not (stops and claims.calls >= 4 and "fence_failed" in said) and time.monotonic() < deadline:
+            time.sleep(0.02)
         lease.stop()
         assert stops == [reason] and claims.calls >= 4  # once, and still renewing after it
         assert "fence_failed" in said
