@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import time
 
 from cowork_adapter.image.steplines import StepLines
@@ -16,7 +17,11 @@ def test_each_step_and_a_beat_while_it_lasts():
     out = io.StringIO()
     with StepLines("building x:y", out, interval=0.05) as lines:
         lines.set("Step 1/3 : FROM base\n")
-        time.sleep(0.5)
+        # The step lasts until three beats were said (a fixed 0.5 s could pass with the beat thread
+        # barely run on a loaded machine); the count below is then the beats' own.
+        deadline = time.monotonic() + 30
+        while out.getvalue().count("Step 1/3 : FROM base") < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
         lines.set("Step 2/3 : RUN " + "pip install x " * 20)
     after = out.getvalue()
     time.sleep(0.2)
@@ -35,12 +40,32 @@ def test_a_wrapped_command_logs_everything_and_steps_on_its_step_lines(tmp_path)
     from cowork_adapter.image.steplines import run_logged
 
     log = tmp_path / "build.log"
-    script = ("echo 'I: Retrieving Packages'; echo 'I: Unpacking libc6'; sleep 0.4; "
+    # The command holds its detail until a beat has shown it (the watcher below says so), 30 s at
+    # most: a fixed 0.4 s could pass without a beat when the beat thread or the reader of the
+    # command's output is not run in time on a loaded machine.
+    shown = tmp_path / "beat-shown"
+    script = ("echo 'I: Retrieving Packages'; echo 'I: Unpacking libc6'; "
+              f"for _ in $(seq 300); do [ -e '{shown}' ] && break; sleep 0.1; done; "
               "printf 'I: Configuring 10%%\\rI: Configuring base\\n'; sleep 0.3; echo 'noise'; exit 3")
     out = io.StringIO()
-    code = run_logged("[testbed] debootstrap", ["bash", "-c", script], str(log),
-                      _re.compile(r"^I: (?!Unpacking)"), _re.compile(r"^I: Unpacking"), out, interval=0.1,
-                      first="warming up")
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if "I: Retrieving Packages - I: Unpacking libc6" in out.getvalue():
+                shown.write_text("")
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        code = run_logged("[testbed] debootstrap", ["bash", "-c", script], str(log),
+                          _re.compile(r"^I: (?!Unpacking)"), _re.compile(r"^I: Unpacking"), out, interval=0.1,
+                          first="warming up")
+    finally:
+        done.set()
+        watcher.join(timeout=10)
     assert code == 3
     assert log.read_bytes() == (b"I: Retrieving Packages\nI: Unpacking libc6\nI: Configuring 10%\rI: Configuring base\n"
                                 b"noise\n")
