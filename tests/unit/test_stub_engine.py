@@ -501,13 +501,17 @@ def test_artifact_and_cost_finality_progress_after_the_terminal_write(spawn, tmp
 
 
 def test_budget_and_deadline_rails(spawn):
+    # The late task's deadline (counted from its submission) falls inside its second round: a round
+    # is at least its 1 s pace, so the second cannot end before 1.9 s, and the first has 0.9 s for
+    # its worker to start and its bookkeeping. With 0.3 s rounds and 0.45 s that was 0.15 s, which a
+    # loaded machine overran: the deadline then stopped the task after one round.
     stub = spawn(base_settings(
-        STUB_SECONDS_PER_ROUND=0.3, OUROBOROS_PER_TASK_COST_USD=0.0025,
+        STUB_SECONDS_PER_ROUND=1.0, OUROBOROS_PER_TASK_COST_USD=0.0025,
         STUB_EXTRA_PLANS={"long": plan(*[("nowhere", f"t{i}") for i in range(10)])},
     ))
     stub.wait_ready()
     spender = stub.submit("[demo-policy: long]")
-    late = stub.submit("[demo-policy: long]", timeout_sec=0.45)
+    late = stub.submit("[demo-policy: long]", timeout_sec=1.9)
     view = stub.settled(spender)
     assert ending_of(view) == ("completed", "budget_exhausted", "best_effort", "budget_exhausted")
     assert view["total_rounds"] == 3
