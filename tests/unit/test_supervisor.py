@@ -50,7 +50,7 @@ def make(tmp_path: Path, argv: list[str], meter: FakeMeter, **kw) -> Supervisor:
         publish=kw.pop("publish", lambda live: None),
         on_event=lambda kind, data: events.append((kind, data)),
         poll_sec=0.1,
-        group_grace_sec=2.0,
+        group_grace_sec=kw.pop("group_grace_sec", 2.0),
         **kw,
     )
     sup.events = events  # type: ignore[attr-defined]
@@ -224,13 +224,15 @@ def test_runner_trap_path_leaves_the_removal_to_the_runner(tmp_path):
     from cowork_adapter.vocab import StopPath
 
     removal = Removal(tmp_path / "stop")
+    # A grace well past the trap's 1.5 s: with 2 s, the trap's own sleep and touch (two processes
+    # to start on a loaded machine) had 0.5 s, and a trap SIGKILLed short of its file failed the test.
     sup = make(tmp_path, slow_trap_runner(tmp_path), FakeMeter(decision_after=1), remove_labelled=removal,
-               stop_path=StopPath.RUNNER_TRAP)
+               stop_path=StopPath.RUNNER_TRAP, group_grace_sec=10.0)
     started = time.monotonic()
     result = sup.run(time.monotonic())
     assert result.stop_reason == StopReason.RUN_BUDGET
     assert removal.calls == []
-    assert time.monotonic() - started >= 1.5  # it waited for the trap (the grace is 2 s)
+    assert time.monotonic() - started >= 1.5  # it waited for the trap
     assert (tmp_path / "trapped").exists()
     assert group_gone(sup.proc.pid)
 
