@@ -44,7 +44,11 @@ def test_a_long_step_still_gets_a_line_every_interval():
     out = io.StringIO()
     beat = DemoHeartbeat(1, stream=out, interval=0.05).start()
     beat.scenario(1, "kill9-random")
-    time.sleep(0.6)
+    # The step lasts until three beats were said (a fixed 0.6 s could pass with the beat thread
+    # barely run on a loaded machine); the count below is then the beats' own.
+    deadline = time.monotonic() + 30
+    while out.getvalue().count("scenario 1/1 kill9-random") < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
     beat.close()
     lines = [text for text in out.getvalue().splitlines() if "scenario 1/1 kill9-random" in text]
     assert len(lines) >= 4, lines  # the step's own line and the beats while it runs
