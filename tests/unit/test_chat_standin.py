@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -228,6 +229,12 @@ def test_a_hanging_request_is_released_when_the_standin_stops():
 
     worker = threading.Thread(target=call)
     worker.start()
+    # Stopped only once the request is in (counted as a hang): stopped earlier, as a loaded machine
+    # could have the caller not even connected 1.5 s after its start, it met a closed port instead.
+    deadline = time.monotonic() + 30
+    while s.counts.get("hang") != 1 and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert s.counts.get("hang") == 1, (s.counts, result)
     worker.join(timeout=1.5)
     assert worker.is_alive(), "a hang must not answer while the stand-in runs"
     s.stop()
