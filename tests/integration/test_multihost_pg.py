@@ -184,7 +184,10 @@ def test_a_sigkilled_host_keeps_its_claims_until_its_lease_lapsed_and_its_runner
     with TaskClaims(db, "c1") as b:
         b.add_selection(tasks)
         root_a = tmp_path / "host-a"
-        proc = host("holder", db, "c1", "h1", str(root_a), "5", "3")
+        # A 10 s lease: the refusal below must come while A's lease still runs, after a kill and four
+        # round trips to the database, two of them commits (B's registration and claim) that a loaded
+        # server, fsync on a busy disk, can take seconds over: a 3 s lease could lapse first.
+        proc = host("holder", db, "c1", "h1", str(root_a), "5", "10")
         claimed = first_event(proc)
         a_tasks, a_run, runner = claimed["tasks"], claimed["run"], claimed["runner_pgid"]
         assert len(a_tasks) == 5
