@@ -56,6 +56,24 @@ def stored(db: str) -> tuple[float, str, float] | None:
         conn.close()
 
 
+def wait_session_ended(db: str, pid: int, timeout: float) -> bool:
+    """Until the server's backend `pid` (a closed client's session) is gone; False at the timeout."""
+    deadline = time.monotonic() + timeout
+    conn = psycopg2.connect(db)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+                if cur.fetchone()[0] == 0:
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+    finally:
+        conn.close()
+
+
 def test_one_host_polls_and_another_takes_over_within_one_interval_when_it_dies(db: str) -> None:
     # Each host's own view of the one key's meter: a stand-in each, so each counts its host's requests.
     with MeterStandin(KEY, usage=1.25) as meter, MeterStandin(KEY, usage=1.25) as meter_b:
@@ -108,11 +126,16 @@ def test_a_stale_stored_reading_is_no_reading_and_blinds_the_reader(db: str) -> 
                 cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
                             (LOCK_NAMESPACE, CAMPAIGN + METER_LOCK_SUFFIX))
                 assert cur.fetchone()[0]
+                cur.execute("SELECT pg_backend_pid()")
+                squatter_pid = cur.fetchone()[0]
             with pytest.raises(MeterError) as none_yet:
                 reader.read_usage(2.0)
             assert none_yet.value.error_type == "no_shared_reading" and not reader.holder
             squatter.close()
-            time.sleep(0.5)  # the server ends the closed session and its lock
+            # The server ends the closed session, and its lock, in its own time: wait for that, not a
+            # fixed 0.5 s, which a loaded server could overrun (the poller then found the lock still
+            # held, and no reading stored).
+            assert wait_session_ended(db, squatter_pid, 30), "the closed session outlived 30 s"
             assert poller.read_usage(2.0).usage == 4.0 and poller.holder
             assert reader.read_usage(2.0).usage == 4.0 and not reader.holder
             # The poller stays alive and holds the lock but stops storing (stuck): its reading ages.
