@@ -213,6 +213,13 @@ def started_tasks(run_root: Path) -> set[str]:
     return {p.read_text().strip() for p in evidence.glob("*.task")} if evidence.is_dir() else set()
 
 
+def started_ids(run_root: Path) -> set[str]:
+    """The runner's ids (`<pid>-<hex>`, as in `agent-<id>`) of the agents given their task: the
+    shim writes `<id>.task` when the runner execs the agent with its task directory."""
+    evidence = run_root / "custody" / "evidence"
+    return {p.stem for p in evidence.glob("*.task")} if evidence.is_dir() else set()
+
+
 def runner_pid(run_root: Path) -> int | None:
     path = run_root / "events.jsonl"
     if not path.is_file():

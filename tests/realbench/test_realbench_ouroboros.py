@@ -40,6 +40,7 @@ from realbench_env import (
     read_rows,
     real_testbed,
     runner_pid,
+    started_ids,
     started_tasks,
     summary_tasks,
 )
@@ -77,6 +78,7 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["first_exit"] = proc.wait(timeout=900)
         out["first_s"] = time.monotonic() - started
         out["first_started"] = started_tasks(first)
+        out["first_started_ids"] = started_ids(first)
         out["first_pid"] = runner_pid(first)
         out["first_rows"] = read_rows(first)
         labels["first"] = run_label(first)
@@ -86,6 +88,7 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["resumed_exit"] = proc.wait(timeout=3600)
         out["resumed_s"] = time.monotonic() - resumed_at
         out["resumed_started"] = started_tasks(second)
+        out["resumed_started_ids"] = started_ids(second)
         out["resumed_pid"] = runner_pid(second)
         out["resumed_rows"] = read_rows(second)
         labels["resumed"] = run_label(second)
@@ -173,9 +176,14 @@ def test_every_container_carried_its_runs_exact_label_and_the_limits_while_alive
     out = stopped_and_resumed
     found = runs_containers(out)
     names = [item["attrs"].get("name", "") for _, item in found]
-    ran = len(out["first_started"]) + len(out["resumed_started"])
-    assert sum(n.startswith("agent-") for n in names) == ran, names
-    assert sum(n.startswith("pg-") for n in names) >= ran, names
+    agents = {n.removeprefix("agent-") for n in names if n.startswith("agent-")}
+    started = out["first_started_ids"] | out["resumed_started_ids"]
+    assert started <= agents, (sorted(started - agents), names)  # the agent of every started task was seen
+    # An agent created but never given its task: only where the SIGTERM came between the runner's
+    # create and its exec, so only in the stopped first run, and at most one per slot (concurrency 2).
+    unstarted = agents - started
+    assert all(i.startswith(f"{out['first_pid']}-") for i in unstarted) and len(unstarted) <= 2, (unstarted, names)
+    assert sum(n.startswith("pg-") for n in names) >= len(started), names
     problems = []
     for runs, item in found:
         name = item["attrs"].get("name") or item["id"][:12]
