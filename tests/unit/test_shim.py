@@ -594,6 +594,39 @@ def test_a_signal_to_the_shim_reaches_its_docker_and_the_exit_code_says_so(bed):
     assert creation_files(bed) == []
 
 
+def test_a_signal_before_the_docker_starts_is_forwarded_once_it_runs(tmp_path, monkeypatch):
+    """The gap the handlers once left: a SIGTERM to the shim after admission but before its docker
+    started ended the shim itself (-15). It is now kept and sent to the docker once it runs, and
+    the exit code says the docker was terminated (143). The signal is sent from inside the start,
+    in this process, where the shim's code runs (run_creation called directly)."""
+    docker = tmp_path / "docker"
+    docker.write_text("#!/bin/sh\nexec sleep 5\n")
+    docker.chmod(0o755)
+    (tmp_path / "creations").mkdir()
+    config = {"real_docker": str(docker), "docker_host": HOST, "creations_dir": str(tmp_path / "creations")}
+    lock = shim.hold_creation_lock(config)
+    assert lock, "no creation lock"
+    reached = []  # the signal reached a handler other than the shim's: the gap is open
+    start = subprocess.Popen
+
+    def start_after_a_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled before the next line runs (main thread)
+        return start(*args, **kwargs)
+
+    saved = {signum: signal.getsignal(signum) for signum in shim.FORWARDED_SIGNALS}
+    signal.signal(signal.SIGTERM, lambda sig, _frame: reached.append(sig))
+    monkeypatch.setattr(shim.subprocess, "Popen", start_after_a_signal)
+    began = time.monotonic()
+    try:
+        code = shim.run_creation(config, ["run", "-d", "img"], lock)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert reached == []
+    assert code == 128 + signal.SIGTERM and time.monotonic() - began < 4  # not the docker's own 5 s end
+    assert list((tmp_path / "creations").iterdir()) == []  # the lock released once the docker ended
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (the SigCgt mask of /proc/<pid>/status)."""
     try:

@@ -646,16 +646,29 @@ def run_creation(config, argv, lock):
     fd, _ = lock
     env = docker_env(config)
     env.pop(RUN_MARKER_ENV, None)
+    # A signal sent to this process itself (a `timeout` around the docker command) is the
+    # caller's to the docker it runs, as it was when the shim replaced itself by docker. The
+    # handlers are set before the docker starts, so a signal in between is not the shim's death
+    # (the caller would see -15, not 143): it is kept and forwarded once the docker runs.
+    child = None
+    early = []
+
+    def forward(sig, _frame):
+        if child is None:
+            early.append(sig)
+        else:
+            child.send_signal(sig)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
     try:
         child = subprocess.Popen([config["real_docker"]] + argv, env=env, pass_fds=(fd,), process_group=0)
     except OSError:
         release_creation_lock(lock)
         sys.stderr.write("docker shim: cannot execute the real docker\n")
         return EXIT_CANNOT_EXECUTE
-    # A signal sent to this process itself (a `timeout` around the docker command) is the
-    # caller's to the docker it runs, as it was when the shim replaced itself by docker.
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, lambda sig, _frame: child.send_signal(sig))
+    for sig in early:
+        child.send_signal(sig)
     code = child.wait()
     release_creation_lock(lock)
     return 128 - code if code < 0 else code
