@@ -581,10 +581,9 @@ def test_a_signal_to_the_shim_reaches_its_docker_and_the_exit_code_says_so(bed):
     (bed.fake_dir / "sleep").write_text("30")
     proc = subprocess.Popen([str(bed.files.wrapper), "run", "-d", "--name", "agent-3-abc", "img"],
                             env={"PATH": os.environ["PATH"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # The shim sets its forwarding handlers right after it starts the docker: a SIGTERM before
-    # that kills the shim itself (-15, not 143). The fake docker's call proves only that the docker
-    # runs, and a fixed pause after it could pass with the shim not yet run again on a loaded
-    # machine: wait for both, the handler read from the kernel's record of caught signals.
+    # A SIGTERM before the shim has set its forwarding handlers (Python's start-up) kills the
+    # shim itself (-15, not 143). The fake docker's call proves only that the docker runs: wait for
+    # both, the handler read from the kernel's record of caught signals.
     deadline = time.monotonic() + 20
     while not (bed.calls() and catches(proc.pid, signal.SIGTERM)) and time.monotonic() < deadline:
         time.sleep(0.05)
