@@ -19,7 +19,6 @@ import secrets
 import shlex
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,38 +97,6 @@ def host_address_for_containers(docker_host: str) -> str:
     if config.get("Gateway"):
         return config["Gateway"]
     return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
-
-
-class CreationWatcher:
-    """Follows container and network create events and inspects each one the moment it appears,
-    so even the runner's short-lived helpers are seen with their labels and HostConfig."""
-
-    def __init__(self, docker_host: str) -> None:
-        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
-        self.seen: list[dict] = []
-        self._stream = self.client.events(decode=True, filters={"type": ["container", "network"], "event": ["create"]})
-        self._thread = threading.Thread(target=self._follow, name="realbench-watcher", daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        try:
-            for event in self._stream:
-                kind = event.get("Type")
-                ident = (event.get("Actor") or {}).get("ID") or event.get("id")
-                attrs = (event.get("Actor") or {}).get("Attributes") or {}
-                try:
-                    info = (self.client.api.inspect_container(ident) if kind == "container"
-                            else self.client.api.inspect_network(ident))
-                except docker.errors.NotFound:
-                    info = None
-                self.seen.append({"type": kind, "id": ident, "attrs": attrs, "inspect": info})
-        except Exception:  # noqa: BLE001 - the stream ends when close() is called
-            return
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(timeout=10)
-        self.client.close()
 
 
 @dataclass

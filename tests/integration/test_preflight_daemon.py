@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +22,8 @@ from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.env import prepare, read_json
 from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
+
+from docker_watch import CreationWatcher
 
 
 @pytest.fixture(scope="module")
@@ -50,39 +51,19 @@ class LabelledCreations:
     drawn for it: the path's label is the only one it could have used)."""
 
     def __init__(self, docker_host: str, run_root: Path) -> None:
-        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
         self.run_root = run_root
-        self._all: list[dict] = []
-        self._stream = self.client.events(decode=True, filters={
-            "type": ["container"], "event": ["create"], "label": [RUN_LABEL_KEY]})
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        try:
-            for event in self._stream:
-                ident = (event.get("Actor") or {}).get("ID")
-                try:
-                    info = self.client.api.inspect_container(ident)
-                except docker.errors.NotFound:
-                    info = None
-                self._all.append({"id": ident, "inspect": info,
-                                  "label": ((event.get("Actor") or {}).get("Attributes") or {}).get(RUN_LABEL_KEY)})
-        except Exception:  # noqa: BLE001 - the stream ends when close() is called
-            return
+        self._watcher = CreationWatcher(docker_host, types=("container",), label_key=RUN_LABEL_KEY)
 
     @property
     def seen(self) -> list[dict]:
         labels = {path_label(self.run_root)}
         if (self.run_root / "run_manifest.json").exists():
             labels.add(run_label(self.run_root))
-        return [c for c in self._all if c["label"] in labels]
+        return [c for c in self._watcher.seen if c["attrs"].get(RUN_LABEL_KEY) in labels]
 
     def close(self) -> None:
         time.sleep(1)  # let the last events arrive
-        self._stream.close()
-        self._thread.join(timeout=10)
-        self.client.close()
+        self._watcher.close()
 
 
 def without_limits(args: list[str]) -> list[str]:

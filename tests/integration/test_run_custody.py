@@ -14,11 +14,9 @@ import csv
 import json
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 
-import docker
 import pytest
 
 from cowork_adapter.container.procs import group_alive
@@ -36,44 +34,12 @@ from cowork_adapter.host.resources import STOP_UNREAD_CAUSE
 from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.vocab import ExitCode
 
+from docker_watch import CreationWatcher
+
 TASKS = ["demo-csv-totals", "demo-crm-postgres", "demo-hang"]
 FINISHING = {"demo-csv-totals", "demo-crm-postgres"}
 # The demo flags (DemoEnv.run_args): --cpus 1 --memory 2g, pids at its default 512, no swap on top.
 WANT_LIMITS = {"NanoCpus": 1_000_000_000, "Memory": 2 << 30, "MemorySwap": 2 << 30, "PidsLimit": 512}
-
-
-class CreationWatcher:
-    """Follows container and network create events; inspects each one the moment it appears."""
-
-    def __init__(self, docker_host: str) -> None:
-        self.client = docker.DockerClient(base_url=docker_host, timeout=60)
-        self.seen: list[dict] = []  # {"type", "id", "event_attrs", "inspect" or None}
-        self._stream = self.client.events(
-            decode=True, filters={"type": ["container", "network"], "event": ["create"]}
-        )
-        self._thread = threading.Thread(target=self._follow, name="creation-watcher", daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        try:
-            for event in self._stream:
-                kind = event.get("Type")
-                ident = (event.get("Actor") or {}).get("ID") or event.get("id")
-                attrs = (event.get("Actor") or {}).get("Attributes") or {}
-                try:
-                    info = (self.client.api.inspect_container(ident) if kind == "container"
-                            else self.client.api.inspect_network(ident))
-                except docker.errors.NotFound:
-                    info = None  # removed before we could look: recorded, judged by the caller
-                self.seen.append({"type": kind, "id": ident, "event_attrs": attrs, "inspect": info,
-                                  "time": event.get("time"), "time_nano": event.get("timeNano")})
-        except Exception:  # noqa: BLE001 - the stream ends when close() is called
-            return
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(timeout=10)
-        self.client.close()
 
 
 def summary_tasks(run_root: Path) -> set[str]:
@@ -151,7 +117,7 @@ def ours(result: dict) -> tuple[list[dict], list[dict]]:
     net_name = re.compile(rf"net-{pid}-[0-9a-f]{{8}}\Z")
     containers, networks = [], []
     for item in result["seen"]:
-        attrs = item["event_attrs"]
+        attrs = item["attrs"]
         if item["type"] == "network":
             if net_name.match(attrs.get("name", "")):
                 networks.append(item)
@@ -184,7 +150,7 @@ def test_the_run_reached_its_designed_point_and_stopped(custody_run):
 
 def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_alive(custody_run):
     containers, networks = ours(custody_run)
-    names = [c["event_attrs"].get("name", "") for c in containers]
+    names = [c["attrs"].get("name", "") for c in containers]
     # 3 tasks × (pg + agent) + 2 evals + 3 FK-fix helpers + 1 start-up check, at least.
     assert sum(n.startswith("agent-") for n in names) == 3, names
     assert sum(n.startswith("pg-") for n in names) == 3, names
@@ -193,7 +159,7 @@ def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_ali
     assert len(networks) == 3
     problems = []
     for item in containers:
-        name = item["event_attrs"].get("name")
+        name = item["attrs"].get("name")
         if item["inspect"] is None:
             problems.append(f"{name}: gone before it could be inspected")
             continue
@@ -207,7 +173,7 @@ def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_ali
     for item in networks:
         labels = (item["inspect"] or {}).get("Labels") or {}
         if labels.get(RUN_LABEL_KEY) != custody_run["label"]:
-            problems.append(f"network {item['event_attrs'].get('name')}: label {labels.get(RUN_LABEL_KEY)!r}")
+            problems.append(f"network {item['attrs'].get('name')}: label {labels.get(RUN_LABEL_KEY)!r}")
     assert not problems, problems
 
 
@@ -236,7 +202,7 @@ def test_the_stop_removed_the_containers_itself_proven_and_nothing_landed_after(
     assert custody_run["empty_in"] is not None and custody_run["empty_in"] < 8.0, custody_run["empty_in"]
     proof = parse_ts(cleared[0]["ts"])
     containers, _ = ours(custody_run)
-    late = [c["event_attrs"].get("name") for c in containers if c["time_nano"] and c["time_nano"] / 1e9 > proof]
+    late = [c["attrs"].get("name") for c in containers if c["time_nano"] and c["time_nano"] / 1e9 > proof]
     assert late == []
 
 

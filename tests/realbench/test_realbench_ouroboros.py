@@ -31,9 +31,9 @@ from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.env import bystanders_alive, make_bystanders, remove_bystanders, wait_for
 from cowork_adapter.vocab import ExitCode
 
+from docker_watch import CreationWatcher
 from realbench_env import (
     WANT_LIMITS,
-    CreationWatcher,
     RealRun,
     key_leaks,
     labelled_left,
