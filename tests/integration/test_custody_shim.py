@@ -23,6 +23,7 @@ from cowork_adapter.custody.creations import creations_dir
 from cowork_adapter.custody.docker_ops import cleanup_run, label_is_empty
 from cowork_adapter.custody.labels import ROLE_LABEL_KEY, RUN_LABEL_KEY, path_label
 from cowork_adapter.custody.shim_config import ContainerLimits
+from cowork_adapter.demo.env import wait_for
 
 IMAGE = "cowork-testbed/base:bookworm"
 LIMITS = ContainerLimits(cpus=0.5, memory_bytes=128 * 1024 * 1024, pids_limit=64)
@@ -215,11 +216,7 @@ def _stopped_mid_creation(tmp_path: Path, run_root: Path, files, ident: str) -> 
     env = files.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)})
     runner = subprocess.Popen(["bash", str(script), ident], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    admitted = tmp_path / "admitted"
-    while not admitted.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert admitted.exists(), "the creation was never admitted"
+    assert wait_for((tmp_path / "admitted").exists, 30, 0.05), "the creation was never admitted"
     assert any(creations_dir(run_root).iterdir()), "an admitted creation holds no lock"
     (run_root / "custody" / "stop").write_text("stop_requested\n")
     os.killpg(runner.pid, signal.SIGKILL)

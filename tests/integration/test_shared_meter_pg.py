@@ -21,6 +21,7 @@ from cowork_adapter.campaign.meter import KeyMeter, MeterError
 from cowork_adapter.campaign.observe import MeterBlind, MeterObserver
 from cowork_adapter.campaign.pg_store import LOCK_NAMESPACE
 from cowork_adapter.campaign.shared_meter import METER_LOCK_SUFFIX, SharedMeter
+from cowork_adapter.demo.env import wait_for
 from cowork_adapter.demo.meter_standin import MeterStandin
 
 KEY = "sk-or-test-shared-meter"
@@ -58,18 +59,15 @@ def stored(db: str) -> tuple[float, str, float] | None:
 
 def wait_session_ended(db: str, pid: int, timeout: float) -> bool:
     """Until the server's backend `pid` (a closed client's session) is gone; False at the timeout."""
-    deadline = time.monotonic() + timeout
     conn = psycopg2.connect(db)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            while True:
+            def ended() -> bool:
                 cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
-                if cur.fetchone()[0] == 0:
-                    return True
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.05)
+                return cur.fetchone()[0] == 0
+
+            return wait_for(ended, timeout, 0.05)
     finally:
         conn.close()
 

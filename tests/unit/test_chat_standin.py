@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -19,6 +18,7 @@ from cowork_adapter.demo.chat_standin import (
     slug,
     steps_done,
 )
+from cowork_adapter.demo.env import wait_for
 from cowork_adapter.demo.policy import PLANS
 
 TASK = "Sum the sales.\n[demo-policy: demo-csv-totals]"
@@ -231,9 +231,7 @@ def test_a_hanging_request_is_released_when_the_standin_stops():
     worker.start()
     # Stopped only once the request is in (counted as a hang): stopped earlier, as a loaded machine
     # could have the caller not even connected 1.5 s after its start, it met a closed port instead.
-    deadline = time.monotonic() + 30
-    while s.counts.get("hang") != 1 and worker.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: s.counts.get("hang") == 1 or not worker.is_alive(), 30, 0.02)
     assert s.counts.get("hang") == 1, (s.counts, result)
     worker.join(timeout=1.5)
     assert worker.is_alive(), "a hang must not answer while the stand-in runs"

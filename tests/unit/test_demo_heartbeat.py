@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 import re
-import time
 
 from cowork_adapter.demo.heartbeat import DemoHeartbeat
+from cowork_adapter.demo.env import wait_for
 from cowork_adapter.demo.scenarios import table_label
 
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] demo \d+m\d\ds: .+, \d+m\d\ds in; \d+ checks so far \(\d+ passed")
@@ -46,9 +46,7 @@ def test_a_long_step_still_gets_a_line_every_interval():
     beat.scenario(1, "kill9-random")
     # The step lasts until three beats were said (a fixed 0.6 s could pass with the beat thread
     # barely run on a loaded machine); the count below is then the beats' own.
-    deadline = time.monotonic() + 30
-    while out.getvalue().count("scenario 1/1 kill9-random") < 4 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: out.getvalue().count("scenario 1/1 kill9-random") >= 4, 30, 0.02)
     beat.close()
     lines = [text for text in out.getvalue().splitlines() if "scenario 1/1 kill9-random" in text]
     assert len(lines) >= 4, lines  # the step's own line and the beats while it runs

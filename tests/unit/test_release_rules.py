@@ -15,6 +15,7 @@ from cowork_adapter.campaign.claims import decide_operator_release, lapsed_probl
 from cowork_adapter.campaign.records import describe
 from cowork_adapter.campaign.release import Fence, find_fence, label_of_registered_root, release_record
 from cowork_adapter.custody.labels import new_run_label, path_label
+from cowork_adapter.demo.env import wait_for
 from cowork_adapter.errors import CustodyError, Refusal
 from cowork_adapter.schemas.multihost import HostRun, HostRunRelease
 from cowork_adapter.vocab import ExitCode, ReleaseFence
@@ -151,9 +152,7 @@ def test_a_released_host_that_comes_back_stops_with_its_own_reason() -> None:
                       say=lambda action, detail: None).start()
     # Until a turn has stopped the host (a fixed 0.3 s could pass before the thread's first turn on
     # a loaded machine); more turns would only prove the stop comes once.
-    deadline = time.monotonic() + 30
-    while not stops and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: bool(stops), 30, 0.02)
     time.sleep(0.1)  # a few more turns (lease/4 = 0.02 s): the stop is still said once
     lease.stop()
     assert stops == ["host_run_released"]

@@ -13,6 +13,7 @@ import pytest
 
 from cowork_adapter.run.batch_runner import append_batch, runner_env
 from cowork_adapter.config import RunConfig
+from cowork_adapter.demo.env import wait_for
 from cowork_adapter.score.ledger import IndexContext
 from cowork_adapter.schemas.campaign import CampaignRecord, CampaignStop
 from cowork_adapter.schemas.multihost import ClaimedBatch, read_claimed
@@ -134,9 +135,7 @@ def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> N
                           say=lambda action, detail: said.append(action)).start()
         # Until the thread has done what is asserted (a fixed 0.5 s, about 25 turns, could pass with
         # the thread barely started on a loaded machine): stopping it sooner would prove nothing.
-        deadline = time.monotonic() + 30
-        while not (stops and claims.calls >= 4 and "fence_failed" in said) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: bool(stops) and claims.calls >= 4 and "fence_failed" in said, 30, 0.02)
         lease.stop()
         assert stops == [reason] and claims.calls >= 4  # once, and still renewing after it
         assert "fence_failed" in said

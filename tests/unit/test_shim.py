@@ -25,6 +25,7 @@ from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.creations import Settled, creations_dir, settle
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.custody.watchdog import RUN_MARKER_ENV
+from cowork_adapter.demo.env import wait_for
 from cowork_adapter.errors import Refusal
 from cowork_adapter.vocab import ContainerState, ExitCode, ShimRefusal
 
@@ -584,10 +585,8 @@ def test_a_signal_to_the_shim_reaches_its_docker_and_the_exit_code_says_so(bed):
     # A SIGTERM before the shim has set its forwarding handlers (Python's start-up) kills the
     # shim itself (-15, not 143). The fake docker's call proves only that the docker runs: wait for
     # both, the handler read from the kernel's record of caught signals.
-    deadline = time.monotonic() + 20
-    while not (bed.calls() and catches(proc.pid, signal.SIGTERM)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert bed.calls() and catches(proc.pid, signal.SIGTERM), "the shim never ran its docker with handlers set"
+    assert wait_for(lambda: bool(bed.calls()) and catches(proc.pid, signal.SIGTERM), 20, 0.05), \
+        "the shim never ran its docker with handlers set"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
     assert creation_files(bed) == []

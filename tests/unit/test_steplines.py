@@ -9,6 +9,7 @@ import threading
 import time
 
 from cowork_adapter.image.steplines import StepLines
+from cowork_adapter.demo.env import wait_for
 
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] building x:y: (.+) \(\d+m\d\ds in this step\)$")
 
@@ -19,9 +20,7 @@ def test_each_step_and_a_beat_while_it_lasts():
         lines.set("Step 1/3 : FROM base\n")
         # The step lasts until three beats were said (a fixed 0.5 s could pass with the beat thread
         # barely run on a loaded machine); the count below is then the beats' own.
-        deadline = time.monotonic() + 30
-        while out.getvalue().count("Step 1/3 : FROM base") < 4 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: out.getvalue().count("Step 1/3 : FROM base") >= 4, 30, 0.02)
         lines.set("Step 2/3 : RUN " + "pip install x " * 20)
     after = out.getvalue()
     time.sleep(0.2)
