@@ -24,8 +24,7 @@ from typer.core import TyperCommand, TyperGroup
 from typer.models import TyperInfo
 
 from . import __version__
-from .gateway.policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
-from .gateway.policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
+from .defaults import DEFAULT_GATEWAY_MAX_TOKENS, DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .defaults import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_CAMPAIGN_NAME,

@@ -16,7 +16,8 @@ from cowork_adapter.container import diagnostic, protocol
 from cowork_adapter.container.diagnostic import checker_command, decide, run_diagnostic
 from cowork_adapter.errors import Refusal
 from cowork_adapter.score.ledger import build_index, write_index
-from cowork_adapter.run.recovery import first_config_difference, resolve_ancestry
+from cowork_adapter.run.recovery import resolve_ancestry
+from cowork_adapter.runroot.identity import first_config_difference
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.schemas.run_config import build_run_config
 

@@ -29,6 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..defaults import DEFAULT_GATEWAY_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from ..defaults import DEFAULT_GATEWAY_UNKNOWN_COST_USD as DEFAULT_UNKNOWN_COST_USD
+
 # Fields refused outright, with why (the sentence names the field and the reason).
 REFUSED_FIELDS = {
     "models": "OpenRouter model fallbacks may route to another model at another price",
@@ -38,11 +41,6 @@ REFUSED_FIELDS = {
     "web_search_options": "web search is billed per search",
 }
 TOKEN_CAP_FIELDS = ("max_tokens", "max_completion_tokens")
-DEFAULT_MAX_TOKENS = 32768
-# What a forwarded request whose answer carries no `usage.cost` is counted at (README: model gateway):
-# DEFAULT_MAX_TOKENS output tokens at $75 per million ($2.46) plus 160k prompt tokens at $15 per
-# million ($2.40), the list prices of the dearest mainstream models (Claude Opus class), rounded up.
-DEFAULT_UNKNOWN_COST_USD = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +93,8 @@ def shape(body: dict, policy: Policy) -> dict | str:
     if "stream" in body and not isinstance(body["stream"], bool):
         return "stream must be true or false"
     out = dict(body)
+    if "n" in out and out["n"] is None:
+        del out["n"]  # a null n is the provider's default of one answer: forwarded as absent, never as null
     capped = False
     for name in TOKEN_CAP_FIELDS:
         if name not in body or body[name] is None:

@@ -22,7 +22,7 @@ import msgspec
 
 from ..campaign.records import describe, run_place
 from ..errors import Refusal
-from ..run.recovery import identity_difference
+from ..runroot.identity import identity_difference
 from ..schemas.ledger import TaskRow
 from ..schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, OfficialEvalStatus, PaidActivity, TaskStatus

@@ -18,7 +18,7 @@ from ..runroot.events import parse_ts, read_events
 from ..runroot.layout import RunRoot
 from ..runroot.manifest import read_manifest
 from ..schemas.ledger import read_index
-from ..run.recovery import identity_difference
+from ..runroot.identity import identity_difference
 from ..schemas.audit import AuditReport, audit_path_to_read, read_launcher_audit
 from ..schemas.events import MeterReading
 from ..schemas.ledger import TaskRow
