@@ -262,7 +262,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         admission=AdmissionLimitsRecord(**asdict(cfg.hosts.admission_limits())) if cfg.hosts.shared_campaign else None,
     )
     write_manifest(cfg.run_root, manifest)
-    LAUNCHER_SIGNALS.install()
+    LAUNCHER_SIGNALS.install(RunRoot(cfg.run_root).launcher_output)
     try:
         code = _admitted(cfg, pre, manifest)
     except StopSignal as stop:
