@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway.server import Gateway, mint_token, token_task
 from cowork_adapter.gateway.policy import Policy, shape
+from cowork_adapter.gateway.server import Gateway, mint_token, token_task
 
 BODY = {"model": "demo-stub-model", "messages": [{"role": "user", "content": "benchmark request " + "x" * 400}]}
 

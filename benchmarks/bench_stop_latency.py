@@ -84,9 +84,9 @@ from cowork_adapter.custody.docker_ops import list_labelled
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.env import DemoEnv, prepare, read_json
-from cowork_adapter.runroot.events import parse_ts
-from cowork_adapter.gateway.server import mint_token
 from cowork_adapter.gateway.policy import pinned_model
+from cowork_adapter.gateway.server import mint_token
+from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import StopPath
 

@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from cowork_adapter.container import protocol
-from cowork_adapter.schemas.manifest import (BenchIdentity, ImageIdentity, RunManifest, SeedIdentity, Selection,
-                                             SharedRun)
+from cowork_adapter.schemas.manifest import (
+    BenchIdentity,
+    ImageIdentity,
+    RunManifest,
+    SeedIdentity,
+    Selection,
+    SharedRun,
+)
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Spending
 
 SHORT_NAME = "ouroboros_test_model"

@@ -30,21 +30,45 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from .campaign.db_url import PASSWORD_SENTENCE, password_part
-from .errors import Refusal
-from .defaults import DEFAULT_GATEWAY_MAX_TOKENS, DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .benchmark.selection import explicit_selection
+from .campaign.db_url import PASSWORD_SENTENCE, password_part
+from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
+    AGENT_CONTAINER_SLEEP_SEC,
+    COMMIT_SHA,
+    DEFAULT_API_KEY_ENV,
+    DEFAULT_CAMPAIGN_NAME,
+    DEFAULT_CPUS,
+    DEFAULT_GATEWAY_MAX_TOKENS,
+    DEFAULT_GATEWAY_UNKNOWN_COST_USD,
+    DEFAULT_MAX_DAEMON_PING_SEC,
+    DEFAULT_MAX_LOAD_PER_CPU,
+    DEFAULT_MEMORY_BYTES,
+    DEFAULT_METER_URL,
+    DEFAULT_MIN_MEM_AVAILABLE_BYTES,
+    DEFAULT_MODEL,
+    DOCKER_MIN_MEMORY_BYTES,
+    ENV_NAME,
+    GIB,
+    MIN_KEY_LEN_FOR_SUBSTRING,
+    PINNED_BENCH_COMMIT,
+    PROBE_CHOICES,
+    REVIEW_ENFORCEMENTS,
+    RUNTIME_MODES,
+    SAFETY_MODES,
+    TASK_REVIEW_MODES,
+    TASK_TIMEOUT_WARN_SEC,
+    UPSTREAM_ENTRY,
+    WORD,
+    AdmissionLimits,
+    InvalidFlag,
+    check_env_name,
+    check_http_url,
+    flag_name,
+    refuse_key_on_command_line,
+)
+from .errors import Refusal
 from .schemas.validity import read_validity
 from .vocab import REFERENCE_ENGINES, EngineKind, KeyRoute, ProbeKind
-from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
-    DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB, AdmissionLimits,
-    PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, DEFAULT_CAMPAIGN_NAME, AGENT_CONTAINER_SLEEP_SEC,
-    TASK_TIMEOUT_WARN_SEC, DOCKER_MIN_MEMORY_BYTES, DEFAULT_CPUS, DEFAULT_MEMORY_BYTES,
-    MIN_KEY_LEN_FOR_SUBSTRING, SAFETY_MODES, TASK_REVIEW_MODES, REVIEW_ENFORCEMENTS, RUNTIME_MODES,
-    PROBE_CHOICES, ENV_NAME, COMMIT_SHA, UPSTREAM_ENTRY, WORD, InvalidFlag, flag_name,
-    check_env_name, check_http_url, refuse_key_on_command_line,
-)
-
 
 # Numeric rules, one table: field -> (operator, bound). Floats must also be finite.
 _NUMERIC_RULES: dict[str, tuple[str, float]] = {

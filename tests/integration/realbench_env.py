@@ -27,9 +27,10 @@ import pytest
 
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
+from cowork_adapter.demo.env import (
+    files_containing,  # one reader of a ledger by task, the demo's (tests import it from here too)
+)
 from cowork_adapter.demo.meter_standin import MeterStandin
-from cowork_adapter.demo.env import read_rows  # one reader of a ledger by task, the demo's (tests import it from here too)
-from cowork_adapter.demo.env import files_containing
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "testbed" / "realbench.sh"
@@ -111,7 +112,7 @@ class RealRun:
     chat: ChatStandin | None = None
     base_url: str = ""
 
-    def start(self) -> "RealRun":
+    def start(self) -> RealRun:
         (self.root / "runs").mkdir(parents=True)
         (self.root / "storage").mkdir()
         self.meter = MeterStandin(self.key, usage=5.0).start()

@@ -36,8 +36,8 @@ import pytest
 from cowork_adapter.custody.daemon_watch import RETURN_WAIT_SEC
 from cowork_adapter.custody.docker_ops import label_is_empty, list_labelled
 from cowork_adapter.custody.labels import run_label
-from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.env import BYSTANDER_IMAGE, agent_started, prepare, read_json, wait_for
+from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.schemas.audit import launcher_audit_path
 from cowork_adapter.vocab import ExitCode, StopReason

@@ -16,10 +16,10 @@ import time
 from datetime import datetime
 
 import pytest
+from tmux_server import Tmux
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
-from tmux_server import Tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 FIRST_LINE_SEC = 10.0

@@ -25,14 +25,13 @@ from pathlib import Path
 
 import docker
 import pytest
+from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
 
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.bench_repo import DEMO_BENCH_ROOT
 from cowork_adapter.demo.env import files_containing
 from cowork_adapter.demo.scenarios_hostile import host_marker
 from cowork_adapter.vocab import ExitCode, TamperKind
-
-from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
 
 ENTRY = "hostile_agent.py"
 # planted: the forged claim, receipt and eval_res.json, the FIFO and the 20 GiB receipts (set aside before the eval);

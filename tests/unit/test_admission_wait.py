@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
-from cowork_adapter.host.admission import GIB, AdmissionLimits, HostLoad
-from cowork_adapter.run.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
-from cowork_adapter.config import RunConfig
-from cowork_adapter.ops.control import build_status, read_run, render_status_text
-from cowork_adapter.schemas.admission import AdmissionState
-
 from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
+
+from cowork_adapter.config import RunConfig
+from cowork_adapter.host.admission import GIB, AdmissionLimits, HostLoad
+from cowork_adapter.ops.control import build_status, read_run, render_status_text
+from cowork_adapter.run.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
+from cowork_adapter.schemas.admission import AdmissionState
 
 DB = "postgresql://db.example:5432/campaigns"
 SHARED = {"campaign_db": DB, "shared_campaign": True}
@@ -101,8 +100,8 @@ def test_the_loop_reads_its_limits_and_daemon_from_its_one_config(tmp_path, monk
     from pathlib import Path
     from types import SimpleNamespace
 
-    from cowork_adapter.schemas.multihost import BatchRunnerConfig
     from cowork_adapter.run.shared_host import SharedHost
+    from cowork_adapter.schemas.multihost import BatchRunnerConfig
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
     run_root = tmp_path / "storage" / "run-1"

@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cowork_adapter.audit import build_audit, run_audit_command
 from cowork_adapter.audit import rules as audit_rules
 from cowork_adapter.audit import run as audit
-from cowork_adapter.audit import build_audit, run_audit_command
 from cowork_adapter.audit.rules import PROBES, args_may_match, find_references
 
 TS = "2026-01-01T00:00:00+00:00"
 TASKS = 24
-WORDS = "total region north Zürich café invoice sheet eval groundtruth psql \\u00e9 a/b".split()
+WORDS = ["total", "region", "north", "Zürich", "café", "invoice", "sheet", "eval", "groundtruth", "psql", "\\u00e9", "a/b"]
 
 
 def _tool(rng: random.Random, n: int) -> dict:

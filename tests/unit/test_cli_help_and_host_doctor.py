@@ -13,8 +13,8 @@ import pytest
 import typer
 
 from cowork_adapter import cli
-from cowork_adapter.ops import doctor
 from cowork_adapter.errors import Refusal
+from cowork_adapter.ops import doctor
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"

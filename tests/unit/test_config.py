@@ -18,8 +18,8 @@ from cowork_adapter.config import (
     parse_docker_size,
     refuse_key_on_command_line,
 )
-from cowork_adapter.defaults import flag_value
 from cowork_adapter.container.runconfig import parse_run_config
+from cowork_adapter.defaults import flag_value
 from cowork_adapter.errors import Refusal
 from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, EntrypointConfigFile, build_run_config
 from cowork_adapter.vocab import TRUNCATION_RUNTIME_REASONS, EngineKind, ProbeKind

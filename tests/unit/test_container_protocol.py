@@ -4,16 +4,14 @@ the outcome mapping, run-config validation and the small YAML reader."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
-import os
-
 import pytest
+from test_container_support import run_config
 
 from cowork_adapter.container import outcome, protocol, runconfig, yamlmini
 from cowork_adapter.container.vocab import OfficialEvalStatus as S
-
-from test_container_support import run_config
 
 GATE = "Task status: max_turns_reached, only SUCCESS counts as pass; pass is null"
 

@@ -82,8 +82,9 @@ URL = "http://chat.invalid:9/v1"
 
 def _short_for(engine: str) -> str:
     """The short name the host writes into the run config for `engine` (schemas.run_config)."""
-    from cowork_adapter.schemas.run_config import agent_short_name
     from run_flags import config_for  # tests/run_flags.py
+
+    from cowork_adapter.schemas.run_config import agent_short_name
 
     cfg = config_for(engine=engine, model="fake/model-1", openai_compatible_base_url=URL)
     return agent_short_name(cfg)

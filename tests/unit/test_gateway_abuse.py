@@ -20,13 +20,13 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from cowork_adapter.gateway import server as gw
-from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway.server import (FENCE_RUN_STOPPING, REVOKED_SUFFIX, Gateway, mint_token, token_task)
-from cowork_adapter.gateway.policy import Policy, pinned_model, shape
-from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 from test_gateway import Bed  # tests/unit is on sys.path under pytest's rootdir-relative imports
+
+from cowork_adapter.demo.chat_standin import ChatStandin
+from cowork_adapter.gateway import server as gw
+from cowork_adapter.gateway.policy import Policy, pinned_model, shape
+from cowork_adapter.gateway.server import FENCE_RUN_STOPPING, REVOKED_SUFFIX, Gateway, mint_token, token_task
+from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 
 LABEL = "c" * 32
 SECRET = b"q" * 32

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from run_flags import config_for
 
 from cowork_adapter.config import GROUPS, IDENTITY_EXEMPT, RunConfig
 from cowork_adapter.runroot.identity import first_config_difference, identity_difference
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.vocab import KeyRoute
-from run_flags import config_for
 
 
 def _fields() -> list[str]:

@@ -9,10 +9,10 @@ import os
 import pytest
 
 from cowork_adapter.container import evalphase, protocol, safefile
-from cowork_adapter.score.ledger import DumpDigests, OfficialVerdict, runner_disagreement, seal_verdict, unsafe_entries
 from cowork_adapter.schemas.ledger import RunnerRow
 from cowork_adapter.schemas.seal import EvalSeal, PreEntry, SealedFile, SealedVerdict
-from cowork_adapter.vocab import OfficialEvalStatus, TamperKind
+from cowork_adapter.score.ledger import DumpDigests, OfficialVerdict, runner_disagreement, seal_verdict, unsafe_entries
+from cowork_adapter.vocab import OfficialEvalStatus
 
 PASSED = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", True)
 FAILED = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", False)

@@ -22,8 +22,8 @@ from cowork_adapter.custody import shim
 from cowork_adapter.custody.bash_env import TaskDumps, install_custody, runner_digest
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.errors import Refusal
-from cowork_adapter.schemas.seal import EvalSeal, read_seals
 from cowork_adapter.schemas.record import decode
+from cowork_adapter.schemas.seal import EvalSeal, read_seals
 
 LABEL = "0123456789abcdef0123456789abcdef"
 TASK, OTHER = "demo-csv-totals", "demo-wrong-answer"
@@ -191,8 +191,8 @@ def _colliding_pair() -> tuple[str, str]:
 
 
 def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
-    from cowork_adapter.score.ledger import late_seal
     from cowork_adapter.schemas.seal import SealHead
+    from cowork_adapter.score.ledger import late_seal
 
     bed.task_root.mkdir(parents=True)
     assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0
@@ -212,8 +212,8 @@ def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
 
 def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(bed):
     from cowork_adapter.container.procs import start_ticks
-    from cowork_adapter.score.ledger import late_seal
     from cowork_adapter.schemas.seal import PreEntry, SealHead
+    from cowork_adapter.score.ledger import late_seal
 
     bed.task_root.mkdir(parents=True)
     assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0

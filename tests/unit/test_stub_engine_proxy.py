@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from test_stub_engine import FAKE_KEY, StubProcess, base_settings, seed  # noqa: F401 (fixture)
 
 MCP_PROXY = Path(sys.executable).with_name("mcp-proxy")

@@ -26,8 +26,9 @@ import errno
 import json
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Literal, NamedTuple, Protocol, Sequence, TypeVar, Union
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, Union
 
 import ahocorasick_rs
 import msgspec
@@ -211,7 +212,7 @@ def _may_hold_long_integer(data: bytes) -> bool:
     """True when `data` may hold a number json.loads refuses for its length (a cheap, exact
     necessary condition: each aligned window is tested with isdigit, which stops at the first
     non-digit)."""
-    if _INT_DIGITS >= len(data):
+    if len(data) <= _INT_DIGITS:
         return False
     # A window is all digits only if its first and last bytes are: those are tested in bulk
     # (each end mapped to a 0/1 byte, the two maps ANDed as integers), and only the windows

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import ahocorasick_rs
 

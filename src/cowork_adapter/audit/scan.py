@@ -31,12 +31,13 @@ import os
 import stat
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import reduce
 from itertools import accumulate, compress, repeat
 from operator import add, attrgetter, eq, is_, itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import msgspec
 

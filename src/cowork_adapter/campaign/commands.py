@@ -18,12 +18,12 @@ from rich.table import Table
 
 from ..container.procs import group_alive
 from ..errors import CampaignPersistenceError, Refusal
+from ..runroot.layout import RunRoot
 from ..schemas.campaign import CampaignRecord, key_fingerprint
 from ..vocab import ExitCode, MeterPhase
 from .meter import KeyMeter, MeterReading
 from .observe import DEFAULT_BLINDNESS_SEC, Clock, MeterBlind, MeterObserver, SystemClock
 from .store import Campaign, CampaignStore, JsonFileCampaignStore, read_campaign, utc_now
-from ..runroot.layout import RunRoot
 
 DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
 STAGE = "reconcile"

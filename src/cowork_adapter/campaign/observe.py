@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CampaignPersistenceError
@@ -53,7 +53,7 @@ class SystemClock:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def validate_blindness(seconds: float) -> float:

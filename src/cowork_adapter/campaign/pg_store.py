@@ -214,7 +214,7 @@ class PostgresCampaignStore:
             pass
 
     @contextmanager
-    def locked(self) -> Iterator["PostgresSession"]:
+    def locked(self) -> Iterator[PostgresSession]:
         conn = connect(self.url)
         try:
             migrate(conn)
@@ -336,7 +336,7 @@ class TaskClaims:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "TaskClaims":
+    def __enter__(self) -> TaskClaims:
         return self
 
     def __exit__(self, *exc: object) -> None:

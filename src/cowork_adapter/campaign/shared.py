@@ -261,7 +261,7 @@ class HostLease:
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="host-lease", daemon=True)
 
-    def start(self) -> "HostLease":
+    def start(self) -> HostLease:
         self._thread.start()
         return self
 

@@ -7,7 +7,8 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Any, Optional
+from typing import Any
+
 from .procs import stop_group
 
 GLOBAL_TASK_CONFIG = {"dump_path": "./dumps/"}
@@ -92,7 +93,7 @@ def prepare_workspace(task_config: Any) -> str:
     return workspace
 
 
-def preprocess_command(task_config: Any, workspace: str) -> Optional[str]:
+def preprocess_command(task_config: Any, workspace: str) -> str | None:
     command = attr(task_config, "initialization", "process_command")
     if not command:
         return None

@@ -45,7 +45,8 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from . import bench, protocol, safefile
 from .procs import group_alive
@@ -113,8 +114,8 @@ class Decision(NamedTuple):
     """`eligible`, else the outcome (ineligible | unavailable) and its reason."""
 
     eligible: bool
-    outcome: Optional[str] = None
-    reason: Optional[str] = None
+    outcome: str | None = None
+    reason: str | None = None
 
 
 ELIGIBLE = Decision(True)
@@ -130,7 +131,7 @@ def applicable(receipt: Any) -> bool:
     return not (isinstance(returned, dict) and isinstance(returned.get("pass"), bool))
 
 
-def _decode(data: Optional[bytes]) -> Any:
+def _decode(data: bytes | None) -> Any:
     try:
         return protocol.strict_loads(data.decode("utf-8")) if data is not None else None
     except (UnicodeDecodeError, ValueError):
@@ -138,7 +139,7 @@ def _decode(data: Optional[bytes]) -> Any:
 
 
 def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
-           eval_res: Optional[bytes], summary: Any, summary_sha256: Optional[str] = None) -> Decision:
+           eval_res: bytes | None, summary: Any, summary_sha256: str | None = None) -> Decision:
     """Whether the diagnostic may run, from the attempt's records as read now. Pure.
 
     `claim`/`receipt`: the official attempt as published on disk; `log_facts`: file facts of
@@ -190,7 +191,7 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
 
 
 def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: str,
-                    rebuild: Optional[Callable[[str], tuple]] = None) -> tuple[Optional[str], str]:
+                    rebuild: Callable[[str], tuple] | None = None) -> tuple[str | None, str]:
     """(command, "") or (None, reason) from a saved traj_log.json object, as upstream builds it.
 
     `log_file` is the bound traj_log.json the saved config must name; `res_log_file` replaces it on
@@ -269,7 +270,7 @@ def child_main(argv: list) -> int:
 # ---------------------------------------------------------------- process group custody
 
 
-def stop_group(proc: subprocess.Popen, grace: Optional[float] = None) -> bool:
+def stop_group(proc: subprocess.Popen, grace: float | None = None) -> bool:
     """SIGTERM the child's group, wait `grace` (GRACE_SEC), SIGKILL, wait again; True only if death is proven."""
     grace = GRACE_SEC if grace is None else grace
     pgid = proc.pid
@@ -305,7 +306,7 @@ def _raise_interrupted(signum, frame):
 # ---------------------------------------------------------------- the parent
 
 
-def _read_bytes(path: str) -> Optional[bytes]:
+def _read_bytes(path: str) -> bytes | None:
     """A dump file's bytes, read as every reader of agent-written files reads (container/safefile)."""
     return safefile.read_bytes(path, cap=safefile.LOG_JSON_CAP).data
 
@@ -332,8 +333,8 @@ def _new_claim(attempt_id: str, cap: float) -> dict:
     }
 
 
-def run_diagnostic(task_root: str, claim: Mapping, *, env: Optional[Mapping[str, str]] = None,
-                   cwd: Optional[str] = None) -> Optional[dict]:
+def run_diagnostic(task_root: str, claim: Mapping, *, env: Mapping[str, str] | None = None,
+                   cwd: str | None = None) -> dict | None:
     """Run the diagnostic for the official attempt `claim` (this process's claim); its receipt.
 
     None when nothing was recorded: the official evaluator returned a boolean verdict, or a

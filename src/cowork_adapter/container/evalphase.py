@@ -25,7 +25,7 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from . import bench, protocol, safefile
 from .diagnostic import run_diagnostic
@@ -132,7 +132,7 @@ def _hidden_target(target: str, tasks: str, own: str) -> bool:
                for part in HIDDEN_TASK_PARTS)
 
 
-def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> Optional[str]:
+def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> str | None:
     """The first link in the agent's workspace (the workspace itself included) that resolves to
     task-tree content its own container did not see, relative to the dump; None when there is none.
     Such a link dangles where the agent ran and resolves in the eval container: a workspace pointing
@@ -191,7 +191,7 @@ def canonicalize_log(log_file: str, task_config: Any) -> list:
     return differ
 
 
-def _bound_sec() -> Optional[float]:
+def _bound_sec() -> float | None:
     try:
         value = float(os.environ.pop(BOUND_ENV, ""))
     except ValueError:
@@ -251,7 +251,7 @@ def run_eval(task_dir: str, out=None) -> int:
                      diagnose=bool(cfg and cfg.diagnostic_eval_on_truncation))
 
 
-def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: Optional[float] = None,
+def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: float | None = None,
               diagnose: bool = False) -> int:
     log_file = os.path.join(task_root, protocol.LOG_NAME)
     try:
@@ -266,7 +266,7 @@ def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: Optiona
         receipt = protocol.new_receipt(claim, official_run=False, cause=ReceiptCause.LOG_PATH_MISMATCH.value)
         _publish_receipt(task_root, receipt)
         return emit(receipt, out)
-    raised: Optional[str] = None
+    raised: str | None = None
     returned: Any = None
     timer = threading.Timer(bound, _hung, args=(task_root, claim, out)) if bound else None
     if timer is not None:
@@ -331,7 +331,7 @@ def _diagnose(task_root: str, claim: dict) -> None:
               file=sys.stderr, flush=True)
 
 
-def _settle(task_root: str, claim: dict, raised: Optional[str], returned: Any, out) -> int:
+def _settle(task_root: str, claim: dict, raised: str | None, returned: Any, out) -> int:
     receipt = protocol.new_receipt(
         claim, official_run=True,
         cause=ReceiptCause.RAISED.value if raised else ReceiptCause.EVALUATED.value,

@@ -10,7 +10,8 @@ import glob
 import json
 import os
 import urllib.parse
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .procs import http_json, spawn_group, wait_until
 from .yamlmini import load_yaml
@@ -32,7 +33,7 @@ def load_server_docs(configs_dir: str) -> dict[str, dict]:
     docs: dict[str, dict] = {}
     for path in sorted(glob.glob(os.path.join(configs_dir, "*.yaml")) + glob.glob(os.path.join(configs_dir, "*.yml"))):
         try:
-            with open(path, "r", encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 doc = load_yaml(fh.read())
         except (OSError, ValueError) as exc:
             docs.setdefault(f"\0unreadable:{os.path.basename(path)}", {"error": f"{type(exc).__name__}: {exc}"})

@@ -25,7 +25,7 @@ ALL_TASK = "all-servers"
 def _needed(task_dir: str, configs_dir: str) -> list:
     if not task_dir:
         return sorted(n for n in mcp.load_server_docs(configs_dir) if not n.startswith("\0"))
-    with open(os.path.join(bench.task_path(task_dir), "task_config.json"), "r", encoding="utf-8") as fh:
+    with open(os.path.join(bench.task_path(task_dir), "task_config.json"), encoding="utf-8") as fh:
         return list(json.load(fh).get("needed_mcp_servers") or [])
 
 

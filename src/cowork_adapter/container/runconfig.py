@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from .vocab import REFERENCE_ENGINES
 
@@ -33,7 +34,7 @@ class EntrypointConfig:
     diagnostic_eval_on_truncation: bool
     credential_setting: str
     key_env: str
-    openai_compatible_base_url: Optional[str]
+    openai_compatible_base_url: str | None
     agent_short_name: str
     path: str = ""
 
@@ -43,7 +44,7 @@ class EntrypointConfig:
         return self.engine in REFERENCE_ENGINES
 
     @property
-    def upstream_entry(self) -> Optional[str]:
+    def upstream_entry(self) -> str | None:
         """The entry file of an `upstream:<entry>` engine, else None."""
         return self.engine.split(":", 1)[1] if self.engine.startswith("upstream:") else None
 
@@ -121,10 +122,10 @@ def parse_run_config(raw: Any, path: str = "") -> EntrypointConfig:
     )
 
 
-def load_run_config(path: str) -> tuple[Optional[EntrypointConfig], Any, str]:
+def load_run_config(path: str) -> tuple[EntrypointConfig | None, Any, str]:
     """(config, raw JSON or None, error sentence or ""). Never raises."""
     try:
-        with open(path, "r", encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             raw = json.load(fh)
     except (OSError, ValueError) as exc:
         return None, None, f"run config {path} unreadable: {type(exc).__name__}"
@@ -148,7 +149,7 @@ class ImagePaths:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "ImagePaths":
+    def from_env(cls, env: Mapping[str, str]) -> ImagePaths:
         d = cls()
         return cls(
             seed_dir=env.get("COWORK_SEED_DIR") or d.seed_dir,

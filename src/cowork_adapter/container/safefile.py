@@ -22,7 +22,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import NamedTuple
 
 ABSENT = "absent"
 REGULAR = "regular"
@@ -50,8 +51,8 @@ _DIR_FLAGS = _OPEN_FLAGS | getattr(os, "O_DIRECTORY", 0)
 
 class Read(NamedTuple):
     kind: str
-    data: Optional[bytes]
-    size: Optional[int]
+    data: bytes | None
+    size: int | None
     cause: str = ""
 
     @property
@@ -84,7 +85,7 @@ def kind_of_mode(mode: int) -> str:
     return OTHER
 
 
-def _split(path: str, below: Optional[str]) -> tuple[str, list[str]]:
+def _split(path: str, below: str | None) -> tuple[str, list[str]]:
     """(trusted start, components to open without following) of `path`."""
     path = os.path.abspath(path)
     if below is None:
@@ -113,7 +114,7 @@ def _classify_error(exc: OSError, parent_fd: int, name: str) -> tuple[str, str]:
     return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
 
 
-def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[Optional[int], str, str]:
+def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[int | None, str, str]:
     """(fd or None, kind, cause): open the entry `name` of the open directory `dir_fd` as
     open_nofollow opens each component (a link is named, never followed; a FIFO, device or
     socket is named, never opened); `directory` admits only a directory. `dir_fd` stays open.
@@ -157,7 +158,7 @@ def kinds_at(dir_fd: int) -> dict[str, str]:
     return kinds
 
 
-def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[int], str, str]:
+def open_nofollow(path: str, *, below: str | None = None) -> tuple[int | None, str, str]:
     """(fd or None, kind, cause): open `path` read-only, no link followed at or below `below`.
 
     The fd (caller closes it) is returned only for a regular file or a directory; anything else
@@ -177,7 +178,7 @@ def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[i
     return fd, kind_of_mode(os.fstat(fd).st_mode), ""
 
 
-def read_bytes(path: str, *, cap: int = RECORD_CAP, below: Optional[str] = None) -> Read:
+def read_bytes(path: str, *, cap: int = RECORD_CAP, below: str | None = None) -> Read:
     """The bytes of a regular file at `path`, at most `cap` of them; anything else is named."""
     try:
         fd, kind, cause = open_nofollow(path, below=below)
@@ -191,7 +192,7 @@ def read_at(dir_fd: int, name: str, *, cap: int = RECORD_CAP) -> Read:
     return _read_opened(*open_at(dir_fd, name), cap)
 
 
-def _read_opened(fd: Optional[int], kind: str, cause: str, cap: int) -> Read:
+def _read_opened(fd: int | None, kind: str, cause: str, cap: int) -> Read:
     """The Read of what open_nofollow/open_at found (the fd, if any, is closed here)."""
     if fd is None:
         return Read(kind, None, None, cause)
@@ -217,7 +218,7 @@ def _read_opened(fd: Optional[int], kind: str, cause: str, cap: int) -> Read:
         os.close(fd)
 
 
-def iter_chunks(path: str, *, cap: int, below: Optional[str] = None, chunk: int = CHUNK) -> tuple[Read, Iterator[bytes]]:
+def iter_chunks(path: str, *, cap: int, below: str | None = None, chunk: int = CHUNK) -> tuple[Read, Iterator[bytes]]:
     """(what stood at `path`, chunks of it): for streaming readers of large logs. The chunks stop
     at `cap` bytes; the Read's kind is TOO_LARGE when the file's size at open exceeds the cap (the
     first `cap` bytes are still yielded, so a reader can report a truncated log)."""
@@ -247,7 +248,7 @@ def iter_chunks(path: str, *, cap: int, below: Optional[str] = None, chunk: int 
     return found, chunks()
 
 
-def scan_dir(path: str, *, below: Optional[str] = None) -> tuple[str, list[Entry]]:
+def scan_dir(path: str, *, below: str | None = None) -> tuple[str, list[Entry]]:
     """(kind of `path`, its entries by lstat, sorted by name). Entries only for a real directory
     (not a link to one); a name that vanished meanwhile is left out."""
     try:
@@ -273,7 +274,7 @@ def scan_dir(path: str, *, below: Optional[str] = None) -> tuple[str, list[Entry
     return DIRECTORY, entries
 
 
-def kind_at(path: str, *, below: Optional[str] = None) -> str:
+def kind_at(path: str, *, below: str | None = None) -> str:
     """What stands at `path` (no link followed at or below `below`), without reading it."""
     try:
         fd, kind, _ = open_nofollow(path, below=below)

@@ -29,13 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from ..errors import Refusal
 from ..fileio import create_exclusive
+from ..runroot.layout import RunRoot
 from ..schemas.record import RecordInvalid
 from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
-from ..runroot.layout import RunRoot
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
 # The shim reads task dumps through the same no-follow, capped reader as every other host reader.
@@ -136,8 +135,8 @@ def install_custody(
     launcher_pid: int | None = None,
     launcher_start_ticks: int | None = None,
     gateway_secret_file: Path | None = None,
-    dumps: "TaskDumps | None" = None,
-    provider: "ProviderRoute | None" = None,
+    dumps: TaskDumps | None = None,
+    provider: ProviderRoute | None = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 

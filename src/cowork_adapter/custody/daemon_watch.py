@@ -183,7 +183,7 @@ class DaemonWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "DaemonWatch":
+    def start(self) -> DaemonWatch:
         """Take the baseline now (synchronously), then watch on a thread."""
         first = self.prober.probe(None)
         if first.answered:

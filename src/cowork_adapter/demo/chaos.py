@@ -44,8 +44,8 @@ import docker
 from ..container import protocol
 from ..custody.docker_ops import label_is_empty, list_labelled
 from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
-from ..host.daemon import docker_client
 from ..custody.watchdog import custody_paths
+from ..host.daemon import docker_client
 from ..runroot.events import read_all
 from ..vocab import ExitCode
 from .env import (

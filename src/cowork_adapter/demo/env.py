@@ -11,9 +11,9 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import docker
 
@@ -26,7 +26,6 @@ from .bench_repo import materialize_bench
 from .meter_standin import MeterStandin
 from .pack_image import ensure_demo_pack_image
 from .seed_repo import make_stub_seed
-
 
 MODEL = "demo/stub-model"
 

@@ -46,8 +46,8 @@ from pathlib import Path
 from ..container import protocol, safefile
 from ..schemas.seal import read_seals
 from ..vocab import ExitCode, TamperKind, TaskStatus
-from .chat_standin import ChatStandin
 from .chaos import cli
+from .chat_standin import ChatStandin
 from .env import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_rows
 
 ENGINE = "upstream:hostile_agent.py"

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from ..custody.labels import run_label
 from ..errors import Refusal
-from ..vocab import ExitCode
-from .run import load_export
 from ..runroot import layout
 from ..runroot.layout import RunRoot
+from ..vocab import ExitCode
+from .run import load_export
 
 FORMATS = ("inspect",)
 EXTRA_HINT = "pip install 'cowork-adapter[inspect]'"

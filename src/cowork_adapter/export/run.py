@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from ..container import safefile
-from ..runroot.layout import RELATIVE_DUMPS
 from ..audit.forked import forked_map
+from ..container import safefile
 from ..report.build import build_report, row_cost, row_duration
 from ..report.merge import RunRecord, denominator, load_runs, merge_rows
+from ..runroot.layout import RELATIVE_DUMPS
 from ..schemas.audit import TaskAudit
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest

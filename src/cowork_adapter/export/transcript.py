@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, Union
+from datetime import UTC, datetime
+from typing import Any, Union
 
 import msgspec
 
@@ -230,7 +231,7 @@ def _instant(ts: Any, cache: dict[str, float]) -> float | None:
     if value is None and ts not in cache:
         try:
             when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-            value = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+            value = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
         except ValueError:
             value = None
         cache[ts] = value

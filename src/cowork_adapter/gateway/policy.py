@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..defaults import DEFAULT_GATEWAY_MAX_TOKENS as DEFAULT_MAX_TOKENS
-from ..defaults import DEFAULT_GATEWAY_UNKNOWN_COST_USD as DEFAULT_UNKNOWN_COST_USD
 
 # Fields refused outright, with why (the sentence names the field and the reason).
 REFUSED_FIELDS = {

@@ -181,7 +181,7 @@ class _Server(ThreadingHTTPServer):
     # before the accept loop can even close the ones over the bound.
     request_queue_size = 256
 
-    def __init__(self, address, handler, gateway: "Gateway", max_connections: int,
+    def __init__(self, address, handler, gateway: Gateway, max_connections: int,
                  tls: ssl.SSLContext | None = None) -> None:
         self.gateway = gateway
         self.tls = tls
@@ -291,7 +291,7 @@ class Gateway:
         """The base URL (with /v1) under which containers reach this gateway at `host` (OpenAI-compatible face)."""
         return f"http://{host}:{self.port}/v1"
 
-    def start(self) -> "Gateway":
+    def start(self) -> Gateway:
         for target, name in ((self._server.serve_forever, "llm-gateway"), (self._watch, "llm-gateway-watch")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()

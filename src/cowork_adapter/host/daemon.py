@@ -16,7 +16,7 @@ DOCKER_TIMEOUT_SEC = 30
 
 
 def docker_client(docker_host: str, timeout: float = DOCKER_TIMEOUT_SEC, *,
-                  pool: int | None = None) -> "docker.DockerClient":
+                  pool: int | None = None) -> docker.DockerClient:
     """A client of the daemon at `docker_host`; `pool` widens its connection pool for parallel calls."""
     import docker
 

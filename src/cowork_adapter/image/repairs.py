@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
 
 import docker
 import docker.errors

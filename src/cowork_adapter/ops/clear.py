@@ -32,7 +32,9 @@ from ..custody.creations import creations_dir
 from ..custody.liveness import prove
 from ..errors import CampaignPersistenceError, CustodyError, Refusal
 from ..host.resources import reader_for
+from ..runroot import layout
 from ..runroot.events import EventLog, read_all
+from ..runroot.layout import RunRoot
 from ..runroot.manifest import utc_now, write_manifest
 from ..schemas.campaign import key_fingerprint
 from ..schemas.manifest import ClearedRecord, RunManifest
@@ -41,8 +43,6 @@ from ..score.ledger import rebuild_final
 from ..vocab import EventKind, ExitCode, RunOutcome, StopReason
 from .control import fence, gather_recorded, read_run
 from .recorded import clear_hint, recorded_docker_host, recorded_key_env, recorded_meter_url, run_tmpdir
-from ..runroot import layout
-from ..runroot.layout import RunRoot
 
 if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
     from ..campaign.meter import MeterReading

@@ -37,20 +37,20 @@ import msgspec
 from ..custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
 from ..errors import CustodyError, Refusal
-from ..runroot.events import EventLog, parse_ts, read_events
-from ..run.live import eta_seconds, format_duration, progress_rows, summary_line
 from ..host.resources import summary_line as resource_summary_line
+from ..run.live import eta_seconds, format_duration, progress_rows, summary_line
+from ..runroot import layout
+from ..runroot.events import EventLog, parse_ts, read_events
+from ..runroot.layout import RunRoot
+from ..schemas.admission import AdmissionState
 from ..schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
 from ..schemas.ledger import TaskRow, read_index
 from ..schemas.manifest import RunManifest
 from ..schemas.monitor import Monitor, Progress
-from ..schemas.admission import AdmissionState
 from ..schemas.record import RecordInvalid, decode
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import EventKind, ExitCode
 from .recorded import clear_hint, clear_key_note, recorded_docker_host
-from ..runroot import layout
-from ..runroot.layout import RunRoot
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 STOP_POLL_SEC = 0.5

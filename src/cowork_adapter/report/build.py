@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-
 import msgspec
 
-from ..score.ledger import task_config
+from ..runroot.layout import RunRoot
 from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
-from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
+from ..schemas.record import RecordInvalid, convert
+from ..score.ledger import task_config
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TaskStatus
 from .campaign import CampaignView
@@ -23,7 +23,6 @@ from .reference import CAVEAT, reference_rows
 from .stats import project_full_run, wilson_interval
 from .validity import disclosure as validity_disclosure
 from .validity import load_validity, validity_section
-from ..runroot.layout import RunRoot
 
 REPORT_SCHEMA = "cowork_adapter.report.v1"
 FULL_DATASET = 496
@@ -394,7 +393,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
         })
     return {
         "schema": REPORT_SCHEMA,
-        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "runs": [{"run_root": r.root, "generation": r.manifest.selection.resume_generation, "outcome": r.manifest.outcome,
                   "stop_reason": r.manifest.stop_reason, "engine": r.manifest.engine, "created_at": r.manifest.created_at,
                   "run_spent_usd": r.run_spent_usd()} for r in runs],

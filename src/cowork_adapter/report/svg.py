@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from html import escape
-from typing import Sequence
 
 W, H = 640, 290
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 86  # the bottom holds rotated category labels and the x-axis label

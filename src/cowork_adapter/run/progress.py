@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..fileio import replace_atomic
 from ..runroot import layout
 from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot
-from ..fileio import replace_atomic
-from ..score.ledger import IndexContext, build_index, write_index
 from ..schemas.ledger import TaskRow
 from ..schemas.monitor import Monitor, WriteFailure
+from ..score.ledger import IndexContext, build_index, write_index
 from ..vocab import EventKind, TaskStatus
 
 

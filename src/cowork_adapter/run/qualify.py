@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import json
 import re
-from html import escape
 import sys
+from html import escape
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
 from ..container import safefile
+from ..errors import Refusal
+from ..fileio import replace_atomic
 from ..report.render import CSS
 from ..runroot.dumps import dumps_folder_of
-from ..errors import Refusal
-from ..schemas.ledger import read_index
-from ..fileio import replace_atomic
 from ..runroot.layout import RunRoot
 from ..runroot.manifest import read_manifest, utc_now
-from ..schemas.ledger import TaskRow
+from ..schemas.ledger import TaskRow, read_index
 from ..schemas.validity import EngineVerdict, TaskValidity, TaskValidityRow
 from ..vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
 from .launch import execute_run

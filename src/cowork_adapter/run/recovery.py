@@ -12,17 +12,18 @@ read, so a stale, missing or torn ledger (a killed launcher) changes nothing. Se
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import Refusal
 from ..runroot.identity import identity_difference
 from ..runroot.layout import RunRoot
-from ..score.ledger import bench_dir, rebuild_attempts
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
+from ..score.ledger import bench_dir, rebuild_attempts
 from ..vocab import RunOutcome, TaskStatus
 
 MAX_RECOVERY_PASSES = 2
@@ -203,7 +204,7 @@ class CampaignPlace:
     name: str | None = None
 
     @classmethod
-    def of(cls, file: str | Path | None, db: str | None, name: str | None) -> "CampaignPlace":
+    def of(cls, file: str | Path | None, db: str | None, name: str | None) -> CampaignPlace:
         if db is not None:
             return cls(db=db, name=name or "default")
         return cls(file=str(Path(file).resolve()) if file is not None else None)

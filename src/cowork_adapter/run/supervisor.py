@@ -19,9 +19,10 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..campaign.observe import POLL_SEC, MeterBlind, MeterSchedule  # one cadence: the manifest records POLL_SEC
 from ..container.procs import group_alive

@@ -112,7 +112,7 @@ class CampaignRecord(_Strict, rename={"schema_": "schema"}):
     stop: CampaignStop | None = None  # shared campaigns only (campaign/shared.py)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CampaignRecord":
+    def from_dict(cls, data: dict[str, Any]) -> CampaignRecord:
         """The record from a file's decoded JSON; the derived keys are dropped (recomputed)."""
         return convert({k: v for k, v in data.items() if k not in _DERIVED_KEYS}, cls)
 

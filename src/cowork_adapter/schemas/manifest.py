@@ -10,8 +10,8 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from .record import Finite, NonNegative, Record, RecordInvalid
 from ..vocab import GatewayRoute, SubstituteKind
+from .record import Finite, NonNegative, Record, RecordInvalid
 
 MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
 

@@ -8,8 +8,8 @@ inside a rejected observation.
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -53,7 +53,7 @@ class RejectedObservation(Record):
     error: str
 
     @classmethod
-    def from_observation(cls, observation: Mapping[str, Any]) -> "RejectedObservation":
+    def from_observation(cls, observation: Mapping[str, Any]) -> RejectedObservation:
         """From observe.Observation.to_dict() of a rejected read (its `accepted` flag is dropped)."""
         return convert({k: v for k, v in observation.items() if k != "accepted"}, cls)
 

@@ -21,24 +21,23 @@ import csv
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
-from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..audit.scan import TaskScan, scan_events
 from ..container import protocol, safefile
 from ..container.procs import process_alive
 from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 from ..custody.bash_env import runner_digest
+from ..fileio import create_exclusive, replace_atomic
 from ..runroot.events import utc_now_iso
 from ..runroot.layout import ENGINE_EVENTS, RunRoot, dumps_of
 from ..runroot.manifest import read_manifest
-from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
-from ..schemas.multihost import read_claimed
-from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
     EvalResultFacts,
@@ -49,9 +48,10 @@ from ..schemas.ledger import (  # read_index lives with the schema (light reader
     TaskRow,
     UsageFacts,
 )
+from ..schemas.manifest import RunManifest
+from ..schemas.multihost import read_claimed
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.seal import EvalSeal, SealHead, SealRead, read_seals, run_seals_verdicts, seal_path
-from ..schemas.manifest import RunManifest
 from ..vocab import (
     INFRA_RUNTIME_REASONS,
     OfficialEvalStatus,
@@ -61,6 +61,7 @@ from ..vocab import (
     TamperKind,
     TaskStatus,
 )
+from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 
 SUMMARY_NAME = "ouroboros_summary.json"
 # Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
@@ -550,7 +551,7 @@ class IndexContext:
     runner_ids: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, run_root: Path | str) -> "IndexContext":
+    def load(cls, run_root: Path | str) -> IndexContext:
         """Read the manifest (raises OSError/ValueError when it is missing or invalid)."""
         root = Path(run_root)
         manifest = read_manifest(root)
