@@ -409,7 +409,7 @@ def main() -> int:
     choice = choose_threshold(rows, args.fraction)
     camel = choose_threshold([LevelRow(d["reached"], max(s.upstream_ratio() for s in d["samples"])) for d in done], 1.0)
     print("summary: reached load per CPU -> worst adapter-path ratio / worst CAMEL first-connect ratio")
-    for d, row in zip(done, rows):
+    for d, row in zip(done, rows, strict=True):
         print(f"  {row.load_per_cpu:5.2f} -> {row.worst_ratio:.3f} / {max(s.upstream_ratio() for s in d['samples']):.2f}")
     print(f"rule (adapter path within {args.fraction:g} of its bound at every level up to it): "
           + (f"highest passing load {choice.limit:.2f} per CPU, rounded down {choice.rounded():g}"

@@ -411,7 +411,7 @@ def main() -> int:
             audit_cpus.append(cpu)
             peak_kib, tree_kib = max(peak_kib, peak), max(tree_kib, tree)
         mib = facts["bytes"] / (1 << 20)
-        ratios = [w / a for w, a in zip(wc_times, audit_times)]
+        ratios = [w / a for w, a in zip(wc_times, audit_times, strict=True)]
         ratio = statistics.median(ratios)
         peak_mib = peak_kib / 1024
         print(f"{'':28s}   min   / median  /   max   ({args.repeat} alternating runs each, {mib:.0f} MiB)")
@@ -432,7 +432,7 @@ def main() -> int:
                   f"load average {min(loads):.1f}-{max(loads):.1f}):")
             print(f"{'  this tree wall / CPU (s)':28s}{_spread(this[0])}  /{_spread(this[1])}")
             print(f"{'  other tree wall / CPU (s)':28s}{_spread(other[0])}  /{_spread(other[1])}")
-            print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1])])}")
+            print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1], strict=True)])}")
         if args.stages > 0:
             medians = _print_stages(root, files, args.stages)
             _print_budget(command, base, args.repeat, wc_times, medians["all of audit.read"],

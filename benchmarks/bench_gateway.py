@@ -155,7 +155,7 @@ def main() -> int:
         print(f"{kind:6s} direct  p50 {percentile(direct, 0.5):7.2f} ms  p99 {percentile(direct, 0.99):7.2f} ms")
         for name in names[1:]:
             through = times[(name, kind)]
-            added = [g - d for g, d in zip(through, direct)]
+            added = [g - d for g, d in zip(through, direct, strict=True)]
             print(f"{kind:6s} {name:7s} p50 {percentile(through, 0.5):7.2f} ms  p99 {percentile(through, 0.99):7.2f} ms"
                   f"  added p50 {percentile(added, 0.5):7.2f} ms  p99 {percentile(added, 0.99):7.2f} ms"
                   f"  ratio of medians {statistics.median(through) / statistics.median(direct):.2f}")

@@ -117,7 +117,7 @@ def detail(run: dict) -> str:
 
 def first_difference(ours: list[dict], seed: list[dict]) -> str:
     """Where the two logs part: the first request that differs, field by field (pytest cuts a long diff)."""
-    for index, (a, b) in enumerate(zip(ours, seed)):
+    for index, (a, b) in enumerate(zip(ours, seed, strict=True)):
         a, b = comparable(a), comparable(b)
         if a != b:
             keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

@@ -207,7 +207,7 @@ def test_the_line_reader_answers_exactly_like_json_loads(body, head, tail):
     for line in (body, head + body, body + tail, head + body + tail):
         if not line or line == b"\r" or b"\n" in line:
             continue
-        rows = list(zip(*read_rows(Block(1, line), _TOOL_ROWS, "t", TaskScan())))
+        rows = list(zip(*read_rows(Block(1, line), _TOOL_ROWS, "t", TaskScan()), strict=True))
         want = _reference_parse(line)
         assert bool(rows) == (want is not None), line
         if rows:

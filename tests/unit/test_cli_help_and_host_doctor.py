@@ -53,7 +53,7 @@ def helps() -> dict[str, str]:
         return done.stdout + done.stderr
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip((" ".join(w) for w, _ in COMMANDS), pool.map(one, (w for w, _ in COMMANDS))))
+        return dict(zip((" ".join(w) for w, _ in COMMANDS), pool.map(one, (w for w, _ in COMMANDS)), strict=True))
 
 
 @pytest.mark.parametrize("words,longs", COMMANDS, ids=[" ".join(w) or "(top)" for w, _ in COMMANDS])

@@ -339,7 +339,7 @@ def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Se
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:
     """The row json.loads' reading of a line makes (Raw fields written back as JSON text)."""
     values: dict[str, Any] = {}
-    for name, kind in zip(row_type.__struct_fields__, _field_types(row_type)):
+    for name, kind in zip(row_type.__struct_fields__, _field_types(row_type), strict=True):
         if kind is msgspec.Raw:
             try:
                 values[name] = msgspec.Raw(json.dumps(rec[name]).encode() if name in rec else b"null")

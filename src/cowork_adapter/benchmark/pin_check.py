@@ -265,7 +265,7 @@ def verify_copy(copy: Path, commit: str, substitutes: list[BenchSubstitute]) -> 
         else:
             to_hash.append(p)
     oids = hash_files(copy, [p.path for p in to_hash])
-    differing += [p.path for p, oid in zip(to_hash, oids) if oid != p.oid]
+    differing += [p.path for p, oid in zip(to_hash, oids, strict=True) if oid != p.oid]
     if differing:
         differing.sort()
         more = f" (and {len(differing) - SHOWN} more)" if len(differing) > SHOWN else ""

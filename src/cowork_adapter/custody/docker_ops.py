@@ -192,7 +192,7 @@ def _remove_pass(
             items = rest.networks if kind == "network" else rest.volumes
         hook = before_remove if kind == "container" else None
         outcomes = _in_parallel(lambda item: _read_and_remove(hook, remove, api, kind, *item), items)
-        for (ident, name), error in zip(items, outcomes):
+        for (ident, name), error in zip(items, outcomes, strict=True):
             if error is None:
                 removed[kind].append((ident, name))
                 continue

@@ -75,7 +75,7 @@ def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = No
     runs = [load_export(root, workers) for root in roots]  # every root read before anything is written
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for run, path in zip(runs, paths):
+    for run, path in zip(runs, paths, strict=True):
         try:
             written.append(write_log(run, path))
         except FileExistsError:

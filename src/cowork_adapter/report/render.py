@@ -181,7 +181,7 @@ def _task_table(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             for t in r["tasks"]]
     if r.get("validity"):
         head.append("validity")
-        for row, t in zip(rows, r["tasks"]):
+        for row, t in zip(rows, r["tasks"], strict=True):
             row.append(t.get("validity_class") or "")
     return head, rows
 

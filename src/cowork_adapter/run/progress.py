@@ -160,7 +160,7 @@ class RunProgress:
 
 
 def _same_rows(a: list[TaskRow], b: list[TaskRow]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def record_event(events: EventLog, failures: dict[str, WriteFailure], kind: EventKind | str, **payload: Any) -> None:
