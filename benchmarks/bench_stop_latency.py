@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -417,7 +418,7 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
 
 
 def summary(values: list[float]) -> str:
-    values = [v for v in values if v == v]  # NaN: a figure the path does not have
+    values = [v for v in values if not math.isnan(v)]  # NaN: a figure the path does not have
     return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}" if values else "(none)"
 
 

@@ -152,6 +152,16 @@ def test_run_config_validation():
             runconfig.parse_run_config({**good, **bad})
 
 
+def test_run_config_refuses_a_timeout_that_is_not_a_finite_positive_number():
+    # Python's json reads NaN and Infinity, so a run config file can carry them: refused, not run with.
+    good = run_config()
+    for text in ("NaN", "Infinity", "-Infinity", "-1", "0"):
+        raw = json.loads(json.dumps({**good, "task_timeout_sec": "@"}).replace('"@"', text))
+        with pytest.raises(runconfig.ConfigError, match="positive finite number"):
+            runconfig.parse_run_config(raw)
+    assert runconfig.parse_run_config(json.loads(json.dumps(good))).task_timeout_sec == 600
+
+
 YAML = """
 # server
 name: "notes"   # quoted

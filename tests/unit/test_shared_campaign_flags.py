@@ -130,11 +130,13 @@ def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> N
     stop = '{"reason": "campaign_budget_reserve", "host": "h", "run_root": "/r", "at": "2026-01-01T00:00:00Z"}'
     for beats, reason in (([None, stop], "campaign_stopped"), ([None, ClaimLost("lapsed")], "host_lease_lost")):
         claims, stops, said = FakeClaims(beats), [], []
-        lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
-                          say=lambda action, detail: said.append(action)).start()
+        lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {},
+                          on_stop=lambda r, d, stops=stops: stops.append(r),
+                          say=lambda action, detail, said=said: said.append(action)).start()
         # Until the thread has done what is asserted (a fixed 0.5 s, about 25 turns, could pass with
         # the thread barely started on a loaded machine): stopping it sooner would prove nothing.
-        wait_for(lambda: bool(stops) and claims.calls >= 4 and "fence_failed" in said, 30, 0.02)
+        wait_for(lambda stops=stops, claims=claims, said=said: bool(stops) and claims.calls >= 4 and "fence_failed" in said,
+                 30, 0.02)
         lease.stop()
         assert stops == [reason] and claims.calls >= 4  # once, and still renewing after it
         assert "fence_failed" in said

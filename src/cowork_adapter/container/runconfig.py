@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,9 @@ def _need(raw: Mapping, key: str, kind: Any, what: str) -> Any:
 
 def _positive(raw: Mapping, key: str) -> float:
     value = _need(raw, key, (int, float), "a number")
-    if not value > 0 or value != value or value == float("inf"):
+    # NaN fails `value > 0` already; math.isnan says so where a reader looks for it (a JSON reader
+    # that accepts NaN, as Python's does, must not yield a NaN timeout).
+    if not value > 0 or math.isnan(value) or math.isinf(value):
         raise ConfigError(f"run config {key} must be a positive finite number")
     return float(value)
 

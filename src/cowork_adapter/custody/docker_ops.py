@@ -191,7 +191,10 @@ def _remove_pass(
                 rest = _list(api, run_label, containers=False)
             items = rest.networks if kind == "network" else rest.volumes
         hook = before_remove if kind == "container" else None
-        outcomes = _in_parallel(lambda item: _read_and_remove(hook, remove, api, kind, *item), items)
+        # This kind's hook, remover and name bound now (the calls all end inside _in_parallel, but a
+        # closure over the loop's variables would read whatever they hold when it runs)
+        outcomes = _in_parallel(lambda item, hook=hook, remove=remove, kind=kind:
+                                _read_and_remove(hook, remove, api, kind, *item), items)
         for (ident, name), error in zip(items, outcomes, strict=True):
             if error is None:
                 removed[kind].append((ident, name))
