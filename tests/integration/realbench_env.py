@@ -157,8 +157,8 @@ class RealRun:
 
     def launch(self, args: list[str], log_name: str) -> subprocess.Popen:
         env = {**os.environ, **self.bed.git_env, KEY_ENV: self.key}
-        log = open(self.root / f"{log_name}.log", "ab")
-        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with open(self.root / f"{log_name}.log", "ab") as log:  # the child has its own copy of the descriptor
+            return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def log_tail(self, log_name: str, chars: int = 4000) -> str:
         path = self.root / f"{log_name}.log"

@@ -55,8 +55,8 @@ def launch(demo, server: PgServer | None, name: str, db_url: str, tasks: list[st
         args[args.index(flag) + 1] = value
     assert PASSWORD not in " ".join(args)
     env = {**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}
-    log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen([*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen([*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def files_containing(root: Path, needle: bytes) -> list[str]:

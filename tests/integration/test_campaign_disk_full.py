@@ -123,8 +123,8 @@ def launch(demo, name: str, campaign: Path, fill_at: str | None) -> subprocess.P
     if fill_at:
         args[1:3] = ["-c", HOOK]
         env.update(COWORK_TEST_FILL_AT=fill_at, COWORK_TEST_FILL_DIR=str(campaign.parent))
-    log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def launched_to_persistence_failure(demo, name: str, campaign: Path, fill_at: str) -> dict:

@@ -63,14 +63,14 @@ class PrivateDaemon:
         (self.root / "data").mkdir(exist_ok=True)
         (self.root / "exec").mkdir(exist_ok=True)
         self.starts += 1
-        log = open(self.root / f"dockerd-{self.starts}.log", "ab")
-        subprocess.Popen(
-            # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroups dockerd needs.
-            ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-             "-H", self.host, "--pidfile", str(self.pidfile), "--iptables=false",
-             "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        with open(self.root / f"dockerd-{self.starts}.log", "ab") as log:  # the child has its own copy of the descriptor
+            subprocess.Popen(
+                # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroups dockerd needs.
+                ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                 "-H", self.host, "--pidfile", str(self.pidfile), "--iptables=false",
+                 "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
         if not wait_for(self.answers, 60, 0.5):
             raise RuntimeError(f"the private dockerd did not answer; see {self.root}")
         return self.pid()

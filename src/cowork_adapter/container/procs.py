@@ -15,12 +15,9 @@ from typing import Any
 
 def spawn_group(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], log_path: str) -> subprocess.Popen:
     """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log."""
-    log = open(log_path, "ab")
-    try:
+    with open(log_path, "ab") as log:  # the child has its own copy of the descriptor
         return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    finally:
-        log.close()
 
 
 def stop_group(proc: subprocess.Popen | None, grace: float = 10.0) -> None:

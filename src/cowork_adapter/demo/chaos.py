@@ -258,9 +258,9 @@ class ChaosBench:
 
     def launch(self, name: str, args: list[str]) -> subprocess.Popen:
         """The launcher in a session of its own, so a kill of its process group spares us."""
-        log = open(self.env.root / f"{name}.log", "ab")
-        return subprocess.Popen(args, env={**os.environ, self.env.key_env: self.env.key}, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(self.env.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+            return subprocess.Popen(args, env={**os.environ, self.env.key_env: self.env.key}, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def remove_fresh_images(self) -> None:
         client = docker_client(self.env.docker_host, 120)

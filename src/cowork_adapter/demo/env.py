@@ -90,8 +90,8 @@ class DemoEnv:
 
     def launch(self, args: list[str], log_name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         env = {**os.environ, **(extra_env or {}), self.key_env: self.key}
-        log = open(self.root / f"{log_name}.log", "ab")
-        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with open(self.root / f"{log_name}.log", "ab") as log:  # the child has its own copy of the descriptor
+            return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def key_route(extra: list[str]) -> list[str]:

@@ -113,7 +113,8 @@ def read_claimed(path) -> list[str]:
     is skipped: its batch was never handed to a runner."""
     out: list[str] = []
     try:
-        lines = open(path, "rb").read().splitlines()
+        with open(path, "rb") as handle:
+            lines = handle.read().splitlines()
     except FileNotFoundError:
         return out
     for line in lines:
