@@ -50,6 +50,8 @@ def load(load1: float, ping: float | None = 0.01) -> HostLoad:
     return HostLoad(load1=load1, cpus=2, mem_available_bytes=8 * GIB, daemon_ping_sec=ping)
 
 
+ONE_PER_CPU = AdmissionLimits(max_load_per_cpu=1.0)
+
 class Loop:
     """The wait loop with its readings, clock, sleeps and records held here."""
 
@@ -63,7 +65,7 @@ class Loop:
         self.sleeps += 1
         self.now += sec
 
-    def run(self, limits: AdmissionLimits = AdmissionLimits(max_load_per_cpu=1.0)) -> bool:
+    def run(self, limits: AdmissionLimits = ONE_PER_CPU) -> bool:
         return wait_for_admission(lambda: self.readings.pop(0), limits, record=self.records.append,
                                   stopped=lambda: self.stop_after is not None and self.sleeps >= self.stop_after,
                                   sleep=self.sleep, clock=lambda: self.now, poll_sec=5.0)

@@ -40,7 +40,8 @@ def write(path: Path, **over) -> bytes:
     return path.read_bytes()
 
 
-def refused(config: RunConfig, read: AcceptedReading = reading()) -> str:
+def refused(config: RunConfig, read: AcceptedReading | None = None) -> str:
+    read = reading() if read is None else read
     with pytest.raises(Refusal) as info:
         campaign_preflight(config, KEY, read)
     assert info.value.stage == "campaign"

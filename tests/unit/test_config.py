@@ -95,7 +95,7 @@ def test_none_lists_mean_empty(base):
 
 def test_frozen(base):
     cfg = build(base)
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):  # dataclasses.FrozenInstanceError is one
         cfg.selection.concurrency = 2  # type: ignore[misc]
 
 

@@ -346,7 +346,7 @@ def unrevoke(config, task):
     if path is None:
         return
     try:
-        os.rename(path, "%s.before-%d" % (path, time.time_ns()))
+        os.rename(path, f"{path}.before-{time.time_ns()}")
     except OSError:
         pass
 
@@ -398,7 +398,7 @@ def launcher_alive(pid, ticks):
     Anything unreadable is dead (fail closed).
     """
     try:
-        with open("/proc/%d/stat" % int(pid), "rb") as handle:
+        with open(f"/proc/{int(pid)}/stat", "rb") as handle:
             stat = handle.read().decode("utf-8", "replace")
     except (OSError, TypeError, ValueError):
         return False
@@ -559,7 +559,7 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
         reading["cause"] = "daemon_address_unsupported"
         return reading
     try:
-        conn.request("GET", "/containers/%s/stats?stream=false&one-shot=true" % container)
+        conn.request("GET", f"/containers/{container}/stats?stream=false&one-shot=true")
         answer = conn.getresponse()
         body = answer.read()
         status = answer.status
@@ -569,7 +569,7 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     finally:
         conn.close()
     if status != 200:
-        reading["cause"] = "container_absent" if status == 404 else "stats_http_%d" % status
+        reading["cause"] = "container_absent" if status == 404 else f"stats_http_{status}"
         return reading
     try:
         data = json.loads(body.decode("utf-8"))
@@ -604,7 +604,7 @@ def hold_creation_lock(config):
     directory = config.get("creations_dir")
     if not directory:
         return None
-    path = os.path.join(directory, "%d-%s.lock" % (os.getpid(), os.urandom(6).hex()))
+    path = os.path.join(directory, f"{os.getpid()}-{os.urandom(6).hex()}.lock")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError:
@@ -1069,7 +1069,7 @@ def handle_remove(config, argv, shape):
         if role == "agent" and removing and config.get("gateway_secret_file"):
             # The task's gateway token dies with its container: the gateway refuses a token whose
             # task has this marker (gateway.REVOKED_SUFFIX). Written first: the removal decided it.
-            record(config, ident + AGENT_REMOVED_SUFFIX, "%f\n" % time.time(), once=True)
+            record(config, ident + AGENT_REMOVED_SUFFIX, f"{time.time():f}\n", once=True)
         reading = read_stats(config, container)
         reading.update(role=role, command=shape["subcommand"])
         record(config, ident + ".resources.jsonl", reading)

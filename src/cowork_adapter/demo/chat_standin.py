@@ -302,7 +302,7 @@ class ChatStandin:
         auth = handler.headers.get("Authorization")
         row = {"method": handler.command, "path": handler.path,
                "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth is not None else None,
-               "headers": sorted({k.lower() for k in handler.headers.keys()} - TRANSPORT_HEADERS)}
+               "headers": sorted({k.lower() for k in handler.headers} - TRANSPORT_HEADERS)}
         if body is not None:
             row["fields"] = {k: v for k, v in body.items() if k not in CONVERSATION_FIELDS}
             row["messages"] = len(body.get("messages") or [])

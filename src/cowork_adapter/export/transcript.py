@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -88,7 +88,7 @@ class Info:
     ts: str | None = None
 
 
-Item = Union[UserText, Turn, Info]
+Item = UserText | Turn | Info
 
 
 @dataclass

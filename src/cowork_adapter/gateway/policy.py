@@ -79,8 +79,8 @@ def shape(body: dict, policy: Policy) -> dict | str:
     for name, why in REFUSED_FIELDS.items():
         if name in body and not (name == "provider" and _benign_provider(body[name], policy)):
             return f"the field {name!r} is refused: {why}"
-    if policy.function_tools_only and isinstance(body.get("tools"), list):
-        if any(not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"]):
+    if policy.function_tools_only and isinstance(body.get("tools"), list) and any(
+            not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"]):
             return "only function tools are forwarded: provider-side tools (web search) are billed per use"
     model = body.get("model")
     if not isinstance(model, str):

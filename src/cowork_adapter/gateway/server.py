@@ -330,7 +330,7 @@ class Gateway:
         return False
 
     def authorize(self, header: str | None) -> str | None:
-        if not header or not header[:7].lower() == "bearer ":
+        if not header or header[:7].lower() != "bearer ":
             return None
         return token_task(self._secret, self.run_label, header[7:].strip())
 
