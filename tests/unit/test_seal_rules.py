@@ -185,6 +185,16 @@ def test_a_refused_evaluation_of_an_unsafe_dump_is_flagged():
     assert verdict.passed is None and kinds(found) == ["unsafe_entry"]
 
 
+def test_a_hung_eval_in_a_late_seal_without_an_end_is_flagged_not_a_crash():
+    # A late seal (the host's, after the shim died) has no ended_at; the hang finding used to subtract from it.
+    held = seal(entry="late", ended_at=None, exit_code=None, hung=True,
+                verdict=SealedVerdict(official_run=False, cause="eval_hung"))
+    verdict, found = seal_verdict(OfficialVerdict(OfficialEvalStatus.NOT_RUN, "eval_hung", None), held, NOW,
+                                  records_present=True)
+    assert kinds(found) == ["eval_hung"] and found[0].detail == "eval exec end not seen"
+    assert kinds(seal_verdict(FAILED, seal(hung=True, ended_at=31.0), NOW, records_present=True)[1]) == ["eval_hung"]
+
+
 def test_an_eval_cut_short_by_a_stop_is_not_scored_and_not_flagged():
     # The shim saw the eval exec begin (its head) and was killed with the runner's group before sealing:
     # the claim without a receipt is the eval phase's own, never the agent's.

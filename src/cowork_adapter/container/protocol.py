@@ -16,7 +16,7 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from . import safefile
 from .vocab import OfficialEvalStatus, ReceiptCause
@@ -88,7 +88,7 @@ def file_facts(path: str, cap: int = safefile.LOG_JSON_CAP) -> dict:
     got = safefile.read_bytes(path, cap=cap)
     if got.kind == safefile.ABSENT:
         return facts
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         facts.update(state="unreadable", cause=f"{got.kind}:{got.cause}" if got.cause else got.kind)
         return facts
     facts.update(state="present", bytes=got.size, sha256=hashlib.sha256(got.data).hexdigest())
@@ -264,7 +264,7 @@ def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[dict | 
     got = safefile.read_bytes(path, cap=cap)
     if got.kind == safefile.ABSENT:
         return None, "file_absent"
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return None, f"not_regular:{got.kind}"
     data = got.data
     try:
@@ -276,13 +276,13 @@ def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[dict | 
     return value, ""
 
 
-def valid_claim(value: dict | None) -> bool:
+def valid_claim(value: dict | None) -> TypeGuard[dict]:
     return (isinstance(value, dict) and value.get("schema") == CLAIM_SCHEMA
             and isinstance(value.get("attempt_id"), str) and len(value["attempt_id"]) == 32
             and isinstance(value.get("bindings"), dict))
 
 
-def valid_receipt(value: dict | None, claim: Mapping) -> bool:
+def valid_receipt(value: dict | None, claim: Mapping) -> TypeGuard[dict]:
     return (isinstance(value, dict) and value.get("schema") == RECEIPT_SCHEMA
             and value.get("attempt_id") == claim.get("attempt_id")
             and isinstance(value.get("official_run"), bool))

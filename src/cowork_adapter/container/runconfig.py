@@ -6,13 +6,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from .vocab import REFERENCE_ENGINES
 
-RUN_CONFIG_SCHEMA = "cowork_adapter.run_config.v1"
+RUN_CONFIG_SCHEMA: Final = "cowork_adapter.run_config.v1"
 DEFAULT_RUN_CONFIG = "/workspace/configs/cowork_adapter_run.json"
-DEFAULT_KEY_ENV = "COWORK_PROVIDER_KEY"
+DEFAULT_KEY_ENV: Final = "COWORK_PROVIDER_KEY"
 
 
 class ConfigError(ValueError):

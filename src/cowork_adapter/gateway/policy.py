@@ -28,6 +28,7 @@ other than functions (`openrouter:web_search` is billed per search).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..defaults import DEFAULT_GATEWAY_MAX_TOKENS as DEFAULT_MAX_TOKENS
 
@@ -74,7 +75,7 @@ def _benign_provider(value: object, policy: Policy) -> bool:
             and all(isinstance(v, bool) for v in value.values()))
 
 
-def shape(body: dict, policy: Policy) -> dict | str:
+def shape(body: dict[str, Any], policy: Policy) -> dict[str, Any] | str:
     """The body to forward (a new dict), or why it is refused (one sentence)."""
     for name, why in REFUSED_FIELDS.items():
         if name in body and not (name == "provider" and _benign_provider(body[name], policy)):

@@ -6,14 +6,14 @@ compares `applied_config`, `seed.head`, `bench.commit` and `image.id` across the
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
 from ..vocab import GatewayRoute, SubstituteKind
 from .record import Finite, NonNegative, Record, RecordInvalid
 
-MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
+MANIFEST_SCHEMA: Final = "cowork_adapter.run_manifest.v1"
 
 
 class AdapterIdentity(Record):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from .record import Finite, NonNegative, Record, convert
 
-MONITOR_SCHEMA = "cowork_adapter.monitor.v1"
+MONITOR_SCHEMA: Final = "cowork_adapter.monitor.v1"
 
 Count = NonNegative
 Usd = Finite

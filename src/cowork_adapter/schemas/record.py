@@ -91,7 +91,8 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, forbid_unknown_fields=True):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (enums as their values, datetimes as ISO strings), keys as written."""
-        return msgspec.to_builtins(self, enc_hook=_encode_other)
+        built: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_encode_other)
+        return built
 
     def to_json(self) -> str:
         """The record as an indented JSON document (the form of the host's single-document files)."""
@@ -128,7 +129,7 @@ def _decode_retired(raw: bytes, kind: type[R]) -> R:
     return _convert(value, kind)
 
 
-_DECODERS: dict[type, msgspec.json.Decoder] = {}
+_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
 def decode(data: bytes | str, kind: type[R]) -> R:
@@ -141,7 +142,8 @@ def decode(data: bytes | str, kind: type[R]) -> R:
     decoder = _DECODERS.get(kind) or _DECODERS.setdefault(kind, msgspec.json.Decoder(kind))
     _converting.active = True
     try:
-        return decoder.decode(data)
+        record: R = decoder.decode(data)
+        return record
     except msgspec.DecodeError as exc:  # msgspec's ValidationError is a DecodeError
         raise RecordInvalid(str(exc)) from None
     finally:

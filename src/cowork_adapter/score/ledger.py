@@ -209,7 +209,9 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
     if refused.startswith((ReceiptCause.LOG_NOT_REGULAR.value, ReceiptCause.WORKSPACE_LINK_OUTSIDE_DUMP.value)):
         found.append(TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=refused[:200]))
     if seal.hung or refused.startswith(ReceiptCause.EVAL_HUNG.value):
-        found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec ended after {seal.ended_at - seal.started_at:.0f} s"))
+        # A late seal (the host sealed after the shim died) saw no end: ended_at is None there.
+        ran = f"ended after {seal.ended_at - seal.started_at:.0f} s" if seal.ended_at is not None else "end not seen"
+        found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec {ran}"))
     if seal.agent_summary_sha256 and now.summary != seal.agent_summary_sha256:
         found.append(TamperFinding(kind=TamperKind.SUMMARY_CHANGED, detail="ouroboros_summary.json"))
     sealed = (("claim", seal.claim.sha256, now.claim), ("receipt", seal.receipt.sha256 if seal.receipt else None, now.receipt),
@@ -326,7 +328,7 @@ def _read_json(path: Path) -> tuple[str, Any]:
     got = safefile.read_bytes(str(path), cap=safefile.RECORD_CAP)
     if got.kind == safefile.ABSENT:
         return "absent", None
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return "unreadable", None
     try:
         return "present", protocol.strict_loads(got.data.decode("utf-8"))
@@ -419,7 +421,8 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
     if head.shim_pid is not None and process_alive(head.shim_pid, head.shim_start_ticks):
         return None  # the exec may still run: its own shim seals it, or a later reading does
 
-    inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))
+    # The shim is a stdlib program run as its own process, unannotated: its reader is called as it is.
+    inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))  # type: ignore[no-untyped-call]
     planted = {entry.sha256 for entry in head.pre if entry.sha256}
     found = [inputs[name].get("sha256") for name in ("claim", "receipt", "eval_res") if isinstance(inputs.get(name), dict)]
     if planted.intersection(found):
@@ -438,7 +441,12 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
 def _once(findings: list[TamperFinding]) -> list[TamperFinding]:
     """Each finding once, in order (the seal and the held summary copy may both see a change)."""
     seen: set[tuple[str, str]] = set()
-    return [f for f in findings if (f.kind.value, f.detail) not in seen and not seen.add((f.kind.value, f.detail))]
+    once = []
+    for f in findings:
+        if (f.kind.value, f.detail) not in seen:
+            seen.add((f.kind.value, f.detail))
+            once.append(f)
+    return once
 
 
 def held_summary_path(ctx: IndexContext, task: str) -> Path | None:
@@ -491,7 +499,7 @@ def failed_servers(inventory: Mapping[str, Any] | None) -> dict[str, str]:
     if not isinstance(inventory, Mapping):
         return {}
     servers = inventory.get("servers")
-    items: Iterable[tuple[str, Any]]
+    items: Iterable[tuple[Any, Any]]  # a name that is not a str is refused below
     if isinstance(servers, Mapping):
         items = servers.items()
     elif isinstance(servers, list):
@@ -653,7 +661,7 @@ def _file_digest(path: Path | None) -> tuple[int | None, str | None]:
     if path is None:
         return None, None
     got = safefile.read_bytes(str(path), cap=safefile.LOG_JSON_CAP)
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return None, None
     return got.size, hashlib.sha256(got.data).hexdigest()
 
@@ -747,14 +755,14 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             eval_value_matches=matches,
         )
         if ctx.sealing:
-            held = ctx.seals.get(task)
-            seal = held.seal if held else None
-            if seal is None and held is not None and held.head is not None and receipt_state == "present":
-                seal = late_seal(ctx.run_root, held.head, dump, dumps_of(ctx.bench))
+            sealed = ctx.seals.get(task)
+            seal = sealed.seal if sealed else None
+            if seal is None and sealed is not None and sealed.head is not None and receipt_state == "present":
+                seal = late_seal(ctx.run_root, sealed.head, dump, dumps_of(ctx.bench))
             now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
                               receipt=_file_digest(receipt_path)[1], eval_res=sha,
                               summary=_file_digest(dump / SUMMARY_NAME)[1])
-            verdict, found = seal_verdict(verdict, seal, now, head=held.head if held else None,
+            verdict, found = seal_verdict(verdict, seal, now, head=sealed.head if sealed else None,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
         if with_usage and "ouroboros" in names:
