@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -127,7 +127,7 @@ P_HOSTS = "Hosts"  # one host of a campaign several hosts run together (config.H
 
 def _choices(name: str, values: Sequence[str]) -> type[Enum]:
     """A str Enum of `values`: how typer spells a fixed choice (its members are the values)."""
-    return Enum(name, {v: v for v in values}, type=str)
+    return cast("type[Enum]", Enum(name, {v: v for v in values}, type=str))  # the functional API: a class
 
 
 _TaskReviewMode = _choices("TaskReviewMode", TASK_REVIEW_MODES)
@@ -186,15 +186,15 @@ def _run_flags(
     review_slots: Annotated[int, typer.Option(help="Identical review seats (>= 0).", rich_help_panel=P_AGENT)]
     = 3,
     # Choices show as a short metavar with the values in the help, so flag names fit 80 columns.
-    task_review_mode: Annotated[_TaskReviewMode, typer.Option(
+    task_review_mode: Annotated[_TaskReviewMode, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(TASK_REVIEW_MODES), rich_help_panel=P_AGENT)] = "required",
-    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(
+    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(REVIEW_ENFORCEMENTS), rich_help_panel=P_AGENT)] = "blocking",
     review_max_cycles: Annotated[str, typer.Option(help="Review cycles (whole number).",
                                                    rich_help_panel=P_AGENT)] = "2",
-    safety_mode: Annotated[_SafetyMode, typer.Option(
+    safety_mode: Annotated[_SafetyMode, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(SAFETY_MODES), rich_help_panel=P_AGENT)] = "off",
-    runtime_mode: Annotated[_RuntimeMode, typer.Option(
+    runtime_mode: Annotated[_RuntimeMode, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(RUNTIME_MODES), rich_help_panel=P_AGENT)] = "pro",
     max_workers: Annotated[int, typer.Option(help="Server worker processes (>= 1).", rich_help_panel=P_AGENT)]
     = 4,
@@ -308,7 +308,7 @@ def _run_flags(
     allow_dirty_seed: Annotated[bool, typer.Option(
         "--allow-dirty-seed", help="Development diagnostics only: record an unclean seed instead of refusing.",
         rich_help_panel=P_MODE)] = False,
-    probe: Annotated[_Probe, typer.Option(
+    probe: Annotated[_Probe, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="KIND", help="Run a tool probe instead of tasks (no model calls). " + _one_of(PROBE_CHOICES),
         rich_help_panel=P_MODE)] = "none",
     accept_environment_blocked: Annotated[bool, typer.Option(
@@ -325,7 +325,7 @@ def _run_flags(
     task_validity: Annotated[Path | None, typer.Option(
         help=f"{layout.TASK_VALIDITY} from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
              "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
-    stop_path: Annotated[_StopPath, typer.Option(
+    stop_path: Annotated[_StopPath, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         hidden=True, help="Benchmarks only: runner_trap stops the old way (the runner's own EXIT trap removes "
         "its containers one by one) so bench_stop_latency.py can measure it beside the default.")] = "fast",
 ) -> None:
@@ -850,8 +850,8 @@ def campaign_release(
 
 _ARGV: list[str] = [PROG]
 # Typer >= 0.20 carries its own copy of click whose errors derive from TyperException; older
-# releases raise click's own. Either way this is the base of every usage error.
-_CLI_ERROR: type[Exception] = getattr(typer, "TyperException", None) or importlib.import_module(
+# releases raise click's own. Either way this is the base of every usage error, and has format_message.
+_CLI_ERROR: type[typer.TyperException] = getattr(typer, "TyperException", None) or importlib.import_module(
     "click"
 ).ClickException
 

@@ -155,7 +155,7 @@ class AgentRun:
             keys.append(os.environ.pop(cfg.key_env, None))
         self.key = next((k for k in keys if k), None)
         secrets = [k for k in keys if k]
-        raw_settings = raw.get("settings") if isinstance(raw, dict) and isinstance(raw.get("settings"), dict) else {}
+        raw_settings = found if isinstance(raw, dict) and isinstance(found := raw.get("settings"), dict) else {}
         secrets += [v for k, v in raw_settings.items() if any(h in str(k).upper() for h in SECRET_NAME_HINTS)]
         self.terms = protocol.secret_terms(secrets)
         self.cfg = cfg

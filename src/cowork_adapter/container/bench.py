@@ -48,7 +48,7 @@ def dumps_of_task(task_dir: str, exclude: str = "") -> list:
     """Every dumps/<short>/SingleUserTurn-<task>/ holding a traj_log.json, `exclude` left out
     (to name where an engine wrote when it was not where the adapter expects)."""
     base = os.path.abspath(GLOBAL_TASK_CONFIG["dump_path"])
-    found = []
+    found: list[str] = []
     try:
         shorts = sorted(os.listdir(base))
     except OSError:

@@ -155,17 +155,17 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
     if receipt.get("official_run") is not True or receipt.get("raised") is not None \
             or not isinstance(receipt.get("returned"), dict):
         return _no(ineligible, DiagnosticReason.OFFICIAL_NOT_COMPLETED)
-    bound = claim["bindings"].get("log") if isinstance(claim["bindings"].get("log"), dict) else {}
+    bound = found if isinstance(found := claim["bindings"].get("log"), dict) else {}
     if log_facts.get("state") != "present" or not bound.get("sha256") or log_facts.get("sha256") != bound["sha256"]:
         return _no(ineligible, DiagnosticReason.LOG_CHANGED_OR_UNREADABLE)
     reading = protocol.classify_eval_bytes(eval_res, log_status)
-    result_file = receipt.get("result_file") if isinstance(receipt.get("result_file"), dict) else {}
+    result_file = found if isinstance(found := receipt.get("result_file"), dict) else {}
     same_bytes = eval_res is not None and hashlib.sha256(eval_res).hexdigest() == result_file.get("sha256")
     if reading.status != OfficialEvalStatus.DECLINED or not same_bytes or _decode(eval_res) != receipt["returned"]:
         return _no(ineligible, DiagnosticReason.NOT_SAME_ATTEMPT_STATUS_GATE_DECLINE)
     if not isinstance(summary, dict):
         return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_UNAVAILABLE)
-    evidence = claim.get("evidence") if isinstance(claim.get("evidence"), dict) else {}
+    evidence = found if isinstance(found := claim.get("evidence"), dict) else {}
     held = evidence.get("agent_summary_sha256")
     if not isinstance(held, str) or not held or summary_sha256 != held:
         return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_CHANGED)
@@ -206,7 +206,7 @@ def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: s
     if config.get("task_dir") != task_dir or not isinstance(stated_log, str) \
             or os.path.abspath(stated_log) != os.path.abspath(log_file):
         return None, DiagnosticReason.SAVED_CONFIG_NOT_LINKED.value
-    evaluation = config.get("evaluation") if isinstance(config.get("evaluation"), dict) else {}
+    evaluation = found if isinstance(found := config.get("evaluation"), dict) else {}
     command, groundtruth = evaluation.get("evaluation_command"), evaluation.get("groundtruth_workspace")
     if (command is None or groundtruth is None) and rebuild is not None:
         rebuilt_command, rebuilt_groundtruth = rebuild(task_dir)
@@ -367,7 +367,7 @@ def run_diagnostic(task_root: str, claim: Mapping, *, env: Mapping[str, str] | N
                           log_status=protocol.read_log_status(bound_log),
                           eval_res=_read_bytes(os.path.join(task_root, protocol.EVAL_RES_NAME)), summary=summary,
                           summary_sha256=summary_sha)
-        if decision.eligible:
+        if decision.eligible and linked is not None:  # (eligible implies the claim: said for the type checker)
             result["eligible"] = True
             result.update(_execute(task_root, attempt_id, linked, bound_log, cap, env, cwd))
         else:

@@ -162,7 +162,7 @@ def grading_differences(logged: Any, canonical: dict) -> list:
         return []
     out = [name for name in GRADING_FIELDS if _canonical_path(logged.get(name)) != _canonical_path(canonical.get(name))]
     stated = logged.get("evaluation")
-    truth = canonical.get("evaluation") if isinstance(canonical.get("evaluation"), dict) else {}
+    truth = found if isinstance(found := canonical.get("evaluation"), dict) else {}
     if stated is not None and not isinstance(stated, dict):
         return out + ["evaluation"]
     for name in EVALUATION_FIELDS:

@@ -56,7 +56,7 @@ def _sub(value: Any, subst: Mapping[str, str]) -> Any:
 def render_server(name: str, doc: Mapping, *, subst: Mapping[str, str], env: Mapping[str, str],
                   workspace: str, is_root: bool) -> dict:
     """One proxy entry `{command, args, env}` for a yaml document (placeholders substituted)."""
-    params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+    params = found if isinstance(found := doc.get("params"), dict) else {}
     command = _sub(params.get("command"), subst)
     if not isinstance(command, str) or not command.strip():
         raise McpConfigError("invalid", f"MCP server {name} has no command")

@@ -93,7 +93,7 @@ def model_activity(submitted: bool, result: Mapping | None) -> bool | None:
 
 def new_summary(*, engine: str, model: str | None, task: str, max_steps: int) -> dict:
     """A summary that is already valid before anything ran (stage init, failed, not submitted)."""
-    summary = {
+    summary: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "engine": engine,
         "model": model,

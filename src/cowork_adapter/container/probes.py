@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Any
 
 from . import bench, mcp
 from .mcpclient import McpError, McpSession
@@ -96,7 +97,7 @@ def run_inventory(task_dir: str, out_dir: str, out=None) -> int:
             names, failed, error = [], {}, f"{type(exc).__name__}: {exc}"
             report["\0setup"] = {"ok": False, "tool_count": 0, "tools": [], "error": error}
         for name in names:
-            entry = {"ok": False, "tool_count": 0, "tools": [], "error": failed.get(name) or error or None}
+            entry: dict[str, Any] = {"ok": False, "tool_count": 0, "tools": [], "error": failed.get(name) or error or None}
             if not entry["error"]:
                 try:
                     tools = McpSession(mcp.server_url(port, name)).open().list_tools()

@@ -106,12 +106,12 @@ def _classify_error(exc: OSError, parent_fd: int, name: str) -> tuple[str, str]:
         return ABSENT, "file_absent"
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
         try:
-            return kind_of_mode(os.lstat(name, dir_fd=parent_fd).st_mode), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+            return kind_of_mode(os.lstat(name, dir_fd=parent_fd).st_mode), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
         except OSError:
             pass
     if exc.errno == errno.ENXIO:  # a FIFO or socket opened with O_NONBLOCK and no peer
         return OTHER, "os_error:ENXIO"
-    return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+    return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
 
 
 def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[int | None, str, str]:
@@ -122,7 +122,7 @@ def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[int | N
     try:
         kind = kind_of_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     if kind not in (REGULAR, DIRECTORY) or (directory and kind != DIRECTORY):
         return None, kind, ""
     try:
@@ -168,7 +168,7 @@ def open_nofollow(path: str, *, below: str | None = None) -> tuple[int | None, s
     try:
         fd = os.open(start, _DIR_FLAGS)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     for index, name in enumerate(parts):
         child, kind, cause = open_at(fd, name, directory=index < len(parts) - 1)
         os.close(fd)
@@ -213,7 +213,7 @@ def _read_opened(fd: int | None, kind: str, cause: str, cap: int) -> Read:
             return Read(TOO_LARGE, None, total, f"over_cap:{cap}")
         return Read(REGULAR, b"".join(chunks), total, "")
     except OSError as exc:
-        return Read(UNREADABLE, None, None, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}")
+        return Read(UNREADABLE, None, None, f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}")
     finally:
         os.close(fd)
 

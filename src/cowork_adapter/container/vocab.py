@@ -14,7 +14,7 @@ class Vocab(str, Enum):
     """A str-valued enum whose str() and format() are the bare value (3.11 changed both)."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # deliberately str's, as the docstring says
 
     @classmethod
     def values(cls) -> list[str]:

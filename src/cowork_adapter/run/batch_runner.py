@@ -99,7 +99,7 @@ def daemon_ping(docker_host: str, timeout: float) -> Callable[[], object]:
         if client is None:
             import docker
 
-            client = docker.APIClient(base_url=docker_host, timeout=timeout)
+            client = docker.APIClient(base_url=docker_host, timeout=timeout)  # type: ignore[arg-type]  # a float: see host/daemon.py
         return client.ping()
 
     return ping
