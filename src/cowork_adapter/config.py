@@ -910,7 +910,7 @@ def _converted(name: str, value: Any, kind: Any) -> Any:
             message = str(exc).split(" - at ")[0]
             expected = re.match(r"Expected `(\w+)[^`]*`, got `(\w+)`", message)  # `str | null`: the first type
             words = _EXPECTED.get(expected.group(1)) if expected else None
-            if words:
+            if words and expected:
                 problem = f"input should be {words}{_WHY.get(expected.groups(), '')}"
             else:
                 problem = message[:1].lower() + message[1:]

@@ -165,6 +165,13 @@ def test_a_hung_eval_exec_is_ended_at_the_bound_and_sealed_as_hung(tmp_path):
     assert seal.hung and seal.ended_at - seal.started_at < 15 and seal.verdict is None
 
 
+def test_a_fractional_eval_bound_is_kept_not_refused(tmp_path):
+    # COWORK_EVAL_BOUND_SEC is read as a float (custody/bash_env.py): the shim's config used to be an
+    # int field, so 90.5 refused the run ("custody settings are invalid").
+    bed = SealBed(tmp_path, eval_bound=90.5)
+    assert json.loads(bed.files.shim_config.read_text())["eval_bound_sec"] == 90.5
+
+
 def test_tasks_sharing_the_runners_id_are_refused(tmp_path):
     # Two tasks whose md5 prefixes collide would share agent-/eval- container names and dumps.
     first, second = _colliding_pair()

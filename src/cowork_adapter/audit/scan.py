@@ -182,11 +182,12 @@ class TaskScan:
         """One llm_usage record (a UsageRow, or anything with its fields), with every
         irregularity a gap at its line. A field the record leaves null is read from its nested
         `usage` object when that is a non-empty object."""
-        values = (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.cost, rec.cost_known,
+        values: tuple[Any, ...] = (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.cost, rec.cost_known,
                   rec.cost_estimated, rec.model, rec.provider, rec.response_provider)
         usage = rec.usage
         if isinstance(usage, dict) and usage:
-            values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values, strict=True))
+            # USAGE_FIELDS names these nine first, then `usage` itself: zip stops at the nine.
+            values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values, strict=False))
         prompt, completion, cached, cost, known, estimated, model, provider, response = values
         self.usage_records += 1
         # Plain nonnegative ints (the usual record) skip _count; anything else takes its rule.

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import Refusal
 from ..fileio import create_exclusive
@@ -124,7 +125,7 @@ def install_custody(
     real_docker: str,
     docker_host: str,
     run_label: str,
-    limits: ContainerLimits | Mapping[str, object],
+    limits: ContainerLimits | Mapping[str, Any],
     stop_file: Path,
     resource_root: Path,
     min_free_bytes: int,

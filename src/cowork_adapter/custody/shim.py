@@ -103,7 +103,7 @@ MEASURED_ROLES = ("agent", "eval", "pg")
 RM_BOOL_LONG = frozenset({"--force", "--volumes", "--link", "--help"})
 RM_BOOL_SHORT = frozenset("fvl")
 STOP_BOOL_LONG = frozenset({"--help"})
-STOP_BOOL_SHORT = frozenset()
+STOP_BOOL_SHORT: frozenset[str] = frozenset()
 
 # docker's global options that take a value, and those that pick the daemon.
 GLOBAL_VALUE_OPTIONS = frozenset(
@@ -122,7 +122,7 @@ RUN_BOOL_SHORT = frozenset("ditPq")
 EXEC_BOOL_LONG = frozenset({"--detach", "--interactive", "--tty", "--privileged", "--help"})
 EXEC_BOOL_SHORT = frozenset("dit")
 NETWORK_BOOL_LONG = frozenset({"--attachable", "--ingress", "--internal", "--ipv6", "--config-only", "--help"})
-NETWORK_BOOL_SHORT = frozenset()
+NETWORK_BOOL_SHORT: frozenset[str] = frozenset()
 
 # Options a creation may not carry: the shim sets them and docker keeps the last occurrence.
 CONFLICTING_OPTIONS = frozenset(
@@ -789,7 +789,7 @@ def _load_safefile():
     if here not in sys.path:
         sys.path.insert(0, here)
     try:
-        import safefile  # noqa: PLC0415 - a sibling copy, found only once sys.path holds this folder
+        import safefile  # type: ignore[import-not-found]  # noqa: PLC0415 - a sibling copy, found only once sys.path holds this folder
     except ImportError:
         return None
     return safefile

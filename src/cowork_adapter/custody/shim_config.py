@@ -63,4 +63,5 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):  # type: ig
     dumps_dir: str | None = None
     dump_short: str | None = None
     task_names: list[str] | None = None
-    eval_bound_sec: Positive | None = None
+    # Seconds, as COWORK_EVAL_BOUND_SEC gives them (a float: 90.5 is a bound; an int field refused it).
+    eval_bound_sec: Annotated[float, Meta(gt=0)] | None = None

@@ -113,7 +113,7 @@ def _text_of(content: Any) -> str:
 
 def request_text(body: dict) -> str:
     """All system and user text of the request (where the task description travels)."""
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    messages = found if isinstance(found := body.get("messages"), list) else []
     return "\n".join(_text_of(m.get("content")) for m in messages
                      if isinstance(m, dict) and m.get("role") in ("system", "user", "developer"))
 
@@ -300,7 +300,7 @@ class ChatStandin:
 
     def _note(self, handler: BaseHTTPRequestHandler, body: dict | None) -> None:
         auth = handler.headers.get("Authorization")
-        row = {"method": handler.command, "path": handler.path,
+        row: dict[str, Any] = {"method": handler.command, "path": handler.path,
                "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth is not None else None,
                "headers": sorted({k.lower() for k in handler.headers} - TRANSPORT_HEADERS)}
         if body is not None:

@@ -64,7 +64,7 @@ class MeterStandin:
         self.max_delay_sec = max_delay_sec
         self.label = label
         self.requests: list[dict[str, Any]] = []  # what was asked and how it was answered
-        self._defaults = {"usage": usage, "limit": limit, "total_credits": total_credits}
+        self._defaults: dict[str, Any] = {"usage": usage, "limit": limit, "total_credits": total_credits}
         self._reset()
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True

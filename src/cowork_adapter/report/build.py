@@ -68,7 +68,7 @@ def row_duration(row: TaskRow) -> float | None:
 
 
 def _domain(config: dict[str, Any], task: str) -> str:
-    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    meta = found if isinstance(found := config.get("meta"), dict) else {}
     for key in ("domain", "category"):
         if isinstance(meta.get(key), str) and meta[key]:
             return meta[key]

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 
@@ -35,7 +36,7 @@ class LauncherSignals:
     def __init__(self) -> None:
         self.received: list[str] = []
         self._critical = 0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # what signal.signal returned: a handler, an int or None
         self._output: Path | None = None
         self.hangups = 0
 
