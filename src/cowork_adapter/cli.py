@@ -658,7 +658,7 @@ def status(
         raise SystemExit(campaign_status_command(campaign[0], campaign[1], roots, as_json))
     if len(run_roots or []) != 1:
         raise Refusal("flags", "status takes exactly one run root (several only with --campaign-db).")
-    run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")
+    run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")  # type: ignore[index]  # exactly one, checked above
     from .ops.control import status_command
 
     raise SystemExit(status_command(run_root, as_json))
@@ -757,7 +757,7 @@ def _campaign_store_flags(campaign_file: Path | None, campaign_db: str | None,
     url, name = _campaign_view_flags(campaign_db, campaign_name) or (campaign_db, campaign_name)
     from .campaign.pg_store import PostgresCampaignStore
 
-    return None, PostgresCampaignStore(url, name)
+    return None, PostgresCampaignStore(url, name)  # type: ignore[arg-type]  # a URL when --campaign-db
 
 
 @campaign_app.command(
@@ -794,13 +794,13 @@ def campaign_reconcile(
     path, store = _campaign_store_flags(campaign_file, campaign_db, campaign_name)
     raise SystemExit(
         reconcile_command(
-            campaign_file=path,
+            campaign_file=path,  # type: ignore[arg-type]  # a file when no store
             store=store,
             run_root=checked_path(run_root, PathKind.RUN_ROOT_IF_EXISTS, "--run-root"),
             operator_note=operator_note.strip(),
             api_key_env=api_key_env,
             meter_url=meter_url,
-            docker_host=docker_host.strip(),
+            docker_host=docker_host.strip(),  # type: ignore[union-attr]  # checked above
         )
     )
 
@@ -837,7 +837,7 @@ def campaign_release(
         raise Refusal("flags", "--host-run is empty; name the run id `status --campaign-db` lists.")
     if docker_host is not None and not docker_host.strip():
         raise Refusal("docker_host", "--docker-host is empty; name the run's Docker daemon or omit it.")
-    url, name = _campaign_view_flags(campaign_db, campaign_name)
+    url, name = _campaign_view_flags(campaign_db, campaign_name)  # type: ignore[misc]  # flags checked above
     from .campaign.release import release_command
 
     raise SystemExit(release_command(url, name, host_run.strip(), operator_note.strip(),
@@ -896,7 +896,7 @@ def _app_for(args: Sequence[str]) -> typer.Typer:
     """
     first = args[0] if args else ""
     commands = [info for info in app.registered_commands
-                if (info.name or typer.main.get_command_name(info.callback.__name__)) == first]
+                if (info.name or typer.main.get_command_name(info.callback.__name__)) == first]  # type: ignore[union-attr]  # a command has a callback
     groups = [info for info in app.registered_groups if info.name == first]
     if not commands and not groups:
         return app

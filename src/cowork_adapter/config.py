@@ -911,7 +911,7 @@ def _converted(name: str, value: Any, kind: Any) -> Any:
             expected = re.match(r"Expected `(\w+)[^`]*`, got `(\w+)`", message)  # `str | null`: the first type
             words = _EXPECTED.get(expected.group(1)) if expected else None
             if words and expected:
-                problem = f"input should be {words}{_WHY.get(expected.groups(), '')}"
+                problem = f"input should be {words}{_WHY.get((expected.group(1), expected.group(2)), '')}"
             else:
                 problem = message[:1].lower() + message[1:]
         raise InvalidFlag(f"{flag_name(name)}: {problem}.") from None

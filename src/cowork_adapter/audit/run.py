@@ -570,7 +570,7 @@ def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]
                  detail=kind if kind == safefile.UNREADABLE else None)
     elif fd is None:  # a link (to anywhere), FIFO, file...: never followed or read
         scan.gap(AuditGapReason.UNSAFE_ENTRY, _rel(dump, root) if dump else None, detail=kind)
-    else:
+    elif dump is not None:  # always, here: an open folder has a path
         try:
             top = Folder(fd, safefile.kinds_at(fd))
             _flag_dump_entries(scan, _rel(dump, root), top.kinds, records_allowed=True)

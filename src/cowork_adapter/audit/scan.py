@@ -37,7 +37,7 @@ from functools import reduce
 from itertools import accumulate, compress, repeat
 from operator import add, attrgetter, eq, is_, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -140,7 +140,7 @@ class TaskScan:
     gaps_by_reason: Counter = field(default_factory=Counter)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     events_gap: bool = False
-    usage_source: str = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
+    usage_source: Literal["llm_usage_projection", "attempt_ledger"] = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
     files: int = 0
     bytes: int = 0
     lines: int = 0

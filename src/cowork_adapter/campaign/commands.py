@@ -41,9 +41,9 @@ def show_command(campaign_file: str | os.PathLike[str] | None, as_json: bool = F
     """Print the campaign (read-only, no lock needed: writes are atomic renames, or one committed
     transaction for a PostgreSQL `store`, which replaces `campaign_file`)."""
     try:
-        record = store.read() if store is not None else read_campaign(campaign_file)
+        record = store.read() if store is not None else read_campaign(campaign_file)  # type: ignore[arg-type]  # a file when no store
         if record is None:
-            where = store.location if store is not None else f"file {Path(campaign_file).absolute()}"
+            where = store.location if store is not None else f"file {Path(campaign_file).absolute()}"  # type: ignore[arg-type]  # a file when no store
             raise Refusal("campaign", f"The campaign {where} does not exist.")
     except Refusal as exc:
         return _refused(exc)

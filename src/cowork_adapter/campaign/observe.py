@@ -173,7 +173,7 @@ class MeterObserver:
                 if arrived > deadline:
                     problem = ("late", f"the reading arrived {arrived - deadline:.1f}s after the deadline")
                 else:
-                    problem = judge_usage(reading.usage, previous)
+                    problem = judge_usage(reading.usage, previous)  # type: ignore[assignment]  # None: no problem
                 if problem is None:
                     observed_at = self.wall()
                     self.save(reading.usage, observed_at)  # CampaignPersistenceError propagates

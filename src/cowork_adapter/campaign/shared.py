@@ -109,7 +109,7 @@ class SharedCampaign:
     def stop_campaign(self, reason: str, *, host: str, run_root: str) -> CampaignStop:
         """Write the campaign-wide stop (the first one stays); every host stops on reading it."""
         stop = CampaignStop(reason=str(reason), host=host, run_root=run_root, at=self._now())
-        return self._change("writing the campaign's stop",
+        return self._change("writing the campaign's stop",  # type: ignore[return-value]  # a stop stands after this write
                             lambda r: r.replace(stop=stop) if r.stop is None else None).stop
 
     def finish_run(self, *, outcome: str, stop_reason: str | None = None, meter_error: str | None = None) -> RunRecord:

@@ -51,6 +51,9 @@ class CampaignStore(Protocol):
     def locked(self) -> AbstractContextManager[CampaignSession]:
         """Take the campaign's exclusive lock or raise a Refusal at once (never wait)."""
 
+    def refuse_if_locked(self) -> None:
+        """Preflight: the Refusal `locked()` would give now, changing nothing (both stores have it)."""
+
 
 class JsonFileCampaignStore:
     """The campaign as one pretty JSON file, locked by flock on `<file>.lock`, written atomically."""

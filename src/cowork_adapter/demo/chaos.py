@@ -373,7 +373,7 @@ class ChaosBench:
                                     not any(env.root.glob(f"campaign-{name}.json*"))))
             checks.append(Check("the bystanders (the path's label, a near-identical one, unlabelled agent-*) survive",
                                 bystanders_alive(env.docker_host, bystanders)
-                                and client.containers.get(unlabelled.id).status == "running"))
+                                and client.containers.get(unlabelled.id).status == "running"))  # type: ignore[arg-type]  # a listed container has an id
             resumed_at = time.time()
             checks += self._resume(run_root, name, campaign, tasks, receipts, usage_at_campaign)
             result.seconds["resume"] = round(time.time() - resumed_at, 1)

@@ -261,7 +261,7 @@ def make_bystanders(docker_host: str, label: str) -> dict[str, list[str]]:
         same_path = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
                                           name=f"agent-2-{suffix}", labels={RUN_LABEL_KEY: label})
         network = client.networks.create(f"net-1-{suffix}")
-        return {"containers": [near.id, same_path.id], "networks": [network.id]}
+        return {"containers": [near.id, same_path.id], "networks": [network.id]}  # type: ignore[list-item]  # created objects have ids
     finally:
         client.close()
 

@@ -89,9 +89,9 @@ def host_marker() -> bytes:
         with os.fdopen(fd, "w") as fh:
             fh.write(MARKER_PREFIX + secrets.token_hex(16) + "\n")
     read = safefile.read_bytes(str(HOST_MARKER_PATH), cap=4096)
-    if not read.ok or not read.data.startswith(MARKER_PREFIX.encode()):
+    if not read.ok or not read.data.startswith(MARKER_PREFIX.encode()):  # type: ignore[union-attr]  # ok: data is set
         raise RuntimeError(f"{HOST_MARKER_PATH} is not a regular file holding the hostile demo's marker")
-    return read.data.strip()
+    return read.data.strip()  # type: ignore[union-attr]  # ok: data is set
 
 
 def dump_of(run_root: Path, task: str) -> Path | None:
@@ -116,7 +116,7 @@ def verify_seal(run_root: Path, task: str) -> tuple[bool, str]:
                protocol.EVAL_RES_NAME: seal.eval_res}
     for name, facts in covered.items():
         read = safefile.read_bytes(str(dump / name), cap=safefile.RECORD_CAP, below=str(run_root))
-        got = hashlib.sha256(read.data).hexdigest() if read.ok else read.kind
+        got = hashlib.sha256(read.data).hexdigest() if read.ok else read.kind  # type: ignore[arg-type]  # ok: data is set
         if facts is None or got != facts.sha256:
             return False, f"{name}: {got[:12]} is not the sealed {(facts.sha256 or '') if facts else 'nothing'}"[:200]
     return True, f"claim, receipt and eval_res.json as sealed; sealed pass {seal.verdict.pass_ if seal.verdict else None}"
@@ -154,7 +154,7 @@ def attempt_checks(run_root: Path) -> list[Check]:
         dump = dump_of(run_root, task)
         read = safefile.read_bytes(str(dump / "hostile_attempts.json"), below=str(run_root)) if dump else None
         try:
-            record = json.loads(read.data) if read and read.ok else None
+            record = json.loads(read.data) if read and read.ok else None  # type: ignore[arg-type]  # ok: data is set
         except ValueError:
             record = None
         if not isinstance(record, dict):
@@ -172,13 +172,13 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
     above = sorted(str(p.relative_to(run_root)) for p in (run_root / "bench" / "dumps").glob("**/hostile-above-own-dump.txt"))
     read = safefile.read_bytes(str(honest / "eval_res.json"), below=str(run_root)) if honest else None
     try:
-        honest_pass = json.loads(read.data).get("pass") if read and read.ok else None
+        honest_pass = json.loads(read.data).get("pass") if read and read.ok else None  # type: ignore[arg-type]  # ok: data is set
     except ValueError:
         honest_pass = None
     hits = files_containing(run_root, marker)
     summary = safefile.read_bytes(str(injected / "ouroboros_summary.json"), below=str(run_root)) if injected else None
     try:
-        final = json.loads(summary.data) if summary is not None and summary.ok else {}
+        final = json.loads(summary.data) if summary is not None and summary.ok else {}  # type: ignore[arg-type]  # ok: data is set
     except ValueError:
         final = {}
     return [

@@ -49,6 +49,7 @@ import weakref
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -562,7 +563,7 @@ def _handler(gateway: Gateway):
             gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd)
 
         def _refuse(self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str,
-                    *, close: bool = False):
+                    *, close: bool = False) -> NoReturn:
             """Answer the request with an error and log it; raises _Refused to end the handling."""
             row.status, row.refused = status, why
             if close:  # the body was not read: the connection cannot carry another request

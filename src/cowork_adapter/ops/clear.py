@@ -141,8 +141,8 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
     if not key:
         raise Refusal(STAGE, f"The environment variable {key_env or '(none recorded)'} holds no provider key, so the "
                              "campaign's active run cannot be settled; export it (or name another with --api-key-env).")
-    if key_fingerprint(key) != record.fingerprint:
-        raise Refusal(STAGE, f"The key in ${key_env} is not the campaign's key ({record.fingerprint}).")
+    if key_fingerprint(key) != record.fingerprint:  # type: ignore[union-attr]  # the plan read it
+        raise Refusal(STAGE, f"The key in ${key_env} is not the campaign's key ({record.fingerprint}).")  # type: ignore[union-attr]  # the plan read it
     return ClearPlan(run_root, manifest, host, meter, chosen, CAMPAIGN_SETTLED, key)
 
 
@@ -214,7 +214,7 @@ def clear_command(
             err=True)
         return int(ExitCode.FAILED)
     if _already_cleared(plan, before.empty):
-        say(f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "
+        say(f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "  # type: ignore[union-attr]  # cleared, checked above
             f"nothing with its label {label} remains on {plan.docker_host}.")
         return int(ExitCode.OK)
 
@@ -258,7 +258,7 @@ def clear_command(
 
         try:
             reading, record = settle_active_run(
-                plan.campaign_file, str(plan.run_root), note, plan.key or "", plan.meter_url or "", plan.docker_host,
+                plan.campaign_file, str(plan.run_root), note, plan.key or "", plan.meter_url or "", plan.docker_host,  # type: ignore[arg-type]  # settled: a file campaign
                 read_meter=read_meter, meter_deadline_sec=meter_deadline_sec,
             )
         except Refusal as exc:

@@ -403,7 +403,7 @@ def enforce_inventory(cfg: RunConfig, manifest: RunManifest, inventory: Mapping[
 def run_probe(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> int:
     """`--probe inventory|stateful`: the inventory of every selected task's servers (stateful adds
     the state-survives-sessions check on servers that hold state). Exit 0 when all are usable."""
-    stateful = cfg.probe == ProbeKind.STATEFUL or cfg.probe == ProbeKind.STATEFUL.value
+    stateful = cfg.probe == ProbeKind.STATEFUL  # a str Enum: equal to "stateful" too
     tasks = list(manifest.selection.task_ids) if manifest.selection else []
     inventory = collect_inventory(cfg, manifest, bench_copy, tasks, stateful=stateful).to_manifest()
     manifest.outcome = RunOutcome.PROBE

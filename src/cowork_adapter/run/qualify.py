@@ -122,7 +122,7 @@ def _returned(row: TaskRow | None) -> Any:
     if not found.ok:
         return None
     try:
-        receipt = json.loads(found.data)
+        receipt = json.loads(found.data)  # type: ignore[arg-type]  # found.ok: data is set
     except (ValueError, RecursionError):
         return None
     return receipt.get("returned") if isinstance(receipt, dict) else None
