@@ -28,7 +28,8 @@ import pytest
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.env import (
-    files_containing,  # one reader of a ledger by task, the demo's (tests import it from here too)
+    files_containing,
+    read_rows,  # noqa: F401  one reader of a ledger by task, the demo's (tests import it from here too)
 )
 from cowork_adapter.demo.meter_standin import MeterStandin
 

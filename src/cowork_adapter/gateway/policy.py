@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..defaults import DEFAULT_GATEWAY_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from ..defaults import DEFAULT_GATEWAY_UNKNOWN_COST_USD
+
+DEFAULT_UNKNOWN_COST_USD = DEFAULT_GATEWAY_UNKNOWN_COST_USD  # gateway/server.py reads it here
 
 # Fields refused outright, with why (the sentence names the field and the reason).
 REFUSED_FIELDS = {
