@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -46,7 +47,8 @@ if sys.argv[1:2] == ["exec"] and any(a.startswith("eval-") for a in sys.argv):
     if os.path.lexists(os.path.join(root, "eval_res.json")):  # the eval phase sets a planted one aside
         os.rename(os.path.join(root, "eval_res.json"), os.path.join(root, "planted-eval_res.json"))
     claim = {{"schema": "cowork_adapter.eval_attempt.v1", "attempt_id": "a" * 32, "bindings": {{}},
-             "evidence": {{"grading_inputs_differ": ["evaluation.evaluation_command"], "planted_before_eval": []}}}}
+             "evidence": {{"grading_inputs_differ": ["evaluation.evaluation_command"], "planted_before_eval": [],
+                          "grading_log_rewritten": ["status"]}}}}
     open(os.path.join(root, "ouroboros_eval_claim.json"), "w").write(json.dumps(claim))
     open(os.path.join(root, "eval_res.json"), "w").write(json.dumps({{"pass": False}}))
     receipt = {{"schema": "cowork_adapter.eval_receipt.v1", "attempt_id": "a" * 32, "official_run": True,
@@ -127,7 +129,9 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     bed.task_root.mkdir(parents=True)
     os.mkfifo(bed.task_root / "eval_res.json")  # planted before the exec: the seal names it
     (bed.task_root / "ouroboros_summary.json").write_text('{"task": "x"}')
-    assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK).returncode == 0
+    before = time.time()
+    assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK, "--max_steps", "7").returncode == 0
+    after = time.time()
     # The summary's bytes as the agent exec left them, held where no container reaches.
     assert (bed.evidence / f"{ID}.agent_summary.json").read_bytes() == (bed.task_root / "ouroboros_summary.json").read_bytes()
     done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
@@ -135,15 +139,18 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     exec_argv = [a for a in bed.calls() if a[0] == "exec" and f"eval-{ID}" in a][0]
     env = dict(exec_argv[i + 1].split("=", 1) for i, a in enumerate(exec_argv) if a == "-e")
     held = protocol.file_facts(str(bed.task_root / "ouroboros_summary.json"))["sha256"]
+    # The agent exec's window as the host saw it: the eval phase's launch_time and times (issue 36).
+    started, ended = float(env.pop("COWORK_AGENT_STARTED_AT")), float(env.pop("COWORK_AGENT_ENDED_AT"))
+    assert before <= started <= ended <= after
     assert env == {"COWORK_AGENT_CONTAINER_STATE": "absent", "COWORK_EVAL_ENTRY": "first",
-                   "COWORK_AGENT_SUMMARY_SHA256": held, "COWORK_EVAL_BOUND_SEC": "30.0"}
+                   "COWORK_AGENT_SUMMARY_SHA256": held, "COWORK_EVAL_BOUND_SEC": "30.0", "COWORK_AGENT_MAX_STEPS": "7"}
     seal = read_seals(bed.bench.parent)[TASK].seal
     assert isinstance(seal, EvalSeal) and seal.runner_id == ID and seal.entry == "first" and not seal.hung
     assert [(e.name, e.kind) for e in seal.pre] == [("eval_res.json", "fifo")]
     assert seal.claim.sha256 == protocol.file_facts(str(bed.task_root / protocol.CLAIM_NAME))["sha256"]
     assert seal.eval_res.sha256 == protocol.file_facts(str(bed.task_root / "eval_res.json"))["sha256"]
     assert seal.verdict is not None and seal.verdict.official_run and seal.verdict.pass_ is False
-    assert seal.grading_inputs_differ == ["evaluation.evaluation_command"]
+    assert seal.grading_inputs_differ == ["evaluation.evaluation_command"] and seal.grading_log_rewritten == ["status"]
     assert seal.agent_summary_sha256 == held
     # A second eval exec of the same task is a repeat: told so, and never re-sealed.
     first = (bed.evidence / f"{ID}.seal.json").read_bytes()
