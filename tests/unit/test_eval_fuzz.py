@@ -41,7 +41,7 @@ TASK = "demo-csv-totals"
 ANSWER = "totals.json"
 PIN = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
 FIXTURE_TAR = "cowork_bench-d943e75.git.tar"
-EXAMPLES = int(os.environ.get("COWORK_FUZZ_EXAMPLES") or 150)
+EXAMPLES = int(os.environ.get("COWORK_FUZZ_EXAMPLES") or 100)
 BOUND_SEC = "3"  # the eval bound: a checker blocked on a FIFO is cut here (a hung eval is no pass)
 # Stand-ins for what the pinned evaluator's imports name but its grading path never calls: any
 # `camel.*` or `openai.*` module (a module whose every attribute is an inert class) and termcolor.colored.
@@ -347,6 +347,8 @@ def _named(evidence: dict) -> set:
 
 
 def _covered(need: str, named: set) -> bool:
+    if need == "config:*":  # the whole config replaced: some config field (or the object) is named
+        return any(n.startswith(("config", "evaluation")) or n in gradinglog.GRADING_FIELDS for n in named)
     if need.endswith(":*"):
         return any(n.startswith(need[:-1]) for n in named)
     if need in ("task_dir", "id", "task_root", "log_file", "agent_workspace") or need.startswith("evaluation."):

@@ -142,8 +142,8 @@ def grading_differences(logged: Any, canonical: Mapping) -> list:
     out = [name for name in GRADING_FIELDS if _canonical_path(logged.get(name)) != _canonical_path(canonical.get(name))]
     stated = logged.get("evaluation")
     truth = canonical.get("evaluation") if isinstance(canonical.get("evaluation"), dict) else {}
-    if stated is not None and not isinstance(stated, dict):
-        return out + ["evaluation"]
+    if stated is not None and (not isinstance(stated, dict) or set(stated) != set(EVALUATION_FIELDS)):
+        return out + ["evaluation"]  # not the shape any TaskConfig.to_dict() gives
     for name in EVALUATION_FIELDS:
         value = (stated or {}).get(name)
         if value is not None and value != truth.get(name):
