@@ -20,7 +20,7 @@ import pytest
 
 from cowork_adapter.container import protocol
 from cowork_adapter.custody import shim
-from cowork_adapter.custody.bash_env import TaskDumps, install_custody, runner_digest
+from cowork_adapter.custody.bash_env import TaskDumps, eval_code_mounts, install_custody, runner_digest
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.errors import Refusal
 from cowork_adapter.schemas.seal import EvalSeal, read_seals
@@ -59,7 +59,7 @@ sys.exit(0)
 
 
 class SealBed:
-    def __init__(self, root: Path, eval_bound: float = 30.0) -> None:
+    def __init__(self, root: Path, eval_bound: float = 30.0, eval_mounts: tuple = ()) -> None:
         self.fake_dir = root / "fake"
         self.fake_dir.mkdir()
         fake = self.fake_dir / "docker"
@@ -75,7 +75,8 @@ class SealBed:
             limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
             stop_file=root / "run" / "STOP", resource_root=root / "resources", min_free_bytes=0,
             evidence_dir=self.evidence, agent_env_file=None, environ={},
-            dumps=TaskDumps(dumps_dir=self.dumps, short=SHORT, tasks=(TASK, OTHER), eval_bound_sec=eval_bound),
+            dumps=TaskDumps(dumps_dir=self.dumps, short=SHORT, tasks=(TASK, OTHER), eval_bound_sec=eval_bound,
+                           eval_mounts=eval_mounts),
         )
         self.task_root = self.dumps / "openrouter_m" / f"SingleUserTurn-{TASK}"
 
@@ -256,3 +257,20 @@ def test_end_strays_does_nothing_outside_the_runners_agent_container(monkeypatch
     finally:
         child.kill()
         child.wait()
+
+
+def test_eval_containers_run_the_pinned_evaluator_code_read_only(tmp_path):
+    """Issue 36: the run's verified clone's utils/ over the image's copy, in eval containers only."""
+    bench = tmp_path / "run" / "bench"
+    (bench / "utils" / "evaluation").mkdir(parents=True)
+    (bench / "runner_only").mkdir()
+    mounts = eval_code_mounts(bench)
+    assert mounts == [f"{bench.resolve()}/utils:/workspace/utils:ro"]
+    bed = SealBed(tmp_path, eval_mounts=tuple(mounts))
+    for name in (f"eval-{ID}", f"agent-{ID}", f"pg-{ID}"):
+        done = bed.run("run", "-d", "--name", name, "-v", f"{bed.dumps}:/workspace/dumps", "img", "sleep", "1")
+        assert done.returncode == 0 or name.startswith("pg-"), done.stderr
+    runs = {a[a.index("--name") + 1]: a for a in bed.calls() if a[0] == "run"}
+    assert runs[f"eval-{ID}"][runs[f"eval-{ID}"].index(mounts[0]) - 1] == "--volume"
+    assert mounts[0] not in runs[f"agent-{ID}"]
+    assert eval_code_mounts(tmp_path / "nothing") == []

@@ -301,6 +301,9 @@ def creation_flags(config, role, name):
         flags += ["--env-file", config["agent_env_file"]]
     if config.get("provider_address") and agent:
         flags += provider_flags(config)
+    if role == "eval" and bool(name) and name.startswith("eval-"):
+        for volume in config.get("eval_mounts") or []:  # the pinned evaluator code, read-only
+            flags += ["--volume", volume]
     return flags
 
 

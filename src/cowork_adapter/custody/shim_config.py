@@ -64,3 +64,6 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
     dump_short: str | None = None
     task_names: list[str] | None = None
     eval_bound_sec: Positive | None = None
+    # `<clone path>:/workspace/<path>:ro` volumes every eval container gets (bash_env.eval_code_mounts):
+    # the run's verified benchmark clone's evaluator code over the image's copy (issue 36).
+    eval_mounts: list[str] | None = None

@@ -29,7 +29,7 @@ from ..image.derived import (
     label_mismatch,
     resolve_image,
 )
-from ..custody.bash_env import ProviderRoute
+from ..custody.bash_env import ProviderRoute, eval_code_mounts
 from ..gateway.trust import certifi_files
 from ..host.daemon import daemon_info, docker_failures
 from ..image.build_lock import build_lock
@@ -337,6 +337,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     manifest.bench.runner_sha256 = runner_hash
     manifest.bench.evaluator_sha256 = evaluators
     manifest.bench.dataset_size = len(pre.dataset)
+    manifest.bench.eval_code_mounts = eval_code_mounts(bench_copy)  # what the eval containers run
     write_manifest(run_root, manifest)
 
     manifest.image = _image(cfg, pre, manifest)
