@@ -337,7 +337,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     manifest.bench.runner_sha256 = runner_hash
     manifest.bench.evaluator_sha256 = evaluators
     manifest.bench.dataset_size = len(pre.dataset)
-    manifest.bench.eval_code_mounts = eval_code_mounts(bench_copy)  # what the eval containers run
+    manifest.eval_code_mounts = eval_code_mounts(bench_copy)  # what the eval containers run
     write_manifest(run_root, manifest)
 
     manifest.image = _image(cfg, pre, manifest)
