@@ -35,13 +35,14 @@ from cowork_adapter.vocab import ExitCode, TamperKind
 from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
 
 ENTRY = "hostile_agent.py"
+INJECTED_MARKER = "injected_command_ran"  # hostile_agent.INJECTED_MARKER
 # planted: the forged claim, receipt and eval_res.json, the FIFO and the 20 GiB receipts (set aside before the eval);
 # runner: the forged `Pass: True` line; grading: traj_log.json's; unsafe: traj.json -> a host file, and the
 # workspace linked to the ground truth; summary: the process that outlives the engine.
 # No summary_changed: the summary rewriter is a stray the agent phase kills before its last summary
 # (container/procs.end_strays); test_the_summary_rewrite_never_landed checks that instead.
 EXPECTED_KINDS = {TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER, TamperKind.GRADING_INPUTS_DIFFER,
-                  TamperKind.UNSAFE_ENTRY}
+                  TamperKind.UNSAFE_ENTRY, TamperKind.GRADING_LOG_REWRITTEN}
 PLANTED_NAMES = (":fifo", "eval_res.json:regular")  # what the planted finding's detail must name
 RUN_BOUND_SEC = 2400
 
@@ -128,6 +129,23 @@ def test_the_injected_command_never_ran_and_no_host_file_was_read(hostile_run):
     root: Path = hostile_run["root"]
     assert not list((root / "bench" / "dumps").glob("*/SingleUserTurn-*/stolen_task_tree")), detail(hostile_run)
     assert not files_containing(root, hostile_run["marker"])
+
+
+def test_the_pinned_evaluator_ran_no_injected_launch_time(hostile_run):
+    """Issue 36: the engine's traj_log.json put `";touch <marker>;exit 0;"` in launch_time, which the pinned
+    evaluator copies into its shell line (a failing checker then exits 0). The eval phase wrote the log the
+    evaluator read from the task tree and the host: the marker was never created, the agent's file is kept
+    as evidence, the row names the field, and the evaluator code that ran was the verified clone's."""
+    root: Path = hostile_run["root"]
+    [dump] = list((root / "bench" / "dumps").glob(f"*/SingleUserTurn-{hostile_run['task']}"))
+    assert not (dump / INJECTED_MARKER).exists(), detail(hostile_run)
+    kept = json.loads((dump / "traj_log.agent.json").read_text())
+    assert "exit${IFS}0" in kept["config"]["launch_time"] and kept["status"] == "success", kept.get("status")
+    row = hostile_run["rows"][hostile_run["task"]]
+    said = " ".join(f["detail"] for f in row["tampering"] if f["kind"] == TamperKind.GRADING_LOG_REWRITTEN.value)
+    assert "config.launch_time" in said, detail(hostile_run)
+    manifest = json.loads((root / "run_manifest.json").read_text())
+    assert manifest["eval_code_mounts"] == [f"{(root / 'bench' / 'utils').resolve()}:/workspace/utils:ro"], manifest.get("eval_code_mounts")
 
 
 def test_the_report_counts_no_pass(hostile_run):
