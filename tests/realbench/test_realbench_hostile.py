@@ -5,7 +5,8 @@ upstream:hostile_agent.py`: the test builds its own base image, the test bed's c
 plus that one file at /workspace/hostile_agent.py (the real benchmark has no such entry), and the
 run's own derived image tag, so the shared derived image is never retagged. On a task it has no plan
 for, the engine tries hostile_agent.DEFAULT_PLAN: a forged eval_res.json + claim + receipt, a forged
-`Pass: True` in the runner's log, traj_log.json choosing the grading, the workspace linked to the
+`Pass: True` in the runner's log, traj_log.json choosing the grading and injecting a shell command
+through its launch_time, the workspace linked to the
 ground truth, a 20 GiB sparse file and a FIFO named like receipts, a process rewriting the summary,
 secrets read, writes outside its dump. The real evaluator must grade it, and its row must not be
 passed and must carry the flags below. Through --llm-gateway, the key never enters a container.
