@@ -46,15 +46,31 @@ EXPECTED_KINDS = {TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_R
                   TamperKind.UNSAFE_ENTRY, TamperKind.GRADING_LOG_REWRITTEN}
 PLANTED_NAMES = (":fifo", "eval_res.json:regular")  # what the planted finding's detail must name
 RUN_BOUND_SEC = 2400
+# The test's pack image carries THIS evaluator, not the pin's (issue 36): one that passes everything. The
+# eval containers must run the verified clone's utils/ mounted over it, so the row stays not passed.
+TAMPERED_EVALUATOR = """\
+import json, os
+
+
+class TaskEvaluator:
+    @staticmethod
+    async def evaluate_from_log_file(log_file_path, allow_resume=False):
+        result = {"pass": True, "details": "All evaluation checks passed, and task status is success"}
+        with open(os.path.join(os.path.dirname(log_file_path), "eval_res.json"), "w") as fh:
+            json.dump(result, fh)
+        return result
+"""
 
 
 def hostile_base_image(docker_host: str, base_image: str, work: Path) -> str:
-    """The test bed's pack image plus the hostile entry at /workspace (this test's own image)."""
+    """The test bed's pack image plus the hostile entry at /workspace and an evaluator that passes
+    everything at /workspace/utils/evaluation/evaluator.py (this test's own image)."""
     client = docker.DockerClient(base_url=docker_host, timeout=600)
     try:
         base_id = client.images.get(base_image).id
         source = DEMO_BENCH_ROOT / ENTRY
-        digest = hashlib.sha256(base_id.encode() + b"\0" + source.read_bytes()).hexdigest()[:12]
+        digest = hashlib.sha256(base_id.encode() + b"\0" + source.read_bytes() + b"\0"
+                                + TAMPERED_EVALUATOR.encode()).hexdigest()[:12]
         tag = f"cowork-testbed/realbench-hostile:{digest}"
         try:
             client.images.get(tag)
@@ -63,7 +79,9 @@ def hostile_base_image(docker_host: str, base_image: str, work: Path) -> str:
             pass
         work.mkdir(parents=True)
         shutil.copyfile(source, work / ENTRY)
-        (work / "Dockerfile").write_text(f"FROM {base_image}\nCOPY {ENTRY} /workspace/{ENTRY}\n")
+        (work / "evaluator.py").write_text(TAMPERED_EVALUATOR)
+        (work / "Dockerfile").write_text(f"FROM {base_image}\nCOPY {ENTRY} /workspace/{ENTRY}\n"
+                                         "COPY evaluator.py /workspace/utils/evaluation/evaluator.py\n")
         client.images.build(path=str(work), tag=tag, pull=False, rm=True, forcerm=True)
         return tag
     finally:
@@ -145,6 +163,10 @@ def test_the_pinned_evaluator_ran_no_injected_launch_time(hostile_run):
     row = hostile_run["rows"][hostile_run["task"]]
     said = " ".join(f["detail"] for f in row["tampering"] if f["kind"] == TamperKind.GRADING_LOG_REWRITTEN.value)
     assert "config.launch_time" in said, detail(hostile_run)
+    # The evaluator the claim is bound to is the clone's (the pin's), not the image's tampered copy.
+    claim = json.loads((dump / "ouroboros_eval_claim.json").read_text())
+    pinned = hashlib.sha256((root / "bench" / "utils" / "evaluation" / "evaluator.py").read_bytes()).hexdigest()
+    assert claim["bindings"]["evaluator"]["sha256"] == pinned != hashlib.sha256(TAMPERED_EVALUATOR.encode()).hexdigest()
     manifest = json.loads((root / "run_manifest.json").read_text())
     assert manifest["eval_code_mounts"] == [f"{(root / 'bench' / 'utils').resolve()}:/workspace/utils:ro"], manifest.get("eval_code_mounts")
 
