@@ -121,10 +121,9 @@ def _upstream_tree(root: Path, scratch: Path) -> tuple[Path | None, str]:
         path = stubs / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.'); sys.path.append(sys.argv[1]); "
-                            "from utils.evaluation.evaluator import TaskEvaluator; "
-                            "from utils.data_structures.task_config import TaskConfig", str(stubs)],
-                           cwd=root, capture_output=True, text=True)
+    importer = ("import sys; sys.path.insert(0, '.'); sys.path.append(sys.argv[1]); "
+                "from utils.evaluation.evaluator import TaskEvaluator; from utils.data_structures.task_config import TaskConfig")
+    probe = subprocess.run([sys.executable, "-c", importer, str(stubs)], cwd=root, capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         return None, "the pinned evaluator's imports cannot be satisfied here: " + probe.stderr.strip().splitlines()[-1]
     return root, str(stubs)
@@ -140,7 +139,7 @@ class Worker:
         (root / "cfg").mkdir(exist_ok=True)
         self.canary = root / "canary"
         self.canary.mkdir(exist_ok=True)
-        self.log = open(root / "worker.log", "ab")
+        self.log = open(root / "worker.log", "ab")  # noqa: SIM115 - the workers' output, open while they live
         self.n = 0
         self.proc: subprocess.Popen | None = None
 
@@ -322,9 +321,8 @@ def expected_names(spec: dict, honest: dict, max_steps: int) -> set:
         return {"traj_log:*"}
     need = set()
     status = spec["top"].get("status", spec["status"] if spec["status"] is not None else honest["status"])
-    if "status" in spec["top"] or spec["status"] is not None:
-        if gradinglog.map_status(status) != status:
-            need.add("status")
+    if ("status" in spec["top"] or spec["status"] is not None) and gradinglog.map_status(status) != status:
+        need.add("status")
     if "extra" in spec["top"]:
         need.add("traj_log:extra_keys")
     for name in ("start_time", "end_time"):

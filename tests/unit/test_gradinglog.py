@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -60,7 +60,7 @@ def test_the_launch_time_has_the_upstream_format_and_round_trips():
 
 def test_iso_times_naive_utc_or_offset():
     assert gradinglog.iso_epoch(datetime.fromtimestamp(T0).isoformat()) == T0
-    utc = datetime.fromtimestamp(T0, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # the adapter's agent phase
+    utc = datetime.fromtimestamp(T0, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # the adapter's agent phase
     assert gradinglog.iso_epoch(utc) == T0
     assert gradinglog.iso_epoch("x" * 100) is None and gradinglog.iso_epoch("yesterday") is None
 
@@ -78,7 +78,7 @@ def test_an_honest_log_differs_in_nothing():
     assert gradinglog.grading_differences(honest()["config"], CANONICAL) == []
     # An upstream engine puts the runner's --max_steps there; the adapter's own phase writes Z times.
     upstream = honest(max_steps_under_single_turn_mode=40)
-    upstream["start_time"] = datetime.fromtimestamp(T0 + 1, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    upstream["start_time"] = datetime.fromtimestamp(T0 + 1, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert gradinglog.log_differences(upstream, CANONICAL, HOST) == []
 
 

@@ -144,8 +144,9 @@ def grading_differences(logged: Any, canonical: Mapping) -> list:
     truth = canonical.get("evaluation") if isinstance(canonical.get("evaluation"), dict) else {}
     if stated is not None and (not isinstance(stated, dict) or set(stated) != set(EVALUATION_FIELDS)):
         return out + ["evaluation"]  # not the shape any TaskConfig.to_dict() gives
+    given: dict = stated if isinstance(stated, dict) else {}
     for name in EVALUATION_FIELDS:
-        value = (stated or {}).get(name)
+        value = given.get(name)
         if value is not None and value != truth.get(name):
             out.append("evaluation." + name)
     return out
@@ -223,10 +224,11 @@ def read_agent_log(path: str) -> tuple[Any, str, Optional[bytes]]:
         return None, "absent", None
     if not got.ok:
         return None, got.kind, None
+    data = got.data or b""
     try:
-        return protocol.strict_loads(got.data.decode("utf-8")), "", got.data
+        return protocol.strict_loads(data.decode("utf-8")), "", data
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return None, f"invalid:{type(exc).__name__}", got.data
+        return None, f"invalid:{type(exc).__name__}", data
 
 
 def write_host_log(task_root: str, task_config: Any, host: HostFacts, *, repeat: bool, now: float) -> Written:
