@@ -141,7 +141,8 @@ def grading_differences(logged: Any, canonical: Mapping) -> list:
         return []
     out = [name for name in GRADING_FIELDS if _canonical_path(logged.get(name)) != _canonical_path(canonical.get(name))]
     stated = logged.get("evaluation")
-    truth = canonical.get("evaluation") if isinstance(canonical.get("evaluation"), dict) else {}
+    built = canonical.get("evaluation")
+    truth: dict = built if isinstance(built, dict) else {}
     if stated is not None and (not isinstance(stated, dict) or set(stated) != set(EVALUATION_FIELDS)):
         return out + ["evaluation"]  # not the shape any TaskConfig.to_dict() gives
     given: dict = stated if isinstance(stated, dict) else {}
