@@ -42,7 +42,7 @@ ANSWER = "totals.json"
 PIN = "d943e75bc0fc8e3b27141979300cd8cbcd1e890d"
 FIXTURE_TAR = "cowork_bench-d943e75.git.tar"
 EXAMPLES = int(os.environ.get("COWORK_FUZZ_EXAMPLES") or 100)
-BOUND_SEC = "3"  # the eval bound: a checker blocked on a FIFO is cut here (a hung eval is no pass)
+BOUND_SEC = "2"  # the eval bound: a checker blocked on a FIFO is cut here (a hung eval is no pass)
 # Stand-ins for what the pinned evaluator's imports name but its grading path never calls: any
 # `camel.*` or `openai.*` module (a module whose every attribute is an inert class) and termcolor.colored.
 CAMEL_STUB = """\
