@@ -11,7 +11,8 @@ Docker, in a temporary /workspace-like tree:
 * the demo bench (its utils/ and the demo-csv-totals task, whose answer the agent never wrote);
 * the pinned upstream utils/ (git archive of the benchmark fixture at the pin) with the same task.
   Its evaluator imports camel and termcolor, which it never calls on the grading path: stand-ins for
-  those two are put after the tree on sys.path. Without the fixture (or git) that half skips and says so.
+  those two are put after the tree on sys.path. Without the fixture (or git) that half skips and says
+  so (under CI=true it fails: CI has the fixture beside the clone).
 Every shell payload tries to create a marker in a canary folder; none may exist afterwards.
 
 COWORK_FUZZ_EXAMPLES=N runs N examples per bench (CI: the default below).
@@ -188,6 +189,8 @@ def upstream_worker(tmp_path_factory):
     root, note = _upstream_tree(scratch / "bench", scratch)
     if root is None:
         print(f"\nfuzz: the pinned upstream half did not run: {note}", file=sys.stderr)
+        if os.environ.get("CI") == "true":  # CI has the fixture beside the clone: its absence is a failure
+            pytest.fail(note)
         pytest.skip(note)
     worker = Worker(root, note)
     yield worker
