@@ -112,6 +112,16 @@ class BenchStatus(Vocab):
     MAX_TURNS_REACHED = "max_turns_reached"
 
 
+class UpstreamTaskStatus(Vocab):
+    """The statuses the upstream code knows (utils/roles/task_agent.py TaskStatus): the eval phase
+    hands the evaluator one of these and nothing else (any other value becomes `failed`)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    MAX_TURNS_REACHED = "max_turns_reached"
+    INTERRUPTED = "interrupted"
+
+
 class AdapterStage(Vocab):
     INIT = "init"
     WORKSPACE = "workspace"
@@ -234,6 +244,9 @@ class TamperKind(Vocab):
     GRADING_INPUTS_DIFFER = "grading_inputs_differ"  # traj_log.json's grading inputs differ from the task tree's
     SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
     EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
+    # traj_log.json held a value the host's log replaced: launch_time or times outside the agent
+    # exec the host saw, a status the upstream code does not know, a changed config field (issue 36).
+    GRADING_LOG_REWRITTEN = "grading_log_rewritten"
 
 
 class ContainerState(Vocab):

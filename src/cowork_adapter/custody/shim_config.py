@@ -65,3 +65,6 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):  # type: ig
     task_names: list[str] | None = None
     # Seconds, as COWORK_EVAL_BOUND_SEC gives them (a float: 90.5 is a bound; an int field refused it).
     eval_bound_sec: Annotated[float, Meta(gt=0)] | None = None
+    # `<clone path>:/workspace/<path>:ro` volumes every eval container gets (bash_env.eval_code_mounts):
+    # the run's verified benchmark clone's evaluator code over the image's copy (issue 36).
+    eval_mounts: list[str] | None = None

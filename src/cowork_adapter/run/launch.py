@@ -28,7 +28,7 @@ from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import Disk, RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..container.reference import stage_groundtruth
-from ..custody.bash_env import ProviderRoute
+from ..custody.bash_env import ProviderRoute, eval_code_mounts
 from ..custody.labels import new_run_label
 from ..errors import Refusal
 from ..fileio import replace_atomic
@@ -354,6 +354,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     manifest.bench.runner_sha256 = runner_hash
     manifest.bench.evaluator_sha256 = evaluators
     manifest.bench.dataset_size = len(pre.dataset)
+    manifest.eval_code_mounts = eval_code_mounts(bench_copy)  # what the eval containers run
     write_manifest(run_root, manifest)
 
     manifest.image = _image(cfg, pre, manifest)

@@ -215,6 +215,10 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     # (None: not reached, or refused; the refusal says where it differs).
     bench_verified: BenchVerification | None = None
     image: ImageIdentity | None = None
+    # The verified clone's folders every eval container mounts read-only over the image's copy
+    # (`<clone>/utils:/workspace/utils:ro`): the evaluator code that ran is this clone's (issue 36).
+    # None: a run from before it, whose eval containers ran the image's own copy.
+    eval_code_mounts: list[str] | None = None
     engine: str = "ouroboros"
     selection: Selection = msgspec.field(default_factory=Selection)
     applied_config: dict[str, Any] = msgspec.field(default_factory=dict)

@@ -78,6 +78,8 @@ class EvalSeal(SealHead, forbid_unknown_fields=True):
     eval_res: SealedFile
     verdict: SealedVerdict | None = None
     grading_inputs_differ: list[str] = msgspec.field(default_factory=list)
+    # traj_log.json fields the eval phase's host log replaced (container/gradinglog.py log_differences).
+    grading_log_rewritten: list[str] = msgspec.field(default_factory=list)
     planted_moved: list[str] = msgspec.field(default_factory=list)
 
 

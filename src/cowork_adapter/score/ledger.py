@@ -205,6 +205,8 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
     if seal.grading_inputs_differ:
         found.append(TamperFinding(kind=TamperKind.GRADING_INPUTS_DIFFER, detail=", ".join(seal.grading_inputs_differ)[:200]))
+    if seal.grading_log_rewritten:
+        found.append(TamperFinding(kind=TamperKind.GRADING_LOG_REWRITTEN, detail=", ".join(seal.grading_log_rewritten)[:200]))
     refused = seal.verdict.cause if seal.verdict is not None else ""
     if refused.startswith((ReceiptCause.LOG_NOT_REGULAR.value, ReceiptCause.WORKSPACE_LINK_OUTSIDE_DUMP.value)):
         found.append(TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=refused[:200]))
