@@ -89,3 +89,28 @@ def test_the_checks_catch_what_they_are_for() -> None:
     assert ISSUE.search("as in issue 19's trial") and not ISSUE.search("an issue with 3 hosts")
     assert MEASURED.search("111 of 111 checks") and MEASURED.search("2,400 passed") and MEASURED.search("About 14 minutes")
     assert not MEASURED.search("every 5 s") and not MEASURED.search("up to 300 s")
+
+
+# applied_config keys that are not one flag's name: what the runbook names for each instead.
+_RESUME_WORDS = {"memory_bytes": "--memory", "key_route": "--key-in-agent", "provider_standin": None}
+
+
+def test_the_runbook_names_every_flag_a_resume_compares() -> None:
+    """The runbook's Resume section lists each flag of the run's applied configuration (what
+    runroot/identity.py compares across an ancestry), so a condition added in config.py is documented."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from run_flags import config_for
+
+    text = (REPO / "docs" / "runbook.md").read_text()
+    section = text[text.index("## Resume"):text.index("## Clear")]
+    cfg = config_for(llm_gateway=True)
+    keys = set(cfg.applied_config())
+    assert "llm_gateway_max_tokens" in keys  # a gateway's caps are compared, so they are listed too
+    missing = []
+    for key in sorted(keys):
+        word = _RESUME_WORDS.get(key, "--" + key.replace("_", "-"))
+        if word is not None and f"`{word}`" not in section:
+            missing.append(word)
+    assert missing == [], f"docs/runbook.md's Resume section does not name: {missing}"

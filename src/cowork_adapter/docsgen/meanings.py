@@ -32,7 +32,7 @@ EXIT_CODES: dict[ExitCode, M] = {
 }
 
 STOP_REASONS: dict[StopReason, M] = {
-    StopReason.BUDGET_METER_UNAVAILABLE: M("No accepted key-meter reading within --meter-blindness-sec: the run cannot see its spending.", _SPENT + " The campaign's active run is settled when a final reading comes, else kept.", "Tasks in flight end infra_failed, the rest not_attempted.", "Check the meter URL and network, then " + _RESUME),
+    StopReason.BUDGET_METER_UNAVAILABLE: M("No accepted key-meter reading within --meter-blindness-sec: the run cannot see its spending.", "Spending stops; the run is closed at its final reading, or without one at the last accepted reading with the meter's error (the next reading counts the rest).", "Tasks in flight end infra_failed, the rest not_attempted.", "Check the meter URL and network, then " + _RESUME),
     StopReason.BUDGET_EXHAUSTED: M("The key meter reports no remaining limit on the key.", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", "Raise the key's limit at the provider, then " + _RESUME),
     StopReason.CAMPAIGN_BUDGET_RESERVE: M("The campaign's spending reached its ceiling minus the reserve.", _SPENT + " The campaign admits no more runs.", "As any stop: in flight infra_failed, the rest not_attempted.", "`cowork-adapter campaign show --campaign-file F`; a new campaign (new ceiling) is a new baseline"),
     StopReason.RUN_BUDGET: M("This invocation's spending reached --budget-usd.", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", _RESUME + " with a new --budget-usd"),
