@@ -40,8 +40,15 @@ class MissingMeaning(LookupError):
     """An enum member has no line in meanings.py: the message says which line to add, and where."""
 
 
+def _text(text: str) -> str:
+    """Help text as Markdown prose: one line, and `<word>` outside code spans escaped (else a renderer
+    takes `<first 7 of --bench-commit>` for an HTML tag and drops it)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
+
+
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _text(text).replace("|", "\\|")
 
 
 def missing_meanings() -> list[str]:
@@ -98,7 +105,7 @@ def _split_record(record: tuple[str, str]) -> tuple[str, str, str]:
 def _command_lines(path: str, command: Any, ctx: Any) -> list[str]:
     lines = [f"### `{path}`", ""]
     for paragraph in (command.help or "").split("\n\n"):
-        lines += [" ".join(paragraph.split()), ""]
+        lines += [_text(paragraph), ""]
     usage = " ".join(command.collect_usage_pieces(ctx))
     lines += [f"Usage: `{path} {usage}`", ""]
     panels: dict[str, list[tuple[str, str, str]]] = {}
@@ -116,7 +123,7 @@ def _command_lines(path: str, command: Any, ctx: Any) -> list[str]:
         panels.setdefault(panel, []).append((names, text, default))
     for title, rows in panels.items():
         lines += [f"#### {title}", "", "| option | help | default |", "|---|---|---|"]
-        lines += [f"| `{_cell(n)}` | {_cell(t)} | {_cell(d) or '-'} |" for n, t, d in rows]
+        lines += [f"| `{n.replace('|', chr(92) + '|')}` | {_cell(t)} | {_cell(d) or '-'} |" for n, t, d in rows]
         lines.append("")
     return lines
 
