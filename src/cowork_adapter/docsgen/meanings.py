@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..runroot import layout
 from ..vocab import AuditFindingReason, ExitCode, StopReason, TamperKind, TaskStatus
 
 
@@ -20,6 +21,7 @@ class M(NamedTuple):
     next: str  # the next command (RUN_ROOT: the run root concerned)
 
 
+_EVIDENCE = f"{layout.CUSTODY}/{layout.EVIDENCE}"  # where the shim keeps its host-only evidence
 _RESUME = "`cowork-adapter run ... --run-root NEW --resume-from RUN_ROOT`"
 _SPENT = "Spending stops; what was spent stays spent and is settled from the final meter reading."
 
@@ -43,8 +45,8 @@ STOP_REASONS: dict[StopReason, M] = {
     StopReason.SIGNAL_SIGINT: M("The launcher received SIGINT (Ctrl-C).", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", _RESUME),
     StopReason.SIGNAL_SIGTERM: M("The launcher received SIGTERM.", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", _RESUME),
     StopReason.STOP_REQUESTED: M("`cowork-adapter stop` or an operator's stop file asked the run to stop.", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", _RESUME),
-    StopReason.SUPERVISOR_ERROR: M("The supervisor itself failed (a bug or an unexpected host error); custody still cleaned up.", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", "Read `console.log` and `events.jsonl`, then " + _RESUME),
-    StopReason.CUSTODY_BREACH: M("The runner created a Docker object without the run's label (past the shim).", _SPENT, "As any stop; the run is not trustworthy until the breach is explained.", "Read `events.jsonl` and the daemon's objects; do not resume before the cause is known"),
+    StopReason.SUPERVISOR_ERROR: M("The supervisor itself failed (a bug or an unexpected host error); custody still cleaned up.", _SPENT, "As any stop: in flight infra_failed, the rest not_attempted.", f"Read `{layout.CONSOLE_LOG}` and `{layout.EVENTS}`, then " + _RESUME),
+    StopReason.CUSTODY_BREACH: M("The runner created a Docker object without the run's label (past the shim).", _SPENT, "As any stop; the run is not trustworthy until the breach is explained.", f"Read `{layout.EVENTS}` and the daemon's objects; do not resume before the cause is known"),
     StopReason.LAUNCHER_DIED: M("The launcher died; its watchdog fenced the run and removed its containers.", "Spending stops within --meter-blindness-sec; the campaign keeps the run as its active run.", "Tasks in flight end infra_failed, the rest not_attempted, once `clear` rebuilds the ledger.", "`cowork-adapter clear RUN_ROOT --operator-note '...'`, then " + _RESUME),
     StopReason.DOCKER_DAEMON_LOST: M("The Docker daemon stopped answering for over 10 s, exited or restarted.", _SPENT + " With the daemon still silent, custody stays unproven and the campaign keeps the active run.", "As any stop: in flight infra_failed, the rest not_attempted.", "Bring the daemon back; `cowork-adapter clear RUN_ROOT ...` if custody is unproven, then " + _RESUME),
     StopReason.CAMPAIGN_STOPPED: M("Another host of the shared campaign wrote the campaign's stop (a campaign-wide budget crossing).", _SPENT + " No host is admitted afterwards.", "This host settles its claims by their receipts and gives the rest back.", "`cowork-adapter status --campaign-db URL --campaign-name NAME`"),
@@ -72,11 +74,11 @@ AUDIT_FINDING_REASONS: dict[AuditFindingReason, M] = {
 TAMPER_KINDS: dict[TamperKind, M] = {
     TamperKind.UNSEALED_VERDICT: M("Official records in the dump that no host seal covers.", "None.", "The unsealed verdict never scores; the task is passed only by a sealed one.", "Read the task's dump and the report's Tampering section"),
     TamperKind.PLANTED_BEFORE_EVAL: M("A claim, receipt or eval_res.json stood in the dump before the first eval exec (renamed `planted-*`).", "None.", "Never honoured; the sealed verdict of the real eval scores.", "Read the task's `planted-*` files"),
-    TamperKind.SEALED_FILE_CHANGED: M("A file the seal covers differs from its sealed bytes.", "None.", "The changed verdict does not score; the task is not passed.", "Read the task's dump against `custody/evidence/<id>.seal.json`"),
+    TamperKind.SEALED_FILE_CHANGED: M("A file the seal covers differs from its sealed bytes.", "None.", "The changed verdict does not score; the task is not passed.", f"Read the task's dump against `{_EVIDENCE}/<id>{layout.SEAL_SUFFIX}`"),
     TamperKind.VERDICT_DISAGREES_RUNNER: M("The sealed verdict differs from the runner's Pass: line or summary.csv.", "None.", "The sealed verdict scores; the runner's words do not.", "Read the task's agent log for a printed Pass: line"),
     TamperKind.UNSAFE_ENTRY: M("A link, FIFO, device, socket or oversize file where a record or log was read (never opened or followed).", "None.", "What it stood for is not read; a record that cannot be read is no verdict.", "Read the report's audit gaps for the path"),
-    TamperKind.OUTSIDE_OWN_DUMP: M("A write, or a mount asked for, outside the task's own dump.", "None.", "A flag only; the write stayed in the container's own layer.", "Read the task's shim evidence (`custody/evidence/creations.jsonl`)"),
+    TamperKind.OUTSIDE_OWN_DUMP: M("A write, or a mount asked for, outside the task's own dump.", "None.", "A flag only; the write stayed in the container's own layer.", f"Read the task's shim evidence (`{_EVIDENCE}/{layout.CREATIONS_LOG}`)"),
     TamperKind.GRADING_INPUTS_DIFFER: M("traj_log.json's grading inputs differ from the task tree's (the evaluator got the task tree's).", "None.", "Graded on the task tree's inputs, not the agent's.", "Read the task's traj_log.json"),
-    TamperKind.SUMMARY_CHANGED: M("The adapter summary changed after the agent phase ended.", "None.", "Classified from the host's copy taken when the agent phase ended.", "Compare the dump's summary with `custody/evidence/<id>.agent_summary.json`"),
+    TamperKind.SUMMARY_CHANGED: M("The adapter summary changed after the agent phase ended.", "None.", "Classified from the host's copy taken when the agent phase ended.", f"Compare the dump's summary with `{_EVIDENCE}/<id>{layout.HELD_SUMMARY_SUFFIX}`"),
     TamperKind.EVAL_HUNG: M("The eval phase reached the adapter's bound and was killed.", "None beyond the attempt.", "infra_failed: unsettled, a resume attempts it again.", _RESUME),
 }
