@@ -46,6 +46,11 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # A chat body the gateway's policy changed before forwarding it (gateway/policy.py); an unchanged
     # one went upstream byte for byte.
     changed: bool = False
+    # How many requests this row stands for: refusals are logged as one row per caller and cause per
+    # interval with their count (gateway/refusals.py); a forwarded request is always 1. `peer`: the
+    # caller's address, on refusals (the caller a refusal without a valid token is counted under).
+    count: int = 1
+    peer: str | None = None
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -96,7 +101,7 @@ def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
         if row.task is None:
             continue
         spend = out.setdefault(row.task, TaskSpend())
-        spend.requests += 1
+        spend.requests += row.count
         if row.refused is not None:
             continue
         spend.forwarded += 1
