@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import socket
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_gateway_abuse import BODY, Rig  # tests/unit is on sys.path
 
 from cowork_adapter.demo.env import wait_for
 from cowork_adapter.gateway import shares as sh
-from cowork_adapter.gateway.reserve import Price, TaskLimits, price_from_models, worst_cost
-from cowork_adapter.gateway.routes import COMPATIBLE_ROUTES, OPENROUTER_ROUTES, OPENROUTER_PREFIX
+from cowork_adapter.gateway.reserve import (
+    Price,
+    TaskLimits,
+    price_from_models,
+    worst_cost,
+)
+from cowork_adapter.gateway.routes import (
+    COMPATIBLE_ROUTES,
+    OPENROUTER_PREFIX,
+    OPENROUTER_ROUTES,
+)
 from cowork_adapter.schemas.gateway import read_requests, spend_by_task
-from test_gateway_abuse import BODY, Rig  # tests/unit is on sys.path
 
 SIBLING = "127.0.0.2"
 
@@ -213,7 +221,7 @@ def _drop_streams(rig: Rig, task: str, count: int) -> None:
                                headers={"Authorization": "Bearer " + rig.token(task)}) as answer:
                 assert answer.status_code == 200
                 next(answer.iter_raw())
-        assert wait_for(lambda: sum(1 for r in read_requests(rig.root) if r.stream and r.refused is None) > n, 20)
+        assert wait_for(lambda n=n: sum(1 for r in read_requests(rig.root) if r.stream and r.refused is None) > n, 20)
 
 
 def test_dropped_streams_only_refuse_their_own_task_and_never_fence_the_run(tmp_path):

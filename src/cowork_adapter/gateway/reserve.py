@@ -18,6 +18,7 @@ task, never its siblings.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 
@@ -60,7 +61,7 @@ def price_from_models(listing: object, model: str) -> Price | None:
                 completion = float(entry["pricing"]["completion"])
             except (KeyError, TypeError, ValueError):
                 return None
-            if prompt >= 0 and completion >= 0 and prompt == prompt and completion == completion:
+            if 0 <= prompt < math.inf and 0 <= completion < math.inf:  # NaN fails both comparisons
                 return Price(prompt=prompt, completion=completion)
     return None
 

@@ -92,6 +92,7 @@ class TaskSpend(msgspec.Struct, kw_only=True):
     cost_usd: float = 0.0
     unknown_cost: int = 0  # forwarded chat completions whose response carried no cost figure
     assumed_cost_usd: float = 0.0  # what those were counted at by the gateway's fences (pessimistic)
+    refused: dict[str, int] = msgspec.field(default_factory=dict)  # refusals of the task's token, by cause
 
 
 def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
@@ -103,6 +104,7 @@ def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
         spend = out.setdefault(row.task, TaskSpend())
         spend.requests += row.count
         if row.refused is not None:
+            spend.refused[row.refused] = spend.refused.get(row.refused, 0) + row.count
             continue
         spend.forwarded += 1
         spend.prompt_tokens += row.prompt_tokens or 0
