@@ -274,3 +274,24 @@ def test_the_refusal_log_stays_bounded_under_a_flood(tmp_path):
     assert sum(r.count for r in rows) == 3000 and len(rows) <= 60
     assert {r.refused for r in rows} == {"task_budget", "shape"}
     assert spend_by_task(read_requests(tmp_path))["t-flood"].requests == 3001
+
+
+def test_the_refusal_log_folds_each_caller_and_cause_per_interval():
+    from cowork_adapter.gateway.refusals import RefusalLog
+    from cowork_adapter.schemas.gateway import GatewayRequest
+
+    log = RefusalLog(interval_sec=2.0, max_keys=3)
+
+    def refusal(who: str, why: str) -> GatewayRequest:
+        return GatewayRequest(at=0.0, task=who, path="/v1/chat/completions", status=429, latency_ms=1.0, refused=why)
+
+    written = [log.note(refusal("a", "task_busy"), now=10.0) for _ in range(500)]
+    assert written[0] is not None and written[1:] == [None] * 499
+    assert log.note(refusal("b", "shape"), now=10.5) is not None
+    assert log.note(refusal("c", "shape"), now=10.6) is not None
+    assert log.note(refusal("d", "shape"), now=10.7) is None and log.unlogged == 1  # past max_keys: counted
+    assert log.due(11.9) == []  # the interval has not ended
+    (folded,) = log.due(12.0)
+    assert (folded.task, folded.refused, folded.count) == ("a", "task_busy", 499)
+    assert log.note(refusal("a", "task_busy"), now=12.1) is not None  # a new interval starts afresh
+    assert log.due(12.2, final=True) == []

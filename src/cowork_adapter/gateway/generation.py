@@ -13,6 +13,8 @@ import threading
 
 import httpx
 
+from .reserve import Price, price_from_models
+
 # How long to wait before each try (OpenRouter posts the stats a moment after the answer ends).
 TRIES_SEC = (0.5, 1.0, 2.0)
 TIMEOUT_SEC = 5.0
@@ -40,12 +42,10 @@ def generation_cost(client: httpx.Client, upstream: str, key: str, generation: s
     return None
 
 
-def model_price(upstream: str, key: str, model: str, timeout_sec: float = 10.0):
+def model_price(upstream: str, key: str, model: str, timeout_sec: float = 10.0) -> Price | None:
     """The run's model price from the upstream's model list (OpenRouter's carries `pricing`), or None
     (another endpoint, no such model, unreachable): each request's worst cost is then the run's
     assumed figure. Read once when the gateway opens."""
-    from .reserve import price_from_models
-
     try:
         with httpx.Client(timeout=timeout_sec, follow_redirects=False) as client:
             answer = client.get(upstream.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"})
