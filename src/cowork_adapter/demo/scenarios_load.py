@@ -6,10 +6,10 @@ four tasks at concurrency 4, so the honest task runs beside every attacker:
 
 | task              | what its engine does (load_agent.PLANS)                          | what must hold                  |
 |-------------------|------------------------------------------------------------------|---------------------------------|
-| demo-csv-totals   | 30 model calls through the gateway (half streamed) while the     | passed; every call answered     |
+| demo-csv-totals   | 40 model calls through the gateway (half streamed) while the     | passed; every call answered     |
 |                   | others attack, then the demo's own engine                        | (none refused), p99 stated      |
-| demo-wrong-answer | holds 300 connections to the gateway, floods it with requests    | its row names the gateway's     |
-|                   | from 12 threads for 45 s, drops 6 streams after their first bytes| refusals; the run is not fenced |
+| demo-wrong-answer | floods the gateway with requests from 12 threads for 20 s, drops | its row names the gateway's     |
+|                   | 6 streams after their headers, holds 300 connections for 40 s    | refusals; the run is not fenced |
 | demo-round-limit  | prints 160 MiB, allocates 1.5 GiB and makes 120,000 files in     | its row names the bound it hit  |
 |                   | its dump                                                         | (output or dump)                |
 | demo-crm-postgres | a JSON file nested 300,000 levels deep, named like a receipt     | its own row, flagged; no other  |
@@ -50,7 +50,7 @@ GATEWAY_ATTACKER = "demo-wrong-answer"
 FLOODER = "demo-round-limit"
 NESTER = "demo-crm-postgres"
 TASKS = [HONEST, GATEWAY_ATTACKER, FLOODER, NESTER]
-MODEL_CALLS = 30  # load_agent.MODEL_CALLS (the engine runs in the image and cannot import this)
+MODEL_CALLS = 40  # load_agent.MODEL_CALLS (the engine runs in the image and cannot import this)
 CONCURRENCY = 4
 COST_PER_ANSWER_USD = 0.0001  # what the chat stand-in bills: the honest task's 30 calls stay far below its limit
 RUN_BOUND_SEC = 900
@@ -70,7 +70,7 @@ DEEDS = {
 
 
 def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile (p99 of 30 calls is the slowest)."""
+    """Nearest-rank percentile (p99 of 40 calls is the slowest)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)] if ordered else float("nan")
 
@@ -215,7 +215,8 @@ def disk_checks(run_root: Path) -> list[Check]:
 def scenario_hostile_load(env: DemoEnv) -> list[Check]:
     name, campaign = "hostile-load", "campaign-hostile-load.json"
     run_root = env.run_root(name)
-    chat = ChatStandin(host="127.0.0.1", cost_per_request=COST_PER_ANSWER_USD).start()
+    # A pause before each streamed chunk: a stream hung up on after its headers is a stream dropped.
+    chat = ChatStandin(host="127.0.0.1", cost_per_request=COST_PER_ANSWER_USD, chunk_delay_sec=0.05).start()
     try:
         extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url,
                  "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -33,18 +34,20 @@ from cowork_container import bench, protocol
 
 PLANS = {
     "demo-csv-totals": ("honest_model",),
-    "demo-wrong-answer": ("hold_connections", "flood_requests", "drop_streams"),
+    "demo-wrong-answer": ("flood_requests", "drop_streams", "hold_connections"),
     "demo-round-limit": ("flood_stdout", "dump_bytes", "dump_entries"),
     "demo-crm-postgres": ("nested_json",),
 }
 # The honest task's model calls: spread over the attackers' time, half of them streamed.
-MODEL_CALLS = 30
-MODEL_CALL_GAP_SEC = 1.0
+MODEL_CALLS = 40
+MODEL_CALL_GAP_SEC = 1.5
 CALL_TIMEOUT_SEC = 60
-# The gateway attacker: connections it tries to hold, for how long, and its request flood.
-HOLD_CONNECTIONS = 300
-ATTACK_SEC = 45.0
+# The gateway attacker, one attack after the other (each needs connections of its own peer share):
+# its request flood, its dropped streams, then the connections it tries to hold, and for how long.
+FLOOD_SEC = 20.0
 FLOOD_THREADS = 12
+HOLD_CONNECTIONS = 300
+HOLD_SEC = 40.0
 DROPPED_STREAMS = 6
 # The output and dump attackers (each well above the adapter's default bounds, bounded themselves).
 STDOUT_BYTES = 160 << 20
@@ -128,9 +131,9 @@ def _gateway_address() -> tuple[str, int]:
 
 def hold_connections(t: Task) -> None:
     """Open HOLD_CONNECTIONS connections to the gateway, each sending half a request line, and keep
-    the ones the gateway kept (reopening the ones it closed) for ATTACK_SEC."""
+    the ones the gateway kept (reopening the ones it closed) for HOLD_SEC."""
     host, port = _gateway_address()
-    stop = time.monotonic() + ATTACK_SEC
+    stop = time.monotonic() + HOLD_SEC
     opened = closed = 0
     held: list = []
 
@@ -164,18 +167,16 @@ def hold_connections(t: Task) -> None:
         for sock in held:
             sock.close()
 
-    thread = threading.Thread(target=keep, daemon=True)
-    thread.start()
-    t._holder = thread
-    t.note("hold_connections", target="%s:%d" % (host, port), tried=HOLD_CONNECTIONS, seconds=ATTACK_SEC,
-           counts=lambda: {"opened": opened, "closed_by_gateway": closed})
+    keep()
+    t.note("hold_connections", target="%s:%d" % (host, port), tried=HOLD_CONNECTIONS, seconds=HOLD_SEC,
+           counts={"opened": opened, "closed_by_gateway": closed})
 
 
 def flood_requests(t: Task) -> None:
-    """FLOOD_THREADS callers sending requests as fast as they can for ATTACK_SEC: valid ones (past
-    its share in flight) and ones the gateway refuses (another model)."""
+    """FLOOD_THREADS callers sending requests as fast as they can for FLOOD_SEC: valid ones (past
+    its share in flight and its limit's reservations) and ones the gateway refuses (another model)."""
     model = endpoint()[2]
-    stop = time.monotonic() + ATTACK_SEC
+    stop = time.monotonic() + FLOOD_SEC
     statuses: dict = {}
     lock = threading.Lock()
 
@@ -189,8 +190,10 @@ def flood_requests(t: Task) -> None:
     threads = [threading.Thread(target=caller, args=(n,), daemon=True) for n in range(FLOOD_THREADS)]
     for thread in threads:
         thread.start()
-    t._flood = (threads, statuses)
-    t.note("flood_requests", threads=FLOOD_THREADS, seconds=ATTACK_SEC, statuses=statuses)
+    for thread in threads:
+        thread.join(FLOOD_SEC + 30)
+    t.note("flood_requests", threads=FLOOD_THREADS, seconds=FLOOD_SEC,
+           statuses={str(k): v for k, v in sorted(statuses.items())})
 
 
 def drop_streams(t: Task) -> None:
@@ -205,6 +208,8 @@ def drop_streams(t: Task) -> None:
                 "Content-Length: %d\r\n\r\n" % (path, host, token, len(body))).encode()
         try:
             with socket.create_connection((host, port), timeout=10) as sock:
+                # Closed with a reset: the gateway's next write of the stream fails at once.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.sendall(head + body)
                 if sock.recv(64):
                     dropped += 1
@@ -278,21 +283,6 @@ def parse_args(argv=None):
     return parser.parse_known_args(argv)[0]
 
 
-def finish(t: Task) -> None:
-    """Wait for the gateway attacks' threads, then resolve the counts they keep."""
-    if hasattr(t, "_holder"):
-        t._holder.join(ATTACK_SEC + 30)
-    if hasattr(t, "_flood"):
-        for thread in t._flood[0]:
-            thread.join(ATTACK_SEC + 30)
-    for attempt in t.attempts:
-        for key, value in list(attempt.items()):
-            if callable(value):
-                attempt[key] = value()
-            elif isinstance(value, dict):
-                attempt[key] = {str(k): v for k, v in dict(value).items()}
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not os.path.exists("/.dockerenv"):
@@ -308,7 +298,6 @@ def main(argv=None) -> int:
             ATTACKS[name](t)
         except Exception as exc:  # one failed attempt never stops the others
             t.note(name, error="".join(traceback.format_exception_only(type(exc), exc)).strip())
-    finish(t)
     write(t.path(ATTEMPTS_NAME), json.dumps({"task": t.task, "plan": list(plan), "attempts": t.attempts}, indent=2))
     if plan == ("honest_model",):  # then it plays the task fairly, with the demo's own engine
         sys.stdout.flush()
