@@ -65,7 +65,7 @@ AGENT_RECORD_CAP = 1 << 20
 # Words that name each attacker's deed in its ledger row (status, reason, tampering kinds and details).
 DEEDS = {
     FLOODER: ("output", "dump", "bytes", "entries", "inode"),
-    NESTER: ("nest", "depth", "unreadable", "json"),
+    NESTER: ("nest", "depth", "unreadable"),
 }
 
 
@@ -88,9 +88,9 @@ def agent_record(run_root: Path, task: str, name: str) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def usage_of_tree(root: Path) -> tuple[int, int, int, str]:
-    """(bytes allocated, entries, largest file's bytes, its path) under `root`: walked without
-    recursion, no link followed, at most WALK_CAP entries counted."""
+def usage_of_tree(root: Path, skip_largest: str = "bench/dumps") -> tuple[int, int, int, str]:
+    """(bytes allocated, entries, largest file's bytes and its path outside `skip_largest`) under
+    `root`: walked without recursion, no link followed, at most WALK_CAP entries counted."""
     blocks = entries = largest = 0
     where = ""
     stack = [str(root)]
@@ -108,7 +108,9 @@ def usage_of_tree(root: Path) -> tuple[int, int, int, str]:
                     if stat.S_ISDIR(info.st_mode):
                         stack.append(entry.path)
                     elif stat.S_ISREG(info.st_mode) and info.st_size > largest:
-                        largest, where = info.st_size, os.path.relpath(entry.path, root)
+                        rel = os.path.relpath(entry.path, root)
+                        if not rel.startswith(skip_largest + os.sep):
+                            largest, where = info.st_size, rel
         except OSError:
             continue
     return blocks, entries, largest, where
@@ -207,8 +209,8 @@ def disk_checks(run_root: Path) -> list[Check]:
     return [
         Check(f"the run root holds under {DISK_BOUND_BYTES >> 20} MiB and {ENTRY_BOUND:,} entries",
               used < DISK_BOUND_BYTES and entries < ENTRY_BOUND, f"{used >> 20} MiB, {entries:,} entries"),
-        Check(f"no file of the run (the runner's task logs) outgrew {LOG_BOUND_BYTES >> 20} MiB",
-              largest < LOG_BOUND_BYTES or where.endswith("load_fill.bin"), f"largest {where}: {largest >> 20} MiB"),
+        Check(f"no file of the run outside the dumps (the runner's task logs) outgrew {LOG_BOUND_BYTES >> 20} MiB",
+              largest < LOG_BOUND_BYTES, f"largest {where}: {largest >> 20} MiB"),
     ]
 
 
