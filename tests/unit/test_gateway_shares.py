@@ -295,3 +295,29 @@ def test_the_refusal_log_folds_each_caller_and_cause_per_interval():
     assert (folded.task, folded.refused, folded.count) == ("a", "task_busy", 499)
     assert log.note(refusal("a", "task_busy"), now=12.1) is not None  # a new interval starts afresh
     assert log.due(12.2, final=True) == []
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 15)), max_size=400))
+def test_no_peer_ever_takes_more_than_its_share_in_any_order(ops):
+    """Connections and hang-ups of sixteen peers in any order: no peer holds more than its share, the
+    total never passes the bound, and a peer holding fewer than the guaranteed few is refused only
+    when the whole bound is taken."""
+    limits = sh.Limits(max_connections=40, per_peer=8, headroom=10, guaranteed=2, per_task=40, per_task_in_flight=4)
+    shares = sh.Shares(limits)
+    held: dict[str, int] = {}
+    for connect, n in ops:
+        peer = f"10.0.0.{n}"
+        if connect:
+            before, total = held.get(peer, 0), shares.total
+            why = shares.connect(peer)
+            if why is None:
+                held[peer] = before + 1
+            elif before < limits.guaranteed:
+                assert total >= limits.max_connections and why == sh.FULL
+        elif held.get(peer):
+            shares.disconnect(peer, None)
+            held[peer] -= 1
+        assert max(held.values(), default=0) <= limits.per_peer
+        assert shares.total == sum(held.values()) <= limits.max_connections
+        assert dict(shares.peers) == {p: c for p, c in held.items() if c}
