@@ -12,7 +12,7 @@ four tasks at concurrency 4, so the honest task runs beside every attacker:
 |                   | 6 streams after their headers, holds 300 connections for 40 s    | refusals; the run is not fenced |
 | demo-round-limit  | prints 160 MiB, allocates 1.5 GiB and makes 120,000 files in     | its row names the bound it hit  |
 |                   | its dump                                                         | (output or dump)                |
-| demo-crm-postgres | a JSON file nested 300,000 levels deep, named like a receipt     | its own row, flagged; no other  |
+| demo-crm-postgres | JSON nested 300,000 levels deep as its claim and a receipt       | its own row, flagged; no other  |
 |                   |                                                                  | reader fails                    |
 
 Checks: the run ends by itself (exit 0 or 1) within RUN_BOUND_SEC, not stopped by any attacker (no

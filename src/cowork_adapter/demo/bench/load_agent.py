@@ -263,9 +263,10 @@ def dump_entries(t: Task) -> None:
 
 
 def nested_json(t: Task) -> None:
-    """JSON nested NESTING levels deep where the host's readers look: a receipt's name, and beside it."""
+    """JSON nested NESTING levels deep where the host's readers look: the claim's and a receipt's
+    names (the ledger parses both on every refresh), and beside them."""
     text = "[" * NESTING + "]" * NESTING
-    names = [os.path.basename(protocol.receipt_path(t.root, "d" * 32)), "load_nested.json"]
+    names = [protocol.CLAIM_NAME, os.path.basename(protocol.receipt_path(t.root, "d" * 32)), "load_nested.json"]
     for name in names:
         write(t.path(name), text)
     t.note("nested_json", depth=NESTING, names=names)
