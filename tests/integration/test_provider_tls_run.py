@@ -109,11 +109,13 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
         assert seen["ssl_cert_file"] == "/etc/cowork-adapter/provider-ca-bundle.pem"
         assert seen["chat"][0] == 200 and json.loads(seen["chat"][1])["usage"]["cost"] == 0.01, seen
         assert seen["models_no_token"][0] == 401 and seen["models"][0] == 200 and seen["key"][0] == 200, seen
-        upstream = provider.all_requests()  # the token-less call never reached the provider
-        assert [(r["method"], r["path"]) for r in upstream] == [
+        # The gateway's own look-up of the model's price when it opened, then the calls; the token-less
+        # call never reached the provider.
+        upstream = provider.all_requests()
+        assert [(r["method"], r["path"]) for r in upstream] == [("GET", "/api/v1/models"),
             ("POST", "/api/v1/chat/completions"), ("GET", "/api/v1/models"), ("GET", "/api/v1/auth/key")]
         with_key = hashlib.sha256(f"Bearer {env.key}".encode()).hexdigest()
-        assert [r["auth_sha256"] for r in upstream] == [with_key, with_key, with_key]
+        assert [r["auth_sha256"] for r in upstream] == [with_key] * 4
         rows = [r for r in read_requests(run_root) if r.refused is None]
         assert [(r.task, r.changed) for r in rows][:1] == [(agent[6:], False)]  # unchanged: byte for byte
 
