@@ -82,7 +82,7 @@ def agent_record(run_root: Path, task: str, name: str) -> dict | None:
         return None
     read = safefile.read_bytes(str(found[0]), cap=AGENT_RECORD_CAP, below=str(run_root))
     try:
-        record = json.loads(read.data) if read.ok else None
+        record = json.loads(read.data) if read.ok and read.data is not None else None
     except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
@@ -168,11 +168,11 @@ def attacker_checks(run_root: Path, rows: dict[str, dict], manifest: dict) -> li
               f"fence {record.get('fence_reason')}, assumed ${record.get('assumed_usd')}, spent ${record.get('spent_usd')}"),
     ]
     for task, words in DEEDS.items():
-        row = rows.get(task)
-        text = row_text(row or {})
+        deed_row = rows.get(task)
+        text = row_text(deed_row or {})
         checks.append(Check(f"{task}'s row names what it did ({' / '.join(words)})",
-                            row is not None and row.get("status") != TaskStatus.PASSED.value
-                            and any(w in text for w in words), text[:200] if row else "no row"))
+                            deed_row is not None and deed_row.get("status") != TaskStatus.PASSED.value
+                            and any(w in text for w in words), text[:200] if deed_row else "no row"))
     return checks
 
 

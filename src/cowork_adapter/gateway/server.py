@@ -56,17 +56,15 @@ from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
 from .refusals import RefusalLog
 from .reserve import Price, TaskLimits, output_cap, worst_cost
 from .routes import route_for
-from .tokens import (MAX_TOKEN_CHARS, SECRET_NAME, TOKEN_PREFIX, StreamUsage, mint_token, new_secret,  # noqa: F401 - re-exported
-                     token_mac, token_task, usage_of)
+from .tokens import StreamUsage, mint_token, new_secret, token_task, usage_of  # noqa: F401 - imported from here by the shim, the run and tests
 
 # The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim.py handle_remove).
 REVOKED_SUFFIX = ".agent_removed"
 # The stop file and the request deadlines are looked at this often.
 STOP_POLL_SEC = 0.1
 # A chat body is JSON text; 16 MiB holds a long context with images. Bounded memory: this times
-# max_connections, and only the run's containers with a valid token get a body read at all.
+# the requests in flight (gateway/shares.py), and only the run's containers with a valid token get a body read at all.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_CONNECTIONS = sh.MAX_CONNECTIONS  # and fair shares of them per peer and per task (gateway/shares.py)
 # A request (its line, headers and body; or a keep-alive connection's wait for its next one) must
 # arrive whole within this; every single socket operation (a write to a client that does not read)
 # within SOCKET_TIMEOUT_SEC.
@@ -386,10 +384,9 @@ class Gateway:
         row.path = bounded(row.path, PATH_CHARS) or ""
         row.model = bounded(row.model, TEXT_CHARS)
         row.error = bounded(row.error, TEXT_CHARS)
-        if row.refused is not None:  # refusals: one row per caller and cause per interval (gateway/refusals.py)
-            if self.refusals.note(row, time.monotonic()) is None:
-                return
-        self._write(row)
+        # Refusals: one row per caller and cause per interval (gateway/refusals.py).
+        if row.refused is None or self.refusals.note(row, time.monotonic()) is not None:
+            self._write(row)
 
     def _write(self, row: GatewayRequest) -> None:
         data = encode_row(row)
@@ -510,7 +507,9 @@ def _handler(gateway: Gateway):
             clock = time.monotonic()
             row = GatewayRequest(at=started, task=None, path=self.path.split("?", 1)[0], status=0, latency_ms=0.0,
                                  peer=_peer(self.client_address))
-            self._clock, self._settled, self._reserved, self._busy = clock, False, None, None
+            self._clock, self._settled = clock, False
+            self._reserved: float | None = None  # the worst cost this request holds (gateway/reserve.py)
+            self._busy: str | None = None  # the task whose in-flight share it takes
             try:
                 self._forward(method, row)
             except _Refused:
