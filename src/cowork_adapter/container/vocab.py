@@ -395,6 +395,7 @@ class DemoScenario(Vocab):
     DIAGNOSTIC = "diagnostic"
     ENVIRONMENT = "environment"  # inventory, repair and refusal of a broken MCP server
     HOSTILE = "hostile"  # an engine that attacks its own score, a sibling task and the host
+    HOSTILE_LOAD = "hostile-load"  # an honest engine needing its model beside agents starving shared parts
     ALL = "all"
 
 

@@ -40,6 +40,7 @@ from .heartbeat import DemoHeartbeat
 from .scenarios_diagnostic import scenario_diagnostic
 from .scenarios_hostile import scenario_hostile
 from .scenarios_inventory import scenario_environment
+from .scenarios_load import scenario_hostile_load
 from .scenarios_recovery import scenario_kill9_reconcile, scenario_resume
 
 
@@ -147,6 +148,7 @@ SCENARIOS: dict[str, Callable[[DemoEnv], list[Check]]] = {
     DemoScenario.DIAGNOSTIC.value: scenario_diagnostic,
     DemoScenario.ENVIRONMENT.value: scenario_environment,
     DemoScenario.HOSTILE.value: scenario_hostile,
+    DemoScenario.HOSTILE_LOAD.value: scenario_hostile_load,
     DemoScenario.RESUME.value: scenario_resume,
     DemoScenario.KILL9_RECONCILE.value: scenario_kill9_reconcile,
     DemoScenario.KILL9_RANDOM.value: scenario_kill9_random,

@@ -97,6 +97,8 @@ class GatewaySpend(Record):
     cost_usd: float = 0.0
     unknown_cost_requests: int = 0  # forwarded, but the answer carried no cost figure
     assumed_cost_usd: float = 0.0  # what the gateway counted those at (its pessimistic price), not in cost_usd
+    # The gateway's refusals of the task's token by cause (task_busy, task_budget, shape...): what it tried.
+    refused: dict[str, int] | None = None
 
 
 class TamperFinding(Record):

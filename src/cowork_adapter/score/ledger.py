@@ -916,7 +916,8 @@ def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, Gatew
             out[task] = GatewaySpend(requests=spend.requests, forwarded=spend.forwarded,
                                      prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
                                      cost_usd=round(spend.cost_usd, 10), unknown_cost_requests=spend.unknown_cost,
-                                     assumed_cost_usd=round(spend.assumed_cost_usd, 10))
+                                     assumed_cost_usd=round(spend.assumed_cost_usd, 10),
+                                     refused=dict(spend.refused) or None)
     return out
 
 
