@@ -234,6 +234,25 @@ class TamperKind(Vocab):
     GRADING_INPUTS_DIFFER = "grading_inputs_differ"  # traj_log.json's grading inputs differ from the task tree's
     SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
     EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
+    # An infrastructure failure said only by what the agent can write (its summary, a missing summary
+    # or traj_log.json, a dead server or entrypoint), with no cause the host saw: agent_failed, never rerun.
+    UNVERIFIED_INFRA_CLAIM = "unverified_infra_claim"
+
+
+class InfraCause(Vocab):
+    """What the host itself saw make an attempt an infrastructure failure (score/infra.py). An
+    infra_failed row names one; only such rows are rerun by --resume-from."""
+
+    PG_FAIL = "pg_fail"  # the runner's own row: the task's PostgreSQL never became ready, before any agent
+    DAEMON_LOST = "daemon_lost"  # the run stopped because the Docker daemon stopped answering or restarted
+    RUN_STOPPED = "run_stopped"  # the run was stopped (signal, stop, budget, disk...) before it finished
+    OOM_KILLED = "oom_killed"  # the daemon's State.OOMKilled of the agent container, read before its removal
+    EXEC_LOST = "exec_lost"  # the agent exec ended with docker's own failure code (125-127): it never ran
+    PROVIDER_ERRORS = "provider_errors"  # the gateway logged 5xx/429/transport failures for the task's token
+    NO_MODEL_ANSWER = "no_model_answer"  # gateway + Ouroboros: no model answer reached the task, so nothing the agent chose ran
+    NO_AGENT = "no_agent"  # oracle / nop: no agent ran, so the adapter's own failure stands
+    EVAL_NO_VERDICT = "eval_no_verdict"  # the agent phase succeeded, nothing was tampered, the eval gave no verdict
+    LEGACY_UNVERIFIED = "legacy_unverified"  # a run from before the shim recorded host facts: read as it was
 
 
 class ContainerState(Vocab):

@@ -580,6 +580,40 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     return reading
 
 
+def read_state(config, container, timeout=STATS_TIMEOUT_SEC):
+    """{"oom_killed", "state_exit_code", "state_cause"} of `container` from the daemon's inspect,
+    read before its removal (the daemon forgets a removed container). None values with a cause when
+    the daemon gave no answer; never raises."""
+    out = {"oom_killed": None, "state_exit_code": None, "state_cause": None}
+    conn = daemon_connection(config["docker_host"], timeout)
+    if conn is None:
+        out["state_cause"] = "daemon_address_unsupported"
+        return out
+    try:
+        conn.request("GET", "/containers/%s/json" % container)
+        answer = conn.getresponse()
+        body = answer.read(1 << 20)
+        status = answer.status
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        out["state_cause"] = "inspect_failed:" + type(exc).__name__
+        return out
+    finally:
+        conn.close()
+    if status != 200:
+        out["state_cause"] = "container_absent" if status == 404 else "inspect_http_%d" % status
+        return out
+    try:
+        state = json.loads(body.decode("utf-8")).get("State")
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        state = None
+    if not isinstance(state, dict) or not isinstance(state.get("OOMKilled"), bool):
+        out["state_cause"] = "state_unreadable"
+        return out
+    code = state.get("ExitCode")
+    out.update(oom_killed=state["OOMKilled"], state_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
+    return out
+
+
 def refuse(cause, what="container creation"):
     """One line on stderr naming the cause (never the argv), and exit 75."""
     sys.stderr.write("docker shim: " + what + " refused: " + cause + "\n")
@@ -895,7 +929,8 @@ def handle_agent_exec(config, argv, at, ident, task):
         if safefile is not None and task is not None:
             task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
             facts, got = file_seal(safefile, os.path.join(task_root, SUMMARY_NAME), config["dumps_dir"])
-            record(config, ident + ".agent_summary", dict(facts, ts=time.time(), task=task))
+            # exec_exit: the exec's end as this shim saw it, a host fact for the ledger's infra rule (score/infra.py).
+            record(config, ident + ".agent_summary", dict(facts, ts=time.time(), task=task, exec_exit=code))
             if got.ok and got.size <= HELD_SUMMARY_CAP:
                 # The bytes themselves, host-only: the ledger classifies from them, not from a file
                 # the agent's leftover processes could rewrite before the container is removed.
@@ -1072,6 +1107,8 @@ def handle_remove(config, argv, shape):
             record(config, ident + AGENT_REMOVED_SUFFIX, "%f\n" % time.time(), once=True)
         reading = read_stats(config, container)
         reading.update(role=role, command=shape["subcommand"])
+        if role == "agent":  # whether the kernel OOM-killed in it: a host fact for the infra rule
+            reading.update(read_state(config, container))
         record(config, ident + ".resources.jsonl", reading)
     return run_real(config, argv)
 
