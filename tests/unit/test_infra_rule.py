@@ -27,7 +27,7 @@ from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import TamperKind as K
 from cowork_adapter.vocab import TaskStatus as S
 
-NOTHING = infra.HostFacts(recorded=True, exec_ended=True, exec_exit=0, gateway=True, model_answers=3,
+NOTHING = infra.HostFacts(recorded=True, exec_started=True, exec_ended=True, exec_exit=0, gateway=True, model_answers=3,
                           engine_acts_only_by_model=True)
 PROVIDER = {"bench_status": "failed", "infra_failed": True, "reason_code": "llm_api_error"}
 OK = {"bench_status": "success", "infra_failed": False, "reason_code": None}
@@ -63,7 +63,11 @@ TABLE = [
      (S.INFRA_FAILED, "llm_api_error", C.DAEMON_LOST), False),
     ("docker could not run the exec", {"host": replace(NOTHING, exec_exit=126)},
      (S.INFRA_FAILED, "llm_api_error", C.EXEC_LOST), False),
-    ("pg_fail before any agent exec", {"reason": "pg_fail", "host": replace(NOTHING, runner_pg_fail=True, exec_ended=False, exec_exit=None)},
+    ("the shim never saw the exec end (our death)", {"host": replace(NOTHING, exec_ended=False, exec_exit=None),
+                                                     "state": "absent", "summary": None},
+     (S.INFRA_FAILED, "llm_api_error", C.EXEC_CUT), False),
+    ("pg_fail before any agent exec", {"reason": "pg_fail", "host": replace(NOTHING, runner_pg_fail=True, exec_started=False,
+                                                                           exec_ended=False, exec_exit=None)},
      (S.INFRA_FAILED, "pg_fail", C.PG_FAIL), False),
     ("pg_fail row after an agent exec is not the runner's alone", {"reason": "pg_fail", "host": replace(NOTHING, runner_pg_fail=True)},
      (S.AGENT_FAILED, "unverified_infra:pg_fail", None), True),
@@ -106,18 +110,18 @@ KINDS = st.sampled_from(list(K))
 
 @settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(state=st.sampled_from(["absent", "unreadable", "present"]), summary=SUMMARIES, exit_=AGENT_EXITS,
-       ended=st.booleans(), gateway=st.booleans(), answers=st.integers(min_value=1, max_value=5),
+       gateway=st.booleans(), answers=st.integers(min_value=1, max_value=5),
        by_model=st.booleans(), runner=st.none() | st.sampled_from(["agent_fail", "eval_fail", "pass", "pg_fail", ""]),
        evidence=st.booleans(), official=st.sampled_from(list(E)), kinds=st.lists(KINDS, max_size=3))
-def test_no_agent_written_input_alone_yields_infra_failed(state, summary, exit_, ended, gateway, answers, by_model,
+def test_no_agent_written_input_alone_yields_infra_failed(state, summary, exit_, gateway, answers, by_model,
                                                           runner, evidence, official, kinds):
     facts = TaskFacts(instance_id="t", runner_status=runner, summary_state=state,
                       summary=summary if state == "present" else None, start_evidence=("ouroboros",) if evidence else (),
                       official_status=official, official_pass=None)
     status, reason, provisional = classify(facts, live=False, interruption_cause="runner_exited")
     # The host saw nothing: no stop, no OOM kill, no provider error, a model that answered, an exec
-    # that ran (a pg_fail row is the runner's only when no agent exec of the task was seen at all).
-    host = infra.HostFacts(recorded=True, exec_ended=ended or runner == "pg_fail", exec_exit=exit_, gateway=gateway,
+    # that began and ended (the shim records its end first, apart from anything the agent left).
+    host = infra.HostFacts(recorded=True, exec_started=True, exec_ended=True, exec_exit=exit_, gateway=gateway,
                            model_answers=answers, engine_acts_only_by_model=by_model,
                            runner_pg_fail=runner == "pg_fail")
     findings = tuple(TamperFinding(kind=k) for k in kinds)
@@ -136,7 +140,8 @@ def test_no_agent_written_input_alone_yields_infra_failed(state, summary, exit_,
 
 
 def sealing_run(root: Path, outcomes: dict[str, dict], *, gateway_rows: dict[str, list[int]] | None = None,
-                oom: tuple[str, ...] = (), exits: dict[str, int] | None = None, stop: str | None = None, **kw) -> Path:
+                oom: tuple[str, ...] = (), exits: dict[str, int] | None = None, stop: str | None = None,
+                cut: tuple[str, ...] = (), **kw) -> Path:
     """A finished sealing run: each task's dump and the shim's records (its summary as held when the
     agent exec ended, `{}` = no summary), the gateway's rows (status codes) per task."""
     manifest = synth.write_manifest(root, list(outcomes), **kw)
@@ -154,8 +159,9 @@ def sealing_run(root: Path, outcomes: dict[str, dict], *, gateway_rows: dict[str
         dump = synth.dump_dir(root, task)
         synth.write_start_evidence(dump)
         (evidence / f"{ident}.task").write_text(f"{task}\n")
-        (evidence / f"{ident}.agent_summary").write_text(json.dumps({"ts": 1.0, "task": task,
-                                                                      "exec_exit": (exits or {}).get(task, 0)}) + "\n")
+        if task not in (cut or ()):
+            (evidence / f"{ident}.agent_exec").write_text(json.dumps({"ts": 1.0, "task": task,
+                                                                       "exit": (exits or {}).get(task, 0)}) + "\n")
         if held:
             synth.write_summary(dump, held)
             (evidence / f"{ident}.agent_summary.json").write_text(json.dumps(held))
@@ -185,11 +191,13 @@ def test_the_ledger_reads_the_hosts_facts_from_the_run_root(tmp_path):
 
 
 def test_key_in_agent_a_provider_claim_is_the_agents_and_a_stop_is_the_hosts(tmp_path):
-    root = sealing_run(tmp_path / "r0", {"claim": PROVIDER, "killed": {}})
+    root = sealing_run(tmp_path / "r0", {"claim": PROVIDER, "killed": {}, "cut": {}}, cut=("cut",))
     rows = {r.instance_id: r for r in build_index(root, live=False, interruption_cause="runner_exited")}
-    assert {t: r.status for t, r in rows.items()} == {"claim": S.AGENT_FAILED, "killed": S.AGENT_FAILED}
+    assert {t: r.status for t, r in rows.items()} == {"claim": S.AGENT_FAILED, "killed": S.AGENT_FAILED, "cut": S.INFRA_FAILED}
+    assert rows["cut"].infra_cause is C.EXEC_CUT  # a killed launcher's run: the shim never saw the exec end
     stopped = {r.instance_id: r for r in build_index(root, live=False, interruption_cause="signal_15")}
-    assert {t: r.infra_cause for t, r in stopped.items()} == {"claim": C.RUN_STOPPED, "killed": C.RUN_STOPPED}
+    assert {t: r.infra_cause for t, r in stopped.items()} == {"claim": C.RUN_STOPPED, "killed": C.RUN_STOPPED,
+                                                              "cut": C.RUN_STOPPED}
 
 
 def test_recovery_reruns_only_the_infrastructure_causes_the_host_saw(tmp_path):

@@ -248,6 +248,7 @@ class InfraCause(Vocab):
     RUN_STOPPED = "run_stopped"  # the run was stopped (signal, stop, budget, disk...) before it finished
     OOM_KILLED = "oom_killed"  # the daemon's State.OOMKilled of the agent container, read before its removal
     EXEC_LOST = "exec_lost"  # the agent exec ended with docker's own failure code (125-127): it never ran
+    EXEC_CUT = "exec_cut"  # the shim saw the agent exec begin and never end: the runner or the shim was killed
     PROVIDER_ERRORS = "provider_errors"  # the gateway logged 5xx/429/transport failures for the task's token
     NO_MODEL_ANSWER = "no_model_answer"  # gateway + Ouroboros: no model answer reached the task, so nothing the agent chose ran
     NO_AGENT = "no_agent"  # oracle / nop: no agent ran, so the adapter's own failure stands

@@ -150,6 +150,7 @@ SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
 SEAL_SUFFIX = ".seal.json"
 SEAL_HEAD_SUFFIX = ".seal-head.json"
 HELD_SUMMARY_SUFFIX = ".agent_summary.json"
+AGENT_EXEC_SUFFIX = ".agent_exec"  # one line per agent exec end: its exit code as the shim saw it
 END_STRAYS_ENV = "COWORK_END_STRAYS"  # container/procs.py: the agent phase kills what the agent left running
 HELD_SUMMARY_CAP = 1024 * 1024
 CLAIM_NAME = "ouroboros_eval_claim.json"  # container/protocol.py names; this file cannot import it
@@ -924,13 +925,15 @@ def handle_agent_exec(config, argv, at, ident, task):
     adapter summary's digest and bytes as they were when the exec ended: the ledger and the eval
     phase's diagnostic trust only that summary (the agent may rewrite the file later)."""
     code, _ = run_child(config, argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:], {}, None)
+    # The exec's end as this shim saw it, first and apart from the summary's facts (nothing the agent
+    # left can keep it from being written): a host fact of the ledger's infra rule (score/infra.py).
+    record(config, ident + AGENT_EXEC_SUFFIX, {"ts": time.time(), "task": task, "exit": code})
     try:  # evidence only: the exec has run and its exit code stands whatever happens here
         safefile = _load_safefile()
         if safefile is not None and task is not None:
             task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
             facts, got = file_seal(safefile, os.path.join(task_root, SUMMARY_NAME), config["dumps_dir"])
-            # exec_exit: the exec's end as this shim saw it, a host fact for the ledger's infra rule (score/infra.py).
-            record(config, ident + ".agent_summary", dict(facts, ts=time.time(), task=task, exec_exit=code))
+            record(config, ident + ".agent_summary", dict(facts, ts=time.time(), task=task))
             if got.ok and got.size <= HELD_SUMMARY_CAP:
                 # The bytes themselves, host-only: the ledger classifies from them, not from a file
                 # the agent's leftover processes could rewrite before the container is removed.

@@ -8,7 +8,8 @@ the host itself saw a cause, named on the row (vocab.InfraCause); otherwise the 
 `agent_failed` with the tamper kind `unverified_infra_claim`, which recovery never reruns.
 
 The host's facts, none of them in a file or process a container can reach:
-- the shim's record of the agent exec's end and its exit code (`<id>.agent_summary`, exec_exit);
+- the shim's record of the agent exec's end and its exit code (`<id>.agent_exec`); a started exec
+  (`<id>.task`) whose end the shim never recorded was cut by our side (the runner or the shim killed);
 - the daemon's State.OOMKilled of the agent container, read by the shim before its removal
   (`<id>.resources.jsonl`);
 - the gateway's log rows for the task's token (provider errors; whether any model answer came);
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..container import safefile
+from ..custody.shim import AGENT_EXEC_SUFFIX
 from ..runroot.layout import RunRoot
 from ..schemas.gateway import GatewayRequest, read_requests
 from ..schemas.ledger import TamperFinding
@@ -47,7 +49,8 @@ class HostFacts:
     """What the host saw of one task's attempt (all False/None/0: nothing seen)."""
 
     recorded: bool = False  # the run's shim records these facts (a sealing run); False: a run from before
-    exec_ended: bool = False  # the shim saw the agent exec end
+    exec_started: bool = False  # the shim saw the agent exec begin (`<id>.task`)
+    exec_ended: bool = False  # the shim saw the agent exec end (`<id>.agent_exec`)
     exec_exit: int | None = None  # its exit code as the shim saw it
     oom_killed: bool = False
     gateway: bool = False  # the run's model traffic went through the gateway (provider errors are host-seen)
@@ -70,7 +73,7 @@ class Settled(NamedTuple):
 
 def host_cause(host: HostFacts) -> InfraCause | None:
     """The first cause the host itself saw, in the order the report names them; None when none."""
-    if host.runner_pg_fail and not host.exec_ended:
+    if host.runner_pg_fail and not host.exec_started:
         return InfraCause.PG_FAIL
     if host.stop == StopReason.DOCKER_DAEMON_LOST.value:
         return InfraCause.DAEMON_LOST
@@ -80,6 +83,8 @@ def host_cause(host: HostFacts) -> InfraCause | None:
         return InfraCause.OOM_KILLED
     if host.exec_exit in EXEC_LOST_CODES:
         return InfraCause.EXEC_LOST
+    if host.exec_started and not host.exec_ended:
+        return InfraCause.EXEC_CUT
     if host.gateway and host.provider_errors > 0:
         return InfraCause.PROVIDER_ERRORS
     if host.gateway and host.engine_acts_only_by_model and host.model_answers == 0:
@@ -186,12 +191,12 @@ def read_host_facts(run_root: Path, runner_ids: Mapping[str, str], *, recorded: 
     reference = engine in REFERENCE_ENGINES
     out: dict[str, HostFacts] = {}
     for task, ident in runner_ids.items():
-        ended = _json_lines(evidence / (ident + ".agent_summary")) if recorded else []
-        code = ended[-1].get("exec_exit") if ended else None
+        ended = _json_lines(evidence / (ident + AGENT_EXEC_SUFFIX)) if recorded else []
+        code = ended[-1].get("exit") if ended else None
         readings = _json_lines(evidence / (ident + ".resources.jsonl")) if recorded else []
         errors, answers = traffic.get(ident, (0, 0))
         out[task] = HostFacts(
-            recorded=recorded, exec_ended=bool(ended),
+            recorded=recorded, exec_started=True, exec_ended=bool(ended),
             exec_exit=code if isinstance(code, int) and not isinstance(code, bool) else None,
             oom_killed=any(r.get("role") == "agent" and r.get("oom_killed") is True for r in readings),
             gateway=gateway, provider_errors=errors, model_answers=answers, engine_acts_only_by_model=by_model,
