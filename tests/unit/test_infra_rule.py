@@ -84,6 +84,8 @@ TABLE = [
      (S.INFRA_FAILED, "official_eval_unknown", C.EVAL_NO_VERDICT), False),
     ("a run from before the host facts", {"host": infra.HostFacts()}, (S.INFRA_FAILED, "llm_api_error", C.LEGACY_UNVERIFIED), False),
     ("live and provisional: unchanged", {"provisional": True}, (S.INFRA_FAILED, "llm_api_error", None), False),
+    ("live, a claim while the exec still runs: not judged yet", {"host": replace(NOTHING, exec_ended=False, final=False)},
+     (S.INFRA_FAILED, "llm_api_error", None), False),
     ("not infra: unchanged", {"status": S.FAILED, "reason": "verifier_failed"}, (S.FAILED, "verifier_failed", None), False),
 ]
 
@@ -209,3 +211,10 @@ def test_recovery_reruns_only_the_infrastructure_causes_the_host_saw(tmp_path):
                             dataset_ids=["claim", "genuine", "killed", "oom"])
     assert plan.remaining == ["genuine", "oom"]
     assert plan.settled == {"claim": (S.AGENT_FAILED, str(root)), "killed": (S.AGENT_FAILED, str(root))}
+
+
+def test_a_live_claim_while_the_exec_runs_stays_provisional_and_is_judged_when_it_ends():
+    running = replace(NOTHING, exec_ended=False, exec_exit=None, final=False)
+    assert settle(host=running).provisional is True
+    assert settle(host=replace(running, exec_ended=True, exec_exit=0)).status is S.AGENT_FAILED
+    assert settle(host=replace(running, final=True)).cause is C.EXEC_CUT

@@ -59,6 +59,7 @@ class HostFacts:
     engine_acts_only_by_model: bool = False  # Ouroboros: the agent acts only through model answers
     reference_engine: bool = False  # oracle / nop: no agent runs, the adapter's own claim stands
     stop: str | None = None  # the run's stop reason (None: the runner ended by itself)
+    final: bool = True  # the ledger is final (False: a live refresh, an exec may still run)
     runner_pg_fail: bool = False
 
 
@@ -69,6 +70,7 @@ class Settled(NamedTuple):
     reason: str
     cause: InfraCause | None
     found: tuple[TamperFinding, ...] = ()
+    provisional: bool = False  # a live row whose agent exec still runs: judged when it ends
 
 
 def host_cause(host: HostFacts) -> InfraCause | None:
@@ -83,7 +85,7 @@ def host_cause(host: HostFacts) -> InfraCause | None:
         return InfraCause.OOM_KILLED
     if host.exec_exit in EXEC_LOST_CODES:
         return InfraCause.EXEC_LOST
-    if host.exec_started and not host.exec_ended:
+    if host.exec_started and not host.exec_ended and host.final:
         return InfraCause.EXEC_CUT
     if host.gateway and host.provider_errors > 0:
         return InfraCause.PROVIDER_ERRORS
@@ -136,6 +138,8 @@ def settle(status: TaskStatus, reason: str, provisional: bool, *, host: HostFact
         return Settled(status, reason, cause or InfraCause.EVAL_NO_VERDICT)
     if cause is not None:
         return Settled(status, reason, cause)
+    if host.exec_started and not host.exec_ended and not host.final:
+        return Settled(status, reason, None, provisional=True)  # a claim while the exec runs: not judged yet
     found = TamperFinding(kind=TamperKind.UNVERIFIED_INFRA_CLAIM, detail=_claim(reason, host, summary_state))
     return Settled(TaskStatus.AGENT_FAILED, f"unverified_infra:{reason}"[:200], None, (found,))
 

@@ -783,11 +783,12 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
                                        detail=f"{ctx.refused_mounts[task]} container mount(s) of the dumps folder refused"))
     # infra_failed only with a cause the host saw (score/infra.py): a claim alone is the agent's.
     host = ctx.host.get(task) or infra.HostFacts(recorded=ctx.sealing, gateway=ctx.gateway is not None)
-    host = dataclasses.replace(host, stop=infra.stop_of(interruption_cause),
+    host = dataclasses.replace(host, stop=infra.stop_of(interruption_cause), final=not live,
                                runner_pg_fail=runner is not None and runner.status == "pg_fail")
-    status_, reason, infra_cause, found = infra.settle(status_, reason, provisional, host=host, summary_state=summary_state,
-                                                       summary=summary, findings=tampering)
-    tampering += found
+    settled = infra.settle(status_, reason, provisional, host=host, summary_state=summary_state,
+                           summary=summary, findings=tampering)
+    status_, reason, infra_cause, provisional = settled.status, settled.reason, settled.cause, provisional or settled.provisional
+    tampering += settled.found
     r_bytes, r_sha = _file_digest(receipt_path)
     truncated = summary.get("truncated") if summary else None
     truncated = truncated if isinstance(truncated, bool) else None
