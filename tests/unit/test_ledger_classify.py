@@ -25,6 +25,9 @@ from cowork_adapter.schemas.ledger import read_index
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import PaidActivity, TaskStatus as S
+from cowork_adapter.vocab import InfraCause, TamperKind
+from cowork_adapter.score import infra
+from dataclasses import replace
 
 OK = {"bench_status": "success", "infra_failed": False, "reason_code": None}
 TRUNC = {"bench_status": "max_turns_reached", "infra_failed": False, "reason_code": "round_limit", "truncated": True}
@@ -88,6 +91,30 @@ TABLE = [
 @pytest.mark.parametrize("facts,live,expected", [t[1:] for t in TABLE], ids=[t[0] for t in TABLE])
 def test_classify_table(facts, live, expected):
     assert classify(facts, live=live, interruption_cause="runner_exited") == expected
+
+
+# classify()'s infra_failed is a claim (issue 36): each final infra row of the table, settled by the
+# infra rule (score/infra.py) with no cause the host saw, is agent_failed, flagged; only an eval
+# that gave no verdict after a summary of success stays infrastructure's.
+FINAL_INFRA = [t for t in TABLE if t[3][0] is S.INFRA_FAILED and not t[3][2]]
+
+
+@pytest.mark.parametrize("facts,live,expected", [t[1:] for t in FINAL_INFRA], ids=[t[0] for t in FINAL_INFRA])
+def test_classify_infra_rows_need_a_host_seen_cause(facts, live, expected):
+    status, reason, provisional = classify(facts, live=live, interruption_cause="runner_exited")
+    # An agent exec began and ended: a pg_fail row then is not the runner's alone.
+    nothing = infra.HostFacts(recorded=True, exec_started=True, exec_ended=True, exec_exit=0, gateway=True, model_answers=1,
+                              runner_pg_fail=facts.runner_status == "pg_fail")
+    got = infra.settle(status, reason, provisional, host=nothing, summary_state=facts.summary_state,
+                       summary=facts.summary, findings=())
+    if infra.agent_finished(facts.summary_state, facts.summary):
+        assert (got.status, got.cause) == (S.INFRA_FAILED, InfraCause.EVAL_NO_VERDICT)
+    else:
+        assert (got.status, got.reason) == (S.AGENT_FAILED, f"unverified_infra:{reason}")
+        assert [f.kind for f in got.found] == [TamperKind.UNVERIFIED_INFRA_CLAIM]
+    seen = replace(nothing, stop="signal_15")  # a cause the host saw keeps it, named
+    assert infra.settle(status, reason, provisional, host=seen, summary_state=facts.summary_state,
+                        summary=facts.summary, findings=()).cause is InfraCause.RUN_STOPPED
 
 
 # A verdict linked by a valid official receipt settles the row whatever else holds: the run's
