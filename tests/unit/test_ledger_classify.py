@@ -107,7 +107,7 @@ def test_classify_infra_rows_need_a_host_seen_cause(facts, live, expected):
                               runner_pg_fail=facts.runner_status == "pg_fail")
     got = infra.settle(status, reason, provisional, host=nothing, summary_state=facts.summary_state,
                        summary=facts.summary, findings=())
-    if infra.agent_finished(facts.summary_state, facts.summary):
+    if infra.agent_finished(facts.summary_state, facts.summary) and not nothing.runner_pg_fail:
         assert (got.status, got.cause) == (S.INFRA_FAILED, InfraCause.EVAL_NO_VERDICT)
     else:
         assert (got.status, got.reason) == (S.AGENT_FAILED, f"unverified_infra:{reason}")
