@@ -129,8 +129,10 @@ def test_ledger_row_carries_the_daemons_peak_memory_and_cpu_time(tmp_path: Path,
     lines = [json.loads(x) for x in (evidence / f"{ident}.resources.jsonl").read_text().splitlines()]
     assert [(r["container"], r["command"]) for r in lines] == [
         (f"agent-{ident}", "rm"), (f"pg-{ident}", "stop"), (f"pg-{ident}", "rm")]
-    # The agent's OOM kill, read from the daemon before the removal (a host fact of the infra rule).
+    # The agent's OOM kill, read before the removal (a host fact of the infra rule): the daemon's
+    # State.OOMKilled covers only the main process, so the kernel's count of its cgroup says it.
     assert (lines[0]["oom_killed"], lines[0]["state_cause"]) == (True, None), lines[0]
+    assert lines[0]["oom_kills"] >= 1, lines[0]
     facts = read_host_facts(tmp_path / "run", {TASK: ident}, recorded=True, gateway=False, engine="ouroboros")
     assert facts[TASK].oom_killed is True
     assert lines[2]["memory_peak_bytes"] is None and lines[2]["cause"] in ("container_not_running", "no_memory_stats")

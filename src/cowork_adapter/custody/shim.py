@@ -581,11 +581,42 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     return reading
 
 
+def cgroup_oom_kills(pid, container_id):
+    """How many processes the kernel's OOM killer ended in the memory cgroup of `pid` (the container's
+    main process, on a local daemon), or None. The daemon's own State.OOMKilled covers only the main
+    process, and the agent phase runs in an exec. Read from /proc/<pid>/cgroup (checked to name the
+    container's id, so a reused pid is never read) and the cgroup's memory.oom_control (v1) or
+    memory.events (v2): kernel files no container can write."""
+    try:
+        with open("/proc/%d/cgroup" % pid, "rb") as handle:
+            lines = handle.read(1 << 16).decode("ascii", "replace").splitlines()
+    except (OSError, ValueError, TypeError):
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or container_id not in parts[2] or ".." in parts[2]:
+            continue
+        if "memory" in parts[1].split(","):
+            path = "/sys/fs/cgroup/memory" + parts[2] + "/memory.oom_control"
+        elif parts[0] == "0" and parts[1] == "":
+            path = "/sys/fs/cgroup" + parts[2] + "/memory.events"
+        else:
+            continue
+        try:
+            with open(path, "rb") as handle:
+                fields = dict(x.split(None, 1) for x in handle.read(1 << 12).decode("ascii").splitlines() if " " in x)
+            return int(fields["oom_kill"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
 def read_state(config, container, timeout=STATS_TIMEOUT_SEC):
-    """{"oom_killed", "state_exit_code", "state_cause"} of `container` from the daemon's inspect,
-    read before its removal (the daemon forgets a removed container). None values with a cause when
-    the daemon gave no answer; never raises."""
-    out = {"oom_killed": None, "state_exit_code": None, "state_cause": None}
+    """{"oom_killed", "oom_kills", "state_exit_code", "state_cause"} of `container`, read before its
+    removal (the daemon forgets a removed container): the daemon's inspect and, on a local daemon,
+    the kernel's OOM-kill count of its memory cgroup. None values with a cause when the daemon gave
+    no answer; never raises."""
+    out = {"oom_killed": None, "oom_kills": None, "state_exit_code": None, "state_cause": None}
     conn = daemon_connection(config["docker_host"], timeout)
     if conn is None:
         out["state_cause"] = "daemon_address_unsupported"
@@ -604,14 +635,20 @@ def read_state(config, container, timeout=STATS_TIMEOUT_SEC):
         out["state_cause"] = "container_absent" if status == 404 else "inspect_http_%d" % status
         return out
     try:
-        state = json.loads(body.decode("utf-8")).get("State")
+        data = json.loads(body.decode("utf-8"))
+        state = data.get("State")
     except (UnicodeDecodeError, ValueError, AttributeError):
-        state = None
+        data, state = {}, None
     if not isinstance(state, dict) or not isinstance(state.get("OOMKilled"), bool):
         out["state_cause"] = "state_unreadable"
         return out
     code = state.get("ExitCode")
-    out.update(oom_killed=state["OOMKilled"], state_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
+    pid, ident = state.get("Pid"), data.get("Id")
+    kills = None
+    if config["docker_host"].startswith("unix://") and isinstance(pid, int) and pid > 0 and isinstance(ident, str) and len(ident) >= 12:
+        kills = cgroup_oom_kills(pid, ident)
+    out.update(oom_killed=state["OOMKilled"] or bool(kills), oom_kills=kills,
+               state_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
     return out
 
 
