@@ -246,7 +246,7 @@ class InfraCause(Vocab):
     PG_FAIL = "pg_fail"  # the runner's own row: the task's PostgreSQL never became ready, before any agent
     DAEMON_LOST = "daemon_lost"  # the run stopped because the Docker daemon stopped answering or restarted
     RUN_STOPPED = "run_stopped"  # the run was stopped (signal, stop, budget, disk...) before it finished
-    OOM_KILLED = "oom_killed"  # the daemon's State.OOMKilled of the agent container, read before its removal
+    OOM_KILLED = "oom_killed"  # the kernel OOM-killed a process of the agent container (read before its removal)
     EXEC_LOST = "exec_lost"  # the agent exec ended with docker's own failure code (125-127): it never ran
     EXEC_CUT = "exec_cut"  # the shim saw the agent exec begin and never end: the runner or the shim was killed
     PROVIDER_ERRORS = "provider_errors"  # the gateway logged 5xx/429/transport failures for the task's token

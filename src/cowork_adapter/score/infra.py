@@ -10,8 +10,8 @@ the host itself saw a cause, named on the row (vocab.InfraCause); otherwise the 
 The host's facts, none of them in a file or process a container can reach:
 - the shim's record of the agent exec's end and its exit code (`<id>.agent_exec`); a started exec
   (`<id>.task`) whose end the shim never recorded was cut by our side (the runner or the shim killed);
-- the daemon's State.OOMKilled of the agent container, read by the shim before its removal
-  (`<id>.resources.jsonl`);
+- whether the kernel OOM-killed a process of the agent container (its cgroup's oom_kill count, the
+  daemon's State.OOMKilled), read by the shim before its removal (`<id>.resources.jsonl`);
 - the gateway's log rows for the task's token (provider errors; whether any model answer came);
 - the run's stop (the manifest's stop reason: a signal, a stop, the daemon lost, a budget...);
 - the runner's own pg_fail row, written before any agent container of the task exists.
