@@ -218,3 +218,15 @@ def test_a_live_claim_while_the_exec_runs_stays_provisional_and_is_judged_when_i
     assert settle(host=running).provisional is True
     assert settle(host=replace(running, exec_ended=True, exec_exit=0)).status is S.AGENT_FAILED
     assert settle(host=replace(running, final=True)).cause is C.EXEC_CUT
+
+
+def test_provider_errors_are_the_providers_own_failures_only():
+    row = dict(at=1.0, task="r0", path="/v1/chat/completions", latency_ms=1.0)
+    failed = [GatewayRequest(status=503, **row), GatewayRequest(status=429, **row), GatewayRequest(status=502, error="upstream: ConnectError", **row),
+              GatewayRequest(status=200, stream=True, error="upstream: RemoteProtocolError", **row)]
+    not_failed = [GatewayRequest(status=200, **row), GatewayRequest(status=400, **row),  # the agent's own bad request
+                  GatewayRequest(status=403, refused="fenced", **row), GatewayRequest(status=401, refused="auth", **row),
+                  GatewayRequest(status=502, cut=True, error="upstream: ReadError", **row)]  # the run's fence cut it
+    assert [infra.is_provider_error(r) for r in failed] == [True] * 4
+    assert [infra.is_provider_error(r) for r in not_failed] == [False] * 5
+    assert infra.gateway_by_runner(failed + not_failed) == {"r0": (4, 2)}  # a stream broken off had begun: an answer

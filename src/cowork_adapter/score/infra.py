@@ -161,9 +161,11 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def is_provider_error(row: GatewayRequest) -> bool:
-    """A forwarded request the provider failed: 5xx or 429, or no answer at all (the gateway's 502);
-    never one the gateway refused or its own fence cut (those are the run's, and counted elsewhere)."""
-    return row.refused is None and not row.cut and (row.status >= 500 or row.status == 429)
+    """A forwarded request the provider failed: 5xx or 429, no answer at all (the gateway's 502), or a
+    stream it broke off (the gateway's read of it failed); never one the gateway refused or its own
+    fence cut (those are the run's, and counted elsewhere)."""
+    broke_off = isinstance(row.error, str) and row.error.startswith("upstream:")
+    return row.refused is None and not row.cut and (row.status >= 500 or row.status == 429 or broke_off)
 
 
 def is_model_answer(row: GatewayRequest) -> bool:
