@@ -18,6 +18,7 @@ recovery run carries are rebuilt from the ancestors' dumps, never read from thei
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -61,6 +62,7 @@ from ..vocab import (
     TamperKind,
     TaskStatus,
 )
+from . import infra
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 
 SUMMARY_NAME = "ouroboros_summary.json"
@@ -559,6 +561,8 @@ class IndexContext:
     refused_mounts: dict[str, int] = field(default_factory=dict)
     # task -> its runner id (the shim's `<id>.task` evidence), for the host-held summary copy.
     runner_ids: dict[str, str] = field(default_factory=dict)
+    # task -> what the host saw of its attempt (score/infra.py), for the infra rule.
+    host: dict[str, infra.HostFacts] = field(default_factory=dict)
 
     @classmethod
     def load(cls, run_root: Path | str) -> IndexContext:
@@ -591,6 +595,8 @@ class IndexContext:
         if self.sealing:
             self.seals = read_seals(self.run_root)
             self.refused_mounts = refused_dump_mounts(self.run_root, self.selection())
+            self.host = infra.read_host_facts(self.run_root, runner_ids, recorded=True, gateway=self.gateway is not None,
+                                              engine=getattr(self.manifest, "engine", None))
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
@@ -691,7 +697,7 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
             entries.extend((e.name, e.size, e.mtime_ns) for e in found)
     return (str(dump), tuple(sorted(entries)), ctx.runner_rows.get(task), ctx.custody.get(task),
             repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
-            ctx.refused_mounts.get(task))
+            ctx.refused_mounts.get(task), ctx.host.get(task))
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
@@ -786,6 +792,14 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     if ctx.refused_mounts.get(task):
         tampering.append(TamperFinding(kind=TamperKind.OUTSIDE_OWN_DUMP,
                                        detail=f"{ctx.refused_mounts[task]} container mount(s) of the dumps folder refused"))
+    # infra_failed only with a cause the host saw (score/infra.py): a claim alone is the agent's.
+    host = ctx.host.get(task) or infra.HostFacts(recorded=ctx.sealing, gateway=ctx.gateway is not None)
+    host = dataclasses.replace(host, stop=infra.stop_of(interruption_cause), final=not live,
+                               runner_pg_fail=runner is not None and runner.status == "pg_fail")
+    settled = infra.settle(status_, reason, provisional, host=host, summary_state=summary_state,
+                           summary=summary, findings=tampering)
+    status_, reason, infra_cause, provisional = settled.status, settled.reason, settled.cause, provisional or settled.provisional
+    tampering += settled.found
     r_bytes, r_sha = _file_digest(receipt_path)
     truncated = summary.get("truncated") if summary else None
     truncated = truncated if isinstance(truncated, bool) else None
@@ -820,6 +834,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         resource_basis=use.basis,
         resource_containers=list(use.containers),
         tampering=_once(tampering),
+        infra_cause=infra_cause,
     )
 
 
