@@ -234,6 +234,8 @@ class TamperKind(Vocab):
     GRADING_INPUTS_DIFFER = "grading_inputs_differ"  # traj_log.json's grading inputs differ from the task tree's
     SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
     EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
+    TASK_DB_CODE = "task_db_code"  # the agent's code or settings in its task's database (score/taskdb.py)
+    TASK_DB_UNCHECKED = "task_db_unchecked"  # the task's database could not be reset or compared
 
 
 class ContainerState(Vocab):

@@ -889,7 +889,14 @@ def handle_agent_exec(config, argv, at, ident, task):
     """The agent exec (told to end, inside its container, what the agent left running), then the
     adapter summary's digest and bytes as they were when the exec ended: the ledger and the eval
     phase's diagnostic trust only that summary (the agent may rewrite the file later)."""
-    code, _ = run_child(config, argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:], {}, None)
+    watch = start_taskdb_watch(config, ident, task)
+    extra = ["-e", END_STRAYS_ENV + "=1"] + (["-e", TASKDB_ACK_ENV + "=1"] if watch is not None else [])
+    code, _ = run_child(config, argv[:at] + extra + argv[at:], {}, None)
+    try:  # the baseline's record, even when none came (a task with no marker is never cleared)
+        if watch is not None:
+            watch.finish()
+    except Exception:  # noqa: BLE001
+        pass
     try:  # evidence only: the exec has run and its exit code stands whatever happens here
         safefile = _load_safefile()
         if safefile is not None and task is not None:
@@ -961,6 +968,8 @@ def handle_eval_exec(config, argv, at, ident, command):
         # The head, before the exec: if this shim dies during it, the host can still seal what the
         # eval container alone wrote (schemas/seal.py), knowing what stood there before.
         record(config, ident + SEAL_HEAD_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
+    if first and task is not None:
+        check_taskdb(config, ident, task)
     code, hung = run_child(config, argv[:at] + flags + argv[at:], {}, bound + BOUND_MARGIN_SEC if bound else None)
     if seal is not None:
         try:  # the exec has run: never run it again, whatever the seal meets (no seal = not scored)
@@ -970,6 +979,45 @@ def handle_eval_exec(config, argv, at, ident, command):
         except Exception:  # noqa: BLE001
             sys.stderr.write("docker shim: the eval seal could not be written\n")
     return code
+
+
+TASKDB_ACK_ENV = "COWORK_TASKDB_ACK"  # taskdb_probe.ACK_ENV: the agent phase waits for the baseline
+
+
+def _load_taskdb():
+    """custody/taskdb_probe.py, copied beside this program (install_custody); None if it is missing."""
+    if _load_safefile() is None:  # puts this folder on sys.path
+        return None
+    try:
+        import taskdb_probe  # noqa: PLC0415 - a sibling copy, as safefile
+    except ImportError:
+        return None
+    return taskdb_probe
+
+
+def start_taskdb_watch(config, ident, task):
+    """The task database's baseline, read from the host while the agent exec waits after
+    preprocess (issue 36); None when this run has no per-task dumps or the probe is missing."""
+    probe = _load_taskdb()
+    if probe is None or task is None or not config.get("dumps_dir") or evidence_path(config, "") is None:
+        return None
+    task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
+    return probe.BaselineWatch(config["real_docker"], docker_env(config), ident, task, task_root,
+                               lambda name, text: record(config, name, text, once=True)).start()
+
+
+def check_taskdb(config, ident, task):
+    """Before the first eval exec: the task database reset and read again (taskdb_probe.eval_check).
+    A missing probe is itself recorded: the ledger then cannot clear the task's database."""
+    probe = _load_taskdb()
+    if probe is None:
+        record(config, ident + ".taskdb.json", json.dumps({"schema": "cowork_adapter.taskdb_eval.v1",
+               "runner_id": ident, "task": task, "reset": {"started_at": time.time(),
+               "errors": ["the task database probe is missing beside the shim"]}}) + "\n", once=True)
+        return
+    probe.eval_check(config["real_docker"], docker_env(config), ident, task,
+                     evidence_path(config, probe.baseline_file(ident)),
+                     lambda name, text: record(config, name, text, once=True))
 
 
 def handle_creation(config, argv, shape):

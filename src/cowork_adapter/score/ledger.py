@@ -39,6 +39,7 @@ from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.multihost import read_claimed
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
+from .taskdb import findings as taskdb_findings, read_task_diff
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
     EvalResultFacts,
@@ -756,6 +757,13 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             verdict, found = seal_verdict(verdict, seal, now, head=held.head if held else None,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
+            # The task database between the phases (issue 36): the agent's code or settings there, or a
+            # database the host could not reset and compare, keep a pass from being scored.
+            runner_id = ctx.runner_ids.get(task)
+            db_found = taskdb_findings(read_task_diff(ctx.run_root, runner_id)) if runner_id else []
+            tampering += db_found
+            if db_found and verdict.passed is True:
+                verdict = OfficialVerdict(verdict.status, db_found[0].kind.value, False)
         if with_usage and "ouroboros" in names:
             usage = scan_usage(dump / "ouroboros" / ENGINE_EVENTS)
     if task in ctx.custody:

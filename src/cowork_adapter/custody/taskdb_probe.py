@@ -1,0 +1,622 @@
+"""The task's PostgreSQL between the phases, read and reset from the host (issue 36).
+
+Standard library only (Python 3.10): copied beside the docker shim (custody/bash_env.py) and run
+by it, never by the agent. Each task's runner starts `pg-<runner id>`, a postgres container whose
+superuser the agent is; nothing the agent ran may still act when the evaluator queries it. What a
+caller must know:
+
+- every step is a `docker exec` of the pg container's own binaries (sh, psql: root-owned, so the
+  agent, which runs there as the `postgres` user through SQL, cannot replace them), run as that
+  user with HOME pointing nowhere (its own home is writable by the agent), `psql -X` (no rc file)
+  and PGOPTIONS that outrank any role or database setting the agent left (search_path pinned to
+  pg_catalog, no preload libraries, a statement timeout). Every step is bounded in time and in
+  output, and a failure is returned as a sentence, never raised.
+- `snapshot()` reads the catalog (every code object the server did not ship, digests of the
+  built-in rows of the catalogs that define what a query means, role/database/system settings,
+  relations and their kinds) and every plain table's row count and order-independent content
+  digest, with per-row digests up to ROW_BOUND rows (keyed by the primary key when there is one).
+  Rows are read only from tables whose column types print through built-in code: a type the
+  agent defined would run its code inside our session.
+- `reset()` ends every process the agent started (SIGSTOP in rounds until none is new, then
+  SIGKILL: a fork loop cannot outrun it), terminates every other session, restores role- and
+  database-level settings to the baseline's, runs ALTER SYSTEM RESET ALL and reloads, then kills
+  any process that looks like the server but is not one of its known processes.
+The comparison of two snapshots is the host package's (score/taskdb.py), not this file's.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+
+PG_PREFIX = "pg-"
+EXEC_TIMEOUT_SEC = 60.0
+TABLES_TIMEOUT_SEC = 180.0
+OUTPUT_CAP = 16 << 20
+ROW_BOUND = 2000  # per table: row digests kept (a row-level diff) up to this many rows
+TABLE_CAP = 400  # tables read per snapshot; the rest are listed as not read
+STRAY_ROUNDS = 20
+READY_TRIES = 60
+FIRST_USER_OID = 16384  # FirstNormalObjectId: every oid below is the server's own
+# Server processes that are not sessions: never terminated through SQL (the postmaster's own).
+AUX_BACKENDS = ("autovacuum launcher", "logical replication launcher", "background writer", "checkpointer",
+                "walwriter", "archiver", "startup", "walreceiver", "walsender", "autovacuum worker")
+PGOPTIONS = ("-c search_path=pg_catalog,pg_temp -c session_preload_libraries= -c local_preload_libraries= "
+             "-c statement_timeout=50000 -c lock_timeout=20000 -c default_transaction_read_only=off "
+             "-c idle_in_transaction_session_timeout=0 -c client_min_messages=error -c DateStyle=ISO "
+             "-c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex -c IntervalStyle=postgres")
+
+# What the host sees of every process in the pg container, run as the postgres user (the agent's
+# uid through COPY ... TO PROGRAM; a process it cannot read is not the agent's). $1: "strays" or
+# "strict PID...". Kept: the postmaster (PID 1, the image execs postgres) and, in "strays" mode,
+# its children running the server binary; in "strict" mode only the listed server pids.
+STRAY_SCRIPT = r"""
+mode=$1; shift; allowed=" $* "
+pgexe=$(readlink /proc/1/exe) || { echo "E pid1_unreadable"; exit 3; }
+case "$pgexe" in */postgres) ;; *) echo "E pid1_not_postgres"; exit 3;; esac
+me=$$; seen=" "; round=0
+while [ "$round" -lt "$ROUNDS" ]; do
+  round=$((round + 1)); new=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = 1 ] && continue
+    [ "$p" = "$me" ] && continue
+    case "$seen" in *" $p "*) continue;; esac
+    st=$(cat "$d/stat" 2>/dev/null) || continue
+    rest=${st##*) }
+    set -- $rest
+    [ "$1" = Z ] && continue
+    [ "$2" = "$me" ] && continue
+    exe=$(readlink "$d/exe" 2>/dev/null) || continue
+    if [ "$2" = 1 ] && [ "$exe" = "$pgexe" ]; then
+      [ "$mode" = strays ] && continue
+      case "$allowed" in *" $p "*) continue;; esac
+    fi
+    if kill -STOP "$p" 2>/dev/null; then seen="$seen$p "; new=1; echo "P $p $2 $exe"; fi
+  done
+  [ "$new" = 0 ] && break
+done
+for p in $seen; do kill -KILL "$p" 2>/dev/null; done
+echo "R $round"
+"""
+
+# The built-in rows of the catalogs that decide what a query means: hashed on the host (a
+# server-side digest would trust the very functions being checked). oid order, one line a row.
+BUILTIN_SQL = {
+    "pg_proc": "SELECT oid, proname, pronamespace, prolang, prosrc, probin, prorettype, proargtypes, prosecdef, "
+               "proconfig, prokind, provolatile, prosupport, proisstrict FROM pg_catalog.pg_proc",
+    "pg_operator": "SELECT oid, oprname, oprnamespace, oprleft, oprright, oprresult, oprcode, oprnegate, oprcom "
+                   "FROM pg_catalog.pg_operator",
+    "pg_cast": "SELECT oid, castsource, casttarget, castfunc, castcontext, castmethod FROM pg_catalog.pg_cast",
+    "pg_type": "SELECT oid, typname, typnamespace, typinput, typoutput, typreceive, typsend, typbasetype "
+               "FROM pg_catalog.pg_type",
+    "pg_aggregate": "SELECT aggfnoid::pg_catalog.oid AS oid, aggtransfn, aggfinalfn, aggcombinefn, agginitval "
+                    "FROM pg_catalog.pg_aggregate",
+    "pg_amop": "SELECT oid, amopfamily, amoplefttype, amoprighttype, amopstrategy, amopopr FROM pg_catalog.pg_amop",
+    "pg_amproc": "SELECT oid, amprocfamily, amproclefttype, amprocrighttype, amprocnum, amproc FROM pg_catalog.pg_amproc",
+    "pg_namespace": "SELECT oid, nspname FROM pg_catalog.pg_namespace",
+    "pg_language": "SELECT oid, lanname, lanplcallfoid, laninline, lanvalidator FROM pg_catalog.pg_language",
+    "pg_collation": "SELECT oid, collname, collnamespace, collprovider, collcollate, collctype FROM pg_catalog.pg_collation",
+}
+BUILTIN_DUMP_SQL = "\n".join(
+    "SELECT '%s=' || pg_catalog.md5(COALESCE(pg_catalog.string_agg(t::pg_catalog.text, E'\\n' "
+    "ORDER BY t.oid), '')) FROM (%s) t WHERE t.oid < %d;" % (name, sql, FIRST_USER_OID)
+    for name, sql in sorted(BUILTIN_SQL.items()))
+
+# Every object the server did not ship that can change what a query means ("code"), and what
+# else the catalog holds ("data": relations, schemas, roles), as kind:identity -> definition.
+_USER_NSP = ("n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') "
+             "AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%'")
+OBJECTS_SQL = """
+SELECT pg_catalog.json_object_agg(k, v) FROM (
+ SELECT 'function:' || n.nspname || '.' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')',
+        pg_catalog.concat_ws('|', p.prokind, l.lanname, pg_catalog.md5(COALESCE(p.prosrc, '') || '|' ||
+        COALESCE(p.probin, '') || '|' || COALESCE(p.proconfig::pg_catalog.text, '')), p.prosecdef::pg_catalog.text)
+   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+   JOIN pg_catalog.pg_language l ON l.oid = p.prolang WHERE p.oid >= %(first)d
+ UNION ALL
+ SELECT 'operator:' || n.nspname || '.' || o.oprname || '(' || o.oprleft::pg_catalog.regtype::pg_catalog.text || ','
+        || o.oprright::pg_catalog.regtype::pg_catalog.text || ')', o.oprcode::pg_catalog.text
+   FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace WHERE o.oid >= %(first)d
+ UNION ALL
+ SELECT 'cast:' || c.castsource::pg_catalog.regtype::pg_catalog.text || '->' || c.casttarget::pg_catalog.regtype::pg_catalog.text,
+        pg_catalog.concat_ws('|', c.castfunc::pg_catalog.regproc::pg_catalog.text, c.castcontext, c.castmethod)
+   FROM pg_catalog.pg_cast c WHERE c.oid >= %(first)d
+ UNION ALL
+ SELECT 'rule:' || n.nspname || '.' || cl.relname || '.' || r.rulename,
+        pg_catalog.concat_ws('|', r.ev_enabled, pg_catalog.md5(pg_catalog.pg_get_ruledef(r.oid)))
+   FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class cl ON cl.oid = r.ev_class
+   JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace WHERE r.oid >= %(first)d
+ UNION ALL
+ SELECT 'trigger:' || n.nspname || '.' || cl.relname || '.' || t.tgname,
+        pg_catalog.concat_ws('|', t.tgenabled, pg_catalog.md5(pg_catalog.pg_get_triggerdef(t.oid)))
+   FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class cl ON cl.oid = t.tgrelid
+   JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace WHERE NOT t.tgisinternal
+ UNION ALL
+ SELECT 'event_trigger:' || e.evtname, pg_catalog.concat_ws('|', e.evtevent, e.evtfoid::pg_catalog.regproc::pg_catalog.text, e.evtenabled)
+   FROM pg_catalog.pg_event_trigger e
+ UNION ALL
+ SELECT 'policy:' || n.nspname || '.' || cl.relname || '.' || pol.polname,
+        pg_catalog.md5(pg_catalog.concat_ws('|', pol.polcmd, pol.polpermissive::pg_catalog.text, pol.polroles::pg_catalog.text,
+        pg_catalog.pg_get_expr(pol.polqual, pol.polrelid), pg_catalog.pg_get_expr(pol.polwithcheck, pol.polrelid)))
+   FROM pg_catalog.pg_policy pol JOIN pg_catalog.pg_class cl ON cl.oid = pol.polrelid
+   JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
+ UNION ALL
+ SELECT 'extension:' || x.extname, x.extversion FROM pg_catalog.pg_extension x WHERE x.oid >= %(first)d
+ UNION ALL
+ SELECT 'language:' || l.lanname, l.lanplcallfoid::pg_catalog.text FROM pg_catalog.pg_language l WHERE l.oid >= %(first)d
+ UNION ALL
+ SELECT 'relation:' || n.nspname || '.' || cl.relname,
+        pg_catalog.concat_ws('|', cl.relkind, cl.relrowsecurity::pg_catalog.text, cl.relforcerowsecurity::pg_catalog.text)
+   FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
+  WHERE cl.relkind IN ('r', 'v', 'm', 'f', 'p') AND %(user_nsp)s
+ UNION ALL
+ SELECT 'schema:' || n.nspname, pg_catalog.pg_get_userbyid(n.nspowner)::pg_catalog.text
+   FROM pg_catalog.pg_namespace n WHERE n.oid >= %(first)d AND %(user_nsp)s
+ UNION ALL
+ SELECT 'role:' || r.rolname, pg_catalog.concat_ws('|', r.rolsuper, r.rolinherit, r.rolcanlogin, r.rolbypassrls)
+   FROM pg_catalog.pg_roles r
+ UNION ALL
+ SELECT 'database:' || d.datname, d.oid::pg_catalog.text FROM pg_catalog.pg_database d
+) o(k, v);
+""" % {"first": FIRST_USER_OID, "user_nsp": _USER_NSP}
+
+# Settings a session starts with that the agent could have changed: role/database-level rows
+# (restored from the baseline, kept verbatim for that), ALTER SYSTEM's file, the server's other
+# configuration (postgresql.conf is writable by the server's own user), and pg_hba's rules.
+SETTINGS_SQL = """
+SELECT pg_catalog.json_build_object(
+ 'db_role', (SELECT COALESCE(pg_catalog.json_agg(pg_catalog.json_build_object('db', s.setdatabase::pg_catalog.text,
+    'role', s.setrole::pg_catalog.text, 'config', s.setconfig) ORDER BY s.setdatabase, s.setrole), '[]')
+    FROM pg_catalog.pg_db_role_setting s),
+ 'named', (SELECT pg_catalog.json_object_agg(k, v) FROM (
+    SELECT 'db_role:' || COALESCE(d.datname, '*') || '/' || COALESCE(r.rolname, '*') AS k,
+           s.setconfig::pg_catalog.text AS v
+      FROM pg_catalog.pg_db_role_setting s LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
+    UNION ALL
+    SELECT 'system:' || f.name || '@' || f.seqno::pg_catalog.text, pg_catalog.concat_ws('|', f.setting, f.applied::pg_catalog.text)
+      FROM pg_catalog.pg_file_settings f WHERE f.sourcefile LIKE '%%postgresql.auto.conf'
+    UNION ALL
+    SELECT 'server:' || g.name, g.setting FROM pg_catalog.pg_settings g
+     WHERE g.source NOT IN ('default', 'client', 'session', 'override', 'database', 'user', 'database user')
+    UNION ALL
+    SELECT 'hba:' || h.line_number::pg_catalog.text,
+           pg_catalog.concat_ws('|', h.type, h.database::pg_catalog.text, h.user_name::pg_catalog.text, h.address, h.auth_method)
+      FROM pg_catalog.pg_hba_file_rules h) x)
+);
+"""
+
+TABLES_SQL = """
+SELECT COALESCE(pg_catalog.json_agg(pg_catalog.json_build_array(n.nspname, cl.relname,
+  (SELECT pg_catalog.md5(pg_catalog.string_agg(pg_catalog.concat_ws(':', a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod),
+      a.attnotnull::pg_catalog.text, a.attgenerated), ',' ORDER BY a.attnum))
+     FROM pg_catalog.pg_attribute a WHERE a.attrelid = cl.oid AND a.attnum > 0 AND NOT a.attisdropped),
+  NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+     LEFT JOIN pg_catalog.pg_type el ON el.oid = ty.typelem AND ty.typcategory = 'A'
+     WHERE a.attrelid = cl.oid AND a.attnum > 0 AND NOT a.attisdropped
+       AND (ty.typoutput >= %(first)d OR ty.typtype = 'c' OR el.typoutput >= %(first)d OR el.typtype = 'c')),
+  (SELECT pg_catalog.array_agg(a.attname ORDER BY k.ord) FROM pg_catalog.pg_index i
+     CROSS JOIN LATERAL pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = cl.oid AND i.indisprimary)
+  ) ORDER BY n.nspname, cl.relname), '[]')
+ FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
+ WHERE cl.relkind = 'r' AND %(user_nsp)s;
+""" % {"first": FIRST_USER_OID, "user_nsp": _USER_NSP}
+
+
+def quote_ident(name):
+    """A PostgreSQL identifier, quoted (a NUL cannot be in one; the server refuses it anyway)."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def table_sql(schema, name, key):
+    """One statement: a table's count, content digest and (up to ROW_BOUND rows) row digests."""
+    rel = quote_ident(schema) + "." + quote_ident(name)
+    if key:
+        keyexpr = "pg_catalog.md5(ROW(" + ", ".join("x." + quote_ident(k) for k in key) + ")::pg_catalog.text)"
+        rows = "pg_catalog.json_object_agg(pk, h)"
+    else:
+        keyexpr, rows = "NULL::pg_catalog.text", "pg_catalog.json_agg(h ORDER BY h COLLATE pg_catalog.\"C\")"
+    return ("SELECT pg_catalog.json_build_object('n', pg_catalog.count(*), 'd', pg_catalog.md5(COALESCE("
+            "pg_catalog.string_agg(h, '' ORDER BY h COLLATE pg_catalog.\"C\"), '')), 'rows', CASE WHEN "
+            "pg_catalog.count(*) <= %d THEN %s END) FROM (SELECT pg_catalog.md5(x::pg_catalog.text) AS h, %s AS pk "
+            "FROM ONLY %s x) q;" % (ROW_BOUND, rows, keyexpr, rel))
+
+
+def count_sql(schema, name):
+    """A table whose rows we do not print: its count alone (count(*) runs no type's code)."""
+    return "SELECT pg_catalog.json_build_object('n', pg_catalog.count(*)) FROM ONLY %s.%s;" % (
+        quote_ident(schema), quote_ident(name))
+
+
+# ---------------------------------------------------------------- I/O: bounded docker execs
+
+
+def run_bounded(argv, env, stdin=None, timeout=EXEC_TIMEOUT_SEC, cap=OUTPUT_CAP):
+    """(exit code or None, stdout bytes, stderr tail, cause or None). Output past `cap` or a run
+    past `timeout` kills the process; never raises."""
+    try:
+        child = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+    except OSError as exc:
+        return None, b"", "", "cannot run docker: %s" % type(exc).__name__
+    out, err, over = [], [], []
+
+    def pump(stream, sink, limit):
+        size = 0
+        while True:
+            chunk = stream.read(65536)
+            if not chunk:
+                return
+            size += len(chunk)
+            if size > limit:
+                over.append(True)
+                child.kill()
+                return
+            sink.append(chunk)
+
+    readers = [threading.Thread(target=pump, args=(child.stdout, out, cap), daemon=True),
+               threading.Thread(target=pump, args=(child.stderr, err, 1 << 20), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        if stdin:
+            child.stdin.write(stdin)
+        child.stdin.close()
+    except OSError:
+        pass
+    cause = None
+    try:
+        code = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        code = child.wait()
+        cause = "timed out after %.0f s" % timeout
+    for reader in readers:
+        reader.join(5)
+    if over and cause is None:
+        cause = "output over %d bytes" % cap
+    tail = b"".join(err)[-400:].decode("utf-8", "replace").strip()
+    return code, b"".join(out), tail, cause
+
+
+class Target:
+    """The pg container of one task, reached through the run's real docker."""
+
+    def __init__(self, real_docker, env, container):
+        self.docker, self.env, self.container = real_docker, env, container
+        self.user, self.db = "postgres", "postgres"
+
+    def identify(self):
+        """The superuser and database the runner created the container with (its POSTGRES_*
+        variables, set by the runner at creation: the agent cannot change them). Cause or None."""
+        code, out, tail, cause = run_bounded(
+            [self.docker, "inspect", "--type", "container", "--format", "{{json .Config.Env}}", self.container],
+            self.env, timeout=30.0, cap=1 << 20)
+        if cause or code != 0:
+            return "absent" if code == 1 and "No such" in tail else ("inspect failed: %s" % (cause or tail[:200]))
+        try:
+            env = dict(item.split("=", 1) for item in json.loads(out.decode("utf-8")) if "=" in item)
+        except (ValueError, TypeError, UnicodeDecodeError):
+            return "inspect unreadable"
+        self.user = env.get("POSTGRES_USER") or "postgres"
+        self.db = env.get("POSTGRES_DB") or self.user
+        return None
+
+    def exec_argv(self, extra_env, command):
+        argv = [self.docker, "exec", "-i", "-u", "postgres", "-e", "HOME=/nonexistent", "-e", "PSQL_HISTORY=/dev/null"]
+        for item in extra_env:
+            argv += ["-e", item]
+        return argv + [self.container] + command
+
+    def psql(self, script, variables=(), timeout=EXEC_TIMEOUT_SEC):
+        """(stdout lines, cause or None) of a psql script read from stdin, stopping at its first error."""
+        command = ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "/var/run/postgresql",
+                   "-U", self.user, "-d", self.db]
+        for name, value in variables:
+            command += ["-v", "%s=%s" % (name, value)]
+        code, out, tail, cause = run_bounded(
+            self.exec_argv(["PGOPTIONS=" + PGOPTIONS, "PGCONNECT_TIMEOUT=10", "PGAPPNAME=cowork-adapter-taskdb"],
+                           command + ["-f", "-"]),
+            self.env, stdin=script.encode("utf-8"), timeout=timeout)
+        if cause or code != 0:
+            return [], "psql: %s" % (cause or ("exit %s: %s" % (code, tail[:300])))
+        return out.decode("utf-8", "replace").splitlines(), None
+
+    def strays(self, mode, allowed=()):
+        """(lines P pid ppid exe of processes stopped then killed, cause or None)."""
+        code, out, tail, cause = run_bounded(
+            self.exec_argv(["ROUNDS=%d" % STRAY_ROUNDS], ["sh", "-c", STRAY_SCRIPT, "strays", mode] + [str(p) for p in allowed]),
+            self.env, timeout=EXEC_TIMEOUT_SEC, cap=1 << 20)
+        lines = out.decode("utf-8", "replace").splitlines()
+        killed = [line[2:][:300] for line in lines if line.startswith("P ")][:200]
+        if cause or code != 0:
+            return killed, "process sweep: %s" % (cause or next((x[2:] for x in lines if x.startswith("E ")), "exit %s: %s" % (code, tail[:200])))
+        return killed, None
+
+    def wait_ready(self):
+        """Whether the server accepts a session again (after a killed server process it restarts its
+        sessions): bounded tries of a trivial query, each answer awaited, not slept on."""
+        for _ in range(READY_TRIES):
+            lines, cause = self.psql("SELECT 1;", timeout=20.0)
+            if cause is None and lines[-1:] == ["1"]:
+                return True
+            time.sleep(0.5)
+        return False
+
+
+# ---------------------------------------------------------------- the two operations
+
+
+def snapshot(target):
+    """The catalog and the tables of the task's database now: a JSON-ready dict; its `error` is a
+    sentence when any part could not be read (then the snapshot cannot clear the task)."""
+    snap = {"taken_at": time.time(), "database": target.db, "user": target.user, "error": None,
+            "objects": {}, "builtin": {}, "settings": {}, "db_role": [], "tables": {}}
+    lines, cause = target.psql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n" + OBJECTS_SQL + SETTINGS_SQL
+                               + BUILTIN_DUMP_SQL + "\n" + TABLES_SQL + "COMMIT;\n")
+    if cause:
+        snap["error"] = cause
+        return snap
+    try:
+        snap["objects"] = json.loads(lines[0]) or {}
+        settings = json.loads(lines[1])
+        snap["settings"] = settings.get("named") or {}
+        snap["db_role"] = settings.get("db_role") or []
+        builtin = [line.split("=", 1) for line in lines[2:2 + len(BUILTIN_SQL)]]
+        snap["builtin"] = {name: hashlib.sha256(value.encode()).hexdigest()[:32] for name, value in builtin}
+        tables = json.loads(lines[2 + len(BUILTIN_SQL)])
+    except (ValueError, IndexError, AttributeError, TypeError):
+        snap["error"] = "catalog answer unreadable"
+        return snap
+    statements, names = [], []
+    for schema, name, columns, printable, key in tables:
+        full = schema + "." + name
+        entry = {"columns": columns, "rows": None, "digest": None, "keyed": bool(key and printable),
+                 "row_hashes": None, "read": "full" if printable else "count_only"}
+        snap["tables"][full] = entry
+        if len(names) >= TABLE_CAP:
+            entry["read"] = "not_read"
+            continue
+        names.append(full)
+        statements.append(table_sql(schema, name, key) if printable else count_sql(schema, name))
+    if statements:
+        lines, cause = target.psql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n" + "\n".join(statements)
+                                   + "\nCOMMIT;\n", timeout=TABLES_TIMEOUT_SEC)
+        if cause or len(lines) != len(names):
+            snap["error"] = cause or "table answers unreadable"
+            return snap
+        for full, line in zip(names, lines):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                snap["error"] = "table answer unreadable"
+                return snap
+            entry = snap["tables"][full]
+            entry["rows"] = value.get("n")
+            entry["digest"] = value.get("d")
+            entry["row_hashes"] = value.get("rows")
+    return snap
+
+
+RESTORE_SQL = """
+SELECT pg_catalog.count(*) FROM (SELECT pg_catalog.pg_terminate_backend(a.pid, 5000) FROM pg_catalog.pg_stat_activity a
+ WHERE a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type NOT IN (%(aux)s)) t;
+BEGIN;
+DELETE FROM pg_catalog.pg_db_role_setting;
+INSERT INTO pg_catalog.pg_db_role_setting (setdatabase, setrole, setconfig)
+ SELECT (e->>'db')::pg_catalog.oid, (e->>'role')::pg_catalog.oid,
+        ARRAY(SELECT pg_catalog.json_array_elements_text(e->'config'))
+   FROM pg_catalog.json_array_elements(:'baseline'::pg_catalog.json) e;
+COMMIT;
+ALTER SYSTEM RESET ALL;
+SELECT pg_catalog.pg_reload_conf();
+SELECT COALESCE(pg_catalog.string_agg(a.pid::pg_catalog.text, ' '), '') FROM pg_catalog.pg_stat_activity a
+ WHERE a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type IN (%(aux)s);
+""" % {"aux": ", ".join("'%s'" % name for name in AUX_BACKENDS)}
+
+
+def settings_now(target):
+    """(the settings part of a snapshot, cause or None): what the agent left, before the reset."""
+    lines, cause = target.psql(SETTINGS_SQL)
+    if cause:
+        return {}, cause
+    try:
+        value = json.loads(lines[0])
+        return value.get("named") or {}, None
+    except (ValueError, IndexError, AttributeError):
+        return {}, "settings answer unreadable"
+
+
+def reset(target, baseline_db_role):
+    """End what the agent left running and put the settings back; a JSON-ready report whose
+    `errors` name every step that did not complete (then the task cannot be cleared)."""
+    report = {"started_at": time.time(), "killed": [], "server_killed": [], "settings_before": {},
+              "sessions_terminated": None, "errors": []}
+    killed, cause = target.strays("strays")
+    report["killed"] = killed
+    if cause:
+        report["errors"].append(cause)
+    # A process the agent left detached was adopted by the postmaster (PID 1): its death by a
+    # signal reads to the server as a crashed backend, so it ends every session and restarts
+    # them (committed data stays). Wait for that before the next step.
+    if killed and not target.wait_ready():
+        report["errors"].append("the server did not accept sessions again after the agent's processes were killed")
+    report["settings_before"], cause = settings_now(target)
+    if cause:
+        report["errors"].append("settings before reset: " + cause)
+    baseline = json.dumps(baseline_db_role if isinstance(baseline_db_role, list) else [])
+    lines, cause = target.psql(RESTORE_SQL, variables=(("baseline", baseline),))
+    if cause:
+        report["errors"].append("reset: " + cause)
+        return _ended(report)
+    try:
+        report["sessions_terminated"] = int(lines[0])
+        allowed = [int(p) for p in (lines[-1].split() if len(lines) > 2 else [])]
+    except (ValueError, IndexError):
+        report["errors"].append("reset answer unreadable")
+        return _ended(report)
+    killed, cause = target.strays("strict", allowed)
+    report["server_killed"] = killed
+    if cause:
+        report["errors"].append(cause)
+    if killed and not target.wait_ready():
+        report["errors"].append("the server did not accept sessions again after its stray processes were killed")
+    return _ended(report)
+
+
+def _ended(report):
+    report["ended_at"] = time.time()
+    return report
+
+
+def evidence(target_or_cause, what):
+    """`what()` run on a target, or a snapshot-shaped failure naming why there is no target."""
+    if isinstance(target_or_cause, str):
+        return {"taken_at": time.time(), "error": target_or_cause}
+    return what(target_or_cause)
+
+
+def target_for(config_docker, env, runner_id):
+    """(Target, None) for `pg-<runner id>`, or (None, "absent") when the task has no database,
+    or (None, cause)."""
+    target = Target(config_docker, env, PG_PREFIX + runner_id)
+    cause = target.identify()
+    return (None, cause) if cause else (target, None)
+
+
+def dump_json(value):
+    return json.dumps(value, sort_keys=True, indent=None, separators=(",", ":")) + "\n"
+
+
+def baseline_file(runner_id):
+    return runner_id + ".taskdb-baseline.json"
+
+
+def eval_file(runner_id):
+    return runner_id + ".taskdb.json"
+
+
+def marker_ok(path):
+    """Whether the agent phase's marker is a regular file (never followed if a link)."""
+    try:
+        return os.path.isfile(path) and not os.path.islink(path)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- the shim's two moments
+
+# The agent phase (container/agent.py) writes MARKER_NAME in its task dump once preprocess is
+# done (its content: after_preprocess, or before_preprocess before an upstream engine that runs
+# its own) and waits up to ACK_WAIT_SEC for ACK_NAME; it does so only when the exec carries
+# ACK_ENV (this shim sets it), so an agent phase run without the shim never waits.
+MARKER_NAME = ".cowork_taskdb_prepared"
+ACK_NAME = ".cowork_taskdb_ack"
+ACK_ENV = "COWORK_TASKDB_ACK"
+ACK_WAIT_SEC = 90.0
+POLL_SEC = 0.1
+WHEN_VALUES = ("after_preprocess", "before_preprocess")
+
+
+class BaselineWatch:
+    """Watches the task dump for the FIRST marker while the agent exec runs, reads the baseline
+    from the host, writes it once (`write(name, text)`), then acknowledges; later markers are the
+    agent's and ignored. When the exec ends without one, the record says so (no_marker)."""
+
+    def __init__(self, real_docker, env, runner_id, task, task_root, write):
+        self.args = (real_docker, env)
+        self.runner_id, self.task, self.task_root, self.write = runner_id, task, task_root, write
+        self.done = threading.Event()
+        self.taken = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def _watch(self):
+        marker = os.path.join(self.task_root, MARKER_NAME)
+        while not self.done.is_set():
+            if marker_ok(marker):
+                try:
+                    self._take(marker)
+                finally:
+                    self.taken.set()
+                return
+            self.done.wait(POLL_SEC)
+
+    def _take(self, marker):
+        seen = time.monotonic()
+        when = "after_preprocess"
+        try:
+            fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                text = os.read(fd, 64).decode("ascii", "replace").strip()
+            finally:
+                os.close(fd)
+            when = text if text in WHEN_VALUES else when
+        except OSError:
+            pass
+        target, cause = target_for(self.args[0], self.args[1], self.runner_id)
+        record = {"schema": "cowork_adapter.taskdb_baseline.v1", "runner_id": self.runner_id, "task": self.task,
+                  "when": when, "absent": cause == "absent"}
+        if target is not None:
+            record["snapshot"] = snapshot(target)
+        elif cause != "absent":
+            record["snapshot"] = {"taken_at": time.time(), "error": cause}
+        record["late"] = time.monotonic() - seen > ACK_WAIT_SEC
+        self.write(baseline_file(self.runner_id), dump_json(record))
+        try:  # the agent phase may go on (no container reads the evidence folder)
+            fd = os.open(os.path.join(self.task_root, ACK_NAME), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            os.close(fd)
+        except OSError:
+            pass
+
+    def finish(self, bound=TABLES_TIMEOUT_SEC + 3 * EXEC_TIMEOUT_SEC):
+        """After the exec: wait for a baseline being read (bounded), else record that none came."""
+        self.done.set()
+        self.thread.join(bound)
+        if not self.taken.is_set():
+            target, cause = target_for(self.args[0], self.args[1], self.runner_id)
+            self.write(baseline_file(self.runner_id), dump_json({
+                "schema": "cowork_adapter.taskdb_baseline.v1", "runner_id": self.runner_id, "task": self.task,
+                "when": "no_marker", "absent": cause == "absent"}))
+
+
+def read_baseline_db_role(path):
+    """The baseline's role/database settings rows (the host's own file), or None."""
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(OUTPUT_CAP * 4).decode("utf-8"))
+        rows = value["snapshot"]["db_role"]
+        return rows if isinstance(rows, list) and not value["snapshot"].get("error") else None
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def eval_check(real_docker, env, runner_id, task, baseline_path, write):
+    """At the first eval exec's start: reset what the agent left, read the database again, write
+    `<id>.taskdb.json` once. Never raises; a step that failed is named in the record."""
+    record = {"schema": "cowork_adapter.taskdb_eval.v1", "runner_id": runner_id, "task": task, "absent": False}
+    try:
+        target, cause = target_for(real_docker, env, runner_id)
+        if cause == "absent":
+            record["absent"] = True
+        elif target is None:
+            record["reset"] = {"started_at": time.time(), "errors": [cause]}
+        else:
+            db_role = read_baseline_db_role(baseline_path)
+            record["reset"] = reset(target, db_role)
+            if db_role is None:
+                record["reset"]["errors"].append("no readable baseline: role/database settings reset to none")
+            record["after"] = snapshot(target)
+    except Exception as exc:  # noqa: BLE001 - recorded; the eval exec still runs
+        record.setdefault("reset", {"started_at": time.time(), "errors": []})
+        record["reset"].setdefault("errors", []).append("check failed: %s" % type(exc).__name__)
+    write(eval_file(runner_id), dump_json(record))
+    return record
