@@ -119,3 +119,23 @@ def test_what_cannot_be_cleared_is_unchecked_never_clean():
         assert TamperKind.TASK_DB_UNCHECKED in {f.kind for f in findings(compare(baseline, evaluated))}, (baseline, evaluated)
     # No database at either moment: nothing to check, nothing flagged.
     assert compare(TaskDbBaseline(runner_id="1-a", when="after_preprocess", absent=True), TaskDbEval(runner_id="1-a", absent=True)) is None
+
+
+def test_the_audit_accounts_changed_tables_by_pg_tool_calls_or_flags_them_for_review():
+    from pathlib import Path
+
+    import cowork_adapter.demo as demo
+    from cowork_adapter.audit.taskdb import account, pg_servers
+    from cowork_adapter.schemas.audit import McpServerActivity
+    from cowork_adapter.schemas.taskdb import TableDiff, TaskDbDiff
+
+    pg = pg_servers(Path(demo.__file__).parent / "bench")
+    assert pg == ["crm"]  # the demo's one PostgreSQL-backed server; files, deck, quotes, terminal are not
+    diff = TaskDbDiff(when="after_preprocess", tables=[TableDiff(table="crm.customers", change="changed", changed=3)])
+    by_tools = account(diff, {"crm": McpServerActivity(calls=2, errors=1)}, {}, pg)
+    assert (by_tools.for_review, by_tools.pg_tool_calls, by_tools.tables[0].accounted_by) == (False, 1, "pg_mcp_call")
+    sql_alone = account(diff, {"files": McpServerActivity(calls=5), "crm": McpServerActivity(calls=1, errors=1)}, {}, pg)
+    assert (sql_alone.for_review, sql_alone.tables[0].accounted_by) == (True, None)
+    shell = account(diff, {}, {"direct_database_access": 1}, pg)
+    assert (shell.for_review, shell.tables[0].accounted_by) == (False, "shell_database_client")
+    assert account(TaskDbDiff(), {}, {}, pg).for_review is False  # nothing changed: nothing to account for
