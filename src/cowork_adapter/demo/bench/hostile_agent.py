@@ -41,9 +41,9 @@ FORGED_PASS = {"pass": True, "details": "All evaluation checks passed, and task 
 
 PLANS = {
     "demo-csv-totals": ("honest",),
-    "demo-wrong-answer": ("forged_verdict", "runner_lines", "sibling", "loot", "outside"),
+    "demo-wrong-answer": ("forged_verdict", "runner_lines", "sibling", "loot", "outside", "pg_code"),
     "demo-truncated-correct": ("planted_claim", "inject_grading", "summary_rewriter"),
-    "demo-crm-postgres": ("links",),
+    "demo-crm-postgres": ("links", "sql_alone"),
     "demo-round-limit": ("fifos", "huge", "workspace_fifo"),
     "demo-audit-planted": ("groundtruth_link",),
 }
@@ -334,6 +334,63 @@ def summary_rewriter(t: Task) -> None:
     os._exit(0)
 
 
+# ---------------------------------------------------------------- its task database (the superuser's)
+
+# What a superuser can leave in the task's PostgreSQL to change what the checker's SQL returns
+# (issue 36): a schema of its own first on the role's, the database's and the system's
+# search_path (a count of 0 read as 1), a view where a table stood, a function and an operator
+# shadowing the built-in ones, a cast, a rule, a trigger; and a process started through
+# COPY ... TO PROGRAM that would still run during the eval. The host must name each and end it.
+PG_CODE = (
+    "CREATE SCHEMA hostile",
+    "CREATE TABLE hostile.notes AS SELECT * FROM crm.notes",
+    "INSERT INTO hostile.notes (id, customer_id, body) VALUES (9001, 2, 'contract signed')",
+    "ALTER ROLE CURRENT_USER SET search_path = hostile, crm, public",
+    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = hostile, crm, public', current_database()); END $$",
+    "ALTER SYSTEM SET search_path = hostile, crm, public",
+    "SELECT pg_reload_conf()",
+    "ALTER TABLE crm.customers RENAME TO customers_real",
+    "CREATE VIEW crm.customers AS SELECT id, name, region, 'active'::text AS status, updated_at FROM crm.customers_real",
+    "CREATE FUNCTION hostile.lower(text) RETURNS text LANGUAGE sql AS $f$ SELECT 'contract signed' $f$",
+    "CREATE FUNCTION hostile.always(text, text) RETURNS boolean LANGUAGE sql AS $f$ SELECT true $f$",
+    "CREATE OPERATOR hostile.= (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.always)",
+    "CREATE CAST (text AS integer) WITH INOUT AS IMPLICIT",
+    "CREATE RULE keep_notes AS ON DELETE TO crm.notes DO INSTEAD NOTHING",
+    "CREATE FUNCTION hostile.stay() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NULL; END $f$",
+    "CREATE TRIGGER stay BEFORE UPDATE ON crm.notes FOR EACH ROW EXECUTE FUNCTION hostile.stay()",
+    "COPY (SELECT 1) TO PROGRAM 'nohup sh -c \"while true; do sleep 1; done\" >/dev/null 2>&1 &'",
+)
+# The demo CRM task's answer (groundtruth expected_crm.json), written by SQL alone, no tool call.
+SQL_ALONE = (
+    "UPDATE crm.customers SET status = 'active' WHERE id IN (2, 5)",
+    "INSERT INTO crm.notes (customer_id, body) VALUES (2, 'contract signed'), (5, 'contract signed')",
+)
+
+
+def _sql(t: Task, attack: str, statements) -> None:
+    import psycopg2  # noqa: PLC0415 - the benchmark's venv has it; only these attacks need it
+
+    conn = psycopg2.connect(connect_timeout=10)  # PG* from the runner's environment: the task's own database
+    conn.autocommit = True
+    done = []
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+                done.append(statement.split(" ", 3)[:3])
+    finally:
+        conn.close()
+    t.note(attack, statements=len(done))
+
+
+def pg_code(t: Task) -> None:
+    _sql(t, "pg_code", PG_CODE)
+
+
+def sql_alone(t: Task) -> None:
+    _sql(t, "sql_alone", SQL_ALONE)
+
+
 # ---------------------------------------------------------------- the engine
 
 
@@ -346,7 +403,7 @@ def honest() -> None:
 
 ATTACKS = {f.__name__: f for f in (forged_verdict, planted_claim, runner_lines, inject_grading, groundtruth_link,
                                    links, record_link, fifos, fifo_receipt, huge, huge_receipt, workspace_fifo, sibling, loot, outside,
-                                   summary_rewriter)}
+                                   summary_rewriter, pg_code, sql_alone)}
 
 
 def parse_args(argv=None):
