@@ -202,9 +202,10 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
 
 # The task database (issue 36): what demo-wrong-answer's pg_code attack left (hostile_agent.PG_CODE), each of
 # which the host must name; demo-crm-postgres changed its rows by SQL alone, with no tool call.
-PG_NAMED = ("db_role:*/", "db_role:cowork_gym/*", "system:search_path", "relation:crm.customers kind r -> v",
+PG_NAMED = ("db_role:*/", "db_role:cowork_gym/*", "system:search_path", "relation:crm.notes kind r -> v",
             "added function:hostile.lower(text)", "added operator:hostile.=(text,text)", "added cast:text->integer",
-            "added rule:crm.notes.keep_notes", "added trigger:crm.notes.stay", "added relation:hostile.notes shadowing")
+            "added rule:crm.customers.hostile_keep", "added trigger:crm.customers.hostile_stay",
+            "added relation:hostile.notes shadowing")
 SQL_ALONE = "demo-crm-postgres"
 
 

@@ -49,7 +49,7 @@ PLANS = {
 }
 # One task of a real benchmark: every attack that does not need a second task or a known answer file.
 DEFAULT_PLAN = ("inject_grading", "forged_verdict", "runner_lines", "huge_receipt", "fifo_receipt", "record_link",
-                "groundtruth_link", "summary_rewriter", "loot", "outside")
+                "groundtruth_link", "summary_rewriter", "loot", "outside", "pg_code")
 SIBLING_OF = {"demo-wrong-answer": "demo-csv-totals"}
 WORKSPACE_FIFO = {"demo-round-limit": "index.txt"}  # the answer file the task's evaluator opens
 
@@ -337,27 +337,38 @@ def summary_rewriter(t: Task) -> None:
 # ---------------------------------------------------------------- its task database (the superuser's)
 
 # What a superuser can leave in the task's PostgreSQL to change what the checker's SQL returns
-# (issue 36): a schema of its own first on the role's, the database's and the system's
-# search_path (a count of 0 read as 1), a view where a table stood, a function and an operator
-# shadowing the built-in ones, a cast, a rule, a trigger; and a process started through
-# COPY ... TO PROGRAM that would still run during the eval. The host must name each and end it.
+# (issue 36), on any task's database: a schema of its own first on the role's, the database's and
+# the system's search_path holding a table named like one of the task's (a count of 0 read as 1),
+# a view where a table stood, a function and an operator shadowing the built-in ones, a cast, a
+# rule, a trigger; and a process started through COPY ... TO PROGRAM that would still run during
+# the eval. The host must name each and end it.
 PG_CODE = (
     "CREATE SCHEMA hostile",
-    "CREATE TABLE hostile.notes AS SELECT * FROM crm.notes",
-    "INSERT INTO hostile.notes (id, customer_id, body) VALUES (9001, 2, 'contract signed')",
-    "ALTER ROLE CURRENT_USER SET search_path = hostile, crm, public",
-    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = hostile, crm, public', current_database()); END $$",
-    "ALTER SYSTEM SET search_path = hostile, crm, public",
+    "ALTER ROLE CURRENT_USER SET search_path = hostile, public",
+    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = hostile, public', current_database()); END $$",
+    "ALTER SYSTEM SET search_path = hostile, public",
     "SELECT pg_reload_conf()",
-    "ALTER TABLE crm.customers RENAME TO customers_real",
-    "CREATE VIEW crm.customers AS SELECT id, name, region, 'active'::text AS status, updated_at FROM crm.customers_real",
     "CREATE FUNCTION hostile.lower(text) RETURNS text LANGUAGE sql AS $f$ SELECT 'contract signed' $f$",
     "CREATE FUNCTION hostile.always(text, text) RETURNS boolean LANGUAGE sql AS $f$ SELECT true $f$",
     "CREATE OPERATOR hostile.= (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.always)",
     "CREATE CAST (text AS integer) WITH INOUT AS IMPLICIT",
-    "CREATE RULE keep_notes AS ON DELETE TO crm.notes DO INSTEAD NOTHING",
     "CREATE FUNCTION hostile.stay() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NULL; END $f$",
-    "CREATE TRIGGER stay BEFORE UPDATE ON crm.notes FOR EACH ROW EXECUTE FUNCTION hostile.stay()",
+    # Any task's database: a rule and a trigger on its first table, its last one a view (its rows kept
+    # aside) and a table of the same name first on the search_path.
+    """DO $$ DECLARE first record; last record; BEGIN
+  SELECT n.nspname AS s, c.relname AS t INTO first FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'hostile') ORDER BY 1, 2 LIMIT 1;
+  SELECT n.nspname AS s, c.relname AS t INTO last FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'hostile') ORDER BY 1 DESC, 2 DESC LIMIT 1;
+  IF first IS NULL THEN RETURN; END IF;
+  EXECUTE format('CREATE RULE hostile_keep AS ON DELETE TO %I.%I DO INSTEAD NOTHING', first.s, first.t);
+  EXECUTE format('CREATE TRIGGER hostile_stay BEFORE UPDATE ON %I.%I FOR EACH ROW EXECUTE FUNCTION hostile.stay()', first.s, first.t);
+  IF last.t <> first.t OR last.s <> first.s THEN
+    EXECUTE format('CREATE TABLE hostile.%I AS SELECT * FROM %I.%I', last.t, last.s, last.t);
+    EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', last.s, last.t, last.t || '_hostile_real');
+    EXECUTE format('CREATE VIEW %I.%I AS SELECT * FROM %I.%I', last.s, last.t, last.s, last.t || '_hostile_real');
+  END IF;
+END $$""",
     "COPY (SELECT 1) TO PROGRAM 'nohup sh -c \"while true; do sleep 1; done\" >/dev/null 2>&1 &'",
 )
 # The demo CRM task's answer (groundtruth expected_crm.json), written by SQL alone, no tool call.
