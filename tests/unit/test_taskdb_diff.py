@@ -139,3 +139,42 @@ def test_the_audit_accounts_changed_tables_by_pg_tool_calls_or_flags_them_for_re
     shell = account(diff, {}, {"direct_database_access": 1}, pg)
     assert (shell.for_review, shell.tables[0].accounted_by) == (False, "shell_database_client")
     assert account(TaskDbDiff(), {}, {}, pg).for_review is False  # nothing changed: nothing to account for
+
+
+def test_a_sealed_pass_with_the_agents_code_in_its_database_is_not_scored_passed():
+    from cowork_adapter.score.ledger import OfficialVerdict, taskdb_verdict
+    from cowork_adapter.vocab import OfficialEvalStatus
+
+    passed = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", True)
+    failed = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", False)
+    code = findings(run(snap({"relation:crm.notes": "r"}), snap({"relation:crm.notes": "v"})))
+    unchecked = findings(compare(None, TaskDbEval(runner_id="1-a", after=snap())))
+    assert taskdb_verdict(passed, code) == OfficialVerdict(OfficialEvalStatus.COMPLETED, "task_db_code", False)
+    assert taskdb_verdict(passed, unchecked) == OfficialVerdict(OfficialEvalStatus.COMPLETED, "task_db_unchecked", False)
+    assert taskdb_verdict(passed, []) == passed and taskdb_verdict(failed, code) == failed
+
+
+def test_the_agent_phase_waits_for_the_host_only_when_the_shim_asks(tmp_path):
+    import threading
+
+    from cowork_adapter.container import taskdb_marker as marker
+    from cowork_adapter.custody import taskdb_probe as probe
+
+    # The two halves spell the protocol alike (the container package cannot import the shim's).
+    assert (marker.MARKER_NAME, marker.ACK_NAME, marker.ACK_ENV) == (probe.MARKER_NAME, probe.ACK_NAME, probe.ACK_ENV)
+    assert marker.prepared(str(tmp_path), "after_preprocess", {}) == "not_asked"
+    assert not (tmp_path / marker.MARKER_NAME).exists()
+    assert marker.prepared(str(tmp_path), "after_preprocess", {marker.ACK_ENV: "1"}, wait_sec=0.3) == "timeout"
+    assert (tmp_path / marker.MARKER_NAME).read_text() == "after_preprocess"
+    seen = threading.Event()
+
+    def host():  # the shim's half: the marker seen, then the acknowledgement
+        while not (tmp_path / "b" / marker.MARKER_NAME).exists():
+            seen.wait(0.01)
+        (tmp_path / "b" / marker.ACK_NAME).touch()
+
+    (tmp_path / "b").mkdir()
+    thread = threading.Thread(target=host)
+    thread.start()
+    assert marker.prepared(str(tmp_path / "b"), "before_preprocess", {marker.ACK_ENV: "1"}, wait_sec=60) == "acknowledged"
+    thread.join()

@@ -221,6 +221,14 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
     return verdict, found
 
 
+def taskdb_verdict(verdict: OfficialVerdict, found: list[TamperFinding]) -> OfficialVerdict:
+    """A sealed pass is not scored when the task's database held the agent's code or settings, or
+    could not be reset and compared (score/taskdb.py's findings): it stands as a fail, cause named."""
+    if found and verdict.passed is True:
+        return OfficialVerdict(verdict.status, found[0].kind.value, False)
+    return verdict
+
+
 def runner_disagreement(verdict: OfficialVerdict, runner: RunnerRow | None) -> list[TamperFinding]:
     """A flag when the runner's own `Pass:` grep (summary.csv eval_pass) says otherwise than the
     scored verdict: the agent can print `Pass: True` into the log the runner greps."""
@@ -762,8 +770,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             runner_id = ctx.runner_ids.get(task)
             db_found = taskdb_findings(read_task_diff(ctx.run_root, runner_id)) if runner_id else []
             tampering += db_found
-            if db_found and verdict.passed is True:
-                verdict = OfficialVerdict(verdict.status, db_found[0].kind.value, False)
+            verdict = taskdb_verdict(verdict, db_found)
         if with_usage and "ouroboros" in names:
             usage = scan_usage(dump / "ouroboros" / ENGINE_EVENTS)
     if task in ctx.custody:
