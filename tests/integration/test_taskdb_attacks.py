@@ -147,7 +147,7 @@ def _kinds(diff) -> set[TamperKind]:
 def test_honest_sql_change_is_data_only(phases: Phases, pg: TaskPg) -> None:
     pg.sql("UPDATE crm.customers SET status = 'active' WHERE id IN (2, 3); "
            "INSERT INTO public.notes (customer_id, body) VALUES (2, 'called'); DELETE FROM public.log WHERE line = 'b'")
-    diff, evaluated = phases.eval()
+    diff, _ = phases.eval()
     assert diff.code == [] and diff.settings == [] and diff.problems == [] and diff.processes == []
     assert _kinds(diff) == set()
     tables = {t.table: t for t in diff.tables}

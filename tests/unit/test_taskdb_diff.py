@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cowork_adapter.schemas.taskdb import ResetReport, Snapshot, TableState, TaskDbBaseline, TaskDbEval
+from cowork_adapter.schemas.taskdb import (
+    ResetReport,
+    Snapshot,
+    TableState,
+    TaskDbBaseline,
+    TaskDbEval,
+)
 from cowork_adapter.score.taskdb import CODE_KINDS, compare, findings, table_changes
 from cowork_adapter.vocab import TamperKind
 
@@ -82,7 +89,7 @@ def test_keyed_rows_added_changed_removed_add_up(before, after):
 @SEED
 @given(st.lists(digests, max_size=30), st.lists(digests, max_size=30))
 def test_unkeyed_rows_are_a_multiset_in_any_order(before, after):
-    state = lambda hs: TableState(rows=len(hs), digest=str(sorted(hs)), row_hashes=sorted(hs))  # noqa: E731
+    state = lambda hs: TableState(rows=len(hs), digest=str(sorted(hs)), row_hashes=sorted(hs))
     out = table_changes({"s.t": state(before)}, {"s.t": state(list(reversed(after)))})
     if Counter(before) == Counter(after):
         assert out == []
@@ -124,7 +131,7 @@ def test_what_cannot_be_cleared_is_unchecked_never_clean():
 def test_the_audit_accounts_changed_tables_by_pg_tool_calls_or_flags_them_for_review():
     from pathlib import Path
 
-    import cowork_adapter.demo as demo
+    from cowork_adapter import demo
     from cowork_adapter.audit.taskdb import account, pg_servers
     from cowork_adapter.schemas.audit import McpServerActivity
     from cowork_adapter.schemas.taskdb import TableDiff, TaskDbDiff

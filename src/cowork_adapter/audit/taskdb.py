@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..container import safefile
 from ..schemas.audit import McpServerActivity, TaskDbAudit, TaskDbTable
@@ -42,9 +43,10 @@ def pg_servers(bench: Path) -> list[str] | None:
         if not name.endswith((".yaml", ".yml")):
             continue
         got = safefile.read_bytes(str(folder / name), cap=CONFIG_CAP)
-        if not got.ok or not PG_VARIABLE.search(got.data):
+        data = got.data or b""
+        if not got.ok or not PG_VARIABLE.search(data):
             continue
-        named = NAME_LINE.search(got.data)
+        named = NAME_LINE.search(data)
         out.append(named.group(1).decode() if named else name.rsplit(".", 1)[0])
     return sorted(set(out))
 

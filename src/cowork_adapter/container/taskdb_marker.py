@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 MARKER_NAME = ".cowork_taskdb_prepared"
 ACK_NAME = ".cowork_taskdb_ack"

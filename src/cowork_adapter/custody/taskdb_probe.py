@@ -582,7 +582,7 @@ class BaselineWatch:
         self.done.set()
         self.thread.join(bound)
         if not self.taken.is_set():
-            target, cause = target_for(self.args[0], self.args[1], self.runner_id)
+            _, cause = target_for(self.args[0], self.args[1], self.runner_id)
             self.write(baseline_file(self.runner_id), dump_json({
                 "schema": "cowork_adapter.taskdb_baseline.v1", "runner_id": self.runner_id, "task": self.task,
                 "when": "no_marker", "absent": cause == "absent"}))

@@ -24,7 +24,14 @@ from ..container import safefile
 from ..runroot.layout import TASKDB_BASELINE_SUFFIX, TASKDB_SUFFIX, RunRoot
 from ..schemas.ledger import TamperFinding
 from ..schemas.record import RecordInvalid, decode
-from ..schemas.taskdb import Snapshot, TableDiff, TableState, TaskDbBaseline, TaskDbDiff, TaskDbEval
+from ..schemas.taskdb import (
+    Snapshot,
+    TableDiff,
+    TableState,
+    TaskDbBaseline,
+    TaskDbDiff,
+    TaskDbEval,
+)
 from ..vocab import TamperKind
 
 # kind:identity prefixes of objects whose presence alone changes what some query means.
@@ -174,7 +181,7 @@ def _read(path: Path, kind: type) -> object | None:
     if not got.ok:
         return None
     try:
-        return decode(got.data, kind)
+        return decode(got.data or b"", kind)
     except RecordInvalid:
         return None
 
