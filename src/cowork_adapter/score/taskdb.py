@@ -134,7 +134,10 @@ def compare(baseline: TaskDbBaseline | None, evaluated: TaskDbEval | None) -> Ta
     diff = TaskDbDiff(when=baseline.when if baseline else None)
     reset = evaluated.reset
     if reset is not None:
-        diff.processes = [*reset.killed, *reset.server_killed]
+        diff.processes = list(reset.killed)
+        # A server-binary process the server did not list is killed too, but not counted as the
+        # agent's: an autovacuum worker started between the listing and the sweep looks the same.
+        diff.catalog += [f"server process not listed by the server, killed: {p}" for p in reset.server_killed]
         diff.problems += [f"reset: {e}"[:DETAIL_CAP] for e in reset.errors]
     if evaluated.absent:
         diff.problems.append("the task's database container was gone at the eval's start")
@@ -153,7 +156,8 @@ def compare(baseline: TaskDbBaseline | None, evaluated: TaskDbEval | None) -> Ta
     if baseline is None or baseline.snapshot is None or after is None:
         return diff
     base = baseline.snapshot
-    diff.code, diff.catalog = code_changes(base, after)
+    diff.code, other = code_changes(base, after)
+    diff.catalog += other
     if reset is not None:
         diff.settings = settings_changes(base.settings, reset.settings_before, "left by the agent:")
     diff.settings += settings_changes(base.settings, after.settings, "still after the reset:")
