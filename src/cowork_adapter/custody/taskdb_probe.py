@@ -35,7 +35,11 @@ PG_PREFIX = "pg-"
 EXEC_TIMEOUT_SEC = 60.0
 TABLES_TIMEOUT_SEC = 180.0
 OUTPUT_CAP = 16 << 20
-ROW_BOUND = 2000  # per table: row digests kept (a row-level diff) up to this many rows
+# Per table: row digests kept (a row-level diff) up to this many rows, 64 bits each (enough to count
+# rows added / changed / removed; the content digest covers every row). The eval-time file keeps them
+# only for tables whose content moved, so a task's evidence is about one baseline's worth.
+ROW_BOUND = 1000
+ROW_HASH_CHARS = 16
 TABLE_CAP = 400  # tables read per snapshot; the rest are listed as not read
 STRAY_ROUNDS = 20
 READY_TRIES = 60
@@ -217,14 +221,14 @@ def table_sql(schema, name, key):
     """One statement: a table's count, content digest and (up to ROW_BOUND rows) row digests."""
     rel = quote_ident(schema) + "." + quote_ident(name)
     if key:
-        keyexpr = "pg_catalog.md5(ROW(" + ", ".join("x." + quote_ident(k) for k in key) + ")::pg_catalog.text)"
+        keyexpr = "pg_catalog.left(pg_catalog.md5(ROW(" + ", ".join("x." + quote_ident(k) for k in key) + ")::pg_catalog.text), %d)" % ROW_HASH_CHARS
         rows = "pg_catalog.json_object_agg(pk, h)"
     else:
         keyexpr, rows = "NULL::pg_catalog.text", "pg_catalog.json_agg(h ORDER BY h COLLATE pg_catalog.\"C\")"
     return ("SELECT pg_catalog.json_build_object('n', pg_catalog.count(*), 'd', pg_catalog.md5(COALESCE("
             "pg_catalog.string_agg(h, '' ORDER BY h COLLATE pg_catalog.\"C\"), '')), 'rows', CASE WHEN "
-            "pg_catalog.count(*) <= %d THEN %s END) FROM (SELECT pg_catalog.md5(x::pg_catalog.text) AS h, %s AS pk "
-            "FROM ONLY %s x) q;" % (ROW_BOUND, rows, keyexpr, rel))
+            "pg_catalog.count(*) <= %d THEN %s END) FROM (SELECT pg_catalog.left(pg_catalog.md5(x::pg_catalog.text), %d) AS h, "
+            "%s AS pk FROM ONLY %s x) q;" % (ROW_BOUND, rows, ROW_HASH_CHARS, keyexpr, rel))
 
 
 def count_sql(schema, name):
@@ -599,6 +603,22 @@ def read_baseline_db_role(path):
         return None
 
 
+def unchanged_rows_dropped(after, baseline_path):
+    """The eval-time snapshot without the row digests of tables whose columns and content digest
+    equal the baseline's (nothing to diff there; the digest and count stay)."""
+    try:
+        with open(baseline_path, "rb") as handle:
+            tables = json.loads(handle.read(OUTPUT_CAP * 4).decode("utf-8"))["snapshot"]["tables"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return after
+    for name, entry in (after.get("tables") or {}).items():
+        before = tables.get(name) if isinstance(tables, dict) else None
+        if (isinstance(before, dict) and entry.get("digest") and before.get("digest") == entry.get("digest")
+                and before.get("columns") == entry.get("columns") and before.get("rows") == entry.get("rows")):
+            entry["row_hashes"] = None
+    return after
+
+
 def eval_check(real_docker, env, runner_id, task, baseline_path, write):
     """At the first eval exec's start: reset what the agent left, read the database again, write
     `<id>.taskdb.json` once. Never raises; a step that failed is named in the record."""
@@ -614,7 +634,7 @@ def eval_check(real_docker, env, runner_id, task, baseline_path, write):
             record["reset"] = reset(target, db_role)
             if db_role is None:
                 record["reset"]["errors"].append("no readable baseline: role/database settings reset to none")
-            record["after"] = snapshot(target)
+            record["after"] = unchanged_rows_dropped(snapshot(target), baseline_path)
     except Exception as exc:  # noqa: BLE001 - recorded; the eval exec still runs
         record.setdefault("reset", {"started_at": time.time(), "errors": []})
         record["reset"].setdefault("errors", []).append("check failed: %s" % type(exc).__name__)
