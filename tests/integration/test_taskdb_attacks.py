@@ -36,6 +36,11 @@ CREATE TABLE public.log (line text);
 INSERT INTO crm.customers VALUES (1, 'Aurora', 'active'), (2, 'Borealis', 'lead'), (3, 'Cedar', 'lead');
 INSERT INTO public.notes (customer_id, body) VALUES (1, 'renewal due');
 INSERT INTO public.log VALUES ('a'), ('a'), ('b');
+CREATE TABLE public."we""ird; DROP TABLE crm.customers; --" ("k ""ey" integer PRIMARY KEY, v text);
+INSERT INTO public."we""ird; DROP TABLE crm.customers; --" VALUES (1, 'x');
+CREATE TYPE public.pair AS (a integer, b integer);
+CREATE TABLE public.pairs (p public.pair);
+INSERT INTO public.pairs VALUES (ROW(1, 2));
 """
 # The evaluator's question (a count of 0 is the honest answer): it names no schema, as many do.
 EVAL_QUERY = "SELECT count(*) FROM notes WHERE body = 'called'"
@@ -156,6 +161,11 @@ def test_honest_sql_change_is_data_only(phases: Phases, pg: TaskPg) -> None:
     assert (tables["public.notes"].added, tables["public.notes"].rows_after) == (1, 2)
     assert (tables["public.log"].removed, tables["public.log"].added, tables["public.log"].basis) == (1, 0, "rows")
     assert pg.sql(EVAL_QUERY) == [(1,)]  # the agent's data stays: the evaluator grades it
+    # Names are quoted, never spliced: the table named like an injection is read as a table (keyed).
+    weird = evaluated.after.tables['public.we"ird; DROP TABLE crm.customers; --']
+    assert (weird.rows, weird.keyed, weird.read) == (1, True, "full")
+    # A composite column would print through code a type may define: counted, never printed.
+    assert (evaluated.after.tables["public.pairs"].rows, evaluated.after.tables["public.pairs"].read) == (1, "count_only")
 
 
 def test_role_and_database_search_path_are_reset_and_named(phases: Phases, pg: TaskPg) -> None:
