@@ -185,3 +185,13 @@ def test_the_agent_phase_waits_for_the_host_only_when_the_shim_asks(tmp_path):
     thread.start()
     assert marker.prepared(str(tmp_path / "b"), "before_preprocess", {marker.ACK_ENV: "1"}, wait_sec=60) == "acknowledged"
     thread.join()
+
+
+def test_the_benchmark_servers_own_function_is_disclosed_but_the_same_name_with_another_body_is_code():
+    from cowork_adapter.score.taskdb import SANCTIONED
+
+    [(key, value)] = SANCTIONED.items()
+    ok = run(snap(), snap({key: value}))
+    assert ok.code == [] and findings(ok) == [] and ok.catalog == [f"added {key} (by the benchmark's own MCP server)"]
+    forged = run(snap(), snap({key: value.replace("|false", "|true")}))
+    assert forged.code == [f"added {key}"]

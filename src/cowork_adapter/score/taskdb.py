@@ -36,6 +36,13 @@ from ..vocab import TamperKind
 
 # kind:identity prefixes of objects whose presence alone changes what some query means.
 CODE_KINDS = ("function", "operator", "cast", "rule", "trigger", "event_trigger", "policy", "extension", "language")
+# Objects the benchmark's own MCP servers create in the task database while the agent uses them
+# (identity -> the exact definition the probe reads): the pinned clickhouse server (146 tasks) adds
+# a ClickHouse-compatible round() on its first connection. Only that definition is sanctioned; the
+# same name with any other body is the agent's code. Disclosed in the diff's catalog list.
+SANCTIONED = {
+    "function:public.round(double precision, integer)": "f|sql|1202935be6a8c0f05e9cda7f12aaff30|false",
+}
 DETAIL_CAP = 200
 EVIDENCE_CAP = 64 << 20  # a snapshot with ROW_BOUND digests for each of TABLE_CAP tables fits
 
@@ -58,7 +65,9 @@ def code_changes(before: Snapshot, after: Snapshot) -> tuple[list[str], list[str
         if key in old and key in new and old[key] == new[key]:
             continue
         what = "added" if key not in old else ("removed" if key not in new else "changed")
-        if kind in CODE_KINDS:
+        if what == "added" and SANCTIONED.get(key, "") == new[key]:
+            other.append(f"added {key} (by the benchmark's own MCP server)")
+        elif kind in CODE_KINDS:
             code.append(f"{what} {key}")
         elif kind == "relation":
             if what == "changed" and (old[key] or "")[:1] != (new[key] or "")[:1]:
