@@ -184,7 +184,18 @@ def test_role_and_database_search_path_are_reset_and_named(phases: Phases, pg: T
     assert pg.sql("SELECT count(*) FROM pg_db_role_setting") == [(0,)]
     named = " ".join(diff.code + diff.settings)
     assert f"db_role:{DB}/*" in named and f"db_role:*/{USER}" in named
-    assert "added relation:evil.notes shadowing" in named
+    assert "evil.notes" not in named and any(t.table == "evil.notes" and t.change == "added" for t in diff.tables)
+    assert _kinds(diff) == {TamperKind.TASK_DB_CODE}
+
+
+def test_a_table_in_the_users_own_schema_shadowing_one_on_the_default_path_is_named(phases: Phases, pg: TaskPg) -> None:
+    # No setting at all: "$user" comes first on the default search_path. The data cannot be undone,
+    # so the eval still reads it; the task is flagged (never passed) instead.
+    pg.sql(f"CREATE SCHEMA {USER}; CREATE TABLE {USER}.notes AS SELECT * FROM public.notes; "
+           f"INSERT INTO {USER}.notes VALUES (9, 2, 'called')")
+    diff, _ = phases.eval()
+    assert pg.sql(EVAL_QUERY) == [(1,)]
+    assert diff.code == [f"added relation:{USER}.notes shadowing a relation of the same name"]
     assert _kinds(diff) == {TamperKind.TASK_DB_CODE}
 
 

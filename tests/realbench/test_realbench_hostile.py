@@ -129,7 +129,7 @@ def test_the_task_database_changed_by_sql_is_reset_and_each_change_named(hostile
     assert diff is not None and diff.problems == [], detail(hostile_run)
     named = "\n".join([*diff.code, *diff.settings])
     for expected in ("db_role:*/", "system:search_path", "added function:hostile.lower(text)", "added operator:hostile.=(text,text)",
-                     "added cast:text->integer", ".hostile_keep", ".hostile_stay", "kind r -> v"):
+                     "added cast:text->integer", ".hostile_keep", ".hostile_stay", "kind r -> v", "shadowing a relation"):
         assert expected in named, f"{expected} not named in {named}"
     assert any("sleep" in p or "dash" in p for p in diff.processes), diff.processes  # the COPY TO PROGRAM loop, ended
 

@@ -104,10 +104,13 @@ def test_past_the_row_bound_only_counts_and_the_digest_are_compared():
 
 
 def test_a_view_where_a_table_stood_and_a_shadowing_table_are_code():
-    before = snap({"relation:crm.notes": "r|false|false"})
-    after = snap({"relation:crm.notes": "v|false|false", "relation:evil.notes": "r|false|false"})
+    before = snap({"relation:crm.notes": "r|false|false", "role:eigent": "true"})
+    after = snap({"relation:crm.notes": "v|false|false", "relation:eigent.notes": "r|false|false",
+                  "relation:public.notes": "r|false|false", "relation:hr.notes": "r|false|false", "role:eigent": "true"})
     diff = run(before, after)
-    assert diff.code == ["relation:crm.notes kind r -> v", "added relation:evil.notes shadowing a relation of the same name"]
+    # eigent (the "$user" of the default search_path) and public come before crm on it; hr does not.
+    assert diff.code == ["relation:crm.notes kind r -> v", "added relation:eigent.notes shadowing a relation of the same name",
+                         "added relation:public.notes shadowing a relation of the same name"]
 
 
 def test_what_cannot_be_cleared_is_unchecked_never_clean():

@@ -205,7 +205,7 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
 PG_NAMED = ("db_role:*/", "db_role:cowork_gym/*", "system:search_path", "relation:crm.notes kind r -> v",
             "added function:hostile.lower(text)", "added operator:hostile.=(text,text)", "added cast:text->integer",
             "added rule:crm.customers.hostile_keep", "added trigger:crm.customers.hostile_stay",
-            "added relation:hostile.notes shadowing")
+            "added relation:eigent.notes shadowing")
 SQL_ALONE = "demo-crm-postgres"
 
 

@@ -90,8 +90,13 @@ def code_changes(before: Snapshot, after: Snapshot) -> tuple[list[str], list[str
 
 
 def _shadows(name: str, old: dict[str, str | None]) -> bool:
-    relname = name.split(".", 1)[1] if "." in name else name
-    return any(_kind(k) == "relation" and _name(k).split(".", 1)[-1] == relname for k in old)
+    """Whether a new relation can capture an unqualified name that meant another schema's relation
+    on the default search_path (`"$user", public`, restored by the reset): it stands in `public`
+    or in a schema named like a role, and a relation of its name stands in another schema."""
+    schema, _, relname = name.partition(".")
+    first = schema == "public" or f"role:{schema}" in old
+    return first and any(_kind(k) == "relation" and _name(k).split(".", 1)[-1] == relname
+                         and _name(k).split(".", 1)[0] != schema for k in old)
 
 
 def settings_changes(baseline: dict[str, str | None], left: dict[str, str | None], label: str) -> list[str]:

@@ -354,7 +354,7 @@ PG_CODE = (
     "CREATE CAST (text AS integer) WITH INOUT AS IMPLICIT",
     "CREATE FUNCTION hostile.stay() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NULL; END $f$",
     # Any task's database: a rule and a trigger on its first table, its last one a view (its rows kept
-    # aside) and a table of the same name first on the search_path.
+    # aside) and a table of the same name in the schema named like the user, first on the default path.
     """DO $$ DECLARE first record; last record; BEGIN
   SELECT n.nspname AS s, c.relname AS t INTO first FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
    WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'hostile') ORDER BY 1, 2 LIMIT 1;
@@ -364,7 +364,8 @@ PG_CODE = (
   EXECUTE format('CREATE RULE hostile_keep AS ON DELETE TO %I.%I DO INSTEAD NOTHING', first.s, first.t);
   EXECUTE format('CREATE TRIGGER hostile_stay BEFORE UPDATE ON %I.%I FOR EACH ROW EXECUTE FUNCTION hostile.stay()', first.s, first.t);
   IF last.t <> first.t OR last.s <> first.s THEN
-    EXECUTE format('CREATE TABLE hostile.%I AS SELECT * FROM %I.%I', last.t, last.s, last.t);
+    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', current_user);  -- "$user", first on the default path
+    EXECUTE format('CREATE TABLE %I.%I AS SELECT * FROM %I.%I', current_user, last.t, last.s, last.t);
     EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', last.s, last.t, last.t || '_hostile_real');
     EXECUTE format('CREATE VIEW %I.%I AS SELECT * FROM %I.%I', last.s, last.t, last.s, last.t || '_hostile_real');
   END IF;
