@@ -29,6 +29,9 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   a lock that cannot be taken refuses it (fail closed).
 - `exec agent-<id> …` records the --task_dir value; `exec eval-<id> … --phase eval` tells the
   eval phase whether `agent-<id>` still exists (COWORK_AGENT_CONTAINER_STATE).
+- the task database `pg-<id>` (taskdb_probe.py, beside this file): read while the agent exec waits
+  after preprocess, then at the first eval exec's start reset (the agent's processes, sessions and
+  settings) and read again; both readings go to the evidence folder (issue 36).
 - `rm`/`stop` (also `container rm|stop`) of a task's `agent-`/`eval-`/`pg-<id>` container first
   reads the daemon's own accounting of it (the stats API: the cgroup's peak memory and cumulative
   CPU time), because removal destroys that cgroup; one line per read goes to `<id>.resources.jsonl`.
