@@ -48,7 +48,10 @@ import time
 from pathlib import Path
 
 from ..container import protocol, safefile
+from ..schemas.audit import audit_path_to_read, read_report
 from ..schemas.seal import read_seals
+from ..score.resources import task_runner_ids
+from ..score.taskdb import read_task_diff
 from ..vocab import ExitCode, TamperKind, TaskStatus
 from .chat_standin import ChatStandin
 from .chaos import cli
@@ -210,10 +213,6 @@ SQL_ALONE = "demo-crm-postgres"
 
 
 def taskdb_checks(run_root: Path) -> list[Check]:
-    from ..schemas.audit import audit_path_to_read, read_report  # noqa: PLC0415 - this scenario only
-    from ..score.resources import task_runner_ids  # noqa: PLC0415
-    from ..score.taskdb import read_task_diff  # noqa: PLC0415
-
     ids = task_runner_ids(run_root)
     attacked = read_task_diff(run_root, ids.get("demo-wrong-answer", "-"))
     named = "\n".join([*attacked.code, *attacked.settings]) if attacked else ""
