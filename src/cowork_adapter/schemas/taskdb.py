@@ -29,7 +29,7 @@ class TableState(Record):
     rows: int | None = None
     digest: str | None = None  # md5 over the sorted row digests: order-independent content
     keyed: bool = False  # row_hashes maps a primary key's digest to its row's digest
-    row_hashes: list[str] | dict[str, str] | None = None  # up to taskdb_probe.ROW_BOUND rows
+    row_hashes: list[str] | dict[str, str] | None = None  # up to taskdb_sql.ROW_BOUND rows
     read: str = "full"  # full | count_only (a column of a type the agent could define) | not_read
 
 
