@@ -251,6 +251,8 @@ class TamperKind(Vocab):
     # or traj_log.json, a dead server or entrypoint), with no cause the host saw: agent_failed, never rerun.
     UNVERIFIED_INFRA_CLAIM = "unverified_infra_claim"
 
+    TASK_DB_CODE = "task_db_code"  # the agent's code or settings in its task's database (score/taskdb.py)
+    TASK_DB_UNCHECKED = "task_db_unchecked"  # the task's database could not be reset or compared
 
 class InfraCause(Vocab):
     """What the host itself saw make an attempt an infrastructure failure (score/infra.py). An

@@ -29,6 +29,9 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   a lock that cannot be taken refuses it (fail closed).
 - `exec agent-<id> …` records the --task_dir value; `exec eval-<id> … --phase eval` tells the
   eval phase whether `agent-<id>` still exists (COWORK_AGENT_CONTAINER_STATE).
+- the task database `pg-<id>` (taskdb_probe.py, beside this file): read while the agent exec waits
+  after preprocess, then at the first eval exec's start reset (the agent's processes, sessions and
+  settings) and read again; both readings go to the evidence folder (issue 36).
 - `rm`/`stop` (also `container rm|stop`) of a task's `agent-`/`eval-`/`pg-<id>` container first
   reads the daemon's own accounting of it (the stats API: the cgroup's peak memory and cumulative
   CPU time), because removal destroys that cgroup; one line per read goes to `<id>.resources.jsonl`.
@@ -974,12 +977,19 @@ def handle_agent_exec(config, argv, at, ident, task, max_steps=None):
     phase's diagnostic trust only that summary (the agent may rewrite the file later). Its start and
     end go to `<id>.agent_window.json` (the first exec's, written once): the eval phase's launch_time."""
     started = time.time()
-    code, _ = run_child(config, argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:], {}, None)
+    watch = start_taskdb_watch(config, ident, task)
+    extra = ["-e", END_STRAYS_ENV + "=1"] + (["-e", TASKDB_ACK_ENV + "=1"] if watch is not None else [])
+    code, _ = run_child(config, argv[:at] + extra + argv[at:], {}, None)
     record(config, ident + AGENT_WINDOW_SUFFIX, json.dumps(
         {"started_at": started, "ended_at": time.time(), "max_steps": max_steps}) + "\n", once=True)
     # The exec's end as this shim saw it, first and apart from the summary's facts (nothing the agent
     # left can keep it from being written): a host fact of the ledger's infra rule (score/infra.py).
     record(config, ident + AGENT_EXEC_SUFFIX, {"ts": time.time(), "task": task, "exit": code})
+    try:  # the baseline's record, even when none came (a task with no marker is never cleared)
+        if watch is not None:
+            watch.finish()
+    except Exception:  # noqa: BLE001
+        pass
     try:  # evidence only: the exec has run and its exit code stands whatever happens here
         safefile = _load_safefile()
         if safefile is not None and task is not None:
@@ -1067,6 +1077,8 @@ def handle_eval_exec(config, argv, at, ident, command):
         # The head, before the exec: if this shim dies during it, the host can still seal what the
         # eval container alone wrote (schemas/seal.py), knowing what stood there before.
         record(config, ident + SEAL_HEAD_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
+    if first and task is not None:
+        check_taskdb(config, ident, task)
     code, hung = run_child(config, argv[:at] + flags + argv[at:], {}, bound + BOUND_MARGIN_SEC if bound else None)
     if seal is not None:
         try:  # the exec has run: never run it again, whatever the seal meets (no seal = not scored)
@@ -1076,6 +1088,45 @@ def handle_eval_exec(config, argv, at, ident, command):
         except Exception:  # noqa: BLE001
             sys.stderr.write("docker shim: the eval seal could not be written\n")
     return code
+
+
+TASKDB_ACK_ENV = "COWORK_TASKDB_ACK"  # taskdb_probe.ACK_ENV: the agent phase waits for the baseline
+
+
+def _load_taskdb():
+    """custody/taskdb_probe.py, copied beside this program (install_custody); None if it is missing."""
+    if _load_safefile() is None:  # puts this folder on sys.path
+        return None
+    try:
+        import taskdb_probe  # type: ignore[import-not-found]  # noqa: PLC0415 - a sibling copy, as safefile
+    except ImportError:
+        return None
+    return taskdb_probe
+
+
+def start_taskdb_watch(config, ident, task):
+    """The task database's baseline, read from the host while the agent exec waits after
+    preprocess (issue 36); None when this run has no per-task dumps or the probe is missing."""
+    probe = _load_taskdb()
+    if probe is None or task is None or not config.get("dumps_dir") or evidence_path(config, "") is None:
+        return None
+    task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
+    return probe.BaselineWatch(config["real_docker"], docker_env(config), ident, task, task_root,
+                               lambda name, text: record(config, name, text, once=True)).start()
+
+
+def check_taskdb(config, ident, task):
+    """Before the first eval exec: the task database reset and read again (taskdb_probe.eval_check).
+    A missing probe is itself recorded: the ledger then cannot clear the task's database."""
+    probe = _load_taskdb()
+    if probe is None:
+        record(config, ident + ".taskdb.json", json.dumps({"schema": "cowork_adapter.taskdb_eval.v1",
+               "runner_id": ident, "task": task, "reset": {"started_at": time.time(),
+               "errors": ["the task database probe is missing beside the shim"]}}) + "\n", once=True)
+        return
+    probe.eval_check(config["real_docker"], docker_env(config), ident, task,
+                     evidence_path(config, probe.baseline_file(ident)),
+                     lambda name, text: record(config, name, text, once=True))
 
 
 def handle_creation(config, argv, shape):

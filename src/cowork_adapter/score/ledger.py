@@ -64,6 +64,8 @@ from ..vocab import (
 )
 from . import infra
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
+from .taskdb import findings as taskdb_findings
+from .taskdb import read_task_diff
 
 SUMMARY_NAME = "ouroboros_summary.json"
 # Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
@@ -225,6 +227,14 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         found.append(TamperFinding(kind=TamperKind.SEALED_FILE_CHANGED, detail=", ".join(changed)))
         return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "sealed_file_changed", None), found
     return verdict, found
+
+
+def taskdb_verdict(verdict: OfficialVerdict, found: list[TamperFinding]) -> OfficialVerdict:
+    """A sealed pass is not scored when the task's database held the agent's code or settings, or
+    could not be reset and compared (score/taskdb.py's findings): it stands as a fail, cause named."""
+    if found and verdict.passed is True:
+        return OfficialVerdict(verdict.status, found[0].kind.value, False)
+    return verdict
 
 
 def runner_disagreement(verdict: OfficialVerdict, runner: RunnerRow | None) -> list[TamperFinding]:
@@ -773,6 +783,12 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             verdict, found = seal_verdict(verdict, seal, now, head=sealed.head if sealed else None,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
+            # The task database between the phases (issue 36): the agent's code or settings there, or a
+            # database the host could not reset and compare, keep a pass from being scored.
+            runner_id = ctx.runner_ids.get(task)
+            db_found = taskdb_findings(read_task_diff(ctx.run_root, runner_id)) if runner_id else []
+            tampering += db_found
+            verdict = taskdb_verdict(verdict, db_found)
         if with_usage and "ouroboros" in names:
             usage = scan_usage(dump / "ouroboros" / ENGINE_EVENTS)
     if task in ctx.custody:
