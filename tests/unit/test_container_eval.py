@@ -48,7 +48,7 @@ def test_two_concurrent_entries_evaluate_once(tmp_path):
     assert bench.eval_calls() == 1
     verdicts = [o for o in outs if "Pass:    True" in o]
     refusals = [o for o in outs if "unfinished_claim" in o]
-    assert len(verdicts) == 1 and len(refusals) == 1
+    assert len(verdicts) == 1 and len(refusals) == 1, outs
     assert "Pass:" not in refusals[0] and "Status:" not in refusals[0]
 
 

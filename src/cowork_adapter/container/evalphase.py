@@ -21,10 +21,13 @@ The host seals what this phase leaves (custody/shim.py), and only a sealed verdi
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import hashlib
 import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -150,6 +153,30 @@ def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> str |
     return None
 
 
+def _entry_lock(task_root: str) -> int | None:
+    """An exclusive lock for one task's entries, in the eval container's own /tmp (never the dump the
+    agent wrote: nothing it left can block or fake it); None when it cannot be had (then entries are
+    only as exclusive as the claim's O_EXCL, as before)."""
+
+    digest = hashlib.sha256(os.path.abspath(task_root).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    try:
+        fd = os.open(os.path.join(tempfile.gettempdir(), f"cowork-eval-{digest}.lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _entry_unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases its flock
+
+
 def _bound_sec() -> float | None:
     try:
         value = float(os.environ.pop(BOUND_ENV, ""))
@@ -174,28 +201,35 @@ def run_eval(task_dir: str, out=None) -> int:
     task_root = bench.expected_task_root(task_dir, short)
     os.makedirs(task_root, exist_ok=True)
     claim_path = os.path.join(task_root, protocol.CLAIM_NAME)
-    planted = set_aside_planted(task_root) if entry == "first" else []
-    if os.path.lexists(claim_path):
-        return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
-    eval_res = os.path.join(task_root, protocol.EVAL_RES_NAME)
-    prior = protocol.file_facts(eval_res)
-    log_file = os.path.join(task_root, protocol.LOG_NAME)
-    log_kind = safefile.kind_at(log_file)
-    task_config, build_error = None, None
-    written = gradinglog.Written([], [], protocol.file_facts(os.path.join(task_root, gradinglog.AGENT_LOG_NAME)))
-    if prior["state"] == "absent" and log_kind in (safefile.REGULAR, safefile.ABSENT):
-        try:
-            task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: absent here
-            written = gradinglog.write_host_log(task_root, task_config, host, repeat=entry == "repeat", now=time.time())
-        except Exception as exc:  # recorded in the receipt below, after the claim
-            build_error = exc
-    claim = protocol.new_claim(current_bindings(task_dir, task_root, config_path), agent_container_state=agent_state,
-                               prior_result=prior, eval_host=socket.gethostname(), pid=os.getpid())
-    claim["evidence"].update(planted_before_eval=planted, grading_inputs_differ=written.grading_differ,
-                             grading_log_rewritten=written.log_differ, agent_log=written.agent_log,
-                             host_facts=host.as_evidence(), agent_summary_sha256=summary_sha, entry=entry or None)
-    if not protocol.publish_exclusive(claim_path, protocol.dump_record(claim)):
-        return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
+    # Entries of one task run one at a time up to their claim: the log the claim binds is written by
+    # the entry that publishes it, never rewritten by a concurrent one (which would then meet its own
+    # log's digest, not the claim's). The evaluation itself runs outside the lock.
+    lock = _entry_lock(task_root)
+    try:
+        planted = set_aside_planted(task_root) if entry == "first" else []
+        if os.path.lexists(claim_path):
+            return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
+        eval_res = os.path.join(task_root, protocol.EVAL_RES_NAME)
+        prior = protocol.file_facts(eval_res)
+        log_file = os.path.join(task_root, protocol.LOG_NAME)
+        log_kind = safefile.kind_at(log_file)
+        task_config, build_error = None, None
+        written = gradinglog.Written([], [], protocol.file_facts(os.path.join(task_root, gradinglog.AGENT_LOG_NAME)))
+        if prior["state"] == "absent" and log_kind in (safefile.REGULAR, safefile.ABSENT):
+            try:
+                task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: absent here
+                written = gradinglog.write_host_log(task_root, task_config, host, repeat=entry == "repeat", now=time.time())
+            except Exception as exc:  # recorded in the receipt below, after the claim
+                build_error = exc
+        claim = protocol.new_claim(current_bindings(task_dir, task_root, config_path), agent_container_state=agent_state,
+                                   prior_result=prior, eval_host=socket.gethostname(), pid=os.getpid())
+        claim["evidence"].update(planted_before_eval=planted, grading_inputs_differ=written.grading_differ,
+                                 grading_log_rewritten=written.log_differ, agent_log=written.agent_log,
+                                 host_facts=host.as_evidence(), agent_summary_sha256=summary_sha, entry=entry or None)
+        if not protocol.publish_exclusive(claim_path, protocol.dump_record(claim)):
+            return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
+    finally:
+        _entry_unlock(lock)
     cause = None
     if prior["state"] != "absent":
         cause = ReceiptCause.UNCLAIMED_PRIOR_RESULT.value
