@@ -96,8 +96,9 @@ def exec_facts(agent) -> list[dict]:
 def test_the_container_has_a_bounded_log_and_no_device_or_raw_socket_capability(agent):
     host = agent["api"].inspect_container(agent["name"])["HostConfig"]
     assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": str(1 << 20), "max-file": "2"}}
-    assert set(host["CapDrop"]) == set(container_caps.TASK_DROP)
-    assert {"MKNOD", "NET_RAW", "SETFCAP"} <= set(host["CapDrop"]) and not host["CapAdd"]
+    dropped = {container_caps.normal_cap(c) for c in host["CapDrop"]}  # the daemon spells them CAP_*
+    assert dropped == set(container_caps.TASK_DROP)
+    assert {"MKNOD", "NET_RAW", "SETFCAP"} <= dropped and not host["CapAdd"]
 
 
 def test_mknod_fails_in_the_agents_own_dump(agent):
@@ -120,10 +121,12 @@ def test_the_agent_execs_output_is_capped_on_the_host_and_its_status_line_gets_t
     assert fact["dropped_bytes"] == dropped and fact["hung"] is False and fact["leftovers_kill"] == 0
 
 
-def test_an_exec_whose_output_a_leftover_holds_ends_at_the_bound_and_the_leftover_with_it(agent):
-    # The shell ends at once; the sleep it left holds the exec's stdout for an hour.
+def test_an_exec_that_never_ends_by_itself_ends_at_the_bound_and_what_it_left_with_it(agent):
+    # The exec's own process never ends (as when the agent stops the runner's `timeout` and the
+    # entrypoint with SIGSTOP), and a process it left in the background holds its stdout.
     before = len(exec_facts(agent)) if (agent["evidence"] / f"{agent['id']}.agent_exec.jsonl").exists() else 0
-    done = agent["shim"]("exec", agent["name"], "sh", "-c", "sleep 3600 & echo '====== Status: success ======'")
+    done = agent["shim"]("exec", agent["name"], "sh", "-c",
+                         "sleep 3600 & echo '====== Status: success ======'; kill -STOP $$")
     assert STATUS in done.stdout
     fact = exec_facts(agent)[before]
     assert fact["hung"] is True and fact["bound_sec"] == BOUND_SEC

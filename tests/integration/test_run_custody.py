@@ -173,7 +173,8 @@ def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_ali
         # Issue 37: a bounded log, and the role's capabilities dropped (MKNOD always among them).
         role = (name or "").split("-", 1)[0]
         want_drop = set(container_caps.PG_DROP if role == "pg" else container_caps.TASK_DROP)
-        if set(host.get("CapDrop") or ()) != want_drop or "MKNOD" not in want_drop or host.get("CapAdd"):
+        dropped = {container_caps.normal_cap(c) for c in host.get("CapDrop") or ()}  # the daemon says CAP_*
+        if dropped != want_drop or "MKNOD" not in want_drop or host.get("CapAdd"):
             problems.append(f"{name}: capabilities dropped {host.get('CapDrop')}, added {host.get('CapAdd')}")
         log = host.get("LogConfig") or {}
         if log.get("Type") != "json-file" or log.get("Config") != {

@@ -68,7 +68,13 @@ def test_kept_lines_are_bounded_in_number_and_length():
     assert lines[0].startswith(b"[cowork-adapter] agent exec output capped at 0 bytes")
     assert len(lines) - 1 <= KEPT_LINES
     assert lines[-1] == b"no newline Status: last\n"
-    assert all(len(line) <= PROTOCOL_LINE_MAX for line in lines)
+    assert all(len(line) <= PROTOCOL_LINE_MAX + 1 for line in lines)
+
+
+def test_a_status_line_that_ends_a_long_line_of_flood_is_kept_by_its_tail():
+    cap = OutputCap(100)
+    out = run_through(cap, [("stdout", b"f" * 1_000_000), ("stdout", STATUS)])
+    assert out["stdout"].endswith(b"stderr 0)\n" + b"f" * (PROTOCOL_LINE_MAX - len(STATUS)) + STATUS)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

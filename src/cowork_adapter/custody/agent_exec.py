@@ -12,8 +12,8 @@ kept here, on the docker CLI, not by anything in the container.
 - OutputCap (pure): the first `cap` bytes of the exec's stdout and stderr together pass; the rest
   is counted and dropped, then one line says how much. The runner decides a task's status by
   grepping `Status: success` in its log, and the entrypoint prints its Status line last, so a line
-  holding `Status: ` that did not pass whole is kept (the last KEPT_LINES of each stream, each at
-  most PROTOCOL_LINE_MAX bytes) and written after the drop line: an honest engine that printed too
+  holding `Status: ` that did not pass whole is kept (the last KEPT_LINES of each stream, each its
+  last PROTOCOL_LINE_MAX bytes) and written after the drop line: an honest engine that printed too
   much still gets its status. An agent can forge such a line, as it always could within the cap;
   the host's verdict never rests on the runner's grep (the seal and the held summary do).
 - relay (I/O): copies the docker CLI's pipes to the shim's own stdout/stderr through an OutputCap
@@ -56,9 +56,8 @@ class _Stream:
     def __init__(self):
         self.passed = 0
         self.dropped = 0
-        self.line = b""  # the current line's bytes so far (only while it may still be a protocol line)
+        self.line = b""  # the current line's last PROTOCOL_LINE_MAX bytes
         self.line_whole = True  # every byte of the current line passed
-        self.line_long = False  # the current line is already longer than PROTOCOL_LINE_MAX
         self.kept = []
         self.ends_line = True  # the last byte passed was a newline (or none passed)
 
@@ -92,16 +91,14 @@ class OutputCap:
             piece = data[start:] if end < 0 else data[start:end + 1]
             if not passing:
                 s.line_whole = False
-            if not s.line_long:
-                if len(s.line) + len(piece) > PROTOCOL_LINE_MAX:
-                    s.line_long, s.line = True, b""
-                else:
-                    s.line += piece
+            # Only a line's tail is kept: a Status line printed after output with no newline of its
+            # own (an engine's last flood) ends the same line, and the runner's grep matches it there.
+            s.line = (s.line + piece)[-PROTOCOL_LINE_MAX:]
             if end < 0:
                 return
-            if not s.line_long and not s.line_whole and PROTOCOL_MARK in s.line:
+            if not s.line_whole and PROTOCOL_MARK in s.line:
                 s.kept = (s.kept + [s.line])[-KEPT_LINES:]
-            s.line, s.line_whole, s.line_long = b"", True, False
+            s.line, s.line_whole = b"", True
             start = end + 1
 
     @property
@@ -116,11 +113,11 @@ class OutputCap:
             return b""
         out = b""
         if name == next(iter(self.streams)):
+            facts = self.facts()
             out = (b"" if s.ends_line else b"\n") + (DROP_NOTE % (
-                self.cap, self.dropped, self.streams.get("stdout", s).dropped,
-                self.streams.get("stderr", s).dropped)).encode("ascii")
+                self.cap, self.dropped, facts["dropped_stdout_bytes"], facts["dropped_stderr_bytes"])).encode("ascii")
         # A protocol line still open at the end (no newline came) is kept too, with its newline.
-        tail = [s.line + b"\n"] if s.line and not s.line_long and not s.line_whole and PROTOCOL_MARK in s.line else []
+        tail = [s.line + b"\n"] if s.line and not s.line_whole and PROTOCOL_MARK in s.line else []
         for line in (s.kept + tail)[-KEPT_LINES:]:
             out += line if line.endswith(b"\n") else line + b"\n"
         return out

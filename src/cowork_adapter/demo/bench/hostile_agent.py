@@ -373,12 +373,26 @@ def stdout_flood(t: Task) -> None:
     t.note("stdout_flood", written=written)
 
 
+def _ancestors() -> list:
+    """This engine's ancestors in the container, nearest first, PID 1 (the runner's `sleep`) left out:
+    the adapter's agent phase and the runner's `timeout`, the exec's own process."""
+    chain, pid = [], os.getppid()
+    while pid > 1 and len(chain) < 32:
+        chain.append(pid)
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+            pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
+
+
 def output_holder(t: Task) -> None:
-    """A daemon that holds the exec's stdout and stderr open for an hour, then the end of the adapter's
-    agent phase before it could end what the agent left running: nothing in the container ends
-    the exec any more, only the host's bound on it does."""
+    """A daemon that holds the exec's stdout and stderr open for an hour, then every ancestor stopped
+    (SIGSTOP): the runner's `timeout` can no longer end the exec, nor the adapter's agent phase end
+    what the agent left running. Only the host's bound on the exec ends it."""
     out, err = _exec_output(1), _exec_output(2)
-    parent = os.getppid()
     if _daemon():
         os.dup2(out, 1)
         os.dup2(err, 2)
@@ -386,11 +400,15 @@ def output_holder(t: Task) -> None:
         os._exit(0)
     os.close(out)
     os.close(err)
-    t.note("output_holder", started=True, killed_entrypoint=parent)
+    ancestors = _ancestors()
+    t.note("output_holder", started=True, stopped=ancestors)
     t.write_log()
     write(t.path(ATTEMPTS_NAME), json.dumps({"task": t.task, "plan": ["output_holder"], "attempts": t.attempts}))
-    print("====== Status: success ======", flush=True)
-    os.kill(parent, 9)  # the adapter's agent phase: its end (and its kill of strays) never comes
+    for pid in ancestors:
+        try:
+            os.kill(pid, 19)  # SIGSTOP
+        except OSError:
+            pass
 
 
 def fork_bomb(t: Task) -> None:
