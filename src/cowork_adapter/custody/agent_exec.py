@@ -5,9 +5,9 @@ beside shim.py) and runs under `python3 -I -S`, so no import of the package is p
 
 Why on the host: every process the agent starts inside its container can write to the exec's
 stdout and stderr (they are inherited), so a cap inside the container can be bypassed; the docker
-CLI's pipes to the shim are the one place all of it passes. Likewise a leftover process that holds
-those pipes keeps `docker exec` open for as long as it lives, so the bound on the exec's time is
-kept here, on the docker CLI, not by anything in the container.
+CLI's pipes to the shim are the one place all of it passes. Likewise the exec's time: the agent is
+root in its container and can stop (SIGSTOP) the runner's `timeout` and the entrypoint, after which
+nothing there ends the exec, so its bound is kept here, on the docker CLI, whatever happens inside.
 
 - OutputCap (pure): the first `cap` bytes of the exec's stdout and stderr together pass; the rest
   is counted and dropped, then one line says how much. The runner decides a task's status by

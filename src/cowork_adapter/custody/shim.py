@@ -923,7 +923,7 @@ def handle_agent_exec(config, argv, at, ident, task):
     phase's diagnostic trust only that summary (the agent may rewrite the file later).
 
     With the host-side bounds (issue 37, agent_exec.py) its output is relayed under a cap, it is
-    ended at its bound whatever holds its output, and every process it left in the container is
+    ended at its bound whatever happens inside, and every process it left in the container is
     killed once it ends (one kill(-1) inside the container), whether or not agent.py got there."""
     inner = argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:]
     bounds = _load_sibling("agent_exec") if config.get("agent_bound_sec") else None
