@@ -19,6 +19,7 @@ import docker
 import pytest
 
 from cowork_adapter.custody import container_caps
+from cowork_adapter.custody.agent_exec import PROTOCOL_LINE_MAX
 from cowork_adapter.custody.bash_env import Hardening, TaskDumps, install_custody, runner_digest
 from cowork_adapter.custody.docker_ops import cleanup_run
 from cowork_adapter.custody.labels import path_label
@@ -113,10 +114,12 @@ def test_the_agent_execs_output_is_capped_on_the_host_and_its_status_line_gets_t
     before = len(exec_facts(agent)) if (agent["evidence"] / f"{agent['id']}.agent_exec.jsonl").exists() else 0
     done = agent["shim"]("exec", agent["name"], "sh", "-c", flood)
     assert done.returncode == 0
-    assert len(done.stdout) + len(done.stderr) < CAP + 500
+    # The cap, the drop line, and the Status line as the tail of the line it ended (no newline before it).
+    assert len(done.stdout) + len(done.stderr) < CAP + 200 + PROTOCOL_LINE_MAX
     dropped = 3000000 + 1000 + len(STATUS) - CAP
     assert done.stdout.endswith(b"\n[cowork-adapter] agent exec output capped at %d bytes: %d bytes dropped" % (CAP, dropped)
-                                + b" (stdout %d, stderr 1000)\n" % (dropped - 1000) + STATUS)
+                                + b" (stdout %d, stderr 1000)\n" % (dropped - 1000)
+                                + b"f" * (PROTOCOL_LINE_MAX - len(STATUS)) + STATUS)
     fact = exec_facts(agent)[before]
     assert fact["dropped_bytes"] == dropped and fact["hung"] is False and fact["leftovers_kill"] == 0
 
