@@ -961,8 +961,11 @@ def run_bounded_agent_exec(config, bounds, argv, ident):
     bounds.ignore_sigpipe()
     cap = bounds.OutputCap(config.get("agent_output_cap_bytes", bounds.DEFAULT_CAP_BYTES))
     bound = float(config["agent_bound_sec"])
-    code, hung = bounds.relay(child, {"stdout": (child.stdout, 1), "stderr": (child.stderr, 2)}, cap,
-                              time.monotonic() + bound)
+    try:
+        code, hung = bounds.relay(child, {"stdout": (child.stdout, 1), "stderr": (child.stderr, 2)}, cap,
+                                  time.monotonic() + bound)
+    except Exception:  # noqa: BLE001 - the exec has started: never let main() run it a second time
+        code, hung = bounds.end_child(child), True
     killed = bounds.run_kill_leftovers(config["real_docker"], docker_env(config), "agent-" + ident)
     code = 128 - code if code < 0 else code
     record(config, ident + ".agent_exec.jsonl", dict(cap.facts(), ts=time.time(), started_at=started,
