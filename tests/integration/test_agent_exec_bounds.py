@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import uuid
-from pathlib import Path
 
 import docker
 import pytest

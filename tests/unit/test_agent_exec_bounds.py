@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cowork_adapter.custody import agent_exec, container_caps, staging_mount
 from cowork_adapter.custody.agent_exec import DROP_NOTE, KEPT_LINES, PROTOCOL_LINE_MAX, OutputCap

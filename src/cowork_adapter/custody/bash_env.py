@@ -88,7 +88,7 @@ class Hardening:
     cap_keep: tuple[str, ...] = ()
 
     @classmethod
-    def for_run(cls, task_timeout_sec: float, output_cap_mib: int, cap_add: tuple[str, ...] = ()) -> "Hardening":
+    def for_run(cls, task_timeout_sec: float, output_cap_mib: int, cap_add: tuple[str, ...] = ()) -> Hardening:
         """A run's bounds from its flags (--task-timeout, --agent-output-cap-mib, --container-cap-add)."""
         return cls(agent_bound_sec=agent_exec.agent_bound_sec(task_timeout_sec),
                    agent_output_cap_bytes=int(output_cap_mib) * 1024 * 1024,

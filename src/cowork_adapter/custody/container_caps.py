@@ -63,5 +63,5 @@ def log_flags(config):
     size = config.get("log_max_bytes")
     if not size:
         return []
-    return ["--log-driver", LOG_DRIVER, "--log-opt", "max-size=%d" % int(size),
-            "--log-opt", "max-file=%d" % LOG_MAX_FILES]
+    return ["--log-driver", LOG_DRIVER, "--log-opt", f"max-size={int(size)}",
+            "--log-opt", f"max-file={LOG_MAX_FILES}"]

@@ -67,7 +67,7 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):  # type: ig
     eval_bound_sec: Annotated[float, Meta(gt=0)] | None = None
     # Issue 37 (custody/agent_exec.py, custody/container_caps.py). None: an older config, whose shim
     # relays the agent exec unbounded and adds no log bound and no --cap-drop.
-    agent_bound_sec: Positive | None = None  # one agent exec, ended on the host past this
+    agent_bound_sec: Annotated[float, Meta(gt=0)] | None = None  # one agent exec, ended on the host past this (s)
     agent_output_cap_bytes: NonNegative | None = None  # what of its output reaches the runner's log
     log_max_bytes: Positive | None = None  # each container's json-file log: max-size (max-file 2)
     cap_keep: list[str] | None = None  # capabilities the run keeps that the shim would drop
