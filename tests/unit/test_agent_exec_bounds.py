@@ -1,6 +1,6 @@
 """The agent exec's host-side bounds (issue 37, custody/agent_exec.py): the output cap (pure), the
 relay against real processes, and the shim's agent exec against a FAKE docker (the real daemon runs
-the same path in tests/integration/test_agent_exec_bounds.py)."""
+the same path in tests/integration/test_agent_exec_daemon.py)."""
 
 from __future__ import annotations
 
