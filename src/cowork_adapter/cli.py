@@ -322,6 +322,14 @@ def _run_flags(
              "the daemon's memory.", rich_help_panel=P_LIMITS, show_default=False)] = None,
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
+    agent_output_cap_mib: Annotated[int, typer.Option(
+        help="MiB of one agent exec's output (stdout and stderr) that reach the runner's task log (>= 1); the rest "
+             "is dropped and one line says how much.", rich_help_panel=P_LIMITS)] = 32,
+    container_cap_add: Annotated[list[str] | None, typer.Option(
+        "--container-cap-add", metavar="CAP",
+        help="Keep a capability the run's containers would drop (repeatable; recorded in the manifest). "
+             "Default: task containers keep CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, KILL only.",
+        rich_help_panel=P_LIMITS, show_default=False)] = None,
     task_validity: Annotated[Path | None, typer.Option(
         help=f"{layout.TASK_VALIDITY} from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
              "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
@@ -366,6 +374,9 @@ def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
                              for p in fields.get("resume_from") or ()]
     fields["tasks"] = tuple(fields.pop("task") or ())
     fields["resume_from"] = tuple(fields.pop("resume_from") or ())
+    # `cap_net_raw`, `CAP_NET_RAW` and `net_raw` all name Docker's NET_RAW (vocab.Capability).
+    fields["container_cap_add"] = tuple(str(c).strip().upper().removeprefix("CAP_")
+                                        for c in fields.get("container_cap_add") or ())
     if fields.get("docker_host") is None:
         fields["docker_host"] = ""  # unset reads as empty, which RunConfig refuses by name
     fields = {k: v for k, v in fields.items() if v is not None or k == "prior_spend_usd"}

@@ -68,7 +68,7 @@ from .defaults import (  # noqa: F401  (re-exported: config is where readers loo
 )
 from .errors import Refusal
 from .schemas.validity import read_validity
-from .vocab import REFERENCE_ENGINES, EngineKind, KeyRoute, ProbeKind
+from .vocab import REFERENCE_ENGINES, Capability, EngineKind, KeyRoute, ProbeKind
 
 # Numeric rules, one table: field -> (operator, bound). Floats must also be finite.
 _NUMERIC_RULES: dict[str, tuple[str, float]] = {
@@ -92,6 +92,7 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "min_key_usd": (">=", 0),
     "cpus": (">", 0),
     "pids_limit": (">=", 16),
+    "agent_output_cap_mib": (">=", 1),
 }
 _PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity",
                 "provider_standin_bundle")
@@ -261,6 +262,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     cpus: float | None = None
     memory: str | None = None
     pids_limit: int = 512
+    # Issue 37: what of one agent exec's output reaches the runner's task log (custody/agent_exec.py),
+    # and the capabilities a run keeps that the shim would drop (custody/container_caps.py).
+    agent_output_cap_mib: int = 32
+    container_cap_add: tuple[Capability, ...] = ()
 
     @property
     def memory_bytes(self) -> int:
@@ -330,6 +335,7 @@ IDENTITY_EXEMPT: dict[str, str] = {
     "accept_environment_blocked": "which tasks run; blocked tasks stay in every denominator",
     "inventory_from": "qualify's reuse of an inventory taken on the same image",
     "stop_path": "how a stop removes containers",
+    "limits.agent_output_cap_mib": "what of the agent exec's output reaches the runner's log (its Status line always does)",
 }
 
 
@@ -549,6 +555,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             **({"llm_gateway_max_tokens": provider.llm_gateway_max_tokens,
                 "llm_gateway_unknown_cost_usd": provider.llm_gateway_unknown_cost_usd}
                if self.served_by_gateway else {}),
+            # Only when given: capabilities kept beyond the default set change how the agent ran.
+            **({"container_cap_add": sorted(str(c) for c in limits.container_cap_add)} if limits.container_cap_add else {}),
         }
 
     def warnings(self) -> list[str]:

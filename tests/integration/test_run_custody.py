@@ -21,6 +21,7 @@ import pytest
 from docker_watch import CreationWatcher
 
 from cowork_adapter.container.procs import group_alive
+from cowork_adapter.custody import container_caps
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.env import (
@@ -169,6 +170,16 @@ def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_ali
         got = {k: host.get(k) for k in WANT_LIMITS}
         if got != WANT_LIMITS:
             problems.append(f"{name}: limits {got}")
+        # Issue 37: a bounded log, and the role's capabilities dropped (MKNOD always among them).
+        role = (name or "").split("-", 1)[0]
+        want_drop = set(container_caps.PG_DROP if role == "pg" else container_caps.TASK_DROP)
+        dropped = {container_caps.normal_cap(c) for c in host.get("CapDrop") or ()}  # the daemon says CAP_*
+        if dropped != want_drop or "MKNOD" not in want_drop or host.get("CapAdd"):
+            problems.append(f"{name}: capabilities dropped {host.get('CapDrop')}, added {host.get('CapAdd')}")
+        log = host.get("LogConfig") or {}
+        if log.get("Type") != "json-file" or log.get("Config") != {
+                "max-size": str(container_caps.DEFAULT_LOG_MAX_BYTES), "max-file": str(container_caps.LOG_MAX_FILES)}:
+            problems.append(f"{name}: log {log}")
     for item in networks:
         labels = (item["inspect"] or {}).get("Labels") or {}
         if labels.get(RUN_LABEL_KEY) != custody_run["label"]:

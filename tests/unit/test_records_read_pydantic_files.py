@@ -37,7 +37,8 @@ ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gatewa
                "campaign.json": {"stop"},
                "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec",
                                     "provider_host", "provider_address", "provider_ca_bundle", "provider_ca_targets",
-                                    "eval_mounts"},
+                                    "eval_mounts", "agent_bound_sec", "agent_output_cap_bytes", "log_max_bytes", "cap_keep",
+                                    "staging_root"},
                "result_index.jsonl": {"gateway", "tampering", "infra_cause"}}
 
 
@@ -60,6 +61,11 @@ def assert_same_document(written: str, text: str, added_since: set[str], **dumps
         budgets = fields["budgets"]
         assert all(budgets[key] is None for key in budgets if key not in old["budgets"])
         fields["budgets"] = {key: value for key, value in budgets.items() if key in old["budgets"]}
+    if isinstance(fields.get("limits"), dict) and isinstance(old.get("limits"), dict):
+        # Issue 37 added the shim's bounds to the manifest's limits: an old file lacks them (null).
+        limits = fields["limits"]
+        assert all(limits[key] is None for key in limits if key not in old["limits"])
+        fields["limits"] = {key: value for key, value in limits.items() if key in old["limits"]}
     added = {key: value for key, value in fields.items() if key not in old}
     assert set(added) <= added_since and all(value is None for value in added.values())
     kept = {key: value for key, value in fields.items() if key not in added}

@@ -677,7 +677,8 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     assert shim.AGENT_REMOVED_SUFFIX == REVOKED_SUFFIX
     causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
               shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD,
-              shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED, shim.DUMP_MOUNT_REFUSED, shim.TASK_UNKNOWN}
+              shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED, shim.DUMP_MOUNT_REFUSED, shim.TASK_UNKNOWN,
+                  shim.STAGING_MOUNT_REFUSED}
     assert causes == set(ShimRefusal.values())
     # The names the shim shares with the eval phase and the protocol (it cannot import either).
     from cowork_adapter.container import evalphase, protocol

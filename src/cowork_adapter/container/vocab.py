@@ -340,6 +340,7 @@ class ShimRefusal(Vocab):
     CREATION_LOCK_FAILED = "creation_lock_failed"  # the in-flight lock (custody/creations) could not be taken
     DUMP_MOUNT_REFUSED = "dump_mount_refused"  # a mount of the dumps folder other than the task's own dump
     TASK_UNKNOWN = "task_unknown"  # an agent/eval container whose runner id names no task of the run
+    STAGING_MOUNT_REFUSED = "staging_mount_refused"  # the runner's staging copy mounted otherwise than narrowable
 
 
 class MeterPhase(Vocab):
@@ -474,3 +475,23 @@ class ReleaseFence(Vocab):
     LABEL_EMPTY = "docker_label_empty"  # its daemon answered: nothing with the run's exact label
     LABEL_CLEANED = "docker_label_cleaned"  # its daemon answered: the label's objects removed, relist empty
     ATTESTED = "operator_attested"  # no daemon reachable: the operator's --confirm-fenced is the evidence
+
+
+class Capability(Vocab):
+    """Docker's default capability set (without CAP_): what `--container-cap-add` may keep. The docker
+    shim cannot import this module; custody/container_caps.py spells the same words (a test compares)."""
+
+    AUDIT_WRITE = "AUDIT_WRITE"
+    CHOWN = "CHOWN"
+    DAC_OVERRIDE = "DAC_OVERRIDE"
+    FOWNER = "FOWNER"
+    FSETID = "FSETID"
+    KILL = "KILL"
+    MKNOD = "MKNOD"
+    NET_BIND_SERVICE = "NET_BIND_SERVICE"
+    NET_RAW = "NET_RAW"
+    SETFCAP = "SETFCAP"
+    SETGID = "SETGID"
+    SETPCAP = "SETPCAP"
+    SETUID = "SETUID"
+    SYS_CHROOT = "SYS_CHROOT"

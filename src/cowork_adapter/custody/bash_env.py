@@ -34,6 +34,7 @@ from ..errors import Refusal
 from ..fileio import create_exclusive
 from ..runroot.layout import RunRoot
 from ..schemas.record import RecordInvalid
+from . import agent_exec, container_caps
 from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
 
@@ -42,6 +43,9 @@ SHIM_SOURCE = Path(__file__).with_name("shim.py")
 SAFEFILE_SOURCE = Path(__file__).resolve().parent.parent / "container" / "safefile.py"
 TASKDB_PROBE_SOURCE = Path(__file__).resolve().parent / "taskdb_probe.py"  # the shim's task database probe
 TASKDB_SQL_SOURCE = Path(__file__).resolve().parent / "taskdb_sql.py"  # and its SQL
+# Issue 37: the agent exec's bounds and the containers' log and capabilities, loaded by the shim.
+SIBLING_SOURCES = tuple(Path(__file__).with_name(name)
+                        for name in ("agent_exec.py", "container_caps.py", "staging_mount.py"))
 STAGE = "custody"
 # A docker found on the host that is really some run's shim wrapper carries this marker.
 WRAPPER_MARKER = "cowork-adapter docker shim"
@@ -89,6 +93,27 @@ class TaskDumps:
     tasks: tuple[str, ...]  # every task the run may hand its runner
     eval_bound_sec: float  # one eval exec's bound (the runner has none)
     eval_mounts: tuple[str, ...] = ()  # eval_code_mounts(): the pinned evaluator code over the image's
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """Issue 37: the agent exec's host-side bounds and what every container gets (shim_config.py)."""
+
+    agent_bound_sec: float  # agent_exec.agent_bound_sec(task timeout)
+    agent_output_cap_bytes: int
+    log_max_bytes: int
+    cap_keep: tuple[str, ...] = ()
+
+    @classmethod
+    def for_run(cls, task_timeout_sec: float, output_cap_mib: int, cap_add: tuple[str, ...] = ()) -> Hardening:
+        """A run's bounds from its flags (--task-timeout, --agent-output-cap-mib, --container-cap-add)."""
+        return cls(agent_bound_sec=agent_exec.agent_bound_sec(task_timeout_sec),
+                   agent_output_cap_bytes=int(output_cap_mib) * 1024 * 1024,
+                   log_max_bytes=container_caps.DEFAULT_LOG_MAX_BYTES,
+                   cap_keep=tuple(sorted({str(c) for c in cap_add})))
+
+    def dropped(self, role: str) -> list[str]:
+        return container_caps.dropped_for(role, self.cap_keep)
 
 
 @dataclass(frozen=True)
@@ -155,6 +180,7 @@ def install_custody(
     gateway_secret_file: Path | None = None,
     dumps: TaskDumps | None = None,
     provider: ProviderRoute | None = None,
+    hardening: Hardening | None = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 
@@ -217,6 +243,12 @@ def install_custody(
             task_names=None if dumps is None else sorted(set(dumps.tasks)),
             eval_bound_sec=None if dumps is None else dumps.eval_bound_sec,
             eval_mounts=None if dumps is None else list(dumps.eval_mounts),
+            agent_bound_sec=None if hardening is None else hardening.agent_bound_sec,
+            agent_output_cap_bytes=None if hardening is None else hardening.agent_output_cap_bytes,
+            log_max_bytes=None if hardening is None else hardening.log_max_bytes,
+            cap_keep=None if hardening is None else list(hardening.cap_keep),
+            staging_root=None if hardening is None or dumps is None else str(
+                resource_root.resolve() / f"tmp-{run_label[:12]}"),
         )
     except (RecordInvalid, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None
@@ -238,6 +270,8 @@ def install_custody(
     _write(shim_dir / "safefile.py", SAFEFILE_SOURCE.read_text(encoding="utf-8"), 0o644)
     _write(shim_dir / "taskdb_probe.py", TASKDB_PROBE_SOURCE.read_text(encoding="utf-8"), 0o644)
     _write(shim_dir / "taskdb_sql.py", TASKDB_SQL_SOURCE.read_text(encoding="utf-8"), 0o644)
+    for sibling in SIBLING_SOURCES:
+        _write(shim_dir / sibling.name, sibling.read_text(encoding="utf-8"), 0o644)
     _write(wrapper, wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker,
                                    docker_host=docker_host), 0o755)
     bash_env = RunRoot(run_root).bash_env

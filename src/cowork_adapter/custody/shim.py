@@ -81,6 +81,7 @@ GATEWAY_TOKEN_FAILED = "gateway_token_failed"
 CREATION_LOCK_FAILED = "creation_lock_failed"
 DUMP_MOUNT_REFUSED = "dump_mount_refused"
 TASK_UNKNOWN = "task_unknown"
+STAGING_MOUNT_REFUSED = "staging_mount_refused"
 
 # Container states: the values of vocab.ContainerState.
 ABSENT, PRESENT, UNKNOWN = "absent", "present", "unknown"
@@ -129,7 +130,9 @@ NETWORK_BOOL_SHORT: frozenset[str] = frozenset()
 
 # Options a creation may not carry: the shim sets them and docker keeps the last occurrence.
 CONFLICTING_OPTIONS = frozenset(
-    {"--cpus", "--memory", "-m", "--memory-swap", "--pids-limit", "--pull", "--label-file"}
+    {"--cpus", "--memory", "-m", "--memory-swap", "--pids-limit", "--pull", "--label-file",
+     # issue 37: the log bound and the capability set (--privileged would give back every capability)
+     "--log-driver", "--log-opt", "--cap-add", "--privileged"}
 )
 # The gateway token (see cowork_adapter.gateway.server: same prefix, context and message layout).
 TOKEN_PREFIX = "cwg1"
@@ -300,6 +303,7 @@ def creation_flags(config, role, name):
         "--pids-limit", str(int(limits["pids_limit"])),
         "--pull=never",
     ]
+    flags += hardening_flags(config, role)
     agent = role == "agent" and bool(name) and name.startswith("agent-")
     if config.get("agent_env_file") and agent:
         flags += ["--env-file", config["agent_env_file"]]
@@ -309,6 +313,15 @@ def creation_flags(config, role, name):
         for volume in config.get("eval_mounts") or []:  # the pinned evaluator code, read-only
             flags += ["--volume", volume]
     return flags
+
+
+def hardening_flags(config, role):
+    """Issue 37: a bounded log for every container, and the capabilities its role does not need
+    dropped (container_caps.py); nothing for a config from before these bounds."""
+    caps = _load_sibling("container_caps")
+    if caps is None:
+        return []
+    return caps.log_flags(config) + caps.cap_flags(config, role)
 
 
 def provider_flags(config):
@@ -817,10 +830,18 @@ def rewrite_dump_mounts(config, args, role, task):
             value = attached if attached is not None else (args[i + 1] if i + 1 < len(args) else "")
             if name == "--volumes-from":
                 return args, DUMP_MOUNT_REFUSED
+            staging = _load_sibling("staging_mount") if config.get("staging_root") else None
             if name == "--mount":
                 if DUMPS_TARGET in value or config["dumps_dir"] in value:
                     return args, DUMP_MOUNT_REFUSED
+                if staging is not None and staging.mount_touches(value, config["staging_root"]):
+                    return args, STAGING_MOUNT_REFUSED
             else:
+                if staging is not None:  # issue 37: the runner's staging copy, narrowed to the task
+                    value, refused = staging.narrowed(value, config["staging_root"], task)
+                    if refused:
+                        return args, STAGING_MOUNT_REFUSED
+                    out[value_at] = ("--volume=" + value) if attached is not None else value
                 parts = _volume_parts(value)
                 if parts is not None:
                     source, target, rest = parts
@@ -877,6 +898,17 @@ def _load_safefile():
     except ImportError:
         return None
     return safefile
+
+
+def _load_sibling(name):
+    """A module copied beside this program (install_custody: agent_exec, container_caps); None if missing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
 
 
 def file_seal(safefile, path, below):
@@ -975,11 +1007,20 @@ def handle_agent_exec(config, argv, at, ident, task, max_steps=None):
     """The agent exec (told to end, inside its container, what the agent left running), then the
     adapter summary's digest and bytes as they were when the exec ended: the ledger and the eval
     phase's diagnostic trust only that summary (the agent may rewrite the file later). Its start and
-    end go to `<id>.agent_window.json` (the first exec's, written once): the eval phase's launch_time."""
+    end go to `<id>.agent_window.json` (the first exec's, written once): the eval phase's launch_time.
+
+    With the host-side bounds (agent_exec.py) its output is relayed under a cap, it is ended at its
+    bound whatever happens inside, and every process it left in the container is killed once it ends
+    (one kill(-1) inside the container), whether or not agent.py got there."""
     started = time.time()
     watch = start_taskdb_watch(config, ident, task)
     extra = ["-e", END_STRAYS_ENV + "=1"] + (["-e", TASKDB_ACK_ENV + "=1"] if watch is not None else [])
-    code, _ = run_child(config, argv[:at] + extra + argv[at:], {}, None)
+    inner = argv[:at] + extra + argv[at:]
+    bounds = _load_sibling("agent_exec") if config.get("agent_bound_sec") else None
+    if bounds is None:
+        code, _ = run_child(config, inner, {}, None)
+    else:
+        code = run_bounded_agent_exec(config, bounds, inner, ident)
     record(config, ident + AGENT_WINDOW_SUFFIX, json.dumps(
         {"started_at": started, "ended_at": time.time(), "max_steps": max_steps}) + "\n", once=True)
     # The exec's end as this shim saw it, first and apart from the summary's facts (nothing the agent
@@ -1002,6 +1043,34 @@ def handle_agent_exec(config, argv, at, ident, task, max_steps=None):
                 record(config, ident + HELD_SUMMARY_SUFFIX, got.data.decode("utf-8", "replace"), once=True)
     except Exception:  # noqa: BLE001
         pass
+    return code
+
+
+def run_bounded_agent_exec(config, bounds, argv, ident):
+    """The agent exec under agent_exec.py's bounds; its exit code as a shell reports it. What the
+    bounds did goes to `<id>.agent_exec.jsonl` (evidence only)."""
+    started = time.time()
+    try:
+        child = subprocess.Popen([config["real_docker"]] + argv, env=docker_env(config),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        sys.stderr.write("docker shim: cannot execute the real docker\n")
+        return EXIT_CANNOT_EXECUTE
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda sig, _frame: child.send_signal(sig))
+    bounds.ignore_sigpipe()
+    cap = bounds.OutputCap(config.get("agent_output_cap_bytes", bounds.DEFAULT_CAP_BYTES))
+    bound = float(config["agent_bound_sec"])
+    try:
+        code, hung = bounds.relay(child, {"stdout": (child.stdout, 1), "stderr": (child.stderr, 2)}, cap,
+                                  time.monotonic() + bound)
+    except Exception:  # noqa: BLE001 - the exec has started: never let main() run it a second time
+        code, hung = bounds.end_child(child), True
+    killed = bounds.run_kill_leftovers(config["real_docker"], docker_env(config), "agent-" + ident)
+    code = 128 - code if code < 0 else code
+    record(config, ident + ".agent_exec.jsonl", dict(cap.facts(), ts=time.time(), started_at=started,
+                                                    bound_sec=bound, hung=hung, exit_code=code,
+                                                    leftovers_kill=killed))
     return code
 
 

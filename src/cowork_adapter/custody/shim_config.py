@@ -68,3 +68,10 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):  # type: ig
     # `<clone path>:/workspace/<path>:ro` volumes every eval container gets (bash_env.eval_code_mounts):
     # the run's verified benchmark clone's evaluator code over the image's copy (issue 36).
     eval_mounts: list[str] | None = None
+    # Issue 37 (custody/agent_exec.py, custody/container_caps.py). None: an older config, whose shim
+    # relays the agent exec unbounded and adds no log bound and no --cap-drop.
+    agent_bound_sec: Annotated[float, Meta(gt=0)] | None = None  # one agent exec, ended on the host past this (s)
+    agent_output_cap_bytes: NonNegative | None = None  # what of its output reaches the runner's log
+    log_max_bytes: Positive | None = None  # each container's json-file log: max-size (max-file 2)
+    cap_keep: list[str] | None = None  # capabilities the run keeps that the shim would drop
+    staging_root: str | None = None  # the runner's TMPDIR: its staging copies are narrowed to their task

@@ -28,7 +28,7 @@ from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import Disk, RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..container.reference import stage_groundtruth
-from ..custody.bash_env import ProviderRoute, eval_code_mounts
+from ..custody.bash_env import Hardening, ProviderRoute, eval_code_mounts
 from ..custody.labels import new_run_label
 from ..errors import Refusal
 from ..fileio import replace_atomic
@@ -268,6 +268,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
             cpus=cfg.limits.cpus, memory_bytes=cfg.limits.memory_bytes, memory_swap_bytes=cfg.limits.memory_swap_bytes,
             pids_limit=cfg.limits.pids_limit, daemon_cpus=pre.daemon[0] if pre.daemon else None,
             daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
+            **_hardening_record(cfg),
         ),
         budgets=budget_record(cfg),
         dry_run=cfg.dry_run,
@@ -496,3 +497,11 @@ def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selectio
         resume_generation=plan.generation,
         settled_elsewhere=sorted(plan.settled),
     )
+
+
+def _hardening_record(cfg: RunConfig) -> dict:
+    """The manifest's record of the shim's issue-37 bounds (the same Hardening run.py installs)."""
+    h = Hardening.for_run(cfg.agent.task_timeout, cfg.limits.agent_output_cap_mib, cfg.limits.container_cap_add)
+    return {"agent_exec_bound_sec": h.agent_bound_sec, "agent_output_cap_bytes": h.agent_output_cap_bytes,
+            "container_log_max_bytes": h.log_max_bytes, "container_cap_add": list(h.cap_keep),
+            "task_cap_drop": h.dropped("agent"), "pg_cap_drop": h.dropped("pg")}

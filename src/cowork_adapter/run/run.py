@@ -31,7 +31,7 @@ from ..audit import audit_run
 from ..config import RunConfig
 from ..container.procs import start_ticks
 from ..container.protocol import scrub, secret_terms
-from ..custody.bash_env import TaskDumps, eval_bound_sec, eval_code_mounts, install_custody
+from ..custody.bash_env import Hardening, TaskDumps, eval_bound_sec, eval_code_mounts, install_custody
 from ..custody.creations import creations_dir
 from ..custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from ..custody.docker_ops import cleanup_run, custody_gap
@@ -253,6 +253,8 @@ class Run:
                 dumps=TaskDumps(dumps_dir=dumps_of(self.bench_copy), short=agent_short_name(cfg),
                                 tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ),
                                 eval_mounts=tuple(eval_code_mounts(self.bench_copy))),
+                hardening=Hardening.for_run(cfg.agent.task_timeout, cfg.limits.agent_output_cap_mib,
+                                            cfg.limits.container_cap_add),
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
             write_processes(cfg.run_root, self.processes)

