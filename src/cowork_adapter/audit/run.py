@@ -135,7 +135,7 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
                     if not line.strip():
                         continue
                     try:
-                        row = json.loads(line)
+                        row = safefile.loads(line)
                     except ValueError:
                         row = None
                     if isinstance(row, dict) and isinstance(row.get("instance_id"), str):

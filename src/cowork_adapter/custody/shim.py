@@ -830,7 +830,7 @@ def read_seal_inputs(safefile, task_root, below):
     claim_facts, claim = file_seal(safefile, os.path.join(task_root, CLAIM_NAME), below)
     attempt, evidence = None, {}
     try:
-        value = json.loads(claim.data.decode("utf-8")) if claim.ok else None
+        value = safefile.loads(claim.data) if claim.ok else None  # nesting bounded before parsing
     except (UnicodeDecodeError, ValueError):
         value = None
     if isinstance(value, dict) and isinstance(value.get("attempt_id"), str) and SAFE_ID.match(value["attempt_id"]):
@@ -840,7 +840,7 @@ def read_seal_inputs(safefile, task_root, below):
     if attempt is not None:
         receipt_facts, receipt = file_seal(safefile, os.path.join(task_root, RECEIPT_PREFIX + attempt + ".json"), below)
         try:
-            rec = json.loads(receipt.data.decode("utf-8")) if receipt.ok else None
+            rec = safefile.loads(receipt.data) if receipt.ok else None
         except (UnicodeDecodeError, ValueError):
             rec = None
         if isinstance(rec, dict) and rec.get("attempt_id") == attempt:

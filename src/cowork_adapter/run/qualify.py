@@ -123,8 +123,8 @@ def _returned(row: TaskRow | None) -> Any:
     if not found.ok:
         return None
     try:
-        receipt = json.loads(found.data)
-    except (ValueError, RecursionError):
+        receipt = safefile.loads(found.data)
+    except ValueError:
         return None
     return receipt.get("returned") if isinstance(receipt, dict) else None
 

@@ -108,8 +108,8 @@ def classify_eval_result(path: Path, log_path: Path | None = None) -> tuple[Offi
 
 def _literal_pass(data: bytes) -> Any:
     try:
-        value = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+        value = safefile.loads(data)  # depth, size and encoding bounded before parsing
+    except ValueError:
         return None
     return value.get("pass") if isinstance(value, dict) else None
 
@@ -463,7 +463,7 @@ def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in (got.data or b"").splitlines():
         try:
-            row = json.loads(line)
+            row = safefile.loads(line)
         except ValueError:
             continue
         name = row.get("name") if isinstance(row, dict) else None
