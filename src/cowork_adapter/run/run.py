@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..config import RunConfig
+from ..container import safetree
 from ..container.procs import start_ticks
 from ..container.protocol import scrub, secret_terms
 from ..custody.bash_env import TaskDumps, eval_bound_sec, install_custody
@@ -483,7 +484,8 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
         record_event(events, failures, EventKind.CLEANUP, proven=False, error=error[:500])
     finally:  # an unexpected error of the cleanup still takes the key off the disk
         delete_agent_env(agent_env)
-        shutil.rmtree(tmpdir, ignore_errors=True)  # the runner's staging copies (TMPDIR is run-scoped)
+        safetree.remove_tree(str(tmpdir))  # the runner's staging copies (TMPDIR is run-scoped; any depth)
+        safetree.remove_hazards(str(RunRoot(cfg.run_root).dumps))  # no device node or set-id file stays
     return error
 
 
