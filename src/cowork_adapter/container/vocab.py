@@ -234,6 +234,7 @@ class TamperKind(Vocab):
     GRADING_INPUTS_DIFFER = "grading_inputs_differ"  # traj_log.json's grading inputs differ from the task tree's
     SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
     EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
+    UNREADABLE_DUMP = "unreadable_dump"  # the task's files could not be read at all: its row says only that
 
 
 class ContainerState(Vocab):

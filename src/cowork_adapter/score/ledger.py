@@ -38,6 +38,7 @@ from ..runroot.manifest import read_manifest
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.multihost import read_claimed
+from .unreadable import unreadable_row
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
@@ -685,13 +686,23 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
     """The row of one task of `ctx`'s run (the incremental unit: unchanged evidence is reused)."""
-    sig = _signature(ctx, task, live, interruption_cause)
-    cached = ctx.cache.get(task)
-    if cached is not None and cached[0] == sig:
-        return cached[1]
-    row = _classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause)
+    try:  # one task's files never stop the rows of the others (score/unreadable.py)
+        sig = _signature(ctx, task, live, interruption_cause)
+        cached = ctx.cache.get(task)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        row = _classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause)
+    except Exception as exc:  # noqa: BLE001 - whatever the dump made a reader raise
+        return unreadable_row(task, exc, live=live, dump=ctx.dumps.get(task))
     ctx.cache[task] = (sig, row)
     return row
+
+
+def _classify_or_flag(ctx: IndexContext, task: str, **kw: Any) -> TaskRow:
+    try:
+        return _classify_task_uncached(ctx, task, **kw)
+    except Exception as exc:  # noqa: BLE001 - as classify_task
+        return unreadable_row(task, exc, live=kw.get("live", False), dump=ctx.dumps.get(task))
 
 
 def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str,
@@ -828,7 +839,7 @@ def rebuild_attempts(run_root: Path | str, tasks: Iterable[str] | None = None, *
     ctx = IndexContext.load(run_root)
     cause = ctx.manifest.stop_reason or "runner_exited"
     wanted = ctx.invoked() if tasks is None else ctx.invoked() & set(tasks)
-    return {task: _classify_task_uncached(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
+    return {task: _classify_or_flag(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
             for task in ctx.selection() if task in wanted}
 
 
