@@ -38,6 +38,7 @@ from ..runroot.manifest import read_manifest
 from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.multihost import read_claimed
+from .dumpread import named_kinds, signature
 from .unreadable import unreadable_row
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
@@ -77,6 +78,7 @@ SUMMARY_FIELDS = AdapterSummaryFacts.__struct_fields__
 # The dump entries a reader takes as records: each must be a regular file (a link, FIFO, device or
 # oversize file there is a flagged unsafe entry, never read). `ouroboros` must be a real folder.
 RECORD_NAMES = (SUMMARY_NAME, protocol.LOG_NAME, protocol.EVAL_RES_NAME, protocol.CLAIM_NAME, "traj.json")
+DUMP_NAMES = tuple(dict.fromkeys(RECORD_NAMES + START_EVIDENCE_NAMES))  # every name a row reads (score/dumpread.py)
 
 
 # ================================================================ official verdict (pure)
@@ -400,8 +402,7 @@ def find_dumps(bench: Path) -> dict[str, Path]:
                 continue
             task = entry.name[len("SingleUserTurn-"):]
             path = dumps / short.name / entry.name
-            _, inside = safefile.scan_dir(str(path), below=str(dumps))
-            kinds = {e.name: e.kind for e in inside}
+            kinds = named_kinds(path, (SUMMARY_NAME, "ouroboros"), below=str(dumps))  # never a listing
             score = 2 if kinds.get(SUMMARY_NAME) == safefile.REGULAR else (1 if kinds.get("ouroboros") == safefile.DIRECTORY else 0)
             if task not in found or score > rank[task]:
                 found[task], rank[task] = path, score
@@ -672,14 +673,8 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
     """What a task's row depends on: its dump's entries (name, size, mtime), the runner row,
     custody evidence and the run state; equal signatures give equal rows."""
     dump = ctx.dumps.get(task)
-    entries: list[tuple[str, int, int]] = []
-    if dump is not None:
-        for sub in (dump, dump / "ouroboros"):
-            kind, found = safefile.scan_dir(str(sub))
-            if kind != safefile.DIRECTORY:
-                entries.append((str(sub), -1, -1))
-            entries.extend((e.name, e.size, e.mtime_ns) for e in found)
-    return (str(dump), tuple(sorted(entries)), ctx.runner_rows.get(task), ctx.custody.get(task),
+    entries = signature(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench))) if dump is not None else ()
+    return (str(dump), entries, ctx.runner_rows.get(task), ctx.custody.get(task),
             repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
             ctx.refused_mounts.get(task))
 
@@ -717,8 +712,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     usage: UsageFacts | None = None
     tampering: list[TamperFinding] = []
     if dump is not None:
-        _, listing = safefile.scan_dir(str(dump))
-        kinds = {entry.name: entry.kind for entry in listing}
+        kinds = named_kinds(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench)))  # the names read, not a listing
         names = set(kinds)
         tampering += unsafe_entries(kinds)
         evidence = [n for n in START_EVIDENCE_NAMES if n in names]
