@@ -390,6 +390,17 @@ def free_bytes(path):
     return stats.f_bavail * stats.f_frsize
 
 
+# host/disk.py's MIN_FREE_INODE_FRACTION (this program imports nothing of the package).
+MIN_FREE_INODE_FRACTION = 0.05
+
+
+def inodes_short(path):
+    """True when the file system of `path` has fewer inodes available (f_favail) than its inode
+    reserve (host/disk.py: a dump of empty files takes inodes, not bytes); False without a table."""
+    stats = os.statvfs(path)
+    return stats.f_files > 0 and stats.f_favail < stats.f_files * MIN_FREE_INODE_FRACTION
+
+
 def launcher_alive(pid, ticks):
     """Whether `pid` is still the launcher that started at clock tick `ticks` and has not exited.
 
@@ -418,9 +429,10 @@ def admission_cause(config):
         return ADMISSION_STOPPED
     try:
         free = free_bytes(config["resource_root"])
+        inodes_out = inodes_short(config["resource_root"])
     except (OSError, TypeError, ValueError):
         return DISK_PROBE_FAILED
-    if free < int(config["min_free_bytes"]):
+    if free < int(config["min_free_bytes"]) or inodes_out:
         return DISK_RESERVE_REACHED
     return None
 

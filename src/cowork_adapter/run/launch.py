@@ -31,6 +31,7 @@ from ..image.derived import (
 )
 from ..custody.bash_env import ProviderRoute
 from ..gateway.trust import certifi_files
+from ..host.disk import MIN_FREE_INODE_FRACTION, inodes_short
 from ..host.daemon import daemon_info, docker_failures
 from ..image.build_lock import build_lock
 from ..fileio import replace_atomic
@@ -92,6 +93,10 @@ def disk_refusal(resource_root: Path, disk: Disk) -> str | None:
         free = free_bytes(path)
         if free < reserve_gib * GIB:
             return f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB."
+        short = inodes_short(path)
+        if short is not None:
+            return (f"{path} has {short[0]:,} free inodes, below the reserve of {short[1]:,} "
+                    f"({MIN_FREE_INODE_FRACTION:.0%} of its inodes): free some files on it.")
     return None
 
 

@@ -45,6 +45,7 @@ from ..fileio import create_exclusive
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
 from ..audit import audit_run
+from ..host.disk import inodes_short
 from ..host.resources import campaign_roots, host_suggestion, reader_for
 from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..runroot.manifest import write_manifest
@@ -346,9 +347,9 @@ class Run:
         money = self.spending.money_stop()
         if money is not None:
             return money
-        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB:
-            return StopReason.DISK_RESERVE
-        if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB:
+        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB or inodes_short(cfg.resource_root):
+            return StopReason.DISK_RESERVE  # bytes or inodes (host/disk.py)
+        if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB or inodes_short(Path("/")):
             return StopReason.ROOT_DISK_RESERVE
         watch = self.daemon_watch
         if watch is not None and watch.lost is not None:
