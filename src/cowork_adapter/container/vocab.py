@@ -235,6 +235,15 @@ class TamperKind(Vocab):
     SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
     EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
     UNREADABLE_DUMP = "unreadable_dump"  # the task's files could not be read at all: its row says only that
+    DUMP_OVER_BOUND = "dump_over_bound"  # the dump passed a bound (bytes, entries, depth) while the task ran
+
+
+class DumpBound(Vocab):
+    """The bounds on what one task may leave in its dump while it runs (runroot/dump_meter.py)."""
+
+    BYTES = "bytes"  # disk blocks used, --dump-max-gib
+    ENTRIES = "entries"  # files, folders, links... below the dump, --dump-max-entries
+    DEPTH = "depth"  # folder levels below the dump, --dump-max-depth
 
 
 class ContainerState(Vocab):

@@ -203,6 +203,9 @@ def budget_record(cfg: RunConfig) -> Budgets:
                            read_slice_sec=READ_SLICE_SEC, retry_sec=RETRY_SEC),
         min_free_gib=disk.min_free_gib,
         min_root_free_gib=disk.min_root_free_gib,
+        dump_max_gib=disk.dump_max_gib,
+        dump_max_entries=disk.dump_max_entries,
+        dump_max_depth=disk.dump_max_depth,
         resource_root=str(cfg.resource_root),
         api_key_env=cfg.provider.api_key_env,
     )

@@ -42,7 +42,9 @@ from ..runroot import layout
 from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot, dumps_of
 from ..fileio import create_exclusive
+from .dump_bounds import DumpBoundStop
 from .live import ProgressView
+from ..runroot.dump_meter import Bounds, DumpMeter
 from .progress import RunProgress, record_event, report_write_failure
 from ..audit import audit_run
 from ..host.disk import inodes_short
@@ -150,6 +152,9 @@ class Run:
         self.label = manifest.run_label
         self.events = EventLog(RunRoot(root).events)
         self.progress = RunProgress(root, self.events)
+        disk = cfg.disk
+        self.progress.meter = DumpMeter(Bounds.of(disk.dump_max_gib, disk.dump_max_entries, disk.dump_max_depth))
+        self.progress.on_over = self.dump_stop = DumpBoundStop(root, cfg.docker_host, self.label)
         self.failures = self.progress.failures
         self.view = ProgressView.for_stream(sys.stdout)
         self.stop_file = RunRoot(root).stop_file
@@ -295,6 +300,7 @@ class Run:
             result = self.with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
             self._await_daemon()
         cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+        self.dump_stop.join()  # its records before the final ledger (each stop is one daemon call)
         self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
             "cleanup_unproven" if cleanup_error else "runner_exited"))
         self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it

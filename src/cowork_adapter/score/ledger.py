@@ -39,7 +39,8 @@ from ..fileio import create_exclusive, replace_atomic
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.multihost import read_claimed
 from .dumpread import named_kinds, signature
-from .unreadable import unreadable_row
+from .unreadable import over_bound_row, unreadable_row
+from ..schemas.dump_bounds import DumpOverBound, read_over_bound
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
@@ -550,6 +551,8 @@ class IndexContext:
     refused_mounts: dict[str, int] = field(default_factory=dict)
     # task -> its runner id (the shim's `<id>.task` evidence), for the host-held summary copy.
     runner_ids: dict[str, str] = field(default_factory=dict)
+    # task -> the run's record of its dump over a bound (runroot/dump_meter.py), flagged on its row.
+    over_bound: dict[str, DumpOverBound] = field(default_factory=dict)
 
     @classmethod
     def load(cls, run_root: Path | str) -> "IndexContext":
@@ -568,6 +571,7 @@ class IndexContext:
             self.claimed = read_claimed(self.run_root / shared.claimed_file)
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
+        self.over_bound = read_over_bound(RunRoot(self.run_root).dump_bounds_log)
         runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
         self.runner_ids = runner_ids
         self.custody = read_custody_tasks(self.run_root, runner_ids)
@@ -676,7 +680,7 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
     entries = signature(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench))) if dump is not None else ()
     return (str(dump), entries, ctx.runner_rows.get(task), ctx.custody.get(task),
             repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
-            ctx.refused_mounts.get(task))
+            ctx.refused_mounts.get(task), ctx.over_bound.get(task))
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
@@ -686,7 +690,8 @@ def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_caus
         cached = ctx.cache.get(task)
         if cached is not None and cached[0] == sig:
             return cached[1]
-        row = _classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause)
+        row = over_bound_row(_classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause),
+                             ctx.over_bound.get(task))
     except Exception as exc:  # noqa: BLE001 - whatever the dump made a reader raise
         return unreadable_row(task, exc, live=live, dump=ctx.dumps.get(task))
     ctx.cache[task] = (sig, row)
@@ -695,7 +700,7 @@ def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_caus
 
 def _classify_or_flag(ctx: IndexContext, task: str, **kw: Any) -> TaskRow:
     try:
-        return _classify_task_uncached(ctx, task, **kw)
+        return over_bound_row(_classify_task_uncached(ctx, task, **kw), ctx.over_bound.get(task))
     except Exception as exc:  # noqa: BLE001 - as classify_task
         return unreadable_row(task, exc, live=kw.get("live", False), dump=ctx.dumps.get(task))
 

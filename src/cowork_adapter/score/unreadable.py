@@ -1,4 +1,6 @@
-"""The row of a task whose files cannot be read: one task's dump never stops the ledger.
+"""Rows the reading edge of the ledger flags: a task whose files cannot be read, a dump over a bound.
+
+One task's dump never stops the ledger.
 
 The ledger reads each task's dump on its own (classify_task). Every reader below it is bounded
 (container/safefile.py: no link, no FIFO or device, a byte cap, JSON depth bounded before
@@ -14,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runroot.events import utc_now_iso
+from ..schemas.dump_bounds import DumpOverBound
 from ..schemas.ledger import TamperFinding, TaskRow
 from ..vocab import OfficialEvalStatus, TamperKind, TaskStatus
 
@@ -35,3 +38,18 @@ def unreadable_row(task: str, exc: BaseException, *, live: bool, dump: Path | No
         task_dump=str(dump) if dump is not None else None,
         tampering=[TamperFinding(kind=TamperKind.UNREADABLE_DUMP, detail=detail)],
     )
+
+
+def over_bound_row(row: TaskRow, record: DumpOverBound | None) -> TaskRow:
+    """`row` flagged `dump_over_bound` when the run's meter found the task's dump over a bound
+    while it ran (its containers were then stopped). A verdict that stands (passed or failed,
+    settled) keeps its status: a flag never makes or unmakes a verdict. Any other row is
+    agent_failed, and its reason names the bound."""
+    if record is None:
+        return row
+    finding = TamperFinding(kind=TamperKind.DUMP_OVER_BOUND, detail=record.detail())
+    tampering = [*(row.tampering or []), finding]
+    if row.status in (TaskStatus.PASSED, TaskStatus.FAILED) and not row.provisional:
+        return row.replace(tampering=tampering)
+    return row.replace(status=TaskStatus.AGENT_FAILED, reason_code=f"dump_over_bound:{record.bound.value}",
+                       provisional=False, tampering=tampering)
