@@ -81,8 +81,8 @@ def _json_of(found: safefile.Read) -> tuple[Any, str | None]:
     if found.data is None:
         return None, found.cause if found.kind == safefile.UNREADABLE and found.cause else found.kind
     try:
-        return json.loads(found.data), None
-    except (ValueError, RecursionError):
+        return safefile.loads(found.data), None  # depth, size and encoding bounded before parsing
+    except ValueError:
         return None, "json_error"
 
 

@@ -42,14 +42,12 @@ def unreadable_row(task: str, exc: BaseException, *, live: bool, dump: Path | No
 
 def over_bound_row(row: TaskRow, record: DumpOverBound | None) -> TaskRow:
     """`row` flagged `dump_over_bound` when the run's meter found the task's dump over a bound
-    while it ran (its containers were then stopped). A verdict that stands (passed or failed,
-    settled) keeps its status: a flag never makes or unmakes a verdict. Any other row is
-    agent_failed, and its reason names the bound."""
+    while it ran (its containers were then stopped): agent_failed, its reason naming the bound.
+    Passing a bound of the run is the agent's failure whatever an evaluator said afterwards of
+    what it left; the official receipt and eval facts stay on the row as they were read."""
     if record is None:
         return row
     finding = TamperFinding(kind=TamperKind.DUMP_OVER_BOUND, detail=record.detail())
     tampering = [*(row.tampering or []), finding]
-    if row.status in (TaskStatus.PASSED, TaskStatus.FAILED) and not row.provisional:
-        return row.replace(tampering=tampering)
     return row.replace(status=TaskStatus.AGENT_FAILED, reason_code=f"dump_over_bound:{record.bound.value}",
                        provisional=False, tampering=tampering)
