@@ -25,7 +25,6 @@ What a caller must know:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat

@@ -10,7 +10,6 @@ page, <root>/task_validity.html, and a table on stdout.
 
 from __future__ import annotations
 
-import json
 import re
 from html import escape
 import sys
