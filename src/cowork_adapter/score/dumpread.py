@@ -39,18 +39,34 @@ def _lstat_facts(dir_fd: int, name: str) -> tuple[str, int, int, int]:
     return safefile.kind_of_mode(st.st_mode), st.st_ino, st.st_size, st.st_mtime_ns
 
 
+# (device, inode, size, mtime_ns) of a claim -> the receipt name it gives: a claim the agent made
+# large (up to the record cap) is read and parsed once, not on every refresh.
+_RECEIPTS: dict[tuple[int, int, int, int], str | None] = {}
+_RECEIPTS_MAX = 4096
+
+
 def _claim_receipt(dir_fd: int) -> str | None:
     """The receipt name the dump's claim names (None when there is no valid claim)."""
-    got = safefile.read_at(dir_fd, protocol.CLAIM_NAME)
-    if not got.ok:
-        return None
     try:
-        claim = protocol.strict_loads(got.data.decode("utf-8"))
-    except ValueError:
+        st = os.lstat(protocol.CLAIM_NAME, dir_fd=dir_fd)
+    except OSError:
         return None
-    if not protocol.valid_claim(claim):
-        return None
-    return os.path.basename(protocol.receipt_path("", claim["attempt_id"]))
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _RECEIPTS:
+        return _RECEIPTS[key]
+    got = safefile.read_at(dir_fd, protocol.CLAIM_NAME)
+    name = None
+    if got.ok:
+        try:
+            claim = protocol.strict_loads(got.data.decode("utf-8"))
+        except ValueError:
+            claim = None
+        if protocol.valid_claim(claim):
+            name = os.path.basename(protocol.receipt_path("", claim["attempt_id"]))
+    if len(_RECEIPTS) >= _RECEIPTS_MAX:
+        _RECEIPTS.clear()
+    _RECEIPTS[key] = name
+    return name
 
 
 def named_kinds(dump: Path, names: Iterable[str], below: str | None = None) -> dict[str, str]:
