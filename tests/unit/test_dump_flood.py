@@ -20,6 +20,8 @@ import pytest
 
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.container import safetree
+from cowork_adapter.report.build import build_report
+from cowork_adapter.report.merge import load_runs
 from cowork_adapter.run.dump_bounds import append_record
 from cowork_adapter.run.progress import RunProgress
 from cowork_adapter.runroot.dump_meter import Bounds, DumpMeter
@@ -117,7 +119,10 @@ class _Closing:
 
 def test_a_flooded_dump_costs_its_siblings_nothing(base, monkeypatch):
     root = base / "run"
-    synth.write_manifest(root, ["b", "hostile", "c"])
+    manifest = synth.write_manifest(root, ["b", "hostile", "c"])
+    manifest = manifest.replace(budgets=manifest.budgets.replace(dump_max_gib=8.0, dump_max_entries=200_000,
+                                                                 dump_max_depth=128))
+    (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")  # as launch records them
     for task, verdict in (("b", True), ("c", False)):
         dump = synth.dump_dir(root, task)
         synth.write_start_evidence(dump, usage_rows=2)
@@ -161,6 +166,8 @@ def test_a_flooded_dump_costs_its_siblings_nothing(base, monkeypatch):
     assert (final["hostile"].status, final["hostile"].reason_code) == (S.AGENT_FAILED, "dump_over_bound:entries")
     assert [f.kind for f in final["hostile"].tampering] == [TamperKind.DUMP_OVER_BOUND]
     assert "200,001" in final["hostile"].tampering[0].detail
+    report = build_report(load_runs([root]), concurrency=1)
+    assert any("1 task of run" in d and "--dump-max-entries 200000" in d for d in report["disclosures"]), report["disclosures"]
 
 
 def test_the_meter_finds_a_deep_tree_at_the_depth_bound_without_walking_it(base):
