@@ -15,6 +15,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import docker
 
@@ -56,7 +57,7 @@ def main() -> int:
     print(f"  default limits (load/CPU <= {limits.max_load_per_cpu:g}, MemAvailable >= "
           f"{limits.min_mem_available_bytes / GIB:g} GiB, ping <= {limits.max_daemon_ping_sec:g} s): "
           f"{admitted}/{len(readings)} readings admitted")
-    print(f"  load average at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"  load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
 
 

@@ -50,11 +50,11 @@ from pathlib import Path
 
 import docker
 import docker.errors
-
 from admission_threshold import LevelRow, choose_threshold
-from cowork_adapter.host.admission import GIB, parse_mem_available, timed_ping
+
 from cowork_adapter.campaign.commands import process_exists
 from cowork_adapter.container import mcp
+from cowork_adapter.host.admission import GIB, parse_mem_available, timed_ping
 
 LABEL = "org.cowork-adapter.bench.admission-load"
 PG_IMAGE = "postgres:15"
@@ -409,14 +409,14 @@ def main() -> int:
     choice = choose_threshold(rows, args.fraction)
     camel = choose_threshold([LevelRow(d["reached"], max(s.upstream_ratio() for s in d["samples"])) for d in done], 1.0)
     print("summary: reached load per CPU -> worst adapter-path ratio / worst CAMEL first-connect ratio")
-    for d, row in zip(done, rows):
+    for d, row in zip(done, rows, strict=True):
         print(f"  {row.load_per_cpu:5.2f} -> {row.worst_ratio:.3f} / {max(s.upstream_ratio() for s in d['samples']):.2f}")
     print(f"rule (adapter path within {args.fraction:g} of its bound at every level up to it): "
           + (f"highest passing load {choice.limit:.2f} per CPU, rounded down {choice.rounded():g}"
              if choice.limit is not None else "no level passed")
           + (f"; first failing level {choice.first_failing:.2f}" if choice.first_failing is not None
              else "; no level failed (a lower bound)"))
-    print(f"CAMEL's first connect within its yaml timeout up to: "
+    print("CAMEL's first connect within its yaml timeout up to: "
           + (f"{camel.limit:.2f} per CPU" if camel.limit is not None else "no level")
           + (f" (fails at {camel.first_failing:.2f})" if camel.first_failing is not None else ""))
     print(f"load average at the end: {_loadavg()}")

@@ -54,8 +54,7 @@ TASKS = 496
 TARGET_RATIO = 0.25
 TARGET_PEAK_MIB = 256
 TS = "2026-01-01T00:00:00.000000+00:00"
-WORDS = ("quarterly revenue invoice customer sheet total region north south growth margin "
-         "forecast budget review draft summary table column row value Zürich café").split()
+WORDS = ["quarterly", "revenue", "invoice", "customer", "sheet", "total", "region", "north", "south", "growth", "margin", "forecast", "budget", "review", "draft", "summary", "table", "column", "row", "value", "Zürich", "café"]
 # Share of each log in a task's bytes (tools dominate: result previews run to 2,000 chars).
 SHARES = {"tools.jsonl": 0.55, "events.jsonl": 0.25, "progress.jsonl": 0.08,
           "chat.jsonl": 0.07, "supervisor.jsonl": 0.05}
@@ -311,7 +310,7 @@ def _print_budget(command: str, base: Path, repeat: int, wc_times: list[float], 
 def _size_mib(text: str) -> float:
     """'1G', '512M', '300' (MiB) -> MiB."""
     text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}.get(text[-1:], None)
+    scale = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}.get(text[-1:])
     number = float(text[:-1] if scale else text)
     if number <= 0:
         raise argparse.ArgumentTypeError("the size must be positive")
@@ -412,7 +411,7 @@ def main() -> int:
             audit_cpus.append(cpu)
             peak_kib, tree_kib = max(peak_kib, peak), max(tree_kib, tree)
         mib = facts["bytes"] / (1 << 20)
-        ratios = [w / a for w, a in zip(wc_times, audit_times)]
+        ratios = [w / a for w, a in zip(wc_times, audit_times, strict=True)]
         ratio = statistics.median(ratios)
         peak_mib = peak_kib / 1024
         print(f"{'':28s}   min   / median  /   max   ({args.repeat} alternating runs each, {mib:.0f} MiB)")
@@ -433,7 +432,7 @@ def main() -> int:
                   f"load average {min(loads):.1f}-{max(loads):.1f}):")
             print(f"{'  this tree wall / CPU (s)':28s}{_spread(this[0])}  /{_spread(this[1])}")
             print(f"{'  other tree wall / CPU (s)':28s}{_spread(other[0])}  /{_spread(other[1])}")
-            print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1])])}")
+            print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1], strict=True)])}")
         if args.stages > 0:
             medians = _print_stages(root, files, args.stages)
             _print_budget(command, base, args.repeat, wc_times, medians["all of audit.read"],

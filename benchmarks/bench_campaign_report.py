@@ -107,7 +107,7 @@ def main() -> int:
     finally:
         if server is not None:
             server.remove()
-    ratios = [c / o for c, o in zip(times["campaign"], times["one"])]
+    ratios = [c / o for c, o in zip(times["campaign"], times["one"], strict=True)]
     print(f"tasks={args.tasks} over 2 hosts (half each); {args.repeat} alternating runs; min / median / max")
     print(f"  report ONE-ROOT (no database)                 {spread(times['one'])}")
     print(f"  report --campaign-db ... HOST-A HOST-B        {spread(times['campaign'])}")

@@ -121,7 +121,7 @@ def main() -> int:
                 if code != 0:
                     print(f"{name} exited {code}: {err}", file=sys.stderr)
                     return 2
-        ratios = [e / a for e, a in zip(exports, audits)]
+        ratios = [e / a for e, a in zip(exports, audits, strict=True)]
         mib = facts["bytes"] / (1 << 20)
         print(f"{'':30s}   min   / median  /   max   ({args.repeat} alternating runs each, {mib:.0f} MiB of logs, "
               f"{TASKS} tasks)")

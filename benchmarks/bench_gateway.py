@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway.server import Gateway, mint_token, token_task
 from cowork_adapter.gateway.policy import Policy, shape
+from cowork_adapter.gateway.server import Gateway, mint_token, token_task
 
 BODY = {"model": "demo-stub-model", "messages": [{"role": "user", "content": "benchmark request " + "x" * 400}]}
 
@@ -155,7 +155,7 @@ def main() -> int:
         print(f"{kind:6s} direct  p50 {percentile(direct, 0.5):7.2f} ms  p99 {percentile(direct, 0.99):7.2f} ms")
         for name in names[1:]:
             through = times[(name, kind)]
-            added = [g - d for g, d in zip(through, direct)]
+            added = [g - d for g, d in zip(through, direct, strict=True)]
             print(f"{kind:6s} {name:7s} p50 {percentile(through, 0.5):7.2f} ms  p99 {percentile(through, 0.99):7.2f} ms"
                   f"  added p50 {percentile(added, 0.5):7.2f} ms  p99 {percentile(added, 0.99):7.2f} ms"
                   f"  ratio of medians {statistics.median(through) / statistics.median(direct):.2f}")

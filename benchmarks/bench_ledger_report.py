@@ -59,8 +59,8 @@ def spread(values: list[float]) -> str:
 
 def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
     """(recovery plan, child's first ledger build+write, child's second build) in seconds."""
-    from cowork_adapter.score.ledger import IndexContext
     from cowork_adapter.run.recovery import resolve_ancestry
+    from cowork_adapter.score.ledger import IndexContext
 
     tasks = synth.task_names(len(json.loads((ancestor / "run_manifest.json").read_text())["selection"]["task_ids"]))
     start = time.perf_counter()

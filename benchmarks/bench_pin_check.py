@@ -89,7 +89,7 @@ def main() -> int:
                     walls[name].append(wall)
                     if name == "A":
                         own.append(spent)
-    ratios = [a / b for a, b in zip(walls["A"], walls["B"])]
+    ratios = [a / b for a, b in zip(walls["A"], walls["B"], strict=True)]
     print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}; {args.repeat} pairs; bench {bench} at {commit[:12]}")
     print(f"A identity+clone+verify+hashes  s min/median/max  {spread(walls['A'])}")
     print(f"B identity+clone+hashes         s min/median/max  {spread(walls['B'])}")

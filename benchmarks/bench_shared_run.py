@@ -46,9 +46,9 @@ def launch(demo, db: str, campaign: str, name: str, tasks: list[str]) -> subproc
     storage.mkdir()
     args[args.index("--resource-root") + 1] = str(storage)
     args[args.index("--concurrency") + 1] = "1"
-    log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen(args, env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD},
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen(args, env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD},
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def one_round(demo, server: PgServer, hosts: int, tasks: list[str]) -> float:

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -84,9 +85,9 @@ from cowork_adapter.custody.docker_ops import list_labelled
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.env import DemoEnv, prepare, read_json
-from cowork_adapter.runroot.events import parse_ts
-from cowork_adapter.gateway.server import mint_token
 from cowork_adapter.gateway.policy import pinned_model
+from cowork_adapter.gateway.server import mint_token
+from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import StopPath
 
@@ -417,7 +418,7 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
 
 
 def summary(values: list[float]) -> str:
-    values = [v for v in values if v == v]  # NaN: a figure the path does not have
+    values = [v for v in values if not math.isnan(v)]  # NaN: a figure the path does not have
     return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}" if values else "(none)"
 
 

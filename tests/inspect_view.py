@@ -64,7 +64,7 @@ class Viewer:
         self.port, self.devtools = free_port(), free_port()
         self.procs: list[subprocess.Popen] = []
 
-    def __enter__(self) -> "Viewer":
+    def __enter__(self) -> Viewer:
         inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or "inspect"
         self.work.mkdir(parents=True, exist_ok=True)
         with open(self.work / "view.log", "wb") as out:

@@ -43,7 +43,7 @@ class PgServer:
             except psycopg2.OperationalError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"PostgreSQL {self.id} did not accept connections in {timeout} s:\n"
-                                       + self.container.logs(tail=20).decode(errors="replace"))
+                                       + self.container.logs(tail=20).decode(errors="replace")) from None
                 time.sleep(0.5)
 
     def restart(self) -> None:

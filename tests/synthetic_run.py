@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from cowork_adapter.container import protocol
-from cowork_adapter.schemas.manifest import (BenchIdentity, ImageIdentity, RunManifest, SeedIdentity, Selection,
-                                             SharedRun)
+from cowork_adapter.schemas.manifest import (
+    BenchIdentity,
+    ImageIdentity,
+    RunManifest,
+    SeedIdentity,
+    Selection,
+    SharedRun,
+)
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Spending
 
 SHORT_NAME = "ouroboros_test_model"
@@ -214,7 +220,7 @@ def synth_run(root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, 
     tasks = task_names(n)
     write_manifest(root, tasks)
     runner_rows = []
-    for i, task in enumerate(tasks):
+    for task in tasks:
         write_task_config(root, task, rng.sample(SERVERS, 3))
         roll = rng.random()
         if roll < 0.02:

@@ -17,20 +17,24 @@ import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.models import TyperInfo
 
 from . import __version__
-from .gateway.policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
-from .gateway.policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .defaults import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_CAMPAIGN_NAME,
+    DEFAULT_GATEWAY_MAX_TOKENS,
+    DEFAULT_GATEWAY_UNKNOWN_COST_USD,
+    DEFAULT_MAX_DAEMON_PING_SEC,
+    DEFAULT_MAX_LOAD_PER_CPU,
     DEFAULT_METER_URL,
+    DEFAULT_MIN_MEM_AVAILABLE_BYTES,
     DEFAULT_MODEL,
+    GIB,
     PINNED_BENCH_COMMIT,
     PROBE_CHOICES,
     REVIEW_ENFORCEMENTS,
@@ -43,11 +47,10 @@ from .defaults import (
     flag_value,
     refuse_key_on_command_line,
 )
-from .defaults import DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB
 from .errors import Refusal
 from .paths import PathKind, checked_path
-from .vocab import DemoScenario, ExitCode, StopPath
 from .runroot import layout
+from .vocab import DemoScenario, ExitCode, StopPath
 
 if TYPE_CHECKING:  # config.py (its checks, msgspec) is imported only by the commands that build a RunConfig
     from .config import RunConfig
@@ -124,7 +127,7 @@ P_HOSTS = "Hosts"  # one host of a campaign several hosts run together (config.H
 
 def _choices(name: str, values: Sequence[str]) -> type[Enum]:
     """A str Enum of `values`: how typer spells a fixed choice (its members are the values)."""
-    return Enum(name, {v: v for v in values}, type=str)
+    return cast("type[Enum]", Enum(name, {v: v for v in values}, type=str))  # the functional API: a class
 
 
 _TaskReviewMode = _choices("TaskReviewMode", TASK_REVIEW_MODES)
@@ -140,12 +143,12 @@ def _one_of(values: Sequence[str]) -> str:
 
 
 # Options `run`, `doctor` and `qualify` share word for word.
-BenchRootOpt = Annotated[Optional[Path], typer.Option(
+BenchRootOpt = Annotated[Path | None, typer.Option(
     envvar="COWORK_BENCH_ROOT", help="Cowork Bench checkout at --bench-commit. Required.", rich_help_panel=P_WHERE)]
 BenchCommitOpt = Annotated[str, typer.Option(help="Pinned benchmark commit.", rich_help_panel=P_WHERE)]
-DockerHostOpt = Annotated[Optional[str], typer.Option(
+DockerHostOpt = Annotated[str | None, typer.Option(
     envvar="DOCKER_HOST", help="Docker daemon to use, named explicitly; empty is refused.", rich_help_panel=P_WHERE)]
-TaskFileOpt = Annotated[Optional[Path], typer.Option(
+TaskFileOpt = Annotated[Path | None, typer.Option(
     help="Newline-separated task ids; blank lines and # comments skipped.", rich_help_panel=P_SELECT)]
 
 
@@ -157,13 +160,13 @@ def _run_flags(
     bench_root: BenchRootOpt = None,
     bench_commit: BenchCommitOpt = PINNED_BENCH_COMMIT,
     docker_host: DockerHostOpt = None,
-    resource_root: Annotated[Optional[Path], typer.Option(
+    resource_root: Annotated[Path | None, typer.Option(
         help="Heavy-storage filesystem for disk checks and TMPDIR. Default: the run root's parent.",
         rich_help_panel=P_WHERE)] = None,
-    task: Annotated[Optional[list[str]], typer.Option(
+    task: Annotated[list[str] | None, typer.Option(
         "--task", help="Task id to run (repeatable).", rich_help_panel=P_SELECT)] = None,
     task_file: TaskFileOpt = None,
-    resume_from: Annotated[Optional[list[Path]], typer.Option(
+    resume_from: Annotated[list[Path] | None, typer.Option(
         "--resume-from", help="Earlier run root to recover from (repeatable).", rich_help_panel=P_SELECT)] = None,
     concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
     max_steps: Annotated[int, typer.Option(help="Agent rounds per task (>= 1).", rich_help_panel=P_AGENT)] = 100,
@@ -183,15 +186,15 @@ def _run_flags(
     review_slots: Annotated[int, typer.Option(help="Identical review seats (>= 0).", rich_help_panel=P_AGENT)]
     = 3,
     # Choices show as a short metavar with the values in the help, so flag names fit 80 columns.
-    task_review_mode: Annotated[_TaskReviewMode, typer.Option(
+    task_review_mode: Annotated[_TaskReviewMode, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(TASK_REVIEW_MODES), rich_help_panel=P_AGENT)] = "required",
-    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(
+    review_enforcement: Annotated[_ReviewEnforcement, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(REVIEW_ENFORCEMENTS), rich_help_panel=P_AGENT)] = "blocking",
     review_max_cycles: Annotated[str, typer.Option(help="Review cycles (whole number).",
                                                    rich_help_panel=P_AGENT)] = "2",
-    safety_mode: Annotated[_SafetyMode, typer.Option(
+    safety_mode: Annotated[_SafetyMode, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(SAFETY_MODES), rich_help_panel=P_AGENT)] = "off",
-    runtime_mode: Annotated[_RuntimeMode, typer.Option(
+    runtime_mode: Annotated[_RuntimeMode, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="MODE", help=_one_of(RUNTIME_MODES), rich_help_panel=P_AGENT)] = "pro",
     max_workers: Annotated[int, typer.Option(help="Server worker processes (>= 1).", rich_help_panel=P_AGENT)]
     = 4,
@@ -204,12 +207,12 @@ def _run_flags(
     diagnostic_eval_on_truncation: Annotated[bool, typer.Option(
         "--diagnostic-eval-on-truncation", help="Audit-only residual checker rerun after a truncation.",
         rich_help_panel=P_MODE)] = False,  # in Mode, where its long name fits 80 columns
-    budget_usd: Annotated[Optional[float], typer.Option(
+    budget_usd: Annotated[float | None, typer.Option(
         help="Spending bound for this invocation (> 0). Required to create a campaign; else the campaign's.",
         rich_help_panel=P_MONEY, show_default=False)] = None,
-    campaign_file: Annotated[Optional[Path], typer.Option(
+    campaign_file: Annotated[Path | None, typer.Option(
         help="Shared campaign record; required for a paid run.", rich_help_panel=P_MONEY)] = None,
-    campaign_db: Annotated[Optional[str], typer.Option(
+    campaign_db: Annotated[str | None, typer.Option(
         help="The campaign in PostgreSQL instead of a file (several hosts): postgresql://HOST/DB, password in "
              "PGPASSWORD.", rich_help_panel=P_MONEY, show_default=False)] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.",
@@ -234,13 +237,13 @@ def _run_flags(
     new_campaign: Annotated[bool, typer.Option(
         "--new-campaign", help="Create --campaign-file if it does not exist (a new usage baseline).",
         rich_help_panel=P_MONEY)] = False,
-    campaign_budget_usd: Annotated[Optional[float], typer.Option(
+    campaign_budget_usd: Annotated[float | None, typer.Option(
         help="Campaign ceiling (> 0). Required to create a campaign; else the campaign's, never changed.",
         rich_help_panel=P_MONEY, show_default=False)] = None,
-    prior_spend_usd: Annotated[Optional[float], typer.Option(
+    prior_spend_usd: Annotated[float | None, typer.Option(
         help="Spending before the campaign baseline, only when creating it (>= 0). Default 0.0.",
         rich_help_panel=P_MONEY)] = None,
-    budget_reserve_usd: Annotated[Optional[float], typer.Option(
+    budget_reserve_usd: Annotated[float | None, typer.Option(
         help="Allowance for delayed/in-flight charges (>= 0, below the ceiling). Required to create a campaign; "
              "else the campaign's.", rich_help_panel=P_MONEY, show_default=False)] = None,
     meter_blindness_sec: Annotated[float, typer.Option(
@@ -292,15 +295,15 @@ def _run_flags(
     provider_standin_address: Annotated[str, typer.Option(
         hidden=True, help="Test beds only, with --key-in-agent: agent containers resolve openrouter.ai to this "
         "address (a stand-in serving it over TLS).")] = "",
-    provider_standin_bundle: Annotated[Optional[Path], typer.Option(
+    provider_standin_bundle: Annotated[Path | None, typer.Option(
         hidden=True, help="Test beds only, with --provider-standin-address: the CA bundle agent containers "
         "trust.")] = None,
     credential_setting: Annotated[str, typer.Option(help="Settings key the provider key is given as.",
                                                     rich_help_panel=P_PROVIDER)] = DEFAULT_API_KEY_ENV,
-    base_image: Annotated[Optional[str], typer.Option(
+    base_image: Annotated[str | None, typer.Option(
         help="Official benchmark image. Default: cowork-pack:<first 7 of --bench-commit>.",
         rich_help_panel=P_IMAGE)] = None,
-    image: Annotated[Optional[str], typer.Option(
+    image: Annotated[str | None, typer.Option(
         help="Derived image tag. Default: cowork-ouroboros: then the seed's commit [:12], the benchmark's "
              "[:7] and the entrypoint's digest [:8], joined by '-'.", rich_help_panel=P_IMAGE)]
     = None,
@@ -311,24 +314,24 @@ def _run_flags(
     allow_dirty_seed: Annotated[bool, typer.Option(
         "--allow-dirty-seed", help="Development diagnostics only: record an unclean seed instead of refusing.",
         rich_help_panel=P_MODE)] = False,
-    probe: Annotated[_Probe, typer.Option(
+    probe: Annotated[_Probe, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         metavar="KIND", help="Run a tool probe instead of tasks (no model calls). " + _one_of(PROBE_CHOICES),
         rich_help_panel=P_MODE)] = "none",
     accept_environment_blocked: Annotated[bool, typer.Option(
         "--accept-environment-blocked", help="Run even when a needed MCP server failed the inventory.",
         rich_help_panel=P_MODE)] = False,
-    cpus: Annotated[Optional[float], typer.Option(
+    cpus: Annotated[float | None, typer.Option(
         help="CPUs per container (> 0; at most the daemon's). Default: the smaller of 4 and the daemon's CPUs.",
         rich_help_panel=P_LIMITS, show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option(
+    memory: Annotated[str | None, typer.Option(
         help="Memory per container, Docker size syntax (at most the daemon's). Default: the smaller of 16g and "
              "the daemon's memory.", rich_help_panel=P_LIMITS, show_default=False)] = None,
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
-    task_validity: Annotated[Optional[Path], typer.Option(
+    task_validity: Annotated[Path | None, typer.Option(
         help=f"{layout.TASK_VALIDITY} from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
              "over all selected tasks).", rich_help_panel=P_SELECT)] = None,
-    stop_path: Annotated[_StopPath, typer.Option(
+    stop_path: Annotated[_StopPath, typer.Option(  # type: ignore[valid-type]  # a run-time Enum (typer)
         hidden=True, help="Benchmarks only: runner_trap stops the old way (the runner's own EXIT trap removes "
         "its containers one by one) so bench_stop_latency.py can measure it beside the default.")] = "fast",
 ) -> None:
@@ -418,7 +421,7 @@ def _doctor_command() -> Callable[..., None]:
     for name in ("repo_dir", "run_root"):
         param = signature.parameters[name]
         option = param.annotation.__metadata__[0]
-        optional[name] = param.replace(annotation=Annotated[Optional[Path], option], default=None)
+        optional[name] = param.replace(annotation=Annotated[Path | None, option], default=None)
     params = [optional.get(p.name, p) for p in signature.parameters.values()]
     # Parameters with defaults may not precede those without: the two made optional go last.
     params = [p for p in params if p.default is inspect.Parameter.empty] + [
@@ -453,19 +456,19 @@ def _qualify(
     bench_root: BenchRootOpt = None,
     bench_commit: BenchCommitOpt = PINNED_BENCH_COMMIT,
     docker_host: DockerHostOpt = None,
-    resource_root: Annotated[Optional[Path], typer.Option(
+    resource_root: Annotated[Path | None, typer.Option(
         help="Heavy-storage filesystem for disk checks and TMPDIR. Default: the root's parent.",
         rich_help_panel=P_WHERE)] = None,
-    task: Annotated[Optional[list[str]], typer.Option(
+    task: Annotated[list[str] | None, typer.Option(
         "--task", help="Task id to qualify (repeatable). Default: every task.", rich_help_panel=P_SELECT)] = None,
     task_file: TaskFileOpt = None,
     concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
     task_timeout: Annotated[int, typer.Option(help="Seconds per agent phase (> 0).", rich_help_panel=P_AGENT)]
     = 3600,
-    base_image: Annotated[Optional[str], typer.Option(
+    base_image: Annotated[str | None, typer.Option(
         help="Official benchmark image. Default: cowork-pack:<first 7 of --bench-commit>.",
         rich_help_panel=P_IMAGE)] = None,
-    image: Annotated[Optional[str], typer.Option(help="Derived image tag.", rich_help_panel=P_IMAGE)] = None,
+    image: Annotated[str | None, typer.Option(help="Derived image tag.", rich_help_panel=P_IMAGE)] = None,
     build_image: Annotated[bool, typer.Option("--build-image", help="Build the derived image if missing.",
                                               rich_help_panel=P_IMAGE)] = False,
     allow_dirty_seed: Annotated[bool, typer.Option(
@@ -474,9 +477,9 @@ def _qualify(
                                                 rich_help_panel=P_DISK)] = 200.0,
     min_root_free_gib: Annotated[float, typer.Option(help="Free-space reserve on / (>= 0).",
                                                      rich_help_panel=P_DISK)] = 40.0,
-    cpus: Annotated[Optional[float], typer.Option(help="CPUs per container. Default: as for run.",
+    cpus: Annotated[float | None, typer.Option(help="CPUs per container. Default: as for run.",
                                                   rich_help_panel=P_LIMITS, show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option(help="Memory per container. Default: as for run.",
+    memory: Annotated[str | None, typer.Option(help="Memory per container. Default: as for run.",
                                                   rich_help_panel=P_LIMITS, show_default=False)] = None,
     pids_limit: Annotated[int, typer.Option(help="Processes per container (>= 16).", rich_help_panel=P_LIMITS)]
     = 512,
@@ -515,7 +518,7 @@ app.command(
 )
 def demo(
     run_root: Annotated[Path, typer.Option(help="New directory for the demo's runs.")],
-    docker_host: Annotated[Optional[str], typer.Option(envvar="DOCKER_HOST", help="Docker daemon to use.")]
+    docker_host: Annotated[str | None, typer.Option(envvar="DOCKER_HOST", help="Docker daemon to use.")]
     = None,
     scenario: Annotated[DemoScenario, typer.Option(
         metavar="NAME", help="Which scenario to play. " + _one_of([s.value for s in DemoScenario]))]
@@ -534,9 +537,9 @@ def demo(
 )
 def audit(
     run_dir: Annotated[Path, typer.Option(help="Run root to audit.")],
-    output: Annotated[Optional[Path], typer.Option(help="Write the report here (refuses an existing file).")]
+    output: Annotated[Path | None, typer.Option(help="Write the report here (refuses an existing file).")]
     = None,
-    workers: Annotated[Optional[int], typer.Option(help="Processes scanning task dumps (default: CPU count).")]
+    workers: Annotated[int | None, typer.Option(help="Processes scanning task dumps (default: CPU count).")]
     = None,
 ) -> None:
     run_dir = checked_path(run_dir, PathKind.RUN_ROOT, "--run-dir")
@@ -557,13 +560,13 @@ def audit(
 )
 def report(
     run_roots: Annotated[list[Path], typer.Argument(help="Run roots to combine.")],
-    output_dir: Annotated[Optional[Path], typer.Option(
+    output_dir: Annotated[Path | None, typer.Option(
         help="Write report.md, report.json and report.html here (never over an existing file). "
         "Default: write nothing, print the report.")] = None,
     concurrency: Annotated[int, typer.Option(
         min=1, help="Concurrency assumed by the full-run time projection.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
-    campaign_db: Annotated[Optional[str], typer.Option(
+    campaign_db: Annotated[str | None, typer.Option(
         help="One result for the campaign in this PostgreSQL database (postgresql://HOST/DB, password in "
              "PGPASSWORD): its selection is the denominator, and the run roots must be all of its hosts' runs.",
         show_default=False)] = None,
@@ -608,7 +611,7 @@ def export(
     output_dir: Annotated[Path, typer.Option(help="Folder the .eval logs are written to (created if absent).")],
     log_format: Annotated[str, typer.Option("--format", help="The log format: inspect (Inspect AI's .eval).")]
     = "inspect",
-    workers: Annotated[Optional[int], typer.Option(help="Processes reading task dumps (default: CPU count).")]
+    workers: Annotated[int | None, typer.Option(help="Processes reading task dumps (default: CPU count).")]
     = None,
 ) -> None:
     roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
@@ -620,7 +623,7 @@ def export(
     raise SystemExit(run_export_command(roots, output_dir, log_format, workers))
 
 
-def _campaign_view_flags(campaign_db: Optional[str], campaign_name: str) -> Optional[tuple[str, str]]:
+def _campaign_view_flags(campaign_db: str | None, campaign_name: str) -> tuple[str, str] | None:
     """(URL, name) for a view over a campaign in PostgreSQL, or None without --campaign-db."""
     if campaign_db is None:
         if campaign_name != DEFAULT_CAMPAIGN_NAME:
@@ -645,10 +648,10 @@ def _campaign_view_flags(campaign_db: Optional[str], campaign_name: str) -> Opti
     + _more("docs/operating.md")
 )
 def status(
-    run_roots: Annotated[Optional[list[Path]], typer.Argument(
+    run_roots: Annotated[list[Path] | None, typer.Argument(
         help="Run root to inspect (with --campaign-db: any of the campaign's run roots).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
-    campaign_db: Annotated[Optional[str], typer.Option(
+    campaign_db: Annotated[str | None, typer.Option(
         help="Show the campaign in this PostgreSQL database over every host (password in PGPASSWORD).",
         show_default=False)] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
@@ -661,7 +664,7 @@ def status(
         raise SystemExit(campaign_status_command(campaign[0], campaign[1], roots, as_json))
     if len(run_roots or []) != 1:
         raise Refusal("flags", "status takes exactly one run root (several only with --campaign-db).")
-    run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")
+    run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")  # type: ignore[index]  # exactly one, checked above
     from .ops.control import status_command
 
     raise SystemExit(status_command(run_root, as_json))
@@ -697,11 +700,11 @@ def stop(
 def clear(
     run_root: Annotated[Path, typer.Argument(help="Run root of the dead run.")],
     operator_note: Annotated[str, typer.Option(help="What the operator checked, recorded verbatim.")],
-    campaign_file: Annotated[Optional[Path], typer.Option(
+    campaign_file: Annotated[Path | None, typer.Option(
         help="The campaign record. Default: the one the run recorded (skipped when it was never created).")] = None,
-    meter_url: Annotated[Optional[str], typer.Option(help="Base URL of the key meter. Default: the run's.")] = None,
-    docker_host: Annotated[Optional[str], typer.Option(help="Docker daemon of the run. Default: the run's.")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option(
+    meter_url: Annotated[str | None, typer.Option(help="Base URL of the key meter. Default: the run's.")] = None,
+    docker_host: Annotated[str | None, typer.Option(help="Docker daemon of the run. Default: the run's.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
         help="Environment variable holding the provider key (only to settle a campaign). Default: the run's.")]
     = None,
 ) -> None:
@@ -736,9 +739,9 @@ def version() -> None:
     "Example: cowork-adapter campaign show --campaign-file /data/campaign.json" + _more("docs/operating.md"),
 )
 def campaign_show(
-    campaign_file: Annotated[Optional[Path], typer.Option(help="The campaign record.")] = None,
+    campaign_file: Annotated[Path | None, typer.Option(help="The campaign record.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
-    campaign_db: Annotated[Optional[str], typer.Option(
+    campaign_db: Annotated[str | None, typer.Option(
         help="The campaign in PostgreSQL instead (postgresql://HOST/DB, password in PGPASSWORD).")] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
@@ -748,8 +751,8 @@ def campaign_show(
     raise SystemExit(show_command(path, as_json, store=store))
 
 
-def _campaign_store_flags(campaign_file: Optional[Path], campaign_db: Optional[str],
-                          campaign_name: str) -> tuple[Optional[Path], Any]:
+def _campaign_store_flags(campaign_file: Path | None, campaign_db: str | None,
+                          campaign_name: str) -> tuple[Path | None, Any]:
     """Exactly one of --campaign-file and --campaign-db: (checked path, None) or (None, PostgreSQL store)."""
     if (campaign_file is None) == (campaign_db is None):
         raise Refusal("flags", "name the campaign with --campaign-file or --campaign-db (exactly one).")
@@ -760,7 +763,7 @@ def _campaign_store_flags(campaign_file: Optional[Path], campaign_db: Optional[s
     url, name = _campaign_view_flags(campaign_db, campaign_name) or (campaign_db, campaign_name)
     from .campaign.pg_store import PostgresCampaignStore
 
-    return None, PostgresCampaignStore(url, name)
+    return None, PostgresCampaignStore(url, name)  # type: ignore[arg-type]  # a URL when --campaign-db
 
 
 @campaign_app.command(
@@ -776,10 +779,10 @@ def campaign_reconcile(
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the provider key.")]
     = DEFAULT_API_KEY_ENV,
     meter_url: Annotated[str, typer.Option(help="Base URL of the key meter.")] = DEFAULT_METER_URL,
-    docker_host: Annotated[Optional[str], typer.Option(envvar="DOCKER_HOST", help="Docker daemon to check.")]
+    docker_host: Annotated[str | None, typer.Option(envvar="DOCKER_HOST", help="Docker daemon to check.")]
     = None,
-    campaign_file: Annotated[Optional[Path], typer.Option(help="The campaign record.")] = None,
-    campaign_db: Annotated[Optional[str], typer.Option(
+    campaign_file: Annotated[Path | None, typer.Option(help="The campaign record.")] = None,
+    campaign_db: Annotated[str | None, typer.Option(
         help="The campaign in PostgreSQL instead (postgresql://HOST/DB, password in PGPASSWORD).")] = None,
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
 ) -> None:
@@ -797,13 +800,13 @@ def campaign_reconcile(
     path, store = _campaign_store_flags(campaign_file, campaign_db, campaign_name)
     raise SystemExit(
         reconcile_command(
-            campaign_file=path,
+            campaign_file=path,  # type: ignore[arg-type]  # a file when no store
             store=store,
             run_root=checked_path(run_root, PathKind.RUN_ROOT_IF_EXISTS, "--run-root"),
             operator_note=operator_note.strip(),
             api_key_env=api_key_env,
             meter_url=meter_url,
-            docker_host=docker_host.strip(),
+            docker_host=docker_host.strip(),  # type: ignore[union-attr]  # checked above
         )
     )
 
@@ -827,7 +830,7 @@ def campaign_release(
                                           show_default=False)],
     operator_note: Annotated[str, typer.Option(help="What the operator checked, recorded verbatim.")],
     campaign_name: Annotated[str, typer.Option(help="The campaign's name in --campaign-db.")] = DEFAULT_CAMPAIGN_NAME,
-    docker_host: Annotated[Optional[str], typer.Option(
+    docker_host: Annotated[str | None, typer.Option(
         help="The Docker daemon the run used (never taken from DOCKER_HOST: that is this machine's).",
         show_default=False)] = None,
     confirm_fenced: Annotated[bool, typer.Option(
@@ -840,7 +843,7 @@ def campaign_release(
         raise Refusal("flags", "--host-run is empty; name the run id `status --campaign-db` lists.")
     if docker_host is not None and not docker_host.strip():
         raise Refusal("docker_host", "--docker-host is empty; name the run's Docker daemon or omit it.")
-    url, name = _campaign_view_flags(campaign_db, campaign_name)
+    url, name = _campaign_view_flags(campaign_db, campaign_name)  # type: ignore[misc]  # flags checked above
     from .campaign.release import release_command
 
     raise SystemExit(release_command(url, name, host_run.strip(), operator_note.strip(),
@@ -853,8 +856,8 @@ def campaign_release(
 
 _ARGV: list[str] = [PROG]
 # Typer >= 0.20 carries its own copy of click whose errors derive from TyperException; older
-# releases raise click's own. Either way this is the base of every usage error.
-_CLI_ERROR: type[Exception] = getattr(typer, "TyperException", None) or importlib.import_module(
+# releases raise click's own. Either way this is the base of every usage error, and has format_message.
+_CLI_ERROR: type[typer.TyperException] = getattr(typer, "TyperException", None) or importlib.import_module(
     "click"
 ).ClickException
 
@@ -899,7 +902,7 @@ def _app_for(args: Sequence[str]) -> typer.Typer:
     """
     first = args[0] if args else ""
     commands = [info for info in app.registered_commands
-                if (info.name or typer.main.get_command_name(info.callback.__name__)) == first]
+                if (info.name or typer.main.get_command_name(info.callback.__name__)) == first]  # type: ignore[union-attr]  # a command has a callback
     groups = [info for info in app.registered_groups if info.name == first]
     if not commands and not groups:
         return app

@@ -30,22 +30,45 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from .campaign.db_url import PASSWORD_SENTENCE, password_part
-from .errors import Refusal
-from .gateway.policy import DEFAULT_MAX_TOKENS as DEFAULT_GATEWAY_MAX_TOKENS
-from .gateway.policy import DEFAULT_UNKNOWN_COST_USD as DEFAULT_GATEWAY_UNKNOWN_COST_USD
 from .benchmark.selection import explicit_selection
-from .schemas.validity import read_validity
-from .vocab import REFERENCE_ENGINES, EngineKind, ProbeKind
+from .campaign.db_url import PASSWORD_SENTENCE, password_part
 from .defaults import (  # noqa: F401  (re-exported: config is where readers look for them)
-    DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB, AdmissionLimits,
-    PINNED_BENCH_COMMIT, DEFAULT_MODEL, DEFAULT_API_KEY_ENV, DEFAULT_METER_URL, DEFAULT_CAMPAIGN_NAME, AGENT_CONTAINER_SLEEP_SEC,
-    TASK_TIMEOUT_WARN_SEC, DOCKER_MIN_MEMORY_BYTES, DEFAULT_CPUS, DEFAULT_MEMORY_BYTES,
-    MIN_KEY_LEN_FOR_SUBSTRING, SAFETY_MODES, TASK_REVIEW_MODES, REVIEW_ENFORCEMENTS, RUNTIME_MODES,
-    PROBE_CHOICES, ENV_NAME, COMMIT_SHA, UPSTREAM_ENTRY, WORD, InvalidFlag, flag_name,
-    check_env_name, check_http_url, refuse_key_on_command_line,
+    AGENT_CONTAINER_SLEEP_SEC,
+    COMMIT_SHA,
+    DEFAULT_API_KEY_ENV,
+    DEFAULT_CAMPAIGN_NAME,
+    DEFAULT_CPUS,
+    DEFAULT_GATEWAY_MAX_TOKENS,
+    DEFAULT_GATEWAY_UNKNOWN_COST_USD,
+    DEFAULT_MAX_DAEMON_PING_SEC,
+    DEFAULT_MAX_LOAD_PER_CPU,
+    DEFAULT_MEMORY_BYTES,
+    DEFAULT_METER_URL,
+    DEFAULT_MIN_MEM_AVAILABLE_BYTES,
+    DEFAULT_MODEL,
+    DOCKER_MIN_MEMORY_BYTES,
+    ENV_NAME,
+    GIB,
+    MIN_KEY_LEN_FOR_SUBSTRING,
+    PINNED_BENCH_COMMIT,
+    PROBE_CHOICES,
+    REVIEW_ENFORCEMENTS,
+    RUNTIME_MODES,
+    SAFETY_MODES,
+    TASK_REVIEW_MODES,
+    TASK_TIMEOUT_WARN_SEC,
+    UPSTREAM_ENTRY,
+    WORD,
+    AdmissionLimits,
+    InvalidFlag,
+    check_env_name,
+    check_http_url,
+    flag_name,
+    refuse_key_on_command_line,
 )
-
+from .errors import Refusal
+from .schemas.validity import read_validity
+from .vocab import REFERENCE_ENGINES, EngineKind, KeyRoute, ProbeKind
 
 # Numeric rules, one table: field -> (operator, bound). Floats must also be finite.
 _NUMERIC_RULES: dict[str, tuple[str, float]] = {
@@ -282,6 +305,42 @@ GROUPS: dict[str, type[msgspec.Struct]] = {"selection": Selection, "agent": Agen
                                            "disk": Disk, "provider": Provider, "image": Image, "limits": Limits}
 
 
+# The RunConfig fields that applied_config() leaves out, each with why: where the run is, what it may
+# spend, which tasks it runs, how it is operated. Every other field changes the agent's world or its
+# money and is compared across resumed and merged runs (runroot/identity.py); tests/unit/test_identity.py
+# walks every field and fails on one that is in neither, so a new flag must be placed here or compared.
+IDENTITY_EXEMPT: dict[str, str] = {
+    "repo_dir": "where the seed is; its head is compared (manifest.seed.head)",
+    "bench_root": "where the benchmark is; its commit and the clone's pin check are compared",
+    "docker_host": "where containers run; the limits they get are compared",
+    "resource_root": "where run roots go",
+    "run_root": "where this run writes",
+    "selection.tasks": "which tasks: the ledger compares tasks, not configurations",
+    "selection.task_file": "which tasks",
+    "selection.task_ids": "which tasks",
+    "selection.resume_from": "the ancestry itself",
+    "selection.concurrency": "how many tasks at once; each task's container limits are compared",
+    "selection.task_validity": "which tasks the report also scores over",
+    "money": "how much may be spent, and where it is counted; the per-task limit is compared",
+    "hosts": "how several hosts share a campaign",
+    "disk": "free-space reserves on the host",
+    "provider.api_key_env": "which variable holds the key (never the key)",
+    "provider.llm_gateway_host": "where the gateway listens; the route is compared (key_route)",
+    "provider.llm_gateway": "compared as key_route",
+    "provider.key_in_agent": "compared as key_route",
+    "provider.provider_upstream_url": "a test bed's stand-in: compared as provider_standin",
+    "provider.provider_standin_address": "a test bed's stand-in: compared as provider_standin",
+    "provider.provider_standin_bundle": "a test bed's stand-in: compared as provider_standin",
+    "image": "the image's immutable ID is compared (manifest.image.id)",
+    "dry_run": "a dry run hands no task to the runner",
+    "allow_dirty_seed": "a dirty seed's run is never reportable (manifest.seed.reportable)",
+    "probe": "a probe hands no task to the runner",
+    "accept_environment_blocked": "which tasks run; blocked tasks stay in every denominator",
+    "inventory_from": "qualify's reuse of an inventory taken on the same image",
+    "stop_path": "how a stop removes containers",
+}
+
+
 class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Every `run` flag, validated and frozen, in the CLI's groups. Paths are absolute; floats finite.
 
@@ -410,6 +469,15 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
                 and not provider.openai_compatible_base_url)
 
     @property
+    def key_route(self) -> KeyRoute:
+        """Where the key is and how the agent's model calls reach the provider (vocab.KeyRoute)."""
+        if self.spends_nothing:
+            return KeyRoute.NONE
+        if self.provider.llm_gateway:
+            return KeyRoute.GATEWAY_OPENAI
+        return KeyRoute.GATEWAY_OPENROUTER if self.provider_tls else KeyRoute.KEY_IN_AGENT
+
+    @property
     def served_by_gateway(self) -> bool:
         """Whether a paid run's model calls go through the run's gateway (either face)."""
         return self.provider.llm_gateway or self.provider_tls
@@ -480,9 +548,15 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             "pids_limit": limits.pids_limit,
             "or_provider": provider.or_provider,
             "openai_compatible_base_url": provider.openai_compatible_base_url,
-            # Only when on: a run without it compares equal to its ancestors from before the flag existed.
-            **({"llm_gateway": True, "llm_gateway_max_tokens": provider.llm_gateway_max_tokens}
-               if provider.llm_gateway else {}),
+            "credential_setting": provider.credential_setting,
+            # Where the key is and how model calls reach the provider, and what answers them: a stand-in
+            # provider (the hidden test-bed flags) is another world than the provider, whatever its port.
+            "key_route": self.key_route.value,
+            "provider_standin": bool(provider.provider_upstream_url or provider.provider_standin_address),
+            # The gateway's caps shape every request and price every answer without a cost figure.
+            **({"llm_gateway_max_tokens": provider.llm_gateway_max_tokens,
+                "llm_gateway_unknown_cost_usd": provider.llm_gateway_unknown_cost_usd}
+               if self.served_by_gateway else {}),
         }
 
     def warnings(self) -> list[str]:
@@ -844,8 +918,8 @@ def _converted(name: str, value: Any, kind: Any) -> Any:
             message = str(exc).split(" - at ")[0]
             expected = re.match(r"Expected `(\w+)[^`]*`, got `(\w+)`", message)  # `str | null`: the first type
             words = _EXPECTED.get(expected.group(1)) if expected else None
-            if words:
-                problem = f"input should be {words}{_WHY.get(expected.groups(), '')}"
+            if words and expected:
+                problem = f"input should be {words}{_WHY.get((expected.group(1), expected.group(2)), '')}"
             else:
                 problem = message[:1].lower() + message[1:]
         raise InvalidFlag(f"{flag_name(name)}: {problem}.") from None

@@ -121,3 +121,12 @@ def refuse_key_on_command_line(argv: Sequence[str], environ: Mapping[str, str], 
         for element in argv:
             if element == key or (len(key) >= MIN_KEY_LEN_FOR_SUBSTRING and key in element):
                 raise Refusal("credential", "the provider key must not appear on the command line.")
+
+
+# The model gateway's caps (gateway/policy.py applies them; the flags --llm-gateway-max-tokens and
+# --llm-gateway-unknown-cost-usd change them). Output tokens one request may ask for (clamped to it):
+DEFAULT_GATEWAY_MAX_TOKENS = 32768
+# What a forwarded request whose answer carries no `usage.cost` is counted at (docs/security.md, the model
+# gateway): DEFAULT_GATEWAY_MAX_TOKENS output tokens at $75 per million ($2.46) plus 160k prompt tokens at
+# $15 per million ($2.40), the list prices of the dearest mainstream models (Claude Opus class), rounded up.
+DEFAULT_GATEWAY_UNKNOWN_COST_USD = 5.0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from .errors import Refusal
@@ -32,7 +32,7 @@ PSEUDO_ALLOWED = ("/dev/shm",)  # a real tmpfs under /dev
 MAX_LISTED = 20
 
 
-class PathKind(str, Enum):
+class PathKind(StrEnum):
     """What a command does with a path; decides which existing objects it accepts."""
 
     FILE = "file"  # an existing regular file that is read

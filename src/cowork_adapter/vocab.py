@@ -24,3 +24,14 @@ class GatewayRoute(Vocab):
     # The default: the gateway serves the provider's own host over TLS (gateway/tls.py); the engine
     # keeps the seed's OpenRouter route unchanged.
     PROVIDER_TLS = "provider_tls"
+
+
+class KeyRoute(Vocab):
+    """Where the provider key is and how the agent's model calls reach the provider (docs/security.md,
+    the key's path). Recorded in the applied config: runs on different routes are never merged or resumed
+    into one another (the key within the agent's reach is another world than the key on the host)."""
+
+    GATEWAY_OPENROUTER = "gateway_openrouter"  # the default: the run's gateway serves openrouter.ai over TLS
+    GATEWAY_OPENAI = "gateway_openai"  # --llm-gateway: the gateway's OpenAI-compatible face
+    KEY_IN_AGENT = "key_in_agent"  # --key-in-agent, or an OpenAI-compatible endpoint without --llm-gateway
+    NONE = "none"  # a reference engine (oracle, nop): no model call, no key

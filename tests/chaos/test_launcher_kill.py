@@ -63,9 +63,9 @@ def demo(docker_host, tmp_path_factory):
 def launch(env, name: str, tasks: list[str]) -> subprocess.Popen:
     """The launcher in a session of its own, so a kill of its process group spares pytest."""
     args = env.run_args(name, tasks, campaign=f"campaign-{name}.json", extra=["--task-timeout", "90"])
-    log = open(env.root / f"{name}.log", "ab")
-    return subprocess.Popen(args, env={**os.environ, env.key_env: env.key}, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(env.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen(args, env={**os.environ, env.key_env: env.key}, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def runner_started(run_root: Path) -> bool:

@@ -27,9 +27,11 @@ import pytest
 
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
+from cowork_adapter.demo.env import (
+    files_containing,
+    read_rows,  # noqa: F401  one reader of a ledger by task, the demo's (tests import it from here too)
+)
 from cowork_adapter.demo.meter_standin import MeterStandin
-from cowork_adapter.demo.env import read_rows  # one reader of a ledger by task, the demo's (tests import it from here too)
-from cowork_adapter.demo.env import files_containing
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "testbed" / "realbench.sh"
@@ -111,7 +113,7 @@ class RealRun:
     chat: ChatStandin | None = None
     base_url: str = ""
 
-    def start(self) -> "RealRun":
+    def start(self) -> RealRun:
         (self.root / "runs").mkdir(parents=True)
         (self.root / "storage").mkdir()
         self.meter = MeterStandin(self.key, usage=5.0).start()
@@ -156,8 +158,8 @@ class RealRun:
 
     def launch(self, args: list[str], log_name: str) -> subprocess.Popen:
         env = {**os.environ, **self.bed.git_env, KEY_ENV: self.key}
-        log = open(self.root / f"{log_name}.log", "ab")
-        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with open(self.root / f"{log_name}.log", "ab") as log:  # the child has its own copy of the descriptor
+            return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def log_tail(self, log_name: str, chars: int = 4000) -> str:
         path = self.root / f"{log_name}.log"

@@ -19,9 +19,9 @@ import docker
 import pytest
 
 from cowork_adapter.demo.bench_repo import materialize_bench
+from cowork_adapter.demo.env import read_json
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
-from cowork_adapter.demo.env import read_json
 from cowork_adapter.image.derived import LABEL_BASE_ID
 
 

@@ -20,11 +20,11 @@ from pg_server import PASSWORD, PgServer, server  # noqa: F401 (a module fixture
 
 from cowork_adapter.campaign.pg_store import PostgresCampaignStore, read_campaign_db
 from cowork_adapter.campaign.store import open_campaign
-from cowork_adapter.ops.control import _campaign_active, read_run
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.env import agent_started, prepare, read_json, wait_for
 from cowork_adapter.errors import Refusal
+from cowork_adapter.ops.control import _campaign_active, read_run
 from cowork_adapter.schemas.campaign import key_fingerprint
 from cowork_adapter.vocab import ExitCode, StopReason
 
@@ -55,8 +55,8 @@ def launch(demo, server: PgServer | None, name: str, db_url: str, tasks: list[st
         args[args.index(flag) + 1] = value
     assert PASSWORD not in " ".join(args)
     env = {**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}
-    log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen([*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen([*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def files_containing(root: Path, needle: bytes) -> list[str]:

@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import subprocess
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -122,8 +123,8 @@ def launch(demo, name: str, campaign: Path, fill_at: str | None) -> subprocess.P
     if fill_at:
         args[1:3] = ["-c", HOOK]
         env.update(COWORK_TEST_FILL_AT=fill_at, COWORK_TEST_FILL_DIR=str(campaign.parent))
-    log = open(demo.root / f"{name}.log", "ab")
-    return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def launched_to_persistence_failure(demo, name: str, campaign: Path, fill_at: str) -> dict:
@@ -207,7 +208,7 @@ def test_full_disk_at_registration_or_pgid_stops_with_exit_3(demo, campaign_disk
 def test_full_disk_at_a_meter_reading_stops_with_exit_3(demo, campaign_disk, existing):
     """Issue 21 item 2: a reading that cannot be saved (at a poll, or when an existing campaign is
     opened) ends as campaign_persistence_failed, never as a crash or a supervisor error."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 
@@ -215,7 +216,7 @@ def test_full_disk_at_a_meter_reading_stops_with_exit_3(demo, campaign_disk, exi
     campaign = campaign_disk / "campaign.json"
     run_root = demo.run_root(name)
     if existing:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         usage = float(demo.meter.state()["usage"])
         campaign.write_text(CampaignRecord(
             fingerprint=key_fingerprint(demo.key), ceiling_usd=50.0, usage_baseline=usage, prior_spend_usd=0.0,

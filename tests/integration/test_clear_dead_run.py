@@ -25,9 +25,9 @@ from pathlib import Path
 import docker
 import pytest
 
+from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.docker_ops import label_is_empty, list_labelled
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
-from cowork_adapter.container.procs import group_alive
 from cowork_adapter.demo.env import (
     BYSTANDER_IMAGE,
     agent_started,

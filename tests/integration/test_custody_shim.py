@@ -29,17 +29,17 @@ IMAGE = "cowork-testbed/base:bookworm"
 LIMITS = ContainerLimits(cpus=0.5, memory_bytes=128 * 1024 * 1024, pids_limit=64)
 FAKE_KEY = "sk-fake-0000-not-a-real-key"
 
-RUNNER = """\
+RUNNER = f"""\
 set -uo pipefail
 export PATH="/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
 DOCKER=$(which docker)
 ID="$1"
 echo "docker=$DOCKER"
 "$DOCKER" network create "net-$ID" >/dev/null || exit 11
-"$DOCKER" run -d --name "agent-$ID" --network "net-$ID" {image} sleep 60 >/dev/null || exit 12
-"$DOCKER" run -d --name="eval-$ID" --network "net-$ID" {image} sleep 60 >/dev/null || exit 13
+"$DOCKER" run -d --name "agent-$ID" --network "net-$ID" {IMAGE} sleep 60 >/dev/null || exit 12
+"$DOCKER" run -d --name="eval-$ID" --network "net-$ID" {IMAGE} sleep 60 >/dev/null || exit 13
 echo "state=$("$DOCKER" exec "eval-$ID" sh -c 'echo $COWORK_AGENT_CONTAINER_STATE' --phase eval)"
-""".format(image=IMAGE)
+"""
 
 AGENT_GONE = """\
 set -uo pipefail
@@ -49,15 +49,15 @@ DOCKER=$(which docker)
 echo "state_after=$("$DOCKER" exec "eval-$1" sh -c 'echo $COWORK_AGENT_CONTAINER_STATE' --phase eval)"
 """
 
-AFTER_STOP = """\
+AFTER_STOP = f"""\
 set -uo pipefail
 export PATH="/usr/local/bin:/usr/bin:/bin:$PATH"
 DOCKER=$(which docker)
-"$DOCKER" run -d --name "agent-$1-late" {image} sleep 60 >/dev/null
+"$DOCKER" run -d --name "agent-$1-late" {IMAGE} sleep 60 >/dev/null
 echo "create_rc=$?"
 "$DOCKER" ps -a --filter "name=eval-$1" --format '{{{{.Names}}}}'
 echo "ps_rc=$?"
-""".format(image=IMAGE)
+"""
 
 
 @pytest.fixture
@@ -187,11 +187,11 @@ esac
 exec {real} "$@"
 """
 
-ONE_CREATION = """\
+ONE_CREATION = f"""\
 set -uo pipefail
 DOCKER=$(which docker)
-"$DOCKER" run -d --name "agent-$1" {image} sleep 60 >/dev/null
-""".format(image=IMAGE)
+"$DOCKER" run -d --name "agent-$1" {IMAGE} sleep 60 >/dev/null
+"""
 
 
 def _slow_custody(tmp_path: Path, docker_host: str, hold_sec: float):

@@ -36,8 +36,8 @@ import pytest
 from cowork_adapter.custody.daemon_watch import RETURN_WAIT_SEC
 from cowork_adapter.custody.docker_ops import label_is_empty, list_labelled
 from cowork_adapter.custody.labels import run_label
-from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.env import BYSTANDER_IMAGE, agent_started, prepare, read_json, wait_for
+from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.schemas.audit import launcher_audit_path
 from cowork_adapter.vocab import ExitCode, StopReason
@@ -63,14 +63,14 @@ class PrivateDaemon:
         (self.root / "data").mkdir(exist_ok=True)
         (self.root / "exec").mkdir(exist_ok=True)
         self.starts += 1
-        log = open(self.root / f"dockerd-{self.starts}.log", "ab")
-        subprocess.Popen(
-            # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroups dockerd needs.
-            ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-             "-H", self.host, "--pidfile", str(self.pidfile), "--iptables=false",
-             "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        with open(self.root / f"dockerd-{self.starts}.log", "ab") as log:  # the child has its own copy of the descriptor
+            subprocess.Popen(
+                # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroups dockerd needs.
+                ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                 "-H", self.host, "--pidfile", str(self.pidfile), "--iptables=false",
+                 "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
         if not wait_for(self.answers, 60, 0.5):
             raise RuntimeError(f"the private dockerd did not answer; see {self.root}")
         return self.pid()

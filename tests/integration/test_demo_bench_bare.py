@@ -80,7 +80,7 @@ def test_bare_run_gives_every_designed_outcome(docker_host, tmp_path):
     except subprocess.TimeoutExpired:
         runner.kill()
         output, _ = runner.communicate()
-        raise AssertionError(f"runner did not finish in {RUN_TIMEOUT_S}s:\n{output}")
+        raise AssertionError(f"runner did not finish in {RUN_TIMEOUT_S}s:\n{output}") from None
     assert runner.returncode == 0, output
 
     (log_dir,) = (root / "benchmark_logs").glob("fully_parallel_*")

@@ -14,12 +14,13 @@ import shutil
 import sys
 import time
 from datetime import datetime
+from itertools import pairwise
 
 import pytest
+from tmux_server import Tmux
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
-from tmux_server import Tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 FIRST_LINE_SEC = 10.0
@@ -59,7 +60,7 @@ def test_the_demo_says_what_runs_within_10_s_and_never_goes_silent(docker_host, 
     assert any("scenario 1/1 pass" in line for line in lines), lines
     assert any("scenario pass done" in line for line in lines), lines
     stamps = [datetime.strptime(LINE.match(line).group(1), "%H:%M:%S") for line in lines]
-    gaps = [(b - a).total_seconds() % 86400 for a, b in zip(stamps, stamps[1:])]
+    gaps = [(b - a).total_seconds() % 86400 for a, b in pairwise(stamps)]
     assert max(gaps) <= MAX_GAP_SEC, (max(gaps), lines)
     assert "demo verdict: PASS" in text, text
     assert label_is_empty(docker_host, run_label(root / "runs" / "pass"))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import docker
 import pytest
 
-from cowork_adapter.ops import doctor
 from cowork_adapter.config import RunConfig
 from cowork_adapter.demo.env import prepare
+from cowork_adapter.ops import doctor
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ import pytest
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.env import BYSTANDER_IMAGE
-from cowork_adapter.gateway.server import Gateway, mint_token
 from cowork_adapter.gateway.peers import RunPeers
 from cowork_adapter.gateway.policy import Policy
 from cowork_adapter.gateway.run import bridge_address
+from cowork_adapter.gateway.server import Gateway, mint_token
 from cowork_adapter.schemas.gateway import read_requests
 
 pytestmark = pytest.mark.docker

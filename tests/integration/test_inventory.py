@@ -29,11 +29,11 @@ from cowork_adapter.demo.seed_repo import make_stub_seed
 from cowork_adapter.errors import Refusal
 from cowork_adapter.image.derived import ImageRequest, build_derived_image, label_mismatch
 from cowork_adapter.image.repairs import LABEL_REPAIRS, VENDORED_MCP_PIN
-from cowork_adapter.score.ledger import build_index, write_index
-from cowork_adapter.runroot.manifest import read_manifest, write_manifest
-from cowork_adapter.run.probes import enforce_inventory, inventory_for_run
 from cowork_adapter.report.build import build_report
 from cowork_adapter.report.merge import load_runs
+from cowork_adapter.run.probes import enforce_inventory, inventory_for_run
+from cowork_adapter.runroot.manifest import read_manifest, write_manifest
+from cowork_adapter.score.ledger import build_index, write_index
 
 TASKS = ["demo-broken-sdk", "demo-csv-totals"]
 RUN_TIMEOUT_S = 900

@@ -25,7 +25,12 @@ from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ 
 
 from cowork_adapter.campaign.claims import prove_fenced
 from cowork_adapter.campaign.pg_store import (
-    SCHEMA_VERSION, ClaimLost, PostgresCampaignStore, TaskClaims, migrate, read_campaign_db,
+    SCHEMA_VERSION,
+    ClaimLost,
+    PostgresCampaignStore,
+    TaskClaims,
+    migrate,
+    read_campaign_db,
 )
 from cowork_adapter.campaign.store import open_campaign
 from cowork_adapter.errors import CampaignPersistenceError, Refusal

@@ -12,18 +12,17 @@ import json
 import os
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
 import pytest
+from docker_watch import CreationWatcher
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.env import prepare, read_json
 from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
-
-from docker_watch import CreationWatcher
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +134,7 @@ def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daem
 
 def test_an_unsettled_campaign_is_refused_in_preflight_before_any_container(env):
     campaign = env.root / "campaign-unsettled.json"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     dead = ActiveRun(run_root=str(env.root / "runs" / "dead"), run_label="d" * 64, launcher_pid=2 ** 22 - 7,
                      started_at=now, host="gone", usage_at_start=5.0)
     campaign.write_text(CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
@@ -176,8 +175,8 @@ def test_a_new_campaign_is_never_implied_and_is_refused_in_preflight(env, flag, 
 def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env, monkeypatch, capsys):
     """The old default --cpus crashed at the inventory's first container (docker APIError) and left no
     ledger. Whatever crashes after admission, the ledger answers for every selected task."""
-    from cowork_adapter.run import launch as launcher
     from cowork_adapter.config import RunConfig
+    from cowork_adapter.run import launch as launcher
     from cowork_adapter.schemas.manifest import ImageIdentity
 
     tasks = ("demo-csv-totals", "demo-crm-postgres")
@@ -241,7 +240,7 @@ def test_a_locked_campaign_is_refused_in_preflight_before_any_container(env):
 
 def test_a_truncated_campaign_file_is_refused_in_preflight_before_any_container(env):
     campaign = env.root / "campaign-truncated.json"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     whole = CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
                            prior_spend_usd=0.0, last_usage=5.0, last_usage_observed_at=now, created_at=now).to_json()
     campaign.write_text(whole[: len(whole) // 2])  # cut mid-record, as by a full disk under a non-atomic copy

@@ -22,6 +22,7 @@ import signal
 
 import docker
 import pytest
+from test_llm_gateway import SCAN, _in_container, _running, _task_ident
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
@@ -29,8 +30,6 @@ from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.demo.env import key_leaks, prepare, read_json, wait_for
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
-
-from test_llm_gateway import SCAN, _in_container, _running, _task_ident
 
 pytestmark = pytest.mark.docker
 

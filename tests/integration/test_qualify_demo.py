@@ -20,13 +20,13 @@ from pathlib import Path
 import docker
 import pytest
 
+from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.bench_repo import materialize_bench
-from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.env import DemoEnv
+from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.scenarios_inventory import remove_image, unrepaired_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
-from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.schemas.audit import launcher_audit_path
 
 DESIGNED = {

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import docker
 import pytest
+from realbench_env import host_address_for_containers, real_testbed
 
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.env import prepare, read_rows
 from cowork_adapter.schemas.audit import LAUNCHER_AUDIT_NAME
-
-from realbench_env import host_address_for_containers, real_testbed
 
 SEED_ENV = "COWORK_REAL_OUROBOROS_SEED"
 TASK = "demo-csv-totals"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import time
 
+from test_real_ouroboros import TASK, evidence, real_seed, real_server_args  # noqa: F401 - real_seed is a fixture
+
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.env import key_leaks, prepare, read_json, read_rows
 from cowork_adapter.schemas.gateway import read_requests
-
-from test_real_ouroboros import TASK, evidence, real_seed, real_server_args  # noqa: F401 - real_seed is a fixture
 
 COST = 0.002
 

@@ -14,21 +14,20 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import time
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
+from cowork_adapter.container import protocol
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
-from cowork_adapter.schemas.ledger import LEDGER_NAME
-from cowork_adapter.container import protocol
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
-from cowork_adapter.schemas.ledger import TaskRow
+from cowork_adapter.schemas.ledger import LEDGER_NAME, TaskRow
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.record import decode
 

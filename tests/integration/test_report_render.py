@@ -16,6 +16,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 import zlib
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -169,5 +170,5 @@ def test_report_html_renders_its_plots_in_headless_chromium(demo_run, tmp_path):
     # The plots drew bars: the bar colour appears on many pixel rows, in at least two plots.
     bar_rows = rows_with(rows, bpp, BAR_RGB)
     assert len(bar_rows) > 40, f"bar colour on {len(bar_rows)} rows"
-    bands = sum(1 for a, b in zip(bar_rows, bar_rows[1:]) if b - a > 20) + 1
+    bands = sum(1 for a, b in pairwise(bar_rows) if b - a > 20) + 1
     assert bands >= 2, f"bars found in {bands} band(s) only"

@@ -18,10 +18,10 @@ from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.docker_ops import cleanup_run
 from cowork_adapter.custody.labels import path_label
 from cowork_adapter.custody.shim_config import ContainerLimits
-from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
 from cowork_adapter.host.resources import METHOD_SENTENCE, read_task_resources, reader_for
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.schemas.record import decode
+from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
 
 IMAGE = "cowork-testbed/base:bookworm"
 LIMITS = ContainerLimits(cpus=1.0, memory_bytes=512 * 1024 * 1024, pids_limit=64)
@@ -43,21 +43,21 @@ WORKLOAD = (
     "time.sleep(600)\n"
 )
 
-RUNNER = """\
+RUNNER = f"""\
 set -uo pipefail
 export PATH="/usr/local/bin:/usr/bin:/bin:$PATH"
 DOCKER=$(which docker)
 ID="$1"
-"$DOCKER" run -d --name "pg-$ID" {image} sleep 600 >/dev/null || exit 11
-"$DOCKER" run -d --name "agent-$ID" {image} python3 -c "$WORKLOAD" >/dev/null || exit 12
-"$DOCKER" exec "agent-$ID" sh -c 'true' --task_dir "finalpool/{task}" || exit 13
+"$DOCKER" run -d --name "pg-$ID" {IMAGE} sleep 600 >/dev/null || exit 11
+"$DOCKER" run -d --name "agent-$ID" {IMAGE} python3 -c "$WORKLOAD" >/dev/null || exit 12
+"$DOCKER" exec "agent-$ID" sh -c 'true' --task_dir "finalpool/{TASK}" || exit 13
 for _ in $(seq 1 120); do "$DOCKER" exec "agent-$ID" test -f /tmp/done && break; sleep 0.5; done
 "$DOCKER" exec "agent-$ID" test -f /tmp/done || exit 14
 [ "${{LEAVE_BEHIND:-}}" = 1 ] && exit 0  # a runner killed before its cleanup: nothing removed
 "$DOCKER" rm -fv "agent-$ID" >/dev/null || exit 15
 "$DOCKER" stop -t 1 "pg-$ID" >/dev/null || exit 16
 "$DOCKER" rm -fv "pg-$ID" >/dev/null || exit 17
-""".format(image=IMAGE, task=TASK)
+"""
 
 
 def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool) -> tuple[str, Path]:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from docker_watch import CreationWatcher
 
 from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.docker_ops import label_is_empty
@@ -33,8 +34,6 @@ from cowork_adapter.demo.env import (
 from cowork_adapter.host.resources import STOP_UNREAD_CAUSE
 from cowork_adapter.runroot.events import parse_ts
 from cowork_adapter.vocab import ExitCode
-
-from docker_watch import CreationWatcher
 
 TASKS = ["demo-csv-totals", "demo-crm-postgres", "demo-hang"]
 FINISHING = {"demo-csv-totals", "demo-crm-postgres"}
@@ -80,7 +79,7 @@ def custody_run(docker_host, tmp_path_factory):
         assert wait_for(lambda: (run_root / "run_manifest.json").exists() or proc.poll() is not None, 600, 0.1)
         label = result["label"] = run_label(run_root)
         result["reached"] = wait_for(
-            lambda: FINISHING <= summary_tasks(run_root) and agent_started_for(run_root, "demo-hang"), 900, 1.0
+            lambda: summary_tasks(run_root) >= FINISHING and agent_started_for(run_root, "demo-hang"), 900, 1.0
         )
         time.sleep(2)
         result["bystanders_during"] = bystanders_alive(docker_host, bystanders)

@@ -18,8 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
-from test_shared_campaign_run import (  # noqa: F401 (demo is a module fixture)
-    QUICK, claim_rows, demo, events_of, host_runs, launch, log_of, wait_all)
+from test_shared_campaign_run import QUICK, claim_rows, demo, events_of, host_runs, launch, log_of, wait_all  # noqa: F401 (demo is a module fixture)
 
 from cowork_adapter.campaign.observe import POLL_SEC, READ_SLICE_SEC
 from cowork_adapter.custody.docker_ops import label_is_empty

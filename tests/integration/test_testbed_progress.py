@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 import uuid
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def _run_timed(script: str, env: dict[str, str] | None = None) -> tuple[int, str
 
 def _assert_never_silent(lines: list[tuple[float, str]], ended: float) -> None:
     times = [0.0] + [at for at, _ in lines] + [ended]
-    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
     assert max(gaps) <= MAX_GAP, f"a silence of {max(gaps):.1f} s: {lines}"
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import docker
 import pytest
+from realbench_env import host_address_for_containers
 
 from cowork_adapter.demo.chat_standin import DEFAULT_MODEL_ID, ChatStandin
 from cowork_adapter.demo.meter_standin import MeterStandin
 from cowork_adapter.schemas.audit import LAUNCHER_AUDIT_NAME
-from realbench_env import host_address_for_containers
 
 RUN_TIMEOUT_S = 2400
 KEY_ENV = "COWORK_REALFIX_PROVIDER_KEY"

@@ -26,11 +26,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
-from cowork_adapter.demo.env import bystanders_alive, make_bystanders, remove_bystanders, wait_for
-from cowork_adapter.vocab import ExitCode
-
 from docker_watch import CreationWatcher
 from realbench_env import (
     WANT_LIMITS,
@@ -44,6 +39,10 @@ from realbench_env import (
     started_tasks,
     summary_tasks,
 )
+
+from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
+from cowork_adapter.demo.env import bystanders_alive, make_bystanders, remove_bystanders, wait_for
+from cowork_adapter.vocab import ExitCode
 
 SETTLED = {"passed", "failed", "agent_failed"}
 STOP_AFTER_SETTLED = 3  # SIGTERM once this many tasks have a summary row and another agent runs

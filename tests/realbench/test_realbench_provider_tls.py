@@ -26,6 +26,8 @@ import time
 
 import docker
 import pytest
+from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
+from test_realbench_upstream_gateway import _scan_running
 
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.chat_standin import ChatStandin
@@ -33,9 +35,6 @@ from cowork_adapter.gateway.run import bridge_address
 from cowork_adapter.gateway.tls import make_run_tls
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
-
-from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
-from test_realbench_upstream_gateway import _scan_running
 
 SETTLED = {"passed", "failed", "agent_failed"}
 COST = 0.002
@@ -118,7 +117,7 @@ def detail(run: dict) -> str:
 
 def first_difference(ours: list[dict], seed: list[dict]) -> str:
     """Where the two logs part: the first request that differs, field by field (pytest cuts a long diff)."""
-    for index, (a, b) in enumerate(zip(ours, seed)):
+    for index, (a, b) in enumerate(zip(ours, seed, strict=True)):
         a, b = comparable(a), comparable(b)
         if a != b:
             keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

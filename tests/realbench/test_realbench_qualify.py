@@ -22,10 +22,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from realbench_env import CPUS, MEMORY, labelled_left, real_testbed
 
 from cowork_adapter.custody.labels import run_label
-
-from realbench_env import CPUS, MEMORY, labelled_left, real_testbed
 
 # Three tasks at a time: the reference engines start no model and no Ouroboros server, so a task is
 # its containers, preprocess and evaluator (docs/benchmarks.md: bench_qualify.py --real).

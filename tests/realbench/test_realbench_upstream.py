@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
 
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.vocab import ExitCode
-
-from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
 
 SETTLED = {"passed", "failed", "agent_failed"}
 ENGINES = ["upstream:main.py", "upstream:main_strands.py"]

@@ -21,13 +21,12 @@ import time
 
 import docker
 import pytest
+from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
+from test_llm_gateway import SCAN_PROCS, _in_container
 
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
 from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
-
-from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
-from test_llm_gateway import SCAN_PROCS, _in_container
 
 SETTLED = {"passed", "failed", "agent_failed"}
 ENGINE = "upstream:main.py"

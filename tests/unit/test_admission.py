@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from cowork_adapter.host.admission import (
-    GIB, AdmissionLimits, HostLoad, decide, parse_loadavg, parse_mem_available, read_host_load, timed_ping,
+    GIB,
+    AdmissionLimits,
+    HostLoad,
+    decide,
+    parse_loadavg,
+    parse_mem_available,
+    read_host_load,
+    timed_ping,
 )
 
 LIMITS = AdmissionLimits(max_load_per_cpu=4.0, min_mem_available_bytes=2 * GIB, max_daemon_ping_sec=2.0)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
-from cowork_adapter.host.admission import GIB, AdmissionLimits, HostLoad
-from cowork_adapter.run.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
-from cowork_adapter.config import RunConfig
-from cowork_adapter.ops.control import build_status, read_run, render_status_text
-from cowork_adapter.schemas.admission import AdmissionState
-
 from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
+
+from cowork_adapter.config import RunConfig
+from cowork_adapter.host.admission import GIB, AdmissionLimits, HostLoad
+from cowork_adapter.ops.control import build_status, read_run, render_status_text
+from cowork_adapter.run.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
+from cowork_adapter.schemas.admission import AdmissionState
 
 DB = "postgresql://db.example:5432/campaigns"
 SHARED = {"campaign_db": DB, "shared_campaign": True}
@@ -51,6 +50,8 @@ def load(load1: float, ping: float | None = 0.01) -> HostLoad:
     return HostLoad(load1=load1, cpus=2, mem_available_bytes=8 * GIB, daemon_ping_sec=ping)
 
 
+ONE_PER_CPU = AdmissionLimits(max_load_per_cpu=1.0)
+
 class Loop:
     """The wait loop with its readings, clock, sleeps and records held here."""
 
@@ -64,7 +65,7 @@ class Loop:
         self.sleeps += 1
         self.now += sec
 
-    def run(self, limits: AdmissionLimits = AdmissionLimits(max_load_per_cpu=1.0)) -> bool:
+    def run(self, limits: AdmissionLimits = ONE_PER_CPU) -> bool:
         return wait_for_admission(lambda: self.readings.pop(0), limits, record=self.records.append,
                                   stopped=lambda: self.stop_after is not None and self.sleeps >= self.stop_after,
                                   sleep=self.sleep, clock=lambda: self.now, poll_sec=5.0)
@@ -101,8 +102,8 @@ def test_the_loop_reads_its_limits_and_daemon_from_its_one_config(tmp_path, monk
     from pathlib import Path
     from types import SimpleNamespace
 
-    from cowork_adapter.schemas.multihost import BatchRunnerConfig
     from cowork_adapter.run.shared_host import SharedHost
+    from cowork_adapter.schemas.multihost import BatchRunnerConfig
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
     run_root = tmp_path / "storage" / "run-1"

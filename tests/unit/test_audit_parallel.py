@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cowork_adapter.audit import build_audit, run_audit_command
 from cowork_adapter.audit import rules as audit_rules
 from cowork_adapter.audit import run as audit
-from cowork_adapter.audit import build_audit, run_audit_command
 from cowork_adapter.audit.rules import PROBES, args_may_match, find_references
 
 TS = "2026-01-01T00:00:00+00:00"
 TASKS = 24
-WORDS = "total region north Zürich café invoice sheet eval groundtruth psql \\u00e9 a/b".split()
+WORDS = ["total", "region", "north", "Zürich", "café", "invoice", "sheet", "eval", "groundtruth", "psql", "\\u00e9", "a/b"]
 
 
 def _tool(rng: random.Random, n: int) -> dict:
@@ -207,7 +207,7 @@ def test_the_line_reader_answers_exactly_like_json_loads(body, head, tail):
     for line in (body, head + body, body + tail, head + body + tail):
         if not line or line == b"\r" or b"\n" in line:
             continue
-        rows = list(zip(*read_rows(Block(1, line), _TOOL_ROWS, "t", TaskScan())))
+        rows = list(zip(*read_rows(Block(1, line), _TOOL_ROWS, "t", TaskScan()), strict=True))
         want = _reference_parse(line)
         assert bool(rows) == (want is not None), line
         if rows:

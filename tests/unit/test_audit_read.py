@@ -262,7 +262,7 @@ def test_every_malformed_line_is_found_and_nothing_else(tmp_path, monkeypatch, d
 
 def _row_pairs(block, reader, rel, sink) -> list[tuple]:
     """(line index in the block, row) pairs of read_rows."""
-    return list(zip(*audit_read.read_rows(block, reader, rel, sink)))
+    return list(zip(*audit_read.read_rows(block, reader, rel, sink), strict=True))
 
 
 def _list_lines(data: bytes) -> list[bytes]:
@@ -293,8 +293,8 @@ def test_rows_are_the_lines_json_loads_values(data, which):
     assert [i for i, _ in rows] == [i for i, rec in expected if rec is not None]
     assert [g["line"] for g in sink.gaps] == [i + 1 for i, rec in expected if rec is None]
     kinds = [f.type for f in msgspec.structs.fields(decoder.row_type)]
-    for (_, row), rec in zip(rows, [rec for _, rec in expected if rec is not None]):
-        for name, kind in zip(decoder.row_type.__struct_fields__, kinds):
+    for (_, row), rec in zip(rows, [rec for _, rec in expected if rec is not None], strict=True):
+        for name, kind in zip(decoder.row_type.__struct_fields__, kinds, strict=True):
             got = getattr(row, name)
             got = json.dumps(json.loads(bytes(got))) if kind is msgspec.Raw else got
             assert json.dumps(got) == json.dumps(_expected_field(rec, name, kind))

@@ -7,10 +7,9 @@ stand-in is either a file marked skip-worktree or an object in `refs/replace/`; 
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
-
-import hashlib
 
 from cowork_adapter.benchmark.provenance import bench_identity, checked_bench, clone_at, replaced_objects
 from cowork_adapter.report.build import _disclosures

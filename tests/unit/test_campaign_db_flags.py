@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from cowork_adapter.campaign.store import JsonFileCampaignStore
 from cowork_adapter.config import RunConfig
 from cowork_adapter.errors import Refusal
 from cowork_adapter.run.spending import campaign_store
-from cowork_adapter.campaign.store import JsonFileCampaignStore
 
 
 @pytest.fixture

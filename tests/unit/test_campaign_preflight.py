@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from cowork_adapter.run.spending import campaign_preflight
 from cowork_adapter.schemas.campaign import ActiveRun, CampaignRecord, key_fingerprint
 
 KEY = "preflight-key-0123456789abcdef"
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def reading(usage: float = 10.0, limit_remaining: float | None = None) -> AcceptedReading:
@@ -40,7 +40,8 @@ def write(path: Path, **over) -> bytes:
     return path.read_bytes()
 
 
-def refused(config: RunConfig, read: AcceptedReading = reading()) -> str:
+def refused(config: RunConfig, read: AcceptedReading | None = None) -> str:
+    read = reading() if read is None else read
     with pytest.raises(Refusal) as info:
         campaign_preflight(config, KEY, read)
     assert info.value.stage == "campaign"
@@ -173,6 +174,6 @@ def test_the_startup_reading_is_one_sane_read_stamped_in_utc():
 
     accepted = _startup_reading(meter(10.0))
     assert accepted.usage == 10.0 and accepted.limit_remaining == 30.0 and accepted.attempts == 1
-    assert accepted.observed_at.tzinfo is timezone.utc
+    assert accepted.observed_at.tzinfo is UTC
     with pytest.raises(Refusal, match="starting reading was rejected"):
         _startup_reading(meter(float("nan")))

@@ -5,19 +5,24 @@ the PostgreSQL store returns them."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+
+from cowork_adapter.campaign.records import match_runs, missing_runs, missing_sentence
+from cowork_adapter.errors import Refusal
 from cowork_adapter.ops.campaign_status import build_campaign_status, render_campaign_status
 from cowork_adapter.ops.control import read_run
-from cowork_adapter.errors import Refusal
 from cowork_adapter.report.build import build_report, row_cost
-from cowork_adapter.campaign.records import match_runs, missing_runs, missing_sentence
 from cowork_adapter.report.campaign import (
-    REASON_CLAIMED, REASON_DB_ONLY, REASON_OPEN, campaign_view, check_identities, merge_campaign,
+    REASON_CLAIMED,
+    REASON_DB_ONLY,
+    REASON_OPEN,
+    campaign_view,
+    check_identities,
+    merge_campaign,
     overlapping,
 )
 from cowork_adapter.report.merge import load_run
@@ -27,7 +32,7 @@ from cowork_adapter.schemas.campaign import RunRecord as CampaignRunRecord
 from cowork_adapter.schemas.manifest import SharedRun
 from cowork_adapter.schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 SELECTION = ["a1", "a2", "b1", "c", "d", "e"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,7 +13,7 @@ from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint, par
 from cowork_adapter.schemas.monitor import MONITOR_SCHEMA, MeterState, Monitor, RejectedObservation
 from cowork_adapter.schemas.record import RecordInvalid, convert, decode
 
-T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def record(**over) -> CampaignRecord:

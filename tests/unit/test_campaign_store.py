@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ class Ticker:
     """A wall clock that moves one minute per call, so timestamps are distinct and predictable."""
 
     def __init__(self) -> None:
-        self.t = datetime(2025, 1, 1, tzinfo=timezone.utc)
+        self.t = datetime(2025, 1, 1, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         self.t += timedelta(minutes=1)

@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
 from cowork_adapter.schemas.multihost import FenceProof, HostRun
 from cowork_adapter.vocab import ClaimState
 
-NOW = datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 
 
 def run(state: str = "live", expires: timedelta = timedelta(seconds=-1)) -> HostRun:

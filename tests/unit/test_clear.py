@@ -9,18 +9,18 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from cowork_adapter.campaign.commands import reconcile_command
-from cowork_adapter.ops.clear import clear_command, make_plan
-from cowork_adapter.ops.recorded import clear_hint, clear_key_note, recorded_docker_host
 from cowork_adapter.container.procs import group_alive
-from cowork_adapter.ops.control import read_run, stop_command
 from cowork_adapter.custody.liveness import ProcTable, Recorded, parse_stat, prove
 from cowork_adapter.errors import Refusal
+from cowork_adapter.ops.clear import clear_command, make_plan
+from cowork_adapter.ops.control import read_run, stop_command
+from cowork_adapter.ops.recorded import clear_hint, clear_key_note, recorded_docker_host
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
 from cowork_adapter.schemas.manifest import RunManifest
@@ -157,7 +157,7 @@ def manifest(run_root: Path, **over) -> RunManifest:
 
 
 def campaign_record(run_root: Path | None, key: str = "k-1") -> CampaignRecord:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     active = None if run_root is None else {
         "run_root": str(run_root), "run_label": "ab" * 16, "launcher_pid": 1, "started_at": now, "host": "h",
         "usage_at_start": 1.0}
@@ -293,7 +293,7 @@ def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
             time.sleep(0.05)
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
-        mon = Monitor(observed_at=datetime.now(timezone.utc), launcher_pid=dead.pid, runner_pid=runner.pid,
+        mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=dead.pid, runner_pid=runner.pid,
                       finished=False, progress=Progress(selected=2, running=1), meter=MeterState(blindness_sec=30.0))
         (run_root / "monitor.json").write_text(mon.to_json())
         code = stop_command(run_root, timeout=1.0, poll_sec=0.1)
@@ -324,7 +324,7 @@ def test_stop_never_signals_a_recorded_group_whose_id_now_names_other_processes(
         try:
             dead = subprocess.Popen([sys.executable, "-c", "pass"])
             dead.wait()
-            mon = Monitor(observed_at=datetime.now(timezone.utc), launcher_pid=dead.pid, runner_pid=stranger.pid,
+            mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=dead.pid, runner_pid=stranger.pid,
                           finished=False, progress=Progress(selected=2, running=1),
                           meter=MeterState(blindness_sec=30.0))
             (run_root / "monitor.json").write_text(mon.to_json())
@@ -360,7 +360,7 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    mon = Monitor(observed_at=datetime.now(timezone.utc), launcher_pid=dead.pid, finished=False,
+    mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=dead.pid, finished=False,
                   progress=Progress(selected=2, running=1), meter=MeterState(blindness_sec=30.0))
     (run_root / "monitor.json").write_text(mon.to_json())
     assert status_command(run_root, as_json=True) == 0
@@ -383,7 +383,7 @@ def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, caps
 
     write(run_root, manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z",
                              docker_host=None))
-    mon = Monitor(observed_at=datetime.now(timezone.utc), launcher_pid=1, finished=True,
+    mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=1, finished=True,
                   progress=Progress(selected=2, done=2), meter=MeterState(blindness_sec=30.0))
     (run_root / "monitor.json").write_text(mon.to_json())
     assert status_command(run_root, as_json=True) == 0

@@ -13,8 +13,8 @@ import pytest
 import typer
 
 from cowork_adapter import cli
-from cowork_adapter.ops import doctor
 from cowork_adapter.errors import Refusal
+from cowork_adapter.ops import doctor
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -53,7 +53,7 @@ def helps() -> dict[str, str]:
         return done.stdout + done.stderr
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip((" ".join(w) for w, _ in COMMANDS), pool.map(one, (w for w, _ in COMMANDS))))
+        return dict(zip((" ".join(w) for w, _ in COMMANDS), pool.map(one, (w for w, _ in COMMANDS)), strict=True))
 
 
 @pytest.mark.parametrize("words,longs", COMMANDS, ids=[" ".join(w) or "(top)" for w, _ in COMMANDS])

@@ -18,8 +18,8 @@ from cowork_adapter.config import (
     parse_docker_size,
     refuse_key_on_command_line,
 )
-from cowork_adapter.defaults import flag_value
 from cowork_adapter.container.runconfig import parse_run_config
+from cowork_adapter.defaults import flag_value
 from cowork_adapter.errors import Refusal
 from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, EntrypointConfigFile, build_run_config
 from cowork_adapter.vocab import TRUNCATION_RUNTIME_REASONS, EngineKind, ProbeKind
@@ -95,7 +95,7 @@ def test_none_lists_mean_empty(base):
 
 def test_frozen(base):
     cfg = build(base)
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):  # dataclasses.FrozenInstanceError is one
         cfg.selection.concurrency = 2  # type: ignore[misc]
 
 
@@ -505,9 +505,10 @@ def test_explicit_limit_above_the_daemon_is_refused(base, over, words):
 # ---- --llm-gateway ---------------------------------------------------------------------------
 
 
-def test_llm_gateway_is_off_by_default_and_recorded_only_when_on(base):
-    assert build(base).provider.llm_gateway is False and "llm_gateway" not in build(base).applied_config()
-    assert build(base, llm_gateway=True).applied_config()["llm_gateway"] is True
+def test_llm_gateway_is_off_by_default_and_recorded_as_the_key_route(base):
+    assert build(base).provider.llm_gateway is False
+    assert build(base).applied_config()["key_route"] == "gateway_openrouter"
+    assert build(base, llm_gateway=True).applied_config()["key_route"] == "gateway_openai"
 
 
 def test_llm_gateway_refusals(base):
@@ -523,7 +524,10 @@ def test_llm_gateway_caps_are_flags_of_the_gateway_only(base):
     cfg = build(base, llm_gateway=True, llm_gateway_max_tokens=4096, llm_gateway_unknown_cost_usd=1.5)
     assert (cfg.provider.llm_gateway_max_tokens, cfg.provider.llm_gateway_unknown_cost_usd) == (4096, 1.5)
     assert cfg.applied_config()["llm_gateway_max_tokens"] == 4096  # it bounds how the agent ran
-    assert "llm_gateway_max_tokens" not in build(base).applied_config()
+    assert cfg.applied_config()["llm_gateway_unknown_cost_usd"] == 1.5  # it prices answers without a cost
+    # The default route's gateway applies its defaults; the seed's own path has no gateway to record.
+    assert build(base).applied_config()["llm_gateway_max_tokens"] == cfg.provider.__class__().llm_gateway_max_tokens
+    assert "llm_gateway_max_tokens" not in build(base, key_in_agent=True).applied_config()
     for field, value in (("llm_gateway_max_tokens", 100), ("llm_gateway_unknown_cost_usd", 1.0)):
         assert build(base, **{field: value}).provider_tls  # the default route's gateway takes them
         assert "only meaningful when a gateway serves" in refusal(base, key_in_agent=True, **{field: value}).sentence

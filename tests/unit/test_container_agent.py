@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_container_support import FAKE_KEY, MODEL, FakeBench, run_config, status_lines
 
 

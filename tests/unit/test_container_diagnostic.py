@@ -10,17 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from test_container_support import BENCH_PY, FakeBench
 
 from cowork_adapter.config import RunConfig
 from cowork_adapter.container import diagnostic, protocol
 from cowork_adapter.container.diagnostic import checker_command, decide, run_diagnostic
 from cowork_adapter.errors import Refusal
-from cowork_adapter.score.ledger import build_index, write_index
-from cowork_adapter.run.recovery import first_config_difference, resolve_ancestry
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from cowork_adapter.run.recovery import resolve_ancestry
+from cowork_adapter.runroot.identity import first_config_difference
 from cowork_adapter.schemas.run_config import build_run_config
-
-from test_container_support import BENCH_PY, FakeBench
+from cowork_adapter.score.ledger import build_index, write_index
 
 TASK = "t-demo"
 STATUS = "max_turns_reached"

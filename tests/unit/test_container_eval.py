@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from test_container_support import FakeBench, SHORT, TASK
+from test_container_support import SHORT, TASK, FakeBench
 
 
 def _agent_done(tmp_path, status="success") -> FakeBench:

@@ -4,16 +4,14 @@ the outcome mapping, run-config validation and the small YAML reader."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
-import os
-
 import pytest
+from test_container_support import run_config
 
 from cowork_adapter.container import outcome, protocol, runconfig, yamlmini
 from cowork_adapter.container.vocab import OfficialEvalStatus as S
-
-from test_container_support import run_config
 
 GATE = "Task status: max_turns_reached, only SUCCESS counts as pass; pass is null"
 
@@ -152,6 +150,16 @@ def test_run_config_validation():
                 {"schema": "v0"}, {"diagnostic_eval_on_truncation": 1}, {"truncation_reason_codes": "x"}):
         with pytest.raises(runconfig.ConfigError):
             runconfig.parse_run_config({**good, **bad})
+
+
+def test_run_config_refuses_a_timeout_that_is_not_a_finite_positive_number():
+    # Python's json reads NaN and Infinity, so a run config file can carry them: refused, not run with.
+    good = run_config()
+    for text in ("NaN", "Infinity", "-Infinity", "-1", "0"):
+        raw = json.loads(json.dumps({**good, "task_timeout_sec": "@"}).replace('"@"', text))
+        with pytest.raises(runconfig.ConfigError, match="positive finite number"):
+            runconfig.parse_run_config(raw)
+    assert runconfig.parse_run_config(json.loads(json.dumps(good))).task_timeout_sec == 600
 
 
 YAML = """

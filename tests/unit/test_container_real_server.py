@@ -109,8 +109,9 @@ def test_unpriced_rows_do_not_wait_for_a_finality_that_never_comes():
 
 
 def test_release_697_cost_fields_reach_the_summary():
-    from cowork_adapter.container.outcome import apply_result, new_summary
     import inspect
+
+    from cowork_adapter.container.outcome import apply_result, new_summary
 
     params = inspect.signature(new_summary).parameters
     summary = new_summary(**{name: None for name in params}) if params else new_summary()

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_container_support import TASK, FakeBench, run_config, status_lines, write
 
 from cowork_adapter.container.reference import STAGE_DIR, place_groundtruth, staged_groundtruth

@@ -19,7 +19,7 @@ with open(os.path.join(os.environ["FAKE_ENV_DUMP"], "upstream.json"), "w") as fh
     json.dump({"argv": sys.argv[1:], "has_key": os.environ.get("MODEL_API_KEY") == os.environ.get("LLM_API_KEY") != None}, fh)
 print("debug key", os.environ.get("LLM_API_KEY"))
 print("====== Status: success ======")
-''' % SHORT
+''' % SHORT  # noqa: UP031  (Python source with braces of its own: % fills its one slot)
 
 
 def test_upstream_engine_runs_child_and_writes_summary(tmp_path):
@@ -82,8 +82,9 @@ URL = "http://chat.invalid:9/v1"
 
 def _short_for(engine: str) -> str:
     """The short name the host writes into the run config for `engine` (schemas.run_config)."""
-    from cowork_adapter.schemas.run_config import agent_short_name
     from run_flags import config_for  # tests/run_flags.py
+
+    from cowork_adapter.schemas.run_config import agent_short_name
 
     cfg = config_for(engine=engine, model="fake/model-1", openai_compatible_base_url=URL)
     return agent_short_name(cfg)

@@ -84,7 +84,7 @@ def test_task_config_paths_and_dict(in_bench):
     assert config.evaluation.groundtruth_workspace == "tasks/finalpool/demo-csv-totals/groundtruth_workspace"
     assert config.evaluation.evaluation_command.endswith("-m tasks.finalpool.demo-csv-totals.evaluation.main")
     data = config.to_dict()
-    assert TO_DICT_KEYS <= set(data)
+    assert set(data) >= TO_DICT_KEYS
     assert set(data["evaluation"]) == {"groundtruth_workspace", "evaluation_command"}
     assert set(data["initialization"]) == {"workspace", "process_command"}
     assert set(data["system_prompts"]) == {"agent", "user"}

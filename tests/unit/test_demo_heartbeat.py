@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import re
 
-from cowork_adapter.demo.heartbeat import DemoHeartbeat
 from cowork_adapter.demo.env import wait_for
+from cowork_adapter.demo.heartbeat import DemoHeartbeat
 from cowork_adapter.demo.scenarios import table_label
 
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] demo \d+m\d\ds: .+, \d+m\d\ds in; \d+ checks so far \(\d+ passed")

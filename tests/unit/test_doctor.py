@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from cowork_adapter.host import resources
-from cowork_adapter.ops import doctor
 from cowork_adapter.config import RunConfig
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.meter_standin import MeterStandin
 from cowork_adapter.demo.seed_repo import make_stub_seed
+from cowork_adapter.host import resources
+from cowork_adapter.ops import doctor
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 
 KEY_ENV = "COWORK_DOCTOR_TEST_KEY"
@@ -96,7 +96,7 @@ def only_failure(lines: dict[str, str], name: str, *dependents: str) -> str:
 
 
 def write_campaign(path: Path, **over) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     fields = dict(fingerprint=key_fingerprint(KEY), ceiling_usd=50.0, usage_baseline=1.0, prior_spend_usd=0.0,
                   last_usage=2.0, last_usage_observed_at=now, created_at=now)
     fields.update(over)
@@ -283,7 +283,7 @@ def test_campaign_with_active_run_points_to_reconcile(tmp_path, healthy, meter, 
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
     write_campaign(cfg.money.campaign_file, active_run={
         "run_root": "/data/old-run", "run_label": "ab" * 16, "launcher_pid": 4242,
-        "started_at": datetime.now(timezone.utc), "host": "h", "usage_at_start": 2.0})
+        "started_at": datetime.now(UTC), "host": "h", "usage_at_start": 2.0})
     code, lines = run(cfg, capsys)
     line = only_failure(lines, "campaign")
     assert "unsettled active run /data/old-run" in line
@@ -406,7 +406,7 @@ def test_concurrency_is_suggested_from_the_campaigns_measured_tasks(tmp_path, he
                     official_eval_status="completed", peak_memory_bytes=4 * GIB, cpu_seconds=60.0,
                     runner_row=RunnerRow(status="success", duration_s=60.0)) for i in range(3)]
     (earlier / "result_index.jsonl").write_text("".join(r.to_line() for r in rows))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cfg = make_cfg(tmp_path, healthy, meter.base_url, concurrency=3)
     write_campaign(cfg.money.campaign_file, runs=[{"run_root": str(earlier), "run_label": "cd" * 16, "outcome": "completed",
                                              "spent_usd": 1.0, "started_at": now, "finished_at": now}])

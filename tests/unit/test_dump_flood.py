@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+
 from cowork_adapter.container import safetree
 from cowork_adapter.report.build import build_report
 from cowork_adapter.report.merge import load_runs

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from cowork_adapter.schemas.record import RecordInvalid
 
 from cowork_adapter.runroot.events import EventLog, parse_ts, read_all
 from cowork_adapter.schemas.events import EVENT_MODELS, MeterReading, TaskStarted, parse_event
+from cowork_adapter.schemas.record import RecordInvalid
 from cowork_adapter.vocab import EventKind
 
 

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import inspect_ai.log as inspect_log  # noqa: E402  (the test extra pins it)
 import pytest
 from synthetic_run import dump_dir, ledger_run  # tests/synthetic_run.py (tests/ is on sys.path)
 
@@ -19,8 +20,6 @@ from cowork_adapter.export.transcript import MAX_TURNS, TOOL_OUTPUT_CAP, bounded
 from cowork_adapter.report import make_report
 from cowork_adapter.report.build import row_cost
 from cowork_adapter.schemas.ledger import read_index
-
-import inspect_ai.log as inspect_log  # noqa: E402  (the test extra pins it)
 
 SELECTION = ["t-pass", "t-fail", "t-agent", "t-infra", "t-never"]
 OUTCOMES = {"t-pass": "pass", "t-fail": "fail", "t-agent": "agent", "t-infra": "infra"}

@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cowork_adapter.campaign.budget import Spending
 from cowork_adapter.demo.chat_standin import ChatStandin
 from cowork_adapter.gateway.policy import DEFAULT_UNKNOWN_COST_USD
 from cowork_adapter.gateway.server import FENCE_BUDGET, FENCE_RUN_STOPPING, Gateway, mint_token, token_task
 from cowork_adapter.run.spending import gateway_allowance
-from cowork_adapter.campaign.budget import Spending
 from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 
 LABEL = "a" * 32

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from cowork_adapter.gateway import server as gw
-from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway.server import (FENCE_RUN_STOPPING, REVOKED_SUFFIX, Gateway, mint_token, token_task)
-from cowork_adapter.gateway.policy import Policy, pinned_model, shape
-from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 from test_gateway import Bed  # tests/unit is on sys.path under pytest's rootdir-relative imports
+
+from cowork_adapter.demo.chat_standin import ChatStandin
+from cowork_adapter.gateway import server as gw
+from cowork_adapter.gateway.policy import Policy, pinned_model, shape
+from cowork_adapter.gateway.server import FENCE_RUN_STOPPING, REVOKED_SUFFIX, Gateway, mint_token, token_task
+from cowork_adapter.schemas.gateway import read_requests, spend_by_task
 
 LABEL = "c" * 32
 SECRET = b"q" * 32
@@ -321,6 +321,7 @@ def test_a_stream_without_usage_is_made_to_report_it(tmp_path):
                                         "stream_options", "models", "temperature", "provider"]),
                        st.one_of(st.none(), st.booleans(), st.integers(-5, 10 ** 7), st.text(max_size=20),
                                  st.just(MODEL), st.dictionaries(st.text(max_size=5), st.booleans(), max_size=2))))
+@example(body={"model": MODEL, "n": None})  # found by this test: a null n was forwarded as null
 def test_shape_never_lets_a_dearer_request_through(body):
     policy = Policy(model=MODEL, max_tokens=1000)
     out = shape(body, policy)

@@ -9,12 +9,12 @@ from pathlib import Path
 import synthetic_run as synth  # tests/synthetic_run.py (tests/ is on sys.path)
 
 from cowork_adapter.gateway.server import FENCE_BUDGET
-from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.report import make_report
 from cowork_adapter.report.build import row_cost
 from cowork_adapter.runroot.layout import RunRoot
 from cowork_adapter.schemas.gateway import GatewayRequest, encode_row, read_requests
 from cowork_adapter.schemas.manifest import GatewayRecord
+from cowork_adapter.score.ledger import build_index, write_index
 
 
 def _row(task: str | None, cost: float | None, *, refused: str | None = None, tokens=(10, 2),

@@ -16,10 +16,10 @@ import stat
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.audit import run as audit_run_module
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.container import protocol, safefile
@@ -166,7 +166,7 @@ def test_every_dump_reader_survives_generated_hostile_files(tmp_path_factory, fi
     dump.mkdir(parents=True)
     for name, what, data in files:
         _plant(dump / name, what, data)
-    for name, read in _readers(dump, dumps).items():
+    for read in _readers(dump, dumps).values():
         read()  # returns (never raises, never blocks on a FIFO, never reads a device)
 
 

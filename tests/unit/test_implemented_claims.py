@@ -19,26 +19,24 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
-import cowork_adapter.run.run as run_module
-from cowork_adapter.config import RunConfig
-from cowork_adapter.container import ouroboros
-from cowork_adapter.ops.control import status_command
-from cowork_adapter.errors import Refusal
-from cowork_adapter.runroot.events import EventLog
-from cowork_adapter.run.launch import _selection, budget_record
-from cowork_adapter.schemas.ledger import LEDGER_NAME
-from cowork_adapter.score.ledger import build_index, write_index
-from cowork_adapter.run.progress import RunProgress
-from cowork_adapter.benchmark.provenance import dataset_ids, seed_identity
-from cowork_adapter.run.recovery import resolve_ancestry
-from cowork_adapter.report import make_report
-from cowork_adapter.schemas.monitor import MeterState, Monitor
-from cowork_adapter.run.supervisor import Supervisor
-
 from test_recovery import make_run  # noqa: E402  (same directory; pytest puts it on sys.path)
 
+import cowork_adapter.run.run as run_module
+from cowork_adapter.benchmark.provenance import dataset_ids, seed_identity
+from cowork_adapter.config import RunConfig
+from cowork_adapter.container import ouroboros
+from cowork_adapter.errors import Refusal
+from cowork_adapter.ops.control import status_command
+from cowork_adapter.report import make_report
+from cowork_adapter.run.launch import _selection, budget_record
+from cowork_adapter.run.progress import RunProgress
+from cowork_adapter.run.recovery import resolve_ancestry
+from cowork_adapter.run.supervisor import Supervisor
+from cowork_adapter.runroot.events import EventLog
+from cowork_adapter.schemas.ledger import LEDGER_NAME
+from cowork_adapter.schemas.monitor import MeterState, Monitor
+from cowork_adapter.score.ledger import build_index, write_index
 
 # ---------------------------------------------------------------- a. the real 15 s poll
 

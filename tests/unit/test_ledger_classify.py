@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
 from cowork_adapter.container import protocol
+from cowork_adapter.schemas.ledger import read_index
 from cowork_adapter.score.ledger import (
     IndexContext,
     TaskFacts,
@@ -21,10 +23,9 @@ from cowork_adapter.score.ledger import (
     classify_task,
     write_index,
 )
-from cowork_adapter.schemas.ledger import read_index
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import OfficialEvalStatus as E
-from cowork_adapter.vocab import PaidActivity, TaskStatus as S
+from cowork_adapter.vocab import PaidActivity
+from cowork_adapter.vocab import TaskStatus as S
 
 OK = {"bench_status": "success", "infra_failed": False, "reason_code": None}
 TRUNC = {"bench_status": "max_turns_reached", "infra_failed": False, "reason_code": "round_limit", "truncated": True}

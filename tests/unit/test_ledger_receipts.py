@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
+from cowork_adapter.schemas.ledger import LEDGER_NAME, TaskRow, read_index
 from cowork_adapter.score.ledger import (
     IndexContext,
     build_index,
@@ -20,9 +22,6 @@ from cowork_adapter.score.ledger import (
     rebuild_final,
     write_index,
 )
-from cowork_adapter.schemas.ledger import LEDGER_NAME, read_index
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
-from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import TaskStatus as S
 

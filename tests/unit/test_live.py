@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,7 +16,7 @@ GIB = 1 << 30
 
 def monitor(done=2, selected=5, passed=1, stop=None, finished=False, **progress) -> Monitor:
     return Monitor(
-        observed_at=datetime(2026, 3, 1, 12, 30, 5, tzinfo=timezone.utc),
+        observed_at=datetime(2026, 3, 1, 12, 30, 5, tzinfo=UTC),
         launcher_pid=123,
         finished=finished,
         progress=Progress(selected=selected, done=done, passed=passed, failed=1, agent_failed=0, infra_failed=0,

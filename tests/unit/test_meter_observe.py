@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -80,7 +80,7 @@ def observer(clock, meter, saver, seen=None):
         last_accepted=lambda: saver.last,
         clock=clock,
         on_observation=(seen.append if seen is not None else (lambda _o: None)),
-        wall=lambda: datetime(2025, 1, 1, tzinfo=timezone.utc),
+        wall=lambda: datetime(2025, 1, 1, tzinfo=UTC),
     )
 
 

@@ -4,17 +4,17 @@ acceptance that followed them; events.jsonl ties that acceptance to the rejectio
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from cowork_adapter.campaign.observe import AcceptedReading, Observation
 from cowork_adapter.run.spending import KEEP_REJECTED, CampaignSpending, MeterTracker
 from cowork_adapter.schemas.events import MeterConfirmed
 from cowork_adapter.schemas.monitor import MeterState
-from cowork_adapter.vocab import EventKind
 from cowork_adapter.schemas.record import convert, decode
+from cowork_adapter.vocab import EventKind
 
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def rejected(attempt: int, observed=float("nan")) -> Observation:

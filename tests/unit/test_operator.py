@@ -14,13 +14,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from cowork_adapter.runroot.events import EventLog
 from cowork_adapter.ops.control import build_status, is_launcher_of, read_run, status_command, stop_command
+from cowork_adapter.runroot.events import EventLog
 from cowork_adapter.schemas.campaign import CampaignRecord
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress, Spending
@@ -70,7 +70,7 @@ def manifest(run_root: Path, **over) -> RunManifest:
 
 
 def write_monitor(run_root: Path, *, pid: int, finished: bool, stop: str | None = None) -> None:
-    mon = Monitor(observed_at=datetime(2026, 3, 1, 12, 10, tzinfo=timezone.utc), launcher_pid=pid, finished=finished,
+    mon = Monitor(observed_at=datetime(2026, 3, 1, 12, 10, tzinfo=UTC), launcher_pid=pid, finished=finished,
                   progress=Progress(selected=3, done=3, passed=2, failed=1),
                   spending=Spending(run_spent_usd=1.5, campaign_remaining_usd=40.0, run_budget_usd=20.0),
                   meter=MeterState(blindness_sec=30.0, age_sec=4.0), stop_reason=stop, stop_causes=[stop] if stop else [],
@@ -142,7 +142,7 @@ def test_status_from_events_when_monitor_is_missing(run_root, capsys):
     for task in ("a", "b", "c"):
         log.append(EventKind.TASK_STARTED, task=task)
     log.append(EventKind.TASK_FINISHED, task="a", status="success")
-    status = build_status(read_run(run_root), now=datetime(2026, 3, 1, 12, 5, tzinfo=timezone.utc).timestamp())
+    status = build_status(read_run(run_root), now=datetime(2026, 3, 1, 12, 5, tzinfo=UTC).timestamp())
     assert status["progress_source"] == "events.jsonl"
     assert status["progress"]["selected"] == 4 and status["progress"]["done"] == 1 and status["progress"]["running"] == 2
     assert status["elapsed_sec"] == 300.0 and status["eta_sec"] == 900.0
@@ -162,7 +162,7 @@ def test_status_reads_events_through_their_schema_and_names_invalid_lines(run_ro
     files = read_run(run_root)
     assert [e.kind for e in files.events] == [EventKind.RUN_ADMITTED, EventKind.TASK_STARTED]
     assert "events.jsonl has 2 lines that are not a valid event (skipped)" in files.problems
-    status = build_status(files, now=datetime(2026, 3, 1, 12, 5, tzinfo=timezone.utc).timestamp())
+    status = build_status(files, now=datetime(2026, 3, 1, 12, 5, tzinfo=UTC).timestamp())
     assert status["progress"]["selected"] == 2 and status["progress"]["running"] == 1
 
 
@@ -226,7 +226,7 @@ def test_stop_finds_a_launcher_by_a_relative_run_root_in_its_argv(run_root, proc
 def test_stop_uses_the_campaign_active_run_pid_when_monitor_is_missing(run_root, procs, tmp_path, capsys):
     proc = start_fake(run_root, write_monitor=False)
     procs.append(proc)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     campaign = tmp_path / "campaign.json"
     campaign.write_text(CampaignRecord(
         fingerprint="sha256:" + "0" * 16, ceiling_usd=50, usage_baseline=0, prior_spend_usd=0, last_usage=0,

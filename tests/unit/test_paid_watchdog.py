@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from cowork_adapter.custody.watchdog import WatchdogError
 from cowork_adapter.run import run as runmod
 from cowork_adapter.run.spending import NoSpending
-from cowork_adapter.custody.watchdog import WatchdogError
 from cowork_adapter.vocab import EventKind, StopReason
 
 

@@ -215,7 +215,7 @@ def test_every_path_option_of_every_command_is_fuzzed():
 
     walk(root, [])
     covered = set()
-    for slot, (template, _) in SLOTS.items():
+    for template, _ in SLOTS.values():
         words = [w for w in template if not w.startswith("-") and w != "{p}"]
         command = " ".join(words[:2] if words[0] == "campaign" else words[:1])
         flag_index = template.index("{p}") - 1

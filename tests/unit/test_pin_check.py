@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.demo.bench_repo import materialize_bench
-from cowork_adapter.errors import Refusal
 from cowork_adapter.benchmark.pin_check import accepted_substitutes, pinned_paths, verify_copy
 from cowork_adapter.benchmark.provenance import bench_identity, checked_bench, clone_at
+from cowork_adapter.demo.bench_repo import materialize_bench
+from cowork_adapter.errors import Refusal
 from cowork_adapter.vocab import ExitCode, SubstituteKind
 
 EVALUATOR = "tasks/finalpool/demo-csv-totals/evaluation/main.py"

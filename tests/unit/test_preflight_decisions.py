@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py
 
 from cowork_adapter.campaign.store import JsonFileCampaignStore
 from cowork_adapter.errors import Refusal
 from cowork_adapter.run.recovery import resolve_ancestry
-import synthetic_run as synth  # tests/synthetic_run.py
 
 DATASET = ["a", "b", "c"]
 

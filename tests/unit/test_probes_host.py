@@ -16,8 +16,8 @@ from cowork_adapter.image.repairs import label_value, plan_repairs
 from cowork_adapter.runroot.manifest import read_manifest, write_manifest
 from cowork_adapter.schemas.inventory import Inventory
 from cowork_adapter.schemas.manifest import ImageIdentity, RunManifest, Selection
-from cowork_adapter.vocab import ExitCode, ServerHealth
 from cowork_adapter.schemas.record import convert
+from cowork_adapter.vocab import ExitCode, ServerHealth
 
 TASK_SERVERS = {"t-files": ["files"], "t-quotes": ["quotes", "files"], "t-crm": ["crm"]}
 

@@ -6,6 +6,7 @@ import os
 import secrets
 import subprocess
 import time
+from pathlib import Path
 
 from cowork_adapter.container.procs import pgid_of, pids_with_env, process_alive, start_ticks
 
@@ -35,7 +36,7 @@ def _wait_exec(*pids: int) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            if all(open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"sleep") for pid in pids):
+            if all(Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep") for pid in pids):
                 return
         except OSError:
             pass

@@ -10,10 +10,11 @@ import json
 import time
 from pathlib import Path
 
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+
+from cowork_adapter.run.progress import RunProgress
 from cowork_adapter.runroot.events import EventLog
 from cowork_adapter.schemas.ledger import LEDGER_NAME, read_index
-from cowork_adapter.run.progress import RunProgress
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.vocab import TaskStatus as S
 
 TICK = 0.1

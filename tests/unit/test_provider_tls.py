@@ -21,8 +21,8 @@ import pytest
 from cryptography import x509
 
 from cowork_adapter.demo.chat_standin import ChatStandin
-from cowork_adapter.gateway.server import Gateway, mint_token
 from cowork_adapter.gateway.policy import SEED_PROVIDER_KEYS, Policy
+from cowork_adapter.gateway.server import Gateway, mint_token
 from cowork_adapter.gateway.tls import PROVIDER_HOST, make_run_tls, public_roots, remove_private
 from cowork_adapter.schemas.gateway import read_requests
 

@@ -33,10 +33,11 @@ from cowork_adapter.vocab import EventKind
 WRITTEN = Path(__file__).parent / "pydantic_written"
 # Fields added to a kind after its fixture was written: an old file lacks them and reads as null.
 ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gateway", "shared_run", "bench_verified",
-                                      "admission", "run_nonce"},
+                                      "admission", "run_nonce", "eval_code_mounts"},
                "campaign.json": {"stop"},
                "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec",
-                                    "provider_host", "provider_address", "provider_ca_bundle", "provider_ca_targets"},
+                                    "provider_host", "provider_address", "provider_ca_bundle", "provider_ca_targets",
+                                    "eval_mounts"},
                "result_index.jsonl": {"gateway", "tampering"}}
 
 

@@ -6,12 +6,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
 from cowork_adapter.errors import Refusal
-from cowork_adapter.score.ledger import build_index, write_index
-from cowork_adapter.schemas.ledger import read_index
 from cowork_adapter.run.recovery import resolve_ancestry
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from cowork_adapter.schemas.ledger import read_index
+from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.vocab import TaskStatus
 
 DATASET = ["a", "b", "c", "d", "e", "f"]

@@ -7,18 +7,24 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_cli_refusals import Case, _play
 
 from cowork_adapter.config import MONEY_FIELDS, RunConfig
 from cowork_adapter.errors import Refusal
-from cowork_adapter.run.qualify import (build_validity, classify, evaluator_words, qualify_configs, render_html,
-                                    render_table, verdict_of)
+from cowork_adapter.run.qualify import (
+    build_validity,
+    classify,
+    evaluator_words,
+    qualify_configs,
+    render_html,
+    render_table,
+    verdict_of,
+)
 from cowork_adapter.schemas.ledger import OfficialReceipt, TaskRow
+from cowork_adapter.schemas.record import convert, decode
 from cowork_adapter.schemas.run_config import agent_short_name, build_run_config, model_provider
 from cowork_adapter.schemas.validity import EngineVerdict, TaskValidity
 from cowork_adapter.vocab import EngineKind, OfficialEvalStatus, TaskStatus, TaskValidityClass
-from cowork_adapter.schemas.record import convert, decode
 
 
 @pytest.fixture
@@ -268,11 +274,11 @@ def test_task_validity_flag_must_be_a_qualify_table_of_this_commit(flags, tmp_pa
 
 
 def test_report_scores_valid_tasks_beside_the_full_set_headline(tmp_path):
+    import synthetic_run as synth
     from test_recovery import make_run
 
     from cowork_adapter.report import make_report
     from cowork_adapter.report.render import headline, to_html, to_markdown, valid_line
-    import synthetic_run as synth
     from cowork_adapter.report.stats import wilson_interval
 
     tasks = ["a-1", "a-2", "b-1", "b-2", "c-1"]
@@ -310,10 +316,11 @@ def test_report_without_a_table_has_no_validity_block(tmp_path):
 
 
 def test_a_run_spending_nothing_has_no_meter_no_campaign_and_never_asks_to_stop(flags, tmp_path):
+    import synthetic_run as synth
+
     from cowork_adapter.container.reference import stage_groundtruth
     from cowork_adapter.run.run import Run
     from cowork_adapter.run.spending import NO_CAMPAIGN, SETTLED, NoSpending
-    import synthetic_run as synth
 
     cfg = RunConfig.from_flags(engine="nop", **flags)
     manifest = synth.write_manifest(cfg.run_root, ["a"], engine="nop")

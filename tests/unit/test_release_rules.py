@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from cowork_adapter.errors import CustodyError, Refusal
 from cowork_adapter.schemas.multihost import HostRun, HostRunRelease
 from cowork_adapter.vocab import ExitCode, ReleaseFence
 
-NOW = datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 
 
 def run(state: str = "live", expires: timedelta = timedelta(seconds=-1)) -> HostRun:

@@ -9,19 +9,18 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+from test_recovery import make_run  # noqa: E402  (same directory; pytest puts it on sys.path)
 
 from cowork_adapter.audit import audit_run
-from cowork_adapter.score.ledger import build_index, write_index
 from cowork_adapter.report import make_report, run_report_command
-from cowork_adapter.schemas.audit import launcher_audit_path, read_launcher_audit
-from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
-from cowork_adapter.schemas.inventory import Inventory, RepairRecord, ServerInventory
-import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 from cowork_adapter.report.render import to_markdown
 from cowork_adapter.report.stats import project_full_run, quantile, wilson_interval
 from cowork_adapter.report.svg import bar_chart, histogram, step_line
-
-from test_recovery import make_run  # noqa: E402  (same directory; pytest puts it on sys.path)
+from cowork_adapter.schemas.audit import launcher_audit_path, read_launcher_audit
+from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
+from cowork_adapter.schemas.inventory import Inventory, RepairRecord, ServerInventory
+from cowork_adapter.score.ledger import build_index, write_index
 
 
 @pytest.mark.parametrize("k,n,lo,hi", [

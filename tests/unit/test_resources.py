@@ -17,12 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.ops.control import _resource_use, render_status_text
 from cowork_adapter.custody import shim
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.shim_config import ContainerLimits
-from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
-from cowork_adapter.report.render import _task_table
 from cowork_adapter.host.resources import (
     METHOD_SENTENCE,
     NOT_TIED,
@@ -35,8 +32,11 @@ from cowork_adapter.host.resources import (
     summary_line,
     unread_by_stop,
 )
+from cowork_adapter.ops.control import _resource_use, render_status_text
+from cowork_adapter.report.render import _task_table
 from cowork_adapter.schemas.ledger import RunnerRow, TaskRow
 from cowork_adapter.schemas.record import decode
+from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
 
 GIB = 2**30
 MIB = 2**20

@@ -3,16 +3,15 @@ phase takes its grading inputs from the task tree and sets planted records aside
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from cowork_adapter.container import evalphase, protocol, safefile
-from cowork_adapter.score.ledger import DumpDigests, OfficialVerdict, runner_disagreement, seal_verdict, unsafe_entries
+from cowork_adapter.container import evalphase, gradinglog, protocol, safefile
 from cowork_adapter.schemas.ledger import RunnerRow
 from cowork_adapter.schemas.seal import EvalSeal, PreEntry, SealedFile, SealedVerdict
-from cowork_adapter.vocab import OfficialEvalStatus, TamperKind
+from cowork_adapter.score.ledger import DumpDigests, OfficialVerdict, runner_disagreement, seal_verdict, unsafe_entries
+from cowork_adapter.vocab import OfficialEvalStatus
 
 PASSED = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", True)
 FAILED = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", False)
@@ -60,11 +59,14 @@ def test_a_sealed_file_changed_afterwards_unscores_the_task_and_is_flagged(now, 
 
 def test_what_the_seal_saw_is_flagged_and_the_verdict_stands():
     held = seal(pre=[PreEntry(name="ouroboros_eval_claim.json", kind="regular")],
-                grading_inputs_differ=["agent_workspace", "evaluation.evaluation_command"], hung=True)
+                grading_inputs_differ=["agent_workspace", "evaluation.evaluation_command"], hung=True,
+                grading_log_rewritten=["status", "config.launch_time"])
     verdict, found = seal_verdict(FAILED, held, NOW._replace(summary="y" * 64), records_present=True)
     assert verdict == FAILED
-    assert kinds(found) == ["planted_before_eval", "grading_inputs_differ", "eval_hung", "summary_changed"]
+    assert kinds(found) == ["planted_before_eval", "grading_inputs_differ", "grading_log_rewritten", "eval_hung",
+                            "summary_changed"]
     assert "ouroboros_eval_claim.json:regular" in found[0].detail and "evaluation.evaluation_command" in found[1].detail
+    assert found[2].detail == "status, config.launch_time"
 
 
 @pytest.mark.parametrize("said, verdict, flagged", [
@@ -107,8 +109,8 @@ def honest() -> dict:
 
 
 def test_an_honest_config_differs_in_nothing_that_grades():
-    assert evalphase.grading_differences(honest(), CANONICAL) == []
-    assert evalphase.grading_differences(dict(CANONICAL), CANONICAL) == []
+    assert gradinglog.grading_differences(honest(), CANONICAL) == []
+    assert gradinglog.grading_differences(dict(CANONICAL), CANONICAL) == []
 
 
 @pytest.mark.parametrize("change, names", [
@@ -119,28 +121,7 @@ def test_an_honest_config_differs_in_nothing_that_grades():
     ({"evaluation": "sh -c 'exit 0'"}, ["evaluation"]),
 ])
 def test_a_grading_input_the_agent_changed_is_named(change, names):
-    assert evalphase.grading_differences(dict(honest(), **change), CANONICAL) == names
-
-
-class _Config:
-    def to_dict(self):
-        return json.loads(json.dumps(CANONICAL))
-
-
-def test_canonicalize_log_rewrites_only_a_differing_log_and_keeps_the_rest(tmp_path):
-    log = tmp_path / "traj_log.json"
-    log.write_text(json.dumps({"config": honest(), "status": "success"}))
-    before = log.read_bytes()
-    assert evalphase.canonicalize_log(str(log), _Config()) == [] and log.read_bytes() == before
-    forged = dict(honest(), agent_workspace="tasks/finalpool/t/groundtruth_workspace",
-                  evaluation={"evaluation_command": "sh -c 'exit 0'", "groundtruth_workspace": None})
-    log.write_text(json.dumps({"config": forged, "status": "success", "start_time": "x"}))
-    assert evalphase.canonicalize_log(str(log), _Config()) == ["agent_workspace", "evaluation.evaluation_command"]
-    after = json.loads(log.read_text())
-    assert after["config"]["agent_workspace"] == CANONICAL["agent_workspace"]
-    assert after["config"]["evaluation"] == CANONICAL["evaluation"]
-    assert after["config"]["launch_time"] == forged["launch_time"] and after["status"] == "success"
-    assert after["start_time"] == "x"
+    assert gradinglog.grading_differences(dict(honest(), **change), CANONICAL) == names
 
 
 def test_planted_records_are_set_aside_never_opened(tmp_path):
@@ -183,6 +164,16 @@ def test_a_refused_evaluation_of_an_unsafe_dump_is_flagged():
     verdict, found = seal_verdict(OfficialVerdict(OfficialEvalStatus.NOT_RUN, "workspace_link_outside_dump", None),
                                   held, NOW, records_present=True)
     assert verdict.passed is None and kinds(found) == ["unsafe_entry"]
+
+
+def test_a_hung_eval_in_a_late_seal_without_an_end_is_flagged_not_a_crash():
+    # A late seal (the host's, after the shim died) has no ended_at; the hang finding used to subtract from it.
+    held = seal(entry="late", ended_at=None, exit_code=None, hung=True,
+                verdict=SealedVerdict(official_run=False, cause="eval_hung"))
+    verdict, found = seal_verdict(OfficialVerdict(OfficialEvalStatus.NOT_RUN, "eval_hung", None), held, NOW,
+                                  records_present=True)
+    assert kinds(found) == ["eval_hung"] and found[0].detail == "eval exec end not seen"
+    assert kinds(seal_verdict(FAILED, seal(hung=True, ended_at=31.0), NOW, records_present=True)[1]) == ["eval_hung"]
 
 
 def test_an_eval_cut_short_by_a_stop_is_not_scored_and_not_flagged():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cowork_adapter.errors import Refusal
 from cowork_adapter.benchmark.selection import (
     MAX_TASK_FILE_BYTES,
     explicit_selection,
     read_task_file,
     validate_against_dataset,
 )
+from cowork_adapter.errors import Refusal
 
 # (name, file bytes, expected ids or None, words the refusal sentence must contain)
 CASES = [

@@ -6,20 +6,19 @@ PostgreSQL in tests/integration/test_shared_campaign_pg.py and test_shared_campa
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
+from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
 
-from cowork_adapter.run.batch_runner import append_batch, runner_env
 from cowork_adapter.config import RunConfig
 from cowork_adapter.demo.env import wait_for
-from cowork_adapter.score.ledger import IndexContext
+from cowork_adapter.run.batch_runner import append_batch, runner_env
+from cowork_adapter.run.shared_host import wait_for_fence_sec
 from cowork_adapter.schemas.campaign import CampaignRecord, CampaignStop
 from cowork_adapter.schemas.multihost import ClaimedBatch, read_claimed
-from cowork_adapter.run.shared_host import wait_for_fence_sec
-
-from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); same directory, on sys.path
+from cowork_adapter.score.ledger import IndexContext
 
 DB = "postgresql://db.example:5432/campaigns"
 
@@ -47,7 +46,7 @@ def test_bad_shared_flags_are_one_sentence(base, extra: dict, words: str) -> Non
 def test_the_claimed_file_lists_each_task_once_and_skips_a_torn_line(tmp_path) -> None:
     path = tmp_path / "claims.jsonl"
     assert read_claimed(path) == []  # nothing claimed yet
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     append_batch(path, ClaimedBatch(batch=1, tasks=["b", "a"], claimed_at=at))
     append_batch(path, ClaimedBatch(batch=2, tasks=["a", "c"], claimed_at=at))
     with open(path, "ab") as out:
@@ -57,6 +56,7 @@ def test_the_claimed_file_lists_each_task_once_and_skips_a_torn_line(tmp_path) -
 
 def test_a_shared_hosts_ledger_answers_only_for_what_it_claimed(tmp_path) -> None:
     import synthetic_run as synth  # tests/synthetic_run.py (tests/ is on sys.path)
+
     from cowork_adapter.schemas.manifest import SharedRun
 
     root = tmp_path / "run"
@@ -66,7 +66,7 @@ def test_a_shared_hosts_ledger_answers_only_for_what_it_claimed(tmp_path) -> Non
     ctx.manifest.shared_run = SharedRun(run_id="r1", host="h", lease_sec=60, claim_batch=1, claimed_file="claims.jsonl")
     ctx.refresh()
     assert ctx.selection() == [] and ctx.invoked() == set()  # a host that claimed nothing answers for nothing
-    append_batch(root / "claims.jsonl", ClaimedBatch(batch=1, tasks=["t2"], claimed_at=datetime.now(timezone.utc)))
+    append_batch(root / "claims.jsonl", ClaimedBatch(batch=1, tasks=["t2"], claimed_at=datetime.now(UTC)))
     ctx.refresh()
     assert ctx.selection() == ["t2"] and ctx.invoked() == {"t2"}
 
@@ -77,7 +77,7 @@ def test_no_database_variable_reaches_run_parallel(monkeypatch) -> None:
 
 
 def test_a_campaign_stop_round_trips_in_the_record() -> None:
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     record = CampaignRecord(fingerprint="sha256:" + "0" * 16, ceiling_usd=10, usage_baseline=1, prior_spend_usd=0,
                             last_usage=1, last_usage_observed_at=at, created_at=at)
     assert record.stop is None
@@ -116,14 +116,13 @@ class FakeClaims:
         beat = self.beats[min(self.calls, len(self.beats)) - 1]
         if isinstance(beat, Exception):
             raise beat
-        return datetime.now(timezone.utc), beat
+        return datetime.now(UTC), beat
 
     def expired_runs(self):
         raise OSError("a fence that fails")  # must not end the lease thread
 
 
 def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> None:
-    import time
 
     from cowork_adapter.campaign.pg_store import ClaimLost
     from cowork_adapter.campaign.shared import HostLease
@@ -131,11 +130,13 @@ def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> N
     stop = '{"reason": "campaign_budget_reserve", "host": "h", "run_root": "/r", "at": "2026-01-01T00:00:00Z"}'
     for beats, reason in (([None, stop], "campaign_stopped"), ([None, ClaimLost("lapsed")], "host_lease_lost")):
         claims, stops, said = FakeClaims(beats), [], []
-        lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
-                          say=lambda action, detail: said.append(action)).start()
+        lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {},
+                          on_stop=lambda r, d, stops=stops: stops.append(r),
+                          say=lambda action, detail, said=said: said.append(action)).start()
         # Until the thread has done what is asserted (a fixed 0.5 s, about 25 turns, could pass with
         # the thread barely started on a loaded machine): stopping it sooner would prove nothing.
-        wait_for(lambda: bool(stops) and claims.calls >= 4 and "fence_failed" in said, 30, 0.02)
+        wait_for(lambda stops=stops, claims=claims, said=said: bool(stops) and claims.calls >= 4 and "fence_failed" in said,
+                 30, 0.02)
         lease.stop()
         assert stops == [reason] and claims.calls >= 4  # once, and still renewing after it
         assert "fence_failed" in said

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -19,11 +20,11 @@ import pytest
 
 from cowork_adapter.container import protocol
 from cowork_adapter.custody import shim
-from cowork_adapter.custody.bash_env import TaskDumps, install_custody, runner_digest
+from cowork_adapter.custody.bash_env import TaskDumps, eval_code_mounts, install_custody, runner_digest
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.errors import Refusal
-from cowork_adapter.schemas.seal import EvalSeal, read_seals
 from cowork_adapter.schemas.record import decode
+from cowork_adapter.schemas.seal import EvalSeal, read_seals
 
 LABEL = "0123456789abcdef0123456789abcdef"
 TASK, OTHER = "demo-csv-totals", "demo-wrong-answer"
@@ -46,7 +47,8 @@ if sys.argv[1:2] == ["exec"] and any(a.startswith("eval-") for a in sys.argv):
     if os.path.lexists(os.path.join(root, "eval_res.json")):  # the eval phase sets a planted one aside
         os.rename(os.path.join(root, "eval_res.json"), os.path.join(root, "planted-eval_res.json"))
     claim = {{"schema": "cowork_adapter.eval_attempt.v1", "attempt_id": "a" * 32, "bindings": {{}},
-             "evidence": {{"grading_inputs_differ": ["evaluation.evaluation_command"], "planted_before_eval": []}}}}
+             "evidence": {{"grading_inputs_differ": ["evaluation.evaluation_command"], "planted_before_eval": [],
+                          "grading_log_rewritten": ["status"]}}}}
     open(os.path.join(root, "ouroboros_eval_claim.json"), "w").write(json.dumps(claim))
     open(os.path.join(root, "eval_res.json"), "w").write(json.dumps({{"pass": False}}))
     receipt = {{"schema": "cowork_adapter.eval_receipt.v1", "attempt_id": "a" * 32, "official_run": True,
@@ -57,7 +59,7 @@ sys.exit(0)
 
 
 class SealBed:
-    def __init__(self, root: Path, eval_bound: float = 30.0) -> None:
+    def __init__(self, root: Path, eval_bound: float = 30.0, eval_mounts: tuple = ()) -> None:
         self.fake_dir = root / "fake"
         self.fake_dir.mkdir()
         fake = self.fake_dir / "docker"
@@ -73,7 +75,8 @@ class SealBed:
             limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
             stop_file=root / "run" / "STOP", resource_root=root / "resources", min_free_bytes=0,
             evidence_dir=self.evidence, agent_env_file=None, environ={},
-            dumps=TaskDumps(dumps_dir=self.dumps, short=SHORT, tasks=(TASK, OTHER), eval_bound_sec=eval_bound),
+            dumps=TaskDumps(dumps_dir=self.dumps, short=SHORT, tasks=(TASK, OTHER), eval_bound_sec=eval_bound,
+                           eval_mounts=eval_mounts),
         )
         self.task_root = self.dumps / "openrouter_m" / f"SingleUserTurn-{TASK}"
 
@@ -127,7 +130,9 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     bed.task_root.mkdir(parents=True)
     os.mkfifo(bed.task_root / "eval_res.json")  # planted before the exec: the seal names it
     (bed.task_root / "ouroboros_summary.json").write_text('{"task": "x"}')
-    assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK).returncode == 0
+    before = time.time()
+    assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK, "--max_steps", "7").returncode == 0
+    after = time.time()
     # The summary's bytes as the agent exec left them, held where no container reaches.
     assert (bed.evidence / f"{ID}.agent_summary.json").read_bytes() == (bed.task_root / "ouroboros_summary.json").read_bytes()
     done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
@@ -135,15 +140,18 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     exec_argv = [a for a in bed.calls() if a[0] == "exec" and f"eval-{ID}" in a][0]
     env = dict(exec_argv[i + 1].split("=", 1) for i, a in enumerate(exec_argv) if a == "-e")
     held = protocol.file_facts(str(bed.task_root / "ouroboros_summary.json"))["sha256"]
+    # The agent exec's window as the host saw it: the eval phase's launch_time and times (issue 36).
+    started, ended = float(env.pop("COWORK_AGENT_STARTED_AT")), float(env.pop("COWORK_AGENT_ENDED_AT"))
+    assert before <= started <= ended <= after
     assert env == {"COWORK_AGENT_CONTAINER_STATE": "absent", "COWORK_EVAL_ENTRY": "first",
-                   "COWORK_AGENT_SUMMARY_SHA256": held, "COWORK_EVAL_BOUND_SEC": "30.0"}
+                   "COWORK_AGENT_SUMMARY_SHA256": held, "COWORK_EVAL_BOUND_SEC": "30.0", "COWORK_AGENT_MAX_STEPS": "7"}
     seal = read_seals(bed.bench.parent)[TASK].seal
     assert isinstance(seal, EvalSeal) and seal.runner_id == ID and seal.entry == "first" and not seal.hung
     assert [(e.name, e.kind) for e in seal.pre] == [("eval_res.json", "fifo")]
     assert seal.claim.sha256 == protocol.file_facts(str(bed.task_root / protocol.CLAIM_NAME))["sha256"]
     assert seal.eval_res.sha256 == protocol.file_facts(str(bed.task_root / "eval_res.json"))["sha256"]
     assert seal.verdict is not None and seal.verdict.official_run and seal.verdict.pass_ is False
-    assert seal.grading_inputs_differ == ["evaluation.evaluation_command"]
+    assert seal.grading_inputs_differ == ["evaluation.evaluation_command"] and seal.grading_log_rewritten == ["status"]
     assert seal.agent_summary_sha256 == held
     # A second eval exec of the same task is a repeat: told so, and never re-sealed.
     first = (bed.evidence / f"{ID}.seal.json").read_bytes()
@@ -163,6 +171,13 @@ def test_a_hung_eval_exec_is_ended_at_the_bound_and_sealed_as_hung(tmp_path):
     assert done.returncode != 0
     seal = decode((bed.evidence / f"{ID}.seal.json").read_bytes(), EvalSeal)
     assert seal.hung and seal.ended_at - seal.started_at < 15 and seal.verdict is None
+
+
+def test_a_fractional_eval_bound_is_kept_not_refused(tmp_path):
+    # COWORK_EVAL_BOUND_SEC is read as a float (custody/bash_env.py): the shim's config used to be an
+    # int field, so 90.5 refused the run ("custody settings are invalid").
+    bed = SealBed(tmp_path, eval_bound=90.5)
+    assert json.loads(bed.files.shim_config.read_text())["eval_bound_sec"] == 90.5
 
 
 def test_tasks_sharing_the_runners_id_are_refused(tmp_path):
@@ -191,8 +206,8 @@ def _colliding_pair() -> tuple[str, str]:
 
 
 def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
-    from cowork_adapter.score.ledger import late_seal
     from cowork_adapter.schemas.seal import SealHead
+    from cowork_adapter.score.ledger import late_seal
 
     bed.task_root.mkdir(parents=True)
     assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0
@@ -212,8 +227,8 @@ def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
 
 def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(bed):
     from cowork_adapter.container.procs import start_ticks
-    from cowork_adapter.score.ledger import late_seal
     from cowork_adapter.schemas.seal import PreEntry, SealHead
+    from cowork_adapter.score.ledger import late_seal
 
     bed.task_root.mkdir(parents=True)
     assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0
@@ -249,3 +264,20 @@ def test_end_strays_does_nothing_outside_the_runners_agent_container(monkeypatch
     finally:
         child.kill()
         child.wait()
+
+
+def test_eval_containers_run_the_pinned_evaluator_code_read_only(tmp_path):
+    """Issue 36: the run's verified clone's utils/ over the image's copy, in eval containers only."""
+    bench = tmp_path / "run" / "bench"
+    (bench / "utils" / "evaluation").mkdir(parents=True)
+    (bench / "runner_only").mkdir()
+    mounts = eval_code_mounts(bench)
+    assert mounts == [f"{bench.resolve()}/utils:/workspace/utils:ro"]
+    bed = SealBed(tmp_path, eval_mounts=tuple(mounts))
+    for name in (f"eval-{ID}", f"agent-{ID}", f"pg-{ID}"):
+        done = bed.run("run", "-d", "--name", name, "-v", f"{bed.dumps}:/workspace/dumps", "img", "sleep", "1")
+        assert done.returncode == 0 or name.startswith("pg-"), done.stderr
+    runs = {a[a.index("--name") + 1]: a for a in bed.calls() if a[0] == "run"}
+    assert runs[f"eval-{ID}"][runs[f"eval-{ID}"].index(mounts[0]) - 1] == "--volume"
+    assert mounts[0] not in runs[f"agent-{ID}"]
+    assert eval_code_mounts(tmp_path / "nothing") == []

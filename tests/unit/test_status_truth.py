@@ -9,7 +9,7 @@ folder that is not a run root gives one sentence.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,7 @@ def _meter_outage_run(root: Path) -> Path:
     (root / "run_manifest.json").write_text(_manifest(
         root, outcome="stopped", stop_reason="budget_meter_unavailable", stop_causes=["budget_meter_unavailable"],
         exit_code=3, finished_at="2026-03-01T12:05:00Z", campaign_settlement="recorded").to_json())
-    mon = Monitor(observed_at=datetime(2026, 3, 1, 12, 5, tzinfo=timezone.utc), launcher_pid=1, finished=True,
+    mon = Monitor(observed_at=datetime(2026, 3, 1, 12, 5, tzinfo=UTC), launcher_pid=1, finished=True,
                   progress=Progress(selected=1, done=0, infra_failed=1), meter=MeterState(blindness_sec=30.0),
                   stop_reason="budget_meter_unavailable", stop_causes=["budget_meter_unavailable"],
                   campaign_settlement="recorded")
@@ -65,7 +65,7 @@ def test_status_counts_add_up_and_a_finished_run_is_not_stopping(tmp_path, capsy
 
 
 def test_a_live_stop_still_says_stopping():
-    mon = Monitor(observed_at=datetime(2026, 3, 1, tzinfo=timezone.utc), launcher_pid=1, finished=False,
+    mon = Monitor(observed_at=datetime(2026, 3, 1, tzinfo=UTC), launcher_pid=1, finished=False,
                   progress=Progress(selected=4, done=1, passed=1, running=2), meter=MeterState(blindness_sec=30.0),
                   stop_reason="signal_15", stop_causes=["signal_15"])
     assert summary_line(mon).endswith("stopping: signal_15")
@@ -81,7 +81,7 @@ def test_a_live_stop_still_says_stopping():
 def test_tally_partitions_the_denominator(progress):
     settled, waiting = tally(progress)
     assert settled + progress.running + waiting == progress.selected
-    line = summary_line(Monitor(observed_at=datetime(2026, 3, 1, tzinfo=timezone.utc), launcher_pid=1,
+    line = summary_line(Monitor(observed_at=datetime(2026, 3, 1, tzinfo=UTC), launcher_pid=1,
                                 progress=progress, meter=MeterState(blindness_sec=30.0)))
     counts = _numbers(line)
     assert line.startswith(f"{settled}/{progress.selected} done")

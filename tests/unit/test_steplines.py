@@ -8,8 +8,8 @@ import re
 import threading
 import time
 
-from cowork_adapter.image.steplines import StepLines
 from cowork_adapter.demo.env import wait_for
+from cowork_adapter.image.steplines import StepLines
 
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] building x:y: (.+) \(\d+m\d\ds in this step\)$")
 

@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ class StubProcess:
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
 
-    def start(self, wait_port: bool = True) -> "StubProcess":
+    def start(self, wait_port: bool = True) -> StubProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "server.py", "--host", "127.0.0.1", "--port", "0"],
@@ -422,7 +422,7 @@ def test_create_reply_record_duplicate_and_queue(spawn, tmp_path):
     blocker = stub.submit("[demo-policy: hang]")
     stub.wait_task(blocker, lambda v: v["status"] == "running")
     (tmp_path / "ws").mkdir()
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     status, reply = stub.post("/api/tasks", {
         "description": "queued", "task_id": "Job-1.a", "workspace_root": str(tmp_path / "ws"),
         "memory_mode": "empty", "timeout_sec": 120, "metadata": {"source": "t", "root_task_id": "no"}})

@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from test_stub_engine import FAKE_KEY, StubProcess, base_settings, seed  # noqa: F401 (fixture)
 
 MCP_PROXY = Path(sys.executable).with_name("mcp-proxy")
@@ -74,12 +73,12 @@ def proxy(tmp_path):
         {"mcpServers": {"counter": {"command": sys.executable, "args": [str(script)], "env": {}}}}
     ))
     port = free_port()
-    log = open(tmp_path / "mcp_proxy.log", "wb")
-    proc = subprocess.Popen(
-        [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port), "--stateless",
-         "--pass-environment", "--named-server-config", str(config)],
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    with open(tmp_path / "mcp_proxy.log", "wb") as log:  # the child has its own copy of the descriptor
+        proc = subprocess.Popen(
+            [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port), "--stateless",
+             "--pass-environment", "--named-server-config", str(config)],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
+
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.audit.write import audit_run
 from cowork_adapter.container import protocol

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from run_flags import config_for  # tests/run_flags.py: tests/ is on sys.path (its conftest)
+
 from cowork_adapter.run.run import runner_env
 from cowork_adapter.schemas.run_config import OPENROUTER_CHAT_URL, agent_short_name
-from run_flags import config_for  # tests/run_flags.py: tests/ is on sys.path (its conftest)
 
 
 class PassThrough:

@@ -28,7 +28,8 @@ import selectors
 import signal
 import struct
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 _INDEX = struct.Struct("<I")
 _HEADER = struct.Struct("<IQ")  # item index, pickled length

@@ -26,8 +26,9 @@ import errno
 import json
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Literal, NamedTuple, Protocol, Sequence, TypeVar, Union
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, Union
 
 import ahocorasick_rs
 import msgspec
@@ -211,7 +212,7 @@ def _may_hold_long_integer(data: bytes) -> bool:
     """True when `data` may hold a number json.loads refuses for its length (a cheap, exact
     necessary condition: each aligned window is tested with isdigit, which stops at the first
     non-digit)."""
-    if _INT_DIGITS >= len(data):
+    if len(data) <= _INT_DIGITS:
         return False
     # A window is all digits only if its first and last bytes are: those are tested in bulk
     # (each end mapped to a 0/1 byte, the two maps ANDed as integers), and only the windows
@@ -290,7 +291,7 @@ class RowReader:
     def __init__(self, row_type: type[Row]) -> None:
         self.row_type = row_type
         self.one = msgspec.json.Decoder(row_type)
-        self.block = msgspec.json.Decoder(Union[row_type, Literal[_SEPARATOR_TEXT]])  # type: ignore[valid-type]
+        self.block = msgspec.json.Decoder(Union[row_type, Literal[_SEPARATOR_TEXT]])  # noqa: UP007  (a type built at run time from a variable)
 
 
 def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Sequence[int], list[Any]]:
@@ -338,7 +339,7 @@ def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Se
 def _row_from_dict(row_type: type[Row], rec: dict[str, Any], rel: str, sink: Sink, lineno: int) -> Row | None:
     """The row json.loads' reading of a line makes (Raw fields written back as JSON text)."""
     values: dict[str, Any] = {}
-    for name, kind in zip(row_type.__struct_fields__, _field_types(row_type)):
+    for name, kind in zip(row_type.__struct_fields__, _field_types(row_type), strict=True):
         if kind is msgspec.Raw:
             try:
                 values[name] = msgspec.Raw(json.dumps(rec[name]).encode() if name in rec else b"null")

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import ahocorasick_rs
 
@@ -113,10 +114,7 @@ def split_mcp_name(name: str) -> tuple[str, str] | None:
 
 
 def has_probe(text: str) -> bool:
-    for probe in STR_PROBES:
-        if probe in text:
-            return True
-    return False
+    return any(probe in text for probe in STR_PROBES)
 
 
 # Made once: json.dumps with non-default options would build a new encoder on every call.

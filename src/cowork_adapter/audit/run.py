@@ -12,15 +12,17 @@ import json
 import os
 import threading
 from collections import Counter
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from ..container import safefile
 from ..container.vocab import DIAGNOSTIC_LOG_PREFIX
-from ..runroot.dumps import dumps_folder_of
 from ..errors import Refusal
-from .forked import forked_map
+from ..runroot import layout
+from ..runroot.dumps import dumps_folder_of
+from ..runroot.layout import RELATIVE_DUMPS, RunRoot
 from ..schemas.audit import (
     Activity,
     AuditReport,
@@ -29,11 +31,11 @@ from ..schemas.audit import (
     DiagnosticFact,
     Finding,
     Gap,
+    LedgerTamper,
     LogRef,
     McpServerActivity,
     ReceiptFact,
     RunEvalAttempts,
-    LedgerTamper,
     Tampering,
     TamperSeen,
     TaskAudit,
@@ -42,10 +44,9 @@ from ..schemas.audit import (
 )
 from ..score.tampering import count_tampering
 from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
+from .forked import forked_map
 from .read import Folder, UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan
-from ..runroot import layout
-from ..runroot.layout import RELATIVE_DUMPS, RunRoot
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
 DUMPS_DIR = RELATIVE_DUMPS
@@ -480,7 +481,7 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     admissions = _eval_admissions(root)
     ineligible: Counter = Counter()
 
-    report = AuditReport(generated_at=datetime.now(timezone.utc).isoformat(), run_root=str(root))
+    report = AuditReport(generated_at=datetime.now(UTC).isoformat(), run_root=str(root))
     totals = Totals()
     findings_by_reason: Counter = Counter()
     gaps_by_reason: Counter = Counter()
@@ -569,7 +570,7 @@ def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]
                  detail=kind if kind == safefile.UNREADABLE else None)
     elif fd is None:  # a link (to anywhere), FIFO, file...: never followed or read
         scan.gap(AuditGapReason.UNSAFE_ENTRY, _rel(dump, root) if dump else None, detail=kind)
-    else:
+    elif dump is not None:  # always, here: an open folder has a path
         try:
             top = Folder(fd, safefile.kinds_at(fd))
             _flag_dump_entries(scan, _rel(dump, root), top.kinds, records_allowed=True)

@@ -30,12 +30,13 @@ import os
 import stat
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import reduce
 from itertools import accumulate, compress, repeat
 from operator import add, attrgetter, eq, is_, itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Literal
 
 import msgspec
 
@@ -138,7 +139,7 @@ class TaskScan:
     gaps_by_reason: Counter = field(default_factory=Counter)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     events_gap: bool = False
-    usage_source: str = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
+    usage_source: Literal["llm_usage_projection", "attempt_ledger"] = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
     files: int = 0
     bytes: int = 0
     lines: int = 0
@@ -180,11 +181,12 @@ class TaskScan:
         """One llm_usage record (a UsageRow, or anything with its fields), with every
         irregularity a gap at its line. A field the record leaves null is read from its nested
         `usage` object when that is a non-empty object."""
-        values = (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.cost, rec.cost_known,
+        values: tuple[Any, ...] = (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.cost, rec.cost_known,
                   rec.cost_estimated, rec.model, rec.provider, rec.response_provider)
         usage = rec.usage
         if isinstance(usage, dict) and usage:
-            values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values))
+            # USAGE_FIELDS names these nine first, then `usage` itself: zip stops at the nine.
+            values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values, strict=False))
         prompt, completion, cached, cost, known, estimated, model, provider, response = values
         self.usage_records += 1
         # Plain nonnegative ints (the usual record) skip _count; anything else takes its rule.
@@ -195,7 +197,7 @@ class TaskScan:
         if not (type(cached) is int and cached >= 0):
             cached = _count(cached)
         if prompt is None or completion is None or cached is None:
-            for name, counted in zip(TOKEN_FIELDS, (prompt, completion, cached)):
+            for name, counted in zip(TOKEN_FIELDS, (prompt, completion, cached), strict=True):
                 if counted is None:
                     self.gap(AuditGapReason.UNKNOWN_TOKENS, file, line, name)
             prompt, completion, cached = prompt or 0, completion or 0, cached or 0
@@ -222,7 +224,7 @@ class TaskScan:
         """add_usage for each row in turn (at line `first` + its index in `lines`); a batch of
         regular records (see _add_regular) in a few C-level passes with the same result."""
         if not self._add_regular(rows):
-            for row, line in zip(rows, lines):
+            for row, line in zip(rows, lines, strict=True):
                 self.add_usage(row, file, first + line)
 
     def _add_regular(self, rows: list[Any]) -> bool:
@@ -254,7 +256,7 @@ class TaskScan:
         self.token_bearing += len(rows) - list(map(add, prompts, completions)).count(0)
         self.cost_known_usd = reduce(add, costs, self.cost_known_usd)  # row by row, as add_usage sums
         self.cost_estimated += sum(map(is_, map(_COST_ESTIMATED, rows), repeat(True)))
-        for bucket, distinct in zip((self.models, self.providers, self.response_providers), names):
+        for bucket, distinct in zip((self.models, self.providers, self.response_providers), names, strict=True):
             for name in distinct:
                 if isinstance(name, str) and name and name not in bucket and len(bucket) < MAX_NAMES_PER_TASK:
                     bucket[name] = None
@@ -331,7 +333,7 @@ def _keyed(rows: list[ToolRow], consume: Callable[[Iterable[Any]], Any]) -> Any:
     """consume(the rows' counting keys), the keys built column-wise without a Python loop, or
     row by row (see _call_key) when consuming them finds an unhashable type or tool."""
     try:
-        return consume(zip(map(_TYPE, rows), map(_TOOL, rows), map(is_, map(_IS_ERROR, rows), repeat(True))))
+        return consume(zip(map(_TYPE, rows), map(_TOOL, rows), map(is_, map(_IS_ERROR, rows), repeat(True)), strict=True))
     except TypeError:
         return consume(map(_call_key, rows))
 
@@ -408,7 +410,7 @@ def scan_events(path: str | Path, rel: str, scan: TaskScan, folder: Folder | Non
         except TypeError:  # an unhashable type (a list, an object): neither usage nor omission
             distinct = {kind for kind in kinds if isinstance(kind, str)}
         if any(isinstance(kind, str) and "omission" in kind for kind in distinct):
-            for line, kind in zip(lines, kinds):
+            for line, kind in zip(lines, kinds, strict=True):
                 if isinstance(kind, str) and "omission" in kind:
                     scan.add_omission(rel, block.first + line)
         if not from_ledger and "llm_usage" in distinct:
@@ -459,7 +461,7 @@ def scan_attempts(path: str | Path, rel: str, scan: TaskScan, folder: Folder | N
     (gaps: the request was sent, what it cost is unknown)."""
     last: dict[str, tuple[int, AttemptRow]] = {}
     for block in iter_blocks(path, scan, rel, folder=folder):
-        for line, row in zip(*read_rows(block, _ATTEMPT_ROWS, rel, scan)):
+        for line, row in zip(*read_rows(block, _ATTEMPT_ROWS, rel, scan), strict=True):
             if row.kind == "attempt" and isinstance(row.attempt_id, str) and row.attempt_id:
                 last[row.attempt_id] = (block.first + line, row)
     for line, row in sorted(last.values(), key=lambda item: item[0]):

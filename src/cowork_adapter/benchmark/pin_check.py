@@ -110,7 +110,7 @@ def pinned_paths(repo: Path, commit: str) -> list[PinnedPath]:
     for oid, got in objects.items():
         if got is not None and _object_id(algo, got[0], got[1]) == oid:
             verified[oid] = got[1]
-    if commit not in verified or objects[commit][0] != b"commit":
+    if commit not in verified or (objects[commit] or (b"",))[0] != b"commit":
         raise Refusal("bench", f"the pinned commit {commit[:12]} in {repo} is missing or does not hash to its id.")
     root = verified[commit].split(b"\n", 1)[0].removeprefix(b"tree ").decode()
     paths: list[PinnedPath] = []
@@ -265,12 +265,12 @@ def verify_copy(copy: Path, commit: str, substitutes: list[BenchSubstitute]) -> 
         else:
             to_hash.append(p)
     oids = hash_files(copy, [p.path for p in to_hash])
-    differing += [p.path for p, oid in zip(to_hash, oids) if oid != p.oid]
+    differing += [p.path for p, oid in zip(to_hash, oids, strict=True) if oid != p.oid]
     if differing:
         differing.sort()
         more = f" (and {len(differing) - SHOWN} more)" if len(differing) > SHOWN else ""
         raise Refusal("bench", f"the run's benchmark clone differs from the pinned commit {commit[:12]} at "
                                f"{', '.join(_shown(d) for d in differing[:SHOWN])}{more}: the runner, evaluators and tasks "
                                f"must be the pinned ones byte for byte and {ONLY_MISSING}.")
-    return BenchVerification(scope=SCOPE, files=len(to_hash) + links, bytes=sum(facts[p.oid][1] for p in to_hash), substitutes=used,
+    return BenchVerification(scope=SCOPE, files=len(to_hash) + links, bytes=sum((facts[p.oid] or ("", 0))[1] for p in to_hash), substitutes=used,
                              seconds=round(time.monotonic() - started, 3))

@@ -9,13 +9,13 @@ rules (custody/liveness.py) prove every process of that run gone on the host whe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..custody.liveness import Recorded, prove, read_custody_processes
+from ..runroot.layout import CUSTODY_PROCESSES_FILE
 from ..schemas.multihost import CampaignRun, FenceProof, HostRun, HostRunRelease
 from ..vocab import ClaimState, HostRunState, ReleaseFence, TaskStatus
-from ..runroot.layout import CUSTODY_PROCESSES_FILE
 
 SETTLED_STATUSES = frozenset(s.value for s in TaskStatus if s.settled)
 
@@ -117,4 +117,4 @@ def prove_fenced(run: HostRun, *, host: str, now: datetime | None = None) -> Fen
     evidence = live.sentence() if problem is None else f"{live.sentence()}; {problem}"
     # An unreadable custody record proves nothing: the runner group it names might still live.
     return FenceProof(run_id=run.run_id, host=host, run_root=run.run_root, all_gone=live.all_gone and problem is None,
-                      evidence=evidence, checked_at=now or datetime.now(timezone.utc))
+                      evidence=evidence, checked_at=now or datetime.now(UTC))

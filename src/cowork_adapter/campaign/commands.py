@@ -18,12 +18,12 @@ from rich.table import Table
 
 from ..container.procs import group_alive
 from ..errors import CampaignPersistenceError, Refusal
+from ..runroot.layout import RunRoot
 from ..schemas.campaign import CampaignRecord, key_fingerprint
 from ..vocab import ExitCode, MeterPhase
 from .meter import KeyMeter, MeterReading
 from .observe import DEFAULT_BLINDNESS_SEC, Clock, MeterBlind, MeterObserver, SystemClock
 from .store import Campaign, CampaignStore, JsonFileCampaignStore, read_campaign, utc_now
-from ..runroot.layout import RunRoot
 
 DEFAULT_METER_URL = "https://openrouter.ai/api/v1"
 STAGE = "reconcile"
@@ -41,9 +41,9 @@ def show_command(campaign_file: str | os.PathLike[str] | None, as_json: bool = F
     """Print the campaign (read-only, no lock needed: writes are atomic renames, or one committed
     transaction for a PostgreSQL `store`, which replaces `campaign_file`)."""
     try:
-        record = store.read() if store is not None else read_campaign(campaign_file)
+        record = store.read() if store is not None else read_campaign(campaign_file)  # type: ignore[arg-type]  # a file when no store
         if record is None:
-            where = store.location if store is not None else f"file {Path(campaign_file).absolute()}"
+            where = store.location if store is not None else f"file {Path(campaign_file).absolute()}"  # type: ignore[arg-type]  # a file when no store
             raise Refusal("campaign", f"The campaign {where} does not exist.")
     except Refusal as exc:
         return _refused(exc)

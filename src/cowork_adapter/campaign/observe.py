@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CampaignPersistenceError
@@ -53,7 +53,7 @@ class SystemClock:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def validate_blindness(seconds: float) -> float:
@@ -173,7 +173,7 @@ class MeterObserver:
                 if arrived > deadline:
                     problem = ("late", f"the reading arrived {arrived - deadline:.1f}s after the deadline")
                 else:
-                    problem = judge_usage(reading.usage, previous)
+                    problem = judge_usage(reading.usage, previous)  # type: ignore[assignment]  # None: no problem
                 if problem is None:
                     observed_at = self.wall()
                     self.save(reading.usage, observed_at)  # CampaignPersistenceError propagates

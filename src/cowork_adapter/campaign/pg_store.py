@@ -161,7 +161,7 @@ def _migrate(conn: psycopg2.extensions.connection) -> int:
             cur.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                         "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
             cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
-            have = cur.fetchone()[0]
+            have = cur.fetchone()[0]  # type: ignore[index]  # one row, always
             if have > SCHEMA_VERSION:
                 raise Refusal(STAGE, f"The campaign database has schema version {have}, newer than this adapter's "
                                      f"{SCHEMA_VERSION}; upgrade cowork-adapter on this host.")
@@ -186,7 +186,7 @@ def hold(conn: psycopg2.extensions.connection, name: str, location: str, *, shar
     try:
         with conn.cursor() as cur:
             cur.execute(f"SELECT {take}(%s, hashtext(%s))", (LOCK_NAMESPACE, name))
-            return bool(cur.fetchone()[0])
+            return bool(cur.fetchone()[0])  # type: ignore[index]  # one row, always
     except psycopg2.Error as exc:
         raise Refusal(STAGE, f"The campaign {location} cannot be held ({str(exc).strip()}).") from None
     finally:
@@ -214,7 +214,7 @@ class PostgresCampaignStore:
             pass
 
     @contextmanager
-    def locked(self) -> Iterator["PostgresSession"]:
+    def locked(self) -> Iterator[PostgresSession]:
         conn = connect(self.url)
         try:
             migrate(conn)
@@ -336,7 +336,7 @@ class TaskClaims:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "TaskClaims":
+    def __enter__(self) -> TaskClaims:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -456,7 +456,7 @@ class TaskClaims:
             else:
                 cur.execute("UPDATE task_claims SET state = 'open', run_id = NULL WHERE campaign = %s AND task_id = %s",
                             (self.campaign, task_id))
-            return decision.new_state
+            return decision.new_state  # type: ignore[return-value]  # a write has its new state
 
     def finish_run(self, run_id: str) -> list[str]:
         """The run's own launcher ended it (its runner is gone): unsettled claims go back to open."""

@@ -53,11 +53,11 @@ def read_snapshot(url: str, name: str) -> CampaignSnapshot:
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
         with conn, conn.cursor() as cur:
             cur.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
-            if not cur.fetchone()[0]:
+            if not cur.fetchone()[0]:  # type: ignore[index]  # one row, always
                 raise Refusal(STAGE, f"The database {redacted(url)} holds no campaign (its campaign schema was "
                                      f"never created), so there is no campaign {name!r} to read.")
             cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
-            version = cur.fetchone()[0]
+            version = cur.fetchone()[0]  # type: ignore[index]  # one row, always
             if version > SCHEMA_VERSION:
                 raise Refusal(STAGE, f"The campaign database has schema version {version}, newer than this adapter's "
                                      f"{SCHEMA_VERSION}; upgrade cowork-adapter on this host.")
@@ -65,7 +65,7 @@ def read_snapshot(url: str, name: str) -> CampaignSnapshot:
                 raise Refusal(STAGE, f"The database {redacted(url)} holds no campaign (no schema version is "
                                      f"recorded), so there is no campaign {name!r} to read.")
             cur.execute("SELECT now()")
-            db_now = cur.fetchone()[0]
+            db_now = cur.fetchone()[0]  # type: ignore[index]  # one row, always
             cur.execute("SELECT record::text FROM campaigns WHERE name = %s", (name,))
             row = cur.fetchone()
             # An operator's release (schema v3) is read where the column exists: a v2 database has none.

@@ -109,7 +109,7 @@ class SharedCampaign:
     def stop_campaign(self, reason: str, *, host: str, run_root: str) -> CampaignStop:
         """Write the campaign-wide stop (the first one stays); every host stops on reading it."""
         stop = CampaignStop(reason=str(reason), host=host, run_root=run_root, at=self._now())
-        return self._change("writing the campaign's stop",
+        return self._change("writing the campaign's stop",  # type: ignore[return-value]  # a stop stands after this write
                             lambda r: r.replace(stop=stop) if r.stop is None else None).stop
 
     def finish_run(self, *, outcome: str, stop_reason: str | None = None, meter_error: str | None = None) -> RunRecord:
@@ -261,7 +261,7 @@ class HostLease:
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="host-lease", daemon=True)
 
-    def start(self) -> "HostLease":
+    def start(self) -> HostLease:
         self._thread.start()
         return self
 

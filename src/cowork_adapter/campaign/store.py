@@ -15,23 +15,22 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-
 from ..errors import CampaignPersistenceError, Refusal
 from ..fileio import replace_atomic
-from ..vocab import RunOutcome
 from ..schemas.campaign import CAMPAIGN_SCHEMA, ActiveRun, CampaignRecord, Reconciliation, RunRecord
 from ..schemas.record import RecordInvalid
+from ..vocab import RunOutcome
 
 STAGE = "campaign"
 RECONCILED_OUTCOME = RunOutcome.RECONCILED.value
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class CampaignSession(Protocol):
@@ -51,6 +50,9 @@ class CampaignStore(Protocol):
 
     def locked(self) -> AbstractContextManager[CampaignSession]:
         """Take the campaign's exclusive lock or raise a Refusal at once (never wait)."""
+
+    def refuse_if_locked(self) -> None:
+        """Preflight: the Refusal `locked()` would give now, changing nothing (both stores have it)."""
 
 
 class JsonFileCampaignStore:
@@ -89,7 +91,7 @@ class JsonFileCampaignStore:
             ) from None
 
     @contextmanager
-    def locked(self) -> Iterator["_JsonFileSession"]:
+    def locked(self) -> Iterator[_JsonFileSession]:
         if not self.path.parent.is_dir():
             raise Refusal(STAGE, f"The campaign directory {self.path.parent} does not exist.")
         try:

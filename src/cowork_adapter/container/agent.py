@@ -13,11 +13,11 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any, Optional
+from typing import Any
 
 from . import bench, mcp, ouroboros, protocol, reference, upstream
-from .procs import end_strays, stop_group
 from .outcome import ERROR_MAX, apply_result, classify, final_answer, model_activity, new_summary
+from .procs import end_strays, stop_group
 from .runconfig import DEFAULT_KEY_ENV, EntrypointConfig, ImagePaths, env_seconds, load_run_config, run_config_path
 from .vocab import AdapterReason, AdapterStage, BenchStatus, EngineKind
 
@@ -54,18 +54,18 @@ class AgentRun:
         self.summary = new_summary(engine="ouroboros", model=None, task=task_dir, max_steps=max_steps)
         self.summary["unknown_flags"] = list(unknown_flags)
         self.terms: list[str] = []
-        self.cfg: Optional[EntrypointConfig] = None
+        self.cfg: EntrypointConfig | None = None
         self.task_config: Any = None
-        self.task_root: Optional[str] = None
+        self.task_root: str | None = None
         self.proxy = None
         self.server = None
-        self.task_id: Optional[str] = None
-        self.result: Optional[dict] = None
+        self.task_id: str | None = None
+        self.result: dict | None = None
         self.deadline = float("inf")
-        self.upstream_exit: Optional[int] = None
+        self.upstream_exit: int | None = None
         self.upstream_mode = False
         self.reference_mode = False  # oracle / nop: no model, no server, nothing to checkpoint
-        self.key: Optional[str] = None
+        self.key: str | None = None
         self.config_error = ""
         self.workspace = ""
         self.workspace_git = False  # True when this run made the workspace a git repository
@@ -155,7 +155,7 @@ class AgentRun:
             keys.append(os.environ.pop(cfg.key_env, None))
         self.key = next((k for k in keys if k), None)
         secrets = [k for k in keys if k]
-        raw_settings = raw.get("settings") if isinstance(raw, dict) and isinstance(raw.get("settings"), dict) else {}
+        raw_settings = found if isinstance(raw, dict) and isinstance(found := raw.get("settings"), dict) else {}
         secrets += [v for k, v in raw_settings.items() if any(h in str(k).upper() for h in SECRET_NAME_HINTS)]
         self.terms = protocol.secret_terms(secrets)
         self.cfg = cfg

@@ -7,7 +7,8 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Any, Optional
+from typing import Any
+
 from . import safetree
 from .procs import stop_group
 
@@ -48,7 +49,7 @@ def dumps_of_task(task_dir: str, exclude: str = "") -> list:
     """Every dumps/<short>/SingleUserTurn-<task>/ holding a traj_log.json, `exclude` left out
     (to name where an engine wrote when it was not where the adapter expects)."""
     base = os.path.abspath(GLOBAL_TASK_CONFIG["dump_path"])
-    found = []
+    found: list[str] = []
     try:
         shorts = sorted(os.listdir(base))
     except OSError:
@@ -95,7 +96,7 @@ def prepare_workspace(task_config: Any) -> str:
     return workspace
 
 
-def preprocess_command(task_config: Any, workspace: str) -> Optional[str]:
+def preprocess_command(task_config: Any, workspace: str) -> str | None:
     command = attr(task_config, "initialization", "process_command")
     if not command:
         return None

@@ -9,6 +9,6 @@ import sys
 
 if __name__ == "__main__":
     sys.path.insert(0, os.environ.get("COWORK_ADAPTER_HOME") or "/opt/cowork-adapter")
-    from cowork_container.entrypoint import main
+    from cowork_container.entrypoint import main  # type: ignore[import-not-found]  # the image's copy of container/
 
     sys.exit(main())

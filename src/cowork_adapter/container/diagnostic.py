@@ -45,7 +45,8 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from . import bench, protocol, safefile
 from .procs import group_alive
@@ -113,8 +114,8 @@ class Decision(NamedTuple):
     """`eligible`, else the outcome (ineligible | unavailable) and its reason."""
 
     eligible: bool
-    outcome: Optional[str] = None
-    reason: Optional[str] = None
+    outcome: str | None = None
+    reason: str | None = None
 
 
 ELIGIBLE = Decision(True)
@@ -130,7 +131,7 @@ def applicable(receipt: Any) -> bool:
     return not (isinstance(returned, dict) and isinstance(returned.get("pass"), bool))
 
 
-def _decode(data: Optional[bytes]) -> Any:
+def _decode(data: bytes | None) -> Any:
     try:
         return protocol.strict_loads(data.decode("utf-8")) if data is not None else None
     except (UnicodeDecodeError, ValueError):
@@ -138,7 +139,7 @@ def _decode(data: Optional[bytes]) -> Any:
 
 
 def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
-           eval_res: Optional[bytes], summary: Any, summary_sha256: Optional[str] = None) -> Decision:
+           eval_res: bytes | None, summary: Any, summary_sha256: str | None = None) -> Decision:
     """Whether the diagnostic may run, from the attempt's records as read now. Pure.
 
     `claim`/`receipt`: the official attempt as published on disk; `log_facts`: file facts of
@@ -154,17 +155,17 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
     if receipt.get("official_run") is not True or receipt.get("raised") is not None \
             or not isinstance(receipt.get("returned"), dict):
         return _no(ineligible, DiagnosticReason.OFFICIAL_NOT_COMPLETED)
-    bound = claim["bindings"].get("log") if isinstance(claim["bindings"].get("log"), dict) else {}
+    bound = found if isinstance(found := claim["bindings"].get("log"), dict) else {}
     if log_facts.get("state") != "present" or not bound.get("sha256") or log_facts.get("sha256") != bound["sha256"]:
         return _no(ineligible, DiagnosticReason.LOG_CHANGED_OR_UNREADABLE)
     reading = protocol.classify_eval_bytes(eval_res, log_status)
-    result_file = receipt.get("result_file") if isinstance(receipt.get("result_file"), dict) else {}
+    result_file = found if isinstance(found := receipt.get("result_file"), dict) else {}
     same_bytes = eval_res is not None and hashlib.sha256(eval_res).hexdigest() == result_file.get("sha256")
     if reading.status != OfficialEvalStatus.DECLINED or not same_bytes or _decode(eval_res) != receipt["returned"]:
         return _no(ineligible, DiagnosticReason.NOT_SAME_ATTEMPT_STATUS_GATE_DECLINE)
     if not isinstance(summary, dict):
         return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_UNAVAILABLE)
-    evidence = claim.get("evidence") if isinstance(claim.get("evidence"), dict) else {}
+    evidence = found if isinstance(found := claim.get("evidence"), dict) else {}
     held = evidence.get("agent_summary_sha256")
     if not isinstance(held, str) or not held or summary_sha256 != held:
         return _no(ineligible, DiagnosticReason.ADAPTER_SUMMARY_CHANGED)
@@ -190,7 +191,7 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
 
 
 def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: str,
-                    rebuild: Optional[Callable[[str], tuple]] = None) -> tuple[Optional[str], str]:
+                    rebuild: Callable[[str], tuple] | None = None) -> tuple[str | None, str]:
     """(command, "") or (None, reason) from a saved traj_log.json object, as upstream builds it.
 
     `log_file` is the bound traj_log.json the saved config must name; `res_log_file` replaces it on
@@ -205,7 +206,7 @@ def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: s
     if config.get("task_dir") != task_dir or not isinstance(stated_log, str) \
             or os.path.abspath(stated_log) != os.path.abspath(log_file):
         return None, DiagnosticReason.SAVED_CONFIG_NOT_LINKED.value
-    evaluation = config.get("evaluation") if isinstance(config.get("evaluation"), dict) else {}
+    evaluation = found if isinstance(found := config.get("evaluation"), dict) else {}
     command, groundtruth = evaluation.get("evaluation_command"), evaluation.get("groundtruth_workspace")
     if (command is None or groundtruth is None) and rebuild is not None:
         rebuilt_command, rebuilt_groundtruth = rebuild(task_dir)
@@ -269,7 +270,7 @@ def child_main(argv: list) -> int:
 # ---------------------------------------------------------------- process group custody
 
 
-def stop_group(proc: subprocess.Popen, grace: Optional[float] = None) -> bool:
+def stop_group(proc: subprocess.Popen, grace: float | None = None) -> bool:
     """SIGTERM the child's group, wait `grace` (GRACE_SEC), SIGKILL, wait again; True only if death is proven."""
     grace = GRACE_SEC if grace is None else grace
     pgid = proc.pid
@@ -305,7 +306,7 @@ def _raise_interrupted(signum, frame):
 # ---------------------------------------------------------------- the parent
 
 
-def _read_bytes(path: str) -> Optional[bytes]:
+def _read_bytes(path: str) -> bytes | None:
     """A dump file's bytes, read as every reader of agent-written files reads (container/safefile)."""
     return safefile.read_bytes(path, cap=safefile.LOG_JSON_CAP).data
 
@@ -332,8 +333,8 @@ def _new_claim(attempt_id: str, cap: float) -> dict:
     }
 
 
-def run_diagnostic(task_root: str, claim: Mapping, *, env: Optional[Mapping[str, str]] = None,
-                   cwd: Optional[str] = None) -> Optional[dict]:
+def run_diagnostic(task_root: str, claim: Mapping, *, env: Mapping[str, str] | None = None,
+                   cwd: str | None = None) -> dict | None:
     """Run the diagnostic for the official attempt `claim` (this process's claim); its receipt.
 
     None when nothing was recorded: the official evaluator returned a boolean verdict, or a
@@ -366,7 +367,7 @@ def run_diagnostic(task_root: str, claim: Mapping, *, env: Optional[Mapping[str,
                           log_status=protocol.read_log_status(bound_log),
                           eval_res=_read_bytes(os.path.join(task_root, protocol.EVAL_RES_NAME)), summary=summary,
                           summary_sha256=summary_sha)
-        if decision.eligible:
+        if decision.eligible and linked is not None:  # (eligible implies the claim: said for the type checker)
             result["eligible"] = True
             result.update(_execute(task_root, attempt_id, linked, bound_log, cap, env, cwd))
         else:

@@ -7,14 +7,13 @@ argparse exit would be an AGENT_FAIL for the runner); they are recorded in the s
 from __future__ import annotations
 
 import argparse
-from typing import Optional
 
 from .vocab import Phase
 
 DEFAULT_PROBE_OUTPUT = "/opt/cowork-runtime/probes"
 
 
-def parse_args(argv: Optional[list] = None) -> tuple[argparse.Namespace, list]:
+def parse_args(argv: list | None = None) -> tuple[argparse.Namespace, list]:
     parser = argparse.ArgumentParser(prog="cowork_entry.py", add_help=False)
     parser.add_argument("--task_dir", default="")
     parser.add_argument("--max_steps", default="100")
@@ -28,7 +27,7 @@ def parse_args(argv: Optional[list] = None) -> tuple[argparse.Namespace, list]:
     return parser.parse_known_args(argv)
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: list | None = None) -> int:
     args, unknown = parse_args(argv)
     try:
         max_steps = int(args.max_steps)

@@ -7,9 +7,10 @@ The agent under test wrote this dump, so (issue 27) on the first entry the docke
 (COWORK_EVAL_ENTRY=first):
 * any official record already there (a claim, a receipt, eval_res.json) was planted: it is set
   aside as `planted-<name>` (evidence) and never honoured; the claim names what was set aside;
-* the grading inputs the unchanged evaluator takes from traj_log.json's config (the task, its
-  paths, the evaluation command and ground truth) are the task tree's: a field that differs from
-  the benchmark's own TaskConfig is rewritten before the call, and the claim names it;
+* every input the unchanged evaluator takes from traj_log.json is the task tree's or the host's
+  (issue 36): the phase writes that file itself (gradinglog.py: the benchmark's own TaskConfig,
+  the agent exec's start as the host saw it, the status mapped onto the upstream set), keeps the
+  agent's original beside it as evidence, and the claim names every field that differed;
 * a traj_log.json that is not a regular file within its cap is not evaluated (the evaluator would
   block on a FIFO or follow a link);
 * the call is bounded (COWORK_EVAL_BOUND_SEC; the runner has no bound there): past it a receipt
@@ -25,9 +26,10 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Optional
+import time
+from typing import Any
 
-from . import bench, protocol, safefile
+from . import bench, gradinglog, protocol, safefile
 from .diagnostic import run_diagnostic
 from .runconfig import load_run_config, run_config_path
 from .vocab import ContainerState, EvalRefusal, ReceiptCause
@@ -38,9 +40,6 @@ ENTRY_ENV = "COWORK_EVAL_ENTRY"
 SUMMARY_SHA_ENV = "COWORK_AGENT_SUMMARY_SHA256"
 BOUND_ENV = "COWORK_EVAL_BOUND_SEC"
 PLANTED_PREFIX = "planted-"
-# The traj_log.json config fields that decide what the evaluator grades, and where.
-GRADING_FIELDS = ("task_dir", "id", "task_root", "log_file", "agent_workspace")
-EVALUATION_FIELDS = ("evaluation_command", "groundtruth_workspace")
 EVALUATOR_FILE = os.path.join("utils", "evaluation", "evaluator.py")
 
 
@@ -106,7 +105,8 @@ def set_aside_planted(task_root: str) -> list:
     _, entries = safefile.scan_dir(task_root)
     for entry in entries:
         name = entry.name
-        if name not in (protocol.CLAIM_NAME, protocol.EVAL_RES_NAME) and not name.startswith(protocol.RECEIPT_PREFIX):
+        if name not in (protocol.CLAIM_NAME, protocol.EVAL_RES_NAME, gradinglog.AGENT_LOG_NAME) \
+                and not name.startswith(protocol.RECEIPT_PREFIX):
             continue
         target = os.path.join(task_root, PLANTED_PREFIX + name)
         n = 1
@@ -132,7 +132,7 @@ def _hidden_target(target: str, tasks: str, own: str) -> bool:
                for part in HIDDEN_TASK_PARTS)
 
 
-def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> Optional[str]:
+def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> str | None:
     """The first link in the agent's workspace (the workspace itself included) that resolves to
     task-tree content its own container did not see, relative to the dump; None when there is none.
     Such a link dangles where the agent ran and resolves in the eval container: a workspace pointing
@@ -150,48 +150,7 @@ def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> Optio
     return None
 
 
-def _canonical_path(value: Any) -> Any:
-    return os.path.normpath(os.path.abspath(value)) if isinstance(value, str) and value else value
-
-
-def grading_differences(logged: Any, canonical: dict) -> list:
-    """The grading inputs of an agent-written traj_log.json config that differ from the task
-    tree's TaskConfig (`canonical`, its to_dict()). Pure. An evaluation field the agent left None is
-    the sanitized agent tree's honest value (the evaluator then resolves it from the full tree)."""
-    if not isinstance(logged, dict):
-        return []
-    out = [name for name in GRADING_FIELDS if _canonical_path(logged.get(name)) != _canonical_path(canonical.get(name))]
-    stated = logged.get("evaluation")
-    truth = canonical.get("evaluation") if isinstance(canonical.get("evaluation"), dict) else {}
-    if stated is not None and not isinstance(stated, dict):
-        return out + ["evaluation"]
-    for name in EVALUATION_FIELDS:
-        value = (stated or {}).get(name)
-        if value is not None and value != truth.get(name):
-            out.append("evaluation." + name)
-    return out
-
-
-def canonicalize_log(log_file: str, task_config: Any) -> list:
-    """Rewrite traj_log.json's grading inputs to the task tree's where they differ; the names of
-    the fields rewritten. An unreadable or shapeless log is left alone (the evaluator reports it)."""
-    value, _ = protocol.read_json_record(log_file, cap=safefile.LOG_JSON_CAP)
-    to_dict = getattr(task_config, "to_dict", None)
-    if not isinstance(value, dict) or not isinstance(value.get("config"), dict) or to_dict is None:
-        return []
-    canonical = to_dict()
-    differ = grading_differences(value["config"], canonical)
-    if differ:
-        config = dict(value["config"])
-        for name in GRADING_FIELDS:
-            config[name] = canonical.get(name)
-        config["evaluation"] = canonical.get("evaluation")
-        value["config"] = config
-        protocol.write_atomic(log_file, protocol.dump_record(value))
-    return differ
-
-
-def _bound_sec() -> Optional[float]:
+def _bound_sec() -> float | None:
     try:
         value = float(os.environ.pop(BOUND_ENV, ""))
     except ValueError:
@@ -206,6 +165,7 @@ def run_eval(task_dir: str, out=None) -> int:
     entry = os.environ.pop(ENTRY_ENV, "")
     summary_sha = os.environ.pop(SUMMARY_SHA_ENV, "") or None
     bound = _bound_sec()
+    host = gradinglog.host_facts(os.environ)
     config_path = os.path.abspath(run_config_path(os.environ))
     cfg, raw, error = load_run_config(config_path)
     short = cfg.agent_short_name if cfg else (raw.get("agent_short_name") if isinstance(raw, dict) else None)
@@ -221,17 +181,19 @@ def run_eval(task_dir: str, out=None) -> int:
     prior = protocol.file_facts(eval_res)
     log_file = os.path.join(task_root, protocol.LOG_NAME)
     log_kind = safefile.kind_at(log_file)
-    task_config, build_error, differ = None, None, []
+    task_config, build_error = None, None
+    written = gradinglog.Written([], [], protocol.file_facts(os.path.join(task_root, gradinglog.AGENT_LOG_NAME)))
     if prior["state"] == "absent" and log_kind in (safefile.REGULAR, safefile.ABSENT):
         try:
             task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: absent here
-            differ = canonicalize_log(log_file, task_config)
+            written = gradinglog.write_host_log(task_root, task_config, host, repeat=entry == "repeat", now=time.time())
         except Exception as exc:  # recorded in the receipt below, after the claim
             build_error = exc
     claim = protocol.new_claim(current_bindings(task_dir, task_root, config_path), agent_container_state=agent_state,
                                prior_result=prior, eval_host=socket.gethostname(), pid=os.getpid())
-    claim["evidence"].update(planted_before_eval=planted, grading_inputs_differ=differ,
-                             agent_summary_sha256=summary_sha, entry=entry or None)
+    claim["evidence"].update(planted_before_eval=planted, grading_inputs_differ=written.grading_differ,
+                             grading_log_rewritten=written.log_differ, agent_log=written.agent_log,
+                             host_facts=host.as_evidence(), agent_summary_sha256=summary_sha, entry=entry or None)
     if not protocol.publish_exclusive(claim_path, protocol.dump_record(claim)):
         return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
     cause = None
@@ -251,7 +213,7 @@ def run_eval(task_dir: str, out=None) -> int:
                      diagnose=bool(cfg and cfg.diagnostic_eval_on_truncation))
 
 
-def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: Optional[float] = None,
+def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: float | None = None,
               diagnose: bool = False) -> int:
     log_file = os.path.join(task_root, protocol.LOG_NAME)
     try:
@@ -266,7 +228,7 @@ def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: Optiona
         receipt = protocol.new_receipt(claim, official_run=False, cause=ReceiptCause.LOG_PATH_MISMATCH.value)
         _publish_receipt(task_root, receipt)
         return emit(receipt, out)
-    raised: Optional[str] = None
+    raised: str | None = None
     returned: Any = None
     timer = threading.Timer(bound, _hung, args=(task_root, claim, out)) if bound else None
     if timer is not None:
@@ -331,7 +293,7 @@ def _diagnose(task_root: str, claim: dict) -> None:
               file=sys.stderr, flush=True)
 
 
-def _settle(task_root: str, claim: dict, raised: Optional[str], returned: Any, out) -> int:
+def _settle(task_root: str, claim: dict, raised: str | None, returned: Any, out) -> int:
     receipt = protocol.new_receipt(
         claim, official_run=True,
         cause=ReceiptCause.RAISED.value if raised else ReceiptCause.EVALUATED.value,

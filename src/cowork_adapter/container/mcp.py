@@ -10,7 +10,8 @@ import glob
 import json
 import os
 import urllib.parse
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .procs import http_json, spawn_group, wait_until
 from .yamlmini import load_yaml
@@ -32,7 +33,7 @@ def load_server_docs(configs_dir: str) -> dict[str, dict]:
     docs: dict[str, dict] = {}
     for path in sorted(glob.glob(os.path.join(configs_dir, "*.yaml")) + glob.glob(os.path.join(configs_dir, "*.yml"))):
         try:
-            with open(path, "r", encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 doc = load_yaml(fh.read())
         except (OSError, ValueError) as exc:
             docs.setdefault(f"\0unreadable:{os.path.basename(path)}", {"error": f"{type(exc).__name__}: {exc}"})
@@ -55,7 +56,7 @@ def _sub(value: Any, subst: Mapping[str, str]) -> Any:
 def render_server(name: str, doc: Mapping, *, subst: Mapping[str, str], env: Mapping[str, str],
                   workspace: str, is_root: bool) -> dict:
     """One proxy entry `{command, args, env}` for a yaml document (placeholders substituted)."""
-    params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+    params = found if isinstance(found := doc.get("params"), dict) else {}
     command = _sub(params.get("command"), subst)
     if not isinstance(command, str) or not command.strip():
         raise McpConfigError("invalid", f"MCP server {name} has no command")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any, Optional
+from typing import Any
 
 PROTOCOL_VERSION = "2025-03-26"
 
@@ -14,7 +14,7 @@ class McpError(Exception):
     pass
 
 
-def _parse_body(content_type: str, raw: bytes, want_id: Optional[int]) -> Any:
+def _parse_body(content_type: str, raw: bytes, want_id: int | None) -> Any:
     """The JSON-RPC message answering `want_id` from a JSON or an SSE body."""
     text = raw.decode("utf-8", "replace")
     if "text/event-stream" in content_type:
@@ -38,7 +38,7 @@ class McpSession:
     def __init__(self, url: str, timeout: float = 60.0):
         self.url = url
         self.timeout = timeout
-        self.session_id: Optional[str] = None
+        self.session_id: str | None = None
         self.next_id = 1
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -59,7 +59,7 @@ class McpSession:
         except (urllib.error.URLError, OSError) as exc:
             raise McpError(f"{type(exc).__name__}: {exc}") from None
 
-    def request(self, method: str, params: Optional[dict] = None) -> Any:
+    def request(self, method: str, params: dict | None = None) -> Any:
         rid = self.next_id
         self.next_id += 1
         ctype, raw = self._post({"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}})
@@ -68,7 +68,7 @@ class McpSession:
             raise McpError(f"{method}: {msg['error']}")
         return msg.get("result")
 
-    def open(self) -> "McpSession":
+    def open(self) -> McpSession:
         self.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
                                     "clientInfo": {"name": "cowork-probe", "version": "1"}})
         self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})

@@ -11,7 +11,8 @@ import shutil
 import subprocess
 import time
 import urllib.parse
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from . import protocol, safetree
 from .mcp import server_url
@@ -37,7 +38,7 @@ class EngineFailure(Exception):
 
 
 def build_settings(*, base: Mapping, mcp_names: list, proxy_port: int, mcp_tool_timeout_sec: float,
-                   max_steps: int, credential_setting: str, key: str, base_url: Optional[str]) -> dict:
+                   max_steps: int, credential_setting: str, key: str, base_url: str | None) -> dict:
     """The server's settings.json (boot-time authority over its env); holds the credential."""
     settings = dict(base)
     settings["MCP_ENABLED"] = True
@@ -181,7 +182,7 @@ def submit(port: int, body: Mapping) -> str:
     return task_id
 
 
-def checkpoint(data_dir: str, task_id: Optional[str], out_dir: str, terms: list) -> None:
+def checkpoint(data_dir: str, task_id: str | None, out_dir: str, terms: list) -> None:
     """Copy the runtime logs and the task result into the dump, scrubbed, via tmp+rename."""
     os.makedirs(out_dir, exist_ok=True)
     sources = [os.path.join(data_dir, "logs", n) for n in LOG_NAMES] + [os.path.join(data_dir, ATTEMPTS_LEDGER)]
@@ -199,13 +200,13 @@ def checkpoint(data_dir: str, task_id: Optional[str], out_dir: str, terms: list)
 SENT_ATTEMPT_STATES = ("dispatched", "settled", "unresolved")  # a request reached the provider
 
 
-def attempt_usage(data_dir: str) -> Optional[dict]:
+def attempt_usage(data_dir: str) -> dict | None:
     """Totals of the server's physical-attempt ledger: one record per model request sent (the
     last row of each `kind: attempt` id, in a sent state), tokens of the settled ones. None
     when the server keeps no ledger (older builds) or it cannot be read."""
     last: dict = {}
     try:
-        with open(os.path.join(data_dir, ATTEMPTS_LEDGER), "r", encoding="utf-8", errors="replace") as fh:
+        with open(os.path.join(data_dir, ATTEMPTS_LEDGER), encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
                     row = json.loads(line)
@@ -232,7 +233,7 @@ def poll(port: int, task_id: str, *, proc, deadline: float, on_tick: Callable[[]
     raises EngineFailure(server_died); reaching `deadline` raises TimeoutError.
     """
     url = f"http://127.0.0.1:{port}/api/tasks/{urllib.parse.quote(task_id, safe='')}"
-    grace_until: Optional[float] = None
+    grace_until: float | None = None
     while True:
         on_tick()
         left = deadline - time.monotonic()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .vocab import INFRA_RUNTIME_REASONS, AdapterStage, BenchStatus
 
@@ -20,7 +21,7 @@ COST_FIELDS = (
 ERROR_MAX = 2000
 
 
-def artifact_status(result: Mapping) -> Optional[str]:
+def artifact_status(result: Mapping) -> str | None:
     bundle = result.get("artifact_bundle")
     if isinstance(bundle, dict) and bundle.get("status"):
         return str(bundle["status"])
@@ -75,11 +76,11 @@ def classify(result: Mapping, truncation_codes: Iterable[str]) -> dict:
             "reason_code": reason or result.get("status")}
 
 
-def _tokens(value: Any) -> Optional[int]:
+def _tokens(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def model_activity(submitted: bool, result: Optional[Mapping]) -> Optional[bool]:
+def model_activity(submitted: bool, result: Mapping | None) -> bool | None:
     """False if nothing was submitted, True on positive tokens, else None (unknown, not zero)."""
     if not submitted:
         return False
@@ -90,9 +91,9 @@ def model_activity(submitted: bool, result: Optional[Mapping]) -> Optional[bool]
     return None
 
 
-def new_summary(*, engine: str, model: Optional[str], task: str, max_steps: int) -> dict:
+def new_summary(*, engine: str, model: str | None, task: str, max_steps: int) -> dict:
     """A summary that is already valid before anything ran (stage init, failed, not submitted)."""
-    summary = {
+    summary: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "engine": engine,
         "model": model,
@@ -140,7 +141,7 @@ def apply_result(summary: dict, result: Mapping) -> None:
         summary["artifact_bundle"] = result["artifact_bundle"]
 
 
-def final_answer(result: Optional[Mapping]) -> Optional[str]:
+def final_answer(result: Mapping | None) -> str | None:
     if not result:
         return None
     for key in ("final_answer", "result"):

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from . import bench, mcp, safetree
 from .mcpclient import McpError, McpSession
@@ -24,7 +25,7 @@ ALL_TASK = "all-servers"
 def _needed(task_dir: str, configs_dir: str) -> list:
     if not task_dir:
         return sorted(n for n in mcp.load_server_docs(configs_dir) if not n.startswith("\0"))
-    with open(os.path.join(bench.task_path(task_dir), "task_config.json"), "r", encoding="utf-8") as fh:
+    with open(os.path.join(bench.task_path(task_dir), "task_config.json"), encoding="utf-8") as fh:
         return list(json.load(fh).get("needed_mcp_servers") or [])
 
 
@@ -97,7 +98,7 @@ def run_inventory(task_dir: str, out_dir: str, out=None) -> int:
             names, failed, error = [], {}, f"{type(exc).__name__}: {exc}"
             report["\0setup"] = {"ok": False, "tool_count": 0, "tools": [], "error": error}
         for name in names:
-            entry = {"ok": False, "tool_count": 0, "tools": [], "error": failed.get(name) or error or None}
+            entry: dict[str, Any] = {"ok": False, "tool_count": 0, "tools": [], "error": failed.get(name) or error or None}
             if not entry["error"]:
                 try:
                     tools = McpSession(mcp.server_url(port, name)).open().list_tools()

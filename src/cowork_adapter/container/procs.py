@@ -9,20 +9,18 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def spawn_group(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], log_path: str) -> subprocess.Popen:
     """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log."""
-    log = open(log_path, "ab")
-    try:
+    with open(log_path, "ab") as log:  # the child has its own copy of the descriptor
         return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    finally:
-        log.close()
 
 
-def stop_group(proc: Optional[subprocess.Popen], grace: float = 10.0) -> None:
+def stop_group(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
     """SIGTERM the child's process group, wait `grace` s, then SIGKILL and wait again."""
     if proc is None:
         return
@@ -41,7 +39,7 @@ def stop_group(proc: Optional[subprocess.Popen], grace: float = 10.0) -> None:
     return
 
 
-def _group_members(pgid: int) -> Optional[list[str]]:
+def _group_members(pgid: int) -> list[str] | None:
     """States of the processes whose process group is `pgid`, from /proc; None if unreadable."""
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]
@@ -60,7 +58,7 @@ def _group_members(pgid: int) -> Optional[list[str]]:
     return states
 
 
-def _stat_fields(pid: int) -> Optional[list[str]]:
+def _stat_fields(pid: int) -> list[str] | None:
     """Fields 3.. of /proc/<pid>/stat (after the parenthesised name), or None when unreadable."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as fh:
@@ -70,7 +68,7 @@ def _stat_fields(pid: int) -> Optional[list[str]]:
     return stat[stat.rfind(")") + 2:].split()
 
 
-def start_ticks(pid: int) -> Optional[int]:
+def start_ticks(pid: int) -> int | None:
     """The start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), or None.
 
     A pid alone names no process for long (pids are reused); a pid with its start time does.
@@ -82,7 +80,7 @@ def start_ticks(pid: int) -> Optional[int]:
         return None
 
 
-def process_alive(pid: int, ticks: Optional[int]) -> bool:
+def process_alive(pid: int, ticks: int | None) -> bool:
     """True when `pid` is the very process that started at `ticks` and has not exited.
 
     A zombie (exited, not yet reaped by its parent) counts as dead: it runs no code.
@@ -109,7 +107,7 @@ def pids_with_env(name: str, value: str) -> list[int]:
     return [pid for pid in pids if environ_holds(pid, wanted)]
 
 
-def environ_holds(pid: int, entry: bytes) -> Optional[bool]:
+def environ_holds(pid: int, entry: bytes) -> bool | None:
     """Whether the environment `pid` was started with holds `entry` (b"NAME=value"); None when it
     cannot be read (gone meanwhile, or another user's process)."""
     try:
@@ -151,7 +149,7 @@ def signal_marked_group(pgid: int, sig: int, name: str, value: str) -> bool:
     return True
 
 
-def pgid_of(pid: int) -> Optional[int]:
+def pgid_of(pid: int) -> int | None:
     """The process group of `pid` (field 5 of its stat), or None when it is gone."""
     fields = _stat_fields(pid)
     try:
@@ -176,7 +174,7 @@ def group_alive(pgid: int) -> bool:
 class HttpError(Exception):
     """A non-2xx answer (status kept) or a transport failure (status None)."""
 
-    def __init__(self, message: str, status: Optional[int] = None, body: Any = None):
+    def __init__(self, message: str, status: int | None = None, body: Any = None):
         super().__init__(message)
         self.status = status
         self.body = body
@@ -210,7 +208,7 @@ def http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> 
         raise HttpError(f"non-JSON answer from {method} {url}") from None
 
 
-def wait_until(check, *, proc: Optional[subprocess.Popen], deadline: float, interval: float = 0.5) -> str:
+def wait_until(check, *, proc: subprocess.Popen | None, deadline: float, interval: float = 0.5) -> str:
     """Poll `check()` (truthy = ready) until `deadline` (monotonic). Returns "" when ready,
     "exited" if `proc` ended first, "timeout" otherwise. `check` may raise HttpError (= not yet)."""
     while True:

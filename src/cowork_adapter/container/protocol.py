@@ -14,8 +14,9 @@ import json
 import math
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, NamedTuple, TypeGuard
 
 from . import safefile
 from .vocab import OfficialEvalStatus, ReceiptCause
@@ -87,7 +88,7 @@ def file_facts(path: str, cap: int = safefile.LOG_JSON_CAP) -> dict:
     got = safefile.read_bytes(path, cap=cap)
     if got.kind == safefile.ABSENT:
         return facts
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         facts.update(state="unreadable", cause=f"{got.kind}:{got.cause}" if got.cause else got.kind)
         return facts
     facts.update(state="present", bytes=got.size, sha256=hashlib.sha256(got.data).hexdigest())
@@ -139,9 +140,9 @@ def new_claim(bind: Mapping, *, agent_container_state: str, prior_result: Mappin
     }
 
 
-def new_receipt(claim: Mapping, *, official_run: bool, cause: str, raised: Optional[str] = None,
-                returned: Any = None, result_file: Optional[Mapping] = None,
-                bindings_after: Optional[Mapping] = None) -> dict:
+def new_receipt(claim: Mapping, *, official_run: bool, cause: str, raised: str | None = None,
+                returned: Any = None, result_file: Mapping | None = None,
+                bindings_after: Mapping | None = None) -> dict:
     """The receipt of one attempt; `returned` is kept only when it is JSON (else its type name)."""
     unserializable = None
     if returned is not None:
@@ -262,12 +263,12 @@ def strict_loads(text: str) -> Any:
         raise StrictJSONError(str(exc)) from None
 
 
-def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[Optional[dict], str]:
+def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[dict | None, str]:
     """(object, "") or (None, cause) for a record file the protocol wrote (read as file_facts reads)."""
     got = safefile.read_bytes(path, cap=cap)
     if got.kind == safefile.ABSENT:
         return None, "file_absent"
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return None, f"not_regular:{got.kind}"
     data = got.data
     try:
@@ -279,13 +280,13 @@ def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[Optiona
     return value, ""
 
 
-def valid_claim(value: Optional[dict]) -> bool:
+def valid_claim(value: dict | None) -> TypeGuard[dict]:
     return (isinstance(value, dict) and value.get("schema") == CLAIM_SCHEMA
             and isinstance(value.get("attempt_id"), str) and len(value["attempt_id"]) == 32
             and isinstance(value.get("bindings"), dict))
 
 
-def valid_receipt(value: Optional[dict], claim: Mapping) -> bool:
+def valid_receipt(value: dict | None, claim: Mapping) -> TypeGuard[dict]:
     return (isinstance(value, dict) and value.get("schema") == RECEIPT_SCHEMA
             and value.get("attempt_id") == claim.get("attempt_id")
             and isinstance(value.get("official_run"), bool))
@@ -299,14 +300,14 @@ class EvalReading(NamedTuple):
 
     status: OfficialEvalStatus
     cause: str
-    passed: Optional[bool]
+    passed: bool | None
 
 
 def _utf8_error_cause(exc: UnicodeDecodeError) -> str:
     return f"{ReceiptCause.UTF8_ERROR.value}:byte_{exc.start}"
 
 
-def classify_eval_bytes(data: Optional[bytes], log_status: Any = None) -> EvalReading:
+def classify_eval_bytes(data: bytes | None, log_status: Any = None) -> EvalReading:
     """Classify eval_res.json bytes (None = no file). Pure; never coerces a non-boolean pass.
 
     `log_status` is the `status` of the linked traj_log.json; a null pass is a decline only
@@ -349,10 +350,10 @@ def read_log_status(log_path: str) -> Any:
     return value.get("status") if value else None
 
 
-def read_eval_result(path: str, log_path: Optional[str] = None) -> EvalReading:
+def read_eval_result(path: str, log_path: str | None = None) -> EvalReading:
     """Classify the eval_res.json at `path` (I/O wrapper of classify_eval_bytes)."""
     got = safefile.read_bytes(path, cap=safefile.RECORD_CAP)
-    data: Optional[bytes] = got.data
+    data: bytes | None = got.data
     if got.kind != safefile.ABSENT and not got.ok:
         return EvalReading(OfficialEvalStatus.UNREADABLE, f"{ReceiptCause.OS_ERROR.value}:{got.kind}", None)
     status = read_log_status(log_path) if log_path else None
@@ -362,7 +363,7 @@ def read_eval_result(path: str, log_path: Optional[str] = None) -> EvalReading:
 # ---------------------------------------------------------------- runner lines
 
 
-def verdict_lines(returned: Any) -> Optional[tuple[list[str], int]]:
+def verdict_lines(returned: Any) -> tuple[list[str], int] | None:
     """The `Pass:`/`Details:` lines and exit code for an evaluator's returned value.
 
     None when there is no verdict to print: not a dict, or `pass` missing or not bool/None

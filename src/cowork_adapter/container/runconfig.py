@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Final
 
 from .vocab import REFERENCE_ENGINES
 
-RUN_CONFIG_SCHEMA = "cowork_adapter.run_config.v1"
+RUN_CONFIG_SCHEMA: Final = "cowork_adapter.run_config.v1"
 DEFAULT_RUN_CONFIG = "/workspace/configs/cowork_adapter_run.json"
-DEFAULT_KEY_ENV = "COWORK_PROVIDER_KEY"
+DEFAULT_KEY_ENV: Final = "COWORK_PROVIDER_KEY"
 
 
 class ConfigError(ValueError):
@@ -33,7 +35,7 @@ class EntrypointConfig:
     diagnostic_eval_on_truncation: bool
     credential_setting: str
     key_env: str
-    openai_compatible_base_url: Optional[str]
+    openai_compatible_base_url: str | None
     agent_short_name: str
     path: str = ""
 
@@ -43,7 +45,7 @@ class EntrypointConfig:
         return self.engine in REFERENCE_ENGINES
 
     @property
-    def upstream_entry(self) -> Optional[str]:
+    def upstream_entry(self) -> str | None:
         """The entry file of an `upstream:<entry>` engine, else None."""
         return self.engine.split(":", 1)[1] if self.engine.startswith("upstream:") else None
 
@@ -63,7 +65,9 @@ def _need(raw: Mapping, key: str, kind: Any, what: str) -> Any:
 
 def _positive(raw: Mapping, key: str) -> float:
     value = _need(raw, key, (int, float), "a number")
-    if not value > 0 or value != value or value == float("inf"):
+    # NaN fails `value > 0` already; math.isnan says so where a reader looks for it (a JSON reader
+    # that accepts NaN, as Python's does, must not yield a NaN timeout).
+    if not value > 0 or math.isnan(value) or math.isinf(value):
         raise ConfigError(f"run config {key} must be a positive finite number")
     return float(value)
 
@@ -121,10 +125,10 @@ def parse_run_config(raw: Any, path: str = "") -> EntrypointConfig:
     )
 
 
-def load_run_config(path: str) -> tuple[Optional[EntrypointConfig], Any, str]:
+def load_run_config(path: str) -> tuple[EntrypointConfig | None, Any, str]:
     """(config, raw JSON or None, error sentence or ""). Never raises."""
     try:
-        with open(path, "r", encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             raw = json.load(fh)
     except (OSError, ValueError) as exc:
         return None, None, f"run config {path} unreadable: {type(exc).__name__}"
@@ -148,7 +152,7 @@ class ImagePaths:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "ImagePaths":
+    def from_env(cls, env: Mapping[str, str]) -> ImagePaths:
         d = cls()
         return cls(
             seed_dir=env.get("COWORK_SEED_DIR") or d.seed_dir,

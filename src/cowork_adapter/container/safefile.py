@@ -31,7 +31,8 @@ import json
 import os
 import re
 import stat
-from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 ABSENT = "absent"
 REGULAR = "regular"
@@ -61,8 +62,8 @@ _PATH_FLAGS = (os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)) if hasat
 
 class Read(NamedTuple):
     kind: str
-    data: Optional[bytes]
-    size: Optional[int]
+    data: bytes | None
+    size: int | None
     cause: str = ""
 
     @property
@@ -95,7 +96,7 @@ def kind_of_mode(mode: int) -> str:
     return OTHER
 
 
-def _split(path: str, below: Optional[str]) -> tuple[str, list[str]]:
+def _split(path: str, below: str | None) -> tuple[str, list[str]]:
     """(trusted start, components to open without following) of `path`."""
     path = os.path.abspath(path)
     if below is None:
@@ -116,15 +117,15 @@ def _classify_error(exc: OSError, parent_fd: int, name: str) -> tuple[str, str]:
         return ABSENT, "file_absent"
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
         try:
-            return kind_of_mode(os.lstat(name, dir_fd=parent_fd).st_mode), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+            return kind_of_mode(os.lstat(name, dir_fd=parent_fd).st_mode), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
         except OSError:
             pass
     if exc.errno == errno.ENXIO:  # a FIFO or socket opened with O_NONBLOCK and no peer
         return OTHER, "os_error:ENXIO"
-    return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+    return UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
 
 
-def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[Optional[int], str, str]:
+def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[int | None, str, str]:
     """(fd or None, kind, cause): open the entry `name` of the open directory `dir_fd` as
     open_nofollow opens each component (a link is named, never followed; a FIFO, device or
     socket is named, never opened); `directory` admits only a directory. `dir_fd` stays open.
@@ -148,7 +149,7 @@ def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[Optiona
     try:
         handle = os.open(name, _PATH_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     try:
         kind = kind_of_mode(os.fstat(handle).st_mode)
         if kind not in (REGULAR, DIRECTORY):
@@ -158,7 +159,7 @@ def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[Optiona
         except FileNotFoundError:  # no /proc: the checked open by name below
             return _open_at_checked(dir_fd, name)
         except OSError as exc:
-            return None, UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+            return None, UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
         if kind_of_mode(os.fstat(fd).st_mode) != kind:  # cannot happen: the same inode
             os.close(fd)
             return None, UNREADABLE, "changed_while_opening"
@@ -167,14 +168,14 @@ def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[Optiona
         os.close(handle)
 
 
-def _open_at_checked(dir_fd: int, name: str) -> tuple[Optional[int], str, str]:
+def _open_at_checked(dir_fd: int, name: str) -> tuple[int | None, str, str]:
     """open_at without O_PATH or /proc (not Linux): lstat, open by name without following and
     without blocking, then fstat the open descriptor. A swap between lstat and open can still
     make this open a device (never read it: the descriptor's kind decides)."""
     try:
         kind = kind_of_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     if kind not in (REGULAR, DIRECTORY):
         return None, kind, ""
     try:
@@ -209,7 +210,7 @@ def kinds_at(dir_fd: int) -> dict[str, str]:
     return kinds
 
 
-def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[int], str, str]:
+def open_nofollow(path: str, *, below: str | None = None) -> tuple[int | None, str, str]:
     """(fd or None, kind, cause): open `path` read-only, no link followed at or below `below`.
 
     The fd (caller closes it) is returned only for a regular file or a directory; anything else
@@ -219,7 +220,7 @@ def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[i
     try:
         fd = os.open(start, _DIR_FLAGS)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}"
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     for index, name in enumerate(parts):
         child, kind, cause = open_at(fd, name, directory=index < len(parts) - 1)
         os.close(fd)
@@ -229,7 +230,7 @@ def open_nofollow(path: str, *, below: Optional[str] = None) -> tuple[Optional[i
     return fd, kind_of_mode(os.fstat(fd).st_mode), ""
 
 
-def read_bytes(path: str, *, cap: int = RECORD_CAP, below: Optional[str] = None) -> Read:
+def read_bytes(path: str, *, cap: int = RECORD_CAP, below: str | None = None) -> Read:
     """The bytes of a regular file at `path`, at most `cap` of them; anything else is named."""
     try:
         fd, kind, cause = open_nofollow(path, below=below)
@@ -243,7 +244,7 @@ def read_at(dir_fd: int, name: str, *, cap: int = RECORD_CAP) -> Read:
     return _read_opened(*open_at(dir_fd, name), cap)
 
 
-def _read_opened(fd: Optional[int], kind: str, cause: str, cap: int) -> Read:
+def _read_opened(fd: int | None, kind: str, cause: str, cap: int) -> Read:
     """The Read of what open_nofollow/open_at found (the fd, if any, is closed here)."""
     if fd is None:
         return Read(kind, None, None, cause)
@@ -264,12 +265,12 @@ def _read_opened(fd: Optional[int], kind: str, cause: str, cap: int) -> Read:
             return Read(TOO_LARGE, None, total, f"over_cap:{cap}")
         return Read(REGULAR, b"".join(chunks), total, "")
     except OSError as exc:
-        return Read(UNREADABLE, None, None, f"os_error:{errno.errorcode.get(exc.errno, exc.errno)}")
+        return Read(UNREADABLE, None, None, f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}")
     finally:
         os.close(fd)
 
 
-def iter_chunks(path: str, *, cap: int, below: Optional[str] = None, chunk: int = CHUNK) -> tuple[Read, Iterator[bytes]]:
+def iter_chunks(path: str, *, cap: int, below: str | None = None, chunk: int = CHUNK) -> tuple[Read, Iterator[bytes]]:
     """(what stood at `path`, chunks of it): for streaming readers of large logs. The chunks stop
     at `cap` bytes; the Read's kind is TOO_LARGE when the file's size at open exceeds the cap (the
     first `cap` bytes are still yielded, so a reader can report a truncated log)."""
@@ -299,7 +300,7 @@ def iter_chunks(path: str, *, cap: int, below: Optional[str] = None, chunk: int 
     return found, chunks()
 
 
-def scan_dir(path: str, *, below: Optional[str] = None) -> tuple[str, list[Entry]]:
+def scan_dir(path: str, *, below: str | None = None) -> tuple[str, list[Entry]]:
     """(kind of `path`, its entries by lstat, sorted by name). Entries only for a real directory
     (not a link to one); a name that vanished meanwhile is left out."""
     try:
@@ -325,7 +326,7 @@ def scan_dir(path: str, *, below: Optional[str] = None) -> tuple[str, list[Entry
     return DIRECTORY, entries
 
 
-def kind_at(path: str, *, below: Optional[str] = None) -> str:
+def kind_at(path: str, *, below: str | None = None) -> str:
     """What stands at `path` (no link followed at or below `below`), without reading it."""
     try:
         fd, kind, _ = open_nofollow(path, below=below)
@@ -376,7 +377,7 @@ class TooLarge(ValueError):
         return "too_large"
 
 
-def depth_over(data: Union[bytes, str], limit: int = MAX_DEPTH) -> bool:
+def depth_over(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
     """True when the JSON text `data` nests deeper than `limit` (brackets inside strings do not
     count). Exact for valid JSON; for invalid JSON it may answer True where a parser would have
     refused it anyway."""
@@ -392,8 +393,8 @@ def depth_over(data: Union[bytes, str], limit: int = MAX_DEPTH) -> bool:
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets))) > limit
 
 
-def loads(data: Union[bytes, str], *, limit: int = MAX_DEPTH, max_bytes: int = MAX_BYTES,
-          parse: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
+def loads(data: bytes | str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_BYTES,
+          parse: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """json.loads (or `parse`) of `data`, refused with a ValueError before parsing when it is
     larger than `max_bytes` (TooLarge), nests deeper than `limit` (TooDeep) or is not UTF-8
     (UnicodeDecodeError, itself a ValueError)."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Callable, List, NamedTuple, Optional, Tuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 _DIR_FLAGS = (os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
               | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -38,7 +39,7 @@ class Outcome(NamedTuple):
 
     removed: int
     failed: int
-    errors: Tuple[str, ...]
+    errors: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
@@ -49,7 +50,7 @@ class _Tally:
     def __init__(self) -> None:
         self.removed = 0
         self.failed = 0
-        self.errors: List[str] = []
+        self.errors: list[str] = []
 
     def error(self, where: str, exc: BaseException) -> None:
         self.failed += 1
@@ -61,12 +62,12 @@ class _Tally:
         return Outcome(self.removed, self.failed, tuple(self.errors))
 
 
-def _ident(fd: int) -> Tuple[int, int]:
+def _ident(fd: int) -> tuple[int, int]:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
 
 
-def _open_dir(name: str, dir_fd: Optional[int]) -> int:
+def _open_dir(name: str, dir_fd: int | None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
@@ -103,8 +104,8 @@ def _walk(path: str, visit: Callable[[int, str, os.stat_result, _Tally], bool], 
 
 class _Level(NamedTuple):
     name: str  # its name in the directory above
-    ident: Tuple[int, int]  # (st_dev, st_ino) of the directory itself
-    pending: List[str]  # its subdirectories not walked yet
+    ident: tuple[int, int]  # (st_dev, st_ino) of the directory itself
+    pending: list[str]  # its subdirectories not walked yet
 
 
 def _walk_from(parent_fd: int, root_name: str, path: str, visit, remove_dirs: bool, tally: _Tally) -> None:
@@ -113,7 +114,7 @@ def _walk_from(parent_fd: int, root_name: str, path: str, visit, remove_dirs: bo
     except OSError as exc:
         tally.error(path, exc)
         return
-    stack: List[_Level] = []
+    stack: list[_Level] = []
     try:
         stack.append(_Level(root_name, _ident(fd), _list(fd, visit, tally, path)))
         while stack:
@@ -155,7 +156,7 @@ def _walk_from(parent_fd: int, root_name: str, path: str, visit, remove_dirs: bo
         _rmdir(parent_fd, root_name, tally, path)
 
 
-def _enter(fd: int, name: str, visit, tally: _Tally, path: str) -> Optional[int]:
+def _enter(fd: int, name: str, visit, tally: _Tally, path: str) -> int | None:
     """The open subdirectory `name` of `fd`, or None (gone, or swapped for a non-directory: then
     visited as such)."""
     try:
@@ -175,9 +176,9 @@ def _enter(fd: int, name: str, visit, tally: _Tally, path: str) -> Optional[int]
         return None
 
 
-def _list(fd: int, visit, tally: _Tally, path: str) -> List[str]:
+def _list(fd: int, visit, tally: _Tally, path: str) -> list[str]:
     """Visit every non-directory entry of the open directory `fd`; its subdirectories' names."""
-    subdirs: List[str] = []
+    subdirs: list[str] = []
     with os.scandir(fd) as entries:
         for entry in entries:
             try:

@@ -13,12 +13,11 @@ its eval_res.json is set aside, so the eval phase grades the dump once, official
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
-import re
-from typing import Optional
 
 from . import protocol
 
@@ -32,7 +31,7 @@ def accepts_phase(entry_path: str) -> bool:
     """True when the entry declares a `--phase` option (a string literal in its source); an
     unreadable entry counts as not taking it (the child then reports its own failure)."""
     try:
-        with open(entry_path, "r", encoding="utf-8", errors="replace") as fh:
+        with open(entry_path, encoding="utf-8", errors="replace") as fh:
             return _PHASE_OPTION.search(fh.read()) is not None
     except OSError:
         return False
@@ -60,7 +59,7 @@ def set_aside_agent_verdict(task_root: str) -> bool:
     return True
 
 
-def run_child(bench_python: str, entry: str, *, task_dir: str, max_steps: int, key: Optional[str],
+def run_child(bench_python: str, entry: str, *, task_dir: str, max_steps: int, key: str | None,
               terms: list, out, deadline: float, phase_flag: bool = True) -> int:
     """Run the upstream entry to its end (or the deadline); returns its exit code."""
     env = dict(os.environ)

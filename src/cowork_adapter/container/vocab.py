@@ -14,7 +14,7 @@ class Vocab(str, Enum):
     """A str-valued enum whose str() and format() are the bare value (3.11 changed both)."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # deliberately str's, as the docstring says
 
     @classmethod
     def values(cls) -> list[str]:
@@ -110,6 +110,16 @@ class BenchStatus(Vocab):
     SUCCESS = "success"
     FAILED = "failed"
     MAX_TURNS_REACHED = "max_turns_reached"
+
+
+class UpstreamTaskStatus(Vocab):
+    """The statuses the upstream code knows (utils/roles/task_agent.py TaskStatus): the eval phase
+    hands the evaluator one of these and nothing else (any other value becomes `failed`)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    MAX_TURNS_REACHED = "max_turns_reached"
+    INTERRUPTED = "interrupted"
 
 
 class AdapterStage(Vocab):
@@ -234,6 +244,9 @@ class TamperKind(Vocab):
     GRADING_INPUTS_DIFFER = "grading_inputs_differ"  # traj_log.json's grading inputs differ from the task tree's
     SUMMARY_CHANGED = "summary_changed"  # the adapter summary changed after the agent phase ended
     EVAL_HUNG = "eval_hung"  # the eval phase reached the adapter's bound (the runner has none)
+    # traj_log.json held a value the host's log replaced: launch_time or times outside the agent
+    # exec the host saw, a status the upstream code does not know, a changed config field (issue 36).
+    GRADING_LOG_REWRITTEN = "grading_log_rewritten"
     UNREADABLE_DUMP = "unreadable_dump"  # the task's files could not be read at all: its row says only that
     DUMP_OVER_BOUND = "dump_over_bound"  # the dump passed a bound (bytes, entries, depth) while the task ran
 

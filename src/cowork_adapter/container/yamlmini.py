@@ -22,7 +22,7 @@ class YamlError(ValueError):
 def load_yaml(text: str) -> Any:
     """The document in `text` (PyYAML's safe_load when importable)."""
     try:
-        import yaml  # type: ignore
+        import yaml
     except ImportError:
         return parse_subset(text)
     return yaml.safe_load(text)
@@ -172,7 +172,7 @@ def parse_subset(text: str) -> Any:
         return mapping(indent)
 
     def sequence(indent: int) -> list:
-        out = []
+        out: list[Any] = []
         while True:
             pos[0] = significant(pos[0])
             if pos[0] >= len(lines):

@@ -28,14 +28,14 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
+from typing import Any
 
 from ..errors import Refusal
 from ..fileio import create_exclusive
+from ..runroot.layout import RunRoot
 from ..schemas.record import RecordInvalid
 from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
-from ..runroot.layout import RunRoot
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
 # The shim reads task dumps through the same no-follow, capped reader as every other host reader.
@@ -49,6 +49,20 @@ WRAPPER_MARKER = "cowork-adapter docker shim"
 # it. COWORK_EVAL_BOUND_SEC in the launcher's environment may only lower it (tests).
 EVAL_BOUND_SEC = 1200.0
 EVAL_BOUND_ENV = "COWORK_EVAL_BOUND_SEC"
+
+
+# The benchmark code the eval phase imports from the image (issue 36): the evaluator and TaskConfig
+# under /workspace/utils/ (task checkers import only the task tree, mounted from the clone already,
+# and third-party packages). Every eval container gets the run's verified clone's copy mounted
+# read-only over the image's, so the evaluator that runs is the pinned one whatever image was built.
+EVAL_CODE_PATHS = ("utils",)
+WORKSPACE = "/workspace"
+
+
+def eval_code_mounts(bench_copy: Path) -> list[str]:
+    """`<clone>/<path>:/workspace/<path>:ro` for each EVAL_CODE_PATHS folder the clone has."""
+    return [f"{Path(bench_copy).resolve() / rel}:{WORKSPACE}/{rel}:ro" for rel in EVAL_CODE_PATHS
+            if (Path(bench_copy) / rel).is_dir() and not (Path(bench_copy) / rel).is_symlink()]
 
 
 def eval_bound_sec(environ: Mapping[str, str]) -> float:
@@ -72,6 +86,7 @@ class TaskDumps:
     short: str  # the run's agent short name (TaskConfig places a dump at <short_>/SingleUserTurn-<task>)
     tasks: tuple[str, ...]  # every task the run may hand its runner
     eval_bound_sec: float  # one eval exec's bound (the runner has none)
+    eval_mounts: tuple[str, ...] = ()  # eval_code_mounts(): the pinned evaluator code over the image's
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,7 @@ def install_custody(
     real_docker: str,
     docker_host: str,
     run_label: str,
-    limits: ContainerLimits | Mapping[str, object],
+    limits: ContainerLimits | Mapping[str, Any],
     stop_file: Path,
     resource_root: Path,
     min_free_bytes: int,
@@ -136,8 +151,8 @@ def install_custody(
     launcher_pid: int | None = None,
     launcher_start_ticks: int | None = None,
     gateway_secret_file: Path | None = None,
-    dumps: "TaskDumps | None" = None,
-    provider: "ProviderRoute | None" = None,
+    dumps: TaskDumps | None = None,
+    provider: ProviderRoute | None = None,
 ) -> CustodyFiles:
     """Write the run's custody files under <run_root>/custody/ and return them with the runner env.
 
@@ -199,6 +214,7 @@ def install_custody(
             dump_short=None if dumps is None else dumps.short,
             task_names=None if dumps is None else sorted(set(dumps.tasks)),
             eval_bound_sec=None if dumps is None else dumps.eval_bound_sec,
+            eval_mounts=None if dumps is None else list(dumps.eval_mounts),
         )
     except (RecordInvalid, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
 from ..runroot.layout import RunRoot
 
 LOCK_SUFFIX = ".lock"

@@ -138,7 +138,7 @@ class DaemonProber:
         error = None
         try:
             if self._api is None:
-                self._api = docker.APIClient(base_url=self.docker_host, timeout=self.timeout)
+                self._api = docker.APIClient(base_url=self.docker_host, timeout=self.timeout)  # type: ignore[arg-type]  # a float: see host/daemon.py
             answered = self._api.ping() is True
         except Exception as exc:  # noqa: BLE001 - any failure to answer is "no answer"
             answered, error = False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
@@ -183,7 +183,7 @@ class DaemonWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "DaemonWatch":
+    def start(self) -> DaemonWatch:
         """Take the baseline now (synchronously), then watch on a thread."""
         first = self.prober.probe(None)
         if first.answered:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,8 +191,13 @@ def _remove_pass(
                 rest = _list(api, run_label, containers=False)
             items = rest.networks if kind == "network" else rest.volumes
         hook = before_remove if kind == "container" else None
-        outcomes = _in_parallel(lambda item: _read_and_remove(hook, remove, api, kind, *item), items)
-        for (ident, name), error in zip(items, outcomes):
+        # This kind's hook, remover and name bound now (the calls all end inside _in_parallel, but a
+        # closure over the loop's variables would read whatever they hold when it runs)
+        def remove_one(item: tuple[str, str], hook: Any = hook, remove: Any = remove, kind: str = kind) -> Any:
+            return _read_and_remove(hook, remove, api, kind, *item)
+
+        outcomes = _in_parallel(remove_one, items)
+        for (ident, name), error in zip(items, outcomes, strict=True):
             if error is None:
                 removed[kind].append((ident, name))
                 continue
@@ -341,6 +346,7 @@ def _remove_volume(api: docker.APIClient, name: str) -> None:
 
 def _attempt(remove: Callable[[Any, str], None], api: Any, kind: str, ident: str, name: str) -> dict[str, Any] | None:
     """Run one removal: None when it worked, else the error record (outcome not_found, in_progress or failed)."""
+    error: BaseException
     try:
         remove(api, ident)
         return None

@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from pathlib import Path
+
+from ..runroot.layout import RunRoot
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
-from ..runroot.layout import RunRoot
 
 RUN_LABEL_KEY = "org.cowork-adapter.run"
 ROLE_LABEL_KEY = "org.cowork-adapter.role"

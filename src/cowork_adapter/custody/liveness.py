@@ -18,10 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
+from ..runroot.layout import CUSTODY_PROCESSES_FILE, RunRoot
 from ..schemas.custody import CustodyProcesses
 from ..schemas.record import RecordInvalid, decode
-from ..runroot.layout import CUSTODY_PROCESSES_FILE, RunRoot
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 # cowork-adapter commands that only read or finish a run: naming its root does not make them part of it.

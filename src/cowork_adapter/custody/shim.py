@@ -103,7 +103,7 @@ MEASURED_ROLES = ("agent", "eval", "pg")
 RM_BOOL_LONG = frozenset({"--force", "--volumes", "--link", "--help"})
 RM_BOOL_SHORT = frozenset("fvl")
 STOP_BOOL_LONG = frozenset({"--help"})
-STOP_BOOL_SHORT = frozenset()
+STOP_BOOL_SHORT: frozenset[str] = frozenset()
 
 # docker's global options that take a value, and those that pick the daemon.
 GLOBAL_VALUE_OPTIONS = frozenset(
@@ -122,7 +122,7 @@ RUN_BOOL_SHORT = frozenset("ditPq")
 EXEC_BOOL_LONG = frozenset({"--detach", "--interactive", "--tty", "--privileged", "--help"})
 EXEC_BOOL_SHORT = frozenset("dit")
 NETWORK_BOOL_LONG = frozenset({"--attachable", "--ingress", "--internal", "--ipv6", "--config-only", "--help"})
-NETWORK_BOOL_SHORT = frozenset()
+NETWORK_BOOL_SHORT: frozenset[str] = frozenset()
 
 # Options a creation may not carry: the shim sets them and docker keeps the last occurrence.
 CONFLICTING_OPTIONS = frozenset(
@@ -145,6 +145,12 @@ ENTRY_ENV = "COWORK_EVAL_ENTRY"  # first | repeat: whether an eval exec of this 
 SUMMARY_SHA_ENV = "COWORK_AGENT_SUMMARY_SHA256"  # the adapter summary as the agent exec left it
 BOUND_ENV = "COWORK_EVAL_BOUND_SEC"  # the eval phase's own bound; the shim's is a margin above it
 BOUND_MARGIN_SEC = 60.0
+# The agent exec as the host saw it (issue 36): the eval phase writes traj_log.json's launch_time and
+# times from these (container/gradinglog.py STARTED_ENV ...), never from the agent's own file.
+AGENT_STARTED_ENV = "COWORK_AGENT_STARTED_AT"
+AGENT_ENDED_ENV = "COWORK_AGENT_ENDED_AT"
+AGENT_MAX_STEPS_ENV = "COWORK_AGENT_MAX_STEPS"
+AGENT_WINDOW_SUFFIX = ".agent_window.json"
 KILL_GRACE_SEC = 5.0
 SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
 SEAL_SUFFIX = ".seal.json"
@@ -295,6 +301,9 @@ def creation_flags(config, role, name):
         flags += ["--env-file", config["agent_env_file"]]
     if config.get("provider_address") and agent:
         flags += provider_flags(config)
+    if role == "eval" and bool(name) and name.startswith("eval-"):
+        for volume in config.get("eval_mounts") or []:  # the pinned evaluator code, read-only
+            flags += ["--volume", volume]
     return flags
 
 
@@ -346,7 +355,7 @@ def unrevoke(config, task):
     if path is None:
         return
     try:
-        os.rename(path, "%s.before-%d" % (path, time.time_ns()))
+        os.rename(path, f"{path}.before-{time.time_ns()}")
     except OSError:
         pass
 
@@ -409,7 +418,7 @@ def launcher_alive(pid, ticks):
     Anything unreadable is dead (fail closed).
     """
     try:
-        with open("/proc/%d/stat" % int(pid), "rb") as handle:
+        with open(f"/proc/{int(pid)}/stat", "rb") as handle:
             stat = handle.read().decode("utf-8", "replace")
     except (OSError, TypeError, ValueError):
         return False
@@ -571,7 +580,7 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
         reading["cause"] = "daemon_address_unsupported"
         return reading
     try:
-        conn.request("GET", "/containers/%s/stats?stream=false&one-shot=true" % container)
+        conn.request("GET", f"/containers/{container}/stats?stream=false&one-shot=true")
         answer = conn.getresponse()
         body = answer.read()
         status = answer.status
@@ -581,7 +590,7 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     finally:
         conn.close()
     if status != 200:
-        reading["cause"] = "container_absent" if status == 404 else "stats_http_%d" % status
+        reading["cause"] = "container_absent" if status == 404 else f"stats_http_{status}"
         return reading
     try:
         data = json.loads(body.decode("utf-8"))
@@ -616,7 +625,7 @@ def hold_creation_lock(config):
     directory = config.get("creations_dir")
     if not directory:
         return None
-    path = os.path.join(directory, "%d-%s.lock" % (os.getpid(), os.urandom(6).hex()))
+    path = os.path.join(directory, f"{os.getpid()}-{os.urandom(6).hex()}.lock")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError:
@@ -801,7 +810,7 @@ def _load_safefile():
     if here not in sys.path:
         sys.path.insert(0, here)
     try:
-        import safefile  # noqa: PLC0415 - a sibling copy, found only once sys.path holds this folder
+        import safefile  # type: ignore[import-not-found]  # noqa: PLC0415 - a sibling copy, found only once sys.path holds this folder
     except ImportError:
         return None
     return safefile
@@ -862,10 +871,12 @@ def read_seal_inputs(safefile, task_root, below):
                        "pass": returned.get("pass") if isinstance(returned, dict) and isinstance(returned.get("pass"), bool) else None}
     eval_facts, _ = file_seal(safefile, os.path.join(task_root, EVAL_RES_NAME), below)
     grading = evidence.get("grading_inputs_differ")
+    rewritten = evidence.get("grading_log_rewritten")
     planted = evidence.get("planted_before_eval")
     return {"attempt_id": attempt, "claim": claim_facts, "receipt": receipt_facts, "eval_res": eval_facts,
             "verdict": verdict,
             "grading_inputs_differ": [str(x)[:100] for x in grading][:20] if isinstance(grading, list) else [],
+            "grading_log_rewritten": [str(x)[:100] for x in rewritten][:40] if isinstance(rewritten, list) else [],
             "planted_moved": [str(x)[:200] for x in planted][:50] if isinstance(planted, list) else []}
 
 
@@ -897,11 +908,15 @@ def run_child(config, argv, env_extra, bound):
     return (128 - code if code < 0 else code), hung
 
 
-def handle_agent_exec(config, argv, at, ident, task):
+def handle_agent_exec(config, argv, at, ident, task, max_steps=None):
     """The agent exec (told to end, inside its container, what the agent left running), then the
     adapter summary's digest and bytes as they were when the exec ended: the ledger and the eval
-    phase's diagnostic trust only that summary (the agent may rewrite the file later)."""
+    phase's diagnostic trust only that summary (the agent may rewrite the file later). Its start and
+    end go to `<id>.agent_window.json` (the first exec's, written once): the eval phase's launch_time."""
+    started = time.time()
     code, _ = run_child(config, argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:], {}, None)
+    record(config, ident + AGENT_WINDOW_SUFFIX, json.dumps(
+        {"started_at": started, "ended_at": time.time(), "max_steps": max_steps}) + "\n", once=True)
     try:  # evidence only: the exec has run and its exit code stands whatever happens here
         safefile = _load_safefile()
         if safefile is not None and task is not None:
@@ -930,6 +945,21 @@ def agent_summary_sha(config, ident):
     return sha if isinstance(sha, str) else ""
 
 
+def agent_window_env(config, ident):
+    """The eval exec's variables for the agent exec's window (empty when the host saw none)."""
+    path = evidence_path(config, ident + AGENT_WINDOW_SUFFIX)
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(4096).decode("utf-8"))
+        env = {AGENT_STARTED_ENV: repr(float(value["started_at"])), AGENT_ENDED_ENV: repr(float(value["ended_at"]))}
+    except (OSError, TypeError, ValueError, KeyError, AttributeError):
+        return {}
+    steps = value.get("max_steps")
+    if isinstance(steps, str) and steps.isdigit() and len(steps) < 10:
+        env[AGENT_MAX_STEPS_ENV] = steps
+    return env
+
+
 def first_eval_entry(config, ident):
     """True for the first eval exec of `ident` in this run (a write-once marker), else False."""
     marker = evidence_path(config, ident + ".eval_entry")
@@ -955,6 +985,7 @@ def handle_eval_exec(config, argv, at, ident, command):
     bound = float(config.get("eval_bound_sec") or 0) or None
     summary_sha = agent_summary_sha(config, ident)
     env_extra = {STATE_ENV: state, ENTRY_ENV: "first" if first else "repeat", SUMMARY_SHA_ENV: summary_sha}
+    env_extra.update(agent_window_env(config, ident))
     if bound:
         env_extra[BOUND_ENV] = repr(bound)
     flags = []
@@ -1053,7 +1084,7 @@ def handle_exec(config, argv, shape):
         if task_dir is not None:
             record(config, ident + ".task", task_dir + "\n", once=True)
         if config.get("dumps_dir"):
-            return handle_agent_exec(config, argv, at, ident, task_of(config, ident))
+            return handle_agent_exec(config, argv, at, ident, task_of(config, ident), flag_value(command, "--max_steps"))
         return run_real(config, argv)
     ident = task_id(container, "eval")
     if ident is not None and flag_value(command, "--phase") == "eval":
@@ -1081,7 +1112,7 @@ def handle_remove(config, argv, shape):
         if role == "agent" and removing and config.get("gateway_secret_file"):
             # The task's gateway token dies with its container: the gateway refuses a token whose
             # task has this marker (gateway.REVOKED_SUFFIX). Written first: the removal decided it.
-            record(config, ident + AGENT_REMOVED_SUFFIX, "%f\n" % time.time(), once=True)
+            record(config, ident + AGENT_REMOVED_SUFFIX, f"{time.time():f}\n", once=True)
         reading = read_stats(config, container)
         reading.update(role=role, command=shape["subcommand"])
         record(config, ident + ".resources.jsonl", reading)

@@ -13,7 +13,7 @@ from ..schemas.record import NonNegative, Positive, Record
 DOCKER_MIN_MEMORY_BYTES = 6 * 1024 * 1024
 
 
-class ContainerLimits(Record, frozen=True):
+class ContainerLimits(Record, frozen=True):  # type: ignore[misc]  # msgspec allows a frozen Struct over a mutable base; dataclasses (mypy's model) do not
     """Hard per-container limits. Swap equals memory by default: a container gets no swap."""
 
     cpus: Annotated[float, Meta(gt=0)]
@@ -28,7 +28,7 @@ class ContainerLimits(Record, frozen=True):
             raise ValueError("memory_swap_bytes must be at least memory_bytes (docker counts memory+swap)")
 
 
-class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
+class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):  # type: ignore[misc]  # msgspec allows a frozen Struct over a mutable base; dataclasses (mypy's model) do not
     """What the shim needs; written once per run under <run_root>/custody/, read by shim.py."""
 
     schema_: Literal["cowork_adapter.shim_config.v1"] = "cowork_adapter.shim_config.v1"
@@ -63,4 +63,8 @@ class ShimConfig(Record, frozen=True, rename={"schema_": "schema"}):
     dumps_dir: str | None = None
     dump_short: str | None = None
     task_names: list[str] | None = None
-    eval_bound_sec: Positive | None = None
+    # Seconds, as COWORK_EVAL_BOUND_SEC gives them (a float: 90.5 is a bound; an int field refused it).
+    eval_bound_sec: Annotated[float, Meta(gt=0)] | None = None
+    # `<clone path>:/workspace/<path>:ro` volumes every eval container gets (bash_env.eval_code_mounts):
+    # the run's verified benchmark clone's evaluator code over the image's copy (issue 36).
+    eval_mounts: list[str] | None = None

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from ..errors import CustodyError
 from ..host.resources import unread_by_stop  # the stop's note in place of a container's reading
+from ..runroot.layout import RunRoot
 from .creations import creations_dir
 from .docker_ops import cleanup_run
-from ..runroot.layout import RunRoot
 
 
 @dataclass(frozen=True)

@@ -34,23 +34,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
 
 from ..container import safetree
 from ..container.procs import group_alive, pgid_of, pids_with_env, process_alive, start_ticks
 from ..errors import CustodyError
-from ..runroot.events import EventLog
 from ..fileio import create_exclusive, replace_atomic
+from ..runroot import layout
+from ..runroot.events import EventLog
+from ..runroot.layout import RunRoot
 from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..schemas.record import decode
 from ..vocab import EventKind, StopReason
 from .creations import CREATION_WAIT_SEC, creations_dir
 from .docker_ops import cleanup_run
-from ..runroot import layout
-from ..runroot.layout import RunRoot
 
 DONE = b"done\n"
 READY = b"ready\n"

@@ -44,8 +44,8 @@ import docker
 from ..container import protocol
 from ..custody.docker_ops import label_is_empty, list_labelled
 from ..custody.labels import RUN_LABEL_KEY, path_label, run_label
-from ..host.daemon import docker_client
 from ..custody.watchdog import custody_paths
+from ..host.daemon import docker_client
 from ..runroot.events import read_all
 from ..vocab import ExitCode
 from .env import (
@@ -258,9 +258,9 @@ class ChaosBench:
 
     def launch(self, name: str, args: list[str]) -> subprocess.Popen:
         """The launcher in a session of its own, so a kill of its process group spares us."""
-        log = open(self.env.root / f"{name}.log", "ab")
-        return subprocess.Popen(args, env={**os.environ, self.env.key_env: self.env.key}, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(self.env.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
+            return subprocess.Popen(args, env={**os.environ, self.env.key_env: self.env.key}, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def remove_fresh_images(self) -> None:
         client = docker_client(self.env.docker_host, 120)
@@ -373,7 +373,7 @@ class ChaosBench:
                                     not any(env.root.glob(f"campaign-{name}.json*"))))
             checks.append(Check("the bystanders (the path's label, a near-identical one, unlabelled agent-*) survive",
                                 bystanders_alive(env.docker_host, bystanders)
-                                and client.containers.get(unlabelled.id).status == "running"))
+                                and client.containers.get(unlabelled.id).status == "running"))  # type: ignore[arg-type]  # a listed container has an id
             resumed_at = time.time()
             checks += self._resume(run_root, name, campaign, tasks, receipts, usage_at_campaign)
             result.seconds["resume"] = round(time.time() - resumed_at, 1)

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any
 
 from .policy import Ending, Plan, plan_for, render_arguments
 
@@ -97,7 +97,7 @@ class Reply:
     """One decided answer: a message (content and/or tool calls), or an HTTP error."""
 
     kind: str  # tool_call | final | json | text | error | hang
-    content: Optional[str] = None
+    content: str | None = None
     tool_calls: tuple = ()
     finish_reason: str = "stop"
     status: int = 200
@@ -113,7 +113,7 @@ def _text_of(content: Any) -> str:
 
 def request_text(body: dict) -> str:
     """All system and user text of the request (where the task description travels)."""
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    messages = found if isinstance(found := body.get("messages"), list) else []
     return "\n".join(_text_of(m.get("content")) for m in messages
                      if isinstance(m, dict) and m.get("role") in ("system", "user", "developer"))
 
@@ -207,7 +207,7 @@ def stream_chunks(reply: Reply, body: dict, serial: int) -> list[dict]:
     whole = completion(reply, body, serial)
     head = {k: whole[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
 
-    def chunk(delta: dict, finish: Optional[str] = None) -> dict:
+    def chunk(delta: dict, finish: str | None = None) -> dict:
         return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
     out = [chunk({"role": "assistant", "content": ""})]
@@ -240,8 +240,8 @@ class ChatStandin:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID,
-                 log_path: Optional[str] = None, cost_per_request: Optional[float] = None,
-                 chunk_delay_sec: float = 0.0, answer_delay_sec: float = 0.0, tls: Optional[ssl.SSLContext] = None):
+                 log_path: str | None = None, cost_per_request: float | None = None,
+                 chunk_delay_sec: float = 0.0, answer_delay_sec: float = 0.0, tls: ssl.SSLContext | None = None):
         self.model_id = model_id
         self.log_path = log_path
         # OpenRouter's usage accounting: `usage.cost` in USD on every answer that carries usage.
@@ -261,7 +261,7 @@ class ChatStandin:
         self._server.daemon_threads = True
         if tls is not None:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
@@ -272,7 +272,7 @@ class ChatStandin:
         """The loopback base URL including /v1 (what an OpenAI SDK client is given)."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "ChatStandin":
+    def start(self) -> ChatStandin:
         self._thread = threading.Thread(target=self._server.serve_forever, name="chat-standin", daemon=True)
         self._thread.start()
         return self
@@ -298,11 +298,11 @@ class ChatStandin:
         with self._lock:
             return [dict(r) for r in self.requests]
 
-    def _note(self, handler: BaseHTTPRequestHandler, body: Optional[dict]) -> None:
+    def _note(self, handler: BaseHTTPRequestHandler, body: dict | None) -> None:
         auth = handler.headers.get("Authorization")
-        row = {"method": handler.command, "path": handler.path,
+        row: dict[str, Any] = {"method": handler.command, "path": handler.path,
                "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth is not None else None,
-               "headers": sorted({k.lower() for k in handler.headers.keys()} - TRANSPORT_HEADERS)}
+               "headers": sorted({k.lower() for k in handler.headers} - TRANSPORT_HEADERS)}
         if body is not None:
             row["fields"] = {k: v for k, v in body.items() if k not in CONVERSATION_FIELDS}
             row["messages"] = len(body.get("messages") or [])
@@ -310,7 +310,7 @@ class ChatStandin:
         with self._lock:
             self.requests.append(row)
 
-    def _count(self, kind: str, record: Optional[dict] = None) -> int:
+    def _count(self, kind: str, record: dict | None = None) -> int:
         with self._lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
             serial = sum(self.counts.values())

@@ -11,9 +11,9 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import docker
 
@@ -26,7 +26,6 @@ from .bench_repo import materialize_bench
 from .meter_standin import MeterStandin
 from .pack_image import ensure_demo_pack_image
 from .seed_repo import make_stub_seed
-
 
 MODEL = "demo/stub-model"
 
@@ -91,8 +90,8 @@ class DemoEnv:
 
     def launch(self, args: list[str], log_name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         env = {**os.environ, **(extra_env or {}), self.key_env: self.key}
-        log = open(self.root / f"{log_name}.log", "ab")
-        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with open(self.root / f"{log_name}.log", "ab") as log:  # the child has its own copy of the descriptor
+            return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def key_route(extra: list[str]) -> list[str]:
@@ -262,7 +261,7 @@ def make_bystanders(docker_host: str, label: str) -> dict[str, list[str]]:
         same_path = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
                                           name=f"agent-2-{suffix}", labels={RUN_LABEL_KEY: label})
         network = client.networks.create(f"net-1-{suffix}")
-        return {"containers": [near.id, same_path.id], "networks": [network.id]}
+        return {"containers": [near.id, same_path.id], "networks": [network.id]}  # type: ignore[list-item]  # created objects have ids
     finally:
         client.close()
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Callable, TextIO
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TextIO
 
 HEARTBEAT_SEC = 5.0  # well inside the 10 s a watcher may wait for a line
 
@@ -46,7 +47,7 @@ class DemoHeartbeat:
         now = self.clock()
         with self._lock:
             step, since, passed, failed = self.step, self.step_started, self.passed, self.failed
-        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
         checks = passed + failed
         tally = f"{checks} checks so far ({passed} passed" + (f", {failed} FAILED)" if failed else ")")
         return f"[{stamp}] demo {_duration(now - self.started)}: {step}, {_duration(now - since)} in; {tally}"
@@ -74,7 +75,7 @@ class DemoHeartbeat:
             self.failed += failed
         self._set(f"scenario {name} done ({passed} passed" + (f", {failed} FAILED)" if failed else ")"))
 
-    def start(self) -> "DemoHeartbeat":
+    def start(self) -> DemoHeartbeat:
         self._say()
 
         def beat() -> None:

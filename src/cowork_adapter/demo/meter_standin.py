@@ -64,7 +64,7 @@ class MeterStandin:
         self.max_delay_sec = max_delay_sec
         self.label = label
         self.requests: list[dict[str, Any]] = []  # what was asked and how it was answered
-        self._defaults = {"usage": usage, "limit": limit, "total_credits": total_credits}
+        self._defaults: dict[str, Any] = {"usage": usage, "limit": limit, "total_credits": total_credits}
         self._reset()
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
@@ -79,7 +79,7 @@ class MeterStandin:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}{API_PREFIX}"
 
-    def start(self) -> "MeterStandin":
+    def start(self) -> MeterStandin:
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="meter-standin", daemon=True
         )
@@ -96,7 +96,7 @@ class MeterStandin:
         self._thread.join(timeout=5)
         self._thread = None
 
-    def __enter__(self) -> "MeterStandin":
+    def __enter__(self) -> MeterStandin:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:

@@ -101,7 +101,7 @@ def ensure_demo_pack_image(
             tag = f"{PACK_REPOSITORY}:{commit[:7]}"
             platforms = container_platforms()
             dockerfile = _dockerfile(base_image)
-            content_hash = _content_hash(base_id, commit, dockerfile, platforms)
+            content_hash = _content_hash(base_id, commit, dockerfile, platforms)  # type: ignore[arg-type]  # an image present has an id
             # One builder per tag on this machine: a second caller (another test worker, another
             # demo) waits here and then finds the image current instead of building it again.
             with build_lock(tag):
@@ -126,7 +126,7 @@ def ensure_demo_pack_image(
                 image, _logs = client.images.build(
                     path=str(context), tag=tag, labels=labels, pull=False, rm=True, forcerm=True
                 )
-                return tag, image.id
+                return tag, image.id  # type: ignore[return-value]  # a built image has an id
     finally:
         client.close()
 

@@ -14,8 +14,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..custody.labels import path_label
 from ..vocab import DemoScenario, ExitCode

@@ -2,7 +2,7 @@
 
 One paid run (meter stand-in; model traffic through --llm-gateway to a local chat stand-in, so the
 provider key never enters a container) of the demo bench's `hostile_agent.py` as
-`--engine upstream:hostile_agent.py`, six tasks at concurrency 3, the eval bound lowered to
+`--engine upstream:hostile_agent.py`, seven tasks at concurrency 3, the eval bound lowered to
 EVAL_BOUND_SEC. The engine plays demo-csv-totals fairly (it runs the demo's own engine) and attacks
 in every other task. Expected outcome (hostile_agent.PLANS has the attacks of each task):
 
@@ -23,6 +23,8 @@ in every other task. Expected outcome (hostile_agent.PLANS has the attacks of ea
 |                        | a FIFO where the evaluator opens its answer (the eval blocks)         |               | fifo), eval_hung                      |
 | demo-audit-planted     | its workspace a link to the task's ground truth (dangling in the      | not passed    | unsafe_entry                          |
 |                        | agent container, resolved in the eval container)                      |               |                                       |
+| demo-provider-error    | traj_log.json's launch_time closes the evaluator's quoted shell       | failed        | grading_log_rewritten                 |
+|                        | argument: `;touch <marker>;exit 0` (status success, no answer)        |               | (config.launch_time)                  |
 
 The sibling attack is not a flag: with per-task dump mounts its writes land in its own container's
 layer and go with it; what is checked is that they never reach the host or the sibling.
@@ -46,8 +48,8 @@ from pathlib import Path
 from ..container import protocol, safefile
 from ..schemas.seal import read_seals
 from ..vocab import ExitCode, TamperKind, TaskStatus
-from .chat_standin import ChatStandin
 from .chaos import cli
+from .chat_standin import ChatStandin
 from .env import Check, DemoEnv, campaign_checks, custody_checks, files_containing, read_rows
 
 ENGINE = "upstream:hostile_agent.py"
@@ -63,19 +65,25 @@ EXPECTED: dict[str, tuple[TaskStatus | None, frozenset[TamperKind]]] = {
     "demo-crm-postgres": (TaskStatus.INFRA_FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.UNSAFE_ENTRY})),
     "demo-round-limit": (TaskStatus.INFRA_FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.EVAL_HUNG})),
     "demo-audit-planted": (NOT_PASSED, frozenset({TamperKind.UNSAFE_ENTRY})),
+    # Issue 36: the eval phase writes traj_log.json from the task tree and the host; the agent's
+    # launch_time, which the evaluator would have put on its shell line, is named and never used.
+    "demo-provider-error": (TaskStatus.FAILED, frozenset({TamperKind.GRADING_LOG_REWRITTEN})),
 }
 # task -> (kind, text its finding's detail must name): the flag is for the attack, not by chance.
 DETAILS = {
     "demo-crm-postgres": (TamperKind.UNSAFE_ENTRY, "traj_log.json:symlink"),
     "demo-round-limit": (TamperKind.PLANTED_BEFORE_EVAL, "eval_res.json:fifo"),
+    "demo-provider-error": (TamperKind.GRADING_LOG_REWRITTEN, "config.launch_time"),
 }
 CONCURRENCY = 3
 EVAL_BOUND_SEC = 60  # COWORK_EVAL_BOUND_SEC for this run: the blocked evaluator is stopped after a minute, not 20
-RUN_BOUND_SEC = 1500  # six tasks in two waves, the 240 s task timeout and the eval bound, on a loaded 2-core host
+RUN_BOUND_SEC = 1500  # seven tasks in three waves (the last one short), the 240 s task timeout and the eval bound, on a loaded 2-core host
 # Must equal hostile_agent.HOST_MARKER_PATH (the engine runs in the image and cannot import this).
 HOST_MARKER_PATH = Path("/tmp/cowork-hostile-host-file.txt")
 MARKER_PREFIX = "cowork-hostile-host-marker-"
 SIBLING_FORGED_RECEIPT = "ouroboros_eval_receipt-" + "5" * 32 + ".json"
+INJECTED_LAUNCH = "demo-provider-error"
+INJECTED_MARKER = "injected_command_ran"  # hostile_agent.INJECTED_MARKER
 
 
 def host_marker() -> bytes:
@@ -89,9 +97,9 @@ def host_marker() -> bytes:
         with os.fdopen(fd, "w") as fh:
             fh.write(MARKER_PREFIX + secrets.token_hex(16) + "\n")
     read = safefile.read_bytes(str(HOST_MARKER_PATH), cap=4096)
-    if not read.ok or not read.data.startswith(MARKER_PREFIX.encode()):
+    if not read.ok or not read.data.startswith(MARKER_PREFIX.encode()):  # type: ignore[union-attr]  # ok: data is set
         raise RuntimeError(f"{HOST_MARKER_PATH} is not a regular file holding the hostile demo's marker")
-    return read.data.strip()
+    return read.data.strip()  # type: ignore[union-attr]  # ok: data is set
 
 
 def dump_of(run_root: Path, task: str) -> Path | None:
@@ -116,7 +124,7 @@ def verify_seal(run_root: Path, task: str) -> tuple[bool, str]:
                protocol.EVAL_RES_NAME: seal.eval_res}
     for name, facts in covered.items():
         read = safefile.read_bytes(str(dump / name), cap=safefile.RECORD_CAP, below=str(run_root))
-        got = hashlib.sha256(read.data).hexdigest() if read.ok else read.kind
+        got = hashlib.sha256(read.data).hexdigest() if read.ok else read.kind  # type: ignore[arg-type]  # ok: data is set
         if facts is None or got != facts.sha256:
             return False, f"{name}: {got[:12]} is not the sealed {(facts.sha256 or '') if facts else 'nothing'}"[:200]
     return True, f"claim, receipt and eval_res.json as sealed; sealed pass {seal.verdict.pass_ if seal.verdict else None}"
@@ -154,7 +162,7 @@ def attempt_checks(run_root: Path) -> list[Check]:
         dump = dump_of(run_root, task)
         read = safefile.read_bytes(str(dump / "hostile_attempts.json"), below=str(run_root)) if dump else None
         try:
-            record = json.loads(read.data) if read and read.ok else None
+            record = json.loads(read.data) if read and read.ok else None  # type: ignore[arg-type]  # ok: data is set
         except ValueError:
             record = None
         if not isinstance(record, dict):
@@ -169,16 +177,17 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
     """Nothing an attack aimed outside its own dump arrived on the host."""
     honest = dump_of(run_root, HONEST)
     injected = dump_of(run_root, "demo-truncated-correct")
+    launch = dump_of(run_root, INJECTED_LAUNCH)
     above = sorted(str(p.relative_to(run_root)) for p in (run_root / "bench" / "dumps").glob("**/hostile-above-own-dump.txt"))
     read = safefile.read_bytes(str(honest / "eval_res.json"), below=str(run_root)) if honest else None
     try:
-        honest_pass = json.loads(read.data).get("pass") if read and read.ok else None
+        honest_pass = json.loads(read.data).get("pass") if read and read.ok else None  # type: ignore[arg-type]  # ok: data is set
     except ValueError:
         honest_pass = None
     hits = files_containing(run_root, marker)
     summary = safefile.read_bytes(str(injected / "ouroboros_summary.json"), below=str(run_root)) if injected else None
     try:
-        final = json.loads(summary.data) if summary is not None and summary.ok else {}
+        final = json.loads(summary.data) if summary is not None and summary.ok else {}  # type: ignore[arg-type]  # ok: data is set
     except ValueError:
         final = {}
     return [
@@ -191,6 +200,8 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
         Check("nothing written above a task's own dump reached the host", not above, ", ".join(above)),
         Check("the injected evaluation command never ran (no task tree copied into the dump)",
               injected is not None and not (injected / "stolen_task_tree").exists()),
+        Check("the injected launch_time ran nothing in the eval container (no marker in its dump)",
+              launch is not None and not os.path.lexists(launch / INJECTED_MARKER)),
         Check("the host file the links point at was read into no file of the run root", not hits, ", ".join(hits[:5])),
     ]
 

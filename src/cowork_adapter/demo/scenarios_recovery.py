@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..container.procs import group_alive
 from ..custody.creations import creations_dir
@@ -152,7 +153,7 @@ def scenario_resume(env: DemoEnv) -> list[Check]:
         data = {}
     ids = [t.get("instance_id") for t in data.get("tasks", [])]
     counted = sum((data.get("counts") or {}).values())
-    csv_row = next((t for t in data.get("tasks", []) if t.get("instance_id") == "demo-csv-totals"), {})
+    csv_row: dict[str, Any] = next((t for t in data.get("tasks", []) if t.get("instance_id") == "demo-csv-totals"), {})
     checks += [
         Check("the report's denominator is the 3 selected tasks", data.get("denominator") == 3,
               f"exit {report.returncode}, denominator {data.get('denominator')}"),

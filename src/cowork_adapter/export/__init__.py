@@ -17,10 +17,10 @@ from pathlib import Path
 
 from ..custody.labels import run_label
 from ..errors import Refusal
-from ..vocab import ExitCode
-from .run import load_export
 from ..runroot import layout
 from ..runroot.layout import RunRoot
+from ..vocab import ExitCode
+from .run import load_export
 
 FORMATS = ("inspect",)
 EXTRA_HINT = "pip install 'cowork-adapter[inspect]'"
@@ -75,7 +75,7 @@ def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = No
     runs = [load_export(root, workers) for root in roots]  # every root read before anything is written
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for run, path in zip(runs, paths):
+    for run, path in zip(runs, paths, strict=True):
         try:
             written.append(write_log(run, path))
         except FileExistsError:

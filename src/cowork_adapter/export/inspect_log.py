@@ -22,7 +22,7 @@ The mapping (each run root one log; its recovery ancestry merged as the report m
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ def _when(ts: str | None, fallback: datetime) -> datetime:
             value = datetime.fromisoformat(ts.replace("Z", "+00:00"))
         except ValueError:
             return fallback
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     return fallback
 
 
@@ -202,7 +202,7 @@ def sample_of(task: TaskExport, model: str, created: datetime) -> EvalSample:
 
 def eval_log_of(run: ExportRun) -> EvalLog:
     report = run.report
-    created = _when(run.manifest.created_at, datetime.now(timezone.utc))
+    created = _when(run.manifest.created_at, datetime.now(UTC))
     model = run.model
     samples = []
     for task in run.tasks:

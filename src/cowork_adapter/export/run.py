@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from ..container import safefile
-from ..runroot.layout import RELATIVE_DUMPS
 from ..audit.forked import forked_map
+from ..container import safefile
 from ..report.build import build_report, row_cost, row_duration
 from ..report.merge import RunRecord, denominator, load_runs, merge_rows
+from ..runroot.layout import RELATIVE_DUMPS
 from ..schemas.audit import TaskAudit
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
@@ -194,7 +194,7 @@ def load_export(root: Path, workers: int | None = None) -> ExportRun:
     wanted = (os.cpu_count() or 1) if workers is None else workers
     transcripts = _transcripts(jobs, wanted)
     out = ExportRun(root=resolved, manifest=this.manifest, report=report)
-    for (task, row, provenance), transcript in zip(picked, transcripts):
+    for (task, row, provenance), transcript in zip(picked, transcripts, strict=True):
         out.tasks.append(TaskExport(instance_id=task, run_label=this.manifest.run_label, row=row,
                                     provenance=provenance, transcript=transcript,
                                     audit=audits.get((provenance, task)) if provenance else None))

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, Union
+from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -87,7 +88,7 @@ class Info:
     ts: str | None = None
 
 
-Item = Union[UserText, Turn, Info]
+Item = UserText | Turn | Info
 
 
 @dataclass
@@ -222,7 +223,7 @@ def _rows(data: bytes, name: str, notes: list[str]) -> list[_Row]:
 _ORDER = {"chat.jsonl": 0, ENGINE_EVENTS: 1, "progress.jsonl": 2, "tools.jsonl": 3}
 
 
-def _instant(ts: Any, cache: dict[str, float]) -> float | None:
+def _instant(ts: Any, cache: dict[str, float | None]) -> float | None:
     """Seconds since the epoch of an ISO timestamp (compared as text, `01.5Z` would sort before `01Z`)."""
     if not isinstance(ts, str):
         return None
@@ -230,7 +231,7 @@ def _instant(ts: Any, cache: dict[str, float]) -> float | None:
     if value is None and ts not in cache:
         try:
             when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-            value = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+            value = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
         except ValueError:
             value = None
         cache[ts] = value
@@ -345,7 +346,7 @@ def _task_record(logs_dir: str, below: str) -> tuple[str | None, str | None]:
             continue
         found = safefile.read_bytes(os.path.join(logs_dir, entry.name), cap=safefile.RECORD_CAP, below=below)
         try:
-            record = json.loads(found.data) if found.ok else None
+            record = json.loads(found.data) if found.ok and found.data is not None else None
         except (ValueError, RecursionError):
             record = None
         if isinstance(record, dict) and ("result" in record or "description" in record):
@@ -425,7 +426,7 @@ def _calls_of(message: dict[str, Any]) -> Iterable[tuple[str | None, str, Any]]:
     """(id, function, arguments) of an assistant message's tool calls, in either engine's shape."""
     for call in message.get("tool_calls") or ():
         if isinstance(call, dict):
-            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            fn = found if isinstance(found := call.get("function"), dict) else call
             name = fn.get("name")
             yield _text(call.get("id"), 200), (name[:200] if isinstance(name, str) else "unknown"), fn.get("arguments")
     content = message.get("content")

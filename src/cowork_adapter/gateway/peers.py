@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from ..custody.labels import RUN_LABEL_KEY
 from ..host.daemon import docker_client
@@ -43,7 +44,7 @@ class RunPeers:
         self._lock = threading.Lock()
         self._known: set[str] = set()
         self._read_at = float("-inf")
-        self._client = None
+        self._client: Any = None  # a docker.DockerClient once the first lookup made it
         self.lookups = 0
 
     def _read(self) -> set[str]:

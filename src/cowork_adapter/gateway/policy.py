@@ -28,6 +28,12 @@ other than functions (`openrouter:web_search` is billed per search).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from ..defaults import DEFAULT_GATEWAY_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from ..defaults import DEFAULT_GATEWAY_UNKNOWN_COST_USD
+
+DEFAULT_UNKNOWN_COST_USD = DEFAULT_GATEWAY_UNKNOWN_COST_USD  # gateway/server.py reads it here
 
 # Fields refused outright, with why (the sentence names the field and the reason).
 REFUSED_FIELDS = {
@@ -38,11 +44,6 @@ REFUSED_FIELDS = {
     "web_search_options": "web search is billed per search",
 }
 TOKEN_CAP_FIELDS = ("max_tokens", "max_completion_tokens")
-DEFAULT_MAX_TOKENS = 32768
-# What a forwarded request whose answer carries no `usage.cost` is counted at (README: model gateway):
-# DEFAULT_MAX_TOKENS output tokens at $75 per million ($2.46) plus 160k prompt tokens at $15 per
-# million ($2.40), the list prices of the dearest mainstream models (Claude Opus class), rounded up.
-DEFAULT_UNKNOWN_COST_USD = 5.0
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,13 @@ def _benign_provider(value: object, policy: Policy) -> bool:
             and all(isinstance(v, bool) for v in value.values()))
 
 
-def shape(body: dict, policy: Policy) -> dict | str:
+def shape(body: dict[str, Any], policy: Policy) -> dict[str, Any] | str:
     """The body to forward (a new dict), or why it is refused (one sentence)."""
     for name, why in REFUSED_FIELDS.items():
         if name in body and not (name == "provider" and _benign_provider(body[name], policy)):
             return f"the field {name!r} is refused: {why}"
-    if policy.function_tools_only and isinstance(body.get("tools"), list):
-        if any(not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"]):
+    if policy.function_tools_only and isinstance(body.get("tools"), list) and any(
+            not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"]):
             return "only function tools are forwarded: provider-side tools (web search) are billed per use"
     model = body.get("model")
     if not isinstance(model, str):
@@ -95,6 +96,8 @@ def shape(body: dict, policy: Policy) -> dict | str:
     if "stream" in body and not isinstance(body["stream"], bool):
         return "stream must be true or false"
     out = dict(body)
+    if "n" in out and out["n"] is None:
+        del out["n"]  # a null n is the provider's default of one answer: forwarded as absent, never as null
     capped = False
     for name in TOKEN_CAP_FIELDS:
         if name not in body or body[name] is None:

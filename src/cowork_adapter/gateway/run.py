@@ -25,11 +25,11 @@ from ..config import Agent, Provider, RunConfig
 from ..custody.bash_env import ProviderRoute
 from ..errors import Refusal
 from ..host.daemon import docker_client
+from ..runroot.layout import RunRoot
 from ..schemas.gateway import is_billed, read_requests
 from ..schemas.manifest import GatewayRecord
 from ..schemas.run_config import OPENROUTER_CHAT_URL, agent_base_url, routed_model_id
 from ..vocab import EngineKind, GatewayRoute
-from ..runroot.layout import RunRoot
 from .peers import RunPeers
 from .policy import SEED_PROVIDER_KEYS, Policy, pinned_model
 from .server import Gateway, new_secret

@@ -49,6 +49,7 @@ import weakref
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -181,7 +182,7 @@ class _Server(ThreadingHTTPServer):
     # before the accept loop can even close the ones over the bound.
     request_queue_size = 256
 
-    def __init__(self, address, handler, gateway: "Gateway", max_connections: int,
+    def __init__(self, address, handler, gateway: Gateway, max_connections: int,
                  tls: ssl.SSLContext | None = None) -> None:
         self.gateway = gateway
         self.tls = tls
@@ -291,7 +292,7 @@ class Gateway:
         """The base URL (with /v1) under which containers reach this gateway at `host` (OpenAI-compatible face)."""
         return f"http://{host}:{self.port}/v1"
 
-    def start(self) -> "Gateway":
+    def start(self) -> Gateway:
         for target, name in ((self._server.serve_forever, "llm-gateway"), (self._watch, "llm-gateway-watch")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -330,7 +331,7 @@ class Gateway:
         return False
 
     def authorize(self, header: str | None) -> str | None:
-        if not header or not header[:7].lower() == "bearer ":
+        if not header or header[:7].lower() != "bearer ":
             return None
         return token_task(self._secret, self.run_label, header[7:].strip())
 
@@ -562,7 +563,7 @@ def _handler(gateway: Gateway):
             gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd)
 
         def _refuse(self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str,
-                    *, close: bool = False):
+                    *, close: bool = False) -> NoReturn:
             """Answer the request with an error and log it; raises _Refused to end the handling."""
             row.status, row.refused = status, why
             if close:  # the body was not read: the connection cannot carry another request

@@ -81,7 +81,7 @@ def _name(common: str) -> x509.Name:
 def make_certificates(run_label: str, host: str = PROVIDER_HOST,
                       now: dt.datetime | None = None) -> tuple[bytes, bytes, bytes]:
     """(CA certificate, leaf certificate, leaf private key), PEM; the CA's key is dropped here."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=VALID_DAYS)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name(f"cowork-adapter run CA {run_label[:16]}")

@@ -51,7 +51,12 @@ from pathlib import Path
 # The limits and their defaults live in defaults.py (config and the command line read them without this
 # module's readers of the host); re-exported here beside `decide`, which applies them.
 from ..defaults import (  # noqa: F401
-    DEFAULT_MAX_DAEMON_PING_SEC, DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES, GIB, AdmissionLimits)
+    DEFAULT_MAX_DAEMON_PING_SEC,
+    DEFAULT_MAX_LOAD_PER_CPU,
+    DEFAULT_MIN_MEM_AVAILABLE_BYTES,
+    GIB,
+    AdmissionLimits,
+)
 
 
 @dataclass(frozen=True)

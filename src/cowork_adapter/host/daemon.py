@@ -16,12 +16,13 @@ DOCKER_TIMEOUT_SEC = 30
 
 
 def docker_client(docker_host: str, timeout: float = DOCKER_TIMEOUT_SEC, *,
-                  pool: int | None = None) -> "docker.DockerClient":
+                  pool: int | None = None) -> docker.DockerClient:
     """A client of the daemon at `docker_host`; `pool` widens its connection pool for parallel calls."""
     import docker
 
-    extra = {"max_pool_size": pool} if pool else {}
-    return docker.DockerClient(base_url=docker_host, timeout=timeout, **extra)
+    extra: dict[str, Any] = {"max_pool_size": pool} if pool else {}
+    # docker passes the timeout to requests, which takes a float; the stubs say int.
+    return docker.DockerClient(base_url=docker_host, timeout=timeout, **extra)  # type: ignore[arg-type]
 
 
 def docker_failures() -> tuple[type[BaseException], ...]:

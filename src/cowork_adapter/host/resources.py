@@ -17,17 +17,25 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..custody import shim
 from ..errors import Refusal
 from ..runroot.layout import RunRoot
 from ..schemas.ledger import TaskRow, read_index
 from ..score.resources import (  # noqa: F401  (re-exported: the host's readers and tests look here)
-    MEASURED_ROLES, METHOD_SENTENCE, NOT_TIED, READINGS_SUFFIX, TaskResources, read_task_resources, summarize,
-    task_runner_ids)
+    MEASURED_ROLES,
+    METHOD_SENTENCE,
+    NOT_TIED,
+    READINGS_SUFFIX,
+    TaskResources,
+    read_task_resources,
+    summarize,
+    task_runner_ids,
+)
 from .daemon import daemon_info
 
 # Why a container a stop removed has no reading (unread_by_stop).

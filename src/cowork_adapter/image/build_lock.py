@@ -9,7 +9,6 @@ its holder dies, even by SIGKILL, so a crashed builder never blocks the next.
 
 from __future__ import annotations
 
-
 from filelock import FileLock
 
 from .wheelhouse import default_cache_dir

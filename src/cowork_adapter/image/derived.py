@@ -13,9 +13,10 @@ import json
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 import docker
 import docker.errors
@@ -25,8 +26,8 @@ from ..benchmark.provenance import sha256_bytes
 from ..errors import Refusal
 from ..host.daemon import docker_client
 from ..schemas.manifest import ImageIdentity, WheelRecord
-from .steplines import StepLines
 from .repairs import DETECT_LIMITS, LABEL_REPAIRS, label_value, prepare_repairs, repair_stage
+from .steplines import StepLines
 from .wheelhouse import build_wheelhouse
 
 MCP_PROXY_PIN = "mcp-proxy==0.12.0"

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
 
 import docker
 import docker.errors
@@ -45,7 +46,7 @@ REPAIR_WHEELHOUSE = "repair-wheelhouse"
 REPAIR_SCRIPT = "repairs.sh"
 DETECT_TIMEOUT_SEC = 300
 # The build-time detection container is small work: modest fixed limits keep it in bounds.
-DETECT_LIMITS = {"nano_cpus": 1_000_000_000, "mem_limit": 1 << 30, "memswap_limit": 1 << 30, "pids_limit": 256}
+DETECT_LIMITS: dict[str, Any] = {"nano_cpus": 1_000_000_000, "mem_limit": 1 << 30, "memswap_limit": 1 << 30, "pids_limit": 256}
 
 # Runs under any python3 >= 3.8 in the image (stdlib only). Prints one JSON document:
 # {"servers": [{server, venv, python, mcp, psycopg2, imports_psycopg2, browser, error}], "chromium": [paths],
@@ -274,7 +275,8 @@ def after_value(repair: PlannedRepair, detection: Mapping[str, Any]) -> str | No
 
 def repair_took(repair: PlannedRepair, after: str | None) -> bool:
     if repair.fault == RepairFault.MCP_SDK_2X.value:
-        return major(after) is not None and major(after) < 2
+        found = major(after)
+        return found is not None and found < 2
     return after is not None
 
 
@@ -288,7 +290,7 @@ def finalize(repairs: Sequence[PlannedRepair], after_detection: Mapping[str, Any
     return out
 
 
-def detect(docker_host: str, image: str, run_label: str, *, limits: Mapping[str, int] | None = None,
+def detect(docker_host: str, image: str, run_label: str, *, limits: Mapping[str, Any] | None = None,
            timeout: int = DETECT_TIMEOUT_SEC) -> dict[str, Any]:
     """Run DETECT_PY in `image` (no network, the run's label, removed afterwards); its document."""
     client = docker_client(docker_host, timeout)

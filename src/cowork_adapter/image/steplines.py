@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TextIO
 
 STEP_LINE_SEC = 10.0
@@ -40,7 +40,7 @@ class StepLines:
         with self._lock:
             step, detail, since = self.step, self.detail, self.since
         seconds = int(time.monotonic() - since)
-        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
         now = f" - {detail}" if detail else ""
         try:
             print(f"[{stamp}] {self.what}: {step}{now} ({seconds // 60}m{seconds % 60:02d}s in this step)",
@@ -61,7 +61,7 @@ class StepLines:
         with self._lock:
             self.detail = _short(detail)
 
-    def __enter__(self) -> "StepLines":
+    def __enter__(self) -> StepLines:
         self._say()
 
         def beat() -> None:

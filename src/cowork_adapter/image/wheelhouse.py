@@ -16,9 +16,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 RECORDS_FILE = "wheelhouse.json"  # written last: its presence marks a complete cache entry
 DEFAULT_TIMEOUT_S = 900

@@ -15,10 +15,10 @@ from typing import Any
 from ..campaign.records import describe, match_runs, missing_runs, missing_sentence, read_snapshot
 from ..errors import Refusal
 from ..run.live import format_duration
+from ..runroot.layout import MONITOR
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState
 from .control import RunFiles, read_run
-from ..runroot.layout import MONITOR
 
 SCHEMA = "cowork_adapter.campaign_status.v1"
 

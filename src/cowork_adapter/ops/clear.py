@@ -32,7 +32,9 @@ from ..custody.creations import creations_dir
 from ..custody.liveness import prove
 from ..errors import CampaignPersistenceError, CustodyError, Refusal
 from ..host.resources import reader_for
+from ..runroot import layout
 from ..runroot.events import EventLog, read_all
+from ..runroot.layout import RunRoot
 from ..runroot.manifest import utc_now, write_manifest
 from ..schemas.campaign import key_fingerprint
 from ..schemas.manifest import ClearedRecord, RunManifest
@@ -41,8 +43,6 @@ from ..score.ledger import rebuild_final
 from ..vocab import EventKind, ExitCode, RunOutcome, StopReason
 from .control import fence, gather_recorded, read_run
 from .recorded import clear_hint, recorded_docker_host, recorded_key_env, recorded_meter_url, run_tmpdir
-from ..runroot import layout
-from ..runroot.layout import RunRoot
 
 if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
     from ..campaign.meter import MeterReading
@@ -141,8 +141,8 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
     if not key:
         raise Refusal(STAGE, f"The environment variable {key_env or '(none recorded)'} holds no provider key, so the "
                              "campaign's active run cannot be settled; export it (or name another with --api-key-env).")
-    if key_fingerprint(key) != record.fingerprint:
-        raise Refusal(STAGE, f"The key in ${key_env} is not the campaign's key ({record.fingerprint}).")
+    if key_fingerprint(key) != record.fingerprint:  # type: ignore[union-attr]  # the plan read it
+        raise Refusal(STAGE, f"The key in ${key_env} is not the campaign's key ({record.fingerprint}).")  # type: ignore[union-attr]  # the plan read it
     return ClearPlan(run_root, manifest, host, meter, chosen, CAMPAIGN_SETTLED, key)
 
 
@@ -214,7 +214,7 @@ def clear_command(
             err=True)
         return int(ExitCode.FAILED)
     if _already_cleared(plan, before.empty):
-        say(f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "
+        say(f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "  # type: ignore[union-attr]  # cleared, checked above
             f"nothing with its label {label} remains on {plan.docker_host}.")
         return int(ExitCode.OK)
 
@@ -264,7 +264,7 @@ def clear_command(
 
         try:
             reading, record = settle_active_run(
-                plan.campaign_file, str(plan.run_root), note, plan.key or "", plan.meter_url or "", plan.docker_host,
+                plan.campaign_file, str(plan.run_root), note, plan.key or "", plan.meter_url or "", plan.docker_host,  # type: ignore[arg-type]  # settled: a file campaign
                 read_meter=read_meter, meter_deadline_sec=meter_deadline_sec,
             )
         except Refusal as exc:

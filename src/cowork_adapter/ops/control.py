@@ -37,20 +37,20 @@ import msgspec
 from ..custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
 from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
 from ..errors import CustodyError, Refusal
-from ..runroot.events import EventLog, parse_ts, read_events
-from ..run.live import eta_seconds, format_duration, progress_rows, summary_line
 from ..host.resources import summary_line as resource_summary_line
+from ..run.live import eta_seconds, format_duration, progress_rows, summary_line
+from ..runroot import layout
+from ..runroot.events import EventLog, parse_ts, read_events
+from ..runroot.layout import RunRoot
+from ..schemas.admission import AdmissionState
 from ..schemas.events import RunAdmitted, RunFinished, RunnerStarted, TaskFinished, TaskStarted, _Event
 from ..schemas.ledger import TaskRow, read_index
 from ..schemas.manifest import RunManifest
 from ..schemas.monitor import Monitor, Progress
-from ..schemas.admission import AdmissionState
 from ..schemas.record import RecordInvalid, decode
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import EventKind, ExitCode
 from .recorded import clear_hint, clear_key_note, recorded_docker_host
-from ..runroot import layout
-from ..runroot.layout import RunRoot
 
 LAUNCHER_MARKERS = ("cowork_adapter", "cowork-adapter")
 STOP_POLL_SEC = 0.5
@@ -188,7 +188,7 @@ def _campaign_active(files: RunFiles):
 
             record = read_campaign_db(m.campaign_db, m.campaign_name or "default")
         else:
-            record = read_campaign(m.campaign_file)
+            record = read_campaign(m.campaign_file)  # type: ignore[arg-type]  # a file when no database
     except Refusal:
         return None
     active = record.active_run if record else None
@@ -666,7 +666,7 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
         except PermissionError:
             return f"{fenced}; not allowed to signal the runner group {pgid} (run stop as the user who started the run)"
         if removal is None:
-            removal = _remove_for_stop(run_root, docker_host, label, events)
+            removal = _remove_for_stop(run_root, docker_host, label, events)  # type: ignore[arg-type]  # resolved by the caller
         if ended is not None:
             break
         if _group_gone(pgid, grace_sec if sig == signal.SIGTERM else 5.0, poll_sec):
@@ -699,7 +699,7 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
     if pid is None:
         if _ended(files):
             m, mon = files.manifest, files.monitor
-            unproven = m.cleared is None and mon is not None and not mon.finished
+            unproven = m.cleared is None and mon is not None and not mon.finished  # type: ignore[union-attr]  # an ended run has a manifest
             say(f"the run already ended: {_describe_end(files)}." + (f" {_dead_run_truth(files)}" if unproven else ""))
             return int(ExitCode.OK)
         group = liveness_of(files).live_group()

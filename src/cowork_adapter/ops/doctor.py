@@ -11,13 +11,13 @@ meter and campaign for --dry-run or --probe).
 from __future__ import annotations
 
 import os
-import socket
 import secrets
 import shutil
+import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..benchmark.provenance import bench_identity, dataset_ids, seed_identity
 from ..benchmark.selection import validate_against_dataset

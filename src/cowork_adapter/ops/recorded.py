@@ -8,10 +8,9 @@ from pathlib import Path
 
 from ..custody.shim_config import ShimConfig
 from ..defaults import flag_value
+from ..runroot.layout import RunRoot
 from ..schemas.manifest import RunManifest
 from ..schemas.record import RecordInvalid, decode
-from ..runroot.layout import RunRoot
-
 
 
 def recorded_docker_host(run_root: Path, manifest: RunManifest | None) -> str | None:

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..campaign.records import match_runs, missing_runs, missing_sentence, read_snapshot
 from ..errors import Refusal
 from ..fileio import create_exclusive
 from ..vocab import ExitCode
 from .build import build_report, row_cost
-from ..campaign.records import match_runs, missing_runs, missing_sentence, read_snapshot
 from .campaign import campaign_view, check_identities, merge_campaign
 from .merge import load_run, load_runs, meter_usage_series
 from .render import headline, to_html, to_markdown, valid_line

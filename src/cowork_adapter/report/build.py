@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-
 import msgspec
 
-from ..score.ledger import task_config
+from ..runroot.layout import RunRoot
 from ..schemas.campaign import parse_campaign
 from ..schemas.inventory import Inventory
-from ..schemas.record import RecordInvalid, convert
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
+from ..schemas.record import RecordInvalid, convert
+from ..score.ledger import task_config
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TamperKind, TaskStatus
 from .campaign import CampaignView
@@ -23,7 +23,6 @@ from .reference import CAVEAT, reference_rows
 from .stats import project_full_run, wilson_interval
 from .validity import disclosure as validity_disclosure
 from .validity import load_validity, validity_section
-from ..runroot.layout import RunRoot
 
 REPORT_SCHEMA = "cowork_adapter.report.v1"
 FULL_DATASET = 496
@@ -69,7 +68,7 @@ def row_duration(row: TaskRow) -> float | None:
 
 
 def _domain(config: dict[str, Any], task: str) -> str:
-    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    meta = found if isinstance(found := config.get("meta"), dict) else {}
     for key in ("domain", "category"):
         if isinstance(meta.get(key), str) and meta[key]:
             return meta[key]
@@ -176,8 +175,8 @@ def _tampering_section(tasks: list[str], merged: dict[str, MergedRow], runs: lis
     """The tampering flags of the rows the report scores (vocab.TamperKind counts and task ids),
     from each row's `tampering`: a row written before the check has None, and is "not checked".
     The launcher audits' own sightings (links, FIFOs, oversize or misplaced records) beside them."""
-    counts = count_tampering((t, [f.kind.value for f in merged[t].row.tampering]
-                              if merged[t].row.tampering is not None else None) for t in tasks if t in merged)
+    counts = count_tampering((t, [f.kind.value for f in found]
+                              if (found := merged[t].row.tampering) is not None else None) for t in tasks if t in merged)
     section: dict[str, Any] = msgspec.to_builtins(counts)
     section["sentence"] = counts_sentence(counts, what="the ledger")
     section["details"] = {t: [f"{f.kind.value}: {f.detail}" if f.detail else f.kind.value
@@ -311,15 +310,16 @@ def _gateway_totals(runs: list[RunRecord]) -> dict[str, Any] | None:
     used = [r for r in runs if r.manifest.llm_gateway is not None]
     if not used:
         return None
-    total = sum(r.manifest.llm_gateway.spent_usd or 0.0 for r in used)
+    gateways = [r.manifest.llm_gateway for r in used if r.manifest.llm_gateway is not None]  # (all of them)
+    total = sum(g.spent_usd or 0.0 for g in gateways)
     meter = [r.run_spent_usd() for r in used]
     meter_total = sum(v for v in meter if v is not None) if all(v is not None for v in meter) else None
     return {
         "runs": len(used),
         "gateway_total_usd": total,
-        "unknown_cost_requests": sum(r.manifest.llm_gateway.unknown_cost_requests or 0 for r in used),
+        "unknown_cost_requests": sum(g.unknown_cost_requests or 0 for g in gateways),
         # What the gateway's fences counted those at (its pessimistic price); not in gateway_total_usd.
-        "assumed_usd": sum(r.manifest.llm_gateway.assumed_usd or 0.0 for r in used),
+        "assumed_usd": sum(g.assumed_usd or 0.0 for g in gateways),
         "meter_delta_usd": meter_total,
         "meter_minus_gateway_usd": (meter_total - total) if meter_total is not None else None,
         "note": "the gateway's total is the provider's own per-request figures; the meter's delta also holds "
@@ -353,7 +353,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
     if campaign is not None:
         meter_total = campaign.meter_delta_usd  # concurrent hosts' run deltas overlap; the campaign's does not
 
-    projection = project_full_run(attempt_costs, durations, tasks=FULL_DATASET, concurrency=concurrency)
+    projection: dict[str, Any] = project_full_run(attempt_costs, durations, tasks=FULL_DATASET, concurrency=concurrency)
     remaining, campaign_file = (campaign.remaining_usd, campaign.location) if campaign else _campaign_remaining(runs)
     warnings: list[str] = []
     if remaining is not None and projection["projected_cost_usd"] is not None:
@@ -403,7 +403,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
         })
     return {
         "schema": REPORT_SCHEMA,
-        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "runs": [{"run_root": r.root, "generation": r.manifest.selection.resume_generation, "outcome": r.manifest.outcome,
                   "stop_reason": r.manifest.stop_reason, "engine": r.manifest.engine, "created_at": r.manifest.created_at,
                   "run_spent_usd": r.run_spent_usd()} for r in runs],

@@ -22,7 +22,7 @@ import msgspec
 
 from ..campaign.records import describe, run_place
 from ..errors import Refusal
-from ..run.recovery import identity_difference
+from ..runroot.identity import identity_difference
 from ..schemas.ledger import TaskRow
 from ..schemas.multihost import CampaignClaim, CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, OfficialEvalStatus, PaidActivity, TaskStatus
@@ -95,7 +95,7 @@ def merge_campaign(claims: list[CampaignClaim], runs: list[CampaignRun],
             rec = matched.get(claim.run_id)
             db_status = TaskStatus(claim.settled_status)
             row = rows.get(claim.run_id, {}).get(task)
-            if row is not None and row.status is db_status:
+            if row is not None and rec is not None and row.status is db_status:  # (a row implies its run)
                 merged[task] = MergedRow(row=row, provenance=rec.root)
             else:
                 merged[task] = MergedRow(row=_synthetic_row(task, db_status, REASON_DB_ONLY, claim.settled_at),

@@ -181,7 +181,7 @@ def _task_table(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             for t in r["tasks"]]
     if r.get("validity"):
         head.append("validity")
-        for row, t in zip(rows, r["tasks"]):
+        for row, t in zip(rows, r["tasks"], strict=True):
             row.append(t.get("validity_class") or "")
     return head, rows
 
@@ -196,8 +196,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def to_markdown(r: dict[str, Any]) -> str:
     out = ["# Cowork Bench report", "", f"**{headline(r)}**", "", methodology_line(r, markdown=True), ""]
-    if valid_line(r):
-        out += [valid_line(r), "", "## Task validity", "", f"From `{r['validity']['source']}`.", "",
+    if valid := valid_line(r):
+        out += [valid, "", "## Task validity", "", f"From `{r['validity']['source']}`.", "",
                 _md_table(["class", "selected tasks"], _validity_rows(r)), ""]
     out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
     for w in r["projection"]["warnings"]:
@@ -257,8 +257,8 @@ def to_html(r: dict[str, Any]) -> str:
              "<h1>Cowork Bench report</h1>", f"<p><strong>{escape(headline(r))}</strong></p>",
              f"<p>{methodology_line(r, markdown=False)}</p>",
              _html_table(["", "value"], [list(x) for x in _summary_rows(r)])]
-    if valid_line(r):
-        parts += [f"<p>{escape(valid_line(r))}</p>", "<h2>Task validity</h2>",
+    if valid := valid_line(r):
+        parts += [f"<p>{escape(valid)}</p>", "<h2>Task validity</h2>",
                   f"<p>From {escape(r['validity']['source'])}.</p>",
                   _html_table(["class", "selected tasks"], _validity_rows(r))]
     parts += [f"<p class='warn'>Warning: {escape(w)}</p>" for w in r["projection"]["warnings"]]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from html import escape
-from typing import Sequence
 
 W, H = 640, 290
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 86  # the bottom holds rotated category labels and the x-axis label
@@ -74,7 +74,7 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *, x_l
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     step = plot_w / len(labels)
     body = []
-    for i, (label, value) in enumerate(zip(labels, values)):
+    for i, (label, value) in enumerate(zip(labels, values, strict=True)):
         h = plot_h * (min(value, top) / top if top else 0)
         x = LEFT + i * step + step * 0.1
         body.append(f'<rect x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" fill="{BAR}">'

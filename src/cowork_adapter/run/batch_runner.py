@@ -27,18 +27,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
-from ..host.admission import AdmissionLimits, HostLoad, decide, read_host_load
+from ..campaign.pg_store import ClaimLost, TaskClaims
+from ..campaign.shared import settle_from_receipts
 from ..fileio import replace_atomic
+from ..host.admission import AdmissionLimits, HostLoad, decide, read_host_load
 from ..runroot import layout
 from ..schemas.admission import AdmissionState
 from ..schemas.multihost import BatchRunnerConfig, ClaimedBatch
-from ..campaign.pg_store import ClaimLost, TaskClaims
-from ..campaign.shared import settle_from_receipts
 from ..score.ledger import settled_attempts
 
 CLAIM_LOST_EXIT = 75
@@ -80,13 +80,13 @@ def wait_for_admission(read: Callable[[], HostLoad], limits: AdmissionLimits, *,
                 waited = clock() - started
                 sentence = decision.sentence() if decision.admit else "the run was stopped while waiting for load"
                 say(f"wait for load ended after {waited:.0f} s: {sentence}")
-                record(AdmissionState(waiting=False, sentence=sentence, since=datetime.now(timezone.utc),
+                record(AdmissionState(waiting=False, sentence=sentence, since=datetime.now(UTC),
                                       waited_sec=waited))
             return decision.admit
         if started is None:
             started = clock()
             say(decision.sentence())
-            record(AdmissionState(waiting=True, sentence=decision.sentence(), since=datetime.now(timezone.utc)))
+            record(AdmissionState(waiting=True, sentence=decision.sentence(), since=datetime.now(UTC)))
         sleep(poll_sec)
 
 
@@ -99,7 +99,7 @@ def daemon_ping(docker_host: str, timeout: float) -> Callable[[], object]:
         if client is None:
             import docker
 
-            client = docker.APIClient(base_url=docker_host, timeout=timeout)
+            client = docker.APIClient(base_url=docker_host, timeout=timeout)  # type: ignore[arg-type]  # a float: see host/daemon.py
         return client.ping()
 
     return ping
@@ -154,7 +154,7 @@ def main(config_path: str) -> int:
                 waited_since = None
                 batch_no += 1
                 append_batch(Path(cfg.claimed_file),
-                              ClaimedBatch(batch=batch_no, tasks=ids, claimed_at=datetime.now(timezone.utc)))
+                              ClaimedBatch(batch=batch_no, tasks=ids, claimed_at=datetime.now(UTC)))
                 tried.extend(ids)
                 say(f"batch {batch_no}: {' '.join(ids)}")
                 # run_parallel.sh names its log dir by the second it starts: never two batches in one.

@@ -14,13 +14,28 @@ import traceback
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-
+from ..benchmark.pin_check import verify_copy
+from ..benchmark.provenance import (
+    adapter_identity,
+    checked_bench,
+    clone_at,
+    dataset_ids,
+    seed_identity,
+    upstream_hashes,
+)
+from ..benchmark.selection import validate_against_dataset
 from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import Disk, RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..container.reference import stage_groundtruth
+from ..custody.bash_env import ProviderRoute, eval_code_mounts
 from ..custody.labels import new_run_label
 from ..errors import Refusal
+from ..fileio import replace_atomic
+from ..gateway.trust import certifi_files
+from ..host.daemon import daemon_info, docker_failures
+from ..host.disk import MIN_FREE_INODE_FRACTION, inodes_short
+from ..image.build_lock import build_lock
 from ..image.derived import (
     ImageRequest,
     build_derived_image,
@@ -29,26 +44,28 @@ from ..image.derived import (
     label_mismatch,
     resolve_image,
 )
-from ..custody.bash_env import ProviderRoute
-from ..gateway.trust import certifi_files
-from ..host.disk import MIN_FREE_INODE_FRACTION, inodes_short
-from ..host.daemon import daemon_info, docker_failures
-from ..image.build_lock import build_lock
-from ..fileio import replace_atomic
 from ..runroot.layout import CONFIGS, RUN_CONFIG, RunRoot
 from ..runroot.manifest import utc_now, write_manifest
-from ..benchmark.pin_check import verify_copy
-from ..benchmark.provenance import adapter_identity, checked_bench, clone_at, dataset_ids, seed_identity, upstream_hashes
-from ..schemas.manifest import (AdmissionLimitsRecord, BenchIdentity, Budgets, MeterCadence, BenchSubstitute, ImageIdentity, Limits, RunManifest,
-                               Selection, SeedIdentity)
+from ..schemas.manifest import (
+    AdmissionLimitsRecord,
+    BenchIdentity,
+    BenchSubstitute,
+    Budgets,
+    ImageIdentity,
+    Limits,
+    MeterCadence,
+    RunManifest,
+    SeedIdentity,
+    Selection,
+)
 from ..schemas.manifest import Refusal as RefusalRecord
 from ..schemas.run_config import build_run_config
-from ..benchmark.selection import validate_against_dataset
 from ..score.ledger import build_index, write_index
-from .probes import enforce_inventory, inventory_for_run, run_probe
-from .recovery import STAGE as RESUME_STAGE, CampaignPlace, campaign_refusal, resolve_ancestry
-from .signals import LAUNCHER_SIGNALS, StopSignal
 from ..vocab import EngineKind, ExitCode, RunOutcome
+from .probes import enforce_inventory, inventory_for_run, run_probe
+from .recovery import STAGE as RESUME_STAGE
+from .recovery import CampaignPlace, campaign_refusal, resolve_ancestry
+from .signals import LAUNCHER_SIGNALS, StopSignal
 
 AGENT_ENTRY = "cowork_entry.py"
 GIB = 1 << 30
@@ -270,7 +287,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         admission=AdmissionLimitsRecord(**asdict(cfg.hosts.admission_limits())) if cfg.hosts.shared_campaign else None,
     )
     write_manifest(cfg.run_root, manifest)
-    LAUNCHER_SIGNALS.install()
+    LAUNCHER_SIGNALS.install(RunRoot(cfg.run_root).launcher_output)
     try:
         code = _admitted(cfg, pre, manifest)
     except StopSignal as stop:
@@ -345,6 +362,7 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     manifest.bench.runner_sha256 = runner_hash
     manifest.bench.evaluator_sha256 = evaluators
     manifest.bench.dataset_size = len(pre.dataset)
+    manifest.eval_code_mounts = eval_code_mounts(bench_copy)  # what the eval containers run
     write_manifest(run_root, manifest)
 
     manifest.image = _image(cfg, pre, manifest)

@@ -158,7 +158,7 @@ class ProgressView:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def for_stream(cls, stream: TextIO = sys.stdout) -> "ProgressView":
+    def for_stream(cls, stream: TextIO = sys.stdout) -> ProgressView:
         """The view that suits `stream`: rich when it is a terminal (and TERM is not dumb)."""
         return cls(stream, rich=_rich_capable(stream))
 

@@ -17,18 +17,24 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import docker
-import docker.errors
+from typing import Any
 
 from ..config import RunConfig
 from ..custody.docker_ops import cleanup_run
 from ..custody.labels import ROLE_LABEL_KEY, ROLE_NETWORK, RUN_LABEL_KEY, role_for_name
 from ..errors import Refusal
 from ..host.daemon import docker_client
-from ..image.repairs import CHROMIUM_GLOB, DETECT_PY, SERVERS_ROOT, disclosed, finalize, for_selection, planned_from_labels
+from ..image.repairs import (
+    CHROMIUM_GLOB,
+    DETECT_PY,
+    SERVERS_ROOT,
+    disclosed,
+    finalize,
+    for_selection,
+    planned_from_labels,
+)
 from ..runroot.layout import CONFIGS
 from ..runroot.manifest import read_manifest, utc_now, write_manifest
 from ..schemas.inventory import Inventory, RepairRecord, ServerInventory
@@ -162,7 +168,7 @@ class ProbeSandbox:
         return {"nano_cpus": int(self.cfg.limits.cpus * 1e9), "mem_limit": self.cfg.limits.memory_bytes,
                 "memswap_limit": self.cfg.limits.memory_swap_bytes, "pids_limit": self.cfg.limits.pids_limit}
 
-    def __enter__(self) -> "ProbeSandbox":
+    def __enter__(self) -> ProbeSandbox:
         try:
             self._start()
         except BaseException:
@@ -397,7 +403,7 @@ def enforce_inventory(cfg: RunConfig, manifest: RunManifest, inventory: Mapping[
 def run_probe(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> int:
     """`--probe inventory|stateful`: the inventory of every selected task's servers (stateful adds
     the state-survives-sessions check on servers that hold state). Exit 0 when all are usable."""
-    stateful = cfg.probe == ProbeKind.STATEFUL or cfg.probe == ProbeKind.STATEFUL.value
+    stateful = cfg.probe == ProbeKind.STATEFUL  # a str Enum: equal to "stateful" too
     tasks = list(manifest.selection.task_ids) if manifest.selection else []
     inventory = collect_inventory(cfg, manifest, bench_copy, tasks, stateful=stateful).to_manifest()
     manifest.outcome = RunOutcome.PROBE

@@ -17,18 +17,19 @@ import json
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..fileio import replace_atomic
 from ..runroot import layout
 from ..runroot.dump_meter import DumpMeter, Over
 from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot
-from ..fileio import replace_atomic
-from ..score.ledger import IndexContext, build_index, write_index
 from ..schemas.ledger import TaskRow
 from ..schemas.monitor import Monitor, WriteFailure
+from ..score.ledger import IndexContext, build_index, write_index
 from ..vocab import EventKind, TaskStatus
 
 
@@ -170,7 +171,7 @@ class RunProgress:
 
 
 def _same_rows(a: list[TaskRow], b: list[TaskRow]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def record_event(events: EventLog, failures: dict[str, WriteFailure], kind: EventKind | str, **payload: Any) -> None:

@@ -11,21 +11,20 @@ page, <root>/task_validity.html, and a table on stdout.
 from __future__ import annotations
 
 import re
-from html import escape
 import sys
+from html import escape
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
 from ..container import safefile
+from ..errors import Refusal
+from ..fileio import replace_atomic
 from ..report.render import CSS
 from ..runroot.dumps import dumps_folder_of
-from ..errors import Refusal
-from ..schemas.ledger import read_index
-from ..fileio import replace_atomic
 from ..runroot.layout import RunRoot
 from ..runroot.manifest import read_manifest, utc_now
-from ..schemas.ledger import TaskRow
+from ..schemas.ledger import TaskRow, read_index
 from ..schemas.validity import EngineVerdict, TaskValidity, TaskValidityRow
 from ..vocab import EngineKind, ExitCode, TaskStatus, TaskValidityClass
 from .launch import execute_run
@@ -122,7 +121,7 @@ def _returned(row: TaskRow | None) -> Any:
     if not found.ok:
         return None
     try:
-        receipt = safefile.loads(found.data)
+        receipt = safefile.loads(found.data)  # type: ignore[arg-type]  # found.ok: data is set
     except ValueError:
         return None
     return receipt.get("returned") if isinstance(receipt, dict) else None

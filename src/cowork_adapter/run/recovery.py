@@ -12,19 +12,20 @@ read, so a stale, missing or torn ledger (a killed launcher) changes nothing. Se
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import Refusal
+from ..runroot.identity import identity_difference
 from ..runroot.layout import RunRoot
-from ..score.ledger import bench_dir, rebuild_attempts
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
+from ..score.ledger import bench_dir, rebuild_attempts
 from ..vocab import RunOutcome, TaskStatus
 
-DIAGNOSTIC_FLAG = "diagnostic_eval_on_truncation"
 MAX_RECOVERY_PASSES = 2
 STAGE = "recovery"
 
@@ -44,57 +45,6 @@ class _Node:
     manifest: RunManifest
     parents: list[str] = field(default_factory=list)
     depth: int = 0
-
-
-def normalized_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The applied config as recovery compares it: a missing diagnostic flag counts as false."""
-    out = dict(config or {})
-    out.setdefault(DIAGNOSTIC_FLAG, False)
-    return out
-
-
-def first_config_difference(current: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:
-    """The first (sorted) key whose value differs between two normalised configs, or None."""
-    a, b = normalized_config(current), normalized_config(other)
-    for key in sorted(set(a) | set(b)):
-        if a.get(key, _MISSING) != b.get(key, _MISSING):
-            return key
-    return None
-
-
-_MISSING = object()
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def identity_difference(
-    manifest: RunManifest, *, applied_config: Mapping[str, Any], seed_head: str | None,
-    bench_commit: str | None, image_id: str | None, image_pending: bool = False,
-) -> str | None:
-    """A phrase naming the first identity difference of `manifest` from the current run, or None.
-
-    `image_pending`: the current image is built later (preflight), so only an ancestor that
-    recorded no image can be told apart now: any image built later has an ID."""
-    key = first_config_difference(applied_config, manifest.applied_config)
-    if key is not None:
-        theirs = normalized_config(manifest.applied_config).get(key, "<absent>")
-        ours = normalized_config(applied_config).get(key, "<absent>")
-        return f"applied_config key {key!r} ({_short(theirs)} there, {_short(ours)} now)"
-    their_seed = manifest.seed.head if manifest.seed else None
-    if their_seed != seed_head:
-        return f"seed head ({their_seed} there, {seed_head} now)"
-    their_bench = manifest.bench.commit if manifest.bench else None
-    if their_bench != bench_commit:
-        return f"benchmark commit ({their_bench} there, {bench_commit} now)"
-    their_image = manifest.image.id if manifest.image else None
-    if image_pending:
-        return "image ID (none recorded there; the image to be built will have one)" if their_image is None else None
-    if their_image != image_id:
-        return f"image ID ({their_image} there, {image_id} now)"
-    return None
 
 
 def _load_manifest(root: str) -> RunManifest:
@@ -254,7 +204,7 @@ class CampaignPlace:
     name: str | None = None
 
     @classmethod
-    def of(cls, file: str | Path | None, db: str | None, name: str | None) -> "CampaignPlace":
+    def of(cls, file: str | Path | None, db: str | None, name: str | None) -> CampaignPlace:
         if db is not None:
             return cls(db=db, name=name or "default")
         return cls(file=str(Path(file).resolve()) if file is not None else None)

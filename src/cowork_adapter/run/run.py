@@ -24,42 +24,42 @@ import shutil
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
+from ..audit import audit_run
 from ..config import RunConfig
 from ..container import safetree
 from ..container.procs import start_ticks
 from ..container.protocol import scrub, secret_terms
-from ..custody.bash_env import TaskDumps, eval_bound_sec, install_custody
+from ..custody.bash_env import TaskDumps, eval_bound_sec, eval_code_mounts, install_custody
 from ..custody.creations import creations_dir
 from ..custody.daemon_watch import RETURN_WAIT_SEC, DaemonLoss, DaemonWatch, wait_for_answer
 from ..custody.docker_ops import cleanup_run, custody_gap
 from ..custody.stop_removal import log_line, remove_for_stop
 from ..custody.watchdog import RUN_MARKER_ENV, WatchdogHandle, start_watchdog, write_processes
 from ..errors import CustodyError, Refusal
-from ..runroot import layout
-from ..runroot.events import EventLog
-from ..runroot.layout import RunRoot, dumps_of
 from ..fileio import create_exclusive
-from .dump_bounds import DumpBoundStop
-from .live import ProgressView
-from ..runroot.dump_meter import Bounds, DumpMeter
-from .progress import RunProgress, record_event, report_write_failure
-from ..audit import audit_run
+from ..gateway.run import secret_file as gateway_secret_file
+from ..gateway.server import FENCE_BUDGET as GATEWAY_BUDGET
 from ..host.disk import inodes_short
 from ..host.resources import campaign_roots, host_suggestion, reader_for
-from ..schemas.custody import CustodyProcesses, ProcessIdentity
+from ..runroot import layout
+from ..runroot.dump_meter import Bounds, DumpMeter
+from ..runroot.events import EventLog
+from ..runroot.layout import RunRoot, dumps_of
 from ..runroot.manifest import write_manifest
+from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..schemas.manifest import RunManifest
-from ..schemas.run_config import agent_base_url, agent_short_name, model_provider
-from .signals import LAUNCHER_SIGNALS
 from ..schemas.monitor import Disk, Monitor, Progress
+from ..schemas.run_config import agent_base_url, agent_short_name, model_provider
+from ..vocab import EventKind, ExitCode, RunOutcome, StopPath, StopReason
+from .dump_bounds import DumpBoundStop
+from .live import ProgressView
+from .progress import RunProgress, record_event, report_write_failure
+from .signals import LAUNCHER_SIGNALS
 from .spending import SETTLED, NotAdmitted, SpendingPolicy
 from .supervisor import SupervisionResult, Supervisor
-from ..gateway.server import FENCE_BUDGET as GATEWAY_BUDGET
-from ..gateway.run import secret_file as gateway_secret_file
-from ..vocab import EventKind, ExitCode, RunOutcome, StopPath, StopReason
 
 GIB = 1 << 30
 KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
@@ -258,7 +258,8 @@ class Run:
                 gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
                 provider=self.provider,
                 dumps=TaskDumps(dumps_dir=dumps_of(self.bench_copy), short=agent_short_name(cfg),
-                                tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ)),
+                                tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ),
+                                eval_mounts=tuple(eval_code_mounts(self.bench_copy))),
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
             write_processes(cfg.run_root, self.processes)
@@ -451,7 +452,7 @@ class Run:
         cfg = self.cfg
         spending, meter = self.spending.monitor()
         return Monitor(
-            observed_at=datetime.now(timezone.utc),
+            observed_at=datetime.now(UTC),
             launcher_pid=os.getpid(),
             runner_pid=self.runner_pid,
             finished=finished,

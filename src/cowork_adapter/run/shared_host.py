@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
@@ -60,7 +61,7 @@ class SharedHost:
         self.meter: SharedMeter | None = None
 
     @classmethod
-    def join(cls, run: Any, meter: Any) -> "SharedHost":
+    def join(cls, run: Any, meter: Any) -> SharedHost:
         """Register this host's run (`run`, a run.Run) with its lease and the selection, its polls
         shared through `meter` (the key's); raises CampaignPersistenceError."""
         cfg = run.cfg

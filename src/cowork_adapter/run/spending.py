@@ -23,7 +23,7 @@ import socket
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import msgspec
@@ -243,7 +243,7 @@ def _startup_reading(meter: KeyMeter) -> AcceptedReading:
     if problem is not None:
         raise Refusal("meter", f"the key meter's starting reading was rejected: {problem[1]}.")
     return AcceptedReading(request_time=requested, usage=float(reading.usage), limit=reading.limit,
-                           limit_remaining=reading.limit_remaining, attempts=1, observed_at=datetime.now(timezone.utc))
+                           limit_remaining=reading.limit_remaining, attempts=1, observed_at=datetime.now(UTC))
 
 
 def _spending(record, usage: float, run_start_usage: float) -> Spending:

@@ -19,9 +19,10 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..campaign.observe import POLL_SEC, MeterBlind, MeterSchedule  # one cadence: the manifest records POLL_SEC
 from ..container.procs import group_alive
@@ -171,8 +172,15 @@ class Supervisor:
         self.on_runner_started(self.proc.pid)
         threading.Thread(target=self._watch_runner, daemon=True).start()
 
+    @property
+    def _runner(self) -> subprocess.Popen:
+        """The runner's process: every reader of it runs after `start` made it."""
+        if self.proc is None:
+            raise RuntimeError("the runner has not been started")
+        return self.proc
+
     def _watch_runner(self) -> None:
-        self.proc.wait()
+        self._runner.wait()
         self._wake.set()
 
     def _loop(self, anchor: float) -> None:
@@ -197,7 +205,7 @@ class Supervisor:
                 self.request_stop(reason)
                 break
             self.publish(True)
-            if self.proc.poll() is not None or self._causes:
+            if self._runner.poll() is not None or self._causes:
                 break
             now = self.clock()
             if schedule.expired(now):  # a slow publish used up the bound
@@ -265,8 +273,8 @@ class Supervisor:
         """True once no process of the runner's group remains (its own child reaped meanwhile)."""
         deadline = time.monotonic() + timeout
         while True:
-            self.proc.poll()  # reap the direct child, or its zombie keeps the group "alive"
-            if not group_alive(self.proc.pid):
+            self._runner.poll()  # reap the direct child, or its zombie keeps the group "alive"
+            if not group_alive(self._runner.pid):
                 return True
             if time.monotonic() >= deadline:
                 return False

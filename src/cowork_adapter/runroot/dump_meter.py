@@ -22,9 +22,9 @@ claims a terabyte takes none of the disk.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from ..container import safefile
 from ..vocab import DumpBound
@@ -47,7 +47,7 @@ class Bounds:
     max_depth: int
 
     @classmethod
-    def of(cls, max_gib: float, max_entries: int, max_depth: int) -> "Bounds":
+    def of(cls, max_gib: float, max_entries: int, max_depth: int) -> Bounds:
         return cls(max_bytes=int(max_gib * GIB), max_entries=max_entries, max_depth=max_depth)
 
 
@@ -69,7 +69,7 @@ class _Walk:
     root: str
     pending: list[tuple[tuple[str, ...], int]] = field(default_factory=lambda: [((), 0)])
     fd: int | None = None
-    listing: Iterator[os.DirEntry] | None = None
+    listing: Iterator[os.DirEntry[str]] | None = None
     parts: tuple[str, ...] = ()
     depth: int = 0
     bytes: int = 0
@@ -139,8 +139,11 @@ class DumpMeter:
                 walk.parts, walk.depth = walk.pending.pop()
                 if not self._open(walk):
                     continue
+            listing = walk.listing
+            if listing is None:
+                continue
             try:
-                entry = next(walk.listing)
+                entry = next(listing)
             except StopIteration:
                 walk.close()
                 continue

@@ -28,6 +28,8 @@ TASK_VALIDITY = "task_validity.json"
 TASK_VALIDITY_HTML = "task_validity.html"  # the same table for people, beside it
 WATCHDOG_LOG = "watchdog.log"
 CONSOLE_LOG = "console.log"
+# The launcher's own output once its terminal closed (SIGHUP): the run goes on, and says so here.
+LAUNCHER_OUTPUT = "launcher-output.log"
 IMAGE_BUILD_LOG = "image_build.log"
 CLAIMED = "claims.jsonl"  # a shared-campaign host's claimed batches
 SHARED_RUNNER = "shared_runner.json"  # a shared-campaign host's batch runner configuration
@@ -140,6 +142,10 @@ class RunRoot:
     @property
     def console_log(self) -> Path:
         return self.path / CONSOLE_LOG
+
+    @property
+    def launcher_output(self) -> Path:
+        return self.path / LAUNCHER_OUTPUT
 
     @property
     def image_build_log(self) -> Path:

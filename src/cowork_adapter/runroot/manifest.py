@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..fileio import replace_atomic
@@ -14,7 +14,7 @@ MANIFEST_NAME = MANIFEST  # RunRoot.manifest
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def write_manifest(run_root: Path, manifest: RunManifest) -> None:

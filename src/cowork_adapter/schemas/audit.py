@@ -13,7 +13,7 @@ construction; `read_report` validates a file against the same types.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -21,7 +21,7 @@ from ..runroot import layout
 from ..runroot.layout import RunRoot
 from ..vocab import AuditFindingReason, AuditGapReason, TamperKind
 
-AUDIT_SCHEMA = "cowork_adapter.audit.v1"
+AUDIT_SCHEMA: Final = "cowork_adapter.audit.v1"
 
 # The launcher's own audit of a run, at the run's end, and the operator's (runroot/layout.py names both).
 LAUNCHER_AUDIT_NAME = layout.LAUNCHER_AUDIT

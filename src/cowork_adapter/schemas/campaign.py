@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import sys
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from ..campaign import budget
 from .record import Record, RecordInvalid, convert
 
-CAMPAIGN_SCHEMA = "cowork_adapter.campaign.v1"
+CAMPAIGN_SCHEMA: Final = "cowork_adapter.campaign.v1"
 
 # Finite, non-negative dollars or meter units; NaN and infinity never enter the record.
 Usd = Annotated[float, msgspec.Meta(ge=0, le=sys.float_info.max)]
@@ -35,11 +35,11 @@ def key_fingerprint(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
-class _Strict(Record, frozen=True):
+class _Strict(Record, frozen=True):  # type: ignore[misc]  # msgspec allows a frozen Struct over a mutable base; dataclasses (mypy's model) do not
     pass
 
 
-class ActiveRun(_Strict):
+class ActiveRun(_Strict):  # type: ignore[misc]  # frozen, inherited: see _Strict
     """The run that currently holds custody of the campaign (set before its runner starts)."""
 
     run_root: str
@@ -51,7 +51,7 @@ class ActiveRun(_Strict):
     usage_at_start: Usd  # meter usage when the run took custody: run spending is measured from it
 
 
-class RunRecord(_Strict):
+class RunRecord(_Strict):  # type: ignore[misc]  # frozen, inherited: see _Strict
     """One finished (or reconciled) run in the campaign's history."""
 
     run_root: str
@@ -64,7 +64,7 @@ class RunRecord(_Strict):
     finished_at: AwareDatetime
 
 
-class Reconciliation(_Strict):
+class Reconciliation(_Strict):  # type: ignore[misc]  # frozen, inherited: see _Strict
     """An operator's guarded clearing of a stale active_run, with the checks that allowed it."""
 
     run_root: str
@@ -78,7 +78,7 @@ class Reconciliation(_Strict):
     previous_usage_observed_at: AwareDatetime | None = None
 
 
-class CampaignStop(_Strict):
+class CampaignStop(_Strict):  # type: ignore[misc]  # frozen, inherited: see _Strict
     """A campaign-wide stop written by one host of a shared campaign (a crossing it saw on the key's
     meter): every host reads it with its lease renewal and stops; no host is admitted after it."""
 
@@ -88,7 +88,7 @@ class CampaignStop(_Strict):
     at: AwareDatetime
 
 
-class CampaignRecord(_Strict, rename={"schema_": "schema"}):
+class CampaignRecord(_Strict, rename={"schema_": "schema"}):  # type: ignore[misc]  # as above
     """The whole campaign file. Mutate only through `replace(...)` and a store save."""
 
     schema_: Literal["cowork_adapter.campaign.v1"] = CAMPAIGN_SCHEMA
@@ -112,7 +112,7 @@ class CampaignRecord(_Strict, rename={"schema_": "schema"}):
     stop: CampaignStop | None = None  # shared campaigns only (campaign/shared.py)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CampaignRecord":
+    def from_dict(cls, data: dict[str, Any]) -> CampaignRecord:
         """The record from a file's decoded JSON; the derived keys are dropped (recomputed)."""
         return convert({k: v for k, v in data.items() if k not in _DERIVED_KEYS}, cls)
 

@@ -13,7 +13,7 @@ from .record import NonNegative, Positive, Record
 CUSTODY_PROCESSES_SCHEMA = "cowork_adapter.custody_processes.v1"
 
 
-class ProcessIdentity(Record, frozen=True):
+class ProcessIdentity(Record, frozen=True):  # type: ignore[misc]  # msgspec allows a frozen Struct over a mutable base; dataclasses (mypy's model) do not
     pid: Positive
     start_ticks: NonNegative | None = None  # None when /proc could not be read
 

@@ -9,14 +9,14 @@ verdict stands. A torn last line (the launcher killed mid-write) loses only itse
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
 from ..container import safefile
 from ..vocab import DumpBound
 
-DUMP_BOUND_SCHEMA = "cowork_adapter.dump_over_bound.v1"
+DUMP_BOUND_SCHEMA: Final = "cowork_adapter.dump_over_bound.v1"
 LOG_CAP = 4 * 1024 * 1024  # one short line per task: far above any selection
 
 

@@ -7,14 +7,14 @@ that kind. Monitor, ledger refreshes and the report's spend-over-time plot are b
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
 from ..vocab import EventKind
 from .record import Record, RecordInvalid, convert
 
-EVENT_SCHEMA = "cowork_adapter.event.v1"
+EVENT_SCHEMA: Final = "cowork_adapter.event.v1"
 
 
 class _Event(Record, rename={"schema_": "schema"}):

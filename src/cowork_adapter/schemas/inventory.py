@@ -7,14 +7,14 @@ Format read by ledger.IndexContext._blocked_tasks and report/: `servers` {name: 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
 from ..vocab import ServerHealth
 from .record import Record
 
-SCHEMA = "cowork_adapter.inventory.v1"
+SCHEMA: Final = "cowork_adapter.inventory.v1"
 
 
 class ServerInventory(Record):

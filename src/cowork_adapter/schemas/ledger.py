@@ -8,7 +8,7 @@ the official verdict only when a completed receipt links it, and where the attem
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -16,7 +16,7 @@ from ..runroot.layout import RESULT_INDEX
 from ..vocab import OfficialEvalStatus, PaidActivity, TamperKind, TaskStatus
 from .record import Record, RecordInvalid, decode
 
-TASK_ROW_SCHEMA = "cowork_adapter.task_result.v1"
+TASK_ROW_SCHEMA: Final = "cowork_adapter.task_result.v1"
 
 
 class OfficialReceipt(Record, rename={"pass_": "pass"}):

@@ -6,14 +6,14 @@ compares `applied_config`, `seed.head`, `bench.commit` and `image.id` across the
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
-from .record import Finite, NonNegative, Record, RecordInvalid
 from ..vocab import GatewayRoute, SubstituteKind
+from .record import Finite, NonNegative, Record, RecordInvalid
 
-MANIFEST_SCHEMA = "cowork_adapter.run_manifest.v1"
+MANIFEST_SCHEMA: Final = "cowork_adapter.run_manifest.v1"
 
 
 class AdapterIdentity(Record):
@@ -218,6 +218,10 @@ class RunManifest(Record, rename={"schema_": "schema"}):
     # (None: not reached, or refused; the refusal says where it differs).
     bench_verified: BenchVerification | None = None
     image: ImageIdentity | None = None
+    # The verified clone's folders every eval container mounts read-only over the image's copy
+    # (`<clone>/utils:/workspace/utils:ro`): the evaluator code that ran is this clone's (issue 36).
+    # None: a run from before it, whose eval containers ran the image's own copy.
+    eval_code_mounts: list[str] | None = None
     engine: str = "ouroboros"
     selection: Selection = msgspec.field(default_factory=Selection)
     applied_config: dict[str, Any] = msgspec.field(default_factory=dict)

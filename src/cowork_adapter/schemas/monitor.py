@@ -8,15 +8,15 @@ inside a rejected observation.
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from .record import Finite, NonNegative, Record, convert
 
-MONITOR_SCHEMA = "cowork_adapter.monitor.v1"
+MONITOR_SCHEMA: Final = "cowork_adapter.monitor.v1"
 
 Count = NonNegative
 Usd = Finite
@@ -53,7 +53,7 @@ class RejectedObservation(Record):
     error: str
 
     @classmethod
-    def from_observation(cls, observation: Mapping[str, Any]) -> "RejectedObservation":
+    def from_observation(cls, observation: Mapping[str, Any]) -> RejectedObservation:
         """From observe.Observation.to_dict() of a rejected read (its `accepted` flag is dropped)."""
         return convert({k: v for k, v in observation.items() if k != "accepted"}, cls)
 

@@ -8,6 +8,7 @@ agree on whether a lease has expired.
 from __future__ import annotations
 
 from datetime import datetime
+from os import PathLike
 
 import msgspec
 
@@ -108,12 +109,13 @@ class ClaimedBatch(msgspec.Struct, frozen=True, kw_only=True):
     claimed_at: datetime
 
 
-def read_claimed(path) -> list[str]:
+def read_claimed(path: str | PathLike[str]) -> list[str]:
     """Every task the run claimed, in claim order, once each; a torn last line (a kill mid-write)
     is skipped: its batch was never handed to a runner."""
     out: list[str] = []
     try:
-        lines = open(path, "rb").read().splitlines()
+        with open(path, "rb") as handle:
+            lines = handle.read().splitlines()
     except FileNotFoundError:
         return out
     for line in lines:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import PurePath
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, dataclass_transform
 
 import msgspec
 
@@ -48,15 +48,19 @@ class RecordInvalid(ValueError):
 _converting = threading.local()
 
 
-class _RecordMeta(type(msgspec.Struct)):  # type: ignore[misc]
+class _RecordMeta(msgspec.StructMeta):
     """Every record's fields are keyword-only (msgspec does not inherit that setting), so a subclass
     may add required fields after its base's defaulted ones; the order written stays as declared."""
 
-    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **options: Any):
+    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **options: Any) -> Any:
         options.setdefault("kw_only", True)
         return super().__new__(mcls, name, bases, namespace, **options)
 
 
+# dataclass_transform tells a type checker what _RecordMeta does at run time: every record's __init__
+# takes keyword-only fields (without it, mypy reads each subclass as a positional dataclass and refuses
+# a required field after a defaulted one).
+@dataclass_transform(kw_only_default=True, field_specifiers=(msgspec.field,))
 class Record(msgspec.Struct, metaclass=_RecordMeta, forbid_unknown_fields=True):
     """Base of every host-side record. Subclasses declare fields; `_check` holds rules across fields."""
 
@@ -87,7 +91,8 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, forbid_unknown_fields=True):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (enums as their values, datetimes as ISO strings), keys as written."""
-        return msgspec.to_builtins(self, enc_hook=_encode_other)
+        built: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_encode_other)
+        return built
 
     def to_json(self) -> str:
         """The record as an indented JSON document (the form of the host's single-document files)."""
@@ -124,7 +129,7 @@ def _decode_retired(raw: bytes, kind: type[R]) -> R:
     return _convert(value, kind)
 
 
-_DECODERS: dict[type, msgspec.json.Decoder] = {}
+_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
 def decode(data: bytes | str, kind: type[R]) -> R:
@@ -137,7 +142,8 @@ def decode(data: bytes | str, kind: type[R]) -> R:
     decoder = _DECODERS.get(kind) or _DECODERS.setdefault(kind, msgspec.json.Decoder(kind))
     _converting.active = True
     try:
-        return decoder.decode(data)
+        record: R = decoder.decode(data)
+        return record
     except msgspec.DecodeError as exc:  # msgspec's ValidationError is a DecodeError
         raise RecordInvalid(str(exc)) from None
     finally:

@@ -8,7 +8,7 @@ through the environment variable named by `key_env`.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from msgspec import Meta
 from msgspec.structs import force_setattr
@@ -20,8 +20,8 @@ from .record import Positive, Record
 if TYPE_CHECKING:
     from ..config import RunConfig
 
-PROXY_PORT = 8096
-SERVER_PORT = 8765
+PROXY_PORT: Final = 8096
+SERVER_PORT: Final = 8765
 # Tools that reach the open web, need vision or call a second paid agent: off for every task.
 ALWAYS_DISABLED_TOOLS = (
     "web_search",
@@ -56,7 +56,7 @@ def _secret_like(key: str) -> bool:
     return upper.endswith("_API_KEY") or upper.endswith("_TOKEN") or upper.endswith("_PASSWORD")
 
 
-class EntrypointConfigFile(Record, frozen=True, rename={"schema_": "schema"}):
+class EntrypointConfigFile(Record, frozen=True, rename={"schema_": "schema"}):  # type: ignore[misc]  # msgspec allows a frozen Struct over a mutable base; dataclasses (mypy's model) do not
     """configs/cowork_adapter_run.json, schema cowork_adapter.run_config.v1: what the launcher
     writes for the container entrypoint (which reads it as container.runconfig.EntrypointConfig)."""
 

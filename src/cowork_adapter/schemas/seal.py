@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -26,7 +26,7 @@ from ..container import safefile
 from ..runroot.layout import SEAL_HEAD_SUFFIX, SEAL_SUFFIX, RunRoot
 from .record import Record, RecordInvalid, decode
 
-SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
+SEAL_SCHEMA: Final = "cowork_adapter.eval_seal.v1"
 
 
 class SealedFile(Record):
@@ -78,6 +78,8 @@ class EvalSeal(SealHead, forbid_unknown_fields=True):
     eval_res: SealedFile
     verdict: SealedVerdict | None = None
     grading_inputs_differ: list[str] = msgspec.field(default_factory=list)
+    # traj_log.json fields the eval phase's host log replaced (container/gradinglog.py log_differences).
+    grading_log_rewritten: list[str] = msgspec.field(default_factory=list)
     planted_moved: list[str] = msgspec.field(default_factory=list)
 
 
@@ -106,7 +108,7 @@ def read_seals(run_root: Path | str) -> dict[str, SealRead]:
         if kind is None:
             continue
         got = safefile.read_bytes(str(folder / name), cap=safefile.RECORD_CAP)
-        if not got.ok:
+        if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
             continue
         try:
             record = decode(got.data, kind)
@@ -130,7 +132,7 @@ def run_seals_verdicts(run_root: Path | str) -> bool:
     """Whether the run's shim sealed eval execs: a run from before the seal is read as it was
     (its receipts settle its tasks, with a disclosure), never re-scored to nothing."""
     got = safefile.read_bytes(str(RunRoot(run_root).shim_config), cap=safefile.RECORD_CAP)
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return False
     try:
         value = json.loads(got.data)

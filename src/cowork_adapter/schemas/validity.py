@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .record import Record, RecordInvalid, decode
-
 from ..errors import Refusal
 from ..runroot.layout import TASK_VALIDITY
 from ..vocab import TaskStatus, TaskValidityClass
+from .record import Record, RecordInvalid, decode
 
 TASK_VALIDITY_SCHEMA = "cowork_adapter.task_validity.v1"
 

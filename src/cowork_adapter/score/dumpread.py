@@ -14,8 +14,9 @@ else the dump holds is measured by runroot/dump_bounds.py, on its own budget.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..container import protocol, safefile
 from ..runroot.layout import ENGINE_EVENTS as EVENTS  # below the dump's ouroboros/ folder
@@ -56,7 +57,7 @@ def _claim_receipt(dir_fd: int) -> str | None:
         return _RECEIPTS[key]
     got = safefile.read_at(dir_fd, protocol.CLAIM_NAME)
     name = None
-    if got.ok:
+    if got.ok and got.data is not None:
         try:
             claim = protocol.strict_loads(got.data.decode("utf-8"))
         except ValueError:

@@ -21,27 +21,24 @@ import csv
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
-from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..audit.scan import TaskScan, scan_events
 from ..container import protocol, safefile
 from ..container.procs import process_alive
 from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 from ..custody.bash_env import runner_digest
+from ..fileio import create_exclusive, replace_atomic
 from ..runroot.events import utc_now_iso
 from ..runroot.layout import ENGINE_EVENTS, RunRoot, dumps_of
 from ..runroot.manifest import read_manifest
-from ..fileio import create_exclusive, replace_atomic
-from ..schemas.gateway import read_requests, spend_by_task
-from ..schemas.multihost import read_claimed
-from .dumpread import named_kinds, signature
-from .unreadable import over_bound_row, unreadable_row
 from ..schemas.dump_bounds import DumpOverBound, read_over_bound
-from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
+from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
     EvalResultFacts,
@@ -52,9 +49,10 @@ from ..schemas.ledger import (  # read_index lives with the schema (light reader
     TaskRow,
     UsageFacts,
 )
+from ..schemas.manifest import RunManifest
+from ..schemas.multihost import read_claimed
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.seal import EvalSeal, SealHead, SealRead, read_seals, run_seals_verdicts, seal_path
-from ..schemas.manifest import RunManifest
 from ..vocab import (
     INFRA_RUNTIME_REASONS,
     OfficialEvalStatus,
@@ -64,6 +62,9 @@ from ..vocab import (
     TamperKind,
     TaskStatus,
 )
+from .dumpread import named_kinds, signature
+from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
+from .unreadable import over_bound_row, unreadable_row
 
 SUMMARY_NAME = "ouroboros_summary.json"
 # Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
@@ -208,11 +209,15 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
     if seal.grading_inputs_differ:
         found.append(TamperFinding(kind=TamperKind.GRADING_INPUTS_DIFFER, detail=", ".join(seal.grading_inputs_differ)[:200]))
+    if seal.grading_log_rewritten:
+        found.append(TamperFinding(kind=TamperKind.GRADING_LOG_REWRITTEN, detail=", ".join(seal.grading_log_rewritten)[:200]))
     refused = seal.verdict.cause if seal.verdict is not None else ""
     if refused.startswith((ReceiptCause.LOG_NOT_REGULAR.value, ReceiptCause.WORKSPACE_LINK_OUTSIDE_DUMP.value)):
         found.append(TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=refused[:200]))
     if seal.hung or refused.startswith(ReceiptCause.EVAL_HUNG.value):
-        found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec ended after {seal.ended_at - seal.started_at:.0f} s"))
+        # A late seal (the host sealed after the shim died) saw no end: ended_at is None there.
+        ran = f"ended after {seal.ended_at - seal.started_at:.0f} s" if seal.ended_at is not None else "end not seen"
+        found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec {ran}"))
     if seal.agent_summary_sha256 and now.summary != seal.agent_summary_sha256:
         found.append(TamperFinding(kind=TamperKind.SUMMARY_CHANGED, detail="ouroboros_summary.json"))
     sealed = (("claim", seal.claim.sha256, now.claim), ("receipt", seal.receipt.sha256 if seal.receipt else None, now.receipt),
@@ -329,7 +334,7 @@ def _read_json(path: Path) -> tuple[str, Any]:
     got = safefile.read_bytes(str(path), cap=safefile.RECORD_CAP)
     if got.kind == safefile.ABSENT:
         return "absent", None
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return "unreadable", None
     try:
         return "present", protocol.strict_loads(got.data.decode("utf-8"))
@@ -421,7 +426,8 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
     if head.shim_pid is not None and process_alive(head.shim_pid, head.shim_start_ticks):
         return None  # the exec may still run: its own shim seals it, or a later reading does
 
-    inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))
+    # The shim is a stdlib program run as its own process, unannotated: its reader is called as it is.
+    inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))  # type: ignore[no-untyped-call]
     planted = {entry.sha256 for entry in head.pre if entry.sha256}
     found = [inputs[name].get("sha256") for name in ("claim", "receipt", "eval_res") if isinstance(inputs.get(name), dict)]
     if planted.intersection(found):
@@ -440,7 +446,12 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
 def _once(findings: list[TamperFinding]) -> list[TamperFinding]:
     """Each finding once, in order (the seal and the held summary copy may both see a change)."""
     seen: set[tuple[str, str]] = set()
-    return [f for f in findings if (f.kind.value, f.detail) not in seen and not seen.add((f.kind.value, f.detail))]
+    once = []
+    for f in findings:
+        if (f.kind.value, f.detail) not in seen:
+            seen.add((f.kind.value, f.detail))
+            once.append(f)
+    return once
 
 
 def held_summary_path(ctx: IndexContext, task: str) -> Path | None:
@@ -493,7 +504,7 @@ def failed_servers(inventory: Mapping[str, Any] | None) -> dict[str, str]:
     if not isinstance(inventory, Mapping):
         return {}
     servers = inventory.get("servers")
-    items: Iterable[tuple[str, Any]]
+    items: Iterable[tuple[Any, Any]]  # a name that is not a str is refused below
     if isinstance(servers, Mapping):
         items = servers.items()
     elif isinstance(servers, list):
@@ -555,7 +566,7 @@ class IndexContext:
     over_bound: dict[str, DumpOverBound] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, run_root: Path | str) -> "IndexContext":
+    def load(cls, run_root: Path | str) -> IndexContext:
         """Read the manifest (raises OSError/ValueError when it is missing or invalid)."""
         root = Path(run_root)
         manifest = read_manifest(root)
@@ -658,7 +669,7 @@ def _file_digest(path: Path | None) -> tuple[int | None, str | None]:
     if path is None:
         return None, None
     got = safefile.read_bytes(str(path), cap=safefile.LOG_JSON_CAP)
-    if not got.ok:
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return None, None
     return got.size, hashlib.sha256(got.data).hexdigest()
 
@@ -756,14 +767,14 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             eval_value_matches=matches,
         )
         if ctx.sealing:
-            held = ctx.seals.get(task)
-            seal = held.seal if held else None
-            if seal is None and held is not None and held.head is not None and receipt_state == "present":
-                seal = late_seal(ctx.run_root, held.head, dump, dumps_of(ctx.bench))
+            sealed = ctx.seals.get(task)
+            seal = sealed.seal if sealed else None
+            if seal is None and sealed is not None and sealed.head is not None and receipt_state == "present":
+                seal = late_seal(ctx.run_root, sealed.head, dump, dumps_of(ctx.bench))
             now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
                               receipt=_file_digest(receipt_path)[1], eval_res=sha,
                               summary=_file_digest(dump / SUMMARY_NAME)[1])
-            verdict, found = seal_verdict(verdict, seal, now, head=held.head if held else None,
+            verdict, found = seal_verdict(verdict, seal, now, head=sealed.head if sealed else None,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
         if with_usage and "ouroboros" in names:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..runroot.layout import CREATIONS_LOG, RunRoot
 from ..schemas.ledger import ContainerUse
@@ -63,8 +64,8 @@ def summarize(containers: Sequence[tuple[str, str]], readings: Sequence[Mapping[
         return NOT_TIED
     missing_peak = [u for u in uses if u.peak_memory_bytes is None]
     missing_cpu = [u for u in uses if u.cpu_seconds is None]
-    peak = None if missing_peak else sum(u.peak_memory_bytes for u in uses)
-    cpu = None if missing_cpu else round(sum(u.cpu_seconds for u in uses), 3)
+    peak = None if missing_peak else sum(u.peak_memory_bytes or 0 for u in uses)  # (none is None here)
+    cpu = None if missing_cpu else round(sum(u.cpu_seconds or 0.0 for u in uses), 3)
     if not missing_peak and not missing_cpu:
         basis = METHOD_SENTENCE
     else:

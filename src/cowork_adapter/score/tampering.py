@@ -8,7 +8,8 @@ never counted as clean. Every TamperKind is listed, zeros included, so "none see
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..schemas.audit import TamperCounts
 from ..vocab import TamperKind
