@@ -1,6 +1,6 @@
 """Demo scenario `hostile`, run for real: Docker, the demo runner, the hostile engine, the gateway.
 
-One run of seven tasks at concurrency 3 (cowork_adapter.demo.scenarios_hostile has the table of
+One run of ten tasks at concurrency 3 (cowork_adapter.demo.scenarios_hostile has the table of
 attacks and expected outcomes): no forged pass is counted, every attempt is flagged on its row,
 the honest sibling keeps its sealed pass, nothing hangs, no host file is read, the run settles.
 """

@@ -25,3 +25,17 @@ def test_scenario_behaves_as_designed(demo_env, name):
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     assert checks, "a scenario must check something"
     assert not failed, f"scenario {name} failed checks: {failed}"
+
+
+def test_hostile_load_scenario_leaves_the_honest_sibling_served(demo_env):
+    """Issue 37's load scenario (cowork_adapter.demo.scenarios_load): an honest engine needing its
+    model through the gateway beside agents that starve the gateway, drop streams, flood their
+    output, fill their dumps and plant nested JSON; on the same demo world as the scenarios above."""
+    from cowork_adapter.demo.scenarios_load import TASKS, scenario_hostile_load
+
+    checks = scenario_hostile_load(demo_env)
+    for check in checks:
+        print(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    assert len(checks) >= len(TASKS) + 12, "the scenario must check every task, the commands and the host"
+    assert not failed, f"scenario hostile-load failed checks: {failed}"

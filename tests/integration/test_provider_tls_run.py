@@ -8,8 +8,8 @@ daemon's bridge address that another run may use) and forwards to the chat stand
 (--provider-upstream-url: a test bed cannot reach OpenRouter). While the task runs, from inside the
 agent container, with the token it holds and its own Python's default TLS trust, the test calls
 `https://openrouter.ai/api/v1` exactly as the seed's code does (chat with the token, the model list
-without a credential): the name resolves to the gateway, the run CA verifies, and the stand-in
-receives the key. Every container of the run is checked for the key (its configuration as
+without a credential, which the gateway refuses like every token-less path, then with the token): the
+name resolves to the gateway, the run CA verifies, and the stand-in receives the key. Every container of the run is checked for the key (its configuration as
 `docker inspect` shows it, every process's environ, every file). Then the run is stopped.
 """
 
@@ -54,8 +54,8 @@ def call(path, body=None, auth=True):
 chat = {"model": "demo/stub-model", "messages": [{"role": "user", "content": "from the agent container"}],
         "max_tokens": 100}
 print(json.dumps({"resolved": socket.gethostbyname("openrouter.ai"), "ssl_cert_file": os.environ.get("SSL_CERT_FILE"),
-                  "chat": call("/chat/completions", chat), "models": call("/models", auth=False),
-                  "key": call("/auth/key")}))
+                  "chat": call("/chat/completions", chat), "models_no_token": call("/models", auth=False),
+                  "models": call("/models"), "key": call("/auth/key")}))
 """
 
 
@@ -108,12 +108,14 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
         assert seen["resolved"] == own_address
         assert seen["ssl_cert_file"] == "/etc/cowork-adapter/provider-ca-bundle.pem"
         assert seen["chat"][0] == 200 and json.loads(seen["chat"][1])["usage"]["cost"] == 0.01, seen
-        assert seen["models"][0] == 200 and seen["key"][0] == 200, seen
+        assert seen["models_no_token"][0] == 401 and seen["models"][0] == 200 and seen["key"][0] == 200, seen
+        # The gateway's own look-up of the model's price when it opened, then the calls; the token-less
+        # call never reached the provider.
         upstream = provider.all_requests()
-        assert [(r["method"], r["path"]) for r in upstream] == [
+        assert [(r["method"], r["path"]) for r in upstream] == [("GET", "/api/v1/models"),
             ("POST", "/api/v1/chat/completions"), ("GET", "/api/v1/models"), ("GET", "/api/v1/auth/key")]
         with_key = hashlib.sha256(f"Bearer {env.key}".encode()).hexdigest()
-        assert [r["auth_sha256"] for r in upstream] == [with_key, None, with_key]
+        assert [r["auth_sha256"] for r in upstream] == [with_key] * 4
         rows = [r for r in read_requests(run_root) if r.refused is None]
         assert [(r.task, r.changed) for r in rows][:1] == [(agent[6:], False)]  # unchanged: byte for byte
 

@@ -21,6 +21,7 @@ from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.host.resources import METHOD_SENTENCE, read_task_resources, reader_for
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.schemas.record import decode
+from cowork_adapter.score.infra import read_host_facts
 from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
 
 IMAGE = "cowork-testbed/base:bookworm"
@@ -53,6 +54,10 @@ ID="$1"
 "$DOCKER" exec "agent-$ID" sh -c 'true' --task_dir "finalpool/{TASK}" || exit 13
 for _ in $(seq 1 120); do "$DOCKER" exec "agent-$ID" test -f /tmp/done && break; sleep 0.5; done
 "$DOCKER" exec "agent-$ID" test -f /tmp/done || exit 14
+# A process of the agent's that passes the container's memory limit: the kernel kills it (the exec
+# ends 137), the container lives on, and the daemon's State.OOMKilled says so until removal.
+[ "${{OOM_EXEC:-}}" = 1 ] && {{ "$DOCKER" exec "agent-$ID" python3 -c "b = bytearray({2 * LIMITS.memory_bytes // (1024 * 1024)} * 1024 * 1024)
+for i in range(0, len(b), 4096): b[i] = 1"; [ $? -eq 137 ] || exit 18; }}
 [ "${{LEAVE_BEHIND:-}}" = 1 ] && exit 0  # a runner killed before its cleanup: nothing removed
 "$DOCKER" rm -fv "agent-$ID" >/dev/null || exit 15
 "$DOCKER" stop -t 1 "pg-$ID" >/dev/null || exit 16
@@ -60,7 +65,7 @@ for _ in $(seq 1 120); do "$DOCKER" exec "agent-$ID" test -f /tmp/done && break;
 """
 
 
-def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool) -> tuple[str, Path]:
+def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool, oom_exec: bool = False) -> tuple[str, Path]:
     """Run the runner-like script under custody; with `leave_behind` it ends without removing
     anything and custody cleanup (with the resource reader) removes what it left."""
     real = shutil.which("docker", path="/usr/local/bin:/usr/bin:/bin")
@@ -79,7 +84,8 @@ def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool) -> tuple[
     script = tmp_path / "runner.sh"
     script.write_text(RUNNER)
     env = files.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
-                             "WORKLOAD": WORKLOAD, "LEAVE_BEHIND": "1" if leave_behind else ""})
+                             "WORKLOAD": WORKLOAD, "LEAVE_BEHIND": "1" if leave_behind else "",
+                             "OOM_EXEC": "1" if oom_exec else ""})
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
         done = subprocess.run(["bash", str(script), ident], env=env, capture_output=True, text=True, timeout=240)
@@ -118,11 +124,17 @@ def _assert_plausible(row: TaskRow) -> None:
 
 
 def test_ledger_row_carries_the_daemons_peak_memory_and_cpu_time(tmp_path: Path, docker_host: str):
-    ident, evidence = _run_task(tmp_path, docker_host, leave_behind=False)
+    ident, evidence = _run_task(tmp_path, docker_host, leave_behind=False, oom_exec=True)
     # The shim's readings: the agent's rm, the pg's stop (and its rm after, which finds no cgroup).
     lines = [json.loads(x) for x in (evidence / f"{ident}.resources.jsonl").read_text().splitlines()]
     assert [(r["container"], r["command"]) for r in lines] == [
         (f"agent-{ident}", "rm"), (f"pg-{ident}", "stop"), (f"pg-{ident}", "rm")]
+    # The agent's OOM kill, read before the removal (a host fact of the infra rule): the daemon's
+    # State.OOMKilled covers only the main process, so the kernel's count of its cgroup says it.
+    assert (lines[0]["oom_killed"], lines[0]["state_cause"]) == (True, None), lines[0]
+    assert lines[0]["oom_kills"] >= 1, lines[0]
+    facts = read_host_facts(tmp_path / "run", {TASK: ident}, recorded=True, gateway=False, engine="ouroboros")
+    assert facts[TASK].oom_killed is True
     assert lines[2]["memory_peak_bytes"] is None and lines[2]["cause"] in ("container_not_running", "no_memory_stats")
     _assert_plausible(_row(tmp_path))
 

@@ -41,8 +41,11 @@ INJECTED_MARKER = "injected_command_ran"  # hostile_agent.INJECTED_MARKER
 # workspace linked to the ground truth; summary: the process that outlives the engine.
 # No summary_changed: the summary rewriter is a stray the agent phase kills before its last summary
 # (container/procs.end_strays); test_the_summary_rewrite_never_landed checks that instead.
+# task_db: the task's real database changed by SQL (hostile_agent.PG_CODE: search_path at role, database and system
+# level, a shadowing function, operator and cast, a rule and a trigger on its first table, its last table a view, a
+# COPY ... TO PROGRAM process), each named by the host before the pinned evaluator runs (issue 36).
 EXPECTED_KINDS = {TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER, TamperKind.GRADING_INPUTS_DIFFER,
-                  TamperKind.UNSAFE_ENTRY, TamperKind.GRADING_LOG_REWRITTEN}
+                  TamperKind.UNSAFE_ENTRY, TamperKind.GRADING_LOG_REWRITTEN, TamperKind.TASK_DB_CODE}
 PLANTED_NAMES = (":fifo", "eval_res.json:regular")  # what the planted finding's detail must name
 RUN_BOUND_SEC = 2400
 # The test's pack image carries THIS evaluator, not the pin's (issue 36): one that passes everything. The
@@ -134,6 +137,20 @@ def test_no_forged_pass_is_counted_and_every_attempt_is_flagged(hostile_run):
     assert not missing, f"missing {missing}\n{detail(hostile_run)}"
     planted = " ".join(f["detail"] for f in row["tampering"] if f["kind"] == TamperKind.PLANTED_BEFORE_EVAL.value)
     assert all(name in planted for name in PLANTED_NAMES), planted
+
+
+def test_the_task_database_changed_by_sql_is_reset_and_each_change_named(hostile_run):
+    from cowork_adapter.score.resources import task_runner_ids
+    from cowork_adapter.score.taskdb import read_task_diff
+
+    root: Path = hostile_run["root"]
+    diff = read_task_diff(root, task_runner_ids(root)[hostile_run["task"]])
+    assert diff is not None and diff.problems == [], detail(hostile_run)
+    named = "\n".join([*diff.code, *diff.settings])
+    for expected in ("db_role:*/", "system:search_path", "added function:hostile.lower(text)", "added operator:hostile.=(text,text)",
+                     "added cast:text->integer", ".hostile_keep", ".hostile_stay", "kind r -> v", "shadowing a relation"):
+        assert expected in named, f"{expected} not named in {named}"
+    assert any("sleep" in p or "dash" in p for p in diff.processes), diff.processes  # the COPY TO PROGRAM loop, ended
 
 
 def test_the_summary_rewrite_never_landed(hostile_run):

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import cowork_adapter.audit as audit_package
 
-ORDER = ["forked", "read", "rules", "scan", "run", "write", "__init__"]
+ORDER = ["forked", "read", "rules", "scan", "taskdb", "run", "write", "__init__"]
 ALLOWED = {  # which sibling modules each may import
     "forked": set(),
     "read": set(),
     "rules": set(),
     "scan": {"read", "rules"},
-    "run": {"forked", "read", "scan"},
+    "taskdb": set(),  # the task database's diff as audit evidence (issue 36)
+    "run": {"forked", "read", "scan", "taskdb"},
     "write": {"run"},
     "__init__": {"run", "write"},
 }

@@ -65,6 +65,7 @@ FUNCTION_IMPORTS = {
     ("container/entrypoint.py", ".probes"): ONE_PHASE,
     ("container/yamlmini.py", ""): "PyYAML is optional in the image: without it the stdlib subset parser reads the file",
     ("custody/shim.py", ""): "safefile is a sibling copy beside the installed shim, on sys.path only once its folder is added",
+    ("demo/bench/hostile_agent.py", ""): "psycopg2 is the benchmark venv's, in the task image: only the task database attacks need it",
     ("demo/bench/main.py", "mcp"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
     ("demo/bench/main.py", "mcp.client.stdio"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
     ("demo/bench/main.py", "mcp.client.streamable_http"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",

@@ -7,6 +7,7 @@ declined gate after a success summary, non-boolean pass, changed result file).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 
 from cowork_adapter.container import protocol
 from cowork_adapter.schemas.ledger import read_index
+from cowork_adapter.score import infra
 from cowork_adapter.score.ledger import (
     IndexContext,
     TaskFacts,
@@ -23,8 +25,8 @@ from cowork_adapter.score.ledger import (
     classify_task,
     write_index,
 )
+from cowork_adapter.vocab import InfraCause, PaidActivity, TamperKind
 from cowork_adapter.vocab import OfficialEvalStatus as E
-from cowork_adapter.vocab import PaidActivity
 from cowork_adapter.vocab import TaskStatus as S
 
 OK = {"bench_status": "success", "infra_failed": False, "reason_code": None}
@@ -89,6 +91,30 @@ TABLE = [
 @pytest.mark.parametrize("facts,live,expected", [t[1:] for t in TABLE], ids=[t[0] for t in TABLE])
 def test_classify_table(facts, live, expected):
     assert classify(facts, live=live, interruption_cause="runner_exited") == expected
+
+
+# classify()'s infra_failed is a claim (issue 36): each final infra row of the table, settled by the
+# infra rule (score/infra.py) with no cause the host saw, is agent_failed, flagged; only an eval
+# that gave no verdict after a summary of success stays infrastructure's.
+FINAL_INFRA = [t for t in TABLE if t[3][0] is S.INFRA_FAILED and not t[3][2]]
+
+
+@pytest.mark.parametrize("facts,live,expected", [t[1:] for t in FINAL_INFRA], ids=[t[0] for t in FINAL_INFRA])
+def test_classify_infra_rows_need_a_host_seen_cause(facts, live, expected):
+    status, reason, provisional = classify(facts, live=live, interruption_cause="runner_exited")
+    # An agent exec began and ended: a pg_fail row then is not the runner's alone.
+    nothing = infra.HostFacts(recorded=True, exec_started=True, exec_ended=True, exec_exit=0, gateway=True, model_answers=1,
+                              runner_pg_fail=facts.runner_status == "pg_fail")
+    got = infra.settle(status, reason, provisional, host=nothing, summary_state=facts.summary_state,
+                       summary=facts.summary, findings=())
+    if infra.agent_finished(facts.summary_state, facts.summary) and not nothing.runner_pg_fail:
+        assert (got.status, got.cause) == (S.INFRA_FAILED, InfraCause.EVAL_NO_VERDICT)
+    else:
+        assert (got.status, got.reason) == (S.AGENT_FAILED, f"unverified_infra:{reason}")
+        assert [f.kind for f in got.found] == [TamperKind.UNVERIFIED_INFRA_CLAIM]
+    seen = replace(nothing, stop="signal_15")  # a cause the host saw keeps it, named
+    assert infra.settle(status, reason, provisional, host=seen, summary_state=facts.summary_state,
+                        summary=facts.summary, findings=()).cause is InfraCause.RUN_STOPPED
 
 
 # A verdict linked by a valid official receipt settles the row whatever else holds: the run's

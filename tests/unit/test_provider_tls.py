@@ -169,16 +169,17 @@ def test_the_seeds_chat_call_goes_upstream_unchanged_with_the_key(face):
     assert KEY.encode() not in (face.root / "gateway" / "requests.jsonl").read_bytes()
 
 
-def test_the_model_list_goes_without_a_credential_as_the_seed_sends_it(face):
+def test_the_model_list_needs_a_token_like_every_path(face):
+    # The seed asks for it without a credential; no path of the gateway answers without a token
+    # (a token-less path let any run peer hold connections no task was counted for).
     status, answer = face.call("GET", "/api/v1/models", token=None)
+    assert status == 401 and "not valid" in answer["error"]["message"]
+    status, answer = face.call("GET", "/api/v1/models")  # with a token: the key in its place
     assert status == 200 and answer["data"]
-    status, _ = face.call("GET", "/api/v1/models")  # with a token: the key in its place
-    assert status == 200
-    first, second = face.standin.all_requests()
-    assert first["auth_sha256"] is None
-    assert second["auth_sha256"] == hashlib.sha256(f"Bearer {KEY}".encode()).hexdigest()
+    (only,) = face.standin.all_requests()
+    assert only["auth_sha256"] == hashlib.sha256(f"Bearer {KEY}".encode()).hexdigest()
     rows = read_requests(face.root)
-    assert [(r.task, r.refused) for r in rows] == [(None, None), ("task-1", None)]
+    assert [(r.task, r.refused) for r in rows] == [(None, "auth"), ("task-1", None)]
 
 
 def test_the_look_ups_go_with_the_key_and_their_query(face):

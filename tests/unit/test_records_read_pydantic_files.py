@@ -38,7 +38,7 @@ ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gatewa
                "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec",
                                     "provider_host", "provider_address", "provider_ca_bundle", "provider_ca_targets",
                                     "eval_mounts"},
-               "result_index.jsonl": {"gateway", "tampering"}}
+               "result_index.jsonl": {"gateway", "tampering", "infra_cause"}}
 
 
 @pytest.mark.parametrize("name,kind", [("run_manifest.json", RunManifest), ("monitor.json", Monitor),

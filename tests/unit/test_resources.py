@@ -79,6 +79,10 @@ class _FakeDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
+# The inspect answer's part the shim reads (the daemon's container state: an OOM kill in it).
+INSPECT_ANSWER = {"Id": "c0ffee", "State": {"Status": "running", "Running": True, "OOMKilled": True, "ExitCode": 0}}
+
+
 @pytest.fixture
 def fake_daemon():
     """A unix-socket HTTP server answering the stats API; records each request and whether the
@@ -91,7 +95,8 @@ def fake_daemon():
         def do_GET(self):  # noqa: N802 - http.server's name
             seen.append({"path": self.path, "docker_called_before": calls_file.exists()})
             name = self.path.split("/")[2]
-            body, code = (json.dumps(V1_ANSWER).encode(), 200) if name.startswith("agent-") else (b"{}", 404)
+            answer = INSPECT_ANSWER if self.path.split("?")[0].endswith("/json") else V1_ANSWER
+            body, code = (json.dumps(answer).encode(), 200) if name.startswith("agent-") else (b"{}", 404)
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -138,6 +143,7 @@ def test_rm_reads_each_task_container_from_the_daemon_before_the_real_rm(fake_da
     assert done.returncode == 4  # the real docker's exit code, untouched
     assert [json.loads(x) for x in calls.read_text().splitlines()] == [argv]  # exact argv, once
     assert [s["path"].split("?")[0] for s in seen] == ["/containers/agent-7-0000abcd/stats",
+                                                     "/containers/agent-7-0000abcd/json",  # its OOM state
                                                      "/containers/pg-7-0000abcd/stats"]
     assert not any(s["docker_called_before"] for s in seen)
     lines = [json.loads(x) for x in (folder / "evidence" / "7-0000abcd.resources.jsonl").read_text().splitlines()]
@@ -145,6 +151,7 @@ def test_rm_reads_each_task_container_from_the_daemon_before_the_real_rm(fake_da
         ("agent-7-0000abcd", "agent", "rm", 104_157_184, 2_253_683_593, None),
         ("pg-7-0000abcd", "pg", "rm", None, None, "container_absent"),
     ]
+    assert (lines[0]["oom_killed"], lines[0]["state_exit_code"], lines[0]["state_cause"]) == (True, 0, None)
 
 
 def test_container_stop_is_read_too_and_a_dead_daemon_never_blocks_the_command(tmp_path):

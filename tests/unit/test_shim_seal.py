@@ -39,6 +39,9 @@ with open(os.path.join(here, "calls.jsonl"), "a") as log:
     log.write(json.dumps({{"argv": sys.argv[1:]}}) + "\\n")
 if sys.argv[1:2] == ["ps"]:
     sys.exit(0)  # no agent container: the eval phase would see `absent`
+if sys.argv[1:2] == ["inspect"]:
+    sys.stderr.write("Error: No such container: " + sys.argv[-1] + "\\n")
+    sys.exit(1)  # no task database (pg-<id>): the shim's database check records `absent`
 if sys.argv[1:2] == ["exec"] and any(a.startswith("eval-") for a in sys.argv):
     hang = os.path.join(here, "hang")
     if os.path.exists(hang):
@@ -249,7 +252,7 @@ def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(be
 def test_the_agent_exec_is_told_to_end_what_the_agent_left_running(bed):
     assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK).returncode == 0
     [argv] = [a for a in bed.calls() if a[0] == "exec"]
-    assert argv[:3] == ["exec", "-e", "COWORK_END_STRAYS=1"] and argv[3] == f"agent-{ID}"
+    assert argv[:5] == ["exec", "-e", "COWORK_END_STRAYS=1", "-e", "COWORK_TASKDB_ACK=1"] and argv[5] == f"agent-{ID}"
 
 
 def test_end_strays_does_nothing_outside_the_runners_agent_container(monkeypatch):

@@ -43,10 +43,13 @@ from ..schemas.audit import (
     Totals,
 )
 from ..score.tampering import count_tampering
+from ..score.taskdb import read_task_diff
 from ..vocab import AuditGapReason, OfficialEvalStatus, TamperKind
 from .forked import forked_map
 from .read import Folder, UnsafeEntry, iter_blocks
 from .scan import LOG_SCANNERS, TaskScan
+from .taskdb import account as account_task_db
+from .taskdb import bench_of, pg_servers
 
 SMALL_JSON_LIMIT = 16 << 20  # manifests, claims and receipts are small; a bigger one is unreadable
 DUMPS_DIR = RELATIVE_DUMPS
@@ -494,6 +497,8 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
         flag = applied.get("diagnostic_eval_on_truncation")
         run_eval.diagnostic_enabled = flag if isinstance(flag, bool) else False
     all_complete = True
+    db_evidence = _evidence_by_task(root, layout.TASKDB_SUFFIX)
+    pg = pg_servers(bench_of(root, manifest)) if db_evidence else None
     ledger_flags: list[tuple[str, list[str] | None]] = []
     seen_flags: list[tuple[str, list[str]]] = []
     for task, scan in _audit_tasks(rows, root, dumps, _effective_workers(workers, dumps)):
@@ -501,6 +506,12 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
         if task.eval_attempts.eval_refusal is not None:
             run_eval.eval_refusals[task.instance_id] = task.eval_attempts.eval_refusal
         report.tasks.append(task)
+        if task.instance_id in db_evidence:  # the task database between the phases (audit/taskdb.py)
+            diff = read_task_diff(root, db_evidence[task.instance_id].name[: -len(layout.TASKDB_SUFFIX)])
+            if diff is not None:
+                task.task_db = account_task_db(diff, task.activity.mcp_by_server, task.findings_by_reason, pg)
+                if task.task_db.for_review:
+                    report.task_db_for_review.append(task.instance_id)
         ledger_flags.append((task.instance_id, None if task.ledger_tampering is None
                              else [t.kind for t in task.ledger_tampering]))
         seen_flags.append((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)]))

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Any
 
-from . import bench, mcp, ouroboros, protocol, reference, upstream
+from . import bench, mcp, ouroboros, protocol, reference, taskdb_marker, upstream
 from .outcome import ERROR_MAX, apply_result, classify, final_answer, model_activity, new_summary
 from .procs import end_strays, stop_group
 from .runconfig import DEFAULT_KEY_ENV, EntrypointConfig, ImagePaths, env_seconds, load_run_config, run_config_path
@@ -136,6 +136,7 @@ class AgentRun:
         self.workspace = workspace
         self._stage(AdapterStage.PREPROCESS)
         self._preprocess(workspace)
+        self._db_prepared("after_preprocess")
         self._stage(AdapterStage.MCP)
         names = list(bench.attr(self.task_config, "needed_mcp_servers", default=[]) or [])
         self.summary["mcp_servers"] = names
@@ -205,6 +206,11 @@ class AgentRun:
         if code != 0:
             raise ouroboros.EngineFailure(AdapterReason.PREPROCESS_FAILED.value,
                                           f"preprocess {'timed out' if why else f'exited {code}'}")
+
+    def _db_prepared(self, when: str) -> None:
+        """The host reads the task database now, before any of the agent's code runs (issue 36)."""
+        assert self.task_root
+        taskdb_marker.prepared(self.task_root, when, os.environ)  # late or absent: the host records it
 
     def _start_mcp(self, cfg: EntrypointConfig, names: list, workspace: str) -> None:
         if not names:
@@ -282,6 +288,7 @@ class AgentRun:
         self.workspace = workspace
         self._stage(AdapterStage.PREPROCESS)
         self._preprocess(workspace)
+        self._db_prepared("after_preprocess")
         self._stage(AdapterStage.TASK)
         if cfg.engine == EngineKind.ORACLE.value:
             source = reference.staged_groundtruth(cfg.path, self.task_dir)
@@ -295,6 +302,7 @@ class AgentRun:
         self._stage(AdapterStage.TASK)
         self.summary["task_submission_started"] = True
         entry = cfg.upstream_entry or ""
+        self._db_prepared("before_preprocess")  # the upstream engine runs its own preprocess
         phase_flag = upstream.accepts_phase(os.path.join(os.getcwd(), entry))
         self.summary["upstream_phase_flag"] = phase_flag
         code = upstream.run_child(self.paths.bench_python, entry, task_dir=self.task_dir,

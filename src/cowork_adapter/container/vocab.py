@@ -247,6 +247,12 @@ class TamperKind(Vocab):
     # traj_log.json held a value the host's log replaced: launch_time or times outside the agent
     # exec the host saw, a status the upstream code does not know, a changed config field (issue 36).
     GRADING_LOG_REWRITTEN = "grading_log_rewritten"
+    # An infrastructure failure said only by what the agent can write (its summary, a missing summary
+    # or traj_log.json, a dead server or entrypoint), with no cause the host saw: agent_failed, never rerun.
+    UNVERIFIED_INFRA_CLAIM = "unverified_infra_claim"
+
+    TASK_DB_CODE = "task_db_code"  # the agent's code or settings in its task's database (score/taskdb.py)
+    TASK_DB_UNCHECKED = "task_db_unchecked"  # the task's database could not be reset or compared
     UNREADABLE_DUMP = "unreadable_dump"  # the task's files could not be read at all: its row says only that
     DUMP_OVER_BOUND = "dump_over_bound"  # the dump passed a bound (bytes, entries, depth) while the task ran
 
@@ -257,6 +263,23 @@ class DumpBound(Vocab):
     BYTES = "bytes"  # disk blocks used, --dump-max-gib
     ENTRIES = "entries"  # files, folders, links... below the dump, --dump-max-entries
     DEPTH = "depth"  # folder levels below the dump, --dump-max-depth
+
+
+class InfraCause(Vocab):
+    """What the host itself saw make an attempt an infrastructure failure (score/infra.py). An
+    infra_failed row names one; only such rows are rerun by --resume-from."""
+
+    PG_FAIL = "pg_fail"  # the runner's own row: the task's PostgreSQL never became ready, before any agent
+    DAEMON_LOST = "daemon_lost"  # the run stopped because the Docker daemon stopped answering or restarted
+    RUN_STOPPED = "run_stopped"  # the run was stopped (signal, stop, budget, disk...) before it finished
+    OOM_KILLED = "oom_killed"  # the kernel OOM-killed a process of the agent container (read before its removal)
+    EXEC_LOST = "exec_lost"  # the agent exec ended with docker's own failure code (125-127): it never ran
+    EXEC_CUT = "exec_cut"  # the shim saw the agent exec begin and never end: the runner or the shim was killed
+    PROVIDER_ERRORS = "provider_errors"  # the gateway logged 5xx/429/transport failures for the task's token
+    NO_MODEL_ANSWER = "no_model_answer"  # gateway + Ouroboros: no model answer reached the task, so nothing the agent chose ran
+    NO_AGENT = "no_agent"  # oracle / nop: no agent ran, so the adapter's own failure stands
+    EVAL_NO_VERDICT = "eval_no_verdict"  # the agent phase succeeded, nothing was tampered, the eval gave no verdict
+    LEGACY_UNVERIFIED = "legacy_unverified"  # a run from before the shim recorded host facts: read as it was
 
 
 class ContainerState(Vocab):
@@ -405,6 +428,7 @@ class DemoScenario(Vocab):
     DIAGNOSTIC = "diagnostic"
     ENVIRONMENT = "environment"  # inventory, repair and refusal of a broken MCP server
     HOSTILE = "hostile"  # an engine that attacks its own score, a sibling task and the host
+    HOSTILE_LOAD = "hostile-load"  # an honest engine needing its model beside agents starving shared parts
     ALL = "all"
 
 

@@ -40,6 +40,8 @@ from .shim_config import ContainerLimits, ShimConfig
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
 # The shim reads task dumps through the same no-follow, capped reader as every other host reader.
 SAFEFILE_SOURCE = Path(__file__).resolve().parent.parent / "container" / "safefile.py"
+TASKDB_PROBE_SOURCE = Path(__file__).resolve().parent / "taskdb_probe.py"  # the shim's task database probe
+TASKDB_SQL_SOURCE = Path(__file__).resolve().parent / "taskdb_sql.py"  # and its SQL
 STAGE = "custody"
 # A docker found on the host that is really some run's shim wrapper carries this marker.
 WRAPPER_MARKER = "cowork-adapter docker shim"
@@ -234,6 +236,8 @@ def install_custody(
     source = SHIM_SOURCE.read_bytes()
     _write(program, source.decode("utf-8"), 0o644)
     _write(shim_dir / "safefile.py", SAFEFILE_SOURCE.read_text(encoding="utf-8"), 0o644)
+    _write(shim_dir / "taskdb_probe.py", TASKDB_PROBE_SOURCE.read_text(encoding="utf-8"), 0o644)
+    _write(shim_dir / "taskdb_sql.py", TASKDB_SQL_SOURCE.read_text(encoding="utf-8"), 0o644)
     _write(wrapper, wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker,
                                    docker_host=docker_host), 0o755)
     bash_env = RunRoot(run_root).bash_env

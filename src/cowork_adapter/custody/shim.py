@@ -29,6 +29,9 @@ wrapper that install_custody writes. Its run config is the JSON file named by CO
   a lock that cannot be taken refuses it (fail closed).
 - `exec agent-<id> …` records the --task_dir value; `exec eval-<id> … --phase eval` tells the
   eval phase whether `agent-<id>` still exists (COWORK_AGENT_CONTAINER_STATE).
+- the task database `pg-<id>` (taskdb_probe.py, beside this file): read while the agent exec waits
+  after preprocess, then at the first eval exec's start reset (the agent's processes, sessions and
+  settings) and read again; both readings go to the evidence folder (issue 36).
 - `rm`/`stop` (also `container rm|stop`) of a task's `agent-`/`eval-`/`pg-<id>` container first
   reads the daemon's own accounting of it (the stats API: the cgroup's peak memory and cumulative
   CPU time), because removal destroys that cgroup; one line per read goes to `<id>.resources.jsonl`.
@@ -156,6 +159,7 @@ SEAL_SCHEMA = "cowork_adapter.eval_seal.v1"
 SEAL_SUFFIX = ".seal.json"
 SEAL_HEAD_SUFFIX = ".seal-head.json"
 HELD_SUMMARY_SUFFIX = ".agent_summary.json"
+AGENT_EXEC_SUFFIX = ".agent_exec"  # one line per agent exec end: its exit code as the shim saw it
 END_STRAYS_ENV = "COWORK_END_STRAYS"  # container/procs.py: the agent phase kills what the agent left running
 HELD_SUMMARY_CAP = 1024 * 1024
 CLAIM_NAME = "ouroboros_eval_claim.json"  # container/protocol.py names; this file cannot import it
@@ -601,6 +605,77 @@ def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     return reading
 
 
+def cgroup_oom_kills(pid, container_id):
+    """How many processes the kernel's OOM killer ended in the memory cgroup of `pid` (the container's
+    main process, on a local daemon), or None. The daemon's own State.OOMKilled covers only the main
+    process, and the agent phase runs in an exec. Read from /proc/<pid>/cgroup (checked to name the
+    container's id, so a reused pid is never read) and the cgroup's memory.oom_control (v1) or
+    memory.events (v2): kernel files no container can write."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as handle:
+            lines = handle.read(1 << 16).decode("ascii", "replace").splitlines()
+    except (OSError, ValueError, TypeError):
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or container_id not in parts[2] or ".." in parts[2]:
+            continue
+        if "memory" in parts[1].split(","):
+            path = "/sys/fs/cgroup/memory" + parts[2] + "/memory.oom_control"
+        elif parts[0] == "0" and parts[1] == "":
+            path = "/sys/fs/cgroup" + parts[2] + "/memory.events"
+        else:
+            continue
+        try:
+            with open(path, "rb") as handle:
+                fields = dict(x.split(None, 1) for x in handle.read(1 << 12).decode("ascii").splitlines() if " " in x)
+            return int(fields["oom_kill"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def read_state(config, container, timeout=STATS_TIMEOUT_SEC):
+    """{"oom_killed", "oom_kills", "state_exit_code", "state_cause"} of `container`, read before its
+    removal (the daemon forgets a removed container): the daemon's inspect and, on a local daemon,
+    the kernel's OOM-kill count of its memory cgroup. None values with a cause when the daemon gave
+    no answer; never raises."""
+    out = {"oom_killed": None, "oom_kills": None, "state_exit_code": None, "state_cause": None}
+    conn = daemon_connection(config["docker_host"], timeout)
+    if conn is None:
+        out["state_cause"] = "daemon_address_unsupported"
+        return out
+    try:
+        conn.request("GET", f"/containers/{container}/json")
+        answer = conn.getresponse()
+        body = answer.read(1 << 20)
+        status = answer.status
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        out["state_cause"] = "inspect_failed:" + type(exc).__name__
+        return out
+    finally:
+        conn.close()
+    if status != 200:
+        out["state_cause"] = "container_absent" if status == 404 else f"inspect_http_{status}"
+        return out
+    try:
+        data = json.loads(body.decode("utf-8"))
+        state = data.get("State")
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        data, state = {}, None
+    if not isinstance(state, dict) or not isinstance(state.get("OOMKilled"), bool):
+        out["state_cause"] = "state_unreadable"
+        return out
+    code = state.get("ExitCode")
+    pid, ident = state.get("Pid"), data.get("Id")
+    kills = None
+    if config["docker_host"].startswith("unix://") and isinstance(pid, int) and pid > 0 and isinstance(ident, str) and len(ident) >= 12:
+        kills = cgroup_oom_kills(pid, ident)
+    out.update(oom_killed=state["OOMKilled"] or bool(kills), oom_kills=kills,
+               state_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
+    return out
+
+
 def refuse(cause, what="container creation"):
     """One line on stderr naming the cause (never the argv), and exit 75."""
     sys.stderr.write("docker shim: " + what + " refused: " + cause + "\n")
@@ -914,9 +989,19 @@ def handle_agent_exec(config, argv, at, ident, task, max_steps=None):
     phase's diagnostic trust only that summary (the agent may rewrite the file later). Its start and
     end go to `<id>.agent_window.json` (the first exec's, written once): the eval phase's launch_time."""
     started = time.time()
-    code, _ = run_child(config, argv[:at] + ["-e", END_STRAYS_ENV + "=1"] + argv[at:], {}, None)
+    watch = start_taskdb_watch(config, ident, task)
+    extra = ["-e", END_STRAYS_ENV + "=1"] + (["-e", TASKDB_ACK_ENV + "=1"] if watch is not None else [])
+    code, _ = run_child(config, argv[:at] + extra + argv[at:], {}, None)
     record(config, ident + AGENT_WINDOW_SUFFIX, json.dumps(
         {"started_at": started, "ended_at": time.time(), "max_steps": max_steps}) + "\n", once=True)
+    # The exec's end as this shim saw it, first and apart from the summary's facts (nothing the agent
+    # left can keep it from being written): a host fact of the ledger's infra rule (score/infra.py).
+    record(config, ident + AGENT_EXEC_SUFFIX, {"ts": time.time(), "task": task, "exit": code})
+    try:  # the baseline's record, even when none came (a task with no marker is never cleared)
+        if watch is not None:
+            watch.finish()
+    except Exception:  # noqa: BLE001
+        pass
     try:  # evidence only: the exec has run and its exit code stands whatever happens here
         safefile = _load_safefile()
         if safefile is not None and task is not None:
@@ -1004,6 +1089,8 @@ def handle_eval_exec(config, argv, at, ident, command):
         # The head, before the exec: if this shim dies during it, the host can still seal what the
         # eval container alone wrote (schemas/seal.py), knowing what stood there before.
         record(config, ident + SEAL_HEAD_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
+    if first and task is not None:
+        check_taskdb(config, ident, task)
     code, hung = run_child(config, argv[:at] + flags + argv[at:], {}, bound + BOUND_MARGIN_SEC if bound else None)
     if seal is not None:
         try:  # the exec has run: never run it again, whatever the seal meets (no seal = not scored)
@@ -1013,6 +1100,45 @@ def handle_eval_exec(config, argv, at, ident, command):
         except Exception:  # noqa: BLE001
             sys.stderr.write("docker shim: the eval seal could not be written\n")
     return code
+
+
+TASKDB_ACK_ENV = "COWORK_TASKDB_ACK"  # taskdb_probe.ACK_ENV: the agent phase waits for the baseline
+
+
+def _load_taskdb():
+    """custody/taskdb_probe.py, copied beside this program (install_custody); None if it is missing."""
+    if _load_safefile() is None:  # puts this folder on sys.path
+        return None
+    try:
+        import taskdb_probe  # type: ignore[import-not-found]  # noqa: PLC0415 - a sibling copy, as safefile
+    except ImportError:
+        return None
+    return taskdb_probe
+
+
+def start_taskdb_watch(config, ident, task):
+    """The task database's baseline, read from the host while the agent exec waits after
+    preprocess (issue 36); None when this run has no per-task dumps or the probe is missing."""
+    probe = _load_taskdb()
+    if probe is None or task is None or not config.get("dumps_dir") or evidence_path(config, "") is None:
+        return None
+    task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
+    return probe.BaselineWatch(config["real_docker"], docker_env(config), ident, task, task_root,
+                               lambda name, text: record(config, name, text, once=True)).start()
+
+
+def check_taskdb(config, ident, task):
+    """Before the first eval exec: the task database reset and read again (taskdb_probe.eval_check).
+    A missing probe is itself recorded: the ledger then cannot clear the task's database."""
+    probe = _load_taskdb()
+    if probe is None:
+        record(config, ident + ".taskdb.json", json.dumps({"schema": "cowork_adapter.taskdb_eval.v1",
+               "runner_id": ident, "task": task, "reset": {"started_at": time.time(),
+               "errors": ["the task database probe is missing beside the shim"]}}) + "\n", once=True)
+        return
+    probe.eval_check(config["real_docker"], docker_env(config), ident, task,
+                     evidence_path(config, probe.baseline_file(ident)),
+                     lambda name, text: record(config, name, text, once=True))
 
 
 def handle_creation(config, argv, shape):
@@ -1115,6 +1241,8 @@ def handle_remove(config, argv, shape):
             record(config, ident + AGENT_REMOVED_SUFFIX, f"{time.time():f}\n", once=True)
         reading = read_stats(config, container)
         reading.update(role=role, command=shape["subcommand"])
+        if role == "agent":  # whether the kernel OOM-killed in it: a host fact for the infra rule
+            reading.update(read_state(config, container))
         record(config, ident + ".resources.jsonl", reading)
     return run_real(config, argv)
 

@@ -40,6 +40,7 @@ from .heartbeat import DemoHeartbeat
 from .scenarios_diagnostic import scenario_diagnostic
 from .scenarios_hostile import scenario_hostile
 from .scenarios_inventory import scenario_environment
+from .scenarios_load import scenario_hostile_load
 from .scenarios_recovery import scenario_kill9_reconcile, scenario_resume
 
 
@@ -50,7 +51,10 @@ def scenario_pass(env: DemoEnv) -> list[Check]:
     run_root = env.run_root(name)
     rows = read_rows(run_root)
     manifest = read_json(run_root / "run_manifest.json")
-    checks = [Check("the launcher exits 1: the provider-error task is infrastructure", code == ExitCode.FAILED, f"exit {code}")]
+    checks = [Check("the launcher exits 0: the provider failure only the engine claimed (--key-in-agent, no gateway "
+                    "saw it) is agent_failed, not infrastructure", code == ExitCode.OK, f"exit {code}")]
+    said = {str(f.get("kind")) for f in rows.get("demo-provider-error", {}).get("tampering") or [] if isinstance(f, dict)}
+    checks.append(Check("demo-provider-error is flagged unverified_infra_claim", "unverified_infra_claim" in said, str(sorted(said))))
     for task, want in DESIGNED.items():
         got = rows.get(task, {}).get("status")
         checks.append(Check(f"{task} is {want}", got == want.value, f"got {got}"))
@@ -147,6 +151,7 @@ SCENARIOS: dict[str, Callable[[DemoEnv], list[Check]]] = {
     DemoScenario.DIAGNOSTIC.value: scenario_diagnostic,
     DemoScenario.ENVIRONMENT.value: scenario_environment,
     DemoScenario.HOSTILE.value: scenario_hostile,
+    DemoScenario.HOSTILE_LOAD.value: scenario_hostile_load,
     DemoScenario.RESUME.value: scenario_resume,
     DemoScenario.KILL9_RECONCILE.value: scenario_kill9_reconcile,
     DemoScenario.KILL9_RANDOM.value: scenario_kill9_random,

@@ -30,6 +30,7 @@ from ..schemas.gateway import is_billed, read_requests
 from ..schemas.manifest import GatewayRecord
 from ..schemas.run_config import OPENROUTER_CHAT_URL, agent_base_url, routed_model_id
 from ..vocab import EngineKind, GatewayRoute
+from .generation import model_price
 from .peers import RunPeers
 from .policy import SEED_PROVIDER_KEYS, Policy, pinned_model
 from .server import Gateway, new_secret
@@ -56,8 +57,9 @@ PROVIDER_TLS_DISCLOSURES = (
     f"look-ups); the run served {PROVIDER_HOST} itself over TLS to its agent containers (the name resolved to "
     "the run's gateway, whose certificate a CA made for this run signed, which those containers trusted) and "
     "added the key upstream: no container held the key, each task held a token for its own requests.",
-    "Ouroboros's look-ups of OpenRouter's model list went upstream without a credential, as the seed sends them; "
-    "its generation-cost and key-usage look-ups with the key in place of the task's token.",
+    "Ouroboros's look-ups of OpenRouter's model list without a credential were refused (every path of the "
+    "gateway needs the task's token), so its own pricing figures are unknown; its generation-cost and key-usage "
+    "look-ups went upstream with the key in place of the task's token.",
     "The agent containers' SSL_CERT_FILE, REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE named a bundle of the host's "
     "public roots plus the run CA, so every other HTTPS call of theirs verified against the host's roots.",
 )
@@ -78,8 +80,10 @@ def shaping_disclosures(provider: Provider, agent: Agent) -> list[str]:
         f"A forwarded request whose answer carried no cost figure (or was cut) was counted at "
         f"${provider.llm_gateway_unknown_cost_usd:g} by the gateway's fences (assumed_usd in the record, "
         "assumed_cost_usd per request); it is not in the provider-figure total.",
-        f"The gateway refused further requests of a task once its costs reached --per-task-cost-usd "
-        f"(${agent.per_task_cost_usd:g}), and the token of a task whose agent container was removed.",
+        f"Each chat request reserved its most expensive possible answer against --per-task-cost-usd "
+        f"(${agent.per_task_cost_usd:g}) before it was forwarded and settled it after, so a task's concurrent "
+        "requests could not overshoot it; a task over it got no more requests, its siblings and the run went on. "
+        "The token of a task whose agent container was removed was refused.",
     ]
 
 
@@ -113,8 +117,8 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str,
                           stop_file=RunRoot(run_root).stop_file, bind_host=host,
                           policy=Policy(model=pinned_model(cfg.agent.model), max_tokens=cfg.provider.llm_gateway_max_tokens),
                           per_task_usd=cfg.agent.per_task_cost_usd, unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
-                          revoked_dir=RunRoot(run_root).evidence,
-                          peers=RunPeers(cfg.docker_host, run_label)).start()
+                          revoked_dir=RunRoot(run_root).evidence, peers=RunPeers(cfg.docker_host, run_label),
+                          price=model_price(upstream, key, pinned_model(cfg.agent.model))).start()
     except OSError as exc:
         remove_secrets(run_root)
         raise Refusal("llm_gateway", f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
@@ -142,6 +146,7 @@ def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path,
                                         provider_keys=SEED_PROVIDER_KEYS, function_tools_only=True),
                           per_task_usd=cfg.agent.per_task_cost_usd, unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
                           revoked_dir=RunRoot(run_root).evidence, peers=RunPeers(cfg.docker_host, run_label),
+                          price=model_price(upstream, key, pinned_model(cfg.agent.model)),
                           tls=tls.server_context(), openrouter=True).start()
     except OSError as exc:
         remove_secrets(run_root)
@@ -166,12 +171,12 @@ def close_for_run(gateway: Gateway, record: GatewayRecord, run_root: Path) -> No
     gateway.close()
     rows = read_requests(run_root)
     forwarded = [r for r in rows if r.refused is None]
-    record.requests = len(rows)
+    record.requests = sum(r.count for r in rows)
     record.spent_usd = round(sum(r.cost_usd or 0.0 for r in forwarded), 10)
     record.unknown_cost_requests = sum(1 for r in forwarded if r.cost_usd is None and is_billed(r))
     record.assumed_usd = round(sum(r.assumed_cost_usd or 0.0 for r in rows if r.cost_usd is None), 10)
     record.unknown_cost_price_usd = gateway.unknown_cost_usd
-    record.unlogged_refusals = gateway.unlogged_refusals + gateway.overflowed
+    record.unlogged_refusals = gateway.unlogged_refusals + gateway.overflowed + gateway.refusals.unlogged
     record.allowance_usd = gateway.allowance_usd
     record.fence_reason = gateway.fence_reason
     remove_secrets(run_root)

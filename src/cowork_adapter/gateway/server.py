@@ -5,42 +5,37 @@ An HTTP endpoint served by threads of the launcher for the run's lifetime, with 
 gateway/tls.py, so the engine keeps the seed's OpenRouter route), or with `--llm-gateway` an
 OpenAI-compatible one. Agent containers call it with a per-task token instead of the key; it
 forwards the chat calls (streamed or not) and the free look-ups the route needs to the provider
-with the real key, and passes the provider's status and body back. Why threads and not a process: it dies with the launcher by construction, so nothing
-can spend without a living supervisor.
+with the real key, and passes the provider's status and body back. Why threads and not a process:
+it dies with the launcher by construction, so nothing can spend without a living supervisor.
 
-Tokens: `cwg1.<task>.<hmac>`, the HMAC-SHA256 under a per-run random secret of the run label and the
-runner's task id. The shim mints them when it creates `agent-<task>` (it reads the secret from a
-0600 file under <run_root>/private/, never mounted into a container); the gateway holds the same
-secret and recomputes. A token names one task of one run; it dies when the shim removes the task's
-agent container (the shim leaves `<task>.agent_removed` in the evidence directory) and with this
-gateway (no other process accepts it, and the key never left this process).
+Tokens (gateway/tokens.py) name one task of one run; a token dies when the shim removes the task's
+agent container (it leaves `<task>.agent_removed` in the evidence directory) and with this gateway.
 
 The agent under test is untrusted and holds its token, so the gateway defends itself:
-- only the run's own containers are served (gateway_peers.RunPeers, by peer address);
-- the token is checked before any body is read; a POST needs one exact Content-Length (411/400/413
-  otherwise), at most MAX_BODY_BYTES; a request must arrive whole within request_deadline_sec
-  (a trickling client is cut by the reaper), every socket operation has a timeout, and at most
-  max_connections connections are served at once (more are closed on accept);
-- log rows are bounded: paths and client text truncated, rows of unauthenticated refusals capped;
+- only the run's own containers are served (gateway/peers.py RunPeers, by peer address), each peer
+  and each task within its fair share of connections and requests in flight (gateway/shares.py);
+- the token is checked before any body is read, on every path; a POST needs one exact
+  Content-Length (411/400/413 otherwise), at most MAX_BODY_BYTES, arriving whole within
+  request_deadline_sec (the reaper cuts a trickling client); every socket operation has a timeout;
+- log rows are bounded: client text truncated, refusals counted per caller and cause per interval
+  (gateway/refusals.py), rows of unauthenticated refusals capped;
 - the body is shaped by gateway/policy.py (model pinned, n = 1, output tokens capped, price-changing
   routing refused, stream usage forced);
-- a forwarded request whose answer carries no cost is counted at `unknown_cost_usd`;
-- the per-task limit (--per-task-cost-usd) is enforced per token, beside the run-wide fence.
+- each chat request reserves its worst cost against its task's limit before it is forwarded and
+  settles it after (gateway/reserve.py); an answer without a cost is counted at what the provider's
+  generation stats say, else at `unknown_cost_usd`, against its task only.
 
 The fence is per request: once `fence(reason)` is called (the run is stopping, the stop file
-exists, or the gateway's own sum reaches the run's allowance) every new request is refused with a
+exists, or the gateway's sum of the provider's cost figures reaches the run's allowance) every new request is refused with a
 403 and a sentence, and every upstream connection is shut down: a stream in flight is cut, and a
 request still waiting for the provider's headers is cut too (counted at `unknown_cost_usd`, since
-the provider may bill it). Every request is one row of <run_root>/gateway/requests.jsonl.
+the provider may bill it). Every forwarded request is one row of <run_root>/gateway/requests.jsonl.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
-import re
 import socket
 import ssl
 import threading
@@ -53,25 +48,23 @@ from typing import NoReturn
 
 import httpx
 
-from ..runroot.layout import GATEWAY_SECRET, RunRoot
+from ..runroot.layout import RunRoot
 from ..schemas.gateway import GatewayRequest, encode_row
+from . import shares as sh
+from .generation import generation_cost
 from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
+from .refusals import RefusalLog
+from .reserve import Price, TaskLimits, output_cap, worst_cost
 from .routes import route_for
+from .tokens import StreamUsage, mint_token, new_secret, token_task, usage_of  # noqa: F401 - imported from here by the shim, the run and tests
 
-TOKEN_PREFIX = "cwg1"
-TOKEN_CONTEXT = b"cowork-gateway-token\0"
-SECRET_NAME = GATEWAY_SECRET  # in the run root's private/ (RunRoot.gateway_secret)
 # The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim.py handle_remove).
 REVOKED_SUFFIX = ".agent_removed"
-# The task ids the shim mints tokens for (shim.SAFE_ID); anything else is not a token of ours.
-_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
-MAX_TOKEN_CHARS = 256
 # The stop file and the request deadlines are looked at this often.
 STOP_POLL_SEC = 0.1
 # A chat body is JSON text; 16 MiB holds a long context with images. Bounded memory: this times
-# max_connections, and only the run's containers with a valid token get a body read at all.
+# the requests in flight (gateway/shares.py), and only the run's containers with a valid token get a body read at all.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_CONNECTIONS = 128
 # A request (its line, headers and body; or a keep-alive connection's wait for its next one) must
 # arrive whole within this; every single socket operation (a write to a client that does not read)
 # within SOCKET_TIMEOUT_SEC.
@@ -97,53 +90,6 @@ FENCE_RUN_STOPPING = "run_stopping"
 FENCE_BUDGET = "gateway_budget"
 
 
-def token_mac(secret: bytes, run_label: str, task: str) -> str:
-    message = TOKEN_CONTEXT + run_label.encode() + b"\0" + task.encode()
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def mint_token(secret: bytes, run_label: str, task: str) -> str:
-    """The token of `task` in run `run_label` (the shim mints the same one; see custody/shim.py)."""
-    return f"{TOKEN_PREFIX}.{task}.{token_mac(secret, run_label, task)}"
-
-
-def token_task(secret: bytes, run_label: str, token: str) -> str | None:
-    """The task a token was minted for in this run, or None (malformed, other run, other task)."""
-    if len(token) > MAX_TOKEN_CHARS or not token.isascii():  # compare_digest raises on non-ASCII text
-        return None
-    prefix, _, rest = token.partition(".")
-    task, _, mac = rest.rpartition(".")
-    if prefix != TOKEN_PREFIX or not _TASK_ID.match(task) or not mac:
-        return None
-    return task if hmac.compare_digest(mac, token_mac(secret, run_label, task)) else None
-
-
-def new_secret(private_dir: Path) -> tuple[bytes, Path]:
-    """A fresh per-run secret, and the 0600 file the shim reads it from (created, never replaced)."""
-    secret = os.urandom(32)
-    private_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = private_dir / SECRET_NAME
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, secret.hex().encode())
-    finally:
-        os.close(fd)
-    return secret, path
-
-
-def usage_of(obj: object) -> tuple[int | None, int | None, float | None]:
-    """(prompt tokens, completion tokens, cost) from a response or chunk's `usage`, when present."""
-    usage = obj.get("usage") if isinstance(obj, dict) else None
-    if not isinstance(usage, dict):
-        return None, None, None
-
-    def number(name: str, kind):
-        value = usage.get(name)
-        return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    return number("prompt_tokens", int), number("completion_tokens", int), number("cost", float)
-
-
 def bounded(text: str | None, limit: int) -> str | None:
     """Client-provided text as a log row may hold it: at most `limit` characters, marked when cut."""
     if text is None or len(text) <= limit:
@@ -151,30 +97,8 @@ def bounded(text: str | None, limit: int) -> str | None:
     return text[:limit] + f"...[{len(text) - limit} more]"
 
 
-class StreamUsage:
-    """Follows a server-sent event stream as it passes and keeps the last `usage` it carried."""
-
-    def __init__(self) -> None:
-        self._pending = b""
-        self.usage: tuple[int | None, int | None, float | None] = (None, None, None)
-
-    def feed(self, data: bytes) -> None:
-        self._pending += data
-        *lines, self._pending = self._pending.split(b"\n")
-        for line in lines:
-            line = line.strip()
-            if not line.startswith(b"data:") or b'"usage"' not in line:
-                continue
-            try:
-                found = usage_of(json.loads(line[5:].strip()))
-            except ValueError:
-                continue
-            if found != (None, None, None):
-                self.usage = found
-
-
 class _Server(ThreadingHTTPServer):
-    """The stdlib threading server with a bound on connections served at once and a peer check."""
+    """The stdlib threading server with a peer check and fair shares of connections (gateway/shares.py)."""
 
     daemon_threads = True
     block_on_close = False
@@ -182,11 +106,9 @@ class _Server(ThreadingHTTPServer):
     # before the accept loop can even close the ones over the bound.
     request_queue_size = 256
 
-    def __init__(self, address, handler, gateway: Gateway, max_connections: int,
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, address, handler, gateway: Gateway, tls: ssl.SSLContext | None = None) -> None:
         self.gateway = gateway
         self.tls = tls
-        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, handler)
 
     def get_request(self):
@@ -199,24 +121,32 @@ class _Server(ThreadingHTTPServer):
         return self.gateway.admit_peer(client_address[0])
 
     def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):  # full: closed at once, no thread, no read
+        peer = _peer(client_address)
+        why = self.gateway.shares.connect(peer)
+        if why is not None:  # over the peer's share or full: closed at once, no thread, no read
             self.gateway.overflowed += 1
+            self.gateway.record(GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0,
+                                               refused=why, peer=peer))
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self.gateway.shares.disconnect(peer, None)
             raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.gateway.shares.disconnect(_peer(client_address), self.gateway._bound.pop(request, None))
 
     def handle_error(self, request, client_address) -> None:  # a broken client is not our traceback
         self.gateway.errors += 1
+
+
+def _peer(client_address) -> str:
+    return str(client_address[0]).removeprefix("::ffff:")  # an IPv4 peer on a dual-stack socket
 
 
 class Gateway:
@@ -224,7 +154,10 @@ class Gateway:
 
     `allowance_usd` is what the gateway's sum of costs may reach before it fences (None until the
     launcher has admitted the run: every request is refused until then). `policy` shapes chat
-    bodies (gateway/policy.py). `per_task_usd`: a task whose sum reaches it gets no more requests.
+    bodies (gateway/policy.py). `per_task_usd`: each request of a task reserves its worst
+    cost against it first (gateway/reserve.py; `price`: the run's model price, else a request's worst
+    cost is `unknown_cost_usd`). `shares`: the connection and in-flight bounds per peer and per task
+    (gateway/shares.py; `max_connections` alone scales them down, for tests).
     `unknown_cost_usd`: what a forwarded request without a provider cost figure is counted at.
     `revoked_dir`: where the shim leaves `<task>.agent_removed`. `peers`: an object with
     `allowed(ip)` (gateway_peers.RunPeers); None serves any peer (tests on loopback).
@@ -235,7 +168,8 @@ class Gateway:
                  stop_file: Path, bind_host: str, port: int = 0,
                  on_fence: Callable[[str], None] | None = None, policy: Policy | None = None,
                  per_task_usd: float | None = None, unknown_cost_usd: float = DEFAULT_UNKNOWN_COST_USD,
-                 revoked_dir: Path | None = None, peers=None, max_connections: int = MAX_CONNECTIONS,
+                 revoked_dir: Path | None = None, peers=None, max_connections: int | None = None,
+                 shares: sh.Limits | None = None, price: Price | None = None, generation_stats: bool | None = None,
                  request_deadline_sec: float = REQUEST_DEADLINE_SEC,
                  socket_timeout_sec: float = SOCKET_TIMEOUT_SEC, tls: ssl.SSLContext | None = None,
                  openrouter: bool = False) -> None:
@@ -248,18 +182,29 @@ class Gateway:
         self.on_fence = on_fence
         self.policy = policy or Policy(model=None)
         self.per_task_usd = per_task_usd
+        self.limits = TaskLimits(per_task_usd)
+        self.price = price
+        # Whether the upstream posts generation stats (OpenRouter does; gateway/generation.py).
+        self.generation_stats = (openrouter or "openrouter.ai" in upstream) if generation_stats is None else generation_stats
         self.unknown_cost_usd = unknown_cost_usd
+        if shares is None and max_connections is not None:
+            half = max(1, max_connections // 2)
+            shares = sh.Limits(max_connections=max_connections, per_peer=half, guaranteed=min(half, 4),
+                               headroom=max_connections // 4, per_task=max_connections, per_task_in_flight=half)
+        self.shares = sh.Shares(shares)
+        self._bound: dict[socket.socket, str] = {}  # a served connection -> the task whose token it showed
+        self.refusals = RefusalLog()
         self.revoked_dir = revoked_dir
         self.peers = peers
         self.request_deadline_sec = request_deadline_sec
         self.socket_timeout_sec = socket_timeout_sec
         self.allowance_usd: float | None = None
-        self.spent_usd = 0.0
-        self.assumed_usd = 0.0  # the part of spent_usd counted at unknown_cost_usd
-        self.task_spent: dict[str, float] = {}
+        self.spent_usd = 0.0  # the provider's own figures: what the run-wide fence counts
+        self.assumed_usd = 0.0  # counted at unknown_cost_usd against their tasks only, never the run
+        self.task_spent = self.limits.spent  # each task's settled costs, assumed ones included
         self.fence_reason: str | None = None
-        # Counters of what left no row: connections closed on accept (full), broken handlers,
-        # unauthenticated refusals past MAX_ANONYMOUS_ROWS.
+        # Counters: connections closed on accept (over a share), broken handlers, unauthenticated
+        # refusals past MAX_ANONYMOUS_ROWS (and refusals the refusal log could not follow).
         self.overflowed = 0
         self.errors = 0
         self.unlogged_refusals = 0
@@ -281,7 +226,7 @@ class Gateway:
         # none (an `Accept: */*` on the seed's key check made its request differ from the seed's path).
         for name in ("accept", "user-agent"):
             self._client.headers.pop(name, None)
-        self._server = _Server((bind_host, port), _handler(self), self, max_connections, tls)
+        self._server = _Server((bind_host, port), _handler(self), self, tls)
         self._threads: list[threading.Thread] = []
 
     @property
@@ -309,6 +254,8 @@ class Gateway:
         self._server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
+        for row in self.refusals.due(time.monotonic(), final=True):
+            self._write(row)
         self._client.close()
         if self.peers is not None and hasattr(self.peers, "close"):
             self.peers.close()
@@ -322,11 +269,11 @@ class Gateway:
         """Whether a connection from `ip` is served (called on accept); a refusal is logged."""
         if self.peers is None:
             return True
-        ip = ip[7:] if ip.startswith("::ffff:") else ip  # an IPv4 peer on a dual-stack socket
+        ip = _peer((ip,))
         if self.peers.allowed(ip):
             return True
         self.record(GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0,
-                                   refused=REFUSED_PEER, error=bounded(f"peer {ip} is not a container of this run",
+                                   refused=REFUSED_PEER, peer=ip, error=bounded(f"peer {ip} is not a container of this run",
                                                                        TEXT_CHARS)))
         return False
 
@@ -373,16 +320,23 @@ class Gateway:
     def fenced(self) -> bool:
         return self._fenced.is_set()
 
-    def _add_cost(self, task: str | None, cost: float | None, assumed: float | None) -> None:
-        charge = cost if cost is not None else assumed
-        if charge is None:
+    def _add_cost(self, task: str | None, cost: float | None, assumed: float | None,
+                  reserved: float | None = None) -> None:
+        """Count a request's cost: the provider's figure toward the run-wide fence and its task; an
+        assumed figure toward its task only (one task's unknowns never fence its siblings). A request
+        that reserved its worst cost (gateway/reserve.py) settles the reservation with this charge."""
+        charge = cost if cost is not None else (assumed or 0.0)
+        if task is not None and reserved is not None:
+            self.limits.settle(task, reserved, charge)
+        elif task is not None and charge:
+            self.limits.charge(task, charge)
+        if not charge:
             return
         with self._lock:
-            self.spent_usd += charge
             if cost is None:
                 self.assumed_usd += charge
-            if task is not None:
-                self.task_spent[task] = self.task_spent.get(task, 0.0) + charge
+            else:
+                self.spent_usd += charge
         self._check_budget()
 
     def _check_budget(self) -> None:
@@ -397,6 +351,8 @@ class Gateway:
         while not self._closing.wait(STOP_POLL_SEC):
             if not self.fenced and os.path.lexists(self.stop_file):
                 self.fence(FENCE_RUN_STOPPING)
+            for row in self.refusals.due(time.monotonic()):
+                self._write(row)
             now = time.monotonic()
             for conn, deadline in list(self._deadlines.items()):
                 if now > deadline and self._deadlines.pop(conn, None) is not None:
@@ -415,7 +371,7 @@ class Gateway:
             return REFUSED_FENCED, f"the run is stopping ({self.fence_reason}); no new model requests are forwarded"
         if self.allowance_usd is None:
             return REFUSED_FENCED, "the run is not admitted yet; no model requests are forwarded"
-        spent = self.task_spent.get(task, 0.0) if task is not None else 0.0
+        spent = self.limits.settled(task) if task is not None else 0.0
         if self.per_task_usd is not None and spent >= self.per_task_usd:
             return REFUSED_TASK_BUDGET, (f"this task's model spend ${spent:.4f} reached the per-task limit "
                                          f"${self.per_task_usd:.4f} (--per-task-cost-usd); no more requests "
@@ -428,11 +384,16 @@ class Gateway:
         row.path = bounded(row.path, PATH_CHARS) or ""
         row.model = bounded(row.model, TEXT_CHARS)
         row.error = bounded(row.error, TEXT_CHARS)
+        # Refusals: one row per caller and cause per interval (gateway/refusals.py).
+        if row.refused is None or self.refusals.note(row, time.monotonic()) is not None:
+            self._write(row)
+
+    def _write(self, row: GatewayRequest) -> None:
         data = encode_row(row)
         with self._lock:
             if row.task is None and row.refused is not None:
                 if self._anonymous_rows >= MAX_ANONYMOUS_ROWS:
-                    self.unlogged_refusals += 1
+                    self.unlogged_refusals += row.count
                     return
                 self._anonymous_rows += 1
             if self._log_fd >= 0:
@@ -473,6 +434,10 @@ class Gateway:
         if fenced:  # fenced while waiting: the fence's sweep may have missed this one
             response.close()
         return response
+
+    def generation_cost(self, generation: str) -> float | None:
+        """The provider's own figure for an answer that carried none (gateway/generation.py)."""
+        return generation_cost(self._client, self.upstream, self._key, generation, self._closing)
 
     def release(self, response: httpx.Response) -> None:
         with self._lock:
@@ -540,8 +505,11 @@ def _handler(gateway: Gateway):
         def _serve(self, method: str) -> None:
             started = time.time()
             clock = time.monotonic()
-            row = GatewayRequest(at=started, task=None, path=self.path.split("?", 1)[0], status=0, latency_ms=0.0)
+            row = GatewayRequest(at=started, task=None, path=self.path.split("?", 1)[0], status=0, latency_ms=0.0,
+                                 peer=_peer(self.client_address))
             self._clock, self._settled = clock, False
+            self._reserved: float | None = None  # the worst cost this request holds (gateway/reserve.py)
+            self._busy: str | None = None  # the task whose in-flight share it takes
             try:
                 self._forward(method, row)
             except _Refused:
@@ -551,6 +519,8 @@ def _handler(gateway: Gateway):
                 self.close_connection = True
             finally:
                 self._settle(row)
+                if self._busy is not None:
+                    gateway.shares.end(self._busy)
 
         def _settle(self, row: GatewayRequest) -> None:
             """Record the request and count its cost, once. A plain answer is settled before its body is
@@ -560,7 +530,7 @@ def _handler(gateway: Gateway):
             self._settled = True
             row.latency_ms = round((time.monotonic() - self._clock) * 1000, 3)
             gateway.record(row)
-            gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd)
+            gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd, self._reserved)
 
         def _refuse(self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str,
                     *, close: bool = False) -> NoReturn:
@@ -573,19 +543,27 @@ def _handler(gateway: Gateway):
             raise _Refused
 
         def _forward(self, method: str, row: GatewayRequest) -> None:
-            # 1. The token, before anything else is read (optional only where the seed sends none).
+            # 1. The token, before anything else is read, on every path of both faces.
             found = route_for(self.path, openrouter=gateway.openrouter)
-            header = self.headers.get("Authorization")
-            task = None
-            if found is None or found[0].token_required or header is not None:
-                task = gateway.authorize(header)
-                row.task = task
-                if task is None:
-                    self._refuse(row, 401, REFUSED_AUTH, "the token is not valid for this run and task",
-                                 "authentication_error", close=True)
-                if gateway.revoked(task):
-                    self._refuse(row, 401, REFUSED_REVOKED, "this task's agent container was removed; its token "
-                                 "is no longer valid", "authentication_error", close=True)
+            task = gateway.authorize(self.headers.get("Authorization"))
+            row.task = task
+            if task is None:
+                self._refuse(row, 401, REFUSED_AUTH, "the token is not valid for this run and task",
+                             "authentication_error", close=True)
+            if gateway.revoked(task):
+                self._refuse(row, 401, REFUSED_REVOKED, "this task's agent container was removed; its token "
+                             "is no longer valid", "authentication_error", close=True)
+            # 1b. The task's fair share (gateway/shares.py): its connections, then its requests in flight.
+            if gateway._bound.get(self.request) != task:
+                if self.request in gateway._bound or not gateway.shares.bind(task):
+                    self._refuse(row, 429, sh.TASK_CONNECTIONS, "this task holds its share of the gateway's "
+                                 "connections; close some first", "rate_limit_error", close=True)
+                gateway._bound[self.request] = task
+            if not gateway.shares.begin(task):
+                self._refuse(row, 429, sh.TASK_BUSY, "this task has its share of requests in flight "
+                             f"({gateway.shares.limits.per_task_in_flight}); wait for one to end",
+                             "rate_limit_error", close=True)
+            self._busy = task
             if found is None or method != found[0].method:
                 self._refuse(row, 404, REFUSED_ROUTE, f"no route {method} {bounded(self.path, PATH_CHARS)}",
                              "not_found", close=True)
@@ -593,7 +571,7 @@ def _handler(gateway: Gateway):
             # 2. The body: its exact length first, then a bounded read within the deadline.
             body = self._read_body(method, row)
             if not route.chat:
-                return self._send_upstream(method, upstream_path, None, row, billed=route.billed)
+                return self._send_upstream(method, upstream_path, None, row, billed=route.billed, worst=0.0)
             # 3. The shape: model, n, output tokens, routing, stream usage (gateway/policy.py).
             try:
                 parsed = json.loads(body or b"{}")
@@ -609,7 +587,9 @@ def _handler(gateway: Gateway):
             # A body the policy left as it was goes upstream byte for byte, as the engine sent it.
             row.changed = shaped != parsed
             forwarded = json.dumps(shaped).encode() if row.changed else body
-            self._send_upstream(method, upstream_path, forwarded, row, billed=route.billed)
+            worst = worst_cost(len(forwarded), output_cap(shaped, gateway.policy.max_tokens), gateway.price,
+                               gateway.unknown_cost_usd)
+            self._send_upstream(method, upstream_path, forwarded, row, billed=route.billed, worst=worst)
 
         def _read_body(self, method: str, row: GatewayRequest) -> bytes:
             if self.headers.get("Transfer-Encoding") is not None:
@@ -632,7 +612,10 @@ def _handler(gateway: Gateway):
                              "invalid_request_error", close=True)
             if method == "GET" and length:
                 self._refuse(row, 400, REFUSED_BODY, "a GET carries no body", "invalid_request_error", close=True)
-            body = self.rfile.read(length) if length else b""
+            try:  # the reaper's shutdown reads as an end, or as a reset when the client closed first
+                body = self.rfile.read(length) if length else b""
+            except ConnectionError:
+                body = b""
             gateway._deadlines.pop(self.connection, None)
             if len(body) < length:  # cut by the deadline, or the client stopped sending
                 row.error = f"body ended after {len(body)} of {length} bytes"
@@ -641,8 +624,15 @@ def _handler(gateway: Gateway):
             return body
 
         def _send_upstream(self, method: str, path: str, body: bytes | None, row: GatewayRequest, *,
-                           billed: bool) -> None:
+                           billed: bool, worst: float) -> None:
             refusal = gateway.refusal(row.task)
+            if refusal is None and billed and row.task is not None:  # the worst answer reserved first
+                if gateway.limits.reserve(row.task, worst):
+                    self._reserved = worst
+                else:
+                    refusal = (REFUSED_TASK_BUDGET, f"this task's model spend ${gateway.limits.settled(row.task):.4f} "
+                               f"and the answers in flight may reach the per-task limit ${gateway.per_task_usd:.4f} "
+                               "(--per-task-cost-usd); wait for them to end")
             if refusal is not None:
                 self._refuse(row, 403, refusal[0], refusal[1],
                              "gateway_fenced" if refusal[0] == REFUSED_FENCED else "task_budget_spent")
@@ -715,6 +705,15 @@ def _handler(gateway: Gateway):
                     row.error = f"upstream: {type(exc).__name__}"
             finally:  # also when the client went away mid-stream: the provider bills what it made
                 row.prompt_tokens, row.completion_tokens, row.cost_usd = usage.usage
+                if billed and row.cost_usd is None and response.status_code < 400 and usage.generation \
+                        and gateway.generation_stats:
+                    try:  # the stream ends for the client now (framed by the connection's end), then we ask
+                        socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    row.cost_usd = gateway.generation_cost(usage.generation)  # the provider's own figure
+                    row.error = row.error if row.cost_usd is None else bounded(
+                        f"{row.error or 'no usage'}; cost from generation stats", TEXT_CHARS)
                 if billed and row.cost_usd is None and response.status_code < 400:
                     row.assumed_cost_usd = gateway.unknown_cost_usd
 

@@ -400,6 +400,7 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
             "peak_memory_bytes": row.peak_memory_bytes if row else None,
             "cpu_seconds": row.cpu_seconds if row else None,
             "resource_basis": row.resource_basis if row else None,
+            "infra_cause": row.infra_cause.value if row and row.infra_cause else None,  # what the host saw (§infra)
         })
     return {
         "schema": REPORT_SCHEMA,

@@ -6,8 +6,10 @@ of applied configuration, seed head, benchmark commit or image ID anywhere in th
 Each ancestor's settled tasks come from rebuilding its view from its manifest and dumps, where
 a valid official receipt settles a task (DESIGN principle 4); its result_index.jsonl is never
 read, so a stale, missing or torn ledger (a killed launcher) changes nothing. Settled results
-(passed, failed, agent_failed) anywhere are never repeated. Refusals are one sentence, stage
-"recovery".
+(passed, failed, agent_failed) anywhere are never repeated. An attempt is rerun as infrastructure's
+only when the host saw the cause (score/infra.py: the row's `infra_cause`); one that only its agent
+called an infrastructure failure (a summary, a dead entrypoint, no traj_log.json) is agent_failed
+there, so a failing agent cannot buy itself a re-roll. Refusals are one sentence, stage "recovery".
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def _settled_attempts(root: str, manifest: RunManifest) -> dict[str, TaskRow]:
             f"The ancestor {root} could not be rebuilt from its manifest and dumps ({type(exc).__name__}), "
             "so its tasks cannot be assumed unattempted; investigate before recovering.",
         ) from None
+    # Every final infra_failed row names the cause the host saw (score/infra.py): only those are rerun.
     return {task: row for task, row in rows.items() if row.status.settled}
 
 

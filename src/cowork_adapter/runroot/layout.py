@@ -82,6 +82,9 @@ DUMP_BOUNDS_LOG = "dump_bounds.jsonl"
 SEAL_SUFFIX = ".seal.json"
 SEAL_HEAD_SUFFIX = ".seal-head.json"
 HELD_SUMMARY_SUFFIX = ".agent_summary.json"
+# The task database between the phases (custody/taskdb_probe.py writes them, score/taskdb.py reads them).
+TASKDB_BASELINE_SUFFIX = ".taskdb-baseline.json"
+TASKDB_SUFFIX = ".taskdb.json"
 
 # What makes a folder a run root (any one of them: a run killed early may have only its events).
 MARKERS = (MANIFEST, MONITOR, EVENTS, RESULT_INDEX)

@@ -58,6 +58,9 @@ LIMITATIONS: tuple[str, ...] = (
     "Tampering the audit saw is what its listings of the dumps show when it runs (links, FIFOs, devices, oversize "
     "files, misplaced or set-aside records); no such entry is ever opened or followed, and one removed before the "
     "audit, or deeper in a dump than it lists, is not seen. The ledger rows' flags are the host's own checks.",
+    "A task database's changed tables are accounted for by any call of a PostgreSQL-backed MCP server in the "
+    "transcript (its tools name no tables), or by a database client in a shell tool (a finding): a table changed "
+    "with neither is for review, never a verdict.",
 )
 
 # Storage caps: counts stay exact, stored examples stop here (bounded report size and memory).
@@ -196,6 +199,36 @@ class TaskEvalAttempts(_Model, kw_only=True):
     diagnostic: DiagnosticFact = msgspec.field(default_factory=DiagnosticFact)
 
 
+class TaskDbTable(_Model, kw_only=True):
+    """One table of the task's database that changed between the phases (score/taskdb.py's TableDiff)."""
+
+    table: str
+    change: str  # added | removed | changed
+    rows_before: int | None = None
+    rows_after: int | None = None
+    added: int | None = None
+    changed: int | None = None
+    removed: int | None = None
+    columns_changed: bool = False
+    basis: str = ""
+    accounted_by: str | None = None  # pg_mcp_call | shell_database_client | None: for review
+
+
+class TaskDbAudit(_Model, kw_only=True):
+    """The task's database between the phases, as audit evidence (the ledger's flags decide nothing here)."""
+
+    baseline: str | None = None  # after_preprocess | before_preprocess | no_marker
+    code: list[str] = msgspec.field(default_factory=list)
+    settings: list[str] = msgspec.field(default_factory=list)
+    processes: list[str] = msgspec.field(default_factory=list)
+    catalog: list[str] = msgspec.field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
+    tables: list[TaskDbTable] = msgspec.field(default_factory=list)
+    pg_servers: list[str] | None = None  # the run's PostgreSQL-backed MCP servers (None: configs unreadable)
+    pg_tool_calls: int = 0  # non-error calls of those servers in the transcript
+    for_review: bool = False  # a table changed that no tool call accounts for
+
+
 class TaskAudit(_Model, kw_only=True):
     instance_id: str
     ledger_status: str | None = None
@@ -223,6 +256,7 @@ class TaskAudit(_Model, kw_only=True):
     ledger_tampering: list[LedgerTamper] | None = None
     tampering_seen: list[TamperSeen] = msgspec.field(default_factory=list)  # stored up to MAX_GAPS_PER_TASK
     tampering_seen_by_kind: dict[str, int] = msgspec.field(default_factory=dict)  # every one counted
+    task_db: TaskDbAudit | None = None  # None: no task database was checked (no pg container, an older run)
 
 
 class Totals(_Model, kw_only=True):
@@ -278,6 +312,7 @@ class AuditReport(_Model, kw_only=True):
     run_gaps: list[Gap] = msgspec.field(default_factory=list)
     eval_attempts: RunEvalAttempts = msgspec.field(default_factory=RunEvalAttempts)
     tampering: Tampering | None = None  # None: an audit written before it looked for tampering
+    task_db_for_review: list[str] = msgspec.field(default_factory=list)  # tasks whose database changed without a tool call
     tasks: list[TaskAudit] = msgspec.field(default_factory=list)
 
     def to_json(self) -> str:

@@ -46,6 +46,11 @@ class GatewayRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # A chat body the gateway's policy changed before forwarding it (gateway/policy.py); an unchanged
     # one went upstream byte for byte.
     changed: bool = False
+    # How many requests this row stands for: refusals are logged as one row per caller and cause per
+    # interval with their count (gateway/refusals.py); a forwarded request is always 1. `peer`: the
+    # caller's address, on refusals (the caller a refusal without a valid token is counted under).
+    count: int = 1
+    peer: str | None = None
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -87,6 +92,7 @@ class TaskSpend(msgspec.Struct, kw_only=True):
     cost_usd: float = 0.0
     unknown_cost: int = 0  # forwarded chat completions whose response carried no cost figure
     assumed_cost_usd: float = 0.0  # what those were counted at by the gateway's fences (pessimistic)
+    refused: dict[str, int] = msgspec.field(default_factory=dict)  # refusals of the task's token, by cause
 
 
 def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
@@ -96,8 +102,9 @@ def spend_by_task(rows: list[GatewayRequest]) -> dict[str, TaskSpend]:
         if row.task is None:
             continue
         spend = out.setdefault(row.task, TaskSpend())
-        spend.requests += 1
+        spend.requests += row.count
         if row.refused is not None:
+            spend.refused[row.refused] = spend.refused.get(row.refused, 0) + row.count
             continue
         spend.forwarded += 1
         spend.prompt_tokens += row.prompt_tokens or 0

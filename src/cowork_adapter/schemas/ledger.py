@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ..runroot.layout import RESULT_INDEX
-from ..vocab import OfficialEvalStatus, PaidActivity, TamperKind, TaskStatus
+from ..vocab import InfraCause, OfficialEvalStatus, PaidActivity, TamperKind, TaskStatus
 from .record import Record, RecordInvalid, decode
 
 TASK_ROW_SCHEMA: Final = "cowork_adapter.task_result.v1"
@@ -97,6 +97,8 @@ class GatewaySpend(Record):
     cost_usd: float = 0.0
     unknown_cost_requests: int = 0  # forwarded, but the answer carried no cost figure
     assumed_cost_usd: float = 0.0  # what the gateway counted those at (its pessimistic price), not in cost_usd
+    # The gateway's refusals of the task's token by cause (task_busy, task_budget, shape...): what it tried.
+    refused: dict[str, int] | None = None
 
 
 class TamperFinding(Record):
@@ -139,6 +141,9 @@ class TaskRow(Record, rename={"schema_": "schema"}):
     # What the host saw the agent try against its score, a sibling or the host. The ledger always
     # writes a list (empty: nothing seen); None only in rows written before the check existed.
     tampering: list[TamperFinding] | None = None
+    # An infra_failed row's cause as the host saw it (score/infra.py), the only rows --resume-from
+    # reruns; None on every other row, a live provisional one, and rows written before it existed.
+    infra_cause: InfraCause | None = None
 
 
 LEDGER_NAME = RESULT_INDEX  # RunRoot.result_index

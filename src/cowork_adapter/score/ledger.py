@@ -18,6 +18,7 @@ recovery run carries are rebuilt from the ancestors' dumps, never read from thei
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -62,8 +63,11 @@ from ..vocab import (
     TamperKind,
     TaskStatus,
 )
+from . import infra
 from .dumpread import named_kinds, signature
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
+from .taskdb import findings as taskdb_findings
+from .taskdb import read_task_diff
 from .unreadable import over_bound_row, unreadable_row
 
 SUMMARY_NAME = "ouroboros_summary.json"
@@ -227,6 +231,14 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         found.append(TamperFinding(kind=TamperKind.SEALED_FILE_CHANGED, detail=", ".join(changed)))
         return OfficialVerdict(OfficialEvalStatus.UNKNOWN, "sealed_file_changed", None), found
     return verdict, found
+
+
+def taskdb_verdict(verdict: OfficialVerdict, found: list[TamperFinding]) -> OfficialVerdict:
+    """A sealed pass is not scored when the task's database held the agent's code or settings, or
+    could not be reset and compared (score/taskdb.py's findings): it stands as a fail, cause named."""
+    if found and verdict.passed is True:
+        return OfficialVerdict(verdict.status, found[0].kind.value, False)
+    return verdict
 
 
 def runner_disagreement(verdict: OfficialVerdict, runner: RunnerRow | None) -> list[TamperFinding]:
@@ -562,6 +574,8 @@ class IndexContext:
     refused_mounts: dict[str, int] = field(default_factory=dict)
     # task -> its runner id (the shim's `<id>.task` evidence), for the host-held summary copy.
     runner_ids: dict[str, str] = field(default_factory=dict)
+    # task -> what the host saw of its attempt (score/infra.py), for the infra rule.
+    host: dict[str, infra.HostFacts] = field(default_factory=dict)
     # task -> the run's record of its dump over a bound (runroot/dump_meter.py), flagged on its row.
     over_bound: dict[str, DumpOverBound] = field(default_factory=dict)
 
@@ -597,6 +611,8 @@ class IndexContext:
         if self.sealing:
             self.seals = read_seals(self.run_root)
             self.refused_mounts = refused_dump_mounts(self.run_root, self.selection())
+            self.host = infra.read_host_facts(self.run_root, runner_ids, recorded=True, gateway=self.gateway is not None,
+                                              engine=getattr(self.manifest, "engine", None))
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
@@ -691,7 +707,7 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
     entries = signature(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench))) if dump is not None else ()
     return (str(dump), entries, ctx.runner_rows.get(task), ctx.custody.get(task),
             repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
-            ctx.refused_mounts.get(task), ctx.over_bound.get(task))
+            ctx.refused_mounts.get(task), ctx.host.get(task), ctx.over_bound.get(task))
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
@@ -777,6 +793,12 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             verdict, found = seal_verdict(verdict, seal, now, head=sealed.head if sealed else None,
                                           records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
             tampering += found
+            # The task database between the phases (issue 36): the agent's code or settings there, or a
+            # database the host could not reset and compare, keep a pass from being scored.
+            runner_id = ctx.runner_ids.get(task)
+            db_found = taskdb_findings(read_task_diff(ctx.run_root, runner_id)) if runner_id else []
+            tampering += db_found
+            verdict = taskdb_verdict(verdict, db_found)
         if with_usage and "ouroboros" in names:
             usage = scan_usage(dump / "ouroboros" / ENGINE_EVENTS)
     if task in ctx.custody:
@@ -796,6 +818,14 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     if ctx.refused_mounts.get(task):
         tampering.append(TamperFinding(kind=TamperKind.OUTSIDE_OWN_DUMP,
                                        detail=f"{ctx.refused_mounts[task]} container mount(s) of the dumps folder refused"))
+    # infra_failed only with a cause the host saw (score/infra.py): a claim alone is the agent's.
+    host = ctx.host.get(task) or infra.HostFacts(recorded=ctx.sealing, gateway=ctx.gateway is not None)
+    host = dataclasses.replace(host, stop=infra.stop_of(interruption_cause), final=not live,
+                               runner_pg_fail=runner is not None and runner.status == "pg_fail")
+    settled = infra.settle(status_, reason, provisional, host=host, summary_state=summary_state,
+                           summary=summary, findings=tampering)
+    status_, reason, infra_cause, provisional = settled.status, settled.reason, settled.cause, provisional or settled.provisional
+    tampering += settled.found
     r_bytes, r_sha = _file_digest(receipt_path)
     truncated = summary.get("truncated") if summary else None
     truncated = truncated if isinstance(truncated, bool) else None
@@ -830,6 +860,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
         resource_basis=use.basis,
         resource_containers=list(use.containers),
         tampering=_once(tampering),
+        infra_cause=infra_cause,
     )
 
 
@@ -926,7 +957,8 @@ def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, Gatew
             out[task] = GatewaySpend(requests=spend.requests, forwarded=spend.forwarded,
                                      prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
                                      cost_usd=round(spend.cost_usd, 10), unknown_cost_requests=spend.unknown_cost,
-                                     assumed_cost_usd=round(spend.assumed_cost_usd, 10))
+                                     assumed_cost_usd=round(spend.assumed_cost_usd, 10),
+                                     refused=dict(spend.refused) or None)
     return out
 
 
