@@ -256,6 +256,12 @@ def _run_flags(
                                                 rich_help_panel=P_DISK)] = 200.0,
     min_root_free_gib: Annotated[float, typer.Option(help="Free-space reserve on / (>= 0).",
                                                      rich_help_panel=P_DISK)] = 40.0,
+    dump_max_gib: Annotated[float, typer.Option(help="Disk one task's dump may take while it runs (> 0).",
+                                                rich_help_panel=P_DISK)] = 8.0,
+    dump_max_entries: Annotated[int, typer.Option(help="Files and folders in one task's dump (>= 1).",
+                                                  rich_help_panel=P_DISK)] = 200_000,
+    dump_max_depth: Annotated[int, typer.Option(help="Folder levels in one task's dump (>= 1).",
+                                                rich_help_panel=P_DISK)] = 128,
     or_provider: Annotated[str, typer.Option(help="OUROBOROS_OR_PROVIDER, set only when non-empty.",
                                              rich_help_panel=P_PROVIDER)] = "",
     openai_compatible_base_url: Annotated[str, typer.Option(

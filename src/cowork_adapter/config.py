@@ -89,6 +89,9 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "meter_blindness_sec": (">", 20),  # more than one 15 s poll plus one 5 s read
     "min_free_gib": (">=", 0),
     "min_root_free_gib": (">=", 0),
+    "dump_max_gib": (">", 0),
+    "dump_max_entries": (">=", 1),
+    "dump_max_depth": (">=", 1),
     "min_key_usd": (">=", 0),
     "cpus": (">", 0),
     "pids_limit": (">=", 16),
@@ -219,6 +222,11 @@ class Disk(msgspec.Struct, frozen=True, kw_only=True):
 
     min_free_gib: float = 200.0
     min_root_free_gib: float = 40.0
+    # What one task may leave in its dump while it runs (runroot/dump_meter.py): over any of them
+    # the task's containers are stopped and its row is agent_failed, flagged dump_over_bound.
+    dump_max_gib: float = 8.0
+    dump_max_entries: int = 200_000
+    dump_max_depth: int = 128
 
 
 class Provider(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -181,6 +182,28 @@ def runner_pgid(run_root: Path) -> int | None:
     return None
 
 
+def plant_what_an_agent_leaves(run_root: Path) -> dict[str, Path]:
+    """A 10,000-deep tree in the run's staging copy, a device node, a set-uid file and a file nested
+    300,000 deep in the task's dump (as root, as an agent with CAP_MKNOD would)."""
+    manifest = read_json(run_root / "run_manifest.json")
+    tmpdir = Path(manifest["budgets"]["resource_root"]).resolve() / f"tmp-{manifest['run_label'][:12]}"
+    tmpdir.mkdir(exist_ok=True)
+    fd = os.open(tmpdir, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(10_000):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    dump = next((run_root / "bench" / "dumps").glob("*/SingleUserTurn-demo-hang"))
+    (dump / "eval_res.json").write_bytes(b"[" * 300_000 + b"]" * 300_000)
+    os.mknod(dump / "zero", 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+    (dump / "su").write_bytes(b"#!/bin/sh\n")
+    os.chmod(dump / "su", 0o4755)
+    (dump / "kept.txt").write_text("evidence")
+    return {"tmpdir": tmpdir, "device": dump / "zero", "setuid": dump / "su", "kept": dump / "kept.txt"}
+
+
 def test_clear_after_a_kill_mid_run(env, docker_host):
     name = "paid-kill"
     run_root = env.run_root(name)
@@ -240,9 +263,15 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         active = read_json(campaign)["active_run"]
         assert active and active["run_root"] == str(run_root)
 
+        planted = plant_what_an_agent_leaves(run_root)
         blind = cli("clear", str(run_root), "--operator-note", "meter down", "--meter-url", "http://127.0.0.1:9",
                     env={env.key_env: env.key}, timeout=180)
         assert blind.returncode == 2 and "key meter gave no acceptable reading" in blind.stderr, blind.stderr
+        # Issue 37: clear removed a 10,000-deep staging tree and the dump's device node and set-uid
+        # file (the rest of the dump stays), and a 300,000-deep eval_res.json stopped nothing.
+        assert not planted["tmpdir"].exists() and not os.path.lexists(planted["device"]), blind.stderr
+        assert not os.path.lexists(planted["setuid"]) and planted["kept"].exists()
+        assert "device node(s) or set-id file(s)" in blind.stdout + blind.stderr
         assert label_is_empty(docker_host, label) and not (run_root / "private" / "agent.env").exists()
         assert read_json(campaign)["active_run"] == active  # nothing settled, nothing lost
         partial = read_json(run_root / "run_manifest.json")["cleared"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import ahocorasick_rs
 
+from ..container import safefile
 from ..vocab import AuditFindingReason
 
 # Raw-byte prefilter: every rule token below contains one of these (case as written in logs).
@@ -155,7 +156,7 @@ def iter_leaves(value: Any) -> Iterator[str]:
             text = item.strip()
             if text[:1] in ("{", "[", '"'):
                 try:
-                    inner = json.loads(text)
+                    inner = safefile.loads(text)  # an agent's text: nesting bounded before parsing
                 except ValueError:
                     inner = None
                 if isinstance(inner, (dict, list)) or (isinstance(inner, str) and inner != item):

@@ -85,8 +85,8 @@ def _json_of(found: safefile.Read) -> tuple[Any, str | None]:
     if found.data is None:
         return None, found.cause if found.kind == safefile.UNREADABLE and found.cause else found.kind
     try:
-        return json.loads(found.data), None
-    except (ValueError, RecursionError):
+        return safefile.loads(found.data), None  # depth, size and encoding bounded before parsing
+    except ValueError:
         return None, "json_error"
 
 
@@ -139,7 +139,7 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
                     if not line.strip():
                         continue
                     try:
-                        row = json.loads(line)
+                        row = safefile.loads(line)
                     except ValueError:
                         row = None
                     if isinstance(row, dict) and isinstance(row.get("instance_id"), str):

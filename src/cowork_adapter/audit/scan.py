@@ -25,7 +25,6 @@ What a caller must know:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
@@ -375,7 +374,10 @@ def scan_tools(path: str | Path, rel: str, scan: TaskScan, folder: Folder | None
 
 
 def _add_findings(scan: TaskScan, rel: str, line: int, record: int, tool: str, raw_args: msgspec.Raw) -> None:
-    args = json.loads(bytes(raw_args))  # json.loads' reading, as every decision rests on
+    try:  # json.loads' reading, as every decision rests on; nesting bounded before parsing
+        args = safefile.loads(bytes(raw_args))
+    except ValueError:  # msgspec skipped a value json.loads refuses (too deep): nothing to match
+        return
     # Probing the decoded strings drops hits from \u escapes of plain non-ASCII text.
     if not (args and args_may_match(args)):
         return

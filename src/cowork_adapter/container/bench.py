@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
+from . import safetree
 from .procs import stop_group
 
 GLOBAL_TASK_CONFIG = {"dump_path": "./dumps/"}
@@ -78,7 +79,9 @@ def prepare_workspace(task_config: Any) -> str:
     """Wipe and recreate the agent workspace, copy the initial workspace, make server folders."""
     workspace = os.path.abspath(attr(task_config, "agent_workspace"))
     if os.path.isdir(workspace) and not os.path.islink(workspace):
-        shutil.rmtree(workspace)
+        removed = safetree.remove_tree(workspace)  # any depth: rmtree recursed per level
+        if not removed.ok:
+            raise OSError(f"the workspace {workspace} could not be removed: {', '.join(removed.errors)}")
     elif os.path.lexists(workspace):
         os.unlink(workspace)
     initial = attr(task_config, "initialization", "workspace")

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import protocol
+from . import protocol, safetree
 from .mcp import server_url
 from .outcome import cost_unsettled, is_terminal
 from .procs import HttpError, http_json, spawn_group, wait_until
@@ -125,7 +125,7 @@ def ensure_worktree_root(workspace: str, timeout: float = 120.0) -> bool:
 
 def remove_worktree_git(workspace: str) -> None:
     """Drop the repository `ensure_worktree_root` made: the benchmark's evaluator sees its own files only."""
-    shutil.rmtree(os.path.join(workspace, ".git"), ignore_errors=True)
+    safetree.remove_tree(os.path.join(workspace, ".git"))  # the agent could have deepened it: no recursion
 
 
 def prepare_data_root(data_dir: str, settings: Mapping) -> None:

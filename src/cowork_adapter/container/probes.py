@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from typing import Any
 
-from . import bench, mcp
+from . import bench, mcp, safetree
 from .mcpclient import McpError, McpSession
 from .procs import stop_group
 from .protocol import runner_safe
@@ -37,7 +36,9 @@ def task_like_workspace(task_dir: str) -> str:
     report them broken although a task's servers start."""
     workspace = os.path.join(bench.expected_task_root(task_dir or ALL_TASK, PROBE_SHORT_NAME), "workspace")
     if os.path.isdir(workspace) and not os.path.islink(workspace):
-        shutil.rmtree(workspace)
+        removed = safetree.remove_tree(workspace)  # any depth: rmtree recursed per level
+        if not removed.ok:
+            raise OSError(f"the workspace {workspace} could not be removed: {', '.join(removed.errors)}")
     for sub in ("",) + tuple(bench.SERVER_DIRS.values()):
         os.makedirs(os.path.join(workspace, sub), exist_ok=True)
     return workspace

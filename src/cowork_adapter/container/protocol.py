@@ -255,8 +255,12 @@ def _no_constants(name: str) -> Any:
 
 
 def strict_loads(text: str) -> Any:
-    """json.loads that refuses duplicate keys and NaN/Infinity (raises StrictJSONError)."""
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    """json.loads that refuses duplicate keys and NaN/Infinity (raises StrictJSONError), and a
+    document nested deeper than safefile.MAX_DEPTH (StrictJSONError "too_deep"), before parsing."""
+    try:
+        return safefile.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except (safefile.TooDeep, safefile.TooLarge) as exc:
+        raise StrictJSONError(str(exc)) from None
 
 
 def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[dict | None, str]:

@@ -9,9 +9,15 @@ Why each rule:
   folder): each path component is opened with O_NOFOLLOW relative to its parent's descriptor, so
   a link anywhere in the path (`<short> -> /etc`, `eval_res.json -> /etc/hostname`) is reported as
   a link, never resolved. Without `below`, only the last component is checked.
-* O_NONBLOCK on every open and a regular-file check on the open descriptor (fstat): a FIFO or a
-  device named like a record neither hangs the reader nor is read (`/dev/zero` never ends).
+* the kind is read from a descriptor, never from a path checked before: an O_PATH handle (which
+  opens nothing) is fstat'ed, and only a regular file or directory is opened, through that very
+  handle (open_at). A FIFO or a device named like a record (or swapped in while it is read)
+  neither hangs the reader nor is opened (`/dev/zero` never ends; a device's open can act).
+  O_NONBLOCK and O_NOCTTY on every open besides.
 * a byte cap: at most `cap` bytes are read, and a larger file is reported as too large.
+
+JSON read from such a file is parsed by `loads` (below): its nesting depth, size and encoding are
+bounded before the parser sees it.
 
 Results are `Read` tuples: `kind` says what stood at the path (one of KINDS), `data` holds the
 bytes only for a regular file within the cap.
@@ -20,10 +26,13 @@ bytes only for a regular file within the cap.
 from __future__ import annotations
 
 import errno
+import itertools
+import json
 import os
+import re
 import stat
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 ABSENT = "absent"
 REGULAR = "regular"
@@ -47,6 +56,8 @@ CHUNK = 1024 * 1024
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = _OPEN_FLAGS | getattr(os, "O_DIRECTORY", 0)
+# Linux: a handle that names an inode without opening it (0 where the platform has none).
+_PATH_FLAGS = (os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)) if hasattr(os, "O_PATH") else 0
 
 
 class Read(NamedTuple):
@@ -118,18 +129,59 @@ def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[int | N
     """(fd or None, kind, cause): open the entry `name` of the open directory `dir_fd` as
     open_nofollow opens each component (a link is named, never followed; a FIFO, device or
     socket is named, never opened); `directory` admits only a directory. `dir_fd` stays open.
-    For a reader of many files in one folder: the folder is opened once, without following."""
+    For a reader of many files in one folder: the folder is opened once, without following.
+
+    Nothing checked on a path is trusted, only what a descriptor shows: the entry is first
+    opened with O_PATH (a handle on the inode that opens nothing: no driver's open, no FIFO
+    peer, no inotify open event), its kind read by fstat on that handle, and only a regular file
+    or a directory is then opened for reading, through /proc/self/fd/<handle>: the very inode
+    the handle holds, whatever was renamed into `name` meanwhile. (lstat, then open by name, then
+    fstat let a swap win the race: a device node was opened in 151 of 319k reads.) A directory
+    required as such is opened with O_DIRECTORY|O_NOFOLLOW, which the kernel refuses for any
+    other kind before it opens anything."""
+    if directory:
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd), DIRECTORY, ""
+        except OSError as exc:
+            return (None, *_classify_error(exc, dir_fd, name))
+    if not _PATH_FLAGS:
+        return _open_at_checked(dir_fd, name)
+    try:
+        handle = os.open(name, _PATH_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
+    try:
+        kind = kind_of_mode(os.fstat(handle).st_mode)
+        if kind not in (REGULAR, DIRECTORY):
+            return None, kind, ""
+        try:
+            fd = os.open(f"/proc/self/fd/{handle}", (_DIR_FLAGS if kind == DIRECTORY else _OPEN_FLAGS) & ~os.O_NOFOLLOW)
+        except FileNotFoundError:  # no /proc: the checked open by name below
+            return _open_at_checked(dir_fd, name)
+        except OSError as exc:
+            return None, UNREADABLE, f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
+        if kind_of_mode(os.fstat(fd).st_mode) != kind:  # cannot happen: the same inode
+            os.close(fd)
+            return None, UNREADABLE, "changed_while_opening"
+        return fd, kind, ""
+    finally:
+        os.close(handle)
+
+
+def _open_at_checked(dir_fd: int, name: str) -> tuple[int | None, str, str]:
+    """open_at without O_PATH or /proc (not Linux): lstat, open by name without following and
+    without blocking, then fstat the open descriptor. A swap between lstat and open can still
+    make this open a device (never read it: the descriptor's kind decides)."""
     try:
         kind = kind_of_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError as exc:
         return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
-    if kind not in (REGULAR, DIRECTORY) or (directory and kind != DIRECTORY):
+    if kind not in (REGULAR, DIRECTORY):
         return None, kind, ""
     try:
         fd = os.open(name, _DIR_FLAGS if kind == DIRECTORY else _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         return (None, *_classify_error(exc, dir_fd, name))
-    # The entry may have been swapped between lstat and open: trust only the open descriptor.
     actual = kind_of_mode(os.fstat(fd).st_mode)
     if actual != kind:
         os.close(fd)
@@ -283,3 +335,76 @@ def kind_at(path: str, *, below: str | None = None) -> str:
     if fd is not None:
         os.close(fd)
     return kind
+
+
+# ---------------------------------------------------------------- JSON, bounded before parsing
+#
+# Both json (its C scanner) and msgspec recurse once per nesting level: a file nested a few
+# hundred thousand levels deep raises RecursionError, which is not a ValueError, so a reader that
+# catches ValueError (as every reader of a dump did) stopped on it, and with it the ledger
+# refresh, `clear`, resume and the audit for every other task. `loads` refuses a document deeper
+# than MAX_DEPTH with TooDeep (a ValueError) before parsing, so one `except ValueError` covers
+# every bad input; a RecursionError the parser still raises (a caller already deep in its own
+# stack) becomes the same refusal. A pre-scan rather than only the catch: the refusal is the same
+# whatever the caller's stack depth, and it is named (`too_deep`). The scan costs one bytes.count
+# per opener kind when the document cannot reach the bound (every record this project reads);
+# only a document with more openers than the bound is scanned in full, in C (regular expressions,
+# bytes.translate, itertools.accumulate): about 0.6 s for 16 MB of brackets.
+
+# Deeper than any record, log line or trajectory the benchmark or the engine writes (measured:
+# under 20), and far below the interpreter's recursion limit (1000), so a reader running inside a
+# few hundred frames of its own still parses a document at the bound.
+MAX_DEPTH = 256
+MAX_BYTES = LOG_JSON_CAP  # no reader holds more than this of one file
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes
+_NOT_KEPT = bytes(range(256)).translate(None, b'"[]{}')  # every byte but quotes and brackets
+_QUOTED = re.compile(rb'"[^"]*"')  # a string, once escapes are gone and only quotes and brackets are left
+_STEP = [1 if byte in b"[{" else -1 if byte in b"]}" else 0 for byte in range(256)]
+
+
+class TooDeep(ValueError):
+    """The document nests deeper than the bound (or than the parser could follow)."""
+
+    def __str__(self) -> str:
+        return "too_deep"
+
+
+class TooLarge(ValueError):
+    """The document is larger than the bound a reader may hold."""
+
+    def __str__(self) -> str:
+        return "too_large"
+
+
+def depth_over(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
+    """True when the JSON text `data` nests deeper than `limit` (brackets inside strings do not
+    count). Exact for valid JSON; for invalid JSON it may answer True where a parser would have
+    refused it anyway."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False  # cannot reach the bound: the cheap path of every real record
+    # Escapes first (an escaped quote does not end a string), then everything but quotes and
+    # brackets, then the strings: what is left are the brackets outside strings.
+    kept = (_ESCAPE.sub(b"", raw) if b"\\" in raw else raw).translate(None, _NOT_KEPT)
+    brackets = _QUOTED.sub(b"", kept)
+    if brackets.count(b"[") + brackets.count(b"{") <= limit:
+        return False
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets))) > limit
+
+
+def loads(data: bytes | str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_BYTES,
+          parse: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+    """json.loads (or `parse`) of `data`, refused with a ValueError before parsing when it is
+    larger than `max_bytes` (TooLarge), nests deeper than `limit` (TooDeep) or is not UTF-8
+    (UnicodeDecodeError, itself a ValueError)."""
+    if len(data) > max_bytes:
+        raise TooLarge()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data).decode("utf-8")
+    if depth_over(data, limit):
+        raise TooDeep()
+    try:
+        return (parse or json.loads)(data, **kwargs)
+    except RecursionError:
+        raise TooDeep() from None

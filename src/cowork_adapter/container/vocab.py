@@ -253,6 +253,17 @@ class TamperKind(Vocab):
 
     TASK_DB_CODE = "task_db_code"  # the agent's code or settings in its task's database (score/taskdb.py)
     TASK_DB_UNCHECKED = "task_db_unchecked"  # the task's database could not be reset or compared
+    UNREADABLE_DUMP = "unreadable_dump"  # the task's files could not be read at all: its row says only that
+    DUMP_OVER_BOUND = "dump_over_bound"  # the dump passed a bound (bytes, entries, depth) while the task ran
+
+
+class DumpBound(Vocab):
+    """The bounds on what one task may leave in its dump while it runs (runroot/dump_meter.py)."""
+
+    BYTES = "bytes"  # disk blocks used, --dump-max-gib
+    ENTRIES = "entries"  # files, folders, links... below the dump, --dump-max-entries
+    DEPTH = "depth"  # folder levels below the dump, --dump-max-depth
+
 
 class InfraCause(Vocab):
     """What the host itself saw make an attempt an infrastructure failure (score/infra.py). An

@@ -416,6 +416,17 @@ def free_bytes(path):
     return stats.f_bavail * stats.f_frsize
 
 
+# host/disk.py's MIN_FREE_INODE_FRACTION (this program imports nothing of the package).
+MIN_FREE_INODE_FRACTION = 0.05
+
+
+def inodes_short(path):
+    """True when the file system of `path` has fewer inodes available (f_favail) than its inode
+    reserve (host/disk.py: a dump of empty files takes inodes, not bytes); False without a table."""
+    stats = os.statvfs(path)
+    return stats.f_files > 0 and stats.f_favail < stats.f_files * MIN_FREE_INODE_FRACTION
+
+
 def launcher_alive(pid, ticks):
     """Whether `pid` is still the launcher that started at clock tick `ticks` and has not exited.
 
@@ -444,9 +455,10 @@ def admission_cause(config):
         return ADMISSION_STOPPED
     try:
         free = free_bytes(config["resource_root"])
+        inodes_out = inodes_short(config["resource_root"])
     except (OSError, TypeError, ValueError):
         return DISK_PROBE_FAILED
-    if free < int(config["min_free_bytes"]):
+    if free < int(config["min_free_bytes"]) or inodes_out:
         return DISK_RESERVE_REACHED
     return None
 
@@ -946,7 +958,7 @@ def read_seal_inputs(safefile, task_root, below):
     claim_facts, claim = file_seal(safefile, os.path.join(task_root, CLAIM_NAME), below)
     attempt, evidence = None, {}
     try:
-        value = json.loads(claim.data.decode("utf-8")) if claim.ok else None
+        value = safefile.loads(claim.data) if claim.ok else None  # nesting bounded before parsing
     except (UnicodeDecodeError, ValueError):
         value = None
     if isinstance(value, dict) and isinstance(value.get("attempt_id"), str) and SAFE_ID.match(value["attempt_id"]):
@@ -956,7 +968,7 @@ def read_seal_inputs(safefile, task_root, below):
     if attempt is not None:
         receipt_facts, receipt = file_seal(safefile, os.path.join(task_root, RECEIPT_PREFIX + attempt + ".json"), below)
         try:
-            rec = json.loads(receipt.data.decode("utf-8")) if receipt.ok else None
+            rec = safefile.loads(receipt.data) if receipt.ok else None
         except (UnicodeDecodeError, ValueError):
             rec = None
         if isinstance(rec, dict) and rec.get("attempt_id") == attempt:

@@ -30,7 +30,6 @@ import argparse
 import errno
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..container import safetree
 from ..container.procs import group_alive, pgid_of, pids_with_env, process_alive, start_ticks
 from ..errors import CustodyError
 from ..fileio import create_exclusive, replace_atomic
@@ -154,7 +154,7 @@ class Watch:
         self.stop_runner()
         proven = self.cleanup(deadline)
         if self.tmpdir is not None:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)  # the runner's staging copies
+            safetree.remove_tree(str(self.tmpdir))  # the runner's staging copies (any depth, no recursion)
         return proven
 
     def fence(self) -> tuple[bool, str | None]:

@@ -85,4 +85,6 @@ TAMPER_KINDS: dict[TamperKind, M] = {
     TamperKind.GRADING_INPUTS_DIFFER: M("traj_log.json's grading inputs differ from the task tree's (the evaluator got the task tree's).", "None.", "Graded on the task tree's inputs, not the agent's.", "Read the task's traj_log.json"),
     TamperKind.SUMMARY_CHANGED: M("The adapter summary changed after the agent phase ended.", "None.", "Classified from the host's copy taken when the agent phase ended.", f"Compare the dump's summary with `{_EVIDENCE}/<id>{layout.HELD_SUMMARY_SUFFIX}`"),
     TamperKind.EVAL_HUNG: M("The eval phase reached the adapter's bound and was killed.", "None beyond the attempt.", "infra_failed: unsettled, a resume attempts it again.", _RESUME),
+    TamperKind.UNREADABLE_DUMP: M("The task's files made a host reader fail; its row says only that and every sibling is read as usual.", "None beyond the attempt.", "infra_failed/dump_unreadable: unsettled, a resume attempts it again.", "Read the row's tampering detail and the task's dump"),
+    TamperKind.DUMP_OVER_BOUND: M("The task's dump passed --dump-max-gib, --dump-max-entries or --dump-max-depth while it ran; its containers were stopped.", "None beyond the attempt (its agent was stopped).", "agent_failed/dump_over_bound:<bound>, whatever an evaluator said afterwards.", f"Read `{_EVIDENCE}/{layout.DUMP_BOUNDS_LOG}`"),
 }

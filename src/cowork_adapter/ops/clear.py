@@ -19,7 +19,6 @@ a process of the run still alive, the meter gave no reading): the sentence says 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..campaign.observe import DEFAULT_BLINDNESS_SEC
 from ..campaign.store import read_campaign
+from ..container import safetree
 from ..custody.creations import creations_dir
 from ..custody.liveness import prove
 from ..errors import CampaignPersistenceError, CustodyError, Refusal
@@ -235,12 +235,18 @@ def clear_command(
     say(f"removed {len(report.removed_containers)} containers, {len(report.removed_networks)} networks and "
         f"{len(report.removed_volumes)} volumes with label {label}; a fresh listing finds none.")
 
-    # 3. The key file and the runner's staging copies.
+    # 3. The key file and the runner's staging copies (any depth: the remover never recurses), and
+    # what the agent must not leave on the host in its dumps: device nodes and set-id files.
     agent_env_removed = _drop_key(plan.run_root)
     tmpdir = run_tmpdir(plan.manifest)
     tmpdir_removed = bool(tmpdir and tmpdir.exists())
     if tmpdir is not None:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        safetree.remove_tree(str(tmpdir))
+    hazards = safetree.remove_hazards(str(RunRoot(plan.run_root).dumps))
+    if hazards.removed or hazards.failed:
+        say(f"removed {hazards.removed} device node(s) or set-id file(s) the agents left in the dumps"
+            + (f"; {hazards.failed} could not be removed ({', '.join(hazards.errors[:3])})" if hazards.failed else "")
+            + ".", err=bool(hazards.failed))
 
     # 4. The final ledger.
     code = ExitCode.OK

@@ -16,7 +16,7 @@ from ..schemas.manifest import GatewayRecord
 from ..schemas.record import RecordInvalid, convert
 from ..score.ledger import task_config
 from ..score.tampering import count_tampering, counts_sentence
-from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TaskStatus
+from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TamperKind, TaskStatus
 from .campaign import CampaignView
 from .merge import MergedRow, RunRecord, denominator, merge_rows, own_attempts
 from .reference import CAVEAT, reference_rows
@@ -262,6 +262,15 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
                                       "inspect`) and spend outside this run's meter readings (--key-in-agent, or an "
                                       "OpenAI-compatible endpoint without --llm-gateway); the default OpenRouter "
                                       "route and --llm-gateway keep it on the host."))
+        over = sum(1 for r in run.rows if any(f.kind == TamperKind.DUMP_OVER_BOUND for f in r.tampering or ()))
+        if over:
+            b = m.budgets
+            flags = ", ".join(f"--dump-max-{name} {value:g}" for name, value in
+                              (("gib", b.dump_max_gib), ("entries", b.dump_max_entries), ("depth", b.dump_max_depth))
+                              if value is not None)
+            notes.append(_see("tampering", f"{count(over, 'task')} of run {run.root} passed a bound on its dump while "
+                                           f"it ran{f' ({flags})' if flags else ''}: stopped, "
+                                           f"{_verb(over, 'it counts', 'they count')} as agent failures."))
         if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
             notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
                                             "outcomes are in the audit only and never count."))

@@ -34,6 +34,7 @@ from ..errors import Refusal
 from ..fileio import replace_atomic
 from ..gateway.trust import certifi_files
 from ..host.daemon import daemon_info, docker_failures
+from ..host.disk import MIN_FREE_INODE_FRACTION, inodes_short
 from ..image.build_lock import build_lock
 from ..image.derived import (
     ImageRequest,
@@ -109,6 +110,10 @@ def disk_refusal(resource_root: Path, disk: Disk) -> str | None:
         free = free_bytes(path)
         if free < reserve_gib * GIB:
             return f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB."
+        short = inodes_short(path)
+        if short is not None:
+            return (f"{path} has {short[0]:,} free inodes, below the reserve of {short[1]:,} "
+                    f"({MIN_FREE_INODE_FRACTION:.0%} of its inodes): free some files on it.")
     return None
 
 
@@ -215,6 +220,9 @@ def budget_record(cfg: RunConfig) -> Budgets:
                            read_slice_sec=READ_SLICE_SEC, retry_sec=RETRY_SEC),
         min_free_gib=disk.min_free_gib,
         min_root_free_gib=disk.min_root_free_gib,
+        dump_max_gib=disk.dump_max_gib,
+        dump_max_entries=disk.dump_max_entries,
+        dump_max_depth=disk.dump_max_depth,
         resource_root=str(cfg.resource_root),
         api_key_env=cfg.provider.api_key_env,
     )

@@ -17,12 +17,14 @@ import json
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..fileio import replace_atomic
 from ..runroot import layout
+from ..runroot.dump_meter import DumpMeter, Over
 from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot
 from ..schemas.ledger import TaskRow
@@ -54,6 +56,10 @@ class RunProgress:
     _written: list[TaskRow] | None = None
     _refresher: threading.Thread | None = None
     _halt: threading.Event = field(default_factory=threading.Event, repr=False)
+    # The running tasks' dumps measured against their bounds on every live refresh (a budget of
+    # entries per refresh), and what the run does with a task over one (run/dump_bounds.py).
+    meter: DumpMeter | None = None
+    on_over: Callable[[Over], None] | None = None
 
     def _context(self) -> IndexContext:
         if self._ctx is None:
@@ -121,6 +127,11 @@ class RunProgress:
                 self._finished.add(task)
                 self._event(EventKind.TASK_FINISHED, task=task, status=row.status, eval_pass=row.eval_pass,
                             duration_s=row.duration_s)
+        if live and self.meter is not None:
+            running = {t: ctx.dumps[t] for t in sorted(self._started - self._finished) if t in ctx.dumps}
+            for over in self.meter.tick(running):
+                if self.on_over is not None:
+                    self.on_over(over)
         self.rows = build_index(self.run_root, live=live, interruption_cause=interruption_cause, ctx=ctx)
         if self._written is not None and _same_rows(self._written, self.rows):
             return self.rows  # unchanged evidence reuses each cached row object: nothing to write

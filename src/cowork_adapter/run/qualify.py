@@ -10,7 +10,6 @@ page, <root>/task_validity.html, and a table on stdout.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from html import escape
@@ -122,8 +121,8 @@ def _returned(row: TaskRow | None) -> Any:
     if not found.ok:
         return None
     try:
-        receipt = json.loads(found.data)  # type: ignore[arg-type]  # found.ok: data is set
-    except (ValueError, RecursionError):
+        receipt = safefile.loads(found.data)  # type: ignore[arg-type]  # found.ok: data is set
+    except ValueError:
         return None
     return receipt.get("returned") if isinstance(receipt, dict) else None
 

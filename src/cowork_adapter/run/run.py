@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..audit import audit_run
 from ..config import RunConfig
+from ..container import safetree
 from ..container.procs import start_ticks
 from ..container.protocol import scrub, secret_terms
 from ..custody.bash_env import Hardening, TaskDumps, eval_bound_sec, eval_code_mounts, install_custody
@@ -41,8 +42,10 @@ from ..errors import CustodyError, Refusal
 from ..fileio import create_exclusive
 from ..gateway.run import secret_file as gateway_secret_file
 from ..gateway.server import FENCE_BUDGET as GATEWAY_BUDGET
+from ..host.disk import inodes_short
 from ..host.resources import campaign_roots, host_suggestion, reader_for
 from ..runroot import layout
+from ..runroot.dump_meter import Bounds, DumpMeter
 from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot, dumps_of
 from ..runroot.manifest import write_manifest
@@ -51,6 +54,7 @@ from ..schemas.manifest import RunManifest
 from ..schemas.monitor import Disk, Monitor, Progress
 from ..schemas.run_config import agent_base_url, agent_short_name, model_provider
 from ..vocab import EventKind, ExitCode, RunOutcome, StopPath, StopReason
+from .dump_bounds import DumpBoundStop
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
 from .signals import LAUNCHER_SIGNALS
@@ -148,6 +152,9 @@ class Run:
         self.label = manifest.run_label
         self.events = EventLog(RunRoot(root).events)
         self.progress = RunProgress(root, self.events)
+        disk = cfg.disk
+        self.progress.meter = DumpMeter(Bounds.of(disk.dump_max_gib, disk.dump_max_entries, disk.dump_max_depth))
+        self.progress.on_over = self.dump_stop = DumpBoundStop(root, cfg.docker_host, self.label)
         self.failures = self.progress.failures
         self.view = ProgressView.for_stream(sys.stdout)
         self.stop_file = RunRoot(root).stop_file
@@ -296,6 +303,7 @@ class Run:
             result = self.with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
             self._await_daemon()
         cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
+        self.dump_stop.join()  # its records before the final ledger (each stop is one daemon call)
         self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
             "cleanup_unproven" if cleanup_error else "runner_exited"))
         self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it
@@ -348,9 +356,9 @@ class Run:
         money = self.spending.money_stop()
         if money is not None:
             return money
-        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB:
-            return StopReason.DISK_RESERVE
-        if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB:
+        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB or inodes_short(cfg.resource_root):
+            return StopReason.DISK_RESERVE  # bytes or inodes (host/disk.py)
+        if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB or inodes_short(Path("/")):
             return StopReason.ROOT_DISK_RESERVE
         watch = self.daemon_watch
         if watch is not None and watch.lost is not None:
@@ -486,7 +494,8 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
         record_event(events, failures, EventKind.CLEANUP, proven=False, error=error[:500])
     finally:  # an unexpected error of the cleanup still takes the key off the disk
         delete_agent_env(agent_env)
-        shutil.rmtree(tmpdir, ignore_errors=True)  # the runner's staging copies (TMPDIR is run-scoped)
+        safetree.remove_tree(str(tmpdir))  # the runner's staging copies (TMPDIR is run-scoped; any depth)
+        safetree.remove_hazards(str(RunRoot(cfg.run_root).dumps))  # no device node or set-id file stays
     return error
 
 

@@ -75,6 +75,9 @@ TMP = "tmp"
 # the run log's name (named here so the host's readers of dumps spell it once too; container/ cannot import this).
 ENGINE_EVENTS = "events.jsonl"
 
+# The dumps the launcher's meter found over a bound while their task ran (runroot/dump_meter.py), in custody/evidence/.
+DUMP_BOUNDS_LOG = "dump_bounds.jsonl"
+
 # Seal files of one eval exec, in custody/evidence/ under the shim's runner id.
 SEAL_SUFFIX = ".seal.json"
 SEAL_HEAD_SUFFIX = ".seal-head.json"
@@ -201,6 +204,10 @@ class RunRoot:
     @property
     def creations_log(self) -> Path:
         return self.evidence / CREATIONS_LOG
+
+    @property
+    def dump_bounds_log(self) -> Path:
+        return self.evidence / DUMP_BOUNDS_LOG
 
     def seal(self, runner_id: str) -> Path:
         return self.evidence / (runner_id + SEAL_SUFFIX)

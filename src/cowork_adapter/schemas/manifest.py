@@ -154,6 +154,9 @@ class Budgets(Record):
     meter: MeterCadence | None = None
     min_free_gib: float | None = None
     min_root_free_gib: float | None = None
+    dump_max_gib: float | None = None
+    dump_max_entries: int | None = None
+    dump_max_depth: int | None = None
     resource_root: str | None = None
     api_key_env: str | None = None
 

@@ -38,6 +38,7 @@ from ..fileio import create_exclusive, replace_atomic
 from ..runroot.events import utc_now_iso
 from ..runroot.layout import ENGINE_EVENTS, RunRoot, dumps_of
 from ..runroot.manifest import read_manifest
+from ..schemas.dump_bounds import DumpOverBound, read_over_bound
 from ..schemas.gateway import read_requests, spend_by_task
 from ..schemas.ledger import (  # read_index lives with the schema (light readers import it there)
     AdapterSummaryFacts,
@@ -63,9 +64,11 @@ from ..vocab import (
     TaskStatus,
 )
 from . import infra
+from .dumpread import named_kinds, signature
 from .resources import NOT_TIED, TaskResources, read_task_resources, task_runner_ids
 from .taskdb import findings as taskdb_findings
 from .taskdb import read_task_diff
+from .unreadable import over_bound_row, unreadable_row
 
 SUMMARY_NAME = "ouroboros_summary.json"
 # Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
@@ -81,6 +84,7 @@ SUMMARY_FIELDS = AdapterSummaryFacts.__struct_fields__
 # The dump entries a reader takes as records: each must be a regular file (a link, FIFO, device or
 # oversize file there is a flagged unsafe entry, never read). `ouroboros` must be a real folder.
 RECORD_NAMES = (SUMMARY_NAME, protocol.LOG_NAME, protocol.EVAL_RES_NAME, protocol.CLAIM_NAME, "traj.json")
+DUMP_NAMES = tuple(dict.fromkeys(RECORD_NAMES + START_EVIDENCE_NAMES))  # every name a row reads (score/dumpread.py)
 
 
 # ================================================================ official verdict (pure)
@@ -113,8 +117,8 @@ def classify_eval_result(path: Path, log_path: Path | None = None) -> tuple[Offi
 
 def _literal_pass(data: bytes) -> Any:
     try:
-        value = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+        value = safefile.loads(data)  # depth, size and encoding bounded before parsing
+    except ValueError:
         return None
     return value.get("pass") if isinstance(value, dict) else None
 
@@ -416,8 +420,7 @@ def find_dumps(bench: Path) -> dict[str, Path]:
                 continue
             task = entry.name[len("SingleUserTurn-"):]
             path = dumps / short.name / entry.name
-            _, inside = safefile.scan_dir(str(path), below=str(dumps))
-            kinds = {e.name: e.kind for e in inside}
+            kinds = named_kinds(path, (SUMMARY_NAME, "ouroboros"), below=str(dumps))  # never a listing
             score = 2 if kinds.get(SUMMARY_NAME) == safefile.REGULAR else (1 if kinds.get("ouroboros") == safefile.DIRECTORY else 0)
             if task not in found or score > rank[task]:
                 found[task], rank[task] = path, score
@@ -486,7 +489,7 @@ def refused_dump_mounts(run_root: Path, tasks: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in (got.data or b"").splitlines():
         try:
-            row = json.loads(line)
+            row = safefile.loads(line)
         except ValueError:
             continue
         name = row.get("name") if isinstance(row, dict) else None
@@ -573,6 +576,8 @@ class IndexContext:
     runner_ids: dict[str, str] = field(default_factory=dict)
     # task -> what the host saw of its attempt (score/infra.py), for the infra rule.
     host: dict[str, infra.HostFacts] = field(default_factory=dict)
+    # task -> the run's record of its dump over a bound (runroot/dump_meter.py), flagged on its row.
+    over_bound: dict[str, DumpOverBound] = field(default_factory=dict)
 
     @classmethod
     def load(cls, run_root: Path | str) -> IndexContext:
@@ -591,6 +596,7 @@ class IndexContext:
             self.claimed = read_claimed(self.run_root / shared.claimed_file)
         self.runner_rows = read_runner_rows(self.bench)
         self.dumps = find_dumps(self.bench)
+        self.over_bound = read_over_bound(RunRoot(self.run_root).dump_bounds_log)
         runner_ids = task_runner_ids(self.run_root)  # one scan of the evidence serves both
         self.runner_ids = runner_ids
         self.custody = read_custody_tasks(self.run_root, runner_ids)
@@ -698,27 +704,32 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
     """What a task's row depends on: its dump's entries (name, size, mtime), the runner row,
     custody evidence and the run state; equal signatures give equal rows."""
     dump = ctx.dumps.get(task)
-    entries: list[tuple[str, int, int]] = []
-    if dump is not None:
-        for sub in (dump, dump / "ouroboros"):
-            kind, found = safefile.scan_dir(str(sub))
-            if kind != safefile.DIRECTORY:
-                entries.append((str(sub), -1, -1))
-            entries.extend((e.name, e.size, e.mtime_ns) for e in found)
-    return (str(dump), tuple(sorted(entries)), ctx.runner_rows.get(task), ctx.custody.get(task),
+    entries = signature(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench))) if dump is not None else ()
+    return (str(dump), entries, ctx.runner_rows.get(task), ctx.custody.get(task),
             repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
-            ctx.refused_mounts.get(task), ctx.host.get(task))
+            ctx.refused_mounts.get(task), ctx.host.get(task), ctx.over_bound.get(task))
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
     """The row of one task of `ctx`'s run (the incremental unit: unchanged evidence is reused)."""
-    sig = _signature(ctx, task, live, interruption_cause)
-    cached = ctx.cache.get(task)
-    if cached is not None and cached[0] == sig:
-        return cached[1]
-    row = _classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause)
+    try:  # one task's files never stop the rows of the others (score/unreadable.py)
+        sig = _signature(ctx, task, live, interruption_cause)
+        cached = ctx.cache.get(task)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        row = over_bound_row(_classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause),
+                             ctx.over_bound.get(task))
+    except Exception as exc:  # noqa: BLE001 - whatever the dump made a reader raise
+        return unreadable_row(task, exc, live=live, dump=ctx.dumps.get(task))
     ctx.cache[task] = (sig, row)
     return row
+
+
+def _classify_or_flag(ctx: IndexContext, task: str, **kw: Any) -> TaskRow:
+    try:
+        return over_bound_row(_classify_task_uncached(ctx, task, **kw), ctx.over_bound.get(task))
+    except Exception as exc:  # noqa: BLE001 - as classify_task
+        return unreadable_row(task, exc, live=kw.get("live", False), dump=ctx.dumps.get(task))
 
 
 def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str,
@@ -733,8 +744,7 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     usage: UsageFacts | None = None
     tampering: list[TamperFinding] = []
     if dump is not None:
-        _, listing = safefile.scan_dir(str(dump))
-        kinds = {entry.name: entry.kind for entry in listing}
+        kinds = named_kinds(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench)))  # the names read, not a listing
         names = set(kinds)
         tampering += unsafe_entries(kinds)
         evidence = [n for n in START_EVIDENCE_NAMES if n in names]
@@ -870,7 +880,7 @@ def rebuild_attempts(run_root: Path | str, tasks: Iterable[str] | None = None, *
     ctx = IndexContext.load(run_root)
     cause = ctx.manifest.stop_reason or "runner_exited"
     wanted = ctx.invoked() if tasks is None else ctx.invoked() & set(tasks)
-    return {task: _classify_task_uncached(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
+    return {task: _classify_or_flag(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
             for task in ctx.selection() if task in wanted}
 
 
