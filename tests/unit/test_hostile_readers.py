@@ -229,7 +229,10 @@ def test_a_task_whose_files_make_a_reader_raise_gets_its_own_flagged_row(tmp_pat
     for live in (True, False):
         rows = {r.instance_id: r for r in ledger.build_index(root, live=live, interruption_cause="runner_exited")}
         broken = rows["broken"]
-        assert (broken.status, broken.reason_code, broken.provisional) == (S.INFRA_FAILED, "dump_unreadable", live)
+        # Live: provisional infra_failed (a later refresh may read it); final: agent_failed, settled (the
+        # dump is the agent's, and no host fact makes it infrastructure's: no re-roll by unreadable files).
+        status = S.INFRA_FAILED if live else S.AGENT_FAILED
+        assert (broken.status, broken.reason_code, broken.provisional) == (status, "dump_unreadable", live)
         assert [f.kind for f in broken.tampering] == [TamperKind.UNREADABLE_DUMP]
         assert "RecursionError" in broken.tampering[0].detail
         assert rows["b"].status is S.PASSED

@@ -25,13 +25,15 @@ DETAIL_MAX = 300
 
 
 def unreadable_row(task: str, exc: BaseException, *, live: bool, dump: Path | None) -> TaskRow:
-    """infra_failed/dump_unreadable (provisional while the run lives: a later refresh may read
-    it), flagged `unreadable_dump` with the error's type and first words."""
+    """A row for `task`, flagged `unreadable_dump` with the error's type and first words: while the run
+    lives, provisional infra_failed (a later refresh may read it); once it has ended, agent_failed and
+    settled, since the dump is the agent's and no host fact makes it infrastructure's (score/infra.py):
+    an agent cannot buy a re-roll by leaving files no reader can take."""
     detail = f"{type(exc).__name__}: {str(exc)[:DETAIL_MAX]}"
     return TaskRow(
         ts=utc_now_iso(),
         instance_id=task,
-        status=TaskStatus.INFRA_FAILED,
+        status=TaskStatus.INFRA_FAILED if live else TaskStatus.AGENT_FAILED,
         reason_code=REASON,
         provisional=live,
         official_eval_status=OfficialEvalStatus.UNREADABLE,
