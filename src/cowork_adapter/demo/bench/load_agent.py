@@ -32,10 +32,11 @@ sys.path.insert(0, os.environ.get("COWORK_ADAPTER_HOME") or "/opt/cowork-adapter
 
 from cowork_container import bench, protocol
 
+LINGER_SEC = 60.0
 PLANS = {
     "demo-csv-totals": ("honest_model",),
     "demo-wrong-answer": ("flood_requests", "drop_streams", "hold_connections"),
-    "demo-round-limit": ("flood_stdout", "dump_bytes", "dump_entries"),
+    "demo-round-limit": ("flood_stdout", "dump_bytes", "dump_entries", "linger"),
     "demo-crm-postgres": ("nested_json",),
 }
 # The honest task's model calls: spread over the attackers' time, half of them streamed.
@@ -272,8 +273,15 @@ def nested_json(t: Task) -> None:
     t.note("nested_json", depth=NESTING, names=names)
 
 
+def linger(t: Task) -> None:
+    """Keep the task alive after the floods, as an agent that goes on working would (LINGER_SEC at
+    most): the run's dump meter sees the dump over its bound and stops the task's containers."""
+    t.note("linger", seconds=LINGER_SEC)
+    time.sleep(LINGER_SEC)
+
+
 ATTACKS = {f.__name__: f for f in (honest_model, hold_connections, flood_requests, drop_streams, flood_stdout,
-                                   dump_bytes, dump_entries, nested_json)}
+                                   dump_bytes, dump_entries, nested_json, linger)}
 
 
 def parse_args(argv=None):
