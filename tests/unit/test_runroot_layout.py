@@ -4,8 +4,9 @@ A name spelled twice drifts (MANIFEST_NAME was once defined in two modules): thi
 string literal of src/cowork_adapter (docstrings aside: prose may name a file) and fails on a run
 root's file name outside layout.py, and on a path built with a run root's folder name (`x / "custody"`).
 Exempt, because they cannot import the host's code: container/
-(copied into the image; it names the task dumps' files itself) and custody/shim.py (run as
-`python3 -I -S shim.py`, standard library only). demo/ is exempt as the tests are: its scenarios
+(copied into the image; it names the task dumps' files itself), custody/shim.py (run as
+`python3 -I -S shim.py`, standard library only) and the shim's sibling custody/taskdb_probe.py (copied
+beside it, as stdlib-only; test_the_probes_evidence_names_are_the_layouts holds its two names to layout's). demo/ is exempt as the tests are: its scenarios
 assert the on-disk layout.
 """
 
@@ -19,7 +20,7 @@ from cowork_adapter.runroot import layout
 from cowork_adapter.runroot.layout import RunRoot
 
 SRC = Path(layout.__file__).resolve().parents[1]
-EXEMPT = ("container/", "demo/", "custody/shim.py", "runroot/layout.py")
+EXEMPT = ("container/", "demo/", "custody/shim.py", "custody/taskdb_probe.py", "runroot/layout.py")
 # Every file name (a name with a dot) that layout.py defines.
 NAMES = sorted({value for key, value in vars(layout).items()
                 if key.isupper() and isinstance(value, str) and "." in value}, key=len, reverse=True)
@@ -103,3 +104,9 @@ def test_run_root_paths():
     assert root.seal("r-1") == Path("/runs/r1/custody/evidence/r-1.seal.json")
     assert root.run_config == Path("/runs/r1/bench/configs/cowork_adapter_run.json")
     assert RunRoot(root.path) == root and hash(RunRoot("/runs/r1")) == hash(root)
+
+
+def test_the_probes_evidence_names_are_the_layouts():
+    from cowork_adapter.custody import taskdb_probe
+    assert taskdb_probe.baseline_file("r1") == "r1" + layout.TASKDB_BASELINE_SUFFIX
+    assert taskdb_probe.eval_file("r1") == "r1" + layout.TASKDB_SUFFIX

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ..container import safefile
+from ..runroot import layout
 from ..schemas.audit import McpServerActivity, TaskDbAudit, TaskDbTable
 from ..schemas.taskdb import TaskDbDiff
 from ..vocab import AuditFindingReason
 
-MCP_CONFIGS = Path("configs", "mcp_servers")
+MCP_CONFIGS = Path(layout.CONFIGS, "mcp_servers")
 CONFIG_CAP = 1 << 20
 CONFIGS_MAX = 500
 PG_VARIABLE = re.compile(rb"^\s*(PG_?HOST|PG_?DATABASE|PG_?USER)\s*:", re.MULTILINE)
@@ -68,4 +69,4 @@ def bench_of(root: Path, manifest: Mapping[str, Any]) -> Path:
     """The run's benchmark working copy as its manifest names it, else `<run root>/bench`."""
     bench = manifest.get("bench") if isinstance(manifest, Mapping) else None
     working = bench.get("working_copy") if isinstance(bench, Mapping) else None
-    return Path(working) if isinstance(working, str) and Path(working).is_dir() else root / "bench"
+    return Path(working) if isinstance(working, str) and Path(working).is_dir() else root / layout.BENCH
