@@ -79,12 +79,28 @@ def connect(spec, cap_factor, cap_sec):
     start = time.monotonic()
     proc = None
     try:
-        proc = subprocess.Popen([spec["command"], *spec["args"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [spec["command"], *spec["args"]],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         lines = _Lines(proc.stdout.fileno())
-        _send(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "cowork-admission-bench", "version": "1"}}})
+        _send(
+            proc,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "cowork-admission-bench", "version": "1"},
+                },
+            },
+        )
         lines.answer(1, start + cap)
         row["init_sec"] = round(time.monotonic() - start, 3)
         _send(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})

@@ -54,9 +54,11 @@ def main() -> int:
     print(f"  daemon ping (s):          {spread(pings)}  ({len(readings) - len(pings)} unanswered)")
     print(f"  load average per CPU:     {spread(loads)}")
     print(f"  MemAvailable (GiB):       {spread(mems)}")
-    print(f"  default limits (load/CPU <= {limits.max_load_per_cpu:g}, MemAvailable >= "
-          f"{limits.min_mem_available_bytes / GIB:g} GiB, ping <= {limits.max_daemon_ping_sec:g} s): "
-          f"{admitted}/{len(readings)} readings admitted")
+    print(
+        f"  default limits (load/CPU <= {limits.max_load_per_cpu:g}, MemAvailable >= "
+        f"{limits.min_mem_available_bytes / GIB:g} GiB, ping <= {limits.max_daemon_ping_sec:g} s): "
+        f"{admitted}/{len(readings)} readings admitted"
+    )
     print(f"  load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
 

@@ -92,8 +92,10 @@ class Sample:
         return max(float("inf") if t is None else t / bound for t, bound in times)
 
     def upstream_ratio(self) -> float:
-        ratios = [float("inf") if row["init_sec"] is None else row["init_sec"] / row["timeout_sec"]
-                  for row in self.conc_servers.values()]
+        ratios = [
+            float("inf") if row["init_sec"] is None else row["init_sec"] / row["timeout_sec"]
+            for row in self.conc_servers.values()
+        ]
         return max(ratios) if ratios else float("inf")
 
 
@@ -146,10 +148,12 @@ class Bench:
         names = list(config.get("needed_mcp_servers") or [])
         configs = str(self.bench_dir / "configs" / "mcp_servers")
         workspace = WORKSPACE.format(task=self.task)
-        subst = {"local_servers_paths": "/opt/local_servers", "agent_workspace": workspace,
-                 "task_dir": f"/workspace/tasks/finalpool/{self.task}"}
-        rendered = mcp.render_servers(names, configs, subst=subst, env=PG_CLIENT_ENV, workspace=workspace,
-                                      is_root=True)
+        subst = {
+            "local_servers_paths": "/opt/local_servers",
+            "agent_workspace": workspace,
+            "task_dir": f"/workspace/tasks/finalpool/{self.task}",
+        }
+        rendered = mcp.render_servers(names, configs, subst=subst, env=PG_CLIENT_ENV, workspace=workspace, is_root=True)
         docs = mcp.load_server_docs(configs)
         for name, server in rendered.items():
             server["timeout"] = float(docs[name].get("client_session_timeout_seconds") or 60)
@@ -161,8 +165,9 @@ class Bench:
         while len(self.busy) > count:
             self._end(self.busy.pop())
         while len(self.busy) < count:
-            self.busy.append(subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.DEVNULL,
-                                              start_new_session=True))  # Ctrl-C reaches only this script
+            self.busy.append(
+                subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.DEVNULL, start_new_session=True)
+            )  # Ctrl-C reaches only this script
 
     @staticmethod
     def _end(proc: subprocess.Popen) -> None:
@@ -190,8 +195,14 @@ class Bench:
         seed = self.bench_dir / "db" / "init.sql.gz"
         start = time.monotonic()
         pg = self.client.containers.run(
-            PG_IMAGE, name=f"pg-{tag}", network=f"net-{tag}", detach=True, labels=self.labels,
-            environment=PG_ENV, volumes={str(seed): {"bind": "/docker-entrypoint-initdb.d/init.sql.gz", "mode": "ro"}})
+            PG_IMAGE,
+            name=f"pg-{tag}",
+            network=f"net-{tag}",
+            detach=True,
+            labels=self.labels,
+            environment=PG_ENV,
+            volumes={str(seed): {"bind": "/docker-entrypoint-initdb.d/init.sql.gz", "mode": "ro"}},
+        )
         deadline = start + PG_READY_BOUND_SEC
         while time.monotonic() < deadline:
             code, _ = pg.exec_run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-U", "eigent", "-d", "cowork_gym"])
@@ -204,13 +215,26 @@ class Bench:
     def _agent(self, tag: str, out: Sample) -> None:
         start = time.monotonic()
         agent = self.client.containers.run(
-            self.image, ["sleep", "900"], name=f"agent-{tag}", network=f"net-{tag}", detach=True,
-            labels=self.labels, working_dir="/workspace", environment={
-                **PG_CLIENT_ENV, "PGHOST": f"pg-{tag}", "PG_HOST": f"pg-{tag}",
-                "LOCAL_SERVERS_PATH": "/opt/local_servers", "PYTHON_BIN": "/opt/venv/bin/python3"},
-            volumes={str(self.bench_dir / "tasks"): {"bind": "/workspace/tasks", "mode": "ro"},
-                     str(self.bench_dir / "configs"): {"bind": "/workspace/configs", "mode": "ro"},
-                     str(HANDSHAKE): {"bind": "/tmp/admission_load_handshake.py", "mode": "ro"}})
+            self.image,
+            ["sleep", "900"],
+            name=f"agent-{tag}",
+            network=f"net-{tag}",
+            detach=True,
+            labels=self.labels,
+            working_dir="/workspace",
+            environment={
+                **PG_CLIENT_ENV,
+                "PGHOST": f"pg-{tag}",
+                "PG_HOST": f"pg-{tag}",
+                "LOCAL_SERVERS_PATH": "/opt/local_servers",
+                "PYTHON_BIN": "/opt/venv/bin/python3",
+            },
+            volumes={
+                str(self.bench_dir / "tasks"): {"bind": "/workspace/tasks", "mode": "ro"},
+                str(self.bench_dir / "configs"): {"bind": "/workspace/configs", "mode": "ro"},
+                str(HANDSHAKE): {"bind": "/tmp/admission_load_handshake.py", "mode": "ro"},
+            },
+        )
         code, _ = agent.exec_run(["mkdir", "-p", WORKSPACE.format(task=self.task)])
         out.agent_start = time.monotonic() - start
         if code != 0:
@@ -227,9 +251,13 @@ class Bench:
     def _handshake(self, agent, concurrency: int, cap_sec: float | None = None) -> dict:
         spec = json.dumps({"servers": self.specs, "concurrency": concurrency, "cap_factor": 3.0, "cap_sec": cap_sec})
         # docker exec with stdin: the CLI (the SDK's exec has no simple stdin).
-        proc = subprocess.run(["docker", "exec", "-i", agent.id, "/opt/venv/bin/python3",
-                               "/tmp/admission_load_handshake.py"], input=spec.encode(), capture_output=True,
-                              timeout=30 * 60, check=False)
+        proc = subprocess.run(
+            ["docker", "exec", "-i", agent.id, "/opt/venv/bin/python3", "/tmp/admission_load_handshake.py"],
+            input=spec.encode(),
+            capture_output=True,
+            timeout=30 * 60,
+            check=False,
+        )
         if proc.returncode != 0:
             raise OSError(f"handshake probe exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-300:]}")
         return json.loads(proc.stdout)
@@ -279,8 +307,7 @@ def _loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_level(bench: Bench, per_cpu: float, cpus: int, level_sec: float, min_samples: int,
-              quiet_sec: float) -> dict:
+def run_level(bench: Bench, per_cpu: float, cpus: int, level_sec: float, min_samples: int, quiet_sec: float) -> dict:
     busy = int(round(per_cpu * cpus))
     bench.set_busy(busy)
     watch = HostWatch(bench.client)
@@ -294,16 +321,27 @@ def run_level(bench: Bench, per_cpu: float, cpus: int, level_sec: float, min_sam
             time.sleep(quiet_sec)
             watch.quiet.clear()
             samples.append(bench.sample())
-            print(f"    sample {len(samples)}: pg {_f(samples[-1].pg_ready)} s, agent {_f(samples[-1].agent_start)} s, "
-                  f"MCP one at a time {_f(samples[-1].seq_all_up)} s, worst first connect of four at once "
-                  f"{samples[-1].upstream_ratio():.2f} of its timeout" + (f"; {samples[-1].errors}" if samples[-1].errors else ""),
-                  flush=True)
+            print(
+                f"    sample {len(samples)}: pg {_f(samples[-1].pg_ready)} s, agent {_f(samples[-1].agent_start)} s, "
+                f"MCP one at a time {_f(samples[-1].seq_all_up)} s, worst first connect of four at once "
+                f"{samples[-1].upstream_ratio():.2f} of its timeout"
+                + (f"; {samples[-1].errors}" if samples[-1].errors else ""),
+                flush=True,
+            )
     finally:
         watch.stop_event.set()
         watch.join()
-    return {"per_cpu_asked": per_cpu, "busy": busy, "samples": samples, "watch": watch,
-            "seconds": time.monotonic() - start, "load_before": load_before, "load_after": _loadavg(),
-            "reached": _mean(watch.background) / cpus, "during": _mean(watch.runnable) / cpus}
+    return {
+        "per_cpu_asked": per_cpu,
+        "busy": busy,
+        "samples": samples,
+        "watch": watch,
+        "seconds": time.monotonic() - start,
+        "load_before": load_before,
+        "load_after": _loadavg(),
+        "reached": _mean(watch.background) / cpus,
+        "during": _mean(watch.runnable) / cpus,
+    }
 
 
 def _mean(values: list[int]) -> float:
@@ -321,27 +359,44 @@ def _times(samples: list[Sample], attr: str) -> list[float]:
 def print_level(level: dict) -> None:
     samples: list[Sample] = level["samples"]
     watch: HostWatch = level["watch"]
-    print(f"  level {level['per_cpu_asked']:g} busy per CPU ({level['busy']} processes): reached "
-          f"{level['reached']:.2f} runnable per CPU between samples, {level['during']:.2f} during them, over "
-          f"{level['seconds']:.0f} s; load average "
-          f"{level['load_before']} -> {level['load_after']}; {len(samples)} samples, min / median / max:")
+    print(
+        f"  level {level['per_cpu_asked']:g} busy per CPU ({level['busy']} processes): reached "
+        f"{level['reached']:.2f} runnable per CPU between samples, {level['during']:.2f} during them, over "
+        f"{level['seconds']:.0f} s; load average "
+        f"{level['load_before']} -> {level['load_after']}; {len(samples)} samples, min / median / max:"
+    )
     print(f"    PostgreSQL ready (s):            {spread(_times(samples, 'pg_ready'))}  (bound {PG_READY_BOUND_SEC:g})")
     print(f"    agent container up (s):          {spread(_times(samples, 'agent_start'))}")
-    print(f"    MCP one at a time, all up (s):   {spread(_times(samples, 'seq_all_up'))}  (bound "
-          f"{ADAPTER_START_WAIT_SEC:g}, the adapter's start wait)")
+    print(
+        f"    MCP one at a time, all up (s):   {spread(_times(samples, 'seq_all_up'))}  (bound "
+        f"{ADAPTER_START_WAIT_SEC:g}, the adapter's start wait)"
+    )
     for name in bench_names(samples):
         timeout = next(s.conc_servers[name]["timeout_sec"] for s in samples if name in s.conc_servers)
-        seq = [s.seq_servers[name]["init_sec"] for s in samples if s.seq_servers.get(name, {}).get("init_sec") is not None]
-        conc = [s.conc_servers[name]["init_sec"] for s in samples if s.conc_servers.get(name, {}).get("init_sec") is not None]
+        seq = [
+            s.seq_servers[name]["init_sec"] for s in samples if s.seq_servers.get(name, {}).get("init_sec") is not None
+        ]
+        conc = [
+            s.conc_servers[name]["init_sec"]
+            for s in samples
+            if s.conc_servers.get(name, {}).get("init_sec") is not None
+        ]
         failed = sum(1 for s in samples if s.conc_servers.get(name, {}).get("init_sec") is None)
-        print(f"      {name:<14} initialize (s) alone {spread(seq)}; four at once {spread(conc)}"
-              f"{f' ({failed} no answer)' if failed else ''}; yaml timeout {timeout:g}")
+        print(
+            f"      {name:<14} initialize (s) alone {spread(seq)}; four at once {spread(conc)}"
+            f"{f' ({failed} no answer)' if failed else ''}; yaml timeout {timeout:g}"
+        )
     peaks = [s.peak_memory / GIB for s in samples if s.peak_memory]
-    print(f"    agent container peak memory (GiB): {spread(peaks)}; MemAvailable min "
-          f"{min(watch.mem) / GIB if watch.mem else float('nan'):.2f} GiB")
+    print(
+        f"    agent container peak memory (GiB): {spread(peaks)}; MemAvailable min "
+        f"{min(watch.mem) / GIB if watch.mem else float('nan'):.2f} GiB"
+    )
     print(f"    daemon ping (s): {spread(watch.pings, 3)} ({watch.unanswered} unanswered)")
-    print(f"    worst ratio: adapter path {max(s.adapter_ratio() for s in samples):.3f}, "
-          f"CAMEL first connect {max(s.upstream_ratio() for s in samples):.2f}", flush=True)
+    print(
+        f"    worst ratio: adapter path {max(s.adapter_ratio() for s in samples):.3f}, "
+        f"CAMEL first connect {max(s.upstream_ratio() for s in samples):.2f}",
+        flush=True,
+    )
 
 
 def bench_names(samples: list[Sample]) -> list[str]:
@@ -356,17 +411,22 @@ def main() -> int:
     parser.add_argument("--levels", default="0,1,2,4,6,8", help="busy processes per CPU, comma-separated")
     parser.add_argument("--level-sec", type=float, default=90.0, help="start no new sample after this long")
     parser.add_argument("--min-samples", type=int, default=2)
-    parser.add_argument("--keep-going", action="store_true",
-                        help="measure every level, also past the first one over --fraction")
-    parser.add_argument("--quiet-sec", type=float, default=4.0,
-                        help="before each sample, read the background load this long")
-    parser.add_argument("--task", default="kulinar-workshop-materials",
-                        help="whose MCP servers (default: both 10 s servers, word and pptx, and three more)")
+    parser.add_argument(
+        "--keep-going", action="store_true", help="measure every level, also past the first one over --fraction"
+    )
+    parser.add_argument(
+        "--quiet-sec", type=float, default=4.0, help="before each sample, read the background load this long"
+    )
+    parser.add_argument(
+        "--task",
+        default="kulinar-workshop-materials",
+        help="whose MCP servers (default: both 10 s servers, word and pptx, and three more)",
+    )
     parser.add_argument("--fraction", type=float, default=0.5, help="of a bound a start-up may take")
     args = parser.parse_args()
     missing = [v for v in ("DOCKER_HOST", "COWORK_REAL_BENCH", "COWORK_REAL_BASE_IMAGE") if not os.environ.get(v)]
     if missing:
-        print(f"set {', '.join(missing)} (eval \"$(cat /tmp/rb.env)\" on the test bed)", file=sys.stderr)
+        print(f'set {", ".join(missing)} (eval "$(cat /tmp/rb.env)" on the test bed)', file=sys.stderr)
         return 2
     try:
         levels = [float(x) for x in args.levels.split(",")]
@@ -386,8 +446,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     left = bench.remove_leftovers()
-    print(f"{args.task}: servers {', '.join(bench.specs)}; {cpus} CPU(s); load average before: {_loadavg()}"
-          + (f"; removed a killed run's {', '.join(left)}" if left else ""), flush=True)
+    print(
+        f"{args.task}: servers {', '.join(bench.specs)}; {cpus} CPU(s); load average before: {_loadavg()}"
+        + (f"; removed a killed run's {', '.join(left)}" if left else ""),
+        flush=True,
+    )
     done: list[dict] = []
     try:
         for per_cpu in levels:
@@ -395,8 +458,11 @@ def main() -> int:
             done.append(run_level(bench, per_cpu, cpus, args.level_sec, args.min_samples, args.quiet_sec))
             print_level(done[-1])
             if not args.keep_going and max(s.adapter_ratio() for s in done[-1]["samples"]) > args.fraction:
-                print("  over the fraction: a heavier level cannot move the rule's limit; stopping "
-                      "(--keep-going measures them anyway)", flush=True)
+                print(
+                    "  over the fraction: a heavier level cannot move the rule's limit; stopping "
+                    "(--keep-going measures them anyway)",
+                    flush=True,
+                )
                 break
     except KeyboardInterrupt:
         print("interrupted: stopping the busy processes and removing this run's containers", file=sys.stderr)
@@ -410,15 +476,27 @@ def main() -> int:
     camel = choose_threshold([LevelRow(d["reached"], max(s.upstream_ratio() for s in d["samples"])) for d in done], 1.0)
     print("summary: reached load per CPU -> worst adapter-path ratio / worst CAMEL first-connect ratio")
     for d, row in zip(done, rows, strict=True):
-        print(f"  {row.load_per_cpu:5.2f} -> {row.worst_ratio:.3f} / {max(s.upstream_ratio() for s in d['samples']):.2f}")
-    print(f"rule (adapter path within {args.fraction:g} of its bound at every level up to it): "
-          + (f"highest passing load {choice.limit:.2f} per CPU, rounded down {choice.rounded():g}"
-             if choice.limit is not None else "no level passed")
-          + (f"; first failing level {choice.first_failing:.2f}" if choice.first_failing is not None
-             else "; no level failed (a lower bound)"))
-    print("CAMEL's first connect within its yaml timeout up to: "
-          + (f"{camel.limit:.2f} per CPU" if camel.limit is not None else "no level")
-          + (f" (fails at {camel.first_failing:.2f})" if camel.first_failing is not None else ""))
+        print(
+            f"  {row.load_per_cpu:5.2f} -> {row.worst_ratio:.3f} / {max(s.upstream_ratio() for s in d['samples']):.2f}"
+        )
+    print(
+        f"rule (adapter path within {args.fraction:g} of its bound at every level up to it): "
+        + (
+            f"highest passing load {choice.limit:.2f} per CPU, rounded down {choice.rounded():g}"
+            if choice.limit is not None
+            else "no level passed"
+        )
+        + (
+            f"; first failing level {choice.first_failing:.2f}"
+            if choice.first_failing is not None
+            else "; no level failed (a lower bound)"
+        )
+    )
+    print(
+        "CAMEL's first connect within its yaml timeout up to: "
+        + (f"{camel.limit:.2f} per CPU" if camel.limit is not None else "no level")
+        + (f" (fails at {camel.first_failing:.2f})" if camel.first_failing is not None else "")
+    )
     print(f"load average at the end: {_loadavg()}")
     return 0
 

@@ -54,10 +54,38 @@ TASKS = 496
 TARGET_RATIO = 0.25
 TARGET_PEAK_MIB = 256
 TS = "2026-01-01T00:00:00.000000+00:00"
-WORDS = ["quarterly", "revenue", "invoice", "customer", "sheet", "total", "region", "north", "south", "growth", "margin", "forecast", "budget", "review", "draft", "summary", "table", "column", "row", "value", "Zürich", "café"]
+WORDS = [
+    "quarterly",
+    "revenue",
+    "invoice",
+    "customer",
+    "sheet",
+    "total",
+    "region",
+    "north",
+    "south",
+    "growth",
+    "margin",
+    "forecast",
+    "budget",
+    "review",
+    "draft",
+    "summary",
+    "table",
+    "column",
+    "row",
+    "value",
+    "Zürich",
+    "café",
+]
 # Share of each log in a task's bytes (tools dominate: result previews run to 2,000 chars).
-SHARES = {"tools.jsonl": 0.55, "events.jsonl": 0.25, "progress.jsonl": 0.08,
-          "chat.jsonl": 0.07, "supervisor.jsonl": 0.05}
+SHARES = {
+    "tools.jsonl": 0.55,
+    "events.jsonl": 0.25,
+    "progress.jsonl": 0.08,
+    "chat.jsonl": 0.07,
+    "supervisor.jsonl": 0.05,
+}
 PLANTED_EVERY = 31  # every 31st task gets one groundtruth read and one psql call
 
 
@@ -69,33 +97,63 @@ def _tool_row(rng: random.Random, task: str, i: int) -> dict:
     """One tool call, its arguments and result preview drawn afresh (no row repeats)."""
     kind = rng.randrange(5)
     if kind == 0:
-        tool, args = "mcp_postgres__execute_sql", {"sql": f"SELECT region, sum(total) FROM sales_{rng.getrandbits(32):x} "
-                                                          f"WHERE q = {i} GROUP BY region"}
+        tool, args = (
+            "mcp_postgres__execute_sql",
+            {"sql": f"SELECT region, sum(total) FROM sales_{rng.getrandbits(32):x} WHERE q = {i} GROUP BY region"},
+        )
     elif kind == 1:
         tool, args = "mcp_filesystem__read_file", {"path": f"/workspace/reports/{_text(rng, 2).replace(' ', '_')}.md"}
     elif kind == 2:
-        tool, args = "mcp_excel__write_data_to_excel", {"filepath": f"/workspace/out-{i}.xlsx",
-                                                        "data": [[_text(rng, 3) for _ in range(3)] for _ in range(4)]}
+        tool, args = (
+            "mcp_excel__write_data_to_excel",
+            {"filepath": f"/workspace/out-{i}.xlsx", "data": [[_text(rng, 3) for _ in range(3)] for _ in range(4)]},
+        )
     elif kind == 3:
         tool, args = "run_command", {"command": f"ls -la /workspace && wc -l /workspace/{rng.getrandbits(40):x}.csv"}
     else:
         tool, args = "mcp_filesystem__write_file", {"path": f"/workspace/notes-{i}.md", "content": _text(rng, 60)}
-    return {"ts": TS, "type": "tool_call", "task_id": task, "tool": tool, "args": args,
-            "result_preview": _text(rng, rng.randint(20, 320)), "is_error": rng.random() < 0.06, "status": "ok"}
+    return {
+        "ts": TS,
+        "type": "tool_call",
+        "task_id": task,
+        "tool": tool,
+        "args": args,
+        "result_preview": _text(rng, rng.randint(20, 320)),
+        "is_error": rng.random() < 0.06,
+        "status": "ok",
+    }
 
 
 def _event_row(rng: random.Random, task: str, i: int) -> dict:
     if rng.random() < 0.4:
-        return {"ts": TS, "type": "llm_usage", "task_id": task, "root_task_id": task,
-                "model": "anthropic/claude-sonnet-4.5", "provider": "openrouter",
-                "response_provider": "Anthropic", "source": "loop", "round": i,
-                "cost": round(rng.uniform(0.001, 0.05), 6), "cost_known": True, "cost_estimated": False,
-                "prompt_tokens": rng.randint(2000, 60000), "completion_tokens": rng.randint(10, 900),
-                "cached_tokens": rng.randint(0, 2000), "cache_write_tokens": 0,
-                "accounting_authority": "physical_attempt_ledger", "projection_update_status": "available",
-                "ledger_attempt_ids": [f"{rng.getrandbits(128):032x}"]}
-    return {"ts": TS, "type": rng.choice(["task_progress", "round_start", "context_stats"]),
-            "task_id": task, "round": i, "note": _text(rng, 25)}
+        return {
+            "ts": TS,
+            "type": "llm_usage",
+            "task_id": task,
+            "root_task_id": task,
+            "model": "anthropic/claude-sonnet-4.5",
+            "provider": "openrouter",
+            "response_provider": "Anthropic",
+            "source": "loop",
+            "round": i,
+            "cost": round(rng.uniform(0.001, 0.05), 6),
+            "cost_known": True,
+            "cost_estimated": False,
+            "prompt_tokens": rng.randint(2000, 60000),
+            "completion_tokens": rng.randint(10, 900),
+            "cached_tokens": rng.randint(0, 2000),
+            "cache_write_tokens": 0,
+            "accounting_authority": "physical_attempt_ledger",
+            "projection_update_status": "available",
+            "ledger_attempt_ids": [f"{rng.getrandbits(128):032x}"],
+        }
+    return {
+        "ts": TS,
+        "type": rng.choice(["task_progress", "round_start", "context_stats"]),
+        "task_id": task,
+        "round": i,
+        "note": _text(rng, 25),
+    }
 
 
 # How each log's rows are made (every row drawn afresh: no row repeats, so no cache always hits).
@@ -103,14 +161,21 @@ ROW_MAKERS = {
     "tools.jsonl": _tool_row,
     "events.jsonl": _event_row,
     "progress.jsonl": lambda rng, task, i: {"ts": TS, "task_id": task, "text": _text(rng, 30)},
-    "chat.jsonl": lambda rng, task, i: {"ts": TS, "session_id": "s", "direction": "out", "chat_id": 1,
-                                        "user_id": 1, "text": _text(rng, 80)},
+    "chat.jsonl": lambda rng, task, i: {
+        "ts": TS,
+        "session_id": "s",
+        "direction": "out",
+        "chat_id": 1,
+        "user_id": 1,
+        "text": _text(rng, 80),
+    },
     "supervisor.jsonl": lambda rng, task, i: {"ts": TS, "type": "worker_ready", "pid": 100 + i},
 }
 
 
-def _write_log(path: Path, name: str, task: str, target: int, rng: random.Random, planted: list[bytes],
-               ascii_escaped: bool) -> int:
+def _write_log(
+    path: Path, name: str, task: str, target: int, rng: random.Random, planted: list[bytes], ascii_escaped: bool
+) -> int:
     """Write ~target bytes of fresh rows (the planted ones at random places); returns the bytes."""
     out, size, make = list(planted), sum(map(len, planted)), ROW_MAKERS[name]
     while size < target:
@@ -124,8 +189,9 @@ def _write_log(path: Path, name: str, task: str, target: int, rng: random.Random
 
 def _write_run_records(root: Path) -> None:
     """The run-level records a finished run has besides its ledger: manifest and monitor."""
-    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
-                                                        "applied_config": {}}))
+    (root / "run_manifest.json").write_text(
+        json.dumps({"schema": "cowork_adapter.run_manifest.v1", "applied_config": {}})
+    )
     (root / "monitor.json").write_text(json.dumps({"finished": True}))
 
 
@@ -133,12 +199,32 @@ def synthesise(root: Path, size_mb: float, seed: int = 7, ascii_escaped: bool = 
     rng = random.Random(seed)
     per_task = size_mb * (1 << 20) / TASKS
     planted_tools = [
-        json.dumps({"ts": TS, "type": "tool_call", "task_id": "t", "tool": "run_command",
-                    "args": {"command": "cat /bench/tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
-                    "result_preview": "", "is_error": False, "status": "ok"}).encode() + b"\n",
-        json.dumps({"ts": TS, "type": "tool_call", "task_id": "t", "tool": "run_command",
-                    "args": {"command": "psql -h pg -U app -c 'select 1'"},
-                    "result_preview": "", "is_error": False, "status": "ok"}).encode() + b"\n",
+        json.dumps(
+            {
+                "ts": TS,
+                "type": "tool_call",
+                "task_id": "t",
+                "tool": "run_command",
+                "args": {"command": "cat /bench/tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
+                "result_preview": "",
+                "is_error": False,
+                "status": "ok",
+            }
+        ).encode()
+        + b"\n",
+        json.dumps(
+            {
+                "ts": TS,
+                "type": "tool_call",
+                "task_id": "t",
+                "tool": "run_command",
+                "args": {"command": "psql -h pg -U app -c 'select 1'"},
+                "result_preview": "",
+                "is_error": False,
+                "status": "ok",
+            }
+        ).encode()
+        + b"\n",
     ]
     rows, total = [], 0
     _write_run_records(root)
@@ -148,10 +234,18 @@ def synthesise(root: Path, size_mb: float, seed: int = 7, ascii_escaped: bool = 
         (dump / "ouroboros").mkdir(parents=True)
         for name, share in SHARES.items():
             planted = planted_tools if name == "tools.jsonl" and n % PLANTED_EVERY == 0 else []
-            total += _write_log(dump / "ouroboros" / name, name, task, int(per_task * share), rng, planted,
-                                ascii_escaped)
-        rows.append({"instance_id": task, "status": "passed", "official_eval_status": "completed",
-                     "official_receipt": {"pass": True}, "task_dump": os.path.relpath(dump, root)})
+            total += _write_log(
+                dump / "ouroboros" / name, name, task, int(per_task * share), rng, planted, ascii_escaped
+            )
+        rows.append(
+            {
+                "instance_id": task,
+                "status": "passed",
+                "official_eval_status": "completed",
+                "official_receipt": {"pass": True},
+                "task_dump": os.path.relpath(dump, root),
+            }
+        )
     (root / "result_index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     planted_tasks = len(range(0, TASKS, PLANTED_EVERY))
     return {"bytes": total, "planted_findings": 2 * planted_tasks}
@@ -244,10 +338,18 @@ def _stage_runs(root: Path, files: list[str]) -> list[tuple[str, Any]]:
         for path in files:
             table[os.path.basename(path)](path, os.path.basename(path), scan.TaskScan())
 
-    names = ("reading the files", "+ the UTF-8 check", "+ long-integer/DEL checks, separators",
-             "+ msgspec decoding", "all of audit.read")
-    return [*((name, lambda step=step: upto(step)) for step, name in enumerate(names)),
-            ("the five scanners", scanners), ("whole build_audit", lambda: run.build_audit(root, 1))]
+    names = (
+        "reading the files",
+        "+ the UTF-8 check",
+        "+ long-integer/DEL checks, separators",
+        "+ msgspec decoding",
+        "all of audit.read",
+    )
+    return [
+        *((name, lambda step=step: upto(step)) for step, name in enumerate(names)),
+        ("the five scanners", scanners),
+        ("whole build_audit", lambda: run.build_audit(root, 1)),
+    ]
 
 
 def _print_stages(root: Path, files: list[str], rounds: int) -> dict[str, float]:
@@ -260,8 +362,9 @@ def _print_stages(root: Path, files: list[str], rounds: int) -> dict[str, float]
             function()
             after = os.times()
             times[name].append(after.user - before.user + after.system - before.system)
-    print(f"CPU by stage, one process, each stage added in turn ({rounds} rounds; load average "
-          f"{os.getloadavg()[0]:.2f}):")
+    print(
+        f"CPU by stage, one process, each stage added in turn ({rounds} rounds; load average {os.getloadavg()[0]:.2f}):"
+    )
     for name, values in times.items():
         print(f"  {name:40s}{_spread(values)}")
     return {name: statistics.median(values) for name, values in times.items()}
@@ -277,8 +380,7 @@ def _empty_run(base: Path) -> Path:
     return root
 
 
-def _print_budget(command: str, base: Path, repeat: int, wc_times: list[float], read_cpu: float,
-                  workers: int) -> None:
+def _print_budget(command: str, base: Path, repeat: int, wc_times: list[float], read_cpu: float, workers: int) -> None:
     """What the ratio target leaves for scanning, against what reading alone costs.
 
     The command meets TARGET_RATIO when it takes at most wc -l / TARGET_RATIO of wall. Its
@@ -289,8 +391,9 @@ def _print_budget(command: str, base: Path, repeat: int, wc_times: list[float], 
     walls, cpus = [], []
     for run in range(repeat):
         report = base / f"empty-{run}.json"
-        wall, status, _, cpu, _ = _timed_child([command, "audit", "--run-dir", str(empty), "--output", str(report)],
-                                               subprocess.DEVNULL)
+        wall, status, _, cpu, _ = _timed_child(
+            [command, "audit", "--run-dir", str(empty), "--output", str(report)], subprocess.DEVNULL
+        )
         if status != 0:
             print(f"the audit of a run with no task exited {status}", file=sys.stderr)
             return
@@ -299,12 +402,16 @@ def _print_budget(command: str, base: Path, repeat: int, wc_times: list[float], 
         cpus.append(cpu)
     allowed = statistics.median(wc_times) / TARGET_RATIO
     left = allowed - statistics.median(walls)
-    print(f"budget for ratio {TARGET_RATIO} (load average {os.getloadavg()[0]:.2f}): the command in "
-          f"{allowed:.3f} s of wall (wc -l median / {TARGET_RATIO}); its start-up on a run with no task, "
-          f"{repeat} runs: wall min / median / max {_spread(walls)} s, CPU median {statistics.median(cpus):.3f} s")
-    print(f"  leaves {left:.3f} s of wall for scanning: at most {max(left, 0.0) * workers:.3f} s of CPU over "
-          f"{workers} worker(s); all of audit.read alone takes {read_cpu:.3f} s of CPU (one process, median)"
-          + ("  -> out of reach with this reader" if read_cpu > left * workers else ""))
+    print(
+        f"budget for ratio {TARGET_RATIO} (load average {os.getloadavg()[0]:.2f}): the command in "
+        f"{allowed:.3f} s of wall (wc -l median / {TARGET_RATIO}); its start-up on a run with no task, "
+        f"{repeat} runs: wall min / median / max {_spread(walls)} s, CPU median {statistics.median(cpus):.3f} s"
+    )
+    print(
+        f"  leaves {left:.3f} s of wall for scanning: at most {max(left, 0.0) * workers:.3f} s of CPU over "
+        f"{workers} worker(s); all of audit.read alone takes {read_cpu:.3f} s of CPU (one process, median)"
+        + ("  -> out of reach with this reader" if read_cpu > left * workers else "")
+    )
 
 
 def _size_mib(text: str) -> float:
@@ -332,17 +439,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=_size_mib, default=1024.0, help="agent logs to write: 1G, 512M... (default 1G)")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic run root")
-    parser.add_argument("--ascii-escaped", action="store_true",
-                        help="write non-ASCII text as \\u escapes (json.dumps' default) instead of raw UTF-8")
+    parser.add_argument(
+        "--ascii-escaped",
+        action="store_true",
+        help="write non-ASCII text as \\u escapes (json.dumps' default) instead of raw UTF-8",
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed runs of each contender, alternating")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="the audit's --workers (default: its own default, the CPU count)")
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another tree's src folder: its audit timed too, paired with this tree's")
-    parser.add_argument("--stages", type=int, default=0,
-                        help="rounds of the in-process CPU profile by stage (0: none)")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="synthesise into this folder once, and reuse it when it holds a run (kept)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="the audit's --workers (default: its own default, the CPU count)"
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another tree's src folder: its audit timed too, paired with this tree's",
+    )
+    parser.add_argument("--stages", type=int, default=0, help="rounds of the in-process CPU profile by stage (0: none)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="synthesise into this folder once, and reuse it when it holds a run (kept)",
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -365,16 +483,19 @@ def main() -> int:
             facts = synthesise(root, args.size, ascii_escaped=args.ascii_escaped)
             facts_path.write_text(json.dumps(facts))
             files = _log_files(root)
-            print(f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB of non-repeating rows in "
-                  f"{time.perf_counter() - t0:.1f}s under {root}")
+            print(
+                f"synthesised {len(files)} files, {facts['bytes'] / (1 << 20):.1f} MiB of non-repeating rows in "
+                f"{time.perf_counter() - t0:.1f}s under {root}"
+            )
         subprocess.run(["wc", "-l", *files], stdout=subprocess.DEVNULL, check=True)  # warm the cache
         # The package's bytecode as an installed package has it: an editable install where
         # PYTHONDONTWRITEBYTECODE is set would otherwise compile edited modules on every run.
         package = importlib.util.find_spec("cowork_adapter").submodule_search_locations[0]
         subprocess.run([sys.executable, "-m", "compileall", "-q", package], stdout=subprocess.DEVNULL, check=True)
         if args.against is not None:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.against)], stdout=subprocess.DEVNULL,
-                           check=True)
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", str(args.against)], stdout=subprocess.DEVNULL, check=True
+            )
         wc_times, audit_times, audit_cpus, peak_kib, tree_kib = [], [], [], 0, 0
         paired: dict[str, tuple[list[float], list[float]]] = {"this": ([], []), "other": ([], [])}
         data: dict = {}
@@ -392,8 +513,11 @@ def main() -> int:
             data = json.loads(report.read_text())
             report.unlink()
             if data["totals"]["findings"] != facts["planted_findings"]:
-                print(f"the audit found {data['totals']['findings']} references, not exactly the "
-                      f"{facts['planted_findings']} planted", file=sys.stderr)
+                print(
+                    f"the audit found {data['totals']['findings']} references, not exactly the "
+                    f"{facts['planted_findings']} planted",
+                    file=sys.stderr,
+                )
                 return 2
             if args.against is not None:
                 order = [("this", str(Path(package).parent)), ("other", str(args.against))]
@@ -416,29 +540,44 @@ def main() -> int:
         peak_mib = peak_kib / 1024
         print(f"{'':28s}   min   / median  /   max   ({args.repeat} alternating runs each, {mib:.0f} MiB)")
         print(f"{'wc -l (s)':28s}{_spread(wc_times)}")
-        print(f"{'cowork-adapter audit (s)':28s}{_spread(audit_times)}   "
-              f"({data['totals']['lines_scanned']} lines, {data['totals']['tool_calls']} tool calls, "
-              f"{data['totals']['usage_records']} usage records)")
+        print(
+            f"{'cowork-adapter audit (s)':28s}{_spread(audit_times)}   "
+            f"({data['totals']['lines_scanned']} lines, {data['totals']['tool_calls']} tool calls, "
+            f"{data['totals']['usage_records']} usage records)"
+        )
         print(f"{'audit CPU incl. workers (s)':28s}{_spread(audit_cpus)}")
         print(f"{'ratio wc -l / audit time':28s}{_spread(ratios)}   target: median >= {TARGET_RATIO}")
-        print(f"audit throughput (median): {mib / statistics.median(audit_times):.0f} MiB/s; "
-              f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-        print(f"audit peak memory: {peak_mib:.1f} MiB ru_maxrss (largest process); sampled peak of the "
-              f"process tree: {tree_kib / 1024:.1f} MiB  target < {TARGET_PEAK_MIB} MiB")
+        print(
+            f"audit throughput (median): {mib / statistics.median(audit_times):.0f} MiB/s; "
+            f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+        )
+        print(
+            f"audit peak memory: {peak_mib:.1f} MiB ru_maxrss (largest process); sampled peak of the "
+            f"process tree: {tree_kib / 1024:.1f} MiB  target < {TARGET_PEAK_MIB} MiB"
+        )
         print(f"findings: {data['totals']['findings']} (planted {facts['planted_findings']})")
         if args.against is not None:
             this, other = paired["this"], paired["other"]
-            print(f"paired, `python -m cowork_adapter audit` of each tree ({args.repeat} pairs, order alternating; "
-                  f"load average {min(loads):.1f}-{max(loads):.1f}):")
+            print(
+                f"paired, `python -m cowork_adapter audit` of each tree ({args.repeat} pairs, order alternating; "
+                f"load average {min(loads):.1f}-{max(loads):.1f}):"
+            )
             print(f"{'  this tree wall / CPU (s)':28s}{_spread(this[0])}  /{_spread(this[1])}")
             print(f"{'  other tree wall / CPU (s)':28s}{_spread(other[0])}  /{_spread(other[1])}")
             print(f"{'  CPU ratio this / other':28s}{_spread([a / b for a, b in zip(this[1], other[1], strict=True)])}")
         if args.stages > 0:
             medians = _print_stages(root, files, args.stages)
-            _print_budget(command, base, args.repeat, wc_times, medians["all of audit.read"],
-                          args.workers or os.cpu_count() or 1)
-        missed = [name for name, ok in (("ratio", ratio >= TARGET_RATIO),
-                                        ("peak", max(peak_mib, tree_kib / 1024) < TARGET_PEAK_MIB)) if not ok]
+            _print_budget(
+                command, base, args.repeat, wc_times, medians["all of audit.read"], args.workers or os.cpu_count() or 1
+            )
+        missed = [
+            name
+            for name, ok in (
+                ("ratio", ratio >= TARGET_RATIO),
+                ("peak", max(peak_mib, tree_kib / 1024) < TARGET_PEAK_MIB),
+            )
+            if not ok
+        ]
         if missed:
             print(f"target missed: {', '.join(missed)}")
             return 1

@@ -42,7 +42,7 @@ def outcomes(tasks: list[str]) -> dict[str, str]:
 
 def build(url: str, tmp: Path, n: int) -> tuple[Path, Path, Path]:
     tasks = synth.task_names(n)
-    half = {"a": tasks[: n // 2], "b": tasks[n // 2:]}
+    half = {"a": tasks[: n // 2], "b": tasks[n // 2 :]}
     roots = {h: synth.ledger_run(tmp / f"host-{h}", tasks, outcomes(half[h]), campaign_name="c") for h in half}
     alone = synth.ledger_run(tmp / "alone", tasks, outcomes(tasks))
     with TaskClaims(url, "c") as claims:
@@ -52,8 +52,9 @@ def build(url: str, tmp: Path, n: int) -> tuple[Path, Path, Path]:
             # The host takes every open task at once, settles its own half and gives the rest back.
             verdict = outcomes(tasks)
             for t in claims.claim(run.run_id, n):  # the ledger's verdict, so no row disagrees with the database
-                claims.settle(run.run_id, t, ("passed" if verdict[t] == "pass" else "failed") if t in half[h]
-                              else "infra_failed")
+                claims.settle(
+                    run.run_id, t, ("passed" if verdict[t] == "pass" else "failed") if t in half[h] else "infra_failed"
+                )
             claims.finish_run(run.run_id)
     return roots["a"], roots["b"], alone
 
@@ -97,8 +98,18 @@ def main() -> int:
             for i in range(args.repeat):
                 argv = {
                     "one": [*command, "report", str(alone), "--output-dir", f"{tmp}/one-{i}"],
-                    "campaign": [*command, "report", "--campaign-db", bare, "--campaign-name", "c", str(a), str(b),
-                                 "--output-dir", f"{tmp}/campaign-{i}"],
+                    "campaign": [
+                        *command,
+                        "report",
+                        "--campaign-db",
+                        bare,
+                        "--campaign-name",
+                        "c",
+                        str(a),
+                        str(b),
+                        "--output-dir",
+                        f"{tmp}/campaign-{i}",
+                    ],
                     "status": [*command, "status", "--campaign-db", bare, "--campaign-name", "c", str(a), str(b)],
                 }
                 order = ["one", "campaign", "status"] if i % 2 == 0 else ["campaign", "one", "status"]

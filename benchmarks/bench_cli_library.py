@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from synthetic_run import synth_run  # noqa: E402  (test support, not shipped)
 
-TYPER_APP = '''
+TYPER_APP = """
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -48,9 +48,9 @@ def version() -> None:
     typer.echo("cowork-adapter 0")
 
 app(prog_name="cowork-adapter")
-'''
+"""
 
-CLICK_APP = '''
+CLICK_APP = """
 import sys
 from pathlib import Path
 import click
@@ -71,7 +71,7 @@ def version() -> None:
     click.echo("cowork-adapter 0")
 
 app(prog_name="cowork-adapter")
-'''
+"""
 
 
 def _cpu(argv: list[str]) -> tuple[float, int]:
@@ -122,8 +122,11 @@ def main() -> int:
                     codes.add((name, code))
             ratio = statistics.median(times["click"]) / statistics.median(times["typer"])
             label = " ".join(command[:1] + (["RUN"] if len(command) > 1 else []))
-            print(f"{label}: " + "; ".join(f"{name} {_spread(v)}" for name, v in times.items())
-                  + f"; click/typer medians {ratio:.2f}; exit codes {sorted(codes)}")
+            print(
+                f"{label}: "
+                + "; ".join(f"{name} {_spread(v)}" for name, v in times.items())
+                + f"; click/typer medians {ratio:.2f}; exit codes {sorted(codes)}"
+            )
     print(f"load average {_load()}")
     return 0
 

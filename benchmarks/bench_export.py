@@ -45,13 +45,26 @@ def make_whole_run(root: Path) -> list[str]:
     typed = []
     for i, r in enumerate(rows):
         passed = i % 3 != 0
-        typed.append(TaskRow(
-            ts="2026-01-01T00:00:00Z", instance_id=r["instance_id"], status="passed" if passed else "failed",
-            reason_code="passed" if passed else "verifier_failed", official_eval_status="completed",
-            official_receipt=OfficialReceipt(pass_=passed, cause="evaluated"),
-            usage=UsageFacts(records=40, token_records=40, prompt_tokens=40_000 + i, completion_tokens=4_000 + i,
-                             known_cost_usd=0.4), task_dump=str(root / r["task_dump"]),
-            attempt_run_root=str(root), tampering=[]).to_line())
+        typed.append(
+            TaskRow(
+                ts="2026-01-01T00:00:00Z",
+                instance_id=r["instance_id"],
+                status="passed" if passed else "failed",
+                reason_code="passed" if passed else "verifier_failed",
+                official_eval_status="completed",
+                official_receipt=OfficialReceipt(pass_=passed, cause="evaluated"),
+                usage=UsageFacts(
+                    records=40,
+                    token_records=40,
+                    prompt_tokens=40_000 + i,
+                    completion_tokens=4_000 + i,
+                    known_cost_usd=0.4,
+                ),
+                task_dump=str(root / r["task_dump"]),
+                attempt_run_root=str(root),
+                tampering=[],
+            ).to_line()
+        )
     (root / "result_index.jsonl").write_text("".join(typed))
     return tasks
 
@@ -91,8 +104,10 @@ def main() -> int:
             facts = synthesise(root, args.size)
             make_whole_run(root)
             facts_path.write_text(json.dumps(facts))
-            print(f"synthesised {facts['bytes'] / (1 << 20):.1f} MiB of logs for {TASKS} tasks in "
-                  f"{time.perf_counter() - t0:.1f}s under {root}")
+            print(
+                f"synthesised {facts['bytes'] / (1 << 20):.1f} MiB of logs for {TASKS} tasks in "
+                f"{time.perf_counter() - t0:.1f}s under {root}"
+            )
         subprocess.run(["cat", *_log_files(root)], stdout=subprocess.DEVNULL, check=True)  # warm the cache
         package = importlib.util.find_spec("cowork_adapter").submodule_search_locations[0]
         subprocess.run([sys.executable, "-m", "compileall", "-q", package], stdout=subprocess.DEVNULL, check=True)
@@ -108,8 +123,9 @@ def main() -> int:
                     audit_cpu.append(cpu)
                 else:
                     out = base / f"logs-{run}"
-                    wall, cpu, code, err = _timed([command, "export", str(root), "--format", "inspect",
-                                                   "--output-dir", str(out)])
+                    wall, cpu, code, err = _timed(
+                        [command, "export", str(root), "--format", "inspect", "--output-dir", str(out)]
+                    )
                     exports.append(wall)
                     export_cpu.append(cpu)
                     if code == 0:
@@ -123,15 +139,19 @@ def main() -> int:
                     return 2
         ratios = [e / a for e, a in zip(exports, audits, strict=True)]
         mib = facts["bytes"] / (1 << 20)
-        print(f"{'':30s}   min   / median  /   max   ({args.repeat} alternating runs each, {mib:.0f} MiB of logs, "
-              f"{TASKS} tasks)")
+        print(
+            f"{'':30s}   min   / median  /   max   ({args.repeat} alternating runs each, {mib:.0f} MiB of logs, "
+            f"{TASKS} tasks)"
+        )
         print(f"{'cowork-adapter audit (s)':30s}{_spread(audits)}")
         print(f"{'cowork-adapter export (s)':30s}{_spread(exports)}")
         print(f"{'audit CPU incl. workers (s)':30s}{_spread(audit_cpu)}")
         print(f"{'export CPU incl. workers (s)':30s}{_spread(export_cpu)}")
         print(f"{'ratio export / audit time':30s}{_spread(ratios)}   target: median < 1")
-        print(f"the .eval log: {statistics.median(sizes) / (1 << 20):.1f} MiB; load average {os.getloadavg()[0]:.2f} "
-              f"on {os.cpu_count()} CPUs")
+        print(
+            f"the .eval log: {statistics.median(sizes) / (1 << 20):.1f} MiB; load average {os.getloadavg()[0]:.2f} "
+            f"on {os.cpu_count()} CPUs"
+        )
         if statistics.median(ratios) >= 1:
             print("target missed: the export took longer than the audit")
             return 1

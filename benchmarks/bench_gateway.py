@@ -62,8 +62,13 @@ def start_asgi_candidate(upstream: str, secret: bytes, label: str):
     policy = Policy(model=BODY["model"])
 
     async def answer(send, status: int, data: bytes, kind: bytes = b"application/json") -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", kind), (b"content-length", str(len(data)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", kind), (b"content-length", str(len(data)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
     async def app(scope, receive, send) -> None:
@@ -81,15 +86,20 @@ def start_asgi_candidate(upstream: str, secret: bytes, label: str):
             import httpx as _httpx
 
             state["client"] = _httpx.AsyncClient(timeout=30)
-        request = state["client"].build_request("POST", upstream + "/chat/completions",
-                                                content=json.dumps(shaped).encode(),
-                                                headers={"Authorization": "Bearer k", "Content-Type": "application/json"})
+        request = state["client"].build_request(
+            "POST",
+            upstream + "/chat/completions",
+            content=json.dumps(shaped).encode(),
+            headers={"Authorization": "Bearer k", "Content-Type": "application/json"},
+        )
         response = await state["client"].send(request, stream=True)
         try:
             kind = response.headers.get("content-type", "").encode()
             if not kind.startswith(b"text/event-stream"):
                 return await answer(send, response.status_code, await response.aread(), kind)
-            await send({"type": "http.response.start", "status": response.status_code, "headers": [(b"content-type", kind)]})
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": [(b"content-type", kind)]}
+            )
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
@@ -121,8 +131,16 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     standin = ChatStandin().start()
     secret, label = b"s" * 32, "b" * 32
-    gateway = Gateway(upstream=standin.base_url, key="sk-bench", run_label=label, secret=secret, run_root=root,
-                      stop_file=root / "stop", bind_host="127.0.0.1", policy=Policy(model=BODY["model"])).start()
+    gateway = Gateway(
+        upstream=standin.base_url,
+        key="sk-bench",
+        run_label=label,
+        secret=secret,
+        run_root=root,
+        stop_file=root / "stop",
+        bind_host="127.0.0.1",
+        policy=Policy(model=BODY["model"]),
+    ).start()
     gateway.set_allowance(1e9)
     candidate = start_asgi_candidate(standin.base_url, secret, label) if args.asgi else None
     headers = {"Authorization": "Bearer " + mint_token(secret, label, "bench-task")}
@@ -139,9 +157,10 @@ def main() -> int:
                 for _ in range(10):
                     timed(clients[name], routes[name] + "/chat/completions", body, headers)
             for i in range(args.requests):
-                for name in names[i % len(names):] + names[:i % len(names)]:  # the order rotates per round
+                for name in names[i % len(names) :] + names[: i % len(names)]:  # the order rotates per round
                     times.setdefault((name, kind), []).append(
-                        timed(clients[name], routes[name] + "/chat/completions", body, headers))
+                        timed(clients[name], routes[name] + "/chat/completions", body, headers)
+                    )
     finally:
         for client in clients.values():
             client.close()
@@ -156,9 +175,11 @@ def main() -> int:
         for name in names[1:]:
             through = times[(name, kind)]
             added = [g - d for g, d in zip(through, direct, strict=True)]
-            print(f"{kind:6s} {name:7s} p50 {percentile(through, 0.5):7.2f} ms  p99 {percentile(through, 0.99):7.2f} ms"
-                  f"  added p50 {percentile(added, 0.5):7.2f} ms  p99 {percentile(added, 0.99):7.2f} ms"
-                  f"  ratio of medians {statistics.median(through) / statistics.median(direct):.2f}")
+            print(
+                f"{kind:6s} {name:7s} p50 {percentile(through, 0.5):7.2f} ms  p99 {percentile(through, 0.99):7.2f} ms"
+                f"  added p50 {percentile(added, 0.5):7.2f} ms  p99 {percentile(added, 0.99):7.2f} ms"
+                f"  ratio of medians {statistics.median(through) / statistics.median(direct):.2f}"
+            )
     return 0
 
 

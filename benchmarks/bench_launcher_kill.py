@@ -63,9 +63,18 @@ def one_kill(env, index: int, how: str) -> dict:
     paths = custody_paths(run_root)
     args = env.run_args(name, TASKS, campaign=f"campaign-{name}.json", extra=["--task-timeout", "90"])
     with open(env.root / f"{name}.log", "ab") as log:
-        launcher = subprocess.Popen(args, env={**os.environ, env.key_env: env.key}, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    if not wait_for(lambda: agent_started(run_root) or launcher.poll() is not None, 600, 0.1) or launcher.poll() is not None:
+        launcher = subprocess.Popen(
+            args,
+            env={**os.environ, env.key_env: env.key},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    if (
+        not wait_for(lambda: agent_started(run_root) or launcher.poll() is not None, 600, 0.1)
+        or launcher.poll() is not None
+    ):
         launcher.kill()
         raise SystemExit(f"run {name} ended before an agent started (see {env.root / name}.log)")
     time.sleep(2)
@@ -118,15 +127,22 @@ def main() -> int:
             how = "pid" if i % 2 == 0 else "group"
             result = one_kill(env, i, how)
             results.append(result)
-            print(f"kill {i + 1}/{args.kills} by {how}: " + ", ".join(
-                f"{k} {v:.2f} s" if v is not None else f"{k} -" for k, v in result.items() if k != "how"), flush=True)
+            print(
+                f"kill {i + 1}/{args.kills} by {how}: "
+                + ", ".join(f"{k} {v:.2f} s" if v is not None else f"{k} -" for k, v in result.items() if k != "how"),
+                flush=True,
+            )
     finally:
         env.meter.stop()
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
     print(f"\nover {len(results)} launcher kills (SIGKILL; half by pid, half by process group), agents in flight:")
-    print(f"  death → fence (stop file)          {summary([r['fence'] for r in results])}   target ≤ {FENCE_TARGET:g} s")
-    print(f"  death → first shim refusal         {summary([r['refusal'] for r in results])}   (only when a creation was tried)")
+    print(
+        f"  death → fence (stop file)          {summary([r['fence'] for r in results])}   target ≤ {FENCE_TARGET:g} s"
+    )
+    print(
+        f"  death → first shim refusal         {summary([r['refusal'] for r in results])}   (only when a creation was tried)"
+    )
     print(f"  death → key file deleted           {summary([r['key'] for r in results])}   target ≤ {BOUND:g} s")
     print(f"  death → last container of run gone {summary([r['gone'] for r in results])}   target ≤ {BOUND:g} s")
     fences = [r["fence"] for r in results]

@@ -64,12 +64,19 @@ def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
 
     tasks = synth.task_names(len(json.loads((ancestor / "run_manifest.json").read_text())["selection"]["task_ids"]))
     start = time.perf_counter()
-    plan = resolve_ancestry([ancestor], current_applied_config=synth.CONFIG, seed_head=synth.SEED_HEAD,
-                            bench_commit=synth.BENCH_COMMIT, image_id=synth.IMAGE_ID, explicit_selection=None,
-                            dataset_ids=tasks)
+    plan = resolve_ancestry(
+        [ancestor],
+        current_applied_config=synth.CONFIG,
+        seed_head=synth.SEED_HEAD,
+        bench_commit=synth.BENCH_COMMIT,
+        image_id=synth.IMAGE_ID,
+        explicit_selection=None,
+        dataset_ids=tasks,
+    )
     plan_s = time.perf_counter() - start
-    synth.write_manifest(child, plan.selection_task_ids, task_ids=plan.remaining, resume_from=plan.ancestors,
-                         generation=plan.generation)
+    synth.write_manifest(
+        child, plan.selection_task_ids, task_ids=plan.remaining, resume_from=plan.ancestors, generation=plan.generation
+    )
     start = time.perf_counter()
     ctx = IndexContext.load(child)
     write_index(child, build_index(child, live=True, interruption_cause="in_progress", ctx=ctx))
@@ -110,20 +117,27 @@ def main() -> int:
             order = ["version", "status", "report"]
             shift = i % len(order)
             for name in order[shift:] + order[:shift]:
-                argv = {"version": [*command, "version"], "status": [*command, "status", str(root)],
-                        "report": [*command, "report", str(root), "--output-dir", str(Path(tmp) / f"report-{i}")]}[name]
+                argv = {
+                    "version": [*command, "version"],
+                    "status": [*command, "status", str(root)],
+                    "report": [*command, "report", str(root), "--output-dir", str(Path(tmp) / f"report-{i}")],
+                }[name]
                 times[name].append(timed(argv))
         plan_s, child_s, again_s = recovery_times(root, Path(tmp) / "child")
         tick_s = refresher_tick(root)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
-    print(f"tasks={args.tasks}; {args.repeat} runs of each command, alternating; min / median / max; "
-          f"command: {' '.join(command)}")
+    print(
+        f"tasks={args.tasks}; {args.repeat} runs of each command, alternating; min / median / max; "
+        f"command: {' '.join(command)}"
+    )
     print(f"  {'version':<44}{spread(times['version'])}   (start-up floor of every command)")
     print(f"  {'status RUN':<44}{spread(times['status'])}")
     print(f"  {'report RUN --output-dir DIR':<44}{spread(times['report'])}   (md, json, html)")
     print("in-process, once:")
     print(f"  ledger build+write at the end of a run      {ledger_s:.3f} s")
-    print(f"  recovery plan {plan_s:.3f} s; child ledger build+write {child_s:.3f} s; child refresh (cached) {again_s:.3f} s")
+    print(
+        f"  recovery plan {plan_s:.3f} s; child ledger build+write {child_s:.3f} s; child refresh (cached) {again_s:.3f} s"
+    )
     print(f"  refresher tick over the unchanged run (re-list + signatures, cached rows) {tick_s:.3f} s")
     if args.budget_s is not None and statistics.median(times["report"]) > args.budget_s:
         print(f"FAIL: the report command's median exceeds {args.budget_s:g} s", file=sys.stderr)

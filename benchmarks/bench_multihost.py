@@ -62,9 +62,25 @@ def throughput(url: str, tasks: list[str], hosts: int, batch: int, task_sec: flo
         claims.add_selection(tasks)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, str(TESTS / "multihost_host.py"), "worker", url, "bench", f"h{i}",
-                               f"/bench/h{i}", str(batch), str(task_sec)], stdout=subprocess.PIPE, text=True, env=env)
-             for i in range(hosts)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(TESTS / "multihost_host.py"),
+                "worker",
+                url,
+                "bench",
+                f"h{i}",
+                f"/bench/h{i}",
+                str(batch),
+                str(task_sec),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(hosts)
+    ]
     outs = [p.communicate()[0] for p in procs]
     elapsed = time.perf_counter() - start
     if any(p.returncode for p in procs):
@@ -97,7 +113,9 @@ def main() -> int:
                 print(f"WRONG: with {hosts} hosts, {len(settled)} tasks settled, max {max(settled.values())} times")
                 return 2
             results[hosts] = rate
-            print(f"{hosts} host(s): {rate:.0f} tasks/min ({args.tasks} tasks of {args.task_sec} s, batches of {args.batch})")
+            print(
+                f"{hosts} host(s): {rate:.0f} tasks/min ({args.tasks} tasks of {args.task_sec} s, batches of {args.batch})"
+            )
         print(f"two hosts / one host: {results[2] / results[1]:.2f}x (2.00 is perfect scaling)")
     finally:
         if server is not None:

@@ -63,8 +63,16 @@ def summary_rows(bench: Path) -> dict[str, dict]:
 def bare_env(image_id: str, tmpdir: Path, docker_host: str) -> dict[str, str]:
     """The bare runner's environment: phase split, the bench's own engine, nothing of the adapter."""
     env = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
-    env.update(DOCKER_HOST=docker_host, IMAGE=image_id, AGENT_PHASE_AWARE="1", ENTRY="main.py", MODEL_NAME="demo", MODEL_PROVIDER="demo",
-               TASK_TIMEOUT=str(TASK_TIMEOUT_S), TMPDIR=str(tmpdir))
+    env.update(
+        DOCKER_HOST=docker_host,
+        IMAGE=image_id,
+        AGENT_PHASE_AWARE="1",
+        ENTRY="main.py",
+        MODEL_NAME="demo",
+        MODEL_PROVIDER="demo",
+        TASK_TIMEOUT=str(TASK_TIMEOUT_S),
+        TMPDIR=str(tmpdir),
+    )
     return env
 
 
@@ -72,8 +80,15 @@ def run_runner(bench: Path, tasks: list[str], env: dict[str, str], log: Path) ->
     """`bash run_parallel.sh 1 TASKS`; returns its wall time in seconds."""
     started = time.monotonic()
     with log.open("wb") as out:
-        proc = subprocess.run(["bash", "run_parallel.sh", "1", *tasks], cwd=bench, env=env, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            ["bash", "run_parallel.sh", "1", *tasks],
+            cwd=bench,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=RUN_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"runner in {bench} exited {proc.returncode}; see {log}")
@@ -95,9 +110,16 @@ def custody_round(work: Path, name: str, tasks: list[str], image_id: str, docker
     materialize_bench(bench)
     label = run_label(root)
     custody = install_custody(
-        root, real_docker=shutil.which("docker") or "", docker_host=docker_host, run_label=label, limits=limits,
-        stop_file=root / "custody" / "stop", resource_root=work, min_free_bytes=1 << 30,
-        evidence_dir=root / "custody" / "evidence", agent_env_file=None,
+        root,
+        real_docker=shutil.which("docker") or "",
+        docker_host=docker_host,
+        run_label=label,
+        limits=limits,
+        stop_file=root / "custody" / "stop",
+        resource_root=work,
+        min_free_bytes=1 << 30,
+        evidence_dir=root / "custody" / "evidence",
+        agent_env_file=None,
         environ={k: v for k, v in os.environ.items() if k != "BASH_ENV"},
     )
     env = custody.environment(bare_env(image_id, custody.tmpdir, docker_host))
@@ -106,15 +128,31 @@ def custody_round(work: Path, name: str, tasks: list[str], image_id: str, docker
     finally:
         report = cleanup_run(docker_host, label, lambda entry: None)  # proves the label is empty
     leftovers = len(report.removed_containers) + len(report.removed_networks)
-    return {"name": name, "wall": wall, "rows": summary_rows(bench), "leftovers": leftovers, "wrapper": custody.wrapper,
-            "empty": label_is_empty(docker_host, label)}
+    return {
+        "name": name,
+        "wall": wall,
+        "rows": summary_rows(bench),
+        "leftovers": leftovers,
+        "wrapper": custody.wrapper,
+        "empty": label_is_empty(docker_host, label),
+    }
 
 
 def adapter_round(env, name: str, tasks: list[str], cpus: float, memory: str, engine: str = "upstream:main.py") -> dict:
     """One `cowork-adapter run`; engine "upstream:main.py" runs the bare runner's own engine under the
     adapter's whole custody, so its ratio to the bare runner is the adapter's overhead alone."""
-    extra = ["--concurrency", "1", "--cpus", f"{cpus:g}", "--memory", memory, "--task-timeout", str(TASK_TIMEOUT_S),
-             "--engine", engine]
+    extra = [
+        "--concurrency",
+        "1",
+        "--cpus",
+        f"{cpus:g}",
+        "--memory",
+        memory,
+        "--task-timeout",
+        str(TASK_TIMEOUT_S),
+        "--engine",
+        engine,
+    ]
     args = env.run_args(name, tasks, campaign=f"campaign-{name}.json", extra=extra)
     started_wall, started = time.time(), time.monotonic()
     proc = env.launch(args, name)
@@ -129,7 +167,10 @@ def adapter_round(env, name: str, tasks: list[str], cpus: float, memory: str, en
     if code != 0 or runner_start is None or runner_end is None:
         raise RuntimeError(f"the adapter run exited {code}; see {run_root}")
     return {
-        "name": name, "wall": wall, "rows": summary_rows(run_root / "bench"), "exit": code,
+        "name": name,
+        "wall": wall,
+        "rows": summary_rows(run_root / "bench"),
+        "exit": code,
         "runner_wall": runner_end - runner_start,
         "before_runner": runner_start - started_wall,
         "after_runner": started_wall + wall - runner_end,
@@ -197,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     image_id = __import__("docker").DockerClient(base_url=args.docker_host, timeout=60).images.get(env.pack_tag).id
     bares, adapters, custodies = [], [], []
     try:
-        print(f"tasks {tasks}; {args.pairs} pairs; limits cpus={args.cpus:g} memory={args.memory}; work {work}", flush=True)
+        print(
+            f"tasks {tasks}; {args.pairs} pairs; limits cpus={args.cpus:g} memory={args.memory}; work {work}",
+            flush=True,
+        )
         for i in range(args.pairs):
             kinds = ["bare", "adapter"] + (["custody"] if args.custody else [])
             shift = i % len(kinds)
@@ -208,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                 elif kind == "adapter":
                     adapters.append(adapter_round(env, f"adapter-{i}", tasks, args.cpus, args.memory))
                     a = adapters[-1]
-                    print(f"pair {i}: adapter launch {a['wall']:.1f} s (runner {a['runner_wall']:.1f} s, "
-                          f"before {a['before_runner']:.1f} s, after {a['after_runner']:.1f} s)", flush=True)
+                    print(
+                        f"pair {i}: adapter launch {a['wall']:.1f} s (runner {a['runner_wall']:.1f} s, "
+                        f"before {a['before_runner']:.1f} s, after {a['after_runner']:.1f} s)",
+                        flush=True,
+                    )
                 else:
                     custodies.append(custody_round(work, f"custody-{i}", tasks, image_id, args.docker_host, limits))
                     print(f"pair {i}: custody runner {custodies[-1]['wall']:.1f} s", flush=True)
@@ -220,8 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         env.meter.stop()
     for result in bares + custodies + adapters:
         if set(result["rows"]) != set(tasks):
-            print(f"bench_overhead: {result['name']} has summary rows for {sorted(result['rows'])}, not {tasks}",
-                  file=sys.stderr)
+            print(
+                f"bench_overhead: {result['name']} has summary rows for {sorted(result['rows'])}, not {tasks}",
+                file=sys.stderr,
+            )
             return 2
     for result in custodies:
         if result["leftovers"] or not result["empty"]:
@@ -238,19 +287,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.pairs} pairs, same engine (the bench's main.py), {n} tasks at concurrency 1; min / median / max")
     print(f"  bare runner wall             {spread([r['wall'] for r in bares], '7.1f')} s")
     print(f"  adapter runner wall          {spread([r['runner_wall'] for r in adapters], '7.1f')} s")
-    print(f"  runner ratio adapter / bare  {spread([a['runner_wall'] / b['wall'] for a, b in zip(adapters, bares, strict=True)])}"
-          "   (per pair: the adapter's overhead on the tasks)")
+    print(
+        f"  runner ratio adapter / bare  {spread([a['runner_wall'] / b['wall'] for a, b in zip(adapters, bares, strict=True)])}"
+        "   (per pair: the adapter's overhead on the tasks)"
+    )
     print("fixed costs per launch (seconds, whatever the number of tasks)")
-    print(f"  before the runner            {spread([a['before_runner'] for a in adapters], '7.1f')} s"
-          "   (preflight, clone, image resolve, meter, custody)")
-    print(f"  after the runner             {spread([a['after_runner'] for a in adapters], '7.1f')} s"
-          "   (cleanup proof, final reading, ledger, audit)")
+    print(
+        f"  before the runner            {spread([a['before_runner'] for a in adapters], '7.1f')} s"
+        "   (preflight, clone, image resolve, meter, custody)"
+    )
+    print(
+        f"  after the runner             {spread([a['after_runner'] for a in adapters], '7.1f')} s"
+        "   (cleanup proof, final reading, ledger, audit)"
+    )
     print(f"  whole launch                 {spread([a['wall'] for a in adapters], '7.1f')} s")
     if custodies:
-        print(f"  custody ratio custody / bare {spread([c['wall'] / b['wall'] for c, b in zip(custodies, bares, strict=True)])}"
-              "   (per pair: the docker shim and BASH_ENV alone)")
-        print(f"  shim cost per docker call (median of alternating pairs): pass-through {per_call * 1000:.1f} ms, "
-              f"creation {per_create * 1000:.1f} ms")
+        print(
+            f"  custody ratio custody / bare {spread([c['wall'] / b['wall'] for c, b in zip(custodies, bares, strict=True)])}"
+            "   (per pair: the docker shim and BASH_ENV alone)"
+        )
+        print(
+            f"  shim cost per docker call (median of alternating pairs): pass-through {per_call * 1000:.1f} ms, "
+            f"creation {per_create * 1000:.1f} ms"
+        )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -36,8 +36,9 @@ except ImportError:  # an adapter from before the check: only B can run
 
 
 def head(bench: Path) -> str:
-    return subprocess.run(["git", "-C", str(bench), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(bench), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def preflight(bench: Path, commit: str, dest: Path, *, verify: bool) -> float:

@@ -33,8 +33,14 @@ from cowork_adapter.demo.pack_image import ensure_demo_pack_image
 from cowork_adapter.demo.seed_repo import make_stub_seed
 from cowork_adapter.runroot.events import parse_ts
 
-DEFAULT_TASKS = ["demo-csv-totals", "demo-wrong-answer", "demo-crm-postgres", "demo-nop-passes",
-                 "demo-audit-planted", "demo-deck-stateful"]
+DEFAULT_TASKS = [
+    "demo-csv-totals",
+    "demo-wrong-answer",
+    "demo-crm-postgres",
+    "demo-nop-passes",
+    "demo-audit-planted",
+    "demo-deck-stateful",
+]
 FULL = 496
 
 
@@ -60,18 +66,45 @@ def _real_argv(args: argparse.Namespace, work: Path) -> tuple[list[str], list[st
     names = ("COWORK_REAL_BENCH", "COWORK_REAL_OUROBOROS_SEED", "COWORK_REAL_TASKS_FILE", "COWORK_REAL_BASE_IMAGE")
     missing = [n for n in names if not os.environ.get(n)]
     if missing:
-        raise SystemExit(f"--real needs {', '.join(missing)}: run `eval \"$(bash testbed/realbench.sh up)\"` first")
+        raise SystemExit(f'--real needs {", ".join(missing)}: run `eval "$(bash testbed/realbench.sh up)"` first')
     tasks_file = Path(os.environ["COWORK_REAL_TASKS_FILE"])
-    tasks = args.tasks or [line.strip() for line in tasks_file.read_text().splitlines()
-                           if line.strip() and not line.startswith("#")]
+    tasks = args.tasks or [
+        line.strip() for line in tasks_file.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
     storage = work / "storage"
     storage.mkdir()
     root = storage / "q"
-    argv = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", os.environ["COWORK_REAL_OUROBOROS_SEED"],
-            "--bench-root", os.environ["COWORK_REAL_BENCH"], "--docker-host", args.docker_host,
-            "--resource-root", str(storage), "--run-root", str(root), "--base-image",
-            os.environ["COWORK_REAL_BASE_IMAGE"], "--build-image", "--concurrency", str(args.concurrency),
-            "--task-timeout", "600", "--cpus", "1", "--memory", "4g", "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "qualify",
+        "--repo-dir",
+        os.environ["COWORK_REAL_OUROBOROS_SEED"],
+        "--bench-root",
+        os.environ["COWORK_REAL_BENCH"],
+        "--docker-host",
+        args.docker_host,
+        "--resource-root",
+        str(storage),
+        "--run-root",
+        str(root),
+        "--base-image",
+        os.environ["COWORK_REAL_BASE_IMAGE"],
+        "--build-image",
+        "--concurrency",
+        str(args.concurrency),
+        "--task-timeout",
+        "600",
+        "--cpus",
+        "1",
+        "--memory",
+        "4g",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+    ]
     return argv, tasks, root, "real test-bed"
 
 
@@ -83,10 +116,39 @@ def _demo_argv(args: argparse.Namespace, work: Path) -> tuple[list[str], list[st
     make_stub_seed(seed)
     pack, _ = ensure_demo_pack_image(args.docker_host)
     root = storage / "q"
-    argv = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", str(seed), "--bench-root", str(bench),
-            "--bench-commit", commit, "--docker-host", args.docker_host, "--resource-root", str(storage),
-            "--run-root", str(root), "--base-image", pack, "--build-image", "--concurrency", str(args.concurrency),
-            "--task-timeout", "240", "--cpus", "1", "--memory", "2g", "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "qualify",
+        "--repo-dir",
+        str(seed),
+        "--bench-root",
+        str(bench),
+        "--bench-commit",
+        commit,
+        "--docker-host",
+        args.docker_host,
+        "--resource-root",
+        str(storage),
+        "--run-root",
+        str(root),
+        "--base-image",
+        pack,
+        "--build-image",
+        "--concurrency",
+        str(args.concurrency),
+        "--task-timeout",
+        "240",
+        "--cpus",
+        "1",
+        "--memory",
+        "2g",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+    ]
     return argv, tasks, root, "demo"
 
 
@@ -130,18 +192,27 @@ def report(root: Path, bed: str) -> None:
         inventory, reused = _inventory_s(root / engine)
         walls, agent = _per_task(root / engine)
         ran = len(walls) or n  # environment-blocked tasks never reach the runner: rate over those that did
-        print(f"  {engine:6s} runner {runner:7.1f} s = {60 * ran / runner:5.2f} tasks/min over {ran} run; "
-              f"launch {launch:7.1f} s (fixed costs {launch - runner:5.1f} s, of which inventory "
-              + ("reused" if reused else f"{inventory:5.1f} s") + ")")
-        print(f"         per task (median of {len(walls)}): {_median(walls):5.1f} s in the runner, of which the agent "
-              f"phase (workspace, preprocess{', ground truth' if engine == 'oracle' else ''}) {_median(agent):5.1f} s; "
-              f"the rest is containers, database and the evaluator")
+        print(
+            f"  {engine:6s} runner {runner:7.1f} s = {60 * ran / runner:5.2f} tasks/min over {ran} run; "
+            f"launch {launch:7.1f} s (fixed costs {launch - runner:5.1f} s, of which inventory "
+            + ("reused" if reused else f"{inventory:5.1f} s")
+            + ")"
+        )
+        print(
+            f"         per task (median of {len(walls)}): {_median(walls):5.1f} s in the runner, of which the agent "
+            f"phase (workspace, preprocess{', ground truth' if engine == 'oracle' else ''}) {_median(agent):5.1f} s; "
+            f"the rest is containers, database and the evaluator"
+        )
     per_task = total_runner / ran  # both engines' runner time per task that reached the runner
     projected = FULL * per_task + (total_launch - total_runner)
-    print(f"  both engines: {60 * ran / total_runner:5.2f} tasks/min qualified (oracle + nop); "
-          f"qualify took {total_launch / 60:.1f} min")
-    print(f"  projected for all {FULL} tasks at concurrency {concurrency}: {projected / 3600:.1f} h "
-          f"({FULL * 2} task runs; {bed} tasks)")
+    print(
+        f"  both engines: {60 * ran / total_runner:5.2f} tasks/min qualified (oracle + nop); "
+        f"qualify took {total_launch / 60:.1f} min"
+    )
+    print(
+        f"  projected for all {FULL} tasks at concurrency {concurrency}: {projected / 3600:.1f} h "
+        f"({FULL * 2} task runs; {bed} tasks)"
+    )
     counts = json.loads((root / "task_validity.json").read_text())["counts"]
     print("  classes: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
 

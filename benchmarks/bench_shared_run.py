@@ -39,16 +39,29 @@ TASKS = ["demo-crm-postgres", "demo-csv-totals", "demo-deck-stateful", "demo-wro
 def launch(demo, db: str, campaign: str, name: str, tasks: list[str]) -> subprocess.Popen:
     args = demo.run_args(name, tasks, campaign="unused.json")
     at = args.index("--campaign-file")
-    args[at:at + 2] = ["--campaign-db", db.replace(f":{PASSWORD}@", "@"), "--campaign-name", campaign,
-                       "--shared-campaign", "--claim-batch", "1",
-                       "--max-load-per-cpu", "1000"]  # both "hosts" share these 2 CPUs: no admission wait
+    args[at : at + 2] = [
+        "--campaign-db",
+        db.replace(f":{PASSWORD}@", "@"),
+        "--campaign-name",
+        campaign,
+        "--shared-campaign",
+        "--claim-batch",
+        "1",
+        "--max-load-per-cpu",
+        "1000",
+    ]  # both "hosts" share these 2 CPUs: no admission wait
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
     args[args.index("--resource-root") + 1] = str(storage)
     args[args.index("--concurrency") + 1] = "1"
     with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
-        return subprocess.Popen(args, env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD},
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            args,
+            env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def one_round(demo, server: PgServer, hosts: int, tasks: list[str]) -> float:
@@ -83,11 +96,15 @@ def main() -> int:
         finally:
             server.remove()
             demo.meter.stop()
-    print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}; "
-          f"{len(TASKS)} demo tasks, claim batch 1, concurrency 1 per host, {args.rounds} round(s)")
+    print(
+        f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}; "
+        f"{len(TASKS)} demo tasks, claim batch 1, concurrency 1 per host, {args.rounds} round(s)"
+    )
     for hosts, values in rates.items():
-        print(f"{hosts} host(s): tasks/min min {min(values):.2f} median {statistics.median(values):.2f} "
-              f"max {max(values):.2f}")
+        print(
+            f"{hosts} host(s): tasks/min min {min(values):.2f} median {statistics.median(values):.2f} "
+            f"max {max(values):.2f}"
+        )
     print(f"two hosts / one host (medians): {statistics.median(rates[2]) / statistics.median(rates[1]):.2f}x")
     return 0
 

@@ -85,8 +85,13 @@ def main() -> int:
             "version": lambda: ["version"],
             "run --help": lambda: ["run", "--help"],
             "status RUN": lambda: ["status", str(synthetic)],
-            "audit --run-dir RUN --output F": lambda: ["audit", "--run-dir", str(root), "--output",
-                                                      f"{tmp}/audit-{next(outputs)}.json"],
+            "audit --run-dir RUN --output F": lambda: [
+                "audit",
+                "--run-dir",
+                str(root),
+                "--output",
+                f"{tmp}/audit-{next(outputs)}.json",
+            ],
             "status /missing (refused)": lambda: ["status", f"{tmp}/missing"],
         }
         print(f"{args.repeat} alternating runs each after one warm-up; seconds as min / median / max")
@@ -102,8 +107,10 @@ def main() -> int:
                 wall, cpu, _ = _timed(bare)
                 bare_walls.append(wall), bare_cpus.append(cpu)
             worst = max(worst, statistics.median(cpus))
-            print(f"{name:32} {_spread(walls):>23} {_spread(cpus):>23}   "
-                  f"{statistics.median(bare_walls):.3f} / {statistics.median(bare_cpus):.3f}   exit {sorted(codes)}")
+            print(
+                f"{name:32} {_spread(walls):>23} {_spread(cpus):>23}   "
+                f"{statistics.median(bare_walls):.3f} / {statistics.median(bare_cpus):.3f}   exit {sorted(codes)}"
+            )
     print(f"load average {_load()}")
     verdict = "met" if worst < TARGET_SEC else "NOT met"
     print(f"slowest median CPU start-up {worst:.3f} s: the {TARGET_SEC} s target is {verdict}")

@@ -167,13 +167,18 @@ def path_args(path: str) -> list[str]:
     return ["--stop-path", path]
 
 
-def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: str, tasks: list[str],
-            path: str = FAST) -> dict:
+def one_run(
+    env: DemoEnv, index: int, phase: float, rate: float, docker_host: str, tasks: list[str], path: str = FAST
+) -> dict:
     name, campaign = f"stop-{path}-{index}", f"campaign-stop-{path}-{index}.json"
     run_root = env.run_root(name)
     boundary = CEILING - RESERVE
-    proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
-                                   extra=["--concurrency", str(len(tasks)), *path_args(path)]), name)
+    proc = env.launch(
+        env.run_args(
+            name, tasks, campaign=campaign, budget_usd=1000, extra=["--concurrency", str(len(tasks)), *path_args(path)]
+        ),
+        name,
+    )
     deadline = time.monotonic() + 900
     try:
         flight_at_jump = wait_in_flight(run_root, proc, deadline, len(tasks))
@@ -212,19 +217,28 @@ def one_run(env: DemoEnv, index: int, phase: float, rate: float, docker_host: st
             proc.terminate()
     manifest = read_json(run_root / "run_manifest.json")
     if stop_wall is None or empty_mono is None:
-        raise RuntimeError(f"run {name}: no crossing reading or no empty label before the deadline (exit {code}); "
-                           f"see {run_root}")
+        raise RuntimeError(
+            f"run {name}: no crossing reading or no empty label before the deadline (exit {code}); see {run_root}"
+        )
     before = [t for t in reading_times(run_root) if t <= cross_wall]
     empty_wall = time.time() - (time.monotonic() - empty_mono)
     fence_path = run_root / "custody" / "stop"
     fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
     removal_start, removal = stop_cleared(run_root)
     return {
-        "to_removal": removal_start - stop_wall, "removal": removal,
-        "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
+        "to_removal": removal_start - stop_wall,
+        "removal": removal,
+        "name": name,
+        "path": path,
+        "target_phase": phase,
+        "exit": code,
+        "stop_reason": manifest.get("stop_reason"),
         "flight_at_jump": flight_at_jump,
         "phase_s": (cross_wall - before[-1]) if before else float("nan"),
-        "detection": stop_wall - cross_wall, "fence": fence_wall - stop_wall, "stop": empty_wall - stop_wall, "total": empty_mono - cross_mono,
+        "detection": stop_wall - cross_wall,
+        "fence": fence_wall - stop_wall,
+        "stop": empty_wall - stop_wall,
+        "total": empty_mono - cross_mono,
     }
 
 
@@ -315,15 +329,24 @@ def gateway_crossing(run_root: Path) -> float | None:
     return None
 
 
-def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, tasks: list[str],
-                    provider: ChatStandin, path: str = FAST) -> dict:
+def one_gateway_run(
+    env: DemoEnv, index: int, phase: float, docker_host: str, tasks: list[str], provider: ChatStandin, path: str = FAST
+) -> dict:
     """A run with --llm-gateway: the crossing is one request, from inside the first task's agent
     container, whose provider cost passes the allowance."""
     name, campaign = f"gw-stop-{path}-{index}", f"campaign-gw-stop-{path}-{index}.json"
     run_root = env.run_root(name)
     provider.cost_per_request = 0.0001
-    extra = ["--concurrency", str(len(tasks)), "--llm-gateway", "--openai-compatible-base-url", provider.base_url,
-             "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", *path_args(path)]
+    extra = [
+        "--concurrency",
+        str(len(tasks)),
+        "--llm-gateway",
+        "--openai-compatible-base-url",
+        provider.base_url,
+        "--credential-setting",
+        "OPENAI_COMPATIBLE_API_KEY",
+        *path_args(path),
+    ]
     proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000, extra=extra), name)
     deadline = time.monotonic() + 900
     lines: list[dict] = []
@@ -337,10 +360,18 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
         cross_wall = last + phase * POLL_SEC
         while cross_wall - time.time() < MARGIN_S:
             cross_wall += POLL_SEC
-        reader = in_agent_lines(docker_host, f"agent-{ident}", {
-            "BENCH_URL": gateway["container_url"], "BENCH_TOKEN": mint_token(secret, label, ident),
-            "BENCH_MODEL": pinned_model(gateway["routed_model"]), "BENCH_AT": repr(cross_wall),
-            "BENCH_EVERY": repr(RETRY_S)}, lines)
+        reader = in_agent_lines(
+            docker_host,
+            f"agent-{ident}",
+            {
+                "BENCH_URL": gateway["container_url"],
+                "BENCH_TOKEN": mint_token(secret, label, ident),
+                "BENCH_MODEL": pinned_model(gateway["routed_model"]),
+                "BENCH_AT": repr(cross_wall),
+                "BENCH_EVERY": repr(RETRY_S),
+            },
+            lines,
+        )
         # The crossing price from just before the request leaves the container to its answer.
         time.sleep(max(0.0, cross_wall - COST_LEAD_S - time.time()))
         provider.cost_per_request = CROSSING_COST
@@ -352,8 +383,10 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
         # fenced): the crossing is then that request's answer, from the gateway's log.
         answered_wall = crossing["at"] if crossing and crossing["crossing"] == 200 else gateway_crossing(run_root)
         if answered_wall is None:
-            raise RuntimeError(f"run {name}: no request crossed (the script's was answered "
-                               f"{crossing and crossing['crossing']}); see {run_root}")
+            raise RuntimeError(
+                f"run {name}: no request crossed (the script's was answered "
+                f"{crossing and crossing['crossing']}); see {run_root}"
+            )
         empty_wall = None
         while time.monotonic() < deadline:
             if no_container(docker_host, label):
@@ -374,11 +407,19 @@ def one_gateway_run(env: DemoEnv, index: int, phase: float, docker_host: str, ta
     fence_path = run_root / "custody" / "stop"
     fence_wall = os.stat(fence_path).st_ctime if fence_path.exists() else float("nan")
     return {
-        "name": name, "path": path, "target_phase": phase, "exit": code, "stop_reason": manifest.get("stop_reason"),
-        "flight_at_jump": flight_at_jump, "phase_s": (answered_wall - before[-1]) if before else float("nan"),
+        "name": name,
+        "path": path,
+        "target_phase": phase,
+        "exit": code,
+        "stop_reason": manifest.get("stop_reason"),
+        "flight_at_jump": flight_at_jump,
+        "phase_s": (answered_wall - before[-1]) if before else float("nan"),
         "refused": refused["at"] - answered_wall if refused else float("nan"),
-        "refused_how": (refused.get("reason") or f"answered {refused['refused']}") if refused else "no later request: the container was gone",
-        "fence": fence_wall - answered_wall, "total": empty_wall - answered_wall,
+        "refused_how": (refused.get("reason") or f"answered {refused['refused']}")
+        if refused
+        else "no later request: the container was gone",
+        "fence": fence_wall - answered_wall,
+        "total": empty_wall - answered_wall,
     }
 
 
@@ -386,16 +427,24 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
     """`cowork-adapter stop RUN_ROOT` once the agents are in flight: command start → no labelled container."""
     name, campaign = f"cmd-stop-{path}-{index}", f"campaign-cmd-stop-{path}-{index}.json"
     run_root = env.run_root(name)
-    proc = env.launch(env.run_args(name, tasks, campaign=campaign, budget_usd=1000,
-                                   extra=["--concurrency", str(len(tasks)), *path_args(path)]), name)
+    proc = env.launch(
+        env.run_args(
+            name, tasks, campaign=campaign, budget_usd=1000, extra=["--concurrency", str(len(tasks)), *path_args(path)]
+        ),
+        name,
+    )
     deadline = time.monotonic() + 900
     stop = None
     try:
         flight = wait_in_flight(run_root, proc, deadline, len(tasks))
         label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         started = time.monotonic()
-        stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "120"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        stop = subprocess.Popen(
+            [sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "120"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
         empty = returned = None
         while time.monotonic() < deadline and (empty is None or returned is None):
             now = time.monotonic()
@@ -413,8 +462,16 @@ def one_stop_command_run(env: DemoEnv, index: int, docker_host: str, tasks: list
     manifest = read_json(run_root / "run_manifest.json")
     if empty is None or returned is None:
         raise RuntimeError(f"run {name}: no empty label or no end of `stop` before the deadline; see {run_root}")
-    return {"name": name, "path": path, "exit": code, "stop_exit": stop.returncode, "flight": flight,
-            "stop_reason": manifest.get("stop_reason"), "empty": empty - started, "command": returned - started}
+    return {
+        "name": name,
+        "path": path,
+        "exit": code,
+        "stop_exit": stop.returncode,
+        "flight": flight,
+        "stop_reason": manifest.get("stop_reason"),
+        "empty": empty - started,
+        "command": returned - started,
+    }
 
 
 def summary(values: list[float]) -> str:
@@ -469,8 +526,12 @@ def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> i
         label = run_label(run_root)  # drawn at the run's start: its manifest has it by now
         containers = len(list_labelled(docker_host, label, timeout=10).containers)
         started = time.monotonic()
-        stop = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "300"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        stop = subprocess.Popen(
+            [sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "300"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
         empty = returned = empty_wall = None
         while empty is None or returned is None:
             now = time.monotonic()
@@ -489,20 +550,28 @@ def realbench_stop(docker_host: str, tasks: int, in_flight: int, path: str) -> i
     events = [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines() if line.strip()]
     cleared = [e for e in events if e.get("kind") == "stop_cleared"]
     manifest = json.loads((run_root / "run_manifest.json").read_text())
-    print(f"real benchmark, {tasks} tasks at concurrency {tasks}, {flight} agents in flight, {containers} "
-          f"labelled containers at the stop; path {path}; load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"real benchmark, {tasks} tasks at concurrency {tasks}, {flight} agents in flight, {containers} "
+        f"labelled containers at the stop; path {path}; load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs"
+    )
     print(f"  `stop` start → no labelled container  {empty if empty is None else round(empty, 2)} s")
-    print(f"  `stop` start → the command returned   {returned if returned is None else round(returned, 2)} s "
-          f"(exit {stop.returncode})")
+    print(
+        f"  `stop` start → the command returned   {returned if returned is None else round(returned, 2)} s "
+        f"(exit {stop.returncode})"
+    )
     for event in cleared:
-        print(f"  the launcher's own removal: {event['removed']} object(s) in {event['seconds']} s, "
-              f"proven {event['proven']}")
+        print(
+            f"  the launcher's own removal: {event['removed']} object(s) in {event['seconds']} s, "
+            f"proven {event['proven']}"
+        )
         # The launcher decides the stop when the signal reaches it and starts its removal at once
         # (to_removal 0.00 s in the demo series): its start, on the shared wall clock, is the decision.
         decided = (parse_ts(event.get("ts")) or float("nan")) - float(event["seconds"])
         if empty_wall is not None:
-            print(f"  stop decided (the launcher's removal starts) → no labelled container  {empty_wall - decided:.2f} s")
+            print(
+                f"  stop decided (the launcher's removal starts) → no labelled container  {empty_wall - decided:.2f} s"
+            )
     print(f"  stop reason {manifest.get('stop_reason')}, run exit {code}; run root {run_root}")
     return 0 if empty is not None and stop.returncode == 0 else 2
 
@@ -511,37 +580,77 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""))
     parser.add_argument("--rate", type=float, default=0.25, help="spending rate after the jump, USD/s")
-    parser.add_argument("--phase", type=float, action="append", dest="phases",
-                        help="crossing phase as a fraction of the poll interval (repeatable; default 0.1 0.3 0.5 0.7 0.9)")
-    parser.add_argument("--tasks", type=int, default=len(TASKS),
-                        help=f"tasks a run, at that concurrency: the first N of {TASKS} (default all)")
-    parser.add_argument("--path", action="append", dest="paths", choices=PATHS,
-                        help="stop path to measure (repeatable; default both, each phase run once with each, "
-                             "alternating, so both see the same load)")
-    parser.add_argument("--llm-gateway", action="store_true",
-                        help="also make the runs with the model gateway and print both series side by side")
-    parser.add_argument("--gateway-path", action="append", dest="gateway_paths", choices=PATHS,
-                        help="stop path of the --llm-gateway runs (repeatable; default: those of --path)")
-    parser.add_argument("--stop-command", type=int, default=0, metavar="N",
-                        help="also time `cowork-adapter stop` N times per path (command start → no labelled container)")
-    parser.add_argument("--realbench", action="store_true",
-                        help="instead: one `cowork-adapter stop` on the real-benchmark test bed (realbench.sh env), "
-                             "--tasks tasks at that concurrency, 2 agents in flight, the first --path")
+    parser.add_argument(
+        "--phase",
+        type=float,
+        action="append",
+        dest="phases",
+        help="crossing phase as a fraction of the poll interval (repeatable; default 0.1 0.3 0.5 0.7 0.9)",
+    )
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=len(TASKS),
+        help=f"tasks a run, at that concurrency: the first N of {TASKS} (default all)",
+    )
+    parser.add_argument(
+        "--path",
+        action="append",
+        dest="paths",
+        choices=PATHS,
+        help="stop path to measure (repeatable; default both, each phase run once with each, "
+        "alternating, so both see the same load)",
+    )
+    parser.add_argument(
+        "--llm-gateway",
+        action="store_true",
+        help="also make the runs with the model gateway and print both series side by side",
+    )
+    parser.add_argument(
+        "--gateway-path",
+        action="append",
+        dest="gateway_paths",
+        choices=PATHS,
+        help="stop path of the --llm-gateway runs (repeatable; default: those of --path)",
+    )
+    parser.add_argument(
+        "--stop-command",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time `cowork-adapter stop` N times per path (command start → no labelled container)",
+    )
+    parser.add_argument(
+        "--realbench",
+        action="store_true",
+        help="instead: one `cowork-adapter stop` on the real-benchmark test bed (realbench.sh env), "
+        "--tasks tasks at that concurrency, 2 agents in flight, the first --path",
+    )
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
     if args.realbench:
         if not args.docker_host:
-            print("bench_stop_latency: --realbench needs DOCKER_HOST (eval \"$(bash testbed/realbench.sh env)\")",
-                  file=sys.stderr)
+            print(
+                'bench_stop_latency: --realbench needs DOCKER_HOST (eval "$(bash testbed/realbench.sh env)")',
+                file=sys.stderr,
+            )
             return 2
         return realbench_stop(args.docker_host, args.tasks, min(2, args.tasks), (args.paths or [FAST])[0])
     phases = args.phases or list(PHASES)
     paths = list(dict.fromkeys(args.paths or PATHS))
     gateway_paths = list(dict.fromkeys(args.gateway_paths or paths))
-    if (not args.docker_host or args.rate <= 0 or any(not 0 <= p < 1 for p in phases)
-            or not 1 <= args.tasks <= len(TASKS) or args.stop_command < 0):
-        print(f"bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate, phases in [0, 1), "
-              f"--tasks from 1 to {len(TASKS)} and --stop-command >= 0", file=sys.stderr)
+    if (
+        not args.docker_host
+        or args.rate <= 0
+        or any(not 0 <= p < 1 for p in phases)
+        or not 1 <= args.tasks <= len(TASKS)
+        or args.stop_command < 0
+    ):
+        print(
+            f"bench_stop_latency: pass --docker-host (or DOCKER_HOST), a positive --rate, phases in [0, 1), "
+            f"--tasks from 1 to {len(TASKS)} and --stop-command >= 0",
+            file=sys.stderr,
+        )
         return 2
     tasks = TASKS[: args.tasks]
     work = Path(tempfile.mkdtemp(prefix="cowork-bench-stop-"))
@@ -550,24 +659,31 @@ def main(argv: list[str] | None = None) -> int:
     gw_results: dict[str, list[dict]] = {path: [] for path in gateway_paths}
     cmd_results: dict[str, list[dict]] = {path: [] for path in paths}
     provider = ChatStandin(host="127.0.0.1", cost_per_request=0.0001).start() if args.llm_gateway else None
+
     def meter_line(r: dict) -> str:
-        return (f"run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
-                f"({r['target_phase'] * POLL_SEC:4.1f} s), measured {r['phase_s']:5.2f} s after a reading; in flight "
-                f"{r['flight_at_jump']}; detection {r['detection']:6.2f} s, fence {r['fence']:5.2f} s, stop "
-                f"{r['stop']:6.2f} s (its own removal: starts {r['to_removal']:5.2f} s, takes {r['removal']:5.2f} s), "
-                f"total {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}")
+        return (
+            f"run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
+            f"({r['target_phase'] * POLL_SEC:4.1f} s), measured {r['phase_s']:5.2f} s after a reading; in flight "
+            f"{r['flight_at_jump']}; detection {r['detection']:6.2f} s, fence {r['fence']:5.2f} s, stop "
+            f"{r['stop']:6.2f} s (its own removal: starts {r['to_removal']:5.2f} s, takes {r['removal']:5.2f} s), "
+            f"total {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}"
+        )
 
     def gateway_line(r: dict) -> str:
-        return (f"gateway run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
-                f"({r['target_phase'] * POLL_SEC:4.1f} s), crossing answered {r['phase_s']:5.2f} s after a reading; "
-                f"in flight {r['flight_at_jump']}; next request refused {r['refused']:5.3f} s ({r['refused_how']}), "
-                f"fence {r['fence']:5.2f} s, "
-                f"no container {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}")
+        return (
+            f"gateway run {r['index']} [{r['path']}]: target phase {r['target_phase']:.1f} "
+            f"({r['target_phase'] * POLL_SEC:4.1f} s), crossing answered {r['phase_s']:5.2f} s after a reading; "
+            f"in flight {r['flight_at_jump']}; next request refused {r['refused']:5.3f} s ({r['refused_how']}), "
+            f"fence {r['fence']:5.2f} s, "
+            f"no container {r['total']:6.2f} s; stop reason {r['stop_reason']}, exit {r['exit']}"
+        )
 
     def command_line(r: dict) -> str:
-        return (f"stop command {r['index']} [{r['path']}]: in flight {r['flight']}; no container {r['empty']:6.2f} s, "
-                f"command returned {r['command']:6.2f} s (exit {r['stop_exit']}); stop reason {r['stop_reason']}, "
-                f"run exit {r['exit']}")
+        return (
+            f"stop command {r['index']} [{r['path']}]: in flight {r['flight']}; no container {r['empty']:6.2f} s, "
+            f"command returned {r['command']:6.2f} s (exit {r['stop_exit']}); stop reason {r['stop_reason']}, "
+            f"run exit {r['exit']}"
+        )
 
     def measure(into: dict[str, list[dict]], count: int, one, line) -> None:
         """`count` runs a path, the paths alternating so both see the same load; each printed as it ends."""
@@ -578,41 +694,71 @@ def main(argv: list[str] | None = None) -> int:
                 print(line(result), flush=True)
 
     try:
-        measure(results, len(phases), lambda i, path: one_run(env, i, phases[i], args.rate, args.docker_host, tasks,
-                                                                path), meter_line)
+        measure(
+            results,
+            len(phases),
+            lambda i, path: one_run(env, i, phases[i], args.rate, args.docker_host, tasks, path),
+            meter_line,
+        )
         if provider is not None:
-            measure(gw_results, len(phases), lambda i, path: one_gateway_run(env, i, phases[i], args.docker_host,
-                                                                             tasks, provider, path), gateway_line)
-        measure(cmd_results, args.stop_command,
-                lambda i, path: one_stop_command_run(env, i, args.docker_host, tasks, path), command_line)
+            measure(
+                gw_results,
+                len(phases),
+                lambda i, path: one_gateway_run(env, i, phases[i], args.docker_host, tasks, provider, path),
+                gateway_line,
+            )
+        measure(
+            cmd_results,
+            args.stop_command,
+            lambda i, path: one_stop_command_run(env, i, args.docker_host, tasks, path),
+            command_line,
+        )
     finally:
         env.meter.stop()
         if provider is not None:
             provider.stop()
     print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
-    print(f"{len(phases)} phases a path, tasks {tasks} at concurrency {len(tasks)}, meter poll every {POLL_SEC:g} s, "
-          f"rate ${args.rate:g}/s, the label listed every {POLL_S:g} s")
-    side_by_side("meter crossing, each stop path", [
-        ("detection  crossing → stop decided (the reading)", "detection"),
-        ("fence      stop decided → stop file in place", "fence"),
-        ("stop       stop decided → no labelled container", "stop"),
-        ("           of it: decided → the stop's removal starts", "to_removal"),
-        ("           of it: the removal, to its proof", "removal"),
-        ("total      crossing → no labelled container", "total"),
-    ], results)
-    side_by_side("overshoot: rate × total", [("overshoot", "overshoot")],
-                 {path: [{"overshoot": args.rate * r["total"]} for r in runs] for path, runs in results.items()}, "USD")
+    print(
+        f"{len(phases)} phases a path, tasks {tasks} at concurrency {len(tasks)}, meter poll every {POLL_SEC:g} s, "
+        f"rate ${args.rate:g}/s, the label listed every {POLL_S:g} s"
+    )
+    side_by_side(
+        "meter crossing, each stop path",
+        [
+            ("detection  crossing → stop decided (the reading)", "detection"),
+            ("fence      stop decided → stop file in place", "fence"),
+            ("stop       stop decided → no labelled container", "stop"),
+            ("           of it: decided → the stop's removal starts", "to_removal"),
+            ("           of it: the removal, to its proof", "removal"),
+            ("total      crossing → no labelled container", "total"),
+        ],
+        results,
+    )
+    side_by_side(
+        "overshoot: rate × total",
+        [("overshoot", "overshoot")],
+        {path: [{"overshoot": args.rate * r["total"]} for r in runs] for path, runs in results.items()},
+        "USD",
+    )
     if provider is not None:
-        side_by_side("with --llm-gateway, from the crossing request's answer", [
-            ("crossing → new requests refused (the gateway's fence)", "refused"),
-            ("crossing → stop file in place", "fence"),
-            ("crossing → no labelled container", "total"),
-        ], gw_results)
+        side_by_side(
+            "with --llm-gateway, from the crossing request's answer",
+            [
+                ("crossing → new requests refused (the gateway's fence)", "refused"),
+                ("crossing → stop file in place", "fence"),
+                ("crossing → no labelled container", "total"),
+            ],
+            gw_results,
+        )
     if args.stop_command:
-        side_by_side("`cowork-adapter stop`, from the command's start", [
-            ("→ no labelled container", "empty"),
-            ("→ the command returned", "command"),
-        ], cmd_results)
+        side_by_side(
+            "`cowork-adapter stop`, from the command's start",
+            [
+                ("→ no labelled container", "empty"),
+                ("→ the command returned", "command"),
+            ],
+            cmd_results,
+        )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     ok = all(r["stop_reason"] == "campaign_budget_reserve" for runs in results.values() for r in runs)

@@ -10,6 +10,8 @@ step() {  # step NAME COMMAND...: run it, and remember NAME when it finds someth
   "$@" || failed+=("$name")
 }
 step "ruff" .venv/bin/ruff check .
+# One formatter, settled once (pyproject.toml [tool.ruff]): a diff is about behaviour, never layout.
+step "ruff format" .venv/bin/ruff format --check .
 # The demo's bundled benchmark and stub seed imitate other projects (pyproject.toml [tool.ruff]): real
 # errors only, as the benchmark image's Python 3.10.
 step "ruff (demo bench and stub seed)" .venv/bin/ruff check --isolated --select F,E9 --target-version py310 \

@@ -24,8 +24,16 @@ from pathlib import Path
 import aiohttp  # an inspect_ai dependency (the test extra pins inspect_ai)
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1000",
+]
 
 
 def free_port() -> int:
@@ -68,15 +76,31 @@ class Viewer:
         inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or "inspect"
         self.work.mkdir(parents=True, exist_ok=True)
         with open(self.work / "view.log", "wb") as out:
-            self.procs.append(subprocess.Popen(
-                [inspect, "view", "--log-dir", str(self.log_dir), "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    [inspect, "view", "--log-dir", str(self.log_dir), "--host", "127.0.0.1", "--port", str(self.port)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         _wait_http(f"http://127.0.0.1:{self.port}/", 120)
         with open(self.work / "chromium.log", "wb") as out:
-            self.procs.append(subprocess.Popen(
-                [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={self.work / 'chromium-profile'}",
-                 f"--remote-debugging-port={self.devtools}", "--remote-debugging-address=127.0.0.1", "about:blank"],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        CHROMIUM,
+                        *CHROMIUM_FLAGS,
+                        f"--user-data-dir={self.work / 'chromium-profile'}",
+                        f"--remote-debugging-port={self.devtools}",
+                        "--remote-debugging-address=127.0.0.1",
+                        "about:blank",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         _wait_http(f"http://127.0.0.1:{self.devtools}/json/version", 60)
         return self
 
@@ -112,8 +136,11 @@ class Viewer:
                 text = ""
                 while time.monotonic() < deadline:
                     await asyncio.sleep(1.0)
-                    got = await call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
-                                     returnByValue=True)
+                    got = await call(
+                        "Runtime.evaluate",
+                        expression="document.body ? document.body.innerText : ''",
+                        returnByValue=True,
+                    )
                     text = got.get("result", {}).get("value") or ""
                     if all(w in text for w in want):
                         break

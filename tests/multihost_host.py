@@ -1,13 +1,13 @@
 """One "host" of a shared campaign, as a separate process for the PostgreSQL tests (and the benchmark).
 
-  worker URL CAMPAIGN HOST RUN_ROOT BATCH [TASK_SEC [FLAKY]]  claim batches until none is left, settle each
-                                                      task (passed) after TASK_SEC, print one JSON line per
-                                                      event; a task ending in FLAKY fails unsettled once per host
-  holder URL CAMPAIGN HOST RUN_ROOT BATCH LEASE_SEC   take custody like a launcher (custody/processes.json
-                                                      with itself and a runner group), claim one batch, print
-                                                      it, renew the lease until killed
-  stall URL CAMPAIGN HOST RUN_ROOT BATCH              stop inside a claim's transaction, rows locked, until killed
-  hold URL NAME                                       hold the campaign record's lock until killed
+worker URL CAMPAIGN HOST RUN_ROOT BATCH [TASK_SEC [FLAKY]]  claim batches until none is left, settle each
+                                                    task (passed) after TASK_SEC, print one JSON line per
+                                                    event; a task ending in FLAKY fails unsettled once per host
+holder URL CAMPAIGN HOST RUN_ROOT BATCH LEASE_SEC   take custody like a launcher (custody/processes.json
+                                                    with itself and a runner group), claim one batch, print
+                                                    it, renew the lease until killed
+stall URL CAMPAIGN HOST RUN_ROOT BATCH              stop inside a claim's transaction, rows locked, until killed
+hold URL NAME                                       hold the campaign record's lock until killed
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ def say(**event: object) -> None:
     print(json.dumps(event), flush=True)
 
 
-def worker(url: str, campaign: str, host: str, run_root: str, batch: str, task_sec: str = "0",
-           flaky_suffix: str = "") -> None:
+def worker(
+    url: str, campaign: str, host: str, run_root: str, batch: str, task_sec: str = "0", flaky_suffix: str = ""
+) -> None:
     """`flaky_suffix`: a task whose id ends with it gets infra_failed the first time this host runs
     it (an unsettled result: the claim goes back, and some host runs it again)."""
     seen: set[str] = set()
@@ -42,7 +43,9 @@ def worker(url: str, campaign: str, host: str, run_root: str, batch: str, task_s
             say(event="claimed", run=run.run_id, tasks=ids, at=time.time())
             for task in ids:
                 time.sleep(float(task_sec))  # the task's work
-                status = "infra_failed" if flaky_suffix and task.endswith(flaky_suffix) and task not in seen else "passed"
+                status = (
+                    "infra_failed" if flaky_suffix and task.endswith(flaky_suffix) and task not in seen else "passed"
+                )
                 seen.add(task)
                 claims.settle(run.run_id, task, status, receipt=f"{host}:{task}")
                 say(event="settled" if status == "passed" else "released", run=run.run_id, task=task, at=time.time())

@@ -23,7 +23,9 @@ class PgServer:
         self.client = docker.DockerClient(base_url=docker_host, timeout=120)
         self.id = uuid.uuid4().hex[:12]
         self.container = self.client.containers.run(
-            IMAGE, detach=True, labels={LABEL: self.id},
+            IMAGE,
+            detach=True,
+            labels={LABEL: self.id},
             environment={"POSTGRES_PASSWORD": PASSWORD, "POSTGRES_DB": "campaign"},
         )
         self.wait_ready()
@@ -42,8 +44,10 @@ class PgServer:
                 return
             except psycopg2.OperationalError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"PostgreSQL {self.id} did not accept connections in {timeout} s:\n"
-                                       + self.container.logs(tail=20).decode(errors="replace")) from None
+                    raise RuntimeError(
+                        f"PostgreSQL {self.id} did not accept connections in {timeout} s:\n"
+                        + self.container.logs(tail=20).decode(errors="replace")
+                    ) from None
                 time.sleep(0.5)
 
     def restart(self) -> None:

@@ -15,6 +15,11 @@ _NOWHERE = Path("/nonexistent/cowork-test")
 
 
 def config_for(**fields: Any) -> RunConfig:
-    flags = {"repo_dir": _NOWHERE / "seed", "bench_root": _NOWHERE / "bench", "run_root": _NOWHERE / "runs" / "r",
-             "docker_host": "unix:///nonexistent/docker.sock", "dry_run": True}
+    flags = {
+        "repo_dir": _NOWHERE / "seed",
+        "bench_root": _NOWHERE / "bench",
+        "run_root": _NOWHERE / "runs" / "r",
+        "docker_host": "unix:///nonexistent/docker.sock",
+        "dry_run": True,
+    }
     return RunConfig.from_flags(**{**flags, **fields})

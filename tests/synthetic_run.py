@@ -61,8 +61,13 @@ def write_manifest(
         argv=["cowork-adapter", "run"],
         adapter={"version": "0.1.0"},
         seed=SeedIdentity(repo_dir="/seed", head=seed_head, dirty=seed_dirty, reportable=not seed_dirty),
-        bench=BenchIdentity(root="/bench", working_copy=str(root / "bench"), commit=bench_commit,
-                            expected_commit=BENCH_COMMIT, dataset_size=496),
+        bench=BenchIdentity(
+            root="/bench",
+            working_copy=str(root / "bench"),
+            commit=bench_commit,
+            expected_commit=BENCH_COMMIT,
+            dataset_size=496,
+        ),
         image=ImageIdentity(tag="cowork-pack:test", id=image_id),
         engine=engine,
         selection=Selection(
@@ -103,9 +108,16 @@ def write_task_config(root: Path, task: str, servers: list[str]) -> None:
     (folder / "task_config.json").write_text(json.dumps({"needed_mcp_servers": servers, "meta": {}}), encoding="utf-8")
 
 
-def summary(bench_status: str = "success", *, infra_failed: Any = False, reason_code: str | None = None,
-            truncated: bool = False, cost: float | None = 0.5, elapsed: float = 300.0,
-            submitted: bool = True) -> dict[str, Any]:
+def summary(
+    bench_status: str = "success",
+    *,
+    infra_failed: Any = False,
+    reason_code: str | None = None,
+    truncated: bool = False,
+    cost: float | None = 0.5,
+    elapsed: float = 300.0,
+    submitted: bool = True,
+) -> dict[str, Any]:
     return {
         "schema": "cowork_adapter.adapter_summary.v1",
         "engine": "ouroboros",
@@ -128,16 +140,28 @@ def write_summary(dump: Path, data: dict[str, Any]) -> None:
     (dump / "ouroboros_summary.json").write_text(json.dumps(data), encoding="utf-8")
 
 
-def write_start_evidence(dump: Path, *, usage_rows: int = 0, tokens: int = 100, cost: float | None = 0.01,
-                         other_rows: int = 0) -> None:
+def write_start_evidence(
+    dump: Path, *, usage_rows: int = 0, tokens: int = 100, cost: float | None = 0.01, other_rows: int = 0
+) -> None:
     """ouroboros/ with an events.jsonl of `usage_rows` llm_usage rows, and the adapter logs."""
     folder = dump / "ouroboros"
     folder.mkdir(exist_ok=True)
     lines = []
     for i in range(usage_rows):
-        lines.append(json.dumps({"ts": f"2026-01-01T00:00:{i % 60:02d}Z", "type": "llm_usage", "task_id": "t1",
-                                 "model": "test/model", "prompt_tokens": tokens, "completion_tokens": tokens // 4,
-                                 "cost": cost, "cost_known": cost is not None}))
+        lines.append(
+            json.dumps(
+                {
+                    "ts": f"2026-01-01T00:00:{i % 60:02d}Z",
+                    "type": "llm_usage",
+                    "task_id": "t1",
+                    "model": "test/model",
+                    "prompt_tokens": tokens,
+                    "completion_tokens": tokens // 4,
+                    "cost": cost,
+                    "cost_known": cost is not None,
+                }
+            )
+        )
     for i in range(other_rows):
         lines.append(json.dumps({"ts": "2026-01-01T00:00:00Z", "type": "task_progress", "text": "x" * 80, "i": i}))
     (folder / "events.jsonl").write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
@@ -165,8 +189,12 @@ def write_eval(dump: Path, result: Any, *, mode: str = "completed", raw: bytes |
         return
     prior = protocol.file_facts(str(res_path))
     claim = {
-        "schema": protocol.CLAIM_SCHEMA, "kind": "official", "attempt_id": "c" * 32,
-        "created_at": "2026-01-01T00:00:00Z", "eval_host": "eval-x", "pid": 1,
+        "schema": protocol.CLAIM_SCHEMA,
+        "kind": "official",
+        "attempt_id": "c" * 32,
+        "created_at": "2026-01-01T00:00:00Z",
+        "eval_host": "eval-x",
+        "pid": 1,
         "bindings": {"task_dir": dump.name, "task_root": str(dump)},
         "evidence": {"agent_container_state": "absent", "prior_result": prior},
     }
@@ -176,24 +204,44 @@ def write_eval(dump: Path, result: Any, *, mode: str = "completed", raw: bytes |
     if mode == "unclaimed_prior":
         receipt = protocol.new_receipt(claim, official_run=False, cause="unclaimed_prior_result", result_file=prior)
     elif mode == "raised":
-        receipt = protocol.new_receipt(claim, official_run=True, cause="raised", raised="RuntimeError",
-                                       result_file=protocol.file_facts(str(res_path)))
+        receipt = protocol.new_receipt(
+            claim,
+            official_run=True,
+            cause="raised",
+            raised="RuntimeError",
+            result_file=protocol.file_facts(str(res_path)),
+        )
     else:
-        receipt = protocol.new_receipt(claim, official_run=True, cause="evaluated", returned=result,
-                                       result_file=protocol.file_facts(str(res_path)))
+        receipt = protocol.new_receipt(
+            claim, official_run=True, cause="evaluated", returned=result, result_file=protocol.file_facts(str(res_path))
+        )
     (dump / f"{protocol.RECEIPT_PREFIX}{claim['attempt_id']}.json").write_bytes(protocol.dump_record(receipt))
     if mode == "changed":
         res_path.write_text(json.dumps({"pass": True, "details": "edited afterwards"}), encoding="utf-8")
 
 
-def ledger_run(root: Path, selection: list[str], outcomes: dict[str, str], *, task_ids: list[str] | None = None,
-               resume_from: tuple = (), generation: int = 0, **manifest_kw: Any) -> Path:
+def ledger_run(
+    root: Path,
+    selection: list[str],
+    outcomes: dict[str, str],
+    *,
+    task_ids: list[str] | None = None,
+    resume_from: tuple = (),
+    generation: int = 0,
+    **manifest_kw: Any,
+) -> Path:
     """A finished run with its ledger whose tasks end as `outcomes` (pass/fail/agent/infra; the
     others are not attempted)."""
     from cowork_adapter.score.ledger import build_index, write_index
 
-    write_manifest(root, selection, task_ids=task_ids, resume_from=[str(p) for p in resume_from],
-                   generation=generation, **manifest_kw)
+    write_manifest(
+        root,
+        selection,
+        task_ids=task_ids,
+        resume_from=[str(p) for p in resume_from],
+        generation=generation,
+        **manifest_kw,
+    )
     for task, outcome in outcomes.items():
         dump = dump_dir(root, task)
         write_start_evidence(dump)
@@ -213,8 +261,9 @@ def task_names(n: int) -> list[str]:
     return [f"{DOMAINS[i % len(DOMAINS)]}-synthetic-task-{i:03d}" for i in range(n)]
 
 
-def synth_run(root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, other_rows: int = 200,
-              events: bool = True) -> list[str]:
+def synth_run(
+    root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, other_rows: int = 200, events: bool = True
+) -> list[str]:
     """A finished run root of `n` tasks with a realistic mix of outcomes; returns the task ids."""
     rng = random.Random(seed)
     tasks = task_names(n)
@@ -235,8 +284,16 @@ def synth_run(root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, 
             runner_rows.append((task, "unknown", "null", duration))
             continue  # started, no summary: interrupted
         if roll < 0.14:
-            write_summary(dump, summary("max_turns_reached", reason_code="round_limit", truncated=True,
-                                        cost=rng.uniform(0.2, 2.0), elapsed=duration))
+            write_summary(
+                dump,
+                summary(
+                    "max_turns_reached",
+                    reason_code="round_limit",
+                    truncated=True,
+                    cost=rng.uniform(0.2, 2.0),
+                    elapsed=duration,
+                ),
+            )
             write_traj_log(dump, "max_turns_reached")
             gate = {"pass": None, "details": protocol.GATE_TEXT.format(status="max_turns_reached")}
             write_eval(dump, gate)
@@ -253,11 +310,26 @@ def synth_run(root: Path, n: int = 496, *, seed: int = 7, usage_rows: int = 40, 
         spent = 0.0
         for minute in range(0, 240, 1):
             spent += rng.uniform(0.5, 1.5)
-            lines.append(json.dumps({"schema": "cowork_adapter.event.v1", "ts": f"2026-01-01T{minute // 60:02d}:{minute % 60:02d}:00Z",
-                                     "kind": "meter_reading", "phase": "poll", "usage": 100 + spent, "run_spent_usd": spent}))
+            lines.append(
+                json.dumps(
+                    {
+                        "schema": "cowork_adapter.event.v1",
+                        "ts": f"2026-01-01T{minute // 60:02d}:{minute % 60:02d}:00Z",
+                        "kind": "meter_reading",
+                        "phase": "poll",
+                        "usage": 100 + spent,
+                        "run_spent_usd": spent,
+                    }
+                )
+            )
         (root / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        monitor = Monitor(observed_at="2026-01-01T04:00:00Z", launcher_pid=1, finished=True,
-                          spending=Spending(run_spent_usd=spent), meter=MeterState(blindness_sec=30.0))
+        monitor = Monitor(
+            observed_at="2026-01-01T04:00:00Z",
+            launcher_pid=1,
+            finished=True,
+            spending=Spending(run_spent_usd=spent),
+            meter=MeterState(blindness_sec=30.0),
+        )
         (root / "monitor.json").write_text(monitor.to_json(), encoding="utf-8")
     return tasks
 
@@ -266,14 +338,33 @@ def one_task_audit_run(root: Path) -> Path:
     """A finished run root of one task whose tool log reads the ground truth: one audit finding."""
     logs = root / "bench" / "dumps" / "abc" / "SingleUserTurn-t1" / "ouroboros"
     logs.mkdir(parents=True)
-    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
-                                                        "applied_config": {}}))
+    (root / "run_manifest.json").write_text(
+        json.dumps({"schema": "cowork_adapter.run_manifest.v1", "applied_config": {}})
+    )
     (root / "monitor.json").write_text(json.dumps({"finished": True}))
-    (logs / "tools.jsonl").write_text(json.dumps({
-        "ts": "2026-01-01T00:00:00+00:00", "type": "tool_call", "tool": "run_command",
-        "args": {"command": "cat tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
-        "result_preview": "", "is_error": False}) + "\n")
-    (root / "result_index.jsonl").write_text(json.dumps({
-        "instance_id": "t1", "status": "passed", "reason_code": "passed", "official_eval_status": "completed",
-        "task_dump": "bench/dumps/abc/SingleUserTurn-t1"}) + "\n")
+    (logs / "tools.jsonl").write_text(
+        json.dumps(
+            {
+                "ts": "2026-01-01T00:00:00+00:00",
+                "type": "tool_call",
+                "tool": "run_command",
+                "args": {"command": "cat tasks/finalpool/x/groundtruth_workspace/answer.xlsx"},
+                "result_preview": "",
+                "is_error": False,
+            }
+        )
+        + "\n"
+    )
+    (root / "result_index.jsonl").write_text(
+        json.dumps(
+            {
+                "instance_id": "t1",
+                "status": "passed",
+                "reason_code": "passed",
+                "official_eval_status": "completed",
+                "task_dump": "bench/dumps/abc/SingleUserTurn-t1",
+            }
+        )
+        + "\n"
+    )
     return root

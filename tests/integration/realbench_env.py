@@ -51,8 +51,11 @@ class RealTestbed:
     git_env: dict[str, str]
 
     def tasks(self, n: int = SMOKE_TASKS) -> list[str]:
-        ids = [line.strip() for line in self.tasks_file.read_text().splitlines()
-               if line.strip() and not line.startswith("#")]
+        ids = [
+            line.strip()
+            for line in self.tasks_file.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
         assert len(ids) >= n, f"{self.tasks_file} lists {len(ids)} tasks, fewer than {n}"
         return ids[:n]
 
@@ -69,20 +72,26 @@ def real_testbed() -> RealTestbed:
     if not all(values[n] for n in names):
         out = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
-            _missing(f"the real-benchmark test bed is not up ({out.stderr.strip()[-300:]}); "
-                     f"run `bash testbed/realbench.sh up` after `testbed/testbed.sh up`")
+            _missing(
+                f"the real-benchmark test bed is not up ({out.stderr.strip()[-300:]}); "
+                f"run `bash testbed/realbench.sh up` after `testbed/testbed.sh up`"
+            )
         for line in out.stdout.splitlines():
             name, _, value = line.removeprefix("export ").partition("=")
             if name in values and not values[name]:
                 values[name] = shlex.split(value)[0] if value else ""
     bed = RealTestbed(
-        bench=Path(values["COWORK_REAL_BENCH"]), seed=Path(values["COWORK_REAL_OUROBOROS_SEED"]),
-        tasks_file=Path(values["COWORK_REAL_TASKS_FILE"]), base_image=values["COWORK_REAL_BASE_IMAGE"],
+        bench=Path(values["COWORK_REAL_BENCH"]),
+        seed=Path(values["COWORK_REAL_OUROBOROS_SEED"]),
+        tasks_file=Path(values["COWORK_REAL_TASKS_FILE"]),
+        base_image=values["COWORK_REAL_BASE_IMAGE"],
         git_env=dict(item.split("=", 1) for item in shlex.split(values["COWORK_REAL_GIT_ENV"])),
     )
     for path in (bed.bench / "run_parallel.sh", bed.seed / "server.py", bed.tasks_file):
         if not path.is_file():
-            _missing(f"the real-benchmark test bed is incomplete: {path} is missing; run `bash testbed/realbench.sh up`")
+            _missing(
+                f"the real-benchmark test bed is incomplete: {path} is missing; run `bash testbed/realbench.sh up`"
+            )
     return bed
 
 
@@ -130,24 +139,83 @@ class RealRun:
     def run_root(self, name: str) -> Path:
         return self.root / "runs" / name
 
-    def args(self, name: str, tasks: list[str], *, engine: str = "ouroboros", extra: list[str] | None = None,
-             openrouter_route: bool = False) -> list[str]:
+    def args(
+        self,
+        name: str,
+        tasks: list[str],
+        *,
+        engine: str = "ouroboros",
+        extra: list[str] | None = None,
+        openrouter_route: bool = False,
+    ) -> list[str]:
         """The run's argv; `openrouter_route`: the engine keeps the seed's OpenRouter route (no
         OpenAI-compatible endpoint), for the default route and its baseline (the test adds how
         openrouter.ai reaches the stand-in)."""
         args = [
-            sys.executable, "-m", "cowork_adapter", "run",
-            "--repo-dir", str(self.bed.seed), "--bench-root", str(self.bed.bench),
-            "--docker-host", self.docker_host, "--resource-root", str(self.root / "storage"),
-            "--run-root", str(self.run_root(name)), "--base-image", self.bed.base_image, "--build-image",
-            "--engine", engine, "--model", DEFAULT_MODEL_ID, "--max-steps", "20", "--task-timeout", "600",
-            "--concurrency", "2", "--max-workers", "2", "--task-review-mode", "off",
-            *(() if openrouter_route else (
-                "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", "--openai-compatible-base-url", self.base_url)),
-            "--campaign-file", str(self.root / "campaign.json"), "--new-campaign", "--campaign-budget-usd", "50",
-            "--budget-usd", "20", "--budget-reserve-usd", "5",
-            "--meter-url", self.meter.base_url, "--api-key-env", KEY_ENV, "--min-key-usd", "0",
-            "--min-free-gib", "1", "--min-root-free-gib", "1", "--cpus", CPUS, "--memory", MEMORY,
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "run",
+            "--repo-dir",
+            str(self.bed.seed),
+            "--bench-root",
+            str(self.bed.bench),
+            "--docker-host",
+            self.docker_host,
+            "--resource-root",
+            str(self.root / "storage"),
+            "--run-root",
+            str(self.run_root(name)),
+            "--base-image",
+            self.bed.base_image,
+            "--build-image",
+            "--engine",
+            engine,
+            "--model",
+            DEFAULT_MODEL_ID,
+            "--max-steps",
+            "20",
+            "--task-timeout",
+            "600",
+            "--concurrency",
+            "2",
+            "--max-workers",
+            "2",
+            "--task-review-mode",
+            "off",
+            *(
+                ()
+                if openrouter_route
+                else (
+                    "--credential-setting",
+                    "OPENAI_COMPATIBLE_API_KEY",
+                    "--openai-compatible-base-url",
+                    self.base_url,
+                )
+            ),
+            "--campaign-file",
+            str(self.root / "campaign.json"),
+            "--new-campaign",
+            "--campaign-budget-usd",
+            "50",
+            "--budget-usd",
+            "20",
+            "--budget-reserve-usd",
+            "5",
+            "--meter-url",
+            self.meter.base_url,
+            "--api-key-env",
+            KEY_ENV,
+            "--min-key-usd",
+            "0",
+            "--min-free-gib",
+            "1",
+            "--min-root-free-gib",
+            "1",
+            "--cpus",
+            CPUS,
+            "--memory",
+            MEMORY,
             # A needed server that fails the inventory becomes an environment_blocked row instead of
             # a refusal, so one broken server cannot hide every other check; the suite asserts none.
             "--accept-environment-blocked",
@@ -209,8 +277,10 @@ def labelled_left(docker_host: str, label: str) -> list[str]:
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
         flt = {"label": f"{RUN_LABEL_KEY}={label}"}
-        return ([f"container {c.name}" for c in client.containers.list(all=True, filters=flt)]
-                + [f"network {n.name}" for n in client.networks.list(filters=flt)]
-                + [f"volume {v.name}" for v in client.volumes.list(filters=flt)])
+        return (
+            [f"container {c.name}" for c in client.containers.list(all=True, filters=flt)]
+            + [f"network {n.name}" for n in client.networks.list(filters=flt)]
+            + [f"volume {v.name}" for v in client.volumes.list(filters=flt)]
+        )
     finally:
         client.close()

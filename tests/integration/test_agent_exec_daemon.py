@@ -49,10 +49,17 @@ def agent(tmp_path_factory, docker_host):
     run_root = tmp / "run"
     label = path_label(run_root)
     files = install_custody(
-        run_root, real_docker=real, docker_host=docker_host, run_label=label,
+        run_root,
+        real_docker=real,
+        docker_host=docker_host,
+        run_label=label,
         limits=ContainerLimits(cpus=0.5, memory_bytes=128 * 1024 * 1024, pids_limit=64),
-        stop_file=run_root / "STOP", resource_root=tmp / "resources", min_free_bytes=0,
-        evidence_dir=run_root / "custody" / "evidence", agent_env_file=None, environ={},
+        stop_file=run_root / "STOP",
+        resource_root=tmp / "resources",
+        min_free_bytes=0,
+        evidence_dir=run_root / "custody" / "evidence",
+        agent_env_file=None,
+        environ={},
         dumps=TaskDumps(dumps_dir=dumps, short=SHORT, tasks=(TASK,), eval_bound_sec=60.0),
         hardening=Hardening(agent_bound_sec=BOUND_SEC, agent_output_cap_bytes=CAP, log_max_bytes=1 << 20),
     )
@@ -66,8 +73,16 @@ def agent(tmp_path_factory, docker_host):
     try:
         made = shim("run", "-d", "--name", name, "-v", f"{dumps}:/workspace/dumps", IMAGE, "python3", "-c", REAPER)
         assert made.returncode == 0, made.stderr
-        yield {"name": name, "id": ident, "shim": shim, "api": client.api, "dump": dumps / "openrouter_m" / f"SingleUserTurn-{TASK}",
-               "evidence": run_root / "custody" / "evidence", "real": real, "host": docker_host}
+        yield {
+            "name": name,
+            "id": ident,
+            "shim": shim,
+            "api": client.api,
+            "dump": dumps / "openrouter_m" / f"SingleUserTurn-{TASK}",
+            "evidence": run_root / "custody" / "evidence",
+            "real": real,
+            "host": docker_host,
+        }
     finally:
         try:
             cleanup_run(docker_host, label, lambda record: None)
@@ -81,8 +96,13 @@ def agent(tmp_path_factory, docker_host):
 
 def live_processes(agent) -> list[tuple[str, str]]:
     """(pid in the container, command) of every process there but PID 1 that is not a zombie."""
-    done = subprocess.run([agent["real"], "exec", agent["name"], "ps", "-eo", "pid=,stat=,comm="],
-                          env={**os.environ, "DOCKER_HOST": agent["host"]}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [agent["real"], "exec", agent["name"], "ps", "-eo", "pid=,stat=,comm="],
+        env={**os.environ, "DOCKER_HOST": agent["host"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     rows = [line.split(None, 2) for line in done.stdout.splitlines() if line.strip()]
     return [(pid, comm) for pid, stat, comm in rows if pid != "1" and not stat.startswith("Z") and comm != "ps"]
@@ -102,8 +122,13 @@ def test_the_container_has_a_bounded_log_and_no_device_or_raw_socket_capability(
 
 
 def test_mknod_fails_in_the_agents_own_dump(agent):
-    done = agent["shim"]("exec", agent["name"], "sh", "-c",
-                         f"mknod /workspace/dumps/openrouter_m/SingleUserTurn-{TASK}/node c 1 3; echo rc=$?")
+    done = agent["shim"](
+        "exec",
+        agent["name"],
+        "sh",
+        "-c",
+        f"mknod /workspace/dumps/openrouter_m/SingleUserTurn-{TASK}/node c 1 3; echo rc=$?",
+    )
     assert b"Operation not permitted" in done.stderr and b"rc=1" in done.stdout
     assert agent["dump"].is_dir() and not os.path.lexists(agent["dump"] / "node")
 
@@ -116,9 +141,12 @@ def test_the_agent_execs_output_is_capped_on_the_host_and_its_status_line_gets_t
     # The cap, the drop line, and the Status line as the tail of the line it ended (no newline before it).
     assert len(done.stdout) + len(done.stderr) < CAP + 200 + PROTOCOL_LINE_MAX
     dropped = 3000000 + 1000 + len(STATUS) - CAP
-    assert done.stdout.endswith(b"\n[cowork-adapter] agent exec output capped at %d bytes: %d bytes dropped" % (CAP, dropped)
-                                + b" (stdout %d, stderr 1000)\n" % (dropped - 1000)
-                                + b"f" * (PROTOCOL_LINE_MAX - len(STATUS)) + STATUS)
+    assert done.stdout.endswith(
+        b"\n[cowork-adapter] agent exec output capped at %d bytes: %d bytes dropped" % (CAP, dropped)
+        + b" (stdout %d, stderr 1000)\n" % (dropped - 1000)
+        + b"f" * (PROTOCOL_LINE_MAX - len(STATUS))
+        + STATUS
+    )
     fact = exec_facts(agent)[before]
     assert fact["dropped_bytes"] == dropped and fact["hung"] is False and fact["leftovers_kill"] == 0
 
@@ -127,8 +155,9 @@ def test_an_exec_that_never_ends_by_itself_ends_at_the_bound_and_what_it_left_wi
     # The exec's own process never ends (as when the agent stops the runner's `timeout` and the
     # entrypoint with SIGSTOP), and a process it left in the background holds its stdout.
     before = len(exec_facts(agent)) if (agent["evidence"] / f"{agent['id']}.agent_exec.jsonl").exists() else 0
-    done = agent["shim"]("exec", agent["name"], "sh", "-c",
-                         "sleep 3600 & echo '====== Status: success ======'; kill -STOP $$")
+    done = agent["shim"](
+        "exec", agent["name"], "sh", "-c", "sleep 3600 & echo '====== Status: success ======'; kill -STOP $$"
+    )
     assert STATUS in done.stdout
     fact = exec_facts(agent)[before]
     assert fact["hung"] is True and fact["bound_sec"] == BOUND_SEC
@@ -139,8 +168,12 @@ def test_one_kill_after_the_exec_ends_a_fork_bomb_that_a_walk_over_proc_would_mi
     # Detached processes that keep forking (each parent leaves), up against the PIDs limit.
     bomb = "import os, time\nwhile True:\n    try:\n        os.fork() and os._exit(0)\n    except OSError:\n        time.sleep(0.01)\n"
     for _ in range(3):
-        started = subprocess.run([agent["real"], "exec", "-d", agent["name"], "python3", "-c", bomb],
-                                 env={**os.environ, "DOCKER_HOST": agent["host"]}, capture_output=True, timeout=60)
+        started = subprocess.run(
+            [agent["real"], "exec", "-d", agent["name"], "python3", "-c", bomb],
+            env={**os.environ, "DOCKER_HOST": agent["host"]},
+            capture_output=True,
+            timeout=60,
+        )
         assert started.returncode == 0, started.stderr
     assert wait_for(lambda: len(live_processes(agent)) >= 3, 120, 0.2), "the fork bomb is running"
     done = agent["shim"]("exec", agent["name"], "true")

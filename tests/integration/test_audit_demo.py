@@ -97,8 +97,12 @@ def test_report_over_the_real_audit_shows_every_planted_finding_by_reason(demo_r
     """`cowork-adapter report` reads the launcher's audit of the run and lists each finding."""
     out_dir = tmp_path / "report"
     before = sorted(str(p.relative_to(demo_run)) for p in demo_run.rglob("*"))
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(demo_run), "--json",
-                           "--output-dir", str(out_dir)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", "report", str(demo_run), "--json", "--output-dir", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     summary = json.loads(proc.stdout)["audit"]
     assert summary is not None and summary["unreadable"] == []
@@ -126,8 +130,21 @@ def test_the_seeds_audit_command_works_as_written_on_the_finished_run(demo_run):
     launcher_audit = demo_run / "audit.launcher.json"
     before = launcher_audit.read_bytes()
     assert not (demo_run / "audit.json").exists()
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "audit", "--run-dir", str(demo_run),
-                           "--output", str(demo_run / "audit.json")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "audit",
+            "--run-dir",
+            str(demo_run),
+            "--output",
+            str(demo_run / "audit.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     written = read_json(demo_run / "audit.json")
     launcher = json.loads(before)
@@ -144,8 +161,22 @@ def exported(demo_run, tmp_path_factory):
     from cowork_adapter.export import log_name
 
     out = Path(tmp_path_factory.mktemp("inspect-export")) / "logs"
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "export", str(demo_run), "--format", "inspect",
-                           "--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "export",
+            str(demo_run),
+            "--format",
+            "inspect",
+            "--output-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     return out, out / log_name(demo_run)
 
@@ -200,8 +231,11 @@ def test_inspect_view_shows_the_sample_list_and_a_transcript(demo_run, exported)
     print(f"inspect view screenshots and logs: {artifacts}")
     with Viewer(out, artifacts) as viewer:
         listed = viewer.page_text(f"/logs/{path.name}/samples/", CLEAN + [PLANTED_TASK], artifacts / "samples.png")
-        shown = viewer.page_text(f"/logs/{path.name}/samples/sample/{PLANTED_TASK}/1/transcript",
-                                 [tool for _, _, tool in PLANTED], artifacts / "transcript.png")
+        shown = viewer.page_text(
+            f"/logs/{path.name}/samples/sample/{PLANTED_TASK}/1/transcript",
+            [tool for _, _, tool in PLANTED],
+            artifacts / "transcript.png",
+        )
     for task in CLEAN + [PLANTED_TASK]:
         assert task in listed, listed[:3000]
     assert "cowork_bench" in listed

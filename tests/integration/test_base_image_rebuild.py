@@ -39,8 +39,19 @@ def world(docker_host, tmp_path_factory):
     (root / "runs").mkdir()
     made: list[str] = []
     try:
-        yield {"root": root, "bench": bench, "commit": commit, "seed": seed, "host": docker_host, "client": client,
-               "pack_id": pack_id, "base_tag": base_tag, "derived_tag": derived_tag, "made": made, "token": token}
+        yield {
+            "root": root,
+            "bench": bench,
+            "commit": commit,
+            "seed": seed,
+            "host": docker_host,
+            "client": client,
+            "pack_id": pack_id,
+            "base_tag": base_tag,
+            "derived_tag": derived_tag,
+            "made": made,
+            "token": token,
+        }
     finally:
         for ref in (derived_tag, base_tag):  # only our own tags; shared images stay
             try:
@@ -57,13 +68,41 @@ def world(docker_host, tmp_path_factory):
 
 def dry_run(w: dict, name: str, *, build: bool) -> tuple[subprocess.CompletedProcess, Path]:
     run_root = w["root"] / "runs" / name
-    args = [sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(w["seed"]), "--bench-root", str(w["bench"]),
-            "--bench-commit", w["commit"], "--docker-host", w["host"], "--resource-root", str(w["root"]),
-            "--run-root", str(run_root), "--base-image", w["base_tag"], "--image", w["derived_tag"],
-            "--model", "demo/stub-model", "--dry-run", "--min-free-gib", "1", "--min-root-free-gib", "1",
-            "--task", "demo-csv-totals"] + (["--build-image"] if build else [])
+    args = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "run",
+        "--repo-dir",
+        str(w["seed"]),
+        "--bench-root",
+        str(w["bench"]),
+        "--bench-commit",
+        w["commit"],
+        "--docker-host",
+        w["host"],
+        "--resource-root",
+        str(w["root"]),
+        "--run-root",
+        str(run_root),
+        "--base-image",
+        w["base_tag"],
+        "--image",
+        w["derived_tag"],
+        "--model",
+        "demo/stub-model",
+        "--dry-run",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+        "--task",
+        "demo-csv-totals",
+    ] + (["--build-image"] if build else [])
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL), run_root
+    return subprocess.run(
+        args, env=env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL
+    ), run_root
 
 
 def test_a_rebuilt_base_is_refused_without_build_image_and_rebuilt_with_it(world):

@@ -32,8 +32,13 @@ def world(docker_host, tmp_path_factory):
     make_stub_seed(seed)
     pack_tag, _ = ensure_demo_pack_image(docker_host)
     (root / "runs").mkdir()
-    return {"root": root, "seed": seed, "pack": pack_tag, "docker_host": docker_host,
-            "commit": materialize_bench(root / "pristine")}
+    return {
+        "root": root,
+        "seed": seed,
+        "pack": pack_tag,
+        "docker_host": docker_host,
+        "commit": materialize_bench(root / "pristine"),
+    }
 
 
 def checkout(world: dict, name: str) -> Path:
@@ -70,7 +75,8 @@ def test_a_stand_in_for_the_missing_seed_is_accepted_and_recorded(world):
     manifest = json.loads((run_root / "run_manifest.json").read_text())
     verified = manifest["bench_verified"]
     assert [(s["path"], s["kind"], s["sha256"]) for s in verified["substitutes"]] == [
-        (SEED, "skip_worktree", hashlib.sha256(b"stand-in seed").hexdigest())]
+        (SEED, "skip_worktree", hashlib.sha256(b"stand-in seed").hexdigest())
+    ]
     assert verified["files"] == len(git(bench, "ls-files").splitlines()) - 1
     assert (run_root / "bench" / SEED).read_bytes() == b"stand-in seed"
 

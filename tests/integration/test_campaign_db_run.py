@@ -1,10 +1,10 @@
 """A real paid demo run whose campaign lives in PostgreSQL (`--campaign-db`), on the real Docker engine.
 
-  - the run is admitted, registers, records its meter readings and settles in the database record
-    (the file store is never touched), and the database password appears nowhere in argv or the run root;
-  - the PostgreSQL server restarted under a running launcher: its next save fails, and the run stops
-    with exit 3 and campaign_persistence_failed, cleanup proven, its active run kept in the record
-    (unsettled), never a silent continuation; `campaign reconcile --campaign-db` then settles it.
+- the run is admitted, registers, records its meter readings and settles in the database record
+  (the file store is never touched), and the database password appears nowhere in argv or the run root;
+- the PostgreSQL server restarted under a running launcher: its next save fails, and the run stops
+  with exit 3 and campaign_persistence_failed, cleanup proven, its active run kept in the record
+  (unsettled), never a silent continuation; `campaign reconcile --campaign-db` then settles it.
 """
 
 from __future__ import annotations
@@ -42,21 +42,32 @@ def no_password(url: str) -> str:
     return url.replace(f":{PASSWORD}@", "@")
 
 
-def launch(demo, server: PgServer | None, name: str, db_url: str, tasks: list[str], *, campaign: str | None = None,
-           extra: tuple[str, ...] = (), flags: dict[str, str] | None = None,
-           prefix: tuple[str, ...] = ()) -> subprocess.Popen:
+def launch(
+    demo,
+    server: PgServer | None,
+    name: str,
+    db_url: str,
+    tasks: list[str],
+    *,
+    campaign: str | None = None,
+    extra: tuple[str, ...] = (),
+    flags: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+) -> subprocess.Popen:
     """A paid demo run on the campaign `campaign` (default: `name`) in `db_url`; `extra` flags are
     added after --campaign-name, `flags` replace the demo's value of a flag it already gives;
     `prefix` runs the launcher through another command (which must exec it)."""
     args = demo.run_args(name, tasks, campaign="unused.json")
     at = args.index("--campaign-file")
-    args[at:at + 2] = ["--campaign-db", no_password(db_url), "--campaign-name", campaign or name, *extra]
+    args[at : at + 2] = ["--campaign-db", no_password(db_url), "--campaign-name", campaign or name, *extra]
     for flag, value in (flags or {}).items():
         args[args.index(flag) + 1] = value
     assert PASSWORD not in " ".join(args)
     env = {**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}
     with open(demo.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
-        return subprocess.Popen([*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [*prefix, *args], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
 
 def files_containing(root: Path, needle: bytes) -> list[str]:
@@ -105,8 +116,13 @@ def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo,
     record = read_campaign_db(db, name)
     assert record.active_run is not None and record.active_run.run_root == str(run_root)  # kept, unsettled
     with pytest.raises(Refusal, match="unsettled active run"):
-        with open_campaign(PostgresCampaignStore(db, name), key_fingerprint=record.fingerprint,
-                           ceiling=record.ceiling_usd, startup_usage=record.last_usage, create_if_missing=False):
+        with open_campaign(
+            PostgresCampaignStore(db, name),
+            key_fingerprint=record.fingerprint,
+            ceiling=record.ceiling_usd,
+            startup_usage=record.last_usage,
+            create_if_missing=False,
+        ):
             pass
 
     # status and stop find the run's active run (its launcher pid) in the database record too.
@@ -120,10 +136,32 @@ def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo,
 
     # `campaign reconcile --campaign-db` proves the run over and settles it in the database record.
     done = subprocess.run(
-        [sys.executable, "-m", "cowork_adapter", "campaign", "reconcile", "--campaign-db", no_password(db),
-         "--campaign-name", name, "--run-root", str(run_root), "--operator-note", "postgres restarted in a test",
-         "--docker-host", demo.docker_host, "--meter-url", demo.meter.base_url, "--api-key-env", demo.key_env],
-        env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD}, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "campaign",
+            "reconcile",
+            "--campaign-db",
+            no_password(db),
+            "--campaign-name",
+            name,
+            "--run-root",
+            str(run_root),
+            "--operator-note",
+            "postgres restarted in a test",
+            "--docker-host",
+            demo.docker_host,
+            "--meter-url",
+            demo.meter.base_url,
+            "--api-key-env",
+            demo.key_env,
+        ],
+        env={**os.environ, demo.key_env: demo.key, "PGPASSWORD": PASSWORD},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == ExitCode.OK, done.stdout + done.stderr
     settled = read_campaign_db(db, name)
     assert settled.active_run is None and [r.outcome for r in settled.runs] == ["reconciled"]

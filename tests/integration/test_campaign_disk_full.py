@@ -218,10 +218,19 @@ def test_full_disk_at_a_meter_reading_stops_with_exit_3(demo, campaign_disk, exi
     if existing:
         now = datetime.now(UTC)
         usage = float(demo.meter.state()["usage"])
-        campaign.write_text(CampaignRecord(
-            fingerprint=key_fingerprint(demo.key), ceiling_usd=50.0, usage_baseline=usage, prior_spend_usd=0.0,
-            last_usage=usage, last_usage_observed_at=now, created_at=now, reserve_usd=5.0, run_budget_usd=20.0,
-        ).to_json())
+        campaign.write_text(
+            CampaignRecord(
+                fingerprint=key_fingerprint(demo.key),
+                ceiling_usd=50.0,
+                usage_baseline=usage,
+                prior_spend_usd=0.0,
+                last_usage=usage,
+                last_usage_observed_at=now,
+                created_at=now,
+                reserve_usd=5.0,
+                run_budget_usd=20.0,
+            ).to_json()
+        )
     manifest = launched_to_persistence_failure(demo, name, campaign, "record_usage")
     doing = "opening the campaign" if existing else "saving a meter reading"
     assert manifest["error"]["type"] == CPF and manifest["error"]["message"].startswith(doing), manifest["error"]

@@ -34,19 +34,45 @@ def test_reconcile_in_postgres_keeps_the_previous_usage(server: PgServer, docker
     run_root = tmp_path / "crashed"
     run_root.mkdir()
     label = uuid.uuid4().hex  # nothing on the daemon carries it
-    with open_campaign(PostgresCampaignStore(db, "c"), key_fingerprint=key_fingerprint(KEY), ceiling=100.0,
-                       startup_usage=40.0, create_if_missing=True) as campaign:
+    with open_campaign(
+        PostgresCampaignStore(db, "c"),
+        key_fingerprint=key_fingerprint(KEY),
+        ceiling=100.0,
+        startup_usage=40.0,
+        create_if_missing=True,
+    ) as campaign:
         campaign.start_run(run_root=str(run_root), run_label=label, launcher_pid=dead_pid())
         campaign.record_usage(45.5)
     before = read_campaign_db(db, "c")
     assert before.active_run is not None and before.last_usage == 45.5
     with MeterStandin(KEY, usage=52.25, max_delay_sec=5.0) as meter:
         done = subprocess.run(
-            [sys.executable, "-m", "cowork_adapter", "campaign", "reconcile", "--campaign-db", url,
-             "--campaign-name", "c", "--run-root", str(run_root), "--operator-note", "launcher OOM-killed, checked",
-             "--docker-host", docker_host, "--meter-url", meter.base_url, "--api-key-env", "RECONCILE_PG_KEY"],
-            env={**os.environ, "RECONCILE_PG_KEY": KEY, "PGPASSWORD": PASSWORD}, capture_output=True, text=True,
-            timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "cowork_adapter",
+                "campaign",
+                "reconcile",
+                "--campaign-db",
+                url,
+                "--campaign-name",
+                "c",
+                "--run-root",
+                str(run_root),
+                "--operator-note",
+                "launcher OOM-killed, checked",
+                "--docker-host",
+                docker_host,
+                "--meter-url",
+                meter.base_url,
+                "--api-key-env",
+                "RECONCILE_PG_KEY",
+            ],
+            env={**os.environ, "RECONCILE_PG_KEY": KEY, "PGPASSWORD": PASSWORD},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     after = read_campaign_db(db, "c")
     assert after.active_run is None and after.last_usage == 52.25

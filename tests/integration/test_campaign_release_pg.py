@@ -42,10 +42,28 @@ def no_password(url: str) -> str:
 
 def release(db: str, run_id: str, *flags: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PGPASSWORD": PASSWORD}
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", "campaign", "release", "--campaign-db",
-                           no_password(db), "--campaign-name", "c1", "--host-run", run_id,
-                           "--operator-note", "host-a's VM was deleted", *flags],
-                          capture_output=True, text=True, env=env, timeout=180)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "campaign",
+            "release",
+            "--campaign-db",
+            no_password(db),
+            "--campaign-name",
+            "c1",
+            "--host-run",
+            run_id,
+            "--operator-note",
+            "host-a's VM was deleted",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
 
 
 def db_digest(url: str) -> str:
@@ -78,7 +96,8 @@ def wait_lapsed(claims: TaskClaims, run_id: str, timeout: float = 30) -> None:
 
 
 def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_come_back(
-        server: PgServer, containers, docker_host: str, tmp_path) -> None:  # noqa: F811 (module fixtures)
+    server: PgServer, containers, docker_host: str, tmp_path
+) -> None:  # noqa: F811 (module fixtures)
     db = server.fresh_database("rel" + uuid.uuid4().hex[:10])
     root_a = tmp_path.resolve() / "host-a" / "run-1"
     with TaskClaims(db, "c1") as claims:
@@ -94,11 +113,15 @@ def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_co
         # kept short so that the test need not wait for it); no evidence at all; a daemon that does
         # not answer and no attestation.
         before = db_digest(db)
-        refusals = [(release(db, "no-such-run", "--confirm-fenced"), "has no host run no-such-run"),
-                    (release(db, b.run_id, "--confirm-fenced"), "still renews its lease")]
+        refusals = [
+            (release(db, "no-such-run", "--confirm-fenced"), "has no host run no-such-run"),
+            (release(db, b.run_id, "--confirm-fenced"), "still renews its lease"),
+        ]
         wait_lapsed(claims, a.run_id)
-        refusals += [(release(db, a.run_id), "name its Docker daemon with --docker-host, or attest"),
-                     (release(db, a.run_id, "--docker-host", UNREACHABLE_DAEMON), "did not answer")]
+        refusals += [
+            (release(db, a.run_id), "name its Docker daemon with --docker-host, or attest"),
+            (release(db, a.run_id, "--docker-host", UNREACHABLE_DAEMON), "did not answer"),
+        ]
         for done, words in refusals:
             assert done.returncode == ExitCode.REFUSED and words in done.stderr, done.stderr
             assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout
@@ -150,9 +173,23 @@ def test_a_lost_hosts_claims_are_released_only_on_evidence_and_the_run_cannot_co
         assert "did not answer" in record["evidence"] and record["released_tasks"] == ["t2"]
 
     # status shows each release for what it is: attested, or the label proven, never a fence proof.
-    shown = subprocess.run([sys.executable, "-m", "cowork_adapter", "status", "--campaign-db", no_password(db),
-                            "--campaign-name", "c1", "--json"], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PGPASSWORD": PASSWORD})
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "status",
+            "--campaign-db",
+            no_password(db),
+            "--campaign-name",
+            "c1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PGPASSWORD": PASSWORD},
+    )
     runs = {r["run_id"]: r for r in json.loads(shown.stdout)["runs"]}
     assert "operator-attested, not proven" in runs[c.run_id]["lease"]
     assert "processes not checked" in runs[a.run_id]["lease"]

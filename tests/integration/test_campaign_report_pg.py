@@ -41,8 +41,9 @@ def cli(*args: str, password: str | None = PASSWORD) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
     if password is not None:
         env["PGPASSWORD"] = password
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def db_digest(url: str) -> str:
@@ -70,15 +71,27 @@ def campaign(server: PgServer, tmp_path: Path):  # noqa: F811 (the module fixtur
     """Host a (finished) settled t1 pass, t2 fail; host b (live) settled t3 pass, t4 agent_failed and
     holds t5; t6 is open. Host a's run root also has a pass for t3, which b settled."""
     url = server.fresh_database("r" + uuid.uuid4().hex[:10])
-    ra = synth.ledger_run(tmp_path / "host-a" / "run", SELECTION, {"t1": "pass", "t2": "fail", "t3": "pass"},
-                          campaign_name="c1")
-    rb = synth.ledger_run(tmp_path / "host-b" / "run", SELECTION, {"t3": "pass", "t4": "agent", "t5": "infra"},
-                          campaign_name="c1")
-    monitor = Monitor(observed_at="2026-12-01T10:00:00Z", launcher_pid=1, finished=True,
-                      spending=Spending(run_spent_usd=2.0), meter=MeterState(blindness_sec=30.0))
+    ra = synth.ledger_run(
+        tmp_path / "host-a" / "run", SELECTION, {"t1": "pass", "t2": "fail", "t3": "pass"}, campaign_name="c1"
+    )
+    rb = synth.ledger_run(
+        tmp_path / "host-b" / "run", SELECTION, {"t3": "pass", "t4": "agent", "t5": "infra"}, campaign_name="c1"
+    )
+    monitor = Monitor(
+        observed_at="2026-12-01T10:00:00Z",
+        launcher_pid=1,
+        finished=True,
+        spending=Spending(run_spent_usd=2.0),
+        meter=MeterState(blindness_sec=30.0),
+    )
     (ra / "monitor.json").write_text(monitor.to_json(), encoding="utf-8")  # host a's own meter delta
-    with open_campaign(PostgresCampaignStore(url, "c1"), key_fingerprint="sha256:0123456789abcdef", ceiling=50.0,
-                       startup_usage=10.0, create_if_missing=True) as money:
+    with open_campaign(
+        PostgresCampaignStore(url, "c1"),
+        key_fingerprint="sha256:0123456789abcdef",
+        ceiling=50.0,
+        startup_usage=10.0,
+        create_if_missing=True,
+    ) as money:
         money.record_usage(13.25)
     with TaskClaims(url, "c1") as claims:
         claims.add_selection(SELECTION)
@@ -99,15 +112,21 @@ def test_one_report_for_two_hosts_read_only(campaign, tmp_path: Path) -> None:
     url, ra, rb, run_a, run_b = campaign
     before_db, before_roots = db_digest(url), tree_digest(ra, rb)
     out = tmp_path / "out"
-    done = cli("report", "--campaign-db", no_password(url), "--campaign-name", "c1", str(ra), str(rb),
-               "--output-dir", str(out))
+    done = cli(
+        "report", "--campaign-db", no_password(url), "--campaign-name", "c1", str(ra), str(rb), "--output-dir", str(out)
+    )
     assert done.returncode == 0, done.stderr
     assert db_digest(url) == before_db and tree_digest(ra, rb) == before_roots  # read-only
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
     r = json.loads((out / "report.json").read_text())
     assert (r["denominator"], r["passed"]) == (6, 2)
-    assert {k: v for k, v in r["counts"].items() if v} == {"passed": 2, "failed": 1, "agent_failed": 1,
-                                                          "infra_failed": 1, "not_attempted": 1}
+    assert {k: v for k, v in r["counts"].items() if v} == {
+        "passed": 2,
+        "failed": 1,
+        "agent_failed": 1,
+        "infra_failed": 1,
+        "not_attempted": 1,
+    }
     rows = {t["instance_id"]: t for t in r["tasks"]}
     assert rows["t3"]["provenance"] == str(rb) and rows["t1"]["provenance"] == str(ra)
     assert rows["t6"]["reason_code"] == "open_in_campaign" and rows["t5"]["status"] == "infra_failed"
@@ -118,9 +137,13 @@ def test_one_report_for_two_hosts_read_only(campaign, tmp_path: Path) -> None:
     assert hosts["host-a"]["runs"][0]["run_id"] == run_a and hosts["host-b"]["runs"][0]["state"] == "live"
     assert all(h["settled_per_hour"] > 0 for h in hosts.values())
     assert (hosts["host-a"]["meter_spent_usd"], hosts["host-b"]["meter_spent_usd"]) == (2.0, None)
-    assert r["cost"]["meter_run_spent_usd"] == pytest.approx(3.25) and c["money"]["remaining_usd"] == pytest.approx(46.75)
-    assert any(d.startswith(f"Task t3: run {run_a} on host-a") and f"says run {run_b} settled it" in d
-               for d in r["disclosures"])
+    assert r["cost"]["meter_run_spent_usd"] == pytest.approx(3.25) and c["money"]["remaining_usd"] == pytest.approx(
+        46.75
+    )
+    assert any(
+        d.startswith(f"Task t3: run {run_a} on host-a") and f"says run {run_b} settled it" in d
+        for d in r["disclosures"]
+    )
     md = (out / "report.md").read_text()
     assert "## Campaign" in md and "4 of 6 selected tasks settled" in md
 
@@ -154,18 +177,33 @@ def test_bad_inputs_are_refused_in_one_sentence(campaign, server: PgServer, tmp_
     for command in ("report", "status"):
         # a run root of the campaign missing (report), one not of it, an unknown name, no server.
         stranger = synth.ledger_run(tmp_path / command / "stranger", SELECTION, {"t1": "pass"})
-        one_sentence(cli(command, "--campaign-db", db, "--campaign-name", "c1", str(ra), str(rb), str(stranger)), 2,
-                     f"Run root {stranger}", "is not a run of campaign 'c1'")
-        one_sentence(cli(command, "--campaign-db", db, "--campaign-name", "nope", str(ra)), 2,
-                     "has no campaign named 'nope'")
-        one_sentence(cli(command, "--campaign-db", db, "--campaign-name", "c1", str(ra), password="wrong"), 2,
-                     "Cannot reach the campaign database")
+        one_sentence(
+            cli(command, "--campaign-db", db, "--campaign-name", "c1", str(ra), str(rb), str(stranger)),
+            2,
+            f"Run root {stranger}",
+            "is not a run of campaign 'c1'",
+        )
+        one_sentence(
+            cli(command, "--campaign-db", db, "--campaign-name", "nope", str(ra)), 2, "has no campaign named 'nope'"
+        )
+        one_sentence(
+            cli(command, "--campaign-db", db, "--campaign-name", "c1", str(ra), password="wrong"),
+            2,
+            "Cannot reach the campaign database",
+        )
         parts = urlsplit(db)
         closed = urlunsplit(parts._replace(netloc=f"{parts.username}@{parts.hostname}:1"))
-        one_sentence(cli(command, "--campaign-db", closed, "--campaign-name", "c1", str(ra)), 2,
-                     "Cannot reach the campaign database")
-    one_sentence(cli("report", "--campaign-db", db, "--campaign-name", "c1", str(rb)), 2,
-                 "run root is not given", f"host-a:{ra} (run {run_a}, finished)")
+        one_sentence(
+            cli(command, "--campaign-db", closed, "--campaign-name", "c1", str(ra)),
+            2,
+            "Cannot reach the campaign database",
+        )
+    one_sentence(
+        cli("report", "--campaign-db", db, "--campaign-name", "c1", str(rb)),
+        2,
+        "run root is not given",
+        f"host-a:{ra} (run {run_a}, finished)",
+    )
     assert db_digest(url) == before
 
     # A database where no campaign was ever created: refused, and its schema is still not created.

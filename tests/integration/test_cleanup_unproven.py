@@ -46,9 +46,13 @@ def test_an_unprovable_cleanup_keeps_the_campaigns_active_run(demo):
             assert started and proc.poll() is None, f"the run did not reach its agent; log tail:\n{log[-3000:]}"
             label = run_label(run_root)  # drawn at the run's start, recorded in its manifest
             volume = client.volumes.create(name=f"unproven-{label[:12]}", labels={RUN_LABEL_KEY: label})
-            holder = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
-                                           labels={HOLDER_LABEL: label},
-                                           volumes={volume.name: {"bind": "/held", "mode": "rw"}})
+            holder = client.containers.run(
+                BYSTANDER_IMAGE,
+                ["sleep", "3600"],
+                detach=True,
+                labels={HOLDER_LABEL: label},
+                volumes={volume.name: {"bind": "/held", "mode": "rw"}},
+            )
             code = proc.wait(timeout=900)
         finally:
             if proc.poll() is None:
@@ -58,8 +62,11 @@ def test_an_unprovable_cleanup_keeps_the_campaigns_active_run(demo):
         assert "Traceback" not in log, log[-3000:]
         assert code == ExitCode.FAILED, f"exit {code}; log tail:\n{log[-3000:]}"
         assert "custody NOT proven" in log
-        cleanups = [json.loads(line) for line in (run_root / "events.jsonl").read_text().splitlines()
-                    if line.strip() and json.loads(line).get("kind") == "cleanup"]
+        cleanups = [
+            json.loads(line)
+            for line in (run_root / "events.jsonl").read_text().splitlines()
+            if line.strip() and json.loads(line).get("kind") == "cleanup"
+        ]
         assert cleanups and cleanups[-1]["proven"] is False
         assert read_json(run_root / "run_manifest.json").get("campaign_settlement") == "unconfirmed"
         monitor = read_json(run_root / "monitor.json")

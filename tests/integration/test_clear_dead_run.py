@@ -43,8 +43,13 @@ pytestmark = pytest.mark.docker
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def events(run_root: Path) -> list[dict]:
@@ -68,8 +73,9 @@ class MoreBystanders:
     def __init__(self, docker_host: str, label: str) -> None:
         self.client = docker.DockerClient(base_url=docker_host, timeout=60)
         suffix = secrets.token_hex(4)
-        self.container = self.client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
-                                                    name=f"agent-{suffix}")
+        self.container = self.client.containers.run(
+            BYSTANDER_IMAGE, ["sleep", "3600"], detach=True, name=f"agent-{suffix}"
+        )
         near = label[:-1] + ("0" if label[-1] != "0" else "1")
         self.volume = self.client.volumes.create(f"bystander-{suffix}", labels={RUN_LABEL_KEY: near})
 
@@ -163,9 +169,21 @@ def test_clear_after_a_kill_during_the_preflight_probe(env, docker_host):
         assert again.returncode == 0 and "already cleared" in again.stdout, again.stdout + again.stderr
         assert len([e for e in events(run_root) if e["kind"] == "dead_run_cleared"]) == 1
         # `campaign reconcile` on the never-created campaign refuses and leaves no lock behind either.
-        rec = cli("campaign", "reconcile", "--campaign-file", str(campaign), "--run-root", str(run_root),
-                  "--operator-note", "x", "--docker-host", docker_host, "--api-key-env", env.key_env,
-                  env={env.key_env: env.key})
+        rec = cli(
+            "campaign",
+            "reconcile",
+            "--campaign-file",
+            str(campaign),
+            "--run-root",
+            str(run_root),
+            "--operator-note",
+            "x",
+            "--docker-host",
+            docker_host,
+            "--api-key-env",
+            env.key_env,
+            env={env.key_env: env.key},
+        )
         assert rec.returncode == 2 and "does not exist" in rec.stderr
         assert not Path(str(campaign) + ".lock").exists()
     finally:
@@ -236,8 +254,10 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         hint = status["next_command"]
         assert hint.startswith(f"`cowork-adapter stop {run_root}`"), hint
         meter_url = read_json(run_root / "run_manifest.json")["budgets"]["meter"]["url"]
-        assert (f"`cowork-adapter clear {run_root} --campaign-file {campaign} --meter-url {meter_url} "
-                f"--docker-host {docker_host} --operator-note '...'` (with the provider key in ${env.key_env})") in hint
+        assert (
+            f"`cowork-adapter clear {run_root} --campaign-file {campaign} --meter-url {meter_url} "
+            f"--docker-host {docker_host} --operator-note '...'` (with the provider key in ${env.key_env})"
+        ) in hint
 
         refused = cli("clear", str(run_root), "--operator-note", "too early", env={env.key_env: env.key})
         assert refused.returncode == 2 and f"runner group {pgid} alive" in refused.stderr, refused.stderr
@@ -264,8 +284,16 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         assert active and active["run_root"] == str(run_root)
 
         planted = plant_what_an_agent_leaves(run_root)
-        blind = cli("clear", str(run_root), "--operator-note", "meter down", "--meter-url", "http://127.0.0.1:9",
-                    env={env.key_env: env.key}, timeout=180)
+        blind = cli(
+            "clear",
+            str(run_root),
+            "--operator-note",
+            "meter down",
+            "--meter-url",
+            "http://127.0.0.1:9",
+            env={env.key_env: env.key},
+            timeout=180,
+        )
         assert blind.returncode == 2 and "key meter gave no acceptable reading" in blind.stderr, blind.stderr
         # Issue 37: clear removed a 10,000-deep staging tree and the dump's device node and set-uid
         # file (the rest of the dump stays), and a 300,000-deep eval_res.json stopped nothing.
@@ -279,8 +307,13 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         pending = json.loads(cli("status", str(run_root), "--json").stdout)
         assert f"cowork-adapter clear {run_root} --campaign-file {campaign}" in pending["next_command"]
 
-        cleared = cli("clear", str(run_root), "--operator-note", "launcher and runner group killed by the test",
-                      env={env.key_env: env.key})
+        cleared = cli(
+            "clear",
+            str(run_root),
+            "--operator-note",
+            "launcher and runner group killed by the test",
+            env={env.key_env: env.key},
+        )
         assert cleared.returncode == 0, cleared.stdout + cleared.stderr
         record = read_json(campaign)
         assert record["active_run"] is None
@@ -292,7 +325,10 @@ def test_clear_after_a_kill_mid_run(env, docker_host):
         assert [r["instance_id"] for r in rows] == ["demo-hang"]
         manifest = read_json(run_root / "run_manifest.json")
         assert manifest["cleared"]["campaign"] == "settled" and manifest["campaign_settlement"] == "reconciled"
-        assert manifest["cleared"]["removed_containers"][:len(partial["removed_containers"])] == partial["removed_containers"]
+        assert (
+            manifest["cleared"]["removed_containers"][: len(partial["removed_containers"])]
+            == partial["removed_containers"]
+        )
         assert manifest["cleared"]["agent_env_removed"] is True  # by the interrupted clear, still on record
 
         again = cli("clear", str(run_root), "--operator-note", "again", env={env.key_env: env.key})

@@ -63,8 +63,14 @@ def scene(docker_host: str):
             "net_near": network(f"net-{ident}-near", {RUN_LABEL_KEY: near}),
         }
         yield {
-            "host": docker_host, "api": api, "id": ident, "label": label, "run": run, "run_net": run_net,
-            "bystanders": bystanders, "bystander_nets": bystander_nets,
+            "host": docker_host,
+            "api": api,
+            "id": ident,
+            "label": label,
+            "run": run,
+            "run_net": run_net,
+            "bystanders": bystanders,
+            "bystander_nets": bystander_nets,
         }
     finally:
         for cid in made_containers:
@@ -213,8 +219,9 @@ def test_custody_gap_flags_runner_named_resources_without_the_label(docker_host)
     suffix = uuid.uuid4().hex[:8]
     made = []
     try:
-        labelled = client.api.create_container(IMAGE, ["true"], name=f"agent-{pid}-{suffix}",
-                                               labels={RUN_LABEL_KEY: label})
+        labelled = client.api.create_container(
+            IMAGE, ["true"], name=f"agent-{pid}-{suffix}", labels={RUN_LABEL_KEY: label}
+        )
         made.append(labelled["Id"])
         assert not custody_gap(docker_host, label, pid).breached
         loose = client.api.create_container(IMAGE, ["true"], name=f"eval-{pid}-{suffix}")

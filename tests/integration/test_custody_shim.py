@@ -88,8 +88,15 @@ def custody(tmp_path: Path, docker_host: str):
     )
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
-        yield {"files": files, "id": ident, "label": label, "client": client, "tmp": tmp_path,
-               "host": docker_host, "stop": run_root / "STOP"}
+        yield {
+            "files": files,
+            "id": ident,
+            "label": label,
+            "client": client,
+            "tmp": tmp_path,
+            "host": docker_host,
+            "stop": run_root / "STOP",
+        }
     finally:
         try:
             cleanup_run(docker_host, label, lambda record: None)
@@ -197,14 +204,27 @@ DOCKER=$(which docker)
 def _slow_custody(tmp_path: Path, docker_host: str, hold_sec: float):
     real = shutil.which("docker", path="/usr/local/bin:/usr/bin:/bin")
     slow = tmp_path / "slow-docker"
-    slow.write_text(SLOW_DOCKER.format(real=real, admitted=tmp_path / "admitted", release=tmp_path / "release",
-                                       hold=int(hold_sec * 10)))
+    slow.write_text(
+        SLOW_DOCKER.format(
+            real=real, admitted=tmp_path / "admitted", release=tmp_path / "release", hold=int(hold_sec * 10)
+        )
+    )
     slow.chmod(0o755)
     (tmp_path / "resources").mkdir()
     run_root = tmp_path / "run"
-    files = install_custody(run_root, real_docker=str(slow), docker_host=docker_host, run_label=path_label(run_root),
-                            limits=LIMITS, stop_file=run_root / "custody" / "stop", resource_root=tmp_path / "resources",
-                            min_free_bytes=0, evidence_dir=tmp_path / "evidence", agent_env_file=None, environ={})
+    files = install_custody(
+        run_root,
+        real_docker=str(slow),
+        docker_host=docker_host,
+        run_label=path_label(run_root),
+        limits=LIMITS,
+        stop_file=run_root / "custody" / "stop",
+        resource_root=tmp_path / "resources",
+        min_free_bytes=0,
+        evidence_dir=tmp_path / "evidence",
+        agent_env_file=None,
+        environ={},
+    )
     return run_root, files
 
 
@@ -214,8 +234,13 @@ def _stopped_mid_creation(tmp_path: Path, run_root: Path, files, ident: str) -> 
     script = tmp_path / "one.sh"
     script.write_text(ONE_CREATION)
     env = files.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)})
-    runner = subprocess.Popen(["bash", str(script), ident], env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = subprocess.Popen(
+        ["bash", str(script), ident],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert wait_for((tmp_path / "admitted").exists, 30, 0.05), "the creation was never admitted"
     assert any(creations_dir(run_root).iterdir()), "an admitted creation holds no lock"
     (run_root / "custody" / "stop").write_text("stop_requested\n")

@@ -63,13 +63,32 @@ class PrivateDaemon:
         (self.root / "data").mkdir(exist_ok=True)
         (self.root / "exec").mkdir(exist_ok=True)
         self.starts += 1
-        with open(self.root / f"dockerd-{self.starts}.log", "ab") as log:  # the child has its own copy of the descriptor
+        with open(
+            self.root / f"dockerd-{self.starts}.log", "ab"
+        ) as log:  # the child has its own copy of the descriptor
             subprocess.Popen(
                 # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroups dockerd needs.
-                ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-                 "-H", self.host, "--pidfile", str(self.pidfile), "--iptables=false",
-                 "--ip-masq=false", "--default-address-pool", f"base={POOL},size=24"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{self.netns}",
+                    "dockerd",
+                    "--data-root",
+                    str(self.root / "data"),
+                    "--exec-root",
+                    str(self.root / "exec"),
+                    "-H",
+                    self.host,
+                    "--pidfile",
+                    str(self.pidfile),
+                    "--iptables=false",
+                    "--ip-masq=false",
+                    "--default-address-pool",
+                    f"base={POOL},size=24",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         if not wait_for(self.answers, 60, 0.5):
             raise RuntimeError(f"the private dockerd did not answer; see {self.root}")
@@ -112,9 +131,17 @@ def _alive(pid: int) -> bool:
 
 
 def _load_images(source_host: str, target_host: str, refs: list[str]) -> None:
-    save = subprocess.Popen(["docker", "save", *refs], stdout=subprocess.PIPE, env={**os.environ, "DOCKER_HOST": source_host})
-    load = subprocess.run(["docker", "load"], stdin=save.stdout, capture_output=True, text=True,
-                          env={**os.environ, "DOCKER_HOST": target_host}, timeout=900)
+    save = subprocess.Popen(
+        ["docker", "save", *refs], stdout=subprocess.PIPE, env={**os.environ, "DOCKER_HOST": source_host}
+    )
+    load = subprocess.run(
+        ["docker", "load"],
+        stdin=save.stdout,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_HOST": target_host},
+        timeout=900,
+    )
     save.stdout.close()
     assert save.wait(timeout=60) == 0 and load.returncode == 0, load.stderr
 
@@ -125,7 +152,9 @@ def private_daemon(docker_host):
     daemon = PrivateDaemon(root)
     docker0_before = _link_exists("docker0")
     subprocess.run(["ip", "netns", "add", daemon.netns], check=True, capture_output=True)
-    subprocess.run(["ip", "netns", "exec", daemon.netns, "ip", "link", "set", "lo", "up"], check=True, capture_output=True)
+    subprocess.run(
+        ["ip", "netns", "exec", daemon.netns, "ip", "link", "set", "lo", "up"], check=True, capture_output=True
+    )
     try:
         daemon.start()
         pack_tag, _ = ensure_demo_pack_image(docker_host)  # built once on the shared daemon, copied here
@@ -154,7 +183,7 @@ def demo(private_daemon, tmp_path_factory):
 def events(run_root: Path) -> list[dict]:
     path = run_root / "events.jsonl"
     out = []
-    for line in (path.read_text().splitlines() if path.is_file() else []):
+    for line in path.read_text().splitlines() if path.is_file() else []:
         try:
             out.append(json.loads(line))
         except ValueError:

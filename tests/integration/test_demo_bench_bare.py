@@ -73,7 +73,12 @@ def test_bare_run_gives_every_designed_outcome(docker_host, tmp_path):
         "TMPDIR": str(tmp_path),
     }
     runner = subprocess.Popen(
-        ["bash", "run_parallel.sh", "2", *DESIGNED], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ["bash", "run_parallel.sh", "2", *DESIGNED],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         output, _ = runner.communicate(timeout=RUN_TIMEOUT_S)

@@ -31,10 +31,20 @@ LINE = re.compile(r"^\[(\d\d:\d\d:\d\d)\] demo \d+m\d\ds: ")
 
 def test_the_demo_says_what_runs_within_10_s_and_never_goes_silent(docker_host, tmp_path):
     root = tmp_path / "demo"
-    command = [sys.executable, "-m", "cowork_adapter", "demo", "--run-root", str(root), "--docker-host", docker_host,
-               "--scenario", "pass"]
+    command = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "demo",
+        "--run-root",
+        str(root),
+        "--docker-host",
+        docker_host,
+        "--scenario",
+        "pass",
+    ]
     script = tmp_path / "demo.sh"
-    script.write_text("#!/bin/bash\n" + shlex.join(command) + "\necho \"demo exit $?\"\nsleep 3600\n")
+    script.write_text("#!/bin/bash\n" + shlex.join(command) + '\necho "demo exit $?"\nsleep 3600\n')
     script.chmod(0o700)
     tmux = Tmux("cowork-demo", scrollback=5000)
     session = "demo"

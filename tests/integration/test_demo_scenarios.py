@@ -19,7 +19,9 @@ def demo_env(docker_host, tmp_path_factory):
     env.meter.stop()
 
 
-@pytest.mark.parametrize("name", ["pass", "sigterm", "budget-stop", "meter-outage", "resume", "kill9-reconcile", "kill9-random"])
+@pytest.mark.parametrize(
+    "name", ["pass", "sigterm", "budget-stop", "meter-outage", "resume", "kill9-reconcile", "kill9-random"]
+)
 def test_scenario_behaves_as_designed(demo_env, name):
     checks = SCENARIOS[name](demo_env)
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]

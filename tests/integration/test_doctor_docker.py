@@ -29,11 +29,28 @@ def doctor_labelled(docker_host: str) -> list:
 
 def demo_cfg(env, **over) -> RunConfig:
     flags = dict(
-        repo_dir=env.seed, bench_root=env.bench, bench_commit=env.bench_commit, docker_host=env.docker_host,
-        resource_root=env.storage, run_root=env.run_root("doctor"), base_image=env.pack_tag, build_image=True,
-        model="demo/stub-model", tasks=("demo-csv-totals",), campaign_file=env.root / "campaign-doctor.json",
-        new_campaign=True, campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0, meter_url=env.meter.base_url,
-        api_key_env=env.key_env, min_key_usd=0.0, min_free_gib=1.0, min_root_free_gib=1.0, cpus=1.0, memory="2g",
+        repo_dir=env.seed,
+        bench_root=env.bench,
+        bench_commit=env.bench_commit,
+        docker_host=env.docker_host,
+        resource_root=env.storage,
+        run_root=env.run_root("doctor"),
+        base_image=env.pack_tag,
+        build_image=True,
+        model="demo/stub-model",
+        tasks=("demo-csv-totals",),
+        campaign_file=env.root / "campaign-doctor.json",
+        new_campaign=True,
+        campaign_budget_usd=50.0,
+        budget_usd=20.0,
+        budget_reserve_usd=5.0,
+        meter_url=env.meter.base_url,
+        api_key_env=env.key_env,
+        min_key_usd=0.0,
+        min_free_gib=1.0,
+        min_root_free_gib=1.0,
+        cpus=1.0,
+        memory="2g",
         # The demo's paid runs take the seed's path (demo/env.py key_route): port 443 of the bridge is one
         # per daemon, and CI's real-benchmark suite holds it at times (the key route's own check: unit tests).
         key_in_agent=True,

@@ -54,18 +54,27 @@ def test_only_containers_of_the_run_are_served(docker_host, tmp_path):
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     standin = ChatStandin(host="127.0.0.1").start()
     peers = RunPeers(docker_host, label)
-    gateway = Gateway(upstream=standin.base_url, key="sk-peer-test", run_label=label, secret=secret,
-                      run_root=tmp_path, stop_file=tmp_path / "stop", bind_host=bridge_address(docker_host),
-                      policy=Policy(model="demo-stub-model"), peers=peers).start()
+    gateway = Gateway(
+        upstream=standin.base_url,
+        key="sk-peer-test",
+        run_label=label,
+        secret=secret,
+        run_root=tmp_path,
+        stop_file=tmp_path / "stop",
+        bind_host=bridge_address(docker_host),
+        policy=Policy(model="demo-stub-model"),
+        peers=peers,
+    ).start()
     gateway.set_allowance(100.0)
     url = gateway.url_for(bridge_address(docker_host))
     made = []
     try:
-        for name, labels in ((f"gw-peer-in-{label[:8]}", {RUN_LABEL_KEY: label}),
-                             (f"gw-peer-other-{label[:8]}", {RUN_LABEL_KEY: other_label}),
-                             (f"gw-peer-none-{label[:8]}", {})):
-            made.append(client.containers.run(BYSTANDER_IMAGE, ["sleep", "300"], detach=True, name=name,
-                                              labels=labels))
+        for name, labels in (
+            (f"gw-peer-in-{label[:8]}", {RUN_LABEL_KEY: label}),
+            (f"gw-peer-other-{label[:8]}", {RUN_LABEL_KEY: other_label}),
+            (f"gw-peer-none-{label[:8]}", {}),
+        ):
+            made.append(client.containers.run(BYSTANDER_IMAGE, ["sleep", "300"], detach=True, name=name, labels=labels))
         inside, other_run, unlabelled = made
         token = mint_token(secret, label, "t-1")
         assert _call_from(inside, url, token) == {"status": 200}
@@ -73,13 +82,19 @@ def test_only_containers_of_the_run_are_served(docker_host, tmp_path):
             answer = _call_from(stranger, url, token)
             assert answer["status"] is None, answer
         with pytest.raises(httpx.HTTPError):  # this host, on the bridge address
-            httpx.post(url + "/chat/completions", json={"model": "demo-stub-model", "messages": []},
-                       headers={"Authorization": "Bearer " + token}, timeout=10)
+            httpx.post(
+                url + "/chat/completions",
+                json={"model": "demo-stub-model", "messages": []},
+                headers={"Authorization": "Bearer " + token},
+                timeout=10,
+            )
         assert standin.total() == 1
         rows = read_requests(tmp_path)
         refused = sorted(r.error for r in rows if r.refused == "peer")
-        addresses = [c.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
-                     for c in (client.containers.get(m.id) for m in (other_run, unlabelled))]
+        addresses = [
+            c.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
+            for c in (client.containers.get(m.id) for m in (other_run, unlabelled))
+        ]
         assert len(refused) == 3 and all(any(ip in e for e in refused) for ip in addresses), refused
         assert [r.status for r in rows if r.refused is None] == [200]
         # The daemon was asked a bounded number of times (at most one lookup per refresh interval).

@@ -33,8 +33,16 @@ def world(docker_host, tmp_path_factory):
     tag = f"cowork-adapter-test-lock:{secrets.token_hex(4)}"
     client = docker.DockerClient(base_url=docker_host, timeout=600)
     try:
-        yield {"root": root, "bench": bench, "commit": commit, "seed": seed, "host": docker_host,
-               "pack_tag": pack_tag, "tag": tag, "client": client}
+        yield {
+            "root": root,
+            "bench": bench,
+            "commit": commit,
+            "seed": seed,
+            "host": docker_host,
+            "pack_tag": pack_tag,
+            "tag": tag,
+            "client": client,
+        }
     finally:
         try:
             client.images.remove(tag, noprune=False)  # only our own tag
@@ -45,14 +53,42 @@ def world(docker_host, tmp_path_factory):
 
 def start_dry_run(w: dict, name: str) -> subprocess.Popen:
     run_root = w["root"] / "runs" / name
-    args = [sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(w["seed"]), "--bench-root", str(w["bench"]),
-            "--bench-commit", w["commit"], "--docker-host", w["host"], "--resource-root", str(w["root"]),
-            "--run-root", str(run_root), "--base-image", w["pack_tag"], "--image", w["tag"], "--build-image",
-            "--model", "demo/stub-model", "--dry-run", "--min-free-gib", "1", "--min-root-free-gib", "1",
-            "--task", "demo-csv-totals"]
+    args = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "run",
+        "--repo-dir",
+        str(w["seed"]),
+        "--bench-root",
+        str(w["bench"]),
+        "--bench-commit",
+        w["commit"],
+        "--docker-host",
+        w["host"],
+        "--resource-root",
+        str(w["root"]),
+        "--run-root",
+        str(run_root),
+        "--base-image",
+        w["pack_tag"],
+        "--image",
+        w["tag"],
+        "--build-image",
+        "--model",
+        "demo/stub-model",
+        "--dry-run",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+        "--task",
+        "demo-csv-totals",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
 
 
 def test_two_launchers_needing_one_missing_image_build_it_once(world):

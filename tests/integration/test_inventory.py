@@ -50,8 +50,17 @@ def demo(docker_host, tmp_path_factory):
     pack_tag, _ = ensure_demo_pack_image(docker_host)
     suffix = secrets.token_hex(4)
     tags = {"broken": f"cowork-inventory-test:broken-{suffix}", "repaired": f"cowork-inventory-test:repaired-{suffix}"}
-    demo = {"root": root, "bench": bench, "commit": commit, "seed": seed, "seed_head": seed_head, "pack": pack_tag,
-            "tags": tags, "host": docker_host, "builds": 0}
+    demo = {
+        "root": root,
+        "bench": bench,
+        "commit": commit,
+        "seed": seed,
+        "seed_head": seed_head,
+        "pack": pack_tag,
+        "tags": tags,
+        "host": docker_host,
+        "builds": 0,
+    }
     try:
         for kind in tags:
             _build(demo, kind)
@@ -70,17 +79,34 @@ def _build(demo, kind: str) -> None:
     """(Re)build one derived image from the current tree: repairs on for "repaired", off for "broken"."""
     demo["builds"] += 1
     ctx = demo["root"] / f"ctx-{kind}-{demo['builds']}"
-    req = ImageRequest(tag=demo["tags"][kind], base_image=demo["pack"], seed_dir=demo["seed"],
-                       seed_head=demo["seed_head"], bench_commit=demo["commit"])
-    build_derived_image(demo["host"], req, ctx, demo["root"] / f"build-{kind}.log", "inventory-test-build",
-                        lambda: None, repair=(kind == "repaired"))
+    req = ImageRequest(
+        tag=demo["tags"][kind],
+        base_image=demo["pack"],
+        seed_dir=demo["seed"],
+        seed_head=demo["seed_head"],
+        bench_commit=demo["commit"],
+    )
+    build_derived_image(
+        demo["host"],
+        req,
+        ctx,
+        demo["root"] / f"build-{kind}.log",
+        "inventory-test-build",
+        lambda: None,
+        repair=(kind == "repaired"),
+    )
     assert label_is_empty(demo["host"], "inventory-test-build")
 
 
 def _current(demo, kind: str) -> None:
     """Rebuild when the in-container code changed since the build (the launcher refuses a stale image)."""
-    req = ImageRequest(tag=demo["tags"][kind], base_image=demo["pack"], seed_dir=demo["seed"],
-                       seed_head=demo["seed_head"], bench_commit=demo["commit"])
+    req = ImageRequest(
+        tag=demo["tags"][kind],
+        base_image=demo["pack"],
+        seed_dir=demo["seed"],
+        seed_head=demo["seed_head"],
+        bench_commit=demo["commit"],
+    )
     labels = docker.DockerClient(base_url=demo["host"], timeout=60).images.get(demo["tags"][kind]).labels
     if label_mismatch(demo["tags"][kind], labels, req):
         _build(demo, kind)
@@ -90,10 +116,36 @@ def _probe(demo, name: str, kind: str, probe: str = "inventory", tasks: list[str
     _current(demo, kind)
     run_root = demo["root"] / "runs" / name
     run_root.parent.mkdir(exist_ok=True)
-    args = [sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(demo["seed"]),
-            "--bench-root", str(demo["bench"]), "--bench-commit", demo["commit"], "--docker-host", demo["host"],
-            "--run-root", str(run_root), "--base-image", demo["pack"], "--image", demo["tags"][kind],
-            "--probe", probe, "--cpus", "1", "--memory", "2g", "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "run",
+        "--repo-dir",
+        str(demo["seed"]),
+        "--bench-root",
+        str(demo["bench"]),
+        "--bench-commit",
+        demo["commit"],
+        "--docker-host",
+        demo["host"],
+        "--run-root",
+        str(run_root),
+        "--base-image",
+        demo["pack"],
+        "--image",
+        demo["tags"][kind],
+        "--probe",
+        probe,
+        "--cpus",
+        "1",
+        "--memory",
+        "2g",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+    ]
     for task in tasks:
         args += ["--task", task]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -123,16 +175,25 @@ def test_detected_repair_fixes_the_server_and_is_disclosed(demo):
     labels = docker.DockerClient(base_url=demo["host"], timeout=60).images.get(demo["tags"]["repaired"]).labels
     planned = json.loads(labels[LABEL_REPAIRS])
     assert [(r["server"], r["fault"], r["before"]) for r in planned["repairs"]] == [("quotes", "mcp_sdk_2x", "2.3.0")]
-    assert planned["checks"] == [{"check": "chromium", "result": "not_applicable",
-                                  "detail": "no playwright server in the image"}]
+    assert planned["checks"] == [
+        {"check": "chromium", "result": "not_applicable", "detail": "no playwright server in the image"}
+    ]
 
     code, run_root, output = _probe(demo, "probe-repaired", "repaired")
     assert code == 0, output
     inventory = read_manifest(run_root).inventory
     quotes = inventory["servers"]["quotes"]
     assert quotes["health"] == "repaired" and quotes["tool_count"] == 1 and quotes["tools"] == ["get_quote"]
-    assert inventory["repairs"] == [{"server": "quotes", "fault": "mcp_sdk_2x", "requirement": VENDORED_MCP_PIN,
-                                     "before": "2.3.0", "after": "1.26.0", "took": True}]
+    assert inventory["repairs"] == [
+        {
+            "server": "quotes",
+            "fault": "mcp_sdk_2x",
+            "requirement": VENDORED_MCP_PIN,
+            "before": "2.3.0",
+            "after": "1.26.0",
+            "took": True,
+        }
+    ]
     assert inventory["blocked_tasks"] == {}
     write_index(run_root, build_index(run_root, live=False, interruption_cause="probe"))  # a report needs a ledger
     report = build_report(load_runs([run_root]), concurrency=1)
@@ -142,10 +203,24 @@ def test_detected_repair_fixes_the_server_and_is_disclosed(demo):
 
 def _paid_config(demo, run_root: Path, meter_url: str, campaign: Path, accept: bool) -> RunConfig:
     return RunConfig.from_flags(
-        repo_dir=demo["seed"], bench_root=demo["bench"], bench_commit=demo["commit"], docker_host=demo["host"],
-        run_root=run_root, base_image=demo["pack"], image=demo["tags"]["broken"], tasks=TASKS,
-        campaign_file=campaign, new_campaign=True, campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0,
-        meter_url=meter_url, cpus=1, memory="2g", min_free_gib=1, min_root_free_gib=1,
+        repo_dir=demo["seed"],
+        bench_root=demo["bench"],
+        bench_commit=demo["commit"],
+        docker_host=demo["host"],
+        run_root=run_root,
+        base_image=demo["pack"],
+        image=demo["tags"]["broken"],
+        tasks=TASKS,
+        campaign_file=campaign,
+        new_campaign=True,
+        campaign_budget_usd=50.0,
+        budget_usd=20.0,
+        budget_reserve_usd=5.0,
+        meter_url=meter_url,
+        cpus=1,
+        memory="2g",
+        min_free_gib=1,
+        min_root_free_gib=1,
         accept_environment_blocked=accept,
     )
 
@@ -158,8 +233,16 @@ def _paid_root(demo, broken_probe, name: str) -> tuple[Path, object]:
     run_root.mkdir()
     manifest = read_manifest(probe_root)
     label, nonce = new_run_label(run_root)  # as the launcher draws it
-    manifest = manifest.replace(**{"run_root": str(run_root), "run_label": label, "run_nonce": nonce,
-                                           "inventory": None, "probe": None, "outcome": "running"})
+    manifest = manifest.replace(
+        **{
+            "run_root": str(run_root),
+            "run_label": label,
+            "run_nonce": nonce,
+            "inventory": None,
+            "probe": None,
+            "outcome": "running",
+        }
+    )
     write_manifest(run_root, manifest)
     return run_root, manifest
 
@@ -208,8 +291,9 @@ def test_paid_selection_needing_a_broken_server_is_refused_unless_accepted(demo,
     report = build_report(load_runs([accepted_root]), concurrency=1)
     assert report["denominator"] == 2 and report["counts"]["environment_blocked"] == 1  # still counted
     assert any("blocked by a failed MCP server" in note for note in report["disclosures"]), report["disclosures"]
-    assert any("MCP server quotes in run" in note and "failed its environment check" in note
-               for note in report["disclosures"]), report["disclosures"]
+    assert any(
+        "MCP server quotes in run" in note and "failed its environment check" in note for note in report["disclosures"]
+    ), report["disclosures"]
 
 
 def test_stateful_probe_proves_state_survives_separate_http_sessions(demo):

@@ -28,9 +28,14 @@ CLI_TIMEOUT_S = 600  # the control may build the derived image when the demo ben
 
 def git(repo: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
-               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t.invalid", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t.invalid")
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t.invalid",
+    )
     out = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
@@ -61,8 +66,15 @@ def world(docker_host, tmp_path_factory):
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     client.images.get(pack_id).tag(mismatch_tag)  # a real image whose labels name no seed
     try:
-        yield {"root": root, "bench": bench, "commit": commit, "seed": seed, "pack": pack_tag,
-               "docker_host": docker_host, "mismatch_tag": mismatch_tag}
+        yield {
+            "root": root,
+            "bench": bench,
+            "commit": commit,
+            "seed": seed,
+            "pack": pack_tag,
+            "docker_host": docker_host,
+            "mismatch_tag": mismatch_tag,
+        }
     finally:
         client.images.remove(mismatch_tag, noprune=True)  # only our tag; the image stays
         client.close()
@@ -70,21 +82,40 @@ def world(docker_host, tmp_path_factory):
 
 def base_args(w: dict, run_root: Path, **over) -> list[str]:
     values = {
-        "--repo-dir": str(w["seed"]), "--bench-root": str(w["bench"]), "--bench-commit": w["commit"],
-        "--docker-host": w["docker_host"], "--resource-root": str(w["root"]), "--run-root": str(run_root),
-        "--base-image": w["pack"], "--model": "demo/stub-model",
+        "--repo-dir": str(w["seed"]),
+        "--bench-root": str(w["bench"]),
+        "--bench-commit": w["commit"],
+        "--docker-host": w["docker_host"],
+        "--resource-root": str(w["root"]),
+        "--run-root": str(run_root),
+        "--base-image": w["pack"],
+        "--model": "demo/stub-model",
     }
     values.update(over)
     args = [sys.executable, "-m", "cowork_adapter", "run"]
     for flag, value in values.items():
         args += [flag, value]
-    return args + ["--dry-run", "--build-image", "--min-free-gib", "1", "--min-root-free-gib", "1",
-                   "--cpus", "1", "--memory", "2g", "--task", "demo-csv-totals"]
+    return args + [
+        "--dry-run",
+        "--build-image",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+        "--cpus",
+        "1",
+        "--memory",
+        "2g",
+        "--task",
+        "demo-csv-totals",
+    ]
 
 
 def run_cli(args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}  # only the flag names the daemon
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        args, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL
+    )
 
 
 def assert_refused(out: subprocess.CompletedProcess, *phrases: str) -> None:
@@ -134,16 +165,18 @@ def test_dirty_seed_is_refused(world):
     make_stub_seed(seed)
     (seed / "notes.txt").write_text("an uncommitted file\n")
     run_root = _fresh(world, "dirty-seed")
-    _refused_without_root(world, "dirty-seed", base_args(world, run_root, **{"--repo-dir": str(seed)}),
-                          "uncommitted changes")
+    _refused_without_root(
+        world, "dirty-seed", base_args(world, run_root, **{"--repo-dir": str(seed)}), "uncommitted changes"
+    )
 
 
 def test_seed_that_is_not_a_repository_is_refused(world):
     seed = world["root"] / "seed-plain"
     shutil.copytree(world["seed"], seed, ignore=shutil.ignore_patterns(".git"))
     run_root = _fresh(world, "plain-seed")
-    _refused_without_root(world, "plain-seed", base_args(world, run_root, **{"--repo-dir": str(seed)}),
-                          "not a git repository")
+    _refused_without_root(
+        world, "plain-seed", base_args(world, run_root, **{"--repo-dir": str(seed)}), "not a git repository"
+    )
 
 
 def test_benchmark_at_another_commit_is_refused(world):
@@ -152,8 +185,9 @@ def test_benchmark_at_another_commit_is_refused(world):
     git(bench, "commit", "-q", "--allow-empty", "-m", "a later commit")
     assert git(bench, "rev-parse", "HEAD") != world["commit"]
     run_root = _fresh(world, "moved-bench")
-    _refused_without_root(world, "moved-bench", base_args(world, run_root, **{"--bench-root": str(bench)}),
-                          "not at the pinned commit")
+    _refused_without_root(
+        world, "moved-bench", base_args(world, run_root, **{"--bench-root": str(bench)}), "not at the pinned commit"
+    )
 
 
 def test_dirty_benchmark_is_refused(world):
@@ -162,14 +196,20 @@ def test_dirty_benchmark_is_refused(world):
     runner = bench / "run_parallel.sh"
     runner.write_text(runner.read_text() + "\n# a local edit\n")
     run_root = _fresh(world, "dirty-bench")
-    _refused_without_root(world, "dirty-bench", base_args(world, run_root, **{"--bench-root": str(bench)}),
-                          "uncommitted changes")
+    _refused_without_root(
+        world, "dirty-bench", base_args(world, run_root, **{"--bench-root": str(bench)}), "uncommitted changes"
+    )
 
 
 def test_missing_base_image_is_refused(world):
     run_root = _fresh(world, "no-base")
-    _refused_without_root(world, "no-base", base_args(world, run_root, **{"--base-image": "cowork-pack:doesnotexist"}),
-                          "cowork-pack:doesnotexist", "not present")
+    _refused_without_root(
+        world,
+        "no-base",
+        base_args(world, run_root, **{"--base-image": "cowork-pack:doesnotexist"}),
+        "cowork-pack:doesnotexist",
+        "not present",
+    )
 
 
 def test_image_with_mismatching_labels_is_refused_without_build(world):

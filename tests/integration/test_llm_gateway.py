@@ -55,7 +55,9 @@ for pid in os.listdir("/proc"):
         look(f"/proc/{pid}/environ")
         look(f"/proc/{pid}/cmdline")
 """
-SCAN = SCAN_PROCS + r"""
+SCAN = (
+    SCAN_PROCS
+    + r"""
 for top, dirs, files in os.walk("/"):
     if top == "/":
         dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev", "usr")]
@@ -63,6 +65,7 @@ for top, dirs, files in os.walk("/"):
         look(os.path.join(top, name))
 print(json.dumps({"hits": hits, "scanned": scanned}))
 """
+)
 
 # In the agent container: requests to the gateway with the token the container holds.
 CALLS = r"""
@@ -134,8 +137,13 @@ def _running(client, name: str) -> bool:
 
 
 def _gateway_args(provider: ChatStandin) -> list[str]:
-    return ["--llm-gateway", "--openai-compatible-base-url", provider.base_url,
-            "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]
+    return [
+        "--llm-gateway",
+        "--openai-compatible-base-url",
+        provider.base_url,
+        "--credential-setting",
+        "OPENAI_COMPATIBLE_API_KEY",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -155,17 +163,27 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
         # demo-hang's agent must outlive every step below: the demo's 240 s task timeout does not on a
         # loaded CI machine (its container was removed before the crossing once), so a longer one (the
         # last --task-timeout given wins).
-        proc = env.launch(env.run_args(name, ["demo-hang", "demo-csv-totals"], campaign="campaign-gw.json",
-                                       budget_usd=20, extra=[*_gateway_args(provider), "--task-timeout", "1200"]), name)
+        proc = env.launch(
+            env.run_args(
+                name,
+                ["demo-hang", "demo-csv-totals"],
+                campaign="campaign-gw.json",
+                budget_usd=20,
+                extra=[*_gateway_args(provider), "--task-timeout", "1200"],
+            ),
+            name,
+        )
         log = env.root / f"{name}.log"
-        assert wait_for(lambda: (_task_ident(run_root, "demo-hang") is not None) or proc.poll() is not None, 600), \
+        assert wait_for(lambda: (_task_ident(run_root, "demo-hang") is not None) or proc.poll() is not None, 600), (
             log.read_text()[-3000:]
+        )
         assert proc.poll() is None, log.read_text()[-3000:]
         agent = f"agent-{_task_ident(run_root, 'demo-hang')}"
         assert wait_for(lambda: _running(client, agent), 120)
         # The other task finishes through the gateway while the hang task keeps its container up.
-        assert wait_for(lambda: read_rows(run_root).get("demo-csv-totals", {}).get("status") == "passed", 300), \
+        assert wait_for(lambda: read_rows(run_root).get("demo-csv-totals", {}).get("status") == "passed", 300), (
             f"{read_rows(run_root)}\n{log.read_text()[-3000:]}"
+        )
         manifest = read_json(run_root / "run_manifest.json")
         record = manifest["llm_gateway"]
         url = record["container_url"]
@@ -173,8 +191,9 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
 
         # The key is in no container: not in any container's configuration, not in any process, not in any file.
         # sparse: no inspect at listing time (a finished task's container may be removed meanwhile)
-        labelled = client.containers.list(all=True, sparse=True,
-                                          filters={"label": f"{RUN_LABEL_KEY}={run_label(run_root)}"})
+        labelled = client.containers.list(
+            all=True, sparse=True, filters={"label": f"{RUN_LABEL_KEY}={run_label(run_root)}"}
+        )
         half = len(env.key) // 2
         scanned = []
         for container in labelled:
@@ -203,8 +222,12 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
         secret = bytes.fromhex((run_root / "private" / "gateway.secret").read_text())
         label = run_label(run_root)
         own = mint_token(secret, label, agent[6:])
-        for token in (own.replace(agent[6:], "x" + agent[6:]), mint_token(secret, "0" * 32, agent[6:]),
-                      mint_token(b"o" * 32, label, agent[6:]), own.rsplit(".", 1)[1]):
+        for token in (
+            own.replace(agent[6:], "x" + agent[6:]),
+            mint_token(secret, "0" * 32, agent[6:]),
+            mint_token(b"o" * 32, label, agent[6:]),
+            own.rsplit(".", 1)[1],
+        ):
             refused = json.loads(_in_container(client, agent, CALLS, url, "one", token))
             assert refused["plain"][0] == 401, refused
         # Shaped by the agent: another model is refused; the csv task's token died with its container
@@ -267,8 +290,9 @@ def test_launcher_sigkilled_the_gateway_port_refuses(demo, docker_host):
     name = "killed"
     run_root = env.run_root(name)
     try:
-        proc = env.launch(env.run_args(name, ["demo-hang"], campaign="campaign-kill.json",
-                                       extra=_gateway_args(provider)), name)
+        proc = env.launch(
+            env.run_args(name, ["demo-hang"], campaign="campaign-kill.json", extra=_gateway_args(provider)), name
+        )
         assert wait_for(lambda: _task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600)
         assert proc.poll() is None, (env.root / f"{name}.log").read_text()[-3000:]
         url = urlparse(read_json(run_root / "run_manifest.json")["llm_gateway"]["container_url"])

@@ -64,8 +64,9 @@ def first_event(proc: subprocess.Popen) -> dict:
 
 def test_the_campaign_record_lives_in_postgres_behind_the_file_store_interface(db: str) -> None:
     store = PostgresCampaignStore(db, "c1")
-    with open_campaign(store, key_fingerprint=FINGERPRINT, ceiling=10.0, startup_usage=1.5,
-                       create_if_missing=True) as campaign:
+    with open_campaign(
+        store, key_fingerprint=FINGERPRINT, ceiling=10.0, startup_usage=1.5, create_if_missing=True
+    ) as campaign:
         campaign.start_run(run_root="/runs/a", run_label="lab", launcher_pid=123, host="h1")
         with pytest.raises(Refusal, match="held by another launcher"):  # refused at once, never waits
             with PostgresCampaignStore(db, "c1").locked():
@@ -82,16 +83,23 @@ def test_the_campaign_record_lives_in_postgres_behind_the_file_store_interface(d
         with psycopg2.connect(db) as conn, conn.cursor() as cur:
             cur.execute("SELECT version FROM campaigns WHERE name = 'c1'")
             return cur.fetchone()[0]
+
     before = version()
     with pytest.raises(Refusal, match="cannot change"):
-        with open_campaign(store, key_fingerprint=FINGERPRINT, ceiling=11.0, startup_usage=2.0,
-                           create_if_missing=False):
+        with open_campaign(
+            store, key_fingerprint=FINGERPRINT, ceiling=11.0, startup_usage=2.0, create_if_missing=False
+        ):
             pass
     assert version() == before
     # Another campaign name is another record.
     with pytest.raises(Refusal, match="needs --new-campaign"):
-        with open_campaign(PostgresCampaignStore(db, "other"), key_fingerprint=FINGERPRINT, ceiling=10.0,
-                           startup_usage=2.0, create_if_missing=False):
+        with open_campaign(
+            PostgresCampaignStore(db, "other"),
+            key_fingerprint=FINGERPRINT,
+            ceiling=10.0,
+            startup_usage=2.0,
+            create_if_missing=False,
+        ):
             pass
 
 
@@ -184,7 +192,8 @@ def test_a_host_killed_inside_its_claim_transaction_takes_nothing_and_blocks_no_
 
 
 def test_a_sigkilled_host_keeps_its_claims_until_its_lease_lapsed_and_its_runner_is_proven_gone(
-        db: str, tmp_path: Path) -> None:
+    db: str, tmp_path: Path
+) -> None:
     tasks = [f"task-{i:02d}" for i in range(12)]
     with TaskClaims(db, "c1") as b:
         b.add_selection(tasks)
@@ -241,7 +250,8 @@ def test_a_sigkilled_host_keeps_its_claims_until_its_lease_lapsed_and_its_runner
 
 
 def test_postgres_restarted_mid_run_stops_calls_cleanly_and_loses_no_claim(
-        server: PgServer, db: str, tmp_path: Path) -> None:
+    server: PgServer, db: str, tmp_path: Path
+) -> None:
     tasks = [f"task-{i:02d}" for i in range(8)]
     store = PostgresCampaignStore(db, "c1")
     claims = TaskClaims(db, "c1")
@@ -249,8 +259,9 @@ def test_postgres_restarted_mid_run_stops_calls_cleanly_and_loses_no_claim(
         claims.add_selection(tasks)
         run = claims.register_run(host="h1", run_root=str(tmp_path / "a"), lease_sec=120)
         held = claims.claim(run.run_id, 3)
-        with open_campaign(store, key_fingerprint=FINGERPRINT, ceiling=10.0, startup_usage=1.0,
-                           create_if_missing=True) as campaign:
+        with open_campaign(
+            store, key_fingerprint=FINGERPRINT, ceiling=10.0, startup_usage=1.0, create_if_missing=True
+        ) as campaign:
             server.restart()
             db = server.url.rsplit("/", 1)[0] + "/" + db.rsplit("/", 1)[1]  # its address may change on restart
             with pytest.raises(ClaimLost, match="claiming tasks"):

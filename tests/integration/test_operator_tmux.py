@@ -45,9 +45,9 @@ def wrapper_script(env, args: list[str], where: Path) -> Path:
     script = where / "launch.sh"
     script.write_text(
         "#!/bin/bash\n"
-        f"export {env.key_env}=\"$(cat {shlex.quote(str(key_file))})\"\n"
+        f'export {env.key_env}="$(cat {shlex.quote(str(key_file))})"\n'
         f"{shlex.join(args)}\n"
-        "echo \"launcher exit $?\"\n"
+        'echo "launcher exit $?"\n'
         "sleep 3600\n"
     )
     script.chmod(0o700)
@@ -88,8 +88,12 @@ def test_run_in_tmux_renders_rich_progress_and_status_agrees(demo_env, tmp_path)
 
     rows = read_rows(run_root)
     assert rows["demo-csv-totals"]["status"] == "passed"
-    out = subprocess.run([sys.executable, "-m", "cowork_adapter", "status", str(run_root), "--json"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", "status", str(run_root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout)
     statuses = [row["status"] for row in rows.values()]

@@ -88,8 +88,9 @@ def one_refusal(proc, *phrases: str) -> str:
 
 
 def run(env, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(args, env={**os.environ, env.key_env: env.key}, capture_output=True, timeout=900,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        args, env={**os.environ, env.key_env: env.key}, capture_output=True, timeout=900, stdin=subprocess.DEVNULL
+    )
 
 
 def test_an_explicit_cpus_above_the_daemon_is_refused_in_preflight(env, daemon):
@@ -108,7 +109,7 @@ def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daem
     run_root = env.run_root(name)
     args = without_limits(env.run_args(name, ["demo-csv-totals"], campaign="unused.json"))
     cut = args.index("--campaign-file")
-    args = args[:cut] + args[cut + 3:] + ["--probe", "inventory"]  # no model, no campaign: the containers only
+    args = args[:cut] + args[cut + 3 :] + ["--probe", "inventory"]  # no model, no campaign: the containers only
     assert "--new-campaign" not in args
     watcher = LabelledCreations(env.docker_host, run_root)
     try:
@@ -135,26 +136,44 @@ def test_the_default_cpus_fit_the_daemon_and_every_container_gets_them(env, daem
 def test_an_unsettled_campaign_is_refused_in_preflight_before_any_container(env):
     campaign = env.root / "campaign-unsettled.json"
     now = datetime.now(UTC)
-    dead = ActiveRun(run_root=str(env.root / "runs" / "dead"), run_label="d" * 64, launcher_pid=2 ** 22 - 7,
-                     started_at=now, host="gone", usage_at_start=5.0)
-    campaign.write_text(CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
-                                       prior_spend_usd=0.0, last_usage=5.0, last_usage_observed_at=now,
-                                       created_at=now, active_run=dead).to_json())
+    dead = ActiveRun(
+        run_root=str(env.root / "runs" / "dead"),
+        run_label="d" * 64,
+        launcher_pid=2**22 - 7,
+        started_at=now,
+        host="gone",
+        usage_at_start=5.0,
+    )
+    campaign.write_text(
+        CampaignRecord(
+            fingerprint=key_fingerprint(env.key),
+            ceiling_usd=50.0,
+            usage_baseline=5.0,
+            prior_spend_usd=0.0,
+            last_usage=5.0,
+            last_usage_observed_at=now,
+            created_at=now,
+            active_run=dead,
+        ).to_json()
+    )
     _refused_before_anything(env, "unsettled", campaign, "has an unsettled active run", str(env.root / "runs" / "dead"))
     assert not campaign.with_name(campaign.name + ".lock").exists()  # read without its lock
 
 
 def drop_flag(args: list[str], flag: str, with_value: bool) -> list[str]:
     at = args.index(flag)
-    return args[:at] + args[at + (2 if with_value else 1):]
+    return args[:at] + args[at + (2 if with_value else 1) :]
 
 
-@pytest.mark.parametrize("flag,with_value,words", [
-    ("--new-campaign", False, ("does not exist", "new usage baseline", "pass --new-campaign")),
-    ("--budget-reserve-usd", True, ("needs --budget-reserve-usd given explicitly",)),
-    ("--campaign-budget-usd", True, ("needs --campaign-budget-usd given explicitly",)),
-    ("--budget-usd", True, ("needs --budget-usd given explicitly",)),
-])
+@pytest.mark.parametrize(
+    "flag,with_value,words",
+    [
+        ("--new-campaign", False, ("does not exist", "new usage baseline", "pass --new-campaign")),
+        ("--budget-reserve-usd", True, ("needs --budget-reserve-usd given explicitly",)),
+        ("--campaign-budget-usd", True, ("needs --campaign-budget-usd given explicitly",)),
+        ("--budget-usd", True, ("needs --budget-usd given explicitly",)),
+    ],
+)
 def test_a_new_campaign_is_never_implied_and_is_refused_in_preflight(env, flag, with_value, words):
     """Issue 21: no default money and no silent new baseline; exit 2, one sentence, nothing written."""
     name = f"implied{flag.replace('-', '_')}"
@@ -192,13 +211,28 @@ def test_a_crash_after_admission_still_writes_a_row_for_every_selected_task(env,
     monkeypatch.setattr(launcher, "_qualify_environment", crash)
     monkeypatch.setenv(env.key_env, env.key)
     cfg = RunConfig.from_flags(
-        repo_dir=env.seed, bench_root=env.bench, bench_commit=env.bench_commit, docker_host=env.docker_host,
-        resource_root=env.storage, run_root=run_root, base_image=env.pack_tag, model="demo/stub-model", tasks=tasks,
-        campaign_file=env.root / "campaign-crash.json", new_campaign=True, campaign_budget_usd=50.0,
-        budget_usd=20.0, budget_reserve_usd=5.0,
-        meter_url=env.meter.base_url, api_key_env=env.key_env, min_key_usd=0.0, min_free_gib=1.0,
-        min_root_free_gib=1.0, build_image=True,
-        key_in_agent=True)  # the key's route is not what this test is about (the default one asks the image)
+        repo_dir=env.seed,
+        bench_root=env.bench,
+        bench_commit=env.bench_commit,
+        docker_host=env.docker_host,
+        resource_root=env.storage,
+        run_root=run_root,
+        base_image=env.pack_tag,
+        model="demo/stub-model",
+        tasks=tasks,
+        campaign_file=env.root / "campaign-crash.json",
+        new_campaign=True,
+        campaign_budget_usd=50.0,
+        budget_usd=20.0,
+        budget_reserve_usd=5.0,
+        meter_url=env.meter.base_url,
+        api_key_env=env.key_env,
+        min_key_usd=0.0,
+        min_free_gib=1.0,
+        min_root_free_gib=1.0,
+        build_image=True,
+        key_in_agent=True,
+    )  # the key's route is not what this test is about (the default one asks the image)
     code = launcher.execute_run(cfg, ["cowork-adapter", "run"])
     assert code == 1 and "the run crashed (APIError)" in capsys.readouterr().err
     manifest = read_json(run_root / "run_manifest.json")
@@ -241,8 +275,15 @@ def test_a_locked_campaign_is_refused_in_preflight_before_any_container(env):
 def test_a_truncated_campaign_file_is_refused_in_preflight_before_any_container(env):
     campaign = env.root / "campaign-truncated.json"
     now = datetime.now(UTC)
-    whole = CampaignRecord(fingerprint=key_fingerprint(env.key), ceiling_usd=50.0, usage_baseline=5.0,
-                           prior_spend_usd=0.0, last_usage=5.0, last_usage_observed_at=now, created_at=now).to_json()
+    whole = CampaignRecord(
+        fingerprint=key_fingerprint(env.key),
+        ceiling_usd=50.0,
+        usage_baseline=5.0,
+        prior_spend_usd=0.0,
+        last_usage=5.0,
+        last_usage_observed_at=now,
+        created_at=now,
+    ).to_json()
     campaign.write_text(whole[: len(whole) // 2])  # cut mid-record, as by a full disk under a non-atomic copy
     _refused_before_anything(env, "truncated", campaign, "is not valid JSON", str(campaign))
     assert not campaign.with_name(campaign.name + ".lock").exists()

@@ -87,15 +87,22 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
     name = "default-route"
     run_root = env.run_root(name)
     log = env.root / f"{name}.log"
-    extra = ["--llm-gateway-host", own_address,
-             "--provider-upstream-url", f"http://127.0.0.1:{provider.port}/api/v1", "--task-timeout", "120"]
+    extra = [
+        "--llm-gateway-host",
+        own_address,
+        "--provider-upstream-url",
+        f"http://127.0.0.1:{provider.port}/api/v1",
+        "--task-timeout",
+        "120",
+    ]
     proc = None
     try:
         args = env.run_args(name, ["demo-hang"], campaign="campaign-tls.json", extra=extra)
         assert "--key-in-agent" not in args
         proc = env.launch(args, name)
-        assert wait_for(lambda: _task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600), \
+        assert wait_for(lambda: _task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600), (
             log.read_text()[-3000:]
+        )
         assert proc.poll() is None, log.read_text()[-3000:]
         agent = f"agent-{_task_ident(run_root, 'demo-hang')}"
         assert wait_for(lambda: _running(client, agent), 120)
@@ -112,8 +119,12 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
         # The gateway's own look-up of the model's price when it opened, then the calls; the token-less
         # call never reached the provider.
         upstream = provider.all_requests()
-        assert [(r["method"], r["path"]) for r in upstream] == [("GET", "/api/v1/models"),
-            ("POST", "/api/v1/chat/completions"), ("GET", "/api/v1/models"), ("GET", "/api/v1/auth/key")]
+        assert [(r["method"], r["path"]) for r in upstream] == [
+            ("GET", "/api/v1/models"),
+            ("POST", "/api/v1/chat/completions"),
+            ("GET", "/api/v1/models"),
+            ("GET", "/api/v1/auth/key"),
+        ]
         with_key = hashlib.sha256(f"Bearer {env.key}".encode()).hexdigest()
         assert [r["auth_sha256"] for r in upstream] == [with_key] * 4
         rows = [r for r in read_requests(run_root) if r.refused is None]
@@ -122,8 +133,9 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
         # The key is in no container: configuration (docker inspect), processes, files.
         half = len(env.key) // 2
         scanned = []
-        for container in client.containers.list(all=True, sparse=True,
-                                                filters={"label": f"{RUN_LABEL_KEY}={run_label(run_root)}"}):
+        for container in client.containers.list(
+            all=True, sparse=True, filters={"label": f"{RUN_LABEL_KEY}={run_label(run_root)}"}
+        ):
             try:
                 container.reload()
                 assert env.key not in json.dumps(container.attrs), f"the key is in docker inspect of {container.name}"

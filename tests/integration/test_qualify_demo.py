@@ -50,11 +50,40 @@ def qualified(docker_host, tmp_path_factory):
     image = unrepaired_image(env)
     out = storage / "q1"
     # Concurrency 3: the three tasks that reach the runner go at once (the blocked one never does).
-    argv = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", str(seed), "--bench-root", str(bench),
-            "--bench-commit", commit, "--docker-host", docker_host, "--resource-root", str(storage),
-            "--run-root", str(out), "--base-image", pack_tag, "--image", image, "--concurrency", "3",
-            "--task-timeout", "240", "--cpus", "1", "--memory", "2g", "--min-free-gib", "1",
-            "--min-root-free-gib", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "qualify",
+        "--repo-dir",
+        str(seed),
+        "--bench-root",
+        str(bench),
+        "--bench-commit",
+        commit,
+        "--docker-host",
+        docker_host,
+        "--resource-root",
+        str(storage),
+        "--run-root",
+        str(out),
+        "--base-image",
+        pack_tag,
+        "--image",
+        image,
+        "--concurrency",
+        "3",
+        "--task-timeout",
+        "240",
+        "--cpus",
+        "1",
+        "--memory",
+        "2g",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+    ]
     for task in DESIGNED:
         argv += ["--task", task]
     clean = {k: v for k, v in os.environ.items() if k not in KEY_VARS}
@@ -77,8 +106,13 @@ def test_each_designed_task_lands_in_its_class(qualified):
     assert rows["demo-broken-sdk"]["reason"] == "mcp_server_failed:quotes"
     assert rows["demo-csv-totals"]["oracle"]["passed"] is True and rows["demo-csv-totals"]["nop"]["passed"] is False
     assert "totals.json" in rows["demo-csv-totals"]["nop"]["reason"]
-    assert validity["counts"] == {"valid": 1, "oracle_fails": 1, "nop_passes": 1, "environment_blocked": 1,
-                                  "undetermined": 0}
+    assert validity["counts"] == {
+        "valid": 1,
+        "oracle_fails": 1,
+        "nop_passes": 1,
+        "environment_blocked": 1,
+        "undetermined": 0,
+    }
     # The table on stdout says the same.
     table = [line.split() for line in proc.stdout.splitlines()]
     for task, klass in DESIGNED.items():

@@ -35,7 +35,9 @@ TASK = "demo-csv-totals"
 def real_seed() -> Path:
     value = os.environ.get(SEED_ENV, "").strip()
     seed = Path(value).expanduser().resolve() if value else real_testbed().seed
-    assert (seed / "server.py").is_file() and (seed / ".git").exists(), f"{SEED_ENV}={seed} is not an Ouroboros checkout"
+    assert (seed / "server.py").is_file() and (seed / ".git").exists(), (
+        f"{SEED_ENV}={seed} is not an Ouroboros checkout"
+    )
     return seed
 
 
@@ -78,14 +80,22 @@ def evidence(run_root: Path, standin: ChatStandin, log: Path) -> str:
 
 def real_server_args(env, name: str, real_seed, extra: list[str]) -> list[str]:
     """The launcher's flags for one demo task on the real server against the chat stand-in."""
-    args = env.run_args(name, [TASK], campaign=f"campaign-{name}.json", extra=[
-        *extra,
-        "--credential-setting", "OPENAI_COMPATIBLE_API_KEY",
-        # With review on the task still passes, but the stand-in does not speak the acceptance
-        # reviewers' format, so the review would be recorded as degraded: keep it out of these tests.
-        "--task-review-mode", "off",
-        "--max-workers", "2",
-    ])
+    args = env.run_args(
+        name,
+        [TASK],
+        campaign=f"campaign-{name}.json",
+        extra=[
+            *extra,
+            "--credential-setting",
+            "OPENAI_COMPATIBLE_API_KEY",
+            # With review on the task still passes, but the stand-in does not speak the acceptance
+            # reviewers' format, so the review would be recorded as degraded: keep it out of these tests.
+            "--task-review-mode",
+            "off",
+            "--max-workers",
+            "2",
+        ],
+    )
     args = with_flag(args, "--repo-dir", str(real_seed))
     args = with_flag(args, "--model", DEFAULT_MODEL_ID)
     args = with_flag(args, "--task-timeout", "900")
@@ -127,14 +137,17 @@ def assert_usage_matches_requests(run_root: Path, row: dict, requests: list[dict
     served = (len(requests), sum(r["prompt_tokens"] for r in requests), sum(r["completion_tokens"] for r in requests))
     usage = row.get("usage") or {}
     assert (usage.get("records"), usage.get("prompt_tokens"), usage.get("completion_tokens")) == served, (
-        f"ledger usage {usage} != chat stand-in requests {served}: {requests}")
+        f"ledger usage {usage} != chat stand-in requests {served}: {requests}"
+    )
     audits = sorted(run_root.rglob(LAUNCHER_AUDIT_NAME))
     assert audits, "the run wrote no audit.launcher.json"
     task = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == TASK)
     activity = task["activity"]
     assert (activity["usage_records"], activity["prompt_tokens"], activity["completion_tokens"]) == served, (
-        f"audit activity {activity} != chat stand-in requests {served}")
+        f"audit activity {activity} != chat stand-in requests {served}"
+    )
     summary = json.loads(next(run_root.glob(f"bench/dumps/*/SingleUserTurn-{TASK}/ouroboros_summary.json")).read_text())
     ledger = summary.get("attempt_ledger_usage") or {}
     assert (ledger.get("records"), ledger.get("prompt_tokens"), ledger.get("completion_tokens")) == served, (
-        f"summary attempt_ledger_usage {ledger} != chat stand-in requests {served}")
+        f"summary attempt_ledger_usage {ledger} != chat stand-in requests {served}"
+    )

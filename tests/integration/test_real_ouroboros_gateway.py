@@ -26,8 +26,9 @@ def test_real_server_completes_a_demo_task_through_the_gateway(real_seed, docker
     env = prepare(tmp_path_factory.mktemp("real-ouroboros-gateway") / "root", docker_host)
     standin = ChatStandin(host="127.0.0.1", port=0, model_id=DEFAULT_MODEL_ID, cost_per_request=COST).start()
     try:
-        args = real_server_args(env, "real-gw", real_seed,
-                                ["--llm-gateway", "--openai-compatible-base-url", standin.base_url])
+        args = real_server_args(
+            env, "real-gw", real_seed, ["--llm-gateway", "--openai-compatible-base-url", standin.base_url]
+        )
         started = time.monotonic()
         proc = env.launch(args, "real-gw")
         code = proc.wait(timeout=3600)
@@ -45,7 +46,8 @@ def test_real_server_completes_a_demo_task_through_the_gateway(real_seed, docker
         assert len(chats) == len(served) and not [r for r in log if r.refused == "auth"], log
         assert len({r.task for r in chats}) == 1
         assert [(r.prompt_tokens, r.completion_tokens) for r in chats] == [
-            (s["prompt_tokens"], s["completion_tokens"]) for s in served]
+            (s["prompt_tokens"], s["completion_tokens"]) for s in served
+        ]
         assert all(r.model == DEFAULT_MODEL_ID and r.cost_usd == COST for r in chats)
         gateway = rows[TASK]["gateway"]
         assert gateway["forwarded"] >= len(served) and gateway["unknown_cost_requests"] == 0
@@ -56,7 +58,9 @@ def test_real_server_completes_a_demo_task_through_the_gateway(real_seed, docker
         assert any("OpenRouter pricing" in d for d in record["disclosures"])
         assert key_leaks(run_root, env.key) == []
         # The server was given the gateway's URL, and its settings (the dump's copy, credential dropped) no key.
-        applied = json.loads(next(run_root.glob(f"bench/dumps/*/SingleUserTurn-{TASK}/applied_settings.json")).read_text())
+        applied = json.loads(
+            next(run_root.glob(f"bench/dumps/*/SingleUserTurn-{TASK}/applied_settings.json")).read_text()
+        )
         assert applied["OPENAI_COMPATIBLE_BASE_URL"] == record["container_url"]
     finally:
         standin.stop()

@@ -50,7 +50,7 @@ def ledger_settles(run_root: Path) -> bool:
 
 
 def dumps(run_root: Path) -> dict[str, Path]:
-    return {p.name[len("SingleUserTurn-"):]: p for p in (run_root / "bench" / "dumps").glob("*/SingleUserTurn-*")}
+    return {p.name[len("SingleUserTurn-") :]: p for p in (run_root / "bench" / "dumps").glob("*/SingleUserTurn-*")}
 
 
 def valid_verdict(dump: Path) -> bool | None:
@@ -129,21 +129,25 @@ def killed(docker_host, tmp_path_factory):
     root = env.run_root("killed")
     # A long blindness bound keeps the run going while the meter is silent (not part of the
     # applied configuration, so the resumed runs may use the default).
-    proc = env.launch(env.run_args("killed", TASKS, campaign="campaign-killed.json",
-                                   extra=["--meter-blindness-sec", str(BLIND_S)]), "killed")
+    proc = env.launch(
+        env.run_args("killed", TASKS, campaign="campaign-killed.json", extra=["--meter-blindness-sec", str(BLIND_S)]),
+        "killed",
+    )
     live_settled = None
     try:
         assert wait_for(lambda: agent_started(root) or proc.poll() is not None, 600), "no agent started"
         assert proc.poll() is None, f"the launcher ended early (exit {proc.returncode})"
         env.meter.silence(True)
         stale = (root / LEDGER_NAME).read_bytes()  # the live ledger before any receipt
-        assert wait_for(lambda: set(RECEIPTED) <= set(receipted(root)) or proc.poll() is not None, BLIND_S - 30), \
+        assert wait_for(lambda: set(RECEIPTED) <= set(receipted(root)) or proc.poll() is not None, BLIND_S - 30), (
             f"receipts so far: {receipted(root)}"
+        )
         assert proc.poll() is None, f"the launcher ended before the kill (exit {proc.returncode})"
         # The receipts may come before the first poll that meets the silence: wait for that poll's
         # rejection, so what settles the ledger cannot be a publish after an accepted reading.
-        assert wait_for(lambda: "meter_rejected" in event_kinds(root) or proc.poll() is not None, 60, 0.2), \
+        assert wait_for(lambda: "meter_rejected" in event_kinds(root) or proc.poll() is not None, 60, 0.2), (
             "no meter poll met the silence"
+        )
         live_settled = wait_for(lambda: ledger_settles(root), REFRESH_BOUND_S, 0.2)
         pid = runner_pid(root)
         assert pid, "the runner's start was not recorded"
@@ -159,9 +163,21 @@ def killed(docker_host, tmp_path_factory):
     assert remove_leftovers(env.docker_host, run_label(root)), "the killed run's labelled resources survived"
     (root / "private" / "agent.env").unlink(missing_ok=True)
     # The operator's `clear` settles the killed run in its campaign: every resume continues that campaign.
-    cleared = cli(env, "clear", str(root), "--operator-note", "killed by the receipts test",
-                  "--campaign-file", str(env.root / "campaign-killed.json"), "--meter-url", env.meter.base_url,
-                  "--docker-host", env.docker_host, "--api-key-env", env.key_env)
+    cleared = cli(
+        env,
+        "clear",
+        str(root),
+        "--operator-note",
+        "killed by the receipts test",
+        "--campaign-file",
+        str(env.root / "campaign-killed.json"),
+        "--meter-url",
+        env.meter.base_url,
+        "--docker-host",
+        env.docker_host,
+        "--api-key-env",
+        env.key_env,
+    )
     assert cleared.returncode == ExitCode.OK, cleared.stdout + cleared.stderr
     yield env, root, stale, live_settled
     env.meter.stop()
@@ -173,7 +189,7 @@ def test_the_live_ledger_settled_receipts_while_the_meter_was_silent(killed):
     # The silence held until the kill: a rejected reading, and no accepted one after it.
     kinds = event_kinds(root)
     assert "meter_rejected" in kinds, "the meter was never silent"
-    assert "meter_reading" not in kinds[kinds.index("meter_rejected"):]
+    assert "meter_reading" not in kinds[kinds.index("meter_rejected") :]
 
 
 def test_the_kill_left_receipts_and_an_unsettled_task(killed):
@@ -188,8 +204,15 @@ def test_the_kill_left_receipts_and_an_unsettled_task(killed):
 
 def resume(env, root: Path, name: str) -> tuple[Path, int]:
     child = env.run_root(name)
-    proc = env.launch(env.run_args(name, [], campaign="campaign-killed.json",  # the ancestor's campaign
-                                   extra=["--resume-from", str(root)]), name)
+    proc = env.launch(
+        env.run_args(
+            name,
+            [],
+            campaign="campaign-killed.json",  # the ancestor's campaign
+            extra=["--resume-from", str(root)],
+        ),
+        name,
+    )
     started, code = stop_after_agent(env, proc, child)
     assert started, f"the resumed run started no agent (exit {code}); see {env.root / (name + '.log')}"
     assert label_is_empty(env.docker_host, run_label(child))

@@ -33,8 +33,13 @@ from cowork_adapter.schemas.record import decode
 
 SEL = ["demo-csv-totals", "demo-wrong-answer", "demo-hang"]
 CLI_TIMEOUT_S = 600
-ROW_EVAL = {"passed": "completed", "failed": "completed", "agent_failed": "declined",
-            "infra_failed": "unreported", "not_attempted": "unreported"}
+ROW_EVAL = {
+    "passed": "completed",
+    "failed": "completed",
+    "agent_failed": "declined",
+    "infra_failed": "unreported",
+    "not_attempted": "unreported",
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +58,51 @@ def world(docker_host, tmp_path_factory):
     return w
 
 
-def run_cli(w: dict, name: str, *, tasks=(), resume_from=(), extra=(), dry_run=True,
-            env_extra=None) -> subprocess.CompletedProcess:
+def run_cli(
+    w: dict, name: str, *, tasks=(), resume_from=(), extra=(), dry_run=True, env_extra=None
+) -> subprocess.CompletedProcess:
     args = [
-        sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(w["seed"]), "--bench-root", str(w["bench"]),
-        "--bench-commit", w["commit"], "--docker-host", w["docker_host"], "--resource-root", str(w["root"]),
-        "--run-root", str(w["root"] / "runs" / name), "--base-image", w["pack"], "--build-image",
-        "--model", "demo/stub-model", *(["--dry-run"] if dry_run else []), "--min-free-gib", "1",
-        "--min-root-free-gib", "1", "--cpus", "1", "--memory", "2g", "--task-timeout", "120",
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "run",
+        "--repo-dir",
+        str(w["seed"]),
+        "--bench-root",
+        str(w["bench"]),
+        "--bench-commit",
+        w["commit"],
+        "--docker-host",
+        w["docker_host"],
+        "--resource-root",
+        str(w["root"]),
+        "--run-root",
+        str(w["root"] / "runs" / name),
+        "--base-image",
+        w["pack"],
+        "--build-image",
+        "--model",
+        "demo/stub-model",
+        *(["--dry-run"] if dry_run else []),
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+        "--cpus",
+        "1",
+        "--memory",
+        "2g",
+        "--task-timeout",
+        "120",
     ]
     for task in tasks:
         args += ["--task", task]
     for parent in resume_from:
         args += ["--resume-from", str(parent)]
     env = {**{k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}, **(env_extra or {})}
-    return subprocess.run(args + list(extra), env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        args + list(extra), env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL
+    )
 
 
 def write_dump(root: Path, task: str, status: str) -> None:
@@ -87,8 +121,18 @@ def write_dump(root: Path, task: str, status: str) -> None:
         synth.write_eval(dump, {"pass": None, "details": protocol.GATE_TEXT.format(status="max_turns_reached")})
 
 
-def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, parents=(), generation=0,
-             outcome="stopped", ledger=True, **identity) -> Path:
+def ancestor(
+    w: dict,
+    name: str,
+    rows: dict[str, str] | None,
+    *,
+    ran=None,
+    parents=(),
+    generation=0,
+    outcome="stopped",
+    ledger=True,
+    **identity,
+) -> Path:
     """A finished run root: the probe's manifest re-pointed, dumps giving `rows`, and a ledger of
     the same rows (`ledger=False`: none, as after a launcher killed before its first refresh).
 
@@ -119,8 +163,14 @@ def ancestor(w: dict, name: str, rows: dict[str, str] | None, *, ran=None, paren
         write_dump(root, task, status)
     if rows is not None and ledger:
         lines = [
-            TaskRow(ts="2026-01-01T00:00:00Z", instance_id=task, status=status, reason_code="synthetic",
-                    official_eval_status=ROW_EVAL[status], attempt_run_root=str(root)).to_line()
+            TaskRow(
+                ts="2026-01-01T00:00:00Z",
+                instance_id=task,
+                status=status,
+                reason_code="synthetic",
+                official_eval_status=ROW_EVAL[status],
+                attempt_run_root=str(root),
+            ).to_line()
             for task, status in rows.items()
         ]
         (root / LEDGER_NAME).write_text("".join(lines))
@@ -144,8 +194,9 @@ def assert_refused(out: subprocess.CompletedProcess, *phrases: str) -> str:
 
 
 def first_pass(w: dict, prefix: str) -> Path:
-    return ancestor(w, f"{prefix}-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed",
-                                        "demo-hang": "infra_failed"})
+    return ancestor(
+        w, f"{prefix}-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed", "demo-hang": "infra_failed"}
+    )
 
 
 def test_control_resume_runs_only_unsettled_work_and_keeps_the_selection(world):
@@ -181,9 +232,11 @@ def test_a_resume_continues_its_ancestors_campaign_or_is_refused(world):
     assert out.returncode == 0, out.stderr  # the control: the ancestors' campaign is admitted
     assert manifest(world, "campaign-same-r1")["campaign_file"] == str(campaign)
     other = world["root"] / "campaign-other.json"
-    assert_refused(run_cli(world, "campaign-other-r1", resume_from=[r0], extra=["--campaign-file", str(other)]),
-                   f"Ancestor {r0} ran under the campaign file {campaign}, but this resume names the campaign file "
-                   f"{other}; a resume must use its ancestors' campaign.")
+    assert_refused(
+        run_cli(world, "campaign-other-r1", resume_from=[r0], extra=["--campaign-file", str(other)]),
+        f"Ancestor {r0} ran under the campaign file {campaign}, but this resume names the campaign file "
+        f"{other}; a resume must use its ancestors' campaign.",
+    )
     assert_refused(run_cli(world, "campaign-none-r1", resume_from=[r0]), "names no campaign")
 
 
@@ -194,12 +247,33 @@ def test_a_paid_resume_never_starts_a_new_baseline_where_its_ancestors_campaign_
     r0 = _under_campaign(first_pass(world, "vanished"), campaign)
     key = "sk-or-v1-fake-resume-campaign-key-0001"
     with MeterStandin(key, usage=3.0, max_delay_sec=5.0) as meter:
-        out = run_cli(world, "vanished-r1", resume_from=[r0], dry_run=False, env_extra={"RESUME_TEST_KEY": key},
-                      extra=["--campaign-file", str(campaign), "--new-campaign", "--campaign-budget-usd", "50",
-                             "--budget-usd", "10", "--budget-reserve-usd", "1", "--api-key-env", "RESUME_TEST_KEY",
-                             "--meter-url", meter.base_url])
-    assert_refused(out, f"Ancestor {r0} ran under the campaign file {campaign}, which no longer exists; a resume "
-                        "continues its ancestors' campaign and never starts a new one.")
+        out = run_cli(
+            world,
+            "vanished-r1",
+            resume_from=[r0],
+            dry_run=False,
+            env_extra={"RESUME_TEST_KEY": key},
+            extra=[
+                "--campaign-file",
+                str(campaign),
+                "--new-campaign",
+                "--campaign-budget-usd",
+                "50",
+                "--budget-usd",
+                "10",
+                "--budget-reserve-usd",
+                "1",
+                "--api-key-env",
+                "RESUME_TEST_KEY",
+                "--meter-url",
+                meter.base_url,
+            ],
+        )
+    assert_refused(
+        out,
+        f"Ancestor {r0} ran under the campaign file {campaign}, which no longer exists; a resume "
+        "continues its ancestors' campaign and never starts a new one.",
+    )
     assert not campaign.exists() and not Path(str(campaign) + ".lock").exists()
 
 
@@ -215,8 +289,14 @@ CHANGES = {
 def test_a_change_in_an_older_ancestor_is_refused(world, what):
     change, phrase = CHANGES[what]
     r0 = ancestor(world, f"old-{what}-r0", {"demo-csv-totals": "passed", "demo-hang": "infra_failed"}, **change)
-    r1 = ancestor(world, f"old-{what}-r1", {"demo-hang": "infra_failed"}, ran=["demo-wrong-answer", "demo-hang"],
-                  parents=[r0], generation=1)
+    r1 = ancestor(
+        world,
+        f"old-{what}-r1",
+        {"demo-hang": "infra_failed"},
+        ran=["demo-wrong-answer", "demo-hang"],
+        parents=[r0],
+        generation=1,
+    )
     out = run_cli(world, f"old-{what}-r2", resume_from=[r1])
     sentence = assert_refused(out, phrase, str(r0))
     assert str(r1) not in sentence  # the parent itself matches: the older ancestor is named
@@ -254,8 +334,12 @@ def test_a_third_pass_with_nothing_remaining_is_a_noop(world):
 
 
 def test_a_parent_without_a_ledger_is_recovered_from_its_dumps(world):
-    r0 = ancestor(world, "noledger-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed",
-                                         "demo-hang": "infra_failed"}, ledger=False)
+    r0 = ancestor(
+        world,
+        "noledger-r0",
+        {"demo-csv-totals": "passed", "demo-wrong-answer": "failed", "demo-hang": "infra_failed"},
+        ledger=False,
+    )
     out = run_cli(world, "noledger-r1", resume_from=[r0])
     assert out.returncode == 0, out.stderr
     sel = manifest(world, "noledger-r1")["selection"]
@@ -265,18 +349,35 @@ def test_a_parent_without_a_ledger_is_recovered_from_its_dumps(world):
 
 def test_an_older_ancestor_without_a_ledger_is_recovered_from_its_dumps(world):
     r0 = ancestor(world, "noledger-old-r0", {"demo-csv-totals": "passed", "demo-hang": "infra_failed"}, ledger=False)
-    r1 = ancestor(world, "noledger-old-r1", {"demo-hang": "infra_failed"}, ran=["demo-wrong-answer", "demo-hang"],
-                  parents=[r0], generation=1)
+    r1 = ancestor(
+        world,
+        "noledger-old-r1",
+        {"demo-hang": "infra_failed"},
+        ran=["demo-wrong-answer", "demo-hang"],
+        parents=[r0],
+        generation=1,
+    )
     out = run_cli(world, "noledger-old-r2", resume_from=[r1])
     assert out.returncode == 0, out.stderr
     assert manifest(world, "noledger-old-r2")["selection"]["task_ids"] == ["demo-wrong-answer", "demo-hang"]
 
 
 def test_a_stale_parent_ledger_does_not_rerun_receipted_tasks(world):
-    r0 = ancestor(world, "stale-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed",
-                                      "demo-hang": "infra_failed"})
-    stale = [TaskRow(ts="2026-01-01T00:00:00Z", instance_id=t, status="infra_failed", reason_code="missing_adapter_summary",
-                     provisional=True, official_eval_status="unreported", attempt_run_root=str(r0)).to_line() for t in SEL]
+    r0 = ancestor(
+        world, "stale-r0", {"demo-csv-totals": "passed", "demo-wrong-answer": "failed", "demo-hang": "infra_failed"}
+    )
+    stale = [
+        TaskRow(
+            ts="2026-01-01T00:00:00Z",
+            instance_id=t,
+            status="infra_failed",
+            reason_code="missing_adapter_summary",
+            provisional=True,
+            official_eval_status="unreported",
+            attempt_run_root=str(r0),
+        ).to_line()
+        for t in SEL
+    ]
     (r0 / LEDGER_NAME).write_text("".join(stale))
     out = run_cli(world, "stale-r1", resume_from=[r0])
     assert out.returncode == 0, out.stderr
@@ -347,15 +448,26 @@ def test_reconcile_removes_a_killed_runs_key_file(tmp_path):
     gone_pid = subprocess.Popen(["true"])
     gone_pid.wait()
     campaign_file = tmp_path / "campaign.json"
-    with open_campaign(JsonFileCampaignStore(campaign_file), key_fingerprint=key_fingerprint(key), ceiling=50.0,
-                       startup_usage=1.0, create_if_missing=True) as campaign:
-        campaign.start_run(run_root=str(run_root), run_label="0" * 32, launcher_pid=gone_pid.pid,
-                           host=socket.gethostname())
+    with open_campaign(
+        JsonFileCampaignStore(campaign_file),
+        key_fingerprint=key_fingerprint(key),
+        ceiling=50.0,
+        startup_usage=1.0,
+        create_if_missing=True,
+    ) as campaign:
+        campaign.start_run(
+            run_root=str(run_root), run_label="0" * 32, launcher_pid=gone_pid.pid, host=socket.gethostname()
+        )
     code = reconcile_command(
-        campaign_file, run_root, "launcher SIGKILLed; checked ps and docker", "FAKE_KEY_ENV",
-        docker_host="unix:///nonexistent.sock", label_is_empty=lambda host, label: True,
-        read_meter=lambda timeout: MeterReading(usage=1.5, limit=None, limit_remaining=None,
-                                                requested_at_monotonic=time.monotonic()),
+        campaign_file,
+        run_root,
+        "launcher SIGKILLed; checked ps and docker",
+        "FAKE_KEY_ENV",
+        docker_host="unix:///nonexistent.sock",
+        label_is_empty=lambda host, label: True,
+        read_meter=lambda timeout: MeterReading(
+            usage=1.5, limit=None, limit_remaining=None, requested_at_monotonic=time.monotonic()
+        ),
         environ={"FAKE_KEY_ENV": key},
     )
     assert code == 0

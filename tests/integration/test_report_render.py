@@ -46,8 +46,8 @@ def decode_png(data: bytes) -> tuple[int, int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, [], None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -63,7 +63,7 @@ def decode_png(data: bytes) -> tuple[int, int, int, list[bytes]]:
     rows, prev = [], bytearray(stride)
     for y in range(height):
         start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
         for i in range(stride):
             left = line[i - bpp] if i >= bpp else 0
             up = prev[i]
@@ -93,7 +93,7 @@ def rows_with(rows: list[bytes], bpp: int, rgb: tuple[int, int, int]) -> list[in
     hits = []
     for y, row in enumerate(rows):
         for i in range(0, len(row), bpp):
-            if row[i:i + 3] == needle:
+            if row[i : i + 3] == needle:
                 hits.append(y)
                 break
     return hits
@@ -119,8 +119,12 @@ def demo_run(docker_host, tmp_path_factory):
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed")
 def test_report_html_renders_its_plots_in_headless_chromium(demo_run, tmp_path):
     out_dir = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(demo_run), "--output-dir", str(out_dir)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", "report", str(demo_run), "--output-dir", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     html_path = out_dir / "report.html"
     html = html_path.read_text()
@@ -129,14 +133,21 @@ def test_report_html_renders_its_plots_in_headless_chromium(demo_run, tmp_path):
     plots = html.split("<div class='plots'>", 1)[1].split("</div>", 1)[0]
     assert plots.count("<svg ") == 4 and plots.count("</svg>") == 4
     assert html.count("<svg ") == 4
-    for title in ("Pass rate by domain", "Cost per attempt (USD)", "Duration per attempt (s)",
-                  "Cumulative key-meter spend (USD)"):
+    for title in (
+        "Pass rate by domain",
+        "Cost per attempt (USD)",
+        "Duration per attempt (s)",
+        "Cumulative key-meter spend (USD)",
+    ):
         assert f"<title>{title}</title>" in plots
     assert "no data</text>" not in plots, "a plot of a real run was empty"
     # Every plot's y-axis ticks read as five different numbers (tiny costs once all printed "0.00").
     for chart in re.findall(r"<svg .*?</svg>", plots):
-        ticks = [t.text for t in ET.fromstring(chart).iter("{http://www.w3.org/2000/svg}text")
-                 if t.get("text-anchor") == "end" and t.get("x") == "52"]
+        ticks = [
+            t.text
+            for t in ET.fromstring(chart).iter("{http://www.w3.org/2000/svg}text")
+            if t.get("text-anchor") == "end" and t.get("x") == "52"
+        ]
         assert len(ticks) == 5 and len(set(ticks)) == 5, ticks
     # One link is allowed, to METHODOLOGY.md (an anchor a reader follows; nothing is fetched).
     links = re.findall(r"<a href='([^']*)'>METHODOLOGY.md</a>", html)
@@ -151,11 +162,24 @@ def test_report_html_renders_its_plots_in_headless_chromium(demo_run, tmp_path):
     png = tmp_path / "report.png"
     profile = tmp_path / "chromium-profile"
     shot = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={WIDTH},{HEIGHT}",
-         html_path.as_uri()],
-        capture_output=True, text=True, timeout=180,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            f"--screenshot={png}",
+            f"--window-size={WIDTH},{HEIGHT}",
+            html_path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert png.is_file(), f"no screenshot (exit {shot.returncode}): {shot.stderr[-2000:]}"
     KEEP_DIR.mkdir(parents=True, exist_ok=True)

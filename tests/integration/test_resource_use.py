@@ -77,15 +77,29 @@ def _run_task(tmp_path: Path, docker_host: str, *, leave_behind: bool, oom_exec:
     resources.mkdir()
     evidence = run_root / "custody" / "evidence"  # where a real run keeps it (run.Run)
     files = install_custody(
-        run_root, real_docker=real, docker_host=docker_host, run_label=label, limits=LIMITS,
-        stop_file=run_root / "STOP", resource_root=resources, min_free_bytes=0,
-        evidence_dir=evidence, agent_env_file=None, environ={},
+        run_root,
+        real_docker=real,
+        docker_host=docker_host,
+        run_label=label,
+        limits=LIMITS,
+        stop_file=run_root / "STOP",
+        resource_root=resources,
+        min_free_bytes=0,
+        evidence_dir=evidence,
+        agent_env_file=None,
+        environ={},
     )
     script = tmp_path / "runner.sh"
     script.write_text(RUNNER)
-    env = files.environment({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
-                             "WORKLOAD": WORKLOAD, "LEAVE_BEHIND": "1" if leave_behind else "",
-                             "OOM_EXEC": "1" if oom_exec else ""})
+    env = files.environment(
+        {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(tmp_path),
+            "WORKLOAD": WORKLOAD,
+            "LEAVE_BEHIND": "1" if leave_behind else "",
+            "OOM_EXEC": "1" if oom_exec else "",
+        }
+    )
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
         done = subprocess.run(["bash", str(script), ident], env=env, capture_output=True, text=True, timeout=240)
@@ -128,7 +142,10 @@ def test_ledger_row_carries_the_daemons_peak_memory_and_cpu_time(tmp_path: Path,
     # The shim's readings: the agent's rm, the pg's stop (and its rm after, which finds no cgroup).
     lines = [json.loads(x) for x in (evidence / f"{ident}.resources.jsonl").read_text().splitlines()]
     assert [(r["container"], r["command"]) for r in lines] == [
-        (f"agent-{ident}", "rm"), (f"pg-{ident}", "stop"), (f"pg-{ident}", "rm")]
+        (f"agent-{ident}", "rm"),
+        (f"pg-{ident}", "stop"),
+        (f"pg-{ident}", "rm"),
+    ]
     # The agent's OOM kill, read before the removal (a host fact of the infra rule): the daemon's
     # State.OOMKilled covers only the main process, so the kernel's count of its cgroup says it.
     assert (lines[0]["oom_killed"], lines[0]["state_cause"]) == (True, None), lines[0]
@@ -143,5 +160,7 @@ def test_containers_a_killed_runner_left_are_read_by_custody_cleanup_before_remo
     ident, evidence = _run_task(tmp_path, docker_host, leave_behind=True)
     lines = [json.loads(x) for x in (evidence / f"{ident}.resources.jsonl").read_text().splitlines()]
     assert sorted((r["container"], r["command"]) for r in lines) == [
-        (f"agent-{ident}", "adapter_cleanup"), (f"pg-{ident}", "adapter_cleanup")]
+        (f"agent-{ident}", "adapter_cleanup"),
+        (f"pg-{ident}", "adapter_cleanup"),
+    ]
     _assert_plausible(_row(tmp_path))

@@ -52,9 +52,7 @@ def summary_tasks(run_root: Path) -> set[str]:
 
 def agent_started_for(run_root: Path, task: str) -> bool:
     evidence = run_root / "custody" / "evidence"
-    return evidence.is_dir() and any(
-        p.read_text().strip() == task for p in evidence.glob("*.task")
-    )
+    return evidence.is_dir() and any(p.read_text().strip() == task for p in evidence.glob("*.task"))
 
 
 def runner_pid(run_root: Path) -> int | None:
@@ -178,7 +176,9 @@ def test_every_container_of_the_run_carried_the_exact_label_and_limits_while_ali
             problems.append(f"{name}: capabilities dropped {host.get('CapDrop')}, added {host.get('CapAdd')}")
         log = host.get("LogConfig") or {}
         if log.get("Type") != "json-file" or log.get("Config") != {
-                "max-size": str(container_caps.DEFAULT_LOG_MAX_BYTES), "max-file": str(container_caps.LOG_MAX_FILES)}:
+            "max-size": str(container_caps.DEFAULT_LOG_MAX_BYTES),
+            "max-file": str(container_caps.LOG_MAX_FILES),
+        }:
             problems.append(f"{name}: log {log}")
     for item in networks:
         labels = (item["inspect"] or {}).get("Labels") or {}

@@ -30,14 +30,26 @@ TASK = "demo-csv-totals"
 def host(demo, db: str, name: str, *limits: str) -> subprocess.Popen:
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
-    return launch_db_run(demo, None, name, db, [TASK], campaign="admit",
-                         extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC, *limits),
-                         flags={"--resource-root": str(storage), "--concurrency": "1"})
+    return launch_db_run(
+        demo,
+        None,
+        name,
+        db,
+        [TASK],
+        campaign="admit",
+        extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC, *limits),
+        flags={"--resource-root": str(storage), "--concurrency": "1"},
+    )
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", *args], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
 
 
 def test_a_loaded_host_waits_shows_it_and_claims_nothing_then_a_host_within_limits_runs(demo, server: PgServer) -> None:
@@ -58,7 +70,9 @@ def test_a_loaded_host_waits_shows_it_and_claims_nothing_then_a_host_within_limi
         assert msgspec.json.decode((root / ADMISSION_FILE).read_bytes(), type=AdmissionState).waiting
         time.sleep(float(LEASE_SEC) + 2)  # longer than a lease: still waiting, nothing claimed, not failed
         assert waiting.poll() is None, log_of(demo, "adm-wait")
-        assert read_claimed(root / "claims.jsonl") == [] and claim_rows(db, "admit").get(TASK, ("open",))[0] != "claimed"
+        assert (
+            read_claimed(root / "claims.jsonl") == [] and claim_rows(db, "admit").get(TASK, ("open",))[0] != "claimed"
+        )
         stopped = cli("stop", str(root), "--timeout", "60")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert waiting.wait(timeout=120) == ExitCode.STOPPED, log_of(demo, "adm-wait")

@@ -36,8 +36,9 @@ TASKS = ["demo-hang", *QUICK, "demo-deck-stateful"]
 
 
 def both_claimed(demo, procs) -> bool:
-    return (all(read_claimed(demo.run_root(n) / "claims.jsonl") for n in procs)
-            or any(p.poll() is not None for p in procs.values()))
+    return all(read_claimed(demo.run_root(n) / "claims.jsonl") for n in procs) or any(
+        p.poll() is not None for p in procs.values()
+    )
 
 
 def first_stop_at(run_root: Path) -> tuple[float, str] | None:
@@ -117,8 +118,10 @@ def test_postgres_restarted_under_two_hosts_loses_no_claim(demo, server: PgServe
         if code == ExitCode.STOPPED:
             assert read_json(demo.run_root(name) / "run_manifest.json")["stop_reason"] in clean_stops, (name, log)
         assert label_is_empty(demo.docker_host, run_label(demo.run_root(name)))
-    print("after the restart:", {n: (c, read_json(demo.run_root(n) / "run_manifest.json").get("stop_reason"))
-                                 for n, c in codes.items()})
+    print(
+        "after the restart:",
+        {n: (c, read_json(demo.run_root(n) / "run_manifest.json").get("stop_reason")) for n, c in codes.items()},
+    )
 
     db = server.url.rsplit("/", 1)[0] + "/" + name_db  # the server's address may have changed
     # A later host finishes the campaign: it fences a stopped host's lapsed run and takes what it held.

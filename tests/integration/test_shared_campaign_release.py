@@ -50,10 +50,28 @@ ANOTHER_MACHINE = ("unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
 
 
 def release(db: str, campaign: str, run_id: str, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", "campaign", "release", "--campaign-db",
-                           no_password(db), "--campaign-name", campaign, "--host-run", run_id,
-                           "--operator-note", "test: the host's machine is gone", *flags],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PGPASSWORD": PASSWORD})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "campaign",
+            "release",
+            "--campaign-db",
+            no_password(db),
+            "--campaign-name",
+            campaign,
+            "--host-run",
+            run_id,
+            "--operator-note",
+            "test: the host's machine is gone",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PGPASSWORD": PASSWORD},
+    )
 
 
 def custody_pids(run_root) -> tuple[int, int | None, int | None]:

@@ -43,18 +43,41 @@ def demo(docker_host, tmp_path_factory):
     env.meter.stop()
 
 
-def launch(demo, db_url: str, campaign: str, name: str, tasks: list[str],
-           extra: tuple[str, ...] = (), prefix: tuple[str, ...] = ()) -> subprocess.Popen:
+def launch(
+    demo,
+    db_url: str,
+    campaign: str,
+    name: str,
+    tasks: list[str],
+    extra: tuple[str, ...] = (),
+    prefix: tuple[str, ...] = (),
+) -> subprocess.Popen:
     """One host: its own run root and resource root, one task per claim, concurrency 1; `extra` flags
     added; `prefix` runs it through another command that execs it."""
     storage = demo.root / f"storage-{name}"
     storage.mkdir()
-    return launch_db_run(demo, None, name, db_url, tasks, campaign=campaign,
-                         # Admission by load is off here (it has its own test): CI's parallel workers
-                         # keep 2 CPUs far above the default 4.0 per CPU, so every host would wait.
-                         extra=("--shared-campaign", "--claim-batch", "1", "--host-lease-sec", LEASE_SEC,
-                                "--max-load-per-cpu", "1000", *extra),
-                         flags={"--resource-root": str(storage), "--concurrency": "1"}, prefix=prefix)
+    return launch_db_run(
+        demo,
+        None,
+        name,
+        db_url,
+        tasks,
+        campaign=campaign,
+        # Admission by load is off here (it has its own test): CI's parallel workers
+        # keep 2 CPUs far above the default 4.0 per CPU, so every host would wait.
+        extra=(
+            "--shared-campaign",
+            "--claim-batch",
+            "1",
+            "--host-lease-sec",
+            LEASE_SEC,
+            "--max-load-per-cpu",
+            "1000",
+            *extra,
+        ),
+        flags={"--resource-root": str(storage), "--concurrency": "1"},
+        prefix=prefix,
+    )
 
 
 def log_of(demo, name: str) -> str:
@@ -65,8 +88,11 @@ def claim_rows(db_url: str, campaign: str) -> dict[str, tuple]:
     conn = psycopg2.connect(db_url)
     try:
         with conn, conn.cursor() as cur:
-            cur.execute("SELECT task_id, state, run_id, times_claimed, settled_status, claimed_at FROM task_claims "
-                        "WHERE campaign = %s", (campaign,))
+            cur.execute(
+                "SELECT task_id, state, run_id, times_claimed, settled_status, claimed_at FROM task_claims "
+                "WHERE campaign = %s",
+                (campaign,),
+            )
             return {r[0]: r[1:] for r in cur.fetchall()}
     finally:
         conn.close()
@@ -77,8 +103,10 @@ def host_runs(db_url: str, campaign: str) -> dict[str, tuple]:
     conn = psycopg2.connect(db_url)
     try:
         with conn, conn.cursor() as cur:
-            cur.execute("SELECT run_root, run_id, state, ended_at, fence_proof::text FROM host_runs WHERE campaign = %s",
-                        (campaign,))
+            cur.execute(
+                "SELECT run_root, run_id, state, ended_at, fence_proof::text FROM host_runs WHERE campaign = %s",
+                (campaign,),
+            )
             return {r[0]: r[1:] for r in cur.fetchall()}
     finally:
         conn.close()
@@ -179,8 +207,14 @@ def test_a_budget_crossing_stops_both_hosts(demo, server: PgServer) -> None:
     procs = {name: launch(demo, db, "money", name, tasks) for name in ("money-a", "money-b")}
     try:
         # Both hosts hold a claim (admitted, their runners started): then the key's meter crosses.
-        started = wait_for(lambda: all(read_claimed(demo.run_root(n) / "claims.jsonl") for n in procs)
-                           or any(p.poll() is not None for p in procs.values()), 600, 0.5)
+        started = wait_for(
+            lambda: (
+                all(read_claimed(demo.run_root(n) / "claims.jsonl") for n in procs)
+                or any(p.poll() is not None for p in procs.values())
+            ),
+            600,
+            0.5,
+        )
         assert started and all(p.poll() is None for p in procs.values()), [log_of(demo, n) for n in procs]
         demo.meter.add_usage(60.0)  # past the $50 ceiling's $5 reserve, for every host on the key
         crossed = time.monotonic()

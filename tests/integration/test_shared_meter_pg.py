@@ -50,8 +50,10 @@ def stored(db: str) -> tuple[float, str, float] | None:
     conn = psycopg2.connect(db)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT usage, poller, extract(epoch FROM now() - observed_at) FROM meter_readings"
-                        " WHERE campaign = %s", (CAMPAIGN,))
+            cur.execute(
+                "SELECT usage, poller, extract(epoch FROM now() - observed_at) FROM meter_readings WHERE campaign = %s",
+                (CAMPAIGN,),
+            )
             return cur.fetchone()
     finally:
         conn.close()
@@ -63,6 +65,7 @@ def wait_session_ended(db: str, pid: int, timeout: float) -> bool:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
+
             def ended() -> bool:
                 cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
                 return cur.fetchone()[0] == 0
@@ -76,8 +79,12 @@ def test_one_host_polls_and_another_takes_over_within_one_interval_when_it_dies(
     # Each host's own view of the one key's meter: a stand-in each, so each counts its host's requests.
     with MeterStandin(KEY, usage=1.25) as meter, MeterStandin(KEY, usage=1.25) as meter_b:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TEST_METER_KEY": KEY, "TEST_DB_URL": db}
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, meter.base_url, CAMPAIGN, str(POLL_SEC)],
-                                  stdout=subprocess.PIPE, text=True, env=env)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, meter.base_url, CAMPAIGN, str(POLL_SEC)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         reader = SharedMeter(KeyMeter(meter_b.base_url, KEY), db, CAMPAIGN, poller="B", poll_sec=POLL_SEC)
         try:
             assert holder.stdout.readline().strip() == "holder"
@@ -121,8 +128,9 @@ def test_a_stale_stored_reading_is_no_reading_and_blinds_the_reader(db: str) -> 
             squatter = psycopg2.connect(db)
             squatter.autocommit = True
             with squatter.cursor() as cur:
-                cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                            (LOCK_NAMESPACE, CAMPAIGN + METER_LOCK_SUFFIX))
+                cur.execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, CAMPAIGN + METER_LOCK_SUFFIX)
+                )
                 assert cur.fetchone()[0]
                 cur.execute("SELECT pg_backend_pid()")
                 squatter_pid = cur.fetchone()[0]
@@ -146,8 +154,12 @@ def test_a_stale_stored_reading_is_no_reading_and_blinds_the_reader(db: str) -> 
             assert stale.value.error_type == "stale_shared_reading"
             # Through the run's own observer: no accepted reading before the bound, as with a silent meter.
             saved: list[float] = []
-            observer = MeterObserver(read=reader.read_usage, save=lambda usage, _at: saved.append(usage),
-                                     last_accepted=lambda: 4.0, retry_sec=0.5)
+            observer = MeterObserver(
+                read=reader.read_usage,
+                save=lambda usage, _at: saved.append(usage),
+                last_accepted=lambda: 4.0,
+                retry_sec=0.5,
+            )
             with pytest.raises(MeterBlind) as blind:
                 observer.observe(time.monotonic() + 2.0)
             assert "s old (more than 3s)" in str(blind.value.last_error) and saved == []

@@ -27,9 +27,13 @@ MAX_GAP = 10.0 + 2.0
 
 def _run_timed(script: str, env: dict[str, str] | None = None) -> tuple[int, str, list[tuple[float, str]]]:
     """Run a bash script (steps.sh sourced); stderr lines with their arrival times, and stdout."""
-    proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", f'. "{STEPS}"\n{script}'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        ["bash", "--noprofile", "--norc", "-c", f'. "{STEPS}"\n{script}'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     lines: list[tuple[float, str]] = []
     start = time.monotonic()
 
@@ -59,7 +63,8 @@ def test_a_slow_step_gets_a_line_at_least_every_10_seconds(tmp_path):
     code, out, lines = _run_timed(
         f'step_run "[testbed] fake build" "{log}" "starting" "^Step " "\\S" -- '
         "bash -c 'echo Step 1/2 : RUN slow; sleep 1; echo still working; sleep 24; echo Step 2/2 : done; exit 4'; "
-        'echo "rc=$?"')
+        'echo "rc=$?"'
+    )
     ended = time.monotonic() - started
     assert out == "rc=4\n"  # only what the script itself prints: no progress on stdout
     assert code == 0
@@ -79,14 +84,14 @@ def test_a_docker_build_through_the_scripts_builder(docker_host, tmp_path):
     tag = f"cowork-readme-steps-test:{uuid.uuid4().hex[:12]}"
     ctx = tmp_path / "ctx"
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text(
-        f"FROM cowork-testbed/base:bookworm\nRUN echo {tag} && sleep 14\nRUN echo done\n")
+    (ctx / "Dockerfile").write_text(f"FROM cowork-testbed/base:bookworm\nRUN echo {tag} && sleep 14\nRUN echo done\n")
     log = tmp_path / "build.log"
     try:
         started = time.monotonic()
         code, out, lines = _run_timed(
             f'docker_build_logged "[testbed] building {tag}" "{log}" -t "{tag}" "{ctx}"',
-            env={"DOCKER_HOST": docker_host})
+            env={"DOCKER_HOST": docker_host},
+        )
         ended = time.monotonic() - started
         assert code == 0, log.read_text()
         assert out == ""
@@ -99,8 +104,12 @@ def test_a_docker_build_through_the_scripts_builder(docker_host, tmp_path):
         _assert_never_silent(lines, ended)
         assert "Successfully tagged" in log.read_text() or "naming to" in log.read_text()
     finally:
-        subprocess.run(["docker", "image", "rm", "-f", tag], env={**os.environ, "DOCKER_HOST": docker_host},
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            ["docker", "image", "rm", "-f", tag],
+            env={**os.environ, "DOCKER_HOST": docker_host},
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def test_up_prints_only_export_lines(docker_host):
@@ -109,8 +118,13 @@ def test_up_prints_only_export_lines(docker_host):
     tb_dir = os.environ.get("COWORK_TESTBED_DIR", "/var/lib/cowork-testbed")
     if docker_host != f"unix://{tb_dir}/docker.sock":
         pytest.skip(f"{docker_host} is not the test bed's daemon: `up` would start another one")
-    done = subprocess.run(["bash", str(REPO / "testbed" / "testbed.sh"), "up"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "DOCKER_HOST": docker_host})
+    done = subprocess.run(
+        ["bash", str(REPO / "testbed" / "testbed.sh"), "up"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DOCKER_HOST": docker_host},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"export DOCKER_HOST={docker_host}"]
     assert done.stderr and all(LINE.match(line) for line in done.stderr.splitlines())

@@ -75,8 +75,12 @@ def make_root(tmp_path: Path) -> tuple[Path, str]:
 
 
 def launch(run_root: Path, label: str, host: str, mode: str) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(run_root), label, host, mode],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(run_root), label, host, mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     line = proc.stdout.readline()
     assert line, "the stand-in launcher said nothing"
     return proc, json.loads(line)
@@ -140,8 +144,12 @@ def test_a_killed_launcher_is_contained_by_its_watchdog(tmp_path, docker_host, c
     finally:
         client.close()
     events = kinds(run_root)
-    assert [e["kind"] for e in events] == [EventKind.WATCHDOG_FENCED, EventKind.WATCHDOG_RUNNER_STOPPED,
-                                           EventKind.WATCHDOG_CLEANUP, EventKind.WATCHDOG_EXITED]
+    assert [e["kind"] for e in events] == [
+        EventKind.WATCHDOG_FENCED,
+        EventKind.WATCHDOG_RUNNER_STOPPED,
+        EventKind.WATCHDOG_CLEANUP,
+        EventKind.WATCHDOG_EXITED,
+    ]
     fenced_event, stopped, cleanup, exited = events
     assert fenced_event["reason"] == "launcher_died" and fenced_event["key_deleted"] is True
     assert stopped["gone"] is True and pids["runner"] in stopped["pgids"] and pids["stray"] in stopped["marked_pids"]
@@ -185,8 +193,15 @@ def test_a_launcher_that_says_done_ends_its_watchdog_without_fencing(tmp_path, d
 def test_a_watchdog_that_cannot_arm_is_an_error(tmp_path):
     run_root, label = make_root(tmp_path)
     with pytest.raises(WatchdogError, match="exited"):
-        start_watchdog(run_root=run_root, run_label=label, docker_host="unix:///nonexistent.sock",
-                       env=dict(os.environ), bound_sec=5.0, python="/bin/false", ready_timeout=10.0)
+        start_watchdog(
+            run_root=run_root,
+            run_label=label,
+            docker_host="unix:///nonexistent.sock",
+            env=dict(os.environ),
+            bound_sec=5.0,
+            python="/bin/false",
+            ready_timeout=10.0,
+        )
     assert not custody_paths(run_root)["stop"].exists()
 
 
@@ -199,16 +214,25 @@ def test_the_runner_does_not_inherit_the_pipe_write_end(tmp_path):
             return time.monotonic(), None
 
     run_root, label = make_root(tmp_path)
-    handle = start_watchdog(run_root=run_root, run_label=label, docker_host="unix:///nonexistent.sock",
-                            env=dict(os.environ), bound_sec=5.0)
+    handle = start_watchdog(
+        run_root=run_root, run_label=label, docker_host="unix:///nonexistent.sock", env=dict(os.environ), bound_sec=5.0
+    )
     try:
         target = os.readlink(f"/proc/self/fd/{handle.life_fd}")
         console = tmp_path / "console.log"
-        sup = Supervisor(runner_argv=["bash", "-c", "for f in /proc/$$/fd/*; do readlink $f; done; true"],
-                         runner_env=dict(os.environ), runner_cwd=tmp_path, console_log=console,
-                         stop_file=tmp_path / "stop", blindness_sec=30.0, meter=Meter(),
-                         disk_check=lambda: None, publish=lambda live: None, on_event=lambda k, d: None,
-                         poll_sec=0.1)
+        sup = Supervisor(
+            runner_argv=["bash", "-c", "for f in /proc/$$/fd/*; do readlink $f; done; true"],
+            runner_env=dict(os.environ),
+            runner_cwd=tmp_path,
+            console_log=console,
+            stop_file=tmp_path / "stop",
+            blindness_sec=30.0,
+            meter=Meter(),
+            disk_check=lambda: None,
+            publish=lambda live: None,
+            on_event=lambda k, d: None,
+            poll_sec=0.1,
+        )
         assert sup.run(time.monotonic()).runner_exit_code == 0
         seen = console.read_text().split()
         assert target.startswith("pipe:") and seen and target not in seen

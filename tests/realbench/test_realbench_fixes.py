@@ -58,23 +58,56 @@ def bed(docker_host) -> dict:
     try:
         client.images.get(values["COWORK_REAL_BASE_IMAGE"])
     except docker.errors.ImageNotFound:
-        _missing(f"the image {values['COWORK_REAL_BASE_IMAGE']} is not on the daemon; run `bash testbed/realbench.sh up`")
+        _missing(
+            f"the image {values['COWORK_REAL_BASE_IMAGE']} is not on the daemon; run `bash testbed/realbench.sh up`"
+        )
     finally:
         client.close()
     git_env = dict(item.split("=", 1) for item in shlex.split(os.environ.get("COWORK_REAL_GIT_ENV", "")))
     tasks_file = os.environ.get("COWORK_REAL_TASKS_FILE", "").strip()
-    tasks = ([ln.strip() for ln in Path(tasks_file).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-             if tasks_file else [p.name for p in sorted((bench / "tasks" / "finalpool").iterdir())])
-    return {"bench": bench, "seed": seed, "image": values["COWORK_REAL_BASE_IMAGE"], "git_env": git_env,
-            "tasks": tasks, "host": docker_host}
+    tasks = (
+        [ln.strip() for ln in Path(tasks_file).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        if tasks_file
+        else [p.name for p in sorted((bench / "tasks" / "finalpool").iterdir())]
+    )
+    return {
+        "bench": bench,
+        "seed": seed,
+        "image": values["COWORK_REAL_BASE_IMAGE"],
+        "git_env": git_env,
+        "tasks": tasks,
+        "host": docker_host,
+    }
 
 
 def adapter_args(bed: dict, root: Path, name: str, tasks: list[str], extra: list[str]) -> list[str]:
-    args = [sys.executable, "-m", "cowork_adapter", "run", "--repo-dir", str(bed["seed"]),
-            "--bench-root", str(bed["bench"]), "--docker-host", bed["host"],
-            "--resource-root", str(root / "storage"), "--run-root", str(root / "runs" / name),
-            "--base-image", bed["image"], "--build-image", "--cpus", "1", "--memory", "4g",
-            "--min-free-gib", "1", "--min-root-free-gib", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "run",
+        "--repo-dir",
+        str(bed["seed"]),
+        "--bench-root",
+        str(bed["bench"]),
+        "--docker-host",
+        bed["host"],
+        "--resource-root",
+        str(root / "storage"),
+        "--run-root",
+        str(root / "runs" / name),
+        "--base-image",
+        bed["image"],
+        "--build-image",
+        "--cpus",
+        "1",
+        "--memory",
+        "4g",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+    ]
     for task in tasks:
         args += ["--task", task]
     return args + extra
@@ -86,8 +119,9 @@ def launch(bed: dict, root: Path, name: str, args: list[str], key: str = "") -> 
     env = {**os.environ, **bed["git_env"], **({KEY_ENV: key} if key else {})}
     log_path = root / f"{name}.log"
     with open(log_path, "ab") as log:
-        code = subprocess.run(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              timeout=RUN_TIMEOUT_S).returncode
+        code = subprocess.run(
+            args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S
+        ).returncode
     return code, log_path.read_text(errors="replace")[-4000:]
 
 
@@ -103,12 +137,42 @@ class PaidRig:
         self.base_url = f"http://{host_address_for_containers(bed['host'])}:{self.chat.port}/v1"
 
     def run(self, name: str, tasks: list[str], engine: str) -> tuple[int, str, Path]:
-        extra = ["--engine", engine, "--model", DEFAULT_MODEL_ID, "--max-steps", "20", "--task-timeout", "600",
-                 "--concurrency", "1", "--max-workers", "2", "--task-review-mode", "off",
-                 "--credential-setting", "OPENAI_COMPATIBLE_API_KEY", "--openai-compatible-base-url", self.base_url,
-                 "--campaign-file", str(self.root / "campaign.json"), "--new-campaign", "--campaign-budget-usd", "50",
-                 "--budget-usd", "20", "--budget-reserve-usd", "5", "--meter-url", self.meter.base_url,
-                 "--api-key-env", KEY_ENV, "--min-key-usd", "0", "--accept-environment-blocked"]
+        extra = [
+            "--engine",
+            engine,
+            "--model",
+            DEFAULT_MODEL_ID,
+            "--max-steps",
+            "20",
+            "--task-timeout",
+            "600",
+            "--concurrency",
+            "1",
+            "--max-workers",
+            "2",
+            "--task-review-mode",
+            "off",
+            "--credential-setting",
+            "OPENAI_COMPATIBLE_API_KEY",
+            "--openai-compatible-base-url",
+            self.base_url,
+            "--campaign-file",
+            str(self.root / "campaign.json"),
+            "--new-campaign",
+            "--campaign-budget-usd",
+            "50",
+            "--budget-usd",
+            "20",
+            "--budget-reserve-usd",
+            "5",
+            "--meter-url",
+            self.meter.base_url,
+            "--api-key-env",
+            KEY_ENV,
+            "--min-key-usd",
+            "0",
+            "--accept-environment-blocked",
+        ]
         code, tail = launch(self.bed, self.root, name, adapter_args(self.bed, self.root, name, tasks, extra), self.key)
         return code, tail, self.root / "runs" / name
 
@@ -136,7 +200,8 @@ def test_f_usage_records_are_the_chat_requests_on_a_real_task(bed, tmp_path):
     served = (len(requests), sum(r["prompt_tokens"] for r in requests), sum(r["completion_tokens"] for r in requests))
     usage = row.get("usage") or {}
     assert (usage.get("records"), usage.get("prompt_tokens"), usage.get("completion_tokens")) == served, (
-        f"ledger usage {usage} != chat requests {served}\n{tail}")
+        f"ledger usage {usage} != chat requests {served}\n{tail}"
+    )
     audits = sorted(run_root.rglob(LAUNCHER_AUDIT_NAME))
     assert audits, f"no {LAUNCHER_AUDIT_NAME}\n{tail}"
     audit = next(t for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] == task)
@@ -162,8 +227,9 @@ def real_entries(tmp_path_factory) -> dict[str, Path]:
     repo = next(scratch.glob("*.git"))
     out = {}
     for name in ("main.py", "main_strands.py"):
-        text = subprocess.run(["git", "-C", str(repo), "show", f"{PIN}:{name}"], check=True, capture_output=True,
-                              timeout=60).stdout
+        text = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{PIN}:{name}"], check=True, capture_output=True, timeout=60
+        ).stdout
         out[name] = scratch / name
         out[name].write_bytes(text)
     return out

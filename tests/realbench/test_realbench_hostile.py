@@ -44,8 +44,14 @@ INJECTED_MARKER = "injected_command_ran"  # hostile_agent.INJECTED_MARKER
 # task_db: the task's real database changed by SQL (hostile_agent.PG_CODE: search_path at role, database and system
 # level, a shadowing function, operator and cast, a rule and a trigger on its first table, its last table a view, a
 # COPY ... TO PROGRAM process), each named by the host before the pinned evaluator runs (issue 36).
-EXPECTED_KINDS = {TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER, TamperKind.GRADING_INPUTS_DIFFER,
-                  TamperKind.UNSAFE_ENTRY, TamperKind.GRADING_LOG_REWRITTEN, TamperKind.TASK_DB_CODE}
+EXPECTED_KINDS = {
+    TamperKind.PLANTED_BEFORE_EVAL,
+    TamperKind.VERDICT_DISAGREES_RUNNER,
+    TamperKind.GRADING_INPUTS_DIFFER,
+    TamperKind.UNSAFE_ENTRY,
+    TamperKind.GRADING_LOG_REWRITTEN,
+    TamperKind.TASK_DB_CODE,
+}
 PLANTED_NAMES = (":fifo", "eval_res.json:regular")  # what the planted finding's detail must name
 RUN_BOUND_SEC = 2400
 # The test's pack image carries THIS evaluator, not the pin's (issue 36): one that passes everything. The
@@ -71,8 +77,9 @@ def hostile_base_image(docker_host: str, base_image: str, work: Path) -> str:
     try:
         base_id = client.images.get(base_image).id
         source = DEMO_BENCH_ROOT / ENTRY
-        digest = hashlib.sha256(base_id.encode() + b"\0" + source.read_bytes() + b"\0"
-                                + TAMPERED_EVALUATOR.encode()).hexdigest()[:12]
+        digest = hashlib.sha256(
+            base_id.encode() + b"\0" + source.read_bytes() + b"\0" + TAMPERED_EVALUATOR.encode()
+        ).hexdigest()[:12]
         tag = f"cowork-testbed/realbench-hostile:{digest}"
         try:
             client.images.get(tag)
@@ -82,8 +89,10 @@ def hostile_base_image(docker_host: str, base_image: str, work: Path) -> str:
         work.mkdir(parents=True)
         shutil.copyfile(source, work / ENTRY)
         (work / "evaluator.py").write_text(TAMPERED_EVALUATOR)
-        (work / "Dockerfile").write_text(f"FROM {base_image}\nCOPY {ENTRY} /workspace/{ENTRY}\n"
-                                         "COPY evaluator.py /workspace/utils/evaluation/evaluator.py\n")
+        (work / "Dockerfile").write_text(
+            f"FROM {base_image}\nCOPY {ENTRY} /workspace/{ENTRY}\n"
+            "COPY evaluator.py /workspace/utils/evaluation/evaluator.py\n"
+        )
         client.images.build(path=str(work), tag=tag, pull=False, rm=True, forcerm=True)
         return tag
     finally:
@@ -99,8 +108,12 @@ def hostile_run(docker_host, tmp_path_factory):
     marker = host_marker()
     real = RealRun(bed, root / "root", docker_host).start()
     name = "hostile"
-    args = real.args(name, [task], engine=f"upstream:{ENTRY}",
-                     extra=["--llm-gateway", "--image", f"cowork-ouroboros:hostile-{base.rsplit(':', 1)[1]}"])
+    args = real.args(
+        name,
+        [task],
+        engine=f"upstream:{ENTRY}",
+        extra=["--llm-gateway", "--image", f"cowork-ouroboros:hostile-{base.rsplit(':', 1)[1]}"],
+    )
     args[args.index("--base-image") + 1] = base
     started = time.monotonic()
     try:
@@ -112,8 +125,16 @@ def hostile_run(docker_host, tmp_path_factory):
             code = proc.wait()
         elapsed = time.monotonic() - started
         run_root = real.run_root(name)
-        out = {"real": real, "task": task, "exit": code, "elapsed": elapsed, "root": run_root, "rows": read_rows(run_root),
-               "left": labelled_left(docker_host, run_label(run_root)), "marker": marker}
+        out = {
+            "real": real,
+            "task": task,
+            "exit": code,
+            "elapsed": elapsed,
+            "root": run_root,
+            "rows": read_rows(run_root),
+            "left": labelled_left(docker_host, run_label(run_root)),
+            "marker": marker,
+        }
     finally:
         real.stop()
     print(f"realbench hostile on {task}: {elapsed:.0f} s, exit {code}")
@@ -125,7 +146,9 @@ def detail(out: dict) -> str:
 
 
 def test_the_run_ends_within_its_bound(hostile_run):
-    assert hostile_run["exit"] in (ExitCode.OK, ExitCode.FAILED) and hostile_run["elapsed"] < RUN_BOUND_SEC, detail(hostile_run)
+    assert hostile_run["exit"] in (ExitCode.OK, ExitCode.FAILED) and hostile_run["elapsed"] < RUN_BOUND_SEC, detail(
+        hostile_run
+    )
 
 
 def test_no_forged_pass_is_counted_and_every_attempt_is_flagged(hostile_run):
@@ -147,8 +170,17 @@ def test_the_task_database_changed_by_sql_is_reset_and_each_change_named(hostile
     diff = read_task_diff(root, task_runner_ids(root)[hostile_run["task"]])
     assert diff is not None and diff.problems == [], detail(hostile_run)
     named = "\n".join([*diff.code, *diff.settings])
-    for expected in ("db_role:*/", "system:search_path", "added function:hostile.lower(text)", "added operator:hostile.=(text,text)",
-                     "added cast:text->integer", ".hostile_keep", ".hostile_stay", "kind r -> v", "shadowing a relation"):
+    for expected in (
+        "db_role:*/",
+        "system:search_path",
+        "added function:hostile.lower(text)",
+        "added operator:hostile.=(text,text)",
+        "added cast:text->integer",
+        ".hostile_keep",
+        ".hostile_stay",
+        "kind r -> v",
+        "shadowing a relation",
+    ):
         assert expected in named, f"{expected} not named in {named}"
     assert any("sleep" in p or "dash" in p for p in diff.processes), diff.processes  # the COPY TO PROGRAM loop, ended
 
@@ -184,13 +216,28 @@ def test_the_pinned_evaluator_ran_no_injected_launch_time(hostile_run):
     pinned = hashlib.sha256((root / "bench" / "utils" / "evaluation" / "evaluator.py").read_bytes()).hexdigest()
     assert claim["bindings"]["evaluator"]["sha256"] == pinned != hashlib.sha256(TAMPERED_EVALUATOR.encode()).hexdigest()
     manifest = json.loads((root / "run_manifest.json").read_text())
-    assert manifest["eval_code_mounts"] == [f"{(root / 'bench' / 'utils').resolve()}:/workspace/utils:ro"], manifest.get("eval_code_mounts")
+    assert manifest["eval_code_mounts"] == [f"{(root / 'bench' / 'utils').resolve()}:/workspace/utils:ro"], (
+        manifest.get("eval_code_mounts")
+    )
 
 
 def test_the_report_counts_no_pass(hostile_run):
     root: Path = hostile_run["root"]
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(root), "--json",
-                           "--output-dir", str(root.parent / "report")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "report",
+            str(root),
+            "--json",
+            "--output-dir",
+            str(root.parent / "report"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["passed"] == 0 and report["denominator"] == 1, report.get("counts")

@@ -61,15 +61,27 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
     labels: dict[str, str] = {}  # each drawn at its run's start, read from its manifest
     bystanders = make_bystanders(docker_host, path_label(first))
     watcher = CreationWatcher(docker_host)
-    out: dict = {"real": real, "tasks": tasks, "roots": {"first": first, "resumed": second}, "labels": labels,
-                 "bystander_ids": set(bystanders["containers"]) | set(bystanders["networks"])}
+    out: dict = {
+        "real": real,
+        "tasks": tasks,
+        "roots": {"first": first, "resumed": second},
+        "labels": labels,
+        "bystander_ids": set(bystanders["containers"]) | set(bystanders["networks"]),
+    }
     started = time.monotonic()
     try:
         proc = real.launch(real.args("first", tasks), "first")
         out["reached"] = wait_for(
-            lambda: proc.poll() is not None or (
-                len(summary_tasks(first)) >= STOP_AFTER_SETTLED and bool(started_tasks(first) - summary_tasks(first))),
-            2400, 2.0)
+            lambda: (
+                proc.poll() is not None
+                or (
+                    len(summary_tasks(first)) >= STOP_AFTER_SETTLED
+                    and bool(started_tasks(first) - summary_tasks(first))
+                )
+            ),
+            2400,
+            2.0,
+        )
         out["first_alive_at_signal"] = proc.poll() is None
         out["bystanders_during"] = bystanders_alive(docker_host, bystanders)
         out["settled_at_signal"] = summary_tasks(first)
@@ -96,15 +108,19 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["bystanders_after"] = bystanders_alive(docker_host, bystanders)
         out["image_ids"] = {
             name: (json.loads((root / "run_manifest.json").read_text()).get("image") or {}).get("id")
-            for name, root in out["roots"].items() if (root / "run_manifest.json").is_file()}
+            for name, root in out["roots"].items()
+            if (root / "run_manifest.json").is_file()
+        }
         out["chat_counts"] = dict(real.chat.counts)
     finally:
         watcher.close()
         remove_bystanders(docker_host, bystanders)
         real.stop()
     out["seen"] = watcher.seen
-    print(f"realbench: first run {out.get('first_s', 0):.0f} s (exit {out.get('first_exit')}), "
-          f"resumed run {out.get('resumed_s', 0):.0f} s (exit {out.get('resumed_exit')}); chat requests {out['chat_counts']}")
+    print(
+        f"realbench: first run {out.get('first_s', 0):.0f} s (exit {out.get('first_exit')}), "
+        f"resumed run {out.get('resumed_s', 0):.0f} s (exit {out.get('resumed_exit')}); chat requests {out['chat_counts']}"
+    )
     return out
 
 
@@ -129,8 +145,10 @@ def runs_containers(out: dict) -> list[tuple[set[str], dict]]:
                 continue
             cfg = (item["inspect"] or {}).get("Config") or {}
             env = cfg.get("Env") or []
-            if named.match(item["attrs"].get("name", "")) or (item["attrs"].get("image") == image and (
-                    any(e.startswith(f"PGHOST=pg-{pid}-") for e in env) or cfg.get("Cmd") == ["true"])):
+            if named.match(item["attrs"].get("name", "")) or (
+                item["attrs"].get("image") == image
+                and (any(e.startswith(f"PGHOST=pg-{pid}-") for e in env) or cfg.get("Cmd") == ["true"])
+            ):
                 found.setdefault(item["id"], (set(), item))[0].add(name)
     return list(found.values())
 
@@ -138,7 +156,8 @@ def runs_containers(out: dict) -> list[tuple[set[str], dict]]:
 def test_the_first_run_was_stopped_by_sigterm_with_tasks_settled(stopped_and_resumed):
     out = stopped_and_resumed
     assert out["reached"] and out["first_alive_at_signal"], (
-        f"the first run did not reach {STOP_AFTER_SETTLED} settled tasks with an agent running\n{logs(out)}")
+        f"the first run did not reach {STOP_AFTER_SETTLED} settled tasks with an agent running\n{logs(out)}"
+    )
     assert out["first_exit"] == ExitCode.STOPPED, logs(out)
     manifest = json.loads((out["roots"]["first"] / "run_manifest.json").read_text())
     assert manifest.get("stop_reason") == "signal_15", manifest.get("stop_reason")
@@ -150,8 +169,12 @@ def test_the_first_run_was_stopped_by_sigterm_with_tasks_settled(stopped_and_res
 
 def test_every_needed_server_passed_the_inventory(stopped_and_resumed):
     out = stopped_and_resumed
-    blocked = {t: r.get("environment_blocked") for name in ("first_rows", "resumed_rows")
-               for t, r in out[name].items() if r["status"] == "environment_blocked"}
+    blocked = {
+        t: r.get("environment_blocked")
+        for name in ("first_rows", "resumed_rows")
+        for t, r in out[name].items()
+        if r["status"] == "environment_blocked"
+    }
     assert not blocked, f"tasks blocked by a server that failed the inventory: {blocked}"
 
 
@@ -161,7 +184,8 @@ def test_the_resumed_run_finished_every_task_and_repeated_no_settled_one(stopped
     assert set(rows) == set(out["tasks"]), sorted(rows)
     settled_first = {t for t, r in out["first_rows"].items() if r["status"] in SETTLED}
     assert not (settled_first & out["resumed_started"]), (
-        f"settled tasks started again: {sorted(settled_first & out['resumed_started'])}")
+        f"settled tasks started again: {sorted(settled_first & out['resumed_started'])}"
+    )
     for task in settled_first:
         assert rows[task]["attempt_run_root"] == str(out["roots"]["first"]), rows[task]
     problems = {t: r["status"] for t, r in rows.items() if r["status"] not in SETTLED}
@@ -199,8 +223,11 @@ def test_every_container_carried_its_runs_exact_label_and_the_limits_while_alive
     for item in out["seen"]:
         if item["id"] in out["bystander_ids"] or item["inspect"] is None:
             continue
-        labels = (item["inspect"].get("Config") or {}).get("Labels") if item["type"] == "container" \
+        labels = (
+            (item["inspect"].get("Config") or {}).get("Labels")
+            if item["type"] == "container"
             else item["inspect"].get("Labels")
+        )
         value = (labels or {}).get(RUN_LABEL_KEY)
         if value is not None and value.startswith(out["labels"]["first"][:8]) and value not in out["labels"].values():
             problems.append(f"{item['type']} {item['attrs'].get('name')}: near-miss label {value!r}")
@@ -242,8 +269,21 @@ def test_the_key_is_in_no_file(stopped_and_resumed):
 def test_the_report_equals_the_ledger(stopped_and_resumed):
     out = stopped_and_resumed
     second = out["roots"]["resumed"]
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(second), "--json",
-                           "--output-dir", str(second.parent / "report")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "report",
+            str(second),
+            "--json",
+            "--output-dir",
+            str(second.parent / "report"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     rows = out["resumed_rows"]
@@ -265,9 +305,21 @@ def test_the_honest_engine_has_no_tampering_finding(stopped_and_resumed):
         found = {t: r.get("tampering") for t, r in rows.items() if r.get("tampering") != []}
         assert rows and not found, f"{name}: {found}"
     second = out["roots"]["resumed"]
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "report", str(second), "--json",
-                           "--output-dir", str(second.parent / "report-tampering")],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "report",
+            str(second),
+            "--json",
+            "--output-dir",
+            str(second.parent / "report-tampering"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     tampering = report["tampering"]
@@ -291,8 +343,22 @@ def test_the_resumed_run_exports_to_an_inspect_log_that_reads_back_whole(stopped
     out = stopped_and_resumed
     second = out["roots"]["resumed"]
     logs = second.parent / "inspect-logs"
-    proc = subprocess.run([sys.executable, "-m", "cowork_adapter", "export", str(second), "--format", "inspect",
-                           "--output-dir", str(logs)], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "export",
+            str(second),
+            "--format",
+            "inspect",
+            "--output-dir",
+            str(logs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     log = read_eval_log(str(logs / log_name(second)))
     samples = {s.id: s for s in log.samples}

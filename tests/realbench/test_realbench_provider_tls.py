@@ -63,10 +63,16 @@ def _run(real: RealRun, name: str, task: str, extra: list[str], client, scan: bo
             _scan_running(client, run_label(run_root), real.key, scanned)
         time.sleep(2)
     code = proc.wait(timeout=60)
-    return {"exit": code, "root": run_root, "rows": read_rows(run_root), "scanned": scanned,
-            "manifest": json.loads((run_root / "run_manifest.json").read_text()),
-            "left": labelled_left(real.docker_host, run_label(run_root)), "seconds": time.monotonic() - started,
-            "log": real.log_tail(name)}
+    return {
+        "exit": code,
+        "root": run_root,
+        "rows": read_rows(run_root),
+        "scanned": scanned,
+        "manifest": json.loads((run_root / "run_manifest.json").read_text()),
+        "left": labelled_left(real.docker_host, run_label(run_root)),
+        "seconds": time.monotonic() - started,
+        "log": real.log_tail(name),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +90,20 @@ def both(docker_host, tmp_path_factory):
     try:
         seed = ChatStandin(host=address, port=443, cost_per_request=COST, tls=test_ca.server_context()).start()
         try:
-            out["baseline"] = _run(real, "baseline", task, [
-                "--key-in-agent", "--provider-standin-address", address,
-                "--provider-standin-bundle", str(test_ca.bundle)], client, scan=True)
+            out["baseline"] = _run(
+                real,
+                "baseline",
+                task,
+                [
+                    "--key-in-agent",
+                    "--provider-standin-address",
+                    address,
+                    "--provider-standin-bundle",
+                    str(test_ca.bundle),
+                ],
+                client,
+                scan=True,
+            )
         finally:
             seed.stop()
         out["baseline"]["requests"] = seed.all_requests()
@@ -94,9 +111,19 @@ def both(docker_host, tmp_path_factory):
         try:
             # The gateway's output cap at the seed's own ask: its default (32768, disclosed in the run's
             # record) clamps Ouroboros 6.97.2's max_tokens 65536, the one field it would change.
-            out["default"] = _run(real, "default", task, [
-                "--provider-upstream-url", f"http://127.0.0.1:{standin.port}/api/v1",
-                "--llm-gateway-max-tokens", str(SEED_MAX_TOKENS)], client, scan=True)
+            out["default"] = _run(
+                real,
+                "default",
+                task,
+                [
+                    "--provider-upstream-url",
+                    f"http://127.0.0.1:{standin.port}/api/v1",
+                    "--llm-gateway-max-tokens",
+                    str(SEED_MAX_TOKENS),
+                ],
+                client,
+                scan=True,
+            )
         finally:
             standin.stop()
         out["default"]["requests"] = standin.all_requests()
@@ -106,8 +133,10 @@ def both(docker_host, tmp_path_factory):
         real.stop()
     for name in ("baseline", "default"):
         run = out[name]
-        print(f"realbench provider-tls {name}: {run['seconds']:.0f} s, exit {run['exit']}, "
-              f"requests {len(run['requests'])}, scanned {sorted(run['scanned'])}")
+        print(
+            f"realbench provider-tls {name}: {run['seconds']:.0f} s, exit {run['exit']}, "
+            f"requests {len(run['requests'])}, scanned {sorted(run['scanned'])}"
+        )
     return out
 
 
@@ -125,7 +154,9 @@ def first_difference(ours: list[dict], seed: list[dict]) -> str:
             for k in keys:
                 if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
                     sub = sorted(f for f in set(a[k]) | set(b[k]) if a[k].get(f) != b[k].get(f))
-                    parts.append(f"{k}: " + "; ".join(f"{f}: ours {a[k].get(f)!r:.200} seed {b[k].get(f)!r:.200}" for f in sub))
+                    parts.append(
+                        f"{k}: " + "; ".join(f"{f}: ours {a[k].get(f)!r:.200} seed {b[k].get(f)!r:.200}" for f in sub)
+                    )
                 else:
                     parts.append(f"{k}: ours {a.get(k)!r:.300} seed {b.get(k)!r:.300}")
             return f"request {index} ({a.get('path')}): " + " | ".join(parts)
@@ -158,7 +189,9 @@ def test_the_requests_equal_the_seeds_path_request_by_request(both):
     assert ours and _model_list(ours[0]), "the gateway's own price look-up did not come first"
     ours_rest = [r for r in ours[1:] if not _model_list(r) or r["auth_sha256"] is not None]
     seed_rest = [r for r in seed if not (_model_list(r) and r["auth_sha256"] is None)]
-    assert [comparable(r) for r in ours_rest] == [comparable(r) for r in seed_rest], first_difference(ours_rest, seed_rest)
+    assert [comparable(r) for r in ours_rest] == [comparable(r) for r in seed_rest], first_difference(
+        ours_rest, seed_rest
+    )
     assert all(r["auth_sha256"] is not None for r in ours), "a token-less request reached the provider"
     # The provider saw the key on both paths, never a token.
     bearer = hashlib.sha256(f"Bearer {both['real'].key}".encode()).hexdigest()

@@ -38,11 +38,39 @@ def qualified(docker_host, tmp_path_factory) -> dict:
     tasks = _all_tasks(bed.tasks_file)
     work = Path(tmp_path_factory.mktemp("realqualify"))
     root = work / "qualify"
-    args = [sys.executable, "-m", "cowork_adapter", "qualify", "--repo-dir", str(bed.seed),
-            "--bench-root", str(bed.bench), "--docker-host", docker_host, "--resource-root", str(work),
-            "--run-root", str(root), "--base-image", bed.base_image, "--build-image", "--concurrency", CONCURRENCY,
-            "--task-timeout", "600", "--min-free-gib", "1", "--min-root-free-gib", "1",
-            "--cpus", CPUS, "--memory", MEMORY, "--task-file", str(bed.tasks_file)]
+    args = [
+        sys.executable,
+        "-m",
+        "cowork_adapter",
+        "qualify",
+        "--repo-dir",
+        str(bed.seed),
+        "--bench-root",
+        str(bed.bench),
+        "--docker-host",
+        docker_host,
+        "--resource-root",
+        str(work),
+        "--run-root",
+        str(root),
+        "--base-image",
+        bed.base_image,
+        "--build-image",
+        "--concurrency",
+        CONCURRENCY,
+        "--task-timeout",
+        "600",
+        "--min-free-gib",
+        "1",
+        "--min-root-free-gib",
+        "1",
+        "--cpus",
+        CPUS,
+        "--memory",
+        MEMORY,
+        "--task-file",
+        str(bed.tasks_file),
+    ]
     # No provider key is in a reference run's environment: nothing could leak one.
     env = {k: v for k, v in os.environ.items() if "API_KEY" not in k} | bed.git_env
     proc = subprocess.run(args, capture_output=True, text=True, timeout=3600, env=env)

@@ -39,9 +39,16 @@ def engine_run(request, docker_host, tmp_path_factory):
         proc = real.launch(real.args(name, tasks, engine=request.param), name)
         code = proc.wait(timeout=3600)
         elapsed = time.monotonic() - started
-        out = {"engine": request.param, "real": real, "tasks": tasks, "exit": code, "root": real.run_root(name),
-               "rows": read_rows(real.run_root(name)), "chat": dict(real.chat.counts),
-               "left": labelled_left(docker_host, run_label(real.run_root(name)))}
+        out = {
+            "engine": request.param,
+            "real": real,
+            "tasks": tasks,
+            "exit": code,
+            "root": real.run_root(name),
+            "rows": read_rows(real.run_root(name)),
+            "chat": dict(real.chat.counts),
+            "left": labelled_left(docker_host, run_label(real.run_root(name))),
+        }
     finally:
         real.stop()
     print(f"realbench {request.param}: {elapsed:.0f} s, exit {code}, chat requests {out['chat']}")
@@ -58,7 +65,8 @@ def test_every_task_is_graded_with_a_receipt(engine_run):
     assert set(rows) == set(out["tasks"]), f"rows {sorted(rows)}\n{detail(out)}"
     statuses = {t: (r["status"], r["official_eval_status"], r.get("reason_code")) for t, r in rows.items()}
     assert all(r["status"] in SETTLED and r["official_eval_status"] == "completed" for r in rows.values()), (
-        f"{statuses}\n{detail(out)}")
+        f"{statuses}\n{detail(out)}"
+    )
     problems = []
     for task, row in rows.items():
         receipt = row["official_receipt"]

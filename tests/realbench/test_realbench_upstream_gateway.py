@@ -33,7 +33,9 @@ ENGINE = "upstream:main.py"
 COST = 0.002  # the stand-in's usage.cost per answered request (OpenRouter's usage accounting)
 # The scanner's process part as it is; its file part over the paths given after the needle's two
 # halves ("A:" a path the container added, walked whole; "C:" one it changed, a file read alone).
-SCAN_WRITTEN = SCAN_PROCS + r"""
+SCAN_WRITTEN = (
+    SCAN_PROCS
+    + r"""
 for entry in sys.argv[3:]:
     kind, path = entry[0], entry[2:]
     if kind == "A" and os.path.isdir(path) and not os.path.islink(path):
@@ -44,6 +46,7 @@ for entry in sys.argv[3:]:
         look(path)
 print(json.dumps({"hits": hits, "scanned": scanned}))
 """
+)
 
 
 def written_paths(container) -> list[str]:
@@ -110,15 +113,25 @@ def gateway_run(docker_host, tmp_path_factory):
                 _scan_running(client, run_label(run_root), real.key, scanned)
             time.sleep(2)
         code = proc.wait(timeout=60)
-        out = {"real": real, "tasks": tasks, "exit": code, "root": run_root, "rows": read_rows(run_root),
-               "provider": real.chat.chat_requests(), "gateway": read_requests(run_root), "scanned": scanned,
-               "manifest": json.loads((run_root / "run_manifest.json").read_text()),
-               "left": labelled_left(docker_host, run_label(run_root))}
+        out = {
+            "real": real,
+            "tasks": tasks,
+            "exit": code,
+            "root": run_root,
+            "rows": read_rows(run_root),
+            "provider": real.chat.chat_requests(),
+            "gateway": read_requests(run_root),
+            "scanned": scanned,
+            "manifest": json.loads((run_root / "run_manifest.json").read_text()),
+            "left": labelled_left(docker_host, run_label(run_root)),
+        }
     finally:
         client.close()
         real.stop()
-    print(f"realbench {ENGINE} --llm-gateway: {time.monotonic() - started:.0f} s, exit {code}, "
-          f"provider requests {len(out['provider'])}, gateway rows {len(out['gateway'])}, scanned {sorted(scanned)}")
+    print(
+        f"realbench {ENGINE} --llm-gateway: {time.monotonic() - started:.0f} s, exit {code}, "
+        f"provider requests {len(out['provider'])}, gateway rows {len(out['gateway'])}, scanned {sorted(scanned)}"
+    )
     return out
 
 

@@ -41,8 +41,9 @@ def main() -> int:
             config["evaluation"] = {"evaluation_command": None, "groundtruth_workspace": None}
             config["launch_time"] = request["launch"]
             prompts = config.get("system_prompts") or {}
-            config["system_prompts"] = {k: v.replace(built, request["launch"]) if isinstance(v, str) else v
-                                        for k, v in prompts.items()}
+            config["system_prompts"] = {
+                k: v.replace(built, request["launch"]) if isinstance(v, str) else v for k, v in prompts.items()
+            }
             answer = {"config": config}
         else:
             os.environ.update(request["env"])

@@ -27,12 +27,15 @@ def test_within_every_limit_admits():
     assert a.admit and a.waits == [] and a.sentence().startswith("admitting")
 
 
-@pytest.mark.parametrize("reading,says", [
-    (load(load1=8.2), "load average 8.2 on 2 CPU(s) is 4.10 per CPU, over 4"),
-    (load(mem=2 * GIB - 1), "MemAvailable 2.00 GiB is under 2.00 GiB"),
-    (load(ping=2.5), "took 2.50 s to answer its ping, over 2 s"),
-    (load(ping=None), "did not answer its ping"),
-])
+@pytest.mark.parametrize(
+    "reading,says",
+    [
+        (load(load1=8.2), "load average 8.2 on 2 CPU(s) is 4.10 per CPU, over 4"),
+        (load(mem=2 * GIB - 1), "MemAvailable 2.00 GiB is under 2.00 GiB"),
+        (load(ping=2.5), "took 2.50 s to answer its ping, over 2 s"),
+        (load(ping=None), "did not answer its ping"),
+    ],
+)
 def test_each_reading_over_its_limit_waits_and_says_why(reading, says):
     a = decide(reading, LIMITS)
     assert not a.admit and len(a.waits) == 1 and says in a.waits[0]
@@ -46,14 +49,25 @@ def test_limits_are_inclusive_and_all_causes_are_listed():
 
 
 def test_unknown_load_or_memory_does_not_block_but_is_said():
-    a = decide(HostLoad(load1=None, cpus=2, mem_available_bytes=None, daemon_ping_sec=0.1,
-                        problems=("/proc/loadavg unreadable",)), LIMITS)
+    a = decide(
+        HostLoad(
+            load1=None, cpus=2, mem_available_bytes=None, daemon_ping_sec=0.1, problems=("/proc/loadavg unreadable",)
+        ),
+        LIMITS,
+    )
     assert a.admit and "load average unknown" in a.notes and "MemAvailable unknown" in a.notes
     assert "/proc/loadavg unreadable" in a.sentence()
 
 
-@pytest.mark.parametrize("bad", [{"max_load_per_cpu": float("nan")}, {"max_load_per_cpu": 0},
-                                 {"max_daemon_ping_sec": float("inf")}, {"min_mem_available_bytes": -1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_load_per_cpu": float("nan")},
+        {"max_load_per_cpu": 0},
+        {"max_daemon_ping_sec": float("inf")},
+        {"min_mem_available_bytes": -1},
+    ],
+)
 def test_nonsense_limits_are_refused(bad):
     with pytest.raises(ValueError):
         AdmissionLimits(**bad)
@@ -85,4 +99,5 @@ def test_timed_ping_is_none_when_the_daemon_does_not_answer():
 
     def refused():
         raise ConnectionRefusedError("no daemon")
+
     assert timed_ping(refused) is None

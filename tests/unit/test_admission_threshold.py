@@ -46,8 +46,9 @@ def test_an_unmeasured_level_counts_as_failing():
     assert choose_threshold(rows, 0.5) == Threshold(limit=0.2, first_failing=3.0)
 
 
-@pytest.mark.parametrize("limit, step, expected", [(4.3, 0.5, 4.0), (4.0, 0.5, 4.0), (3.99, 0.5, 3.5),
-                                                   (7.9, 1.0, 7.0), (0.4, 0.5, 0.0)])
+@pytest.mark.parametrize(
+    "limit, step, expected", [(4.3, 0.5, 4.0), (4.0, 0.5, 4.0), (3.99, 0.5, 3.5), (7.9, 1.0, 7.0), (0.4, 0.5, 0.0)]
+)
 def test_rounded_goes_down_to_a_step(limit, step, expected):
     assert Threshold(limit=limit, first_failing=None).rounded(step) == expected
 

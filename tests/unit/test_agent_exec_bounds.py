@@ -79,15 +79,22 @@ def test_a_status_line_that_ends_a_long_line_of_flood_is_kept_by_its_tail():
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(cap_bytes=st.integers(0, 4000),
-       pieces=st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
-                                 st.binary(max_size=700) | st.sampled_from([STATUS, b"\n", b"Status: "])), max_size=30),
-       cuts=st.lists(st.integers(1, 64), min_size=1, max_size=8))
+@given(
+    cap_bytes=st.integers(0, 4000),
+    pieces=st.lists(
+        st.tuples(
+            st.sampled_from(["stdout", "stderr"]),
+            st.binary(max_size=700) | st.sampled_from([STATUS, b"\n", b"Status: "]),
+        ),
+        max_size=30,
+    ),
+    cuts=st.lists(st.integers(1, 64), min_size=1, max_size=8),
+)
 def test_any_bytes_in_any_chunks_pass_as_a_prefix_and_end_with_the_last_status_line(cap_bytes, pieces, cuts):
     chunks = []
     for i, (name, data) in enumerate(pieces + [("stdout", b"\n" + STATUS)]):
         step = cuts[i % len(cuts)]
-        chunks += [(name, data[j:j + step]) for j in range(0, len(data), step)]
+        chunks += [(name, data[j : j + step]) for j in range(0, len(data), step)]
     cap = OutputCap(cap_bytes)
     passed = {"stdout": b"", "stderr": b""}
     for name, data in chunks:
@@ -122,8 +129,12 @@ def _relay(argv, cap_bytes, bound, drain=agent_exec.DRAIN_SEC):
     old = agent_exec.DRAIN_SEC
     agent_exec.DRAIN_SEC = drain
     try:
-        code, hung = agent_exec.relay(child, {"stdout": (child.stdout, out_w), "stderr": (child.stderr, err_w)}, cap,
-                                      None if bound is None else time.monotonic() + bound)
+        code, hung = agent_exec.relay(
+            child,
+            {"stdout": (child.stdout, out_w), "stderr": (child.stderr, err_w)},
+            cap,
+            None if bound is None else time.monotonic() + bound,
+        )
     finally:
         agent_exec.DRAIN_SEC = old
         os.close(out_w)
@@ -145,11 +156,13 @@ def test_relay_caps_a_real_flood_and_returns_the_childs_code():
 def test_relay_ends_a_child_past_its_bound_even_when_a_grandchild_holds_its_pipes(tmp_path):
     # The child leaves a grandchild that holds stdout and stderr open for an hour, then waits on it.
     holder = tmp_path / "holder.pid"
-    script = ("import os, subprocess, sys\n"
-              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])\n"
-              f"open({str(holder)!r}, 'w').write(str(p.pid))\n"
-              "print('started', flush=True)\n"
-              "p.wait()\n")
+    script = (
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])\n"
+        f"open({str(holder)!r}, 'w').write(str(p.pid))\n"
+        "print('started', flush=True)\n"
+        "p.wait()\n"
+    )
     try:
         code, hung, out, _, _ = _relay([sys.executable, "-c", script], 1 << 20, 3.0, drain=0.5)
         assert hung is True and code in (-15, -9)
@@ -211,10 +224,17 @@ def shim_bed(tmp_path):
     dumps.mkdir(parents=True)
     evidence = tmp_path / "run" / "custody" / "evidence"
     files = install_custody(
-        tmp_path / "run", real_docker=str(fake), docker_host="unix:///tmp/fake.sock", run_label=LABEL,
+        tmp_path / "run",
+        real_docker=str(fake),
+        docker_host="unix:///tmp/fake.sock",
+        run_label=LABEL,
         limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
-        stop_file=tmp_path / "run" / "STOP", resource_root=tmp_path / "resources", min_free_bytes=0,
-        evidence_dir=evidence, agent_env_file=None, environ={},
+        stop_file=tmp_path / "run" / "STOP",
+        resource_root=tmp_path / "resources",
+        min_free_bytes=0,
+        evidence_dir=evidence,
+        agent_env_file=None,
+        environ={},
         dumps=TaskDumps(dumps_dir=dumps, short="openrouter/m", tasks=(TASK,), eval_bound_sec=30.0),
         hardening=Hardening(agent_bound_sec=2.0, agent_output_cap_bytes=100_000, log_max_bytes=1 << 20),
     )
@@ -222,8 +242,12 @@ def shim_bed(tmp_path):
     def run(mode: str) -> subprocess.CompletedProcess:
         (fake_dir / "mode").write_text(mode)
         env = dict(os.environ, **files.runner_env)
-        return subprocess.run([str(files.wrapper), "exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK],
-                              env=env, capture_output=True, timeout=120)
+        return subprocess.run(
+            [str(files.wrapper), "exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
 
     def calls() -> list[list[str]]:
         return [json.loads(line)["argv"] for line in (fake_dir / "calls.jsonl").read_text().splitlines()]
@@ -239,14 +263,20 @@ def test_the_shim_caps_the_agent_execs_output_and_the_status_line_gets_through(s
     done = run("flood")
     assert done.returncode == 0
     assert len(done.stdout) + len(done.stderr) < 100_000 + 400
-    assert done.stdout.endswith(b"dropped (stdout %d, stderr 5000)\n" % (3000 * 1024 + len(STATUS) - 100_000)
-                                + STATUS)
+    assert done.stdout.endswith(b"dropped (stdout %d, stderr 5000)\n" % (3000 * 1024 + len(STATUS) - 100_000) + STATUS)
     [fact] = facts()
     assert fact["dropped_bytes"] == 3000 * 1024 + 5000 + len(STATUS) - 100_000 and fact["hung"] is False
     # Then one kill(-1) in the agent's container ends whatever the agent left running there.
     # The last exec (the task database's probe may inspect its pg container after it: not an exec).
-    assert [c for c in calls() if c[0] == "exec"][-1] == ["exec", "--user", "0", f"agent-{ID}", "sh", "-c",
-                                                         "kill -KILL -1 2>/dev/null; exit 0"]
+    assert [c for c in calls() if c[0] == "exec"][-1] == [
+        "exec",
+        "--user",
+        "0",
+        f"agent-{ID}",
+        "sh",
+        "-c",
+        "kill -KILL -1 2>/dev/null; exit 0",
+    ]
 
 
 def test_the_shim_ends_an_agent_exec_whose_output_is_held_at_its_bound(shim_bed):
@@ -266,8 +296,12 @@ def test_every_creation_gets_the_bounded_log_and_its_roles_capability_drops(shim
     run, calls, _ = shim_bed
     env = _runner_env(tmp_path)
     for name in (f"agent-{ID}", f"pg-{ID}"):
-        done = subprocess.run([str(tmp_path / "run" / "custody" / "shim" / "docker"), "run", "-d", "--name", name,
-                               "img", "sleep", "1"], env=env, capture_output=True, timeout=60)
+        done = subprocess.run(
+            [str(tmp_path / "run" / "custody" / "shim" / "docker"), "run", "-d", "--name", name, "img", "sleep", "1"],
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
     agent_argv, pg_argv = [a for a in calls() if a[0] == "run"]
     for argv, dropped in ((agent_argv, container_caps.TASK_DROP), (pg_argv, container_caps.PG_DROP)):
@@ -279,12 +313,34 @@ def test_every_creation_gets_the_bounded_log_and_its_roles_capability_drops(shim
     assert "KILL" in container_caps.PG_DROP and "KILL" not in container_caps.TASK_DROP
 
 
-@pytest.mark.parametrize("flag", [["--privileged"], ["--cap-add", "MKNOD"], ["--cap-add=ALL"], ["--log-opt", "max-size=1g"],
-                                  ["--log-driver", "none"]])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--privileged"],
+        ["--cap-add", "MKNOD"],
+        ["--cap-add=ALL"],
+        ["--log-opt", "max-size=1g"],
+        ["--log-driver", "none"],
+    ],
+)
 def test_a_creation_that_would_win_back_a_capability_or_an_unbounded_log_is_refused(shim_bed, tmp_path, flag):
     _, calls, _ = shim_bed
-    done = subprocess.run([str(tmp_path / "run" / "custody" / "shim" / "docker"), "run", "-d", "--name", f"agent-{ID}",
-                           *flag, "img", "sleep", "1"], env=_runner_env(tmp_path), capture_output=True, timeout=60)
+    done = subprocess.run(
+        [
+            str(tmp_path / "run" / "custody" / "shim" / "docker"),
+            "run",
+            "-d",
+            "--name",
+            f"agent-{ID}",
+            *flag,
+            "img",
+            "sleep",
+            "1",
+        ],
+        env=_runner_env(tmp_path),
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 75 and b"flag_conflict" in done.stderr
     assert not (tmp_path / "fake" / "calls.jsonl").exists() or not [a for a in calls() if a[0] == "run"]
 
@@ -296,17 +352,39 @@ def test_the_runners_staging_copy_is_mounted_narrowed_to_the_tasks_own_folder(sh
     (staging / "tasks" / "finalpool" / TASK).mkdir(parents=True)
     dumps = tmp_path / "run" / "bench" / "dumps"
     wrapper = str(tmp_path / "run" / "custody" / "shim" / "docker")
-    done = subprocess.run([wrapper, "run", "-d", "--name", f"agent-{ID}", "-e", "A=1", "-v", f"{dumps}:/workspace/dumps",
-                           "-v", f"{staging}/tasks:/workspace/tasks", "img", "sleep", "1"],
-                          env=_runner_env(tmp_path), capture_output=True, timeout=60)
+    done = subprocess.run(
+        [
+            wrapper,
+            "run",
+            "-d",
+            "--name",
+            f"agent-{ID}",
+            "-e",
+            "A=1",
+            "-v",
+            f"{dumps}:/workspace/dumps",
+            "-v",
+            f"{staging}/tasks:/workspace/tasks",
+            "img",
+            "sleep",
+            "1",
+        ],
+        env=_runner_env(tmp_path),
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     [argv] = [a for a in calls() if a[0] == "run"]
     assert f"{staging}/tasks/finalpool/{TASK}:/workspace/tasks/finalpool/{TASK}" in argv
     assert f"{staging}/tasks:/workspace/tasks" not in argv
     # Another target inside the staging root, or a --mount of it, refuses the creation.
     for extra in (["-v", f"{staging}:/workspace/other"], ["--mount", f"type=bind,source={staging},target=/x"]):
-        refused = subprocess.run([wrapper, "run", "-d", "--name", f"agent-{ID}", *extra, "img", "sleep", "1"],
-                                 env=_runner_env(tmp_path), capture_output=True, timeout=60)
+        refused = subprocess.run(
+            [wrapper, "run", "-d", "--name", f"agent-{ID}", *extra, "img", "sleep", "1"],
+            env=_runner_env(tmp_path),
+            capture_output=True,
+            timeout=60,
+        )
         assert refused.returncode == 75 and b"staging_mount_refused" in refused.stderr
 
 
@@ -318,9 +396,14 @@ def test_a_staging_folder_reached_through_a_link_is_refused_never_followed(tmp_p
     assert staging_mount.narrowed(f"{staging}:/workspace/tasks", str(tmp_path / "stage"), TASK)[1] is True
     assert staging_mount.narrowed(f"{staging}:/workspace/tasks", str(tmp_path / "stage"), "../x")[1] is True
     assert staging_mount.narrowed(f"{staging}:/workspace/tasks", str(tmp_path / "stage"), None)[1] is True
-    assert staging_mount.narrowed("/data/x:/workspace/tasks", str(tmp_path / "stage"), TASK) == ("/data/x:/workspace/tasks", False)
+    assert staging_mount.narrowed("/data/x:/workspace/tasks", str(tmp_path / "stage"), TASK) == (
+        "/data/x:/workspace/tasks",
+        False,
+    )
 
 
 def _runner_env(tmp_path: Path) -> dict:
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "COWORK_SHIM_CONFIG": str(tmp_path / "run" / "custody" / "shim_config.json")}
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "COWORK_SHIM_CONFIG": str(tmp_path / "run" / "custody" / "shim_config.json"),
+    }

@@ -17,17 +17,43 @@ TS = "2026-01-01T00:00:00+00:00"
 
 
 def _tool(tool: str, args: object, is_error: bool = False) -> str:
-    row = {"ts": TS, "type": "tool_call", "task_id": "t1", "tool": tool, "args": args,
-           "result_preview": "ok", "is_error": is_error, "status": "error" if is_error else "ok"}
+    row = {
+        "ts": TS,
+        "type": "tool_call",
+        "task_id": "t1",
+        "tool": tool,
+        "args": args,
+        "result_preview": "ok",
+        "is_error": is_error,
+        "status": "error" if is_error else "ok",
+    }
     return json.dumps(row)
 
 
-def _usage(prompt: int = 100, completion: int = 10, cost: float | None = 0.01, known: bool = True,
-           nested: bool = False, **extra: object) -> str:
-    body = {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": 0,
-            "cost": cost, "cost_known": known, "cost_estimated": False}
-    row: dict[str, object] = {"ts": TS, "type": "llm_usage", "task_id": "t1",
-                              "model": "test/model", "provider": "openrouter", **extra}
+def _usage(
+    prompt: int = 100,
+    completion: int = 10,
+    cost: float | None = 0.01,
+    known: bool = True,
+    nested: bool = False,
+    **extra: object,
+) -> str:
+    body = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_tokens": 0,
+        "cost": cost,
+        "cost_known": known,
+        "cost_estimated": False,
+    }
+    row: dict[str, object] = {
+        "ts": TS,
+        "type": "llm_usage",
+        "task_id": "t1",
+        "model": "test/model",
+        "provider": "openrouter",
+        **extra,
+    }
     if nested:
         row["usage"] = body
     else:
@@ -35,8 +61,7 @@ def _usage(prompt: int = 100, completion: int = 10, cost: float | None = 0.01, k
     return json.dumps(row)
 
 
-def _write_dump(root: Path, task: str, tools: list[str], events: list[str],
-                skip_logs: tuple[str, ...] = ()) -> Path:
+def _write_dump(root: Path, task: str, tools: list[str], events: list[str], skip_logs: tuple[str, ...] = ()) -> Path:
     dump = root / "bench" / "dumps" / "abc123" / f"SingleUserTurn-{task}"
     logs = dump / "ouroboros"
     logs.mkdir(parents=True)
@@ -55,7 +80,9 @@ def _write_dump(root: Path, task: str, tools: list[str], events: list[str],
 
 def _row(task: str, dump: Path | None, root: Path, **extra: object) -> dict[str, object]:
     row: dict[str, object] = {
-        "instance_id": task, "status": "passed", "reason_code": "passed",
+        "instance_id": task,
+        "status": "passed",
+        "reason_code": "passed",
         "official_eval_status": "completed",
         "official_receipt": {"path": "x", "bytes": 1, "sha256": "0" * 64, "pass": True, "cause": "evaluated"},
         "paid_activity": "observed",
@@ -75,34 +102,57 @@ EVAL_RES = _tool("mcp_filesystem__read_file", {"path": "/workspace/../dumps/eval
 def run_root(tmp_path: Path) -> Path:
     root = tmp_path / "run"
     root.mkdir()
-    (root / "run_manifest.json").write_text(json.dumps(
-        {"schema": "cowork_adapter.run_manifest.v1", "applied_config": {"diagnostic_eval_on_truncation": True}}))
+    (root / "run_manifest.json").write_text(
+        json.dumps(
+            {"schema": "cowork_adapter.run_manifest.v1", "applied_config": {"diagnostic_eval_on_truncation": True}}
+        )
+    )
     (root / "monitor.json").write_text(json.dumps({"finished": True}))
-    clean = _write_dump(root, "clean-task", [
-        _tool("mcp_filesystem__read_file", {"path": "/workspace/report.md"}),
-        _tool("mcp_postgres__execute_sql", {"sql": "select * from orders"}),
-        _tool("mcp_postgres__execute_sql", {"sql": "select broken"}, is_error=True),
-    ], [_usage(), _usage(nested=True, response_provider="Anthropic"),
-        json.dumps({"ts": TS, "type": "task_done"})])
-    planted = _write_dump(root, "planted-task", [
-        _tool("mcp_filesystem__list_directory", {"path": "/workspace"}),  # line 1, record 0
-        SHELL_ANSWER,  # line 2, record 1
-        '{"ts": "broken',  # line 3: malformed, not a record
-        JSON_PSQL,  # line 4, record 2
-        PY_PSYCOPG,  # line 5, record 3
-        EVAL_RES,  # line 6, record 4
-    ], [_usage(), _usage(cost=None, known=False),
-        json.dumps({"ts": TS, "type": "capability_omission", "capability": "web_search"})])
+    clean = _write_dump(
+        root,
+        "clean-task",
+        [
+            _tool("mcp_filesystem__read_file", {"path": "/workspace/report.md"}),
+            _tool("mcp_postgres__execute_sql", {"sql": "select * from orders"}),
+            _tool("mcp_postgres__execute_sql", {"sql": "select broken"}, is_error=True),
+        ],
+        [_usage(), _usage(nested=True, response_provider="Anthropic"), json.dumps({"ts": TS, "type": "task_done"})],
+    )
+    planted = _write_dump(
+        root,
+        "planted-task",
+        [
+            _tool("mcp_filesystem__list_directory", {"path": "/workspace"}),  # line 1, record 0
+            SHELL_ANSWER,  # line 2, record 1
+            '{"ts": "broken',  # line 3: malformed, not a record
+            JSON_PSQL,  # line 4, record 2
+            PY_PSYCOPG,  # line 5, record 3
+            EVAL_RES,  # line 6, record 4
+        ],
+        [
+            _usage(),
+            _usage(cost=None, known=False),
+            json.dumps({"ts": TS, "type": "capability_omission", "capability": "web_search"}),
+        ],
+    )
     (planted / "ouroboros_eval_claim.json").write_text(json.dumps({"attempt_id": "a" * 32}))
-    (planted / f"ouroboros_eval_receipt-{'a' * 32}.json").write_text(json.dumps(
-        {"attempt_id": "a" * 32, "official_run": True, "cause": "evaluated", "returned": {"pass": False}}))
+    (planted / f"ouroboros_eval_receipt-{'a' * 32}.json").write_text(
+        json.dumps({"attempt_id": "a" * 32, "official_run": True, "cause": "evaluated", "returned": {"pass": False}})
+    )
     (planted / "ouroboros_diagnostic_claim.json").write_text(json.dumps({"attempt_id": "a" * 32}))
-    (planted / f"ouroboros_diagnostic_receipt-{'a' * 32}.json").write_text(json.dumps(
-        {"outcome": "checks_failed", "reason": "checker_exit_1", "eligible": True}))
+    (planted / f"ouroboros_diagnostic_receipt-{'a' * 32}.json").write_text(
+        json.dumps({"outcome": "checks_failed", "reason": "checker_exit_1", "eligible": True})
+    )
     rows = [
         _row("clean-task", clean, root),
-        _row("planted-task", planted, root, status="agent_failed", official_eval_status="declined",
-             official_receipt={"pass": None, "cause": "status_gate"}),
+        _row(
+            "planted-task",
+            planted,
+            root,
+            status="agent_failed",
+            official_eval_status="declined",
+            official_receipt={"pass": None, "cause": "status_gate"},
+        ),
         _row("missing-task", None, root, status="infra_failed", official_eval_status="unreported"),
     ]
     (root / "result_index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -290,8 +340,9 @@ def test_oversized_and_undecodable_lines_are_gaps_with_bounded_reads(tmp_path: P
     root = tmp_path / "run"
     root.mkdir()
     huge = _tool("run_command", {"command": "echo " + "x" * 1000 + " groundtruth_workspace"})
-    dump = _write_dump(root, "t", [_tool("mcp_a__b", {}), huge, _tool("run_command", {"command": "cat eval_res.json"})],
-                       [_usage()])
+    dump = _write_dump(
+        root, "t", [_tool("mcp_a__b", {}), huge, _tool("run_command", {"command": "cat eval_res.json"})], [_usage()]
+    )
     with open(dump / "ouroboros" / "events.jsonl", "ab") as handle:
         handle.write(b'{"type": "llm_usage", "bad": "\xff\xfe"}\n')
     (root / "result_index.jsonl").write_text(json.dumps(_row("t", dump, root)) + "\n")
@@ -321,28 +372,58 @@ def test_the_ledger_reads_usage_as_the_audit_does(tmp_path: Path) -> None:
 
     root = tmp_path / "run"
     root.mkdir()
-    events = [_usage(), _usage(prompt=0, completion=0, cost=0.0), _usage(cost=None), _usage(nested=True),
-              json.dumps({"type": "llm_usage", "prompt_tokens": None,
-                          "usage": {"prompt_tokens": 7, "completion_tokens": 1, "cost": 0.5}}),
-              '{"type": "llm_usage", "prompt_tokens": 5', json.dumps({"type": "round_start"})]
+    events = [
+        _usage(),
+        _usage(prompt=0, completion=0, cost=0.0),
+        _usage(cost=None),
+        _usage(nested=True),
+        json.dumps(
+            {
+                "type": "llm_usage",
+                "prompt_tokens": None,
+                "usage": {"prompt_tokens": 7, "completion_tokens": 1, "cost": 0.5},
+            }
+        ),
+        '{"type": "llm_usage", "prompt_tokens": 5',
+        json.dumps({"type": "round_start"}),
+    ]
     dump = _write_dump(root, "t", [], events)
     (root / "result_index.jsonl").write_text(json.dumps(_row("t", dump, root)) + "\n")
     facts = scan_usage(dump / "ouroboros" / "events.jsonl")
     task = build_audit(root).tasks[0]
     assert facts is not None
-    assert (facts.records, facts.token_records, facts.prompt_tokens, facts.completion_tokens,
-            facts.unknown_cost_records) == (5, 4, 307, 31, 1)
-    assert (facts.records, facts.token_records, facts.prompt_tokens, facts.completion_tokens,
-            facts.unknown_cost_records) == (task.activity.usage_records, task.activity.token_bearing_usage_records,
-                                            task.activity.prompt_tokens, task.activity.completion_tokens,
-                                            task.cost.unknown_records)
+    assert (
+        facts.records,
+        facts.token_records,
+        facts.prompt_tokens,
+        facts.completion_tokens,
+        facts.unknown_cost_records,
+    ) == (5, 4, 307, 31, 1)
+    assert (
+        facts.records,
+        facts.token_records,
+        facts.prompt_tokens,
+        facts.completion_tokens,
+        facts.unknown_cost_records,
+    ) == (
+        task.activity.usage_records,
+        task.activity.token_bearing_usage_records,
+        task.activity.prompt_tokens,
+        task.activity.completion_tokens,
+        task.cost.unknown_records,
+    )
     assert facts.known_cost_usd == pytest.approx(task.cost.known_usd) == pytest.approx(0.52)
     assert scan_usage(tmp_path / "absent.jsonl") is None
     assert scan_usage(tmp_path).unreadable is True  # a directory where the log should be
 
 
-@pytest.mark.parametrize("manifest, gap", [(None, ("missing_manifest", "run_manifest.json", "absent")),
-                                           (b"{not json", ("unreadable_record", "run_manifest.json", "json_error"))])
+@pytest.mark.parametrize(
+    "manifest, gap",
+    [
+        (None, ("missing_manifest", "run_manifest.json", "absent")),
+        (b"{not json", ("unreadable_record", "run_manifest.json", "json_error")),
+    ],
+)
 def test_an_absent_or_unreadable_manifest_is_a_run_gap(tmp_path: Path, manifest, gap) -> None:
     root = tmp_path / "run"
     root.mkdir()
@@ -352,7 +433,9 @@ def test_an_absent_or_unreadable_manifest_is_a_run_gap(tmp_path: Path, manifest,
         (root / "run_manifest.json").write_bytes(manifest)
     report = build_audit(root)
     assert [(g.reason.value, g.file, g.detail) for g in report.run_gaps] == [
-        gap, ("missing_monitor", "monitor.json", "absent")]
+        gap,
+        ("missing_monitor", "monitor.json", "absent"),
+    ]
     assert report.tasks[0].activity.usage_records == 1  # the ledger still carries the audit
 
 

@@ -19,7 +19,20 @@ from cowork_adapter.audit.rules import PROBES, args_may_match, find_references
 
 TS = "2026-01-01T00:00:00+00:00"
 TASKS = 24
-WORDS = ["total", "region", "north", "Zürich", "café", "invoice", "sheet", "eval", "groundtruth", "psql", "\\u00e9", "a/b"]
+WORDS = [
+    "total",
+    "region",
+    "north",
+    "Zürich",
+    "café",
+    "invoice",
+    "sheet",
+    "eval",
+    "groundtruth",
+    "psql",
+    "\\u00e9",
+    "a/b",
+]
 
 
 def _tool(rng: random.Random, n: int) -> dict:
@@ -40,15 +53,22 @@ def _tool(rng: random.Random, n: int) -> dict:
 def _synthetic_run(root: Path) -> None:
     """TASKS tasks with mixed rows, planted references, malformed lines, missing logs and dumps."""
     rng = random.Random(11)
-    (root / "run_manifest.json").write_text(json.dumps({"schema": "cowork_adapter.run_manifest.v1",
-                                                        "applied_config": {}}))
+    (root / "run_manifest.json").write_text(
+        json.dumps({"schema": "cowork_adapter.run_manifest.v1", "applied_config": {}})
+    )
     (root / "monitor.json").write_text(json.dumps({"finished": True}))
     rows = []
     for n in range(TASKS):
         task = f"task-{n:02d}"
         dump = root / "bench" / "dumps" / "abc" / f"SingleUserTurn-{task}"
-        rows.append({"instance_id": task, "status": "passed", "official_eval_status": "completed",
-                     "official_receipt": {"pass": n % 3 != 0}})
+        rows.append(
+            {
+                "instance_id": task,
+                "status": "passed",
+                "official_eval_status": "completed",
+                "official_receipt": {"pass": n % 3 != 0},
+            }
+        )
         if n == 5:
             continue  # a task without a dump: a gap
         logs = dump / "ouroboros"
@@ -56,19 +76,54 @@ def _synthetic_run(root: Path) -> None:
         tools = []
         for i in range(40 + n):
             call = _tool(rng, i + n)
-            tools.append(json.dumps({"ts": TS, "type": "tool_call", **call, "is_error": i % 7 == 0,
-                                     "result_preview": " ".join(rng.choices(WORDS, k=30))}))
+            tools.append(
+                json.dumps(
+                    {
+                        "ts": TS,
+                        "type": "tool_call",
+                        **call,
+                        "is_error": i % 7 == 0,
+                        "result_preview": " ".join(rng.choices(WORDS, k=30)),
+                    }
+                )
+            )
         if n % 4 == 0:
-            tools.insert(3, json.dumps({"ts": TS, "type": "tool_call", "tool": "run_command",
-                                        "args": {"command": "psql -h pg -c 'select 1' && cat groundtruth_workspace/a"}}))
+            tools.insert(
+                3,
+                json.dumps(
+                    {
+                        "ts": TS,
+                        "type": "tool_call",
+                        "tool": "run_command",
+                        "args": {"command": "psql -h pg -c 'select 1' && cat groundtruth_workspace/a"},
+                    }
+                ),
+            )
         if n % 6 == 1:
             tools.insert(7, '{"broken": ')
-        events = [json.dumps({"ts": TS, "type": "llm_usage", "prompt_tokens": 10 + i, "completion_tokens": 2,
-                              "cached_tokens": 0, "cost": 0.001 * i, "cost_known": i % 9 != 0,
-                              "model": "m/x", "provider": "p"}) for i in range(20)]
-        files = {"tools.jsonl": tools, "events.jsonl": events,
-                 "progress.jsonl": ['{"text": "x"}'] * 5, "chat.jsonl": ['{"text": "y"}'] * 3,
-                 "supervisor.jsonl": ['{"type": "ready"}']}
+        events = [
+            json.dumps(
+                {
+                    "ts": TS,
+                    "type": "llm_usage",
+                    "prompt_tokens": 10 + i,
+                    "completion_tokens": 2,
+                    "cached_tokens": 0,
+                    "cost": 0.001 * i,
+                    "cost_known": i % 9 != 0,
+                    "model": "m/x",
+                    "provider": "p",
+                }
+            )
+            for i in range(20)
+        ]
+        files = {
+            "tools.jsonl": tools,
+            "events.jsonl": events,
+            "progress.jsonl": ['{"text": "x"}'] * 5,
+            "chat.jsonl": ['{"text": "y"}'] * 3,
+            "supervisor.jsonl": ['{"type": "ready"}'],
+        }
         if n == 9:
             del files["events.jsonl"]
         for name, lines in files.items():
@@ -157,12 +212,24 @@ def test_workers_below_one_are_refused(tmp_path, capsys):
 
 
 # Leaves mixing the rule tokens, their probes and JSON/shell escaping.
-_leaf = st.text(alphabet=st.sampled_from(list("abpsqlgroundtruth_workspaceval/\\\"' .:u07{}[]é\n")), max_size=40) | \
-    st.sampled_from(["psql -c x", "eval_res.json", "groundtruth_workspace", "postgres:\\/\\/u:p@h",
-                     "\\u0070sql", json.dumps({"c": "cat groundtruth_workspace/x"}), "evaluation/main.py",
-                     '{"c": "\\u0070sql -c 1"}', '["cat groundtruth\\u005fworkspace/a"]'])
-_args = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_leaf, inner, max_size=4),
-                     max_leaves=12)
+_leaf = st.text(
+    alphabet=st.sampled_from(list("abpsqlgroundtruth_workspaceval/\\\"' .:u07{}[]é\n")), max_size=40
+) | st.sampled_from(
+    [
+        "psql -c x",
+        "eval_res.json",
+        "groundtruth_workspace",
+        "postgres:\\/\\/u:p@h",
+        "\\u0070sql",
+        json.dumps({"c": "cat groundtruth_workspace/x"}),
+        "evaluation/main.py",
+        '{"c": "\\u0070sql -c 1"}',
+        '["cat groundtruth\\u005fworkspace/a"]',
+    ]
+)
+_args = st.recursive(
+    _leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_leaf, inner, max_size=4), max_leaves=12
+)
 
 
 @settings(max_examples=600, deadline=None)

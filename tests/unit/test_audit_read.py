@@ -35,43 +35,102 @@ from cowork_adapter.vocab import AuditGapReason
 
 # ------------------------------------------------------------------ generated log lines
 
-_text = st.text(alphabet=st.sampled_from(list("ab psql/eval_res.json groundtruth_workspace é€😀\"\\\n\t\x01")),
-                max_size=30)
+_text = st.text(
+    alphabet=st.sampled_from(list('ab psql/eval_res.json groundtruth_workspace é€😀"\\\n\t\x01')), max_size=30
+)
 _scalar = st.none() | st.booleans() | st.integers(-5, 10**20) | st.floats(allow_nan=True, allow_infinity=True) | _text
-_value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
-                      max_leaves=8)
-_tool_name = st.sampled_from(["run_command", "mcp_files__read_file", "mcp_files__write_file", "mcp_pg__query",
-                              "mcp_terminal__run", "mcp_x", "python_execute", ""]) | _scalar
-_args = st.fixed_dictionaries({}, optional={
-    "command": st.sampled_from(["cat groundtruth_workspace/a.xlsx", "psql -c 'select 1'", "ls", "cat eval_res.json",
-                                "PGPASSWORD=x psql", "\\u0070sql"]) | _text,
-    "path": _text, "data": _value}) | _value
+_value = st.recursive(
+    _scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3), max_leaves=8
+)
+_tool_name = (
+    st.sampled_from(
+        [
+            "run_command",
+            "mcp_files__read_file",
+            "mcp_files__write_file",
+            "mcp_pg__query",
+            "mcp_terminal__run",
+            "mcp_x",
+            "python_execute",
+            "",
+        ]
+    )
+    | _scalar
+)
+_args = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "command": st.sampled_from(
+                [
+                    "cat groundtruth_workspace/a.xlsx",
+                    "psql -c 'select 1'",
+                    "ls",
+                    "cat eval_res.json",
+                    "PGPASSWORD=x psql",
+                    "\\u0070sql",
+                ]
+            )
+            | _text,
+            "path": _text,
+            "data": _value,
+        },
+    )
+    | _value
+)
 _unhashable = st.lists(_scalar, max_size=2) | st.dictionaries(_text, _scalar, max_size=1)
 _tool_row = st.fixed_dictionaries(
-    {"type": st.sampled_from(["tool_call", "tool_call", "tool_call", "tool_result"]) | _scalar | _unhashable,
-     "tool": _tool_name | _unhashable},
-    optional={"args": _args, "is_error": st.sampled_from([True, False, 1, 0, None, "true"]),
-              "result_preview": _text, "ts": st.just("2026-01-01T00:00:00+00:00")},
+    {
+        "type": st.sampled_from(["tool_call", "tool_call", "tool_call", "tool_result"]) | _scalar | _unhashable,
+        "tool": _tool_name | _unhashable,
+    },
+    optional={
+        "args": _args,
+        "is_error": st.sampled_from([True, False, 1, 0, None, "true"]),
+        "result_preview": _text,
+        "ts": st.just("2026-01-01T00:00:00+00:00"),
+    },
 )
-_count = (st.integers(0, 10**6) | st.just(0) | st.integers(-3, -1) | st.floats(0, 1e6)
-          | st.sampled_from([True, None, "7", math.nan, 10**18 - 1, 10**18, 2**64]))
-_usage_fields = st.fixed_dictionaries({}, optional={
-    "prompt_tokens": _count, "completion_tokens": _count, "cached_tokens": _count,
-    "cost": st.floats(0, 5) | st.integers(0, 3) | st.sampled_from([None, -1.0, math.inf, "0.1", True]),
-    "cost_known": st.sampled_from([True, False, None, 0]), "cost_estimated": st.sampled_from([True, False, None, 1]),
-    "model": st.sampled_from(["m/a", "m/b", "", None, 3]) | _text, "provider": st.sampled_from(["p", None]),
-    "response_provider": st.sampled_from(["Anthropic", None, ["x"]]),
-})
+_count = (
+    st.integers(0, 10**6)
+    | st.just(0)
+    | st.integers(-3, -1)
+    | st.floats(0, 1e6)
+    | st.sampled_from([True, None, "7", math.nan, 10**18 - 1, 10**18, 2**64])
+)
+_usage_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt_tokens": _count,
+        "completion_tokens": _count,
+        "cached_tokens": _count,
+        "cost": st.floats(0, 5) | st.integers(0, 3) | st.sampled_from([None, -1.0, math.inf, "0.1", True]),
+        "cost_known": st.sampled_from([True, False, None, 0]),
+        "cost_estimated": st.sampled_from([True, False, None, 1]),
+        "model": st.sampled_from(["m/a", "m/b", "", None, 3]) | _text,
+        "provider": st.sampled_from(["p", None]),
+        "response_provider": st.sampled_from(["Anthropic", None, ["x"]]),
+    },
+)
 # Regular records (what the column-wise sums take) as often as irregular ones.
-_regular_usage = st.fixed_dictionaries({
-    "prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.sampled_from([0, 0, 7]),
-    "cached_tokens": st.integers(0, 99), "cost": st.floats(0, 5) | st.integers(0, 3),
-    "cost_known": st.sampled_from([True, None]), "cost_estimated": st.sampled_from([True, False, None]),
-    "model": st.sampled_from(["m/a", "m/b", "", None]), "provider": st.sampled_from(["p", "q"]),
-})
-_usage_row = st.builds(lambda kind, body, nested: {"type": kind, **({"usage": body} if nested else body)},
-                       st.sampled_from(["llm_usage", "llm_usage", "tool_omission", "capability_omission_x", "round"]),
-                       _regular_usage | _usage_fields, st.sampled_from([False, False, True]))
+_regular_usage = st.fixed_dictionaries(
+    {
+        "prompt_tokens": st.integers(0, 10**6),
+        "completion_tokens": st.sampled_from([0, 0, 7]),
+        "cached_tokens": st.integers(0, 99),
+        "cost": st.floats(0, 5) | st.integers(0, 3),
+        "cost_known": st.sampled_from([True, None]),
+        "cost_estimated": st.sampled_from([True, False, None]),
+        "model": st.sampled_from(["m/a", "m/b", "", None]),
+        "provider": st.sampled_from(["p", "q"]),
+    }
+)
+_usage_row = st.builds(
+    lambda kind, body, nested: {"type": kind, **({"usage": body} if nested else body)},
+    st.sampled_from(["llm_usage", "llm_usage", "tool_omission", "capability_omission_x", "round"]),
+    _regular_usage | _usage_fields,
+    st.sampled_from([False, False, True]),
+)
 _event_row = _usage_row | st.fixed_dictionaries({"type": _scalar}, optional={"note": _text, "round": _scalar})
 
 # How a line is written, then how it may be damaged.
@@ -104,13 +163,41 @@ _DAMAGE = [
     lambda line: line.replace(b"a", b"\x1f", 1),  # a raw control character
 ]
 # Values json.loads refuses, each spliced in as the line's last member.
-_DAMAGE += [lambda line, bad=bad: line[:-1] + b', "v": ' + bad + b"}" for bad in
-            (b"01", b"1.", b"1e+", b"-", b".5", b"+1", b"tru", b"nul", b"[1,]", b'{"a":1,}', b'"\\x"',
-             b'"\\u12g4"', b"1 2", b'{"a" 1}', b"[1 2]")]
+_DAMAGE += [
+    lambda line, bad=bad: line[:-1] + b', "v": ' + bad + b"}"
+    for bad in (
+        b"01",
+        b"1.",
+        b"1e+",
+        b"-",
+        b".5",
+        b"+1",
+        b"tru",
+        b"nul",
+        b"[1,]",
+        b'{"a":1,}',
+        b'"\\x"',
+        b'"\\u12g4"',
+        b"1 2",
+        b'{"a" 1}',
+        b"[1 2]",
+    )
+]
 # ...and values it reads, the same way.
-_DAMAGE += [lambda line, good=good: line[:-1] + b', "v": ' + good + b"}" for good in
-            (b"-0", b"1E+2", b"-1.5e-3", b"123456789012345678901234567890", b'"\\ud800"', b'"\\/\\b"',
-             b"[ ]", b"{ }", b"1e999")]
+_DAMAGE += [
+    lambda line, good=good: line[:-1] + b', "v": ' + good + b"}"
+    for good in (
+        b"-0",
+        b"1E+2",
+        b"-1.5e-3",
+        b"123456789012345678901234567890",
+        b'"\\ud800"',
+        b'"\\/\\b"',
+        b"[ ]",
+        b"{ }",
+        b"1e999",
+    )
+]
 
 
 def _lines(rows: st.SearchStrategy) -> st.SearchStrategy:
@@ -164,9 +251,13 @@ def _reference_tools(data: bytes) -> dict:
 
 
 def _tools_facts(scan: TaskScan) -> dict:
-    return {"calls": scan.tool_calls, "mcp": scan.mcp_calls, "errors": scan.mcp_errors,
-            "servers": {k: (v[0], v[1], dict(v[2])) for k, v in scan.mcp_servers.items()},
-            "gaps": [(g["reason"].value, g["line"]) for g in scan.gaps]}
+    return {
+        "calls": scan.tool_calls,
+        "mcp": scan.mcp_calls,
+        "errors": scan.mcp_errors,
+        "servers": {k: (v[0], v[1], dict(v[2])) for k, v in scan.mcp_servers.items()},
+        "gaps": [(g["reason"].value, g["line"]) for g in scan.gaps],
+    }
 
 
 def _reference_events(data: bytes) -> TaskScan:
@@ -184,11 +275,20 @@ def _reference_events(data: bytes) -> TaskScan:
 
 
 def _usage_facts(scan: TaskScan) -> dict:
-    return {"records": scan.usage_records, "bearing": scan.token_bearing, "prompt": scan.prompt_tokens,
-            "completion": scan.completion_tokens, "cached": scan.cached_tokens, "unknown": scan.cost_unknown,
-            "estimated": scan.cost_estimated, "models": list(scan.models), "providers": list(scan.providers),
-            "response_providers": list(scan.response_providers), "omissions": scan.omission_refs,
-            "gaps": [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps]}
+    return {
+        "records": scan.usage_records,
+        "bearing": scan.token_bearing,
+        "prompt": scan.prompt_tokens,
+        "completion": scan.completion_tokens,
+        "cached": scan.cached_tokens,
+        "unknown": scan.cost_unknown,
+        "estimated": scan.cost_estimated,
+        "models": list(scan.models),
+        "providers": list(scan.providers),
+        "response_providers": list(scan.response_providers),
+        "omissions": scan.omission_refs,
+        "gaps": [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps],
+    }
 
 
 # ------------------------------------------------------------------ the scanner, in small chunks
@@ -212,16 +312,25 @@ def _jsonl_text(*rows: dict) -> bytes:
 
 _CALL = {"type": "tool_call", "tool": "run_command", "args": {"command": "ls"}}
 _PLANTED = {"type": "tool_call", "tool": "run_command", "args": {"command": "psql -c 'select 1'"}}
-_FLAT = {"type": "llm_usage", "prompt_tokens": 5, "completion_tokens": 0, "cached_tokens": 1, "cost": 0.5,
-         "cost_known": True, "cost_estimated": True, "model": "m"}
+_FLAT = {
+    "type": "llm_usage",
+    "prompt_tokens": 5,
+    "completion_tokens": 0,
+    "cached_tokens": 1,
+    "cost": 0.5,
+    "cost_known": True,
+    "cost_estimated": True,
+    "model": "m",
+}
 _SILENT = {"type": "llm_usage", "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost": 0, "model": "n"}
 
 
 @_SETTINGS
 @example(data=_jsonl_text(_CALL, {"type": "note"}, _CALL, _PLANTED, _CALL, _PLANTED), chunk=1 << 20)
 @example(data=_jsonl_text(_CALL, _PLANTED, _CALL, _PLANTED), chunk=64)
-@example(data=_jsonl_text(_CALL, {"type": ["tool_call"], "tool": "x"}, _PLANTED, {"tool": {"a": 1}}, _PLANTED),
-         chunk=1 << 20)  # unhashable types and tools beside hits: the row-by-row keys
+@example(
+    data=_jsonl_text(_CALL, {"type": ["tool_call"], "tool": "x"}, _PLANTED, {"tool": {"a": 1}}, _PLANTED), chunk=1 << 20
+)  # unhashable types and tools beside hits: the row-by-row keys
 @given(data=_lines(_tool_row), chunk=st.sampled_from([7, 64, 300, 4096, 1 << 20]))
 def test_tool_calls_and_findings_match_a_plain_json_reading(tmp_path, monkeypatch, data, chunk):
     scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, chunk, monkeypatch)
@@ -232,8 +341,10 @@ def test_tool_calls_and_findings_match_a_plain_json_reading(tmp_path, monkeypatc
 @_SETTINGS
 @example(data=_jsonl_text(_FLAT, _SILENT, _FLAT, {"type": "x_omission"}, _SILENT), chunk=1 << 20)
 # Names keep first-seen order...
-@example(data=_jsonl_text(dict(_FLAT, model="m/b"), dict(_FLAT, model="m/a", cost_known=False),
-                          dict(_FLAT, model="m/c")), chunk=1 << 20)
+@example(
+    data=_jsonl_text(dict(_FLAT, model="m/b"), dict(_FLAT, model="m/a", cost_known=False), dict(_FLAT, model="m/c")),
+    chunk=1 << 20,
+)
 # ...and the cap on names per task (50) is reached the same way.
 @example(data=_jsonl_text(*(dict(_FLAT, model=f"m/{n}", cost_known=n % 7 != 3) for n in range(70))), chunk=1 << 20)
 # A block of regular records is added column-wise (the cap reached there too); one irregular
@@ -247,7 +358,10 @@ def test_usage_and_omissions_match_a_plain_json_reading(tmp_path, monkeypatch, d
     scan = _scanned(tmp_path, "events.jsonl", data, scan_events, chunk, monkeypatch)
     reference = _reference_events(data)
     got, want = _usage_facts(scan), _usage_facts(reference)
-    got["gaps"], want["gaps"] = sorted(got["gaps"], key=repr), sorted(want["gaps"], key=repr)  # per block: malformed first
+    got["gaps"], want["gaps"] = (
+        sorted(got["gaps"], key=repr),
+        sorted(want["gaps"], key=repr),
+    )  # per block: malformed first
     assert got == want
     assert scan.cost_known_usd == reference.cost_known_usd  # the same additions in the same order
 
@@ -300,37 +414,40 @@ def test_rows_are_the_lines_json_loads_values(data, which):
             assert json.dumps(got) == json.dumps(_expected_field(rec, name, kind))
 
 
-@pytest.mark.parametrize("line", [
-    b'{"type": "tool_call", "args": {"a": "\xff"}}',  # invalid UTF-8 where msgspec only skips
-    b'{"type": "tool_call", "args": {"a": "\xc0\xaf"}}',  # overlong
-    b'{"type": "tool_call", "x": "\xed\xa0\x80"}',  # an encoded surrogate: json.loads reads it
-    b'{"type": "tool_call", "x": 1' + b"0" * 5000 + b"}",  # json.loads' integer digit limit
-    b'{"type": "tool_call", "args": [' + b"7" * 4301 + b"]}",
-    b'{"type": "tool_call", "args": "' + b"7" * 9000 + b'"}',  # a digit run inside a string: fine
-    b'{"type": "tool_call", "args": {"n": NaN}}',  # only json.loads reads NaN
-    b"\xef\xbb\xbf" + b'{"type": "tool_call"}',  # a byte-order mark
-    b'{"type": "tool_call"}{"type": "tool_call"}',  # two documents on one line
-    b'{"type": 1e999}',
-    b'{"type": "tool_call"}, {"type": "tool_call"}',  # a line of two values, comma-separated
-    b'{"type": "tool_call", "a": "x\n"}',  # a string run on across a newline...
-    b'{"type": "tool_call", "a": "x\n"}\n{"type": "tool_call"},{"type": "tool_call"}',  # ...and both
-    b'{"type": "tool_call", "a": [1,\n2]}',  # a value run on across a newline
-    b'{"type": "tool_call"}\n\n \n\r\n{"type": "tool_call"}',  # blank lines
-    # Two lines run on into one row (one row fewer) and a line holding what passes for a line
-    # boundary (one more): counted alone, they would cancel out.
-    b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\x7f":[{"type": "tool_call"}',
-    b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\\u007f":[{"type": "tool_call"}',
-    # The whole-block reading puts the value "\x7f" at each newline: a line spelling that value
-    # itself (raw or escaped), a value run on across lines that swallows one (an empty array or
-    # an object key), a line of two rows beside it so the counts of values could cancel out.
-    b'{"type": "tool_call"} "\x7f" {"type": "tool_call"}',
-    b'{"type": "tool_call"} "\\u007f" {"type": "tool_call"}',
-    b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"}',
-    b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"} {"type": "tool_call"}',
-    b'{"type": "tool_call", "a": {\n: 1}}\n{"type": "tool_call"}{"type": "tool_call"}',
-    b'"\x7f"',
-    b'{"type": "tool_call"}\n"x"\n{"type": "tool_call"}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type": "tool_call", "args": {"a": "\xff"}}',  # invalid UTF-8 where msgspec only skips
+        b'{"type": "tool_call", "args": {"a": "\xc0\xaf"}}',  # overlong
+        b'{"type": "tool_call", "x": "\xed\xa0\x80"}',  # an encoded surrogate: json.loads reads it
+        b'{"type": "tool_call", "x": 1' + b"0" * 5000 + b"}",  # json.loads' integer digit limit
+        b'{"type": "tool_call", "args": [' + b"7" * 4301 + b"]}",
+        b'{"type": "tool_call", "args": "' + b"7" * 9000 + b'"}',  # a digit run inside a string: fine
+        b'{"type": "tool_call", "args": {"n": NaN}}',  # only json.loads reads NaN
+        b"\xef\xbb\xbf" + b'{"type": "tool_call"}',  # a byte-order mark
+        b'{"type": "tool_call"}{"type": "tool_call"}',  # two documents on one line
+        b'{"type": 1e999}',
+        b'{"type": "tool_call"}, {"type": "tool_call"}',  # a line of two values, comma-separated
+        b'{"type": "tool_call", "a": "x\n"}',  # a string run on across a newline...
+        b'{"type": "tool_call", "a": "x\n"}\n{"type": "tool_call"},{"type": "tool_call"}',  # ...and both
+        b'{"type": "tool_call", "a": [1,\n2]}',  # a value run on across a newline
+        b'{"type": "tool_call"}\n\n \n\r\n{"type": "tool_call"}',  # blank lines
+        # Two lines run on into one row (one row fewer) and a line holding what passes for a line
+        # boundary (one more): counted alone, they would cancel out.
+        b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\x7f":[{"type": "tool_call"}',
+        b'{"type": "tool_call", "a": [{"q":[\n1]}]}\n{"type": "x"}]},{"\\u007f":[{"type": "tool_call"}',
+        # The whole-block reading puts the value "\x7f" at each newline: a line spelling that value
+        # itself (raw or escaped), a value run on across lines that swallows one (an empty array or
+        # an object key), a line of two rows beside it so the counts of values could cancel out.
+        b'{"type": "tool_call"} "\x7f" {"type": "tool_call"}',
+        b'{"type": "tool_call"} "\\u007f" {"type": "tool_call"}',
+        b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"}',
+        b'{"type": "tool_call", "a": [\n]}\n{"type": "tool_call"} {"type": "tool_call"} {"type": "tool_call"}',
+        b'{"type": "tool_call", "a": {\n: 1}}\n{"type": "tool_call"}{"type": "tool_call"}',
+        b'"\x7f"',
+        b'{"type": "tool_call"}\n"x"\n{"type": "tool_call"}',
+    ],
+)
 def test_msgspec_leniencies_are_decided_by_json_loads(line):
     """Lines msgspec (or its whole-block reading) would read otherwise than json.loads does."""
     for block in (line, b'{"type": "x"}\n' + line + b'\n{"type": "y"}'):
@@ -348,14 +465,26 @@ def test_usage_sums_beyond_64_bits_stay_exact(tmp_path, monkeypatch):
     assert scan.usage_records == 41 and scan.gaps == []
 
 
-@pytest.mark.parametrize("scanner,name,line,gap", [
-    (scan_tools, "tools.jsonl", b'{"type": "tool_call", "tool": "x", "is_error": 1%s}', "malformed_line"),
-    (scan_tools, "tools.jsonl", b'{"type": "tool_call", "tool": "x", "args": {"a": 1%s, "c": "psql"}}', "malformed_line"),
-    (scan_events, "events.jsonl", b'{"type": "llm_usage", "prompt_tokens": 1%s}', "malformed_line"),
-    (scan_objects, "progress.jsonl", b'{"a": 1%s}', "malformed_line"),
-    (scan_events, "events.jsonl", b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, '
-                                  b'"cached_tokens": 0, "cost": 1%s}', "unknown_cost"),
-])
+@pytest.mark.parametrize(
+    "scanner,name,line,gap",
+    [
+        (scan_tools, "tools.jsonl", b'{"type": "tool_call", "tool": "x", "is_error": 1%s}', "malformed_line"),
+        (
+            scan_tools,
+            "tools.jsonl",
+            b'{"type": "tool_call", "tool": "x", "args": {"a": 1%s, "c": "psql"}}',
+            "malformed_line",
+        ),
+        (scan_events, "events.jsonl", b'{"type": "llm_usage", "prompt_tokens": 1%s}', "malformed_line"),
+        (scan_objects, "progress.jsonl", b'{"a": 1%s}', "malformed_line"),
+        (
+            scan_events,
+            "events.jsonl",
+            b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": 1%s}',
+            "unknown_cost",
+        ),
+    ],
+)
 def test_integers_json_loads_refuses_or_no_float_holds_are_gaps(tmp_path, monkeypatch, scanner, name, line, gap):
     """json.loads refuses integers longer than sys.get_int_max_str_digits() (a malformed line);
     a cost integer beyond any float is an unknown cost. Neither stops the audit."""
@@ -367,16 +496,17 @@ def test_integers_json_loads_refuses_or_no_float_holds_are_gaps(tmp_path, monkey
 
 def test_a_value_json_loads_read_but_cannot_write_back_is_a_gap(tmp_path, monkeypatch):
     """A line nested to the edge of the recursion limit: read, but too deep to re-encode."""
+
     def too_deep(value, *args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
     data = b'{"type": "tool_call", "tool": "run_command", "args": {"n": NaN}}\n'  # NaN: only json.loads reads it
     monkeypatch.setattr(audit_read.json, "dumps", too_deep)
     scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, 1 << 20, monkeypatch)
-    assert [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps] == [("malformed_line", 1, "nested_too_deep")]
+    assert [(g["reason"].value, g["line"], g["detail"]) for g in scan.gaps] == [
+        ("malformed_line", 1, "nested_too_deep")
+    ]
     assert scan.tool_calls == 0 and scan.lines == 1
-
-
 
 
 # The probe search: any probe set, any value text: hits exactly when some probe occurs in the raw
@@ -394,30 +524,60 @@ def test_probe_hits_are_empty_exactly_when_no_probe_occurs(text):
 
 def test_a_probe_only_in_another_field_of_the_line_is_not_a_finding(tmp_path, monkeypatch):
     """The block-wide probe search narrows to lines; arguments are still probed on their own."""
-    data = _jsonl_text({"type": "tool_call", "tool": "run_command", "args": {"command": "ls"},
-                        "result_preview": "psql groundtruth_workspace eval_res.json"}, _PLANTED)
+    data = _jsonl_text(
+        {
+            "type": "tool_call",
+            "tool": "run_command",
+            "args": {"command": "ls"},
+            "result_preview": "psql groundtruth_workspace eval_res.json",
+        },
+        _PLANTED,
+    )
     scan = _scanned(tmp_path, "tools.jsonl", data, scan_tools, 1 << 20, monkeypatch)
     assert [(f["line"], f["record_index"], f["token"]) for f in scan.findings] == [(2, 1, "psql")]
 
 
 # A cost is exactly float() of its text, as json.loads reads it.
 _digits = st.text(alphabet="0123456789", min_size=1, max_size=20)
-_cost_text = (st.floats(0, 1e30, allow_nan=False, allow_infinity=False).map(repr)
-              | st.builds(lambda i, f, e: i.lstrip("0").rjust(1, "0") + ("." + f if f else "") + e,
-                          _digits, st.text(alphabet="0123456789", max_size=20),
-                          st.sampled_from(["", "e5", "E-7", "e+22", "e-22", "e23", "e-23", "e-30", "e300", "e-330"]))
-              | st.sampled_from(["0", "0.0", "0e999", "9007199254740993", "123456789012345", "1234567890123456",
-                                 "0.1", "0.0123", "1e22", "1e-22", "4.35", "17976931348623157e292", "1e999"]))
+_cost_text = (
+    st.floats(0, 1e30, allow_nan=False, allow_infinity=False).map(repr)
+    | st.builds(
+        lambda i, f, e: i.lstrip("0").rjust(1, "0") + ("." + f if f else "") + e,
+        _digits,
+        st.text(alphabet="0123456789", max_size=20),
+        st.sampled_from(["", "e5", "E-7", "e+22", "e-22", "e23", "e-23", "e-30", "e300", "e-330"]),
+    )
+    | st.sampled_from(
+        [
+            "0",
+            "0.0",
+            "0e999",
+            "9007199254740993",
+            "123456789012345",
+            "1234567890123456",
+            "0.1",
+            "0.0123",
+            "1e22",
+            "1e-22",
+            "4.35",
+            "17976931348623157e292",
+            "1e999",
+        ]
+    )
+)
 
 
 @settings(max_examples=3000, deadline=None)
 @given(text=_cost_text)
 def test_a_cost_is_floats_reading_of_its_text(text):
-    line = (b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": '
-            + text.encode() + b"}")
+    line = (
+        b'{"type": "llm_usage", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0, "cost": '
+        + text.encode()
+        + b"}"
+    )
     scan = TaskScan()
     rows = _row_pairs(audit_read.Block(1, line), audit_read.RowReader(UsageRow), "e", scan)
-    (_, row), = rows
+    ((_, row),) = rows
     assert repr(row.cost) == repr(json.loads(text))
     scan.add_usage(row, "e", 1)
     want = float(text)
@@ -427,10 +587,23 @@ def test_a_cost_is_floats_reading_of_its_text(text):
         assert scan.cost_unknown == 1
 
 
-@pytest.mark.parametrize("data", [
-    b"\n", b"\n\n", b"{}\n\n", b"\n{}\n", b"{}\n{}", b"{}\n \n", b"{}\r\n{}\r\n", b'{}\n"\x7f"\n', b'{}\n{} "\x7f"\n',
-    b'{"a": [\n]}\n{} {}\n', b"{}\n{}\n", b"{}",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\n",
+        b"\n\n",
+        b"{}\n\n",
+        b"\n{}\n",
+        b"{}\n{}",
+        b"{}\n \n",
+        b"{}\r\n{}\r\n",
+        b'{}\n"\x7f"\n',
+        b'{}\n{} "\x7f"\n',
+        b'{"a": [\n]}\n{} {}\n',
+        b"{}\n{}\n",
+        b"{}",
+    ],
+)
 def test_a_log_read_in_one_read_ends_at_its_last_newline_or_not(tmp_path, monkeypatch, data):
     """A small log is decoded as read, final newline included (its separator ends the stream):
     the lines, rows and gaps are those of the plain reading either way."""
@@ -457,15 +630,26 @@ def test_the_long_integer_test_finds_every_aligned_window_of_digits(runs):
     longer than the digit limit), so any run of digits json.loads refuses is found."""
     data = b"".join(piece * count for piece, count in runs)
     window, limit = audit_read._WINDOW, audit_read._INT_DIGITS
-    expected = len(data) > limit and any(data[k * window:(k + 1) * window].isdigit()
-                                         for k in range(len(data) // window))
+    expected = len(data) > limit and any(
+        data[k * window : (k + 1) * window].isdigit() for k in range(len(data) // window)
+    )
     assert audit_read._may_hold_long_integer(data) == expected
     if any(len(run) > limit for run in re.findall(rb"\d+", data)):
         assert expected
 
 
-_UTF8_BITS = [b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff", b"\xed\xa0\x80", b"\xc0\xaf",
-              b"\xe2\x82", b"\x80", b"\xf4\x90\x80\x80"]
+_UTF8_BITS = [
+    b"a",
+    b"\xc3\xa9",
+    b"\xe2\x82\xac",
+    b"\xf0\x9f\x98\x80",
+    b"\xff",
+    b"\xed\xa0\x80",
+    b"\xc0\xaf",
+    b"\xe2\x82",
+    b"\x80",
+    b"\xf4\x90\x80\x80",
+]
 
 
 @settings(max_examples=600, deadline=None)

@@ -80,7 +80,9 @@ def test_admission_refuses_inside_reserve_and_on_exhausted_key():
     assert refused.value.stage == "campaign"
     admission_check(Spending(ceiling_usd=1000, prior_spend_usd=0, usage_baseline=0, usage=899), reserve_usd=100)
     with pytest.raises(Refusal):
-        admission_check(Spending(ceiling_usd=1000, prior_spend_usd=0, usage_baseline=0, usage=0), reserve_usd=0, limit_remaining=0)
+        admission_check(
+            Spending(ceiling_usd=1000, prior_spend_usd=0, usage_baseline=0, usage=0), reserve_usd=0, limit_remaining=0
+        )
 
 
 @pytest.mark.parametrize("reserve", [0, 100, 250])
@@ -127,7 +129,11 @@ def test_run_budget_stops_iff_run_spent_reaches_budget(start, spent_in_run, budg
 
 
 @settings(max_examples=200, deadline=None)
-@given(ceiling=st.integers(min_value=1, max_value=5_000_000), reserve=cents, usages=st.lists(cents, min_size=2, max_size=20))
+@given(
+    ceiling=st.integers(min_value=1, max_value=5_000_000),
+    reserve=cents,
+    usages=st.lists(cents, min_size=2, max_size=20),
+)
 def test_once_inside_the_reserve_more_spending_never_leaves_it(ceiling, reserve, usages):
     decisions = [
         stop_decision(Spending(usd(ceiling), 0.0, 0.0, usd(u)), reserve_usd=usd(reserve)) for u in sorted(usages)

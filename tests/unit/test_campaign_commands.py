@@ -82,9 +82,15 @@ def crashed(tmp_path: Path):
 
 def reconcile(path, run_root, **over):
     args = dict(
-        campaign_file=path, run_root=run_root, operator_note="checked ps and docker by hand",
-        api_key_env="FAKE_OPENROUTER_KEY", docker_host=HOST, label_is_empty=Label(True),
-        read_meter=meter_at(70.0), clock=FakeClock(), environ=ENV,
+        campaign_file=path,
+        run_root=run_root,
+        operator_note="checked ps and docker by hand",
+        api_key_env="FAKE_OPENROUTER_KEY",
+        docker_host=HOST,
+        label_is_empty=Label(True),
+        read_meter=meter_at(70.0),
+        clock=FakeClock(),
+        environ=ENV,
     )
     args.update(over)
     return reconcile_command(**args)

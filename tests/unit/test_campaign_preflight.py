@@ -18,23 +18,39 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def reading(usage: float = 10.0, limit_remaining: float | None = None) -> AcceptedReading:
-    return AcceptedReading(request_time=0.0, usage=usage, limit=None, limit_remaining=limit_remaining, attempts=1,
-                           observed_at=NOW)
+    return AcceptedReading(
+        request_time=0.0, usage=usage, limit=None, limit_remaining=limit_remaining, attempts=1, observed_at=NOW
+    )
 
 
 def cfg(tmp_path: Path, **over) -> RunConfig:
     (tmp_path / "seed").mkdir(exist_ok=True)
     (tmp_path / "bench").mkdir(exist_ok=True)
-    flags = dict(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
-                 run_root=tmp_path / "runs" / "r1", campaign_file=tmp_path / "campaign.json",
-                 new_campaign=True, campaign_budget_usd=50.0, budget_usd=20.0, budget_reserve_usd=5.0)
+    flags = dict(
+        repo_dir=tmp_path / "seed",
+        bench_root=tmp_path / "bench",
+        docker_host="unix:///d",
+        run_root=tmp_path / "runs" / "r1",
+        campaign_file=tmp_path / "campaign.json",
+        new_campaign=True,
+        campaign_budget_usd=50.0,
+        budget_usd=20.0,
+        budget_reserve_usd=5.0,
+    )
     flags.update(over)
     return RunConfig.from_flags(**flags)
 
 
 def write(path: Path, **over) -> bytes:
-    fields = dict(fingerprint=key_fingerprint(KEY), ceiling_usd=50.0, usage_baseline=1.0, prior_spend_usd=0.0,
-                  last_usage=2.0, last_usage_observed_at=NOW, created_at=NOW)
+    fields = dict(
+        fingerprint=key_fingerprint(KEY),
+        ceiling_usd=50.0,
+        usage_baseline=1.0,
+        prior_spend_usd=0.0,
+        last_usage=2.0,
+        last_usage_observed_at=NOW,
+        created_at=NOW,
+    )
     fields.update(over)
     path.write_text(CampaignRecord(**fields).to_json())
     return path.read_bytes()
@@ -62,21 +78,31 @@ def test_a_healthy_campaign_is_admitted_unchanged(tmp_path):
 
 
 def active(tmp_path: Path) -> ActiveRun:
-    return ActiveRun(run_root=str(tmp_path / "dead-run"), run_label="x" * 64, launcher_pid=999999, started_at=NOW,
-                     host="h", usage_at_start=2.0)
+    return ActiveRun(
+        run_root=str(tmp_path / "dead-run"),
+        run_label="x" * 64,
+        launcher_pid=999999,
+        started_at=NOW,
+        host="h",
+        usage_at_start=2.0,
+    )
 
 
-@pytest.mark.parametrize("case,record,flags,read,words", [
-    ("unsettled", "active", {}, reading(), "has an unsettled active run"),
-    ("other key", {"fingerprint": key_fingerprint("another-key-0123456789")}, {}, reading(), "belongs to key"),
-    ("ceiling", {}, {"campaign_budget_usd": 60.0}, reading(), "a ceiling cannot change"),
-    ("prior spend", {}, {"prior_spend_usd": 1.0}, reading(), "Prior spend can be declared only"),
-    ("meter went down", {}, {}, reading(usage=1.5), "below the campaign's last accepted usage"),
-    ("spent", {"usage_baseline": 1.0}, {}, reading(usage=47.0), "not above the $5.00 reserve"),
-    ("key exhausted", {}, {}, reading(limit_remaining=0.0), "no remaining limit"),
-])
-def test_each_campaign_refusal_is_raised_in_preflight_without_touching_the_file(tmp_path, case, record, flags,
-                                                                                 read, words):
+@pytest.mark.parametrize(
+    "case,record,flags,read,words",
+    [
+        ("unsettled", "active", {}, reading(), "has an unsettled active run"),
+        ("other key", {"fingerprint": key_fingerprint("another-key-0123456789")}, {}, reading(), "belongs to key"),
+        ("ceiling", {}, {"campaign_budget_usd": 60.0}, reading(), "a ceiling cannot change"),
+        ("prior spend", {}, {"prior_spend_usd": 1.0}, reading(), "Prior spend can be declared only"),
+        ("meter went down", {}, {}, reading(usage=1.5), "below the campaign's last accepted usage"),
+        ("spent", {"usage_baseline": 1.0}, {}, reading(usage=47.0), "not above the $5.00 reserve"),
+        ("key exhausted", {}, {}, reading(limit_remaining=0.0), "no remaining limit"),
+    ],
+)
+def test_each_campaign_refusal_is_raised_in_preflight_without_touching_the_file(
+    tmp_path, case, record, flags, read, words
+):
     config = cfg(tmp_path, **flags)
     before = write(config.money.campaign_file, **({"active_run": active(tmp_path)} if record == "active" else record))
     assert words in refused(config, read)
@@ -99,14 +125,22 @@ def test_a_missing_campaign_without_new_campaign_is_refused_as_a_new_baseline(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench", "seed"]
 
 
-@pytest.mark.parametrize("drop", [
-    ("campaign_budget_usd",), ("budget_usd",), ("budget_reserve_usd",),
-    ("campaign_budget_usd", "budget_usd", "budget_reserve_usd"),
-])
+@pytest.mark.parametrize(
+    "drop",
+    [
+        ("campaign_budget_usd",),
+        ("budget_usd",),
+        ("budget_reserve_usd",),
+        ("campaign_budget_usd", "budget_usd", "budget_reserve_usd"),
+    ],
+)
 def test_creating_a_campaign_needs_every_money_flag_given(tmp_path, drop):
     sentence = refused(cfg(tmp_path, **{name: None for name in drop}))
-    flags = {"campaign_budget_usd": "--campaign-budget-usd", "budget_usd": "--budget-usd",
-             "budget_reserve_usd": "--budget-reserve-usd"}
+    flags = {
+        "campaign_budget_usd": "--campaign-budget-usd",
+        "budget_usd": "--budget-usd",
+        "budget_reserve_usd": "--budget-reserve-usd",
+    }
     for name, flag in flags.items():
         assert (flag in sentence) == (name in drop), sentence
     assert "given explicitly" in sentence and "\n" not in sentence
@@ -117,7 +151,11 @@ def test_an_existing_campaign_supplies_the_bounds_it_stored(tmp_path):
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=None, budget_reserve_usd=None)
     before = write(config.money.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
     resolved = campaign_preflight(config, KEY, reading())
-    assert (resolved.money.campaign_budget_usd, resolved.money.budget_usd, resolved.money.budget_reserve_usd) == (50.0, 12.0, 4.0)
+    assert (resolved.money.campaign_budget_usd, resolved.money.budget_usd, resolved.money.budget_reserve_usd) == (
+        50.0,
+        12.0,
+        4.0,
+    )
     assert config.money.campaign_file.read_bytes() == before
 
 
@@ -125,7 +163,11 @@ def test_explicit_bounds_win_over_the_stored_ones_but_the_ceiling_never_changes(
     config = cfg(tmp_path, new_campaign=False, campaign_budget_usd=None, budget_usd=7.0, budget_reserve_usd=3.0)
     write(config.money.campaign_file, reserve_usd=4.0, run_budget_usd=12.0)
     resolved = campaign_preflight(config, KEY, reading())
-    assert (resolved.money.campaign_budget_usd, resolved.money.budget_usd, resolved.money.budget_reserve_usd) == (50.0, 7.0, 3.0)
+    assert (resolved.money.campaign_budget_usd, resolved.money.budget_usd, resolved.money.budget_reserve_usd) == (
+        50.0,
+        7.0,
+        3.0,
+    )
     assert "a ceiling cannot change" in refused(cfg(tmp_path, campaign_budget_usd=60.0))
 
 

@@ -37,21 +37,40 @@ SELECTION = ["a1", "a2", "b1", "c", "d", "e"]
 
 
 def run(run_id: str, host: str, root: Path | str, start_h: float, end_h: float | None, state: str) -> CampaignRun:
-    return CampaignRun(run_id=run_id, host=host, run_root=str(root), state=state,
-                       started_at=T0 + timedelta(hours=start_h),
-                       ended_at=None if end_h is None else T0 + timedelta(hours=end_h),
-                       lease_expires_at=T0 + timedelta(hours=(end_h if end_h is not None else 3) + 0.01))
+    return CampaignRun(
+        run_id=run_id,
+        host=host,
+        run_root=str(root),
+        state=state,
+        started_at=T0 + timedelta(hours=start_h),
+        ended_at=None if end_h is None else T0 + timedelta(hours=end_h),
+        lease_expires_at=T0 + timedelta(hours=(end_h if end_h is not None else 3) + 0.01),
+    )
 
 
 def claim(task: str, state: str, run_id: str | None = None, status: str | None = None) -> CampaignClaim:
-    return CampaignClaim(task_id=task, state=state, run_id=run_id, times_claimed=0 if state == "open" else 1,
-                         settled_status=status, receipt=None, settled_at=T0 + timedelta(hours=1) if status else None)
+    return CampaignClaim(
+        task_id=task,
+        state=state,
+        run_id=run_id,
+        times_claimed=0 if state == "open" else 1,
+        settled_status=status,
+        receipt=None,
+        settled_at=T0 + timedelta(hours=1) if status else None,
+    )
 
 
 def record(last_usage: float = 17.5, runs: tuple = ()) -> CampaignRecord:
-    return CampaignRecord(fingerprint=key_fingerprint("k"), ceiling_usd=100.0, usage_baseline=10.0, prior_spend_usd=0.0,
-                          last_usage=last_usage, last_usage_observed_at=T0 + timedelta(hours=3), created_at=T0,
-                          runs=runs)
+    return CampaignRecord(
+        fingerprint=key_fingerprint("k"),
+        ceiling_usd=100.0,
+        usage_baseline=10.0,
+        prior_spend_usd=0.0,
+        last_usage=last_usage,
+        last_usage_observed_at=T0 + timedelta(hours=3),
+        created_at=T0,
+        runs=runs,
+    )
 
 
 @pytest.fixture
@@ -62,14 +81,33 @@ def campaign(tmp_path):
     ra = synth.ledger_run(tmp_path / "ra", SELECTION + ["z"], {"a1": "pass", "a2": "fail", "b1": "pass", "z": "pass"})
     rb = synth.ledger_run(tmp_path / "rb", SELECTION, {"b1": "pass", "d": "infra"})
     runs = [run("RA", "host-a", ra, 0, 2, "finished"), run("RB", "host-b", rb, 1, None, "live")]
-    claims = [claim("a1", "settled", "RA", "passed"), claim("a2", "settled", "RA", "failed"),
-              claim("b1", "settled", "RB", "passed"), claim("c", "open"), claim("d", "claimed", "RB"),
-              claim("e", "settled", "RB", "passed")]
+    claims = [
+        claim("a1", "settled", "RA", "passed"),
+        claim("a2", "settled", "RA", "failed"),
+        claim("b1", "settled", "RB", "passed"),
+        claim("c", "open"),
+        claim("d", "claimed", "RB"),
+        claim("e", "settled", "RB", "passed"),
+    ]
     # The record's history has host a's finished run (its spend as the launcher settled it).
-    history = (CampaignRunRecord(run_root=str(ra), run_label="l", outcome="completed", spent_usd=4.25, started_at=T0,
-                                 finished_at=T0 + timedelta(hours=2)),)
-    snap = CampaignSnapshot(name="c1", location="postgresql://pg/db campaign 'c1'", db_now=T0 + timedelta(hours=3),
-                            record=record(runs=history), runs=runs, claims=claims)
+    history = (
+        CampaignRunRecord(
+            run_root=str(ra),
+            run_label="l",
+            outcome="completed",
+            spent_usd=4.25,
+            started_at=T0,
+            finished_at=T0 + timedelta(hours=2),
+        ),
+    )
+    snap = CampaignSnapshot(
+        name="c1",
+        location="postgresql://pg/db campaign 'c1'",
+        db_now=T0 + timedelta(hours=3),
+        record=record(runs=history),
+        runs=runs,
+        claims=claims,
+    )
     return snap, {"RA": load_run(str(ra)), "RB": load_run(str(rb))}
 
 
@@ -125,8 +163,14 @@ def test_the_denominator_is_the_selection_and_each_settled_task_counts_once(camp
     m = merge_campaign(snap.claims, snap.runs, recs)
     assert m.tasks == SELECTION and set(m.merged) == set(SELECTION)
     status = {t: m.merged[t].row.status.value for t in SELECTION}
-    assert status == {"a1": "passed", "a2": "failed", "b1": "passed", "c": "not_attempted", "d": "infra_failed",
-                      "e": "passed"}
+    assert status == {
+        "a1": "passed",
+        "a2": "failed",
+        "b1": "passed",
+        "c": "not_attempted",
+        "d": "infra_failed",
+        "e": "passed",
+    }
     # b1 counts from the run the database says settled it (host b), not host a's receipt.
     assert m.merged["b1"].provenance == recs["RB"].root and m.merged["a1"].provenance == recs["RA"].root
     assert m.merged["c"].row.reason_code == REASON_OPEN and m.merged["e"].row.reason_code == REASON_DB_ONLY
@@ -137,8 +181,10 @@ def test_disagreements_are_disclosed_never_merged(campaign):
     snap, recs = campaign
     notes = merge_campaign(snap.claims, snap.runs, recs).disagreements
     assert len(notes) == 3, notes
-    assert any(n.startswith("Task b1: run RA on host-a") and "says run RB settled it" in n and "not counted" in n
-               for n in notes)
+    assert any(
+        n.startswith("Task b1: run RA on host-a") and "says run RB settled it" in n and "not counted" in n
+        for n in notes
+    )
     assert any(n.startswith("Task e:") and "its ledger has no row for it" in n for n in notes)
     assert any(n.startswith("Task z:") and "not in the campaign's selection" in n for n in notes)
 
@@ -163,8 +209,13 @@ def test_a_ledger_that_disagrees_on_the_status_yields_to_the_database(campaign):
 
 def test_per_host_throughput_and_spend_beside_the_campaigns_one_spend(campaign):
     snap, recs = campaign
-    view = campaign_view(snap, recs, merge_campaign(snap.claims, snap.runs, recs), row_cost=row_cost,
-                         usage_series=[(2.0, 12.0), (1.0, 11.0)])
+    view = campaign_view(
+        snap,
+        recs,
+        merge_campaign(snap.claims, snap.runs, recs),
+        row_cost=row_cost,
+        usage_series=[(2.0, 12.0), (1.0, 11.0)],
+    )
     hosts = {h["host"]: h for h in view.section["hosts"]}
     assert (hosts["host-a"]["settled"], hosts["host-a"]["hours"]) == (2, pytest.approx(2.0))
     assert hosts["host-a"]["settled_per_hour"] == pytest.approx(1.0)
@@ -190,15 +241,18 @@ def test_per_host_throughput_and_spend_beside_the_campaigns_one_spend(campaign):
     assert "## hosts" in Path(r["methodology"]).read_text()
     assert any("Task b1:" in d for d in r["disclosures"])
     md = to_markdown(r)
-    assert "## Campaign" in md and "4 of 6 selected tasks settled, 1 claimed, 1 open" in md and "| host-a | 1 | 2 |" in md
+    assert (
+        "## Campaign" in md and "4 of 6 selected tasks settled, 1 claimed, 1 open" in md and "| host-a | 1 | 2 |" in md
+    )
     assert "host-b" in to_html(r)
 
 
 def test_a_campaign_without_a_money_record_has_unknown_spend(campaign):
     snap, recs = campaign
     snap = CampaignSnapshot(**{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "record": None})
-    view = campaign_view(snap, recs, merge_campaign(snap.claims, snap.runs, recs), row_cost=row_cost,
-                         usage_series=[(1.0, 11.0)])
+    view = campaign_view(
+        snap, recs, merge_campaign(snap.claims, snap.runs, recs), row_cost=row_cost, usage_series=[(1.0, 11.0)]
+    )
     assert view.meter_delta_usd is None and view.spend_series == [] and view.section["money"] is None
     assert any("no money record" in d for d in view.disclosures)
 
@@ -212,14 +266,38 @@ def test_a_released_run_is_disclosed_as_an_operators_release_not_a_fence_proof(c
 
     snap, recs = campaign
     rb = snap.runs[1]
-    stored = HostRun(run_id=rb.run_id, campaign="c1", host=rb.host, run_root=rb.run_root, lease_sec=60,
-                     lease_expires_at=rb.lease_expires_at, state="live")
+    stored = HostRun(
+        run_id=rb.run_id,
+        campaign="c1",
+        host=rb.host,
+        run_root=rb.run_root,
+        lease_sec=60,
+        lease_expires_at=rb.lease_expires_at,
+        state="live",
+    )
     fence = Fence(ReleaseFence.ATTESTED, "no Docker daemon was named", None)
-    release = release_record(stored, snap.db_now, "postgres", ["d"], fence=fence, label="l", confirm_fenced=True,
-                             operator="op@desk", note="VM deleted")
-    released = CampaignRun(**{**{f: getattr(rb, f) for f in rb.__struct_fields__}, "state": "released",
-                              "ended_at": snap.db_now, "release": release})
-    snap = CampaignSnapshot(**{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "runs": [snap.runs[0], released]})
+    release = release_record(
+        stored,
+        snap.db_now,
+        "postgres",
+        ["d"],
+        fence=fence,
+        label="l",
+        confirm_fenced=True,
+        operator="op@desk",
+        note="VM deleted",
+    )
+    released = CampaignRun(
+        **{
+            **{f: getattr(rb, f) for f in rb.__struct_fields__},
+            "state": "released",
+            "ended_at": snap.db_now,
+            "release": release,
+        }
+    )
+    snap = CampaignSnapshot(
+        **{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "runs": [snap.runs[0], released]}
+    )
     view = campaign_view(snap, recs, merge_campaign(snap.claims, snap.runs, recs), row_cost=row_cost, usage_series=[])
     said = [d for d in view.disclosures if d.startswith("Host run RB on host-b")]
     assert len(said) == 1 and "released by op@desk (database role postgres)" in said[0]
@@ -231,8 +309,11 @@ def test_a_released_run_is_disclosed_as_an_operators_release_not_a_fence_proof(c
 
 
 def test_overlap_is_seen_past_a_short_run():
-    long_, short, late = run("1", "h", "/a", 0, 10, "finished"), run("2", "h", "/b", 1, 2, "finished"), run(
-        "3", "h", "/c", 5, 6, "finished")
+    long_, short, late = (
+        run("1", "h", "/a", 0, 10, "finished"),
+        run("2", "h", "/b", 1, 2, "finished"),
+        run("3", "h", "/c", 5, 6, "finished"),
+    )
     assert overlapping([long_, short, late], T0) and overlapping([long_, late], T0)
     assert not overlapping([short, late], T0)
 
@@ -243,7 +324,9 @@ def test_hosts_of_another_configuration_are_refused_another_image_disclosed(camp
     runs = snap.runs + [run("RC", "host-c", rc.root, 0, 1, "finished")]
     notes = check_identities({**recs, "RC": rc}, runs)
     assert len(notes) == 1 and "run RC on host-c" in notes[0] and "builds its own image" in notes[0]
-    rd = load_run(str(synth.ledger_run(tmp_path / "rd", SELECTION, {}, applied_config={**synth.CONFIG, "model": "other/m"})))
+    rd = load_run(
+        str(synth.ledger_run(tmp_path / "rd", SELECTION, {}, applied_config={**synth.CONFIG, "model": "other/m"}))
+    )
     runs.append(run("RD", "host-d", rd.root, 0, 1, "finished"))
     with pytest.raises(Refusal, match=r"\(host-d\) differs in applied_config key 'model'"):
         check_identities({**recs, "RD": rd}, runs)
@@ -257,9 +340,14 @@ def test_status_shows_every_host_and_names_the_missing_root(campaign):
     by = {r["run_id"]: r for r in status["runs"]}
     assert by["RA"]["given"]["run_root"] == str(ra) and by["RB"]["given"] is None
     assert by["RB"]["lease"].startswith("live (lease renewed; it expires in 36 s)")
-    assert status["missing"] and "host-b:" in status["missing"] and status["money"]["meter_delta_usd"] == pytest.approx(7.5)
+    assert (
+        status["missing"]
+        and "host-b:" in status["missing"]
+        and status["money"]["meter_delta_usd"] == pytest.approx(7.5)
+    )
     text = "\n".join(render_campaign_status(status))
     assert "tasks: 4/6 settled, 1 claimed, 1 open" in text and "run root: not given here" in text
-    lapsed = CampaignSnapshot(**{**{f: getattr(snap, f) for f in snap.__struct_fields__},
-                                 "db_now": T0 + timedelta(hours=4)})
+    lapsed = CampaignSnapshot(
+        **{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "db_now": T0 + timedelta(hours=4)}
+    )
     assert "lease lapsed" in {r["run_id"]: r for r in build_campaign_status(lapsed, {})["runs"]}["RB"]["lease"]

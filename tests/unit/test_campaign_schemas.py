@@ -18,8 +18,13 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 def record(**over) -> CampaignRecord:
     fields = dict(
-        fingerprint=key_fingerprint("sk-fake"), ceiling_usd=1000.0, usage_baseline=10.0, prior_spend_usd=2.0,
-        last_usage=30.0, last_usage_observed_at=T0, created_at=T0,
+        fingerprint=key_fingerprint("sk-fake"),
+        ceiling_usd=1000.0,
+        usage_baseline=10.0,
+        prior_spend_usd=2.0,
+        last_usage=30.0,
+        last_usage_observed_at=T0,
+        created_at=T0,
     )
     fields.update(over)
     return CampaignRecord(**fields)
@@ -70,13 +75,24 @@ def test_campaign_is_immutable():
 
 def test_monitor_holds_non_finite_observations_as_strings_only():
     rejected = Observation(
-        observed_at=T0.isoformat(), phase="poll", attempt=1, previous_usage=3.0, observed_usage="nan",
-        accepted=False, error_type="nan", error="usage is NaN",
+        observed_at=T0.isoformat(),
+        phase="poll",
+        attempt=1,
+        previous_usage=3.0,
+        observed_usage="nan",
+        accepted=False,
+        error_type="nan",
+        error="usage is NaN",
     )
     monitor = Monitor(
-        observed_at=T0, launcher_pid=10, runner_pid=11,
-        meter=MeterState(blindness_sec=30, last_usage=3.0, rejected=[RejectedObservation.from_observation(rejected.to_dict())]),
-        stop_reason="budget_meter_unavailable", stop_causes=["budget_meter_unavailable", "signal_15"],
+        observed_at=T0,
+        launcher_pid=10,
+        runner_pid=11,
+        meter=MeterState(
+            blindness_sec=30, last_usage=3.0, rejected=[RejectedObservation.from_observation(rejected.to_dict())]
+        ),
+        stop_reason="budget_meter_unavailable",
+        stop_causes=["budget_meter_unavailable", "signal_15"],
     )
     data = json.loads(monitor.to_json())
     assert data["schema"] == MONITOR_SCHEMA and data["campaign_settlement"] == "pending"

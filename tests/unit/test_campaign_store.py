@@ -38,7 +38,9 @@ def path(tmp_path: Path) -> Path:
 
 
 def admit(path: Path, **over):
-    args = dict(key_fingerprint=FP, ceiling=1000.0, prior_spend=0.0, startup_usage=50.0, create_if_missing=True, now=Ticker())
+    args = dict(
+        key_fingerprint=FP, ceiling=1000.0, prior_spend=0.0, startup_usage=50.0, create_if_missing=True, now=Ticker()
+    )
     args.update(over)
     return open_campaign(JsonFileCampaignStore(path), **args)
 
@@ -84,7 +86,12 @@ def test_active_run_is_on_disk_while_the_run_holds_custody(path):
         campaign.start_run(run_root="/runs/a", run_label="lbl-a", launcher_pid=123, host="h")
         campaign.set_runner_pgid(456)
         active = read_campaign(path).active_run
-        assert (active.run_root, active.launcher_pid, active.runner_pgid, active.usage_at_start) == ("/runs/a", 123, 456, 50.0)
+        assert (active.run_root, active.launcher_pid, active.runner_pgid, active.usage_at_start) == (
+            "/runs/a",
+            123,
+            456,
+            50.0,
+        )
 
 
 @pytest.mark.parametrize(
@@ -156,7 +163,10 @@ def test_creation_stores_the_reserve_and_run_budget_it_was_given(path):
     assert (stored["reserve_usd"], stored["run_budget_usd"]) == (7.5, 30.0)
 
 
-@pytest.mark.parametrize(("field", "value"), [("ceiling", 0.0), ("ceiling", float("inf")), ("prior_spend", -1.0), ("startup_usage", float("nan"))])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("ceiling", 0.0), ("ceiling", float("inf")), ("prior_spend", -1.0), ("startup_usage", float("nan"))],
+)
 def test_bad_amounts_are_refused_before_anything_is_written(path, field, value):
     with pytest.raises(Refusal):
         with admit(path, **{field: value}):

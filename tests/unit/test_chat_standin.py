@@ -72,10 +72,12 @@ def test_the_plan_runs_one_step_per_turn_then_a_final_answer():
 def test_progress_is_read_from_the_minted_call_ids():
     first = respond(body([{"role": "user", "content": TASK}]))
     assert steps_done(body([{"role": "user", "content": TASK}])) == 0
-    history = [{"role": "user", "content": TASK},
-               {"role": "assistant", "tool_calls": list(first.tool_calls)},
-               {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"},
-               {"role": "tool", "tool_call_id": "someone_else_7", "content": "ok"}]
+    history = [
+        {"role": "user", "content": TASK},
+        {"role": "assistant", "tool_calls": list(first.tool_calls)},
+        {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"},
+        {"role": "tool", "tool_call_id": "someone_else_7", "content": "ok"},
+    ]
     assert steps_done(body(history)) == 1
     second = respond(body(history))
     assert second.tool_calls[0]["function"]["name"] == "mcp_files__read_file"
@@ -96,8 +98,11 @@ def test_calls_without_the_marker_or_without_tools_get_plain_text():
 
 def test_a_missing_tool_mid_plan_ends_with_a_stated_reason():
     first = respond(body([{"role": "user", "content": TASK}]))
-    history = [{"role": "user", "content": TASK}, {"role": "assistant", "tool_calls": list(first.tool_calls)},
-               {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"}]
+    history = [
+        {"role": "user", "content": TASK},
+        {"role": "assistant", "tool_calls": list(first.tool_calls)},
+        {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"},
+    ]
     reply = respond(body(history, offered=["mcp_files__list_files"]))
     assert reply.kind == "final" and "mcp_files__read_file is not offered" in reply.content
 
@@ -110,11 +115,14 @@ def test_scripted_endings_provider_error_and_hang():
 
 
 def _post_stream(standin: ChatStandin, payload: dict) -> list[dict]:
-    request = urllib.request.Request(standin.base_url + "/chat/completions", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        standin.base_url + "/chat/completions",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.headers["Content-Type"] == "text/event-stream"
-        events = [ln[len(b"data: "):] for ln in response.read().split(b"\n") if ln.startswith(b"data: ")]
+        events = [ln[len(b"data: ") :] for ln in response.read().split(b"\n") if ln.startswith(b"data: ")]
     assert events[-1] == b"[DONE]"
     return [json.loads(e) for e in events[:-1]]
 
@@ -127,14 +135,17 @@ def test_a_streamed_answer_is_the_same_answer_in_openai_chunks(standin):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     calls = [tc for c in chunks if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls", [])]
     assert [(tc["index"], tc["function"]["name"]) for tc in calls] == [
-        (i, c["function"]["name"]) for i, c in enumerate(plain.tool_calls)]
+        (i, c["function"]["name"]) for i, c in enumerate(plain.tool_calls)
+    ]
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert finishes == ["tool_calls"]
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"]["prompt_tokens"] > 0
     record = standin.chat_requests()[-1]
     assert (record["prompt_tokens"], record["completion_tokens"]) == (
-        usage["usage"]["prompt_tokens"], usage["usage"]["completion_tokens"])
+        usage["usage"]["prompt_tokens"],
+        usage["usage"]["completion_tokens"],
+    )
 
 
 def test_a_stream_without_include_usage_reports_and_logs_no_usage(standin):
@@ -148,8 +159,9 @@ def test_a_stream_without_include_usage_reports_and_logs_no_usage(standin):
 
 
 def _post(url: str, payload: dict, timeout: float = 10) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
@@ -191,8 +203,10 @@ def test_the_request_log_records_every_chat_request_with_the_usage_it_answered(t
     path = tmp_path / "requests.jsonl"
     s = ChatStandin(log_path=str(path)).start()
     try:
-        answers = [_post(f"{s.base_url}/chat/completions", body([{"role": "user", "content": text}]))[1]
-                   for text in (TASK, "hello", "hello again")]
+        answers = [
+            _post(f"{s.base_url}/chat/completions", body([{"role": "user", "content": text}]))[1]
+            for text in (TASK, "hello", "hello again")
+        ]
         with urllib.request.urlopen(f"{s.base_url}/models", timeout=10):
             pass  # not a chat request: not in the log
         log = s.chat_requests()
@@ -221,11 +235,26 @@ def test_a_hanging_request_is_released_when_the_standin_stops():
     result = {}
 
     def call():
-        result["answer"] = _post(f"{s.base_url}/chat/completions", body(
-            [{"role": "user", "content": "[demo-policy: demo-hang]"},
-             {"role": "assistant", "tool_calls": [{"id": "call_demo_0_abcdef12", "type": "function",
-                                                   "function": {"name": "mcp_files__list_files", "arguments": "{}"}}]},
-             {"role": "tool", "tool_call_id": "call_demo_0_abcdef12", "content": "ok"}]), timeout=30)
+        result["answer"] = _post(
+            f"{s.base_url}/chat/completions",
+            body(
+                [
+                    {"role": "user", "content": "[demo-policy: demo-hang]"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "call_demo_0_abcdef12",
+                                "type": "function",
+                                "function": {"name": "mcp_files__list_files", "arguments": "{}"},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "call_demo_0_abcdef12", "content": "ok"},
+                ]
+            ),
+            timeout=30,
+        )
 
     worker = threading.Thread(target=call)
     worker.start()
@@ -241,7 +270,9 @@ def test_a_hanging_request_is_released_when_the_standin_stops():
 
 
 def test_reviewers_asked_for_a_findings_array_get_a_clean_empty_one():
-    review = [{"role": "system", "content": "Review the task.\nReturn ONLY a JSON array, optionally followed by..."},
-              {"role": "user", "content": TASK}]
+    review = [
+        {"role": "system", "content": "Review the task.\nReturn ONLY a JSON array, optionally followed by..."},
+        {"role": "user", "content": TASK},
+    ]
     reply = respond(body(review, offered=None))
     assert reply.kind == "json" and reply.content == "[]\nNO_FINDINGS"

@@ -23,7 +23,7 @@ def _api_error(status: int, text: str) -> APIError:
 
 def test_a_removal_already_in_progress_is_not_a_failure():
     def remove(_api, _ident):
-        raise _api_error(409, 'removal of container abc is already in progress')
+        raise _api_error(409, "removal of container abc is already in progress")
 
     record = docker_ops._attempt(remove, None, "container", "abc", "pg-1-deadbeef")
     assert record["outcome"] == "in_progress"
@@ -68,8 +68,10 @@ class ParallelDaemon:
 
     def __init__(self, label: str, containers: int, delay: float) -> None:
         self.label, self.delay, self.lock, self.log = label, delay, threading.Lock(), []
-        self.made = {f"c{i}": {"Id": f"c{i}", "Names": [f"/agent-{i}"], "Labels": {RUN_LABEL_KEY: label}}
-                     for i in range(containers)}
+        self.made = {
+            f"c{i}": {"Id": f"c{i}", "Names": [f"/agent-{i}"], "Labels": {RUN_LABEL_KEY: label}}
+            for i in range(containers)
+        }
         self.nets = {"n0": {"Id": "n0", "Name": "net-0", "Labels": {RUN_LABEL_KEY: label}}}
         self.removed_at: dict[str, float] = {}
 
@@ -150,7 +152,8 @@ class FakeClient:
 
 
 def test_a_container_landing_while_its_creation_is_in_flight_is_removed_at_once_and_the_proof_waits(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """An admitted creation still holds its lock (a `docker run` waiting for its answer) when the
     stop's first pass lists: what it makes is removed within a short round of landing, not after
     the creation has ended, and the proof still waits for the lock."""
@@ -166,8 +169,9 @@ def test_a_container_landing_while_its_creation_is_in_flight_is_removed_at_once_
 
     def stop() -> None:
         try:
-            outcome["report"] = docker_ops.cleanup_run("unix:///fake", label, lambda entry: None, creations=creations,
-                                                       creation_wait_sec=20)
+            outcome["report"] = docker_ops.cleanup_run(
+                "unix:///fake", label, lambda entry: None, creations=creations, creation_wait_sec=20
+            )
         except Exception as exc:  # noqa: BLE001 - the assertion below names it
             outcome["error"] = exc
         outcome["returned"] = time.monotonic()

@@ -29,8 +29,9 @@ from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress
 SELF = 99999  # the pid `prove` treats as the asking command in the fake tables
 
 
-def stat_line(pid: int, comm: str = "python3", state: str = "S", ppid: int = 1, pgrp: int | None = None,
-              start: int = 1000) -> str:
+def stat_line(
+    pid: int, comm: str = "python3", state: str = "S", ppid: int = 1, pgrp: int | None = None, start: int = 1000
+) -> str:
     # Fields 3.. of /proc/<pid>/stat; field 22 (starttime) is the 20th after the command name.
     rest = [state, str(ppid), str(pgrp if pgrp is not None else pid), "0"] + ["0"] * 15 + [str(start)] + ["0"] * 30
     return f"{pid} ({comm}) " + " ".join(rest)
@@ -41,8 +42,9 @@ class FakeProc:
         self.root = root
         root.mkdir()
 
-    def add(self, pid: int, argv: list[str], *, cwd: Path | None = None, environ: list[str] | None = None,
-            **stat) -> None:
+    def add(
+        self, pid: int, argv: list[str], *, cwd: Path | None = None, environ: list[str] | None = None, **stat
+    ) -> None:
         d = self.root / str(pid)
         d.mkdir()
         (d / "stat").write_text(stat_line(pid, **stat))
@@ -79,7 +81,8 @@ def test_a_recorded_launcher_is_alive_only_with_its_own_start_time(proc):
     reused = CustodyProcesses(launcher=ProcessIdentity(pid=100, start_ticks=4999))
     alive = prove(RUN, Recorded(custody=same), table=proc.table, self_pid=SELF)
     assert [(h.role, h.pid, h.alive, h.source) for h in alive.holders] == [
-        ("launcher", 100, True, "custody/processes.json")]
+        ("launcher", 100, True, "custody/processes.json")
+    ]
     gone = prove(RUN, Recorded(custody=reused), table=proc.table, self_pid=SELF)
     # Another start time: pid 100 is another process now, so the recorded launcher is gone.
     assert gone.first("launcher").alive is False and gone.all_gone
@@ -90,8 +93,11 @@ def test_watchdog_and_runner_group_from_processes_json(proc):
     proc.add(300, ["bash", "run_parallel.sh", "2", "t1"], pgrp=300)
     proc.add(301, ["docker", "run", "x"], pgrp=300)
     proc.add(302, ["sleep", "1"], pgrp=300, state="Z")
-    custody = CustodyProcesses(launcher=ProcessIdentity(pid=100, start_ticks=1), watchdog=ProcessIdentity(
-        pid=200, start_ticks=10), runner_pgid=300)
+    custody = CustodyProcesses(
+        launcher=ProcessIdentity(pid=100, start_ticks=1),
+        watchdog=ProcessIdentity(pid=200, start_ticks=10),
+        runner_pgid=300,
+    )
     live = prove(RUN, Recorded(custody=custody), table=proc.table, self_pid=SELF)
     assert live.first("launcher").alive is False  # no /proc entry
     assert live.first("watchdog").alive is True
@@ -121,7 +127,10 @@ def test_the_scan_finds_an_unrecorded_launcher_watchdog_or_runner(proc, tmp_path
     proc.add(170, ["bash", "-c", f"cowork-adapter clear {RUN}"])  # the asking command's parent
     live = prove(RUN, Recorded(), table=proc.table, self_pid=SELF)
     assert [(h.role, h.pid) for h in live.alive] == [
-        ("launcher", 110), ("process of the run", 120), ("process of the run", 130)]
+        ("launcher", 110),
+        ("process of the run", 120),
+        ("process of the run", 130),
+    ]
     assert all(h.source == "the process table" for h in live.alive)
 
 
@@ -147,22 +156,48 @@ def test_an_empty_record_proves_nothing_alive(proc):
 
 
 def manifest(run_root: Path, **over) -> RunManifest:
-    fields = dict(run_root=str(run_root), run_label="ab" * 16, created_at="2026-03-01T12:00:00Z",
-                  updated_at="2026-03-01T12:00:00Z", argv=["cowork-adapter", "run"], adapter={"version": "0"},
-                  budgets={"meter": {"url": "http://127.0.0.1:8111/api/v1"}, "api_key_env": "DEMO_KEY",
-                           "resource_root": str(run_root.parent)},
-                  docker_host="unix:///tmp/d.sock")
+    fields = dict(
+        run_root=str(run_root),
+        run_label="ab" * 16,
+        created_at="2026-03-01T12:00:00Z",
+        updated_at="2026-03-01T12:00:00Z",
+        argv=["cowork-adapter", "run"],
+        adapter={"version": "0"},
+        budgets={
+            "meter": {"url": "http://127.0.0.1:8111/api/v1"},
+            "api_key_env": "DEMO_KEY",
+            "resource_root": str(run_root.parent),
+        },
+        docker_host="unix:///tmp/d.sock",
+    )
     fields.update(over)
     return RunManifest(**fields)
 
 
 def campaign_record(run_root: Path | None, key: str = "k-1") -> CampaignRecord:
     now = datetime.now(UTC)
-    active = None if run_root is None else {
-        "run_root": str(run_root), "run_label": "ab" * 16, "launcher_pid": 1, "started_at": now, "host": "h",
-        "usage_at_start": 1.0}
-    return CampaignRecord(fingerprint=key_fingerprint(key), ceiling_usd=50, usage_baseline=1.0, prior_spend_usd=0,
-                          last_usage=1.0, last_usage_observed_at=now, created_at=now, active_run=active)
+    active = (
+        None
+        if run_root is None
+        else {
+            "run_root": str(run_root),
+            "run_label": "ab" * 16,
+            "launcher_pid": 1,
+            "started_at": now,
+            "host": "h",
+            "usage_at_start": 1.0,
+        }
+    )
+    return CampaignRecord(
+        fingerprint=key_fingerprint(key),
+        ceiling_usd=50,
+        usage_baseline=1.0,
+        prior_spend_usd=0,
+        last_usage=1.0,
+        last_usage_observed_at=now,
+        created_at=now,
+        active_run=active,
+    )
 
 
 @pytest.fixture
@@ -181,12 +216,16 @@ def test_the_clear_line_names_every_recorded_flag(run_root, tmp_path):
     campaign = tmp_path / "campaign.json"
     m = manifest(run_root, campaign_file=str(campaign))
     # Killed before the campaign existed: no campaign file and no meter are needed.
-    assert clear_hint(run_root, m) == f"cowork-adapter clear {run_root} --docker-host unix:///tmp/d.sock --operator-note '...'"
+    assert (
+        clear_hint(run_root, m)
+        == f"cowork-adapter clear {run_root} --docker-host unix:///tmp/d.sock --operator-note '...'"
+    )
     assert clear_key_note(m) == ""
     campaign.write_text(campaign_record(run_root).to_json())
     assert clear_hint(run_root, m) == (
         f"cowork-adapter clear {run_root} --campaign-file {campaign} --meter-url http://127.0.0.1:8111/api/v1 "
-        "--docker-host unix:///tmp/d.sock --operator-note '...'")
+        "--docker-host unix:///tmp/d.sock --operator-note '...'"
+    )
     assert clear_key_note(m) == " (with the provider key in $DEMO_KEY)"
     spaced = tmp_path / "with space" / "run"
     assert f"clear '{spaced}'" in clear_hint(spaced, manifest(spaced))
@@ -227,8 +266,9 @@ def test_a_run_killed_before_its_campaign_existed_skips_the_campaign(run_root, t
     write(run_root, manifest(run_root, campaign_file=str(tmp_path / "campaign.json")))
     p = plan(run_root)
     assert (p.campaign_file, p.campaign_state, p.key) == (None, "no_campaign_file", None)
-    (run_root / "events.jsonl").write_text('{"schema":"cowork_adapter.event.v1","ts":"2026-03-01T12:00:00Z",'
-                                           '"kind":"runner_started","pid":4}\n')
+    (run_root / "events.jsonl").write_text(
+        '{"schema":"cowork_adapter.event.v1","ts":"2026-03-01T12:00:00Z","kind":"runner_started","pid":4}\n'
+    )
     assert "is missing although its runner started" in refused(lambda: plan(run_root))
 
 
@@ -252,8 +292,9 @@ def test_clear_refuses_while_a_process_of_the_run_lives_and_touches_nothing(run_
     (run_root / "private").mkdir()
     (run_root / "private" / "agent.env").write_text("KEY=x\n")
     (run_root / "custody").mkdir()
-    (run_root / "custody" / "processes.json").write_text(CustodyProcesses(
-        launcher=ProcessIdentity(pid=100, start_ticks=7), runner_pgid=300).to_json())
+    (run_root / "custody" / "processes.json").write_text(
+        CustodyProcesses(launcher=ProcessIdentity(pid=100, start_ticks=7), runner_pgid=300).to_json()
+    )
     proc.add(300, ["bash", "run_parallel.sh"], pgrp=300)
     before = (run_root / "run_manifest.json").read_bytes()
     code = clear_command(run_root, "checked", table=proc.table)
@@ -283,9 +324,17 @@ def test_reconcile_of_a_missing_campaign_creates_no_lock(run_root, tmp_path, cap
 def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     # A runner in its own session that ignores SIGTERM: stop must escalate to SIGKILL.
-    runner = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, "
-                               "signal.SIG_IGN)\nopen('ready','w').close()\nwhile True: time.sleep(0.1)"],
-                              cwd=run_root, start_new_session=True, env={**os.environ, **MARKED})
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time\nsignal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN)\nopen('ready','w').close()\nwhile True: time.sleep(0.1)",
+        ],
+        cwd=run_root,
+        start_new_session=True,
+        env={**os.environ, **MARKED},
+    )
     try:
         deadline = time.monotonic() + 20
         while not (run_root / "ready").exists():
@@ -293,8 +342,14 @@ def test_stop_fences_and_stops_an_orphaned_runner_group(run_root, capsys):
             time.sleep(0.05)
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
-        mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=dead.pid, runner_pid=runner.pid,
-                      finished=False, progress=Progress(selected=2, running=1), meter=MeterState(blindness_sec=30.0))
+        mon = Monitor(
+            observed_at=datetime.now(UTC),
+            launcher_pid=dead.pid,
+            runner_pid=runner.pid,
+            finished=False,
+            progress=Progress(selected=2, running=1),
+            meter=MeterState(blindness_sec=30.0),
+        )
         (run_root / "monitor.json").write_text(mon.to_json())
         code = stop_command(run_root, timeout=1.0, poll_sec=0.1)
         err = capsys.readouterr().err
@@ -318,15 +373,22 @@ def test_stop_never_signals_a_recorded_group_whose_id_now_names_other_processes(
     carries no marker, or another run's): `stop` fences but signals nothing."""
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     for environment in ({}, {"COWORK_RUN_LABEL": "cd" * 16}):
-        stranger = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
-                                    start_new_session=True, env={**{k: v for k, v in os.environ.items()
-                                                                    if k != "COWORK_RUN_LABEL"}, **environment})
+        stranger = subprocess.Popen(
+            [sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+            start_new_session=True,
+            env={**{k: v for k, v in os.environ.items() if k != "COWORK_RUN_LABEL"}, **environment},
+        )
         try:
             dead = subprocess.Popen([sys.executable, "-c", "pass"])
             dead.wait()
-            mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=dead.pid, runner_pid=stranger.pid,
-                          finished=False, progress=Progress(selected=2, running=1),
-                          meter=MeterState(blindness_sec=30.0))
+            mon = Monitor(
+                observed_at=datetime.now(UTC),
+                launcher_pid=dead.pid,
+                runner_pid=stranger.pid,
+                finished=False,
+                progress=Progress(selected=2, running=1),
+                meter=MeterState(blindness_sec=30.0),
+            )
             (run_root / "monitor.json").write_text(mon.to_json())
             code = stop_command(run_root, timeout=1.0, poll_sec=0.1)
             err = capsys.readouterr().err
@@ -343,8 +405,9 @@ def test_the_orphaned_group_stop_checks_the_marker_before_each_signal(run_root):
     from cowork_adapter.ops.control import stop_orphaned_group
 
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
-    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True,
-                                env={k: v for k, v in os.environ.items() if k != "COWORK_RUN_LABEL"})
+    stranger = subprocess.Popen(
+        ["sleep", "30"], start_new_session=True, env={k: v for k, v in os.environ.items() if k != "COWORK_RUN_LABEL"}
+    )
     try:
         said = stop_orphaned_group(run_root, stranger.pid, grace_sec=1.0, poll_sec=0.1)
         assert "carries the run's marker (COWORK_RUN_LABEL), so it is not the run's" in said and "not signalled" in said
@@ -360,15 +423,23 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=dead.pid, finished=False,
-                  progress=Progress(selected=2, running=1), meter=MeterState(blindness_sec=30.0))
+    mon = Monitor(
+        observed_at=datetime.now(UTC),
+        launcher_pid=dead.pid,
+        finished=False,
+        progress=Progress(selected=2, running=1),
+        meter=MeterState(blindness_sec=30.0),
+    )
     (run_root / "monitor.json").write_text(mon.to_json())
     assert status_command(run_root, as_json=True) == 0
     status = json.loads(capsys.readouterr().out)
-    assert status["processes"] == [{"role": "launcher", "pid": dead.pid, "source": "monitor.json", "alive": False,
-                                    "members": []}]
+    assert status["processes"] == [
+        {"role": "launcher", "pid": dead.pid, "source": "monitor.json", "alive": False, "members": []}
+    ]
     assert status["labelled"]["error"] == "the run recorded no Docker host"
-    assert status["next_command"] == f"`cowork-adapter clear {run_root} --docker-host DOCKER_HOST --operator-note '...'`"
+    assert (
+        status["next_command"] == f"`cowork-adapter clear {run_root} --docker-host DOCKER_HOST --operator-note '...'`"
+    )
     assert status_command(run_root, as_json=False) == 0
     text = capsys.readouterr().out
     assert f"processes: launcher pid {dead.pid} gone (from monitor.json)" in text
@@ -381,10 +452,17 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
 def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, capsys):
     from cowork_adapter.ops.control import status_command
 
-    write(run_root, manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z",
-                             docker_host=None))
-    mon = Monitor(observed_at=datetime.now(UTC), launcher_pid=1, finished=True,
-                  progress=Progress(selected=2, done=2), meter=MeterState(blindness_sec=30.0))
+    write(
+        run_root,
+        manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z", docker_host=None),
+    )
+    mon = Monitor(
+        observed_at=datetime.now(UTC),
+        launcher_pid=1,
+        finished=True,
+        progress=Progress(selected=2, done=2),
+        meter=MeterState(blindness_sec=30.0),
+    )
     (run_root / "monitor.json").write_text(mon.to_json())
     assert status_command(run_root, as_json=True) == 0
     status = json.loads(capsys.readouterr().out)
@@ -415,10 +493,14 @@ def test_the_next_command_waits_for_a_live_watchdog_and_stops_a_live_runner(run_
     files = read_run(run_root)
     proc.add(200, ["python3", "-m", "cowork_adapter.custody.watchdog"], start=3)
     proc.add(300, ["bash", "run_parallel.sh"], pgrp=300)
-    custody = CustodyProcesses(launcher=ProcessIdentity(pid=100, start_ticks=1),
-                               watchdog=ProcessIdentity(pid=200, start_ticks=3))
+    custody = CustodyProcesses(
+        launcher=ProcessIdentity(pid=100, start_ticks=1), watchdog=ProcessIdentity(pid=200, start_ticks=3)
+    )
     only_watchdog = prove(run_root, Recorded(custody=custody), table=proc.table, self_pid=SELF)
-    assert next_command(files, only_watchdog).startswith("wait for the watchdog (pid 200) to finish, then `cowork-adapter clear")
-    with_runner = prove(run_root, Recorded(custody=custody.replace(runner_pgid=300)), table=proc.table,
-                        self_pid=SELF)
-    assert next_command(files, with_runner).startswith(f"`cowork-adapter stop {run_root}` (to stop what still runs), then")
+    assert next_command(files, only_watchdog).startswith(
+        "wait for the watchdog (pid 200) to finish, then `cowork-adapter clear"
+    )
+    with_runner = prove(run_root, Recorded(custody=custody.replace(runner_pgid=300)), table=proc.table, self_pid=SELF)
+    assert next_command(files, with_runner).startswith(
+        f"`cowork-adapter stop {run_root}` (to stop what still runs), then"
+    )

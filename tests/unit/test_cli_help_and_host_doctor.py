@@ -32,8 +32,13 @@ def _commands() -> list[tuple[list[str], list[str]]]:
                 walk(command, words + [name])
             else:
                 # A hidden flag (--stop-path, for benchmarks only) is left out of help on purpose.
-                longs = [o for p in command.params if not getattr(p, "hidden", False)
-                         for o in getattr(p, "opts", ()) if o.startswith("--")]
+                longs = [
+                    o
+                    for p in command.params
+                    if not getattr(p, "hidden", False)
+                    for o in getattr(p, "opts", ())
+                    if o.startswith("--")
+                ]
                 out.append((words + [name], longs))
 
     walk(typer.main.get_command(cli.app), [])
@@ -48,8 +53,13 @@ def helps() -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COLUMNS": "80", "TERM": "xterm"}
 
     def one(words):
-        done = subprocess.run([str(PYTHON), "-m", "cowork_adapter", *words, "--help"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [str(PYTHON), "-m", "cowork_adapter", *words, "--help"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return done.stdout + done.stderr
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -82,8 +92,13 @@ def test_the_benchmark_only_stop_path_flag_is_hidden_but_checked(helps, tmp_path
     assert "--stop-path" not in helps["run"]
     (tmp_path / "seed").mkdir()
     (tmp_path / "bench").mkdir()
-    flags = dict(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
-                 run_root=tmp_path / "runs" / "r", dry_run=True)
+    flags = dict(
+        repo_dir=tmp_path / "seed",
+        bench_root=tmp_path / "bench",
+        docker_host="unix:///d",
+        run_root=tmp_path / "runs" / "r",
+        dry_run=True,
+    )
     assert RunConfig.from_flags(**flags).stop_path == "fast"
     assert RunConfig.from_flags(**flags, stop_path="runner_trap").stop_path == "runner_trap"
     with pytest.raises(Refusal, match="--stop-path: input should be 'fast' or 'runner_trap'"):
@@ -105,8 +120,9 @@ def _cli(args, capsys):
 
 
 def test_doctor_without_run_flags_checks_the_host_and_says_what_else_it_needs(stand_in_daemon, capsys, tmp_path):
-    code, out, err = _cli(["doctor", "--docker-host", "unix:///stand-in.sock", "--resource-root", str(tmp_path)],
-                          capsys)
+    code, out, err = _cli(
+        ["doctor", "--docker-host", "unix:///stand-in.sock", "--resource-root", str(tmp_path)], capsys
+    )
     assert code == 0 and err == "", err
     lines = out.splitlines()
     assert lines[0].startswith("OK    docker host: unix:///stand-in.sock answers")
@@ -118,8 +134,7 @@ def test_doctor_without_run_flags_checks_the_host_and_says_what_else_it_needs(st
     assert list(tmp_path.iterdir()) == []
 
 
-def test_doctor_without_a_daemon_named_fails_that_check_and_still_checks_the_rest(stand_in_daemon, capsys,
-                                                                                  monkeypatch):
+def test_doctor_without_a_daemon_named_fails_that_check_and_still_checks_the_rest(stand_in_daemon, capsys, monkeypatch):
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr(doctor, "free_bytes", lambda path: 10 * GIB)
     code, out, _ = _cli(["doctor"], capsys)
@@ -131,6 +146,8 @@ def test_doctor_without_a_daemon_named_fails_that_check_and_still_checks_the_res
 def test_doctor_with_run_flags_still_checks_the_run(capsys, tmp_path):
     """The run flags keep the run's doctor: --repo-dir without --run-root is the host doctor, both
     given reach RunConfig (here refused for its missing --bench-root)."""
-    code, _, err = _cli(["doctor", "--repo-dir", str(tmp_path), "--run-root", str(tmp_path / "r"),
-                         "--docker-host", "unix:///x.sock"], capsys)
+    code, _, err = _cli(
+        ["doctor", "--repo-dir", str(tmp_path), "--run-root", str(tmp_path / "r"), "--docker-host", "unix:///x.sock"],
+        capsys,
+    )
     assert code == 2 and "--bench-root is required" in err

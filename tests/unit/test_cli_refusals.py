@@ -91,45 +91,94 @@ CASES = [
     Case("pids limit 15", ["--pids-limit", "15"], words="--pids-limit must be at least 16"),
     # --- combinations ---
     Case("paid run without campaign", drop=("--campaign-file",), words="a paid run needs --campaign-file"),
-    Case("prior spend without campaign", ["--dry-run", "--prior-spend-usd", "0"], drop=("--campaign-file",),
-         words="--prior-spend-usd is only meaningful with --campaign-file"),
-    Case("reserve equals ceiling", ["--budget-reserve-usd", "100", "--campaign-budget-usd", "100"],
-         words="--budget-reserve-usd (100) must be below --campaign-budget-usd (100)"),
-    Case("reserve above ceiling", ["--budget-reserve-usd", "200", "--campaign-budget-usd", "150"],
-         words="must be below --campaign-budget-usd"),
-    Case("campaign db password in the query", ["--campaign-db", "postgresql://db/c?password=hunter2"],
-         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
-    Case("campaign db password among parameters", ["--campaign-db", "postgres://u@db:5432/c?sslmode=require&PassWord=hunter2"],
-         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
-    Case("campaign db password name encoded", ["--campaign-db", "postgresql://db/c?pass%77ord=hunter2"],
-         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
-    Case("campaign db ssl key password", ["--campaign-db", "postgresql://db/c?sslpassword=hunter2"],
-         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
-    Case("campaign db password in the user part", ["--campaign-db", "postgresql://u:hunter2@db/c"],
-         drop=("--campaign-file",), words="--campaign-db must not carry a password"),
+    Case(
+        "prior spend without campaign",
+        ["--dry-run", "--prior-spend-usd", "0"],
+        drop=("--campaign-file",),
+        words="--prior-spend-usd is only meaningful with --campaign-file",
+    ),
+    Case(
+        "reserve equals ceiling",
+        ["--budget-reserve-usd", "100", "--campaign-budget-usd", "100"],
+        words="--budget-reserve-usd (100) must be below --campaign-budget-usd (100)",
+    ),
+    Case(
+        "reserve above ceiling",
+        ["--budget-reserve-usd", "200", "--campaign-budget-usd", "150"],
+        words="must be below --campaign-budget-usd",
+    ),
+    Case(
+        "campaign db password in the query",
+        ["--campaign-db", "postgresql://db/c?password=hunter2"],
+        drop=("--campaign-file",),
+        words="--campaign-db must not carry a password",
+    ),
+    Case(
+        "campaign db password among parameters",
+        ["--campaign-db", "postgres://u@db:5432/c?sslmode=require&PassWord=hunter2"],
+        drop=("--campaign-file",),
+        words="--campaign-db must not carry a password",
+    ),
+    Case(
+        "campaign db password name encoded",
+        ["--campaign-db", "postgresql://db/c?pass%77ord=hunter2"],
+        drop=("--campaign-file",),
+        words="--campaign-db must not carry a password",
+    ),
+    Case(
+        "campaign db ssl key password",
+        ["--campaign-db", "postgresql://db/c?sslpassword=hunter2"],
+        drop=("--campaign-file",),
+        words="--campaign-db must not carry a password",
+    ),
+    Case(
+        "campaign db password in the user part",
+        ["--campaign-db", "postgresql://u:hunter2@db/c"],
+        drop=("--campaign-file",),
+        words="--campaign-db must not carry a password",
+    ),
     Case("resume from itself", ["--resume-from", "{case}/storage/run"], words="--resume-from"),
     Case("resume from twice", ["--resume-from", "{case}/old", "--resume-from", "{case}/old/"], words="twice"),
     # --- the provider key ---
     Case("key as a value", ["--model", FAKE_KEY], words="the provider key must not appear on the command line"),
     Case("key inside an element", [f"--or-provider=x{FAKE_KEY}"], words="must not appear on the command line"),
-    Case("key of a named variable", ["--api-key-env", "OTHER_KEY", "--task", "other-secret-123"],
-         env={"OTHER_KEY": "other-secret-123"}, words="must not appear on the command line"),
+    Case(
+        "key of a named variable",
+        ["--api-key-env", "OTHER_KEY", "--task", "other-secret-123"],
+        env={"OTHER_KEY": "other-secret-123"},
+        words="must not appear on the command line",
+    ),
     Case("key before a usage error", ["--concurrency", FAKE_KEY], words="must not appear on the command line"),
     # --- selection (item 2) ---
     Case("task file missing", ["--task-file", "{case}/absent.txt"], words="does not exist"),
-    Case("task file not utf-8", ["--task-file", "{case}/tasks.txt"], files={"tasks.txt": b"a\n\xff\n"},
-         words="not valid UTF-8"),
-    Case("task file invalid id", ["--task-file", "{case}/tasks.txt"], files={"tasks.txt": b"a\n.b\n"},
-         words="line 2"),
-    Case("task file duplicate", ["--task-file", "{case}/tasks.txt"], files=_dup_file(),
-         words="line 4 repeats task 'a', first listed on line 1"),
-    Case("task file empty", ["--task-file", "{case}/tasks.txt"], files={"tasks.txt": b"# nothing\n\n"},
-         words="lists no task ids"),
+    Case(
+        "task file not utf-8",
+        ["--task-file", "{case}/tasks.txt"],
+        files={"tasks.txt": b"a\n\xff\n"},
+        words="not valid UTF-8",
+    ),
+    Case("task file invalid id", ["--task-file", "{case}/tasks.txt"], files={"tasks.txt": b"a\n.b\n"}, words="line 2"),
+    Case(
+        "task file duplicate",
+        ["--task-file", "{case}/tasks.txt"],
+        files=_dup_file(),
+        words="line 4 repeats task 'a', first listed on line 1",
+    ),
+    Case(
+        "task file empty",
+        ["--task-file", "{case}/tasks.txt"],
+        files={"tasks.txt": b"# nothing\n\n"},
+        words="lists no task ids",
+    ),
     Case("task file is a directory", ["--task-file", "{case}"], words="is a directory"),
     Case("task id invalid", ["--task", "a/b"], words="--task 'a/b' is not a task id"),
     Case("task twice", ["--task", "a", "--task", "a"], words="selected twice"),
-    Case("task and file overlap", ["--task", "b", "--task-file", "{case}/tasks.txt"], files={"tasks.txt": b"a\nb\n"},
-         words="both --task and --task-file"),
+    Case(
+        "task and file overlap",
+        ["--task", "b", "--task-file", "{case}/tasks.txt"],
+        files={"tasks.txt": b"a\nb\n"},
+        words="both --task and --task-file",
+    ),
 ]
 assert len({c.name for c in CASES}) == len(CASES)
 
@@ -175,10 +224,15 @@ def _play(case: Case, case_dir: Path) -> Outcome:
         **case.env,
     }
     before = _listing(case_dir)
-    done = subprocess.run([str(PYTHON), "-m", "cowork_adapter", "run", *argv], cwd=case_dir, env=env,
-                          capture_output=True, text=True, timeout=60)
-    return Outcome(done.returncode, done.stdout, done.stderr, before, _listing(case_dir),
-                   case_dir / "storage" / "run")
+    done = subprocess.run(
+        [str(PYTHON), "-m", "cowork_adapter", "run", *argv],
+        cwd=case_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return Outcome(done.returncode, done.stdout, done.stderr, before, _listing(case_dir), case_dir / "storage" / "run")
 
 
 @pytest.fixture(scope="module")
@@ -223,16 +277,27 @@ def test_valid_flags_pass_validation_in_a_subprocess(tmp_path):
     case_dir.mkdir()
     argv = [x for kv in _base_flags(case_dir).items() for x in kv] + ["--task", "t1"]
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(fake), "OPENROUTER_API_KEY": FAKE_KEY}
-    done = subprocess.run([str(PYTHON), "-m", "cowork_adapter", "run", *argv], cwd=case_dir, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(PYTHON), "-m", "cowork_adapter", "run", *argv],
+        cwd=case_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert done.stdout.strip() == f"REACHED {case_dir / 'storage' / 'run'} ('t1',) True"
 
 
 def test_no_arguments_prints_help_and_exits_zero():
-    done = subprocess.run([str(PYTHON), "-m", "cowork_adapter"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ.get("PATH", ""), "COLUMNS": "200"})
+    done = subprocess.run(
+        [str(PYTHON), "-m", "cowork_adapter"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", ""), "COLUMNS": "200"},
+    )
     assert done.returncode == 0 and "Usage" in done.stdout and "run" in done.stdout
 
 
@@ -253,6 +318,7 @@ def _stand_in(monkeypatch, module: str, *names: str, result: int = 0) -> list:
     calls: list = []
     stand_in = types.ModuleType(module)
     for name in names:
+
         def fake(*args, _name=name, **kwargs):
             calls.append((_name, args, kwargs))
             return result
@@ -272,9 +338,28 @@ def test_run_wiring(monkeypatch, tmp_path, clean_env, capsys):
     calls = _stand_in(monkeypatch, "cowork_adapter.run.launch", "execute_run", result=3)
     monkeypatch.setenv("COWORK_BENCH_ROOT", str(tmp_path / "bench"))
     monkeypatch.setenv("DOCKER_HOST", "unix:///x.sock")
-    argv = ["run", "--repo-dir", str(tmp_path / "seed"), "--run-root", str(tmp_path / "s" / "r"), "--dry-run",
-            "--task", "b", "--task", "a", "--safety-mode", "light", "--probe", "none", "--memory", "8g",
-            "--task-timeout", "7200", "--subagent-depth", "9"]
+    argv = [
+        "run",
+        "--repo-dir",
+        str(tmp_path / "seed"),
+        "--run-root",
+        str(tmp_path / "s" / "r"),
+        "--dry-run",
+        "--task",
+        "b",
+        "--task",
+        "a",
+        "--safety-mode",
+        "light",
+        "--probe",
+        "none",
+        "--memory",
+        "8g",
+        "--task-timeout",
+        "7200",
+        "--subagent-depth",
+        "9",
+    ]
     assert _invoke(argv) == 3
     ((_, args, kwargs),) = calls
     cfg = args[0]
@@ -289,27 +374,58 @@ def test_run_wiring(monkeypatch, tmp_path, clean_env, capsys):
 
 def test_doctor_wiring_shares_run_flags(monkeypatch, tmp_path, clean_env):
     calls = _stand_in(monkeypatch, "cowork_adapter.ops.doctor", "doctor_command")
-    argv = ["doctor", "--repo-dir", str(tmp_path / "seed"), "--run-root", str(tmp_path / "s" / "r"),
-            "--bench-root", str(tmp_path / "b"), "--docker-host", "unix:///y", "--probe", "inventory",
-            "--pids-limit", "64"]
+    argv = [
+        "doctor",
+        "--repo-dir",
+        str(tmp_path / "seed"),
+        "--run-root",
+        str(tmp_path / "s" / "r"),
+        "--bench-root",
+        str(tmp_path / "b"),
+        "--docker-host",
+        "unix:///y",
+        "--probe",
+        "inventory",
+        "--pids-limit",
+        "64",
+    ]
     assert _invoke(argv) == 0
     cfg = calls[0][1][0]
     assert cfg.probe == "inventory" and cfg.limits.pids_limit == 64
 
 
 def test_doctor_refuses_like_run(tmp_path, clean_env, capsys):
-    argv = ["doctor", "--repo-dir", str(tmp_path / "seed"), "--run-root", str(tmp_path / "r"),
-            "--bench-root", str(tmp_path / "b"), "--docker-host", "unix:///y", "--dry-run", "--cpus", "inf"]
+    argv = [
+        "doctor",
+        "--repo-dir",
+        str(tmp_path / "seed"),
+        "--run-root",
+        str(tmp_path / "r"),
+        "--bench-root",
+        str(tmp_path / "b"),
+        "--docker-host",
+        "unix:///y",
+        "--dry-run",
+        "--cpus",
+        "inf",
+    ]
     assert _invoke(argv) == 2
     assert capsys.readouterr().err == "cowork-adapter: --cpus must be a finite number, not inf.\n"
 
 
 def test_demo_wiring(monkeypatch, tmp_path, clean_env):
     calls = _stand_in(monkeypatch, "cowork_adapter.demo.scenarios", "run_demo")
-    assert _invoke(["demo", "--run-root", str(tmp_path / "d"), "--scenario", "budget-stop",
-                    "--docker-host", "unix:///z"]) == 0
-    assert calls == [("run_demo", (), {"run_root": (tmp_path / "d").resolve(), "docker_host": "unix:///z",
-                                       "scenario": "budget-stop"})]
+    assert (
+        _invoke(["demo", "--run-root", str(tmp_path / "d"), "--scenario", "budget-stop", "--docker-host", "unix:///z"])
+        == 0
+    )
+    assert calls == [
+        (
+            "run_demo",
+            (),
+            {"run_root": (tmp_path / "d").resolve(), "docker_host": "unix:///z", "scenario": "budget-stop"},
+        )
+    ]
 
 
 def test_audit_wiring(monkeypatch, tmp_path):
@@ -330,26 +446,50 @@ def test_report_wiring(monkeypatch, tmp_path):
     assert _invoke(["report", str(tmp_path / "a"), "--output-dir", str(tmp_path / "out")]) == 0
     db = "postgresql://pg.example/campaigns"
     assert _invoke(["report", str(tmp_path / "a"), "--campaign-db", db, "--campaign-name", "c1"]) == 0
-    assert calls == [("run_report_command", ([(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], None, 2, True),
-                      {"campaign": None}),
-                     ("run_report_command", ([(tmp_path / "a").resolve()], (tmp_path / "out").resolve(), 1, False),
-                      {"campaign": None}),
-                     ("run_report_command", ([(tmp_path / "a").resolve()], None, 1, False), {"campaign": (db, "c1")})]
+    assert calls == [
+        (
+            "run_report_command",
+            ([(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], None, 2, True),
+            {"campaign": None},
+        ),
+        (
+            "run_report_command",
+            ([(tmp_path / "a").resolve()], (tmp_path / "out").resolve(), 1, False),
+            {"campaign": None},
+        ),
+        ("run_report_command", ([(tmp_path / "a").resolve()], None, 1, False), {"campaign": (db, "c1")}),
+    ]
 
 
-@pytest.mark.parametrize("args,says", [
-    (["report", "RUN", "--campaign-name", "c1"], "--campaign-name is only meaningful with --campaign-db"),
-    (["report", "RUN", "--campaign-db", "postgresql://u:secret@pg/db"], "must not carry a password"),
-    (["report", "RUN", "--campaign-db", "postgresql://pg/db?password=secret"], "must not carry a password"),
-    (["status", "--campaign-db", "postgresql://pg/db?user=u&password=secret"], "must not carry a password"),
-    (["campaign", "show", "--campaign-db", "postgresql://pg/db?password=secret"], "must not carry a password"),
-    (["campaign", "reconcile", "--campaign-db", "postgresql://pg/db?password=secret", "--run-root", "RUN",
-      "--operator-note", "n", "--docker-host", "unix:///nonexistent/docker.sock"], "must not carry a password"),
-    (["status", "--campaign-db", "http://pg/db"], "must be a postgresql:// URL"),
-    (["status", "--campaign-db", "postgresql://pg"], "must name a database"),
-    (["status"], "exactly one run root"),
-    (["status", "RUN", "RUN"], "exactly one run root"),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["report", "RUN", "--campaign-name", "c1"], "--campaign-name is only meaningful with --campaign-db"),
+        (["report", "RUN", "--campaign-db", "postgresql://u:secret@pg/db"], "must not carry a password"),
+        (["report", "RUN", "--campaign-db", "postgresql://pg/db?password=secret"], "must not carry a password"),
+        (["status", "--campaign-db", "postgresql://pg/db?user=u&password=secret"], "must not carry a password"),
+        (["campaign", "show", "--campaign-db", "postgresql://pg/db?password=secret"], "must not carry a password"),
+        (
+            [
+                "campaign",
+                "reconcile",
+                "--campaign-db",
+                "postgresql://pg/db?password=secret",
+                "--run-root",
+                "RUN",
+                "--operator-note",
+                "n",
+                "--docker-host",
+                "unix:///nonexistent/docker.sock",
+            ],
+            "must not carry a password",
+        ),
+        (["status", "--campaign-db", "http://pg/db"], "must be a postgresql:// URL"),
+        (["status", "--campaign-db", "postgresql://pg"], "must name a database"),
+        (["status"], "exactly one run root"),
+        (["status", "RUN", "RUN"], "exactly one run root"),
+    ],
+)
 def test_campaign_view_flags_refused(tmp_path, capsys, args, says):
     (tmp_path / "run_manifest.json").write_text("{}")
     assert _invoke([str(tmp_path) if a == "RUN" else a for a in args]) == 2
@@ -362,8 +502,10 @@ def test_status_and_stop_wiring(monkeypatch, tmp_path):
     (tmp_path / "events.jsonl").write_text("")  # the path resolver admits only run roots
     assert _invoke(["status", str(tmp_path), "--json"]) == 0
     assert _invoke(["stop", str(tmp_path), "--timeout", "12.5"]) == 0
-    assert calls == [("status_command", (tmp_path.resolve(), True), {}),
-                     ("stop_command", (tmp_path.resolve(), 12.5), {})]
+    assert calls == [
+        ("status_command", (tmp_path.resolve(), True), {}),
+        ("stop_command", (tmp_path.resolve(), 12.5), {}),
+    ]
 
 
 def test_campaign_status_wiring(monkeypatch, tmp_path):
@@ -374,9 +516,14 @@ def test_campaign_status_wiring(monkeypatch, tmp_path):
     db = "postgresql://pg.example/campaigns"
     assert _invoke(["status", "--campaign-db", db, str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     assert _invoke(["status", "--campaign-db", db, "--campaign-name", "c2"]) == 0  # the database alone
-    assert calls == [("campaign_status_command", (db, "default", [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()],
-                                                  True), {}),
-                     ("campaign_status_command", (db, "c2", [], False), {})]
+    assert calls == [
+        (
+            "campaign_status_command",
+            (db, "default", [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()], True),
+            {},
+        ),
+        ("campaign_status_command", (db, "c2", [], False), {}),
+    ]
 
 
 def test_stop_refuses_bad_timeout(tmp_path, capsys):
@@ -387,46 +534,103 @@ def test_stop_refuses_bad_timeout(tmp_path, capsys):
 def test_campaign_wiring(monkeypatch, tmp_path, clean_env):
     calls = _stand_in(monkeypatch, "cowork_adapter.campaign.commands", "show_command", "reconcile_command")
     assert _invoke(["campaign", "show", "--campaign-file", str(tmp_path / "c.json"), "--json"]) == 0
-    assert _invoke(["campaign", "reconcile", "--campaign-file", str(tmp_path / "c.json"), "--run-root",
-                    str(tmp_path / "r"), "--operator-note", " checked ps ", "--docker-host", "unix:///d",
-                    "--meter-url", "http://127.0.0.1:9/api/v1/"]) == 0
+    assert (
+        _invoke(
+            [
+                "campaign",
+                "reconcile",
+                "--campaign-file",
+                str(tmp_path / "c.json"),
+                "--run-root",
+                str(tmp_path / "r"),
+                "--operator-note",
+                " checked ps ",
+                "--docker-host",
+                "unix:///d",
+                "--meter-url",
+                "http://127.0.0.1:9/api/v1/",
+            ]
+        )
+        == 0
+    )
     assert calls == [
         ("show_command", ((tmp_path / "c.json").resolve(), True), {"store": None}),
-        ("reconcile_command", (), {
-            "campaign_file": (tmp_path / "c.json").resolve(), "store": None, "run_root": (tmp_path / "r").resolve(),
-            "operator_note": "checked ps", "api_key_env": "OPENROUTER_API_KEY",
-            "meter_url": "http://127.0.0.1:9/api/v1", "docker_host": "unix:///d"}),
+        (
+            "reconcile_command",
+            (),
+            {
+                "campaign_file": (tmp_path / "c.json").resolve(),
+                "store": None,
+                "run_root": (tmp_path / "r").resolve(),
+                "operator_note": "checked ps",
+                "api_key_env": "OPENROUTER_API_KEY",
+                "meter_url": "http://127.0.0.1:9/api/v1",
+                "docker_host": "unix:///d",
+            },
+        ),
     ]
 
 
 def test_campaign_commands_take_a_postgres_campaign(monkeypatch, tmp_path, clean_env, capsys):
     calls = _stand_in(monkeypatch, "cowork_adapter.campaign.commands", "show_command", "reconcile_command")
     assert _invoke(["campaign", "show", "--campaign-db", "postgresql://db/c", "--campaign-name", "q4"]) == 0
-    assert _invoke(["campaign", "reconcile", "--campaign-db", "postgresql://db/c", "--run-root", str(tmp_path / "r"),
-                    "--operator-note", "checked", "--docker-host", "unix:///d"]) == 0
+    assert (
+        _invoke(
+            [
+                "campaign",
+                "reconcile",
+                "--campaign-db",
+                "postgresql://db/c",
+                "--run-root",
+                str(tmp_path / "r"),
+                "--operator-note",
+                "checked",
+                "--docker-host",
+                "unix:///d",
+            ]
+        )
+        == 0
+    )
     (show_args, show_kw), (_, reconcile_kw) = calls[0][1:], calls[1][1:]
     assert show_args == (None, False) and (show_kw["store"].url, show_kw["store"].name) == ("postgresql://db/c", "q4")
     assert reconcile_kw["campaign_file"] is None and reconcile_kw["store"].name == "default"
-    for argv, words in ((["campaign", "show"], "exactly one"),
-                        (["campaign", "show", "--campaign-db", "postgresql://db/c", "--campaign-file",
-                          str(tmp_path / "c.json")], "exactly one"),
-                        (["campaign", "show", "--campaign-db", "postgresql://u:pw@db/c"], "PGPASSWORD"),
-                        (["campaign", "show", "--campaign-file", str(tmp_path / "c.json"), "--campaign-name", "x"],
-                         "only meaningful with --campaign-db")):
+    for argv, words in (
+        (["campaign", "show"], "exactly one"),
+        (
+            ["campaign", "show", "--campaign-db", "postgresql://db/c", "--campaign-file", str(tmp_path / "c.json")],
+            "exactly one",
+        ),
+        (["campaign", "show", "--campaign-db", "postgresql://u:pw@db/c"], "PGPASSWORD"),
+        (
+            ["campaign", "show", "--campaign-file", str(tmp_path / "c.json"), "--campaign-name", "x"],
+            "only meaningful with --campaign-db",
+        ),
+    ):
         assert _invoke(argv) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.splitlines()) == 1 and ":pw@" not in err
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--operator-note", "  "], "--operator-note"),
-    (["--operator-note", "ok", "--api-key-env", "1X"], "--api-key-env"),
-    (["--operator-note", "ok", "--meter-url", "nope"], "--meter-url"),
-    (["--operator-note", "ok", "--docker-host", ""], "--docker-host"),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--operator-note", "  "], "--operator-note"),
+        (["--operator-note", "ok", "--api-key-env", "1X"], "--api-key-env"),
+        (["--operator-note", "ok", "--meter-url", "nope"], "--meter-url"),
+        (["--operator-note", "ok", "--docker-host", ""], "--docker-host"),
+    ],
+)
 def test_campaign_reconcile_refusals(tmp_path, clean_env, capsys, argv, words):
-    base = ["campaign", "reconcile", "--campaign-file", str(tmp_path / "c"), "--run-root", str(tmp_path / "r"),
-            "--docker-host", "unix:///d"]
+    base = [
+        "campaign",
+        "reconcile",
+        "--campaign-file",
+        str(tmp_path / "c"),
+        "--run-root",
+        str(tmp_path / "r"),
+        "--docker-host",
+        "unix:///d",
+    ]
     assert _invoke(base + argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and words in err[0]
@@ -439,8 +643,20 @@ def test_version(capsys):
     assert capsys.readouterr().out == f"cowork-adapter {__version__}\n"
 
 
-COMMANDS = [[], ["campaign"], ["run"], ["doctor"], ["demo"], ["audit"], ["report"], ["status"], ["stop"], ["version"],
-            ["campaign", "show"], ["campaign", "reconcile"]]
+COMMANDS = [
+    [],
+    ["campaign"],
+    ["run"],
+    ["doctor"],
+    ["demo"],
+    ["audit"],
+    ["report"],
+    ["status"],
+    ["stop"],
+    ["version"],
+    ["campaign", "show"],
+    ["campaign", "reconcile"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "(top)" for c in COMMANDS])
@@ -462,4 +678,3 @@ def test_run_and_doctor_share_every_flag():
 def test_shell_completion_is_offered(capsys):
     assert _invoke(["--help"]) == 0
     assert "--install-completion" in capsys.readouterr().out
-

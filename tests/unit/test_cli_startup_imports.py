@@ -22,17 +22,33 @@ from pathlib import Path
 import pytest
 from synthetic_run import one_task_audit_run, synth_run  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
-HEAVY = ("pydantic", "pydantic_core", "rich", "docker", "httpx", "yaml", "msgspec", "ahocorasick_rs",
-         "markdown_it", "pygments")
+HEAVY = (
+    "pydantic",
+    "pydantic_core",
+    "rich",
+    "docker",
+    "httpx",
+    "yaml",
+    "msgspec",
+    "ahocorasick_rs",
+    "markdown_it",
+    "pygments",
+)
 
 DOCKER = "docker (with requests) takes ~0.2 s to import: only what talks to a daemon pays it"
 HTTPX = "httpx (the key meter, the gateway) takes ~0.3 s to import: only a paid run, doctor's meter check or a campaign command pays it"
 PSYCOPG2 = "psycopg2 takes ~0.1 s to import: only a command that reads or writes a campaign database pays it"
-NO_WRITERS = "status imports this module and none of the writers (test_status_imports_none_of_the_writers_of_clear_and_stop)"
-COMMAND = "the command line imports a command's implementation only when that command runs (start-up of every other command)"
+NO_WRITERS = (
+    "status imports this module and none of the writers (test_status_imports_none_of_the_writers_of_clear_and_stop)"
+)
+COMMAND = (
+    "the command line imports a command's implementation only when that command runs (start-up of every other command)"
+)
 IN_CONTAINER = "the benchmark's own code, importable only inside the task container once its folder is on sys.path"
 CRYPTOGRAPHY = "cryptography (the default route's run CA) takes ~0.1 s to import: only a paid run on that route or doctor's check of it pays it"
-ONE_PHASE = "the container's entry point imports only the phase it runs: each phase is its own process in the task container"
+ONE_PHASE = (
+    "the container's entry point imports only the phase it runs: each phase is its own process in the task container"
+)
 
 # (file under src/cowork_adapter, the module as the import names it: "" for `import x`) -> why inside a function.
 FUNCTION_IMPORTS = {
@@ -53,7 +69,10 @@ FUNCTION_IMPORTS = {
     ("campaign/commands.py", "..custody.docker_ops"): DOCKER,
     ("campaign/records.py", ""): PSYCOPG2,  # import psycopg2
     ("campaign/records.py", ".pg_store"): PSYCOPG2,
-    ("campaign/records.py", ".store"): "the store (a writer) only when the snapshot is read, not for the pure readers report/ uses",
+    (
+        "campaign/records.py",
+        ".store",
+    ): "the store (a writer) only when the snapshot is read, not for the pure readers report/ uses",
     ("campaign/release.py", "..custody.docker_ops"): DOCKER,
     ("campaign/release.py", ".commands"): HTTPX,
     ("campaign/release.py", ".pg_store"): PSYCOPG2,
@@ -63,19 +82,33 @@ FUNCTION_IMPORTS = {
     ("container/entrypoint.py", ".agent"): ONE_PHASE,
     ("container/entrypoint.py", ".evalphase"): ONE_PHASE,
     ("container/entrypoint.py", ".probes"): ONE_PHASE,
-    ("container/yamlmini.py", ""): "PyYAML is optional in the image: without it the stdlib subset parser reads the file",
-    ("custody/shim.py", ""): "safefile is a sibling copy beside the installed shim, on sys.path only once its folder is added",
-    ("demo/bench/hostile_agent.py", ""): "psycopg2 is the benchmark venv's, in the task image: only the task database attacks need it",
+    (
+        "container/yamlmini.py",
+        "",
+    ): "PyYAML is optional in the image: without it the stdlib subset parser reads the file",
+    (
+        "custody/shim.py",
+        "",
+    ): "safefile is a sibling copy beside the installed shim, on sys.path only once its folder is added",
+    (
+        "demo/bench/hostile_agent.py",
+        "",
+    ): "psycopg2 is the benchmark venv's, in the task image: only the task database attacks need it",
     ("demo/bench/main.py", "mcp"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
     ("demo/bench/main.py", "mcp.client.stdio"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
-    ("demo/bench/main.py", "mcp.client.streamable_http"): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
+    (
+        "demo/bench/main.py",
+        "mcp.client.streamable_http",
+    ): "mcp (~2 s) only when the stand-in benchmark opens its MCP sessions",
     ("demo/bench/utils/mcp_config.py", ""): "PyYAML is optional where the stand-in benchmark runs",
     ("demo/scenarios.py", "rich.console"): "rich only to print the demo's verdict table",
     ("demo/scenarios.py", "rich.table"): "rich only to print the demo's verdict table",
     ("demo/stub_seed/stub_ouroboros/mcp_call.py", ""): "httpx and mcp only when the stub engine calls an MCP tool",
     ("demo/stub_seed/stub_ouroboros/mcp_call.py", "mcp"): "httpx and mcp only when the stub engine calls an MCP tool",
-    ("demo/stub_seed/stub_ouroboros/mcp_call.py", "mcp.client.streamable_http"):
-        "mcp's client under either of its two names, whichever the installed version has",
+    (
+        "demo/stub_seed/stub_ouroboros/mcp_call.py",
+        "mcp.client.streamable_http",
+    ): "mcp's client under either of its two names, whichever the installed version has",
     ("export/__init__.py", ".inspect_log"): "inspect_ai takes ~4 s to import: only the Inspect export pays it",
     ("host/daemon.py", ""): DOCKER,  # import docker
     ("host/daemon.py", "docker.errors"): DOCKER,
@@ -85,7 +118,10 @@ FUNCTION_IMPORTS = {
     ("ops/clear.py", "..custody"): DOCKER,  # docker_ops
     ("ops/clear.py", "..gateway.run"): HTTPX,
     ("ops/control.py", "..campaign.pg_store"): PSYCOPG2,
-    ("ops/control.py", "..container.procs"): "urllib.request (~25 ms) with it: `status` imports this module and signals no group",
+    (
+        "ops/control.py",
+        "..container.procs",
+    ): "urllib.request (~25 ms) with it: `status` imports this module and signals no group",
     ("ops/control.py", "..campaign.store"): NO_WRITERS,
     ("ops/control.py", "..custody.docker_ops"): DOCKER,
     ("ops/control.py", "..custody.stop_removal"): DOCKER,
@@ -99,8 +135,14 @@ FUNCTION_IMPORTS = {
     ("run/launch.py", "..gateway.tls"): CRYPTOGRAPHY,
     ("ops/doctor.py", "..gateway.run"): HTTPX,
     ("ops/doctor.py", "..gateway.tls"): CRYPTOGRAPHY,
-    ("run/launch.py", ".run"): "the run itself (httpx and rich through the meter and the live view): a refused preflight decides first",
-    ("run/launch.py", ".spending"): "the spending policies (httpx through the meter): a refused preflight decides first",
+    (
+        "run/launch.py",
+        ".run",
+    ): "the run itself (httpx and rich through the meter and the live view): a refused preflight decides first",
+    (
+        "run/launch.py",
+        ".spending",
+    ): "the spending policies (httpx through the meter): a refused preflight decides first",
     ("run/live.py", "rich.console"): "rich (~0.15 s) only for the live view on a terminal",
     ("run/live.py", "rich.live"): "rich (~0.15 s) only for the live view on a terminal",
     ("run/live.py", "rich.table"): "rich (~0.15 s) only for the live view on a terminal",
@@ -137,8 +179,9 @@ def test_every_import_inside_a_function_is_listed_with_its_reason() -> None:
 
     found = _function_imports(Path(cowork_adapter.__file__).parent)
     unlisted = sorted(where for key, places in found.items() if key not in FUNCTION_IMPORTS for where in places)
-    assert unlisted == [], "imports inside functions missing from FUNCTION_IMPORTS (move them to the top): " + \
-        "; ".join(unlisted)
+    assert unlisted == [], (
+        "imports inside functions missing from FUNCTION_IMPORTS (move them to the top): " + "; ".join(unlisted)
+    )
     stale = sorted(set(FUNCTION_IMPORTS) - set(found))
     assert stale == [], f"FUNCTION_IMPORTS entries no function imports any more: {stale}"
 
@@ -162,8 +205,15 @@ print(json.dumps({"code": code, "heavy": heavy, "out": out.getvalue(), "err": er
 
 def _run(*args: str, app: str = "slim") -> dict:
     env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
-    done = subprocess.run([sys.executable, "-c", _PROBE, app, *args], input=json.dumps(HEAVY), env=env,
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, app, *args],
+        input=json.dumps(HEAVY),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(done.stdout)
 
 
@@ -179,9 +229,26 @@ def test_version_imports_no_heavy_library() -> None:
     assert got["heavy"] == [], got["heavy"]
 
 
-@pytest.mark.parametrize("words", [[], ["run"], ["doctor"], ["qualify"], ["demo"], ["audit"], ["report"],
-                                   ["status"], ["stop"], ["clear"], ["version"], ["campaign"],
-                                   ["campaign", "show"], ["campaign", "reconcile"], ["export"]])
+@pytest.mark.parametrize(
+    "words",
+    [
+        [],
+        ["run"],
+        ["doctor"],
+        ["qualify"],
+        ["demo"],
+        ["audit"],
+        ["report"],
+        ["status"],
+        ["stop"],
+        ["clear"],
+        ["version"],
+        ["campaign"],
+        ["campaign", "show"],
+        ["campaign", "reconcile"],
+        ["export"],
+    ],
+)
 def test_every_help_is_plain_text_without_rich_or_a_command_library(words: list[str]) -> None:
     """Help is click's plain text (its panels kept as sections): rendering it through rich cost ~0.2 s."""
     got = _run(*words, "--help")
@@ -192,8 +259,19 @@ def test_every_help_is_plain_text_without_rich_or_a_command_library(words: list[
 def test_the_run_help_keeps_its_flags_grouped_by_panel() -> None:
     out = _run("run", "--help")["out"]
     headings = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert headings == ["Locations", "Selection", "Agent", "Mode", "Money", "Hosts", "Disk", "Provider", "Image",
-                        "Container limits", "Options"], headings
+    assert headings == [
+        "Locations",
+        "Selection",
+        "Agent",
+        "Mode",
+        "Money",
+        "Hosts",
+        "Disk",
+        "Provider",
+        "Image",
+        "Container limits",
+        "Options",
+    ], headings
     assert out.index("--repo-dir") < out.index("Selection:") < out.index("--task-file") < out.index("Agent:")
 
 
@@ -229,9 +307,16 @@ def test_status_of_a_paid_run_reads_its_campaign_with_msgspec_only(tmp_path: Pat
     assert got["heavy"] == ["msgspec"], got["heavy"]
 
 
-@pytest.mark.parametrize("args", [["status", "/nonexistent/run"], ["audit", "--run-dir", "/nonexistent/run"],
-                                  ["report", "/nonexistent/run"], ["stop", "/nonexistent/run"],
-                                  ["export", "/nonexistent/run", "--output-dir", "/tmp/nowhere"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "/nonexistent/run"],
+        ["audit", "--run-dir", "/nonexistent/run"],
+        ["report", "/nonexistent/run"],
+        ["stop", "/nonexistent/run"],
+        ["export", "/nonexistent/run", "--output-dir", "/tmp/nowhere"],
+    ],
+)
 def test_a_refused_path_imports_no_heavy_library(args: list[str]) -> None:
     """A path refusal is decided before the command's implementation is imported."""
     got = _run(*args)
@@ -246,9 +331,20 @@ def test_run_flags_are_declared_without_pydantic() -> None:
     assert "pydantic" not in got["heavy"], got["heavy"]
 
 
-@pytest.mark.parametrize("args", [["audit", "--help"], ["run", "--help"], ["campaign", "show", "--help"],
-                                  ["status", "--help"], ["audit", "--no-such-flag"], ["status"],
-                                  ["campaign", "--help"], ["no-such-command"], ["version"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["audit", "--help"],
+        ["run", "--help"],
+        ["campaign", "show", "--help"],
+        ["status", "--help"],
+        ["audit", "--no-such-flag"],
+        ["status"],
+        ["campaign", "--help"],
+        ["no-such-command"],
+        ["version"],
+    ],
+)
 def test_converting_only_the_invoked_command_changes_no_output(args: list[str]) -> None:
     """The slimmed app prints, refuses and exits exactly as the whole app does."""
     slim, whole = _run(*args), _run(*args, app="whole")
@@ -259,16 +355,26 @@ def test_status_imports_none_of_the_writers_of_clear_and_stop(tmp_path: Path) ->
     """`status` imports ops/recorded.py for the clear hints and control.py for the run's view, not what writes:
     the atomic writer (and secrets with it), the manifest writer, the campaign."""
     synth_run(tmp_path / "run", 5)
-    probe = ("import contextlib, io, sys\nfrom cowork_adapter import cli\n"
-             "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    try:\n        cli.main(sys.argv[1:])\n    except SystemExit as exc:\n        code = exc.code\n"
-             "print(code, sorted(m for m in sys.modules if m.startswith('cowork_adapter')))")
-    done = subprocess.run([sys.executable, "-c", probe, "status", str(tmp_path / "run")], capture_output=True,
-                          text=True, timeout=120, check=True)
+    probe = (
+        "import contextlib, io, sys\nfrom cowork_adapter import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        cli.main(sys.argv[1:])\n    except SystemExit as exc:\n        code = exc.code\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('cowork_adapter')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "status", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     code, listed = done.stdout.split(" ", 1)
     loaded = set(json.loads(listed.replace("'", '"')))
     assert code == "0" and "cowork_adapter.ops.recorded" in loaded, done.stdout  # the hints are read
     assert "cowork_adapter.ops.clear" not in loaded, done.stdout  # clear itself (it writes) is not
-    writers = {m for m in loaded if m in ("cowork_adapter.fileio", "cowork_adapter.runroot.manifest")
-               or m.startswith("cowork_adapter.campaign")}
+    writers = {
+        m
+        for m in loaded
+        if m in ("cowork_adapter.fileio", "cowork_adapter.runroot.manifest") or m.startswith("cowork_adapter.campaign")
+    }
     assert writers == set(), writers

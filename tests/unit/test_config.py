@@ -57,22 +57,39 @@ def test_defaults(base, tmp_path):
     assert cfg.resource_root == (tmp_path / "storage").resolve()
     assert cfg.image.base_image == "cowork-pack:d943e75"
     assert cfg.image.image is None
-    assert (cfg.selection.concurrency, cfg.agent.max_steps, cfg.agent.task_timeout, cfg.agent.mcp_tool_timeout) == (1, 100, 3600, 300)
+    assert (cfg.selection.concurrency, cfg.agent.max_steps, cfg.agent.task_timeout, cfg.agent.mcp_tool_timeout) == (
+        1,
+        100,
+        3600,
+        300,
+    )
     assert cfg.agent.model == "moonshotai/kimi-k3" and cfg.agent.engine == "ouroboros"
     assert (cfg.agent.effort, cfg.agent.review_effort, cfg.agent.review_slots) == ("high", "high", 3)
-    assert (cfg.agent.task_review_mode, cfg.agent.review_enforcement, cfg.agent.review_max_cycles) == ("required", "blocking", "2")
+    assert (cfg.agent.task_review_mode, cfg.agent.review_enforcement, cfg.agent.review_max_cycles) == (
+        "required",
+        "blocking",
+        "2",
+    )
     assert (cfg.agent.safety_mode, cfg.agent.runtime_mode, cfg.agent.max_workers) == ("off", "pro", 4)
     assert cfg.agent.subagents is False and cfg.agent.subagent_depth == 0
     assert cfg.agent.per_task_cost_usd == 25.0 and cfg.agent.diagnostic_eval_on_truncation is False
     # No amount of money is a default: a paid run takes them from its flags or from its campaign.
-    assert (cfg.money.budget_usd, cfg.money.campaign_budget_usd, cfg.money.prior_spend_usd, cfg.money.budget_reserve_usd) == (
-        None, None, 0.0, None)
+    assert (
+        cfg.money.budget_usd,
+        cfg.money.campaign_budget_usd,
+        cfg.money.prior_spend_usd,
+        cfg.money.budget_reserve_usd,
+    ) == (None, None, 0.0, None)
     assert cfg.money.new_campaign is False
     assert cfg.money.meter_blindness_sec == 30.0 and cfg.money.meter_url == "https://openrouter.ai/api/v1"
     assert (cfg.disk.min_free_gib, cfg.disk.min_root_free_gib, cfg.money.min_key_usd) == (200.0, 40.0, 20.0)
     assert cfg.provider.or_provider == "" and cfg.provider.openai_compatible_base_url == ""
     assert cfg.provider.api_key_env == cfg.provider.credential_setting == "OPENROUTER_API_KEY"
-    assert (cfg.limits.cpus, cfg.limits.memory, cfg.limits.pids_limit) == (None, None, 512)  # fitted to the daemon by the launcher
+    assert (cfg.limits.cpus, cfg.limits.memory, cfg.limits.pids_limit) == (
+        None,
+        None,
+        512,
+    )  # fitted to the daemon by the launcher
     assert cfg.limits.memory_bytes == 16 * 1024**3
     assert cfg.probe is None and cfg.is_paid
     assert cfg.selection.task_ids is None and cfg.selection.tasks == () and cfg.selection.resume_from == ()
@@ -80,8 +97,13 @@ def test_defaults(base, tmp_path):
 
 def test_paths_become_absolute(base, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = build(base, repo_dir=Path("seed"), run_root=Path("storage/../storage/run-2"),
-                resume_from=[Path("old")], task_file=None)
+    cfg = build(
+        base,
+        repo_dir=Path("seed"),
+        run_root=Path("storage/../storage/run-2"),
+        resume_from=[Path("old")],
+        task_file=None,
+    )
     assert cfg.repo_dir == (tmp_path / "seed").resolve()
     assert cfg.run_root == (tmp_path / "storage" / "run-2").resolve()
     assert cfg.selection.resume_from == ((tmp_path / "old").resolve(),)
@@ -180,9 +202,18 @@ def test_bad_value_is_refused(base, field, value, words):
     assert words in r.sentence, r.sentence
 
 
-FLOAT_FIELDS = ["per_task_cost_usd", "budget_usd", "campaign_budget_usd", "prior_spend_usd",
-                "budget_reserve_usd", "meter_blindness_sec", "min_free_gib", "min_root_free_gib",
-                "min_key_usd", "cpus"]
+FLOAT_FIELDS = [
+    "per_task_cost_usd",
+    "budget_usd",
+    "campaign_budget_usd",
+    "prior_spend_usd",
+    "budget_reserve_usd",
+    "meter_blindness_sec",
+    "min_free_gib",
+    "min_root_free_gib",
+    "min_key_usd",
+    "cpus",
+]
 
 
 @pytest.mark.parametrize("field", FLOAT_FIELDS)
@@ -193,9 +224,21 @@ def test_nan_and_inf_are_refused(base, field, value):
 
 
 def test_boundaries_that_pass(base):
-    cfg = build(base, meter_blindness_sec=20.001, pids_limit=16, review_slots=0, min_free_gib=0.0,
-                budget_reserve_usd=0.0, prior_spend_usd=0.0, memory="6m")
-    assert cfg.money.meter_blindness_sec == 20.001 and cfg.limits.pids_limit == 16 and cfg.limits.memory_bytes == 6 * 1024**2
+    cfg = build(
+        base,
+        meter_blindness_sec=20.001,
+        pids_limit=16,
+        review_slots=0,
+        min_free_gib=0.0,
+        budget_reserve_usd=0.0,
+        prior_spend_usd=0.0,
+        memory="6m",
+    )
+    assert (
+        cfg.money.meter_blindness_sec == 20.001
+        and cfg.limits.pids_limit == 16
+        and cfg.limits.memory_bytes == 6 * 1024**2
+    )
 
 
 def test_empty_docker_host_is_refused_by_name(base):
@@ -305,11 +348,14 @@ def test_selection_refusal_has_selection_stage(base, tmp_path):
 FAKE_KEY = "sk-or-v1-FAKE-0000000000000000"
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--model", FAKE_KEY],
-    ["run", f"--or-provider={FAKE_KEY}"],
-    ["run", "--task", f"x{FAKE_KEY}y"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--model", FAKE_KEY],
+        ["run", f"--or-provider={FAKE_KEY}"],
+        ["run", "--task", f"x{FAKE_KEY}y"],
+    ],
+)
 def test_key_on_command_line_is_refused(base, argv):
     env = {"OPENROUTER_API_KEY": FAKE_KEY}
     with pytest.raises(Refusal) as info:
@@ -342,9 +388,17 @@ def test_unset_or_empty_key_never_matches():
 # ---- memory sizes --------------------------------------------------------------------------------
 
 SIZES = [
-    ("16g", 16 * 1024**3), ("16G", 16 * 1024**3), ("16gb", 16 * 1024**3), ("16GiB", 16 * 1024**3),
-    ("512m", 512 * 1024**2), ("512MB", 512 * 1024**2), ("1.5g", int(1.5 * 1024**3)),
-    ("10485760", 10485760), ("10485760b", 10485760), ("8192k", 8 * 1024**2), ("1t", 1024**4),
+    ("16g", 16 * 1024**3),
+    ("16G", 16 * 1024**3),
+    ("16gb", 16 * 1024**3),
+    ("16GiB", 16 * 1024**3),
+    ("512m", 512 * 1024**2),
+    ("512MB", 512 * 1024**2),
+    ("1.5g", int(1.5 * 1024**3)),
+    ("10485760", 10485760),
+    ("10485760b", 10485760),
+    ("8192k", 8 * 1024**2),
+    ("1t", 1024**4),
     (" 2 g ", 2 * 1024**3),
 ]
 
@@ -379,10 +433,29 @@ def test_docker_size_megabytes_property(n, unit):
 def test_applied_config_excludes_paths_budgets_and_selection(base, tmp_path):
     cfg = build(base, tasks=["a"])
     applied = cfg.applied_config()
-    for absent in ("repo_dir", "bench_root", "run_root", "resource_root", "campaign_file", "task_file",
-                   "tasks", "selection", "resume_from", "budget_usd", "campaign_budget_usd",
-                   "prior_spend_usd", "budget_reserve_usd", "min_key_usd", "min_free_gib",
-                   "concurrency", "docker_host", "dry_run", "api_key_env", "meter_url", "image"):
+    for absent in (
+        "repo_dir",
+        "bench_root",
+        "run_root",
+        "resource_root",
+        "campaign_file",
+        "task_file",
+        "tasks",
+        "selection",
+        "resume_from",
+        "budget_usd",
+        "campaign_budget_usd",
+        "prior_spend_usd",
+        "budget_reserve_usd",
+        "min_key_usd",
+        "min_free_gib",
+        "concurrency",
+        "docker_host",
+        "dry_run",
+        "api_key_env",
+        "meter_url",
+        "image",
+    ):
         assert absent not in applied, absent
     assert applied["memory_bytes"] == 16 * 1024**3 and applied["bench_commit"] == PINNED_BENCH_COMMIT
     json.dumps(applied, allow_nan=False)  # JSON-clean, as the manifest needs
@@ -390,18 +463,40 @@ def test_applied_config_excludes_paths_budgets_and_selection(base, tmp_path):
 
 def test_applied_config_unchanged_by_where_and_how_much(base, tmp_path):
     one = build(base).applied_config()
-    two = build(base, run_root=tmp_path / "elsewhere" / "r2", budget_usd=10.0, concurrency=4,
-                campaign_budget_usd=500.0, budget_reserve_usd=0.0, tasks=["z"], min_free_gib=1.0,
-                resume_from=[tmp_path / "storage" / "run-1"]).applied_config()
+    two = build(
+        base,
+        run_root=tmp_path / "elsewhere" / "r2",
+        budget_usd=10.0,
+        concurrency=4,
+        campaign_budget_usd=500.0,
+        budget_reserve_usd=0.0,
+        tasks=["z"],
+        min_free_gib=1.0,
+        resume_from=[tmp_path / "storage" / "run-1"],
+    ).applied_config()
     assert one == two
 
 
-@pytest.mark.parametrize("change", [
-    {"model": "other/model"}, {"max_steps": 50}, {"task_timeout": 1800}, {"mcp_tool_timeout": 60},
-    {"effort": "low"}, {"review_slots": 1}, {"safety_mode": "full"}, {"subagents": True},
-    {"per_task_cost_usd": 5.0}, {"diagnostic_eval_on_truncation": True}, {"memory": "8g"},
-    {"cpus": 2.0}, {"pids_limit": 256}, {"or_provider": "resilience"}, {"engine": "upstream:main.py"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model": "other/model"},
+        {"max_steps": 50},
+        {"task_timeout": 1800},
+        {"mcp_tool_timeout": 60},
+        {"effort": "low"},
+        {"review_slots": 1},
+        {"safety_mode": "full"},
+        {"subagents": True},
+        {"per_task_cost_usd": 5.0},
+        {"diagnostic_eval_on_truncation": True},
+        {"memory": "8g"},
+        {"cpus": 2.0},
+        {"pids_limit": 256},
+        {"or_provider": "resilience"},
+        {"engine": "upstream:main.py"},
+    ],
+)
 def test_applied_config_sees_agent_changes(base, change):
     assert build(base).applied_config() != build(base, **change).applied_config()
 
@@ -432,8 +527,14 @@ def test_run_config_file_renders_flags(base):
     assert s["OUROBOROS_POST_TASK_EVOLUTION"] == "false"
     assert s["OUROBOROS_OR_PROVIDER"] == "resilience" and s["OUROBOROS_SAFETY_MODE"] == "light"
     assert s["OUROBOROS_MAX_SUBAGENT_DEPTH"] == 0
-    for slot in ("OUROBOROS_MODEL", "OUROBOROS_MODEL_LIGHT", "OUROBOROS_MODEL_FALLBACKS",
-                 "OUROBOROS_MODEL_CONSCIOUSNESS", "OUROBOROS_MODEL_VISION", "OUROBOROS_WEBSEARCH_MODEL"):
+    for slot in (
+        "OUROBOROS_MODEL",
+        "OUROBOROS_MODEL_LIGHT",
+        "OUROBOROS_MODEL_FALLBACKS",
+        "OUROBOROS_MODEL_CONSCIOUSNESS",
+        "OUROBOROS_MODEL_VISION",
+        "OUROBOROS_WEBSEARCH_MODEL",
+    ):
         assert s[slot] == "moonshotai/kimi-k3"
     roster = json.loads(s["OUROBOROS_SUBAGENTS"])
     assert len(roster["items"]) == 1 + 3
@@ -443,8 +544,13 @@ def test_run_config_file_renders_flags(base):
 
 
 def test_run_config_file_with_subagents_and_compatible_endpoint(base):
-    cfg = build(base, subagents=True, subagent_depth=2, openai_compatible_base_url="http://127.0.0.1:9/v1",
-                credential_setting="OPENAI_COMPATIBLE_API_KEY")
+    cfg = build(
+        base,
+        subagents=True,
+        subagent_depth=2,
+        openai_compatible_base_url="http://127.0.0.1:9/v1",
+        credential_setting="OPENAI_COMPATIBLE_API_KEY",
+    )
     rc = build_run_config(cfg)
     assert "schedule_subagent" not in rc.disabled_tools
     assert rc.settings["OUROBOROS_MAX_SUBAGENT_DEPTH"] == 2
@@ -456,9 +562,18 @@ def test_run_config_file_with_subagents_and_compatible_endpoint(base):
 
 def test_run_config_file_refuses_secret_settings():
     with pytest.raises(Exception, match="credentials"):
-        EntrypointConfigFile(engine="ouroboros", model="m", settings={"OPENROUTER_API_KEY": "x"}, disabled_tools=[],
-                      task_timeout_sec=1, mcp_tool_timeout_sec=1, truncation_reason_codes=[],
-                      diagnostic_eval_on_truncation=False, credential_setting="K", agent_short_name="a/m")
+        EntrypointConfigFile(
+            engine="ouroboros",
+            model="m",
+            settings={"OPENROUTER_API_KEY": "x"},
+            disabled_tools=[],
+            task_timeout_sec=1,
+            mcp_tool_timeout_sec=1,
+            truncation_reason_codes=[],
+            diagnostic_eval_on_truncation=False,
+            credential_setting="K",
+            agent_short_name="a/m",
+        )
 
 
 @pytest.mark.parametrize("engine", ["ouroboros", "upstream:main_strands.py"])
@@ -474,11 +589,14 @@ def test_run_config_file_parses_in_the_container(base, engine):
         assert parsed.upstream_entry == "main_strands.py" and parsed.settings == {}
 
 
-@pytest.mark.parametrize("daemon_cpus,daemon_mem,want", [
-    (2, 24 << 30, (2.0, 16 << 30)),
-    (8, 64 << 30, (4.0, 16 << 30)),
-    (1, 8 << 30, (1.0, 8 << 30)),
-])
+@pytest.mark.parametrize(
+    "daemon_cpus,daemon_mem,want",
+    [
+        (2, 24 << 30, (2.0, 16 << 30)),
+        (8, 64 << 30, (4.0, 16 << 30)),
+        (1, 8 << 30, (1.0, 8 << 30)),
+    ],
+)
 def test_default_limits_fit_the_daemon(base, daemon_cpus, daemon_mem, want):
     fitted = build(base).fit_to_daemon(daemon_cpus, daemon_mem)
     assert (fitted.limits.cpus, fitted.limits.memory_bytes) == want
@@ -492,10 +610,13 @@ def test_explicit_limits_within_the_daemon_are_kept(base):
     assert (fitted.limits.cpus, fitted.limits.memory_bytes) == (1.5, 2 << 30)
 
 
-@pytest.mark.parametrize("over,words", [
-    ({"cpus": 4.0}, "--cpus 4 is more than the 2 CPUs of the Docker daemon at unix:///d; pass --cpus 2 or less."),
-    ({"memory": "32g"}, "--memory 32g is more than the 24.0 GiB of memory of the Docker daemon at unix:///d"),
-])
+@pytest.mark.parametrize(
+    "over,words",
+    [
+        ({"cpus": 4.0}, "--cpus 4 is more than the 2 CPUs of the Docker daemon at unix:///d; pass --cpus 2 or less."),
+        ({"memory": "32g"}, "--memory 32g is more than the 24.0 GiB of memory of the Docker daemon at unix:///d"),
+    ],
+)
 def test_explicit_limit_above_the_daemon_is_refused(base, over, words):
     with pytest.raises(Refusal) as info:
         build(base, **over).fit_to_daemon(2, 24 << 30, daemon="unix:///d")
@@ -516,8 +637,10 @@ def test_llm_gateway_refusals(base):
     assert "makes none" in refusal(free, engine="oracle", llm_gateway=True).sentence
     # The default route has a gateway too: the host is meaningful there, not on the seed's path.
     assert build(base, llm_gateway_host="10.0.0.1").provider.llm_gateway_host == "10.0.0.1"
-    assert "only meaningful when a gateway serves" in refusal(base, key_in_agent=True,
-                                                              llm_gateway_host="10.0.0.1").sentence
+    assert (
+        "only meaningful when a gateway serves"
+        in refusal(base, key_in_agent=True, llm_gateway_host="10.0.0.1").sentence
+    )
 
 
 def test_llm_gateway_caps_are_flags_of_the_gateway_only(base):
@@ -542,19 +665,24 @@ def test_the_key_route_is_the_default_tls_one_unless_a_flag_names_another(base):
     assert build(base).provider_tls and build(base).served_by_gateway
     assert not build(base, key_in_agent=True).provider_tls and not build(base, key_in_agent=True).served_by_gateway
     assert not build(base, llm_gateway=True).provider_tls and build(base, llm_gateway=True).served_by_gateway
-    compatible = build(base, openai_compatible_base_url="http://10.0.0.9:8000/v1",
-                       credential_setting="OPENAI_COMPATIBLE_API_KEY")
+    compatible = build(
+        base, openai_compatible_base_url="http://10.0.0.9:8000/v1", credential_setting="OPENAI_COMPATIBLE_API_KEY"
+    )
     assert not compatible.provider_tls and not compatible.served_by_gateway
     assert not build(free, engine="oracle").provider_tls
     assert "not both" in refusal(base, key_in_agent=True, llm_gateway=True).sentence
     assert "uses none" in refusal(free, engine="nop", key_in_agent=True).sentence
     # The test beds' hidden flags: each only where it means something, the stand-in's two together.
     assert build(base, provider_upstream_url="http://127.0.0.1:9/api/v1").provider.provider_upstream_url
-    assert "default OpenRouter route" in refusal(base, key_in_agent=True,
-                                                 provider_upstream_url="http://127.0.0.1:9/api/v1").sentence
+    assert (
+        "default OpenRouter route"
+        in refusal(base, key_in_agent=True, provider_upstream_url="http://127.0.0.1:9/api/v1").sentence
+    )
     assert "go together" in refusal(base, key_in_agent=True, provider_standin_address="10.0.0.1").sentence
-    assert "only meaningful with --key-in-agent" in refusal(base, provider_standin_address="10.0.0.1",
-                                                            provider_standin_bundle="/tmp/b.pem").sentence
+    assert (
+        "only meaningful with --key-in-agent"
+        in refusal(base, provider_standin_address="10.0.0.1", provider_standin_bundle="/tmp/b.pem").sentence
+    )
 
 
 def test_gateway_run_serves_the_provider_host_by_default(base, tmp_path):
@@ -589,7 +717,9 @@ def test_gateway_run_serves_the_provider_host_by_default(base, tmp_path):
         gateway_run.open_for_run(build(base, run_root=other, llm_gateway_host="192.0.2.1"), "sk-test", "d" * 32, other)
     assert info.value.stage == "provider_tls" and "--key-in-agent" in info.value.sentence
     assert "\n" not in info.value.sentence
-    assert not (other / "private" / "provider-leaf.key").exists() and not (other / "private" / "gateway.secret").exists()
+    assert (
+        not (other / "private" / "provider-leaf.key").exists() and not (other / "private" / "gateway.secret").exists()
+    )
 
 
 def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypatch):
@@ -623,41 +753,66 @@ def test_gateway_run_points_every_engine_at_the_gateway(base, tmp_path, monkeypa
 # ---- RunConfig as a msgspec Struct: the first problem, in one sentence ---------------------------
 
 
-@pytest.mark.parametrize("field,value,sentence", [
-    ("concurrency", "x", "--concurrency: input should be a valid integer, unable to parse string as an integer."),
-    ("concurrency", 2.5, "--concurrency: input should be a valid integer, got a number with a fractional part."),
-    ("meter_blindness_sec", "x", "--meter-blindness-sec: input should be a valid number, unable to parse string as a number."),
-    ("memory", 5, "--memory: input should be a valid string."),
-    ("subagents", "maybe", "--subagents: input should be a valid boolean, unable to interpret input."),
-    ("tasks", [1], "--tasks: input should be a valid string."),
-    ("repo_dir", None, "--repo-dir: input should be a valid path."),
-    ("safety_mode", "medium", "--safety-mode: input should be 'full', 'light' or 'off'."),
-    ("review_enforcement", None, "--review-enforcement: input should be 'advisory' or 'blocking'."),
-    ("probe", "everything", "--probe: input should be 'inventory' or 'stateful'."),
-    ("meter_url", "http://[x", "--meter-url: value error, Invalid IPv6 URL."),
-    ("repo_dir", "a\0b", "--repo-dir: value error, embedded null byte."),
-    ("run_id", "x", "--run-id: extra inputs are not permitted."),
-])
+@pytest.mark.parametrize(
+    "field,value,sentence",
+    [
+        ("concurrency", "x", "--concurrency: input should be a valid integer, unable to parse string as an integer."),
+        ("concurrency", 2.5, "--concurrency: input should be a valid integer, got a number with a fractional part."),
+        (
+            "meter_blindness_sec",
+            "x",
+            "--meter-blindness-sec: input should be a valid number, unable to parse string as a number.",
+        ),
+        ("memory", 5, "--memory: input should be a valid string."),
+        ("subagents", "maybe", "--subagents: input should be a valid boolean, unable to interpret input."),
+        ("tasks", [1], "--tasks: input should be a valid string."),
+        ("repo_dir", None, "--repo-dir: input should be a valid path."),
+        ("safety_mode", "medium", "--safety-mode: input should be 'full', 'light' or 'off'."),
+        ("review_enforcement", None, "--review-enforcement: input should be 'advisory' or 'blocking'."),
+        ("probe", "everything", "--probe: input should be 'inventory' or 'stateful'."),
+        ("meter_url", "http://[x", "--meter-url: value error, Invalid IPv6 URL."),
+        ("repo_dir", "a\0b", "--repo-dir: value error, embedded null byte."),
+        ("run_id", "x", "--run-id: extra inputs are not permitted."),
+    ],
+)
 def test_a_value_of_the_wrong_kind_is_one_sentence(base, field, value, sentence):
     r = refusal(base, **{field: value})
     assert (r.stage, r.sentence) == ("flags", sentence)
 
 
 def test_values_are_converted_to_the_declared_types(base):
-    cfg = build(base, concurrency="3", cpus=2, pids_limit=16.0, repo_dir=str(base["repo_dir"]), tasks=["a"],
-                probe="inventory", dry_run="true")
-    assert (cfg.selection.concurrency, cfg.limits.cpus, cfg.limits.pids_limit, cfg.selection.tasks) == (3, 2.0, 16, ("a",))
+    cfg = build(
+        base,
+        concurrency="3",
+        cpus=2,
+        pids_limit=16.0,
+        repo_dir=str(base["repo_dir"]),
+        tasks=["a"],
+        probe="inventory",
+        dry_run="true",
+    )
+    assert (cfg.selection.concurrency, cfg.limits.cpus, cfg.limits.pids_limit, cfg.selection.tasks) == (
+        3,
+        2.0,
+        16,
+        ("a",),
+    )
     assert isinstance(cfg.limits.cpus, float) and isinstance(cfg.repo_dir, Path) and cfg.probe is ProbeKind.INVENTORY
     assert cfg.dry_run is True
 
 
-@pytest.mark.parametrize("changes,sentence", [
-    ({"concurrency": 0, "pids_limit": 0}, "--concurrency must be at least 1 (got 0)."),  # declared first
-    ({"pids_limit": 0, "bench_commit": "x"}, "--bench-commit 'x' is not a full 40-character lowercase commit id."),
-    ({"zzz": 1, "concurrency": 0}, "--concurrency must be at least 1 (got 0)."),  # a value before an unknown name
-    ({"zzz": 1, "dry_run": True, "campaign_file": None, "budget_reserve_usd": 1.0, "campaign_budget_usd": 1.0},
-     "--zzz: extra inputs are not permitted."),  # an unknown name before a combination
-])
+@pytest.mark.parametrize(
+    "changes,sentence",
+    [
+        ({"concurrency": 0, "pids_limit": 0}, "--concurrency must be at least 1 (got 0)."),  # declared first
+        ({"pids_limit": 0, "bench_commit": "x"}, "--bench-commit 'x' is not a full 40-character lowercase commit id."),
+        ({"zzz": 1, "concurrency": 0}, "--concurrency must be at least 1 (got 0)."),  # a value before an unknown name
+        (
+            {"zzz": 1, "dry_run": True, "campaign_file": None, "budget_reserve_usd": 1.0, "campaign_budget_usd": 1.0},
+            "--zzz: extra inputs are not permitted.",
+        ),  # an unknown name before a combination
+    ],
+)
 def test_the_first_problem_is_reported_in_field_order(base, changes, sentence):
     assert refusal(base, **changes).sentence == sentence
 
@@ -682,7 +837,10 @@ def test_direct_construction_refuses_with_the_same_sentence(base):
 def test_with_changes_copies_without_touching_the_original(base):
     cfg = build(base)
     changed = cfg.with_changes(cpus=2.0, memory=str(8 << 30))
-    assert (changed.limits.cpus, changed.limits.memory_bytes) == (2.0, 8 << 30) and (cfg.limits.cpus, cfg.limits.memory) == (None, None)
+    assert (changed.limits.cpus, changed.limits.memory_bytes) == (2.0, 8 << 30) and (
+        cfg.limits.cpus,
+        cfg.limits.memory,
+    ) == (None, None)
     assert changed.with_changes() == changed
     with pytest.raises(TypeError, match="no field 'cpu'"):
         cfg.with_changes(cpu=2.0)
@@ -693,20 +851,25 @@ def test_building_a_run_config_imports_no_pydantic():
     import subprocess
     import sys
 
-    probe = ("import sys; from pathlib import Path; from cowork_adapter.config import RunConfig; "
-             "RunConfig.from_flags(repo_dir=Path('/s'), bench_root=Path('/b'), run_root=Path('/r/x'), "
-             "docker_host='unix:///d', dry_run=True); print(sorted(m for m in sys.modules if m.startswith('pydantic')))")
+    probe = (
+        "import sys; from pathlib import Path; from cowork_adapter.config import RunConfig; "
+        "RunConfig.from_flags(repo_dir=Path('/s'), bench_root=Path('/b'), run_root=Path('/r/x'), "
+        "docker_host='unix:///d', dry_run=True); print(sorted(m for m in sys.modules if m.startswith('pydantic')))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["run", "--docker-host", "tcp://h:2375", "--x"], "tcp://h:2375"),
-    (["run", "--docker-host=unix:///d.sock"], "unix:///d.sock"),
-    (["run", "--docker-host=a", "--docker-host", "b"], "a"),  # the first one given
-    (["run", "--docker-host"], None),  # a flag without its value names nothing
-    (["run", "--docker-hosts", "x"], None),  # only the exact flag
-    ([], None),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "--docker-host", "tcp://h:2375", "--x"], "tcp://h:2375"),
+        (["run", "--docker-host=unix:///d.sock"], "unix:///d.sock"),
+        (["run", "--docker-host=a", "--docker-host", "b"], "a"),  # the first one given
+        (["run", "--docker-host"], None),  # a flag without its value names nothing
+        (["run", "--docker-hosts", "x"], None),  # only the exact flag
+        ([], None),
+    ],
+)
 def test_flag_value_reads_a_flag_without_parsing(argv, expected):
     assert flag_value(argv, "--docker-host") == expected

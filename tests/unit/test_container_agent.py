@@ -43,8 +43,14 @@ def test_completed_with_real_proxy_and_key_custody(tmp_path):
     assert summary["cost_final"] is True and summary["cost_finality_wait_exhausted"] is False
     assert summary["artifact_status"] == "ready" and summary["prompt_tokens"] == 120
     root = bench.task_root
-    for name in ("traj_log.json", "traj.json", "applied_settings.json", "preprocess.log", "mcp_proxy.log",
-                 "ouroboros_server.log"):
+    for name in (
+        "traj_log.json",
+        "traj.json",
+        "applied_settings.json",
+        "preprocess.log",
+        "mcp_proxy.log",
+        "ouroboros_server.log",
+    ):
         assert (root / name).exists(), name
     log = json.loads((root / "traj_log.json").read_text())
     assert log["status"] == "success" and log["config"]["task_dir"] == "demo-task"
@@ -59,7 +65,9 @@ def test_completed_with_real_proxy_and_key_custody(tmp_path):
         env = json.loads((bench.envdump / name).read_text())
         assert FAKE_KEY not in env.values() and "COWORK_PROVIDER_KEY" not in env, name
     server_env = json.loads((bench.envdump / "server.env.json").read_text())
-    assert server_env["OUROBOROS_DATA_DIR"] == str(bench.data) and server_env["OUROBOROS_WORKER_START_METHOD"] == "spawn"
+    assert (
+        server_env["OUROBOROS_DATA_DIR"] == str(bench.data) and server_env["OUROBOROS_WORKER_START_METHOD"] == "spawn"
+    )
     mcp_env = json.loads((bench.envdump / "mcp_server.env.json").read_text())
     assert mcp_env["PG_HOST"] == "pg-test-host" and mcp_env["WS"].endswith("workspace")
     settings_path = bench.data / "settings.json"

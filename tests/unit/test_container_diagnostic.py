@@ -28,7 +28,7 @@ MARK = "DIAGNOSTIC-OUTPUT"
 
 # The task's checker: prints runner-like lines everywhere, rewrites --res_log_file like many
 # upstream checkers do, and passes when answer.txt says 42. CHECKER_MODE adds hangs/children.
-CHECKER = r'''
+CHECKER = r"""
 import argparse, os, subprocess, sys, time
 print("%s import-time Status: success" % os.environ["MARK"], flush=True)
 ap = argparse.ArgumentParser()
@@ -49,7 +49,7 @@ if mode == "hang":
     time.sleep(120)
 with open(os.path.join(a.agent_workspace, "answer.txt")) as fh:
     sys.exit(0 if fh.read().strip() == "42" else 1)
-'''
+"""
 
 
 class Dump:
@@ -67,13 +67,22 @@ class Dump:
         self.args_out = tmp / "checker_args.txt"
         self.log = self.root / "traj_log.json"
         self.config = {
-            "task_dir": TASK, "single_turn_mode": True, "log_file": str(self.log),
-            "agent_workspace": str(self.workspace), "launch_time": "2026-01-02 03:04:05 Friday",
+            "task_dir": TASK,
+            "single_turn_mode": True,
+            "log_file": str(self.log),
+            "agent_workspace": str(self.workspace),
+            "launch_time": "2026-01-02 03:04:05 Friday",
             "evaluation": {"evaluation_command": f"{BENCH_PY} {checker}", "groundtruth_workspace": "gt"},
         }
         self.log.write_text(json.dumps({"config": self.config, "status": STATUS}))
-        self.summary = {"task": TASK, "bench_status": STATUS, "infra_failed": False, "task_submission_started": True,
-                        "reason_code": "round_limit", "model_activity_observed": True}
+        self.summary = {
+            "task": TASK,
+            "bench_status": STATUS,
+            "infra_failed": False,
+            "task_submission_started": True,
+            "reason_code": "round_limit",
+            "model_activity_observed": True,
+        }
         self.write_summary()
         self.claim = self.publish_official()
 
@@ -84,12 +93,20 @@ class Dump:
         bind = {"task_dir": TASK, "task_root": str(self.root), "log": protocol.file_facts(str(self.log))}
         claim = protocol.new_claim(bind, agent_container_state=state, prior_result={}, eval_host="h", pid=1)
         # The digest the docker shim took of the summary when the agent exec ended (a host fact).
-        claim["evidence"]["agent_summary_sha256"] = protocol.file_facts(str(self.root / "ouroboros_summary.json"))["sha256"]
+        claim["evidence"]["agent_summary_sha256"] = protocol.file_facts(str(self.root / "ouroboros_summary.json"))[
+            "sha256"
+        ]
         (self.root / protocol.CLAIM_NAME).write_bytes(protocol.dump_record(claim))
         returned = returned or {"pass": None, "details": protocol.GATE_TEXT.format(status=STATUS)}
         (self.root / "eval_res.json").write_text(json.dumps(returned))
-        receipt = protocol.new_receipt(claim, official_run=True, cause="evaluated", raised=raised, returned=returned,
-                                       result_file=protocol.file_facts(str(self.root / "eval_res.json")))
+        receipt = protocol.new_receipt(
+            claim,
+            official_run=True,
+            cause="evaluated",
+            raised=raised,
+            returned=returned,
+            result_file=protocol.file_facts(str(self.root / "eval_res.json")),
+        )
         Path(protocol.receipt_path(str(self.root), claim["attempt_id"])).write_bytes(protocol.dump_record(receipt))
         return claim
 
@@ -119,9 +136,14 @@ def test_eligible_decline_runs_the_checker_once_and_changes_nothing_official(dum
     assert receipt["outcome"] == "checks_passed" and receipt["eligible"] is True
     assert receipt["custody"] == "group_dead" and receipt["checker_exit_code"] == 0
     assert receipt["official_verdict_unchanged"] is True and receipt["cap_sec"] == 900
-    assert dump.files() == sorted([f"ouroboros_diagnostic_log-{attempt}.log", "ouroboros_diagnostic_claim.json",
-                                   f"ouroboros_diagnostic_receipt-{attempt}.json",
-                                   f"ouroboros_diagnostic_report-{attempt}.json"])
+    assert dump.files() == sorted(
+        [
+            f"ouroboros_diagnostic_log-{attempt}.log",
+            "ouroboros_diagnostic_claim.json",
+            f"ouroboros_diagnostic_receipt-{attempt}.json",
+            f"ouroboros_diagnostic_report-{attempt}.json",
+        ]
+    )
     on_disk = json.loads((dump.root / f"ouroboros_diagnostic_receipt-{attempt}.json").read_text())
     assert on_disk["outcome"] == "checks_passed" and on_disk["kind"] == "diagnostic"
     # The checker rewrote its --res_log_file: a private copy, never the bound log or eval_res.json.
@@ -161,8 +183,12 @@ def test_a_boolean_official_verdict_records_nothing(tmp_path):
 def _facts(dump: Dump) -> dict:
     receipt, _ = protocol.read_json_record(protocol.receipt_path(str(dump.root), dump.claim["attempt_id"]))
     return {
-        "claim": dict(dump.claim), "receipt": receipt, "log_facts": protocol.file_facts(str(dump.log)),
-        "log_status": STATUS, "eval_res": (dump.root / "eval_res.json").read_bytes(), "summary": dict(dump.summary),
+        "claim": dict(dump.claim),
+        "receipt": receipt,
+        "log_facts": protocol.file_facts(str(dump.log)),
+        "log_status": STATUS,
+        "eval_res": (dump.root / "eval_res.json").read_bytes(),
+        "summary": dict(dump.summary),
         "summary_sha256": dump.claim["evidence"]["agent_summary_sha256"],
     }
 
@@ -236,7 +262,10 @@ def test_an_ineligible_attempt_records_why_and_runs_nothing(dump):
     receipt = dump.run()
     attempt = dump.claim["attempt_id"]
     assert (receipt["outcome"], receipt["reason"], receipt["eligible"]) == (
-        "ineligible", "adapter_summary_changed_after_agent_phase", False)
+        "ineligible",
+        "adapter_summary_changed_after_agent_phase",
+        False,
+    )
     assert dump.files() == sorted(["ouroboros_diagnostic_claim.json", f"ouroboros_diagnostic_receipt-{attempt}.json"])
     assert not dump.args_out.exists()
 
@@ -261,17 +290,21 @@ def test_no_command_is_unavailable_never_a_pass(dump):
     (utils / "__init__.py").write_text("")
     (utils / "task_config.py").write_text(
         "class Evaluation:\n    evaluation_command = None\n    groundtruth_workspace = None\n"
-        "    @classmethod\n    def build(cls, task_dir):\n        return cls()\n")
+        "    @classmethod\n    def build(cls, task_dir):\n        return cls()\n"
+    )
     receipt = dump.run()
     assert (receipt["outcome"], receipt["reason"]) == ("unavailable", "no_eval_command")
     assert not dump.args_out.exists()
 
 
-@pytest.mark.parametrize("change,reason", [
-    ({"single_turn_mode": False}, "saved_config_unsupported"),
-    ({"task_dir": "other"}, "saved_config_not_linked"),
-    ({"log_file": "/elsewhere/traj_log.json"}, "saved_config_not_linked"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"single_turn_mode": False}, "saved_config_unsupported"),
+        ({"task_dir": "other"}, "saved_config_not_linked"),
+        ({"log_file": "/elsewhere/traj_log.json"}, "saved_config_not_linked"),
+    ],
+)
 def test_saved_config_must_be_supported_and_linked(dump, change, reason):
     saved = {"config": {**dump.config, **change}}
     assert checker_command(saved, task_dir=TASK, log_file=str(dump.log), res_log_file="/c") == (None, reason)
@@ -280,11 +313,18 @@ def test_saved_config_must_be_supported_and_linked(dump, change, reason):
 def test_the_command_is_upstreams_with_the_copy_as_res_log_file(dump):
     calls = []
     saved = {"config": {**dump.config, "evaluation": {"evaluation_command": None, "groundtruth_workspace": None}}}
-    command, _ = checker_command(saved, task_dir=TASK, log_file=str(dump.log), res_log_file="/p/copy.json",
-                                 rebuild=lambda t: calls.append(t) or ("py -m x", "tasks/finalpool/t/gt"))
+    command, _ = checker_command(
+        saved,
+        task_dir=TASK,
+        log_file=str(dump.log),
+        res_log_file="/p/copy.json",
+        rebuild=lambda t: calls.append(t) or ("py -m x", "tasks/finalpool/t/gt"),
+    )
     assert calls == [TASK]
-    assert command == (f'py -m x --res_log_file /p/copy.json --agent_workspace {dump.workspace} '
-                       f'--groundtruth_workspace tasks/finalpool/t/gt --launch_time "2026-01-02 03:04:05"')
+    assert command == (
+        f"py -m x --res_log_file /p/copy.json --agent_workspace {dump.workspace} "
+        f'--groundtruth_workspace tasks/finalpool/t/gt --launch_time "2026-01-02 03:04:05"'
+    )
 
 
 # ---------------------------------------------------------------- the cap and group custody
@@ -311,7 +351,10 @@ def test_unproven_group_death_is_unknown_not_timeout(dump, monkeypatch):
     monkeypatch.setattr(diagnostic, "GRACE_SEC", 0.2)
     receipt = dump.run(CHECKER_MODE="hang", COWORK_DIAGNOSTIC_CAP_SEC="1")
     assert (receipt["outcome"], receipt["reason"], receipt["custody"]) == (
-        "unknown", "process_group_death_unconfirmed", "unconfirmed")
+        "unknown",
+        "process_group_death_unconfirmed",
+        "unconfirmed",
+    )
 
 
 def test_group_alive_sees_a_live_group_and_proves_a_dead_one():
@@ -337,10 +380,12 @@ def _fake_bench_with_checker(tmp_path, flag: bool) -> FakeBench:
     checker.parent.mkdir(parents=True)
     checker.write_text(CHECKER)
     with open(bench.root / "utils" / "data_structures" / "task_config.py", "a") as fh:
-        fh.write(f"\n\nclass Evaluation:\n    def __init__(self):\n"
-                 f"        self.evaluation_command = {BENCH_PY + ' ' + str(checker)!r}\n"
-                 f"        self.groundtruth_workspace = 'gt'\n"
-                 f"    @classmethod\n    def build(cls, task_dir):\n        return cls()\n")
+        fh.write(
+            f"\n\nclass Evaluation:\n    def __init__(self):\n"
+            f"        self.evaluation_command = {BENCH_PY + ' ' + str(checker)!r}\n"
+            f"        self.groundtruth_workspace = 'gt'\n"
+            f"    @classmethod\n    def build(cls, task_dir):\n        return cls()\n"
+        )
     return bench
 
 
@@ -355,11 +400,14 @@ def test_nothing_the_diagnostic_prints_reaches_the_runners_log(tmp_path):
     (bench.task_root / "workspace" / "answer.txt").write_text("42")
     # As the docker shim passes it: the summary's digest when the agent exec ended.
     held = protocol.file_facts(str(bench.task_root / "ouroboros_summary.json"))["sha256"]
-    proc = bench.run("eval", MARK=MARK, ARGS_OUT=tmp_path / "args.txt", COWORK_AGENT_SUMMARY_SHA256=held,
-                     COWORK_EVAL_ENTRY="first")
+    proc = bench.run(
+        "eval", MARK=MARK, ARGS_OUT=tmp_path / "args.txt", COWORK_AGENT_SUMMARY_SHA256=held, COWORK_EVAL_ENTRY="first"
+    )
     assert proc.returncode == 1  # the official exit code of a decline, unchanged
     assert [ln for ln in proc.stdout.splitlines() if ln.strip()] == [
-        "Pass:    None", f"Details: {protocol.GATE_TEXT.format(status=STATUS)}"]
+        "Pass:    None",
+        f"Details: {protocol.GATE_TEXT.format(status=STATUS)}",
+    ]
     assert MARK not in _runner_log(proc) and "Traceback" not in _runner_log(proc)
     [receipt_file] = bench.task_root.glob("ouroboros_diagnostic_receipt-*.json")
     receipt = json.loads(receipt_file.read_text())
@@ -383,8 +431,13 @@ def test_with_the_flag_off_nothing_runs(tmp_path):
 
 
 def test_the_flag_is_recorded_even_when_false_and_recovery_refuses_a_change(tmp_path):
-    flags = {"repo_dir": tmp_path / "seed", "bench_root": tmp_path / "bench", "run_root": tmp_path / "s" / "run-1",
-             "docker_host": "unix:///var/run/docker.sock", "campaign_file": tmp_path / "s" / "campaign.json"}
+    flags = {
+        "repo_dir": tmp_path / "seed",
+        "bench_root": tmp_path / "bench",
+        "run_root": tmp_path / "s" / "run-1",
+        "docker_host": "unix:///var/run/docker.sock",
+        "campaign_file": tmp_path / "s" / "campaign.json",
+    }
     off, on = RunConfig.from_flags(**flags), RunConfig.from_flags(**flags, diagnostic_eval_on_truncation=True)
     assert off.applied_config()["diagnostic_eval_on_truncation"] is False
     assert build_run_config(off).diagnostic_eval_on_truncation is False
@@ -394,9 +447,15 @@ def test_the_flag_is_recorded_even_when_false_and_recovery_refuses_a_change(tmp_
     synth.write_manifest(parent, ["a"], task_ids=["a"], applied_config=off.applied_config())
     write_index(parent, build_index(parent, live=False, interruption_cause="runner_exited"))
     with pytest.raises(Refusal, match="diagnostic_eval_on_truncation"):
-        resolve_ancestry([parent], current_applied_config=on.applied_config(), seed_head=synth.SEED_HEAD,
-                         bench_commit=synth.BENCH_COMMIT, image_id=synth.IMAGE_ID, explicit_selection=None,
-                         dataset_ids=["a"])
+        resolve_ancestry(
+            [parent],
+            current_applied_config=on.applied_config(),
+            seed_head=synth.SEED_HEAD,
+            bench_commit=synth.BENCH_COMMIT,
+            image_id=synth.IMAGE_ID,
+            explicit_selection=None,
+            dataset_ids=["a"],
+        )
 
 
 # ---------------------------------------------------------------- the audit reads the records
@@ -408,19 +467,31 @@ def test_the_audit_counts_declined_eligible_checked_and_joins_host_evidence(tmp_
     run = tmp_path / "run"
     dumps = run / "bench" / "dumps" / "ouroboros_m"
     rows = []
-    for task, outcome, reason, eligible in (("t-ok", "checks_passed", "checker_exit_0", True),
-                                            ("t-owner", "ineligible", "stop_reason_not_eligible", False),
-                                            ("t-off", None, None, None)):
+    for task, outcome, reason, eligible in (
+        ("t-ok", "checks_passed", "checker_exit_0", True),
+        ("t-owner", "ineligible", "stop_reason_not_eligible", False),
+        ("t-off", None, None, None),
+    ):
         dump = dumps / f"SingleUserTurn-{task}"
         dump.mkdir(parents=True)
         (dump / "ouroboros_eval_claim.json").write_text(json.dumps({"attempt_id": "a" * 32}))
         if outcome:
             (dump / "ouroboros_diagnostic_claim.json").write_text(json.dumps({"attempt_id": "a" * 32}))
-            (dump / f"ouroboros_diagnostic_receipt-{'a' * 32}.json").write_text(json.dumps(
-                {"attempt_id": "a" * 32, "outcome": outcome, "reason": reason, "eligible": eligible,
-                 "checker_exit_code": 0 if eligible else None, "custody": "group_dead" if eligible else "not_started"}))
-        rows.append({"instance_id": task, "status": "agent_failed", "official_eval_status": "declined",
-                     "task_dump": str(dump)})
+            (dump / f"ouroboros_diagnostic_receipt-{'a' * 32}.json").write_text(
+                json.dumps(
+                    {
+                        "attempt_id": "a" * 32,
+                        "outcome": outcome,
+                        "reason": reason,
+                        "eligible": eligible,
+                        "checker_exit_code": 0 if eligible else None,
+                        "custody": "group_dead" if eligible else "not_started",
+                    }
+                )
+            )
+        rows.append(
+            {"instance_id": task, "status": "agent_failed", "official_eval_status": "declined", "task_dump": str(dump)}
+        )
     (run / "run_manifest.json").write_text(json.dumps({"applied_config": {"diagnostic_eval_on_truncation": True}}))
     (run / "result_index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     evidence = run / "custody" / "evidence"
@@ -429,13 +500,22 @@ def test_the_audit_counts_declined_eligible_checked_and_joins_host_evidence(tmp_
     (evidence / "1-aa.eval_admission").write_text(json.dumps({"ts": 1, "agent_container_state": "absent"}) + "\n")
     report = build_audit(run)
     block = report.eval_attempts
-    assert (block.official_declined, block.diagnostic_present, block.diagnostic_eligible, block.diagnostic_checked) \
-        == (3, 2, 1, 1)
+    assert (block.official_declined, block.diagnostic_present, block.diagnostic_eligible, block.diagnostic_checked) == (
+        3,
+        2,
+        1,
+        1,
+    )
     assert block.diagnostic_outcomes == {"checks_passed": 1, "ineligible": 1}
     assert block.diagnostic_ineligible_reasons == {"stop_reason_not_eligible": 1}
     assert block.diagnostic_without_host_absence == []
     ok = next(t for t in report.tasks if t.instance_id == "t-ok").eval_attempts.diagnostic
-    assert (ok.host_agent_container_state, ok.custody, ok.checker_exit_code, ok.linked) == ("absent", "group_dead", 0, True)
+    assert (ok.host_agent_container_state, ok.custody, ok.checker_exit_code, ok.linked) == (
+        "absent",
+        "group_dead",
+        0,
+        True,
+    )
     # Verdicts are copied, never changed: the observation is nowhere near a score.
     assert all(t.official_pass is None and t.ledger_status == "agent_failed" for t in report.tasks)
     (evidence / "1-aa.eval_admission").write_text(json.dumps({"ts": 1, "agent_container_state": "present"}) + "\n")

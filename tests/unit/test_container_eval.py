@@ -30,7 +30,9 @@ def test_first_entry_evaluates_and_reentry_replays(tmp_path):
     assert first.returncode == 0, first.stderr
     assert _pass_lines(first.stdout) == ["Pass:    True", "Details: checked"]
     claim = json.loads((bench.task_root / "ouroboros_eval_claim.json").read_text())
-    assert claim["schema"] == "cowork_adapter.eval_attempt.v1" and claim["evidence"]["agent_container_state"] == "absent"
+    assert (
+        claim["schema"] == "cowork_adapter.eval_attempt.v1" and claim["evidence"]["agent_container_state"] == "absent"
+    )
     [receipt_path] = _receipts(bench)
     receipt = json.loads(receipt_path.read_text())
     assert receipt["attempt_id"] == claim["attempt_id"] and receipt["official_run"] is True
@@ -42,8 +44,17 @@ def test_first_entry_evaluates_and_reentry_replays(tmp_path):
 
 def test_two_concurrent_entries_evaluate_once(tmp_path):
     bench = _agent_done(tmp_path)
-    procs = [subprocess.Popen(bench.argv("eval"), cwd=bench.root, env=bench.env(FAKE_EVAL_SLEEP="2"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            bench.argv("eval"),
+            cwd=bench.root,
+            env=bench.env(FAKE_EVAL_SLEEP="2"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=60)[0] for p in procs]
     assert bench.eval_calls() == 1
     verdicts = [o for o in outs if "Pass:    True" in o]

@@ -32,11 +32,17 @@ def test_inventory_fails_on_a_broken_server(tmp_path):
 def test_stateful_probe_state_survives_sessions(tmp_path):
     bench = FakeBench(tmp_path)
     out = tmp_path / "probes"
-    spec = {"server": "notes", "expect": "alpha | beta",
-            "calls": [{"name": "add_note", "arguments": {"text": "alpha"}},
-                      {"name": "add_note", "arguments": {"text": "beta"}},
-                      {"name": "pg_host"}, {"name": "pg_host"},
-                      {"name": "list_notes"}]}
+    spec = {
+        "server": "notes",
+        "expect": "alpha | beta",
+        "calls": [
+            {"name": "add_note", "arguments": {"text": "alpha"}},
+            {"name": "add_note", "arguments": {"text": "beta"}},
+            {"name": "pg_host"},
+            {"name": "pg_host"},
+            {"name": "list_notes"},
+        ],
+    }
     proc = bench.run("stateful", "--probe-output", str(out), COWORK_STATEFUL_PROBE=json.dumps(spec))
     report = json.loads((out / "stateful.json").read_text())
     assert proc.returncode == 0, report
@@ -81,8 +87,10 @@ def _project_bound_bench(tmp_path):
     bench = FakeBench(tmp_path, servers=("quotes",))
     write(bench.root / "pyproject.toml", "[project]\nname = 'workspace'\nversion = '0'\n")
     write(bench.root / "local_servers" / "quotes_server.py", PROJECT_BOUND_SERVER_PY)
-    write(bench.root / "configs" / "mcp_servers" / "quotes.yaml",
-          f"name: quotes\nparams:\n  command: {VENV_PY}\n  args:\n    - ${{local_servers_paths}}/quotes_server.py\n")
+    write(
+        bench.root / "configs" / "mcp_servers" / "quotes.yaml",
+        f"name: quotes\nparams:\n  command: {VENV_PY}\n  args:\n    - ${{local_servers_paths}}/quotes_server.py\n",
+    )
     return bench
 
 
@@ -105,9 +113,22 @@ def test_inventory_of_all_servers_uses_a_task_like_workspace_too(tmp_path):
     (bench.root / "configs" / "mcp_servers" / "broken.yaml").unlink()
     (bench.root / "configs" / "mcp_servers" / "b_notes_dup.yaml").unlink()
     out = tmp_path / "probes-all"
-    proc = subprocess.run([*bench.argv("inventory", "--probe-output", str(out))[:3], "--task_dir", "",
-                           "--phase", "inventory", "--probe-output", str(out)],
-                          cwd=bench.root, env=bench.env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            *bench.argv("inventory", "--probe-output", str(out))[:3],
+            "--task_dir",
+            "",
+            "--phase",
+            "inventory",
+            "--probe-output",
+            str(out),
+        ],
+        cwd=bench.root,
+        env=bench.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     report = json.loads((out / "inventory.json").read_text())
     assert proc.returncode == 0, report
     assert report["quotes"]["ok"] is True and report["notes"]["ok"] is True

@@ -32,8 +32,13 @@ GATE = "Task status: max_turns_reached, only SUCCESS counts as pass; pass is nul
         (json.dumps({"pass": None, "details": GATE}).encode(), "max_turns_reached", S.DECLINED, "status_gate", None),
         (json.dumps({"pass": None, "details": GATE}).encode(), "success", S.UNKNOWN, "pass_null_unlinked", None),
         (json.dumps({"pass": None, "details": GATE}).encode(), None, S.UNKNOWN, "pass_null_unlinked", None),
-        (json.dumps({"pass": None, "details": GATE, "x": 1}).encode(), "max_turns_reached", S.UNKNOWN,
-         "pass_null_unlinked", None),
+        (
+            json.dumps({"pass": None, "details": GATE, "x": 1}).encode(),
+            "max_turns_reached",
+            S.UNKNOWN,
+            "pass_null_unlinked",
+            None,
+        ),
         (b'{"pass": true, "details": "ok"}', None, S.COMPLETED, "evaluated", True),
         (b'{"pass": false, "failure": "no"}', None, S.COMPLETED, "evaluated", False),
     ],
@@ -49,11 +54,14 @@ def test_unreadable_file_is_os_error(tmp_path):
     assert reading.status == S.UNREADABLE and reading.cause == "os_error:directory"
 
 
-@pytest.mark.parametrize("plant, kind", [
-    (lambda p, host: os.mkfifo(p), "fifo"),                  # a reader that opened it would block
-    (lambda p, host: os.symlink(host, p), "symlink"),        # never followed to a host file
-    (lambda p, host: os.symlink("/dev/zero", p), "symlink"),  # never read without bound
-])
+@pytest.mark.parametrize(
+    "plant, kind",
+    [
+        (lambda p, host: os.mkfifo(p), "fifo"),  # a reader that opened it would block
+        (lambda p, host: os.symlink(host, p), "symlink"),  # never followed to a host file
+        (lambda p, host: os.symlink("/dev/zero", p), "symlink"),  # never read without bound
+    ],
+)
 def test_an_eval_result_that_is_no_regular_file_is_named_never_read(tmp_path, plant, kind):
     host = tmp_path / "host_file"
     host.write_text('{"pass": true}')
@@ -111,10 +119,22 @@ def test_bundle_facts_change_with_any_member(tmp_path):
         ({"status": "completed", "reason_code": "final_message"}, ("success", False, False)),
         ({"status": "completed", "reason_code": "round_limit"}, ("max_turns_reached", False, True)),
         ({"status": "failed", "reason_code": "llm_api_error"}, ("failed", True, False)),
-        ({"status": "completed", "reason_code": "round_limit",
-          "outcome_axes": {"execution": {"status": "infra_failed"}}}, ("failed", True, False)),
-        ({"status": "failed", "reason_code": "tool_failure",
-          "outcome_axes": {"execution": {"reason_code": "provider_unavailable"}}}, ("failed", True, False)),
+        (
+            {
+                "status": "completed",
+                "reason_code": "round_limit",
+                "outcome_axes": {"execution": {"status": "infra_failed"}},
+            },
+            ("failed", True, False),
+        ),
+        (
+            {
+                "status": "failed",
+                "reason_code": "tool_failure",
+                "outcome_axes": {"execution": {"reason_code": "provider_unavailable"}},
+            },
+            ("failed", True, False),
+        ),
         ({"status": "cancelled"}, ("failed", False, False)),
     ],
 )
@@ -145,9 +165,18 @@ def test_agent_timeout_floor():
 def test_run_config_validation():
     good = run_config()
     assert runconfig.parse_run_config(good).upstream_entry is None
-    assert runconfig.parse_run_config({**good, "engine": "upstream:main_strands.py"}).upstream_entry == "main_strands.py"
-    for bad in ({"proxy_port": "8096"}, {"engine": "other"}, {"engine": "upstream:../x.py"}, {"task_timeout_sec": 0},
-                {"schema": "v0"}, {"diagnostic_eval_on_truncation": 1}, {"truncation_reason_codes": "x"}):
+    assert (
+        runconfig.parse_run_config({**good, "engine": "upstream:main_strands.py"}).upstream_entry == "main_strands.py"
+    )
+    for bad in (
+        {"proxy_port": "8096"},
+        {"engine": "other"},
+        {"engine": "upstream:../x.py"},
+        {"task_timeout_sec": 0},
+        {"schema": "v0"},
+        {"diagnostic_eval_on_truncation": 1},
+        {"truncation_reason_codes": "x"},
+    ):
         with pytest.raises(runconfig.ConfigError):
             runconfig.parse_run_config({**good, **bad})
 

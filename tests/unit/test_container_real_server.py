@@ -18,8 +18,9 @@ PATHS = SimpleNamespace(app_root="/a", seed_dir="/s", data_dir="/d", runtime_dir
 
 
 def test_server_env_keeps_pip_offline_and_loopback_unproxied():
-    env = ouroboros.server_env({"NO_PROXY": "mirror.local", "HTTP_PROXY": "http://p:3128", "OUROBOROS_X": "1"},
-                               paths=PATHS, port=8765)
+    env = ouroboros.server_env(
+        {"NO_PROXY": "mirror.local", "HTTP_PROXY": "http://p:3128", "OUROBOROS_X": "1"}, paths=PATHS, port=8765
+    )
     assert env["PIP_NO_INDEX"] == "1" and env["PIP_DISABLE_PIP_VERSION_CHECK"] == "1"
     assert env["NO_PROXY"] == "mirror.local,127.0.0.1,localhost" and env["no_proxy"] == "127.0.0.1,localhost"
     assert "OUROBOROS_X" not in env and env["HTTP_PROXY"] == "http://p:3128"
@@ -89,9 +90,13 @@ def test_a_refused_task_names_the_servers_reason():
 def test_workspace_becomes_its_own_git_root_and_the_repository_goes_away(tmp_path):
     (tmp_path / "sales.csv").write_text("a,b\n")
     assert ouroboros.ensure_worktree_root(str(tmp_path)) is True
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert top.stdout.strip() == str(tmp_path.resolve())
-    tracked = subprocess.run(["git", "ls-files"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert tracked == ["sales.csv"]
     assert ouroboros.ensure_worktree_root(str(tmp_path)) is False  # already a repository: left alone
     ouroboros.remove_worktree_git(str(tmp_path))

@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 CONTAINER_SRC = REPO / "src" / "cowork_adapter" / "container"
 VENV_PY = REPO / ".venv" / "bin" / "python"
 MCP_PROXY = REPO / ".venv" / "bin" / "mcp-proxy"
+
+
 # The benchmark's interpreter may be 3.10: run the entrypoint under a 3.10 when this machine has
 # one (test_container_py310_syntax checks the grammar on every machine regardless).
 def _python310() -> str | None:
@@ -43,7 +45,7 @@ TASK = "demo-task"
 MODEL = "fake/model-1"
 SHORT = f"ouroboros/{MODEL}"
 
-TASK_CONFIG_PY = '''
+TASK_CONFIG_PY = """
 import json, os
 from datetime import datetime
 
@@ -75,9 +77,9 @@ class TaskConfig:
 
     def to_dict(self):
         return dict(self.__dict__)
-'''
+"""
 
-EVALUATOR_PY = '''
+EVALUATOR_PY = """
 import asyncio, json, os
 
 class TaskEvaluator:
@@ -102,9 +104,9 @@ class TaskEvaluator:
         with open(os.path.join(os.path.dirname(log_file), "eval_res.json"), "w") as fh:
             json.dump(res, fh)
         return res
-'''
+"""
 
-PREPROCESS_PY = '''
+PREPROCESS_PY = """
 import json, os, sys
 out = os.environ.get("FAKE_ENV_DUMP")
 if out:
@@ -112,7 +114,7 @@ if out:
         json.dump(dict(os.environ), fh)
 print("preprocess args", sys.argv[1:])
 sys.exit(int(os.environ.get("FAKE_PREPROCESS_EXIT", "0")))
-'''
+"""
 
 NOTES_SERVER_PY = '''
 import json, os
@@ -299,7 +301,9 @@ class FakeBench:
         write(task / "initial_workspace" / "hello.txt", "hello")
         write(task / "preprocess" / "main.py", PREPROCESS_PY)
         write(self.root / "local_servers" / "notes_server.py", NOTES_SERVER_PY)
-        write(self.root / "configs" / "mcp_servers" / "a_notes.yaml", f"""
+        write(
+            self.root / "configs" / "mcp_servers" / "a_notes.yaml",
+            f"""
             # the notes server (file name differs from the name field)
             name: notes
             type: stdio
@@ -311,17 +315,24 @@ class FakeBench:
                 PG_HOST: cowork_pg
                 WS: ${{agent_workspace}}
             client_session_timeout_seconds: 30
-            """)
-        write(self.root / "configs" / "mcp_servers" / "b_notes_dup.yaml", """
+            """,
+        )
+        write(
+            self.root / "configs" / "mcp_servers" / "b_notes_dup.yaml",
+            """
             name: notes
             params:
               command: /bin/false
-            """)
-        write(self.root / "configs" / "mcp_servers" / "broken.yaml", """
+            """,
+        )
+        write(
+            self.root / "configs" / "mcp_servers" / "broken.yaml",
+            """
             name: broken
             params:
               command: ""
-            """)
+            """,
+        )
         write(self.seed / "server.py", FAKE_SERVER_PY)
         self.config_path = self.root / "configs" / "cowork_adapter_run.json"
         self.config = config or run_config()
@@ -336,26 +347,28 @@ class FakeBench:
 
     def env(self, **extra) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "MODEL_", "COWORK_", "FAKE_"))}
-        env.update({
-            "COWORK_RUN_CONFIG": str(self.config_path),
-            "COWORK_ADAPTER_HOME": str(self.home),
-            "COWORK_SEED_DIR": str(self.seed),
-            "COWORK_SEED_PYTHON": sys.executable,
-            "COWORK_MCP_PROXY": str(MCP_PROXY),
-            "COWORK_DATA_DIR": str(self.data),
-            "COWORK_RUNTIME_DIR": str(self.runtime),
-            "COWORK_START_WAIT_SEC": "30",
-            "COWORK_POLL_SEC": "0.2",
-            "COWORK_COST_GRACE_SEC": "10",
-            "COWORK_PROVIDER_KEY": FAKE_KEY,
-            "COWORK_AGENT_CONTAINER_STATE": "absent",
-            "LOCAL_SERVERS_PATH": str(self.root / "local_servers"),
-            "PYTHON_BIN": BENCH_PY,
-            "COWORK_BENCH_PYTHON": BENCH_PY,
-            "FAKE_ENV_DUMP": str(self.envdump),
-            "FAKE_EVAL_COUNTER": str(self.tmp / "eval_calls.txt"),
-            "PGHOST": "pg-test-host",
-        })
+        env.update(
+            {
+                "COWORK_RUN_CONFIG": str(self.config_path),
+                "COWORK_ADAPTER_HOME": str(self.home),
+                "COWORK_SEED_DIR": str(self.seed),
+                "COWORK_SEED_PYTHON": sys.executable,
+                "COWORK_MCP_PROXY": str(MCP_PROXY),
+                "COWORK_DATA_DIR": str(self.data),
+                "COWORK_RUNTIME_DIR": str(self.runtime),
+                "COWORK_START_WAIT_SEC": "30",
+                "COWORK_POLL_SEC": "0.2",
+                "COWORK_COST_GRACE_SEC": "10",
+                "COWORK_PROVIDER_KEY": FAKE_KEY,
+                "COWORK_AGENT_CONTAINER_STATE": "absent",
+                "LOCAL_SERVERS_PATH": str(self.root / "local_servers"),
+                "PYTHON_BIN": BENCH_PY,
+                "COWORK_BENCH_PYTHON": BENCH_PY,
+                "FAKE_ENV_DUMP": str(self.envdump),
+                "FAKE_EVAL_COUNTER": str(self.tmp / "eval_calls.txt"),
+                "PGHOST": "pg-test-host",
+            }
+        )
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
@@ -363,12 +376,24 @@ class FakeBench:
         return [BENCH_PY, "-u", "cowork_entry.py", "--task_dir", TASK, "--max_steps", "7", "--phase", phase, *more]
 
     def run(self, phase: str, *more: str, timeout: float = 120, **extra) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(phase, *more), cwd=self.root, env=self.env(**extra), capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            self.argv(phase, *more),
+            cwd=self.root,
+            env=self.env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def popen(self, phase: str, **extra) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(phase), cwd=self.root, env=self.env(**extra), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            self.argv(phase),
+            cwd=self.root,
+            env=self.env(**extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def summary(self) -> dict:
         return json.loads((self.task_root / "ouroboros_summary.json").read_text())

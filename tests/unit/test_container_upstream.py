@@ -6,20 +6,20 @@ import json
 
 from test_container_support import FAKE_KEY, SHORT, TASK, FakeBench, run_config, status_lines, write
 
-UPSTREAM_MAIN = '''
+UPSTREAM_MAIN = """
 import argparse, json, os, sys
 from utils.data_structures.task_config import TaskConfig
 ap = argparse.ArgumentParser()
 ap.add_argument("--task_dir"); ap.add_argument("--max_steps"); ap.add_argument("--phase")
 a = ap.parse_args()
-tc = TaskConfig.build(a.task_dir, agent_short_name="%s", global_task_config={"dump_path": "./dumps/"})
+tc = TaskConfig.build(a.task_dir, agent_short_name="@SHORT@", global_task_config={"dump_path": "./dumps/"})
 os.makedirs(tc.task_root, exist_ok=True)
 json.dump({"config": tc.to_dict(), "status": "success"}, open(tc.log_file, "w"))
 with open(os.path.join(os.environ["FAKE_ENV_DUMP"], "upstream.json"), "w") as fh:
     json.dump({"argv": sys.argv[1:], "has_key": os.environ.get("MODEL_API_KEY") == os.environ.get("LLM_API_KEY") != None}, fh)
 print("debug key", os.environ.get("LLM_API_KEY"))
 print("====== Status: success ======")
-''' % SHORT  # noqa: UP031  (Python source with braces of its own: % fills its one slot)
+""".replace("@SHORT@", SHORT)  # Python source with braces of its own: one named slot, filled by replace
 
 
 def test_upstream_engine_runs_child_and_writes_summary(tmp_path):
@@ -39,7 +39,7 @@ def test_upstream_engine_runs_child_and_writes_summary(tmp_path):
 # Like the benchmark's main.py (CAMEL): no --phase option (argparse refuses it with exit 2); the
 # dump is named <MODEL_PROVIDER>/<MODEL_NAME>; after the agent it grades in the same process, and
 # without evaluation/ in the tree that in-process verdict is a bare "pass: True".
-CAMEL_LIKE_MAIN = '''
+CAMEL_LIKE_MAIN = """
 import argparse, json, os, sys
 from utils.data_structures.task_config import TaskConfig
 ap = argparse.ArgumentParser()
@@ -55,11 +55,11 @@ with open(os.path.join(os.environ["FAKE_ENV_DUMP"], "upstream.json"), "w") as fh
 print("====== Status: success ======")
 json.dump({"pass": True, "details": "no evaluation command"}, open(os.path.join(tc.task_root, "eval_res.json"), "w"))
 print("Pass:    True")
-'''
+"""
 
 # Like the benchmark's main_strands.py: takes --phase, needs LLM_BASE_URL and LLM_MODEL, and
 # names its dump strands/<model> whatever MODEL_PROVIDER says.
-STRANDS_LIKE_MAIN = '''
+STRANDS_LIKE_MAIN = """
 import argparse, json, os, sys
 from utils.data_structures.task_config import TaskConfig
 ap = argparse.ArgumentParser()
@@ -75,7 +75,7 @@ json.dump({"config": tc.to_dict(), "status": "success"}, open(tc.log_file, "w"))
 with open(os.path.join(os.environ["FAKE_ENV_DUMP"], "upstream.json"), "w") as fh:
     json.dump({"argv": sys.argv[1:], "url": os.environ["LLM_BASE_URL"]}, fh)
 print("====== Status: success ======")
-'''
+"""
 
 URL = "http://chat.invalid:9/v1"
 
@@ -121,10 +121,13 @@ def test_an_entry_without_phase_runs_unchanged_and_is_graded_once_officially(tmp
 def test_a_phase_aware_entry_gets_phase_and_url_and_its_dump_is_where_the_adapter_looks(tmp_path):
     short = _short_for("upstream:main_strands.py")
     assert short == "strands/fake/model-1"
-    bench = FakeBench(tmp_path, servers=(), config=run_config(engine="upstream:main_strands.py", agent_short_name=short))
+    bench = FakeBench(
+        tmp_path, servers=(), config=run_config(engine="upstream:main_strands.py", agent_short_name=short)
+    )
     write(bench.root / "main_strands.py", STRANDS_LIKE_MAIN)
-    proc = bench.run("agent", MODEL_PROVIDER="openai", MODEL_NAME="fake/model-1", LLM_MODEL="fake/model-1",
-                     LLM_BASE_URL=URL)
+    proc = bench.run(
+        "agent", MODEL_PROVIDER="openai", MODEL_NAME="fake/model-1", LLM_MODEL="fake/model-1", LLM_BASE_URL=URL
+    )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads((bench.envdump / "upstream.json").read_text())
     assert seen["argv"][-2:] == ["--phase", "agent"] and seen["url"] == URL
@@ -139,8 +142,11 @@ def test_a_phase_aware_entry_gets_phase_and_url_and_its_dump_is_where_the_adapte
 def test_a_dump_written_elsewhere_is_named_in_the_error(tmp_path):
     """With the old short name (openai/<model>) the strands-like dump is not where the adapter
     looks: the summary says infra_failed and names the folder the engine wrote."""
-    bench = FakeBench(tmp_path, servers=(), config=run_config(engine="upstream:main_strands.py",
-                                                              agent_short_name="openai/fake/model-1"))
+    bench = FakeBench(
+        tmp_path,
+        servers=(),
+        config=run_config(engine="upstream:main_strands.py", agent_short_name="openai/fake/model-1"),
+    )
     write(bench.root / "main_strands.py", STRANDS_LIKE_MAIN)
     bench.run("agent", LLM_MODEL="fake/model-1", LLM_BASE_URL=URL)
     root = bench.root / "dumps" / "openai_fake_model-1" / f"SingleUserTurn-{TASK}"

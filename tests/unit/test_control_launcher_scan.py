@@ -17,8 +17,9 @@ def test_a_launcher_naming_a_symlink_loop_is_not_ours_and_raises_nothing(tmp_pat
     loop.symlink_to(loop)
     ours = tmp_path / "ours"
     ours.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "cowork_adapter", "run",
-                             "--run-root", str(loop)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "cowork_adapter", "run", "--run-root", str(loop)]
+    )
     try:
         deadline = time.monotonic() + 10
         while "cowork_adapter" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):

@@ -127,8 +127,9 @@ def test_watch_thread_reports_the_loss_once(tmp_path):
     prober = ScriptedProber([(0.0, True, A), (1.0, True, A), (2.0, True, B)])
     seen = []
     done = threading.Event()
-    watch = DaemonWatch("unix:///unused", lambda loss: (seen.append(loss), done.set()), prober=prober,
-                        interval=0.01, bound_sec=10.0)
+    watch = DaemonWatch(
+        "unix:///unused", lambda loss: (seen.append(loss), done.set()), prober=prober, interval=0.01, bound_sec=10.0
+    )
     watch.start()
     assert done.wait(5)
     watch.stop()

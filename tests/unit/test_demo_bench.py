@@ -27,9 +27,25 @@ from cowork_adapter.demo.policy import PLANS, Ending, plan_for
 TASKS = sorted(p.name for p in (DEMO_BENCH_ROOT / "tasks" / "finalpool").iterdir() if p.is_dir())
 SHORT_NAME = "demo/demo"
 TO_DICT_KEYS = {
-    "task_dir", "id", "needed_mcp_servers", "needed_local_tools", "task_root", "task_str", "log_file",
-    "agent_workspace", "launch_time", "max_turns", "max_steps_under_single_turn_mode", "single_turn_mode",
-    "cn_mode", "system_prompts", "initialization", "stop", "evaluation", "meta", "local_token_key_session",
+    "task_dir",
+    "id",
+    "needed_mcp_servers",
+    "needed_local_tools",
+    "task_root",
+    "task_str",
+    "log_file",
+    "agent_workspace",
+    "launch_time",
+    "max_turns",
+    "max_steps_under_single_turn_mode",
+    "single_turn_mode",
+    "cn_mode",
+    "system_prompts",
+    "initialization",
+    "stop",
+    "evaluation",
+    "meta",
+    "local_token_key_session",
 }
 
 
@@ -95,8 +111,11 @@ def test_task_config_paths_and_dict(in_bench):
 def test_sanitized_tree_has_no_evaluation_fields(in_bench, tmp_path, monkeypatch):
     root, task_config, _ = in_bench
     staged = tmp_path / "tasks" / "finalpool" / "demo-csv-totals"
-    shutil.copytree(root / "tasks" / "finalpool" / "demo-csv-totals", staged,
-                    ignore=shutil.ignore_patterns("evaluation", "groundtruth_workspace"))
+    shutil.copytree(
+        root / "tasks" / "finalpool" / "demo-csv-totals",
+        staged,
+        ignore=shutil.ignore_patterns("evaluation", "groundtruth_workspace"),
+    )
     monkeypatch.chdir(tmp_path)
     config = _build(task_config, "demo-csv-totals")
     assert config.evaluation.groundtruth_workspace is None
@@ -217,8 +236,14 @@ def test_round_limit_plan_is_longer_than_the_default_round_limit():
 def test_every_task_has_the_upstream_layout():
     for task in TASKS:
         base = DEMO_BENCH_ROOT / "tasks" / "finalpool" / task
-        for rel in ("task_config.json", "docs/task.md", "docs/agent_system_prompt.md",
-                    "preprocess/main.py", "evaluation/main.py", "groundtruth_workspace"):
+        for rel in (
+            "task_config.json",
+            "docs/task.md",
+            "docs/agent_system_prompt.md",
+            "preprocess/main.py",
+            "evaluation/main.py",
+            "groundtruth_workspace",
+        ):
             assert (base / rel).exists(), f"{task}: missing {rel}"
         assert "!!<<<<||||workspace_dir||||>>>>!!" in (base / "docs/agent_system_prompt.md").read_text()
 
@@ -229,8 +254,13 @@ def test_materialize_gives_the_same_sha_twice(tmp_path):
     second = materialize_bench(tmp_path / "b")
     assert first == second == expected_bench_commit()
     assert len(first) == 40
-    modes = subprocess.run(["git", "-C", str(tmp_path / "a"), "ls-tree", "HEAD", "run_parallel.sh", "demo_policy.py"],
-                           capture_output=True, text=True, check=True, timeout=30).stdout
+    modes = subprocess.run(
+        ["git", "-C", str(tmp_path / "a"), "ls-tree", "HEAD", "run_parallel.sh", "demo_policy.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     assert "100755 blob" in modes.splitlines()[1] and "100644 blob" in modes.splitlines()[0]
     with pytest.raises(FileExistsError):
         materialize_bench(tmp_path / "a")
@@ -260,8 +290,15 @@ def test_runner_keeps_the_contract_markers():
     text = (DEMO_BENCH_ROOT / "run_parallel.sh").read_text()
     assert "set -uo pipefail" in text
     assert text.index('export PATH="/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin') < text.index("$(which docker")
-    for marker in ("task,status,eval_pass,duration_s", "timeout -k 30", "trap cleanup_all EXIT",
-                   "'Status: success'", "'Pass:.*True'", "--phase eval", "benchmark_logs/index.csv"):
+    for marker in (
+        "task,status,eval_pass,duration_s",
+        "timeout -k 30",
+        "trap cleanup_all EXIT",
+        "'Status: success'",
+        "'Pass:.*True'",
+        "--phase eval",
+        "benchmark_logs/index.csv",
+    ):
         assert marker in text
     subprocess.run(["bash", "-n", str(DEMO_BENCH_ROOT / "run_parallel.sh")], check=True, timeout=30)
 

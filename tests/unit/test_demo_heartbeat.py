@@ -36,7 +36,9 @@ def test_each_step_is_said_with_elapsed_times_and_the_checks_so_far():
     assert all(LINE.match(text) for text in lines), lines
     assert "preparing the demo benchmark" in lines[1]
     assert "demo 1m05s: scenario 1/3 pass, 0m00s in" in lines[2]
-    assert "scenario pass done (12 passed, 1 FAILED)" in lines[3] and "13 checks so far (12 passed, 1 FAILED)" in lines[3]
+    assert (
+        "scenario pass done (12 passed, 1 FAILED)" in lines[3] and "13 checks so far (12 passed, 1 FAILED)" in lines[3]
+    )
     assert "demo 1m42s: scenario 2/3 meter-outage, 0m07s in; 13 checks so far" in line
 
 
@@ -54,7 +56,9 @@ def test_a_long_step_still_gets_a_line_every_interval():
 
 def test_a_scenario_of_several_runs_labels_each_run_in_the_table():
     assert table_label("diagnostic", "[diagnostic-on] the launcher exits 0") == (
-        "diagnostic (diagnostic-on)", "the launcher exits 0")
+        "diagnostic (diagnostic-on)",
+        "the launcher exits 0",
+    )
     assert table_label("diagnostic", "[diagnostic-off] no file") == ("diagnostic (diagnostic-off)", "no file")
     assert table_label("pass", "[pass] every row") == ("pass", "every row")
     assert table_label("pass", "every row") == ("pass", "every row")

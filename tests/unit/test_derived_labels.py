@@ -18,8 +18,14 @@ OLD, NEW = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 
 
 def request(base_id: str | None) -> ImageRequest:
-    return ImageRequest(tag="derived:t", base_image="cowork-pack:d943e75", seed_dir=Path("/seed"), seed_head="1" * 40,
-                        bench_commit="2" * 40, base_image_id=base_id)
+    return ImageRequest(
+        tag="derived:t",
+        base_image="cowork-pack:d943e75",
+        seed_dir=Path("/seed"),
+        seed_head="1" * 40,
+        bench_commit="2" * 40,
+        base_image_id=base_id,
+    )
 
 
 def labels(base_id: str | None) -> dict[str, str]:
@@ -33,8 +39,10 @@ def test_an_image_built_on_the_current_base_matches():
 
 def test_a_base_rebuilt_under_the_same_tag_is_a_mismatch_naming_both_ids():
     sentence = label_mismatch("derived:t", labels(OLD), request(NEW))
-    assert sentence == (f"image derived:t was built on {OLD[:19]}, but cowork-pack:d943e75 is now {NEW[:19]}; "
-                        "pass --build-image to rebuild it")
+    assert sentence == (
+        f"image derived:t was built on {OLD[:19]}, but cowork-pack:d943e75 is now {NEW[:19]}; "
+        "pass --build-image to rebuild it"
+    )
 
 
 def test_an_image_without_the_base_label_is_a_mismatch():

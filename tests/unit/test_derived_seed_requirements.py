@@ -21,7 +21,9 @@ dependencies = ["openai>=1.66", "mcp>=1.6,<2.0"]
 
 def test_a_lock_file_wins_over_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text(PYPROJECT)
-    (tmp_path / "requirements-runtime.lock").write_text("# pinned\nopenai==2.53.0\n-e .\n--index-url x\nmcp==1.29.0 ; python_version >= '3.10'\n")
+    (tmp_path / "requirements-runtime.lock").write_text(
+        "# pinned\nopenai==2.53.0\n-e .\n--index-url x\nmcp==1.29.0 ; python_version >= '3.10'\n"
+    )
     assert seed_requirements(tmp_path) == ["openai==2.53.0", "mcp==1.29.0 ; python_version >= '3.10'"]
 
 

@@ -17,18 +17,29 @@ from cowork_adapter.docsgen.reference import cli_command
 
 REPO = Path(__file__).resolve().parents[2]
 # docs/reference.md is generated from the parser itself (tests/unit/test_docs_reference.py keeps it true).
-PAGES = [REPO / "README.md", REPO / "METHODOLOGY.md",
-         *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md")]
+PAGES = [
+    REPO / "README.md",
+    REPO / "METHODOLOGY.md",
+    *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md"),
+]
 FENCE = re.compile(r"^```(\w*)\s*$")
 INLINE = re.compile(r"`((?:\.venv/bin/)?cowork-adapter [^`]+)`")
 ARRAY = re.compile(r"^(\w+)=\((.*)\)\s*$")
 # Plausible values for the variables the pages' shells define (each a path, a URL or a task id).
 VALUES = {
-    "COWORK_SEED": "/data/ouroboros", "COWORK_BENCH": "/data/cowork_bench", "COWORK_STORAGE": "/data/runs",
-    "COWORK_CAMPAIGN": "/data/runs/campaign.json", "COWORK_RUN": "/data/runs/one-1", "COWORK_PREV": "/data/runs/one-0",
-    "QUALIFIED": "/data/runs/qualify-1", "TASK": "customer-satisfaction-analytics-framework",
-    "DOCKER_HOST": "unix:///run/user/1000/docker.sock", "COWORK_DB": "postgresql://db.lan/campaigns",
-    "DEMO_ROOT": "/tmp/demo-1", "HOME": "/root", "PWD": "/work/clone",
+    "COWORK_SEED": "/data/ouroboros",
+    "COWORK_BENCH": "/data/cowork_bench",
+    "COWORK_STORAGE": "/data/runs",
+    "COWORK_CAMPAIGN": "/data/runs/campaign.json",
+    "COWORK_RUN": "/data/runs/one-1",
+    "COWORK_PREV": "/data/runs/one-0",
+    "QUALIFIED": "/data/runs/qualify-1",
+    "TASK": "customer-satisfaction-analytics-framework",
+    "DOCKER_HOST": "unix:///run/user/1000/docker.sock",
+    "COWORK_DB": "postgresql://db.lan/campaigns",
+    "DEMO_ROOT": "/tmp/demo-1",
+    "HOME": "/root",
+    "PWD": "/work/clone",
 }
 
 
@@ -68,8 +79,11 @@ def command_lines(text: str) -> list[tuple[int, str, bool]]:
         if fence is None:
             # A span with <placeholders> or a parenthesis quotes output, not a command line.
             # A bare command name is a reference to it, not a command line.
-            out += [(number, m, False) for m in INLINE.findall(line)
-                    if not re.search(r"[<(…]", m) and " -" in m or re.search(r"cowork-adapter \S+ [\"$/]", m)]
+            out += [
+                (number, m, False)
+                for m in INLINE.findall(line)
+                if not re.search(r"[<(…]", m) and " -" in m or re.search(r"cowork-adapter \S+ [\"$/]", m)
+            ]
             continue
         if fence not in {"bash", "sh", "shell"}:
             continue
@@ -86,8 +100,9 @@ def command_lines(text: str) -> list[tuple[int, str, bool]]:
 
 
 def _words(command: str, arrays: dict[str, list[str]]) -> list[str]:
-    lexer = shlex.shlex(_substitute(command, arrays).replace("[", " ").replace("]", " "), posix=True,
-                        punctuation_chars=";&|")
+    lexer = shlex.shlex(
+        _substitute(command, arrays).replace("[", " ").replace("]", " "), posix=True, punctuation_chars=";&|"
+    )
     lexer.whitespace_split, lexer.commenters = True, "#"
     words = []
     for word in lexer:
@@ -138,8 +153,7 @@ def test_the_pages_hold_many_commands() -> None:
     assert {p.name for p, _, _, _ in CASES} >= {"README.md", "runbook.md", "paid-campaign.md", "operating.md"}
 
 
-@pytest.mark.parametrize("page,number,line,whole", CASES,
-                         ids=[f"{p.relative_to(REPO)}:{n}" for p, n, _, _ in CASES])
+@pytest.mark.parametrize("page,number,line,whole", CASES, ids=[f"{p.relative_to(REPO)}:{n}" for p, n, _, _ in CASES])
 def test_every_command_line_parses(page: Path, number: int, line: str, whole: bool) -> None:
     words = _words(line, _readme_arrays())
     problem = parse_problem(words, whole)
@@ -157,4 +171,11 @@ def test_the_parser_catches_what_it_is_for() -> None:
     assert parse_problem(["no-such-command"]) is not None
     arrays = {"WHERE": ["--repo-dir", "/s", "--run-root", "/r"]}
     assert _words('cowork-adapter run "${WHERE[@]}" --task "$TASK"  # a comment', arrays) == [
-        "run", "--repo-dir", "/s", "--run-root", "/r", "--task", "customer-satisfaction-analytics-framework"]
+        "run",
+        "--repo-dir",
+        "/s",
+        "--run-root",
+        "/r",
+        "--task",
+        "customer-satisfaction-analytics-framework",
+    ]

@@ -56,15 +56,28 @@ def test_no_line_is_longer_than_200_characters(page):
 
 def test_the_line_rule_exempts_only_a_single_command_in_a_shell_block():
     long_command = "cowork-adapter run " + "--task t " * 30
-    text = "\n".join([
-        "x" * 201,                                   # prose: too long
-        "```bash", long_command, long_command + "  # why", "# " + "y" * 200, "```",
-        "```", long_command, "```",                  # not a shell block
-        "| a | " + "z" * 200 + " |",                 # a table row
-    ])
+    text = "\n".join(
+        [
+            "x" * 201,  # prose: too long
+            "```bash",
+            long_command,
+            long_command + "  # why",
+            "# " + "y" * 200,
+            "```",
+            "```",
+            long_command,
+            "```",  # not a shell block
+            "| a | " + "z" * 200 + " |",  # a table row
+        ]
+    )
     n = len(long_command)
-    assert too_long(text) == ["line 1: 201 characters", f"line 4: {n + 7} characters", "line 5: 202 characters",
-                              f"line 8: {n} characters", "line 10: 208 characters"]
+    assert too_long(text) == [
+        "line 1: 201 characters",
+        f"line 4: {n + 7} characters",
+        "line 5: 202 characters",
+        f"line 8: {n} characters",
+        "line 10: 208 characters",
+    ]
 
 
 def test_the_layout_page_names_every_package_of_the_code():

@@ -12,15 +12,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # docs/reference.md is generated: its help paragraphs quote the CLI's (tests/unit/test_docs_reference.py).
-PAGES = [REPO / "README.md", REPO / "METHODOLOGY.md",
-         *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md")]
+PAGES = [
+    REPO / "README.md",
+    REPO / "METHODOLOGY.md",
+    *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md"),
+]
 ENDS = re.compile(r"""[.:!?]["'`*)\]]*$""")
 # A list item may end a clause of the sentence its list makes.
 ITEM_ENDS = re.compile(r"""[.:!?;,]["'`*)\]]*$""")
 ISSUE = re.compile(r"\bissues? \d+|\bissue-\d+|/issues/\d+", re.IGNORECASE)
 # A measured figure: a time or a count of tests or checks (bounds and settings such as "every 5 s" are not).
-MEASURED = re.compile(r"\babout \d+ (min|minutes|hours?)\b|\b\d[\d,]* (passed|tests collected)\b|"
-                      r"\b\d+ of \d+ checks\b|\b\d+ min \d+ s\b", re.IGNORECASE)
+MEASURED = re.compile(
+    r"\babout \d+ (min|minutes|hours?)\b|\b\d[\d,]* (passed|tests collected)\b|"
+    r"\b\d+ of \d+ checks\b|\b\d+ min \d+ s\b",
+    re.IGNORECASE,
+)
 # A progress line quoted as an example ("28 checks so far (28 passed)") is a format, not a figure.
 EXAMPLE = re.compile(r"\(\d+ passed\)")
 
@@ -61,8 +67,11 @@ def blocks(text: str) -> list[tuple[int, str]]:
 
 
 def unfinished(text: str) -> list[str]:
-    return [f"line {n}: ...{b[-60:]}" for n, b in blocks(text)
-            if not (ITEM_ENDS if re.match(r"([-*]|\d+\.) ", b) else ENDS).search(b)]
+    return [
+        f"line {n}: ...{b[-60:]}"
+        for n, b in blocks(text)
+        if not (ITEM_ENDS if re.match(r"([-*]|\d+\.) ", b) else ENDS).search(b)
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
@@ -83,11 +92,27 @@ def test_measured_figures_live_in_benchmarks_md(page: Path) -> None:
 
 
 def test_the_checks_catch_what_they_are_for() -> None:
-    text = "\n".join(["A sentence that stops", "", "- an item.", "- an item that", "  goes on.",
-                      "- stops here", "", "```", "code without a stop", "```", "| a | b |", "Fine: (see x)."])
+    text = "\n".join(
+        [
+            "A sentence that stops",
+            "",
+            "- an item.",
+            "- an item that",
+            "  goes on.",
+            "- stops here",
+            "",
+            "```",
+            "code without a stop",
+            "```",
+            "| a | b |",
+            "Fine: (see x).",
+        ]
+    )
     assert unfinished(text) == ["line 1: ...A sentence that stops", "line 6: ...- stops here"]
     assert ISSUE.search("as in issue 19's trial") and not ISSUE.search("an issue with 3 hosts")
-    assert MEASURED.search("111 of 111 checks") and MEASURED.search("2,400 passed") and MEASURED.search("About 14 minutes")
+    assert (
+        MEASURED.search("111 of 111 checks") and MEASURED.search("2,400 passed") and MEASURED.search("About 14 minutes")
+    )
     assert not MEASURED.search("every 5 s") and not MEASURED.search("up to 300 s")
 
 
@@ -104,7 +129,7 @@ def test_the_runbook_names_every_flag_a_resume_compares() -> None:
     from run_flags import config_for
 
     text = (REPO / "docs" / "runbook.md").read_text()
-    section = text[text.index("## Resume"):text.index("## Clear")]
+    section = text[text.index("## Resume") : text.index("## Clear")]
     cfg = config_for(llm_gateway=True)
     keys = set(cfg.applied_config())
     assert "llm_gateway_max_tokens" in keys  # a gateway's caps are compared, so they are listed too

@@ -29,10 +29,17 @@ def test_the_page_is_what_the_code_makes_now() -> None:
     current = page.read_text(encoding="utf-8") if page.is_file() else ""
     made = reference.render()
     if current != made:
-        diff = "".join(list(difflib.unified_diff(current.splitlines(True), made.splitlines(True),
-                                                 str(reference.PAGE), "generated", n=1))[:60])
-        pytest.fail(f"{reference.PAGE} differs from the command line and the vocabularies; regenerate it with\n"
-                    f"    {reference.REGENERATE}\nfirst lines of the difference:\n{diff}")
+        diff = "".join(
+            list(
+                difflib.unified_diff(
+                    current.splitlines(True), made.splitlines(True), str(reference.PAGE), "generated", n=1
+                )
+            )[:60]
+        )
+        pytest.fail(
+            f"{reference.PAGE} differs from the command line and the vocabularies; regenerate it with\n"
+            f"    {reference.REGENERATE}\nfirst lines of the difference:\n{diff}"
+        )
 
 
 def test_a_member_without_text_names_the_line_and_the_file(monkeypatch: pytest.MonkeyPatch) -> None:

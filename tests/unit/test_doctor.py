@@ -53,7 +53,9 @@ def healthy(monkeypatch, pins):
     monkeypatch.setattr(doctor, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})
     monkeypatch.setattr(doctor, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})
     monkeypatch.setattr(resources, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})  # the host advice
-    monkeypatch.setattr(doctor, "image_present", lambda host, ref: {"Id": "sha256:" + "ab" * 32, "Config": {"Labels": {}}})
+    monkeypatch.setattr(
+        doctor, "image_present", lambda host, ref: {"Id": "sha256:" + "ab" * 32, "Config": {"Labels": {}}}
+    )
     monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(137, True, 64 << 20))
     monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)
     monkeypatch.setenv(KEY_ENV, KEY)
@@ -67,10 +69,24 @@ def make_cfg(tmp_path: Path, pins, meter_url: str, **over) -> RunConfig:
     bench, commit, seed, _head = pins
     (tmp_path / "runs").mkdir(exist_ok=True)
     flags = dict(
-        repo_dir=seed, bench_root=bench, bench_commit=commit, docker_host=HOST, run_root=tmp_path / "runs" / "r1",
-        tasks=("demo-csv-totals",), campaign_file=tmp_path / "campaign.json", new_campaign=True, campaign_budget_usd=50.0,
-        budget_usd=20.0, budget_reserve_usd=5.0, meter_url=meter_url, api_key_env=KEY_ENV, min_key_usd=1.0,
-        min_free_gib=1.0, min_root_free_gib=1.0, base_image="cowork-pack:test", build_image=True,
+        repo_dir=seed,
+        bench_root=bench,
+        bench_commit=commit,
+        docker_host=HOST,
+        run_root=tmp_path / "runs" / "r1",
+        tasks=("demo-csv-totals",),
+        campaign_file=tmp_path / "campaign.json",
+        new_campaign=True,
+        campaign_budget_usd=50.0,
+        budget_usd=20.0,
+        budget_reserve_usd=5.0,
+        meter_url=meter_url,
+        api_key_env=KEY_ENV,
+        min_key_usd=1.0,
+        min_free_gib=1.0,
+        min_root_free_gib=1.0,
+        base_image="cowork-pack:test",
+        build_image=True,
         llm_gateway_host=ROUTE_HOST,  # the default route's port 443 here (a loopback address no other test binds)
     )
     flags.update(over)
@@ -97,8 +113,15 @@ def only_failure(lines: dict[str, str], name: str, *dependents: str) -> str:
 
 def write_campaign(path: Path, **over) -> None:
     now = datetime.now(UTC)
-    fields = dict(fingerprint=key_fingerprint(KEY), ceiling_usd=50.0, usage_baseline=1.0, prior_spend_usd=0.0,
-                  last_usage=2.0, last_usage_observed_at=now, created_at=now)
+    fields = dict(
+        fingerprint=key_fingerprint(KEY),
+        ceiling_usd=50.0,
+        usage_baseline=1.0,
+        prior_spend_usd=0.0,
+        last_usage=2.0,
+        last_usage_observed_at=now,
+        created_at=now,
+    )
     fields.update(over)
     path.write_text(CampaignRecord(**fields).to_json())
 
@@ -107,10 +130,25 @@ def test_all_ok_exits_zero_and_prints_one_line_per_check(tmp_path, healthy, mete
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
     assert code == 0
     assert all(line.startswith("OK") for line in lines.values()), lines
-    assert set(lines) >= {"docker host", "limits enforced", "base image", "postgres image", "host tools", "benchmark",
-                          "seed", "provider key", "key route", "key meter", "campaign", "disk reserve (/)"}
+    assert set(lines) >= {
+        "docker host",
+        "limits enforced",
+        "base image",
+        "postgres image",
+        "host tools",
+        "benchmark",
+        "seed",
+        "provider key",
+        "key route",
+        "key meter",
+        "campaign",
+        "disk reserve (/)",
+    }
     assert "20.10.24" in lines["docker host"]
-    assert lines["key route"] == f"OK    key route: the run serves openrouter.ai itself on {ROUTE_HOST}:443; no container gets the key."
+    assert (
+        lines["key route"]
+        == f"OK    key route: the run serves openrouter.ai itself on {ROUTE_HOST}:443; no container gets the key."
+    )
 
 
 def test_the_default_route_needs_its_port(tmp_path, healthy, meter, capsys):
@@ -141,7 +179,9 @@ def test_unreachable_docker_host_fails_with_fix(tmp_path, healthy, meter, capsys
     cfg = make_cfg(tmp_path, healthy, meter.base_url, docker_host="unix:///nonexistent.sock")
     code, lines = run(cfg, capsys)
     assert code == 1
-    assert lines["docker host"].startswith("FAIL  docker host: the Docker daemon at unix:///nonexistent.sock did not answer")
+    assert lines["docker host"].startswith(
+        "FAIL  docker host: the Docker daemon at unix:///nonexistent.sock did not answer"
+    )
     assert "— fix: start the daemon, or point --docker-host" in lines["docker host"]
     for dependent in ("limits enforced", "base image", "postgres image", "derived image"):
         assert lines[dependent].endswith("— fix: fix the docker host first"), lines[dependent]
@@ -151,13 +191,18 @@ def test_limits_not_enforced(tmp_path, healthy, meter, capsys, monkeypatch):
     monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(0, False, 64 << 20))
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
     line = only_failure(lines, "limits enforced")
-    assert code == 1 and "does not enforce memory limits" in line and "— fix: use a daemon whose cgroups enforce" in line
+    assert (
+        code == 1 and "does not enforce memory limits" in line and "— fix: use a daemon whose cgroups enforce" in line
+    )
 
 
-@pytest.mark.parametrize("missing,check,fix", [
-    ("cowork-pack:test", "base image", "docker build -t cowork-pack:test"),
-    ("postgres:15", "postgres image", "docker pull postgres:15"),
-])
+@pytest.mark.parametrize(
+    "missing,check,fix",
+    [
+        ("cowork-pack:test", "base image", "docker build -t cowork-pack:test"),
+        ("postgres:15", "postgres image", "docker pull postgres:15"),
+    ],
+)
 def test_missing_images(tmp_path, healthy, meter, capsys, monkeypatch, missing, check, fix):
     present = {"Id": "sha256:" + "cd" * 32, "Config": {"Labels": {}}}
     monkeypatch.setattr(doctor, "image_present", lambda host, ref: None if ref == missing else present)
@@ -170,8 +215,9 @@ def test_missing_images(tmp_path, healthy, meter, capsys, monkeypatch, missing, 
 
 
 def test_derived_image_missing_without_build_flag(tmp_path, healthy, meter, capsys, monkeypatch):
-    monkeypatch.setattr(doctor, "image_present",
-                        lambda host, ref: None if ref.startswith("cowork-ouroboros:") else {"Id": "sha256:x"})
+    monkeypatch.setattr(
+        doctor, "image_present", lambda host, ref: None if ref.startswith("cowork-ouroboros:") else {"Id": "sha256:x"}
+    )
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, build_image=False), capsys)
     assert code == 1 and only_failure(lines, "derived image").endswith("— fix: add --build-image")
 
@@ -281,9 +327,17 @@ def test_meter_headroom_below_minimum(tmp_path, healthy, meter, capsys):
 
 def test_campaign_with_active_run_points_to_reconcile(tmp_path, healthy, meter, capsys):
     cfg = make_cfg(tmp_path, healthy, meter.base_url)
-    write_campaign(cfg.money.campaign_file, active_run={
-        "run_root": "/data/old-run", "run_label": "ab" * 16, "launcher_pid": 4242,
-        "started_at": datetime.now(UTC), "host": "h", "usage_at_start": 2.0})
+    write_campaign(
+        cfg.money.campaign_file,
+        active_run={
+            "run_root": "/data/old-run",
+            "run_label": "ab" * 16,
+            "launcher_pid": 4242,
+            "started_at": datetime.now(UTC),
+            "host": "h",
+            "usage_at_start": 2.0,
+        },
+    )
     code, lines = run(cfg, capsys)
     line = only_failure(lines, "campaign")
     assert "unsettled active run /data/old-run" in line
@@ -349,8 +403,7 @@ def test_existing_settled_campaign_is_ok(tmp_path, healthy, meter, capsys):
 
 def test_dry_run_needs_no_key_meter_or_campaign(tmp_path, healthy, capsys, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    cfg = make_cfg(tmp_path, healthy, "http://127.0.0.1:9/api/v1", dry_run=True, campaign_file=None,
-                   new_campaign=False)
+    cfg = make_cfg(tmp_path, healthy, "http://127.0.0.1:9/api/v1", dry_run=True, campaign_file=None, new_campaign=False)
     code, lines = run(cfg, capsys)
     assert code == 0
     for name in ("provider key", "key meter", "campaign"):
@@ -377,13 +430,17 @@ def test_default_limits_fit_a_two_cpu_daemon(tmp_path, healthy, meter, capsys):
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
     assert code == 0
     assert lines["limits fit the daemon"].startswith(
-        "OK    limits fit the daemon: 2 CPUs (default) and 16.0 GiB (default) per container, within the daemon's 2 CPUs")
+        "OK    limits fit the daemon: 2 CPUs (default) and 16.0 GiB (default) per container, within the daemon's 2 CPUs"
+    )
 
 
-@pytest.mark.parametrize("over,words", [
-    ({"cpus": 4.0}, "--cpus 4 is more than the 2 CPUs of the Docker daemon at " + HOST),
-    ({"memory": "32g"}, "--memory 32g is more than the 24.0 GiB of memory of the Docker daemon"),
-])
+@pytest.mark.parametrize(
+    "over,words",
+    [
+        ({"cpus": 4.0}, "--cpus 4 is more than the 2 CPUs of the Docker daemon at " + HOST),
+        ({"memory": "32g"}, "--memory 32g is more than the 24.0 GiB of memory of the Docker daemon"),
+    ],
+)
 def test_explicit_limit_above_the_daemon_fails(tmp_path, healthy, meter, capsys, over, words):
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, **over), capsys)
     line = only_failure(lines, "limits fit the daemon")
@@ -402,14 +459,35 @@ def test_concurrency_is_suggested_from_the_campaigns_measured_tasks(tmp_path, he
 
     earlier = tmp_path / "runs" / "r0"
     earlier.mkdir(parents=True)
-    rows = [TaskRow(ts="2026-12-01T00:00:00Z", instance_id=f"t{i}", status="passed", reason_code="official_pass",
-                    official_eval_status="completed", peak_memory_bytes=4 * GIB, cpu_seconds=60.0,
-                    runner_row=RunnerRow(status="success", duration_s=60.0)) for i in range(3)]
+    rows = [
+        TaskRow(
+            ts="2026-12-01T00:00:00Z",
+            instance_id=f"t{i}",
+            status="passed",
+            reason_code="official_pass",
+            official_eval_status="completed",
+            peak_memory_bytes=4 * GIB,
+            cpu_seconds=60.0,
+            runner_row=RunnerRow(status="success", duration_s=60.0),
+        )
+        for i in range(3)
+    ]
     (earlier / "result_index.jsonl").write_text("".join(r.to_line() for r in rows))
     now = datetime.now(UTC)
     cfg = make_cfg(tmp_path, healthy, meter.base_url, concurrency=3)
-    write_campaign(cfg.money.campaign_file, runs=[{"run_root": str(earlier), "run_label": "cd" * 16, "outcome": "completed",
-                                             "spent_usd": 1.0, "started_at": now, "finished_at": now}])
+    write_campaign(
+        cfg.money.campaign_file,
+        runs=[
+            {
+                "run_root": str(earlier),
+                "run_label": "cd" * 16,
+                "outcome": "completed",
+                "spent_usd": 1.0,
+                "started_at": now,
+                "finished_at": now,
+            }
+        ],
+    )
     code, lines = run(cfg, capsys)
     line = lines["concurrency"]
     # 2 CPUs / 1.0 CPU per task -> 2; memory: 80 % of 24 GiB / 4 GiB -> 4.

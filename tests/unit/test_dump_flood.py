@@ -89,7 +89,11 @@ class Reads:
             return entries
 
         def lstat(path, *args, **kw):
-            if str(path).startswith(str(hostile)) or kw.get("dir_fd") is not None and os.fstat(kw["dir_fd"]).st_ino == hostile_ino:
+            if (
+                str(path).startswith(str(hostile))
+                or kw.get("dir_fd") is not None
+                and os.fstat(kw["dir_fd"]).st_ino == hostile_ino
+            ):
                 self.count += 1
             return real_lstat(path, *args, **kw)
 
@@ -120,8 +124,9 @@ class _Closing:
 def test_a_flooded_dump_costs_its_siblings_nothing(base, monkeypatch):
     root = base / "run"
     manifest = synth.write_manifest(root, ["b", "hostile", "c"])
-    manifest = manifest.replace(budgets=manifest.budgets.replace(dump_max_gib=8.0, dump_max_entries=200_000,
-                                                                 dump_max_depth=128))
+    manifest = manifest.replace(
+        budgets=manifest.budgets.replace(dump_max_gib=8.0, dump_max_entries=200_000, dump_max_depth=128)
+    )
     (root / "run_manifest.json").write_text(manifest.to_json(), encoding="utf-8")  # as launch records them
     for task, verdict in (("b", True), ("c", False)):
         dump = synth.dump_dir(root, task)
@@ -134,8 +139,12 @@ def test_a_flooded_dump_costs_its_siblings_nothing(base, monkeypatch):
     flood(hostile)
 
     found = []
-    progress = RunProgress(root, EventLog(RunRoot(root).events),
-                           meter=DumpMeter(Bounds.of(8.0, 200_000, 128), budget=BUDGET), on_over=found.append)
+    progress = RunProgress(
+        root,
+        EventLog(RunRoot(root).events),
+        meter=DumpMeter(Bounds.of(8.0, 200_000, 128), budget=BUDGET),
+        on_over=found.append,
+    )
     progress._started.update({"b", "hostile", "c"})  # as the shim's evidence would say (custody)
     ticks = 0
     reads = Reads(monkeypatch, hostile)
@@ -158,8 +167,17 @@ def test_a_flooded_dump_costs_its_siblings_nothing(base, monkeypatch):
     # The run's record of the stop: the hostile row says which bound; the siblings are unchanged.
     over = found[0]
     RunRoot(root).evidence.mkdir(parents=True)  # custody makes it at the run's start
-    append_record(root, DumpOverBound(task=over.task, bound=over.bound, limit=over.limit, measured=over.measured,
-                                      at="2026-01-01T00:00:00Z", containers_stopped=1))
+    append_record(
+        root,
+        DumpOverBound(
+            task=over.task,
+            bound=over.bound,
+            limit=over.limit,
+            measured=over.measured,
+            at="2026-01-01T00:00:00Z",
+            containers_stopped=1,
+        ),
+    )
     progress.refresh(live=False, interruption_cause="runner_exited")
     final = {r.instance_id: r for r in read_index(RunRoot(root).result_index)}
     assert (final["b"].status, final["c"].status) == (S.PASSED, S.FAILED)
@@ -167,7 +185,9 @@ def test_a_flooded_dump_costs_its_siblings_nothing(base, monkeypatch):
     assert [f.kind for f in final["hostile"].tampering] == [TamperKind.DUMP_OVER_BOUND]
     assert "200,001" in final["hostile"].tampering[0].detail
     report = build_report(load_runs([root]), concurrency=1)
-    assert any("1 task of run" in d and "--dump-max-entries 200000" in d for d in report["disclosures"]), report["disclosures"]
+    assert any("1 task of run" in d and "--dump-max-entries 200000" in d for d in report["disclosures"]), report[
+        "disclosures"
+    ]
 
 
 def test_the_meter_finds_a_deep_tree_at_the_depth_bound_without_walking_it(base):

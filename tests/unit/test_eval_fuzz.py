@@ -80,19 +80,34 @@ sys.meta_path.append(_Stubs())
 def __getattr__(attr):
     return _stub(attr)
 """
-STUBS = {"termcolor.py": "def colored(text, *args, **kwargs):\n    return text\n",
-         "camel/__init__.py": CAMEL_STUB % "camel", "openai/__init__.py": CAMEL_STUB % "openai"}
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture, HealthCheck.large_base_example])
+STUBS = {
+    "termcolor.py": "def colored(text, *args, **kwargs):\n    return text\n",
+    "camel/__init__.py": CAMEL_STUB % "camel",
+    "openai/__init__.py": CAMEL_STUB % "openai",
+}
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.large_base_example,
+    ],
+)
 
 
 # ---------------------------------------------------------------- the trees and their workers
 
 
 def _fixture_tar() -> Path | None:
-    for folder in (os.environ.get("COWORK_REAL_FIXTURES"), REPO / ".." / "shared" / "fixtures",
-                   REPO / ".." / ".." / "shared" / "fixtures"):
+    for folder in (
+        os.environ.get("COWORK_REAL_FIXTURES"),
+        REPO / ".." / "shared" / "fixtures",
+        REPO / ".." / ".." / "shared" / "fixtures",
+    ):
         if folder and (Path(folder) / FIXTURE_TAR).is_file():
             return Path(folder) / FIXTURE_TAR
     return None
@@ -113,7 +128,9 @@ def _upstream_tree(root: Path, scratch: Path) -> tuple[Path | None, str]:
         handle.extractall(scratch, filter="data")
     [git_dir] = [p for p in scratch.iterdir() if p.name.endswith(".git")]
     root.mkdir()
-    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", PIN, "utils", "configs"], capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "archive", PIN, "utils", "configs"], capture_output=True, check=True
+    )
     subprocess.run(["tar", "x", "-C", str(root)], input=archive.stdout, check=True)
     shutil.copy(DEMO_BENCH / "utils" / "task_script.py", root / "utils" / "task_script.py")
     shutil.copytree(DEMO_BENCH / "tasks" / "finalpool" / TASK, root / "tasks" / "finalpool" / TASK)
@@ -122,9 +139,13 @@ def _upstream_tree(root: Path, scratch: Path) -> tuple[Path | None, str]:
         path = stubs / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    importer = ("import sys; sys.path.insert(0, '.'); sys.path.append(sys.argv[1]); "
-                "from utils.evaluation.evaluator import TaskEvaluator; from utils.data_structures.task_config import TaskConfig")
-    probe = subprocess.run([sys.executable, "-c", importer, str(stubs)], cwd=root, capture_output=True, text=True, check=False)
+    importer = (
+        "import sys; sys.path.insert(0, '.'); sys.path.append(sys.argv[1]); "
+        "from utils.evaluation.evaluator import TaskEvaluator; from utils.data_structures.task_config import TaskConfig"
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", importer, str(stubs)], cwd=root, capture_output=True, text=True, check=False
+    )
     if probe.returncode != 0:
         return None, "the pinned evaluator's imports cannot be satisfied here: " + probe.stderr.strip().splitlines()[-1]
     return root, str(stubs)
@@ -148,10 +169,17 @@ class Worker:
         read, write = os.pipe()
         env = {k: v for k, v in os.environ.items() if not k.startswith("COWORK_")}
         env["PYTHONPATH"] = str(REPO / "src")
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("eval_fuzz_worker.py")),
-                                      str(self.root), str(write)] + ([self.stubs] if self.stubs else []),
-                                     stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write,),
-                                     cwd=self.root, env=env, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("eval_fuzz_worker.py")), str(self.root), str(write)]
+            + ([self.stubs] if self.stubs else []),
+            stdin=subprocess.PIPE,
+            stdout=self.log,
+            stderr=self.log,
+            pass_fds=(write,),
+            cwd=self.root,
+            env=env,
+            text=True,
+        )
         os.close(write)
         self.replies = os.fdopen(read)
 
@@ -204,28 +232,54 @@ def payloads(marker: str, short: str) -> st.SearchStrategy[str]:
     """Shell, quoting, substitution and import-path payloads, each trying to create `marker`."""
     touch = f"touch {marker}"
     module = f"dumps.{short}.SingleUserTurn-{TASK}.workspace.evil"
-    return st.sampled_from([
-        f'"; {touch}; echo "', f"'; {touch}; '", f"$({touch})", f"`{touch}`", f"\n{touch}\n", f"x && {touch}",
-        f"x | {touch}", f"x; {touch} #", f'2026-12-03 10:00:00" ; {touch} ; "', f"\0; {touch}", f"python3 -m {module}",
-        f"sh -c '{touch}'", f"{module}", f"$(python3 -m {module})", f'success"; {touch}; "',
-    ])
+    return st.sampled_from(
+        [
+            f'"; {touch}; echo "',
+            f"'; {touch}; '",
+            f"$({touch})",
+            f"`{touch}`",
+            f"\n{touch}\n",
+            f"x && {touch}",
+            f"x | {touch}",
+            f"x; {touch} #",
+            f'2026-12-03 10:00:00" ; {touch} ; "',
+            f"\0; {touch}",
+            f"python3 -m {module}",
+            f"sh -c '{touch}'",
+            f"{module}",
+            f"$(python3 -m {module})",
+            f'success"; {touch}; "',
+        ]
+    )
 
 
 def values(marker: str, short: str) -> st.SearchStrategy:
     leaf = st.one_of(
-        payloads(marker, short), st.text(max_size=40), st.text(alphabet="\"'`$;|&\n\0\\ (){}", max_size=30),
-        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+        payloads(marker, short),
+        st.text(max_size=40),
+        st.text(alphabet="\"'`$;|&\n\0\\ (){}", max_size=30),
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False),
         st.sampled_from(["success", "failed", "max_turns_reached", "interrupted", "SUCCESS", "success\n"]),
         st.integers(1, 3).map(lambda k: "A" * (300_000 * k)),
     )
-    return st.recursive(leaf, lambda kids: st.one_of(st.lists(kids, max_size=3),
-                                                     st.dictionaries(st.text(max_size=8), kids, max_size=3)),
-                        max_leaves=8)
+    return st.recursive(
+        leaf,
+        lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=8), kids, max_size=3)),
+        max_leaves=8,
+    )
 
 
 LOG_FIELDS = ("config", "status", "start_time", "end_time", "extra")
-RECORD_NAMES = (protocol.CLAIM_NAME, protocol.EVAL_RES_NAME, protocol.RECEIPT_PREFIX + "a" * 32 + ".json",
-                gradinglog.AGENT_LOG_NAME, "ouroboros_summary.json")
+RECORD_NAMES = (
+    protocol.CLAIM_NAME,
+    protocol.EVAL_RES_NAME,
+    protocol.RECEIPT_PREFIX + "a" * 32 + ".json",
+    gradinglog.AGENT_LOG_NAME,
+    "ouroboros_summary.json",
+)
 FORGED = json.dumps({"pass": True, "details": "All evaluation checks passed, and task status is success"})
 
 
@@ -234,26 +288,48 @@ def dumps(draw, marker: str, short: str, config_keys: list) -> dict:
     """One dump: what replaces traj_log.json (raw bytes, or fields changed in an honest log), the
     records planted beside it, and the workspace entries."""
     value = values(marker, short)
-    raw = draw(st.one_of(
-        st.none(),
-        st.none(),
-        st.none(),
-        st.binary(max_size=64),
-        st.sampled_from([b"[" * 100_000, b"\xff\xfe\x00{}", b"{\"config\": " * 5000, b"NaN", b'{"a": 1, "a": 2}']),
-    ))
+    raw = draw(
+        st.one_of(
+            st.none(),
+            st.none(),
+            st.none(),
+            st.binary(max_size=64),
+            st.sampled_from([b"[" * 100_000, b"\xff\xfe\x00{}", b'{"config": ' * 5000, b"NaN", b'{"a": 1, "a": 2}']),
+        )
+    )
     top = draw(st.dictionaries(st.sampled_from(LOG_FIELDS), value, max_size=3))
-    config = draw(st.dictionaries(st.sampled_from(config_keys + ["evaluation.evaluation_command",
-                                                                 "evaluation.groundtruth_workspace", "extra"]),
-                                  value, max_size=4))
+    config = draw(
+        st.dictionaries(
+            st.sampled_from(
+                config_keys + ["evaluation.evaluation_command", "evaluation.groundtruth_workspace", "extra"]
+            ),
+            value,
+            max_size=4,
+        )
+    )
     status = draw(st.sampled_from(["success", "success", "success", None]))
-    records = draw(st.dictionaries(st.sampled_from(RECORD_NAMES),
-                                   st.sampled_from(["forged", "garbage", "fifo", "link"]), max_size=3))
-    workspace = draw(st.dictionaries(st.sampled_from([ANSWER, "notes.txt", "evil.py", "sub"]),
-                                     st.sampled_from(["text", "fifo", "link_truth", "link_etc", "link_log", "dir"]),
-                                     max_size=3))
+    records = draw(
+        st.dictionaries(
+            st.sampled_from(RECORD_NAMES), st.sampled_from(["forged", "garbage", "fifo", "link"]), max_size=3
+        )
+    )
+    workspace = draw(
+        st.dictionaries(
+            st.sampled_from([ANSWER, "notes.txt", "evil.py", "sub"]),
+            st.sampled_from(["text", "fifo", "link_truth", "link_etc", "link_log", "dir"]),
+            max_size=3,
+        )
+    )
     text = draw(value)
-    return {"raw": raw, "top": top, "config": config, "status": status, "records": records,
-            "workspace": workspace, "text": text if isinstance(text, str) else json.dumps(text)}
+    return {
+        "raw": raw,
+        "top": top,
+        "config": config,
+        "status": status,
+        "records": records,
+        "workspace": workspace,
+        "text": text if isinstance(text, str) else json.dumps(text),
+    }
 
 
 def _set(config: dict, dotted: str, value) -> None:
@@ -274,7 +350,9 @@ def build_dump(task_root: Path, spec: dict, honest: dict, marker: str, bench_roo
     for name, value in spec["config"].items():
         _set(log["config"], name, value)
     log.update(spec["top"])
-    data = spec["raw"] if spec["raw"] is not None else json.dumps(log, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    data = (
+        spec["raw"] if spec["raw"] is not None else json.dumps(log, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    )
     (task_root / protocol.LOG_NAME).write_bytes(data)
     for name, kind in spec["records"].items():
         path = task_root / name
@@ -310,7 +388,11 @@ def _equivalent(name: str, value, honest_config: dict, max_steps: int) -> bool:
     """Whether a changed config value is one an honest engine may write (gradinglog's allowances)."""
     if name in gradinglog.GRADING_FIELDS:
         canon = honest_config.get(name)
-        return isinstance(value, str) and value and os.path.normpath(os.path.abspath(value)) == os.path.normpath(os.path.abspath(canon))
+        return (
+            isinstance(value, str)
+            and value
+            and os.path.normpath(os.path.abspath(value)) == os.path.normpath(os.path.abspath(canon))
+        )
     if name.startswith("evaluation."):
         return value is None
     if name == "max_steps_under_single_turn_mode":
@@ -376,7 +458,9 @@ class Fuzz:
         (w.root / "cfg" / f"{short}.json").write_text(json.dumps({"agent_short_name": short}))
         honest = w.ask({"op": "honest", "task": TASK, "short": short, "launch": gradinglog.launch_time(started + 0.5)})
         assert honest is not None
-        honest.update(status="success", start_time=gradinglog.iso_local(started + 1), end_time=gradinglog.iso_local(ended - 1))
+        honest.update(
+            status="success", start_time=gradinglog.iso_local(started + 1), end_time=gradinglog.iso_local(ended - 1)
+        )
         task_root = w.root / "dumps" / short / f"SingleUserTurn-{TASK}"
         data = build_dump(task_root, spec, honest, marker, w.root)
         try:  # a log strict JSON refuses (Infinity, say) is named as unreadable, whatever it changed
@@ -384,9 +468,15 @@ class Fuzz:
             need = expected_names(spec, honest, 40)
         except (UnicodeDecodeError, ValueError, RecursionError):
             need = {"traj_log:*"}
-        env = {"COWORK_RUN_CONFIG": str(w.root / "cfg" / f"{short}.json"), "COWORK_EVAL_ENTRY": "first",
-               "COWORK_AGENT_CONTAINER_STATE": "absent", "COWORK_EVAL_BOUND_SEC": BOUND_SEC,
-               gradinglog.STARTED_ENV: repr(started), gradinglog.ENDED_ENV: repr(ended), gradinglog.MAX_STEPS_ENV: "40"}
+        env = {
+            "COWORK_RUN_CONFIG": str(w.root / "cfg" / f"{short}.json"),
+            "COWORK_EVAL_ENTRY": "first",
+            "COWORK_AGENT_CONTAINER_STATE": "absent",
+            "COWORK_EVAL_BOUND_SEC": BOUND_SEC,
+            gradinglog.STARTED_ENV: repr(started),
+            gradinglog.ENDED_ENV: repr(ended),
+            gradinglog.MAX_STEPS_ENV: "40",
+        }
         reply = w.ask({"op": "eval", "task": TASK, "env": env})
         self.counts["examples"] += 1
         # Never a printed pass: the eval phase's verdict lines are what the runner greps.
@@ -401,8 +491,12 @@ class Fuzz:
         assert verdict is None or verdict["pass"] is not True, sealed
         for receipt in task_root.glob(protocol.RECEIPT_PREFIX + "*.json"):
             value, _ = protocol.read_json_record(str(receipt))
-            assert not (isinstance(value, dict) and isinstance(value.get("returned"), dict)
-                        and value["returned"].get("pass") is True and value.get("official_run") is True), value
+            assert not (
+                isinstance(value, dict)
+                and isinstance(value.get("returned"), dict)
+                and value["returned"].get("pass") is True
+                and value.get("official_run") is True
+            ), value
         # No command but the task tree's ran.
         assert list(w.canary.iterdir()) == []
         # Every deviation named, in the claim the seal carries.

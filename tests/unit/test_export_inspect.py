@@ -37,18 +37,37 @@ def write_ouroboros_logs(dump: Path) -> None:
     logs.mkdir(exist_ok=True)
     _jsonl(logs / "chat.jsonl", [{"ts": "2026-01-01T00:00:00Z", "direction": "in", "text": "Fill the sheet."}])
     usage = {"type": "llm_usage", "model": "test/model", "cost": 0.01, "cost_known": True}
-    _jsonl(logs / "events.jsonl", [
-        {**usage, "ts": "2026-01-01T00:00:01Z", "prompt_tokens": 100, "completion_tokens": 10},
-        {"ts": "2026-01-01T00:00:02Z", "type": "task_progress", "note": "not a model call"},
-        {**usage, "ts": "2026-01-01T00:00:05Z", "prompt_tokens": 200, "completion_tokens": 20},
-    ])
+    _jsonl(
+        logs / "events.jsonl",
+        [
+            {**usage, "ts": "2026-01-01T00:00:01Z", "prompt_tokens": 100, "completion_tokens": 10},
+            {"ts": "2026-01-01T00:00:02Z", "type": "task_progress", "note": "not a model call"},
+            {**usage, "ts": "2026-01-01T00:00:05Z", "prompt_tokens": 200, "completion_tokens": 20},
+        ],
+    )
     _jsonl(logs / "progress.jsonl", [{"ts": "2026-01-01T00:00:01.5Z", "text": "Reading the sheet."}])
-    _jsonl(logs / "tools.jsonl", [
-        {"ts": "2026-01-01T00:00:03Z", "type": "tool_call", "tool": "mcp_excel__read_sheet",
-         "args": {"path": "/workspace/a.xlsx"}, "result_preview": LONG, "is_error": False},
-        {"ts": "2026-01-01T00:00:04Z", "type": "tool_call", "tool": "run_command", "tool_call_id": "call-x",
-         "args": {"command": "false"}, "result_preview": "exit 1", "is_error": True},
-    ])
+    _jsonl(
+        logs / "tools.jsonl",
+        [
+            {
+                "ts": "2026-01-01T00:00:03Z",
+                "type": "tool_call",
+                "tool": "mcp_excel__read_sheet",
+                "args": {"path": "/workspace/a.xlsx"},
+                "result_preview": LONG,
+                "is_error": False,
+            },
+            {
+                "ts": "2026-01-01T00:00:04Z",
+                "type": "tool_call",
+                "tool": "run_command",
+                "tool_call_id": "call-x",
+                "args": {"command": "false"},
+                "result_preview": "exit 1",
+                "is_error": True,
+            },
+        ],
+    )
     (logs / "task-1.json").write_text(json.dumps({"result": "FINAL ANSWER: done"}), encoding="utf-8")
 
 
@@ -150,20 +169,48 @@ def test_an_upstream_engines_traj_json_in_either_shape(tmp_path: Path) -> None:
     strands = below / "s" / "SingleUserTurn-b"
     for d in (camel, strands):
         d.mkdir(parents=True)
-    (camel / "traj.json").write_text(json.dumps({"messages": [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "do it"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \"/\"}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "a b"},
-        {"role": "assistant", "content": "done"}]}))
-    (strands / "traj.json").write_text(json.dumps({"messages": [
-        {"role": "user", "content": [{"text": "do it"}]},
-        {"role": "assistant", "content": [{"text": "looking"}, {"toolUse": {"toolUseId": "u1", "name": "ls",
-                                                                            "input": {"path": "/"}}}]},
-        {"role": "user", "content": [{"toolResult": {"toolUseId": "u1", "status": "error",
-                                                     "content": [{"text": "denied"}]}}]},
-        {"role": "assistant", "content": [{"text": "done"}]}]}))
+    (camel / "traj.json").write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "do it"},
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "/"}'}}
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "c1", "content": "a b"},
+                    {"role": "assistant", "content": "done"},
+                ]
+            }
+        )
+    )
+    (strands / "traj.json").write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": [{"text": "do it"}]},
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"text": "looking"},
+                            {"toolUse": {"toolUseId": "u1", "name": "ls", "input": {"path": "/"}}},
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {"toolResult": {"toolUseId": "u1", "status": "error", "content": [{"text": "denied"}]}}
+                        ],
+                    },
+                    {"role": "assistant", "content": [{"text": "done"}]},
+                ]
+            }
+        )
+    )
     a = read_transcript(str(camel), str(below))
     assert a.source == "traj.json" and a.system == "be brief" and a.final == "done"
     call = a.items[1].calls[0]
@@ -178,8 +225,9 @@ def test_a_sample_keeps_its_first_turns_and_says_how_many_were_left_out(tmp_path
     from cowork_adapter.export.transcript import Transcript, Turn
 
     t = bounded(Transcript(source="ouroboros_logs", items=[Turn() for _ in range(MAX_TURNS + 7)]))
-    assert len(t.items) == MAX_TURNS and t.notes == [f"7 later model turn(s) are left out: a sample keeps the "
-                                                     f"first {MAX_TURNS}"]
+    assert len(t.items) == MAX_TURNS and t.notes == [
+        f"7 later model turn(s) are left out: a sample keeps the first {MAX_TURNS}"
+    ]
 
 
 def test_an_existing_log_is_refused_and_left_as_it_was(run_root: Path, tmp_path: Path, capsys) -> None:
@@ -194,10 +242,13 @@ def test_an_existing_log_is_refused_and_left_as_it_was(run_root: Path, tmp_path:
     assert "ever overwrites" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--format", "json"], "--format must be one of inspect"),
-    (["--workers", "0"], "--workers must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--format", "json"], "--format must be one of inspect"),
+        (["--workers", "0"], "--workers must be at least 1"),
+    ],
+)
 def test_bad_flags_are_one_sentence_and_exit_2(run_root: Path, tmp_path: Path, capsys, args, words) -> None:
     with pytest.raises(SystemExit) as done:
         main(["export", str(run_root), "--output-dir", str(tmp_path / "out"), *args])
@@ -229,13 +280,39 @@ def test_a_tool_call_joins_the_model_call_it_names_even_when_its_usage_row_comes
     logs = below / "s" / "SingleUserTurn-a" / "ouroboros"
     logs.mkdir(parents=True)
     usage = {"type": "llm_usage", "model": "m", "prompt_tokens": 5, "completion_tokens": 1, "cost": 0.1}
-    _jsonl(logs / "events.jsonl", [{**usage, "ts": "2026-01-01T00:00:01Z", "llm_call_id": "A"},
-                                   {**usage, "ts": "2026-01-01T00:00:09Z", "llm_call_id": "B"}])
-    _jsonl(logs / "tools.jsonl", [
-        {"ts": "2026-01-01T00:00:02Z", "type": "tool_call", "tool": "one", "llm_call_id": "A", "result_preview": "1"},
-        {"ts": "2026-01-01T00:00:03Z", "type": "tool_call", "tool": "two", "llm_call_id": "B", "result_preview": "2"},
-        {"ts": "2026-01-01T00:00:04Z", "type": "tool_call", "tool": "three", "llm_call_id": "A", "result_preview": "3"},
-    ])
+    _jsonl(
+        logs / "events.jsonl",
+        [
+            {**usage, "ts": "2026-01-01T00:00:01Z", "llm_call_id": "A"},
+            {**usage, "ts": "2026-01-01T00:00:09Z", "llm_call_id": "B"},
+        ],
+    )
+    _jsonl(
+        logs / "tools.jsonl",
+        [
+            {
+                "ts": "2026-01-01T00:00:02Z",
+                "type": "tool_call",
+                "tool": "one",
+                "llm_call_id": "A",
+                "result_preview": "1",
+            },
+            {
+                "ts": "2026-01-01T00:00:03Z",
+                "type": "tool_call",
+                "tool": "two",
+                "llm_call_id": "B",
+                "result_preview": "2",
+            },
+            {
+                "ts": "2026-01-01T00:00:04Z",
+                "type": "tool_call",
+                "tool": "three",
+                "llm_call_id": "A",
+                "result_preview": "3",
+            },
+        ],
+    )
     t = read_transcript(str(logs.parent), str(below))
     turns = [[c.function for c in item.calls] for item in t.items]
     assert turns == [["one", "three"], ["two"]], turns
@@ -249,8 +326,10 @@ def test_the_task_text_comes_from_the_task_record_when_no_chat_row_gave_it(tmp_p
     logs = below / "s" / "SingleUserTurn-a" / "ouroboros"
     logs.mkdir(parents=True)
     _jsonl(logs / "chat.jsonl", [{"ts": "2026-01-01T00:00:02Z", "direction": "out", "text": "Noted."}])
-    _jsonl(logs / "events.jsonl", [{"ts": "2026-01-01T00:00:01Z", "type": "llm_usage", "prompt_tokens": 9,
-                                    "completion_tokens": 2}])
+    _jsonl(
+        logs / "events.jsonl",
+        [{"ts": "2026-01-01T00:00:01Z", "type": "llm_usage", "prompt_tokens": 9, "completion_tokens": 2}],
+    )
     (logs / "eb7c.json").write_text(json.dumps({"description": "Make the menu deck.", "result": "Noted."}))
     t = read_transcript(str(logs.parent), str(below))
     assert [type(i).__name__ for i in t.items] == ["UserText", "Turn"]

@@ -37,17 +37,25 @@ class Bed:
         self.root = root
         self.standin = ChatStandin(**standin).start()
         self.fences: list[str] = []
-        self.gateway = Gateway(upstream=self.standin.base_url, key=KEY, run_label=LABEL, secret=SECRET,
-                               run_root=root, stop_file=root / "stop", bind_host="127.0.0.1",
-                               on_fence=self.fences.append).start()
+        self.gateway = Gateway(
+            upstream=self.standin.base_url,
+            key=KEY,
+            run_label=LABEL,
+            secret=SECRET,
+            run_root=root,
+            stop_file=root / "stop",
+            bind_host="127.0.0.1",
+            on_fence=self.fences.append,
+        ).start()
         self.url = self.gateway.url_for("127.0.0.1")
 
     def headers(self, task: str = "task-1") -> dict[str, str]:
         return {"Authorization": f"Bearer {mint_token(SECRET, LABEL, task)}"}
 
     def chat(self, task: str = "task-1", body: dict | None = None, **kw) -> httpx.Response:
-        return httpx.post(self.url + "/chat/completions", json=body or BODY, headers=self.headers(task),
-                          timeout=10, **kw)
+        return httpx.post(
+            self.url + "/chat/completions", json=body or BODY, headers=self.headers(task), timeout=10, **kw
+        )
 
     def close(self) -> None:
         self.gateway.close()
@@ -85,8 +93,10 @@ def test_plain_completion_passes_through_with_the_key_only_upstream(bed):
     assert len(rows) == 1
     row = rows[0]
     assert (row.task, row.model, row.status, row.stream, row.refused) == ("task-1", "demo-stub-model", 200, False, None)
-    assert (row.prompt_tokens, row.completion_tokens) == (direct["usage"]["prompt_tokens"],
-                                                          direct["usage"]["completion_tokens"])
+    assert (row.prompt_tokens, row.completion_tokens) == (
+        direct["usage"]["prompt_tokens"],
+        direct["usage"]["completion_tokens"],
+    )
     assert row.latency_ms > 0
     # Upstream the provider saw the real key in place of the token, and the client's own headers.
     seen = bed.standin.chat_requests()[-1]
@@ -119,14 +129,20 @@ def test_stream_passes_through_chunk_for_chunk_with_usage_recorded(bed):
     assert events(through.text) == events(direct.text) and events(through.text)[-1] == "[DONE]"
     row = read_requests(bed.root)[0]
     usage = [e for e in events(direct.text) if isinstance(e, dict) and e.get("usage")][0]["usage"]
-    assert row.stream and (row.prompt_tokens, row.completion_tokens) == (usage["prompt_tokens"],
-                                                                       usage["completion_tokens"])
+    assert row.stream and (row.prompt_tokens, row.completion_tokens) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
 
 
 def test_bad_tokens_are_refused_and_nothing_is_forwarded(bed):
     other_run = {"Authorization": f"Bearer {mint_token(SECRET, 'b' * 32, 'task-1')}"}
-    for headers in ({}, {"Authorization": f"Bearer {KEY}"}, other_run,
-                    {"Authorization": "Bearer " + mint_token(SECRET, LABEL, "task-1").replace("task-1", "task-2")}):
+    for headers in (
+        {},
+        {"Authorization": f"Bearer {KEY}"},
+        other_run,
+        {"Authorization": "Bearer " + mint_token(SECRET, LABEL, "task-1").replace("task-1", "task-2")},
+    ):
         answer = httpx.post(bed.url + "/chat/completions", json=BODY, headers=headers, timeout=10)
         assert answer.status_code == 401 and "not valid" in answer.json()["error"]["message"]
     assert bed.standin.total() == 0
@@ -193,8 +209,9 @@ def test_a_stream_in_flight_is_cut_by_the_fence(tmp_path):
     ended: list[float] = []
 
     def read() -> None:
-        with httpx.stream("POST", made.url + "/chat/completions", json=body, headers=made.headers(),
-                          timeout=10) as answer:
+        with httpx.stream(
+            "POST", made.url + "/chat/completions", json=body, headers=made.headers(), timeout=10
+        ) as answer:
             for chunk in answer.iter_raw():
                 got.append(chunk)
         ended.append(time.monotonic())

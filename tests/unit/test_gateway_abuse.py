@@ -42,9 +42,17 @@ class Rig(Bed):
         self.root = root
         self.standin = ChatStandin(**(standin or {})).start()
         knobs.setdefault("policy", Policy(model=MODEL, max_tokens=1000))
-        self.gateway = Gateway(upstream=self.standin.base_url, key="sk-abuse-" + "7" * 20, run_label=LABEL,
-                               secret=SECRET, run_root=root, stop_file=root / "stop", bind_host="127.0.0.1",
-                               revoked_dir=root, **knobs).start()
+        self.gateway = Gateway(
+            upstream=self.standin.base_url,
+            key="sk-abuse-" + "7" * 20,
+            run_label=LABEL,
+            secret=SECRET,
+            run_root=root,
+            stop_file=root / "stop",
+            bind_host="127.0.0.1",
+            revoked_dir=root,
+            **knobs,
+        ).start()
         self.gateway.set_allowance(100.0)
         self.url = self.gateway.url_for("127.0.0.1")
 
@@ -52,8 +60,13 @@ class Rig(Bed):
         return mint_token(SECRET, LABEL, task)
 
     def chat(self, body: dict | None = None, task: str = "t-1", **kw) -> httpx.Response:
-        return httpx.post(self.url + "/chat/completions", json=BODY if body is None else body,
-                          headers={"Authorization": "Bearer " + self.token(task)}, timeout=10, **kw)
+        return httpx.post(
+            self.url + "/chat/completions",
+            json=BODY if body is None else body,
+            headers={"Authorization": "Bearer " + self.token(task)},
+            timeout=10,
+            **kw,
+        )
 
     def raw(self, data: bytes, *, wait: float = 5.0) -> tuple[int | None, bytes, float]:
         """Send bytes on a fresh connection; (status, whole answer, seconds until the server closed)."""
@@ -96,9 +109,22 @@ def test_no_token_is_refused_before_the_body_is_read(rig):
     assert [(r.refused, r.task) for r in rig.rows()] == [("auth", None)]
 
 
-@pytest.mark.parametrize("token", ["", "cwg1", "cwg1..", "cwg1.t-1.", "x" * 5000, "cwg1.t-1." + "0" * 64,
-                                   "cwg1.../../etc.00", "cwg1.t-1." + "é" * 64, "cwg1.té.abc", "Bearer",
-                                   "\u00ff\u00fe"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "cwg1",
+        "cwg1..",
+        "cwg1.t-1.",
+        "x" * 5000,
+        "cwg1.t-1." + "0" * 64,
+        "cwg1.../../etc.00",
+        "cwg1.t-1." + "é" * 64,
+        "cwg1.té.abc",
+        "Bearer",
+        "\u00ff\u00fe",
+    ],
+)
 def test_bad_and_non_ascii_tokens_are_refused_with_a_row(rig, token):
     status, _, _ = rig.raw(post_head(token, "Content-Length: 2\r\n") + b"{}")
     assert status == 401
@@ -126,16 +152,19 @@ def test_a_removed_containers_token_is_refused_and_others_still_served(rig):
 # ---------------------------------------------------------------- lengths and bodies
 
 
-@pytest.mark.parametrize("extra, status", [
-    ("", 411),  # no Content-Length
-    ("Transfer-Encoding: chunked\r\n", 411),
-    ("Content-Length: -1\r\n", 400),
-    ("Content-Length: abc\r\n", 400),
-    ("Content-Length: 1e3\r\n", 400),
-    ("Content-Length: 5\r\nContent-Length: 5\r\n", 400),
-    (f"Content-Length: {gw.MAX_BODY_BYTES + 1}\r\n", 413),
-    ("Content-Length: 99999999999999999999999\r\n", 413),
-])
+@pytest.mark.parametrize(
+    "extra, status",
+    [
+        ("", 411),  # no Content-Length
+        ("Transfer-Encoding: chunked\r\n", 411),
+        ("Content-Length: -1\r\n", 400),
+        ("Content-Length: abc\r\n", 400),
+        ("Content-Length: 1e3\r\n", 400),
+        ("Content-Length: 5\r\nContent-Length: 5\r\n", 400),
+        (f"Content-Length: {gw.MAX_BODY_BYTES + 1}\r\n", 413),
+        ("Content-Length: 99999999999999999999999\r\n", 413),
+    ],
+)
 def test_bad_content_lengths_are_refused_without_reading(rig, extra, status):
     got, _, took = rig.raw(post_head(rig.token(), extra))
     assert got == status and took < 2
@@ -197,8 +226,11 @@ def test_a_huge_path_and_thousands_of_refusals_leave_bounded_rows(rig, monkeypat
     assert len(row.path) < gw.PATH_CHARS + 40 and row.refused == "route"
     with httpx.Client(timeout=10) as client:
         for i in range(300):
-            client.post(rig.url + "/chat/completions?" + "q" * 4000, json=BODY,
-                        headers={"Authorization": f"Bearer nope-{i}" + "z" * 1000})
+            client.post(
+                rig.url + "/chat/completions?" + "q" * 4000,
+                json=BODY,
+                headers={"Authorization": f"Bearer nope-{i}" + "z" * 1000},
+            )
     rig.gateway.close()  # each caller's refusals: one row as it happens, then one count row per interval
     rows = rig.rows()
     assert 2 <= len(rows) <= 1 + 2 * 30 and sum(r.count for r in rows[1:]) == 300
@@ -278,21 +310,24 @@ def test_a_stranger_peer_is_refused_on_accept(tmp_path):
 # ---------------------------------------------------------------- shaped requests
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"model": "openai/gpt-4o"}, "pinned"),
-    ({"model": MODEL + ":online"}, "pinned"),
-    ({"model": None}, "no model"),
-    ({"n": 2}, "n must be 1"),
-    ({"n": True}, "n must be 1"),
-    ({"models": [MODEL, "openai/o1-pro"]}, "'models' is refused"),
-    ({"route": "fallback"}, "'route' is refused"),
-    ({"provider": {"order": ["x"]}}, "'provider' is refused"),
-    ({"plugins": [{"id": "web"}]}, "'plugins' is refused"),
-    ({"web_search_options": {}}, "'web_search_options' is refused"),
-    ({"max_tokens": -5}, "positive whole number"),
-    ({"max_completion_tokens": "many"}, "positive whole number"),
-    ({"stream": "yes"}, "stream must be"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"model": "openai/gpt-4o"}, "pinned"),
+        ({"model": MODEL + ":online"}, "pinned"),
+        ({"model": None}, "no model"),
+        ({"n": 2}, "n must be 1"),
+        ({"n": True}, "n must be 1"),
+        ({"models": [MODEL, "openai/o1-pro"]}, "'models' is refused"),
+        ({"route": "fallback"}, "'route' is refused"),
+        ({"provider": {"order": ["x"]}}, "'provider' is refused"),
+        ({"plugins": [{"id": "web"}]}, "'plugins' is refused"),
+        ({"web_search_options": {}}, "'web_search_options' is refused"),
+        ({"max_tokens": -5}, "positive whole number"),
+        ({"max_completion_tokens": "many"}, "positive whole number"),
+        ({"stream": "yes"}, "stream must be"),
+    ],
+)
 def test_shaped_requests_are_refused_before_the_provider(rig, change, words):
     answer = rig.chat({**BODY, **change})
     assert answer.status_code == 400 and words in answer.json()["error"]["message"], answer.text
@@ -300,7 +335,7 @@ def test_shaped_requests_are_refused_before_the_provider(rig, change, words):
 
 
 def test_output_tokens_are_clamped_and_set_n_one_passes(rig):
-    assert rig.chat({**BODY, "max_tokens": 10 ** 9, "n": 1}).status_code == 200
+    assert rig.chat({**BODY, "max_tokens": 10**9, "n": 1}).status_code == 200
     assert rig.chat({**BODY, "max_completion_tokens": 50}).status_code == 200
     assert rig.chat(BODY).status_code == 200
     seen = [(r["max_tokens"], r["max_completion_tokens"], r["n"]) for r in rig.standin.chat_requests()]
@@ -319,10 +354,31 @@ def test_a_stream_without_usage_is_made_to_report_it(tmp_path):
         made.close()
 
 
-@given(st.dictionaries(st.sampled_from(["model", "n", "max_tokens", "max_completion_tokens", "stream",
-                                        "stream_options", "models", "temperature", "provider"]),
-                       st.one_of(st.none(), st.booleans(), st.integers(-5, 10 ** 7), st.text(max_size=20),
-                                 st.just(MODEL), st.dictionaries(st.text(max_size=5), st.booleans(), max_size=2))))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "model",
+                "n",
+                "max_tokens",
+                "max_completion_tokens",
+                "stream",
+                "stream_options",
+                "models",
+                "temperature",
+                "provider",
+            ]
+        ),
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-5, 10**7),
+            st.text(max_size=20),
+            st.just(MODEL),
+            st.dictionaries(st.text(max_size=5), st.booleans(), max_size=2),
+        ),
+    )
+)
 @example(body={"model": MODEL, "n": None})  # found by this test: a null n was forwarded as null
 def test_shape_never_lets_a_dearer_request_through(body):
     policy = Policy(model=MODEL, max_tokens=1000)
@@ -428,6 +484,12 @@ def test_a_flood_of_strangers_asks_the_daemon_at_most_once_per_refresh_interval(
 def test_peer_addresses_come_from_every_network_of_the_listed_containers():
     from cowork_adapter.gateway.peers import addresses_of
 
-    listed = {"NetworkSettings": {"Networks": {"bridge": {"IPAddress": "172.17.0.5", "GlobalIPv6Address": ""},
-                                               "task-net": {"IPAddress": "172.20.0.3", "GlobalIPv6Address": "fd00::3"}}}}
+    listed = {
+        "NetworkSettings": {
+            "Networks": {
+                "bridge": {"IPAddress": "172.17.0.5", "GlobalIPv6Address": ""},
+                "task-net": {"IPAddress": "172.20.0.3", "GlobalIPv6Address": "fd00::3"},
+            }
+        }
+    }
     assert addresses_of(listed) == {"172.17.0.5", "172.20.0.3", "fd00::3"} and addresses_of({}) == set()

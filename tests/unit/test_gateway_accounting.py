@@ -17,21 +17,37 @@ from cowork_adapter.schemas.manifest import GatewayRecord
 from cowork_adapter.score.ledger import build_index, write_index
 
 
-def _row(task: str | None, cost: float | None, *, refused: str | None = None, tokens=(10, 2),
-         assumed: float | None = None) -> GatewayRequest:
-    return GatewayRequest(at=1.0, task=task, path="/v1/chat/completions", model="m", status=200 if not refused else 403,
-                          latency_ms=3.0, prompt_tokens=tokens[0], completion_tokens=tokens[1], cost_usd=cost,
-                          refused=refused, assumed_cost_usd=assumed)
+def _row(
+    task: str | None, cost: float | None, *, refused: str | None = None, tokens=(10, 2), assumed: float | None = None
+) -> GatewayRequest:
+    return GatewayRequest(
+        at=1.0,
+        task=task,
+        path="/v1/chat/completions",
+        model="m",
+        status=200 if not refused else 403,
+        latency_ms=3.0,
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+        cost_usd=cost,
+        refused=refused,
+        assumed_cost_usd=assumed,
+    )
 
 
 def _gateway_run(root: Path, spent: float) -> list[str]:
     tasks = synth.synth_run(root, 4, usage_rows=1, other_rows=0)
     manifest = json.loads((root / "run_manifest.json").read_text())
-    manifest["llm_gateway"] = GatewayRecord(container_url="http://172.17.0.1:1/v1", upstream_url="http://p/v1",
-                                            routed_model="openai-compatible::m", spent_usd=spent,
-                                            disclosures=["Ouroboros sends no OpenRouter extras on this route."],
-                                            unknown_cost_requests=1, assumed_usd=5.0,
-                                            fence_reason=FENCE_BUDGET).to_dict()
+    manifest["llm_gateway"] = GatewayRecord(
+        container_url="http://172.17.0.1:1/v1",
+        upstream_url="http://p/v1",
+        routed_model="openai-compatible::m",
+        spent_usd=spent,
+        disclosures=["Ouroboros sends no OpenRouter extras on this route."],
+        unknown_cost_requests=1,
+        assumed_usd=5.0,
+        fence_reason=FENCE_BUDGET,
+    ).to_dict()
     (root / "run_manifest.json").write_text(json.dumps(manifest))
     evidence = root / "custody" / "evidence"
     evidence.mkdir(parents=True)
@@ -39,8 +55,14 @@ def _gateway_run(root: Path, spent: float) -> list[str]:
         (evidence / f"{i}-abcd.task").write_text(f"/bench/tasks/finalpool/{task}\n")
     RunRoot(root).gateway_requests.parent.mkdir()
     models = GatewayRequest(at=1.0, task="0-abcd", path="/v1/models", status=200, latency_ms=1.0)  # costs nothing
-    rows = [_row("0-abcd", 0.25), _row("0-abcd", 0.5), _row("0-abcd", None, refused="fenced"), models,
-            _row("1-abcd", None, assumed=5.0), _row(None, None, refused="auth")]
+    rows = [
+        _row("0-abcd", 0.25),
+        _row("0-abcd", 0.5),
+        _row("0-abcd", None, refused="fenced"),
+        models,
+        _row("1-abcd", None, assumed=5.0),
+        _row(None, None, refused="auth"),
+    ]
     RunRoot(root).gateway_requests.write_bytes(b"".join(encode_row(r) for r in rows) + b'{"torn')
     return tasks
 
@@ -70,7 +92,11 @@ def test_report_sets_the_gateway_total_against_the_meter_and_costs_passed_tasks(
     (root / "monitor.json").write_text(json.dumps(monitor))
     cost = make_report([root], 1)["cost"]
     gateway = cost["gateway"]
-    assert (gateway["gateway_total_usd"], gateway["meter_delta_usd"], gateway["meter_minus_gateway_usd"]) == (0.75, 1.0, 0.25)
+    assert (gateway["gateway_total_usd"], gateway["meter_delta_usd"], gateway["meter_minus_gateway_usd"]) == (
+        0.75,
+        1.0,
+        0.25,
+    )
     assert (gateway["unknown_cost_requests"], gateway["assumed_usd"]) == (1, 5.0)
     report = make_report([root], 1)
     # The routing and what it changed are disclosed in the report, not only in the manifest.

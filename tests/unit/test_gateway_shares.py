@@ -55,8 +55,9 @@ def hold(port: int, address: str, count: int) -> list[socket.socket]:
 
 
 def chat_from(rig: Rig, client: httpx.Client, task: str = "t-honest", body: dict | None = None) -> httpx.Response:
-    return client.post(rig.url + "/chat/completions", json=body or BODY,
-                       headers={"Authorization": "Bearer " + rig.token(task)})
+    return client.post(
+        rig.url + "/chat/completions", json=body or BODY, headers={"Authorization": "Bearer " + rig.token(task)}
+    )
 
 
 # ---------------------------------------------------------------- connections
@@ -105,6 +106,7 @@ def test_a_task_has_a_bounded_number_of_requests_in_flight(tmp_path):
     rig = Rig(tmp_path, shares=limits, standin={"answer_delay_sec": 1.0})
     statuses: list[int] = []
     try:
+
         def call(task: str) -> None:
             with client_from("127.0.0.3") as client:
                 statuses.append(chat_from(rig, client, task=task).status_code)
@@ -126,10 +128,12 @@ def test_a_task_has_a_bounded_number_of_requests_in_flight(tmp_path):
 
 # ---------------------------------------------------------------- no path without a token
 
-ALL_PATHS = ([(False, "/v1" + p, r.method) for p, r in COMPATIBLE_ROUTES.items()]
-             + [(False, p, r.method) for p, r in COMPATIBLE_ROUTES.items()]
-             + [(True, OPENROUTER_PREFIX + p, r.method) for p, r in OPENROUTER_ROUTES.items()]
-             + [(False, "/nowhere", "GET"), (True, "/api/v1/credits", "GET"), (True, "/", "GET")])
+ALL_PATHS = (
+    [(False, "/v1" + p, r.method) for p, r in COMPATIBLE_ROUTES.items()]
+    + [(False, p, r.method) for p, r in COMPATIBLE_ROUTES.items()]
+    + [(True, OPENROUTER_PREFIX + p, r.method) for p, r in OPENROUTER_ROUTES.items()]
+    + [(False, "/nowhere", "GET"), (True, "/api/v1/credits", "GET"), (True, "/", "GET")]
+)
 
 
 @pytest.mark.parametrize("openrouter,path,method", ALL_PATHS)
@@ -137,8 +141,13 @@ def test_no_path_of_either_face_answers_without_a_token(tmp_path, openrouter, pa
     rig = Rig(tmp_path, openrouter=openrouter)
     try:
         for headers in ({}, {"Authorization": "Bearer x"}, {"Authorization": "Basic x"}):
-            answer = httpx.request(method, rig.url.removesuffix("/v1") + path, headers=headers, timeout=10,
-                                   content=b"{}" if method == "POST" else None)
+            answer = httpx.request(
+                method,
+                rig.url.removesuffix("/v1") + path,
+                headers=headers,
+                timeout=10,
+                content=b"{}" if method == "POST" else None,
+            )
             assert answer.status_code == 401, (path, headers, answer.status_code)
         assert rig.standin.total() == 0 and rig.standin.all_requests() == []
     finally:
@@ -150,10 +159,15 @@ def test_no_path_of_either_face_answers_without_a_token(tmp_path, openrouter, pa
 
 def test_concurrent_requests_at_the_task_limit_never_overshoot(tmp_path):
     # Worst answer: 1000 output tokens at $0.0002 = $0.20; the stand-in bills exactly that; limit $1.
-    rig = Rig(tmp_path, per_task_usd=1.0, price=Price(prompt=0.0, completion=0.0002),
-              standin={"cost_per_request": 0.2, "answer_delay_sec": 1.0})
+    rig = Rig(
+        tmp_path,
+        per_task_usd=1.0,
+        price=Price(prompt=0.0, completion=0.0002),
+        standin={"cost_per_request": 0.2, "answer_delay_sec": 1.0},
+    )
     statuses: list[int] = []
     try:
+
         def call() -> None:
             with client_from("127.0.0.4") as client:
                 statuses.append(chat_from(rig, client, task="t-1").status_code)
@@ -173,8 +187,10 @@ def test_concurrent_requests_at_the_task_limit_never_overshoot(tmp_path):
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(limit=st.floats(0.5, 50), ops=st.lists(st.tuples(st.booleans(), st.floats(0.01, 5), st.floats(0, 1)),
-                                                 min_size=1, max_size=60))
+@given(
+    limit=st.floats(0.5, 50),
+    ops=st.lists(st.tuples(st.booleans(), st.floats(0.01, 5), st.floats(0, 1)), min_size=1, max_size=60),
+)
 def test_reservations_never_overshoot_in_any_arrival_order(limit, ops):
     """Arrivals (True: reserve a worst cost) and completions (False: the oldest open request settles
     at a fraction of its worst) in any order: while two or more are open the task's settled plus held
@@ -205,8 +221,12 @@ def test_reservations_never_overshoot_in_any_arrival_order(limit, ops):
 def test_worst_cost_and_the_price_list():
     assert worst_cost(1000, 500, Price(prompt=1e-6, completion=1e-5), 5.0) == pytest.approx(0.006)
     assert worst_cost(1000, 500, None, 5.0) == 5.0
-    listing = {"data": [{"id": "m", "pricing": {"prompt": "0.000003", "completion": "0.000015"}},
-                        {"id": "x", "pricing": {"prompt": "free"}}]}
+    listing = {
+        "data": [
+            {"id": "m", "pricing": {"prompt": "0.000003", "completion": "0.000015"}},
+            {"id": "x", "pricing": {"prompt": "free"}},
+        ]
+    }
     assert price_from_models(listing, "m") == Price(prompt=3e-6, completion=1.5e-5)
     assert price_from_models(listing, "x") is None and price_from_models([], "m") is None
 
@@ -217,8 +237,12 @@ def _drop_streams(rig: Rig, task: str, count: int) -> None:
     cost is reserved, and the next might not fit)."""
     for n in range(count):
         with client_from("127.0.0.5") as client:
-            with client.stream("POST", rig.url + "/chat/completions", json={**BODY, "stream": True},
-                               headers={"Authorization": "Bearer " + rig.token(task)}) as answer:
+            with client.stream(
+                "POST",
+                rig.url + "/chat/completions",
+                json={**BODY, "stream": True},
+                headers={"Authorization": "Bearer " + rig.token(task)},
+            ) as answer:
                 assert answer.status_code == 200
                 next(answer.iter_raw())
         assert wait_for(lambda n=n: sum(1 for r in read_requests(rig.root) if r.stream and r.refused is None) > n, 20)
@@ -226,8 +250,9 @@ def _drop_streams(rig: Rig, task: str, count: int) -> None:
 
 def test_dropped_streams_only_refuse_their_own_task_and_never_fence_the_run(tmp_path):
     fences: list[str] = []
-    rig = Rig(tmp_path, per_task_usd=6.0, unknown_cost_usd=5.0, on_fence=fences.append,
-              standin={"chunk_delay_sec": 0.3})
+    rig = Rig(
+        tmp_path, per_task_usd=6.0, unknown_cost_usd=5.0, on_fence=fences.append, standin={"chunk_delay_sec": 0.3}
+    )
     rig.gateway.set_allowance(8.0)  # less than the two dropped streams' assumed figures
     try:
         _drop_streams(rig, "t-dropper", 2)
@@ -241,8 +266,13 @@ def test_dropped_streams_only_refuse_their_own_task_and_never_fence_the_run(tmp_
 
 
 def test_a_dropped_stream_is_counted_at_the_providers_generation_figure(tmp_path):
-    rig = Rig(tmp_path, per_task_usd=1.0, unknown_cost_usd=5.0, generation_stats=True,
-              standin={"chunk_delay_sec": 0.3, "cost_per_request": 0.03})
+    rig = Rig(
+        tmp_path,
+        per_task_usd=1.0,
+        unknown_cost_usd=5.0,
+        generation_stats=True,
+        standin={"chunk_delay_sec": 0.3, "cost_per_request": 0.03},
+    )
     try:
         _drop_streams(rig, "t-1", 1)
         (row,) = [r for r in read_requests(tmp_path) if r.stream]

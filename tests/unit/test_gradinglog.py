@@ -17,34 +17,64 @@ HOST = HostFacts(started=T0 + 0.4, ended=T0 + 95.0, max_steps=40)
 PROMPT = "Workspace /workspace/dumps/s_m/SingleUserTurn-t/workspace. Now: {time}"
 BUILT = "2026-12-03 10:02:00 Thursday"  # the eval container's own build, two minutes later
 CANONICAL = {
-    "task_dir": "t", "id": "t", "task_root": "/workspace/dumps/s_m/SingleUserTurn-t",
+    "task_dir": "t",
+    "id": "t",
+    "task_root": "/workspace/dumps/s_m/SingleUserTurn-t",
     "log_file": "/workspace/dumps/s_m/SingleUserTurn-t/traj_log.json",
     "agent_workspace": "/workspace/dumps/s_m/SingleUserTurn-t/workspace",
-    "needed_mcp_servers": ["files"], "needed_local_tools": [], "task_str": "Do it.", "launch_time": BUILT,
-    "max_turns": None, "max_steps_under_single_turn_mode": None, "single_turn_mode": True, "cn_mode": False,
+    "needed_mcp_servers": ["files"],
+    "needed_local_tools": [],
+    "task_str": "Do it.",
+    "launch_time": BUILT,
+    "max_turns": None,
+    "max_steps_under_single_turn_mode": None,
+    "single_turn_mode": True,
+    "cn_mode": False,
     "system_prompts": {"agent": PROMPT.format(time=BUILT), "user": None},
     "initialization": {"workspace": "tasks/finalpool/t/initial_workspace", "process_command": "python3 -m p"},
     "stop": {"user_phrases": ["#### STOP"], "tool_names": ["local-claim_done"]},
-    "evaluation": {"evaluation_command": "python3 -m tasks.finalpool.t.evaluation.main",
-                   "groundtruth_workspace": "tasks/finalpool/t/groundtruth_workspace"},
-    "meta": {}, "local_token_key_session": None,
+    "evaluation": {
+        "evaluation_command": "python3 -m tasks.finalpool.t.evaluation.main",
+        "groundtruth_workspace": "tasks/finalpool/t/groundtruth_workspace",
+    },
+    "meta": {},
+    "local_token_key_session": None,
 }
 
 
 def honest(launch="2026-12-03 10:00:01 Thursday", **config) -> dict:
     """What an honest engine writes in the sanitized agent container (no ground truth, no evaluator)."""
     cfg = json.loads(json.dumps(CANONICAL))
-    cfg.update(launch_time=launch, evaluation={"evaluation_command": None, "groundtruth_workspace": None},
-               system_prompts={"agent": PROMPT.format(time=launch), "user": None}, **config)
-    return {"config": cfg, "status": "success", "start_time": datetime.fromtimestamp(T0 + 1).isoformat(),
-            "end_time": datetime.fromtimestamp(T0 + 90).isoformat()}
+    cfg.update(
+        launch_time=launch,
+        evaluation={"evaluation_command": None, "groundtruth_workspace": None},
+        system_prompts={"agent": PROMPT.format(time=launch), "user": None},
+        **config,
+    )
+    return {
+        "config": cfg,
+        "status": "success",
+        "start_time": datetime.fromtimestamp(T0 + 1).isoformat(),
+        "end_time": datetime.fromtimestamp(T0 + 90).isoformat(),
+    }
 
 
-@pytest.mark.parametrize("value, mapped", [
-    ("success", "success"), ("failed", "failed"), ("max_turns_reached", "max_turns_reached"),
-    ("interrupted", "interrupted"), ("Success", "failed"), ("success ", "failed"), ("success\"; true; \"", "failed"),
-    (True, "failed"), (None, "failed"), (["success"], "failed"), ({"success": 1}, "failed"),
-])
+@pytest.mark.parametrize(
+    "value, mapped",
+    [
+        ("success", "success"),
+        ("failed", "failed"),
+        ("max_turns_reached", "max_turns_reached"),
+        ("interrupted", "interrupted"),
+        ("Success", "failed"),
+        ("success ", "failed"),
+        ('success"; true; "', "failed"),
+        (True, "failed"),
+        (None, "failed"),
+        (["success"], "failed"),
+        ({"success": 1}, "failed"),
+    ],
+)
 def test_the_status_is_the_agents_only_when_upstream_knows_it_exactly(value, mapped):
     assert gradinglog.map_status(value) == mapped
 
@@ -53,8 +83,15 @@ def test_the_launch_time_has_the_upstream_format_and_round_trips():
     stamp = gradinglog.launch_time(T0 + 0.9)
     assert stamp == "2026-12-03 10:00:00 Thursday"
     assert gradinglog.launch_epoch(stamp) == T0
-    for bad in ("2026-12-03 10:00:00 Friday", '2026-12-03 10:00:00"; touch /tmp/x; "', "2026-12-03 10:00:00",
-                "2026-13-03 10:00:00 Thursday", 1764756000, None, "2026-12-03 10:00:00 Thursday\n"):
+    for bad in (
+        "2026-12-03 10:00:00 Friday",
+        '2026-12-03 10:00:00"; touch /tmp/x; "',
+        "2026-12-03 10:00:00",
+        "2026-13-03 10:00:00 Thursday",
+        1764756000,
+        None,
+        "2026-12-03 10:00:00 Thursday\n",
+    ):
         assert gradinglog.launch_epoch(bad) is None
 
 
@@ -68,8 +105,12 @@ def test_iso_times_naive_utc_or_offset():
 def test_host_facts_are_taken_out_of_the_environment():
     env = {gradinglog.STARTED_ENV: "100.5", gradinglog.ENDED_ENV: "200.0", gradinglog.MAX_STEPS_ENV: "40", "X": "1"}
     assert gradinglog.host_facts(env) == HostFacts(100.5, 200.0, 40) and env == {"X": "1"}
-    for bad in ({gradinglog.STARTED_ENV: "nan", gradinglog.ENDED_ENV: "2"}, {gradinglog.STARTED_ENV: "5", gradinglog.ENDED_ENV: "4"},
-                {gradinglog.STARTED_ENV: "inf", gradinglog.ENDED_ENV: "inf"}, {}):
+    for bad in (
+        {gradinglog.STARTED_ENV: "nan", gradinglog.ENDED_ENV: "2"},
+        {gradinglog.STARTED_ENV: "5", gradinglog.ENDED_ENV: "4"},
+        {gradinglog.STARTED_ENV: "inf", gradinglog.ENDED_ENV: "inf"},
+        {},
+    ):
         assert gradinglog.host_facts(dict(bad))[:2] == (None, None)
 
 
@@ -82,28 +123,37 @@ def test_an_honest_log_differs_in_nothing():
     assert gradinglog.log_differences(upstream, CANONICAL, HOST) == []
 
 
-@pytest.mark.parametrize("change, names", [
-    ({"status": "SUCCESS"}, ["status"]),
-    ({"status": 1}, ["status"]),
-    ({"start_time": "2026-12-03T09:00:00"}, ["start_time"]),       # an hour before the exec
-    ({"end_time": None}, ["end_time"]),
-    ({"extra": 1}, ["traj_log:extra_keys"]),
-    ({"config": "x"}, ["config:not_object"]),
-])
+@pytest.mark.parametrize(
+    "change, names",
+    [
+        ({"status": "SUCCESS"}, ["status"]),
+        ({"status": 1}, ["status"]),
+        ({"start_time": "2026-12-03T09:00:00"}, ["start_time"]),  # an hour before the exec
+        ({"end_time": None}, ["end_time"]),
+        ({"extra": 1}, ["traj_log:extra_keys"]),
+        ({"config": "x"}, ["config:not_object"]),
+    ],
+)
 def test_a_top_level_field_an_honest_engine_would_not_write_is_named(change, names):
     assert gradinglog.log_differences(dict(honest(), **change), CANONICAL, HOST) == names
 
 
-@pytest.mark.parametrize("change, names", [
-    # (the prompt then no longer holds the stated launch time either)
-    ({"launch_time": '2026-12-03 10:00:01"; touch /tmp/owned; echo "'}, ["config.launch_time", "config.system_prompts"]),
-    ({"launch_time": "2026-12-02 10:00:01 Wednesday"}, ["config.launch_time", "config.system_prompts"]),
-    ({"max_steps_under_single_turn_mode": 41}, ["config.max_steps_under_single_turn_mode"]),
-    ({"task_str": "Do nothing."}, ["config.task_str"]),
-    ({"stop": {"user_phrases": [], "tool_names": []}}, ["config.stop"]),
-    ({"initialization": {"workspace": None, "process_command": "sh"}}, ["config.initialization"]),
-    ({"bogus": 1}, ["config:extra_keys"]),
-])
+@pytest.mark.parametrize(
+    "change, names",
+    [
+        # (the prompt then no longer holds the stated launch time either)
+        (
+            {"launch_time": '2026-12-03 10:00:01"; touch /tmp/owned; echo "'},
+            ["config.launch_time", "config.system_prompts"],
+        ),
+        ({"launch_time": "2026-12-02 10:00:01 Wednesday"}, ["config.launch_time", "config.system_prompts"]),
+        ({"max_steps_under_single_turn_mode": 41}, ["config.max_steps_under_single_turn_mode"]),
+        ({"task_str": "Do nothing."}, ["config.task_str"]),
+        ({"stop": {"user_phrases": [], "tool_names": []}}, ["config.stop"]),
+        ({"initialization": {"workspace": None, "process_command": "sh"}}, ["config.initialization"]),
+        ({"bogus": 1}, ["config:extra_keys"]),
+    ],
+)
 def test_a_config_field_unlike_the_task_trees_is_named(change, names):
     log = honest()
     log["config"].update(change)
@@ -133,7 +183,10 @@ def test_the_host_log_is_the_task_trees_config_with_the_hosts_time_and_a_known_s
     assert rest == {k: v for k, v in CANONICAL.items() if k not in ("launch_time", "system_prompts")}
     assert written["start_time"] == datetime.fromtimestamp(HOST.started).isoformat()
     assert written["end_time"] == datetime.fromtimestamp(HOST.ended).isoformat()
-    assert gradinglog.host_log(CANONICAL, "interrupted", HostFacts(), now=T0)["start_time"] == datetime.fromtimestamp(T0).isoformat()
+    assert (
+        gradinglog.host_log(CANONICAL, "interrupted", HostFacts(), now=T0)["start_time"]
+        == datetime.fromtimestamp(T0).isoformat()
+    )
 
 
 class _Config:
@@ -143,9 +196,11 @@ class _Config:
 
 def _forged() -> dict:
     log = honest()
-    log["config"].update(agent_workspace="tasks/finalpool/t/groundtruth_workspace",
-                         launch_time='x"; touch /tmp/owned; "',
-                         evaluation={"evaluation_command": "sh -c 'exit 0'", "groundtruth_workspace": None})
+    log["config"].update(
+        agent_workspace="tasks/finalpool/t/groundtruth_workspace",
+        launch_time='x"; touch /tmp/owned; "',
+        evaluation={"evaluation_command": "sh -c 'exit 0'", "groundtruth_workspace": None},
+    )
     log["status"] = "success"
     return log
 
@@ -166,10 +221,16 @@ def test_the_writer_keeps_the_agents_bytes_and_writes_the_hosts(tmp_path):
     assert again == done and json.loads(log.read_text()) == written
 
 
-@pytest.mark.parametrize("raw, cause", [
-    (b"\xff\xfe{}", "traj_log:invalid"), (b"[" * 100_000, "traj_log:invalid"), (b'{"a": 1, "a": 2}', "traj_log:invalid"),
-    (b"NaN", "traj_log:invalid"), (b"[1, 2]", "traj_log:not_object"),
-])
+@pytest.mark.parametrize(
+    "raw, cause",
+    [
+        (b"\xff\xfe{}", "traj_log:invalid"),
+        (b"[" * 100_000, "traj_log:invalid"),
+        (b'{"a": 1, "a": 2}', "traj_log:invalid"),
+        (b"NaN", "traj_log:invalid"),
+        (b"[1, 2]", "traj_log:not_object"),
+    ],
+)
 def test_an_unreadable_log_is_replaced_by_a_failed_one(tmp_path, raw, cause):
     (tmp_path / protocol.LOG_NAME).write_bytes(raw)
     done = gradinglog.write_host_log(str(tmp_path), _Config(), HOST, repeat=False, now=T0)

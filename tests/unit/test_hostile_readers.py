@@ -33,8 +33,12 @@ from cowork_adapter.vocab import TamperKind
 from cowork_adapter.vocab import TaskStatus as S
 
 DEEP = 300_000
-_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def deep_json(depth: int, opener: str = "[") -> bytes:
@@ -80,16 +84,19 @@ def hostile_bytes(deepest: int):
     """Random bytes, invalid UTF-8, and nesting of either kind up to `deepest` with random junk
     around it (unbalanced, cut short, inside strings)."""
     deep_docs = st.builds(
-        lambda depth, opener, head, tail, cut: (head + deep_json(depth, opener) + tail)[:cut or None],
-        st.integers(min_value=0, max_value=deepest), st.sampled_from("[{"), st.binary(max_size=8),
-        st.binary(max_size=8), st.integers(min_value=0, max_value=2 * deepest),
+        lambda depth, opener, head, tail, cut: (head + deep_json(depth, opener) + tail)[: cut or None],
+        st.integers(min_value=0, max_value=deepest),
+        st.sampled_from("[{"),
+        st.binary(max_size=8),
+        st.binary(max_size=8),
+        st.integers(min_value=0, max_value=2 * deepest),
     )
     return st.one_of(
         st.binary(max_size=200),
         deep_docs,
         st.builds(lambda n: b'"' + b"[" * n + b'"', st.integers(min_value=0, max_value=deepest)),  # in a string
         st.builds(lambda v: json.dumps(v).encode(), _json_values),
-        st.just(b"\xff\xfe{\"pass\": true}"),
+        st.just(b'\xff\xfe{"pass": true}'),
         st.just(deep_json(deepest, "{")),
     )
 
@@ -138,10 +145,16 @@ def _plant(path: Path, what: str, data: bytes) -> None:
         (path / "x").write_bytes(data)
 
 
-_KINDS = st.sampled_from(["regular"] * 6 + ["fifo", "link_zero", "directory"]
-                         + (["device"] if os.geteuid() == 0 else []))
-_NAMES = (protocol.EVAL_RES_NAME, protocol.CLAIM_NAME, ledger.SUMMARY_NAME, protocol.LOG_NAME,
-          protocol.RECEIPT_PREFIX + "c" * 32 + ".json")
+_KINDS = st.sampled_from(
+    ["regular"] * 6 + ["fifo", "link_zero", "directory"] + (["device"] if os.geteuid() == 0 else [])
+)
+_NAMES = (
+    protocol.EVAL_RES_NAME,
+    protocol.CLAIM_NAME,
+    ledger.SUMMARY_NAME,
+    protocol.LOG_NAME,
+    protocol.RECEIPT_PREFIX + "c" * 32 + ".json",
+)
 
 
 def _readers(dump: Path, dumps: Path):
@@ -149,7 +162,9 @@ def _readers(dump: Path, dumps: Path):
     return {
         "read_json_record": lambda: [protocol.read_json_record(str(dump / n)) for n in _NAMES],
         "ledger._read_json": lambda: [ledger._read_json(dump / n) for n in _NAMES],
-        "classify_eval_result": lambda: ledger.classify_eval_result(dump / protocol.EVAL_RES_NAME, dump / protocol.LOG_NAME),
+        "classify_eval_result": lambda: ledger.classify_eval_result(
+            dump / protocol.EVAL_RES_NAME, dump / protocol.LOG_NAME
+        ),
         "attempt_records": lambda: ledger._attempt_records(dump),
         "shim.read_seal_inputs": lambda: shim_program.read_seal_inputs(safefile, str(dump), str(dumps)),
         "audit._read_small_json": lambda: [audit_run_module._read_small_json(dump / n) for n in _NAMES],
@@ -158,8 +173,11 @@ def _readers(dump: Path, dumps: Path):
 
 
 @settings(_SETTINGS, max_examples=200)
-@given(files=st.lists(st.tuples(st.sampled_from(_NAMES), _KINDS, _hostile_files), min_size=1, max_size=5,
-                      unique_by=lambda f: f[0]))
+@given(
+    files=st.lists(
+        st.tuples(st.sampled_from(_NAMES), _KINDS, _hostile_files), min_size=1, max_size=5, unique_by=lambda f: f[0]
+    )
+)
 def test_every_dump_reader_survives_generated_hostile_files(tmp_path_factory, files):
     dumps = tmp_path_factory.mktemp("dumps")
     dump = dumps / synth.SHORT_NAME / "SingleUserTurn-t"

@@ -101,7 +101,8 @@ def test_every_field_is_compared_or_exempt_with_a_reason(dotted: str) -> None:
         return
     base = config_for(**PAID)
     assert base.applied_config() != _changed(base, dotted).applied_config(), (
-        f"{dotted} changes the run but not applied_config(): compare it, or list it in IDENTITY_EXEMPT with why")
+        f"{dotted} changes the run but not applied_config(): compare it, or list it in IDENTITY_EXEMPT with why"
+    )
 
 
 def test_exempt_names_exist() -> None:
@@ -109,13 +110,16 @@ def test_exempt_names_exist() -> None:
     assert set(IDENTITY_EXEMPT) <= names
 
 
-@pytest.mark.parametrize(("fields", "route"), [
-    ({}, KeyRoute.GATEWAY_OPENROUTER),
-    ({"llm_gateway": True}, KeyRoute.GATEWAY_OPENAI),
-    ({"key_in_agent": True}, KeyRoute.KEY_IN_AGENT),
-    ({"openai_compatible_base_url": "http://127.0.0.1:9/v1"}, KeyRoute.KEY_IN_AGENT),
-    ({"engine": "nop", "campaign_file": None, "dry_run": True}, KeyRoute.NONE),
-])
+@pytest.mark.parametrize(
+    ("fields", "route"),
+    [
+        ({}, KeyRoute.GATEWAY_OPENROUTER),
+        ({"llm_gateway": True}, KeyRoute.GATEWAY_OPENAI),
+        ({"key_in_agent": True}, KeyRoute.KEY_IN_AGENT),
+        ({"openai_compatible_base_url": "http://127.0.0.1:9/v1"}, KeyRoute.KEY_IN_AGENT),
+        ({"engine": "nop", "campaign_file": None, "dry_run": True}, KeyRoute.NONE),
+    ],
+)
 def test_key_route_of_each_flag_set(fields: dict[str, Any], route: KeyRoute) -> None:
     cfg = config_for(**{**PAID, **fields})
     assert cfg.key_route is route
@@ -142,8 +146,11 @@ def test_another_gateway_cap_differs() -> None:
 
 def test_a_manifest_from_before_the_route_was_recorded_is_never_merged() -> None:
     current = config_for(**PAID).applied_config()
-    old = {k: v for k, v in current.items() if k not in ("key_route", "llm_gateway_max_tokens",
-                                                         "llm_gateway_unknown_cost_usd")}
+    old = {
+        k: v
+        for k, v in current.items()
+        if k not in ("key_route", "llm_gateway_max_tokens", "llm_gateway_unknown_cost_usd")
+    }
     diff = identity_difference(_manifest(old), applied_config=current, seed_head=None, bench_commit=None, image_id=None)
     assert diff is not None and "key_route" in diff and "<absent>" in diff
 
@@ -151,5 +158,7 @@ def test_a_manifest_from_before_the_route_was_recorded_is_never_merged() -> None
 def test_the_diagnostic_flag_absent_still_means_off() -> None:
     current = config_for(**PAID).applied_config()
     old = {k: v for k, v in current.items() if k != "diagnostic_eval_on_truncation"}
-    assert identity_difference(_manifest(old), applied_config=current, seed_head=None, bench_commit=None,
-                               image_id=None) is None
+    assert (
+        identity_difference(_manifest(old), applied_config=current, seed_head=None, bench_commit=None, image_id=None)
+        is None
+    )

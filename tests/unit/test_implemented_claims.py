@@ -69,15 +69,31 @@ def test_the_production_supervisor_waits_15_s_between_reads_the_cadence_the_mani
     blindness bound, every wait of the loop (MeterSchedule's) is the full 15 s the manifest records."""
     (tmp_path / "seed").mkdir()
     (tmp_path / "bench").mkdir()
-    cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
-                               run_root=tmp_path / "runs" / "r", dry_run=True)
+    cfg = RunConfig.from_flags(
+        repo_dir=tmp_path / "seed",
+        bench_root=tmp_path / "bench",
+        docker_host="unix:///d",
+        run_root=tmp_path / "runs" / "r",
+        dry_run=True,
+    )
     now = 1000.0
     meter = SimpleNamespace(observe=lambda deadline: (now, None))
     wake = RecordingWake(turns=3)
-    supervisor = Supervisor(runner_argv=["sleep", "60"], runner_env=dict(os.environ), runner_cwd=tmp_path,
-                            console_log=tmp_path / "console.log", stop_file=tmp_path / "stop", blindness_sec=60.0,
-                            meter=meter, disk_check=lambda: None, publish=lambda live: None,
-                            on_event=lambda kind, data: None, clock=lambda: now, group_grace_sec=5.0, _wake=wake)
+    supervisor = Supervisor(
+        runner_argv=["sleep", "60"],
+        runner_env=dict(os.environ),
+        runner_cwd=tmp_path,
+        console_log=tmp_path / "console.log",
+        stop_file=tmp_path / "stop",
+        blindness_sec=60.0,
+        meter=meter,
+        disk_check=lambda: None,
+        publish=lambda live: None,
+        on_event=lambda kind, data: None,
+        clock=lambda: now,
+        group_grace_sec=5.0,
+        _wake=wake,
+    )
     wake.supervisor = supervisor
     result = supervisor.run(anchor=now)
     assert result.stop_reason == "test_done" and result.supervisor_error is None
@@ -89,8 +105,9 @@ def test_the_paid_run_builds_its_supervisor_without_overriding_the_poll():
     """The run's Supervisor(...) passes no poll_sec (nor a READ_SLICE of its own): the 15 s
     default is what a paid run uses."""
     tree = ast.parse(Path(run_module.__file__).read_text(encoding="utf-8"))
-    calls = [node for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Supervisor"]
+    calls = [
+        node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Supervisor"
+    ]
     assert len(calls) == 1, "run.py should construct exactly one Supervisor"
     assert "poll_sec" not in {kw.arg for kw in calls[0].keywords}
 
@@ -109,12 +126,22 @@ def test_a_run_without_a_task_selector_selects_every_task_of_the_benchmark(tmp_p
     (pool / ".hidden" / "task_config.json").write_text("{}")
     (pool / "not-a-task").mkdir()
     (tmp_path / "seed").mkdir()
-    cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=bench, docker_host="unix:///d",
-                               run_root=tmp_path / "runs" / "r", dry_run=True)
+    cfg = RunConfig.from_flags(
+        repo_dir=tmp_path / "seed",
+        bench_root=bench,
+        docker_host="unix:///d",
+        run_root=tmp_path / "runs" / "r",
+        dry_run=True,
+    )
     assert cfg.selection.task_ids is None
     dataset = dataset_ids(bench)
-    selection = _selection(cfg, SimpleNamespace(explicit=None if cfg.selection.task_ids is None else list(cfg.selection.task_ids),
-                                                dataset=dataset), image=None)
+    selection = _selection(
+        cfg,
+        SimpleNamespace(
+            explicit=None if cfg.selection.task_ids is None else list(cfg.selection.task_ids), dataset=dataset
+        ),
+        image=None,
+    )
     assert len(selection.task_ids) == 496 and selection.task_ids == sorted(names)
     assert selection.selection_task_ids == selection.task_ids and selection.explicit is False
 
@@ -133,8 +160,9 @@ def test_a_failed_ledger_write_is_reported_counted_and_shown_by_status(tmp_path,
     err = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     failed = [x for x in err if x.get("event") == "cowork_diagnostic_write_failed"]
     assert failed and all(x["artifact"] == LEDGER_NAME for x in failed)
-    progress.write_monitor(Monitor(observed_at="2026-01-01T00:00:00Z", launcher_pid=1,
-                                   meter=MeterState(blindness_sec=30.0)))
+    progress.write_monitor(
+        Monitor(observed_at="2026-01-01T00:00:00Z", launcher_pid=1, meter=MeterState(blindness_sec=30.0))
+    )
     recorded = json.loads((root / "monitor.json").read_text())["diagnostic_write_failures"]
     assert recorded[LEDGER_NAME]["count"] == len(failed) and recorded[LEDGER_NAME]["error"]
     assert status_command(root, as_json=True) == 0
@@ -181,9 +209,15 @@ def test_the_logs_are_checkpointed_before_every_status_request(tmp_path):
     server = TaskServer(data, dump)
     try:
         result, _ = ouroboros.poll(
-            server.port, "t-1", proc=SimpleNamespace(poll=lambda: None), deadline=time.monotonic() + 30,
+            server.port,
+            "t-1",
+            proc=SimpleNamespace(poll=lambda: None),
+            deadline=time.monotonic() + 30,
             on_tick=lambda: ouroboros.checkpoint(str(data), None, str(dump), []),
-            on_result=lambda answer: None, cost_grace_sec=0, interval=0.01)
+            on_result=lambda answer: None,
+            cost_grace_sec=0,
+            interval=0.01,
+        )
     finally:
         server.httpd.shutdown()
     assert result["status"] == "completed"
@@ -195,8 +229,9 @@ def test_the_logs_are_checkpointed_before_every_status_request(tmp_path):
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 def test_a_dirty_seed_is_refused_unless_allowed_and_then_never_reportable(tmp_path):
@@ -229,9 +264,16 @@ def test_the_report_discloses_a_dirty_seeds_run_as_not_reportable(tmp_path):
 def test_a_checkpoint_exports_only_the_scrubbed_logs_never_raw_request_or_response_blobs(tmp_path):
     data, dump = tmp_path / "data", tmp_path / "dump"
     exported = {f"logs/{name}" for name in ouroboros.LOG_NAMES} | {ouroboros.ATTEMPTS_LEDGER, "task_results/t-1.json"}
-    raw = {"logs/server.log", "logs/llm_requests/0001.json", "logs/llm_responses/0001.json",
-           "archive/events_0001.jsonl", "state/headless_tasks/t-1/data/logs/chat.jsonl", "state/raw_response.bin",
-           "settings.json", "task_results/other.json"}
+    raw = {
+        "logs/server.log",
+        "logs/llm_requests/0001.json",
+        "logs/llm_responses/0001.json",
+        "archive/events_0001.jsonl",
+        "state/headless_tasks/t-1/data/logs/chat.jsonl",
+        "state/raw_response.bin",
+        "settings.json",
+        "task_results/other.json",
+    }
     for rel in exported | raw:
         path = data / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,13 +299,18 @@ def _tree(root: Path) -> dict[str, tuple[str, int, int]]:
 
 def test_a_resume_and_a_new_run_leave_older_run_roots_untouched(tmp_path):
     r0 = make_run(tmp_path / "r0", ["a", "b", "c"], {"a": "pass", "b": "infra"})
-    r1 = make_run(tmp_path / "r1", ["a", "b", "c"], {"b": "fail"}, task_ids=["b", "c"], resume_from=[r0],
-                  generation=1)
+    r1 = make_run(tmp_path / "r1", ["a", "b", "c"], {"b": "fail"}, task_ids=["b", "c"], resume_from=[r0], generation=1)
     before = {r: _tree(r) for r in (r0, r1)}
     time.sleep(0.01)  # a rewrite with the same bytes would still move an mtime
-    plan = resolve_ancestry([r1], current_applied_config=synth.CONFIG, seed_head=synth.SEED_HEAD,
-                            bench_commit=synth.BENCH_COMMIT, image_id=synth.IMAGE_ID, explicit_selection=None,
-                            dataset_ids=["a", "b", "c"])
+    plan = resolve_ancestry(
+        [r1],
+        current_applied_config=synth.CONFIG,
+        seed_head=synth.SEED_HEAD,
+        bench_commit=synth.BENCH_COMMIT,
+        image_id=synth.IMAGE_ID,
+        explicit_selection=None,
+        dataset_ids=["a", "b", "c"],
+    )
     assert plan.remaining == ["c"]
     child = tmp_path / "r2"
     synth.write_manifest(child, ["a", "b", "c"], task_ids=plan.remaining, resume_from=plan.ancestors, generation=2)

@@ -14,8 +14,11 @@ SRC = Path(cowork_adapter.__file__).parent
 # one module of campaign/ that the report may import.
 READER = "campaign.records"
 RULES = [
-    (("config.py", "defaults.py", "schemas/"), ("run", "ops", "host", "score", "report", "custody", "gateway"),
-     "typed files and config know nothing of running; the gateway's defaults live in defaults.py"),
+    (
+        ("config.py", "defaults.py", "schemas/"),
+        ("run", "ops", "host", "score", "report", "custody", "gateway"),
+        "typed files and config know nothing of running; the gateway's defaults live in defaults.py",
+    ),
     (("report/",), ("run",), "a reader of finished runs needs no run machinery (runroot/identity.py compares runs)"),
     (("campaign/", "custody/"), ("score", "report"), "money and Docker custody do not import the scoring code"),
     (("campaign/",), ("ops", "run"), "money does not import the operator commands or the run"),

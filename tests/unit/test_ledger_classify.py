@@ -40,51 +40,143 @@ def F(**kw):
 # (id, facts, live, expected (status, reason, provisional))
 TABLE = [
     ("pg_fail", F(runner_status="pg_fail"), False, (S.INFRA_FAILED, "pg_fail", False)),
-    ("pg_fail beats a summary", F(runner_status="pg_fail", summary_state="present", summary=OK,
-                                  official_status=E.DECLINED), False, (S.INFRA_FAILED, "pg_fail", False)),
-    ("environment blocked", F(environment_blocked="mcp_server_failed:pptx"), False,
-     (S.ENVIRONMENT_BLOCKED, "mcp_server_failed:pptx", False)),
+    (
+        "pg_fail beats a summary",
+        F(runner_status="pg_fail", summary_state="present", summary=OK, official_status=E.DECLINED),
+        False,
+        (S.INFRA_FAILED, "pg_fail", False),
+    ),
+    (
+        "environment blocked",
+        F(environment_blocked="mcp_server_failed:pptx"),
+        False,
+        (S.ENVIRONMENT_BLOCKED, "mcp_server_failed:pptx", False),
+    ),
     ("nothing at all", F(), False, (S.NOT_ATTEMPTED, "missing_result", False)),
     ("nothing at all, live", F(), True, (S.NOT_ATTEMPTED, "missing_result", True)),
     ("runner row only", F(runner_status="unknown"), False, (S.INFRA_FAILED, "interrupted:runner_exited", False)),
-    ("started, no summary, live", F(start_evidence=("ouroboros",)), True, (S.INFRA_FAILED, "missing_adapter_summary", True)),
-    ("started, no summary, after", F(start_evidence=("ouroboros",)), False, (S.INFRA_FAILED, "interrupted:runner_exited", False)),
-    ("custody only, after", F(start_evidence=("custody:x.task",)), False, (S.INFRA_FAILED, "interrupted:runner_exited", False)),
-    ("summary unreadable", F(summary_state="unreadable", start_evidence=("ouroboros",)), False,
-     (S.INFRA_FAILED, "adapter_summary_unreadable", False)),
-    ("summary infra", F(summary_state="present", summary={**OK, "infra_failed": True, "reason_code": "server_died"}), False,
-     (S.INFRA_FAILED, "server_died", False)),
-    ("summary infra without reason", F(summary_state="present", summary={**OK, "infra_failed": True}), False,
-     (S.INFRA_FAILED, "infra_failed", False)),
-    ("provider error beats truncation", F(summary_state="present", summary={**TRUNC, "reason_code": "llm_api_error"}), False,
-     (S.INFRA_FAILED, "llm_api_error", False)),
-    ("infra flag not a bool", F(summary_state="present", summary={**OK, "infra_failed": "false"}), False,
-     (S.INFRA_FAILED, "adapter_summary_invalid", False)),
-    ("truncated", F(summary_state="present", summary=TRUNC, official_status=E.DECLINED), False, (S.AGENT_FAILED, "round_limit", False)),
-    ("agent timeout", F(summary_state="present", summary={**OK, "bench_status": "failed", "reason_code": "wall_clock_timeout"}),
-     False, (S.AGENT_FAILED, "wall_clock_timeout", False)),
-    ("agent failed without reason", F(summary_state="present", summary={**OK, "bench_status": "failed"}), False,
-     (S.AGENT_FAILED, "agent_not_finished", False)),
-    ("passed", F(summary_state="present", summary=OK, official_status=E.COMPLETED, official_pass=True), False,
-     (S.PASSED, "passed", False)),
-    ("failed", F(summary_state="present", summary=OK, official_status=E.COMPLETED, official_pass=False), False,
-     (S.FAILED, "verifier_failed", False)),
-    ("success, no eval_res", F(summary_state="present", summary=OK, official_status=E.UNREPORTED), False,
-     (S.INFRA_FAILED, "missing_eval_result", False)),
-    ("success, no eval_res, live", F(summary_state="present", summary=OK, official_status=E.UNREPORTED), True,
-     (S.INFRA_FAILED, "missing_eval_result", True)),
-    ("success, not run", F(summary_state="present", summary=OK, official_status=E.NOT_RUN), False,
-     (S.INFRA_FAILED, "official_eval_not_run", False)),
-    ("success, unknown", F(summary_state="present", summary=OK, official_status=E.UNKNOWN), False,
-     (S.INFRA_FAILED, "official_eval_unknown", False)),
-    ("success, invalid pass", F(summary_state="present", summary=OK, official_status=E.INVALID), False,
-     (S.INFRA_FAILED, "official_eval_invalid", False)),
+    (
+        "started, no summary, live",
+        F(start_evidence=("ouroboros",)),
+        True,
+        (S.INFRA_FAILED, "missing_adapter_summary", True),
+    ),
+    (
+        "started, no summary, after",
+        F(start_evidence=("ouroboros",)),
+        False,
+        (S.INFRA_FAILED, "interrupted:runner_exited", False),
+    ),
+    (
+        "custody only, after",
+        F(start_evidence=("custody:x.task",)),
+        False,
+        (S.INFRA_FAILED, "interrupted:runner_exited", False),
+    ),
+    (
+        "summary unreadable",
+        F(summary_state="unreadable", start_evidence=("ouroboros",)),
+        False,
+        (S.INFRA_FAILED, "adapter_summary_unreadable", False),
+    ),
+    (
+        "summary infra",
+        F(summary_state="present", summary={**OK, "infra_failed": True, "reason_code": "server_died"}),
+        False,
+        (S.INFRA_FAILED, "server_died", False),
+    ),
+    (
+        "summary infra without reason",
+        F(summary_state="present", summary={**OK, "infra_failed": True}),
+        False,
+        (S.INFRA_FAILED, "infra_failed", False),
+    ),
+    (
+        "provider error beats truncation",
+        F(summary_state="present", summary={**TRUNC, "reason_code": "llm_api_error"}),
+        False,
+        (S.INFRA_FAILED, "llm_api_error", False),
+    ),
+    (
+        "infra flag not a bool",
+        F(summary_state="present", summary={**OK, "infra_failed": "false"}),
+        False,
+        (S.INFRA_FAILED, "adapter_summary_invalid", False),
+    ),
+    (
+        "truncated",
+        F(summary_state="present", summary=TRUNC, official_status=E.DECLINED),
+        False,
+        (S.AGENT_FAILED, "round_limit", False),
+    ),
+    (
+        "agent timeout",
+        F(summary_state="present", summary={**OK, "bench_status": "failed", "reason_code": "wall_clock_timeout"}),
+        False,
+        (S.AGENT_FAILED, "wall_clock_timeout", False),
+    ),
+    (
+        "agent failed without reason",
+        F(summary_state="present", summary={**OK, "bench_status": "failed"}),
+        False,
+        (S.AGENT_FAILED, "agent_not_finished", False),
+    ),
+    (
+        "passed",
+        F(summary_state="present", summary=OK, official_status=E.COMPLETED, official_pass=True),
+        False,
+        (S.PASSED, "passed", False),
+    ),
+    (
+        "failed",
+        F(summary_state="present", summary=OK, official_status=E.COMPLETED, official_pass=False),
+        False,
+        (S.FAILED, "verifier_failed", False),
+    ),
+    (
+        "success, no eval_res",
+        F(summary_state="present", summary=OK, official_status=E.UNREPORTED),
+        False,
+        (S.INFRA_FAILED, "missing_eval_result", False),
+    ),
+    (
+        "success, no eval_res, live",
+        F(summary_state="present", summary=OK, official_status=E.UNREPORTED),
+        True,
+        (S.INFRA_FAILED, "missing_eval_result", True),
+    ),
+    (
+        "success, not run",
+        F(summary_state="present", summary=OK, official_status=E.NOT_RUN),
+        False,
+        (S.INFRA_FAILED, "official_eval_not_run", False),
+    ),
+    (
+        "success, unknown",
+        F(summary_state="present", summary=OK, official_status=E.UNKNOWN),
+        False,
+        (S.INFRA_FAILED, "official_eval_unknown", False),
+    ),
+    (
+        "success, invalid pass",
+        F(summary_state="present", summary=OK, official_status=E.INVALID),
+        False,
+        (S.INFRA_FAILED, "official_eval_invalid", False),
+    ),
     # A gate decline needs a non-success log status; with a success summary the evidence
     # contradicts itself, so it is infrastructure to investigate (retried), never agent_failed.
-    ("success, declined gate", F(summary_state="present", summary=OK, official_status=E.DECLINED), False,
-     (S.INFRA_FAILED, "official_eval_declined", False)),
-    ("completed but non-bool pass never passes", F(summary_state="present", summary=OK, official_status=E.COMPLETED,
-                                                   official_pass="true"), False, (S.INFRA_FAILED, "official_eval_invalid", False)),
+    (
+        "success, declined gate",
+        F(summary_state="present", summary=OK, official_status=E.DECLINED),
+        False,
+        (S.INFRA_FAILED, "official_eval_declined", False),
+    ),
+    (
+        "completed but non-bool pass never passes",
+        F(summary_state="present", summary=OK, official_status=E.COMPLETED, official_pass="true"),
+        False,
+        (S.INFRA_FAILED, "official_eval_invalid", False),
+    ),
 ]
 
 
@@ -103,18 +195,36 @@ FINAL_INFRA = [t for t in TABLE if t[3][0] is S.INFRA_FAILED and not t[3][2]]
 def test_classify_infra_rows_need_a_host_seen_cause(facts, live, expected):
     status, reason, provisional = classify(facts, live=live, interruption_cause="runner_exited")
     # An agent exec began and ended: a pg_fail row then is not the runner's alone.
-    nothing = infra.HostFacts(recorded=True, exec_started=True, exec_ended=True, exec_exit=0, gateway=True, model_answers=1,
-                              runner_pg_fail=facts.runner_status == "pg_fail")
-    got = infra.settle(status, reason, provisional, host=nothing, summary_state=facts.summary_state,
-                       summary=facts.summary, findings=())
+    nothing = infra.HostFacts(
+        recorded=True,
+        exec_started=True,
+        exec_ended=True,
+        exec_exit=0,
+        gateway=True,
+        model_answers=1,
+        runner_pg_fail=facts.runner_status == "pg_fail",
+    )
+    got = infra.settle(
+        status, reason, provisional, host=nothing, summary_state=facts.summary_state, summary=facts.summary, findings=()
+    )
     if infra.agent_finished(facts.summary_state, facts.summary) and not nothing.runner_pg_fail:
         assert (got.status, got.cause) == (S.INFRA_FAILED, InfraCause.EVAL_NO_VERDICT)
     else:
         assert (got.status, got.reason) == (S.AGENT_FAILED, f"unverified_infra:{reason}")
         assert [f.kind for f in got.found] == [TamperKind.UNVERIFIED_INFRA_CLAIM]
     seen = replace(nothing, stop="signal_15")  # a cause the host saw keeps it, named
-    assert infra.settle(status, reason, provisional, host=seen, summary_state=facts.summary_state,
-                        summary=facts.summary, findings=()).cause is InfraCause.RUN_STOPPED
+    assert (
+        infra.settle(
+            status,
+            reason,
+            provisional,
+            host=seen,
+            summary_state=facts.summary_state,
+            summary=facts.summary,
+            findings=(),
+        ).cause
+        is InfraCause.RUN_STOPPED
+    )
 
 
 # A verdict linked by a valid official receipt settles the row whatever else holds: the run's
@@ -135,9 +245,17 @@ OTHER_FACTS = {
 }
 CAUSES = ["in_progress", "runner_exited", "signal_15", "signal_9", "budget_meter_unavailable", "cleanup_unproven"]
 RECEIPT_TABLE = [
-    (f"{name}, live={live}, {cause}, pass={verdict}", F(official_status=E.COMPLETED, official_pass=verdict, **kw),
-     live, cause, (S.PASSED, "passed", False) if verdict else (S.FAILED, "verifier_failed", False))
-    for name, kw in OTHER_FACTS.items() for live in (True, False) for cause in CAUSES for verdict in (True, False)
+    (
+        f"{name}, live={live}, {cause}, pass={verdict}",
+        F(official_status=E.COMPLETED, official_pass=verdict, **kw),
+        live,
+        cause,
+        (S.PASSED, "passed", False) if verdict else (S.FAILED, "verifier_failed", False),
+    )
+    for name, kw in OTHER_FACTS.items()
+    for live in (True, False)
+    for cause in CAUSES
+    for verdict in (True, False)
 ]
 
 
@@ -149,8 +267,9 @@ def test_a_receipt_verdict_settles_the_row_under_every_state_and_cause(facts, li
 @pytest.mark.parametrize("official", [E.UNKNOWN, E.NOT_RUN, E.INVALID, E.UNREPORTED, E.DECLINED])
 @pytest.mark.parametrize("live", [True, False])
 def test_without_a_linked_verdict_a_started_task_without_summary_is_never_settled(official, live):
-    status, _, provisional = classify(F(start_evidence=("ouroboros",), official_status=official),
-                                      live=live, interruption_cause="signal_15")
+    status, _, provisional = classify(
+        F(start_evidence=("ouroboros",), official_status=official), live=live, interruption_cause="signal_15"
+    )
     assert status is S.INFRA_FAILED and provisional is live
 
 
@@ -161,11 +280,23 @@ def test_interruption_cause_is_named():
 
 # ---------------------------------------------------------------- assess_official (pure)
 
+
 def A(**kw):
-    base = dict(claim_state="present", receipt_state="present",
-                receipt={"official_run": True, "raised": None, "returned": {"pass": True},
-                         "result_file": {"state": "present", "sha256": "s"}},
-                eval_status=E.COMPLETED, eval_cause="evaluated", eval_pass=True, eval_sha256="s", eval_value_matches=True)
+    base = dict(
+        claim_state="present",
+        receipt_state="present",
+        receipt={
+            "official_run": True,
+            "raised": None,
+            "returned": {"pass": True},
+            "result_file": {"state": "present", "sha256": "s"},
+        },
+        eval_status=E.COMPLETED,
+        eval_cause="evaluated",
+        eval_pass=True,
+        eval_sha256="s",
+        eval_value_matches=True,
+    )
     base.update(kw)
     return assess_official(**base)
 
@@ -174,27 +305,60 @@ def test_assess_linked_completed_receipt_scores():
     assert A() == (E.COMPLETED, "evaluated", True)
 
 
-@pytest.mark.parametrize("kw,status,cause", [
-    (dict(claim_state="absent", receipt_state="absent", receipt=None), E.UNKNOWN, "no_attempt_record"),
-    (dict(claim_state="absent", receipt_state="absent", receipt=None, eval_status=E.UNREPORTED, eval_cause="file_absent",
-          eval_pass=None, eval_sha256=None), E.UNREPORTED, "file_absent"),
-    (dict(claim_state="invalid"), E.UNKNOWN, "claim_unreadable"),
-    (dict(receipt_state="absent", receipt=None), E.UNKNOWN, "claim_without_terminal_receipt"),
-    (dict(receipt_state="invalid", receipt=None), E.UNKNOWN, "receipt_unreadable"),
-    (dict(receipt={"official_run": False, "cause": "unclaimed_prior_result"}), E.NOT_RUN, "unclaimed_prior_result"),
-    (dict(receipt={"official_run": True, "raised": "RuntimeError", "returned": None}), E.UNKNOWN, "raised:RuntimeError"),
-    (dict(receipt={"official_run": True, "raised": None, "returned": {"pass": False},
-                   "result_file": {"state": "absent"}}), E.UNKNOWN, "returned_without_result_file"),
-    (dict(eval_sha256="other"), E.UNKNOWN, "result_file_changed"),
-    (dict(eval_value_matches=False), E.UNKNOWN, "result_file_changed"),
-    (dict(eval_status=E.INVALID, eval_cause="pass_not_boolean:str", eval_pass="true"), E.INVALID, "pass_not_boolean:str"),
-])
+@pytest.mark.parametrize(
+    "kw,status,cause",
+    [
+        (dict(claim_state="absent", receipt_state="absent", receipt=None), E.UNKNOWN, "no_attempt_record"),
+        (
+            dict(
+                claim_state="absent",
+                receipt_state="absent",
+                receipt=None,
+                eval_status=E.UNREPORTED,
+                eval_cause="file_absent",
+                eval_pass=None,
+                eval_sha256=None,
+            ),
+            E.UNREPORTED,
+            "file_absent",
+        ),
+        (dict(claim_state="invalid"), E.UNKNOWN, "claim_unreadable"),
+        (dict(receipt_state="absent", receipt=None), E.UNKNOWN, "claim_without_terminal_receipt"),
+        (dict(receipt_state="invalid", receipt=None), E.UNKNOWN, "receipt_unreadable"),
+        (dict(receipt={"official_run": False, "cause": "unclaimed_prior_result"}), E.NOT_RUN, "unclaimed_prior_result"),
+        (
+            dict(receipt={"official_run": True, "raised": "RuntimeError", "returned": None}),
+            E.UNKNOWN,
+            "raised:RuntimeError",
+        ),
+        (
+            dict(
+                receipt={
+                    "official_run": True,
+                    "raised": None,
+                    "returned": {"pass": False},
+                    "result_file": {"state": "absent"},
+                }
+            ),
+            E.UNKNOWN,
+            "returned_without_result_file",
+        ),
+        (dict(eval_sha256="other"), E.UNKNOWN, "result_file_changed"),
+        (dict(eval_value_matches=False), E.UNKNOWN, "result_file_changed"),
+        (
+            dict(eval_status=E.INVALID, eval_cause="pass_not_boolean:str", eval_pass="true"),
+            E.INVALID,
+            "pass_not_boolean:str",
+        ),
+    ],
+)
 def test_assess_without_a_linked_verdict(kw, status, cause):
     verdict = A(**kw)
     assert (verdict.status, verdict.cause, verdict.passed) == (status, cause, None)
 
 
 # ---------------------------------------------------------------- the same cases from dumps
+
 
 def _run(tmp_path: Path, tasks: list[str], **kw) -> Path:
     root = tmp_path / "run"
@@ -254,24 +418,31 @@ def _success(root: Path, task: str) -> Path:
     return dump
 
 
-@pytest.mark.parametrize("result,mode,status,reason,official,receipt_pass", [
-    ({"pass": True, "details": "ok"}, "completed", S.PASSED, "passed", E.COMPLETED, True),
-    ({"pass": False, "failure": "x"}, "completed", S.FAILED, "verifier_failed", E.COMPLETED, False),
-    (None, "none", S.INFRA_FAILED, "missing_eval_result", E.UNREPORTED, None),
-    ({"pass": True}, "unclaimed_prior", S.INFRA_FAILED, "official_eval_not_run", E.NOT_RUN, None),
-    ({"pass": True}, "claimed_unfinished", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
-    ({"pass": True}, "raised", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
-    ({"pass": True}, "none", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
-    ({"pass": False}, "changed", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
-    ({"pass": "true"}, "completed", S.INFRA_FAILED, "official_eval_invalid", E.INVALID, None),
-    ({"pass": 1}, "completed", S.INFRA_FAILED, "official_eval_invalid", E.INVALID, None),
-])
+@pytest.mark.parametrize(
+    "result,mode,status,reason,official,receipt_pass",
+    [
+        ({"pass": True, "details": "ok"}, "completed", S.PASSED, "passed", E.COMPLETED, True),
+        ({"pass": False, "failure": "x"}, "completed", S.FAILED, "verifier_failed", E.COMPLETED, False),
+        (None, "none", S.INFRA_FAILED, "missing_eval_result", E.UNREPORTED, None),
+        ({"pass": True}, "unclaimed_prior", S.INFRA_FAILED, "official_eval_not_run", E.NOT_RUN, None),
+        ({"pass": True}, "claimed_unfinished", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
+        ({"pass": True}, "raised", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
+        ({"pass": True}, "none", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
+        ({"pass": False}, "changed", S.INFRA_FAILED, "official_eval_unknown", E.UNKNOWN, None),
+        ({"pass": "true"}, "completed", S.INFRA_FAILED, "official_eval_invalid", E.INVALID, None),
+        ({"pass": 1}, "completed", S.INFRA_FAILED, "official_eval_invalid", E.INVALID, None),
+    ],
+)
 def test_success_summary_verdicts_from_dumps(tmp_path, result, mode, status, reason, official, receipt_pass):
     root = _run(tmp_path, ["a"])
     synth.write_eval(_success(root, "a"), result, mode=mode)
     row = _row(root, "a")
     assert (row.status, row.reason_code, row.official_eval_status, row.official_receipt.pass_) == (
-        status, reason, official, receipt_pass)
+        status,
+        reason,
+        official,
+        receipt_pass,
+    )
 
 
 def test_unclaimed_prior_pass_true_is_disclosed_byte_for_byte_not_scored(tmp_path):

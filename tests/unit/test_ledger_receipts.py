@@ -45,12 +45,21 @@ def started(root: Path, task: str) -> Path:
 
 def stale_row(task: str, root: Path, status: S = S.INFRA_FAILED, reason: str = "missing_adapter_summary") -> TaskRow:
     """A row as a live refresh wrote it before the task's receipt existed."""
-    return TaskRow(ts="2026-01-01T00:00:00Z", instance_id=task, status=status, reason_code=reason, provisional=True,
-                   official_eval_status=E.UNREPORTED, attempt_run_root=str(root))
+    return TaskRow(
+        ts="2026-01-01T00:00:00Z",
+        instance_id=task,
+        status=status,
+        reason_code=reason,
+        provisional=True,
+        official_eval_status=E.UNREPORTED,
+        attempt_run_root=str(root),
+    )
 
 
-@pytest.mark.parametrize("live,cause", [(True, "in_progress"), (False, "signal_15"), (False, "signal_9"),
-                                        (False, "budget_meter_unavailable")])
+@pytest.mark.parametrize(
+    "live,cause",
+    [(True, "in_progress"), (False, "signal_15"), (False, "signal_9"), (False, "budget_meter_unavailable")],
+)
 def test_a_receipt_settles_its_task_even_without_the_adapter_summary(tmp_path, live, cause):
     # The summary can be missing (a torn disk, a write that failed): the receipt still proves the verdict.
     root = tmp_path / "run"

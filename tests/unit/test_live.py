@@ -19,13 +19,20 @@ def monitor(done=2, selected=5, passed=1, stop=None, finished=False, **progress)
         observed_at=datetime(2026, 3, 1, 12, 30, 5, tzinfo=UTC),
         launcher_pid=123,
         finished=finished,
-        progress=Progress(selected=selected, done=done, passed=passed, failed=1, agent_failed=0, infra_failed=0,
-                          running=1, **progress),
-        spending=Spending(campaign_spent_usd=12.5, campaign_remaining_usd=37.5, run_spent_usd=3.25,
-                          reserve_usd=5.0, run_budget_usd=20.0),
+        progress=Progress(
+            selected=selected, done=done, passed=passed, failed=1, agent_failed=0, infra_failed=0, running=1, **progress
+        ),
+        spending=Spending(
+            campaign_spent_usd=12.5,
+            campaign_remaining_usd=37.5,
+            run_spent_usd=3.25,
+            reserve_usd=5.0,
+            run_budget_usd=20.0,
+        ),
         meter=MeterState(blindness_sec=30.0, age_sec=7.0, last_usage=8.0),
-        disk=Disk(resource_free_bytes=80 * GIB, root_free_bytes=70 * GIB, resource_reserve_bytes=GIB,
-                  root_reserve_bytes=GIB),
+        disk=Disk(
+            resource_free_bytes=80 * GIB, root_free_bytes=70 * GIB, resource_reserve_bytes=GIB, root_reserve_bytes=GIB
+        ),
         stop_reason=stop,
         stop_causes=[stop] if stop else [],
     )
@@ -36,13 +43,16 @@ class FakeTTY(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("done,selected,elapsed,want", [
-    (0, 5, 100.0, None),  # no pace before the first task
-    (1, 5, 100.0, 400.0),
-    (5, 5, 100.0, 0.0),
-    (2, 0, 10.0, None),
-    (3, 4, 0.0, None),
-])
+@pytest.mark.parametrize(
+    "done,selected,elapsed,want",
+    [
+        (0, 5, 100.0, None),  # no pace before the first task
+        (1, 5, 100.0, 400.0),
+        (5, 5, 100.0, 0.0),
+        (2, 0, 10.0, None),
+        (3, 4, 0.0, None),
+    ],
+)
 def test_eta(done, selected, elapsed, want):
     assert eta_seconds(done, selected, elapsed) == want
 
@@ -109,7 +119,16 @@ def test_rich_table_on_a_terminal(monkeypatch):
     view.close()
     out = stream.getvalue()
     assert "\x1b[" in out  # drawn with terminal control sequences, in place
-    for text in ("cowork-adapter run", "4/5 done", "passed", "$3.25 of $20.00", "7s old", "80.0 GiB", "signal_15", "eta"):
+    for text in (
+        "cowork-adapter run",
+        "4/5 done",
+        "passed",
+        "$3.25 of $20.00",
+        "7s old",
+        "80.0 GiB",
+        "signal_15",
+        "eta",
+    ):
         assert text in out, text
 
 

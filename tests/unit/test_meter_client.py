@@ -57,7 +57,7 @@ def test_usage_climbs_with_a_spending_rate(standin, meter):
 def test_non_finite_or_negative_values_reach_the_observer_unjudged(standin, meter, raw):
     standin.push({"usage": raw})
     got = meter.read_usage().usage
-    assert (math.isnan(got) if math.isnan(raw) else got == raw)
+    assert math.isnan(got) if math.isnan(raw) else got == raw
 
 
 def test_non_numeric_usage_is_an_error_carrying_the_raw_value(standin, meter):
@@ -157,16 +157,22 @@ def test_control_route_over_http(standin):
 def test_observer_over_real_http_rejects_nan_then_accepts_and_saves(standin, meter, tmp_path):
     path = tmp_path / "campaign.json"
     with open_campaign(
-        JsonFileCampaignStore(path), key_fingerprint=key_fingerprint(KEY), ceiling=500.0,
-        startup_usage=meter.read_usage().usage, create_if_missing=True,
+        JsonFileCampaignStore(path),
+        key_fingerprint=key_fingerprint(KEY),
+        ceiling=500.0,
+        startup_usage=meter.read_usage().usage,
+        create_if_missing=True,
     ) as campaign:
         standin.push({"usage": math.nan}, {"usage": 5.0})  # NaN, then a decrease, then the real value
         standin.set_usage(20.0)
         seen = []
         obs = MeterObserver(
-            read=meter.read_usage, save=campaign.record_usage,
-            last_accepted=lambda: campaign.record.last_usage, clock=SystemClock(),
-            on_observation=seen.append, retry_sec=0.05,
+            read=meter.read_usage,
+            save=campaign.record_usage,
+            last_accepted=lambda: campaign.record.last_usage,
+            clock=SystemClock(),
+            on_observation=seen.append,
+            retry_sec=0.05,
         )
         clock = SystemClock()
         reading = obs.observe(clock.monotonic() + 10.0)
@@ -178,8 +184,20 @@ def test_observer_over_real_http_rejects_nan_then_accepts_and_saves(standin, met
 def test_module_entry_serves_the_key_from_an_environment_variable():
     env = {**os.environ, "FAKE_STANDIN_KEY": KEY}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cowork_adapter.demo.meter_standin", "--port", "0", "--key-env", "FAKE_STANDIN_KEY", "--usage", "7"],
-        stdout=subprocess.PIPE, env=env, text=True,
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter.demo.meter_standin",
+            "--port",
+            "0",
+            "--key-env",
+            "FAKE_STANDIN_KEY",
+            "--usage",
+            "7",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
     )
     try:
         announced = json.loads(proc.stdout.readline())

@@ -155,15 +155,21 @@ def test_invalid_readings_are_rejected_recorded_and_never_saved(tmp_path, value,
     clock = FakeClock(100.0)
     path = tmp_path / "campaign.json"
     with open_campaign(
-        JsonFileCampaignStore(path), key_fingerprint=key_fingerprint("sk-fake"), ceiling=100.0,
-        startup_usage=10.0, create_if_missing=True,
+        JsonFileCampaignStore(path),
+        key_fingerprint=key_fingerprint("sk-fake"),
+        ceiling=100.0,
+        startup_usage=10.0,
+        create_if_missing=True,
     ) as campaign:
         before = path.read_bytes()
         seen = []
         meter = FakeMeter(clock, [(0.0, value)], default=(0.0, value))
         obs = MeterObserver(
-            read=meter, save=campaign.record_usage, last_accepted=lambda: campaign.record.last_usage,
-            clock=clock, on_observation=seen.append,
+            read=meter,
+            save=campaign.record_usage,
+            last_accepted=lambda: campaign.record.last_usage,
+            clock=clock,
+            on_observation=seen.append,
         )
         with pytest.raises(MeterBlind):
             obs.observe(110.0)
@@ -178,14 +184,20 @@ def test_a_lagging_counter_catches_up_inside_the_bound_and_the_anchor_is_the_acc
     clock = FakeClock(15.0)
     path = tmp_path / "campaign.json"
     with open_campaign(
-        JsonFileCampaignStore(path), key_fingerprint=key_fingerprint("sk-fake"), ceiling=100.0,
-        startup_usage=10.0, create_if_missing=True,
+        JsonFileCampaignStore(path),
+        key_fingerprint=key_fingerprint("sk-fake"),
+        ceiling=100.0,
+        startup_usage=10.0,
+        create_if_missing=True,
     ) as campaign:
         seen = []
         meter = FakeMeter(clock, [(1.0, 9.9), (1.0, 10.4)])
         obs = MeterObserver(
-            read=meter, save=campaign.record_usage, last_accepted=lambda: campaign.record.last_usage,
-            clock=clock, on_observation=seen.append,
+            read=meter,
+            save=campaign.record_usage,
+            last_accepted=lambda: campaign.record.last_usage,
+            clock=clock,
+            on_observation=seen.append,
         )
         reading = obs.observe(45.0, phase=MeterPhase.FINAL)
     assert reading.usage == 10.4 and reading.request_time == 19.0  # 15 + 1 s read + 3 s pause
@@ -251,8 +263,9 @@ def test_a_stored_reading_is_dated_by_its_age_so_blindness_runs_from_the_poll_th
     saver = Saver(clock)
 
     def stored(timeout: float) -> MeterReading:
-        return MeterReading(usage=1.0, limit=None, limit_remaining=None,
-                            requested_at_monotonic=clock.t - 12.0, age_sec=12.0)
+        return MeterReading(
+            usage=1.0, limit=None, limit_remaining=None, requested_at_monotonic=clock.t - 12.0, age_sec=12.0
+        )
 
     obs = observer(clock, stored, saver)
     reading = obs.observe(deadline=130.0)

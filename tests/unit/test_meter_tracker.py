@@ -18,19 +18,33 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def rejected(attempt: int, observed=float("nan")) -> Observation:
-    return Observation(observed_at=f"2026-03-01T12:00:{attempt % 60:02d}+00:00", phase="poll", attempt=attempt,
-                       previous_usage=2.0, observed_usage=repr(observed), accepted=False, error_type="nan",
-                       error="usage is NaN")
+    return Observation(
+        observed_at=f"2026-03-01T12:00:{attempt % 60:02d}+00:00",
+        phase="poll",
+        attempt=attempt,
+        previous_usage=2.0,
+        observed_usage=repr(observed),
+        accepted=False,
+        error_type="nan",
+        error="usage is NaN",
+    )
 
 
 def confirmed(attempt: int, usage: float) -> Observation:
-    return Observation(observed_at="2026-03-01T12:01:00+00:00", phase="poll", attempt=attempt, previous_usage=2.0,
-                       observed_usage=usage, accepted=True)
+    return Observation(
+        observed_at="2026-03-01T12:01:00+00:00",
+        phase="poll",
+        attempt=attempt,
+        previous_usage=2.0,
+        observed_usage=usage,
+        accepted=True,
+    )
 
 
 def reading(usage: float, attempts: int) -> AcceptedReading:
-    return AcceptedReading(request_time=0.0, usage=usage, limit=None, limit_remaining=None, attempts=attempts,
-                           observed_at=NOW)
+    return AcceptedReading(
+        request_time=0.0, usage=usage, limit=None, limit_remaining=None, attempts=attempts, observed_at=NOW
+    )
 
 
 def test_every_rejection_is_counted_the_latest_kept_and_the_confirmation_survives_clean_polls():
@@ -61,13 +75,18 @@ def test_every_rejection_is_counted_the_latest_kept_and_the_confirmation_survive
 
 def test_the_confirmation_is_an_event_naming_how_many_rejections_it_ends():
     recorded: list[tuple[EventKind, dict]] = []
-    fake = SimpleNamespace(tracker=MeterTracker(blindness_sec=30.0),
-                           run=SimpleNamespace(event=lambda kind, **payload: recorded.append((kind, payload))))
+    fake = SimpleNamespace(
+        tracker=MeterTracker(blindness_sec=30.0),
+        run=SimpleNamespace(event=lambda kind, **payload: recorded.append((kind, payload))),
+    )
     CampaignSpending._observation(fake, rejected(1))
     CampaignSpending._observation(fake, rejected(2))
     CampaignSpending._observation(fake, confirmed(3, 2.5))
-    assert [kind for kind, _ in recorded] == [EventKind.METER_REJECTED, EventKind.METER_REJECTED,
-                                              EventKind.METER_CONFIRMED]
+    assert [kind for kind, _ in recorded] == [
+        EventKind.METER_REJECTED,
+        EventKind.METER_REJECTED,
+        EventKind.METER_CONFIRMED,
+    ]
     payload = recorded[-1][1]
     assert payload == {"phase": "poll", "previous_usage": 2.0, "usage": 2.5, "rejections": 2}
     event = convert({"ts": NOW.isoformat(), **payload}, MeterConfirmed)

@@ -63,18 +63,30 @@ FAKE_LAUNCHER = textwrap.dedent(
 
 
 def manifest(run_root: Path, **over) -> RunManifest:
-    fields = dict(run_root=str(run_root), run_label="ab" * 16, created_at="2026-03-01T12:00:00Z",
-                  updated_at="2026-03-01T12:00:00Z", argv=["cowork-adapter", "run"], adapter={"version": "0"})
+    fields = dict(
+        run_root=str(run_root),
+        run_label="ab" * 16,
+        created_at="2026-03-01T12:00:00Z",
+        updated_at="2026-03-01T12:00:00Z",
+        argv=["cowork-adapter", "run"],
+        adapter={"version": "0"},
+    )
     fields.update(over)
     return RunManifest(**fields)
 
 
 def write_monitor(run_root: Path, *, pid: int, finished: bool, stop: str | None = None) -> None:
-    mon = Monitor(observed_at=datetime(2026, 3, 1, 12, 10, tzinfo=UTC), launcher_pid=pid, finished=finished,
-                  progress=Progress(selected=3, done=3, passed=2, failed=1),
-                  spending=Spending(run_spent_usd=1.5, campaign_remaining_usd=40.0, run_budget_usd=20.0),
-                  meter=MeterState(blindness_sec=30.0, age_sec=4.0), stop_reason=stop, stop_causes=[stop] if stop else [],
-                  campaign_settlement="recorded")
+    mon = Monitor(
+        observed_at=datetime(2026, 3, 1, 12, 10, tzinfo=UTC),
+        launcher_pid=pid,
+        finished=finished,
+        progress=Progress(selected=3, done=3, passed=2, failed=1),
+        spending=Spending(run_spent_usd=1.5, campaign_remaining_usd=40.0, run_budget_usd=20.0),
+        meter=MeterState(blindness_sec=30.0, age_sec=4.0),
+        stop_reason=stop,
+        stop_causes=[stop] if stop else [],
+        campaign_settlement="recorded",
+    )
     (run_root / "monitor.json").write_text(mon.to_json())
 
 
@@ -86,11 +98,20 @@ def run_root(tmp_path) -> Path:
     return root
 
 
-def start_fake(run_root: Path, *, mode: str = "clean", argv_root: str | None = None, cwd: Path | None = None,
-               write_monitor: bool = True) -> subprocess.Popen:
+def start_fake(
+    run_root: Path,
+    *,
+    mode: str = "clean",
+    argv_root: str | None = None,
+    cwd: Path | None = None,
+    write_monitor: bool = True,
+) -> subprocess.Popen:
     env = {**os.environ, "FAKE_MODE": mode, "FAKE_WRITE_MONITOR": "1" if write_monitor else "0"}
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_LAUNCHER, "cowork_adapter", "run", "--run-root",
-                             argv_root or str(run_root)], env=env, cwd=cwd)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FAKE_LAUNCHER, "cowork_adapter", "run", "--run-root", argv_root or str(run_root)],
+        env=env,
+        cwd=cwd,
+    )
     deadline = time.monotonic() + 30
     while not (run_root / "ready").exists():
         assert time.monotonic() < deadline and proc.poll() is None, "the stand-in launcher did not start"
@@ -118,9 +139,17 @@ def test_status_refuses_a_directory_that_is_not_a_run_root(tmp_path, capsys):
 
 
 def test_status_of_a_finished_run_says_why_it_stopped(run_root, capsys):
-    (run_root / "run_manifest.json").write_text(manifest(
-        run_root, outcome="stopped", stop_reason="run_budget", stop_causes=["run_budget", "signal_15"], exit_code=3,
-        finished_at="2026-03-01T12:10:00Z", campaign_settlement="recorded").to_json())
+    (run_root / "run_manifest.json").write_text(
+        manifest(
+            run_root,
+            outcome="stopped",
+            stop_reason="run_budget",
+            stop_causes=["run_budget", "signal_15"],
+            exit_code=3,
+            finished_at="2026-03-01T12:10:00Z",
+            campaign_settlement="recorded",
+        ).to_json()
+    )
     write_monitor(run_root, pid=1, finished=True, stop="run_budget")  # pid 1 is no launcher
     assert status_command(run_root, as_json=False) == 0
     out = capsys.readouterr().out
@@ -144,7 +173,9 @@ def test_status_from_events_when_monitor_is_missing(run_root, capsys):
     log.append(EventKind.TASK_FINISHED, task="a", status="success")
     status = build_status(read_run(run_root), now=datetime(2026, 3, 1, 12, 5, tzinfo=UTC).timestamp())
     assert status["progress_source"] == "events.jsonl"
-    assert status["progress"]["selected"] == 4 and status["progress"]["done"] == 1 and status["progress"]["running"] == 2
+    assert (
+        status["progress"]["selected"] == 4 and status["progress"]["done"] == 1 and status["progress"]["running"] == 2
+    )
     assert status["elapsed_sec"] == 300.0 and status["eta_sec"] == 900.0
     assert status["state"] == "launcher_gone"
     assert status_command(run_root, as_json=False) == 0
@@ -157,8 +188,13 @@ def test_status_reads_events_through_their_schema_and_names_invalid_lines(run_ro
     log.append(EventKind.TASK_STARTED, task="a")
     with open(run_root / "events.jsonl", "a") as fh:
         # Not events: a task_started without its task, and a kind no writer has.
-        fh.write(json.dumps({"schema": "cowork_adapter.event.v1", "ts": "2026-03-01T12:01:00Z", "kind": "task_started"}) + "\n")
-        fh.write(json.dumps({"schema": "cowork_adapter.event.v1", "ts": "2026-03-01T12:01:00Z", "kind": "made_up"}) + "\n")
+        fh.write(
+            json.dumps({"schema": "cowork_adapter.event.v1", "ts": "2026-03-01T12:01:00Z", "kind": "task_started"})
+            + "\n"
+        )
+        fh.write(
+            json.dumps({"schema": "cowork_adapter.event.v1", "ts": "2026-03-01T12:01:00Z", "kind": "made_up"}) + "\n"
+        )
     files = read_run(run_root)
     assert [e.kind for e in files.events] == [EventKind.RUN_ADMITTED, EventKind.TASK_STARTED]
     assert "events.jsonl has 2 lines that are not a valid event (skipped)" in files.problems
@@ -228,12 +264,28 @@ def test_stop_uses_the_campaign_active_run_pid_when_monitor_is_missing(run_root,
     procs.append(proc)
     now = datetime.now(UTC)
     campaign = tmp_path / "campaign.json"
-    campaign.write_text(CampaignRecord(
-        fingerprint="sha256:" + "0" * 16, ceiling_usd=50, usage_baseline=0, prior_spend_usd=0, last_usage=0,
-        last_usage_observed_at=now, created_at=now,
-        active_run={"run_root": str(run_root), "run_label": "ab" * 16, "launcher_pid": proc.pid, "started_at": now,
-                    "host": "h", "usage_at_start": 0}).to_json())
-    (run_root / "run_manifest.json").write_text(manifest(run_root, outcome="running", campaign_file=str(campaign)).to_json())
+    campaign.write_text(
+        CampaignRecord(
+            fingerprint="sha256:" + "0" * 16,
+            ceiling_usd=50,
+            usage_baseline=0,
+            prior_spend_usd=0,
+            last_usage=0,
+            last_usage_observed_at=now,
+            created_at=now,
+            active_run={
+                "run_root": str(run_root),
+                "run_label": "ab" * 16,
+                "launcher_pid": proc.pid,
+                "started_at": now,
+                "host": "h",
+                "usage_at_start": 0,
+            },
+        ).to_json()
+    )
+    (run_root / "run_manifest.json").write_text(
+        manifest(run_root, outcome="running", campaign_file=str(campaign)).to_json()
+    )
     assert stop_command(run_root, timeout=30, poll_sec=0.1) == 0
     assert "from the campaign's active_run" in capsys.readouterr().out
 
@@ -253,8 +305,9 @@ def test_stop_never_signals_a_launcher_of_another_run_root(run_root, tmp_path, p
 
 
 def test_stop_of_a_run_that_already_ended(run_root, capsys):
-    (run_root / "run_manifest.json").write_text(manifest(
-        run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z").to_json())
+    (run_root / "run_manifest.json").write_text(
+        manifest(run_root, outcome="completed", exit_code=0, finished_at="2026-03-01T12:10:00Z").to_json()
+    )
     write_monitor(run_root, pid=1, finished=True)
     assert stop_command(run_root, timeout=5) == 0
     out = capsys.readouterr().out

@@ -8,8 +8,17 @@ from types import SimpleNamespace
 from cowork_adapter.run.run import _exit_code, _outcome, _say_outcome
 from cowork_adapter.vocab import ExitCode, RunOutcome
 
-ZERO = dict(selected=0, done=0, passed=0, failed=0, agent_failed=0, infra_failed=0, not_attempted=0,
-            environment_blocked=0, running=0)
+ZERO = dict(
+    selected=0,
+    done=0,
+    passed=0,
+    failed=0,
+    agent_failed=0,
+    infra_failed=0,
+    not_attempted=0,
+    environment_blocked=0,
+    running=0,
+)
 
 
 class Counts:
@@ -40,8 +49,10 @@ def test_the_final_line_accounts_for_every_selected_task(capsys):
     manifest = SimpleNamespace(outcome=RunOutcome.INCOMPLETE, stop_reason=None)
     _say_outcome(manifest, progress, None, "recorded")
     line = capsys.readouterr().out.strip()
-    assert line == ("cowork-adapter: incomplete: 4 passed, 2 failed, 0 agent_failed, 0 infra_failed, "
-                    "0 not_attempted, 19 environment_blocked of 25")
+    assert line == (
+        "cowork-adapter: incomplete: 4 passed, 2 failed, 0 agent_failed, 0 infra_failed, "
+        "0 not_attempted, 19 environment_blocked of 25"
+    )
 
 
 def test_rows_not_yet_settled_are_named_rather_than_lost(capsys):

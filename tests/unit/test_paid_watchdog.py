@@ -16,9 +16,12 @@ from cowork_adapter.vocab import EventKind, StopReason
 def bare_run(tmp_path: Path) -> tuple[runmod.Run, list]:
     run = object.__new__(runmod.Run)
     events: list = []
-    run.cfg = SimpleNamespace(run_root=tmp_path, docker_host="unix:///nowhere.sock",
-                              money=SimpleNamespace(meter_blindness_sec=30.0),
-                              provider=SimpleNamespace(api_key_env="COWORK_TEST_KEY"))
+    run.cfg = SimpleNamespace(
+        run_root=tmp_path,
+        docker_host="unix:///nowhere.sock",
+        money=SimpleNamespace(meter_blindness_sec=30.0),
+        provider=SimpleNamespace(api_key_env="COWORK_TEST_KEY"),
+    )
     run.label = "0" * 32
     run.key = "not-a-key"
     run.tmpdir = tmp_path / "tmp"
@@ -67,7 +70,13 @@ def test_a_run_ends_the_watchdog_on_every_way_out(tmp_path, monkeypatch):
     monkeypatch.setattr(runmod.Run, "run", boom)
     monkeypatch.setattr(runmod.Run, "watchdog", None, raising=False)
     with pytest.raises(RuntimeError):
-        runmod.run_in_custody(SimpleNamespace(), None, tmp_path, NoSpending(SimpleNamespace(money=SimpleNamespace(meter_blindness_sec=30.0))), key="k")
+        runmod.run_in_custody(
+            SimpleNamespace(),
+            None,
+            tmp_path,
+            NoSpending(SimpleNamespace(money=SimpleNamespace(meter_blindness_sec=30.0))),
+            key="k",
+        )
     assert ended == [True]
 
 
@@ -88,7 +97,13 @@ def test_the_key_file_is_deleted_when_the_run_raises_mid_run(tmp_path, monkeypat
     monkeypatch.setattr(runmod.Run, "run", crash_mid_run)
     monkeypatch.setattr(runmod.Run, "watchdog", None, raising=False)
     with pytest.raises(type(error)):
-        runmod.run_in_custody(SimpleNamespace(), None, tmp_path, NoSpending(SimpleNamespace(money=SimpleNamespace(meter_blindness_sec=30.0))), key="k")
+        runmod.run_in_custody(
+            SimpleNamespace(),
+            None,
+            tmp_path,
+            NoSpending(SimpleNamespace(money=SimpleNamespace(meter_blindness_sec=30.0))),
+            key="k",
+        )
     assert seen == [True]
     assert not key_file.exists()
 

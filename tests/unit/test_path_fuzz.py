@@ -28,9 +28,16 @@ DEADLINE_SEC = 20.0
 LONG = "a" * 300
 
 # Path classes by what the argument expects (each value is relative to the case directory, or absolute).
-COMMON = {"loop": "loop", "long name": LONG, "long name inside": f"{LONG}/x", "dangling link": "dangling",
-          "through a dangling link": "dangling/x", "proc": "/proc/self/cwd", "proc child": "/proc/self/cwd/x",
-          "through a file": "f/x"}
+COMMON = {
+    "loop": "loop",
+    "long name": LONG,
+    "long name inside": f"{LONG}/x",
+    "dangling link": "dangling",
+    "through a dangling link": "dangling/x",
+    "proc": "/proc/self/cwd",
+    "proc child": "/proc/self/cwd/x",
+    "through a file": "f/x",
+}
 FILE_IN = {**COMMON, "fifo": "fifo", "directory": "d", "dev": "/dev/null"}
 DIR_IN = {**COMMON, "fifo": "fifo", "file": "f", "dev": "/dev/null"}
 RUN_ROOT_IN = {**DIR_IN, "empty directory": "d", "fifo ledger": "fifo-run", "dangling manifest": "dangling-run"}
@@ -38,8 +45,17 @@ NEW_FILE = {**COMMON, "existing file": "f", "directory": "d", "fifo": "fifo", "m
 OUTPUT_DIR = {**COMMON, "file": "f", "fifo": "fifo", "dangling report.md": "trap"}
 NEW_DIR = {**COMMON, "file": "f", "fifo": "fifo", "link to a directory": "dirlink"}
 
-RUN_FLAGS = ["--repo-dir", "seed", "--bench-root", "bench", "--run-root", "runs/new",
-             "--docker-host", "unix:///nonexistent/docker.sock", "--dry-run"]
+RUN_FLAGS = [
+    "--repo-dir",
+    "seed",
+    "--bench-root",
+    "bench",
+    "--run-root",
+    "runs/new",
+    "--docker-host",
+    "unix:///nonexistent/docker.sock",
+    "--dry-run",
+]
 
 
 def _run_with(flag: str, value: str, base: list[str] = RUN_FLAGS) -> list[str]:
@@ -56,28 +72,58 @@ SLOTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "status": (["status", "{p}"], RUN_ROOT_IN),
     "stop": (["stop", "{p}", "--timeout", "1"], RUN_ROOT_IN),
     "clear": (["clear", "{p}", "--operator-note", "checked"], RUN_ROOT_IN),
-    "clear --campaign-file": (["clear", "good-run", "--operator-note", "checked", "--campaign-file", "{p}"],
-                              {k: v for k, v in FILE_IN.items()}),
+    "clear --campaign-file": (
+        ["clear", "good-run", "--operator-note", "checked", "--campaign-file", "{p}"],
+        {k: v for k, v in FILE_IN.items()},
+    ),
     "report": (["report", "{p}"], RUN_ROOT_IN),
     "report --output-dir": (["report", "good-run", "--output-dir", "{p}"], OUTPUT_DIR),
     "export": (["export", "{p}", "--output-dir", "out-logs"], RUN_ROOT_IN),
     # The export writes no report.md: a folder holding one (even a dangling link) is no refusal for it.
-    "export --output-dir": (["export", "good-run", "--output-dir", "{p}"],
-                            {k: v for k, v in OUTPUT_DIR.items() if "report.md" not in k}),
+    "export --output-dir": (
+        ["export", "good-run", "--output-dir", "{p}"],
+        {k: v for k, v in OUTPUT_DIR.items() if "report.md" not in k},
+    ),
     "audit --run-dir": (["audit", "--run-dir", "{p}"], RUN_ROOT_IN),
     "audit --output": (["audit", "--run-dir", "good-run", "--output", "{p}"], NEW_FILE),
     "campaign show": (["campaign", "show", "--campaign-file", "{p}"], FILE_IN),
     "campaign reconcile --campaign-file": (
-        ["campaign", "reconcile", "--campaign-file", "{p}", "--run-root", "good-run", "--operator-note", "x",
-         "--docker-host", "unix:///nonexistent/docker.sock"], FILE_IN),
+        [
+            "campaign",
+            "reconcile",
+            "--campaign-file",
+            "{p}",
+            "--run-root",
+            "good-run",
+            "--operator-note",
+            "x",
+            "--docker-host",
+            "unix:///nonexistent/docker.sock",
+        ],
+        FILE_IN,
+    ),
     "campaign reconcile --run-root": (
-        ["campaign", "reconcile", "--campaign-file", "campaign.json", "--run-root", "{p}", "--operator-note", "x",
-         "--docker-host", "unix:///nonexistent/docker.sock"], {k: v for k, v in DIR_IN.items()}),
+        [
+            "campaign",
+            "reconcile",
+            "--campaign-file",
+            "campaign.json",
+            "--run-root",
+            "{p}",
+            "--operator-note",
+            "x",
+            "--docker-host",
+            "unix:///nonexistent/docker.sock",
+        ],
+        {k: v for k, v in DIR_IN.items()},
+    ),
     "demo --run-root": (["demo", "--run-root", "{p}", "--docker-host", "unix:///nonexistent/docker.sock"], NEW_DIR),
 }
 # `doctor` without --repo-dir/--run-root checks the host, and the disk of --resource-root.
 SLOTS["doctor (host only) --resource-root"] = (
-    ["doctor", "--docker-host", "unix:///nonexistent/docker.sock", "--resource-root", "{p}"], DIR_IN)
+    ["doctor", "--docker-host", "unix:///nonexistent/docker.sock", "--resource-root", "{p}"],
+    DIR_IN,
+)
 for command in ("run", "doctor"):
     SLOTS[f"{command} --run-root"] = ([command, *_run_with("--run-root", "{p}")], NEW_DIR)
     SLOTS[f"{command} --repo-dir"] = ([command, *_run_with("--repo-dir", "{p}")], DIR_IN)
@@ -87,11 +133,24 @@ for command in ("run", "doctor"):
     SLOTS[f"{command} --campaign-file"] = ([command, *_run_with("--campaign-file", "{p}")], FILE_IN)
     SLOTS[f"{command} --resume-from"] = ([command, *_run_with("--resume-from", "{p}")], DIR_IN)
     SLOTS[f"{command} --task-validity"] = ([command, *_run_with("--task-validity", "{p}")], FILE_IN)
-    SLOTS[f"{command} --provider-standin-bundle"] = ([command, *_run_with("--provider-standin-bundle", "{p}"), "--key-in-agent",
-                                                      "--provider-standin-address", "192.0.2.1"], FILE_IN)
+    SLOTS[f"{command} --provider-standin-bundle"] = (
+        [
+            command,
+            *_run_with("--provider-standin-bundle", "{p}"),
+            "--key-in-agent",
+            "--provider-standin-address",
+            "192.0.2.1",
+        ],
+        FILE_IN,
+    )
 QUALIFY_FLAGS = RUN_FLAGS[:-1]  # qualify takes run's places, and no --dry-run
-for flag, kinds in (("--run-root", NEW_DIR), ("--repo-dir", DIR_IN), ("--bench-root", DIR_IN),
-                    ("--resource-root", DIR_IN), ("--task-file", FILE_IN)):
+for flag, kinds in (
+    ("--run-root", NEW_DIR),
+    ("--repo-dir", DIR_IN),
+    ("--bench-root", DIR_IN),
+    ("--resource-root", DIR_IN),
+    ("--task-file", FILE_IN),
+):
     SLOTS[f"qualify {flag}"] = (["qualify", *_run_with(flag, "{p}", QUALIFY_FLAGS)], kinds)
 
 
@@ -159,13 +218,23 @@ def _play(case: Case, case_dir: Path) -> Outcome:
     _make_case_dir(case_dir)
     template, _ = SLOTS[case.slot]
     argv = [a.replace("{p}", case.path) for a in template]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(case_dir), "COLUMNS": "200",
-           "OPENROUTER_API_KEY": "sk-or-v1-FAKE-TEST-KEY-0000000000"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(case_dir),
+        "COLUMNS": "200",
+        "OPENROUTER_API_KEY": "sk-or-v1-FAKE-TEST-KEY-0000000000",
+    }
     before = _listing(case_dir)
     started = time.monotonic()
     try:
-        done = subprocess.run([str(PYTHON), "-m", "cowork_adapter", *argv], cwd=case_dir, env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [str(PYTHON), "-m", "cowork_adapter", *argv],
+            cwd=case_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         result = (done.returncode, done.stdout, done.stderr)
     except subprocess.TimeoutExpired:
         result = (None, "", "timed out after 60 s")
@@ -209,8 +278,19 @@ def test_every_path_option_of_every_command_is_fuzzed():
                 continue
             for param in command.params:
                 if "Path" in repr(getattr(param, "type", "")) or param.name in {
-                        "run_root", "run_roots", "run_dir", "output", "output_dir", "campaign_file", "repo_dir",
-                        "bench_root", "resource_root", "task_file", "resume_from", "task_validity"}:
+                    "run_root",
+                    "run_roots",
+                    "run_dir",
+                    "output",
+                    "output_dir",
+                    "campaign_file",
+                    "repo_dir",
+                    "bench_root",
+                    "resource_root",
+                    "task_file",
+                    "resume_from",
+                    "task_validity",
+                }:
                     found.add((" ".join(prefix + [name]), param.name))
 
     walk(root, [])

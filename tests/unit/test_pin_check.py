@@ -26,8 +26,14 @@ SEED = "db/init.sql.gz"
 
 def git(repo: Path, *args: str, data: bytes | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t.invalid",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t.invalid")
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t.invalid",
+    )
     out = subprocess.run(["git", "-C", str(repo), *args], input=data, env=env, capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.decode().strip()

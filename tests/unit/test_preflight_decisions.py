@@ -50,8 +50,15 @@ def _ancestor(root: Path, **manifest_kw) -> Path:
 
 
 def _preflight(roots, **kw):
-    args = dict(current_applied_config=synth.CONFIG, seed_head=synth.SEED_HEAD, bench_commit=synth.BENCH_COMMIT,
-                image_id=None, image_pending=True, explicit_selection=None, dataset_ids=DATASET)
+    args = dict(
+        current_applied_config=synth.CONFIG,
+        seed_head=synth.SEED_HEAD,
+        bench_commit=synth.BENCH_COMMIT,
+        image_id=None,
+        image_pending=True,
+        explicit_selection=None,
+        dataset_ids=DATASET,
+    )
     args.update(kw)
     return resolve_ancestry(list(roots), **args)
 

@@ -33,16 +33,31 @@ def make_bench(root: Path) -> Path:
 
 def make_manifest(run_root: Path, labels: dict | None = None) -> RunManifest:
     image = ImageIdentity(tag="t", id="sha256:" + "1" * 64, base_image="b", labels=labels or {})
-    return RunManifest(run_root=str(run_root), run_label="cd" * 16, created_at="2026-03-01T12:00:00Z",
-                       updated_at="2026-03-01T12:00:00Z", argv=["cowork-adapter", "run"], adapter={"version": "0"},
-                       image=image, selection=Selection(task_ids=list(TASK_SERVERS), selection_task_ids=list(TASK_SERVERS)))
+    return RunManifest(
+        run_root=str(run_root),
+        run_label="cd" * 16,
+        created_at="2026-03-01T12:00:00Z",
+        updated_at="2026-03-01T12:00:00Z",
+        argv=["cowork-adapter", "run"],
+        adapter={"version": "0"},
+        image=image,
+        selection=Selection(task_ids=list(TASK_SERVERS), selection_task_ids=list(TASK_SERVERS)),
+    )
 
 
 def make_cfg(tmp_path: Path, run_root: Path, **over) -> RunConfig:
     (tmp_path / "seed").mkdir(exist_ok=True)
     (tmp_path / "benchroot").mkdir(exist_ok=True)
-    fields = dict(repo_dir=tmp_path / "seed", bench_root=tmp_path / "benchroot", docker_host="unix:///nonexistent.sock", run_root=run_root,
-                  base_image="cowork-pack:x", dry_run=True, min_free_gib=0, min_root_free_gib=0)
+    fields = dict(
+        repo_dir=tmp_path / "seed",
+        bench_root=tmp_path / "benchroot",
+        docker_host="unix:///nonexistent.sock",
+        run_root=run_root,
+        base_image="cowork-pack:x",
+        dry_run=True,
+        min_free_gib=0,
+        min_root_free_gib=0,
+    )
     fields.update(over)
     return RunConfig.from_flags(**fields)
 
@@ -74,8 +89,11 @@ class FakeSandbox:
         if phase == "stateful":
             spec = json.loads(env["COWORK_STATEFUL_PROBE"])
             sessions = [{"tool": c["name"], "session_id": None, "text": "x"} for c in spec["calls"]]
-            (folder / "stateful.json").write_text(json.dumps({"ok": self.stateful_ok, "sessions": sessions,
-                                                              "error": None if self.stateful_ok else "lost"}))
+            (folder / "stateful.json").write_text(
+                json.dumps(
+                    {"ok": self.stateful_ok, "sessions": sessions, "error": None if self.stateful_ok else "lost"}
+                )
+            )
             return 0 if self.stateful_ok else 1
         joint_down = any(n in self.broken for n in names)
         report = {}
@@ -84,7 +102,8 @@ class FakeSandbox:
                 report[name] = {"ok": False, "tool_count": 0, "tools": [], "error": "mcp-proxy exited"}
                 if name in self.broken:
                     (folder / f"{name}.stderr.log").write_text(
-                        "Traceback (most recent call last):\nAttributeError: 'Server' object has no attribute 'list_tools'\n")
+                        "Traceback (most recent call last):\nAttributeError: 'Server' object has no attribute 'list_tools'\n"
+                    )
             else:
                 report[name] = {"ok": True, "tool_count": 2, "tools": ["a", "b"], "error": None}
         (folder / "inventory.json").write_text(json.dumps(report))
@@ -116,8 +135,10 @@ def test_needed_servers_and_blocked_by(tmp_path):
     needs = probes.needed_servers(bench, ["t-files", "t-quotes", "t-missing"])
     assert needs == {"files": ["t-files", "t-quotes"], "quotes": ["t-quotes"]}
     assert probes.blocked_by(needs, {"quotes"}) == {"t-quotes": "mcp_server_failed:quotes"}
-    assert probes.blocked_by(needs, {"quotes", "files"}) == {"t-files": "mcp_server_failed:files",
-                                                             "t-quotes": "mcp_server_failed:files,quotes"}
+    assert probes.blocked_by(needs, {"quotes", "files"}) == {
+        "t-files": "mcp_server_failed:files",
+        "t-quotes": "mcp_server_failed:files,quotes",
+    }
     assert probes.blocked_by(needs, set()) == {}
 
 
@@ -128,12 +149,21 @@ def test_needed_servers_and_blocked_by(tmp_path):
         ({"ok": True, "tool_count": 0}, [], ServerHealth.FAILED),  # ok only with at least one tool
         ({"ok": False, "tool_count": 0, "error": "mcp-proxy exited"}, [], ServerHealth.FAILED),
         (None, [], ServerHealth.FAILED),
-        ({"ok": True, "tool_count": 1}, [{"server": "s", "fault": "mcp_sdk_2x", "before": "2.3.0", "after": "1.26.0",
-                                          "took": True}], ServerHealth.REPAIRED),
-        ({"ok": True, "tool_count": 1}, [{"server": "s", "fault": "chromium_missing", "before": None, "after": None,
-                                          "took": False}], ServerHealth.FAILED),
-        ({"ok": False, "tool_count": 0}, [{"server": "s", "fault": "mcp_sdk_2x", "before": "2.3.0", "after": "1.26.0",
-                                           "took": True}], ServerHealth.FAILED),
+        (
+            {"ok": True, "tool_count": 1},
+            [{"server": "s", "fault": "mcp_sdk_2x", "before": "2.3.0", "after": "1.26.0", "took": True}],
+            ServerHealth.REPAIRED,
+        ),
+        (
+            {"ok": True, "tool_count": 1},
+            [{"server": "s", "fault": "chromium_missing", "before": None, "after": None, "took": False}],
+            ServerHealth.FAILED,
+        ),
+        (
+            {"ok": False, "tool_count": 0},
+            [{"server": "s", "fault": "mcp_sdk_2x", "before": "2.3.0", "after": "1.26.0", "took": True}],
+            ServerHealth.FAILED,
+        ),
         ({"ok": True, "tool_count": 1}, [{"server": "other", "fault": "mcp_sdk_2x", "took": True}], ServerHealth.OK),
     ],
 )
@@ -160,7 +190,11 @@ def test_a_broken_server_is_named_by_listing_each_alone(fake, run, tmp_path):
     fake.broken = {"quotes"}
     inv = probes.collect_inventory(make_cfg(tmp_path, run_root), make_manifest(run_root), bench, list(TASK_SERVERS))
     assert [c[1] for c in fake.calls if c[0] == "inventory"] == [
-        probes.ALL_SERVERS_TASK, "cowork-probe-crm", "cowork-probe-files", "cowork-probe-quotes"]
+        probes.ALL_SERVERS_TASK,
+        "cowork-probe-crm",
+        "cowork-probe-files",
+        "cowork-probe-quotes",
+    ]
     assert inv.servers["quotes"].health is ServerHealth.FAILED
     assert "no attribute 'list_tools'" in inv.servers["quotes"].error
     assert inv.servers["quotes"].log.endswith("cowork-probe-quotes/quotes.stderr.log")
@@ -172,13 +206,24 @@ def test_a_detected_repair_is_measured_and_disclosed(fake, run, tmp_path):
     bench, run_root = run
     repairs, checks = plan_repairs({"servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "2.3.0"}]})
     manifest = make_manifest(run_root, {"org.cowork-adapter.repairs": label_value(repairs, checks)})
-    fake.detection = {"servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "1.26.0"}], "chromium": []}
+    fake.detection = {
+        "servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "1.26.0"}],
+        "chromium": [],
+    }
     inv = probes.collect_inventory(make_cfg(tmp_path, run_root), manifest, bench, list(TASK_SERVERS))
     assert ("detect",) in fake.calls
     assert inv.servers["quotes"].health is ServerHealth.REPAIRED
     assert inv.servers["quotes"].repair == "mcp_sdk_2x: 2.3.0 -> 1.26.0"
-    assert [r.to_dict() for r in inv.repairs] == [{"server": "quotes", "fault": "mcp_sdk_2x", "requirement": "mcp==1.26.0",
-                                                      "before": "2.3.0", "after": "1.26.0", "took": True}]
+    assert [r.to_dict() for r in inv.repairs] == [
+        {
+            "server": "quotes",
+            "fault": "mcp_sdk_2x",
+            "requirement": "mcp==1.26.0",
+            "before": "2.3.0",
+            "after": "1.26.0",
+            "took": True,
+        }
+    ]
     assert inv.checks == checks
 
 
@@ -254,10 +299,15 @@ def test_enforce_is_silent_when_nothing_is_blocked(tmp_path):
 def test_run_probe_exit_codes_and_outcome(fake, run, tmp_path):
     bench, run_root = run
     manifest = make_manifest(run_root)
-    assert probes.run_probe(make_cfg(tmp_path, run_root, probe="inventory", dry_run=False), manifest, bench) == ExitCode.OK
+    assert (
+        probes.run_probe(make_cfg(tmp_path, run_root, probe="inventory", dry_run=False), manifest, bench) == ExitCode.OK
+    )
     assert read_manifest(run_root).outcome == "probe"
     fake.broken = {"files"}
-    assert probes.run_probe(make_cfg(tmp_path, run_root, probe="inventory", dry_run=False), manifest, bench) == ExitCode.FAILED
+    assert (
+        probes.run_probe(make_cfg(tmp_path, run_root, probe="inventory", dry_run=False), manifest, bench)
+        == ExitCode.FAILED
+    )
 
 
 def test_stateful_probe_runs_the_deck_spec_in_fresh_sessions(fake, tmp_path):
@@ -278,7 +328,10 @@ def test_stateful_probe_runs_the_deck_spec_in_fresh_sessions(fake, tmp_path):
     run_root2.mkdir()
     manifest2 = make_manifest(run_root2)
     manifest2.selection = Selection(task_ids=["t-deck"])
-    assert probes.run_probe(make_cfg(tmp_path, run_root2, probe="stateful", dry_run=False), manifest2, bench) == ExitCode.FAILED
+    assert (
+        probes.run_probe(make_cfg(tmp_path, run_root2, probe="stateful", dry_run=False), manifest2, bench)
+        == ExitCode.FAILED
+    )
 
 
 def test_only_repairs_of_needed_servers_that_took_are_disclosed(fake, run, tmp_path):
@@ -286,15 +339,22 @@ def test_only_repairs_of_needed_servers_that_took_are_disclosed(fake, run, tmp_p
     one); a run selecting t-files and t-quotes discloses quotes' repair only, and a browser repair
     of a server no selected task uses is neither measured nor disclosed."""
     bench, run_root = run
-    servers = [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "2.3.0"},
-               {"server": "unused", "venv": "/u", "python": "3.11", "mcp": "2.0.0"},
-               {"server": "playwright-mcp", "browser": True}]
+    servers = [
+        {"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "2.3.0"},
+        {"server": "unused", "venv": "/u", "python": "3.11", "mcp": "2.0.0"},
+        {"server": "playwright-mcp", "browser": True},
+    ]
     repairs, checks = plan_repairs({"servers": servers, "chromium": [], "system_chromium": ["/usr/bin/chromium"]})
     assert {r.server for r in repairs} == {"quotes", "unused", "playwright-mcp"}
     manifest = make_manifest(run_root, {"org.cowork-adapter.repairs": label_value(repairs, checks)})
-    fake.detection = {"servers": [{"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "1.26.0"},
-                                  {"server": "unused", "venv": "/u", "python": "3.11", "mcp": "2.0.0"}],
-                      "chromium": [], "chromium_env": None}
+    fake.detection = {
+        "servers": [
+            {"server": "quotes", "venv": "/v", "python": "3.11", "mcp": "1.26.0"},
+            {"server": "unused", "venv": "/u", "python": "3.11", "mcp": "2.0.0"},
+        ],
+        "chromium": [],
+        "chromium_env": None,
+    }
     inv = probes.collect_inventory(make_cfg(tmp_path, run_root), manifest, bench, ["t-files", "t-quotes"])
     assert [(r.server, r.took) for r in inv.repairs] == [("quotes", True)]
     assert not [c for c in inv.checks if c.get("result") == "did_not_take"]

@@ -96,8 +96,9 @@ def test_the_watchdog_never_targets_a_recorded_group_without_the_marker(tmp_path
     try:
         _wait_exec(stranger.pid, marked.pid)
         # processes.json still names the run's runner group, whose id another session holds by now.
-        write_processes(tmp_path, CustodyProcesses(launcher=ProcessIdentity(pid=1, start_ticks=None),
-                                                   runner_pgid=stranger.pid))
+        write_processes(
+            tmp_path, CustodyProcesses(launcher=ProcessIdentity(pid=1, start_ticks=None), runner_pgid=stranger.pid)
+        )
         watch = Watch(tmp_path, value, "unix:///nonexistent.sock", 1, None, 1.0, 1.0, None)
         groups, pids = watch.targets()
         assert stranger.pid not in groups and stranger.pid not in pids

@@ -66,8 +66,10 @@ def test_a_final_refresh_halts_the_refresher_so_no_live_row_follows_it(tmp_path)
     time.sleep(TICK * 5)
     assert (root / LEDGER_NAME).read_bytes() == final
     rows = read_index(root / LEDGER_NAME)
-    assert [(r.reason_code, r.provisional) for r in rows] == [("interrupted:signal_15", False),
-                                                              ("missing_result", False)]
+    assert [(r.reason_code, r.provisional) for r in rows] == [
+        ("interrupted:signal_15", False),
+        ("missing_result", False),
+    ]
     assert progress._refresher is not None and wait_until(lambda: not progress._refresher.is_alive(), 5)
 
 

@@ -111,16 +111,29 @@ class ProviderFace:
         self.tls = make_run_tls(root, LABEL)
         self.standin = ChatStandin(cost_per_request=0.001).start()
         upstream = f"http://127.0.0.1:{self.standin.port}/api/v1"
-        self.gateway = Gateway(upstream=upstream, key=KEY, run_label=LABEL, secret=SECRET, run_root=root,
-                               stop_file=root / "stop", bind_host="127.0.0.1",
-                               policy=policy or Policy(model=MODEL, provider_keys=SEED_PROVIDER_KEYS,
-                                                       function_tools_only=True),
-                               tls=self.tls.server_context(), openrouter=True).start()
+        self.gateway = Gateway(
+            upstream=upstream,
+            key=KEY,
+            run_label=LABEL,
+            secret=SECRET,
+            run_root=root,
+            stop_file=root / "stop",
+            bind_host="127.0.0.1",
+            policy=policy or Policy(model=MODEL, provider_keys=SEED_PROVIDER_KEYS, function_tools_only=True),
+            tls=self.tls.server_context(),
+            openrouter=True,
+        ).start()
         self.gateway.set_allowance(100.0)
         self.client = ssl.create_default_context(cafile=str(self.tls.bundle))
 
-    def call(self, method: str, path: str, body: bytes | None = None, token: str | None = "task-1",
-             headers: dict | None = None) -> tuple[int, dict]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        token: str | None = "task-1",
+        headers: dict | None = None,
+    ) -> tuple[int, dict]:
         conn = http.client.HTTPSConnection(PROVIDER_HOST, self.gateway.port, context=self.client, timeout=10)
         raw = socket.create_connection(("127.0.0.1", self.gateway.port), timeout=10)
         conn.sock = self.client.wrap_socket(raw, server_hostname=PROVIDER_HOST)  # openrouter.ai -> the gateway
@@ -148,16 +161,28 @@ def face(tmp_path):
 
 
 def chat_body(**extra) -> bytes:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 1000,
-            "extra_field_order": 1, **extra}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 1000,
+        "extra_field_order": 1,
+        **extra,
+    }
     return json.dumps(body, separators=(",", ":")).encode()  # compact: not how the gateway would re-encode it
 
 
 def test_the_seeds_chat_call_goes_upstream_unchanged_with_the_key(face):
-    body = chat_body(reasoning={"effort": "medium", "exclude": False}, session_id="s-1",
-                     provider={"require_parameters": True, "allow_fallbacks": False})
-    status, answer = face.call("POST", "/api/v1/chat/completions", body, headers={"HTTP-Referer": "https://ouroboros.local/",
-                                                                                   "X-Title": "Ouroboros"})
+    body = chat_body(
+        reasoning={"effort": "medium", "exclude": False},
+        session_id="s-1",
+        provider={"require_parameters": True, "allow_fallbacks": False},
+    )
+    status, answer = face.call(
+        "POST",
+        "/api/v1/chat/completions",
+        body,
+        headers={"HTTP-Referer": "https://ouroboros.local/", "X-Title": "Ouroboros"},
+    )
     assert status == 200 and answer["usage"]["cost"] == 0.001
     (seen,) = face.standin.all_requests()
     assert seen["path"] == "/api/v1/chat/completions"
@@ -186,34 +211,43 @@ def test_the_look_ups_go_with_the_key_and_their_query(face):
     status, answer = face.call("GET", "/api/v1/generation?id=gen-42")
     assert status == 200 and answer["data"]["id"] == "gen-42"
     assert face.call("GET", "/api/v1/auth/key")[0] == 200 and face.call("GET", "/api/v1/key")[0] == 200
-    assert [r["path"] for r in face.standin.all_requests()] == ["/api/v1/generation?id=gen-42", "/api/v1/auth/key",
-                                                                "/api/v1/key"]
+    assert [r["path"] for r in face.standin.all_requests()] == [
+        "/api/v1/generation?id=gen-42",
+        "/api/v1/auth/key",
+        "/api/v1/key",
+    ]
     # They need the token: without one nothing goes upstream.
     assert face.call("GET", "/api/v1/auth/key", token=None)[0] == 401
     assert len(face.standin.all_requests()) == 3
 
 
-@pytest.mark.parametrize("path,method,token,status", [
-    ("/api/v1/credits", "GET", "task-1", 404),  # a path the seed's route does not use
-    ("/api/v1/keys", "GET", "task-1", 404),  # the key-management API
-    ("/v1/chat/completions", "POST", "task-1", 404),  # the OpenAI-compatible face's path
-    ("/api/v1/chat/completions", "GET", "task-1", 404),
-    ("/api/v1/credits", "GET", None, 401),  # no token: refused before anything else
-])
+@pytest.mark.parametrize(
+    "path,method,token,status",
+    [
+        ("/api/v1/credits", "GET", "task-1", 404),  # a path the seed's route does not use
+        ("/api/v1/keys", "GET", "task-1", 404),  # the key-management API
+        ("/v1/chat/completions", "POST", "task-1", 404),  # the OpenAI-compatible face's path
+        ("/api/v1/chat/completions", "GET", "task-1", 404),
+        ("/api/v1/credits", "GET", None, 401),  # no token: refused before anything else
+    ],
+)
 def test_nothing_else_is_forwarded(face, path, method, token, status):
     body = chat_body() if method == "POST" else None
     assert face.call(method, path, body, token=token)[0] == status
     assert face.standin.all_requests() == []
 
 
-@pytest.mark.parametrize("extra,words", [
-    ({"provider": {"order": ["cheap-provider"]}}, "'provider' is refused"),
-    ({"provider": {"require_parameters": "yes"}}, "'provider' is refused"),
-    ({"plugins": [{"id": "web"}]}, "'plugins' is refused"),
-    ({"tools": [{"type": "openrouter:web_search"}]}, "only function tools"),
-    ({"model": "vendor/dearer-model"}, "pinned"),
-    ({"n": 3}, "n must be 1"),
-])
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        ({"provider": {"order": ["cheap-provider"]}}, "'provider' is refused"),
+        ({"provider": {"require_parameters": "yes"}}, "'provider' is refused"),
+        ({"plugins": [{"id": "web"}]}, "'plugins' is refused"),
+        ({"tools": [{"type": "openrouter:web_search"}]}, "only function tools"),
+        ({"model": "vendor/dearer-model"}, "pinned"),
+        ({"n": 3}, "n must be 1"),
+    ],
+)
 def test_what_could_raise_a_price_is_refused(face, extra, words):
     status, answer = face.call("POST", "/api/v1/chat/completions", chat_body(**extra))
     assert status == 400 and words in answer["error"]["message"]
@@ -221,7 +255,7 @@ def test_what_could_raise_a_price_is_refused(face, extra, words):
 
 
 def test_a_body_the_policy_changes_is_marked_changed(face):
-    status, _ = face.call("POST", "/api/v1/chat/completions", chat_body(max_tokens=10 ** 6))
+    status, _ = face.call("POST", "/api/v1/chat/completions", chat_body(max_tokens=10**6))
     assert status == 200
     assert face.standin.all_requests()[0]["fields"]["max_tokens"] == face.gateway.policy.max_tokens
     assert read_requests(face.root)[0].changed is True

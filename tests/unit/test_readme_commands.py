@@ -170,18 +170,20 @@ def test_every_relative_link_resolves(page):
 
 def test_the_checks_catch_what_they_are_for(tmp_path):
     # The checker itself: an undefined variable, one used before its definition, a placeholder.
-    text = "\n".join([
-        "```bash",
-        'cowork-adapter status "$COWORK_RUN"',
-        'COWORK_RUN="$COWORK_STORAGE/x"',
-        'eval "$(bash testbed/testbed.sh up)"',
-        'echo "$DOCKER_HOST $OPENROUTER_API_KEY $COWORK_RUN"',
-        "cowork-adapter report RUN_ROOT --task <a task>",
-        "```",
-        "```",
-        "$NOT_SHELL",
-        "```",
-    ])
+    text = "\n".join(
+        [
+            "```bash",
+            'cowork-adapter status "$COWORK_RUN"',
+            'COWORK_RUN="$COWORK_STORAGE/x"',
+            'eval "$(bash testbed/testbed.sh up)"',
+            'echo "$DOCKER_HOST $OPENROUTER_API_KEY $COWORK_RUN"',
+            "cowork-adapter report RUN_ROOT --task <a task>",
+            "```",
+            "```",
+            "$NOT_SHELL",
+            "```",
+        ]
+    )
     assert undefined_uses(text) == ["line 2: $COWORK_RUN", "line 3: $COWORK_STORAGE"]
     assert undefined_uses("<!-- shell: expects COWORK_RUN COWORK_STORAGE from x.md -->\n" + text) == []
     assert placeholders(text) == ["line 6: <a task>", "line 6: RUN_ROOT"]

@@ -32,18 +32,49 @@ from cowork_adapter.vocab import EventKind
 
 WRITTEN = Path(__file__).parent / "pydantic_written"
 # Fields added to a kind after its fixture was written: an old file lacks them and reads as null.
-ADDED_SINCE = {"run_manifest.json": {"campaign_db", "campaign_name", "llm_gateway", "shared_run", "bench_verified",
-                                      "admission", "run_nonce", "eval_code_mounts"},
-               "campaign.json": {"stop"},
-               "shim_config.json": {"gateway_secret_file", "creations_dir", "dumps_dir", "dump_short", "task_names", "eval_bound_sec",
-                                    "provider_host", "provider_address", "provider_ca_bundle", "provider_ca_targets",
-                                    "eval_mounts", "agent_bound_sec", "agent_output_cap_bytes", "log_max_bytes", "cap_keep",
-                                    "staging_root"},
-               "result_index.jsonl": {"gateway", "tampering", "infra_cause"}}
+ADDED_SINCE = {
+    "run_manifest.json": {
+        "campaign_db",
+        "campaign_name",
+        "llm_gateway",
+        "shared_run",
+        "bench_verified",
+        "admission",
+        "run_nonce",
+        "eval_code_mounts",
+    },
+    "campaign.json": {"stop"},
+    "shim_config.json": {
+        "gateway_secret_file",
+        "creations_dir",
+        "dumps_dir",
+        "dump_short",
+        "task_names",
+        "eval_bound_sec",
+        "provider_host",
+        "provider_address",
+        "provider_ca_bundle",
+        "provider_ca_targets",
+        "eval_mounts",
+        "agent_bound_sec",
+        "agent_output_cap_bytes",
+        "log_max_bytes",
+        "cap_keep",
+        "staging_root",
+    },
+    "result_index.jsonl": {"gateway", "tampering", "infra_cause"},
+}
 
 
-@pytest.mark.parametrize("name,kind", [("run_manifest.json", RunManifest), ("monitor.json", Monitor),
-                                       ("processes.json", CustodyProcesses), ("shim_config.json", ShimConfig)])
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("run_manifest.json", RunManifest),
+        ("monitor.json", Monitor),
+        ("processes.json", CustodyProcesses),
+        ("shim_config.json", ShimConfig),
+    ],
+)
 def test_a_document_written_by_the_old_models_reads_and_writes_back_the_same(name: str, kind: type) -> None:
     text = (WRITTEN / name).read_text(encoding="utf-8")
     record = decode(text, kind)
@@ -70,6 +101,7 @@ def assert_same_document(written: str, text: str, added_since: set[str], **dumps
     assert set(added) <= added_since and all(value is None for value in added.values())
     kept = {key: value for key, value in fields.items() if key not in added}
     assert json.dumps(kept, ensure_ascii=False, **dumps) + "\n" == text  # type: ignore[arg-type]
+
 
 def test_an_old_campaign_file_reads_and_writes_back_the_same() -> None:
     text = (WRITTEN / "campaign.json").read_text(encoding="utf-8")
@@ -128,9 +160,15 @@ def test_a_record_built_in_code_is_converted_and_checked_like_a_decoded_one() ->
     with pytest.raises(RecordInvalid):
         TaskStarted(ts="t", task="a", kind=EventKind.RUN_FINISHED)  # a kind's class holds only its kind
     manifest = decode((WRITTEN / "run_manifest.json").read_text(encoding="utf-8"), RunManifest)
-    assert manifest.replace(applied_config={"root": Path("/x")}).applied_config == {"root": "/x"}  # as pydantic wrote it
-    assert TaskRow(ts="t", instance_id="a", status="passed", reason_code="x",
-                   official_eval_status="completed").replace(cpu_seconds=2).cpu_seconds == 2.0
+    assert manifest.replace(applied_config={"root": Path("/x")}).applied_config == {
+        "root": "/x"
+    }  # as pydantic wrote it
+    assert (
+        TaskRow(ts="t", instance_id="a", status="passed", reason_code="x", official_eval_status="completed")
+        .replace(cpu_seconds=2)
+        .cpu_seconds
+        == 2.0
+    )
 
 
 def test_unknown_fields_and_unknown_kinds_are_refused(tmp_path: Path) -> None:
@@ -146,8 +184,10 @@ def test_unknown_fields_and_unknown_kinds_are_refused(tmp_path: Path) -> None:
     log.append(EventKind.METER_READING, usage=1, extra={"k": None})
     written = (tmp_path / "events.jsonl").read_text()
     assert '"usage":1.0' in written and '"run_spent_usd"' not in written and '"extra":{"k":null}' in written
-    assert isinstance(log.read_new_typed()[0], MeterReading) and RunFinished is parse_event(
-        {"ts": "t", "kind": "run_finished", "outcome": "completed"}).__class__
+    assert (
+        isinstance(log.read_new_typed()[0], MeterReading)
+        and RunFinished is parse_event({"ts": "t", "kind": "run_finished", "outcome": "completed"}).__class__
+    )
 
 
 def test_a_manifest_with_the_retired_campaign_run_id_reads_as_its_shared_run(tmp_path: Path) -> None:
@@ -163,9 +203,11 @@ def test_a_manifest_with_the_retired_campaign_run_id_reads_as_its_shared_run(tmp
     manifest = read_manifest(tmp_path)
     assert manifest.shared_run.run_id == "r1" and "campaign_run_id" not in manifest.to_json()
     assert read_run(tmp_path).manifest == manifest  # status reads it too
-    for wrong, words in (({"campaign_run_id": "r2", "shared_run": shared}, "is not its shared_run's run_id"),
-                         ({"campaign_run_id": "r1"}, "is not its shared_run's run_id"),
-                         ({"campaign_run_id": None, "another_field": 1}, "unknown field")):
+    for wrong, words in (
+        ({"campaign_run_id": "r2", "shared_run": shared}, "is not its shared_run's run_id"),
+        ({"campaign_run_id": "r1"}, "is not its shared_run's run_id"),
+        ({"campaign_run_id": None, "another_field": 1}, "unknown field"),
+    ):
         with pytest.raises(RecordInvalid, match=words):
             decode(json.dumps({**base, **wrong}), RunManifest)
 
@@ -174,11 +216,23 @@ def test_a_manifest_with_the_untyped_budgets_reads_as_the_budgets_record(tmp_pat
     """Before Budgets, the manifest's budgets were a plain mapping with these keys (run/launch.budget_record):
     such a manifest reads, every key as the field of the same name, and writes the same keys back."""
     budgets = {
-        "budget_usd": 20.0, "campaign_budget_usd": 1000.0, "budget_reserve_usd": 100.0, "prior_spend_usd": 0.0,
-        "per_task_cost_usd": 25.0, "min_key_usd": 20.0,
-        "meter": {"url": "https://openrouter.ai/api/v1", "blindness_sec": 30.0, "poll_sec": 15.0, "read_slice_sec": 5.0,
-                  "retry_sec": 2.0},
-        "min_free_gib": 200.0, "min_root_free_gib": 40.0, "resource_root": "/data", "api_key_env": "OPENROUTER_API_KEY",
+        "budget_usd": 20.0,
+        "campaign_budget_usd": 1000.0,
+        "budget_reserve_usd": 100.0,
+        "prior_spend_usd": 0.0,
+        "per_task_cost_usd": 25.0,
+        "min_key_usd": 20.0,
+        "meter": {
+            "url": "https://openrouter.ai/api/v1",
+            "blindness_sec": 30.0,
+            "poll_sec": 15.0,
+            "read_slice_sec": 5.0,
+            "retry_sec": 2.0,
+        },
+        "min_free_gib": 200.0,
+        "min_root_free_gib": 40.0,
+        "resource_root": "/data",
+        "api_key_env": "OPENROUTER_API_KEY",
     }
     base = json.loads((WRITTEN / "run_manifest.json").read_text(encoding="utf-8"))
     manifest = decode(json.dumps({**base, "budgets": budgets}), RunManifest)
@@ -186,9 +240,15 @@ def test_a_manifest_with_the_untyped_budgets_reads_as_the_budgets_record(tmp_pat
     assert manifest.budgets.meter is not None and manifest.budgets.meter.url == "https://openrouter.ai/api/v1"
     assert manifest.budgets.resource_root == "/data" and manifest.budgets.api_key_env == "OPENROUTER_API_KEY"
     # The dump bounds (issue 37) came later: such a manifest has none, and writes them back as null.
-    assert json.loads(manifest.to_json())["budgets"] == {**budgets, "dump_max_gib": None, "dump_max_entries": None,
-                                                         "dump_max_depth": None}
+    assert json.loads(manifest.to_json())["budgets"] == {
+        **budgets,
+        "dump_max_gib": None,
+        "dump_max_entries": None,
+        "dump_max_depth": None,
+    }
     # A dry run's bounds were written as null; an older manifest may lack a key: both read as None.
-    sparse = decode(json.dumps({**base, "budgets": {"budget_usd": None, "meter": {"url": "http://m/api/v1"}}}), RunManifest)
+    sparse = decode(
+        json.dumps({**base, "budgets": {"budget_usd": None, "meter": {"url": "http://m/api/v1"}}}), RunManifest
+    )
     assert sparse.budgets.budget_usd is None and sparse.budgets.api_key_env is None
     assert sparse.budgets.meter is not None and sparse.budgets.meter.poll_sec is None

@@ -17,16 +17,37 @@ from cowork_adapter.vocab import TaskStatus
 DATASET = ["a", "b", "c", "d", "e", "f"]
 
 
-def make_run(root: Path, selection: list[str], outcomes: dict[str, str], *, task_ids=None, resume_from=(),
-             generation=0, **manifest_kw) -> Path:
+def make_run(
+    root: Path,
+    selection: list[str],
+    outcomes: dict[str, str],
+    *,
+    task_ids=None,
+    resume_from=(),
+    generation=0,
+    **manifest_kw,
+) -> Path:
     """A finished run whose tasks end as `outcomes` (pass/fail/agent/infra; others not attempted)."""
-    return synth.ledger_run(root, selection, outcomes, task_ids=task_ids, resume_from=tuple(resume_from),
-                            generation=generation, **manifest_kw)
+    return synth.ledger_run(
+        root,
+        selection,
+        outcomes,
+        task_ids=task_ids,
+        resume_from=tuple(resume_from),
+        generation=generation,
+        **manifest_kw,
+    )
 
 
 def resolve(roots, explicit=None, **kw):
-    args = dict(current_applied_config=synth.CONFIG, seed_head=synth.SEED_HEAD, bench_commit=synth.BENCH_COMMIT,
-                image_id=synth.IMAGE_ID, explicit_selection=explicit, dataset_ids=DATASET)
+    args = dict(
+        current_applied_config=synth.CONFIG,
+        seed_head=synth.SEED_HEAD,
+        bench_commit=synth.BENCH_COMMIT,
+        image_id=synth.IMAGE_ID,
+        explicit_selection=explicit,
+        dataset_ids=DATASET,
+    )
     args.update(kw)
     return resolve_ancestry(list(roots), **args)
 
@@ -44,8 +65,11 @@ def test_first_recovery_keeps_selection_and_skips_settled_including_genuine_fail
     plan = resolve([r0])
     assert plan.selection_task_ids == ["a", "b", "c", "d"]
     assert plan.remaining == ["d"]
-    assert plan.settled == {"a": (TaskStatus.PASSED, str(r0)), "b": (TaskStatus.FAILED, str(r0)),
-                            "c": (TaskStatus.AGENT_FAILED, str(r0))}
+    assert plan.settled == {
+        "a": (TaskStatus.PASSED, str(r0)),
+        "b": (TaskStatus.FAILED, str(r0)),
+        "c": (TaskStatus.AGENT_FAILED, str(r0)),
+    }
     assert plan.generation == 1 and plan.ancestors == [str(r0)]
 
 
@@ -53,7 +77,9 @@ def test_second_pass_allowed_third_refused(chain, tmp_path):
     r0, r1 = chain
     plan = resolve([r1])
     assert plan.generation == 2 and plan.remaining == ["d"] and set(plan.ancestors) == {str(r0), str(r1)}
-    r2 = make_run(tmp_path / "r2", ["a", "b", "c", "d"], {"d": "infra"}, task_ids=["d"], resume_from=[r1, r0], generation=2)
+    r2 = make_run(
+        tmp_path / "r2", ["a", "b", "c", "d"], {"d": "infra"}, task_ids=["d"], resume_from=[r1, r0], generation=2
+    )
     with pytest.raises(Refusal, match="at most two recovery passes") as err:
         resolve([r2])
     assert err.value.stage == "recovery"
@@ -61,7 +87,9 @@ def test_second_pass_allowed_third_refused(chain, tmp_path):
 
 def test_all_settled_third_pass_is_a_noop_keeping_the_parent_generation(chain, tmp_path):
     r0, r1 = chain
-    r2 = make_run(tmp_path / "r2", ["a", "b", "c", "d"], {"d": "pass"}, task_ids=["d"], resume_from=[r1, r0], generation=2)
+    r2 = make_run(
+        tmp_path / "r2", ["a", "b", "c", "d"], {"d": "pass"}, task_ids=["d"], resume_from=[r1, r0], generation=2
+    )
     plan = resolve([r2])
     assert plan.remaining == [] and plan.generation == 2
     assert plan.settled["d"] == (TaskStatus.PASSED, str(r2))
@@ -92,12 +120,15 @@ def test_multiple_parents_union_their_selections_never_the_full_dataset(tmp_path
     assert "d" not in plan.selection_task_ids
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("applied_config", {**synth.CONFIG, "model": "other/model"}, "applied_config key 'model'"),
-    ("seed_head", "f" * 40, "seed head"),
-    ("bench_commit", "e" * 40, "benchmark commit"),
-    ("image_id", "sha256:" + "9" * 64, "image ID"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("applied_config", {**synth.CONFIG, "model": "other/model"}, "applied_config key 'model'"),
+        ("seed_head", "f" * 40, "seed head"),
+        ("bench_commit", "e" * 40, "benchmark commit"),
+        ("image_id", "sha256:" + "9" * 64, "image ID"),
+    ],
+)
 def test_identity_change_in_a_grand_ancestor_is_refused(tmp_path, field, value, needle):
     r0 = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "infra"}, **{field: value})
     r1 = make_run(tmp_path / "r1", ["a", "b"], {"b": "infra"}, task_ids=["b"], resume_from=[r0], generation=1)
@@ -129,8 +160,11 @@ def test_missing_ancestor_ledger_is_recoverable_from_manifest_and_dumps(chain):
     (r1 / "result_index.jsonl").unlink()
     plan = resolve([r1])
     assert plan.remaining == ["d"]
-    assert plan.settled == {"a": (TaskStatus.PASSED, str(r0)), "b": (TaskStatus.FAILED, str(r0)),
-                            "c": (TaskStatus.AGENT_FAILED, str(r0))}
+    assert plan.settled == {
+        "a": (TaskStatus.PASSED, str(r0)),
+        "b": (TaskStatus.FAILED, str(r0)),
+        "c": (TaskStatus.AGENT_FAILED, str(r0)),
+    }
 
 
 def test_unreadable_ledger_is_ignored(chain):
@@ -172,8 +206,14 @@ def test_receipts_in_an_ancestor_with_a_stale_ledger_are_settled_and_not_rerun(t
 
 def test_receipts_in_a_grand_ancestor_with_a_stale_ledger_are_never_rerun(tmp_path):
     r0 = _killed_with_stale_ledger(tmp_path)
-    r1 = make_run(tmp_path / "r1", ["a", "b", "c", "d"], {"c": "pass"}, task_ids=["a", "b", "c", "d"],
-                  resume_from=[r0], generation=1)
+    r1 = make_run(
+        tmp_path / "r1",
+        ["a", "b", "c", "d"],
+        {"c": "pass"},
+        task_ids=["a", "b", "c", "d"],
+        resume_from=[r0],
+        generation=1,
+    )
     (r1 / "result_index.jsonl").unlink()
     plan = resolve([r1])
     assert plan.remaining == ["d"] and plan.generation == 2
@@ -248,8 +288,10 @@ def test_a_resume_naming_another_campaign_is_refused(chain, tmp_path):
     _with_campaign(r0, file=str(tmp_path / "c.json"))
     _with_campaign(r1, file=str(tmp_path / "c.json"))
     other = campaign_refusal([str(r1), str(r0)], CampaignPlace.of(tmp_path / "other.json", None, None), True)
-    assert other == (f"Ancestor {r1} ran under the campaign file {tmp_path / 'c.json'}, but this resume names the "
-                     f"campaign file {tmp_path / 'other.json'}; a resume must use its ancestors' campaign.")
+    assert other == (
+        f"Ancestor {r1} ran under the campaign file {tmp_path / 'c.json'}, but this resume names the "
+        f"campaign file {tmp_path / 'other.json'}; a resume must use its ancestors' campaign."
+    )
     none = campaign_refusal([str(r1), str(r0)], CampaignPlace(), True)
     assert none is not None and "names no campaign" in none
     in_db = campaign_refusal([str(r1)], CampaignPlace.of(None, "postgresql://db/c", "q4"), True)
@@ -261,7 +303,9 @@ def test_an_older_ancestor_under_another_campaign_is_refused(chain, tmp_path):
     _with_campaign(r0, file=str(tmp_path / "old.json"))
     _with_campaign(r1, file=str(tmp_path / "c.json"))
     sentence = campaign_refusal([str(r1), str(r0)], CampaignPlace.of(tmp_path / "c.json", None, None), True)
-    assert sentence is not None and sentence.startswith(f"Ancestor {r0} ran under the campaign file {tmp_path / 'old.json'}")
+    assert sentence is not None and sentence.startswith(
+        f"Ancestor {r0} ran under the campaign file {tmp_path / 'old.json'}"
+    )
 
 
 def test_a_campaign_in_postgres_binds_its_database_and_name(chain):
@@ -276,8 +320,10 @@ def test_a_resume_never_starts_a_new_baseline_where_its_ancestors_campaign_was(c
     r0, _ = chain
     _with_campaign(r0, file=str(tmp_path / "c.json"))
     sentence = campaign_refusal([str(r0)], CampaignPlace.of(tmp_path / "c.json", None, None), False)
-    assert sentence == (f"Ancestor {r0} ran under the campaign file {tmp_path / 'c.json'}, which no longer exists; "
-                        "a resume continues its ancestors' campaign and never starts a new one.")
+    assert sentence == (
+        f"Ancestor {r0} ran under the campaign file {tmp_path / 'c.json'}, which no longer exists; "
+        "a resume continues its ancestors' campaign and never starts a new one."
+    )
 
 
 def test_an_ancestor_killed_before_it_registered_lets_its_resume_create_the_campaign(chain, tmp_path):

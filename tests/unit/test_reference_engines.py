@@ -61,15 +61,25 @@ def test_without_a_reference_engine_a_run_without_campaign_is_still_refused(flag
 
 @pytest.mark.parametrize("field", MONEY_FIELDS)
 def test_every_money_flag_with_a_reference_engine_is_refused_in_one_sentence(flags, tmp_path, field):
-    values = {"campaign_file": tmp_path / "c.json", "campaign_budget_usd": 500.0, "prior_spend_usd": 1.0,
-              "budget_usd": 10.0, "budget_reserve_usd": 1.0, "meter_blindness_sec": 60.0,
-              "meter_url": "http://127.0.0.1:9", "min_key_usd": 1.0,
-              "campaign_db": "postgresql://db/campaigns", "campaign_name": "q4"}
+    values = {
+        "campaign_file": tmp_path / "c.json",
+        "campaign_budget_usd": 500.0,
+        "prior_spend_usd": 1.0,
+        "budget_usd": 10.0,
+        "budget_reserve_usd": 1.0,
+        "meter_blindness_sec": 60.0,
+        "meter_url": "http://127.0.0.1:9",
+        "min_key_usd": 1.0,
+        "campaign_db": "postgresql://db/campaigns",
+        "campaign_name": "q4",
+    }
     with pytest.raises(Refusal) as info:
         RunConfig.from_flags(engine="oracle", **{**flags, field: values[field]})
     sentence = info.value.sentence
-    assert sentence == f"--engine oracle spends nothing and takes no campaign, budget or meter flag; " \
-                       f"remove --{field.replace('_', '-')}."
+    assert (
+        sentence == f"--engine oracle spends nothing and takes no campaign, budget or meter flag; "
+        f"remove --{field.replace('_', '-')}."
+    )
 
 
 def test_a_money_flag_at_its_default_value_is_refused_from_argv(flags):
@@ -92,12 +102,24 @@ def test_unknown_engines_are_refused(flags, engine):
 
 CLI_CASES = [
     Case("oracle with the base campaign file", ["--engine", "oracle"], words="remove --campaign-file"),
-    Case("nop with budget at its default", ["--engine", "nop", "--budget-usd", "150"], drop=("--campaign-file",),
-         words="--engine nop spends nothing and takes no campaign, budget or meter flag; remove --budget-usd"),
-    Case("oracle with prior spend", ["--engine", "oracle", "--prior-spend-usd", "0"], drop=("--campaign-file",),
-         words="remove --prior-spend-usd"),
-    Case("nop with a meter url", ["--engine", "nop", "--meter-url=http://127.0.0.1:1"], drop=("--campaign-file",),
-         words="remove --meter-url"),
+    Case(
+        "nop with budget at its default",
+        ["--engine", "nop", "--budget-usd", "150"],
+        drop=("--campaign-file",),
+        words="--engine nop spends nothing and takes no campaign, budget or meter flag; remove --budget-usd",
+    ),
+    Case(
+        "oracle with prior spend",
+        ["--engine", "oracle", "--prior-spend-usd", "0"],
+        drop=("--campaign-file",),
+        words="remove --prior-spend-usd",
+    ),
+    Case(
+        "nop with a meter url",
+        ["--engine", "nop", "--meter-url=http://127.0.0.1:1"],
+        drop=("--campaign-file",),
+        words="remove --meter-url",
+    ),
 ]
 
 
@@ -122,7 +144,9 @@ def test_qualify_configs_are_one_oracle_and_one_nop_accepting_blocked_tasks(flag
     assert not root.exists()
     assert [c.agent.engine for c in configs.values()] == ["oracle", "nop"]
     assert {c.run_root for c in configs.values()} == {root / "oracle", root / "nop"}
-    assert all(c.accept_environment_blocked and not c.is_paid and c.selection.task_ids == ("a",) for c in configs.values())
+    assert all(
+        c.accept_environment_blocked and not c.is_paid and c.selection.task_ids == ("a",) for c in configs.values()
+    )
     # The nop pass may reuse the oracle pass's inventory (probes.reusable_inventory decides when it starts).
     assert configs["oracle"].inventory_from is None and configs["nop"].inventory_from == root / "oracle"
 
@@ -142,8 +166,11 @@ def V(status: str, passed=None, reason=None) -> EngineVerdict:
         (V("infra_failed", None, "infra_failed: preprocess_failed"), V("infra_failed"), TaskValidityClass.ORACLE_FAILS),
         (V("failed", False, "[FAIL] y"), V("passed", True), TaskValidityClass.ORACLE_FAILS),
         (V("passed", True), V("passed", True), TaskValidityClass.NOP_PASSES),
-        (V("environment_blocked", None, "mcp_server_failed:quotes"), V("environment_blocked"),
-         TaskValidityClass.ENVIRONMENT_BLOCKED),
+        (
+            V("environment_blocked", None, "mcp_server_failed:quotes"),
+            V("environment_blocked"),
+            TaskValidityClass.ENVIRONMENT_BLOCKED,
+        ),
         (V("passed", True), V("infra_failed", None, "infra_failed: x"), TaskValidityClass.UNDETERMINED),
         (V("not_attempted", None, "not_attempted: missing_result"), V("failed", False), TaskValidityClass.UNDETERMINED),
     ],
@@ -161,8 +188,10 @@ def test_classify(oracle, nop, klass):
 
 def test_evaluator_words_prefer_its_fail_lines():
     out = "[PASS] a exists\n[FAIL] customer 2 is active (got lead)\n[FAIL] no stray notes []\nresult: failure\n"
-    assert evaluator_words({"pass": False, "failure": out}) == \
-        "[FAIL] customer 2 is active (got lead); [FAIL] no stray notes []"
+    assert (
+        evaluator_words({"pass": False, "failure": out})
+        == "[FAIL] customer 2 is active (got lead); [FAIL] no stray notes []"
+    )
     assert evaluator_words({"pass": False, "failure": "Traceback\nKeyError: 'x'\n"}) == "KeyError: 'x'"
     assert evaluator_words({"pass": False, "details": "no log file"}) == "no log file"
 
@@ -174,19 +203,27 @@ def test_evaluator_words_never_give_decoration_and_say_when_the_evaluator_gave_n
     assert evaluator_words({"pass": False, "failure": db}).startswith("Error querying database: relation")
     banner = "=" * 70 + "\nMOEX STOCK COMPARISON WORD - EVALUATION\n" + "=" * 70 + "\n"
     assert evaluator_words({"pass": False, "failure": banner}) == (
-        "the evaluator said False with no failing check; its output ends: MOEX STOCK COMPARISON WORD - EVALUATION")
+        "the evaluator said False with no failing check; its output ends: MOEX STOCK COMPARISON WORD - EVALUATION"
+    )
     passed_then_stopped = "\n=== Checking Excel File ===\n  [PASS] Excel file exists\n"
     assert evaluator_words({"pass": False, "failure": passed_then_stopped}) == (
-        "the evaluator said False with no failing check; its output ends: [PASS] Excel file exists")
+        "the evaluator said False with no failing check; its output ends: [PASS] Excel file exists"
+    )
     assert evaluator_words({"pass": False, "failure": ""}) == "the evaluator said False and printed no reason"
     assert evaluator_words(None) is None and evaluator_words({"pass": False}) is None
 
 
 def _row(task: str, status: str, *, passed=None, receipt: Path | None = None, reason="r", blocked=None) -> TaskRow:
     official = OfficialEvalStatus.COMPLETED if isinstance(passed, bool) else OfficialEvalStatus.NOT_RUN
-    return TaskRow(ts="2026-01-01T00:00:00Z", instance_id=task, status=TaskStatus(status), reason_code=reason,
-                   official_eval_status=official, environment_blocked=blocked,
-                   official_receipt=OfficialReceipt(path=str(receipt) if receipt else None, pass_=passed))
+    return TaskRow(
+        ts="2026-01-01T00:00:00Z",
+        instance_id=task,
+        status=TaskStatus(status),
+        reason_code=reason,
+        official_eval_status=official,
+        environment_blocked=blocked,
+        official_receipt=OfficialReceipt(path=str(receipt) if receipt else None, pass_=passed),
+    )
 
 
 def _ledger(root: Path, rows: list[TaskRow]) -> None:
@@ -198,18 +235,39 @@ def test_build_validity_reads_the_evaluator_words_from_the_receipt_and_counts_ev
     receipt = tmp_path / "receipt.json"
     receipt.write_text(json.dumps({"returned": {"pass": False, "failure": "[FAIL] totals.json is valid JSON\n"}}))
     oracle, nop = tmp_path / "oracle", tmp_path / "nop"
-    _ledger(oracle, [_row("t-valid", "passed", passed=True), _row("t-bad", "failed", passed=False, receipt=receipt),
-                     _row("t-blocked", "environment_blocked", blocked="mcp_server_failed:quotes")])
-    _ledger(nop, [_row("t-valid", "failed", passed=False, receipt=receipt), _row("t-bad", "failed", passed=False),
-                  _row("t-blocked", "environment_blocked", blocked="mcp_server_failed:quotes")])
+    _ledger(
+        oracle,
+        [
+            _row("t-valid", "passed", passed=True),
+            _row("t-bad", "failed", passed=False, receipt=receipt),
+            _row("t-blocked", "environment_blocked", blocked="mcp_server_failed:quotes"),
+        ],
+    )
+    _ledger(
+        nop,
+        [
+            _row("t-valid", "failed", passed=False, receipt=receipt),
+            _row("t-bad", "failed", passed=False),
+            _row("t-blocked", "environment_blocked", blocked="mcp_server_failed:quotes"),
+        ],
+    )
     validity = build_validity(oracle, nop, ["t-valid", "t-bad", "t-blocked", "t-missing"], "c" * 40)
     classes = {r.instance_id: r.class_ for r in validity.tasks}
-    assert classes == {"t-valid": TaskValidityClass.VALID, "t-bad": TaskValidityClass.ORACLE_FAILS,
-                       "t-blocked": TaskValidityClass.ENVIRONMENT_BLOCKED, "t-missing": TaskValidityClass.UNDETERMINED}
+    assert classes == {
+        "t-valid": TaskValidityClass.VALID,
+        "t-bad": TaskValidityClass.ORACLE_FAILS,
+        "t-blocked": TaskValidityClass.ENVIRONMENT_BLOCKED,
+        "t-missing": TaskValidityClass.UNDETERMINED,
+    }
     bad = next(r for r in validity.tasks if r.instance_id == "t-bad")
     assert bad.reason == "[FAIL] totals.json is valid JSON" and bad.oracle.passed is False
-    assert validity.counts == {"valid": 1, "oracle_fails": 1, "nop_passes": 0, "environment_blocked": 1,
-                               "undetermined": 1}
+    assert validity.counts == {
+        "valid": 1,
+        "oracle_fails": 1,
+        "nop_passes": 0,
+        "environment_blocked": 1,
+        "undetermined": 1,
+    }
     again = decode(validity.to_json(), TaskValidity)
     assert again == validity and json.loads(validity.to_json())["tasks"][0]["class"] == "valid"
     table = render_table(validity).splitlines()
@@ -220,7 +278,9 @@ def test_build_validity_reads_the_evaluator_words_from_the_receipt_and_counts_ev
 
 def test_the_html_page_shows_every_task_and_class_escaped_and_loads_nothing(tmp_path):
     receipt = tmp_path / "receipt.json"
-    receipt.write_text(json.dumps({"returned": {"pass": False, "failure": "[FAIL] <script>alert(1)</script> & rows\n"}}))
+    receipt.write_text(
+        json.dumps({"returned": {"pass": False, "failure": "[FAIL] <script>alert(1)</script> & rows\n"}})
+    )
     oracle, nop = tmp_path / "oracle", tmp_path / "nop"
     _ledger(oracle, [_row("t-valid", "passed", passed=True), _row("t-bad", "failed", passed=False, receipt=receipt)])
     _ledger(nop, [_row("t-valid", "failed", passed=False), _row("t-bad", "failed", passed=False)])
@@ -243,12 +303,27 @@ def test_verdict_of_a_missing_row_is_not_attempted():
 
 
 def _table(path: Path, classes: dict[str, str], bench_commit: str) -> Path:
-    rows = [{"instance_id": t, "class": k, "oracle": {"status": "passed", "passed": True},
-             "nop": {"status": "failed", "passed": False}} for t, k in classes.items()]
+    rows = [
+        {
+            "instance_id": t,
+            "class": k,
+            "oracle": {"status": "passed", "passed": True},
+            "nop": {"status": "failed", "passed": False},
+        }
+        for t, k in classes.items()
+    ]
     counts = {k.value: sum(1 for v in classes.values() if v == k.value) for k in TaskValidityClass}
-    table = convert({"created_at": "2026-01-01T00:00:00Z", "bench_commit": bench_commit,
-                     "oracle_run_root": "/q/oracle", "nop_run_root": "/q/nop", "counts": counts, "tasks": rows},
-                    TaskValidity)
+    table = convert(
+        {
+            "created_at": "2026-01-01T00:00:00Z",
+            "bench_commit": bench_commit,
+            "oracle_run_root": "/q/oracle",
+            "nop_run_root": "/q/nop",
+            "counts": counts,
+            "tasks": rows,
+        },
+        TaskValidity,
+    )
     path.write_text(table.to_json())
     return path
 
@@ -283,21 +358,32 @@ def test_report_scores_valid_tasks_beside_the_full_set_headline(tmp_path):
 
     tasks = ["a-1", "a-2", "b-1", "b-2", "c-1"]
     root = make_run(tmp_path / "r0", tasks, {"a-1": "pass", "a-2": "fail", "b-1": "pass", "b-2": "fail"})
-    _table(root / "task_validity.json", {"a-1": "valid", "a-2": "valid", "b-1": "nop_passes",
-                                         "b-2": "oracle_fails"}, synth.BENCH_COMMIT)
+    _table(
+        root / "task_validity.json",
+        {"a-1": "valid", "a-2": "valid", "b-1": "nop_passes", "b-2": "oracle_fails"},
+        synth.BENCH_COMMIT,
+    )
     r = make_report([root], 1)
     assert r["denominator"] == 5 and r["passed"] == 2  # the headline is over every selected task
     v = r["validity"]
     assert (v["valid_denominator"], v["valid_passed"]) == (2, 1)
     assert v["valid_wilson95"] == pytest.approx(list(wilson_interval(1, 2)))
-    assert v["classes"] == {"valid": 2, "oracle_fails": 1, "nop_passes": 1, "environment_blocked": 0,
-                            "undetermined": 0, "unqualified": 1}
+    assert v["classes"] == {
+        "valid": 2,
+        "oracle_fails": 1,
+        "nop_passes": 1,
+        "environment_blocked": 0,
+        "undetermined": 0,
+        "unqualified": 1,
+    }
     assert {t["instance_id"]: t["validity_class"] for t in r["tasks"]}["c-1"] == "unqualified"
     assert any(d.startswith("Task validity from") and "1 unqualified" in d for d in r["disclosures"])
     md, html = to_markdown(r), to_html(r)
     assert md.index(headline(r)) < md.index(valid_line(r)) and "## Task validity" in md
     assert valid_line(r).startswith("pass@1 over valid tasks = 1/2 = 50.0 %") and "<h2>Task validity</h2>" in html
-    assert "| task | status | reason | cost | peak memory | CPU time | run | validity |" in md and "| b-2 | failed |" in md
+    assert (
+        "| task | status | reason | cost | peak memory | CPU time | run | validity |" in md and "| b-2 | failed |" in md
+    )
     assert "<td>oracle_fails</td>" in html
 
 

@@ -24,14 +24,31 @@ NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 
 
 def run(state: str = "live", expires: timedelta = timedelta(seconds=-1)) -> HostRun:
-    return HostRun(run_id="r1", campaign="c", host="h1", run_root="/runs/a", lease_sec=30,
-                   lease_expires_at=NOW + expires, state=state)
+    return HostRun(
+        run_id="r1",
+        campaign="c",
+        host="h1",
+        run_root="/runs/a",
+        lease_sec=30,
+        lease_expires_at=NOW + expires,
+        state=state,
+    )
 
 
-def release(fence: ReleaseFence = ReleaseFence.ATTESTED, attested: bool = True, the_run: HostRun | None = None,
-            **kw: object) -> HostRunRelease:
-    record = release_record(the_run or run(), NOW, "postgres", ["t2"], fence=Fence(fence, "what was seen", None),
-                            label="L", confirm_fenced=attested, operator="op@desk", note="VM deleted")
+def release(
+    fence: ReleaseFence = ReleaseFence.ATTESTED, attested: bool = True, the_run: HostRun | None = None, **kw: object
+) -> HostRunRelease:
+    record = release_record(
+        the_run or run(),
+        NOW,
+        "postgres",
+        ["t2"],
+        fence=Fence(fence, "what was seen", None),
+        label="L",
+        confirm_fenced=attested,
+        operator="op@desk",
+        note="VM deleted",
+    )
     return msgspec_replace(record, **kw)
 
 
@@ -41,23 +58,28 @@ def msgspec_replace(record: HostRunRelease, **kw: object) -> HostRunRelease:
     return msgspec.structs.replace(record, **kw)
 
 
-@pytest.mark.parametrize(("fence", "attested"), [(ReleaseFence.ATTESTED, True), (ReleaseFence.LABEL_EMPTY, False),
-                                                 (ReleaseFence.LABEL_CLEANED, False)])
+@pytest.mark.parametrize(
+    ("fence", "attested"),
+    [(ReleaseFence.ATTESTED, True), (ReleaseFence.LABEL_EMPTY, False), (ReleaseFence.LABEL_CLEANED, False)],
+)
 def test_a_lapsed_run_is_released_on_an_attestation_or_its_daemons_answer(fence: ReleaseFence, attested: bool) -> None:
     decision = decide_operator_release(run(), NOW, release(fence, attested))
     assert decision.release and fence.value in decision.reason
 
 
-@pytest.mark.parametrize(("the_run", "the_release", "words"), [
-    (run(expires=timedelta(seconds=20)), release(), "still renews its lease"),
-    (run(state="released"), release(), "already released"),
-    (run(state="fenced"), release(), "already fenced"),
-    (run(state="finished"), release(), "already finished"),
-    (run(), release(ReleaseFence.ATTESTED, attested=False), "did not attest"),
-    (run(), release(run_id="r2"), "about run r2"),
-    (run(), release(host="h2"), "not run r1 at h1"),
-    (run(), msgspec_replace(release(), fence="guessed"), "is not one of"),
-])
+@pytest.mark.parametrize(
+    ("the_run", "the_release", "words"),
+    [
+        (run(expires=timedelta(seconds=20)), release(), "still renews its lease"),
+        (run(state="released"), release(), "already released"),
+        (run(state="fenced"), release(), "already fenced"),
+        (run(state="finished"), release(), "already finished"),
+        (run(), release(ReleaseFence.ATTESTED, attested=False), "did not attest"),
+        (run(), release(run_id="r2"), "about run r2"),
+        (run(), release(host="h2"), "not run r1 at h1"),
+        (run(), msgspec_replace(release(), fence="guessed"), "is not one of"),
+    ],
+)
 def test_a_release_is_refused_with_a_reason(the_run: HostRun, the_release: HostRunRelease, words: str) -> None:
     decision = decide_operator_release(the_run, NOW, the_release)
     assert not decision.release and words in decision.reason
@@ -93,7 +115,11 @@ def fence(daemon: Daemon, docker_host: str | None = "tcp://lost:2375", confirm: 
 def test_an_empty_label_is_evidence_without_attestation_and_nothing_is_removed() -> None:
     daemon = Daemon([])
     found = fence(daemon)
-    assert found.fence == ReleaseFence.LABEL_EMPTY and daemon.cleaned == 0 and "processes were not checked" in found.evidence
+    assert (
+        found.fence == ReleaseFence.LABEL_EMPTY
+        and daemon.cleaned == 0
+        and "processes were not checked" in found.evidence
+    )
 
 
 def test_what_carries_the_label_is_removed_by_it_and_recorded() -> None:
@@ -107,10 +133,13 @@ def test_a_cleanup_not_proven_is_an_error_not_a_release() -> None:
         fence(Daemon(["container agent-x"], clean=CustodyError("survived: container agent-x")))
 
 
-@pytest.mark.parametrize(("daemon", "docker_host", "words"), [
-    (Daemon([]), None, "name its Docker daemon with --docker-host, or attest"),
-    (Daemon(CustodyError("connection refused")), "tcp://lost:2375", "did not answer"),
-])
+@pytest.mark.parametrize(
+    ("daemon", "docker_host", "words"),
+    [
+        (Daemon([]), None, "name its Docker daemon with --docker-host, or attest"),
+        (Daemon(CustodyError("connection refused")), "tcp://lost:2375", "did not answer"),
+    ],
+)
 def test_without_a_daemons_answer_the_operator_must_attest(daemon: Daemon, docker_host: str | None, words: str) -> None:
     with pytest.raises(Refusal) as info:
         fence(daemon, docker_host)
@@ -148,8 +177,15 @@ def test_a_released_host_that_comes_back_stops_with_its_own_reason() -> None:
     from cowork_adapter.campaign.shared import HostLease
 
     stops: list[str] = []
-    lease = HostLease(Beats(HostRunReleased("released by op@desk")), "r1", 0.08, "h", read_attempts=lambda root, tasks: {}, on_stop=lambda r, d: stops.append(r),
-                      say=lambda action, detail: None).start()
+    lease = HostLease(
+        Beats(HostRunReleased("released by op@desk")),
+        "r1",
+        0.08,
+        "h",
+        read_attempts=lambda root, tasks: {},
+        on_stop=lambda r, d: stops.append(r),
+        say=lambda action, detail: None,
+    ).start()
     # Until a turn has stopped the host (a fixed 0.3 s could pass before the thread's first turn on
     # a loaded machine); more turns would only prove the stop comes once.
     wait_for(lambda: bool(stops), 30, 0.02)
@@ -158,15 +194,22 @@ def test_a_released_host_that_comes_back_stops_with_its_own_reason() -> None:
     assert stops == ["host_run_released"]
 
 
-@pytest.mark.parametrize(("flags", "words"), [
-    (["--host-run", "r1", "--operator-note", " "], "--operator-note must say what was checked"),
-    (["--host-run", " ", "--operator-note", "gone"], "--host-run is empty"),
-    (["--host-run", "r1", "--operator-note", "gone", "--docker-host", " "], "--docker-host is empty"),
-    (["--host-run", "r1", "--operator-note", "gone", "--campaign-db", "mysql://db/c"], "postgresql://"),
-])
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--host-run", "r1", "--operator-note", " "], "--operator-note must say what was checked"),
+        (["--host-run", " ", "--operator-note", "gone"], "--host-run is empty"),
+        (["--host-run", "r1", "--operator-note", "gone", "--docker-host", " "], "--docker-host is empty"),
+        (["--host-run", "r1", "--operator-note", "gone", "--campaign-db", "mysql://db/c"], "postgresql://"),
+    ],
+)
 def test_bad_flags_are_refused_in_one_sentence(flags: list[str], words: str) -> None:
     db = [] if "--campaign-db" in flags else ["--campaign-db", "postgresql://db.invalid/c"]
-    done = subprocess.run([sys.executable, "-m", "cowork_adapter", "campaign", "release", *db, *flags],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", "campaign", "release", *db, *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == ExitCode.REFUSED and words in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -23,12 +23,15 @@ from cowork_adapter.schemas.inventory import Inventory, RepairRecord, ServerInve
 from cowork_adapter.score.ledger import build_index, write_index
 
 
-@pytest.mark.parametrize("k,n,lo,hi", [
-    (363, 496, 0.6912, 0.7690),   # the published Kimi K3 row (hand-computed)
-    (0, 10, 0.0, 0.2775),
-    (10, 10, 0.7225, 1.0),
-    (5, 10, 0.2366, 0.7634),
-])
+@pytest.mark.parametrize(
+    "k,n,lo,hi",
+    [
+        (363, 496, 0.6912, 0.7690),  # the published Kimi K3 row (hand-computed)
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (5, 10, 0.2366, 0.7634),
+    ],
+)
 def test_wilson_interval_values(k, n, lo, hi):
     got = wilson_interval(k, n)
     assert got == pytest.approx((lo, hi), abs=1e-4)
@@ -76,16 +79,30 @@ TS = "2026-01-01T00:00:00Z"
 
 
 def _tool_call(tool: str, args: dict) -> str:
-    return json.dumps({"ts": TS, "type": "tool_call", "task_id": "t1", "tool": tool, "args": args,
-                       "result_preview": "ok", "is_error": False, "status": "ok"})
+    return json.dumps(
+        {
+            "ts": TS,
+            "type": "tool_call",
+            "task_id": "t1",
+            "tool": tool,
+            "args": args,
+            "result_preview": "ok",
+            "is_error": False,
+            "status": "ok",
+        }
+    )
 
 
 # One planted tool call per finding reason the audit knows (the rules of audit_rules.py).
 PLANTED = {
-    "answer_source_reference": _tool_call("run_command", {"command": "cat tasks/finalpool/x/groundtruth_workspace/a.xlsx"}),
+    "answer_source_reference": _tool_call(
+        "run_command", {"command": "cat tasks/finalpool/x/groundtruth_workspace/a.xlsx"}
+    ),
     "direct_database_access": _tool_call("run_command", {"command": "psql -h pg -U app -c 'select 1'"}),
     "eval_record_reference": _tool_call("mcp_filesystem__read_file", {"path": "/workspace/../dumps/eval_res.json"}),
-    "evaluator_reference": _tool_call("mcp_filesystem__read_file", {"path": "/bench/tasks/finalpool/x/evaluation/main.py"}),
+    "evaluator_reference": _tool_call(
+        "mcp_filesystem__read_file", {"path": "/bench/tasks/finalpool/x/evaluation/main.py"}
+    ),
 }
 CLEAN_CALL = _tool_call("mcp_filesystem__list_directory", {"path": "/workspace"})
 
@@ -97,9 +114,11 @@ def _audited_run(root: Path) -> list[str]:
     dumps = sorted((root / "bench" / "dumps" / synth.SHORT_NAME).iterdir())
     assert len(dumps) >= 3
     reasons = sorted(PLANTED)
-    plants = {dumps[0]: [CLEAN_CALL] + [PLANTED[r] for r in reasons[:2]],
-              dumps[1]: [PLANTED[r] for r in reasons[2:]] + [PLANTED["direct_database_access"]],
-              dumps[2]: [CLEAN_CALL]}
+    plants = {
+        dumps[0]: [CLEAN_CALL] + [PLANTED[r] for r in reasons[:2]],
+        dumps[1]: [PLANTED[r] for r in reasons[2:]] + [PLANTED["direct_database_access"]],
+        dumps[2]: [CLEAN_CALL],
+    }
     for dump, lines in plants.items():
         (dump / "ouroboros" / "tools.jsonl").write_text("".join(line + "\n" for line in lines))
     audit_run(root)
@@ -119,8 +138,12 @@ def test_report_shows_every_finding_of_a_real_audit_by_reason(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     a = printed["audit"]
     assert a["findings"] == 5 and a["tasks_with_findings"] == 2
-    assert a["findings_by_reason"] == {"answer_source_reference": 1, "direct_database_access": 2,
-                                       "eval_record_reference": 1, "evaluator_reference": 1}
+    assert a["findings_by_reason"] == {
+        "answer_source_reference": 1,
+        "direct_database_access": 2,
+        "eval_record_reference": 1,
+        "evaluator_reference": 1,
+    }
     assert a["findings_by_reason"] == dict(audit.totals.findings_by_reason)
     assert sorted((f["instance_id"], f["reason"], f["file"], f["line"]) for f in a["items"]) == expected
     assert a["runs_with_audit"] == [str(root.resolve())] and a["unreadable"] == []
@@ -137,12 +160,15 @@ def test_an_unreadable_audit_is_disclosed_never_shown_as_no_findings(tmp_path):
     synth.synth_run(root, 4, usage_rows=1, other_rows=0)
     write_index(root, build_index(root, live=False, interruption_cause="runner_exited"))
     # The shape the report once read (and the audit never wrote) is refused by the typed reader.
-    launcher_audit_path(root).write_text(json.dumps({"manual_review_tasks": ["x"], "tasks": [
-        {"manual_review": [{"reason": "direct_database_access"}]}]}))
+    launcher_audit_path(root).write_text(
+        json.dumps({"manual_review_tasks": ["x"], "tasks": [{"manual_review": [{"reason": "direct_database_access"}]}]})
+    )
     r = make_report([root], 1)
     assert r["audit"]["unreadable"] and r["audit"]["runs_with_audit"] == []
-    assert any(d.startswith(f"The audit of run {root.resolve()} is not shown: ") and "is not an audit report" in d
-               for d in r["disclosures"])
+    assert any(
+        d.startswith(f"The audit of run {root.resolve()} is not shown: ") and "is not an audit report" in d
+        for d in r["disclosures"]
+    )
 
 
 def test_outputs_written_only_where_told_and_never_overwritten(tmp_path, capsys):
@@ -187,11 +213,18 @@ SECTION_CITED = re.compile(r" \(METHODOLOGY\.md §\w+\)$")  # every disclosure n
 
 def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
     inventory = Inventory(
-        image_id="sha256:" + "b" * 64, started_at=TS, finished_at=TS,
-        servers={"excel": ServerInventory(health="repaired", tool_count=3, repair="mcp 2.1.0 -> 1.30.0"),
-                 "word": ServerInventory(health="failed", error="ImportError: no module named docx\ntraceback...")},
-        repairs=[RepairRecord(server="excel", fault="mcp_sdk_2x", requirement="mcp==1.30.0", before="2.1.0",
-                              after="1.30.0", took=True)],
+        image_id="sha256:" + "b" * 64,
+        started_at=TS,
+        finished_at=TS,
+        servers={
+            "excel": ServerInventory(health="repaired", tool_count=3, repair="mcp 2.1.0 -> 1.30.0"),
+            "word": ServerInventory(health="failed", error="ImportError: no module named docx\ntraceback..."),
+        },
+        repairs=[
+            RepairRecord(
+                server="excel", fault="mcp_sdk_2x", requirement="mcp==1.30.0", before="2.1.0", after="1.30.0", took=True
+            )
+        ],
     ).to_manifest()
     one = make_run(tmp_path / "one", ["a-1", "a-2", "a-3"], {"a-1": "pass", "a-2": "infra"}, inventory=inventory)
     cited = make_report([one], 1)["disclosures"]
@@ -201,9 +234,14 @@ def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
     assert "1 selected task was never attempted and counts as not passed." in notes
     assert any(n.startswith("The denominator is 3 selected tasks:") for n in notes)
     assert f"MCP server excel in run {one.resolve()} was repaired in the derived image (mcp 2.1.0 -> 1.30.0)." in notes
-    assert f"MCP server word in run {one.resolve()} failed its environment check: ImportError: no module named docx." in notes
-    assert (f"Environment repair in run {one.resolve()}: MCP server excel had the fault mcp_sdk_2x; mcp==1.30.0 was "
-            "installed (before: 2.1.0, after: 1.30.0).") in notes
+    assert (
+        f"MCP server word in run {one.resolve()} failed its environment check: ImportError: no module named docx."
+        in notes
+    )
+    assert (
+        f"Environment repair in run {one.resolve()}: MCP server excel had the fault mcp_sdk_2x; mcp==1.30.0 was "
+        "installed (before: 2.1.0, after: 1.30.0)."
+    ) in notes
     for note in notes:
         assert "{" not in note and "}" not in note and note.endswith("."), note
 
@@ -218,9 +256,17 @@ def test_disclosures_are_sentences_with_correct_plurals(tmp_path):
 
 def test_projection_warns_over_campaign_remainder(tmp_path):
     campaign = tmp_path / "campaign.json"
-    campaign.write_text(CampaignRecord(
-        fingerprint=key_fingerprint("k"), ceiling_usd=100.0, usage_baseline=10.0, prior_spend_usd=0.0,
-        last_usage=105.0, last_usage_observed_at=TS, created_at=TS).to_json())
+    campaign.write_text(
+        CampaignRecord(
+            fingerprint=key_fingerprint("k"),
+            ceiling_usd=100.0,
+            usage_baseline=10.0,
+            prior_spend_usd=0.0,
+            last_usage=105.0,
+            last_usage_observed_at=TS,
+            created_at=TS,
+        ).to_json()
+    )
     root = make_run(tmp_path / "r0", ["a", "b"], {"a": "pass", "b": "fail"}, campaign_file=str(campaign))
     r = make_report([root], 1)
     assert r["projection"]["campaign_remaining_usd"] == pytest.approx(5.0)
@@ -229,8 +275,9 @@ def test_projection_warns_over_campaign_remainder(tmp_path):
     campaign.write_text(json.dumps({"ceiling_usd": 100.0, "spent_usd": 95.0}))
     r = make_report([root], 1)
     assert r["projection"]["campaign_remaining_usd"] is None
-    assert r["projection"]["warnings"] == [f"The campaign file {campaign} could not be read; the projection is not "
-                                           "checked against a remainder."]
+    assert r["projection"]["warnings"] == [
+        f"The campaign file {campaign} could not be read; the projection is not checked against a remainder."
+    ]
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -244,9 +291,16 @@ def _axis_label(chart: str, kind: str) -> str:
 
 def test_svg_charts_are_well_formed_with_labelled_axes():
     charts = [
-        (bar_chart("t", ["a", "b<"], [0.5, 1.0], x_label="domain", y_label="pass@1 (%)", y_max=1.0),
-         "domain", "pass@1 (%)"),
-        (histogram("h", [1, 2, 2, 3], x_label="cost (USD)", y_label="attempts (count)"), "cost (USD)", "attempts (count)"),
+        (
+            bar_chart("t", ["a", "b<"], [0.5, 1.0], x_label="domain", y_label="pass@1 (%)", y_max=1.0),
+            "domain",
+            "pass@1 (%)",
+        ),
+        (
+            histogram("h", [1, 2, 2, 3], x_label="cost (USD)", y_label="attempts (count)"),
+            "cost (USD)",
+            "attempts (count)",
+        ),
         (step_line("s", [(0, 0), (3600, 2.5)], x_label="time", y_label="spend (USD)"), "time (min)", "spend (USD)"),
         (step_line("s", [(0, 0), (3 * 3600, 2.5)], x_label="time", y_label="spend (USD)"), "time (h)", "spend (USD)"),
     ]
@@ -302,8 +356,16 @@ def test_the_report_points_to_methodology_and_every_disclosure_names_an_existing
 
     methodology = Path(__file__).resolve().parents[2] / "METHODOLOGY.md"
     sections = set(re.findall(r"^## (\w+)$", methodology.read_text(), flags=re.MULTILINE))
-    assert {"scoring", "denominator", "statuses", "infra", "environment", "diagnostic", "validity",
-            "claims"} <= sections
+    assert {
+        "scoring",
+        "denominator",
+        "statuses",
+        "infra",
+        "environment",
+        "diagnostic",
+        "validity",
+        "claims",
+    } <= sections
     r0 = make_run(tmp_path / "r0", ["a", "b", "c"], {"a": "pass", "b": "infra"})
     r1 = make_run(tmp_path / "r1", ["a", "b", "c"], {"b": "fail"}, task_ids=["b", "c"], resume_from=[r0], generation=1)
     r = make_report([r1], 2)
@@ -344,7 +406,8 @@ def test_a_run_that_gave_its_agents_the_key_says_the_agent_could_read_it(tmp_pat
         f"Run {paid.resolve()} gave the provider key to its agent containers: the agent under test could read it "
         "(its environment, the engine's settings file, `docker inspect`) and spend outside this run's meter "
         "readings (--key-in-agent, or an OpenAI-compatible endpoint without --llm-gateway); the default OpenRouter "
-        "route and --llm-gateway keep it on the host."]
+        "route and --llm-gateway keep it on the host."
+    ]
     # A reference engine (oracle, nop) is given no key at all.
     free = make_run(tmp_path / "free", ["a"], {"a": "pass"}, engine="oracle")
     notes = make_report([free], 1)["disclosures"]

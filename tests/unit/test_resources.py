@@ -47,8 +47,11 @@ V1_ANSWER = {  # the shape this test bed's daemon gives (cgroup v1), trimmed
     "cpu_stats": {"cpu_usage": {"total_usage": 2_253_683_593}},
 }
 STOPPED_ANSWER = {"read": "0001-01-01T00:00:00Z", "memory_stats": {}, "cpu_stats": {"cpu_usage": {"total_usage": 0}}}
-V2_ANSWER = {"read": "2026-12-01T22:11:02.5Z", "memory_stats": {"usage": 5_000_000, "limit": 1},
-             "cpu_stats": {"cpu_usage": {"total_usage": 9_000_000}}}
+V2_ANSWER = {
+    "read": "2026-12-01T22:11:02.5Z",
+    "memory_stats": {"usage": 5_000_000, "limit": 1},
+    "cpu_stats": {"cpu_usage": {"total_usage": 9_000_000}},
+}
 
 
 # ---------------------------------------------------------------- parsing one stats answer
@@ -58,12 +61,15 @@ def test_a_cgroup_v1_answer_gives_the_daemons_peak_not_the_usage():
     assert shim.parse_stats(V1_ANSWER) == (104_157_184, 2_253_683_593, 3_000_000, None)
 
 
-@pytest.mark.parametrize("answer, cause", [
-    (STOPPED_ANSWER, "container_not_running"),  # all zeros: the cgroup is gone, not an idle task
-    (V2_ANSWER, "daemon_reports_no_peak"),
-    ({"read": "2026-12-01T00:00:00Z", "memory_stats": {"max_usage": 7}, "cpu_stats": {}}, "no_cpu_stats"),
-    ("not a dict", "stats_unreadable"),
-])
+@pytest.mark.parametrize(
+    "answer, cause",
+    [
+        (STOPPED_ANSWER, "container_not_running"),  # all zeros: the cgroup is gone, not an idle task
+        (V2_ANSWER, "daemon_reports_no_peak"),
+        ({"read": "2026-12-01T00:00:00Z", "memory_stats": {"max_usage": 7}, "cpu_stats": {}}, "no_cpu_stats"),
+        ("not a dict", "stats_unreadable"),
+    ],
+)
 def test_a_missing_value_is_none_with_its_cause_never_zero(answer, cause):
     peak, cpu_ns, _usage, got = shim.parse_stats(answer)
     assert got == cause
@@ -116,23 +122,33 @@ def _install(folder: Path, docker_host: str):
     fake_dir = folder / "fake"
     fake_dir.mkdir(exist_ok=True)
     fake = fake_dir / "docker"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                    f"open({str(fake_dir / 'calls.jsonl')!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-                    "sys.exit(4)\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(fake_dir / 'calls.jsonl')!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "sys.exit(4)\n"
+    )
     fake.chmod(0o755)
     (folder / "resources").mkdir(exist_ok=True)
     files = install_custody(
-        folder / "run", real_docker=str(fake), docker_host=docker_host, run_label="0" * 32,
-        limits=ContainerLimits(cpus=1, memory_bytes=256 * MIB, pids_limit=64), stop_file=folder / "run" / "STOP",
-        resource_root=folder / "resources", min_free_bytes=0, evidence_dir=folder / "evidence",
-        agent_env_file=None, environ={},
+        folder / "run",
+        real_docker=str(fake),
+        docker_host=docker_host,
+        run_label="0" * 32,
+        limits=ContainerLimits(cpus=1, memory_bytes=256 * MIB, pids_limit=64),
+        stop_file=folder / "run" / "STOP",
+        resource_root=folder / "resources",
+        min_free_bytes=0,
+        evidence_dir=folder / "evidence",
+        agent_env_file=None,
+        environ={},
     )
     return files, fake_dir / "calls.jsonl"
 
 
 def _run(files, *argv):
-    return subprocess.run([str(files.wrapper), *argv], env={"PATH": os.environ["PATH"]},
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [str(files.wrapper), *argv], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=30
+    )
 
 
 def test_rm_reads_each_task_container_from_the_daemon_before_the_real_rm(fake_daemon):
@@ -142,12 +158,16 @@ def test_rm_reads_each_task_container_from_the_daemon_before_the_real_rm(fake_da
     done = _run(files, *argv)
     assert done.returncode == 4  # the real docker's exit code, untouched
     assert [json.loads(x) for x in calls.read_text().splitlines()] == [argv]  # exact argv, once
-    assert [s["path"].split("?")[0] for s in seen] == ["/containers/agent-7-0000abcd/stats",
-                                                     "/containers/agent-7-0000abcd/json",  # its OOM state
-                                                     "/containers/pg-7-0000abcd/stats"]
+    assert [s["path"].split("?")[0] for s in seen] == [
+        "/containers/agent-7-0000abcd/stats",
+        "/containers/agent-7-0000abcd/json",  # its OOM state
+        "/containers/pg-7-0000abcd/stats",
+    ]
     assert not any(s["docker_called_before"] for s in seen)
     lines = [json.loads(x) for x in (folder / "evidence" / "7-0000abcd.resources.jsonl").read_text().splitlines()]
-    assert [(r["container"], r["role"], r["command"], r["memory_peak_bytes"], r["cpu_ns"], r["cause"]) for r in lines] == [
+    assert [
+        (r["container"], r["role"], r["command"], r["memory_peak_bytes"], r["cpu_ns"], r["cause"]) for r in lines
+    ] == [
         ("agent-7-0000abcd", "agent", "rm", 104_157_184, 2_253_683_593, None),
         ("pg-7-0000abcd", "pg", "rm", None, None, "container_absent"),
     ]
@@ -183,12 +203,16 @@ def test_a_task_sums_its_containers_and_a_later_empty_read_does_not_erase_a_good
 
 
 def test_a_container_without_a_reading_makes_the_total_unknown_with_the_reason_never_a_partial_sum():
-    use = summarize([("pg-1", "pg"), ("agent-1", "agent")],
-                    [{"container": "agent-1", "memory_peak_bytes": 300 * MIB, "cpu_ns": 2_000_000_000}])
+    use = summarize(
+        [("pg-1", "pg"), ("agent-1", "agent")],
+        [{"container": "agent-1", "memory_peak_bytes": 300 * MIB, "cpu_ns": 2_000_000_000}],
+    )
     assert use.peak_memory_bytes is None and use.cpu_seconds is None
     assert use.basis == "unknown: pg-1: no reading (one is taken when the container is removed)"
-    v2 = summarize([("agent-1", "agent")], [{"container": "agent-1", "memory_peak_bytes": None, "cpu_ns": 5,
-                                             "cause": "daemon_reports_no_peak"}])
+    v2 = summarize(
+        [("agent-1", "agent")],
+        [{"container": "agent-1", "memory_peak_bytes": None, "cpu_ns": 5, "cause": "daemon_reports_no_peak"}],
+    )
     assert v2.peak_memory_bytes is None and v2.cpu_seconds == 0.0
     assert "daemon_reports_no_peak" in v2.basis
 
@@ -202,7 +226,8 @@ def test_a_stop_never_asks_the_daemon_and_says_why_the_task_is_unknown(tmp_path)
     lines = [json.loads(line) for line in (tmp_path / "5-aa.resources.jsonl").read_text().splitlines()]
     assert [r["container"] for r in lines] == ["agent-5-aa", "pg-5-aa", "eval-5-aa"]
     assert {(r["command"], r["cause"], r["memory_peak_bytes"], r["cpu_ns"]) for r in lines} == {
-        ("adapter_stop", STOP_UNREAD_CAUSE, None, None)}
+        ("adapter_stop", STOP_UNREAD_CAUSE, None, None)
+    }
     use = summarize([("agent-5-aa", "agent")], lines[:1])
     assert use.peak_memory_bytes is None and STOP_UNREAD_CAUSE in use.basis
 
@@ -247,8 +272,10 @@ def test_the_ledger_row_takes_the_admitted_containers_of_the_task_from_the_evide
 # ---------------------------------------------------------------- schema
 
 
-OLD_ROW = ('{"schema": "cowork_adapter.task_result.v1", "ts": "2026-11-30T10:00:00Z", "instance_id": "t", '
-           '"status": "passed", "reason_code": "official_pass", "official_eval_status": "completed"}')
+OLD_ROW = (
+    '{"schema": "cowork_adapter.task_result.v1", "ts": "2026-11-30T10:00:00Z", "instance_id": "t", '
+    '"status": "passed", "reason_code": "official_pass", "official_eval_status": "completed"}'
+)
 
 
 def test_a_row_written_before_the_fields_existed_still_reads():
@@ -258,8 +285,9 @@ def test_a_row_written_before_the_fields_existed_still_reads():
 
 
 def test_the_fields_round_trip_through_a_ledger_line():
-    row = decode(OLD_ROW, TaskRow).replace(**{"peak_memory_bytes": 5, "cpu_seconds": 1.5,
-                                                                   "resource_basis": METHOD_SENTENCE})
+    row = decode(OLD_ROW, TaskRow).replace(
+        **{"peak_memory_bytes": 5, "cpu_seconds": 1.5, "resource_basis": METHOD_SENTENCE}
+    )
     back = decode(row.to_line(), TaskRow)
     assert (back.peak_memory_bytes, back.cpu_seconds, back.resource_basis) == (5, 1.5, METHOD_SENTENCE)
 
@@ -268,10 +296,15 @@ def test_the_fields_round_trip_through_a_ledger_line():
 
 
 def _row(task: str, peak: int | None, cpu: float | None, duration: float | None = None, containers=()) -> TaskRow:
-    return decode(OLD_ROW, TaskRow).replace(**{
-        "instance_id": task, "peak_memory_bytes": peak, "cpu_seconds": cpu,
-        "runner_row": RunnerRow(status="success", duration_s=duration) if duration else None,
-        "resource_containers": list(containers)})
+    return decode(OLD_ROW, TaskRow).replace(
+        **{
+            "instance_id": task,
+            "peak_memory_bytes": peak,
+            "cpu_seconds": cpu,
+            "runner_row": RunnerRow(status="success", duration_s=duration) if duration else None,
+            "resource_containers": list(containers),
+        }
+    )
 
 
 def test_status_summarizes_median_and_max_and_counts_the_unknown():
@@ -283,29 +316,61 @@ def test_status_summarizes_median_and_max_and_counts_the_unknown():
     assert use["peak_memory_bytes_median"] == 200 * MIB and use["peak_memory_bytes_max"] == 300 * MIB
     assert use["cpu_seconds_median"] == 20.0 and use["cpu_seconds_max"] == 30.0
     assert use["tasks_measured"] == 3 and use["tasks_unknown"] == 1
-    assert use["text"] == ("resource use: peak memory median 200 MiB, max 300 MiB (3 task(s)); "
-                           "CPU time median 20.0 s, max 30.0 s (3 task(s)); 1 task(s) unknown")
+    assert use["text"] == (
+        "resource use: peak memory median 200 MiB, max 300 MiB (3 task(s)); "
+        "CPU time median 20.0 s, max 30.0 s (3 task(s)); 1 task(s) unknown"
+    )
     assert _resource_use(None) is None
     assert summary_line([]) == "resource use: none measured yet (0 task(s) with containers)"
 
 
 def test_status_text_shows_the_resource_line():
-    status = {"run_root": "/r", "state": "finished", "outcome": "completed", "launcher_pid": None,
-              "launcher_alive": False, "progress": {"done": 1, "selected": 1, "running": 0}, "elapsed_sec": 1.0,
-              "eta_sec": None, "cleanup_proven": True, "campaign_settlement": None, "stop_reason": None,
-              "stop_causes": [], "exit_code": None, "problems": [], "error": None, "refusal": None,
-              "resource_use": {"text": "resource use: peak memory median 1 MiB"}}
+    status = {
+        "run_root": "/r",
+        "state": "finished",
+        "outcome": "completed",
+        "launcher_pid": None,
+        "launcher_alive": False,
+        "progress": {"done": 1, "selected": 1, "running": 0},
+        "elapsed_sec": 1.0,
+        "eta_sec": None,
+        "cleanup_proven": True,
+        "campaign_settlement": None,
+        "stop_reason": None,
+        "stop_causes": [],
+        "exit_code": None,
+        "problems": [],
+        "error": None,
+        "refusal": None,
+        "resource_use": {"text": "resource use: peak memory median 1 MiB"},
+    }
     lines = render_status_text(status, None)
     assert "  resource use: peak memory median 1 MiB" in lines
 
 
 def test_the_report_task_table_has_peak_memory_and_cpu_time_columns():
-    report = {"tasks": [
-        {"instance_id": "a", "status": "passed", "reason_code": "r", "cost_usd": None, "provenance": None,
-         "peak_memory_bytes": 512 * MIB, "cpu_seconds": 12.34},
-        {"instance_id": "b", "status": "passed", "reason_code": "r", "cost_usd": None, "provenance": None,
-         "peak_memory_bytes": None, "cpu_seconds": None},
-    ]}
+    report = {
+        "tasks": [
+            {
+                "instance_id": "a",
+                "status": "passed",
+                "reason_code": "r",
+                "cost_usd": None,
+                "provenance": None,
+                "peak_memory_bytes": 512 * MIB,
+                "cpu_seconds": 12.34,
+            },
+            {
+                "instance_id": "b",
+                "status": "passed",
+                "reason_code": "r",
+                "cost_usd": None,
+                "provenance": None,
+                "peak_memory_bytes": None,
+                "cpu_seconds": None,
+            },
+        ]
+    }
     head, rows = _task_table(report)
     assert head[4:6] == ["peak memory", "CPU time"]
     assert rows[0][4:6] == ["512 MiB", "12.3 s"]
@@ -350,7 +415,9 @@ def test_without_durations_memory_alone_decides_and_says_so():
 
 def test_an_unknown_host_size_suggests_nothing():
     assert suggest_concurrency(None, None, [GIB], [1.0]) == Suggestion(
-        None, "the daemon did not report its CPUs and memory, so no concurrency is suggested from the 1 measured task(s)")
+        None,
+        "the daemon did not report its CPUs and memory, so no concurrency is suggested from the 1 measured task(s)",
+    )
 
 
 def test_rates_need_a_wall_clock_duration():

@@ -22,15 +22,28 @@ from cowork_adapter.runroot.layout import RunRoot
 SRC = Path(layout.__file__).resolve().parents[1]
 EXEMPT = ("container/", "demo/", "custody/shim.py", "custody/taskdb_probe.py", "runroot/layout.py")
 # Every file name (a name with a dot) that layout.py defines.
-NAMES = sorted({value for key, value in vars(layout).items()
-                if key.isupper() and isinstance(value, str) and "." in value}, key=len, reverse=True)
+NAMES = sorted(
+    {value for key, value in vars(layout).items() if key.isupper() and isinstance(value, str) and "." in value},
+    key=len,
+    reverse=True,
+)
 # A name counts where it stands alone or as a path's last components ("custody/processes.json"),
 # not inside a longer name ("audit.launcher.json" holds no "audit.json"; "x-events.jsonl" is another file).
 SPELLED = re.compile("|".join(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])" for name in NAMES))
 # A run root's folders are words used elsewhere too (a refusal's stage is "custody"), so a folder name
 # counts only where a path is built with it: `x / "custody"`, Path("bench"), x.joinpath("custody", ...).
-FOLDERS = {layout.CUSTODY, layout.PRIVATE, layout.GATEWAY, layout.BENCH, layout.DUMPS, layout.CONFIGS,
-           layout.TMP, layout.EVIDENCE, layout.CREATIONS, layout.STOP}
+FOLDERS = {
+    layout.CUSTODY,
+    layout.PRIVATE,
+    layout.GATEWAY,
+    layout.BENCH,
+    layout.DUMPS,
+    layout.CONFIGS,
+    layout.TMP,
+    layout.EVIDENCE,
+    layout.CREATIONS,
+    layout.STOP,
+}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -47,8 +60,9 @@ def _folder_joined(node: ast.AST) -> str | None:
     """The run-root folder name a path is built with at `node`, if any."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         parts = [node.left, node.right]
-    elif isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "Path"
-                                         or getattr(node.func, "attr", None) == "joinpath"):
+    elif isinstance(node, ast.Call) and (
+        getattr(node.func, "id", None) == "Path" or getattr(node.func, "attr", None) == "joinpath"
+    ):
         parts = list(node.args)
     else:
         return None
@@ -83,12 +97,17 @@ def test_no_run_root_file_name_outside_layout():
 
 
 def test_the_guard_finds_a_name_spelled_elsewhere(tmp_path):
-    (tmp_path / "reader.py").write_text('"""Reads run_manifest.json (prose)."""\nPATH = "custody/processes.json"\n'
-                                        'OTHER = "audit.launcher.json.bak"\nSTAGE = "custody"\n'
-                                        'KEY = root / "private" / NAME\nSEALS = root.joinpath("custody", "evidence")\n',
-                                        encoding="utf-8")
-    assert spelled_outside(tmp_path) == ["reader.py:2: custody/processes.json", "reader.py:5: private/",
-                                         "reader.py:6: custody/"]
+    (tmp_path / "reader.py").write_text(
+        '"""Reads run_manifest.json (prose)."""\nPATH = "custody/processes.json"\n'
+        'OTHER = "audit.launcher.json.bak"\nSTAGE = "custody"\n'
+        'KEY = root / "private" / NAME\nSEALS = root.joinpath("custody", "evidence")\n',
+        encoding="utf-8",
+    )
+    assert spelled_outside(tmp_path) == [
+        "reader.py:2: custody/processes.json",
+        "reader.py:5: private/",
+        "reader.py:6: custody/",
+    ]
 
 
 def test_run_root_paths():
@@ -108,5 +127,6 @@ def test_run_root_paths():
 
 def test_the_probes_evidence_names_are_the_layouts():
     from cowork_adapter.custody import taskdb_probe
+
     assert taskdb_probe.baseline_file("r1") == "r1" + layout.TASKDB_BASELINE_SUFFIX
     assert taskdb_probe.eval_file("r1") == "r1" + layout.TASKDB_SUFFIX

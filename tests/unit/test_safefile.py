@@ -28,14 +28,17 @@ def test_a_regular_file_is_read(tree):
     assert (got.kind, got.data, got.size, got.ok) == (safefile.REGULAR, b"hello", 5, True)
 
 
-@pytest.mark.parametrize("rel, kind", [
-    ("sub/to_secret", safefile.SYMLINK),     # a link as the last component
-    ("link/secret", safefile.SYMLINK),       # a link as a middle component: never resolved
-    ("sub/zero", safefile.SYMLINK),          # a link to a device
-    ("sub/fifo", safefile.FIFO),             # a FIFO: named, never opened for reading
-    ("sub/missing", safefile.ABSENT),
-    ("sub", safefile.DIRECTORY),
-])
+@pytest.mark.parametrize(
+    "rel, kind",
+    [
+        ("sub/to_secret", safefile.SYMLINK),  # a link as the last component
+        ("link/secret", safefile.SYMLINK),  # a link as a middle component: never resolved
+        ("sub/zero", safefile.SYMLINK),  # a link to a device
+        ("sub/fifo", safefile.FIFO),  # a FIFO: named, never opened for reading
+        ("sub/missing", safefile.ABSENT),
+        ("sub", safefile.DIRECTORY),
+    ],
+)
 def test_anything_but_a_regular_file_is_named_and_not_read(tree, rel, kind):
     got = safefile.read_bytes(str(tree / rel), below=str(tree))
     assert got.kind == kind and got.data is None and not got.ok
@@ -72,7 +75,11 @@ def test_scan_dir_reports_links_as_links_and_refuses_a_linked_directory(tree):
     kind, entries = safefile.scan_dir(str(tree / "sub"), below=str(tree))
     assert kind == safefile.DIRECTORY
     assert {e.name: e.kind for e in entries} == {
-        "f": safefile.REGULAR, "to_secret": safefile.SYMLINK, "zero": safefile.SYMLINK, "fifo": safefile.FIFO}
+        "f": safefile.REGULAR,
+        "to_secret": safefile.SYMLINK,
+        "zero": safefile.SYMLINK,
+        "fifo": safefile.FIFO,
+    }
     assert safefile.scan_dir(str(tree / "link"), below=str(tree)) == (safefile.SYMLINK, [])
 
 

@@ -96,8 +96,11 @@ def _drain(found, chunks):
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(order=st.lists(st.integers(min_value=0, max_value=2), min_size=2, max_size=8), reads=st.integers(200, 2000),
-       reader=st.sampled_from(sorted(_READERS)))
+@given(
+    order=st.lists(st.integers(min_value=0, max_value=2), min_size=2, max_size=8),
+    reads=st.integers(200, 2000),
+    reader=st.sampled_from(sorted(_READERS)),
+)
 def test_a_swap_while_reading_never_opens_the_fifo_or_the_device(tmp_path_factory, order, reads, reader):
     folder = tmp_path_factory.mktemp("dump")
     (folder / "regular").write_bytes(b'{"pass": true}')

@@ -82,10 +82,15 @@ def test_a_link_or_file_where_the_tree_was_is_removed_itself_and_never_followed(
 
 
 # A generated tree: each step makes one entry of some kind in one of the folders made so far.
-_STEPS = st.lists(st.tuples(st.integers(min_value=0, max_value=50),
-                            st.sampled_from(["dir", "file", "setuid", "setgid", "link_out", "link_dir", "fifo"]
-                                            + (["chr", "blk"] if CAN_MKNOD else []))),
-                  max_size=60)
+_STEPS = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=50),
+        st.sampled_from(
+            ["dir", "file", "setuid", "setgid", "link_out", "link_dir", "fifo"] + (["chr", "blk"] if CAN_MKNOD else [])
+        ),
+    ),
+    max_size=60,
+)
 
 
 def _build(root: Path, steps, outside: Path) -> set[str]:
@@ -121,7 +126,9 @@ def _listing(root: Path) -> set[str]:
     return out
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(steps=_STEPS)
 def test_generated_trees_lose_exactly_their_hazards_then_everything(base, steps):
     base = Path(tempfile.mkdtemp(dir=base))

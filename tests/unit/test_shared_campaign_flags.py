@@ -29,16 +29,19 @@ def test_a_shared_host_names_its_database_batch_and_lease(base) -> None:
     assert "shared_campaign" not in cfg.applied_config()  # where a task ran is not how it ran
 
 
-@pytest.mark.parametrize(("extra", "words"), [
-    ({"shared_campaign": True}, "needs --campaign-db"),
-    ({"shared_campaign": True, "campaign_file": "/tmp/c.json"}, "needs --campaign-db"),
-    ({"campaign_db": DB, "claim_batch": 5}, "only meaningful with --shared-campaign"),
-    ({"campaign_db": DB, "host_lease_sec": 30}, "only meaningful with --shared-campaign"),
-    ({"campaign_db": DB, "shared_campaign": True, "claim_batch": 0}, "--claim-batch must be 1 to 1000"),
-    ({"campaign_db": DB, "shared_campaign": True, "host_lease_sec": 2}, "--host-lease-sec must be 8 to 3600"),
-    ({"campaign_db": DB, "shared_campaign": True, "host_lease_sec": float("nan")}, "--host-lease-sec must be"),
-    ({"campaign_db": DB, "shared_campaign": True, "resume_from": ["/tmp/old-run"]}, "--resume-from does not apply"),
-])
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"shared_campaign": True}, "needs --campaign-db"),
+        ({"shared_campaign": True, "campaign_file": "/tmp/c.json"}, "needs --campaign-db"),
+        ({"campaign_db": DB, "claim_batch": 5}, "only meaningful with --shared-campaign"),
+        ({"campaign_db": DB, "host_lease_sec": 30}, "only meaningful with --shared-campaign"),
+        ({"campaign_db": DB, "shared_campaign": True, "claim_batch": 0}, "--claim-batch must be 1 to 1000"),
+        ({"campaign_db": DB, "shared_campaign": True, "host_lease_sec": 2}, "--host-lease-sec must be 8 to 3600"),
+        ({"campaign_db": DB, "shared_campaign": True, "host_lease_sec": float("nan")}, "--host-lease-sec must be"),
+        ({"campaign_db": DB, "shared_campaign": True, "resume_from": ["/tmp/old-run"]}, "--resume-from does not apply"),
+    ],
+)
 def test_bad_shared_flags_are_one_sentence(base, extra: dict, words: str) -> None:
     assert words in refused({**base, **extra})
 
@@ -78,8 +81,15 @@ def test_no_database_variable_reaches_run_parallel(monkeypatch) -> None:
 
 def test_a_campaign_stop_round_trips_in_the_record() -> None:
     at = datetime.now(UTC)
-    record = CampaignRecord(fingerprint="sha256:" + "0" * 16, ceiling_usd=10, usage_baseline=1, prior_spend_usd=0,
-                            last_usage=1, last_usage_observed_at=at, created_at=at)
+    record = CampaignRecord(
+        fingerprint="sha256:" + "0" * 16,
+        ceiling_usd=10,
+        usage_baseline=1,
+        prior_spend_usd=0,
+        last_usage=1,
+        last_usage_observed_at=at,
+        created_at=at,
+    )
     assert record.stop is None
     stopped = record.replace(stop=CampaignStop(reason="campaign_budget_reserve", host="h", run_root="/r", at=at))
     again = CampaignRecord.from_dict(msgspec.json.decode(stopped.to_json()))
@@ -130,13 +140,22 @@ def test_the_lease_thread_stops_the_host_once_and_outlives_a_failed_fence() -> N
     stop = '{"reason": "campaign_budget_reserve", "host": "h", "run_root": "/r", "at": "2026-01-01T00:00:00Z"}'
     for beats, reason in (([None, stop], "campaign_stopped"), ([None, ClaimLost("lapsed")], "host_lease_lost")):
         claims, stops, said = FakeClaims(beats), [], []
-        lease = HostLease(claims, "r1", 0.08, "h", read_attempts=lambda root, tasks: {},
-                          on_stop=lambda r, d, stops=stops: stops.append(r),
-                          say=lambda action, detail, said=said: said.append(action)).start()
+        lease = HostLease(
+            claims,
+            "r1",
+            0.08,
+            "h",
+            read_attempts=lambda root, tasks: {},
+            on_stop=lambda r, d, stops=stops: stops.append(r),
+            say=lambda action, detail, said=said: said.append(action),
+        ).start()
         # Until the thread has done what is asserted (a fixed 0.5 s, about 25 turns, could pass with
         # the thread barely started on a loaded machine): stopping it sooner would prove nothing.
-        wait_for(lambda stops=stops, claims=claims, said=said: bool(stops) and claims.calls >= 4 and "fence_failed" in said,
-                 30, 0.02)
+        wait_for(
+            lambda stops=stops, claims=claims, said=said: bool(stops) and claims.calls >= 4 and "fence_failed" in said,
+            30,
+            0.02,
+        )
         lease.stop()
         assert stops == [reason] and claims.calls >= 4  # once, and still renewing after it
         assert "fence_failed" in said

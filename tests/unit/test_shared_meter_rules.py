@@ -30,8 +30,16 @@ def test_the_poller_stores_what_an_observer_accepts(usage: float, stored: float 
     assert worth_storing(usage, stored)
 
 
-@pytest.mark.parametrize(("usage", "stored"), [
-    (math.nan, None), (math.inf, None), (-0.01, None), (1.9, 2.0), ("3.0", None), (True, None),
-])
+@pytest.mark.parametrize(
+    ("usage", "stored"),
+    [
+        (math.nan, None),
+        (math.inf, None),
+        (-0.01, None),
+        (1.9, 2.0),
+        ("3.0", None),
+        (True, None),
+    ],
+)
 def test_the_poller_never_stores_a_reading_an_observer_rejects(usage: object, stored: float | None) -> None:
     assert not worth_storing(usage, stored)

@@ -80,9 +80,16 @@ sys.exit(int(open(os.path.join(here, "exit_code")).read()))
 class Bed:
     """One installed custody with a fake docker; run(args) calls the real wrapper."""
 
-    def __init__(self, root: Path, *, agent_env: bool = True, min_free: int = 0,
-                 launcher: tuple[int, int | None] | None = None, gateway_secret: Path | None = None,
-                 provider=None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        agent_env: bool = True,
+        min_free: int = 0,
+        launcher: tuple[int, int | None] | None = None,
+        gateway_secret: Path | None = None,
+        provider=None,
+    ) -> None:
         self.fake_dir = root / "fake"
         self.fake_dir.mkdir()
         fake = self.fake_dir / "docker"
@@ -118,8 +125,11 @@ class Bed:
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         base = {"PATH": os.environ["PATH"], "DOCKER_CONTEXT": "elsewhere"}
         return subprocess.run(
-            [str(self.files.wrapper), *args], env={**base, **(env or {})},
-            capture_output=True, text=True, timeout=30,
+            [str(self.files.wrapper), *args],
+            env={**base, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
 
     def calls(self) -> list[dict]:
@@ -143,44 +153,88 @@ def bed(tmp_path: Path) -> Bed:
 
 def limit_flags(role: str) -> list[str]:
     return [
-        "--label", f"org.cowork-adapter.run={LABEL}",
-        "--label", f"org.cowork-adapter.role={role}",
-        "--cpus", "1.5",
-        "--memory", str(256 * 1024 * 1024),
-        "--memory-swap", str(256 * 1024 * 1024),
-        "--pids-limit", "64",
+        "--label",
+        f"org.cowork-adapter.run={LABEL}",
+        "--label",
+        f"org.cowork-adapter.role={role}",
+        "--cpus",
+        "1.5",
+        "--memory",
+        str(256 * 1024 * 1024),
+        "--memory-swap",
+        str(256 * 1024 * 1024),
+        "--pids-limit",
+        "64",
         "--pull=never",
     ]
 
 
 # ---------------------------------------------------------------- argv rewriting table
 
-AGENT_RUN = ["-d", "--name", "agent-123-abcd0123", "--network", "net-123-abcd0123", "-e", "PGHOST=pg-1",
-             "-v", "/d:/workspace/dumps", "-w", "/workspace", "img:tag", "sleep", "7200"]
+AGENT_RUN = [
+    "-d",
+    "--name",
+    "agent-123-abcd0123",
+    "--network",
+    "net-123-abcd0123",
+    "-e",
+    "PGHOST=pg-1",
+    "-v",
+    "/d:/workspace/dumps",
+    "-w",
+    "/workspace",
+    "img:tag",
+    "sleep",
+    "7200",
+]
 
 
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        pytest.param(["run", *AGENT_RUN],
-                     ["run", *limit_flags("agent"), "--env-file", "ENVFILE", *AGENT_RUN], id="run agent --name x"),
-        pytest.param(["create", "--name=eval-123-abcd0123", "img", "sleep", "1800"],
-                     ["create", *limit_flags("eval"), "--name=eval-123-abcd0123", "img", "sleep", "1800"],
-                     id="create eval --name=x"),
-        pytest.param(["container", "run", "--rm", "img", "true"],
-                     ["container", "run", *limit_flags("other"), "--rm", "img", "true"], id="container run no name"),
-        pytest.param(["container", "create", "--name", "pg-123-abcd0123", "postgres:15"],
-                     ["container", "create", *limit_flags("pg"), "--name", "pg-123-abcd0123", "postgres:15"],
-                     id="container create pg"),
-        pytest.param(["run", "--name=agent-9-00000000", "img"],
-                     ["run", *limit_flags("agent"), "--env-file", "ENVFILE", "--name=agent-9-00000000", "img"],
-                     id="run agent --name=x gets env file"),
-        pytest.param(["run", "--rm", "--name", "helper-1", "img", "python3", "--memory", "9g"],
-                     ["run", *limit_flags("helper"), "--rm", "--name", "helper-1", "img", "python3", "--memory", "9g"],
-                     id="flags after the image are the command's, not a conflict"),
-        pytest.param(["network", "create", "net-123-abcd0123"],
-                     ["network", "create", "--label", f"org.cowork-adapter.run={LABEL}",
-                      "--label", "org.cowork-adapter.role=network", "net-123-abcd0123"], id="network create"),
+        pytest.param(
+            ["run", *AGENT_RUN],
+            ["run", *limit_flags("agent"), "--env-file", "ENVFILE", *AGENT_RUN],
+            id="run agent --name x",
+        ),
+        pytest.param(
+            ["create", "--name=eval-123-abcd0123", "img", "sleep", "1800"],
+            ["create", *limit_flags("eval"), "--name=eval-123-abcd0123", "img", "sleep", "1800"],
+            id="create eval --name=x",
+        ),
+        pytest.param(
+            ["container", "run", "--rm", "img", "true"],
+            ["container", "run", *limit_flags("other"), "--rm", "img", "true"],
+            id="container run no name",
+        ),
+        pytest.param(
+            ["container", "create", "--name", "pg-123-abcd0123", "postgres:15"],
+            ["container", "create", *limit_flags("pg"), "--name", "pg-123-abcd0123", "postgres:15"],
+            id="container create pg",
+        ),
+        pytest.param(
+            ["run", "--name=agent-9-00000000", "img"],
+            ["run", *limit_flags("agent"), "--env-file", "ENVFILE", "--name=agent-9-00000000", "img"],
+            id="run agent --name=x gets env file",
+        ),
+        pytest.param(
+            ["run", "--rm", "--name", "helper-1", "img", "python3", "--memory", "9g"],
+            ["run", *limit_flags("helper"), "--rm", "--name", "helper-1", "img", "python3", "--memory", "9g"],
+            id="flags after the image are the command's, not a conflict",
+        ),
+        pytest.param(
+            ["network", "create", "net-123-abcd0123"],
+            [
+                "network",
+                "create",
+                "--label",
+                f"org.cowork-adapter.run={LABEL}",
+                "--label",
+                "org.cowork-adapter.role=network",
+                "net-123-abcd0123",
+            ],
+            id="network create",
+        ),
     ],
 )
 def test_creation_gets_label_limits_and_pull_never_after_the_subcommand(bed, argv, expected):
@@ -382,8 +436,11 @@ def test_a_dead_launcher_refuses_every_creation_but_never_teardown(tmp_path):
         # ran again to die, and the shim then rightly saw a live launcher and admitted.
         os.waitid(os.P_PID, launcher.pid, os.WEXITED | os.WNOWAIT)
         assert not bed.stop_file.exists()
-        for argv in (["run", "--name", "agent-9-00000001", "img"], ["container", "create", "img"],
-                     ["network", "create", "net-9-00000000"]):
+        for argv in (
+            ["run", "--name", "agent-9-00000001", "img"],
+            ["container", "create", "img"],
+            ["network", "create", "net-9-00000000"],
+        ):
             done = bed.run(*argv)
             assert done.returncode == ExitCode.SHIM_REFUSED
             assert done.stderr == f"docker shim: container creation refused: {ShimRefusal.LAUNCHER_DEAD.value}\n"
@@ -484,8 +541,21 @@ def test_unreadable_config_fails_creation_closed_but_never_teardown(bed, damage)
 
 
 def test_exec_agent_records_task_dir_first_value_kept_and_never_blocks(bed):
-    argv = ["exec", "agent-123-abcd0123", "timeout", "-k", "30", "1800", "python3", "-u", "/w/main.py",
-            "--task_dir", "finalpool/task-a", "--max_steps", "100"]
+    argv = [
+        "exec",
+        "agent-123-abcd0123",
+        "timeout",
+        "-k",
+        "30",
+        "1800",
+        "python3",
+        "-u",
+        "/w/main.py",
+        "--task_dir",
+        "finalpool/task-a",
+        "--max_steps",
+        "100",
+    ]
     assert bed.run(*argv).returncode == 0
     assert bed.last_argv() == argv
     assert (bed.evidence / "123-abcd0123.task").read_text() == "finalpool/task-a\n"
@@ -504,7 +574,17 @@ def test_exec_agent_records_task_dir_first_value_kept_and_never_blocks(bed):
 )
 def test_exec_eval_injects_agent_container_state(bed, ps_names, state):
     (bed.fake_dir / "ps_names").write_text(ps_names)
-    argv = ["exec", "eval-8-12345678", "/opt/venv/bin/python3", "-u", "/w/main.py", "--task_dir", "t", "--phase", "eval"]
+    argv = [
+        "exec",
+        "eval-8-12345678",
+        "/opt/venv/bin/python3",
+        "-u",
+        "/w/main.py",
+        "--task_dir",
+        "t",
+        "--phase",
+        "eval",
+    ]
     assert bed.run(*argv).returncode == 0
     probe, real = bed.calls()[-2:]
     assert probe["argv"] == ["ps", "-a", "--filter", "name=agent-8-12345678", "--format", "{{.Names}}"]
@@ -517,8 +597,17 @@ def test_exec_eval_injects_agent_container_state(bed, ps_names, state):
 def test_container_exec_eval_with_phase_equals_form(bed):
     (bed.fake_dir / "ps_names").write_text("agent-8-12345678\n")
     bed.run("container", "exec", "-w", "/w", "eval-8-12345678", "py", "--phase=eval")
-    assert bed.last_argv() == ["container", "exec", "-e", "COWORK_AGENT_CONTAINER_STATE=present",
-                               "-w", "/w", "eval-8-12345678", "py", "--phase=eval"]
+    assert bed.last_argv() == [
+        "container",
+        "exec",
+        "-e",
+        "COWORK_AGENT_CONTAINER_STATE=present",
+        "-w",
+        "/w",
+        "eval-8-12345678",
+        "py",
+        "--phase=eval",
+    ]
 
 
 def creation_files(bed: Bed) -> list[Path]:
@@ -562,9 +651,13 @@ def test_the_lock_outlives_a_killed_shim_while_its_docker_runs(bed):
     stays held, so cleanup waits for it (settle), and is taken once the docker has returned."""
     (bed.fake_dir / "sleep").write_text("3")
     # A shell leads the group and calls the wrapper, as the runner's bash does.
-    proc = subprocess.Popen(["sh", "-c", '"$0" run -d --name agent-2-abc img; exit $?', str(bed.files.wrapper)],
-                            env={"PATH": os.environ["PATH"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", '"$0" run -d --name agent-2-abc img; exit $?', str(bed.files.wrapper)],
+        env={"PATH": os.environ["PATH"]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 20
     while not bed.calls() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -580,13 +673,18 @@ def test_the_lock_outlives_a_killed_shim_while_its_docker_runs(bed):
 
 def test_a_signal_to_the_shim_reaches_its_docker_and_the_exit_code_says_so(bed):
     (bed.fake_dir / "sleep").write_text("30")
-    proc = subprocess.Popen([str(bed.files.wrapper), "run", "-d", "--name", "agent-3-abc", "img"],
-                            env={"PATH": os.environ["PATH"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(bed.files.wrapper), "run", "-d", "--name", "agent-3-abc", "img"],
+        env={"PATH": os.environ["PATH"]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # A SIGTERM before the shim has set its forwarding handlers (Python's start-up) kills the
     # shim itself (-15, not 143). The fake docker's call proves only that the docker runs: wait for
     # both, the handler read from the kernel's record of caught signals.
-    assert wait_for(lambda: bool(bed.calls()) and catches(proc.pid, signal.SIGTERM), 20, 0.05), \
+    assert wait_for(lambda: bool(bed.calls()) and catches(proc.pid, signal.SIGTERM), 20, 0.05), (
         "the shim never ran its docker with handlers set"
+    )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
     assert creation_files(bed) == []
@@ -675,10 +773,20 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     from cowork_adapter.gateway.server import REVOKED_SUFFIX
 
     assert shim.AGENT_REMOVED_SUFFIX == REVOKED_SUFFIX
-    causes = {shim.ADMISSION_STOPPED, shim.DISK_PROBE_FAILED, shim.DISK_RESERVE_REACHED,
-              shim.CONFIG_UNREADABLE, shim.FLAG_CONFLICT, shim.HOST_OVERRIDE, shim.LAUNCHER_DEAD,
-              shim.GATEWAY_TOKEN_FAILED, shim.CREATION_LOCK_FAILED, shim.DUMP_MOUNT_REFUSED, shim.TASK_UNKNOWN,
-                  shim.STAGING_MOUNT_REFUSED}
+    causes = {
+        shim.ADMISSION_STOPPED,
+        shim.DISK_PROBE_FAILED,
+        shim.DISK_RESERVE_REACHED,
+        shim.CONFIG_UNREADABLE,
+        shim.FLAG_CONFLICT,
+        shim.HOST_OVERRIDE,
+        shim.LAUNCHER_DEAD,
+        shim.GATEWAY_TOKEN_FAILED,
+        shim.CREATION_LOCK_FAILED,
+        shim.DUMP_MOUNT_REFUSED,
+        shim.TASK_UNKNOWN,
+        shim.STAGING_MOUNT_REFUSED,
+    }
     assert causes == set(ShimRefusal.values())
     # The names the shim shares with the eval phase and the protocol (it cannot import either).
     from cowork_adapter.container import evalphase, protocol
@@ -686,11 +794,20 @@ def test_shim_constants_match_the_vocabulary_and_labels():
     from cowork_adapter.schemas.seal import SEAL_SCHEMA
 
     assert (shim.ENTRY_ENV, shim.SUMMARY_SHA_ENV, shim.BOUND_ENV) == (
-        evalphase.ENTRY_ENV, evalphase.SUMMARY_SHA_ENV, evalphase.BOUND_ENV)
+        evalphase.ENTRY_ENV,
+        evalphase.SUMMARY_SHA_ENV,
+        evalphase.BOUND_ENV,
+    )
     assert (shim.CLAIM_NAME, shim.RECEIPT_PREFIX, shim.EVAL_RES_NAME) == (
-        protocol.CLAIM_NAME, protocol.RECEIPT_PREFIX, protocol.EVAL_RES_NAME)
+        protocol.CLAIM_NAME,
+        protocol.RECEIPT_PREFIX,
+        protocol.EVAL_RES_NAME,
+    )
     assert shim.SEAL_SCHEMA == SEAL_SCHEMA
-    assert shim.task_of({"task_names": ["a", "demo-csv-totals"]}, "77-" + runner_digest("demo-csv-totals")) == "demo-csv-totals"
+    assert (
+        shim.task_of({"task_names": ["a", "demo-csv-totals"]}, "77-" + runner_digest("demo-csv-totals"))
+        == "demo-csv-totals"
+    )
     assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
     for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):
         assert shim.role_for_name(name) == labels.role_for_name(name)
@@ -727,9 +844,16 @@ def test_the_label_of_a_run_root_is_the_one_it_recorded_old_or_new(tmp_path):
     def root_with(name, **label):
         root = tmp_path / name
         root.mkdir()
-        (root / "run_manifest.json").write_text(RunManifest(
-            run_root=str(root), created_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z", argv=[],
-            adapter={"version": "0"}, **label).to_json())
+        (root / "run_manifest.json").write_text(
+            RunManifest(
+                run_root=str(root),
+                created_at="2026-01-01T00:00:00Z",
+                updated_at="2026-01-01T00:00:00Z",
+                argv=[],
+                adapter={"version": "0"},
+                **label,
+            ).to_json()
+        )
         return root
 
     new = tmp_path / "new"
@@ -742,8 +866,9 @@ def test_the_label_of_a_run_root_is_the_one_it_recorded_old_or_new(tmp_path):
 
 
 def test_parse_options_short_clusters_and_attached_values():
-    opts, first = shim.parse_options(["-dit", "-eA=1", "-p", "80:80", "--rm", "img", "-e", "x"],
-                                     shim.RUN_BOOL_LONG, shim.RUN_BOOL_SHORT)
+    opts, first = shim.parse_options(
+        ["-dit", "-eA=1", "-p", "80:80", "--rm", "img", "-e", "x"], shim.RUN_BOOL_LONG, shim.RUN_BOOL_SHORT
+    )
     assert opts == [("-d", None), ("-i", None), ("-t", None), ("-e", "A=1"), ("-p", "80:80"), ("--rm", None)]
     assert first == 5
 
@@ -759,9 +884,16 @@ def install(tmp_path: Path, **overrides):
         real.chmod(0o755)
     (tmp_path / "res").mkdir(exist_ok=True)
     kwargs = dict(
-        real_docker=str(real), docker_host=HOST, run_label=LABEL, limits=LIMITS,
-        stop_file=tmp_path / "STOP", resource_root=tmp_path / "res", min_free_bytes=0,
-        evidence_dir=tmp_path / "ev", agent_env_file=None, environ={},
+        real_docker=str(real),
+        docker_host=HOST,
+        run_label=LABEL,
+        limits=LIMITS,
+        stop_file=tmp_path / "STOP",
+        resource_root=tmp_path / "res",
+        min_free_bytes=0,
+        evidence_dir=tmp_path / "ev",
+        agent_env_file=None,
+        environ={},
     )
     kwargs.update(overrides)
     return install_custody(tmp_path / "run", **kwargs)
@@ -855,10 +987,19 @@ def test_without_bash_env_the_rewritten_path_would_bypass_the_shim(tmp_path):
     bed = Bed(tmp_path)
     env = bed.files.environment({"PATH": os.environ["PATH"]})
     env.pop("BASH_ENV")
-    real = subprocess.run(["bash", "-c", "command which docker"], capture_output=True, text=True,
-                          env={"PATH": "/usr/local/bin:/usr/bin:/bin"}).stdout.strip()
+    real = subprocess.run(
+        ["bash", "-c", "command which docker"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+    ).stdout.strip()
     if not real:
         pytest.skip("no docker CLI in the system directories of this machine")
-    done = subprocess.run(["bash", "-c", textwrap.dedent(RUNNER_PROBE).splitlines()[1] + "; which docker"],
-                          env=env, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["bash", "-c", textwrap.dedent(RUNNER_PROBE).splitlines()[1] + "; which docker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.stdout.strip() == real != str(bed.files.wrapper)

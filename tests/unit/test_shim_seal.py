@@ -74,18 +74,32 @@ class SealBed:
         self.dumps.mkdir(parents=True)
         self.evidence = root / "run" / "custody" / "evidence"
         self.files = install_custody(
-            root / "run", real_docker=str(fake), docker_host="unix:///tmp/fake.sock", run_label=LABEL,
+            root / "run",
+            real_docker=str(fake),
+            docker_host="unix:///tmp/fake.sock",
+            run_label=LABEL,
             limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
-            stop_file=root / "run" / "STOP", resource_root=root / "resources", min_free_bytes=0,
-            evidence_dir=self.evidence, agent_env_file=None, environ={},
-            dumps=TaskDumps(dumps_dir=self.dumps, short=SHORT, tasks=(TASK, OTHER), eval_bound_sec=eval_bound,
-                           eval_mounts=eval_mounts),
+            stop_file=root / "run" / "STOP",
+            resource_root=root / "resources",
+            min_free_bytes=0,
+            evidence_dir=self.evidence,
+            agent_env_file=None,
+            environ={},
+            dumps=TaskDumps(
+                dumps_dir=self.dumps,
+                short=SHORT,
+                tasks=(TASK, OTHER),
+                eval_bound_sec=eval_bound,
+                eval_mounts=eval_mounts,
+            ),
         )
         self.task_root = self.dumps / "openrouter_m" / f"SingleUserTurn-{TASK}"
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         env = {"PATH": os.environ["PATH"], "FAKE_TASK_ROOT": str(self.task_root)}
-        return subprocess.run([str(self.files.wrapper), *args], env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [str(self.files.wrapper), *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
 
     def calls(self) -> list[list[str]]:
         path = self.fake_dir / "calls.jsonl"
@@ -98,8 +112,19 @@ def bed(tmp_path):
 
 
 def test_an_agent_container_mounts_only_its_own_task_dump(bed):
-    done = bed.run("run", "-d", "--name", f"agent-{ID}", "-v", f"{bed.dumps}:/workspace/dumps",
-                   "-v", f"{bed.bench}/configs:/workspace/configs:ro", "img", "sleep", "7200")
+    done = bed.run(
+        "run",
+        "-d",
+        "--name",
+        f"agent-{ID}",
+        "-v",
+        f"{bed.dumps}:/workspace/dumps",
+        "-v",
+        f"{bed.bench}/configs:/workspace/configs:ro",
+        "img",
+        "sleep",
+        "7200",
+    )
     assert done.returncode == 0, done.stderr
     [argv] = [a for a in bed.calls() if a[0] == "run"]
     rel = f"openrouter_m/SingleUserTurn-{TASK}"
@@ -109,15 +134,18 @@ def test_an_agent_container_mounts_only_its_own_task_dump(bed):
     assert bed.task_root.is_dir() and not bed.task_root.is_symlink()
 
 
-@pytest.mark.parametrize("args", [
-    ["--name", f"pg-{ID}", "-v", "{dumps}:/workspace/dumps"],                 # not an agent or eval container
-    ["--name", f"agent-{ID}", "-v", "{dumps}/openrouter_m:/workspace/dumps"],  # a part of the folder
-    ["--name", f"agent-{ID}", "-v", "{dumps}:/elsewhere"],                     # the folder at another path
-    ["--name", f"agent-{ID}", "--volume={dumps}:/workspace/dumps:ro", "-v", "/tmp:/workspace/dumps/x"],
-    ["--name", f"agent-{ID}", "--mount", "type=bind,source={dumps},target=/workspace/dumps"],
-    ["--name", f"agent-{ID}", "--volumes-from", "agent-1-00000000"],
-    ["--name", f"agent-{ID}", "-dv", "{dumps}:/workspace/dumps"],             # a cluster hiding the mount
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--name", f"pg-{ID}", "-v", "{dumps}:/workspace/dumps"],  # not an agent or eval container
+        ["--name", f"agent-{ID}", "-v", "{dumps}/openrouter_m:/workspace/dumps"],  # a part of the folder
+        ["--name", f"agent-{ID}", "-v", "{dumps}:/elsewhere"],  # the folder at another path
+        ["--name", f"agent-{ID}", "--volume={dumps}:/workspace/dumps:ro", "-v", "/tmp:/workspace/dumps/x"],
+        ["--name", f"agent-{ID}", "--mount", "type=bind,source={dumps},target=/workspace/dumps"],
+        ["--name", f"agent-{ID}", "--volumes-from", "agent-1-00000000"],
+        ["--name", f"agent-{ID}", "-dv", "{dumps}:/workspace/dumps"],  # a cluster hiding the mount
+    ],
+)
 def test_any_other_mount_of_the_dumps_is_refused(bed, args):
     done = bed.run("run", "-d", *[a.format(dumps=bed.dumps) for a in args], "img", "true")
     assert done.returncode == shim.EXIT_REFUSED and "dump_mount_refused" in done.stderr
@@ -137,7 +165,9 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     assert bed.run("exec", f"agent-{ID}", "python3", "entry.py", "--task_dir", TASK, "--max_steps", "7").returncode == 0
     after = time.time()
     # The summary's bytes as the agent exec left them, held where no container reaches.
-    assert (bed.evidence / f"{ID}.agent_summary.json").read_bytes() == (bed.task_root / "ouroboros_summary.json").read_bytes()
+    assert (bed.evidence / f"{ID}.agent_summary.json").read_bytes() == (
+        bed.task_root / "ouroboros_summary.json"
+    ).read_bytes()
     done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval")
     assert done.returncode == 0, done.stderr
     exec_argv = [a for a in bed.calls() if a[0] == "exec" and f"eval-{ID}" in a][0]
@@ -146,8 +176,13 @@ def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
     # The agent exec's window as the host saw it: the eval phase's launch_time and times (issue 36).
     started, ended = float(env.pop("COWORK_AGENT_STARTED_AT")), float(env.pop("COWORK_AGENT_ENDED_AT"))
     assert before <= started <= ended <= after
-    assert env == {"COWORK_AGENT_CONTAINER_STATE": "absent", "COWORK_EVAL_ENTRY": "first",
-                   "COWORK_AGENT_SUMMARY_SHA256": held, "COWORK_EVAL_BOUND_SEC": "30.0", "COWORK_AGENT_MAX_STEPS": "7"}
+    assert env == {
+        "COWORK_AGENT_CONTAINER_STATE": "absent",
+        "COWORK_EVAL_ENTRY": "first",
+        "COWORK_AGENT_SUMMARY_SHA256": held,
+        "COWORK_EVAL_BOUND_SEC": "30.0",
+        "COWORK_AGENT_MAX_STEPS": "7",
+    }
     seal = read_seals(bed.bench.parent)[TASK].seal
     assert isinstance(seal, EvalSeal) and seal.runner_id == ID and seal.entry == "first" and not seal.hung
     assert [(e.name, e.kind) for e in seal.pre] == [("eval_res.json", "fifo")]
@@ -188,11 +223,19 @@ def test_tasks_sharing_the_runners_id_are_refused(tmp_path):
     first, second = _colliding_pair()
     with pytest.raises(Refusal, match="share the runner's container id"):
         install_custody(
-            tmp_path / "run", real_docker=sys.executable, docker_host="unix:///x", run_label=LABEL,
+            tmp_path / "run",
+            real_docker=sys.executable,
+            docker_host="unix:///x",
+            run_label=LABEL,
             limits=ContainerLimits(cpus=1, memory_bytes=256 * 1024 * 1024, pids_limit=64),
-            stop_file=tmp_path / "STOP", resource_root=tmp_path, min_free_bytes=0, evidence_dir=tmp_path / "e",
-            agent_env_file=None, environ={},
-            dumps=TaskDumps(dumps_dir=tmp_path, short="s/m", tasks=(first, second), eval_bound_sec=1.0))
+            stop_file=tmp_path / "STOP",
+            resource_root=tmp_path,
+            min_free_bytes=0,
+            evidence_dir=tmp_path / "e",
+            agent_env_file=None,
+            environ={},
+            dumps=TaskDumps(dumps_dir=tmp_path, short="s/m", tasks=(first, second), eval_bound_sec=1.0),
+        )
     assert not (tmp_path / "run").exists()
 
 

@@ -43,9 +43,11 @@ def test_a_wrapped_command_logs_everything_and_steps_on_its_step_lines(tmp_path)
     # most: a fixed 0.4 s could pass without a beat when the beat thread or the reader of the
     # command's output is not run in time on a loaded machine.
     shown = tmp_path / "beat-shown"
-    script = ("echo 'I: Retrieving Packages'; echo 'I: Unpacking libc6'; "
-              f"for _ in $(seq 300); do [ -e '{shown}' ] && break; sleep 0.1; done; "
-              "printf 'I: Configuring 10%%\\rI: Configuring base\\n'; sleep 0.3; echo 'noise'; exit 3")
+    script = (
+        "echo 'I: Retrieving Packages'; echo 'I: Unpacking libc6'; "
+        f"for _ in $(seq 300); do [ -e '{shown}' ] && break; sleep 0.1; done; "
+        "printf 'I: Configuring 10%%\\rI: Configuring base\\n'; sleep 0.3; echo 'noise'; exit 3"
+    )
     out = io.StringIO()
     done = threading.Event()
 
@@ -59,17 +61,27 @@ def test_a_wrapped_command_logs_everything_and_steps_on_its_step_lines(tmp_path)
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        code = run_logged("[testbed] debootstrap", ["bash", "-c", script], str(log),
-                          _re.compile(r"^I: (?!Unpacking)"), _re.compile(r"^I: Unpacking"), out, interval=0.1,
-                          first="warming up")
+        code = run_logged(
+            "[testbed] debootstrap",
+            ["bash", "-c", script],
+            str(log),
+            _re.compile(r"^I: (?!Unpacking)"),
+            _re.compile(r"^I: Unpacking"),
+            out,
+            interval=0.1,
+            first="warming up",
+        )
     finally:
         done.set()
         watcher.join(timeout=10)
     assert code == 3
-    assert log.read_bytes() == (b"I: Retrieving Packages\nI: Unpacking libc6\nI: Configuring 10%\rI: Configuring base\n"
-                                b"noise\n")
-    said = [_re.match(r"^\[\d\d:\d\d:\d\d\] \[testbed\] debootstrap: (.+) \(\d+m\d\ds in this step\)$", line).group(1)
-            for line in out.getvalue().splitlines()]
+    assert log.read_bytes() == (
+        b"I: Retrieving Packages\nI: Unpacking libc6\nI: Configuring 10%\rI: Configuring base\nnoise\n"
+    )
+    said = [
+        _re.match(r"^\[\d\d:\d\d:\d\d\] \[testbed\] debootstrap: (.+) \(\d+m\d\ds in this step\)$", line).group(1)
+        for line in out.getvalue().splitlines()
+    ]
     assert said[0] == "warming up"
     assert "I: Retrieving Packages - I: Unpacking libc6" in said  # a beat shows the detail
     assert "I: Unpacking libc6" not in said  # a detail is never a line of its own
@@ -82,7 +94,13 @@ def test_a_command_killed_by_a_signal_and_a_missing_command(tmp_path):
 
     from cowork_adapter.image.steplines import main, run_logged
 
-    code = run_logged("x", ["bash", "-c", "kill -TERM $$"], str(tmp_path / "a.log"), _re.compile("^Step"),
-                      stream=io.StringIO(), interval=5)
+    code = run_logged(
+        "x",
+        ["bash", "-c", "kill -TERM $$"],
+        str(tmp_path / "a.log"),
+        _re.compile("^Step"),
+        stream=io.StringIO(),
+        interval=5,
+    )
     assert code == 128 + 15
     assert main(["--what", "x", "--log", str(tmp_path / "b.log"), "--step", "^S", "--", "/nonexistent/cmd"]) == 127

@@ -58,7 +58,10 @@ class StubProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "server.py", "--host", "127.0.0.1", "--port", "0"],
-                cwd=self.seed, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.seed,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         if wait_port:
@@ -79,7 +82,9 @@ class StubProcess:
     def request(self, method: str, path: str, body=None, raw: bytes | None = None):
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+            f"http://127.0.0.1:{self.port}{path}",
+            data=data,
+            method=method,
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
         try:
@@ -120,9 +125,11 @@ class StubProcess:
     def settled(self, task_id: str, timeout: float = 20) -> dict:
         return self.wait_task(
             task_id,
-            lambda v: v.get("status") in ("completed", "failed", "cancelled")
-            and v.get("artifact_status") not in ("pending", "finalizing")
-            and v.get("cost_final") is True,
+            lambda v: (
+                v.get("status") in ("completed", "failed", "cancelled")
+                and v.get("artifact_status") not in ("pending", "finalizing")
+                and v.get("cost_final") is True
+            ),
             timeout,
         )
 
@@ -163,8 +170,11 @@ def base_settings(**overrides) -> dict:
 
 
 def plan(*steps: tuple[str, str], ending: str = "finish", answer: str = "done") -> dict:
-    return {"steps": [{"server": s, "tool": t, "arguments": {}} for s, t in steps],
-            "ending": ending, "final_answer": answer}
+    return {
+        "steps": [{"server": s, "tool": t, "arguments": {}} for s, t in steps],
+        "ending": ending,
+        "final_answer": answer,
+    }
 
 
 # ---- fixtures ------------------------------------------------------------------------------------
@@ -191,16 +201,20 @@ def spawn(seed, tmp_path):
 
 @pytest.fixture(scope="module")
 def ready_stub(seed, tmp_path_factory):
-    stub = StubProcess(seed, tmp_path_factory.mktemp("ready"), base_settings(
-        OUROBOROS_MAX_ROUNDS=2,
-        STUB_EXTRA_PLANS={
-            "two": plan(("nowhere", "a"), ("nowhere", "b")),
-            "over": plan(("nowhere", "a"), ("nowhere", "b"), ("nowhere", "c")),
-            "spin": plan(ending="round_limit"),
-            "boom": plan(("nowhere", "a"), ending="provider_error"),
-            "hang": plan(ending="hang"),
-        },
-    ))
+    stub = StubProcess(
+        seed,
+        tmp_path_factory.mktemp("ready"),
+        base_settings(
+            OUROBOROS_MAX_ROUNDS=2,
+            STUB_EXTRA_PLANS={
+                "two": plan(("nowhere", "a"), ("nowhere", "b")),
+                "over": plan(("nowhere", "a"), ("nowhere", "b"), ("nowhere", "c")),
+                "spin": plan(ending="round_limit"),
+                "boom": plan(("nowhere", "a"), ending="provider_error"),
+                "hang": plan(ending="hang"),
+            },
+        ),
+    )
     stub.start()
     assert stub.wait_ready()["supervisor_ready"], stub.log()
     yield stub
@@ -212,16 +226,19 @@ def seed_modules(seed):
     """The seed's own pure modules, imported from the built seed (policy.py included)."""
     sys.path.insert(0, str(seed))
     try:
-        yield {name: importlib.import_module(f"stub_ouroboros.{name}")
-               for name in ("outcomes", "accounting", "naming", "settings", "workspace", "admission")}
+        yield {
+            name: importlib.import_module(f"stub_ouroboros.{name}")
+            for name in ("outcomes", "accounting", "naming", "settings", "workspace", "admission")
+        }
     finally:
         sys.path.remove(str(seed))
 
 
 # ---- the seed repository ---------------------------------------------------------------------------
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=True, timeout=30).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
 
 
 def test_seed_sha_is_deterministic_clean_and_carries_the_policy(tmp_path, seed):
@@ -323,10 +340,12 @@ def test_create_503_fault(spawn):
 
 
 def test_exit_mid_task_fault_leaves_a_running_record(spawn):
-    stub = spawn(base_settings(
-        STUB_EXIT_MID_TASK=True,
-        STUB_EXTRA_PLANS={"three": plan(("nowhere", "a"), ("nowhere", "b"), ("nowhere", "c"))},
-    ))
+    stub = spawn(
+        base_settings(
+            STUB_EXIT_MID_TASK=True,
+            STUB_EXTRA_PLANS={"three": plan(("nowhere", "a"), ("nowhere", "b"), ("nowhere", "c"))},
+        )
+    )
     stub.wait_ready()
     task = stub.submit("[demo-policy: three]")
     assert stub.proc.wait(timeout=15) == 86
@@ -363,14 +382,12 @@ VALIDATION_CASES = [
     ("bad id too long", {"description": "x", "task_id": "a" * 129}, 400, "invalid task_id"),
     ("bad id type", {"description": "x", "task_id": 7}, 400, "invalid task_id"),
     ("memory mode", {"description": "x", "memory_mode": "bogus"}, 400, "memory_mode"),
-    ("shared with workspace", {"description": "x", "memory_mode": "shared", "workspace_root": "{ws}"},
-     400, "shared"),
+    ("shared with workspace", {"description": "x", "memory_mode": "shared", "workspace_root": "{ws}"}, 400, "shared"),
     ("relative workspace", {"description": "x", "workspace_root": "rel/dir"}, 400, "absolute"),
     ("missing workspace", {"description": "x", "workspace_root": "{ws}/nope"}, 400, "does not exist"),
     ("workspace is data dir", {"description": "x", "workspace_root": "{data}"}, 400, "overlap"),
     ("subagent role", {"description": "x", "delegation_role": "subagent"}, 400, "subagent"),
-    ("subagent in metadata", {"description": "x", "metadata": {"delegation_role": "subagent"}},
-     400, "subagent"),
+    ("subagent in metadata", {"description": "x", "metadata": {"delegation_role": "subagent"}}, 400, "subagent"),
     ("parent id", {"description": "x", "parent_task_id": "p1"}, 400, "parent_task_id"),
     ("metadata not object", {"description": "x", "metadata": []}, 400, "metadata"),
     ("metadata project", {"description": "x", "metadata": {"project_id": "p"}}, 400, "project_id"),
@@ -381,8 +398,7 @@ VALIDATION_CASES = [
 ]
 
 
-@pytest.mark.parametrize("body,status,needle", [c[1:] for c in VALIDATION_CASES],
-                         ids=[c[0] for c in VALIDATION_CASES])
+@pytest.mark.parametrize("body,status,needle", [c[1:] for c in VALIDATION_CASES], ids=[c[0] for c in VALIDATION_CASES])
 def test_create_validation(ready_stub, tmp_path, body, status, needle):
     def fill(value):
         if isinstance(value, str):
@@ -413,7 +429,9 @@ def test_get_and_cancel_errors(ready_stub):
     assert ready_stub.post(f"/api/tasks/{task}/cancel", {"cascade": "yes"})[0] == 400
     assert ready_stub.post(f"/api/tasks/{task}/cancel", {"stop_policy": "later"})[0] == 400
     assert ready_stub.post(f"/api/tasks/{task}/cancel", {"cascade": True}) == (
-        200, {"ok": True, "task_id": task, "cascade": True})
+        200,
+        {"ok": True, "task_id": task, "cascade": True},
+    )
 
 
 def test_create_reply_record_duplicate_and_queue(spawn, tmp_path):
@@ -423,9 +441,17 @@ def test_create_reply_record_duplicate_and_queue(spawn, tmp_path):
     stub.wait_task(blocker, lambda v: v["status"] == "running")
     (tmp_path / "ws").mkdir()
     before = datetime.now(UTC)
-    status, reply = stub.post("/api/tasks", {
-        "description": "queued", "task_id": "Job-1.a", "workspace_root": str(tmp_path / "ws"),
-        "memory_mode": "empty", "timeout_sec": 120, "metadata": {"source": "t", "root_task_id": "no"}})
+    status, reply = stub.post(
+        "/api/tasks",
+        {
+            "description": "queued",
+            "task_id": "Job-1.a",
+            "workspace_root": str(tmp_path / "ws"),
+            "memory_mode": "empty",
+            "timeout_sec": 120,
+            "metadata": {"source": "t", "root_task_id": "no"},
+        },
+    )
     assert (status, reply) == (200, {"ok": True, "task_id": "Job-1.a", "status": "scheduled"})
     record = json.loads((stub.data / "task_results" / "Job-1.a.json").read_text())
     assert record["status"] == "scheduled" and record["artifact_status"] == "pending"
@@ -447,8 +473,12 @@ def test_create_reply_record_duplicate_and_queue(spawn, tmp_path):
 
 # ---- endings ------------------------------------------------------------------------------------------
 def ending_of(view: dict) -> tuple:
-    return (view["status"], view["reason_code"], view["outcome_axes"]["execution"]["status"],
-            view["outcome_axes"]["execution"]["reason_code"])
+    return (
+        view["status"],
+        view["reason_code"],
+        view["outcome_axes"]["execution"]["status"],
+        view["outcome_axes"]["execution"]["reason_code"],
+    )
 
 
 @pytest.mark.parametrize(
@@ -505,10 +535,13 @@ def test_budget_and_deadline_rails(spawn):
     # is at least its 1 s pace, so the second cannot end before 1.9 s, and the first has 0.9 s for
     # its worker to start and its bookkeeping. With 0.3 s rounds and 0.45 s that was 0.15 s, which a
     # loaded machine overran: the deadline then stopped the task after one round.
-    stub = spawn(base_settings(
-        STUB_SECONDS_PER_ROUND=1.0, OUROBOROS_PER_TASK_COST_USD=0.0025,
-        STUB_EXTRA_PLANS={"long": plan(*[("nowhere", f"t{i}") for i in range(10)])},
-    ))
+    stub = spawn(
+        base_settings(
+            STUB_SECONDS_PER_ROUND=1.0,
+            OUROBOROS_PER_TASK_COST_USD=0.0025,
+            STUB_EXTRA_PLANS={"long": plan(*[("nowhere", f"t{i}") for i in range(10)])},
+        )
+    )
     stub.wait_ready()
     spender = stub.submit("[demo-policy: long]")
     late = stub.submit("[demo-policy: long]", timeout_sec=1.9)
@@ -547,14 +580,22 @@ def test_finalize_then_cancel_is_202_then_cancelled(ready_stub):
 # ---- pure pieces of the seed ---------------------------------------------------------------------------
 def test_outcome_table_and_status_monotonicity(seed_modules):
     outcomes = seed_modules["outcomes"]
-    table = {r: (outcomes.terminal_fields(r)["status"],
-                 outcomes.outcome_axes({"status": outcomes.terminal_fields(r)["status"],
-                                        "reason_code": r})["execution"]["status"])
-             for r in outcomes.ENDINGS}
+    table = {
+        r: (
+            outcomes.terminal_fields(r)["status"],
+            outcomes.outcome_axes({"status": outcomes.terminal_fields(r)["status"], "reason_code": r})["execution"][
+                "status"
+            ],
+        )
+        for r in outcomes.ENDINGS
+    }
     assert table == {
-        "final_message": ("completed", "ok"), "round_limit": ("completed", "best_effort"),
-        "budget_exhausted": ("completed", "best_effort"), "deadline_local": ("completed", "best_effort"),
-        "llm_api_error": ("failed", "infra_failed"), "task_exception": ("failed", "failed"),
+        "final_message": ("completed", "ok"),
+        "round_limit": ("completed", "best_effort"),
+        "budget_exhausted": ("completed", "best_effort"),
+        "deadline_local": ("completed", "best_effort"),
+        "llm_api_error": ("failed", "infra_failed"),
+        "task_exception": ("failed", "failed"),
         "cancelled": ("cancelled", "cancelled"),
     }
     accepts = outcomes.accepts_write
@@ -585,12 +626,16 @@ def test_settings_precedence_and_mcp_rows(seed_modules):
         {"OUROBOROS_MODEL": "env", "OPENROUTER_API_KEY": "k", "UNRELATED": "x", "STUB_NEVER_READY": "1"},
     )
     assert merged == {"OUROBOROS_MODEL": "file", "OPENROUTER_API_KEY": "k", "STUB_NEVER_READY": "1"}
-    rows = settings.parse_mcp_servers(json.dumps([
-        {"id": "a", "name": "a", "enabled": True, "url": "http://127.0.0.1:1/servers/a/mcp"},
-        {"id": "a", "name": "dup", "enabled": True, "url": "http://127.0.0.1:1/x"},
-        {"id": "b", "name": "b", "url": "http://127.0.0.1:1/servers/b/mcp"},  # enabled defaults false
-        {"id": "c", "name": "c", "enabled": True, "url": "file:///etc/passwd"},
-    ]))
+    rows = settings.parse_mcp_servers(
+        json.dumps(
+            [
+                {"id": "a", "name": "a", "enabled": True, "url": "http://127.0.0.1:1/servers/a/mcp"},
+                {"id": "a", "name": "dup", "enabled": True, "url": "http://127.0.0.1:1/x"},
+                {"id": "b", "name": "b", "url": "http://127.0.0.1:1/servers/b/mcp"},  # enabled defaults false
+                {"id": "c", "name": "c", "enabled": True, "url": "file:///etc/passwd"},
+            ]
+        )
+    )
     assert [r["name"] for r in rows] == ["a"]
     config = settings.config_from_settings({"OPENAI_COMPATIBLE_API_KEY": "k2", "STUB_EXIT_MID_TASK": "true"})
     assert config.supervisor_error() is None and config.exit_mid_task == 1
@@ -616,8 +661,11 @@ def test_a_compatible_base_url_gets_one_real_request_per_round(spawn):
 
     endpoint = ChatStandin(cost_per_request=0.125).start()
     try:
-        settings = base_settings(OPENAI_COMPATIBLE_BASE_URL=endpoint.base_url, OPENAI_COMPATIBLE_API_KEY="tok-1",
-                                 OUROBOROS_MODEL="openai-compatible::demo-stub-model")
+        settings = base_settings(
+            OPENAI_COMPATIBLE_BASE_URL=endpoint.base_url,
+            OPENAI_COMPATIBLE_API_KEY="tok-1",
+            OUROBOROS_MODEL="openai-compatible::demo-stub-model",
+        )
         del settings["OPENROUTER_API_KEY"]
         stub = spawn(settings)
         assert stub.wait_ready()["supervisor_ready"]
@@ -629,7 +677,8 @@ def test_a_compatible_base_url_gets_one_real_request_per_round(spawn):
         assert {s["auth_sha256"] for s in served} == {hashlib.sha256(b"Bearer tok-1").hexdigest()}
         assert {s["model"] for s in served} == {"demo-stub-model"}  # the routing prefix is not sent
         assert [(u["prompt_tokens"], u["completion_tokens"], u["cost"]) for u in usage] == [
-            (s["prompt_tokens"], s["completion_tokens"], 0.125) for s in served]
+            (s["prompt_tokens"], s["completion_tokens"], 0.125) for s in served
+        ]
     finally:
         endpoint.stop()
     refused = spawn(base_settings(OPENAI_COMPATIBLE_BASE_URL="http://127.0.0.1:9/v1"), name="refused")

@@ -69,15 +69,27 @@ def proxy(tmp_path):
     script = tmp_path / "counter_server.py"
     script.write_text(COUNTER_SERVER)
     config = tmp_path / "mcp_proxy.json"
-    config.write_text(json.dumps(
-        {"mcpServers": {"counter": {"command": sys.executable, "args": [str(script)], "env": {}}}}
-    ))
+    config.write_text(
+        json.dumps({"mcpServers": {"counter": {"command": sys.executable, "args": [str(script)], "env": {}}}})
+    )
     port = free_port()
     with open(tmp_path / "mcp_proxy.log", "wb") as log:  # the child has its own copy of the descriptor
         proc = subprocess.Popen(
-            [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port), "--stateless",
-             "--pass-environment", "--named-server-config", str(config)],
-            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(MCP_PROXY),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--stateless",
+                "--pass-environment",
+                "--named-server-config",
+                str(config),
+            ],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 30
@@ -104,13 +116,22 @@ def proxy(tmp_path):
 
 def test_counter_state_persists_through_the_proxy_across_fresh_sessions(seed, proxy, tmp_path):  # noqa: F811
     steps = [{"server": "counter", "tool": "increment", "arguments": {}}] * 3
-    steps += [{"server": "counter", "tool": "fail", "arguments": {}},
-              {"server": "counter", "tool": "get", "arguments": {}}]
+    steps += [
+        {"server": "counter", "tool": "fail", "arguments": {}},
+        {"server": "counter", "tool": "get", "arguments": {}},
+    ]
     settings = base_settings(
         MCP_ENABLED=True,
         MCP_TOOL_TIMEOUT_SEC=30,
-        MCP_SERVERS=[{"id": "counter", "name": "counter", "enabled": True,
-                      "transport": "streamable_http", "url": f"{proxy}/servers/counter/mcp"}],
+        MCP_SERVERS=[
+            {
+                "id": "counter",
+                "name": "counter",
+                "enabled": True,
+                "transport": "streamable_http",
+                "url": f"{proxy}/servers/counter/mcp",
+            }
+        ],
         STUB_EXTRA_PLANS={"count3": {"steps": steps, "ending": "finish", "final_answer": "3"}},
     )
     workspace = tmp_path / "ws"
@@ -119,8 +140,9 @@ def test_counter_state_persists_through_the_proxy_across_fresh_sessions(seed, pr
     try:
         stub.start()
         assert stub.wait_ready()["supervisor_ready"], stub.log()
-        task = stub.submit("Count please. [demo-policy: count3]", workspace_root=str(workspace),
-                           memory_mode="empty", timeout_sec=120)
+        task = stub.submit(
+            "Count please. [demo-policy: count3]", workspace_root=str(workspace), memory_mode="empty", timeout_sec=120
+        )
         view = stub.settled(task, timeout=90)
     finally:
         stub.stop()

@@ -130,8 +130,7 @@ def test_slow_publish_that_uses_up_the_bound_stops(tmp_path):
     def publish(live):
         clock["offset"] = 31.0  # as if the ledger write took 31 s
 
-    sup = make(tmp_path, LONG_RUNNER, FakeMeter(), publish=publish,
-               clock=lambda: time.monotonic() + clock["offset"])
+    sup = make(tmp_path, LONG_RUNNER, FakeMeter(), publish=publish, clock=lambda: time.monotonic() + clock["offset"])
 
     class AnchorNow(FakeMeter):
         def observe(self, deadline):
@@ -177,11 +176,25 @@ def test_the_supervisor_polls_at_the_cadence_the_manifest_records(tmp_path):
 
     (tmp_path / "seed").mkdir()
     (tmp_path / "bench").mkdir()
-    cfg = RunConfig.from_flags(repo_dir=tmp_path / "seed", bench_root=tmp_path / "bench", docker_host="unix:///d",
-                               run_root=tmp_path / "runs" / "r", dry_run=True)
-    supervisor = Supervisor(runner_argv=["true"], runner_env={}, runner_cwd=tmp_path, console_log=tmp_path / "c.log",
-                            stop_file=tmp_path / "stop", blindness_sec=30.0, meter=None, disk_check=lambda: None,
-                            publish=lambda live: None, on_event=lambda kind, data: None)
+    cfg = RunConfig.from_flags(
+        repo_dir=tmp_path / "seed",
+        bench_root=tmp_path / "bench",
+        docker_host="unix:///d",
+        run_root=tmp_path / "runs" / "r",
+        dry_run=True,
+    )
+    supervisor = Supervisor(
+        runner_argv=["true"],
+        runner_env={},
+        runner_cwd=tmp_path,
+        console_log=tmp_path / "c.log",
+        stop_file=tmp_path / "stop",
+        blindness_sec=30.0,
+        meter=None,
+        disk_check=lambda: None,
+        publish=lambda live: None,
+        on_event=lambda kind, data: None,
+    )
     recorded = budget_record(cfg).meter
     assert supervisor.poll_sec == recorded.poll_sec == 15.0
     assert recorded.read_slice_sec == 5.0
@@ -226,8 +239,14 @@ def test_runner_trap_path_leaves_the_removal_to_the_runner(tmp_path):
     removal = Removal(tmp_path / "stop")
     # A grace well past the trap's 1.5 s: with 2 s, the trap's own sleep and touch (two processes
     # to start on a loaded machine) had 0.5 s, and a trap SIGKILLed short of its file failed the test.
-    sup = make(tmp_path, slow_trap_runner(tmp_path), FakeMeter(decision_after=1), remove_labelled=removal,
-               stop_path=StopPath.RUNNER_TRAP, group_grace_sec=10.0)
+    sup = make(
+        tmp_path,
+        slow_trap_runner(tmp_path),
+        FakeMeter(decision_after=1),
+        remove_labelled=removal,
+        stop_path=StopPath.RUNNER_TRAP,
+        group_grace_sec=10.0,
+    )
     started = time.monotonic()
     result = sup.run(time.monotonic())
     assert result.stop_reason == StopReason.RUN_BUDGET
@@ -262,8 +281,7 @@ def test_a_signal_during_a_meter_read_stops_without_a_disk_check_or_publish(tmp_
                 sup.request_stop(StopReason.STOP_REQUESTED)  # as a SIGTERM handler would, mid-read
             return time.monotonic(), None
 
-    sup = make(tmp_path, LONG_RUNNER, SlowRead(), publish=published.append,
-               disk_check=lambda: checked.append(1))
+    sup = make(tmp_path, LONG_RUNNER, SlowRead(), publish=published.append, disk_check=lambda: checked.append(1))
     assert sup.run(time.monotonic()).stop_reason == StopReason.STOP_REQUESTED
     assert len(published) == 1 and len(checked) == 1  # the first turn's only
 

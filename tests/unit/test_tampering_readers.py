@@ -38,8 +38,13 @@ SPARSE_BYTES = 10 << 30
 
 def _cli(*args: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
     """`cowork-adapter ARGS` in a subprocess (a hang fails the test through TimeoutExpired)."""
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _set_tampering(root: Path, flags: dict[str, list[dict[str, str]] | None]) -> None:
@@ -68,7 +73,9 @@ def test_every_kind_is_counted_with_its_tasks_and_old_rows_are_not_checked() -> 
     assert counts.tasks_by_kind["unsafe_entry"] == ["a", "b"] and counts.tasks_by_kind["eval_hung"] == ["a"]
     sentence = counts_sentence(counts)
     assert sentence.startswith(f"The ledger flags {len(KINDS) + 2} tampering findings in 2 tasks (")
-    assert "unsafe_entry 3" in sentence and sentence.endswith("1 task was not checked (ledger rows written before the check).")
+    assert "unsafe_entry 3" in sentence and sentence.endswith(
+        "1 task was not checked (ledger rows written before the check)."
+    )
 
 
 def test_zero_findings_is_said_and_nothing_checked_is_not_called_clean() -> None:
@@ -76,8 +83,9 @@ def test_zero_findings_is_said_and_nothing_checked_is_not_called_clean() -> None
     assert clean.findings == 0 and set(clean.by_kind) == set(KINDS) and not any(clean.by_kind.values())
     assert counts_sentence(clean) == "The ledger shows zero tampering findings: none was seen in the 2 tasks checked."
     old = count_tampering([("a", None)])
-    assert counts_sentence(old) == ("The ledger holds no task checked for tampering. 1 task was not checked "
-                                    "(ledger rows written before the check).")
+    assert counts_sentence(old) == (
+        "The ledger holds no task checked for tampering. 1 task was not checked (ledger rows written before the check)."
+    )
 
 
 # ---------------------------------------------------------------- the report and status from rows
@@ -88,9 +96,16 @@ def _flagged_run(root: Path) -> list[str]:
     clean, one row written before the check, one never attempted (clean)."""
     tasks = ["t-all", "t-two", "t-clean", "t-old", "t-none"]
     synth.ledger_run(root, tasks, {"t-all": "pass", "t-two": "fail", "t-clean": "pass", "t-old": "fail"})
-    _set_tampering(root, {"t-all": [_flag(k, f"detail of {k}") for k in KINDS],
-                          "t-two": [_flag("unsafe_entry", "eval_res.json: fifo"), _flag("unsafe_entry", "x: symlink")],
-                          "t-clean": [], "t-old": None, "t-none": []})
+    _set_tampering(
+        root,
+        {
+            "t-all": [_flag(k, f"detail of {k}") for k in KINDS],
+            "t-two": [_flag("unsafe_entry", "eval_res.json: fifo"), _flag("unsafe_entry", "x: symlink")],
+            "t-clean": [],
+            "t-old": None,
+            "t-none": [],
+        },
+    )
     return tasks
 
 
@@ -219,10 +234,12 @@ def _plant_records(root: Path) -> dict[str, str]:
     (planted / "ouroboros" / "eval_res.json").write_text('{"pass": true}')
     (dumps / synth.SHORT_NAME / "eval_res.json").write_text('{"pass": true}')
     (dumps / "stray").symlink_to("/etc")
-    return {"bench/dumps/" + synth.SHORT_NAME + "/SingleUserTurn-planted/planted-eval_res.json": "planted_before_eval",
-            "bench/dumps/" + synth.SHORT_NAME + "/SingleUserTurn-planted/ouroboros/eval_res.json": "outside_own_dump",
-            "bench/dumps/" + synth.SHORT_NAME + "/eval_res.json": "outside_own_dump",
-            "bench/dumps/stray": "unsafe_entry"}
+    return {
+        "bench/dumps/" + synth.SHORT_NAME + "/SingleUserTurn-planted/planted-eval_res.json": "planted_before_eval",
+        "bench/dumps/" + synth.SHORT_NAME + "/SingleUserTurn-planted/ouroboros/eval_res.json": "outside_own_dump",
+        "bench/dumps/" + synth.SHORT_NAME + "/eval_res.json": "outside_own_dump",
+        "bench/dumps/stray": "unsafe_entry",
+    }
 
 
 def test_the_audit_flags_every_hostile_entry_and_reads_none_in_a_subprocess(tmp_path: Path) -> None:
@@ -236,8 +253,9 @@ def test_the_audit_flags_every_hostile_entry_and_reads_none_in_a_subprocess(tmp_
     text = out.read_text()
     assert marker not in text and marker not in done.stdout and marker not in done.stderr
     audit = json.loads(text)
-    seen = {t["file"]: t["detail"] for task in audit["tasks"] for t in task["tampering_seen"]
-            if t["kind"] == "unsafe_entry"}
+    seen = {
+        t["file"]: t["detail"] for task in audit["tasks"] for t in task["tampering_seen"] if t["kind"] == "unsafe_entry"
+    }
     gaps = {g["file"]: g["detail"] for task in audit["tasks"] for g in task["gaps"] if g["reason"] == "unsafe_entry"}
     for file, kind in expect.items():
         assert seen.get(file) == kind, (file, kind, seen)
@@ -255,7 +273,8 @@ def test_the_audit_flags_every_hostile_entry_and_reads_none_in_a_subprocess(tmp_
     assert by_task["linked-dump"]["activity"]["tool_calls"] == 0  # the linked folder's log was never read
     seen_counts = audit["tampering"]["seen"]
     assert seen_counts["by_kind"]["unsafe_entry"] == sum(
-        len([t for t in task["tampering_seen"] if t["kind"] == "unsafe_entry"]) for task in audit["tasks"])
+        len([t for t in task["tampering_seen"] if t["kind"] == "unsafe_entry"]) for task in audit["tasks"]
+    )
     assert seen_counts["by_kind"]["planted_before_eval"] == 1
     assert took < COMMAND_TIMEOUT
 
@@ -272,7 +291,9 @@ def test_report_and_status_over_a_hostile_run_end_and_show_the_audits_flags(tmp_
     texts = [p.read_text() for p in out.iterdir()] + [done.stdout, done.stderr, status.stdout, status.stderr]
     assert all(marker not in text for text in texts)
     report = json.loads((out / "report.json").read_text())
-    assert report["tampering"]["by_kind"]["unsafe_entry"] == 1 and report["tampering"]["tasks_with_findings"] == ["fifo"]
+    assert report["tampering"]["by_kind"]["unsafe_entry"] == 1 and report["tampering"]["tasks_with_findings"] == [
+        "fifo"
+    ]
     seen = report["tampering"]["audit_seen"]
     assert seen["by_kind"]["unsafe_entry"] == len(expect)
     assert set(seen["tasks_by_kind"]["unsafe_entry"]) == {"fifo", "sparse", "devzero", "marker", "linked-dump"}
@@ -290,9 +311,23 @@ def test_sigterm_ends_an_audit_while_it_reads_a_large_log(tmp_path: Path) -> Non
     synth.ledger_run(root, ["big"], {"big": "pass"})
     with open(synth.dump_dir(root, "big") / "ouroboros" / "events.jsonl", "wb") as fh:
         fh.truncate(LOG_CAP_BYTES - 1)
-    proc = subprocess.Popen([sys.executable, "-m", "cowork_adapter", "audit", "--run-dir", str(root),
-                             "--output", str(tmp_path / "audit.json"), "--workers", "1"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "audit",
+            "--run-dir",
+            str(root),
+            "--output",
+            str(tmp_path / "audit.json"),
+            "--workers",
+            "1",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + COMMAND_TIMEOUT
         while _bytes_read(proc.pid) < (256 << 20) and proc.poll() is None and time.monotonic() < deadline:
@@ -338,8 +373,13 @@ else:  # the launcher's live refresh, as its refresher thread runs it
 @pytest.mark.parametrize("reader", ["clear", "progress"])
 def test_the_ledger_rebuild_of_clear_and_the_launchers_refresh_end_and_flag(tmp_path: Path, reader: str) -> None:
     root, marker, _ = _hostile_run(tmp_path)
-    done = subprocess.run([sys.executable, "-c", _REBUILD, str(root), reader], capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", _REBUILD, str(root), reader],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     ledger = (root / "result_index.jsonl").read_text()
     assert marker not in ledger and marker not in done.stdout and marker not in done.stderr
@@ -361,8 +401,14 @@ def test_qualify_reads_the_receipt_it_names_without_following_a_link_or_blocking
     dump.mkdir(parents=True)
 
     def row(receipt: Path) -> TaskRow:
-        return TaskRow(ts="2026-01-01T00:00:00Z", instance_id="t", status="failed", reason_code="r",
-                       official_eval_status="completed", official_receipt=OfficialReceipt(path=str(receipt), pass_=False))
+        return TaskRow(
+            ts="2026-01-01T00:00:00Z",
+            instance_id="t",
+            status="failed",
+            reason_code="r",
+            official_eval_status="completed",
+            official_receipt=OfficialReceipt(path=str(receipt), pass_=False),
+        )
 
     honest = dump / "receipt-honest.json"
     honest.write_text(json.dumps({"returned": {"pass": False, "failure": "[FAIL] x"}}))
@@ -407,14 +453,22 @@ def test_an_audit_written_before_it_looked_for_tampering_is_not_checked_never_cl
     path.write_text(json.dumps(old))
     seen = make_report([root], 1)["tampering"]["audit_seen"]
     assert seen["findings"] == 0 and seen["tasks_checked"] == 0 and len(seen["tasks_not_checked"]) == 5
-    assert seen["sentence"] == ("The audit of the dumps holds no task checked for tampering. 5 tasks were not "
-                                "checked (audited before the audit looked for tampering).")
+    assert seen["sentence"] == (
+        "The audit of the dumps holds no task checked for tampering. 5 tasks were not "
+        "checked (audited before the audit looked for tampering)."
+    )
 
 
-@pytest.mark.parametrize("path, folder", [
-    ("/r/bench/dumps/s/SingleUserTurn-x/ouroboros/events.jsonl", "/r/bench/dumps"),
-    ("/r/dumps/bench/dumps/s/SingleUserTurn-x", "/r/dumps/bench/dumps"),  # the nearest one
-    ("/r/bench/dumps", None), ("/r/result_index.jsonl", None), ("dumps/s/x", "dumps")])
+@pytest.mark.parametrize(
+    "path, folder",
+    [
+        ("/r/bench/dumps/s/SingleUserTurn-x/ouroboros/events.jsonl", "/r/bench/dumps"),
+        ("/r/dumps/bench/dumps/s/SingleUserTurn-x", "/r/dumps/bench/dumps"),  # the nearest one
+        ("/r/bench/dumps", None),
+        ("/r/result_index.jsonl", None),
+        ("dumps/s/x", "dumps"),
+    ],
+)
 def test_the_trusted_folder_of_a_dump_path_is_its_nearest_dumps_folder(path: str, folder: str | None) -> None:
     from cowork_adapter.runroot.dumps import dumps_folder_of
 

@@ -25,20 +25,32 @@ from cowork_adapter.vocab import TamperKind
 SEED = settings(max_examples=300, derandomize=True, deadline=None)
 names = st.text(st.characters(codec="utf-8", exclude_characters="\x00:"), min_size=1, max_size=12)
 digests = st.text("0123456789abcdef", min_size=4, max_size=4)
-object_keys = st.tuples(st.sampled_from((*CODE_KINDS, "relation", "schema", "role")), names).map(lambda kv: f"{kv[0]}:s.{kv[1]}")
+object_keys = st.tuples(st.sampled_from((*CODE_KINDS, "relation", "schema", "role")), names).map(
+    lambda kv: f"{kv[0]}:s.{kv[1]}"
+)
 objects = st.dictionaries(object_keys, st.one_of(st.none(), digests), max_size=8)
 settings_maps = st.dictionaries(st.text(min_size=1, max_size=10).map(lambda n: "db_role:" + n), digests, max_size=4)
 
 
 def snap(objects=None, settings=None, tables=None, error=None) -> Snapshot:
-    return Snapshot(taken_at=1.0, error=error, database="cowork_gym", objects=objects or {},
-                    settings=settings or {}, tables=tables or {}, builtin={"pg_proc": "x"})
+    return Snapshot(
+        taken_at=1.0,
+        error=error,
+        database="cowork_gym",
+        objects=objects or {},
+        settings=settings or {},
+        tables=tables or {},
+        builtin={"pg_proc": "x"},
+    )
 
 
 def run(before: Snapshot, after: Snapshot, left: dict | None = None):
     base = TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=before)
-    ev = TaskDbEval(runner_id="1-a", reset=ResetReport(started_at=1.0, settings_before=left if left is not None else after.settings),
-                    after=after)
+    ev = TaskDbEval(
+        runner_id="1-a",
+        reset=ResetReport(started_at=1.0, settings_before=left if left is not None else after.settings),
+        after=after,
+    )
     return compare(base, ev)
 
 
@@ -53,7 +65,9 @@ def test_an_unchanged_database_is_never_flagged(objs, sets):
 @given(objects, objects)
 def test_every_code_object_added_removed_or_redefined_is_named(before, after):
     diff = run(snap(before), snap(after))
-    changed = {k for k in set(before) | set(after) if before.get(k, "∅") != after.get(k, "∅") and k.split(":")[0] in CODE_KINDS}
+    changed = {
+        k for k in set(before) | set(after) if before.get(k, "∅") != after.get(k, "∅") and k.split(":")[0] in CODE_KINDS
+    }
     named = "\n".join(diff.code)
     assert all(k in named for k in changed)
     kinds = {f.kind for f in findings(diff)}
@@ -76,8 +90,10 @@ rows = st.dictionaries(digests, digests, max_size=30)
 @SEED
 @given(rows, rows)
 def test_keyed_rows_added_changed_removed_add_up(before, after):
-    [diff] = table_changes({"s.t": TableState(rows=len(before), digest=str(sorted(before.items())), keyed=True, row_hashes=before)},
-                           {"s.t": TableState(rows=len(after), digest=str(sorted(after.items())), keyed=True, row_hashes=after)}) or [None]
+    [diff] = table_changes(
+        {"s.t": TableState(rows=len(before), digest=str(sorted(before.items())), keyed=True, row_hashes=before)},
+        {"s.t": TableState(rows=len(after), digest=str(sorted(after.items())), keyed=True, row_hashes=after)},
+    ) or [None]
     if before == after:
         assert diff is None
         return
@@ -91,6 +107,7 @@ def test_keyed_rows_added_changed_removed_add_up(before, after):
 def test_unkeyed_rows_are_a_multiset_in_any_order(before, after):
     def state(hs):
         return TableState(rows=len(hs), digest=str(sorted(hs)), row_hashes=sorted(hs))
+
     out = table_changes({"s.t": state(before)}, {"s.t": state(list(reversed(after)))})
     if Counter(before) == Counter(after):
         assert out == []
@@ -106,12 +123,22 @@ def test_past_the_row_bound_only_counts_and_the_digest_are_compared():
 
 def test_a_view_where_a_table_stood_and_a_shadowing_table_are_code():
     before = snap({"relation:crm.notes": "r|false|false", "role:eigent": "true"})
-    after = snap({"relation:crm.notes": "v|false|false", "relation:eigent.notes": "r|false|false",
-                  "relation:public.notes": "r|false|false", "relation:hr.notes": "r|false|false", "role:eigent": "true"})
+    after = snap(
+        {
+            "relation:crm.notes": "v|false|false",
+            "relation:eigent.notes": "r|false|false",
+            "relation:public.notes": "r|false|false",
+            "relation:hr.notes": "r|false|false",
+            "role:eigent": "true",
+        }
+    )
     diff = run(before, after)
     # eigent (the "$user" of the default search_path) and public come before crm on it; hr does not.
-    assert diff.code == ["relation:crm.notes kind r -> v", "added relation:eigent.notes shadowing a relation of the same name",
-                         "added relation:public.notes shadowing a relation of the same name"]
+    assert diff.code == [
+        "relation:crm.notes kind r -> v",
+        "added relation:eigent.notes shadowing a relation of the same name",
+        "added relation:public.notes shadowing a relation of the same name",
+    ]
 
 
 def test_what_cannot_be_cleared_is_unchecked_never_clean():
@@ -119,17 +146,42 @@ def test_what_cannot_be_cleared_is_unchecked_never_clean():
     cases = [
         (None, TaskDbEval(runner_id="1-a", after=ok)),
         (TaskDbBaseline(runner_id="1-a", when="no_marker"), TaskDbEval(runner_id="1-a", after=ok)),
-        (TaskDbBaseline(runner_id="1-a", when="after_preprocess", late=True, snapshot=ok), TaskDbEval(runner_id="1-a", after=ok)),
-        (TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=snap(error="psql: timed out")), TaskDbEval(runner_id="1-a", after=ok)),
-        (TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=ok), TaskDbEval(runner_id="1-a", after=snap(error="x"))),
-        (TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=ok),
-         TaskDbEval(runner_id="1-a", reset=ResetReport(started_at=1.0, errors=["process sweep: timed out"]), after=ok)),
-        (TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=ok), TaskDbEval(runner_id="1-a", absent=True)),
+        (
+            TaskDbBaseline(runner_id="1-a", when="after_preprocess", late=True, snapshot=ok),
+            TaskDbEval(runner_id="1-a", after=ok),
+        ),
+        (
+            TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=snap(error="psql: timed out")),
+            TaskDbEval(runner_id="1-a", after=ok),
+        ),
+        (
+            TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=ok),
+            TaskDbEval(runner_id="1-a", after=snap(error="x")),
+        ),
+        (
+            TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=ok),
+            TaskDbEval(
+                runner_id="1-a", reset=ResetReport(started_at=1.0, errors=["process sweep: timed out"]), after=ok
+            ),
+        ),
+        (
+            TaskDbBaseline(runner_id="1-a", when="after_preprocess", snapshot=ok),
+            TaskDbEval(runner_id="1-a", absent=True),
+        ),
     ]
     for baseline, evaluated in cases:
-        assert TamperKind.TASK_DB_UNCHECKED in {f.kind for f in findings(compare(baseline, evaluated))}, (baseline, evaluated)
+        assert TamperKind.TASK_DB_UNCHECKED in {f.kind for f in findings(compare(baseline, evaluated))}, (
+            baseline,
+            evaluated,
+        )
     # No database at either moment: nothing to check, nothing flagged.
-    assert compare(TaskDbBaseline(runner_id="1-a", when="after_preprocess", absent=True), TaskDbEval(runner_id="1-a", absent=True)) is None
+    assert (
+        compare(
+            TaskDbBaseline(runner_id="1-a", when="after_preprocess", absent=True),
+            TaskDbEval(runner_id="1-a", absent=True),
+        )
+        is None
+    )
 
 
 def test_the_audit_accounts_changed_tables_by_pg_tool_calls_or_flags_them_for_review():
@@ -145,7 +197,9 @@ def test_the_audit_accounts_changed_tables_by_pg_tool_calls_or_flags_them_for_re
     diff = TaskDbDiff(when="after_preprocess", tables=[TableDiff(table="crm.customers", change="changed", changed=3)])
     by_tools = account(diff, {"crm": McpServerActivity(calls=2, errors=1)}, {}, pg)
     assert (by_tools.for_review, by_tools.pg_tool_calls, by_tools.tables[0].accounted_by) == (False, 1, "pg_mcp_call")
-    sql_alone = account(diff, {"files": McpServerActivity(calls=5), "crm": McpServerActivity(calls=1, errors=1)}, {}, pg)
+    sql_alone = account(
+        diff, {"files": McpServerActivity(calls=5), "crm": McpServerActivity(calls=1, errors=1)}, {}, pg
+    )
     assert (sql_alone.for_review, sql_alone.tables[0].accounted_by) == (True, None)
     shell = account(diff, {}, {"direct_database_access": 1}, pg)
     assert (shell.for_review, shell.tables[0].accounted_by) == (False, "shell_database_client")
@@ -161,7 +215,9 @@ def test_a_sealed_pass_with_the_agents_code_in_its_database_is_not_scored_passed
     code = findings(run(snap({"relation:crm.notes": "r"}), snap({"relation:crm.notes": "v"})))
     unchecked = findings(compare(None, TaskDbEval(runner_id="1-a", after=snap())))
     assert taskdb_verdict(passed, code) == OfficialVerdict(OfficialEvalStatus.COMPLETED, "task_db_code", False)
-    assert taskdb_verdict(passed, unchecked) == OfficialVerdict(OfficialEvalStatus.COMPLETED, "task_db_unchecked", False)
+    assert taskdb_verdict(passed, unchecked) == OfficialVerdict(
+        OfficialEvalStatus.COMPLETED, "task_db_unchecked", False
+    )
     assert taskdb_verdict(passed, []) == passed and taskdb_verdict(failed, code) == failed
 
 
@@ -187,7 +243,9 @@ def test_the_agent_phase_waits_for_the_host_only_when_the_shim_asks(tmp_path):
     (tmp_path / "b").mkdir()
     thread = threading.Thread(target=host)
     thread.start()
-    assert marker.prepared(str(tmp_path / "b"), "before_preprocess", {marker.ACK_ENV: "1"}, wait_sec=60) == "acknowledged"
+    assert (
+        marker.prepared(str(tmp_path / "b"), "before_preprocess", {marker.ACK_ENV: "1"}, wait_sec=60) == "acknowledged"
+    )
     thread.join()
 
 

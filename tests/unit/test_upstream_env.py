@@ -16,8 +16,9 @@ class PassThrough:
 
 
 def _env(**fields) -> dict:
-    cfg = config_for(**{"model": "vendor/m-1", "max_steps": 9, "task_timeout": 600,
-                                       "api_key_env": "COWORK_TEST_KEY", **fields})
+    cfg = config_for(
+        **{"model": "vendor/m-1", "max_steps": 9, "task_timeout": 600, "api_key_env": "COWORK_TEST_KEY", **fields}
+    )
     manifest = SimpleNamespace(image=SimpleNamespace(id="sha256:abc"))
     return runner_env(cfg, manifest, PassThrough())
 

@@ -18,8 +18,15 @@ from cowork_adapter.score.ledger import scan_usage
 
 
 def _attempt(attempt_id: str, state: str, **fields) -> dict:
-    return {"kind": "attempt", "attempt_id": attempt_id, "state": state, "model": "openai-compatible::m",
-            "provider": "openai-compatible", "task_id": "t1", **fields}
+    return {
+        "kind": "attempt",
+        "attempt_id": attempt_id,
+        "state": state,
+        "model": "openai-compatible::m",
+        "provider": "openai-compatible",
+        "task_id": "t1",
+        **fields,
+    }
 
 
 def _ledger(sent: int, *, tokens: int = 1000) -> list[dict]:
@@ -27,15 +34,36 @@ def _ledger(sent: int, *, tokens: int = 1000) -> list[dict]:
     for n in range(sent):
         rows += [_attempt(f"a{n}", "reserved", reservation_upper_bound_usd=0.5), _attempt(f"a{n}", "dispatched")]
     for n in range(sent):  # settled later, interleaved with other attempts' rows as the server does
-        rows.append(_attempt(f"a{n}", "settled", prompt_tokens=tokens, completion_tokens=10, cached_tokens=0,
-                             cost_usd=0.001, cost_final=False))
+        rows.append(
+            _attempt(
+                f"a{n}",
+                "settled",
+                prompt_tokens=tokens,
+                completion_tokens=10,
+                cached_tokens=0,
+                cost_usd=0.001,
+                cost_final=False,
+            )
+        )
     return rows
 
 
 def _usage_rows(count: int, *, tokens: int = 1000) -> list[dict]:
-    return [{"ts": "2026-12-01T00:00:00Z", "type": "llm_usage", "task_id": "t1", "model": "m",
-             "provider": "openai-compatible", "prompt_tokens": tokens, "completion_tokens": 10,
-             "cached_tokens": 0, "cost": 0.001, "cost_known": True} for _ in range(count)]
+    return [
+        {
+            "ts": "2026-12-01T00:00:00Z",
+            "type": "llm_usage",
+            "task_id": "t1",
+            "model": "m",
+            "provider": "openai-compatible",
+            "prompt_tokens": tokens,
+            "completion_tokens": 10,
+            "cached_tokens": 0,
+            "cost": 0.001,
+            "cost_known": True,
+        }
+        for _ in range(count)
+    ]
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -120,6 +148,10 @@ def test_the_summary_totals_of_the_attempt_ledger(tmp_path):
     _write(tmp_path / "state" / "usage_attempts.jsonl", rows)
     with open(tmp_path / "state" / "usage_attempts.jsonl", "a") as fh:
         fh.write("{torn tail\n")
-    assert ouroboros.attempt_usage(str(tmp_path)) == {"records": 4, "settled": 3, "prompt_tokens": 3000,
-                                                       "completion_tokens": 30}
+    assert ouroboros.attempt_usage(str(tmp_path)) == {
+        "records": 4,
+        "settled": 3,
+        "prompt_tokens": 3000,
+        "completion_tokens": 30,
+    }
     assert ouroboros.attempt_usage(str(tmp_path / "none")) is None

@@ -86,7 +86,7 @@ def _send(fd: int, index: int, message: tuple[bool, Any]) -> None:
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(_HEADER.pack(index, len(payload)) + payload)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _collect(children: dict[int, int], count: int) -> Iterator[Any]:
@@ -110,8 +110,8 @@ def _collect(children: dict[int, int], count: int) -> Iterator[Any]:
                     index, size = _HEADER.unpack_from(buffer)
                     if len(buffer) < _HEADER.size + size:
                         break
-                    ok, value = pickle.loads(buffer[_HEADER.size:_HEADER.size + size])
-                    del buffer[:_HEADER.size + size]
+                    ok, value = pickle.loads(buffer[_HEADER.size : _HEADER.size + size])
+                    del buffer[: _HEADER.size + size]
                     if not ok:
                         raise WorkerFailed(f"a worker raised:\n{value}")
                     done[index] = value

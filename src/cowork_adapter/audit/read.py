@@ -47,8 +47,9 @@ class Sink(Protocol):
     bytes: int
     lines: int
 
-    def gap(self, reason: AuditGapReason, file: str | None, line: int | None = None,
-            detail: str | None = None) -> None: ...
+    def gap(
+        self, reason: AuditGapReason, file: str | None, line: int | None = None, detail: str | None = None
+    ) -> None: ...
 
 
 class Block:
@@ -72,7 +73,7 @@ class Block:
     @property
     def data(self) -> bytes:
         if self._data is None:
-            self._data = self.buf if self.end is None else self.buf[:self.end]
+            self._data = self.buf if self.end is None else self.buf[: self.end]
         return self._data
 
     def whole_lines(self) -> tuple[bytes, bool]:
@@ -117,8 +118,9 @@ class Folder(NamedTuple):
     kinds: dict[str, str]
 
 
-def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_CAP_BYTES,
-             folder: Folder | None = None) -> tuple[int, int]:
+def open_log(
+    path: str | Path, below: str | Path | None = None, cap: int = LOG_CAP_BYTES, folder: Folder | None = None
+) -> tuple[int, int]:
     """(fd, size) of the regular file at `path` (in `folder`, by its name, when given), opened
     without following a link at or below `below` and without blocking (container.safefile).
     FileNotFoundError when absent, IsADirectoryError for a directory, UnsafeEntry for anything
@@ -148,8 +150,15 @@ def open_log(path: str | Path, below: str | Path | None = None, cap: int = LOG_C
     return fd, size
 
 
-def iter_blocks(path: str | Path, sink: Sink, rel: str, *, below: str | Path | None = None,
-                cap: int = LOG_CAP_BYTES, folder: Folder | None = None) -> Iterator[Block]:
+def iter_blocks(
+    path: str | Path,
+    sink: Sink,
+    rel: str,
+    *,
+    below: str | Path | None = None,
+    cap: int = LOG_CAP_BYTES,
+    folder: Folder | None = None,
+) -> Iterator[Block]:
     """Blocks of whole lines, streamed. Oversized lines are gaps, never yielded. OSError propagates,
     UnsafeEntry when `path` is no regular file within `cap` (see open_log); the open is the
     generator's first step. A file that grows past `cap` while read is read up to `cap` and the
@@ -176,7 +185,7 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str, *, below: str | Path | N
                 newline = chunk.find(b"\n")
                 if newline < 0:
                     continue
-                chunk = chunk[newline + 1:]
+                chunk = chunk[newline + 1 :]
                 skipping = False
             buf = carry + chunk if carry else chunk  # a copy only when a line straddles two reads
             cut = buf.rfind(b"\n")
@@ -191,7 +200,7 @@ def iter_blocks(path: str | Path, sink: Sink, rel: str, *, below: str | Path | N
             block = Block(lineno, buf, cut)
             yield block
             lineno += block.lines()
-            carry = buf[cut + 1:]
+            carry = buf[cut + 1 :]
         if carry and not skipping:  # an oversized final line was reported when it crossed the bound
             block = Block(lineno, carry)
             yield block
@@ -217,13 +226,14 @@ def _may_hold_long_integer(data: bytes) -> bool:
     # A window is all digits only if its first and last bytes are: those are tested in bulk
     # (each end mapped to a 0/1 byte, the two maps ANDed as integers), and only the windows
     # with both ends digits are visited (a few in a hundred in digit-rich logs).
-    lasts = data[_WINDOW - 1::_WINDOW]
-    firsts = data[:len(lasts) * _WINDOW:_WINDOW]  # the windows that end inside `data`
-    both = (int.from_bytes(firsts.translate(_DIGIT_BITS), "big")
-            & int.from_bytes(lasts.translate(_DIGIT_BITS), "big")).to_bytes(len(lasts), "big")
+    lasts = data[_WINDOW - 1 :: _WINDOW]
+    firsts = data[: len(lasts) * _WINDOW : _WINDOW]  # the windows that end inside `data`
+    both = (
+        int.from_bytes(firsts.translate(_DIGIT_BITS), "big") & int.from_bytes(lasts.translate(_DIGIT_BITS), "big")
+    ).to_bytes(len(lasts), "big")
     k = both.find(1)
     while k >= 0:
-        if data[k * _WINDOW:(k + 1) * _WINDOW].isdigit():
+        if data[k * _WINDOW : (k + 1) * _WINDOW].isdigit():
             return True
         k = both.find(1, k + 1)
     return False
@@ -249,7 +259,7 @@ def _is_utf8(data: bytes) -> bool:
     view = memoryview(data)
     try:
         for start in range(0, len(view), _UTF8_PIECE):
-            decode(view[start:start + _UTF8_PIECE])
+            decode(view[start : start + _UTF8_PIECE])
         decode(b"", True)  # a sequence still cut at the end is an error
     except UnicodeDecodeError:
         return False
@@ -280,8 +290,11 @@ _SEPARATOR_TEXT = "\x7f"
 _SEPARATOR = b'"\x7f"'
 _KEY_SPELLINGS = (b"\x7f", b"\\u007f", b"\\u007F")
 # One vectorised pass for all spellings (bytes.__contains__ crawled over hex-rich text).
-_KEY_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(_KEY_SPELLINGS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
-                                              implementation=ahocorasick_rs.Implementation.DFA)
+_KEY_SEARCH = ahocorasick_rs.BytesAhoCorasick(
+    list(_KEY_SPELLINGS),
+    matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
+    implementation=ahocorasick_rs.Implementation.DFA,
+)
 
 
 class RowReader:
@@ -309,8 +322,11 @@ def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Se
             stream = reader.block.decode_lines(joined)
         except _DECODE_ERRORS:
             stream = None
-        if (stream is not None and len(stream) == count + separators
-                and stream[1::2].count(_SEPARATOR_TEXT) == separators):
+        if (
+            stream is not None
+            and len(stream) == count + separators
+            and stream[1::2].count(_SEPARATOR_TEXT) == separators
+        ):
             return range(count), stream[::2]  # the count of separators leaves only rows in between
     data = block.data
     indexes: list[int] = []

@@ -46,8 +46,9 @@ PROBES: tuple[bytes, ...] = (
 )
 # Leftmost-first matching lets the library use its vectorised prefilter (several times faster
 # than standard matching here; the DFA is small for 22 probes); any occurrence still yields a match.
-_PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(list(PROBES), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
-                                                implementation=ahocorasick_rs.Implementation.DFA)
+_PROBE_SEARCH = ahocorasick_rs.BytesAhoCorasick(
+    list(PROBES), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST, implementation=ahocorasick_rs.Implementation.DFA
+)
 
 
 # probe_hits(bytes-like) -> [(probe index, start, end)] of non-overlapping probe occurrences:
@@ -207,4 +208,3 @@ def find_references(args: Any, tool: str) -> list[tuple[AuditFindingReason, str,
                 seen.add(key)
                 out.append((reason, match.group(0), _excerpt(text, match.start(), match.end())))
     return out
-

@@ -94,7 +94,9 @@ def _is_unsafe(cause: str | None) -> bool:
     return cause in safefile.UNSAFE_KINDS
 
 
-def _run_record(root: Path, name: str, missing: AuditGapReason, run_gaps: list[Gap]) -> tuple[dict[str, Any], str | None]:
+def _run_record(
+    root: Path, name: str, missing: AuditGapReason, run_gaps: list[Gap]
+) -> tuple[dict[str, Any], str | None]:
     """A run-level JSON record as a dict ({} when it cannot be had) and _read_small_json's cause;
     an absent or unreadable record is a run gap."""
     value, cause = _read_small_json(root / name)
@@ -118,7 +120,7 @@ def _rel(path: Path, root: Path) -> str:
     os.path.relpath was a tenth of a large audit), relpath otherwise."""
     text, base = str(path), str(root)
     if text.startswith(base + os.sep):
-        return text[len(base) + 1:]
+        return text[len(base) + 1 :]
     return os.path.relpath(path, root)
 
 
@@ -145,11 +147,17 @@ def _ledger_rows(root: Path, run_gaps: list[Gap]) -> Iterator[dict[str, Any]] | 
                     if isinstance(row, dict) and isinstance(row.get("instance_id"), str):
                         yield row
                     else:
-                        run_gaps.append(Gap(reason=AuditGapReason.MALFORMED_LINE,
-                                            file=layout.RESULT_INDEX, line=block.first + offset))
+                        run_gaps.append(
+                            Gap(
+                                reason=AuditGapReason.MALFORMED_LINE,
+                                file=layout.RESULT_INDEX,
+                                line=block.first + offset,
+                            )
+                        )
         except OSError as exc:
-            run_gaps.append(Gap(reason=AuditGapReason.UNREADABLE_LOG, file=layout.RESULT_INDEX,
-                                detail=type(exc).__name__))
+            run_gaps.append(
+                Gap(reason=AuditGapReason.UNREADABLE_LOG, file=layout.RESULT_INDEX, detail=type(exc).__name__)
+            )
         run_gaps.extend(Gap(**g) for g in scan.gaps)  # oversized ledger lines
 
     return rows()
@@ -173,7 +181,7 @@ def _dump_index(root: Path, outside: list[TamperSeen] | None = None) -> dict[str
         _, entries = safefile.scan_dir(str(base / short.name), below=below)
         for entry in entries:
             if entry.name.startswith(DUMP_PREFIX):
-                found.setdefault(entry.name[len(DUMP_PREFIX):], base / short.name / entry.name)
+                found.setdefault(entry.name[len(DUMP_PREFIX) :], base / short.name / entry.name)
             else:
                 _flag_entry(outside, root, base / short.name / entry.name, entry)
     return found
@@ -214,7 +222,9 @@ def _evidence_by_task(root: Path, suffix: str) -> dict[str, Path]:
 
 def _eval_refusals(root: Path) -> dict[str, str]:
     """task name -> the shim's refusal cause for that task's eval container."""
-    return {task: _read_first_line(path) or "unknown" for task, path in _evidence_by_task(root, ".eval_refused").items()}
+    return {
+        task: _read_first_line(path) or "unknown" for task, path in _evidence_by_task(root, ".eval_refused").items()
+    }
 
 
 def _eval_admissions(root: Path) -> dict[str, str]:
@@ -258,7 +268,9 @@ class _DumpJson:
         self.dump = dump
         self.names = sorted(name for name in dump.kinds if name.endswith(".json"))
         # ouroboros_diagnostic_log-<attempt>.log, counted from the same listing
-        self.diagnostic_logs = sum(1 for name in dump.kinds if name.startswith(DIAGNOSTIC_LOG_PREFIX) and name.endswith(".log"))
+        self.diagnostic_logs = sum(
+            1 for name in dump.kinds if name.startswith(DIAGNOSTIC_LOG_PREFIX) and name.endswith(".log")
+        )
 
     def read(self, name: str) -> tuple[Any, str | None]:
         kind = self.dump.kinds.get(name)
@@ -287,7 +299,7 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan, files: _DumpJson) -> 
             _record_gap(scan, _rel(dump / "ouroboros_eval_claim.json", root), cause)
     for name in files.with_prefix("ouroboros_eval_receipt-"):
         receipt, cause = files.read(name)
-        attempt = name[len("ouroboros_eval_receipt-"):-len(".json")]
+        attempt = name[len("ouroboros_eval_receipt-") : -len(".json")]
         if _is_unsafe(cause):
             _record_gap(scan, _rel(dump / name, root), cause)
         if cause is not None or not isinstance(receipt, dict):
@@ -295,12 +307,14 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan, files: _DumpJson) -> 
             continue
         official_run = receipt.get("official_run")
         stated_cause = receipt.get("cause")
-        facts.receipts.append(ReceiptFact(
-            attempt_id=str(receipt.get("attempt_id") or attempt),
-            official_run=official_run if isinstance(official_run, bool) else None,
-            cause=str(stated_cause)[:200] if stated_cause is not None else None,
-            state="terminal",
-        ))
+        facts.receipts.append(
+            ReceiptFact(
+                attempt_id=str(receipt.get("attempt_id") or attempt),
+                official_run=official_run if isinstance(official_run, bool) else None,
+                cause=str(stated_cause)[:200] if stated_cause is not None else None,
+                state="terminal",
+            )
+        )
     diag = DiagnosticFact()
     diag_claim, cause = files.read("ouroboros_diagnostic_claim.json")
     diag.present = cause != "absent"
@@ -340,8 +354,11 @@ def _eval_attempts(dump: Path, root: Path, scan: TaskScan, files: _DumpJson) -> 
 def _scan_logs(dump: Path, root: Path, scan: TaskScan, top: Folder) -> None:
     logs = os.path.join(dump, "ouroboros")  # strings: Path arithmetic cost more than listing the dump
     rel_logs = os.path.join(_rel(dump, root), "ouroboros")
-    fd, _, _ = (safefile.open_at(top.fd, "ouroboros", directory=True)
-                if top.kinds.get("ouroboros") == safefile.DIRECTORY else (None, "", ""))
+    fd, _, _ = (
+        safefile.open_at(top.fd, "ouroboros", directory=True)
+        if top.kinds.get("ouroboros") == safefile.DIRECTORY
+        else (None, "", "")
+    )
     if fd is None:  # absent, or a link/file in its place (flagged from the dump's listing)
         for name, _ in LOG_SCANNERS:
             scan.gap(AuditGapReason.MISSING_LOG, os.path.join(rel_logs, name))
@@ -394,8 +411,9 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskScan,
-                 attempts: TaskEvalAttempts) -> TaskAudit:
+def _task_report(
+    row: dict[str, Any], root: Path, dump: Path | None, scan: TaskScan, attempts: TaskEvalAttempts
+) -> TaskAudit:
     servers = {
         name: McpServerActivity(calls=s[0], errors=s[1], tools=dict(sorted(s[2].items())))
         for name, s in sorted(scan.mcp_servers.items())
@@ -420,14 +438,20 @@ def _task_report(row: dict[str, Any], root: Path, dump: Path | None, scan: TaskS
             mcp_by_server=servers,
         ),
         model_activity_observed=scan.token_bearing > 0,
-        cost=Cost(known_usd=round(scan.cost_known_usd, 9), unknown_records=scan.cost_unknown,
-                  estimated_records=scan.cost_estimated, complete=complete, source=scan.usage_source),
+        cost=Cost(
+            known_usd=round(scan.cost_known_usd, 9),
+            unknown_records=scan.cost_unknown,
+            estimated_records=scan.cost_estimated,
+            complete=complete,
+            source=scan.usage_source,
+        ),
         models=list(scan.models),
         providers=list(scan.providers),
         response_providers=list(scan.response_providers),
         response_provider_coverage="observed_subset" if scan.response_providers else "unavailable",
         capability_omissions=CapabilityOmissions(
-            count=scan.omissions, references=[LogRef(file=f, line=n) for f, n in scan.omission_refs]),
+            count=scan.omissions, references=[LogRef(file=f, line=n) for f, n in scan.omission_refs]
+        ),
         findings_total=scan.findings_total,
         findings_by_reason=dict(sorted(scan.findings_by_reason.items())),
         findings=[Finding(**f) for f in scan.findings],
@@ -446,9 +470,12 @@ def _ledger_tampering(value: Any) -> list[LedgerTamper] | None:
     if value is None:
         return None
     items = value if isinstance(value, list) else [value]
-    return [LedgerTamper(kind=str(item.get("kind"))[:100], detail=str(item.get("detail") or "")[:200])
-            if isinstance(item, dict) else LedgerTamper(kind="unreadable_flag", detail=str(item)[:200])
-            for item in items]
+    return [
+        LedgerTamper(kind=str(item.get("kind"))[:100], detail=str(item.get("detail") or "")[:200])
+        if isinstance(item, dict)
+        else LedgerTamper(kind="unreadable_flag", detail=str(item)[:200])
+        for item in items
+    ]
 
 
 # ---------------------------------------------------------------- the run
@@ -467,8 +494,10 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     rows = _ledger_rows(root, run_gaps)
     manifest, manifest_cause = _run_record(root, layout.MANIFEST, AuditGapReason.MISSING_MANIFEST, run_gaps)
     if manifest_cause == "absent" and rows is None:
-        raise Refusal("audit", f"{run_dir} has neither {layout.MANIFEST} nor {layout.RESULT_INDEX}, "
-                               "so it cannot be read as a run.")
+        raise Refusal(
+            "audit",
+            f"{run_dir} has neither {layout.MANIFEST} nor {layout.RESULT_INDEX}, so it cannot be read as a run.",
+        )
     outside: list[TamperSeen] = []
     dumps = _dump_index(root, outside)
     if rows is None:
@@ -489,9 +518,10 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     findings_by_reason: Counter = Counter()
     gaps_by_reason: Counter = Counter()
     outcomes: Counter = Counter()
-    run_eval = RunEvalAttempts(cleanup_proven=monitor.get("finished") is True,
-                               stop_reason=_str_or_none(monitor.get("stop_reason")
-                                                        or manifest.get("stop_reason")))
+    run_eval = RunEvalAttempts(
+        cleanup_proven=monitor.get("finished") is True,
+        stop_reason=_str_or_none(monitor.get("stop_reason") or manifest.get("stop_reason")),
+    )
     applied = manifest.get("applied_config")
     if isinstance(applied, dict):
         flag = applied.get("diagnostic_eval_on_truncation")
@@ -512,8 +542,9 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
                 task.task_db = account_task_db(diff, task.activity.mcp_by_server, task.findings_by_reason, pg)
                 if task.task_db.for_review:
                     report.task_db_for_review.append(task.instance_id)
-        ledger_flags.append((task.instance_id, None if task.ledger_tampering is None
-                             else [t.kind for t in task.ledger_tampering]))
+        ledger_flags.append(
+            (task.instance_id, None if task.ledger_tampering is None else [t.kind for t in task.ledger_tampering])
+        )
         seen_flags.append((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)]))
         _add_totals(totals, task, scan, findings_by_reason, gaps_by_reason)
         all_complete = all_complete and task.cost.complete
@@ -542,8 +573,9 @@ def build_audit(run_dir: Path, workers: int | None = None) -> AuditReport:
     report.totals = totals
     report.run_gaps = run_gaps
     report.eval_attempts = run_eval
-    report.tampering = Tampering(ledger=count_tampering(ledger_flags), seen=count_tampering(seen_flags),
-                                 outside_task_dumps=outside)
+    report.tampering = Tampering(
+        ledger=count_tampering(ledger_flags), seen=count_tampering(seen_flags), outside_task_dumps=outside
+    )
     return report
 
 
@@ -577,8 +609,11 @@ def audit_task_with_scan(row: dict[str, Any], root: Path, dumps: dict[str, Path]
     attempts = TaskEvalAttempts()
     fd, kind = _open_dump(dump)
     if fd is None and kind in (safefile.ABSENT, safefile.UNREADABLE):
-        scan.gap(AuditGapReason.MISSING_TASK_DUMP, _rel(dump, root) if dump else None,
-                 detail=kind if kind == safefile.UNREADABLE else None)
+        scan.gap(
+            AuditGapReason.MISSING_TASK_DUMP,
+            _rel(dump, root) if dump else None,
+            detail=kind if kind == safefile.UNREADABLE else None,
+        )
     elif fd is None:  # a link (to anywhere), FIFO, file...: never followed or read
         scan.gap(AuditGapReason.UNSAFE_ENTRY, _rel(dump, root) if dump else None, detail=kind)
     elif dump is not None:  # always, here: an open folder has a path
@@ -637,12 +672,13 @@ def _handoffs(rows: list[Any], workers: int) -> Iterator[list[Any]]:
     start = 0
     while start < len(rows):
         size = max(1, (len(rows) - start) // (2 * workers))
-        yield rows[start:start + size]
+        yield rows[start : start + size]
         start += size
 
 
-def _audit_tasks(rows: Iterator[dict[str, Any]], root: Path, dumps: dict[str, Path],
-                 workers: int) -> Iterator[tuple[TaskAudit, Scanned]]:
+def _audit_tasks(
+    rows: Iterator[dict[str, Any]], root: Path, dumps: dict[str, Path], workers: int
+) -> Iterator[tuple[TaskAudit, Scanned]]:
     """(TaskAudit, Scanned) per ledger row, in ledger order, scanned by `workers` processes."""
     if workers <= 1:
         for row in rows:

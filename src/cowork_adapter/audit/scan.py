@@ -139,7 +139,9 @@ class TaskScan:
     gaps_by_reason: Counter = field(default_factory=Counter)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     events_gap: bool = False
-    usage_source: Literal["llm_usage_projection", "attempt_ledger"] = "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
+    usage_source: Literal["llm_usage_projection", "attempt_ledger"] = (
+        "llm_usage_projection"  # "attempt_ledger" when usage came from usage_attempts.jsonl
+    )
     files: int = 0
     bytes: int = 0
     lines: int = 0
@@ -168,25 +170,45 @@ class TaskScan:
         if len(self.gaps) < MAX_GAPS_PER_TASK:
             self.gaps.append({"reason": reason, "file": file, "line": line, "detail": detail})
 
-    def finding(self, reason: AuditFindingReason, file: str, line: int, index: int, tool: str, token: str, excerpt: str) -> None:
+    def finding(
+        self, reason: AuditFindingReason, file: str, line: int, index: int, tool: str, token: str, excerpt: str
+    ) -> None:
         self.findings_total += 1
         self.findings_by_reason[reason.value] += 1
         if len(self.findings) < MAX_FINDINGS_PER_TASK:
             self.findings.append(
-                {"reason": reason, "file": file, "line": line, "record_index": index,
-                 "tool": tool, "token": token, "excerpt": excerpt}
+                {
+                    "reason": reason,
+                    "file": file,
+                    "line": line,
+                    "record_index": index,
+                    "tool": tool,
+                    "token": token,
+                    "excerpt": excerpt,
+                }
             )
 
     def add_usage(self, rec: Any, file: str, line: int) -> None:
         """One llm_usage record (a UsageRow, or anything with its fields), with every
         irregularity a gap at its line. A field the record leaves null is read from its nested
         `usage` object when that is a non-empty object."""
-        values: tuple[Any, ...] = (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.cost, rec.cost_known,
-                  rec.cost_estimated, rec.model, rec.provider, rec.response_provider)
+        values: tuple[Any, ...] = (
+            rec.prompt_tokens,
+            rec.completion_tokens,
+            rec.cached_tokens,
+            rec.cost,
+            rec.cost_known,
+            rec.cost_estimated,
+            rec.model,
+            rec.provider,
+            rec.response_provider,
+        )
         usage = rec.usage
         if isinstance(usage, dict) and usage:
             # USAGE_FIELDS names these nine first, then `usage` itself: zip stops at the nine.
-            values = tuple(usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values, strict=False))
+            values = tuple(
+                usage.get(name) if value is None else value for name, value in zip(USAGE_FIELDS, values, strict=False)
+            )
         prompt, completion, cached, cost, known, estimated, model, provider, response = values
         self.usage_records += 1
         # Plain nonnegative ints (the usual record) skip _count; anything else takes its rule.
@@ -312,8 +334,13 @@ def _call_key(row: ToolRow) -> tuple[Any, Any, bool]:
 
 
 _EVENTS_COST_GAPS = frozenset(
-    {AuditGapReason.MISSING_LOG, AuditGapReason.UNREADABLE_LOG, AuditGapReason.UNSAFE_ENTRY,
-     AuditGapReason.MALFORMED_LINE, AuditGapReason.OVERSIZED_LINE}
+    {
+        AuditGapReason.MISSING_LOG,
+        AuditGapReason.UNREADABLE_LOG,
+        AuditGapReason.UNSAFE_ENTRY,
+        AuditGapReason.MALFORMED_LINE,
+        AuditGapReason.OVERSIZED_LINE,
+    }
 )
 
 
@@ -333,7 +360,9 @@ def _keyed(rows: list[ToolRow], consume: Callable[[Iterable[Any]], Any]) -> Any:
     """consume(the rows' counting keys), the keys built column-wise without a Python loop, or
     row by row (see _call_key) when consuming them finds an unhashable type or tool."""
     try:
-        return consume(zip(map(_TYPE, rows), map(_TOOL, rows), map(is_, map(_IS_ERROR, rows), repeat(True)), strict=True))
+        return consume(
+            zip(map(_TYPE, rows), map(_TOOL, rows), map(is_, map(_IS_ERROR, rows), repeat(True)), strict=True)
+        )
     except TypeError:
         return consume(map(_call_key, rows))
 
@@ -469,13 +498,20 @@ def scan_attempts(path: str | Path, rel: str, scan: TaskScan, folder: Folder | N
             continue
         settled = row.state == "settled"
         cost = row.cost_usd if settled else None
-        scan.add_usage(UsageRow(prompt_tokens=row.prompt_tokens if settled else None,
-                                completion_tokens=row.completion_tokens if settled else None,
-                                cached_tokens=row.cached_tokens if settled else None,
-                                cost=cost, cost_known=cost is not None,
-                                cost_estimated=cost is not None and row.cost_final is not True,
-                                model=row.model, provider=row.provider),
-                       rel, line)
+        scan.add_usage(
+            UsageRow(
+                prompt_tokens=row.prompt_tokens if settled else None,
+                completion_tokens=row.completion_tokens if settled else None,
+                cached_tokens=row.cached_tokens if settled else None,
+                cost=cost,
+                cost_known=cost is not None,
+                cost_estimated=cost is not None and row.cost_final is not True,
+                model=row.model,
+                provider=row.provider,
+            ),
+            rel,
+            line,
+        )
 
 
 class _Object(msgspec.Struct, gc=False):

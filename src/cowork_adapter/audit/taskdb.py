@@ -52,17 +52,29 @@ def pg_servers(bench: Path) -> list[str] | None:
     return sorted(set(out))
 
 
-def account(diff: TaskDbDiff, servers: Mapping[str, McpServerActivity], findings_by_reason: Mapping[str, int],
-            pg: list[str] | None) -> TaskDbAudit:
+def account(
+    diff: TaskDbDiff,
+    servers: Mapping[str, McpServerActivity],
+    findings_by_reason: Mapping[str, int],
+    pg: list[str] | None,
+) -> TaskDbAudit:
     """The audit's view of one task's database diff, each changed table with what accounts for it."""
     pg_calls = sum(max(0, a.calls - a.errors) for name, a in servers.items() if pg is None or name in pg)
     shell = findings_by_reason.get(AuditFindingReason.DIRECT_DATABASE_ACCESS.value, 0) > 0
     by = "pg_mcp_call" if pg_calls else ("shell_database_client" if shell else None)
     tables = [TaskDbTable(**{f: getattr(t, f) for f in t.__struct_fields__}, accounted_by=by) for t in diff.tables]
-    return TaskDbAudit(baseline=diff.when, code=list(diff.code), settings=list(diff.settings),
-                       processes=list(diff.processes), catalog=list(diff.catalog), problems=list(diff.problems),
-                       tables=tables, pg_servers=pg, pg_tool_calls=pg_calls,
-                       for_review=any(t.accounted_by is None for t in tables))
+    return TaskDbAudit(
+        baseline=diff.when,
+        code=list(diff.code),
+        settings=list(diff.settings),
+        processes=list(diff.processes),
+        catalog=list(diff.catalog),
+        problems=list(diff.problems),
+        tables=tables,
+        pg_servers=pg,
+        pg_tool_calls=pg_calls,
+        for_review=any(t.accounted_by is None for t in tables),
+    )
 
 
 def bench_of(root: Path, manifest: Mapping[str, Any]) -> Path:

@@ -47,8 +47,9 @@ class PinnedPath:
 def _git(repo: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
-    return subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True, env=env,
-                          timeout=GIT_TIMEOUT, check=False)
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], input=data, capture_output=True, env=env, timeout=GIT_TIMEOUT, check=False
+    )
 
 
 def _algo(commit: str) -> str:
@@ -65,7 +66,10 @@ def _batch(repo: Path, oids: list[str]) -> dict[str, tuple[bytes, bytes] | None]
     """{oid: (type, body)} from one `git cat-file --batch`; None for an object the store lacks."""
     out = _git(repo, "cat-file", "--batch", data="".join(f"{o}\n" for o in oids).encode())
     if out.returncode != 0:
-        raise Refusal("bench", f"git cat-file could not read the objects of {repo}: {out.stderr.decode(errors='replace').strip()[:200]}.")
+        raise Refusal(
+            "bench",
+            f"git cat-file could not read the objects of {repo}: {out.stderr.decode(errors='replace').strip()[:200]}.",
+        )
     found: dict[str, tuple[bytes, bytes] | None] = {}
     buf, pos = out.stdout, 0
     while pos < len(buf):
@@ -76,7 +80,7 @@ def _batch(repo: Path, oids: list[str]) -> dict[str, tuple[bytes, bytes] | None]
             found[header[0].decode()] = None
             continue
         size = int(header[2])
-        found[header[0].decode()] = (header[1], buf[pos:pos + size])
+        found[header[0].decode()] = (header[1], buf[pos : pos + size])
         pos += size + 1
     return found
 
@@ -87,7 +91,7 @@ def _tree_entries(body: bytes, width: int):
     while pos < len(body):
         space = body.index(b" ", pos)
         nul = body.index(b"\0", space)
-        yield body[pos:space].decode(), body[space + 1:nul], body[nul + 1:nul + 1 + width].hex()
+        yield body[pos:space].decode(), body[space + 1 : nul], body[nul + 1 : nul + 1 + width].hex()
         pos = nul + 1 + width
 
 
@@ -102,9 +106,16 @@ def pinned_paths(repo: Path, commit: str) -> list[PinnedPath]:
     width = hashlib.new(algo).digest_size
     listing = _git(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", commit)
     if listing.returncode != 0:
-        raise Refusal("bench", f"the pinned commit {commit[:12]}'s tree cannot be read in {repo}: "
-                               f"{listing.stderr.decode(errors='replace').strip()[:200]}.")
-    trees = [e.split(b"\t", 1)[0].split()[2].decode() for e in listing.stdout.split(b"\0") if e.split(b" ", 2)[1:2] == [b"tree"]]
+        raise Refusal(
+            "bench",
+            f"the pinned commit {commit[:12]}'s tree cannot be read in {repo}: "
+            f"{listing.stderr.decode(errors='replace').strip()[:200]}.",
+        )
+    trees = [
+        e.split(b"\t", 1)[0].split()[2].decode()
+        for e in listing.stdout.split(b"\0")
+        if e.split(b" ", 2)[1:2] == [b"tree"]
+    ]
     objects = _batch(repo, [commit, f"{commit}^{{tree}}", *trees])  # ls-tree lists the subtrees only
     verified: dict[str, bytes] = {}
     for oid, got in objects.items():
@@ -118,8 +129,11 @@ def pinned_paths(repo: Path, commit: str) -> list[PinnedPath]:
     while pending:
         prefix, tree = pending.pop()
         if tree not in verified:
-            raise Refusal("bench", f"the tree object {tree[:12]} of the pinned commit {commit[:12]} in {repo} "
-                                   "is missing or does not hash to its id.")
+            raise Refusal(
+                "bench",
+                f"the tree object {tree[:12]} of the pinned commit {commit[:12]} in {repo} "
+                "is missing or does not hash to its id.",
+            )
         for mode, name, oid in _tree_entries(verified[tree], width):
             if mode == "40000":
                 pending.append((prefix + name + b"/", oid))
@@ -168,11 +182,21 @@ def accepted_substitutes(checkout: Path, commit: str) -> list[BenchSubstitute]:
     subs: list[BenchSubstitute] = []
     for path in _skip_worktree(checkout):
         if path not in missing_at:
-            held = "a path the pinned commit does not have" if path not in by_path else "a file whose pinned blob the object store holds"
-            raise Refusal("bench", f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree, {held}: "
-                                   f"{ONLY_MISSING}, so undo it (git update-index --no-skip-worktree, then git checkout the file).")
+            held = (
+                "a path the pinned commit does not have"
+                if path not in by_path
+                else "a file whose pinned blob the object store holds"
+            )
+            raise Refusal(
+                "bench",
+                f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree, {held}: "
+                f"{ONLY_MISSING}, so undo it (git update-index --no-skip-worktree, then git checkout the file).",
+            )
         if not (checkout / path).is_file() or (checkout / path).is_symlink():
-            raise Refusal("bench", f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree but holds no regular file there.")
+            raise Refusal(
+                "bench",
+                f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree but holds no regular file there.",
+            )
         subs.append(BenchSubstitute(path=path, pinned_blob=missing_at[path], kind=SubstituteKind.SKIP_WORKTREE))
     replacements = _replacements(checkout)
     kinds = object_facts(checkout, set(replacements.values())) if replacements else {}
@@ -180,18 +204,33 @@ def accepted_substitutes(checkout: Path, commit: str) -> list[BenchSubstitute]:
         paths = sorted(p for p, oid in missing_at.items() if oid == original)
         named = next((p.path for p in pinned if p.oid == original), None)
         if not paths:
-            what = f"the pinned blob of {_shown(named)}, which the object store holds" if named else "no blob missing from the pinned tree"
-            raise Refusal("bench", f"the benchmark checkout {checkout} replaces object {original[:12]} ({what}) through "
-                                   f"refs/replace/: {ONLY_MISSING}, so remove it (git replace -d {original[:12]}).")
+            what = (
+                f"the pinned blob of {_shown(named)}, which the object store holds"
+                if named
+                else "no blob missing from the pinned tree"
+            )
+            raise Refusal(
+                "bench",
+                f"the benchmark checkout {checkout} replaces object {original[:12]} ({what}) through "
+                f"refs/replace/: {ONLY_MISSING}, so remove it (git replace -d {original[:12]}).",
+            )
         if (kinds.get(replacement) or ("",))[0] != "blob":
-            raise Refusal("bench", f"the benchmark checkout {checkout} replaces the missing blob of {_shown(paths[0])} "
-                                   f"with {replacement[:12]}, which is not a blob in its object store.")
-        subs.extend(BenchSubstitute(path=p, pinned_blob=original, kind=SubstituteKind.REPLACE_OBJECT, replacement=replacement)
-                    for p in paths)
+            raise Refusal(
+                "bench",
+                f"the benchmark checkout {checkout} replaces the missing blob of {_shown(paths[0])} "
+                f"with {replacement[:12]}, which is not a blob in its object store.",
+            )
+        subs.extend(
+            BenchSubstitute(path=p, pinned_blob=original, kind=SubstituteKind.REPLACE_OBJECT, replacement=replacement)
+            for p in paths
+        )
     bare = sorted(set(missing_at) - {s.path for s in subs})
     if bare:
-        raise Refusal("bench", f"the pinned blob of {_shown(bare[0])} is missing from the object store of {checkout} and nothing "
-                               "stands in for it (write a stand-in there and mark it skip-worktree, or add a refs/replace/ object).")
+        raise Refusal(
+            "bench",
+            f"the pinned blob of {_shown(bare[0])} is missing from the object store of {checkout} and nothing "
+            "stands in for it (write a stand-in there and mark it skip-worktree, or add a refs/replace/ object).",
+        )
     return subs
 
 
@@ -227,11 +266,16 @@ def hash_files(repo: Path, paths: list[str]) -> list[str]:
     """Blob ids of the files at `paths` (relative to repo), bytes as they are: one `git hash-object`."""
     if not paths:
         return []
-    out = _git(repo, "hash-object", "--no-filters", "--stdin-paths", data=b"".join(_stdin_path(p) + b"\n" for p in paths))
+    out = _git(
+        repo, "hash-object", "--no-filters", "--stdin-paths", data=b"".join(_stdin_path(p) + b"\n" for p in paths)
+    )
     oids = out.stdout.decode().split()
     if out.returncode != 0 or len(oids) != len(paths):
-        raise Refusal("bench", f"git hash-object could not hash the run's benchmark clone {repo}: "
-                               f"{out.stderr.decode(errors='replace').strip()[:200]}.")
+        raise Refusal(
+            "bench",
+            f"git hash-object could not hash the run's benchmark clone {repo}: "
+            f"{out.stderr.decode(errors='replace').strip()[:200]}.",
+        )
     return oids
 
 
@@ -269,8 +313,16 @@ def verify_copy(copy: Path, commit: str, substitutes: list[BenchSubstitute]) -> 
     if differing:
         differing.sort()
         more = f" (and {len(differing) - SHOWN} more)" if len(differing) > SHOWN else ""
-        raise Refusal("bench", f"the run's benchmark clone differs from the pinned commit {commit[:12]} at "
-                               f"{', '.join(_shown(d) for d in differing[:SHOWN])}{more}: the runner, evaluators and tasks "
-                               f"must be the pinned ones byte for byte and {ONLY_MISSING}.")
-    return BenchVerification(scope=SCOPE, files=len(to_hash) + links, bytes=sum((facts[p.oid] or ("", 0))[1] for p in to_hash), substitutes=used,
-                             seconds=round(time.monotonic() - started, 3))
+        raise Refusal(
+            "bench",
+            f"the run's benchmark clone differs from the pinned commit {commit[:12]} at "
+            f"{', '.join(_shown(d) for d in differing[:SHOWN])}{more}: the runner, evaluators and tasks "
+            f"must be the pinned ones byte for byte and {ONLY_MISSING}.",
+        )
+    return BenchVerification(
+        scope=SCOPE,
+        files=len(to_hash) + links,
+        bytes=sum((facts[p.oid] or ("", 0))[1] for p in to_hash),
+        substitutes=used,
+        seconds=round(time.monotonic() - started, 3),
+    )

@@ -34,9 +34,7 @@ class GitState:
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, timeout=GIT_TIMEOUT, check=False
-    )
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=GIT_TIMEOUT, check=False)
 
 
 def git_state(repo: Path) -> GitState | None:
@@ -94,13 +92,20 @@ def checked_bench(bench_root: Path, expected_commit: str) -> tuple[BenchIdentity
             f"the benchmark {bench_root} is at {state.head[:12]}, not at the pinned commit {expected_commit[:12]}.",
         )
     if state.dirty:
-        raise Refusal("bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged.")
+        raise Refusal(
+            "bench", f"the benchmark {bench_root} has uncommitted changes; the runner and evaluators must be unchanged."
+        )
     # What `git status` cannot show (skip-worktree files, replace objects) is accepted only as a
     # stand-in for a blob the object store lacks; anything else is refused here, before the run root.
 
     substitutes = accepted_substitutes(bench_root, state.head)
-    identity = BenchIdentity(root=str(bench_root), commit=state.head, expected_commit=expected_commit,
-                             replaced_objects=replaced_objects(bench_root), skip_worktree=skip_worktree_files(bench_root))
+    identity = BenchIdentity(
+        root=str(bench_root),
+        commit=state.head,
+        expected_commit=expected_commit,
+        replaced_objects=replaced_objects(bench_root),
+        skip_worktree=skip_worktree_files(bench_root),
+    )
     return identity, substitutes
 
 
@@ -140,7 +145,9 @@ def upstream_hashes(bench_copy: Path, task_ids: list[str]) -> tuple[str | None, 
     task's evaluation/main.py (keys: task ids): the scoring authority, byte for byte."""
     runner = bench_copy / "run_parallel.sh"
     runner_hash = sha256_file(runner) if runner.is_file() else None
-    evaluators = {name: sha256_file(bench_copy / name) for name in SHARED_EVALUATOR_FILES if (bench_copy / name).is_file()}
+    evaluators = {
+        name: sha256_file(bench_copy / name) for name in SHARED_EVALUATOR_FILES if (bench_copy / name).is_file()
+    }
     for task in task_ids:
         main = bench_copy / "tasks" / "finalpool" / task / "evaluation" / "main.py"
         if main.is_file():
@@ -181,7 +188,9 @@ def clone_at(source: Path, dest: Path, commit: str, substitutes: list[BenchSubst
             # A blob only the operator's substitute stands for cannot be checked out; the rest was.
             out = _git(dest, "reset", "--quiet", commit)
     if out.returncode != 0:
-        raise Refusal("bench", f"cloning {source} at {commit[:12]} failed: {out.stderr.decode(errors='replace').strip()[:300]}")
+        raise Refusal(
+            "bench", f"cloning {source} at {commit[:12]} failed: {out.stderr.decode(errors='replace').strip()[:300]}"
+        )
     # A skip-worktree stand-in comes along as it is in the operator's checkout, marked the same.
     for rel in copied:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)

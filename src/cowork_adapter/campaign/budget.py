@@ -106,9 +106,7 @@ def stop_decision(
     return None
 
 
-def admission_check(
-    spending: Spending, *, reserve_usd: float, limit_remaining: float | None = None
-) -> None:
+def admission_check(spending: Spending, *, reserve_usd: float, limit_remaining: float | None = None) -> None:
     """Refuse to start a run that would stop at once: exhausted key or remaining ≤ reserve."""
     _finite("reserve_usd", reserve_usd)
     if key_exhausted(limit_remaining):

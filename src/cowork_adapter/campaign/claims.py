@@ -33,14 +33,23 @@ def decide_release(run: HostRun, db_now: datetime, proof: FenceProof | None) -> 
         return ReleaseDecision(False, f"run {run.run_id} is already {run.state}; it holds no claims.")
     if run.lease_expires_at > db_now:
         left = (run.lease_expires_at - db_now).total_seconds()
-        return ReleaseDecision(False, f"run {run.run_id} on {run.host} still renews its lease "
-                                      f"(it expires in {left:.0f} s); its claims stay with it.")
+        return ReleaseDecision(
+            False,
+            f"run {run.run_id} on {run.host} still renews its lease "
+            f"(it expires in {left:.0f} s); its claims stay with it.",
+        )
     if proof is None:
-        return ReleaseDecision(False, f"run {run.run_id} on {run.host} stopped renewing its lease, but nothing "
-                                      "proves its processes gone; prove it on that host before its claims move.")
+        return ReleaseDecision(
+            False,
+            f"run {run.run_id} on {run.host} stopped renewing its lease, but nothing "
+            "proves its processes gone; prove it on that host before its claims move.",
+        )
     if proof.run_id != run.run_id or proof.host != run.host or proof.run_root != run.run_root:
-        return ReleaseDecision(False, f"the fence proof is about run {proof.run_id} at {proof.host}:{proof.run_root}, "
-                                      f"not run {run.run_id} at {run.host}:{run.run_root}.")
+        return ReleaseDecision(
+            False,
+            f"the fence proof is about run {proof.run_id} at {proof.host}:{proof.run_root}, "
+            f"not run {run.run_id} at {run.host}:{run.run_root}.",
+        )
     if not proof.all_gone:
         return ReleaseDecision(False, f"run {run.run_id} on {run.host} is not fenced: {proof.evidence}.")
     return ReleaseDecision(True, f"run {run.run_id} on {run.host}: lease expired and {proof.evidence}.")
@@ -54,8 +63,10 @@ def lapsed_problem(run: HostRun | CampaignRun, db_now: datetime) -> str | None:
         return f"run {run.run_id} on {run.host} is already {run.state}; it holds no claims to release."
     if run.lease_expires_at > db_now:
         left = (run.lease_expires_at - db_now).total_seconds()
-        return (f"run {run.run_id} on {run.host} still renews its lease (it expires in {left:.0f} s); the claims "
-                "of a live host are never released.")
+        return (
+            f"run {run.run_id} on {run.host} still renews its lease (it expires in {left:.0f} s); the claims "
+            "of a live host are never released."
+        )
     return None
 
 
@@ -67,16 +78,23 @@ def decide_operator_release(run: HostRun, db_now: datetime, release: HostRunRele
     if problem is not None:
         return ReleaseDecision(False, problem)
     if (release.run_id, release.host, release.run_root) != (run.run_id, run.host, run.run_root):
-        return ReleaseDecision(False, f"the release is about run {release.run_id} at {release.host}:{release.run_root}, "
-                                      f"not run {run.run_id} at {run.host}:{run.run_root}.")
+        return ReleaseDecision(
+            False,
+            f"the release is about run {release.run_id} at {release.host}:{release.run_root}, "
+            f"not run {run.run_id} at {run.host}:{run.run_root}.",
+        )
     if release.fence == ReleaseFence.ATTESTED and not release.attested:
-        return ReleaseDecision(False, f"no Docker daemon proved run {run.run_id}'s label empty and the operator did not "
-                                      "attest its fence (--confirm-fenced).")
+        return ReleaseDecision(
+            False,
+            f"no Docker daemon proved run {run.run_id}'s label empty and the operator did not "
+            "attest its fence (--confirm-fenced).",
+        )
     if release.fence not in ReleaseFence.values():
         return ReleaseDecision(False, f"the release's fence {release.fence!r} is not one of {ReleaseFence.values()}.")
     lapsed = (db_now - run.lease_expires_at).total_seconds()
-    return ReleaseDecision(True, f"run {run.run_id} on {run.host}: lease lapsed {lapsed:.0f} s ago and "
-                                 f"{release.fence}: {release.evidence}")
+    return ReleaseDecision(
+        True, f"run {run.run_id} on {run.host}: lease lapsed {lapsed:.0f} s ago and {release.fence}: {release.evidence}"
+    )
 
 
 @dataclass(frozen=True)
@@ -99,8 +117,12 @@ def decide_settle(state: str, holder: str | None, run_id: str, status: str) -> S
             return SettleDecision(False, None, None)
         return SettleDecision(False, None, f"the task was already settled by run {holder}.")
     if state != ClaimState.CLAIMED or holder != run_id:
-        return SettleDecision(False, None, f"run {run_id} does not hold the task's claim (it is {state}"
-                                            + (f", held by {holder})." if holder else ")."))
+        return SettleDecision(
+            False,
+            None,
+            f"run {run_id} does not hold the task's claim (it is {state}"
+            + (f", held by {holder})." if holder else ")."),
+        )
     if status in SETTLED_STATUSES:
         return SettleDecision(True, ClaimState.SETTLED, None)
     return SettleDecision(True, ClaimState.OPEN, None)
@@ -116,5 +138,11 @@ def prove_fenced(run: HostRun, *, host: str, now: datetime | None = None) -> Fen
     live = prove(root, Recorded(custody=custody, runner_pgids=runner))
     evidence = live.sentence() if problem is None else f"{live.sentence()}; {problem}"
     # An unreadable custody record proves nothing: the runner group it names might still live.
-    return FenceProof(run_id=run.run_id, host=host, run_root=run.run_root, all_gone=live.all_gone and problem is None,
-                      evidence=evidence, checked_at=now or datetime.now(UTC))
+    return FenceProof(
+        run_id=run.run_id,
+        host=host,
+        run_root=run.run_root,
+        all_gone=live.all_gone and problem is None,
+        evidence=evidence,
+        checked_at=now or datetime.now(UTC),
+    )

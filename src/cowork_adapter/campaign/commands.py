@@ -36,8 +36,13 @@ def _refused(exc: Refusal) -> int:
     return int(exc.exit_code)
 
 
-def show_command(campaign_file: str | os.PathLike[str] | None, as_json: bool = False, *, console: Console | None = None,
-                 store: Any = None) -> int:
+def show_command(
+    campaign_file: str | os.PathLike[str] | None,
+    as_json: bool = False,
+    *,
+    console: Console | None = None,
+    store: Any = None,
+) -> int:
     """Print the campaign (read-only, no lock needed: writes are atomic renames, or one committed
     transaction for a PostgreSQL `store`, which replaces `campaign_file`)."""
     try:
@@ -72,13 +77,19 @@ def _summary_table(record: CampaignRecord) -> Table:
         ("spent", f"${record.spent_usd:,.4f}"),
         ("remaining", f"${record.remaining_usd:,.4f}"),
         ("prior spend", f"${record.prior_spend_usd:,.4f}"),
-        ("reserve / run budget", f"{_stored_usd(record.reserve_usd)} / {_stored_usd(record.run_budget_usd)}"
-                                 " (what a run naming neither uses)"),
+        (
+            "reserve / run budget",
+            f"{_stored_usd(record.reserve_usd)} / {_stored_usd(record.run_budget_usd)}"
+            " (what a run naming neither uses)",
+        ),
         ("residual diagnostic", {True: "on", False: "off", None: "not recorded"}[record.diagnostic_eval_on_truncation]),
         ("usage baseline / last", f"{record.usage_baseline:.6f} / {record.last_usage:.6f}"),
         ("last reading", record.last_usage_observed_at.isoformat()),
         ("created", record.created_at.isoformat()),
-        ("active run", "none" if active is None else f"{active.run_root} (launcher pid {active.launcher_pid} on {active.host})"),
+        (
+            "active run",
+            "none" if active is None else f"{active.run_root} (launcher pid {active.launcher_pid} on {active.host})",
+        ),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -91,8 +102,12 @@ def _runs_table(record: CampaignRecord) -> Table:
         table.add_column(column)
     for run in record.runs:
         table.add_row(
-            run.run_root, run.outcome, run.stop_reason or "", f"${run.spent_usd:,.4f}",
-            run.finished_at.isoformat(), run.meter_error or "",
+            run.run_root,
+            run.outcome,
+            run.stop_reason or "",
+            f"${run.spent_usd:,.4f}",
+            run.finished_at.isoformat(),
+            run.meter_error or "",
         )
     return table
 
@@ -127,7 +142,9 @@ def _default_label_is_empty() -> LabelIsEmpty:
     try:
         from ..custody.docker_ops import label_is_empty
     except ImportError as exc:
-        raise Refusal(STAGE, f"The Docker custody helper is unavailable ({exc}), so an empty run label cannot be proven.") from None
+        raise Refusal(
+            STAGE, f"The Docker custody helper is unavailable ({exc}), so an empty run label cannot be proven."
+        ) from None
     return label_is_empty
 
 
@@ -162,12 +179,23 @@ def reconcile_command(
             raise Refusal(STAGE, "A Docker host is required to prove that the run's label is empty.")
         key = (os.environ if environ is None else environ).get(api_key_env, "")
         if not key:
-            raise Refusal(STAGE, f"The environment variable {api_key_env} holds no provider key, so usage cannot be refreshed.")
+            raise Refusal(
+                STAGE, f"The environment variable {api_key_env} holds no provider key, so usage cannot be refreshed."
+            )
         wanted_root = str(Path(run_root).resolve())
         try:
             reading, record = settle_active_run(
-                campaign_file, wanted_root, note, key, meter_url, docker_host, label_is_empty=label_is_empty,
-                read_meter=read_meter, clock=clock, meter_deadline_sec=meter_deadline_sec, store=store,
+                campaign_file,
+                wanted_root,
+                note,
+                key,
+                meter_url,
+                docker_host,
+                label_is_empty=label_is_empty,
+                read_meter=read_meter,
+                clock=clock,
+                meter_deadline_sec=meter_deadline_sec,
+                store=store,
             )
         except CampaignPersistenceError as exc:
             print(f"cowork-adapter: campaign write failed: {exc}", file=sys.stderr)
@@ -205,8 +233,11 @@ def settle_active_run(
     if store is None:  # the JSON file (a PostgreSQL store is passed in by `--campaign-db`)
         path = Path(campaign_file).absolute()
         if not path.is_file():
-            raise Refusal(STAGE, f"The campaign file {path} does not exist (a run killed before creating it has no "
-                                 f"campaign to settle: finish it with `cowork-adapter clear {wanted_root}`).")
+            raise Refusal(
+                STAGE,
+                f"The campaign file {path} does not exist (a run killed before creating it has no "
+                f"campaign to settle: finish it with `cowork-adapter clear {wanted_root}`).",
+            )
         store = JsonFileCampaignStore(path)
     with store.locked() as session:
         record = session.load()
@@ -233,7 +264,9 @@ def _prove_run_over(
         raise Refusal(STAGE, f"The key in the environment is not the campaign's key ({record.fingerprint}).")
     here = socket.gethostname()
     if active.host != here:
-        raise Refusal(STAGE, f"The active run was launched on host {active.host}, so its processes cannot be checked from {here}.")
+        raise Refusal(
+            STAGE, f"The active run was launched on host {active.host}, so its processes cannot be checked from {here}."
+        )
     if process_exists(active.launcher_pid):
         raise Refusal(STAGE, f"The run's launcher process {active.launcher_pid} still exists; stop it first.")
     checks: dict[str, Any] = {"host": here, "launcher_pid": {"pid": active.launcher_pid, "exists": False}}
@@ -241,16 +274,23 @@ def _prove_run_over(
         # The launcher died before recording a runner: the label check below still has to pass.
         checks["runner_pgid"] = {"pgid": None, "exists": None, "note": "no runner process group was recorded"}
     elif process_group_exists(active.runner_pgid):
-        raise Refusal(STAGE, f"The run's runner process group {active.runner_pgid} still has processes; stop them first.")
+        raise Refusal(
+            STAGE, f"The run's runner process group {active.runner_pgid} still has processes; stop them first."
+        )
     else:
         checks["runner_pgid"] = {"pgid": active.runner_pgid, "exists": False}
     check = label_is_empty or _default_label_is_empty()
     try:
         empty = check(docker_host, active.run_label)
     except Exception as exc:  # unknown Docker state is never taken as empty
-        raise Refusal(STAGE, f"Docker could not prove the run label {active.run_label} empty ({type(exc).__name__}: {exc}).") from None
+        raise Refusal(
+            STAGE, f"Docker could not prove the run label {active.run_label} empty ({type(exc).__name__}: {exc})."
+        ) from None
     if empty is not True:
-        raise Refusal(STAGE, f"Containers, networks or volumes with the run label {active.run_label} still exist on {docker_host}.")
+        raise Refusal(
+            STAGE,
+            f"Containers, networks or volumes with the run label {active.run_label} still exist on {docker_host}.",
+        )
     checks["docker_label"] = {"label": active.run_label, "docker_host": docker_host, "empty": True}
     return checks
 

@@ -14,8 +14,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 # libpq connection parameters whose value is a secret (passfile and sslkey only name files).
 SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
 
-PASSWORD_SENTENCE = ("--campaign-db must not carry a password (in its user part or as a query parameter); "
-                     "give it in PGPASSWORD or ~/.pgpass.")
+PASSWORD_SENTENCE = (
+    "--campaign-db must not carry a password (in its user part or as a query parameter); "
+    "give it in PGPASSWORD or ~/.pgpass."
+)
 
 
 def password_part(url: str) -> str | None:

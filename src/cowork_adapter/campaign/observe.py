@@ -192,13 +192,17 @@ class MeterObserver:
                         observed_at=observed_at,
                     )
             error_type, last_error = problem
-            self._emit(seen, phase, attempt, previous, observed, accepted=False, error_type=error_type, error=last_error)
+            self._emit(
+                seen, phase, attempt, previous, observed, accepted=False, error_type=error_type, error=last_error
+            )
             left = deadline - self.clock.monotonic()
             if left <= 0:
                 raise MeterBlind(last_error, seen)
             self.clock.sleep(min(self.retry_sec, left))
 
-    def _emit(self, seen: list[Observation], phase: Any, attempt: int, previous: float | None, observed: Any, **rest: Any) -> None:
+    def _emit(
+        self, seen: list[Observation], phase: Any, attempt: int, previous: float | None, observed: Any, **rest: Any
+    ) -> None:
         obs = Observation(
             observed_at=self.wall().isoformat(),
             phase=str(phase),

@@ -46,7 +46,9 @@ CONNECT_TIMEOUT_SEC = 10
 STATEMENT_TIMEOUT_MS = 30_000
 
 MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (1, """
+    (
+        1,
+        """
 CREATE TABLE campaigns (
     name text PRIMARY KEY,
     record jsonb NOT NULL,
@@ -81,10 +83,13 @@ CREATE TABLE task_claims (
 );
 CREATE INDEX task_claims_open ON task_claims (campaign, task_id) WHERE state = 'open';
 CREATE INDEX task_claims_by_run ON task_claims (run_id) WHERE state = 'claimed';
-"""),
+""",
+    ),
     # The one accepted meter reading of a shared campaign (campaign/shared_meter.py): written by the
     # host holding the campaign's meter lock, read with its age by every other host.
-    (2, """
+    (
+        2,
+        """
 CREATE TABLE meter_readings (
     campaign text PRIMARY KEY,
     usage double precision NOT NULL CHECK (usage >= 0),
@@ -93,20 +98,27 @@ CREATE TABLE meter_readings (
     observed_at timestamptz NOT NULL,
     poller text NOT NULL
 );
-"""),
+""",
+    ),
     # An operator's release of a lapsed run from another machine (campaign/release.py): its own state,
     # and the evidence and attestation that stood for a fence proof (a HostRunRelease).
-    (3, """
+    (
+        3,
+        """
 ALTER TABLE host_runs DROP CONSTRAINT host_runs_state_check;
 ALTER TABLE host_runs ADD CONSTRAINT host_runs_state_check CHECK (state IN ('live', 'finished', 'fenced', 'released'));
 ALTER TABLE host_runs ADD COLUMN release jsonb;
-"""),
+""",
+    ),
     # The run's exact Docker label as its launcher made it (path and a per-run nonce, custody/labels.py):
     # a release from another machine cannot recompute it from the run root. NULL: a run registered
     # before, whose label is its run root's alone.
-    (4, """
+    (
+        4,
+        """
 ALTER TABLE host_runs ADD COLUMN run_label text;
-"""),
+""",
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -120,8 +132,10 @@ def redacted(url: str) -> str:
     if parts.password is not None:
         netloc = parts.netloc.rsplit("@", 1)
         parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc[-1]}")
-    query = [(k, "***" if unquote(k).strip().lower() in SECRET_PARAMETERS else v)
-             for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    query = [
+        (k, "***" if unquote(k).strip().lower() in SECRET_PARAMETERS else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
     return urlunsplit(parts._replace(query=urlencode(query, safe="*")))
 
 
@@ -136,9 +150,16 @@ def connect(url: str) -> psycopg2.extensions.connection:
     try:
         # Keepalives: a server that vanishes (host down, partition) fails the next call within about
         # 25 s instead of hanging it on TCP's default of hours; no statement may wait longer than 30 s.
-        conn = psycopg2.connect(url, connect_timeout=CONNECT_TIMEOUT_SEC, application_name="cowork-adapter",
-                                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-                                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}")
+        conn = psycopg2.connect(
+            url,
+            connect_timeout=CONNECT_TIMEOUT_SEC,
+            application_name="cowork-adapter",
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+        )
     except psycopg2.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Refusal(STAGE, f"Cannot reach the campaign database {redacted(url)} ({first}).") from None
@@ -158,13 +179,18 @@ def _migrate(conn: psycopg2.extensions.connection) -> int:
     with conn:  # commits on success, rolls back on error
         with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, MIGRATION_LOCK))
-            cur.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                        "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
             cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
             have = cur.fetchone()[0]  # type: ignore[index]  # one row, always
             if have > SCHEMA_VERSION:
-                raise Refusal(STAGE, f"The campaign database has schema version {have}, newer than this adapter's "
-                                     f"{SCHEMA_VERSION}; upgrade cowork-adapter on this host.")
+                raise Refusal(
+                    STAGE,
+                    f"The campaign database has schema version {have}, newer than this adapter's "
+                    f"{SCHEMA_VERSION}; upgrade cowork-adapter on this host.",
+                )
             for version, sql in MIGRATIONS:
                 if version > have:
                     cur.execute(sql)
@@ -219,8 +245,11 @@ class PostgresCampaignStore:
         try:
             migrate(conn)
             if not hold(conn, self.name, self.location, shared=False):
-                raise Refusal(STAGE, f"The campaign {self.location} is held by another launcher or command; "
-                                     "wait for it to finish (see `cowork-adapter campaign show`).")
+                raise Refusal(
+                    STAGE,
+                    f"The campaign {self.location} is held by another launcher or command; "
+                    "wait for it to finish (see `cowork-adapter campaign show`).",
+                )
             yield PostgresSession(conn, self.name, self.location)
         finally:
             conn.close()  # the advisory lock ends with the session
@@ -258,13 +287,18 @@ class PostgresSession:
                 if self._version is not None and found != self._version:
                     raise CampaignPersistenceError(
                         f"the campaign {self.location} changed behind this launcher (version {found}, "
-                        f"expected {self._version}); nothing was written")
+                        f"expected {self._version}); nothing was written"
+                    )
                 if row is None:
-                    cur.execute("INSERT INTO campaigns (name, record, version) VALUES (%s, %s::jsonb, 1)",
-                                (self._name, text))
+                    cur.execute(
+                        "INSERT INTO campaigns (name, record, version) VALUES (%s, %s::jsonb, 1)", (self._name, text)
+                    )
                 else:
-                    cur.execute("UPDATE campaigns SET record = %s::jsonb, version = version + 1, updated_at = now() "
-                                "WHERE name = %s", (text, self._name))
+                    cur.execute(
+                        "UPDATE campaigns SET record = %s::jsonb, version = version + 1, updated_at = now() "
+                        "WHERE name = %s",
+                        (text, self._name),
+                    )
                 self._version = found + 1
         except psycopg2.Error as exc:
             raise _lost("saving the campaign record", exc) from exc
@@ -279,7 +313,9 @@ def read_campaign_db(url: str, name: str = "default") -> CampaignRecord | None:
             cur.execute("SELECT record::text FROM campaigns WHERE name = %s", (name,))
             row = cur.fetchone()
     except psycopg2.Error as exc:
-        raise Refusal(STAGE, f"The campaign {redacted(url)} campaign {name!r} cannot be read ({str(exc).strip()}).") from None
+        raise Refusal(
+            STAGE, f"The campaign {redacted(url)} campaign {name!r} cannot be read ({str(exc).strip()})."
+        ) from None
     finally:
         conn.close()
     return None if row is None else parse_campaign_text(f"{redacted(url)} campaign {name!r}", row[0])
@@ -298,13 +334,24 @@ class HostRunReleased(ClaimLost):
     after its claims went to other hosts, and must stop without settling or running anything."""
 
 
-_RUN_COLUMNS = ("run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, fence_proof::text, release::text, "
-                "run_label")
+_RUN_COLUMNS = (
+    "run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, fence_proof::text, release::text, run_label"
+)
 
 
 def _host_run(row: Sequence[Any]) -> HostRun:
-    return HostRun(run_id=row[0], campaign=row[1], host=row[2], run_root=row[3], lease_sec=row[4],
-                   lease_expires_at=row[5], state=row[6], fence_proof=row[7], release=row[8], run_label=row[9])
+    return HostRun(
+        run_id=row[0],
+        campaign=row[1],
+        host=row[2],
+        run_root=row[3],
+        lease_sec=row[4],
+        lease_expires_at=row[5],
+        state=row[6],
+        fence_proof=row[7],
+        release=row[8],
+        run_label=row[9],
+    )
 
 
 def _no_lease(cur: Any, run_id: str, doing: str) -> ClaimLost:
@@ -312,8 +359,10 @@ def _no_lease(cur: Any, run_id: str, doing: str) -> ClaimLost:
     cur.execute("SELECT state, release->>'operator', release->>'at' FROM host_runs WHERE run_id = %s", (run_id,))
     row = cur.fetchone()
     if row is not None and row[0] == HostRunState.RELEASED:
-        return HostRunReleased(f"run {run_id} was released by {row[1]} at {row[2]} (campaign release) after its lease "
-                               f"lapsed; its claims went to other hosts, so it {doing}")
+        return HostRunReleased(
+            f"run {run_id} was released by {row[1]} at {row[2]} (campaign release) after its lease "
+            f"lapsed; its claims went to other hosts, so it {doing}"
+        )
     return ClaimLost(f"run {run_id} lost its lease (lapsed or fenced); it {doing}")
 
 
@@ -353,18 +402,24 @@ class TaskClaims:
     def add_selection(self, task_ids: Sequence[str]) -> int:
         """Put the campaign's selection in the table (idempotent: existing rows keep their state)."""
         with self._tx("adding the selection") as cur:
-            cur.execute("INSERT INTO task_claims (campaign, task_id, state) SELECT %s, t, 'open' FROM unnest(%s) AS t "
-                        "ON CONFLICT DO NOTHING", (self.campaign, list(task_ids)))
+            cur.execute(
+                "INSERT INTO task_claims (campaign, task_id, state) SELECT %s, t, 'open' FROM unnest(%s) AS t "
+                "ON CONFLICT DO NOTHING",
+                (self.campaign, list(task_ids)),
+            )
             return cur.rowcount
 
-    def register_run(self, *, host: str, run_root: str, lease_sec: float, run_id: str | None = None,
-                     run_label: str | None = None) -> HostRun:
+    def register_run(
+        self, *, host: str, run_root: str, lease_sec: float, run_id: str | None = None, run_label: str | None = None
+    ) -> HostRun:
         run_id = run_id or uuid.uuid4().hex
         with self._tx("registering the run") as cur:
-            cur.execute("INSERT INTO host_runs (run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, "
-                        "run_label) VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s), 'live', %s) "
-                        f"RETURNING {_RUN_COLUMNS}",
-                        (run_id, self.campaign, host, run_root, lease_sec, lease_sec, run_label))
+            cur.execute(
+                "INSERT INTO host_runs (run_id, campaign, host, run_root, lease_sec, lease_expires_at, state, "
+                "run_label) VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s), 'live', %s) "
+                f"RETURNING {_RUN_COLUMNS}",
+                (run_id, self.campaign, host, run_root, lease_sec, lease_sec, run_label),
+            )
             return _host_run(cur.fetchone())
 
     def renew(self, run_id: str) -> datetime:
@@ -375,9 +430,11 @@ class TaskClaims:
 
     @staticmethod
     def _renew(cur: Any, run_id: str) -> datetime:
-        cur.execute("UPDATE host_runs SET lease_expires_at = now() + make_interval(secs => lease_sec) "
-                    "WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() RETURNING lease_expires_at",
-                    (run_id,))
+        cur.execute(
+            "UPDATE host_runs SET lease_expires_at = now() + make_interval(secs => lease_sec) "
+            "WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() RETURNING lease_expires_at",
+            (run_id,),
+        )
         row = cur.fetchone()
         if row is None:
             raise _no_lease(cur, run_id, "must claim nothing more")
@@ -396,17 +453,21 @@ class TaskClaims:
     def held_by(self, run_id: str) -> list[str]:
         """The tasks `run_id` holds claimed (not settled), sorted."""
         with self._tx("reading a run's claims") as cur:
-            cur.execute("SELECT task_id FROM task_claims WHERE run_id = %s AND state = 'claimed' ORDER BY task_id",
-                        (run_id,))
+            cur.execute(
+                "SELECT task_id FROM task_claims WHERE run_id = %s AND state = 'claimed' ORDER BY task_id", (run_id,)
+            )
             return [r[0] for r in cur.fetchall()]
 
     def lapsed_claims(self) -> int:
         """Claims held by live runs of this campaign whose lease has lapsed: work that may come back
         once those runs are proven fenced."""
         with self._tx("counting lapsed claims") as cur:
-            cur.execute("SELECT count(*) FROM task_claims c JOIN host_runs r ON r.run_id = c.run_id "
-                        "WHERE c.campaign = %s AND c.state = 'claimed' AND r.state = 'live' "
-                        "AND r.lease_expires_at <= now()", (self.campaign,))
+            cur.execute(
+                "SELECT count(*) FROM task_claims c JOIN host_runs r ON r.run_id = c.run_id "
+                "WHERE c.campaign = %s AND c.state = 'claimed' AND r.state = 'live' "
+                "AND r.lease_expires_at <= now()",
+                (self.campaign,),
+            )
             return cur.fetchone()[0]
 
     def claim(self, run_id: str, limit: int, exclude: Sequence[str] = ()) -> list[str]:
@@ -417,30 +478,39 @@ class TaskClaims:
         with self._tx("claiming tasks") as cur:
             # FOR SHARE: a fencing host (FOR UPDATE on this row) waits for this claim, or this claim
             # waits for the fence and then sees the run is no longer live.
-            cur.execute("SELECT 1 FROM host_runs WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() "
-                        "FOR SHARE", (run_id,))
+            cur.execute(
+                "SELECT 1 FROM host_runs WHERE run_id = %s AND state = 'live' AND lease_expires_at > now() FOR SHARE",
+                (run_id,),
+            )
             if cur.fetchone() is None:
                 raise _no_lease(cur, run_id, "may claim nothing")
             # A campaign-wide stop (campaign/shared.py) ends claiming for every host at once.
-            cur.execute("SELECT 1 FROM campaigns WHERE name = %s AND jsonb_typeof(record->'stop') = 'object'",
-                        (self.campaign,))
+            cur.execute(
+                "SELECT 1 FROM campaigns WHERE name = %s AND jsonb_typeof(record->'stop') = 'object'", (self.campaign,)
+            )
             if cur.fetchone() is not None:
                 return []
-            cur.execute("SELECT task_id FROM task_claims WHERE campaign = %s AND state = 'open' "
-                        "AND NOT (task_id = ANY(%s)) ORDER BY task_id LIMIT %s FOR UPDATE SKIP LOCKED",
-                        (self.campaign, list(exclude), limit))
+            cur.execute(
+                "SELECT task_id FROM task_claims WHERE campaign = %s AND state = 'open' "
+                "AND NOT (task_id = ANY(%s)) ORDER BY task_id LIMIT %s FOR UPDATE SKIP LOCKED",
+                (self.campaign, list(exclude), limit),
+            )
             ids = [r[0] for r in cur.fetchall()]
             if ids:
-                cur.execute("UPDATE task_claims SET state = 'claimed', run_id = %s, claimed_at = now(), "
-                            "times_claimed = times_claimed + 1 WHERE campaign = %s AND task_id = ANY(%s)",
-                            (run_id, self.campaign, ids))
+                cur.execute(
+                    "UPDATE task_claims SET state = 'claimed', run_id = %s, claimed_at = now(), "
+                    "times_claimed = times_claimed + 1 WHERE campaign = %s AND task_id = ANY(%s)",
+                    (run_id, self.campaign, ids),
+                )
             return ids
 
     def settle(self, run_id: str, task_id: str, status: str, receipt: str | None = None) -> ClaimState:
         """Record `run_id`'s result for a task it holds: settled for good, or back to open."""
         with self._tx("settling a task") as cur:
-            cur.execute("SELECT state, run_id FROM task_claims WHERE campaign = %s AND task_id = %s FOR UPDATE",
-                        (self.campaign, task_id))
+            cur.execute(
+                "SELECT state, run_id FROM task_claims WHERE campaign = %s AND task_id = %s FOR UPDATE",
+                (self.campaign, task_id),
+            )
             row = cur.fetchone()
             if row is None:
                 raise Refusal(STAGE, f"Task {task_id} is not in the campaign's selection.")
@@ -450,12 +520,16 @@ class TaskClaims:
             if not decision.write:
                 return ClaimState(row[0])
             if decision.new_state == ClaimState.SETTLED:
-                cur.execute("UPDATE task_claims SET state = 'settled', settled_status = %s, receipt = %s, "
-                            "settled_at = now() WHERE campaign = %s AND task_id = %s",
-                            (status, receipt, self.campaign, task_id))
+                cur.execute(
+                    "UPDATE task_claims SET state = 'settled', settled_status = %s, receipt = %s, "
+                    "settled_at = now() WHERE campaign = %s AND task_id = %s",
+                    (status, receipt, self.campaign, task_id),
+                )
             else:
-                cur.execute("UPDATE task_claims SET state = 'open', run_id = NULL WHERE campaign = %s AND task_id = %s",
-                            (self.campaign, task_id))
+                cur.execute(
+                    "UPDATE task_claims SET state = 'open', run_id = NULL WHERE campaign = %s AND task_id = %s",
+                    (self.campaign, task_id),
+                )
             return decision.new_state  # type: ignore[return-value]  # a write has its new state
 
     def finish_run(self, run_id: str) -> list[str]:
@@ -478,8 +552,11 @@ class TaskClaims:
     def expired_runs(self) -> list[HostRun]:
         """Live runs of this campaign whose lease has lapsed (candidates for a fence proof)."""
         with self._tx("listing lapsed runs") as cur:
-            cur.execute(f"SELECT {_RUN_COLUMNS} FROM host_runs WHERE campaign = %s AND state = 'live' "
-                        "AND lease_expires_at <= now() ORDER BY run_id", (self.campaign,))
+            cur.execute(
+                f"SELECT {_RUN_COLUMNS} FROM host_runs WHERE campaign = %s AND state = 'live' "
+                "AND lease_expires_at <= now() ORDER BY run_id",
+                (self.campaign,),
+            )
             return [_host_run(r) for r in cur.fetchall()]
 
     def release_fenced(self, run_id: str, proof: FenceProof | None) -> tuple[bool, str, list[str]]:
@@ -496,19 +573,24 @@ class TaskClaims:
             if not decision.release:
                 return False, decision.reason, []
             released = self._release(cur, run_id)
-            cur.execute("UPDATE host_runs SET state = 'fenced', ended_at = now(), fence_proof = %s::jsonb "
-                        "WHERE run_id = %s", (msgspec.json.encode(proof).decode(), run_id))
+            cur.execute(
+                "UPDATE host_runs SET state = 'fenced', ended_at = now(), fence_proof = %s::jsonb WHERE run_id = %s",
+                (msgspec.json.encode(proof).decode(), run_id),
+            )
             return True, decision.reason, released
 
-    def release_by_operator(self, run_id: str, make: Callable[[HostRun, datetime, str, list[str]], HostRunRelease]
-                            ) -> tuple[HostRunRelease, list[str]]:
+    def release_by_operator(
+        self, run_id: str, make: Callable[[HostRun, datetime, str, list[str]], HostRunRelease]
+    ) -> tuple[HostRunRelease, list[str]]:
         """`campaign release`: ONE transaction under the run's row lock: the rules checked again on
         what is stored now (`decide_operator_release`), its claimed tasks back to open (a settled
         task is never touched), the run marked released with `make(run, db_now, db_user, tasks)`.
         Refusal (nothing written) when the rules say no; ClaimLost when the database fails."""
         with self._tx("releasing a run") as cur:
-            cur.execute(f"SELECT {_RUN_COLUMNS} FROM host_runs WHERE run_id = %s AND campaign = %s FOR UPDATE",
-                        (run_id, self.campaign))
+            cur.execute(
+                f"SELECT {_RUN_COLUMNS} FROM host_runs WHERE run_id = %s AND campaign = %s FOR UPDATE",
+                (run_id, self.campaign),
+            )
             row = cur.fetchone()
             if row is None:
                 raise Refusal(STAGE, f"The campaign {self.campaign!r} has no host run {run_id}.")
@@ -523,13 +605,18 @@ class TaskClaims:
             decision = decide_operator_release(run, db_now, release)
             if not decision.release:  # raised inside the transaction: the claims' update rolls back
                 raise Refusal(STAGE, decision.reason[0].upper() + decision.reason[1:])
-            cur.execute("UPDATE host_runs SET state = 'released', ended_at = now(), release = %s::jsonb "
-                        "WHERE run_id = %s", (msgspec.json.encode(release).decode(), run_id))
+            cur.execute(
+                "UPDATE host_runs SET state = 'released', ended_at = now(), release = %s::jsonb WHERE run_id = %s",
+                (msgspec.json.encode(release).decode(), run_id),
+            )
             return release, released
 
     def _release(self, cur: Any, run_id: str) -> list[str]:
-        cur.execute("UPDATE task_claims SET state = 'open', run_id = NULL WHERE run_id = %s AND state = 'claimed' "
-                    "RETURNING task_id", (run_id,))
+        cur.execute(
+            "UPDATE task_claims SET state = 'open', run_id = NULL WHERE run_id = %s AND state = 'claimed' "
+            "RETURNING task_id",
+            (run_id,),
+        )
         return sorted(r[0] for r in cur.fetchall())
 
     def counts(self) -> ClaimCounts:
@@ -540,6 +627,8 @@ class TaskClaims:
     def settled_by(self) -> dict[str, tuple[str, str]]:
         """task -> (run that settled it, status), for every settled task of the campaign."""
         with self._tx("reading settled tasks") as cur:
-            cur.execute("SELECT task_id, run_id, settled_status FROM task_claims WHERE campaign = %s AND state = 'settled'",
-                        (self.campaign,))
+            cur.execute(
+                "SELECT task_id, run_id, settled_status FROM task_claims WHERE campaign = %s AND state = 'settled'",
+                (self.campaign,),
+            )
             return {t: (r, s) for t, r, s in cur.fetchall()}

@@ -79,47 +79,108 @@ def _docker_cleanup(docker_host: str, label: str) -> list[str]:
     return cleanup_run(docker_host, label, lambda _event: None).names()  # the relist inside proves it, or raises
 
 
-def find_fence(run_id: str, label: str, docker_host: str | None, confirm_fenced: bool, *,
-               listing: ListLabel = _docker_listing, cleanup: CleanLabel = _docker_cleanup) -> Fence:
+def find_fence(
+    run_id: str,
+    label: str,
+    docker_host: str | None,
+    confirm_fenced: bool,
+    *,
+    listing: ListLabel = _docker_listing,
+    cleanup: CleanLabel = _docker_cleanup,
+) -> Fence:
     """The evidence for the release, or a Refusal (nothing written). Raises CustodyError when the
     daemon answered but the label's objects could not all be removed."""
     if docker_host is None:
         if not confirm_fenced:
-            raise Refusal(STAGE, f"Nothing proves run {run_id}'s containers gone: name its Docker daemon with "
-                                 "--docker-host, or attest that its machine is gone with --confirm-fenced.")
-        return Fence(ReleaseFence.ATTESTED, "no Docker daemon was named; the operator attests that the run's "
-                                            "machine, its processes and its containers are gone", None)
+            raise Refusal(
+                STAGE,
+                f"Nothing proves run {run_id}'s containers gone: name its Docker daemon with "
+                "--docker-host, or attest that its machine is gone with --confirm-fenced.",
+            )
+        return Fence(
+            ReleaseFence.ATTESTED,
+            "no Docker daemon was named; the operator attests that the run's "
+            "machine, its processes and its containers are gone",
+            None,
+        )
     try:
         remaining = listing(docker_host, label)
     except CustodyError as exc:  # unknown is never empty
         if not confirm_fenced:
-            raise Refusal(STAGE, f"The Docker daemon at {docker_host} did not answer for run {run_id}'s label {label} "
-                                 f"({exc}); if its machine is gone, attest it with --confirm-fenced.") from None
-        return Fence(ReleaseFence.ATTESTED, f"the Docker daemon at {docker_host} did not answer ({exc}); the operator "
-                                            "attests that the run's machine, its processes and its containers are gone",
-                     docker_host)
+            raise Refusal(
+                STAGE,
+                f"The Docker daemon at {docker_host} did not answer for run {run_id}'s label {label} "
+                f"({exc}); if its machine is gone, attest it with --confirm-fenced.",
+            ) from None
+        return Fence(
+            ReleaseFence.ATTESTED,
+            f"the Docker daemon at {docker_host} did not answer ({exc}); the operator "
+            "attests that the run's machine, its processes and its containers are gone",
+            docker_host,
+        )
     if not remaining:
-        return Fence(ReleaseFence.LABEL_EMPTY, f"the Docker daemon at {docker_host} holds nothing with the run's "
-                                               f"label {label}; the run's processes were not checked (its machine "
-                                               "is out of reach)", docker_host)
+        return Fence(
+            ReleaseFence.LABEL_EMPTY,
+            f"the Docker daemon at {docker_host} holds nothing with the run's "
+            f"label {label}; the run's processes were not checked (its machine "
+            "is out of reach)",
+            docker_host,
+        )
     removed = cleanup(docker_host, label)
-    return Fence(ReleaseFence.LABEL_CLEANED, f"the Docker daemon at {docker_host} held {len(remaining)} object(s) "
-                                             f"with the run's label {label}, removed by that label and a fresh "
-                                             "listing found none; the run's processes were not checked (its "
-                                             "machine is out of reach)", docker_host, removed)
+    return Fence(
+        ReleaseFence.LABEL_CLEANED,
+        f"the Docker daemon at {docker_host} held {len(remaining)} object(s) "
+        f"with the run's label {label}, removed by that label and a fresh "
+        "listing found none; the run's processes were not checked (its "
+        "machine is out of reach)",
+        docker_host,
+        removed,
+    )
 
 
-def release_record(run: HostRun, db_now: datetime, db_user: str, tasks: list[str], *, fence: Fence, label: str,
-                   confirm_fenced: bool, operator: str, note: str) -> HostRunRelease:
-    return HostRunRelease(run_id=run.run_id, host=run.host, run_root=run.run_root, run_label=label,
-                          fence=fence.fence.value, evidence=fence.evidence, docker_host=fence.docker_host,
-                          removed=fence.removed, attested=confirm_fenced, operator=operator, db_user=db_user,
-                          operator_note=note, lease_expired_at=run.lease_expires_at, at=db_now, released_tasks=tasks)
+def release_record(
+    run: HostRun,
+    db_now: datetime,
+    db_user: str,
+    tasks: list[str],
+    *,
+    fence: Fence,
+    label: str,
+    confirm_fenced: bool,
+    operator: str,
+    note: str,
+) -> HostRunRelease:
+    return HostRunRelease(
+        run_id=run.run_id,
+        host=run.host,
+        run_root=run.run_root,
+        run_label=label,
+        fence=fence.fence.value,
+        evidence=fence.evidence,
+        docker_host=fence.docker_host,
+        removed=fence.removed,
+        attested=confirm_fenced,
+        operator=operator,
+        db_user=db_user,
+        operator_note=note,
+        lease_expired_at=run.lease_expires_at,
+        at=db_now,
+        released_tasks=tasks,
+    )
 
 
-def release_command(url: str, campaign: str, run_id: str, operator_note: str, docker_host: str | None,
-                    confirm_fenced: bool, *, listing: ListLabel = _docker_listing, cleanup: CleanLabel = _docker_cleanup,
-                    operator: str | None = None) -> int:
+def release_command(
+    url: str,
+    campaign: str,
+    run_id: str,
+    operator_note: str,
+    docker_host: str | None,
+    confirm_fenced: bool,
+    *,
+    listing: ListLabel = _docker_listing,
+    cleanup: CleanLabel = _docker_cleanup,
+    operator: str | None = None,
+) -> int:
     """0 released; 1 a cleanup not proven or the database write failed (nothing released); 2 refused."""
     from .commands import _refused
     from .pg_store import TaskClaims
@@ -130,8 +191,11 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
         snap = read_snapshot(url, campaign)
         run = next((r for r in snap.runs if r.run_id == run_id), None)
         if run is None:
-            raise Refusal(STAGE, f"The campaign {snap.location} has no host run {run_id} "
-                                 "(`cowork-adapter status --campaign-db ...` lists its runs).")
+            raise Refusal(
+                STAGE,
+                f"The campaign {snap.location} has no host run {run_id} "
+                "(`cowork-adapter status --campaign-db ...` lists its runs).",
+            )
         problem = lapsed_problem(run, snap.db_now)
         if problem is not None:
             raise Refusal(STAGE, problem[0].upper() + problem[1:])
@@ -139,13 +203,25 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
         try:
             fence = find_fence(run_id, label, docker_host, confirm_fenced, listing=listing, cleanup=cleanup)
         except CustodyError as exc:
-            print(f"cowork-adapter: release failed: run {run_id}'s label {label} is not proven empty on "
-                  f"{docker_host} ({exc}); nothing was released.", file=sys.stderr)
+            print(
+                f"cowork-adapter: release failed: run {run_id}'s label {label} is not proven empty on "
+                f"{docker_host} ({exc}); nothing was released.",
+                file=sys.stderr,
+            )
             return int(ExitCode.FAILED)
 
         def make(stored: HostRun, db_now: datetime, db_user: str, tasks: list[str]) -> HostRunRelease:
-            return release_record(stored, db_now, db_user, tasks, fence=fence, label=label,
-                                  confirm_fenced=confirm_fenced, operator=operator, note=operator_note)
+            return release_record(
+                stored,
+                db_now,
+                db_user,
+                tasks,
+                fence=fence,
+                label=label,
+                confirm_fenced=confirm_fenced,
+                operator=operator,
+                note=operator_note,
+            )
 
         try:
             with TaskClaims(url, campaign) as claims:
@@ -155,7 +231,10 @@ def release_command(url: str, campaign: str, run_id: str, operator_note: str, do
             return int(ExitCode.FAILED)
     except Refusal as exc:
         return _refused(exc)
-    print(f"Released run {run_id} on {release.host} ({release.fence}): {len(tasks)} unsettled claim(s) back to open"
-          + (f" ({', '.join(tasks)})" if tasks else "") + f"; recorded by {release.operator} as {release.db_user} "
-          f"at {release.at.isoformat()}.")
+    print(
+        f"Released run {run_id} on {release.host} ({release.fence}): {len(tasks)} unsettled claim(s) back to open"
+        + (f" ({', '.join(tasks)})" if tasks else "")
+        + f"; recorded by {release.operator} as {release.db_user} "
+        f"at {release.at.isoformat()}."
+    )
     return int(ExitCode.OK)

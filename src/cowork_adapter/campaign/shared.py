@@ -57,8 +57,9 @@ def _lost(what: str, exc: Exception) -> CampaignPersistenceError:
 class SharedCampaign:
     """The admitted campaign for one shared host: the Campaign handle's methods, over transactions."""
 
-    def __init__(self, conn: Any, name: str, location: str, record: CampaignRecord,
-                 now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, conn: Any, name: str, location: str, record: CampaignRecord, now: Callable[[], datetime]
+    ) -> None:
         self._conn = conn
         self._name = name
         self.location = location
@@ -81,8 +82,11 @@ class SharedCampaign:
                 stored = parse_campaign_text(self.location, row[0])
                 new = change(stored)
                 if new is not None and new != stored:
-                    cur.execute("UPDATE campaigns SET record = %s::jsonb, version = version + 1, updated_at = now() "
-                                "WHERE name = %s", (new.to_json(), self._name))
+                    cur.execute(
+                        "UPDATE campaigns SET record = %s::jsonb, version = version + 1, updated_at = now() "
+                        "WHERE name = %s",
+                        (new.to_json(), self._name),
+                    )
                     stored = new
         except psycopg2.Error as exc:
             raise _lost(what, exc) from exc
@@ -92,9 +96,14 @@ class SharedCampaign:
         return stored
 
     def start_run(self, *, run_root: str, run_label: str, launcher_pid: int, host: str | None = None) -> ActiveRun:
-        self._active = ActiveRun(run_root=run_root, run_label=run_label, launcher_pid=launcher_pid,
-                                 started_at=self._now(), host=host or socket.gethostname(),
-                                 usage_at_start=self._record.last_usage)
+        self._active = ActiveRun(
+            run_root=run_root,
+            run_label=run_label,
+            launcher_pid=launcher_pid,
+            started_at=self._now(),
+            host=host or socket.gethostname(),
+            usage_at_start=self._record.last_usage,
+        )
         return self._active
 
     def set_runner_pgid(self, pgid: int) -> None:
@@ -103,14 +112,18 @@ class SharedCampaign:
     def record_usage(self, usage: float, observed_at: datetime | None = None) -> None:
         at = observed_at or self._now()
         # Another host may have stored a newer (higher) reading meanwhile: it stays.
-        self._change("saving a meter reading",
-                     lambda r: r.replace(last_usage=usage, last_usage_observed_at=at) if usage > r.last_usage else None)
+        self._change(
+            "saving a meter reading",
+            lambda r: r.replace(last_usage=usage, last_usage_observed_at=at) if usage > r.last_usage else None,
+        )
 
     def stop_campaign(self, reason: str, *, host: str, run_root: str) -> CampaignStop:
         """Write the campaign-wide stop (the first one stays); every host stops on reading it."""
         stop = CampaignStop(reason=str(reason), host=host, run_root=run_root, at=self._now())
-        return self._change("writing the campaign's stop",  # type: ignore[return-value]  # a stop stands after this write
-                            lambda r: r.replace(stop=stop) if r.stop is None else None).stop
+        return self._change(
+            "writing the campaign's stop",  # type: ignore[return-value]  # a stop stands after this write
+            lambda r: r.replace(stop=stop) if r.stop is None else None,
+        ).stop
 
     def finish_run(self, *, outcome: str, stop_reason: str | None = None, meter_error: str | None = None) -> RunRecord:
         """Append this host's run to the history. Its spend is the meter's delta since ITS start:
@@ -119,19 +132,36 @@ class SharedCampaign:
         if active is None:
             raise ValueError("the shared campaign has no run of this host")
         spent = max(0.0, self._record.last_usage - active.usage_at_start)
-        entry = RunRecord(run_root=active.run_root, run_label=active.run_label, outcome=str(outcome),
-                          stop_reason=None if stop_reason is None else str(stop_reason), spent_usd=spent,
-                          meter_error=meter_error, started_at=active.started_at, finished_at=self._now())
+        entry = RunRecord(
+            run_root=active.run_root,
+            run_label=active.run_label,
+            outcome=str(outcome),
+            stop_reason=None if stop_reason is None else str(stop_reason),
+            spent_usd=spent,
+            meter_error=meter_error,
+            started_at=active.started_at,
+            finished_at=self._now(),
+        )
         self._change("settling the campaign", lambda r: r.replace(runs=[*r.runs, entry]))
         self._active = None
         return entry
 
 
 @contextmanager
-def open_shared_campaign(url: str, name: str, *, key_fingerprint: str, ceiling: float, prior_spend: float = 0.0,
-                         startup_usage: float, create_if_missing: bool, reserve: float | None = None,
-                         run_budget: float | None = None, diagnostic: bool | None = None,
-                         now: Callable[[], datetime] = utc_now) -> Iterator[SharedCampaign]:
+def open_shared_campaign(
+    url: str,
+    name: str,
+    *,
+    key_fingerprint: str,
+    ceiling: float,
+    prior_spend: float = 0.0,
+    startup_usage: float,
+    create_if_missing: bool,
+    reserve: float | None = None,
+    run_budget: float | None = None,
+    diagnostic: bool | None = None,
+    now: Callable[[], datetime] = utc_now,
+) -> Iterator[SharedCampaign]:
     """Join (or, the first host, create) the campaign: the shared hold, then ONE transaction that
     creates the record with this host's startup reading as the baseline or admits against it."""
     _money("campaign ceiling", ceiling, positive=True)
@@ -142,11 +172,25 @@ def open_shared_campaign(url: str, name: str, *, key_fingerprint: str, ceiling: 
     try:
         migrate(conn)
         if not hold(conn, name, location, shared=True):
-            raise Refusal(STAGE, f"The campaign {location} is held exclusively by a single-host launcher or a command "
-                                 "(campaign reconcile); a shared host joins only when none holds it.")
-        record = _admit(conn, name, location, key_fingerprint=key_fingerprint, ceiling=ceiling,
-                        prior_spend=prior_spend, usage=startup_usage, create=create_if_missing, reserve=reserve,
-                        run_budget=run_budget, diagnostic=diagnostic, at=now())
+            raise Refusal(
+                STAGE,
+                f"The campaign {location} is held exclusively by a single-host launcher or a command "
+                "(campaign reconcile); a shared host joins only when none holds it.",
+            )
+        record = _admit(
+            conn,
+            name,
+            location,
+            key_fingerprint=key_fingerprint,
+            ceiling=ceiling,
+            prior_spend=prior_spend,
+            usage=startup_usage,
+            create=create_if_missing,
+            reserve=reserve,
+            run_budget=run_budget,
+            diagnostic=diagnostic,
+            at=now(),
+        )
         yield SharedCampaign(conn, name, location, record, now)
     finally:
         conn.close()  # the shared hold ends with the session
@@ -155,33 +199,64 @@ def open_shared_campaign(url: str, name: str, *, key_fingerprint: str, ceiling: 
 def refuse_if_stopped(record: CampaignRecord, location: str) -> None:
     """A campaign whose stop was written admits no host (its money, or the key's, is used up)."""
     if record.stop is not None:
-        raise Refusal(STAGE, f"The campaign {location} was stopped by {record.stop.reason} (seen by "
-                             f"{record.stop.host}, {record.stop.run_root}); no host is admitted after it.")
+        raise Refusal(
+            STAGE,
+            f"The campaign {location} was stopped by {record.stop.reason} (seen by "
+            f"{record.stop.host}, {record.stop.run_root}); no host is admitted after it.",
+        )
 
 
-def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling: float, prior_spend: float,
-           usage: float, create: bool, reserve: float | None, run_budget: float | None, diagnostic: bool | None,
-           at: datetime) -> CampaignRecord:
-    fresh = CampaignRecord(fingerprint=key_fingerprint, ceiling_usd=ceiling, usage_baseline=usage,
-                           prior_spend_usd=prior_spend, last_usage=usage, last_usage_observed_at=at, created_at=at,
-                           reserve_usd=reserve, run_budget_usd=run_budget, diagnostic_eval_on_truncation=diagnostic)
+def _admit(
+    conn: Any,
+    name: str,
+    location: str,
+    *,
+    key_fingerprint: str,
+    ceiling: float,
+    prior_spend: float,
+    usage: float,
+    create: bool,
+    reserve: float | None,
+    run_budget: float | None,
+    diagnostic: bool | None,
+    at: datetime,
+) -> CampaignRecord:
+    fresh = CampaignRecord(
+        fingerprint=key_fingerprint,
+        ceiling_usd=ceiling,
+        usage_baseline=usage,
+        prior_spend_usd=prior_spend,
+        last_usage=usage,
+        last_usage_observed_at=at,
+        created_at=at,
+        reserve_usd=reserve,
+        run_budget_usd=run_budget,
+        diagnostic_eval_on_truncation=diagnostic,
+    )
     try:
         with conn, conn.cursor() as cur:
             if create:  # two first hosts at once: one INSERT wins, the other admits against its record
-                cur.execute("INSERT INTO campaigns (name, record, version) VALUES (%s, %s::jsonb, 1) "
-                            "ON CONFLICT (name) DO NOTHING RETURNING version", (name, fresh.to_json()))
+                cur.execute(
+                    "INSERT INTO campaigns (name, record, version) VALUES (%s, %s::jsonb, 1) "
+                    "ON CONFLICT (name) DO NOTHING RETURNING version",
+                    (name, fresh.to_json()),
+                )
                 if cur.fetchone() is not None:
                     return fresh
             cur.execute("SELECT record::text FROM campaigns WHERE name = %s FOR UPDATE", (name,))
             row = cur.fetchone()
             if row is None:
-                raise Refusal(STAGE, f"The campaign {location} does not exist; creating it would take a new usage "
-                                     "baseline, which needs --new-campaign.")
+                raise Refusal(
+                    STAGE,
+                    f"The campaign {location} does not exist; creating it would take a new usage "
+                    "baseline, which needs --new-campaign.",
+                )
             record = parse_campaign_text(location, row[0])
             # A reading below the stored one is not a meter going backwards: another host read the
             # same key's meter after this host did and stored it first. The stored one stays.
-            _admit_existing(record, location, key_fingerprint, ceiling, prior_spend, max(usage, record.last_usage),
-                            diagnostic)
+            _admit_existing(
+                record, location, key_fingerprint, ceiling, prior_spend, max(usage, record.last_usage), diagnostic
+            )
             refuse_if_stopped(record, location)
             update: dict[str, Any] = {}
             if usage > record.last_usage:
@@ -190,16 +265,25 @@ def _admit(conn: Any, name: str, location: str, *, key_fingerprint: str, ceiling
                 update["diagnostic_eval_on_truncation"] = diagnostic  # the first run that states it fixes it
             if update:
                 record = record.replace(**update)
-                cur.execute("UPDATE campaigns SET record = %s::jsonb, version = version + 1, updated_at = now() "
-                            "WHERE name = %s", (record.to_json(), name))
+                cur.execute(
+                    "UPDATE campaigns SET record = %s::jsonb, version = version + 1, updated_at = now() "
+                    "WHERE name = %s",
+                    (record.to_json(), name),
+                )
             return record
     except psycopg2.Error as exc:
         raise _lost("admitting this host", exc) from exc
 
 
-def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
-                         tasks: Sequence[str], read_attempts: AttemptsReader, *,
-                         give_back: bool = True) -> dict[str, str]:
+def settle_from_receipts(
+    claims: TaskClaims,
+    run_id: str,
+    run_root: str | Path,
+    tasks: Sequence[str],
+    read_attempts: AttemptsReader,
+    *,
+    give_back: bool = True,
+) -> dict[str, str]:
     """Settle each of `tasks` that `run_id` holds by the row its run root's dumps give (receipts
     first, `read_attempts`): settled statuses settle, anything else goes back to open
     (only with `give_back`: a fencing host leaves that to release_fenced, which checks the lease
@@ -222,8 +306,9 @@ def settle_from_receipts(claims: TaskClaims, run_id: str, run_root: str | Path,
     return out
 
 
-def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str, read_attempts: AttemptsReader,
-                 say: Callable[[str, dict], None]) -> list[str]:
+def fence_lapsed(
+    claims: TaskClaims, own_run_id: str, host: str, read_attempts: AttemptsReader, say: Callable[[str, dict], None]
+) -> list[str]:
     """Release the claims of every lapsed run of the campaign that the launcher-death rules prove
     gone on this machine (its receipts settled first); returns the tasks released."""
     released: list[str] = []
@@ -236,11 +321,20 @@ def fence_lapsed(claims: TaskClaims, own_run_id: str, host: str, read_attempts: 
         if not proof.all_gone:
             say("fence_unproven", {"run_id": run.run_id, "evidence": proof.evidence[:500]})
             continue
-        settled = settle_from_receipts(claims, run.run_id, run.run_root, claims.held_by(run.run_id),
-                                       read_attempts, give_back=False)
+        settled = settle_from_receipts(
+            claims, run.run_id, run.run_root, claims.held_by(run.run_id), read_attempts, give_back=False
+        )
         done, reason, tasks = claims.release_fenced(run.run_id, proof)
-        say("fenced_run_released", {"run_id": run.run_id, "released": done, "reason": reason[:500],
-                                    "tasks": tasks, "settled_from_receipts": settled})
+        say(
+            "fenced_run_released",
+            {
+                "run_id": run.run_id,
+                "released": done,
+                "reason": reason[:500],
+                "tasks": tasks,
+                "settled_from_receipts": settled,
+            },
+        )
         released.extend(tasks)
     return released
 
@@ -250,9 +344,17 @@ class HostLease:
     renewals still leave time), the campaign's stop read with each renewal, lapsed runs of other
     hosts fenced. It lives in the launcher's process: a dead launcher's lease lapses by itself."""
 
-    def __init__(self, claims: TaskClaims, run_id: str, lease_sec: float, host: str, *,
-                 read_attempts: AttemptsReader, on_stop: Callable[[str, dict], None],
-                 say: Callable[[str, dict], None]) -> None:
+    def __init__(
+        self,
+        claims: TaskClaims,
+        run_id: str,
+        lease_sec: float,
+        host: str,
+        *,
+        read_attempts: AttemptsReader,
+        on_stop: Callable[[str, dict], None],
+        say: Callable[[str, dict], None],
+    ) -> None:
         self.claims, self.run_id, self.lease_sec, self.host = claims, run_id, lease_sec, host
         self.read_attempts = read_attempts
         self.on_stop = on_stop  # (stop reason, details): called once
@@ -281,7 +383,9 @@ class HostLease:
             except ClaimLost as exc:
                 # Released by an operator while lapsed (campaign release): its claims are other hosts'
                 # now; a reason of its own, so the operator sees why a host that came back stopped.
-                reason = StopReason.HOST_RUN_RELEASED if isinstance(exc, HostRunReleased) else StopReason.HOST_LEASE_LOST
+                reason = (
+                    StopReason.HOST_RUN_RELEASED if isinstance(exc, HostRunReleased) else StopReason.HOST_LEASE_LOST
+                )
                 self._stop_once(reason.value, {"error": str(exc)[:500]})
                 continue
             if stop is not None:

@@ -46,8 +46,16 @@ def worth_storing(usage: Any, stored: float | None) -> bool:
 class SharedMeter:
     """read_usage(timeout) for a host of a shared campaign; `close()` gives up the poller's lock."""
 
-    def __init__(self, meter: KeyMeter | Any, db_url: str, campaign: str, poller: str, *,
-                 poll_sec: float = POLL_SEC, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        meter: KeyMeter | Any,
+        db_url: str,
+        campaign: str,
+        poller: str,
+        *,
+        poll_sec: float = POLL_SEC,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.meter, self.db_url, self.campaign, self.poller = meter, db_url, campaign, poller
         self.poll_sec = poll_sec
         self._monotonic = monotonic
@@ -103,7 +111,9 @@ class SharedMeter:
             except psycopg2.Error as exc:
                 self._drop()  # a new connection next time; a lock we held went with the old one
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise MeterError("shared_store", f"the campaign's shared meter reading is unreachable: {first}") from None
+                raise MeterError(
+                    "shared_store", f"the campaign's shared meter reading is unreachable: {first}"
+                ) from None
         finally:
             self._guard.release()
 
@@ -126,8 +136,9 @@ class SharedMeter:
 
     def _try_lock(self, conn: Any) -> bool:
         with conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                        (LOCK_NAMESPACE, self.campaign + METER_LOCK_SUFFIX))
+            cur.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, self.campaign + METER_LOCK_SUFFIX)
+            )
             return bool(cur.fetchone()[0])
 
     def _poll(self, conn: Any, timeout: float) -> MeterReading:
@@ -142,13 +153,17 @@ class SharedMeter:
                     " usage = EXCLUDED.usage, limit_usd = EXCLUDED.limit_usd,"
                     " limit_remaining = EXCLUDED.limit_remaining, observed_at = EXCLUDED.observed_at,"
                     " poller = EXCLUDED.poller",
-                    (self.campaign, reading.usage, reading.limit, reading.limit_remaining, self.poller))
+                    (self.campaign, reading.usage, reading.limit, reading.limit_remaining, self.poller),
+                )
         return reading
 
     def _stored(self, conn: Any) -> MeterReading:
         with conn.cursor() as cur:
-            cur.execute("SELECT usage, limit_usd, limit_remaining, extract(epoch FROM now() - observed_at)"
-                        " FROM meter_readings WHERE campaign = %s", (self.campaign,))
+            cur.execute(
+                "SELECT usage, limit_usd, limit_remaining, extract(epoch FROM now() - observed_at)"
+                " FROM meter_readings WHERE campaign = %s",
+                (self.campaign,),
+            )
             row = cur.fetchone()
         age = None if row is None else float(row[3])
         problem = stored_reading_problem(age, self.poll_sec)
@@ -156,9 +171,13 @@ class SharedMeter:
             raise MeterError(*problem)
         usage, limit, remaining, _ = row
         # Requested when it was read, on our own clock: the age is the server's, so no clock skew.
-        return MeterReading(usage=usage, limit=limit, limit_remaining=remaining,
-                            requested_at_monotonic=self._monotonic() - age,  # type: ignore[operator]
-                            age_sec=age)  # type: ignore[arg-type]
+        return MeterReading(
+            usage=usage,
+            limit=limit,
+            limit_remaining=remaining,
+            requested_at_monotonic=self._monotonic() - age,  # type: ignore[operator]
+            age_sec=age,  # type: ignore[arg-type]
+        )
 
     def _drop(self) -> None:
         conn, self._conn, self.holder = self._conn, None, False

@@ -138,7 +138,9 @@ def parse_campaign_text(path: Path | str, text: str) -> CampaignRecord:
     try:
         raw = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
-        raise Refusal(STAGE, f"The campaign file {path} is not valid JSON ({exc}); restore it from a copy, never recreate it.") from None
+        raise Refusal(
+            STAGE, f"The campaign file {path} is not valid JSON ({exc}); restore it from a copy, never recreate it."
+        ) from None
     if not isinstance(raw, dict) or raw.get("schema") != CAMPAIGN_SCHEMA:
         found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
         raise Refusal(STAGE, f"The campaign file {path} has schema {found!r}, not {CAMPAIGN_SCHEMA!r}.")
@@ -227,8 +229,13 @@ class Campaign:
         _check_usage(usage, self._record.last_usage)
         at = self._now()
         note = Reconciliation(
-            run_root=active.run_root, operator_note=operator_note, checks=checks, usage_at_reconcile=usage, at=at,
-            previous_usage=self._record.last_usage, previous_usage_observed_at=self._record.last_usage_observed_at,
+            run_root=active.run_root,
+            operator_note=operator_note,
+            checks=checks,
+            usage_at_reconcile=usage,
+            at=at,
+            previous_usage=self._record.last_usage,
+            previous_usage_observed_at=self._record.last_usage_observed_at,
         )
         entry = RunRecord(
             run_root=active.run_root,
@@ -298,8 +305,11 @@ def open_campaign(
         record = session.load()
         if record is None:
             if not create_if_missing:
-                raise Refusal(STAGE, f"The campaign file {store.location} does not exist; creating it would take a new "
-                                     "usage baseline, which needs --new-campaign.")
+                raise Refusal(
+                    STAGE,
+                    f"The campaign file {store.location} does not exist; creating it would take a new "
+                    "usage baseline, which needs --new-campaign.",
+                )
             at = now()
             record = CampaignRecord(
                 fingerprint=key_fingerprint,
@@ -329,20 +339,36 @@ def _on_off(value: bool) -> str:
 
 
 def _admit_existing(
-    record: CampaignRecord, location: str, fingerprint: str, ceiling: float, prior_spend: float, usage: float,
+    record: CampaignRecord,
+    location: str,
+    fingerprint: str,
+    ceiling: float,
+    prior_spend: float,
+    usage: float,
     diagnostic: bool | None = None,
 ) -> None:
     if record.fingerprint != fingerprint:
-        raise Refusal(STAGE, f"The campaign {location} belongs to key {record.fingerprint}, not to the key in use ({fingerprint}).")
+        raise Refusal(
+            STAGE,
+            f"The campaign {location} belongs to key {record.fingerprint}, not to the key in use ({fingerprint}).",
+        )
     if record.ceiling_usd != ceiling:
-        raise Refusal(STAGE, f"The campaign {location} has a ceiling of ${record.ceiling_usd:g}, not ${ceiling:g}; a ceiling cannot change.")
+        raise Refusal(
+            STAGE,
+            f"The campaign {location} has a ceiling of ${record.ceiling_usd:g}, not ${ceiling:g}; a ceiling cannot change.",
+        )
     stored = record.diagnostic_eval_on_truncation
     if diagnostic is not None and stored is not None and diagnostic != stored:
-        raise Refusal(STAGE, f"The campaign {location} runs with the residual diagnostic {_on_off(stored)} "
-                             f"(--diagnostic-eval-on-truncation), and this run asks for it {_on_off(diagnostic)}; "
-                             "every run of a campaign uses the same setting.")
+        raise Refusal(
+            STAGE,
+            f"The campaign {location} runs with the residual diagnostic {_on_off(stored)} "
+            f"(--diagnostic-eval-on-truncation), and this run asks for it {_on_off(diagnostic)}; "
+            "every run of a campaign uses the same setting.",
+        )
     if prior_spend != 0:
-        raise Refusal(STAGE, f"Prior spend can be declared only when a campaign is created, and {location} already exists.")
+        raise Refusal(
+            STAGE, f"Prior spend can be declared only when a campaign is created, and {location} already exists."
+        )
     if record.active_run is not None:
         raise Refusal(
             STAGE,
@@ -350,4 +376,6 @@ def _admit_existing(
             "prove it ended with `cowork-adapter campaign reconcile`.",
         )
     if usage < record.last_usage:
-        raise Refusal(STAGE, f"The key meter reads {usage!r}, below the campaign's last accepted usage {record.last_usage!r}.")
+        raise Refusal(
+            STAGE, f"The key meter reads {usage!r}, below the campaign's last accepted usage {record.last_usage!r}."
+        )

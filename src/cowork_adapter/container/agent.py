@@ -80,11 +80,19 @@ class AgentRun:
             finally:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
         except WallClockInterrupt as exc:
-            self._fail(AdapterReason.WALL_CLOCK_TIMEOUT.value, str(exc), truncated=True,
-                       infra=not self.summary["task_submission_started"])
+            self._fail(
+                AdapterReason.WALL_CLOCK_TIMEOUT.value,
+                str(exc),
+                truncated=True,
+                infra=not self.summary["task_submission_started"],
+            )
         except TimeoutError as exc:
-            self._fail(AdapterReason.WALL_CLOCK_TIMEOUT.value, str(exc), truncated=True,
-                       infra=not self.summary["task_submission_started"])
+            self._fail(
+                AdapterReason.WALL_CLOCK_TIMEOUT.value,
+                str(exc),
+                truncated=True,
+                infra=not self.summary["task_submission_started"],
+            )
         except ouroboros.EngineFailure as exc:
             self._fail(exc.reason, str(exc))
         except Exception as exc:  # anything unplanned still ends with a summary
@@ -96,8 +104,13 @@ class AgentRun:
         return 0
 
     def _fail(self, reason: str, error: str, *, truncated: bool = False, infra: bool = True) -> None:
-        self.summary.update(bench_status=BenchStatus.FAILED.value, reason_code=reason, error=error,
-                            truncated=truncated, infra_failed=infra)
+        self.summary.update(
+            bench_status=BenchStatus.FAILED.value,
+            reason_code=reason,
+            error=error,
+            truncated=truncated,
+            infra_failed=infra,
+        )
 
     def _stage(self, stage: AdapterStage) -> None:
         self.summary["adapter_stage"] = stage.value
@@ -129,8 +142,9 @@ class AgentRun:
             self._run_reference(cfg)
             return
         if not self.key:
-            raise ouroboros.EngineFailure(AdapterReason.CONFIG_INVALID.value,
-                                          f"provider key env {cfg.key_env} is empty in the agent container")
+            raise ouroboros.EngineFailure(
+                AdapterReason.CONFIG_INVALID.value, f"provider key env {cfg.key_env} is empty in the agent container"
+            )
         self._stage(AdapterStage.WORKSPACE)
         workspace = bench.prepare_workspace(self.task_config)
         self.workspace = workspace
@@ -187,8 +201,9 @@ class AgentRun:
             raise ouroboros.EngineFailure(AdapterReason.CONFIG_INVALID.value, self.config_error)
         env_model = os.environ.get("LLM_MODEL") or os.environ.get("MODEL_NAME")
         if env_model and env_model != self.cfg.model:
-            raise ouroboros.EngineFailure(AdapterReason.MODEL_MISMATCH.value,
-                                          f"env model {env_model} differs from config model {self.cfg.model}")
+            raise ouroboros.EngineFailure(
+                AdapterReason.MODEL_MISMATCH.value, f"env model {env_model} differs from config model {self.cfg.model}"
+            )
         if build_error:
             raise RuntimeError(build_error)
 
@@ -201,11 +216,13 @@ class AgentRun:
         if not command:
             return
         timeout = min(PREPROCESS_MAX_SEC, max(1.0, self._left()))
-        code, why = bench.run_preprocess(command, log_path=self._dump("preprocess.log"), env=dict(os.environ),
-                                         timeout=timeout)
+        code, why = bench.run_preprocess(
+            command, log_path=self._dump("preprocess.log"), env=dict(os.environ), timeout=timeout
+        )
         if code != 0:
-            raise ouroboros.EngineFailure(AdapterReason.PREPROCESS_FAILED.value,
-                                          f"preprocess {'timed out' if why else f'exited {code}'}")
+            raise ouroboros.EngineFailure(
+                AdapterReason.PREPROCESS_FAILED.value, f"preprocess {'timed out' if why else f'exited {code}'}"
+            )
 
     def _db_prepared(self, when: str) -> None:
         """The host reads the task database now, before any of the agent's code runs (issue 36)."""
@@ -221,32 +238,59 @@ class AgentRun:
             "task_dir": bench.task_path(self.task_dir),
         }
         try:
-            servers = mcp.render_servers(names, os.path.abspath(os.path.join("configs", "mcp_servers")), subst=subst,
-                                         env=os.environ, workspace=workspace, is_root=os.geteuid() == 0)
+            servers = mcp.render_servers(
+                names,
+                os.path.abspath(os.path.join("configs", "mcp_servers")),
+                subst=subst,
+                env=os.environ,
+                workspace=workspace,
+                is_root=os.geteuid() == 0,
+            )
         except mcp.McpConfigError as exc:
             reason = AdapterReason.MCP_CONFIG_MISSING if exc.kind == "missing" else AdapterReason.MCP_CONFIG_INVALID
             raise ouroboros.EngineFailure(reason.value, str(exc)) from None
         config_path = os.path.join(self.paths.runtime_dir, "mcp_proxy.json")
         mcp.write_proxy_config(config_path, servers)
-        self.proxy = mcp.start_proxy(self.paths.mcp_proxy, config_path=config_path, port=cfg.proxy_port,
-                                     cwd=workspace, env=os.environ, log_path=self._dump("mcp_proxy.log"))
-        self._check_wait(mcp.wait_proxy(self.proxy, cfg.proxy_port, self._start_deadline()),
-                         AdapterReason.MCP_START_FAILED.value, "mcp-proxy")
+        self.proxy = mcp.start_proxy(
+            self.paths.mcp_proxy,
+            config_path=config_path,
+            port=cfg.proxy_port,
+            cwd=workspace,
+            env=os.environ,
+            log_path=self._dump("mcp_proxy.log"),
+        )
+        self._check_wait(
+            mcp.wait_proxy(self.proxy, cfg.proxy_port, self._start_deadline()),
+            AdapterReason.MCP_START_FAILED.value,
+            "mcp-proxy",
+        )
 
     def _start_server(self, cfg: EntrypointConfig, names: list) -> None:
         settings = ouroboros.build_settings(
-            base=cfg.settings, mcp_names=names, proxy_port=cfg.proxy_port,
-            mcp_tool_timeout_sec=cfg.mcp_tool_timeout_sec, max_steps=self.max_steps,
-            credential_setting=cfg.credential_setting, key=self.key or "", base_url=cfg.openai_compatible_base_url)
+            base=cfg.settings,
+            mcp_names=names,
+            proxy_port=cfg.proxy_port,
+            mcp_tool_timeout_sec=cfg.mcp_tool_timeout_sec,
+            max_steps=self.max_steps,
+            credential_setting=cfg.credential_setting,
+            key=self.key or "",
+            base_url=cfg.openai_compatible_base_url,
+        )
         os.makedirs(self.paths.runtime_dir, exist_ok=True)
         ouroboros.prepare_data_root(self.paths.data_dir, settings)
-        self._write_json("applied_settings.json", ouroboros.applied_settings(settings, cfg.credential_setting, self.terms))
+        self._write_json(
+            "applied_settings.json", ouroboros.applied_settings(settings, cfg.credential_setting, self.terms)
+        )
         env = ouroboros.server_env(os.environ, paths=self.paths, port=cfg.server_port)
         # The server holds the key: its raw log stays in the runtime dir; the dump gets scrubbed copies.
-        self.server = ouroboros.start_server(self.paths, port=cfg.server_port, env=env,
-                                             log_path=os.path.join(self.paths.runtime_dir, SERVER_LOG))
-        self._check_wait(ouroboros.wait_server(self.server, cfg.server_port, self._start_deadline()),
-                         AdapterReason.SERVER_START_FAILED.value, "Ouroboros server")
+        self.server = ouroboros.start_server(
+            self.paths, port=cfg.server_port, env=env, log_path=os.path.join(self.paths.runtime_dir, SERVER_LOG)
+        )
+        self._check_wait(
+            ouroboros.wait_server(self.server, cfg.server_port, self._start_deadline()),
+            AdapterReason.SERVER_START_FAILED.value,
+            "Ouroboros server",
+        )
 
     def _run_task(self, cfg: EntrypointConfig, workspace: str) -> None:
         overhead = time.monotonic() - self.started
@@ -255,7 +299,10 @@ class AgentRun:
         body = ouroboros.task_body(
             system_prompt=bench.attr(self.task_config, "system_prompts", "agent", default=""),
             task_text=bench.attr(self.task_config, "task_str", default=""),
-            workspace=workspace, disabled_tools=cfg.disabled_tools, timeout_sec=timeout)
+            workspace=workspace,
+            disabled_tools=cfg.disabled_tools,
+            timeout_sec=timeout,
+        )
         try:
             self.workspace_git = ouroboros.ensure_worktree_root(workspace)
         except (OSError, subprocess.SubprocessError) as exc:  # the server's refusal will then say why
@@ -269,9 +316,15 @@ class AgentRun:
             apply_result(self.summary, result)
 
         result, exhausted = ouroboros.poll(
-            cfg.server_port, self.task_id, proc=self.server, deadline=self.deadline, on_tick=self._checkpoint,
-            on_result=on_result, cost_grace_sec=env_seconds(os.environ, "COWORK_COST_GRACE_SEC", 60.0),
-            interval=env_seconds(os.environ, "COWORK_POLL_SEC", 2.0))
+            cfg.server_port,
+            self.task_id,
+            proc=self.server,
+            deadline=self.deadline,
+            on_tick=self._checkpoint,
+            on_result=on_result,
+            cost_grace_sec=env_seconds(os.environ, "COWORK_COST_GRACE_SEC", 60.0),
+            interval=env_seconds(os.environ, "COWORK_POLL_SEC", 2.0),
+        )
         self.summary["cost_finality_wait_exhausted"] = exhausted
         self.summary.update(classify(result, cfg.truncation_reason_codes))
 
@@ -293,8 +346,9 @@ class AgentRun:
         if cfg.engine == EngineKind.ORACLE.value:
             source = reference.staged_groundtruth(cfg.path, self.task_dir)
             self.summary["oracle_groundtruth"] = reference.place_groundtruth(source, workspace)
-        self.summary.update(bench_status=BenchStatus.SUCCESS.value, infra_failed=False, reason_code=None,
-                            truncated=False, error=None)
+        self.summary.update(
+            bench_status=BenchStatus.SUCCESS.value, infra_failed=False, reason_code=None, truncated=False, error=None
+        )
         self._stage(AdapterStage.FINISHED)
 
     def _run_upstream(self, cfg: EntrypointConfig) -> None:
@@ -305,9 +359,17 @@ class AgentRun:
         self._db_prepared("before_preprocess")  # the upstream engine runs its own preprocess
         phase_flag = upstream.accepts_phase(os.path.join(os.getcwd(), entry))
         self.summary["upstream_phase_flag"] = phase_flag
-        code = upstream.run_child(self.paths.bench_python, entry, task_dir=self.task_dir,
-                                  max_steps=self.max_steps, key=self.key, terms=self.terms, out=self.out,
-                                  deadline=self.deadline, phase_flag=phase_flag)
+        code = upstream.run_child(
+            self.paths.bench_python,
+            entry,
+            task_dir=self.task_dir,
+            max_steps=self.max_steps,
+            key=self.key,
+            terms=self.terms,
+            out=self.out,
+            deadline=self.deadline,
+            phase_flag=phase_flag,
+        )
         self.upstream_exit = code
         assert self.task_root
         if not phase_flag:  # it graded itself without groundtruth: keep that aside, not official
@@ -318,10 +380,15 @@ class AgentRun:
         if not ok:
             elsewhere = bench.dumps_of_task(self.task_dir, exclude=self.task_root)
             error = "upstream engine wrote no readable traj_log.json status" + (
-                f" in {self.task_root}; it wrote one in {', '.join(elsewhere)}" if elsewhere else "")
-        self.summary.update(bench_status=status if ok else BenchStatus.FAILED.value, infra_failed=not ok,
-                            reason_code=None if ok else f"upstream_exit_{code}", model_activity_observed=None,
-                            error=error)
+                f" in {self.task_root}; it wrote one in {', '.join(elsewhere)}" if elsewhere else ""
+            )
+        self.summary.update(
+            bench_status=status if ok else BenchStatus.FAILED.value,
+            infra_failed=not ok,
+            reason_code=None if ok else f"upstream_exit_{code}",
+            model_activity_observed=None,
+            error=error,
+        )
         self._stage(AdapterStage.FINISHED)
 
     # ------------------------------------------------------------ evidence
@@ -366,8 +433,15 @@ class AgentRun:
                     if not self.reference_mode:
                         self._checkpoint()
                     if self.task_config is not None:
-                        self._write_json(protocol.LOG_NAME, {"config": self._config_dict(), "status": s["bench_status"],
-                                                             "start_time": self.start_time, "end_time": end_time})
+                        self._write_json(
+                            protocol.LOG_NAME,
+                            {
+                                "config": self._config_dict(),
+                                "status": s["bench_status"],
+                                "start_time": self.start_time,
+                                "end_time": end_time,
+                            },
+                        )
                     self._write_json("traj.json", self._traj(end_time))
                 self._write_json(SUMMARY_NAME, s)
         finally:

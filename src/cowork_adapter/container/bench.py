@@ -28,8 +28,9 @@ def build_task_config(task_dir: str, agent_short_name: str) -> Any:
     _cwd_on_path()
     from utils.data_structures.task_config import TaskConfig  # type: ignore
 
-    return TaskConfig.build(task_dir, agent_short_name=agent_short_name,
-                            global_task_config=dict(GLOBAL_TASK_CONFIG), single_turn_mode=True)
+    return TaskConfig.build(
+        task_dir, agent_short_name=agent_short_name, global_task_config=dict(GLOBAL_TASK_CONFIG), single_turn_mode=True
+    )
 
 
 def evaluator_class() -> Any:
@@ -41,8 +42,9 @@ def evaluator_class() -> Any:
 
 def expected_task_root(task_dir: str, agent_short_name: str) -> str:
     """The dump folder TaskConfig derives (computed without building it, which deletes files)."""
-    return os.path.abspath(os.path.join(GLOBAL_TASK_CONFIG["dump_path"], agent_short_name.replace("/", "_"),
-                                        f"SingleUserTurn-{task_dir}"))
+    return os.path.abspath(
+        os.path.join(GLOBAL_TASK_CONFIG["dump_path"], agent_short_name.replace("/", "_"), f"SingleUserTurn-{task_dir}")
+    )
 
 
 def dumps_of_task(task_dir: str, exclude: str = "") -> list:
@@ -113,8 +115,16 @@ def run_preprocess(command: str, *, log_path: str, env: dict, timeout: float) ->
     with open(log_path, "ab") as log:
         log.write(f"$ {command}\n".encode())
         log.flush()
-        proc = subprocess.Popen(command, shell=True, cwd=os.getcwd(), env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=os.getcwd(),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             return proc.wait(timeout=max(1.0, timeout)), ""
         except subprocess.TimeoutExpired:

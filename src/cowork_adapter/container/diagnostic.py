@@ -75,11 +75,19 @@ STAGE_STARTED = "checker_started"
 STAGE_FINAL = "final"
 # The upstream evaluator's command line, with the private log copy as --res_log_file.
 UPSTREAM_FORMAT = '%s --res_log_file %s --agent_workspace %s --groundtruth_workspace %s --launch_time "%s"'
-REPORT_OUTCOMES = frozenset({DiagnosticOutcome.CHECKS_PASSED.value, DiagnosticOutcome.CHECKS_FAILED.value,
-                             DiagnosticOutcome.UNAVAILABLE.value, DiagnosticOutcome.DIAGNOSTIC_ERROR.value})
+REPORT_OUTCOMES = frozenset(
+    {
+        DiagnosticOutcome.CHECKS_PASSED.value,
+        DiagnosticOutcome.CHECKS_FAILED.value,
+        DiagnosticOutcome.UNAVAILABLE.value,
+        DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
+    }
+)
 # Run in the child: put the adapter package's parent on sys.path, then call child_main.
-BOOTSTRAP = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); "
-             "sys.exit(importlib.import_module(sys.argv[2] + '.diagnostic').child_main(sys.argv[3:]))")
+BOOTSTRAP = (
+    "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+    "sys.exit(importlib.import_module(sys.argv[2] + '.diagnostic').child_main(sys.argv[3:]))"
+)
 
 
 def claim_path(task_root: str) -> str:
@@ -138,8 +146,16 @@ def _decode(data: bytes | None) -> Any:
         return None
 
 
-def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
-           eval_res: bytes | None, summary: Any, summary_sha256: str | None = None) -> Decision:
+def decide(
+    *,
+    claim: Any,
+    receipt: Any,
+    log_facts: Mapping,
+    log_status: Any,
+    eval_res: bytes | None,
+    summary: Any,
+    summary_sha256: str | None = None,
+) -> Decision:
     """Whether the diagnostic may run, from the attempt's records as read now. Pure.
 
     `claim`/`receipt`: the official attempt as published on disk; `log_facts`: file facts of
@@ -148,12 +164,19 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
     of its bytes now, which must equal the digest the host took when the agent exec ended (the
     claim's evidence): eligibility rests on facts the host holds. The first failing rule wins.
     """
-    if (not protocol.valid_claim(claim) or not isinstance(receipt, dict)
-            or receipt.get("schema") != protocol.RECEIPT_SCHEMA or receipt.get("attempt_id") != claim["attempt_id"]):
+    if (
+        not protocol.valid_claim(claim)
+        or not isinstance(receipt, dict)
+        or receipt.get("schema") != protocol.RECEIPT_SCHEMA
+        or receipt.get("attempt_id") != claim["attempt_id"]
+    ):
         return _no(DiagnosticOutcome.UNAVAILABLE, DiagnosticReason.OFFICIAL_CLAIM_NOT_LINKED)
     ineligible = DiagnosticOutcome.INELIGIBLE
-    if receipt.get("official_run") is not True or receipt.get("raised") is not None \
-            or not isinstance(receipt.get("returned"), dict):
+    if (
+        receipt.get("official_run") is not True
+        or receipt.get("raised") is not None
+        or not isinstance(receipt.get("returned"), dict)
+    ):
         return _no(ineligible, DiagnosticReason.OFFICIAL_NOT_COMPLETED)
     bound = found if isinstance(found := claim["bindings"].get("log"), dict) else {}
     if log_facts.get("state") != "present" or not bound.get("sha256") or log_facts.get("sha256") != bound["sha256"]:
@@ -190,8 +213,9 @@ def decide(*, claim: Any, receipt: Any, log_facts: Mapping, log_status: Any,
 # ---------------------------------------------------------------- the checker command (pure)
 
 
-def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: str,
-                    rebuild: Callable[[str], tuple] | None = None) -> tuple[str | None, str]:
+def checker_command(
+    saved: Any, *, task_dir: str, log_file: str, res_log_file: str, rebuild: Callable[[str], tuple] | None = None
+) -> tuple[str | None, str]:
     """(command, "") or (None, reason) from a saved traj_log.json object, as upstream builds it.
 
     `log_file` is the bound traj_log.json the saved config must name; `res_log_file` replaces it on
@@ -199,12 +223,18 @@ def checker_command(saved: Any, *, task_dir: str, log_file: str, res_log_file: s
     against the full tree (the upstream fallback); it is called only when one of them is missing.
     """
     config = saved.get("config") if isinstance(saved, dict) else None
-    if not isinstance(config, dict) or config.get("single_turn_mode") is not True \
-            or not isinstance(config.get("agent_workspace"), str):
+    if (
+        not isinstance(config, dict)
+        or config.get("single_turn_mode") is not True
+        or not isinstance(config.get("agent_workspace"), str)
+    ):
         return None, DiagnosticReason.SAVED_CONFIG_UNSUPPORTED.value
     stated_log = config.get("log_file")
-    if config.get("task_dir") != task_dir or not isinstance(stated_log, str) \
-            or os.path.abspath(stated_log) != os.path.abspath(log_file):
+    if (
+        config.get("task_dir") != task_dir
+        or not isinstance(stated_log, str)
+        or os.path.abspath(stated_log) != os.path.abspath(log_file)
+    ):
         return None, DiagnosticReason.SAVED_CONFIG_NOT_LINKED.value
     evaluation = found if isinstance(found := config.get("evaluation"), dict) else {}
     command, groundtruth = evaluation.get("evaluation_command"), evaluation.get("groundtruth_workspace")
@@ -237,8 +267,16 @@ def child_main(argv: list) -> int:
     """
     task_root, attempt_id, copy, task_dir, bound_log = argv[:5]
     path = report_path(task_root, attempt_id)
-    report: dict = {"schema": REPORT_SCHEMA, "attempt_id": attempt_id, "stage": STAGE_STARTED, "outcome": None,
-                    "reason": None, "command": None, "command_sha256": None, "checker_exit_code": None}
+    report: dict = {
+        "schema": REPORT_SCHEMA,
+        "attempt_id": attempt_id,
+        "stage": STAGE_STARTED,
+        "outcome": None,
+        "reason": None,
+        "command": None,
+        "command_sha256": None,
+        "checker_exit_code": None,
+    }
 
     def publish(**fields: Any) -> None:
         report.update(fields, written_at=protocol.now_iso())
@@ -247,8 +285,9 @@ def child_main(argv: list) -> int:
     try:
         with open(copy, "rb") as fh:
             saved = _decode(fh.read())
-        command, reason = checker_command(saved, task_dir=task_dir, log_file=bound_log, res_log_file=copy,
-                                          rebuild=_rebuild_from_tree)
+        command, reason = checker_command(
+            saved, task_dir=task_dir, log_file=bound_log, res_log_file=copy, rebuild=_rebuild_from_tree
+        )
         if command is None:
             print(f"[diagnostic] no checker: {reason}", flush=True)
             publish(stage=STAGE_FINAL, outcome=DiagnosticOutcome.UNAVAILABLE.value, reason=reason)
@@ -262,8 +301,11 @@ def child_main(argv: list) -> int:
         return 0
     except Exception as exc:  # the traceback goes to the diagnostic log, the outcome to the report
         traceback.print_exc()
-        publish(stage=STAGE_FINAL, outcome=DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
-                reason=f"{DiagnosticReason.EXCEPTION.value}:{type(exc).__name__}")
+        publish(
+            stage=STAGE_FINAL,
+            outcome=DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
+            reason=f"{DiagnosticReason.EXCEPTION.value}:{type(exc).__name__}",
+        )
         return 1
 
 
@@ -333,8 +375,9 @@ def _new_claim(attempt_id: str, cap: float) -> dict:
     }
 
 
-def run_diagnostic(task_root: str, claim: Mapping, *, env: Mapping[str, str] | None = None,
-                   cwd: str | None = None) -> dict | None:
+def run_diagnostic(
+    task_root: str, claim: Mapping, *, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> dict | None:
     """Run the diagnostic for the official attempt `claim` (this process's claim); its receipt.
 
     None when nothing was recorded: the official evaluator returned a boolean verdict, or a
@@ -356,39 +399,61 @@ def run_diagnostic(task_root: str, claim: Mapping, *, env: Mapping[str, str] | N
     bound_log = os.path.join(task_root, protocol.LOG_NAME)
     summary, _ = protocol.read_json_record(os.path.join(task_root, SUMMARY_NAME))
     summary_sha = protocol.file_facts(os.path.join(task_root, SUMMARY_NAME))["sha256"]
-    result = dict(record, log_path=bound_log, eligible=False,
-                  reason_code=summary.get("reason_code") if summary else None, checker_exit_code=None,
-                  command=None, command_sha256=None, exit_code=None, custody="not_started", report_stage=None,
-                  res_log_copy=None, outcome=None, reason=None)
+    result = dict(
+        record,
+        log_path=bound_log,
+        eligible=False,
+        reason_code=summary.get("reason_code") if summary else None,
+        checker_exit_code=None,
+        command=None,
+        command_sha256=None,
+        exit_code=None,
+        custody="not_started",
+        report_stage=None,
+        res_log_copy=None,
+        outcome=None,
+        reason=None,
+    )
     result["schema"] = RECEIPT_SCHEMA
     try:
         linked = on_disk if on_disk == dict(claim) else None
-        decision = decide(claim=linked, receipt=receipt, log_facts=protocol.file_facts(bound_log),
-                          log_status=protocol.read_log_status(bound_log),
-                          eval_res=_read_bytes(os.path.join(task_root, protocol.EVAL_RES_NAME)), summary=summary,
-                          summary_sha256=summary_sha)
+        decision = decide(
+            claim=linked,
+            receipt=receipt,
+            log_facts=protocol.file_facts(bound_log),
+            log_status=protocol.read_log_status(bound_log),
+            eval_res=_read_bytes(os.path.join(task_root, protocol.EVAL_RES_NAME)),
+            summary=summary,
+            summary_sha256=summary_sha,
+        )
         if decision.eligible and linked is not None:  # (eligible implies the claim: said for the type checker)
             result["eligible"] = True
             result.update(_execute(task_root, attempt_id, linked, bound_log, cap, env, cwd))
         else:
             result.update(outcome=decision.outcome, reason=decision.reason)
     except Exception as exc:  # a broken diagnostic is recorded, never raised into the eval phase
-        result.update(outcome=DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
-                      reason=f"{DiagnosticReason.EXCEPTION.value}:{type(exc).__name__}")
+        result.update(
+            outcome=DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
+            reason=f"{DiagnosticReason.EXCEPTION.value}:{type(exc).__name__}",
+        )
     result.update(elapsed_sec=round(time.monotonic() - started, 3), completed_at=protocol.now_iso())
     if not protocol.publish_exclusive(receipt_path(task_root, attempt_id), protocol.dump_record(result)):
         raise OSError("diagnostic receipt already exists")
     return result
 
 
-def _execute(task_root: str, attempt_id: str, claim: Mapping, bound_log: str, cap: float,
-             env: Mapping[str, str], cwd: str) -> dict:
+def _execute(
+    task_root: str, attempt_id: str, claim: Mapping, bound_log: str, cap: float, env: Mapping[str, str], cwd: str
+) -> dict:
     """Copy the bound log privately, run the child under the cap, prove its group dead."""
     data = _read_bytes(bound_log)
     bound_sha = claim["bindings"]["log"]["sha256"]
     if data is None or hashlib.sha256(data).hexdigest() != bound_sha:
-        return {"eligible": False, "outcome": DiagnosticOutcome.INELIGIBLE.value,
-                "reason": DiagnosticReason.LOG_CHANGED_OR_UNREADABLE.value}
+        return {
+            "eligible": False,
+            "outcome": DiagnosticOutcome.INELIGIBLE.value,
+            "reason": DiagnosticReason.LOG_CHANGED_OR_UNREADABLE.value,
+        }
     private = tempfile.mkdtemp(prefix="cowork-diagnostic-")  # 0700: the checker may rewrite only this copy
     try:
         copy = os.path.join(private, protocol.LOG_NAME)
@@ -396,24 +461,45 @@ def _execute(task_root: str, attempt_id: str, claim: Mapping, bound_log: str, ca
             fh.write(data)
         out = _run_child(task_root, attempt_id, copy, claim["bindings"]["task_dir"], bound_log, cap, env, cwd)
         after = protocol.file_facts(copy)
-        out["res_log_copy"] = {"sha256_before": bound_sha, "sha256_after": after["sha256"],
-                               "rewritten_by_checker": after["sha256"] != bound_sha}
+        out["res_log_copy"] = {
+            "sha256_before": bound_sha,
+            "sha256_after": after["sha256"],
+            "rewritten_by_checker": after["sha256"] != bound_sha,
+        }
         return out
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _run_child(task_root: str, attempt_id: str, copy: str, task_dir: str, bound_log: str, cap: float,
-               env: Mapping[str, str], cwd: str) -> dict:
+def _run_child(
+    task_root: str,
+    attempt_id: str,
+    copy: str,
+    task_dir: str,
+    bound_log: str,
+    cap: float,
+    env: Mapping[str, str],
+    cwd: str,
+) -> dict:
     home, package = _package_home()
     argv = [sys.executable, "-u", "-c", BOOTSTRAP, home, package, task_root, attempt_id, copy, task_dir, bound_log]
     fd = os.open(log_path(task_root, attempt_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=fd,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as exc:
-        return {"outcome": DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
-                "reason": f"{DiagnosticReason.SPAWN_ERROR.value}:{type(exc).__name__}"}
+        return {
+            "outcome": DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
+            "reason": f"{DiagnosticReason.SPAWN_ERROR.value}:{type(exc).__name__}",
+        }
     finally:
         os.close(fd)
     main_thread = threading.current_thread() is threading.main_thread()
@@ -431,18 +517,26 @@ def _run_child(task_root: str, attempt_id: str, copy: str, task_dir: str, bound_
         if main_thread:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     report, _ = protocol.read_json_record(report_path(task_root, attempt_id))
-    out: dict = {"exit_code": proc.returncode, "custody": "group_dead" if dead else "unconfirmed",
-                 "report_stage": report.get("stage") if report else None}
+    out: dict = {
+        "exit_code": proc.returncode,
+        "custody": "group_dead" if dead else "unconfirmed",
+        "report_stage": report.get("stage") if report else None,
+    }
     if report:
-        out.update(command=report.get("command"), command_sha256=report.get("command_sha256"),
-                   checker_exit_code=report.get("checker_exit_code"))
+        out.update(
+            command=report.get("command"),
+            command_sha256=report.get("command_sha256"),
+            checker_exit_code=report.get("checker_exit_code"),
+        )
     if not dead:
         out.update(outcome=DiagnosticOutcome.UNKNOWN.value, reason=DiagnosticReason.GROUP_DEATH_UNCONFIRMED.value)
     elif timed_out:
         out.update(outcome=DiagnosticOutcome.TIMEOUT.value, reason=DiagnosticReason.CAP_REACHED.value)
     elif interrupted:
-        out.update(outcome=DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
-                   reason=f"{DiagnosticReason.EXCEPTION.value}:{_Interrupted.__name__}")
+        out.update(
+            outcome=DiagnosticOutcome.DIAGNOSTIC_ERROR.value,
+            reason=f"{DiagnosticReason.EXCEPTION.value}:{_Interrupted.__name__}",
+        )
     elif report and report.get("stage") == STAGE_FINAL and report.get("outcome") in REPORT_OUTCOMES:
         out.update(outcome=report["outcome"], reason=report.get("reason"))
     else:

@@ -48,9 +48,14 @@ EVALUATOR_FILE = os.path.join("utils", "evaluation", "evaluator.py")
 
 def current_bindings(task_dir: str, task_root: str, config_path: str) -> dict:
     return protocol.bindings(
-        task_dir=task_dir, task_root=task_root, log=os.path.join(task_root, protocol.LOG_NAME),
-        config=config_path, evaluator=os.path.abspath(EVALUATOR_FILE), entry=os.path.abspath(ENTRY_FILE),
-        container_dir=os.path.dirname(os.path.abspath(__file__)))
+        task_dir=task_dir,
+        task_root=task_root,
+        log=os.path.join(task_root, protocol.LOG_NAME),
+        config=config_path,
+        evaluator=os.path.abspath(EVALUATOR_FILE),
+        entry=os.path.abspath(ENTRY_FILE),
+        container_dir=os.path.dirname(os.path.abspath(__file__)),
+    )
 
 
 def _agent_state() -> str:
@@ -108,8 +113,9 @@ def set_aside_planted(task_root: str) -> list:
     _, entries = safefile.scan_dir(task_root)
     for entry in entries:
         name = entry.name
-        if name not in (protocol.CLAIM_NAME, protocol.EVAL_RES_NAME, gradinglog.AGENT_LOG_NAME) \
-                and not name.startswith(protocol.RECEIPT_PREFIX):
+        if name not in (protocol.CLAIM_NAME, protocol.EVAL_RES_NAME, gradinglog.AGENT_LOG_NAME) and not name.startswith(
+            protocol.RECEIPT_PREFIX
+        ):
             continue
         target = os.path.join(task_root, PLANTED_PREFIX + name)
         n = 1
@@ -131,8 +137,10 @@ def _hidden_target(target: str, tasks: str, own: str) -> bool:
         return False
     if target != own and not target.startswith(own + os.sep):
         return True
-    return any(target == os.path.join(own, part) or target.startswith(os.path.join(own, part) + os.sep)
-               for part in HIDDEN_TASK_PARTS)
+    return any(
+        target == os.path.join(own, part) or target.startswith(os.path.join(own, part) + os.sep)
+        for part in HIDDEN_TASK_PARTS
+    )
 
 
 def link_to_hidden(task_root: str, task_dir: str, tasks: str = "tasks") -> str | None:
@@ -160,8 +168,11 @@ def _entry_lock(task_root: str) -> int | None:
 
     digest = hashlib.sha256(os.path.abspath(task_root).encode("utf-8", "surrogateescape")).hexdigest()[:24]
     try:
-        fd = os.open(os.path.join(tempfile.gettempdir(), f"cowork-eval-{digest}.lock"),
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            os.path.join(tempfile.gettempdir(), f"cowork-eval-{digest}.lock"),
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
     except OSError:
         return None
     try:
@@ -218,14 +229,27 @@ def run_eval(task_dir: str, out=None) -> int:
         if prior["state"] == "absent" and log_kind in (safefile.REGULAR, safefile.ABSENT):
             try:
                 task_config = bench.build_task_config(task_dir, short)  # deletes eval_res.json: absent here
-                written = gradinglog.write_host_log(task_root, task_config, host, repeat=entry == "repeat", now=time.time())
+                written = gradinglog.write_host_log(
+                    task_root, task_config, host, repeat=entry == "repeat", now=time.time()
+                )
             except Exception as exc:  # recorded in the receipt below, after the claim
                 build_error = exc
-        claim = protocol.new_claim(current_bindings(task_dir, task_root, config_path), agent_container_state=agent_state,
-                                   prior_result=prior, eval_host=socket.gethostname(), pid=os.getpid())
-        claim["evidence"].update(planted_before_eval=planted, grading_inputs_differ=written.grading_differ,
-                                 grading_log_rewritten=written.log_differ, agent_log=written.agent_log,
-                                 host_facts=host.as_evidence(), agent_summary_sha256=summary_sha, entry=entry or None)
+        claim = protocol.new_claim(
+            current_bindings(task_dir, task_root, config_path),
+            agent_container_state=agent_state,
+            prior_result=prior,
+            eval_host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+        claim["evidence"].update(
+            planted_before_eval=planted,
+            grading_inputs_differ=written.grading_differ,
+            grading_log_rewritten=written.log_differ,
+            agent_log=written.agent_log,
+            host_facts=host.as_evidence(),
+            agent_summary_sha256=summary_sha,
+            entry=entry or None,
+        )
         if not protocol.publish_exclusive(claim_path, protocol.dump_record(claim)):
             return _reenter(task_root, claim_path, current_bindings(task_dir, task_root, config_path), out)
     finally:
@@ -243,19 +267,22 @@ def run_eval(task_dir: str, out=None) -> int:
         receipt = protocol.new_receipt(claim, official_run=False, cause=cause)
         _publish_receipt(task_root, receipt)
         return emit(receipt, out)
-    return _evaluate(task_config, task_root, claim, out, bound=bound,
-                     diagnose=bool(cfg and cfg.diagnostic_eval_on_truncation))
+    return _evaluate(
+        task_config, task_root, claim, out, bound=bound, diagnose=bool(cfg and cfg.diagnostic_eval_on_truncation)
+    )
 
 
-def _evaluate(task_config: Any, task_root: str, claim: dict, out, bound: float | None = None,
-              diagnose: bool = False) -> int:
+def _evaluate(
+    task_config: Any, task_root: str, claim: dict, out, bound: float | None = None, diagnose: bool = False
+) -> int:
     log_file = os.path.join(task_root, protocol.LOG_NAME)
     try:
         configured = bench.attr(task_config, "log_file")
         evaluator = bench.evaluator_class()
     except Exception as exc:
-        receipt = protocol.new_receipt(claim, official_run=False,
-                                       cause=f"{ReceiptCause.PREPARATION_ERROR.value}:{type(exc).__name__}")
+        receipt = protocol.new_receipt(
+            claim, official_run=False, cause=f"{ReceiptCause.PREPARATION_ERROR.value}:{type(exc).__name__}"
+        )
         _publish_receipt(task_root, receipt)
         return emit(receipt, out)
     if not configured or os.path.abspath(configured) != log_file:
@@ -307,7 +334,7 @@ def _descendants(root: int) -> list:
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 stat = fh.read().decode("utf-8", "replace")
-            parents.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(name))
+            parents.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(name))
         except (OSError, ValueError, IndexError):
             continue
     found, todo = [], [root]
@@ -323,17 +350,20 @@ def _diagnose(task_root: str, claim: dict) -> None:
     try:
         run_diagnostic(task_root, claim)
     except Exception as exc:  # its own failures are receipt outcomes; this is the last resort
-        print(protocol.runner_safe(f"[cowork] diagnostic not recorded: {type(exc).__name__}"),
-              file=sys.stderr, flush=True)
+        print(
+            protocol.runner_safe(f"[cowork] diagnostic not recorded: {type(exc).__name__}"), file=sys.stderr, flush=True
+        )
 
 
 def _settle(task_root: str, claim: dict, raised: str | None, returned: Any, out) -> int:
     receipt = protocol.new_receipt(
-        claim, official_run=True,
+        claim,
+        official_run=True,
         cause=ReceiptCause.RAISED.value if raised else ReceiptCause.EVALUATED.value,
-        raised=raised, returned=returned,
+        raised=raised,
+        returned=returned,
         result_file=protocol.file_facts(os.path.join(task_root, protocol.EVAL_RES_NAME)),
-        bindings_after=current_bindings(claim["bindings"]["task_dir"], task_root,
-                                        claim["bindings"]["config"]["path"]))
+        bindings_after=current_bindings(claim["bindings"]["task_dir"], task_root, claim["bindings"]["config"]["path"]),
+    )
     _publish_receipt(task_root, receipt)
     return emit(receipt, out)

@@ -157,8 +157,12 @@ def grading_differences(logged: Any, canonical: Mapping) -> list:
 def _prompts_as_agent_saw(canonical: Any, built_launch: Any, agent_launch: Any) -> Any:
     """The canonical system prompts with the eval build's launch time replaced by the agent's: an
     honest agent prompt embeds its own launch time (the `time` marker)."""
-    if not isinstance(canonical, dict) or not isinstance(built_launch, str) or not built_launch \
-            or not isinstance(agent_launch, str):
+    if (
+        not isinstance(canonical, dict)
+        or not isinstance(built_launch, str)
+        or not built_launch
+        or not isinstance(agent_launch, str)
+    ):
         return canonical
     return {k: v.replace(built_launch, agent_launch) if isinstance(v, str) else v for k, v in canonical.items()}
 
@@ -209,8 +213,12 @@ def host_log(canonical: Mapping, agent_status: Any, host: HostFacts, now: float)
     stamp = launch_time(started)
     config["system_prompts"] = _prompts_as_agent_saw(config.get("system_prompts"), built, stamp)
     config["launch_time"] = stamp
-    return {"config": config, "status": map_status(agent_status), "start_time": iso_local(started),
-            "end_time": iso_local(ended)}
+    return {
+        "config": config,
+        "status": map_status(agent_status),
+        "start_time": iso_local(started),
+        "end_time": iso_local(ended),
+    }
 
 
 class Written(NamedTuple):

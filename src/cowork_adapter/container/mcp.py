@@ -16,8 +16,13 @@ from typing import Any
 from .procs import http_json, spawn_group, wait_until
 from .yamlmini import load_yaml
 
-PG_ENV = (("PGHOST", "PG_HOST"), ("PGPORT", "PG_PORT"), ("PGDATABASE", "PG_DATABASE"),
-          ("PGUSER", "PG_USER"), ("PGPASSWORD", "PG_PASSWORD"))
+PG_ENV = (
+    ("PGHOST", "PG_HOST"),
+    ("PGPORT", "PG_PORT"),
+    ("PGDATABASE", "PG_DATABASE"),
+    ("PGUSER", "PG_USER"),
+    ("PGPASSWORD", "PG_PASSWORD"),
+)
 
 
 class McpConfigError(Exception):
@@ -53,8 +58,9 @@ def _sub(value: Any, subst: Mapping[str, str]) -> Any:
     return value
 
 
-def render_server(name: str, doc: Mapping, *, subst: Mapping[str, str], env: Mapping[str, str],
-                  workspace: str, is_root: bool) -> dict:
+def render_server(
+    name: str, doc: Mapping, *, subst: Mapping[str, str], env: Mapping[str, str], workspace: str, is_root: bool
+) -> dict:
     """One proxy entry `{command, args, env}` for a yaml document (placeholders substituted)."""
     params = found if isinstance(found := doc.get("params"), dict) else {}
     command = _sub(params.get("command"), subst)
@@ -81,8 +87,15 @@ def render_server(name: str, doc: Mapping, *, subst: Mapping[str, str], env: Map
     return {"command": command, "args": args, "env": out_env}
 
 
-def render_servers(names: list[str], configs_dir: str, *, subst: Mapping[str, str],
-                   env: Mapping[str, str], workspace: str, is_root: bool) -> dict[str, dict]:
+def render_servers(
+    names: list[str],
+    configs_dir: str,
+    *,
+    subst: Mapping[str, str],
+    env: Mapping[str, str],
+    workspace: str,
+    is_root: bool,
+) -> dict[str, dict]:
     docs = load_server_docs(configs_dir)
     rendered = {}
     for name in names:
@@ -103,13 +116,25 @@ def write_proxy_config(path: str, servers: Mapping[str, dict]) -> None:
 
 
 def start_proxy(proxy_bin: str, *, config_path: str, port: int, cwd: str, env: Mapping[str, str], log_path: str):
-    argv = [proxy_bin, "--host", "127.0.0.1", "--port", str(port), "--stateless",
-            "--pass-environment", "--named-server-config", config_path]
+    argv = [
+        proxy_bin,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--stateless",
+        "--pass-environment",
+        "--named-server-config",
+        config_path,
+    ]
     return spawn_group(argv, cwd=cwd, env=env, log_path=log_path)
 
 
 def wait_proxy(proc, port: int, deadline: float) -> str:
-    """"" when `GET /status` answers any JSON; "exited" or "timeout" otherwise."""
-    return wait_until(lambda: http_json("GET", f"http://127.0.0.1:{port}/status", timeout=5) is not None,
-                      proc=proc, deadline=deadline, interval=0.5)
-
+    """ "" when `GET /status` answers any JSON; "exited" or "timeout" otherwise."""
+    return wait_until(
+        lambda: http_json("GET", f"http://127.0.0.1:{port}/status", timeout=5) is not None,
+        proc=proc,
+        deadline=deadline,
+        interval=0.5,
+    )

@@ -43,8 +43,11 @@ class McpSession:
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def _post(self, payload: dict) -> tuple[str, bytes]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                   "MCP-Protocol-Version": PROTOCOL_VERSION}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": PROTOCOL_VERSION,
+        }
         if self.session_id:
             headers["Mcp-Session-Id"] = self.session_id
         req = urllib.request.Request(self.url, data=json.dumps(payload).encode(), headers=headers, method="POST")
@@ -69,8 +72,14 @@ class McpSession:
         return msg.get("result")
 
     def open(self) -> McpSession:
-        self.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                                    "clientInfo": {"name": "cowork-probe", "version": "1"}})
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "cowork-probe", "version": "1"},
+            },
+        )
         self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return self
 

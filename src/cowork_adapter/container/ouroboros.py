@@ -37,8 +37,17 @@ class EngineFailure(Exception):
         self.reason = reason
 
 
-def build_settings(*, base: Mapping, mcp_names: list, proxy_port: int, mcp_tool_timeout_sec: float,
-                   max_steps: int, credential_setting: str, key: str, base_url: str | None) -> dict:
+def build_settings(
+    *,
+    base: Mapping,
+    mcp_names: list,
+    proxy_port: int,
+    mcp_tool_timeout_sec: float,
+    max_steps: int,
+    credential_setting: str,
+    key: str,
+    base_url: str | None,
+) -> dict:
     """The server's settings.json (boot-time authority over its env); holds the credential."""
     settings = dict(base)
     settings["MCP_ENABLED"] = True
@@ -67,22 +76,24 @@ def applied_settings(settings: Mapping, credential_setting: str, terms: list) ->
 def server_env(env: Mapping[str, str], *, paths: Any, port: int) -> dict:
     """Inherited env minus OUROBOROS_*/LLM_*/MODEL_*, plus the isolated-root overrides."""
     out = {k: v for k, v in env.items() if not k.startswith(STRIPPED_ENV_PREFIXES)}
-    out.update({
-        "OUROBOROS_APP_ROOT": paths.app_root,
-        "OUROBOROS_REPO_DIR": paths.seed_dir,
-        "OUROBOROS_DATA_DIR": paths.data_dir,
-        "OUROBOROS_SETTINGS_PATH": os.path.join(paths.data_dir, "settings.json"),
-        "OUROBOROS_PID_FILE": os.path.join(paths.runtime_dir, "ouroboros.pid"),
-        "OUROBOROS_PORT_FILE": os.path.join(paths.data_dir, "state", "server_port"),
-        "OUROBOROS_SERVER_HOST": "127.0.0.1",
-        "OUROBOROS_SERVER_PORT": str(port),
-        "OUROBOROS_WORKER_START_METHOD": "spawn",
-        "PYTHONUNBUFFERED": "1",
-        # A local-dev server pip-installs its lock file at every start: the venv already holds it,
-        # and the container has no package index, so pip must not wait on one.
-        "PIP_NO_INDEX": "1",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    })
+    out.update(
+        {
+            "OUROBOROS_APP_ROOT": paths.app_root,
+            "OUROBOROS_REPO_DIR": paths.seed_dir,
+            "OUROBOROS_DATA_DIR": paths.data_dir,
+            "OUROBOROS_SETTINGS_PATH": os.path.join(paths.data_dir, "settings.json"),
+            "OUROBOROS_PID_FILE": os.path.join(paths.runtime_dir, "ouroboros.pid"),
+            "OUROBOROS_PORT_FILE": os.path.join(paths.data_dir, "state", "server_port"),
+            "OUROBOROS_SERVER_HOST": "127.0.0.1",
+            "OUROBOROS_SERVER_PORT": str(port),
+            "OUROBOROS_WORKER_START_METHOD": "spawn",
+            "PYTHONUNBUFFERED": "1",
+            # A local-dev server pip-installs its lock file at every start: the venv already holds it,
+            # and the container has no package index, so pip must not wait on one.
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+    )
     loopback = ["127.0.0.1", "localhost"]
     for name in ("NO_PROXY", "no_proxy"):
         have = [h for h in out.get(name, "").split(",") if h.strip()]
@@ -115,11 +126,31 @@ def ensure_worktree_root(workspace: str, timeout: float = 120.0) -> bool:
     `remove_worktree_git` after the server stops); False when one exists or git is absent."""
     if os.path.exists(os.path.join(workspace, ".git")) or shutil.which("git") is None:
         return False
-    git = ["git", "-c", "user.name=cowork-adapter", "-c", "user.email=cowork-adapter@invalid",
-           "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--allow-empty", "--no-verify", "-m", "initial workspace"]):
-        subprocess.run(git + args, cwd=workspace, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    git = [
+        "git",
+        "-c",
+        "user.name=cowork-adapter",
+        "-c",
+        "user.email=cowork-adapter@invalid",
+        "-c",
+        "commit.gpgsign=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+    ]
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["commit", "-q", "--allow-empty", "--no-verify", "-m", "initial workspace"],
+    ):
+        subprocess.run(
+            git + args,
+            cwd=workspace,
+            check=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     return True
 
 
@@ -158,15 +189,21 @@ def server_ready(state: Any) -> bool:
 
 def _ready_or_failed(state: Any) -> bool:
     if isinstance(state, dict) and state.get("supervisor_ready") and state.get("supervisor_error"):
-        raise EngineFailure("server_start_failed", f"supervisor failed to start: {str(state['supervisor_error'])[:500]}")
+        raise EngineFailure(
+            "server_start_failed", f"supervisor failed to start: {str(state['supervisor_error'])[:500]}"
+        )
     return server_ready(state)
 
 
 def wait_server(proc, port: int, deadline: float) -> str:
-    """"" when ready, "exited"/"timeout" otherwise; EngineFailure(server_start_failed) on a reported
+    """ "" when ready, "exited"/"timeout" otherwise; EngineFailure(server_start_failed) on a reported
     supervisor error (it never recovers by itself)."""
-    return wait_until(lambda: _ready_or_failed(http_json("GET", f"http://127.0.0.1:{port}/api/state", timeout=5)),
-                      proc=proc, deadline=deadline, interval=0.5)
+    return wait_until(
+        lambda: _ready_or_failed(http_json("GET", f"http://127.0.0.1:{port}/api/state", timeout=5)),
+        proc=proc,
+        deadline=deadline,
+        interval=0.5,
+    )
 
 
 def submit(port: int, body: Mapping) -> str:
@@ -221,12 +258,25 @@ def attempt_usage(data_dir: str) -> dict | None:
     def total(name: str) -> int:
         return sum(int(r.get(name) or 0) for r in sent if r.get("state") == "settled")
 
-    return {"records": len(sent), "settled": sum(1 for r in sent if r.get("state") == "settled"),
-            "prompt_tokens": total("prompt_tokens"), "completion_tokens": total("completion_tokens")}
+    return {
+        "records": len(sent),
+        "settled": sum(1 for r in sent if r.get("state") == "settled"),
+        "prompt_tokens": total("prompt_tokens"),
+        "completion_tokens": total("completion_tokens"),
+    }
 
 
-def poll(port: int, task_id: str, *, proc, deadline: float, on_tick: Callable[[], None],
-         on_result: Callable[[dict], None], cost_grace_sec: float = 60.0, interval: float = 2.0) -> tuple[dict, bool]:
+def poll(
+    port: int,
+    task_id: str,
+    *,
+    proc,
+    deadline: float,
+    on_tick: Callable[[], None],
+    on_result: Callable[[dict], None],
+    cost_grace_sec: float = 60.0,
+    interval: float = 2.0,
+) -> tuple[dict, bool]:
     """Poll GET /api/tasks/<id> until terminal (+ cost-finality grace). (result, grace exhausted).
 
     `on_tick` runs before every request (log checkpoint); a transport error with a dead server

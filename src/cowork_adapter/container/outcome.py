@@ -11,12 +11,22 @@ SUMMARY_SCHEMA = "cowork_adapter.adapter_summary.v1"
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "rejected_duplicate"})
 UNSETTLED_ARTIFACTS = frozenset({"pending", "finalizing"})
 COST_FIELDS = (
-    "accounted_upper_bound_usd", "accounted_upper_bound_usd_with_children", "cost_known",
-    "cost_accounting_status", "cost_accounting_error", "cost_final", "cost_with_children_partial",
-    "unknown_unmetered", "non_final_rows", "reserved_usd", "unresolved_upper_bound_usd",
-    "ledger_integrity_degraded", "cost_presentation",
+    "accounted_upper_bound_usd",
+    "accounted_upper_bound_usd_with_children",
+    "cost_known",
+    "cost_accounting_status",
+    "cost_accounting_error",
+    "cost_final",
+    "cost_with_children_partial",
+    "unknown_unmetered",
+    "non_final_rows",
+    "reserved_usd",
+    "unresolved_upper_bound_usd",
+    "ledger_integrity_degraded",
+    "cost_presentation",
     # Release 6.97.x reports these instead of the accounted upper bounds: keep them, never invent one.
-    "cost_usd", "cost_usd_with_children",
+    "cost_usd",
+    "cost_usd_with_children",
 )
 ERROR_MAX = 2000
 
@@ -63,17 +73,37 @@ def classify(result: Mapping, truncation_codes: Iterable[str]) -> dict:
     reason = result.get("reason_code") or None
     execution = execution_axis(result)
     exec_reason = execution.get("reason_code")
-    if reason in INFRA_RUNTIME_REASONS or execution.get("status") == "infra_failed" or exec_reason in INFRA_RUNTIME_REASONS:
-        return {"bench_status": BenchStatus.FAILED.value, "infra_failed": True, "truncated": False,
-                "reason_code": reason or exec_reason or "infra_failed"}
+    if (
+        reason in INFRA_RUNTIME_REASONS
+        or execution.get("status") == "infra_failed"
+        or exec_reason in INFRA_RUNTIME_REASONS
+    ):
+        return {
+            "bench_status": BenchStatus.FAILED.value,
+            "infra_failed": True,
+            "truncated": False,
+            "reason_code": reason or exec_reason or "infra_failed",
+        }
     if reason in set(truncation_codes):
-        return {"bench_status": BenchStatus.MAX_TURNS_REACHED.value, "infra_failed": False, "truncated": True,
-                "reason_code": reason}
+        return {
+            "bench_status": BenchStatus.MAX_TURNS_REACHED.value,
+            "infra_failed": False,
+            "truncated": True,
+            "reason_code": reason,
+        }
     if result.get("status") == "completed":
-        return {"bench_status": BenchStatus.SUCCESS.value, "infra_failed": False, "truncated": False,
-                "reason_code": reason}
-    return {"bench_status": BenchStatus.FAILED.value, "infra_failed": False, "truncated": False,
-            "reason_code": reason or result.get("status")}
+        return {
+            "bench_status": BenchStatus.SUCCESS.value,
+            "infra_failed": False,
+            "truncated": False,
+            "reason_code": reason,
+        }
+    return {
+        "bench_status": BenchStatus.FAILED.value,
+        "infra_failed": False,
+        "truncated": False,
+        "reason_code": reason or result.get("status"),
+    }
 
 
 def _tokens(value: Any) -> int | None:

@@ -46,8 +46,11 @@ def task_like_workspace(task_dir: str) -> str:
 
 def _with_stderr_log(server: dict, log_path: str) -> dict:
     """Wrap a server so its stderr lands in its own log (stdout is the MCP channel)."""
-    return {**server, "command": "/bin/sh",
-            "args": ["-c", 'exec "$@" 2>>"$0"', log_path, server["command"], *server["args"]]}
+    return {
+        **server,
+        "command": "/bin/sh",
+        "args": ["-c", 'exec "$@" 2>>"$0"', log_path, server["command"], *server["args"]],
+    }
 
 
 def _start(names: list, task_dir: str, out_dir: str):
@@ -56,14 +59,18 @@ def _start(names: list, task_dir: str, out_dir: str):
     cfg, _, _ = load_run_config(run_config_path(os.environ))
     port = cfg.proxy_port if cfg else 8096
     workspace = task_like_workspace(task_dir)
-    subst = {"local_servers_paths": os.environ.get("LOCAL_SERVERS_PATH") or os.path.abspath("./local_servers"),
-             "agent_workspace": workspace, "task_dir": bench.task_path(task_dir) if task_dir else ""}
+    subst = {
+        "local_servers_paths": os.environ.get("LOCAL_SERVERS_PATH") or os.path.abspath("./local_servers"),
+        "agent_workspace": workspace,
+        "task_dir": bench.task_path(task_dir) if task_dir else "",
+    }
     configs_dir = os.path.abspath(os.path.join("configs", "mcp_servers"))
     servers, failed = {}, {}
     for name in names:
         try:
-            rendered = mcp.render_servers([name], configs_dir, subst=subst, env=os.environ, workspace=workspace,
-                                          is_root=os.geteuid() == 0)[name]
+            rendered = mcp.render_servers(
+                [name], configs_dir, subst=subst, env=os.environ, workspace=workspace, is_root=os.geteuid() == 0
+            )[name]
         except mcp.McpConfigError as exc:
             failed[name] = f"mcp_config_{exc.kind}: {exc}"
             continue
@@ -72,8 +79,14 @@ def _start(names: list, task_dir: str, out_dir: str):
         return None, port, "no server could be rendered", failed
     config_path = os.path.join(out_dir, "mcp_proxy.json")
     mcp.write_proxy_config(config_path, servers)
-    proc = mcp.start_proxy(paths.mcp_proxy, config_path=config_path, port=port, cwd=workspace, env=os.environ,
-                           log_path=os.path.join(out_dir, "mcp_proxy.log"))
+    proc = mcp.start_proxy(
+        paths.mcp_proxy,
+        config_path=config_path,
+        port=port,
+        cwd=workspace,
+        env=os.environ,
+        log_path=os.path.join(out_dir, "mcp_proxy.log"),
+    )
     deadline = time.monotonic() + env_seconds(os.environ, "COWORK_PROBE_WAIT_SEC", PROBE_WAIT_SEC)
     outcome = mcp.wait_proxy(proc, port, deadline)
     return proc, port, (f"mcp-proxy {outcome}" if outcome else ""), failed
@@ -98,12 +111,21 @@ def run_inventory(task_dir: str, out_dir: str, out=None) -> int:
             names, failed, error = [], {}, f"{type(exc).__name__}: {exc}"
             report["\0setup"] = {"ok": False, "tool_count": 0, "tools": [], "error": error}
         for name in names:
-            entry: dict[str, Any] = {"ok": False, "tool_count": 0, "tools": [], "error": failed.get(name) or error or None}
+            entry: dict[str, Any] = {
+                "ok": False,
+                "tool_count": 0,
+                "tools": [],
+                "error": failed.get(name) or error or None,
+            }
             if not entry["error"]:
                 try:
                     tools = McpSession(mcp.server_url(port, name)).open().list_tools()
-                    entry.update(ok=len(tools) > 0, tool_count=len(tools), tools=tools,
-                                 error=None if tools else "no tools listed")
+                    entry.update(
+                        ok=len(tools) > 0,
+                        tool_count=len(tools),
+                        tools=tools,
+                        error=None if tools else "no tools listed",
+                    )
                 except (McpError, ValueError) as exc:
                     entry["error"] = str(exc)[:500]
             report[name] = entry

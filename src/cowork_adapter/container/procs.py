@@ -16,8 +16,15 @@ from typing import Any
 def spawn_group(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], log_path: str) -> subprocess.Popen:
     """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log."""
     with open(log_path, "ab") as log:  # the child has its own copy of the descriptor
-        return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def stop_group(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
@@ -52,7 +59,7 @@ def _group_members(pgid: int) -> list[str] | None:
                 stat = fh.read().decode("utf-8", "replace")
         except OSError:
             continue  # gone meanwhile
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 2 and fields[2] == str(pgid):
             states.append(fields[0])
     return states
@@ -65,7 +72,7 @@ def _stat_fields(pid: int) -> list[str] | None:
             stat = fh.read().decode("utf-8", "replace")
     except (OSError, ValueError):
         return None
-    return stat[stat.rfind(")") + 2:].split()
+    return stat[stat.rfind(")") + 2 :].split()
 
 
 def start_ticks(pid: int) -> int | None:

@@ -112,8 +112,9 @@ def bundle_facts(label: str, paths: Iterable[str]) -> dict:
     }
 
 
-def bindings(*, task_dir: str, task_root: str, log: str, config: str, evaluator: str,
-             entry: str, container_dir: str) -> dict:
+def bindings(
+    *, task_dir: str, task_root: str, log: str, config: str, evaluator: str, entry: str, container_dir: str
+) -> dict:
     """What a claim is bound to: the dump and the bytes of everything that decides the verdict."""
     helpers = [os.path.join(container_dir, n) for n in os.listdir(container_dir) if n.endswith(".py")]
     return {
@@ -126,8 +127,7 @@ def bindings(*, task_dir: str, task_root: str, log: str, config: str, evaluator:
     }
 
 
-def new_claim(bind: Mapping, *, agent_container_state: str, prior_result: Mapping,
-              eval_host: str, pid: int) -> dict:
+def new_claim(bind: Mapping, *, agent_container_state: str, prior_result: Mapping, eval_host: str, pid: int) -> dict:
     return {
         "schema": CLAIM_SCHEMA,
         "kind": "official",
@@ -140,9 +140,16 @@ def new_claim(bind: Mapping, *, agent_container_state: str, prior_result: Mappin
     }
 
 
-def new_receipt(claim: Mapping, *, official_run: bool, cause: str, raised: str | None = None,
-                returned: Any = None, result_file: Mapping | None = None,
-                bindings_after: Mapping | None = None) -> dict:
+def new_receipt(
+    claim: Mapping,
+    *,
+    official_run: bool,
+    cause: str,
+    raised: str | None = None,
+    returned: Any = None,
+    result_file: Mapping | None = None,
+    bindings_after: Mapping | None = None,
+) -> dict:
     """The receipt of one attempt; `returned` is kept only when it is JSON (else its type name)."""
     unserializable = None
     if returned is not None:
@@ -281,15 +288,22 @@ def read_json_record(path: str, cap: int = safefile.RECORD_CAP) -> tuple[dict | 
 
 
 def valid_claim(value: dict | None) -> TypeGuard[dict]:
-    return (isinstance(value, dict) and value.get("schema") == CLAIM_SCHEMA
-            and isinstance(value.get("attempt_id"), str) and len(value["attempt_id"]) == 32
-            and isinstance(value.get("bindings"), dict))
+    return (
+        isinstance(value, dict)
+        and value.get("schema") == CLAIM_SCHEMA
+        and isinstance(value.get("attempt_id"), str)
+        and len(value["attempt_id"]) == 32
+        and isinstance(value.get("bindings"), dict)
+    )
 
 
 def valid_receipt(value: dict | None, claim: Mapping) -> TypeGuard[dict]:
-    return (isinstance(value, dict) and value.get("schema") == RECEIPT_SCHEMA
-            and value.get("attempt_id") == claim.get("attempt_id")
-            and isinstance(value.get("official_run"), bool))
+    return (
+        isinstance(value, dict)
+        and value.get("schema") == RECEIPT_SCHEMA
+        and value.get("attempt_id") == claim.get("attempt_id")
+        and isinstance(value.get("official_run"), bool)
+    )
 
 
 # ---------------------------------------------------------------- eval_res.json reader
@@ -324,21 +338,29 @@ def classify_eval_bytes(data: bytes | None, log_status: Any = None) -> EvalReadi
     except StrictJSONError as exc:
         return EvalReading(OfficialEvalStatus.UNREADABLE, f"{ReceiptCause.JSON_ERROR.value}:{exc}", None)
     except json.JSONDecodeError as exc:
-        return EvalReading(OfficialEvalStatus.UNREADABLE,
-                           f"{ReceiptCause.JSON_ERROR.value}:line_{exc.lineno}_col_{exc.colno}", None)
+        return EvalReading(
+            OfficialEvalStatus.UNREADABLE, f"{ReceiptCause.JSON_ERROR.value}:line_{exc.lineno}_col_{exc.colno}", None
+        )
     if not isinstance(value, dict):
-        return EvalReading(OfficialEvalStatus.UNREADABLE,
-                           f"{ReceiptCause.NOT_OBJECT.value}:{type(value).__name__}", None)
+        return EvalReading(
+            OfficialEvalStatus.UNREADABLE, f"{ReceiptCause.NOT_OBJECT.value}:{type(value).__name__}", None
+        )
     if "pass" not in value:
         return EvalReading(OfficialEvalStatus.INVALID, ReceiptCause.PASS_MISSING.value, None)
     verdict = value["pass"]
     if isinstance(verdict, bool):
         return EvalReading(OfficialEvalStatus.COMPLETED, ReceiptCause.EVALUATED.value, verdict)
     if verdict is not None:
-        return EvalReading(OfficialEvalStatus.INVALID,
-                           f"{ReceiptCause.PASS_NOT_BOOLEAN.value}:{type(verdict).__name__}", None)
-    gate = (set(value) == {"pass", "details"} and isinstance(log_status, str) and log_status
-            and log_status != "success" and value["details"] == GATE_TEXT.format(status=log_status))
+        return EvalReading(
+            OfficialEvalStatus.INVALID, f"{ReceiptCause.PASS_NOT_BOOLEAN.value}:{type(verdict).__name__}", None
+        )
+    gate = (
+        set(value) == {"pass", "details"}
+        and isinstance(log_status, str)
+        and log_status
+        and log_status != "success"
+        and value["details"] == GATE_TEXT.format(status=log_status)
+    )
     if gate:
         return EvalReading(OfficialEvalStatus.DECLINED, ReceiptCause.STATUS_GATE.value, None)
     return EvalReading(OfficialEvalStatus.UNKNOWN, ReceiptCause.PASS_NULL_UNLINKED.value, None)

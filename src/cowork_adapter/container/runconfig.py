@@ -87,8 +87,8 @@ def parse_run_config(raw: Any, path: str = "") -> EntrypointConfig:
         raise ConfigError(f"run config schema is not {RUN_CONFIG_SCHEMA}")
     engine = _need(raw, "engine", str, "a string")
     if engine not in ("ouroboros", *REFERENCE_ENGINES) and not (
-            engine.startswith("upstream:") and len(engine) > 9 and "/" not in engine[9:]
-            and not engine[9:].startswith(".")):
+        engine.startswith("upstream:") and len(engine) > 9 and "/" not in engine[9:] and not engine[9:].startswith(".")
+    ):
         raise ConfigError("run config engine must be ouroboros, oracle, nop or upstream:<entry file>")
     model = _need(raw, "model", str, "a string")
     if not model.strip():

@@ -103,7 +103,13 @@ def _split(path: str, below: str | None) -> tuple[str, list[str]]:
         return os.path.dirname(path), [os.path.basename(path)]
     base = os.path.abspath(below)
     # Both are normalised absolute paths: a prefix is a cut (relpath cost as much as the opens).
-    rel = path[len(base) + 1:] if path.startswith(base + os.sep) else "." if path == base else os.path.relpath(path, base)
+    rel = (
+        path[len(base) + 1 :]
+        if path.startswith(base + os.sep)
+        else "."
+        if path == base
+        else os.path.relpath(path, base)
+    )
     if rel == ".":
         return base, []
     if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
@@ -117,7 +123,9 @@ def _classify_error(exc: OSError, parent_fd: int, name: str) -> tuple[str, str]:
         return ABSENT, "file_absent"
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
         try:
-            return kind_of_mode(os.lstat(name, dir_fd=parent_fd).st_mode), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
+            return kind_of_mode(
+                os.lstat(name, dir_fd=parent_fd).st_mode
+            ), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
         except OSError:
             pass
     if exc.errno == errno.ENXIO:  # a FIFO or socket opened with O_NONBLOCK and no peer
@@ -149,7 +157,11 @@ def open_at(dir_fd: int, name: str, *, directory: bool = False) -> tuple[int | N
     try:
         handle = os.open(name, _PATH_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
+        return (
+            None,
+            (ABSENT if exc.errno == errno.ENOENT else UNREADABLE),
+            f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}",
+        )
     try:
         kind = kind_of_mode(os.fstat(handle).st_mode)
         if kind not in (REGULAR, DIRECTORY):
@@ -175,7 +187,11 @@ def _open_at_checked(dir_fd: int, name: str) -> tuple[int | None, str, str]:
     try:
         kind = kind_of_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
+        return (
+            None,
+            (ABSENT if exc.errno == errno.ENOENT else UNREADABLE),
+            f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}",
+        )
     if kind not in (REGULAR, DIRECTORY):
         return None, kind, ""
     try:
@@ -220,7 +236,11 @@ def open_nofollow(path: str, *, below: str | None = None) -> tuple[int | None, s
     try:
         fd = os.open(start, _DIR_FLAGS)
     except OSError as exc:
-        return None, (ABSENT if exc.errno == errno.ENOENT else UNREADABLE), f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
+        return (
+            None,
+            (ABSENT if exc.errno == errno.ENOENT else UNREADABLE),
+            f"os_error:{errno.errorcode.get(exc.errno or 0, exc.errno)}",
+        )
     for index, name in enumerate(parts):
         child, kind, cause = open_at(fd, name, directory=index < len(parts) - 1)
         os.close(fd)
@@ -393,8 +413,14 @@ def depth_over(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets))) > limit
 
 
-def loads(data: bytes | str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_BYTES,
-          parse: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+def loads(
+    data: bytes | str,
+    *,
+    limit: int = MAX_DEPTH,
+    max_bytes: int = MAX_BYTES,
+    parse: Callable[..., Any] | None = None,
+    **kwargs: Any,
+) -> Any:
     """json.loads (or `parse`) of `data`, refused with a ValueError before parsing when it is
     larger than `max_bytes` (TooLarge), nests deeper than `limit` (TooDeep) or is not UTF-8
     (UnicodeDecodeError, itself a ValueError)."""

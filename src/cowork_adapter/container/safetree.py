@@ -26,8 +26,14 @@ import stat
 from collections.abc import Callable
 from typing import NamedTuple
 
-_DIR_FLAGS = (os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
-              | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+_DIR_FLAGS = (
+    os.O_RDONLY
+    | os.O_DIRECTORY
+    | os.O_NOFOLLOW
+    | os.O_NONBLOCK
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 # The set-id bits an agent could leave on a file the host keeps (with the executable bits a
 # setgid file without group execute is mandatory locking, not privilege: still removed).
 SETID = stat.S_ISUID | stat.S_ISGID

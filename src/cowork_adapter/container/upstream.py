@@ -59,16 +59,31 @@ def set_aside_agent_verdict(task_root: str) -> bool:
     return True
 
 
-def run_child(bench_python: str, entry: str, *, task_dir: str, max_steps: int, key: str | None,
-              terms: list, out, deadline: float, phase_flag: bool = True) -> int:
+def run_child(
+    bench_python: str,
+    entry: str,
+    *,
+    task_dir: str,
+    max_steps: int,
+    key: str | None,
+    terms: list,
+    out,
+    deadline: float,
+    phase_flag: bool = True,
+) -> int:
     """Run the upstream entry to its end (or the deadline); returns its exit code."""
     env = dict(os.environ)
     if key:
         env["MODEL_API_KEY"] = key
         env["LLM_API_KEY"] = key
-    proc = subprocess.Popen(child_argv(bench_python, entry, task_dir, max_steps, phase_flag), env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        child_argv(bench_python, entry, task_dir, max_steps, phase_flag),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     def forward(signum, frame):
         try:

@@ -276,7 +276,9 @@ class InfraCause(Vocab):
     EXEC_LOST = "exec_lost"  # the agent exec ended with docker's own failure code (125-127): it never ran
     EXEC_CUT = "exec_cut"  # the shim saw the agent exec begin and never end: the runner or the shim was killed
     PROVIDER_ERRORS = "provider_errors"  # the gateway logged 5xx/429/transport failures for the task's token
-    NO_MODEL_ANSWER = "no_model_answer"  # gateway + Ouroboros: no model answer reached the task, so nothing the agent chose ran
+    NO_MODEL_ANSWER = (
+        "no_model_answer"  # gateway + Ouroboros: no model answer reached the task, so nothing the agent chose ran
+    )
     NO_AGENT = "no_agent"  # oracle / nop: no agent ran, so the adapter's own failure stands
     EVAL_NO_VERDICT = "eval_no_verdict"  # the agent phase succeeded, nothing was tampered, the eval gave no verdict
     LEGACY_UNVERIFIED = "legacy_unverified"  # a run from before the shim recorded host facts: read as it was

@@ -88,7 +88,7 @@ class OutputCap:
         start = 0
         while start < len(data):
             end = data.find(b"\n", start)
-            piece = data[start:] if end < 0 else data[start:end + 1]
+            piece = data[start:] if end < 0 else data[start : end + 1]
             if not passing:
                 s.line_whole = False
             # Only a line's tail is kept: a Status line printed after output with no newline of its
@@ -114,8 +114,9 @@ class OutputCap:
         out = b""
         if name == next(iter(self.streams)):
             facts = self.facts()
-            out = (b"" if s.ends_line else b"\n") + (DROP_NOTE % (
-                self.cap, self.dropped, facts["dropped_stdout_bytes"], facts["dropped_stderr_bytes"])).encode("ascii")
+            out = (b"" if s.ends_line else b"\n") + (
+                DROP_NOTE % (self.cap, self.dropped, facts["dropped_stdout_bytes"], facts["dropped_stderr_bytes"])
+            ).encode("ascii")
         # A protocol line still open at the end (no newline came) is kept too, with its newline.
         tail = [s.line + b"\n"] if s.line and not s.line_whole and PROTOCOL_MARK in s.line else []
         for line in (s.kept + tail)[-KEPT_LINES:]:
@@ -123,9 +124,13 @@ class OutputCap:
         return out
 
     def facts(self):
-        return {"cap_bytes": self.cap, "passed_bytes": self.total_passed, "dropped_bytes": self.dropped,
-                "dropped_stdout_bytes": self.streams["stdout"].dropped if "stdout" in self.streams else 0,
-                "dropped_stderr_bytes": self.streams["stderr"].dropped if "stderr" in self.streams else 0}
+        return {
+            "cap_bytes": self.cap,
+            "passed_bytes": self.total_passed,
+            "dropped_bytes": self.dropped,
+            "dropped_stdout_bytes": self.streams["stdout"].dropped if "stdout" in self.streams else 0,
+            "dropped_stderr_bytes": self.streams["stderr"].dropped if "stderr" in self.streams else 0,
+        }
 
 
 def write_all(fd, data):
@@ -218,8 +223,14 @@ def kill_leftovers_argv(container):
 def run_kill_leftovers(real_docker, env, container, timeout=LEFTOVER_KILL_TIMEOUT_SEC):
     """Run kill_leftovers_argv against the daemon; its exit code, or a cause word. Never raises."""
     try:
-        done = subprocess.run([real_docker] + kill_leftovers_argv(container), env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
+        done = subprocess.run(
+            [real_docker] + kill_leftovers_argv(container),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return "timeout"
     except (OSError, ValueError):

@@ -44,8 +44,9 @@ SAFEFILE_SOURCE = Path(__file__).resolve().parent.parent / "container" / "safefi
 TASKDB_PROBE_SOURCE = Path(__file__).resolve().parent / "taskdb_probe.py"  # the shim's task database probe
 TASKDB_SQL_SOURCE = Path(__file__).resolve().parent / "taskdb_sql.py"  # and its SQL
 # Issue 37: the agent exec's bounds and the containers' log and capabilities, loaded by the shim.
-SIBLING_SOURCES = tuple(Path(__file__).with_name(name)
-                        for name in ("agent_exec.py", "container_caps.py", "staging_mount.py"))
+SIBLING_SOURCES = tuple(
+    Path(__file__).with_name(name) for name in ("agent_exec.py", "container_caps.py", "staging_mount.py")
+)
 STAGE = "custody"
 # A docker found on the host that is really some run's shim wrapper carries this marker.
 WRAPPER_MARKER = "cowork-adapter docker shim"
@@ -67,8 +68,11 @@ WORKSPACE = "/workspace"
 
 def eval_code_mounts(bench_copy: Path) -> list[str]:
     """`<clone>/<path>:/workspace/<path>:ro` for each EVAL_CODE_PATHS folder the clone has."""
-    return [f"{Path(bench_copy).resolve() / rel}:{WORKSPACE}/{rel}:ro" for rel in EVAL_CODE_PATHS
-            if (Path(bench_copy) / rel).is_dir() and not (Path(bench_copy) / rel).is_symlink()]
+    return [
+        f"{Path(bench_copy).resolve() / rel}:{WORKSPACE}/{rel}:ro"
+        for rel in EVAL_CODE_PATHS
+        if (Path(bench_copy) / rel).is_dir() and not (Path(bench_copy) / rel).is_symlink()
+    ]
 
 
 def eval_bound_sec(environ: Mapping[str, str]) -> float:
@@ -107,10 +111,12 @@ class Hardening:
     @classmethod
     def for_run(cls, task_timeout_sec: float, output_cap_mib: int, cap_add: tuple[str, ...] = ()) -> Hardening:
         """A run's bounds from its flags (--task-timeout, --agent-output-cap-mib, --container-cap-add)."""
-        return cls(agent_bound_sec=agent_exec.agent_bound_sec(task_timeout_sec),
-                   agent_output_cap_bytes=int(output_cap_mib) * 1024 * 1024,
-                   log_max_bytes=container_caps.DEFAULT_LOG_MAX_BYTES,
-                   cap_keep=tuple(sorted({str(c) for c in cap_add})))
+        return cls(
+            agent_bound_sec=agent_exec.agent_bound_sec(task_timeout_sec),
+            agent_output_cap_bytes=int(output_cap_mib) * 1024 * 1024,
+            log_max_bytes=container_caps.DEFAULT_LOG_MAX_BYTES,
+            cap_keep=tuple(sorted({str(c) for c in cap_add})),
+        )
 
     def dropped(self, role: str) -> list[str]:
         return container_caps.dropped_for(role, self.cap_keep)
@@ -218,7 +224,9 @@ def install_custody(
         for task in dumps.tasks:
             other = digests.setdefault(runner_digest(task), task)
             if other != task:
-                raise Refusal(STAGE, f"Tasks {other} and {task} share the runner's container id; run them in separate runs.")
+                raise Refusal(
+                    STAGE, f"Tasks {other} and {task} share the runner's container id; run them in separate runs."
+                )
     try:
         config = ShimConfig(
             real_docker=str(Path(real_docker).resolve()),
@@ -247,8 +255,9 @@ def install_custody(
             agent_output_cap_bytes=None if hardening is None else hardening.agent_output_cap_bytes,
             log_max_bytes=None if hardening is None else hardening.log_max_bytes,
             cap_keep=None if hardening is None else list(hardening.cap_keep),
-            staging_root=None if hardening is None or dumps is None else str(
-                resource_root.resolve() / f"tmp-{run_label[:12]}"),
+            staging_root=None
+            if hardening is None or dumps is None
+            else str(resource_root.resolve() / f"tmp-{run_label[:12]}"),
         )
     except (RecordInvalid, TypeError) as err:
         raise Refusal(STAGE, f"The custody settings are invalid: {err}.") from None
@@ -272,8 +281,11 @@ def install_custody(
     _write(shim_dir / "taskdb_sql.py", TASKDB_SQL_SOURCE.read_text(encoding="utf-8"), 0o644)
     for sibling in SIBLING_SOURCES:
         _write(shim_dir / sibling.name, sibling.read_text(encoding="utf-8"), 0o644)
-    _write(wrapper, wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker,
-                                   docker_host=docker_host), 0o755)
+    _write(
+        wrapper,
+        wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker, docker_host=docker_host),
+        0o755,
+    )
     bash_env = RunRoot(run_root).bash_env
     _write(bash_env, bash_env_text(wrapper, run_label), 0o644)
     return CustodyFiles(
@@ -292,8 +304,9 @@ def install_custody(
     )
 
 
-def wrapper_text(python: str, program: Path, config_path: Path, run_label: str, *, real_docker: str,
-                 docker_host: str) -> str:
+def wrapper_text(
+    python: str, program: Path, config_path: Path, run_label: str, *, real_docker: str, docker_host: str
+) -> str:
     """The `docker` wrapper: its config path is baked in, so a scrubbed environment still works.
 
     Commands the shim rewrites or records (creations, exec, rm/stop with their resource readings,
@@ -308,12 +321,12 @@ def wrapper_text(python: str, program: Path, config_path: Path, run_label: str, 
         f"COWORK_SHIM_CONFIG={q(str(config_path))}\n"
         "export COWORK_SHIM_CONFIG\n"
         'case "${1-}" in\n'
-        f"  run|create|container|network|exec|rm|stop|-*|\"\") exec {q(python)} -I -S {q(str(program))} \"$@\" ;;\n"
+        f'  run|create|container|network|exec|rm|stop|-*|"") exec {q(python)} -I -S {q(str(program))} "$@" ;;\n'
         "esac\n"
         "unset DOCKER_CONTEXT\n"
         f"DOCKER_HOST={q(docker_host)}\n"
         "export DOCKER_HOST\n"
-        f"exec {q(real_docker)} \"$@\"\n"
+        f'exec {q(real_docker)} "$@"\n'
     )
 
 
@@ -365,4 +378,3 @@ def _make_private_dir(path: Path) -> None:
 
 def _write(path: Path, text: str, mode: int) -> None:
     create_exclusive(path, text, mode=mode)  # exactly `mode`: the umask does not narrow it
-

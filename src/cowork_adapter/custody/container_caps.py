@@ -20,8 +20,22 @@ beside shim.py); the launcher imports it for the same constants (the manifest, t
 """
 
 # Docker's default capability set (moby's oci/caps/defaults.go), without the CAP_ prefix.
-DOCKER_DEFAULT_CAPS = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                       "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT")
+DOCKER_DEFAULT_CAPS = (
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+)
 TASK_KEEP = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL")
 PG_KEEP = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID")
 TASK_DROP = tuple(c for c in DOCKER_DEFAULT_CAPS if c not in TASK_KEEP)
@@ -63,5 +77,4 @@ def log_flags(config):
     size = config.get("log_max_bytes")
     if not size:
         return []
-    return ["--log-driver", LOG_DRIVER, "--log-opt", f"max-size={int(size)}",
-            "--log-opt", f"max-file={LOG_MAX_FILES}"]
+    return ["--log-driver", LOG_DRIVER, "--log-opt", f"max-size={int(size)}", "--log-opt", f"max-file={LOG_MAX_FILES}"]

@@ -79,15 +79,30 @@ def judge(baseline: DaemonIdentity | None, last_answer_at: float, probe: Probe, 
     silent = max(0.0, probe.at - last_answer_at)
     if probe.answered:
         if baseline is not None and probe.identity is not None and probe.identity != baseline:
-            return DaemonLoss(RESTARTED, f"the daemon now answers as {probe.identity.describe()}, "
-                              f"not {baseline.describe()}", baseline, probe.identity, 0.0)
+            return DaemonLoss(
+                RESTARTED,
+                f"the daemon now answers as {probe.identity.describe()}, not {baseline.describe()}",
+                baseline,
+                probe.identity,
+                0.0,
+            )
         return None
     if baseline is not None and probe.known_alive is False:
-        return DaemonLoss(EXITED, f"the daemon ({baseline.describe()}) is gone and the socket does not answer"
-                          f" ({probe.error or 'no answer'})", baseline, None, silent)
+        return DaemonLoss(
+            EXITED,
+            f"the daemon ({baseline.describe()}) is gone and the socket does not answer ({probe.error or 'no answer'})",
+            baseline,
+            None,
+            silent,
+        )
     if silent > bound_sec:
-        return DaemonLoss(UNANSWERED, f"the daemon has not answered for {silent:.1f} s"
-                          f" ({probe.error or 'no answer'})", baseline, None, silent)
+        return DaemonLoss(
+            UNANSWERED,
+            f"the daemon has not answered for {silent:.1f} s ({probe.error or 'no answer'})",
+            baseline,
+            None,
+            silent,
+        )
     return None
 
 
@@ -95,7 +110,7 @@ def judge(baseline: DaemonIdentity | None, last_answer_at: float, probe: Probe, 
 
 
 def unix_socket_path(docker_host: str) -> str | None:
-    return docker_host[len("unix://"):] if docker_host.startswith("unix://") else None
+    return docker_host[len("unix://") :] if docker_host.startswith("unix://") else None
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -105,7 +120,7 @@ def process_start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[19])
 
 
@@ -126,7 +141,9 @@ def peer_identity(path: str, timeout: float) -> DaemonIdentity | None:
 class DaemonProber:
     """Takes probes of one daemon; keeps one docker-py client (it reconnects by itself)."""
 
-    def __init__(self, docker_host: str, timeout: float = PROBE_TIMEOUT_SEC, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, docker_host: str, timeout: float = PROBE_TIMEOUT_SEC, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.docker_host = docker_host
         self.path = unix_socket_path(docker_host)
         self.timeout = timeout
@@ -195,7 +212,9 @@ class DaemonWatch:
 
     def answering(self) -> bool:
         """Whether the daemon answered within the last two probe intervals (no I/O here)."""
-        return self.lost is None and self.prober.clock() - self.last_answer_at <= 2 * self.interval + self.prober.timeout
+        return (
+            self.lost is None and self.prober.clock() - self.last_answer_at <= 2 * self.interval + self.prober.timeout
+        )
 
     def step(self) -> DaemonLoss | None:
         """One probe and its judgement (the thread's body; callable directly in tests)."""

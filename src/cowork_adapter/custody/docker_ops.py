@@ -62,8 +62,11 @@ class Labelled:
 
     def names(self) -> list[str]:
         """Every resource as `kind name`, for a sentence an operator reads."""
-        return ([f"container {n}" for _, n in self.containers] + [f"network {n}" for _, n in self.networks]
-                + [f"volume {n}" for _, n in self.volumes])
+        return (
+            [f"container {n}" for _, n in self.containers]
+            + [f"network {n}" for _, n in self.networks]
+            + [f"volume {n}" for _, n in self.volumes]
+        )
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,14 @@ def label_is_empty(docker_host: str, run_label: str, *, timeout: int = DEFAULT_T
 
 
 def cleanup_run(
-    docker_host: str, run_label: str, log: Log, *, timeout: int = DEFAULT_TIMEOUT_SEC,
+    docker_host: str,
+    run_label: str,
+    log: Log,
+    *,
+    timeout: int = DEFAULT_TIMEOUT_SEC,
     before_remove: Callable[[Any, str, str], None] | None = None,
-    creations: Path | None = None, creation_wait_sec: float = CREATION_WAIT_SEC,
+    creations: Path | None = None,
+    creation_wait_sec: float = CREATION_WAIT_SEC,
 ) -> CleanupReport:
     """Force-remove the run's containers (with their anonymous volumes), then its networks and its
     labelled volumes, then prove by a fresh listing that none remains.
@@ -139,13 +147,21 @@ def cleanup_run(
                 raise CustodyError(f"cannot read the run's in-flight creations in {creations}: {err}") from err
             if settled.in_flight and time.monotonic() >= deadline:
                 log({"event": "cleanup_creations_in_flight", "run_label": run_label, "in_flight": settled.in_flight})
-                raise CustodyError(f"{settled.in_flight} container creation(s) of run {run_label} still in flight "
-                                   f"after {creation_wait_sec:g} s")
+                raise CustodyError(
+                    f"{settled.in_flight} container creation(s) of run {run_label} still in flight "
+                    f"after {creation_wait_sec:g} s"
+                )
             if not settled.ended and not settled.in_flight:
                 break  # nothing landed since this pass listed: the relist below is the proof
             if settled.ended or settled.in_flight != in_flight:  # a line per change, not per short round
-                log({"event": "cleanup_creations_settled", "run_label": run_label, "ended": settled.ended,
-                     "in_flight": settled.in_flight})
+                log(
+                    {
+                        "event": "cleanup_creations_settled",
+                        "run_label": run_label,
+                        "ended": settled.ended,
+                        "in_flight": settled.in_flight,
+                    }
+                )
             in_flight = settled.in_flight
         try:
             remaining = _list(dc.api, run_label)
@@ -153,13 +169,15 @@ def cleanup_run(
             log({"event": "cleanup_relist_failed", "run_label": run_label, "error": str(err)})
             raise CustodyError(f"cannot verify custody after cleanup: {err}") from err
         if not remaining.empty:
-            log({
-                "event": "cleanup_remaining",
-                "run_label": run_label,
-                "containers": [list(r) for r in remaining.containers],
-                "networks": [list(r) for r in remaining.networks],
-                "volumes": [list(r) for r in remaining.volumes],
-            })
+            log(
+                {
+                    "event": "cleanup_remaining",
+                    "run_label": run_label,
+                    "containers": [list(r) for r in remaining.containers],
+                    "networks": [list(r) for r in remaining.networks],
+                    "volumes": [list(r) for r in remaining.volumes],
+                }
+            )
             raise CustodyError(f"resources with run label {run_label} survived cleanup: {', '.join(remaining.names())}")
         return CleanupReport(removed["container"], removed["network"], errors, gone, removed["volume"])
     finally:
@@ -167,8 +185,12 @@ def cleanup_run(
 
 
 def _remove_pass(
-    api: Any, run_label: str, log: Log, before_remove: Callable[[Any, str, str], None] | None,
-    errors: list[dict[str, Any]], removed: dict[str, list[Resource]],
+    api: Any,
+    run_label: str,
+    log: Log,
+    before_remove: Callable[[Any, str, str], None] | None,
+    errors: list[dict[str, Any]],
+    removed: dict[str, list[Resource]],
 ) -> int:
     """List the run's resources and remove them, each kind in parallel (containers first: a network
     or volume cannot be removed while a container uses it); the number of those already gone or
@@ -191,6 +213,7 @@ def _remove_pass(
                 rest = _list(api, run_label, containers=False)
             items = rest.networks if kind == "network" else rest.volumes
         hook = before_remove if kind == "container" else None
+
         # This kind's hook, remover and name bound now (the calls all end inside _in_parallel, but a
         # closure over the loop's variables would read whatever they hold when it runs)
         def remove_one(item: tuple[str, str], hook: Any = hook, remove: Any = remove, kind: str = kind) -> Any:
@@ -205,12 +228,20 @@ def _remove_pass(
             errors.append(error)
             gone += error["outcome"] in ("not_found", "in_progress")
         if kind == "container":  # a network is freed only once a competing removal of its container is done
-            _await_removals(api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"])
+            _await_removals(
+                api, [e["id"] for e in errors if e["outcome"] == "in_progress" and e["kind"] == "container"]
+            )
     return gone
 
 
-def _read_and_remove(before_remove: Callable[[Any, str, str], None] | None, remove: Callable[[Any, str], None],
-                     api: Any, kind: str, ident: str, name: str) -> dict[str, Any] | None:
+def _read_and_remove(
+    before_remove: Callable[[Any, str, str], None] | None,
+    remove: Callable[[Any, str], None],
+    api: Any,
+    kind: str,
+    ident: str,
+    name: str,
+) -> dict[str, Any] | None:
     """One resource: its reading first (a container's accounting dies with it), then its removal."""
     if before_remove is not None:
         try:
@@ -228,7 +259,9 @@ def _in_parallel(work: Callable[[Resource], Any], items: list[Resource]) -> list
         return list(pool.map(work, items))
 
 
-def image_identity(docker_host: str, ref: str, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> tuple[str, dict[str, str], list[str]]:
+def image_identity(
+    docker_host: str, ref: str, *, timeout: int = DEFAULT_TIMEOUT_SEC
+) -> tuple[str, dict[str, str], list[str]]:
     """(immutable image Id, labels, repo digests) of a local image; Refusal("image") when missing or Id-less."""
     try:
         dc = docker_client(docker_host, timeout)
@@ -264,9 +297,7 @@ class CustodyGap:
         return bool(self.unlabelled_runner_containers or self.unlabelled_runner_networks)
 
 
-def custody_gap(
-    docker_host: str, run_label: str, runner_pid: int, *, timeout: int = DEFAULT_TIMEOUT_SEC
-) -> CustodyGap:
+def custody_gap(docker_host: str, run_label: str, runner_pid: int, *, timeout: int = DEFAULT_TIMEOUT_SEC) -> CustodyGap:
     """Compare the daemon with the runner's naming: any `agent|eval|pg-<pid>-<hex>` container or
     `net-<pid>-<hex>` network without the run's exact label was created past the shim.
 
@@ -357,8 +388,14 @@ def _attempt(remove: Callable[[Any, str], None], api: Any, kind: str, ident: str
         error = err
     except DOCKER_FAILURES as err:
         outcome, error = "failed", err
-    return {"event": "cleanup_remove", "kind": kind, "id": ident, "name": name,
-            "outcome": outcome, "error": _brief(error)}
+    return {
+        "event": "cleanup_remove",
+        "kind": kind,
+        "id": ident,
+        "name": name,
+        "outcome": outcome,
+        "error": _brief(error),
+    }
 
 
 def _await_removals(api: docker.APIClient, ids: list[str], timeout: float = IN_PROGRESS_WAIT_SEC) -> None:

@@ -116,8 +116,11 @@ class Holder:
 
     def describe(self) -> str:
         if self.role == ROLE_RUNNER_GROUP:
-            state = f"alive ({len(self.members)} processes: {', '.join(map(str, self.members[:8]))})" if self.alive \
+            state = (
+                f"alive ({len(self.members)} processes: {', '.join(map(str, self.members[:8]))})"
+                if self.alive
                 else "gone"
+            )
             return f"runner group {self.pid} {state} (from {self.source})"
         return f"{self.role} pid {self.pid} {'alive' if self.alive else 'gone'} (from {self.source})"
 
@@ -233,8 +236,9 @@ def _identity_alive(table: ProcTable, pid: int, start_ticks: int | None) -> bool
     return stat is not None and (start_ticks is None or stat.start_ticks == start_ticks)
 
 
-def prove(run_root: Path, recorded: Recorded, *, table: ProcTable | None = None,
-          self_pid: int | None = None) -> Liveness:
+def prove(
+    run_root: Path, recorded: Recorded, *, table: ProcTable | None = None, self_pid: int | None = None
+) -> Liveness:
     """Which custody processes of `run_root` live, by every record and a scan of the process table."""
     table = table or ProcTable()
     run_root = Path(os.path.normpath(run_root))
@@ -251,11 +255,19 @@ def prove(run_root: Path, recorded: Recorded, *, table: ProcTable | None = None,
 
     custody = recorded.custody
     if custody is not None:
-        add(ROLE_LAUNCHER, custody.launcher.pid, CUSTODY_PROCESSES_FILE,
-            _identity_alive(table, custody.launcher.pid, custody.launcher.start_ticks))
+        add(
+            ROLE_LAUNCHER,
+            custody.launcher.pid,
+            CUSTODY_PROCESSES_FILE,
+            _identity_alive(table, custody.launcher.pid, custody.launcher.start_ticks),
+        )
         if custody.watchdog is not None:
-            add(ROLE_WATCHDOG, custody.watchdog.pid, CUSTODY_PROCESSES_FILE,
-                _identity_alive(table, custody.watchdog.pid, custody.watchdog.start_ticks))
+            add(
+                ROLE_WATCHDOG,
+                custody.watchdog.pid,
+                CUSTODY_PROCESSES_FILE,
+                _identity_alive(table, custody.watchdog.pid, custody.watchdog.start_ticks),
+            )
     for pid, source in recorded.launcher_pids:
         if pid in named or pid <= 0:
             continue
@@ -297,5 +309,14 @@ def prove(run_root: Path, recorded: Recorded, *, table: ProcTable | None = None,
     return Liveness(tuple(holders))
 
 
-__all__ = ["ProcTable", "ProcStat", "parse_stat", "Holder", "Recorded", "Liveness", "prove",
-           "read_custody_processes", "is_launcher_argv"]
+__all__ = [
+    "ProcTable",
+    "ProcStat",
+    "parse_stat",
+    "Holder",
+    "Recorded",
+    "Liveness",
+    "prove",
+    "read_custody_processes",
+    "is_launcher_argv",
+]

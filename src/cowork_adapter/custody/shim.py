@@ -111,16 +111,29 @@ STOP_BOOL_SHORT: frozenset[str] = frozenset()
 
 # docker's global options that take a value, and those that pick the daemon.
 GLOBAL_VALUE_OPTIONS = frozenset(
-    {"--config", "-c", "--context", "-H", "--host", "-l", "--log-level",
-     "--tlscacert", "--tlscert", "--tlskey"}
+    {"--config", "-c", "--context", "-H", "--host", "-l", "--log-level", "--tlscacert", "--tlscert", "--tlskey"}
 )
 DAEMON_OPTIONS = frozenset({"-H", "--host", "-c", "--context"})
 
 # Boolean options per subcommand; every other option takes a value (pflag semantics).
 RUN_BOOL_LONG = frozenset(
-    {"--detach", "--interactive", "--tty", "--rm", "--init", "--privileged", "--publish-all",
-     "--read-only", "--no-healthcheck", "--oom-kill-disable", "--sig-proxy",
-     "--disable-content-trust", "--quiet", "--help", "--use-api-socket"}
+    {
+        "--detach",
+        "--interactive",
+        "--tty",
+        "--rm",
+        "--init",
+        "--privileged",
+        "--publish-all",
+        "--read-only",
+        "--no-healthcheck",
+        "--oom-kill-disable",
+        "--sig-proxy",
+        "--disable-content-trust",
+        "--quiet",
+        "--help",
+        "--use-api-socket",
+    }
 )
 RUN_BOOL_SHORT = frozenset("ditPq")
 EXEC_BOOL_LONG = frozenset({"--detach", "--interactive", "--tty", "--privileged", "--help"})
@@ -130,9 +143,20 @@ NETWORK_BOOL_SHORT: frozenset[str] = frozenset()
 
 # Options a creation may not carry: the shim sets them and docker keeps the last occurrence.
 CONFLICTING_OPTIONS = frozenset(
-    {"--cpus", "--memory", "-m", "--memory-swap", "--pids-limit", "--pull", "--label-file",
-     # issue 37: the log bound and the capability set (--privileged would give back every capability)
-     "--log-driver", "--log-opt", "--cap-add", "--privileged"}
+    {
+        "--cpus",
+        "--memory",
+        "-m",
+        "--memory-swap",
+        "--pids-limit",
+        "--pull",
+        "--label-file",
+        # issue 37: the log bound and the capability set (--privileged would give back every capability)
+        "--log-driver",
+        "--log-opt",
+        "--cap-add",
+        "--privileged",
+    }
 )
 # The gateway token (see cowork_adapter.gateway.server: same prefix, context and message layout).
 TOKEN_PREFIX = "cwg1"
@@ -203,7 +227,7 @@ def parse_options(args, bool_long, bool_short):
             if letter in bool_short:
                 options.append(("-" + letter, None))
                 continue
-            attached = cluster[j + 1:]
+            attached = cluster[j + 1 :]
             if attached:
                 options.append(("-" + letter, attached[1:] if attached.startswith("=") else attached))
             else:
@@ -229,7 +253,7 @@ def flag_value(args, flag):
         if arg == flag and i + 1 < len(args):
             found = args[i + 1]
         elif arg.startswith(flag + "="):
-            found = arg[len(flag) + 1:]
+            found = arg[len(flag) + 1 :]
     return found
 
 
@@ -244,7 +268,7 @@ def task_id(name, prefix):
     """The runner's task id in `<prefix>-<id>`, when it is safe as a file name; else None."""
     if not name or not name.startswith(prefix + "-"):
         return None
-    ident = name[len(prefix) + 1:]
+    ident = name[len(prefix) + 1 :]
     return ident if SAFE_ID.match(ident) else None
 
 
@@ -259,7 +283,7 @@ def classify(argv):
         name = arg.split("=", 1)[0] if arg.startswith("--") else arg
         globals_.append(name)
         i += 2 if (name in GLOBAL_VALUE_OPTIONS and "=" not in arg) else 1
-    words = argv[i:i + 2]
+    words = argv[i : i + 2]
     host_override = any(name in DAEMON_OPTIONS for name in globals_)
     kind, at = "other", None
     if words[:1] in (["run"], ["create"]):
@@ -295,12 +319,18 @@ def creation_flags(config, role, name):
     """The flags the shim inserts into a container creation."""
     limits = config["limits"]
     flags = [
-        "--label", RUN_LABEL_KEY + "=" + config["run_label"],
-        "--label", ROLE_LABEL_KEY + "=" + role,
-        "--cpus", format_cpus(limits["cpus"]),
-        "--memory", str(int(limits["memory_bytes"])),
-        "--memory-swap", str(int(limits["memory_swap_bytes"])),
-        "--pids-limit", str(int(limits["pids_limit"])),
+        "--label",
+        RUN_LABEL_KEY + "=" + config["run_label"],
+        "--label",
+        ROLE_LABEL_KEY + "=" + role,
+        "--cpus",
+        format_cpus(limits["cpus"]),
+        "--memory",
+        str(int(limits["memory_bytes"])),
+        "--memory-swap",
+        str(int(limits["memory_swap_bytes"])),
+        "--pids-limit",
+        str(int(limits["pids_limit"])),
         "--pull=never",
     ]
     flags += hardening_flags(config, role)
@@ -439,7 +469,7 @@ def launcher_alive(pid, ticks):
             stat = handle.read().decode("utf-8", "replace")
     except (OSError, TypeError, ValueError):
         return False
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
         return False
     return ticks is None or fields[19] == str(ticks)
@@ -449,7 +479,8 @@ def admission_cause(config):
     """Why a creation may not proceed now (dead launcher, stop file, disk), or None to admit it."""
     # Checked first and on every creation: this holds even when the watchdog itself was killed.
     if config.get("launcher_pid") is not None and not launcher_alive(
-            config["launcher_pid"], config.get("launcher_start_ticks")):
+        config["launcher_pid"], config.get("launcher_start_ticks")
+    ):
         return LAUNCHER_DEAD
     if os.path.lexists(config["stop_file"]):
         return ADMISSION_STOPPED
@@ -551,9 +582,9 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 def daemon_connection(docker_host, timeout):
     """An HTTP connection to the daemon at `docker_host` (unix:// or plain tcp://), else None."""
     if docker_host.startswith("unix://"):
-        return _UnixHTTPConnection(docker_host[len("unix://"):], timeout)
+        return _UnixHTTPConnection(docker_host[len("unix://") :], timeout)
     if docker_host.startswith("tcp://"):
-        hostport = docker_host[len("tcp://"):].split("/", 1)[0]
+        hostport = docker_host[len("tcp://") :].split("/", 1)[0]
         host, _, port = hostport.rpartition(":")
         try:
             return http.client.HTTPConnection(host or hostport, int(port) if port else 2375, timeout=timeout)
@@ -590,8 +621,15 @@ def parse_stats(data):
 
 def read_stats(config, container, timeout=STATS_TIMEOUT_SEC):
     """One reading of `container` from the daemon: a dict for <id>.resources.jsonl. Never raises."""
-    reading = {"ts": time.time(), "container": container, "method": STATS_METHOD,
-               "memory_peak_bytes": None, "cpu_ns": None, "memory_usage_bytes": None, "cause": None}
+    reading = {
+        "ts": time.time(),
+        "container": container,
+        "method": STATS_METHOD,
+        "memory_peak_bytes": None,
+        "cpu_ns": None,
+        "memory_usage_bytes": None,
+        "cause": None,
+    }
     conn = daemon_connection(config["docker_host"], timeout)
     if conn is None:
         reading["cause"] = "daemon_address_unsupported"
@@ -682,10 +720,19 @@ def read_state(config, container, timeout=STATS_TIMEOUT_SEC):
     code = state.get("ExitCode")
     pid, ident = state.get("Pid"), data.get("Id")
     kills = None
-    if config["docker_host"].startswith("unix://") and isinstance(pid, int) and pid > 0 and isinstance(ident, str) and len(ident) >= 12:
+    if (
+        config["docker_host"].startswith("unix://")
+        and isinstance(pid, int)
+        and pid > 0
+        and isinstance(ident, str)
+        and len(ident) >= 12
+    ):
         kills = cgroup_oom_kills(pid, ident)
-    out.update(oom_killed=state["OOMKilled"] or bool(kills), oom_kills=kills,
-               state_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
+    out.update(
+        oom_killed=state["OOMKilled"] or bool(kills),
+        oom_kills=kills,
+        state_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+    )
     return out
 
 
@@ -859,11 +906,15 @@ def rewrite_dump_mounts(config, args, role, task):
                     source, target, rest = parts
                     to_dumps = target.rstrip("/") == DUMPS_TARGET or target.startswith(DUMPS_TARGET + "/")
                     if to_dumps or _touches_dumps(config, source):
-                        exact = target.rstrip("/") == DUMPS_TARGET and os.path.realpath(source) == os.path.realpath(config["dumps_dir"])
+                        exact = target.rstrip("/") == DUMPS_TARGET and os.path.realpath(source) == os.path.realpath(
+                            config["dumps_dir"]
+                        )
                         if not exact or role not in ("agent", "eval") or task is None:
                             return args, DUMP_MOUNT_REFUSED
                         rel = task_dump_rel(config, task)
-                        narrowed = ":".join([config["dumps_dir"].rstrip("/") + "/" + rel, DUMPS_TARGET + "/" + rel] + rest)
+                        narrowed = ":".join(
+                            [config["dumps_dir"].rstrip("/") + "/" + rel, DUMPS_TARGET + "/" + rel] + rest
+                        )
                         out[value_at] = ("--volume=" + narrowed) if attached is not None else narrowed
             i = value_at + 1
             continue
@@ -879,7 +930,8 @@ def rewrite_dump_mounts(config, args, role, task):
                 continue
             source, target, _ = parts
             if (target.startswith(DUMPS_TARGET) or _touches_dumps(config, source)) and (
-                    own is None or target.rstrip("/") != DUMPS_TARGET + "/" + own):
+                own is None or target.rstrip("/") != DUMPS_TARGET + "/" + own
+            ):
                 return args, DUMP_MOUNT_REFUSED
     return out, None
 
@@ -926,8 +978,11 @@ def _load_sibling(name):
 def file_seal(safefile, path, below):
     """{kind, bytes, sha256} of one dump file as the host reads it: no link, no FIFO, capped."""
     got = safefile.read_bytes(path, cap=safefile.RECORD_CAP, below=below)
-    return {"kind": got.kind, "bytes": got.size,
-            "sha256": hashlib.sha256(got.data).hexdigest() if got.ok else None}, got
+    return {
+        "kind": got.kind,
+        "bytes": got.size,
+        "sha256": hashlib.sha256(got.data).hexdigest() if got.ok else None,
+    }, got
 
 
 def official_entries(safefile, task_root, below):
@@ -938,7 +993,9 @@ def official_entries(safefile, task_root, below):
     out = []
     for e in entries:
         if e.name in OFFICIAL_NAMES or e.name.startswith(RECEIPT_PREFIX):
-            facts, _ = file_seal(safefile, os.path.join(task_root, e.name), below) if e.kind == "regular" else ({}, None)
+            facts, _ = (
+                file_seal(safefile, os.path.join(task_root, e.name), below) if e.kind == "regular" else ({}, None)
+            )
             out.append({"name": e.name, "kind": e.kind, "bytes": e.size, "sha256": facts.get("sha256")})
     return out
 
@@ -948,7 +1005,7 @@ def own_start_ticks():
     try:
         with open("/proc/self/stat", "rb") as handle:
             stat = handle.read().decode("utf-8", "replace")
-        return int(stat[stat.rfind(")") + 2:].split()[19])
+        return int(stat[stat.rfind(")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -973,18 +1030,28 @@ def read_seal_inputs(safefile, task_root, below):
             rec = None
         if isinstance(rec, dict) and rec.get("attempt_id") == attempt:
             returned = rec.get("returned")
-            verdict = {"official_run": rec.get("official_run") is True, "raised": rec.get("raised"),
-                       "cause": str(rec.get("cause"))[:200],
-                       "pass": returned.get("pass") if isinstance(returned, dict) and isinstance(returned.get("pass"), bool) else None}
+            verdict = {
+                "official_run": rec.get("official_run") is True,
+                "raised": rec.get("raised"),
+                "cause": str(rec.get("cause"))[:200],
+                "pass": returned.get("pass")
+                if isinstance(returned, dict) and isinstance(returned.get("pass"), bool)
+                else None,
+            }
     eval_facts, _ = file_seal(safefile, os.path.join(task_root, EVAL_RES_NAME), below)
     grading = evidence.get("grading_inputs_differ")
     rewritten = evidence.get("grading_log_rewritten")
     planted = evidence.get("planted_before_eval")
-    return {"attempt_id": attempt, "claim": claim_facts, "receipt": receipt_facts, "eval_res": eval_facts,
-            "verdict": verdict,
-            "grading_inputs_differ": [str(x)[:100] for x in grading][:20] if isinstance(grading, list) else [],
-            "grading_log_rewritten": [str(x)[:100] for x in rewritten][:40] if isinstance(rewritten, list) else [],
-            "planted_moved": [str(x)[:200] for x in planted][:50] if isinstance(planted, list) else []}
+    return {
+        "attempt_id": attempt,
+        "claim": claim_facts,
+        "receipt": receipt_facts,
+        "eval_res": eval_facts,
+        "verdict": verdict,
+        "grading_inputs_differ": [str(x)[:100] for x in grading][:20] if isinstance(grading, list) else [],
+        "grading_log_rewritten": [str(x)[:100] for x in rewritten][:40] if isinstance(rewritten, list) else [],
+        "planted_moved": [str(x)[:200] for x in planted][:50] if isinstance(planted, list) else [],
+    }
 
 
 def run_child(config, argv, env_extra, bound):
@@ -1033,8 +1100,12 @@ def handle_agent_exec(config, argv, at, ident, task, max_steps=None):
         code, _ = run_child(config, inner, {}, None)
     else:
         code = run_bounded_agent_exec(config, bounds, inner, ident)
-    record(config, ident + AGENT_WINDOW_SUFFIX, json.dumps(
-        {"started_at": started, "ended_at": time.time(), "max_steps": max_steps}) + "\n", once=True)
+    record(
+        config,
+        ident + AGENT_WINDOW_SUFFIX,
+        json.dumps({"started_at": started, "ended_at": time.time(), "max_steps": max_steps}) + "\n",
+        once=True,
+    )
     # The exec's end as this shim saw it, first and apart from the summary's facts (nothing the agent
     # left can keep it from being written): a host fact of the ledger's infra rule (score/infra.py).
     record(config, ident + AGENT_EXEC_SUFFIX, {"ts": time.time(), "task": task, "exit": code})
@@ -1063,8 +1134,9 @@ def run_bounded_agent_exec(config, bounds, argv, ident):
     bounds did goes to `<id>.agent_exec.jsonl` (evidence only)."""
     started = time.time()
     try:
-        child = subprocess.Popen([config["real_docker"]] + argv, env=docker_env(config),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            [config["real_docker"]] + argv, env=docker_env(config), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     except OSError:
         sys.stderr.write("docker shim: cannot execute the real docker\n")
         return EXIT_CANNOT_EXECUTE
@@ -1074,15 +1146,26 @@ def run_bounded_agent_exec(config, bounds, argv, ident):
     cap = bounds.OutputCap(config.get("agent_output_cap_bytes", bounds.DEFAULT_CAP_BYTES))
     bound = float(config["agent_bound_sec"])
     try:
-        code, hung = bounds.relay(child, {"stdout": (child.stdout, 1), "stderr": (child.stderr, 2)}, cap,
-                                  time.monotonic() + bound)
+        code, hung = bounds.relay(
+            child, {"stdout": (child.stdout, 1), "stderr": (child.stderr, 2)}, cap, time.monotonic() + bound
+        )
     except Exception:  # noqa: BLE001 - the exec has started: never let main() run it a second time
         code, hung = bounds.end_child(child), True
     killed = bounds.run_kill_leftovers(config["real_docker"], docker_env(config), "agent-" + ident)
     code = 128 - code if code < 0 else code
-    record(config, ident + ".agent_exec.jsonl", dict(cap.facts(), ts=time.time(), started_at=started,
-                                                    bound_sec=bound, hung=hung, exit_code=code,
-                                                    leftovers_kill=killed))
+    record(
+        config,
+        ident + ".agent_exec.jsonl",
+        dict(
+            cap.facts(),
+            ts=time.time(),
+            started_at=started,
+            bound_sec=bound,
+            hung=hung,
+            exit_code=code,
+            leftovers_kill=killed,
+        ),
+    )
     return code
 
 
@@ -1151,10 +1234,19 @@ def handle_eval_exec(config, argv, at, ident, command):
     seal = None
     if first and task is not None and safefile is not None:
         task_root = os.path.join(below, task_dump_rel(config, task))
-        seal = {"schema": SEAL_SCHEMA, "runner_id": ident, "task": task, "entry": "first",
-                "task_dir_arg": flag_value(command, "--task_dir"), "agent_container_state": state,
-                "agent_summary_sha256": summary_sha or None, "pre": official_entries(safefile, task_root, below),
-                "started_at": time.time(), "shim_pid": os.getpid(), "shim_start_ticks": own_start_ticks()}
+        seal = {
+            "schema": SEAL_SCHEMA,
+            "runner_id": ident,
+            "task": task,
+            "entry": "first",
+            "task_dir_arg": flag_value(command, "--task_dir"),
+            "agent_container_state": state,
+            "agent_summary_sha256": summary_sha or None,
+            "pre": official_entries(safefile, task_root, below),
+            "started_at": time.time(),
+            "shim_pid": os.getpid(),
+            "shim_start_ticks": own_start_ticks(),
+        }
         # The head, before the exec: if this shim dies during it, the host can still seal what the
         # eval container alone wrote (schemas/seal.py), knowing what stood there before.
         record(config, ident + SEAL_HEAD_SUFFIX, json.dumps(seal, sort_keys=True, indent=1) + "\n", once=True)
@@ -1192,8 +1284,14 @@ def start_taskdb_watch(config, ident, task):
     if probe is None or task is None or not config.get("dumps_dir") or evidence_path(config, "") is None:
         return None
     task_root = os.path.join(config["dumps_dir"], task_dump_rel(config, task))
-    return probe.BaselineWatch(config["real_docker"], docker_env(config), ident, task, task_root,
-                               lambda name, text: record(config, name, text, once=True)).start()
+    return probe.BaselineWatch(
+        config["real_docker"],
+        docker_env(config),
+        ident,
+        task,
+        task_root,
+        lambda name, text: record(config, name, text, once=True),
+    ).start()
 
 
 def check_taskdb(config, ident, task):
@@ -1201,13 +1299,32 @@ def check_taskdb(config, ident, task):
     A missing probe is itself recorded: the ledger then cannot clear the task's database."""
     probe = _load_taskdb()
     if probe is None:
-        record(config, ident + ".taskdb.json", json.dumps({"schema": "cowork_adapter.taskdb_eval.v1",
-               "runner_id": ident, "task": task, "reset": {"started_at": time.time(),
-               "errors": ["the task database probe is missing beside the shim"]}}) + "\n", once=True)
+        record(
+            config,
+            ident + ".taskdb.json",
+            json.dumps(
+                {
+                    "schema": "cowork_adapter.taskdb_eval.v1",
+                    "runner_id": ident,
+                    "task": task,
+                    "reset": {
+                        "started_at": time.time(),
+                        "errors": ["the task database probe is missing beside the shim"],
+                    },
+                }
+            )
+            + "\n",
+            once=True,
+        )
         return
-    probe.eval_check(config["real_docker"], docker_env(config), ident, task,
-                     evidence_path(config, probe.baseline_file(ident)),
-                     lambda name, text: record(config, name, text, once=True))
+    probe.eval_check(
+        config["real_docker"],
+        docker_env(config),
+        ident,
+        task,
+        evidence_path(config, probe.baseline_file(ident)),
+        lambda name, text: record(config, name, text, once=True),
+    )
 
 
 def handle_creation(config, argv, shape):
@@ -1215,7 +1332,7 @@ def handle_creation(config, argv, shape):
     network = shape["kind"] == "network_create"
     if network:
         options, first = parse_options(argv[at:], NETWORK_BOOL_LONG, NETWORK_BOOL_SHORT)
-        positionals = argv[at + first:]
+        positionals = argv[at + first :]
         name = positionals[0] if positionals else None
         role = ROLE_NETWORK
     else:
@@ -1249,10 +1366,18 @@ def handle_creation(config, argv, shape):
             cause = GATEWAY_TOKEN_FAILED
         else:
             unrevoke(config, agent_ident)
-    record(config, "creations.jsonl", {
-        "ts": time.time(), "subcommand": shape["subcommand"], "name": name, "role": role,
-        "admitted": cause is None, "cause": cause,
-    })
+    record(
+        config,
+        "creations.jsonl",
+        {
+            "ts": time.time(),
+            "subcommand": shape["subcommand"],
+            "name": name,
+            "role": role,
+            "admitted": cause is None,
+            "cause": cause,
+        },
+    )
     if cause is not None:
         ident = task_id(name, "eval") if not network else None
         if ident is not None:
@@ -1271,7 +1396,7 @@ def handle_creation(config, argv, shape):
 def handle_exec(config, argv, shape):
     at = shape["at"]
     options, first = parse_options(argv[at:], EXEC_BOOL_LONG, EXEC_BOOL_SHORT)
-    rest = argv[at + first:]
+    rest = argv[at + first :]
     container, command = (rest[0], rest[1:]) if rest else (None, [])
     ident = task_id(container, "agent")
     if ident is not None:
@@ -1279,7 +1404,9 @@ def handle_exec(config, argv, shape):
         if task_dir is not None:
             record(config, ident + ".task", task_dir + "\n", once=True)
         if config.get("dumps_dir"):
-            return handle_agent_exec(config, argv, at, ident, task_of(config, ident), flag_value(command, "--max_steps"))
+            return handle_agent_exec(
+                config, argv, at, ident, task_of(config, ident), flag_value(command, "--max_steps")
+            )
         return run_real(config, argv)
     ident = task_id(container, "eval")
     if ident is not None and flag_value(command, "--phase") == "eval":
@@ -1299,7 +1426,7 @@ def handle_remove(config, argv, shape):
         _, first = parse_options(argv[at:], RM_BOOL_LONG, RM_BOOL_SHORT)
     else:
         _, first = parse_options(argv[at:], STOP_BOOL_LONG, STOP_BOOL_SHORT)
-    for container in argv[at + first:]:
+    for container in argv[at + first :]:
         role = role_for_name(container)
         ident = task_id(container, role) if role in MEASURED_ROLES else None
         if ident is None:

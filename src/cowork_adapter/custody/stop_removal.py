@@ -40,8 +40,10 @@ class StopRemoval:
 
     def sentence(self) -> str:
         if self.proven:
-            return (f"removed {self.removed} object(s) with the run's label in {self.seconds:.2f} s, "
-                    "proven by a fresh listing")
+            return (
+                f"removed {self.removed} object(s) with the run's label in {self.seconds:.2f} s, "
+                "proven by a fresh listing"
+            )
         return f"could NOT prove the run's labelled objects removed ({self.error})"
 
 
@@ -55,8 +57,13 @@ def remove_for_stop(run_root: Path, docker_host: str, label: str) -> StopRemoval
     started = time.monotonic()
     removed, error = 0, None
     try:
-        report = cleanup_run(docker_host, label, log_line, before_remove=unread_by_stop(RunRoot(run_root).evidence),
-                             creations=creations_dir(run_root))
+        report = cleanup_run(
+            docker_host,
+            label,
+            log_line,
+            before_remove=unread_by_stop(RunRoot(run_root).evidence),
+            creations=creations_dir(run_root),
+        )
         removed = len(report.removed_containers) + len(report.removed_networks) + len(report.removed_volumes)
     except CustodyError as exc:
         error = str(exc)[:500]

@@ -63,10 +63,12 @@ OUTPUT_CAP = 16 << 20
 TABLE_CAP = 400  # tables read per snapshot; the rest are listed as not read (row bound: taskdb_sql.ROW_BOUND)
 STRAY_ROUNDS = 20
 READY_TRIES = 60
-PGOPTIONS = ("-c search_path=pg_catalog,pg_temp -c session_preload_libraries= -c local_preload_libraries= "
-             "-c statement_timeout=50000 -c lock_timeout=20000 -c default_transaction_read_only=off "
-             "-c idle_in_transaction_session_timeout=0 -c client_min_messages=error -c DateStyle=ISO "
-             "-c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex -c IntervalStyle=postgres")
+PGOPTIONS = (
+    "-c search_path=pg_catalog,pg_temp -c session_preload_libraries= -c local_preload_libraries= "
+    "-c statement_timeout=50000 -c lock_timeout=20000 -c default_transaction_read_only=off "
+    "-c idle_in_transaction_session_timeout=0 -c client_min_messages=error -c DateStyle=ISO "
+    "-c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex -c IntervalStyle=postgres"
+)
 
 # ---------------------------------------------------------------- I/O: bounded docker execs
 
@@ -75,8 +77,7 @@ def run_bounded(argv, env, stdin=None, timeout=EXEC_TIMEOUT_SEC, cap=OUTPUT_CAP)
     """(exit code or None, stdout bytes, stderr tail, cause or None). Output past `cap` or a run
     past `timeout` kills the process; never raises."""
     try:
-        child = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
+        child = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         return None, b"", "", f"cannot run docker: {type(exc).__name__}"
     out, err, over = [], [], []
@@ -94,8 +95,10 @@ def run_bounded(argv, env, stdin=None, timeout=EXEC_TIMEOUT_SEC, cap=OUTPUT_CAP)
                 return
             sink.append(chunk)
 
-    readers = [threading.Thread(target=pump, args=(child.stdout, out, cap), daemon=True),
-               threading.Thread(target=pump, args=(child.stderr, err, 1 << 20), daemon=True)]
+    readers = [
+        threading.Thread(target=pump, args=(child.stdout, out, cap), daemon=True),
+        threading.Thread(target=pump, args=(child.stderr, err, 1 << 20), daemon=True),
+    ]
     for reader in readers:
         reader.start()
     try:
@@ -131,7 +134,10 @@ class Target:
         variables, set by the runner at creation: the agent cannot change them). Cause or None."""
         code, out, tail, cause = run_bounded(
             [self.docker, "inspect", "--type", "container", "--format", "{{json .Config.Env}}", self.container],
-            self.env, timeout=30.0, cap=1 << 20)
+            self.env,
+            timeout=30.0,
+            cap=1 << 20,
+        )
         if cause or code != 0:
             return "absent" if code == 1 and "No such" in tail else ("inspect failed: %s" % (cause or tail[:200]))
         try:
@@ -150,14 +156,32 @@ class Target:
 
     def psql(self, script, variables=(), timeout=EXEC_TIMEOUT_SEC):
         """(stdout lines, cause or None) of a psql script read from stdin, stopping at its first error."""
-        command = ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "/var/run/postgresql",
-                   "-U", self.user, "-d", self.db]
+        command = [
+            "psql",
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "/var/run/postgresql",
+            "-U",
+            self.user,
+            "-d",
+            self.db,
+        ]
         for name, value in variables:
             command += ["-v", f"{name}={value}"]
         code, out, tail, cause = run_bounded(
-            self.exec_argv(["PGOPTIONS=" + PGOPTIONS, "PGCONNECT_TIMEOUT=10", "PGAPPNAME=cowork-adapter-taskdb"],
-                           command + ["-f", "-"]),
-            self.env, stdin=script.encode("utf-8"), timeout=timeout)
+            self.exec_argv(
+                ["PGOPTIONS=" + PGOPTIONS, "PGCONNECT_TIMEOUT=10", "PGAPPNAME=cowork-adapter-taskdb"],
+                command + ["-f", "-"],
+            ),
+            self.env,
+            stdin=script.encode("utf-8"),
+            timeout=timeout,
+        )
         if cause or code != 0:
             return [], "psql: %s" % (cause or (f"exit {code}: {tail[:300]}"))
         return out.decode("utf-8", "replace").splitlines(), None
@@ -165,12 +189,19 @@ class Target:
     def strays(self, mode, allowed=()):
         """(lines P pid ppid exe of processes stopped then killed, cause or None)."""
         code, out, tail, cause = run_bounded(
-            self.exec_argv([f"ROUNDS={STRAY_ROUNDS}"], ["sh", "-c", STRAY_SCRIPT, "strays", mode] + [str(p) for p in allowed]),
-            self.env, timeout=EXEC_TIMEOUT_SEC, cap=1 << 20)
+            self.exec_argv(
+                [f"ROUNDS={STRAY_ROUNDS}"], ["sh", "-c", STRAY_SCRIPT, "strays", mode] + [str(p) for p in allowed]
+            ),
+            self.env,
+            timeout=EXEC_TIMEOUT_SEC,
+            cap=1 << 20,
+        )
         lines = out.decode("utf-8", "replace").splitlines()
         killed = [line[2:][:300] for line in lines if line.startswith("P ")][:200]
         if cause or code != 0:
-            return killed, "process sweep: %s" % (cause or next((x[2:] for x in lines if x.startswith("E ")), f"exit {code}: {tail[:200]}"))
+            return killed, "process sweep: %s" % (
+                cause or next((x[2:] for x in lines if x.startswith("E ")), f"exit {code}: {tail[:200]}")
+            )
         return killed, None
 
     def wait_ready(self):
@@ -190,10 +221,26 @@ class Target:
 def snapshot(target):
     """The catalog and the tables of the task's database now: a JSON-ready dict; its `error` is a
     sentence when any part could not be read (then the snapshot cannot clear the task)."""
-    snap = {"taken_at": time.time(), "database": target.db, "user": target.user, "error": None,
-            "objects": {}, "builtin": {}, "settings": {}, "db_role": [], "tables": {}}
-    lines, cause = target.psql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n" + OBJECTS_SQL + SETTINGS_SQL
-                               + BUILTIN_DUMP_SQL + "\n" + TABLES_SQL + "COMMIT;\n")
+    snap = {
+        "taken_at": time.time(),
+        "database": target.db,
+        "user": target.user,
+        "error": None,
+        "objects": {},
+        "builtin": {},
+        "settings": {},
+        "db_role": [],
+        "tables": {},
+    }
+    lines, cause = target.psql(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n"
+        + OBJECTS_SQL
+        + SETTINGS_SQL
+        + BUILTIN_DUMP_SQL
+        + "\n"
+        + TABLES_SQL
+        + "COMMIT;\n"
+    )
     if cause:
         snap["error"] = cause
         return snap
@@ -202,7 +249,7 @@ def snapshot(target):
         settings = json.loads(lines[1])
         snap["settings"] = settings.get("named") or {}
         snap["db_role"] = settings.get("db_role") or []
-        builtin = [line.split("=", 1) for line in lines[2:2 + len(BUILTIN_SQL)]]
+        builtin = [line.split("=", 1) for line in lines[2 : 2 + len(BUILTIN_SQL)]]
         snap["builtin"] = {name: hashlib.sha256(value.encode()).hexdigest()[:32] for name, value in builtin}
         tables = json.loads(lines[2 + len(BUILTIN_SQL)])
     except (ValueError, IndexError, AttributeError, TypeError):
@@ -211,8 +258,14 @@ def snapshot(target):
     statements, names = [], []
     for schema, name, columns, printable, key in tables:
         full = schema + "." + name
-        entry = {"columns": columns, "rows": None, "digest": None, "keyed": bool(key and printable),
-                 "row_hashes": None, "read": "full" if printable else "count_only"}
+        entry = {
+            "columns": columns,
+            "rows": None,
+            "digest": None,
+            "keyed": bool(key and printable),
+            "row_hashes": None,
+            "read": "full" if printable else "count_only",
+        }
         snap["tables"][full] = entry
         if len(names) >= TABLE_CAP:
             entry["read"] = "not_read"
@@ -220,8 +273,10 @@ def snapshot(target):
         names.append(full)
         statements.append(table_sql(schema, name, key) if printable else count_sql(schema, name))
     if statements:
-        lines, cause = target.psql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n" + "\n".join(statements)
-                                   + "\nCOMMIT;\n", timeout=TABLES_TIMEOUT_SEC)
+        lines, cause = target.psql(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n" + "\n".join(statements) + "\nCOMMIT;\n",
+            timeout=TABLES_TIMEOUT_SEC,
+        )
         if cause or len(lines) != len(names):
             snap["error"] = cause or "table answers unreadable"
             return snap
@@ -253,8 +308,14 @@ def settings_now(target):
 def reset(target, baseline_db_role):
     """End what the agent left running and put the settings back; a JSON-ready report whose
     `errors` name every step that did not complete (then the task cannot be cleared)."""
-    report = {"started_at": time.time(), "killed": [], "server_killed": [], "settings_before": {},
-              "sessions_terminated": None, "errors": []}
+    report = {
+        "started_at": time.time(),
+        "killed": [],
+        "server_killed": [],
+        "settings_before": {},
+        "sessions_terminated": None,
+        "errors": [],
+    }
     killed, cause = target.strays("strays")
     report["killed"] = killed
     if cause:
@@ -374,8 +435,13 @@ class BaselineWatch:
         except OSError:
             pass
         target, cause = target_for(self.args[0], self.args[1], self.runner_id)
-        record = {"schema": "cowork_adapter.taskdb_baseline.v1", "runner_id": self.runner_id, "task": self.task,
-                  "when": when, "absent": cause == "absent"}
+        record = {
+            "schema": "cowork_adapter.taskdb_baseline.v1",
+            "runner_id": self.runner_id,
+            "task": self.task,
+            "when": when,
+            "absent": cause == "absent",
+        }
         if target is not None:
             record["snapshot"] = snapshot(target)
         elif cause != "absent":
@@ -394,9 +460,18 @@ class BaselineWatch:
         self.thread.join(bound)
         if not self.taken.is_set():
             _, cause = target_for(self.args[0], self.args[1], self.runner_id)
-            self.write(baseline_file(self.runner_id), dump_json({
-                "schema": "cowork_adapter.taskdb_baseline.v1", "runner_id": self.runner_id, "task": self.task,
-                "when": "no_marker", "absent": cause == "absent"}))
+            self.write(
+                baseline_file(self.runner_id),
+                dump_json(
+                    {
+                        "schema": "cowork_adapter.taskdb_baseline.v1",
+                        "runner_id": self.runner_id,
+                        "task": self.task,
+                        "when": "no_marker",
+                        "absent": cause == "absent",
+                    }
+                ),
+            )
 
 
 def read_baseline_db_role(path):
@@ -420,8 +495,13 @@ def unchanged_rows_dropped(after, baseline_path):
         return after
     for name, entry in (after.get("tables") or {}).items():
         before = tables.get(name) if isinstance(tables, dict) else None
-        if (isinstance(before, dict) and entry.get("digest") and before.get("digest") == entry.get("digest")
-                and before.get("columns") == entry.get("columns") and before.get("rows") == entry.get("rows")):
+        if (
+            isinstance(before, dict)
+            and entry.get("digest")
+            and before.get("digest") == entry.get("digest")
+            and before.get("columns") == entry.get("columns")
+            and before.get("rows") == entry.get("rows")
+        ):
             entry["row_hashes"] = None
     return after
 

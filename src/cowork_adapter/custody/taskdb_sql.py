@@ -12,8 +12,18 @@ ROW_BOUND = 1000
 ROW_HASH_CHARS = 16
 FIRST_USER_OID = 16384  # FirstNormalObjectId: every oid below is the server's own
 # Server processes that are not sessions: never terminated through SQL (the postmaster's own).
-AUX_BACKENDS = ("autovacuum launcher", "logical replication launcher", "background writer", "checkpointer",
-                "walwriter", "archiver", "startup", "walreceiver", "walsender", "autovacuum worker")
+AUX_BACKENDS = (
+    "autovacuum launcher",
+    "logical replication launcher",
+    "background writer",
+    "checkpointer",
+    "walwriter",
+    "archiver",
+    "startup",
+    "walreceiver",
+    "walsender",
+    "autovacuum worker",
+)
 
 # What the host sees of every process in the pg container, run as the postgres user (the agent's
 # uid through COPY ... TO PROGRAM; a process it cannot read is not the agent's). $1: "strays" or
@@ -53,14 +63,14 @@ echo "R $round"
 # its rows in oid order (a rewrite of md5's own row changes pg_proc's digest too).
 BUILTIN_SQL = {
     "pg_proc": "SELECT oid, proname, pronamespace, prolang, prosrc, probin, prorettype, proargtypes, prosecdef, "
-               "proconfig, prokind, provolatile, prosupport, proisstrict FROM pg_catalog.pg_proc",
+    "proconfig, prokind, provolatile, prosupport, proisstrict FROM pg_catalog.pg_proc",
     "pg_operator": "SELECT oid, oprname, oprnamespace, oprleft, oprright, oprresult, oprcode, oprnegate, oprcom "
-                   "FROM pg_catalog.pg_operator",
+    "FROM pg_catalog.pg_operator",
     "pg_cast": "SELECT oid, castsource, casttarget, castfunc, castcontext, castmethod FROM pg_catalog.pg_cast",
     "pg_type": "SELECT oid, typname, typnamespace, typinput, typoutput, typreceive, typsend, typbasetype "
-               "FROM pg_catalog.pg_type",
+    "FROM pg_catalog.pg_type",
     "pg_aggregate": "SELECT aggfnoid::pg_catalog.oid AS oid, aggtransfn, aggfinalfn, aggcombinefn, agginitval "
-                    "FROM pg_catalog.pg_aggregate",
+    "FROM pg_catalog.pg_aggregate",
     "pg_amop": "SELECT oid, amopfamily, amoplefttype, amoprighttype, amopstrategy, amopopr FROM pg_catalog.pg_amop",
     "pg_amproc": "SELECT oid, amprocfamily, amproclefttype, amprocrighttype, amprocnum, amproc FROM pg_catalog.pg_amproc",
     "pg_namespace": "SELECT oid, nspname FROM pg_catalog.pg_namespace",
@@ -70,12 +80,15 @@ BUILTIN_SQL = {
 BUILTIN_DUMP_SQL = "\n".join(
     "SELECT '%s=' || pg_catalog.md5(COALESCE(pg_catalog.string_agg(t::pg_catalog.text, E'\\n' "
     "ORDER BY t.oid), '')) FROM (%s) t WHERE t.oid < %d;" % (name, sql, FIRST_USER_OID)
-    for name, sql in sorted(BUILTIN_SQL.items()))
+    for name, sql in sorted(BUILTIN_SQL.items())
+)
 
 # Every object the server did not ship that can change what a query means ("code"), and what
 # else the catalog holds ("data": relations, schemas, roles), as kind:identity -> definition.
-_USER_NSP = ("n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') "
-             "AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%'")
+_USER_NSP = (
+    "n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') "
+    "AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%'"
+)
 OBJECTS_SQL = """
 SELECT pg_catalog.json_object_agg(k, v) FROM (
  SELECT 'function:' || n.nspname || '.' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')',
@@ -184,20 +197,28 @@ def table_sql(schema, name, key):
     """One statement: a table's count, content digest and (up to ROW_BOUND rows) row digests."""
     rel = quote_ident(schema) + "." + quote_ident(name)
     if key:
-        keyexpr = "pg_catalog.left(pg_catalog.md5(ROW(" + ", ".join("x." + quote_ident(k) for k in key) + ")::pg_catalog.text), %d)" % ROW_HASH_CHARS
+        keyexpr = (
+            "pg_catalog.left(pg_catalog.md5(ROW("
+            + ", ".join("x." + quote_ident(k) for k in key)
+            + ")::pg_catalog.text), %d)" % ROW_HASH_CHARS
+        )
         rows = "pg_catalog.json_object_agg(pk, h)"
     else:
-        keyexpr, rows = "NULL::pg_catalog.text", "pg_catalog.json_agg(h ORDER BY h COLLATE pg_catalog.\"C\")"
-    return ("SELECT pg_catalog.json_build_object('n', pg_catalog.count(*), 'd', pg_catalog.md5(COALESCE("
-            "pg_catalog.string_agg(h, '' ORDER BY h COLLATE pg_catalog.\"C\"), '')), 'rows', CASE WHEN "
-            "pg_catalog.count(*) <= %d THEN %s END) FROM (SELECT pg_catalog.left(pg_catalog.md5(x::pg_catalog.text), %d) AS h, "
-            "%s AS pk FROM ONLY %s x) q;" % (ROW_BOUND, rows, ROW_HASH_CHARS, keyexpr, rel))
+        keyexpr, rows = "NULL::pg_catalog.text", 'pg_catalog.json_agg(h ORDER BY h COLLATE pg_catalog."C")'
+    return (
+        "SELECT pg_catalog.json_build_object('n', pg_catalog.count(*), 'd', pg_catalog.md5(COALESCE("
+        "pg_catalog.string_agg(h, '' ORDER BY h COLLATE pg_catalog.\"C\"), '')), 'rows', CASE WHEN "
+        "pg_catalog.count(*) <= %d THEN %s END) FROM (SELECT pg_catalog.left(pg_catalog.md5(x::pg_catalog.text), %d) AS h, "
+        "%s AS pk FROM ONLY %s x) q;" % (ROW_BOUND, rows, ROW_HASH_CHARS, keyexpr, rel)
+    )
 
 
 def count_sql(schema, name):
     """A table whose rows we do not print: its count alone (count(*) runs no type's code)."""
     return "SELECT pg_catalog.json_build_object('n', pg_catalog.count(*)) FROM ONLY %s.%s;" % (
-        quote_ident(schema), quote_ident(name))
+        quote_ident(schema),
+        quote_ident(name),
+    )
 
 
 RESTORE_SQL = """

@@ -149,8 +149,14 @@ class Watch:
         self.say(f"the launcher {self.launcher_pid} is gone ({seen_by}): fencing the run")
         already, error = self.fence()
         key_deleted = self.delete_key()
-        self.record(EventKind.WATCHDOG_FENCED, reason=StopReason.LAUNCHER_DIED.value, seen_by=seen_by,
-                    already_fenced=already, key_deleted=key_deleted, error=error)
+        self.record(
+            EventKind.WATCHDOG_FENCED,
+            reason=StopReason.LAUNCHER_DIED.value,
+            seen_by=seen_by,
+            already_fenced=already,
+            key_deleted=key_deleted,
+            error=error,
+        )
         self.stop_runner()
         proven = self.cleanup(deadline)
         if self.tmpdir is not None:
@@ -175,7 +181,11 @@ class Watch:
             # A gateway's secret, the task token files and the default route's TLS key (gateway/tls.py):
             # useless once the gateway died with the launcher.
             private = self.paths["agent_env"].parent
-            for path in [private / layout.GATEWAY_SECRET, private / layout.PROVIDER_LEAF_KEY, *private.glob("agent-*.env")]:
+            for path in [
+                private / layout.GATEWAY_SECRET,
+                private / layout.PROVIDER_LEAF_KEY,
+                *private.glob("agent-*.env"),
+            ]:
                 path.unlink(missing_ok=True)
         except OSError as exc:
             self.say(f"could not delete the key file: {exc}")
@@ -231,10 +241,17 @@ class Watch:
                 break
             killed = True
         gone = not self._alive(all_groups, all_pids)
-        self.say(f"runner groups {sorted(all_groups)} and marked pids {len(all_pids)}: "
-                 f"{'gone' if gone else 'STILL ALIVE'}{' after SIGKILL' if killed else ''}")
-        self.record(EventKind.WATCHDOG_RUNNER_STOPPED, pgids=sorted(all_groups), marked_pids=sorted(all_pids),
-                    killed=killed, gone=gone)
+        self.say(
+            f"runner groups {sorted(all_groups)} and marked pids {len(all_pids)}: "
+            f"{'gone' if gone else 'STILL ALIVE'}{' after SIGKILL' if killed else ''}"
+        )
+        self.record(
+            EventKind.WATCHDOG_RUNNER_STOPPED,
+            pgids=sorted(all_groups),
+            marked_pids=sorted(all_pids),
+            killed=killed,
+            gone=gone,
+        )
 
     def cleanup(self, deadline: float) -> bool:
         """Exact-label cleanup proven by a relist; retried (a removal racing the runner's own trap
@@ -243,9 +260,14 @@ class Watch:
         while True:
             attempts += 1
             try:
-                report = cleanup_run(self.docker_host, self.run_label, self._log, timeout=10,
-                                     creations=creations_dir(self.run_root),
-                                     creation_wait_sec=max(1.0, min(CREATION_WAIT_SEC, deadline - self.clock())))
+                report = cleanup_run(
+                    self.docker_host,
+                    self.run_label,
+                    self._log,
+                    timeout=10,
+                    creations=creations_dir(self.run_root),
+                    creation_wait_sec=max(1.0, min(CREATION_WAIT_SEC, deadline - self.clock())),
+                )
                 removed += len(report.removed_containers) + len(report.removed_networks)
                 self.record(EventKind.WATCHDOG_CLEANUP, removed=removed, proven=True, attempts=attempts)
                 return True
@@ -282,8 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bound-sec", type=float, default=30.0)
     parser.add_argument("--tmpdir", type=Path, default=None)
     args = parser.parse_args(argv)
-    watch = Watch(args.run_root.resolve(), args.run_label, args.docker_host, args.launcher_pid,
-                  args.launcher_start_ticks, args.grace_sec, args.bound_sec, args.tmpdir)
+    watch = Watch(
+        args.run_root.resolve(),
+        args.run_label,
+        args.docker_host,
+        args.launcher_pid,
+        args.launcher_start_ticks,
+        args.grace_sec,
+        args.bound_sec,
+        args.tmpdir,
+    )
     # Its own session already (the launcher's Popen); a terminal's Ctrl-C or hang-up is not for us.
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -301,8 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         watch.record(EventKind.WATCHDOG_EXITED, reason="launcher_done", pid=os.getpid())
         return 0
     proven = watch.contain(seen_by)
-    watch.record(EventKind.WATCHDOG_EXITED, reason="custody_finished" if proven else "custody_unproven",
-                 pid=os.getpid())
+    watch.record(
+        EventKind.WATCHDOG_EXITED, reason="custody_finished" if proven else "custody_unproven", pid=os.getpid()
+    )
     return 0 if proven else 1
 
 
@@ -336,17 +367,42 @@ class WatchdogHandle:
 
 
 def start_watchdog(
-    *, run_root: Path, run_label: str, docker_host: str, env: dict[str, str], bound_sec: float,
-    grace_sec: float = DEFAULT_GRACE_SEC, tmpdir: Path | None = None, python: str = sys.executable,
+    *,
+    run_root: Path,
+    run_label: str,
+    docker_host: str,
+    env: dict[str, str],
+    bound_sec: float,
+    grace_sec: float = DEFAULT_GRACE_SEC,
+    tmpdir: Path | None = None,
+    python: str = sys.executable,
     ready_timeout: float = READY_TIMEOUT_SEC,
 ) -> WatchdogHandle:
     """Spawn the watchdog in its own session and wait until it is armed. Raises WatchdogError."""
     launcher = os.getpid()
     life_r, life_w = os.pipe()  # both ends non-inheritable: only pass_fds hands the read end over
     ready_r, ready_w = os.pipe()
-    argv = [python, "-m", "cowork_adapter.custody.watchdog", "--run-root", str(run_root), "--run-label", run_label,
-            "--docker-host", docker_host, "--launcher-pid", str(launcher), "--life-fd", str(life_r),
-            "--ready-fd", str(ready_w), "--grace-sec", str(grace_sec), "--bound-sec", str(bound_sec)]
+    argv = [
+        python,
+        "-m",
+        "cowork_adapter.custody.watchdog",
+        "--run-root",
+        str(run_root),
+        "--run-label",
+        run_label,
+        "--docker-host",
+        docker_host,
+        "--launcher-pid",
+        str(launcher),
+        "--life-fd",
+        str(life_r),
+        "--ready-fd",
+        str(ready_w),
+        "--grace-sec",
+        str(grace_sec),
+        "--bound-sec",
+        str(bound_sec),
+    ]
     ticks = start_ticks(launcher)
     if ticks is not None:
         argv += ["--launcher-start-ticks", str(ticks)]
@@ -355,8 +411,15 @@ def start_watchdog(
     try:
         with open(custody_paths(run_root)["log"], "ab") as log:
             # Its own session: a kill of the launcher's process group does not reach it.
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=(life_r, ready_w), start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(life_r, ready_w),
+                start_new_session=True,
+            )
     except OSError as exc:
         for fd in (life_r, life_w, ready_r, ready_w):
             os.close(fd)

@@ -86,8 +86,14 @@ def pick_moments(seed: int, phases: list[str], hows: tuple[str, ...] = ("pid", "
     rng = random.Random(seed)
     windows = {  # jitter windows (s) after the phase's start signal; each stays inside its phase
         # preflight (clone + hashes) lasts well under 0.1 s on a quiet machine: its window is tiny
-        "preflight": (0.0, 0.02), "probe": (0.2, 2.0), "image": (0.2, 1.5), "runner_start": (0.0, 0.4),
-        "in_flight": (0.5, 4.0), "stop": (0.0, 0.2), "cleanup": (0.0, 0.0), "settlement": (0.3, 3.0),
+        "preflight": (0.0, 0.02),
+        "probe": (0.2, 2.0),
+        "image": (0.2, 1.5),
+        "runner_start": (0.0, 0.4),
+        "in_flight": (0.5, 4.0),
+        "stop": (0.0, 0.2),
+        "cleanup": (0.0, 0.0),
+        "settlement": (0.3, 3.0),
     }
     # cleanup: the stop itself now removes the run's containers (supervisor's fast path), so the final
     # cleanup after runner_exited is one relist and its proof, tens of ms: the kill comes at once.
@@ -105,8 +111,9 @@ class CreateEvents:
         self.client = docker_client(docker_host, 60)
         self.run_root = run_root
         self._seen: list[tuple[str, float, str, str]] = []  # (action, daemon time in s, name, label value)
-        self._stream = self.client.events(decode=True, filters={
-            "type": ["container"], "event": ["create", "destroy"], "label": [RUN_LABEL_KEY]})
+        self._stream = self.client.events(
+            decode=True, filters={"type": ["container"], "event": ["create", "destroy"], "label": [RUN_LABEL_KEY]}
+        )
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
@@ -115,8 +122,9 @@ class CreateEvents:
             for event in self._stream:
                 attributes = (event.get("Actor") or {}).get("Attributes") or {}
                 at = int(event.get("timeNano", 0)) / 1e9
-                self._seen.append((event.get("Action", ""), at, attributes.get("name", ""),
-                                   attributes.get(RUN_LABEL_KEY, "")))
+                self._seen.append(
+                    (event.get("Action", ""), at, attributes.get("name", ""), attributes.get(RUN_LABEL_KEY, ""))
+                )
         except Exception:  # noqa: BLE001 - the stream ends when close() is called
             return
 
@@ -225,8 +233,14 @@ def receipted(run_root: Path) -> set[str]:
 
 
 def cli(env: DemoEnv, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cowork_adapter", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, env.key_env: env.key})
+    return subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, env.key_env: env.key},
+    )
 
 
 @dataclass
@@ -259,8 +273,14 @@ class ChaosBench:
     def launch(self, name: str, args: list[str]) -> subprocess.Popen:
         """The launcher in a session of its own, so a kill of its process group spares us."""
         with open(self.env.root / f"{name}.log", "ab") as log:  # the child has its own copy of the descriptor
-            return subprocess.Popen(args, env={**os.environ, self.env.key_env: self.env.key}, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            return subprocess.Popen(
+                args,
+                env={**os.environ, self.env.key_env: self.env.key},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def remove_fresh_images(self) -> None:
         client = docker_client(self.env.docker_host, 120)
@@ -283,9 +303,17 @@ class ChaosBench:
         if phase == "preflight":
             return wait_for(lambda: (run_root / "run_manifest.json").exists() or not alive(), 300, 0.002) and alive()
         if phase == "probe":
-            return wait_for(lambda: any(n.startswith("pg-probe-")
-                                        for n in labelled_names(env.docker_host, label_now(run_root)))
-                            or not alive(), 300, 0.1) and alive()
+            return (
+                wait_for(
+                    lambda: (
+                        any(n.startswith("pg-probe-") for n in labelled_names(env.docker_host, label_now(run_root)))
+                        or not alive()
+                    ),
+                    300,
+                    0.1,
+                )
+                and alive()
+            )
         if phase == "image":
             return wait_for(lambda: (run_root / "image_build.log").exists() or not alive(), 300, 0.02) and alive()
         if phase == "runner_start":
@@ -299,8 +327,11 @@ class ChaosBench:
             if not wait_for(lambda: receipted(run_root) >= set(tasks) or not alive(), 300, 0.05):
                 return False
             env.meter.silence(True)
-            return wait_for(lambda: "cleanup" in kinds_of(run_root) or not alive(), 120, 0.01) and alive() \
+            return (
+                wait_for(lambda: "cleanup" in kinds_of(run_root) or not alive(), 120, 0.01)
+                and alive()
                 and "settlement" not in kinds_of(run_root)
+            )
         # stop, cleanup: the stop begins with a SIGTERM once an agent works.
         if not (wait_for(lambda: _agent_seen(run_root) or not alive(), 300, 0.1) and alive()):
             return False
@@ -323,8 +354,9 @@ class ChaosBench:
         # run at the same path, or one from before the nonce) and a near-identical one.
         bystanders = make_bystanders(env.docker_host, path_label(run_root))
         client = docker_client(env.docker_host, 60)
-        unlabelled = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
-                                           name=f"agent-{secrets.token_hex(5)}")
+        unlabelled = client.containers.run(
+            BYSTANDER_IMAGE, ["sleep", "3600"], detach=True, name=f"agent-{secrets.token_hex(5)}"
+        )
         creates = CreateEvents(env.docker_host, run_root)
         usage_before = env.meter.state()["usage"]
         started = time.time()
@@ -334,8 +366,9 @@ class ChaosBench:
             reached = self._reach(moment, proc, run_root, tasks)
             if reached:
                 time.sleep(moment.jitter)
-            signal_it = (lambda sig: os.kill(proc.pid, sig)) if moment.how == "pid" \
-                else (lambda sig: os.killpg(proc.pid, sig))
+            signal_it = (
+                (lambda sig: os.kill(proc.pid, sig)) if moment.how == "pid" else (lambda sig: os.killpg(proc.pid, sig))
+            )
             if proc.poll() is None:
                 # Frozen first, so the phase read from disk is the one the kill really hits (a short
                 # phase can end while its files are being read); SIGKILL ends a stopped process alike.
@@ -347,9 +380,13 @@ class ChaosBench:
                 signal_it(signal.SIGKILL)
             proc.wait(timeout=60)
             env.meter.silence(False)
-            checks.append(Check(f"the launcher was SIGKILLed (by {moment.how}) in phase {moment.phase}",
-                                reached and result.hit == moment.phase and proc.returncode == -signal.SIGKILL,
-                                f"hit {result.hit}, exit {proc.returncode}, jitter {moment.jitter}s"))
+            checks.append(
+                Check(
+                    f"the launcher was SIGKILLed (by {moment.how}) in phase {moment.phase}",
+                    reached and result.hit == moment.phase and proc.returncode == -signal.SIGKILL,
+                    f"hit {result.hit}, exit {proc.returncode}, jitter {moment.jitter}s",
+                )
+            )
             env.meter.add_usage(POST_KILL_CHARGE)
             checks += self._contained(run_root, creates, killed_at)
             result.seconds["contained"] = round(time.time() - killed_at, 1)
@@ -359,21 +396,51 @@ class ChaosBench:
 
             # The operator's command as `status` names it: --campaign-file only when the run created one.
             with_campaign = ["--campaign-file", str(campaign)] if campaign_existed else []
-            out = cli(env, "clear", str(run_root), "--operator-note", f"chaos kill {name}", *with_campaign,
-                      "--meter-url", env.meter.base_url, "--docker-host", env.docker_host,
-                      "--api-key-env", env.key_env)
+            out = cli(
+                env,
+                "clear",
+                str(run_root),
+                "--operator-note",
+                f"chaos kill {name}",
+                *with_campaign,
+                "--meter-url",
+                env.meter.base_url,
+                "--docker-host",
+                env.docker_host,
+                "--api-key-env",
+                env.key_env,
+            )
             result.seconds["clear"] = round(time.time() - killed_at - result.seconds["contained"], 1)
-            checks.append(Check("`cowork-adapter clear` exits 0", out.returncode == ExitCode.OK,
-                                f"exit {out.returncode}: {(out.stderr or out.stdout).strip()[-300:]}"))
+            checks.append(
+                Check(
+                    "`cowork-adapter clear` exits 0",
+                    out.returncode == ExitCode.OK,
+                    f"exit {out.returncode}: {(out.stderr or out.stdout).strip()[-300:]}",
+                )
+            )
             label = label_now(run_root)
-            checks.append(Check("nothing with the run's exact label is left after clear",
-                                label is None or label_is_empty(env.docker_host, label), str(label)))
+            checks.append(
+                Check(
+                    "nothing with the run's exact label is left after clear",
+                    label is None or label_is_empty(env.docker_host, label),
+                    str(label),
+                )
+            )
             if not campaign_existed:
-                checks.append(Check("clear created no campaign file and no lock for a run that had none",
-                                    not any(env.root.glob(f"campaign-{name}.json*"))))
-            checks.append(Check("the bystanders (the path's label, a near-identical one, unlabelled agent-*) survive",
-                                bystanders_alive(env.docker_host, bystanders)
-                                and client.containers.get(unlabelled.id).status == "running"))  # type: ignore[arg-type]  # a listed container has an id
+                checks.append(
+                    Check(
+                        "clear created no campaign file and no lock for a run that had none",
+                        not any(env.root.glob(f"campaign-{name}.json*")),
+                    )
+                )
+            checks.append(
+                Check(
+                    "the bystanders (the path's label, a near-identical one, unlabelled agent-*) survive",
+                    bystanders_alive(env.docker_host, bystanders)
+                    # a listed container has an id
+                    and client.containers.get(unlabelled.id).status == "running",  # type: ignore[arg-type]
+                )
+            )
             resumed_at = time.time()
             checks += self._resume(run_root, name, campaign, tasks, receipts, usage_at_campaign)
             result.seconds["resume"] = round(time.time() - resumed_at, 1)
@@ -400,30 +467,48 @@ class ChaosBench:
         agents = {n for _, n in creates.times if n.startswith("agent-")}
         gone_at = {n: t for t, n in creates.gone}
         alive_agents = [n for n in agents if n in labelled_names(env.docker_host, label_now(run_root))]
-        outlived = [(n, round(gone_at[n] - killed_at, 1)) for n in agents
-                    if n in gone_at and gone_at[n] > killed_at + BLINDNESS_SEC]
+        outlived = [
+            (n, round(gone_at[n] - killed_at, 1))
+            for n in agents
+            if n in gone_at and gone_at[n] > killed_at + BLINDNESS_SEC
+        ]
         key_gone = not custody_paths(run_root)["agent_env"].exists()
         return [
-            Check("the watchdog finished its custody (or the run had none yet)", done,
-                  "watchdog" if had_watchdog else "killed before the watchdog existed"),
+            Check(
+                "the watchdog finished its custody (or the run had none yet)",
+                done,
+                "watchdog" if had_watchdog else "killed before the watchdog existed",
+            ),
             Check("the key's env file is gone before the operator's clear", key_gone),
             Check("no container of the run was created more than 5 s after the kill", not late, str(late)),
-            Check("no agent (the stub engine's only activity) outlived the blindness bound after the kill",
-                  not alive_agents and not outlived, f"alive {alive_agents}, removed late {outlived}"),
+            Check(
+                "no agent (the stub engine's only activity) outlived the blindness bound after the kill",
+                not alive_agents and not outlived,
+                f"alive {alive_agents}, removed late {outlived}",
+            ),
         ]
 
-    def _resume(self, killed: Path, name: str, campaign: Path, tasks: list[str], receipts: set[str],
-                usage_at_campaign: float) -> list[Check]:
+    def _resume(
+        self, killed: Path, name: str, campaign: Path, tasks: list[str], receipts: set[str], usage_at_campaign: float
+    ) -> list[Check]:
         env = self.env
         child_name = f"{name}-resume"
         child = env.run_root(child_name)
         manifest = read_json(killed / "run_manifest.json")
-        args = env.run_args(child_name, [], campaign=campaign.name, extra=[
-            "--task-timeout", "90", "--meter-blindness-sec", str(BLINDNESS_SEC), "--resume-from", str(killed)])
+        args = env.run_args(
+            child_name,
+            [],
+            campaign=campaign.name,
+            extra=["--task-timeout", "90", "--meter-blindness-sec", str(BLINDNESS_SEC), "--resume-from", str(killed)],
+        )
         proc = self.launch(child_name, args)
         # A charge while the resumed run's agent works (a resume with nothing remaining runs none).
-        if manifest.get("image") and wait_for(lambda: _agent_seen(child) or proc.poll() is not None, 300, 0.2) \
-                and _agent_seen(child) and proc.poll() is None:
+        if (
+            manifest.get("image")
+            and wait_for(lambda: _agent_seen(child) or proc.poll() is not None, 300, 0.2)
+            and _agent_seen(child)
+            and proc.poll() is None
+        ):
             env.meter.add_usage(RESUME_CHARGE)
         code = proc.wait(timeout=600)
         log = (env.root / f"{child_name}.log").read_text(errors="replace")
@@ -431,36 +516,63 @@ class ChaosBench:
         if not manifest.get("image"):
             # Killed before the image was recorded: recovery cannot prove the same image and refuses.
             sentences = [line for line in log.splitlines() if line.startswith("cowork-adapter:")]
-            checks.append(Check("the resume of a run killed before its image is refused in one sentence (exit 2)",
-                                code == ExitCode.REFUSED and len(sentences) == 1, f"exit {code}: {log.strip()[-200:]}"))
-            checks.append(Check("no campaign was charged by the refused resume",
-                                not campaign.exists() or _spend_matches(campaign, env.meter.state()["usage"],
-                                                                        usage_at_campaign)[0]))
+            checks.append(
+                Check(
+                    "the resume of a run killed before its image is refused in one sentence (exit 2)",
+                    code == ExitCode.REFUSED and len(sentences) == 1,
+                    f"exit {code}: {log.strip()[-200:]}",
+                )
+            )
+            checks.append(
+                Check(
+                    "no campaign was charged by the refused resume",
+                    not campaign.exists() or _spend_matches(campaign, env.meter.state()["usage"], usage_at_campaign)[0],
+                )
+            )
             return checks
         selection = (read_json(child / "run_manifest.json").get("selection") or {}).get("task_ids") or []
         rerun = sorted(receipts & (set(selection) | receipted(child)))
-        checks.append(Check("the resume ended (exit 0 or 1)", code in (ExitCode.OK, ExitCode.FAILED),
-                            f"exit {code}; see {child_name}.log"))
-        checks.append(Check("the resume reran no task with a receipt in the killed run", not rerun,
-                            f"receipted {sorted(receipts)}, rerun {rerun}"))
-        report = cli(env, "report", str(child), "--json", "--output-dir", str(env.root / f"report-{child_name}"),
-                     timeout=300)
+        checks.append(
+            Check(
+                "the resume ended (exit 0 or 1)",
+                code in (ExitCode.OK, ExitCode.FAILED),
+                f"exit {code}; see {child_name}.log",
+            )
+        )
+        checks.append(
+            Check(
+                "the resume reran no task with a receipt in the killed run",
+                not rerun,
+                f"receipted {sorted(receipts)}, rerun {rerun}",
+            )
+        )
+        report = cli(
+            env, "report", str(child), "--json", "--output-dir", str(env.root / f"report-{child_name}"), timeout=300
+        )
         try:
             data = json.loads(report.stdout)
         except ValueError:
             data = {}
         ids = [t.get("instance_id") for t in data.get("tasks", [])]
-        checks.append(Check("exactly one final row per task across the ancestry",
-                            sorted(ids) == sorted(tasks) and data.get("denominator") == len(tasks),
-                            f"exit {report.returncode}, rows {ids}"))
+        checks.append(
+            Check(
+                "exactly one final row per task across the ancestry",
+                sorted(ids) == sorted(tasks) and data.get("denominator") == len(tasks),
+                f"exit {report.returncode}, rows {ids}",
+            )
+        )
         ok, detail = _spend_matches(campaign, env.meter.state()["usage"], usage_at_campaign)
         checks.append(Check("the campaign's spend equals the meter's delta, with no active run", ok, detail))
         return checks
 
 
 def _spend_matches(campaign: Path, usage_now: float, usage_at_campaign: float) -> tuple[bool, str]:
-    shown = subprocess.run([sys.executable, "-m", "cowork_adapter", "campaign", "show", "--campaign-file",
-                            str(campaign), "--json"], capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [sys.executable, "-m", "cowork_adapter", "campaign", "show", "--campaign-file", str(campaign), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         record = json.loads(shown.stdout)
     except ValueError:
@@ -482,16 +594,21 @@ def scenario_kill9_random(env: DemoEnv) -> list[Check]:
     rng = random.Random(seed)
     phases = [rng.choice(group) for group in DEMO_PHASE_GROUPS]
     moments = [pick_moments(rng.randrange(2**31), [phase], (rng.choice(("pid", "group")),))[0] for phase in phases]
-    print(f"kill9-random: seed {seed} ({SEED_ENV}={seed} reproduces): "
-          + ", ".join(f"{m.phase} by {m.how}" for m in moments), flush=True)
+    print(
+        f"kill9-random: seed {seed} ({SEED_ENV}={seed} reproduces): "
+        + ", ".join(f"{m.phase} by {m.how}" for m in moments),
+        flush=True,
+    )
     saved_rate = env.meter.state().get("rate_usd_per_sec", 0.0005)
     bench = ChaosBench(env, prefix="kill9-random")
     checks: list[Check] = []
     try:
         for index, moment in enumerate(moments):
             result = bench.kill_and_recover(moment, index)
-            checks += [Check(f"kill {index + 1} ({moment.phase}, {moment.how}): {c.name}", c.ok, c.detail)
-                       for c in result.checks]
+            checks += [
+                Check(f"kill {index + 1} ({moment.phase}, {moment.how}): {c.name}", c.ok, c.detail)
+                for c in result.checks
+            ]
     finally:
         bench.remove_fresh_images()
         env.meter.set_rate(saved_rate)

@@ -114,8 +114,11 @@ def _text_of(content: Any) -> str:
 def request_text(body: dict) -> str:
     """All system and user text of the request (where the task description travels)."""
     messages = found if isinstance(found := body.get("messages"), list) else []
-    return "\n".join(_text_of(m.get("content")) for m in messages
-                     if isinstance(m, dict) and m.get("role") in ("system", "user", "developer"))
+    return "\n".join(
+        _text_of(m.get("content"))
+        for m in messages
+        if isinstance(m, dict) and m.get("role") in ("system", "user", "developer")
+    )
 
 
 def offered_tools(body: dict) -> set[str]:
@@ -171,7 +174,9 @@ def respond(body: dict) -> Reply:
             return Reply("tool_call", content=None, tool_calls=(call,), finish_reason="tool_calls")
         if done == 0:  # the plan's tools are not offered here: a side call (summary, review...), not the task turn
             return Reply("text", content="Noted.")
-        return Reply("final", content=f"stand-in: the tool {name} is not offered; stopping.\n\nFINAL ANSWER: unavailable")
+        return Reply(
+            "final", content=f"stand-in: the tool {name} is not offered; stopping.\n\nFINAL ANSWER: unavailable"
+        )
     if done < len(plan.steps):
         return Reply("text", content="Noted.")  # a call without tools before the plan ran: nothing to decide
     if plan.ending == Ending.PROVIDER_ERROR:
@@ -195,8 +200,11 @@ def completion(reply: Reply, body: dict, serial: int) -> dict:
         "created": int(time.time()),
         "model": str(body.get("model") or DEFAULT_MODEL_ID),
         "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -239,9 +247,17 @@ class ChatStandin:
     each record is also appended there as one JSON line.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, model_id: str = DEFAULT_MODEL_ID,
-                 log_path: str | None = None, cost_per_request: float | None = None,
-                 chunk_delay_sec: float = 0.0, answer_delay_sec: float = 0.0, tls: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model_id: str = DEFAULT_MODEL_ID,
+        log_path: str | None = None,
+        cost_per_request: float | None = None,
+        chunk_delay_sec: float = 0.0,
+        answer_delay_sec: float = 0.0,
+        tls: ssl.SSLContext | None = None,
+    ):
         self.model_id = model_id
         self.log_path = log_path
         # OpenRouter's usage accounting: `usage.cost` in USD on every answer that carries usage.
@@ -300,9 +316,12 @@ class ChatStandin:
 
     def _note(self, handler: BaseHTTPRequestHandler, body: dict | None) -> None:
         auth = handler.headers.get("Authorization")
-        row: dict[str, Any] = {"method": handler.command, "path": handler.path,
-               "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth is not None else None,
-               "headers": sorted({k.lower() for k in handler.headers} - TRANSPORT_HEADERS)}
+        row: dict[str, Any] = {
+            "method": handler.command,
+            "path": handler.path,
+            "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth is not None else None,
+            "headers": sorted({k.lower() for k in handler.headers} - TRANSPORT_HEADERS),
+        }
         if body is not None:
             row["fields"] = {k: v for k, v in body.items() if k not in CONVERSATION_FIELDS}
             row["messages"] = len(body.get("messages") or [])
@@ -344,16 +363,30 @@ class ChatStandin:
                 route = request_route(self.path)
                 standin._note(self, None)
                 if route == "/v1/generation":
-                    self._send(200, {"data": {"id": self.path.partition("id=")[2], "total_cost": standin.cost_per_request}})
+                    self._send(
+                        200, {"data": {"id": self.path.partition("id=")[2], "total_cost": standin.cost_per_request}}
+                    )
                     return
                 if route in ("/v1/auth/key", "/v1/key"):
                     self._send(200, {"data": {"label": "stand-in", "usage": 0.0, "usage_daily": 0.0, "limit": None}})
                     return
                 if route == "/v1/models":
                     standin._count("models")
-                    self._send(200, {"object": "list", "data": [{
-                        "id": standin.model_id, "object": "model", "owned_by": "cowork-adapter-standin",
-                        "max_model_len": CONTEXT_LENGTH, "context_length": CONTEXT_LENGTH}]})
+                    self._send(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": standin.model_id,
+                                    "object": "model",
+                                    "owned_by": "cowork-adapter-standin",
+                                    "max_model_len": CONTEXT_LENGTH,
+                                    "context_length": CONTEXT_LENGTH,
+                                }
+                            ],
+                        },
+                    )
                     return
                 self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -381,17 +414,26 @@ class ChatStandin:
                 reported = answered and (not streamed or wants_stream_usage(body))
                 usage = completion(reply, body, 0)["usage"] if reported else {}
                 cost = standin.cost_per_request if reported else None
-                serial = standin._count(reply.kind, {
-                    "kind": reply.kind, "tools": names, "model": body.get("model"),
-                    "offered_tools": len(offered_tools(body)),
-                    "prompt_tokens": usage.get("prompt_tokens", 0),
-                    "completion_tokens": usage.get("completion_tokens", 0), "cost": cost,
-                    # Which credential and client called, without keeping the credential itself.
-                    "auth_sha256": hashlib.sha256((self.headers.get("Authorization") or "").encode()).hexdigest(),
-                    "user_agent": self.headers.get("User-Agent"),
-                    # What bounds the answer's price, as the request asked (the gateway shapes these).
-                    "max_tokens": body.get("max_tokens"), "max_completion_tokens": body.get("max_completion_tokens"),
-                    "n": body.get("n"), "include_usage": wants_stream_usage(body)})
+                serial = standin._count(
+                    reply.kind,
+                    {
+                        "kind": reply.kind,
+                        "tools": names,
+                        "model": body.get("model"),
+                        "offered_tools": len(offered_tools(body)),
+                        "prompt_tokens": usage.get("prompt_tokens", 0),
+                        "completion_tokens": usage.get("completion_tokens", 0),
+                        "cost": cost,
+                        # Which credential and client called, without keeping the credential itself.
+                        "auth_sha256": hashlib.sha256((self.headers.get("Authorization") or "").encode()).hexdigest(),
+                        "user_agent": self.headers.get("User-Agent"),
+                        # What bounds the answer's price, as the request asked (the gateway shapes these).
+                        "max_tokens": body.get("max_tokens"),
+                        "max_completion_tokens": body.get("max_completion_tokens"),
+                        "n": body.get("n"),
+                        "include_usage": wants_stream_usage(body),
+                    },
+                )
                 if reply.kind == "hang":  # never answers while the stand-in runs: the caller's clock must end it
                     while not standin._stopping.wait(HANG_POLL_SEC):
                         pass

@@ -69,19 +69,66 @@ class DemoEnv:
     key_env: str = "COWORK_DEMO_PROVIDER_KEY"
 
     def run_args(
-        self, name: str, tasks: list[str], *, campaign: str, budget_usd: float = 20, extra: list[str] | None = None,
+        self,
+        name: str,
+        tasks: list[str],
+        *,
+        campaign: str,
+        budget_usd: float = 20,
+        extra: list[str] | None = None,
         concurrency: int = 2,
     ) -> list[str]:
         args = [
-            sys.executable, "-m", "cowork_adapter", "run",
-            "--repo-dir", str(self.seed), "--bench-root", str(self.bench), "--bench-commit", self.bench_commit,
-            "--docker-host", self.docker_host, "--resource-root", str(self.storage),
-            "--run-root", str(self.run_root(name)), "--base-image", self.pack_tag, "--build-image",
-            "--model", MODEL, "--max-steps", "20", "--task-timeout", "240", "--concurrency", str(concurrency),
-            "--campaign-file", str(self.root / campaign), "--new-campaign", "--campaign-budget-usd", "50",
-            "--budget-usd", str(budget_usd), "--budget-reserve-usd", "5",
-            "--meter-url", self.meter.base_url, "--api-key-env", self.key_env, "--min-key-usd", "0",
-            "--min-free-gib", "1", "--min-root-free-gib", "1", "--cpus", "1", "--memory", "2g",
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "run",
+            "--repo-dir",
+            str(self.seed),
+            "--bench-root",
+            str(self.bench),
+            "--bench-commit",
+            self.bench_commit,
+            "--docker-host",
+            self.docker_host,
+            "--resource-root",
+            str(self.storage),
+            "--run-root",
+            str(self.run_root(name)),
+            "--base-image",
+            self.pack_tag,
+            "--build-image",
+            "--model",
+            MODEL,
+            "--max-steps",
+            "20",
+            "--task-timeout",
+            "240",
+            "--concurrency",
+            str(concurrency),
+            "--campaign-file",
+            str(self.root / campaign),
+            "--new-campaign",
+            "--campaign-budget-usd",
+            "50",
+            "--budget-usd",
+            str(budget_usd),
+            "--budget-reserve-usd",
+            "5",
+            "--meter-url",
+            self.meter.base_url,
+            "--api-key-env",
+            self.key_env,
+            "--min-key-usd",
+            "0",
+            "--min-free-gib",
+            "1",
+            "--min-root-free-gib",
+            "1",
+            "--cpus",
+            "1",
+            "--memory",
+            "2g",
         ]
         for task in tasks:
             args += ["--task", task]
@@ -174,7 +221,7 @@ def _holds(fd: int, needle: bytes, chunk: int = 1 << 20) -> bool:
                 break
             if needle in tail + data:
                 return True
-            tail = data[-(len(needle) - 1):] if len(needle) > 1 else b""
+            tail = data[-(len(needle) - 1) :] if len(needle) > 1 else b""
             start += len(data)
         offset = end
     return False
@@ -231,20 +278,34 @@ def campaign_checks(env: DemoEnv, campaign: str, run_root: Path) -> list[Check]:
 def resource_checks(env: DemoEnv, name: str, rows: dict[str, dict]) -> list[Check]:
     """Each task's containers were measured before removal, and the launcher advised a concurrency
     (none before this first run of its campaign, one from the measured tasks after it)."""
-    unmeasured = {t: r.get("resource_basis") for t, r in rows.items()
-                  if not (isinstance(r.get("peak_memory_bytes"), int) and r["peak_memory_bytes"] > 0
-                          and isinstance(r.get("cpu_seconds"), (int, float)) and r["cpu_seconds"] > 0)}
+    unmeasured = {
+        t: r.get("resource_basis")
+        for t, r in rows.items()
+        if not (
+            isinstance(r.get("peak_memory_bytes"), int)
+            and r["peak_memory_bytes"] > 0
+            and isinstance(r.get("cpu_seconds"), (int, float))
+            and r["cpu_seconds"] > 0
+        )
+    }
     try:
         said = (env.root / f"{name}.log").read_text(encoding="utf-8", errors="replace")
     except OSError:
         said = ""
     return [
-        Check("every task's ledger row carries its containers' peak memory and CPU time", not unmeasured,
-              str(unmeasured)[:300]),
-        Check("before the campaign's first run the launcher says nothing is measured yet",
-              "before this run, no task's resource use has been measured yet" in said),
-        Check("after it the launcher suggests a concurrency from the measured tasks",
-              "after this run, suggested concurrency" in said),
+        Check(
+            "every task's ledger row carries its containers' peak memory and CPU time",
+            not unmeasured,
+            str(unmeasured)[:300],
+        ),
+        Check(
+            "before the campaign's first run the launcher says nothing is measured yet",
+            "before this run, no task's resource use has been measured yet" in said,
+        ),
+        Check(
+            "after it the launcher suggests a concurrency from the measured tasks",
+            "after this run, suggested concurrency" in said,
+        ),
     ]
 
 
@@ -257,11 +318,15 @@ def make_bystanders(docker_host: str, label: str) -> dict[str, list[str]]:
     try:
         suffix = secrets.token_hex(4)
         near = client.containers.run(
-            BYSTANDER_IMAGE, ["sleep", "3600"], detach=True, name=f"agent-1-{suffix}",
+            BYSTANDER_IMAGE,
+            ["sleep", "3600"],
+            detach=True,
+            name=f"agent-1-{suffix}",
             labels={RUN_LABEL_KEY: label[:-1] + ("0" if label[-1] != "0" else "1")},
         )
-        same_path = client.containers.run(BYSTANDER_IMAGE, ["sleep", "3600"], detach=True,
-                                          name=f"agent-2-{suffix}", labels={RUN_LABEL_KEY: label})
+        same_path = client.containers.run(
+            BYSTANDER_IMAGE, ["sleep", "3600"], detach=True, name=f"agent-2-{suffix}", labels={RUN_LABEL_KEY: label}
+        )
         network = client.networks.create(f"net-1-{suffix}")
         return {"containers": [near.id, same_path.id], "networks": [network.id]}  # type: ignore[list-item]  # created objects have ids
     finally:

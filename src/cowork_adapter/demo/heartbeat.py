@@ -28,8 +28,13 @@ def _duration(seconds: float) -> str:
 class DemoHeartbeat:
     """What the demo does now, said on every change and every `interval` seconds in between."""
 
-    def __init__(self, total: int, stream: TextIO | None = None, interval: float = HEARTBEAT_SEC,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        interval: float = HEARTBEAT_SEC,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.total = total
         self.stream = stream or sys.stderr
         self.interval = interval

@@ -30,9 +30,21 @@ from typing import Any
 API_PREFIX = "/api/v1"
 DEFAULT_MAX_DELAY_SEC = 30.0
 _CONTROL_FIELDS = {
-    "set_usage", "add_usage", "rate_usd_per_sec", "limit", "limit_remaining", "delay_sec",
-    "fail_status", "fail_count", "silence", "silence_count", "credits", "total_credits",
-    "wrap", "push", "reset",
+    "set_usage",
+    "add_usage",
+    "rate_usd_per_sec",
+    "limit",
+    "limit_remaining",
+    "delay_sec",
+    "fail_status",
+    "fail_count",
+    "silence",
+    "silence_count",
+    "credits",
+    "total_credits",
+    "wrap",
+    "push",
+    "reset",
 }
 
 
@@ -165,10 +177,17 @@ class MeterStandin:
 
     def _state(self) -> dict[str, Any]:
         return {
-            "usage": self._usage_now(), "rate_usd_per_sec": self._rate, "limit": self._limit,
-            "delay_sec": self._delay, "fail_status": self._fail_status, "fail_count": self._fail_count,
-            "silence": self._silence, "credits": "forbidden" if self._credits_forbidden else "ok",
-            "queued": len(self._queue), "requests": len(self.requests), "max_delay_sec": self.max_delay_sec,
+            "usage": self._usage_now(),
+            "rate_usd_per_sec": self._rate,
+            "limit": self._limit,
+            "delay_sec": self._delay,
+            "fail_status": self._fail_status,
+            "fail_count": self._fail_count,
+            "silence": self._silence,
+            "credits": "forbidden" if self._credits_forbidden else "ok",
+            "queued": len(self._queue),
+            "requests": len(self.requests),
+            "max_delay_sec": self.max_delay_sec,
         }
 
     def state(self) -> dict[str, Any]:
@@ -231,10 +250,20 @@ class MeterStandin:
             numeric = isinstance(usage, (int, float)) and not isinstance(usage, bool)
             remaining = None if limit is None or not numeric else limit - usage
         data = {
-            "label": self.label, "limit": limit, "limit_remaining": remaining, "limit_reset": None,
-            "usage": usage, "usage_daily": usage, "usage_weekly": usage, "usage_monthly": usage,
-            "byok_usage": 0, "include_byok_in_limit": False, "is_free_tier": False,
-            "is_management_key": False, "is_provisioning_key": False, "expires_at": None,
+            "label": self.label,
+            "limit": limit,
+            "limit_remaining": remaining,
+            "limit_reset": None,
+            "usage": usage,
+            "usage_daily": usage,
+            "usage_weekly": usage,
+            "usage_monthly": usage,
+            "byok_usage": 0,
+            "include_byok_in_limit": False,
+            "is_free_tier": False,
+            "is_management_key": False,
+            "is_provisioning_key": False,
+            "expires_at": None,
             "rate_limit": {"requests": -1, "interval": "10s", "note": "stand-in"},
         }
         return {"data": data} if wrap else data
@@ -345,7 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
     standin.start()
-    print(json.dumps({"meter_standin": standin.base_url, "control": f"http://127.0.0.1:{standin.port}/control"}), flush=True)
+    print(
+        json.dumps({"meter_standin": standin.base_url, "control": f"http://127.0.0.1:{standin.port}/control"}),
+        flush=True,
+    )
     while not done.wait(0.5):  # a timed wait keeps the signal handlers responsive
         pass
     standin.stop()

@@ -65,8 +65,11 @@ def container_platforms() -> list[str]:
 
 def _dockerfile(base_image: str) -> str:
     return _DOCKERFILE.format(
-        base=base_image, requirements=" ".join(PACK_REQUIREMENTS), wheels_file=WHEELS_FILE_IN_IMAGE,
-        broken_venv=BROKEN_SERVER_VENV, broken_requirements=" ".join(BROKEN_SERVER_REQUIREMENTS),
+        base=base_image,
+        requirements=" ".join(PACK_REQUIREMENTS),
+        wheels_file=WHEELS_FILE_IN_IMAGE,
+        broken_venv=BROKEN_SERVER_VENV,
+        broken_requirements=" ".join(BROKEN_SERVER_REQUIREMENTS),
     )
 
 
@@ -83,9 +86,7 @@ def _content_hash(base_image_id: str, bench_commit: str, dockerfile: str, platfo
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def ensure_demo_pack_image(
-    docker_host: str, *, base_image: str = "cowork-testbed/base:bookworm"
-) -> tuple[str, str]:
+def ensure_demo_pack_image(docker_host: str, *, base_image: str = "cowork-testbed/base:bookworm") -> tuple[str, str]:
     """(tag, image id) of the demo pack image, building it only when missing or out of date.
 
     Needs the base image on the daemon (never pulled) and, on the first build, `pip download`
@@ -112,7 +113,9 @@ def ensure_demo_pack_image(
                     PACK_REQUIREMENTS, context / "wheelhouse", python_version=CONTAINER_PYTHON, platforms=platforms
                 )
                 records += build_wheelhouse(
-                    BROKEN_SERVER_REQUIREMENTS, context / "wheelhouse-broken", python_version=CONTAINER_PYTHON,
+                    BROKEN_SERVER_REQUIREMENTS,
+                    context / "wheelhouse-broken",
+                    python_version=CONTAINER_PYTHON,
                     platforms=platforms,
                 )
                 wheels_json = records_json(records)
@@ -136,4 +139,3 @@ def _existing(client: docker.DockerClient, tag: str):
         return client.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
-

@@ -51,14 +51,31 @@ def scenario_pass(env: DemoEnv) -> list[Check]:
     run_root = env.run_root(name)
     rows = read_rows(run_root)
     manifest = read_json(run_root / "run_manifest.json")
-    checks = [Check("the launcher exits 0: the provider failure only the engine claimed (--key-in-agent, no gateway "
-                    "saw it) is agent_failed, not infrastructure", code == ExitCode.OK, f"exit {code}")]
-    said = {str(f.get("kind")) for f in rows.get("demo-provider-error", {}).get("tampering") or [] if isinstance(f, dict)}
-    checks.append(Check("demo-provider-error is flagged unverified_infra_claim", "unverified_infra_claim" in said, str(sorted(said))))
+    checks = [
+        Check(
+            "the launcher exits 0: the provider failure only the engine claimed (--key-in-agent, no gateway "
+            "saw it) is agent_failed, not infrastructure",
+            code == ExitCode.OK,
+            f"exit {code}",
+        )
+    ]
+    said = {
+        str(f.get("kind")) for f in rows.get("demo-provider-error", {}).get("tampering") or [] if isinstance(f, dict)
+    }
+    checks.append(
+        Check(
+            "demo-provider-error is flagged unverified_infra_claim", "unverified_infra_claim" in said, str(sorted(said))
+        )
+    )
     for task, want in DESIGNED.items():
         got = rows.get(task, {}).get("status")
         checks.append(Check(f"{task} is {want}", got == want.value, f"got {got}"))
-    checks.append(Check("the manifest records the immutable image ID", str((manifest.get("image") or {}).get("id", "")).startswith("sha256:")))
+    checks.append(
+        Check(
+            "the manifest records the immutable image ID",
+            str((manifest.get("image") or {}).get("id", "")).startswith("sha256:"),
+        )
+    )
     checks += resource_checks(env, name, rows)
     checks += custody_checks(env, run_root) + campaign_checks(env, campaign, run_root)
     return checks
@@ -78,11 +95,17 @@ def scenario_sigterm(env: DemoEnv) -> list[Check]:
         checks = [
             Check("an agent container was running when SIGTERM arrived", started),
             Check("the launcher exits 3 (stopped)", code == ExitCode.STOPPED, f"exit {code}"),
-            Check("the stop reason is signal_15", manifest.get("stop_reason") == "signal_15", str(manifest.get("stop_reason"))),
+            Check(
+                "the stop reason is signal_15",
+                manifest.get("stop_reason") == "signal_15",
+                str(manifest.get("stop_reason")),
+            ),
             Check("every selected task has a ledger row", set(read_rows(run_root)) == {"demo-hang", "demo-csv-totals"}),
         ]
         checks += custody_checks(env, run_root) + campaign_checks(env, campaign, run_root)
-        checks.append(Check("look-alike bystanders on the same daemon survive", bystanders_alive(env.docker_host, bystanders)))
+        checks.append(
+            Check("look-alike bystanders on the same daemon survive", bystanders_alive(env.docker_host, bystanders))
+        )
     finally:
         remove_bystanders(env.docker_host, bystanders)
     return checks
@@ -110,10 +133,16 @@ def scenario_budget_stop(env: DemoEnv) -> list[Check]:
     checks = [
         Check("an agent was running when spending climbed", started, f"usage at climb {base:.2f}"),
         Check("the launcher exits 3 (stopped)", code == ExitCode.STOPPED, f"exit {code}"),
-        Check("the stop reason is campaign_budget_reserve", manifest.get("stop_reason") == "campaign_budget_reserve",
-              str(manifest.get("stop_reason"))),
-        Check("campaign spending is within one poll's spend of the boundary",
-              boundary <= spent <= boundary + overshoot_bound, f"spent ${spent:.2f}, boundary ${boundary}"),
+        Check(
+            "the stop reason is campaign_budget_reserve",
+            manifest.get("stop_reason") == "campaign_budget_reserve",
+            str(manifest.get("stop_reason")),
+        ),
+        Check(
+            "campaign spending is within one poll's spend of the boundary",
+            boundary <= spent <= boundary + overshoot_bound,
+            f"spent ${spent:.2f}, boundary ${boundary}",
+        ),
     ]
     return checks + custody_checks(env, run_root) + campaign_checks(env, campaign, run_root)
 
@@ -135,8 +164,11 @@ def scenario_meter_outage(env: DemoEnv) -> list[Check]:
     checks = [
         Check("an agent was running when the meter went silent", started),
         Check("the launcher exits 3 (stopped)", code == ExitCode.STOPPED, f"exit {code}"),
-        Check("the stop reason is budget_meter_unavailable", manifest.get("stop_reason") == "budget_meter_unavailable",
-              str(manifest.get("stop_reason"))),
+        Check(
+            "the stop reason is budget_meter_unavailable",
+            manifest.get("stop_reason") == "budget_meter_unavailable",
+            str(manifest.get("stop_reason")),
+        ),
         Check("it stopped within the blindness bound plus cleanup time", elapsed <= 30 + 15 + 120, f"{elapsed:.0f}s"),
         Check("monitor.json keeps the rejected readings", bool((monitor.get("meter") or {}).get("rejected"))),
     ]
@@ -211,8 +243,11 @@ def run_demo(*, run_root: Path, docker_host: str | None, scenario: str) -> int:
             table.add_row(*table_label(name, check.name), "PASS" if check.ok else "FAIL", check.detail)
     Console(width=160).print(table)
     ok = all(c.ok for checks in results.values() for c in checks)
-    (run_root / "demo_verdicts.json").write_text(json.dumps(
-        {n: [c.__dict__ for c in cs] for n, cs in results.items()}, indent=2) + "\n")
-    print(f"demo verdict: {'PASS' if ok else 'FAIL'} ({sum(c.ok for cs in results.values() for c in cs)} of "
-          f"{sum(len(cs) for cs in results.values())} checks)")
+    (run_root / "demo_verdicts.json").write_text(
+        json.dumps({n: [c.__dict__ for c in cs] for n, cs in results.items()}, indent=2) + "\n"
+    )
+    print(
+        f"demo verdict: {'PASS' if ok else 'FAIL'} ({sum(c.ok for cs in results.values() for c in cs)} of "
+        f"{sum(len(cs) for cs in results.values())} checks)"
+    )
     return ExitCode.OK if ok else ExitCode.FAILED

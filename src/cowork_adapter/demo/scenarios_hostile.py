@@ -80,14 +80,28 @@ EXPECTED: dict[str, tuple[TaskStatus | None, frozenset[TamperKind]]] = {
     # Its launch_time also closes the evaluator's quoted shell argument: the eval phase writes traj_log.json
     # from the task tree and the host, so the value is named and never reaches the shell. Its task database
     # gets the agent's code (hostile_agent.PG_CODE): named before the eval, and the task not passed.
-    "demo-wrong-answer": (TaskStatus.FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.VERDICT_DISAGREES_RUNNER,
-                                                       TamperKind.GRADING_LOG_REWRITTEN, TamperKind.TASK_DB_CODE})),
+    "demo-wrong-answer": (
+        TaskStatus.FAILED,
+        frozenset(
+            {
+                TamperKind.PLANTED_BEFORE_EVAL,
+                TamperKind.VERDICT_DISAGREES_RUNNER,
+                TamperKind.GRADING_LOG_REWRITTEN,
+                TamperKind.TASK_DB_CODE,
+            }
+        ),
+    ),
     # Its summary rewriter is a stray the agent phase kills before its last summary (container/procs
     # end_strays): the rewrite never lands, so there is no summary_changed; host_checks checks that.
-    "demo-truncated-correct": (TaskStatus.FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.GRADING_INPUTS_DIFFER})),
+    "demo-truncated-correct": (
+        TaskStatus.FAILED,
+        frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.GRADING_INPUTS_DIFFER}),
+    ),
     # No readable traj_log.json: the adapter's summary says infrastructure, which no host fact bears out.
-    "demo-crm-postgres": (TaskStatus.AGENT_FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.UNSAFE_ENTRY,
-                                                              TamperKind.UNVERIFIED_INFRA_CLAIM})),
+    "demo-crm-postgres": (
+        TaskStatus.AGENT_FAILED,
+        frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.UNSAFE_ENTRY, TamperKind.UNVERIFIED_INFRA_CLAIM}),
+    ),
     # The eval gave no verdict because of what the agent planted: its own failure, not a re-roll.
     "demo-round-limit": (TaskStatus.AGENT_FAILED, frozenset({TamperKind.PLANTED_BEFORE_EVAL, TamperKind.EVAL_HUNG})),
     "demo-audit-planted": (NOT_PASSED, frozenset({TamperKind.UNSAFE_ENTRY})),
@@ -147,14 +161,20 @@ def verify_seal(run_root: Path, task: str) -> tuple[bool, str]:
     dump = dump_of(run_root, task)
     if seal is None or dump is None or seal.attempt_id is None:
         return False, f"seal {'found' if seal else 'missing'}, dump {'found' if dump else 'missing'}"
-    covered = {protocol.CLAIM_NAME: seal.claim, os.path.basename(protocol.receipt_path("", seal.attempt_id)): seal.receipt,
-               protocol.EVAL_RES_NAME: seal.eval_res}
+    covered = {
+        protocol.CLAIM_NAME: seal.claim,
+        os.path.basename(protocol.receipt_path("", seal.attempt_id)): seal.receipt,
+        protocol.EVAL_RES_NAME: seal.eval_res,
+    }
     for name, facts in covered.items():
         read = safefile.read_bytes(str(dump / name), cap=safefile.RECORD_CAP, below=str(run_root))
         got = hashlib.sha256(read.data).hexdigest() if read.ok else read.kind  # type: ignore[arg-type]  # ok: data is set
         if facts is None or got != facts.sha256:
             return False, f"{name}: {got[:12]} is not the sealed {(facts.sha256 or '') if facts else 'nothing'}"[:200]
-    return True, f"claim, receipt and eval_res.json as sealed; sealed pass {seal.verdict.pass_ if seal.verdict else None}"
+    return (
+        True,
+        f"claim, receipt and eval_res.json as sealed; sealed pass {seal.verdict.pass_ if seal.verdict else None}",
+    )
 
 
 def row_checks(rows: dict[str, dict]) -> list[Check]:
@@ -163,8 +183,9 @@ def row_checks(rows: dict[str, dict]) -> list[Check]:
         row = rows.get(task, {})
         got = row.get("status")
         ok = got == status.value if status is not None else (bool(row) and got != TaskStatus.PASSED.value)
-        checks.append(Check(f"{task} is {status.value if status else 'not passed'}", ok,
-                            f"got {got} ({row.get('reason_code')})"))
+        checks.append(
+            Check(f"{task} is {status.value if status else 'not passed'}", ok, f"got {got} ({row.get('reason_code')})")
+        )
         have = tamper_kinds(row)
         if task in DETAILS:
             kind, text = DETAILS[task]
@@ -172,11 +193,21 @@ def row_checks(rows: dict[str, dict]) -> list[Check]:
             checks.append(Check(f"{task}'s {kind.value} finding names {text}", text in said, said[:200]))
         if kinds:
             missing = sorted(k.value for k in kinds if k.value not in have)
-            checks.append(Check(f"{task} is flagged {', '.join(sorted(k.value for k in kinds))}", not missing,
-                                f"missing {missing}; row has {sorted(have)}"))
+            checks.append(
+                Check(
+                    f"{task} is flagged {', '.join(sorted(k.value for k in kinds))}",
+                    not missing,
+                    f"missing {missing}; row has {sorted(have)}",
+                )
+            )
         else:
-            checks.append(Check(f"{task} has no tampering finding (an empty list)", row.get("tampering") == [],
-                                f"row has {row.get('tampering')!r}"))
+            checks.append(
+                Check(
+                    f"{task} has no tampering finding (an empty list)",
+                    row.get("tampering") == [],
+                    f"row has {row.get('tampering')!r}",
+                )
+            )
     return checks
 
 
@@ -185,19 +216,31 @@ def resume_checks(run_root: Path, rows: dict[str, dict]) -> list[Check]:
     same resolve_ancestry a resume runs, against the run's own identity), and each infra cause."""
     manifest = read_manifest(run_root)
     try:
-        plan = resolve_ancestry([run_root], current_applied_config=manifest.applied_config,
-                                seed_head=manifest.seed.head if manifest.seed else None,
-                                bench_commit=manifest.bench.commit if manifest.bench else None,
-                                image_id=manifest.image.id if manifest.image else None,
-                                explicit_selection=None, dataset_ids=[])
+        plan = resolve_ancestry(
+            [run_root],
+            current_applied_config=manifest.applied_config,
+            seed_head=manifest.seed.head if manifest.seed else None,
+            bench_commit=manifest.bench.commit if manifest.bench else None,
+            image_id=manifest.image.id if manifest.image else None,
+            explicit_selection=None,
+            dataset_ids=[],
+        )
         remaining, why = plan.remaining, ""
     except Refusal as exc:
         remaining, why = None, str(exc)
     cause = rows.get(PROVIDER_DOWN, {}).get("infra_cause")
-    return [Check("a resume would rerun only the genuine provider failure", remaining == [PROVIDER_DOWN],
-                  f"remaining {remaining} {why}"[:200]),
-            Check("its infra cause is the gateway's record of provider errors", cause == InfraCause.PROVIDER_ERRORS.value,
-                  f"infra_cause {cause!r}")]
+    return [
+        Check(
+            "a resume would rerun only the genuine provider failure",
+            remaining == [PROVIDER_DOWN],
+            f"remaining {remaining} {why}"[:200],
+        ),
+        Check(
+            "its infra cause is the gateway's record of provider errors",
+            cause == InfraCause.PROVIDER_ERRORS.value,
+            f"infra_cause {cause!r}",
+        ),
+    ]
 
 
 def attempt_checks(run_root: Path) -> list[Check]:
@@ -216,8 +259,13 @@ def attempt_checks(run_root: Path) -> list[Check]:
             missing.append(task)
             continue
         failed += [f"{task}: {a.get('attack')}: {a['error']}" for a in record.get("attempts", []) if a.get("error")]
-    return [Check("the engine made every attack of its plans (none failed inside its container)", not failed and not missing,
-                  f"no record for {missing}; {failed}"[:300])]
+    return [
+        Check(
+            "the engine made every attack of its plans (none failed inside its container)",
+            not failed and not missing,
+            f"no record for {missing}; {failed}"[:300],
+        )
+    ]
 
 
 def host_checks(run_root: Path, marker: bytes) -> list[Check]:
@@ -225,7 +273,9 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
     honest = dump_of(run_root, HONEST)
     injected = dump_of(run_root, "demo-truncated-correct")
     launch = dump_of(run_root, INJECTED_LAUNCH)
-    above = sorted(str(p.relative_to(run_root)) for p in (run_root / "bench" / "dumps").glob("**/hostile-above-own-dump.txt"))
+    above = sorted(
+        str(p.relative_to(run_root)) for p in (run_root / "bench" / "dumps").glob("**/hostile-above-own-dump.txt")
+    )
     read = safefile.read_bytes(str(honest / "eval_res.json"), below=str(run_root)) if honest else None
     try:
         honest_pass = json.loads(read.data).get("pass") if read and read.ok else None  # type: ignore[arg-type]  # ok: data is set
@@ -238,27 +288,45 @@ def host_checks(run_root: Path, marker: bytes) -> list[Check]:
     except ValueError:
         final = {}
     return [
-        Check("the summary rewriter left running was ended by the agent phase and its rewrite never landed",
-              isinstance(final.get("strays_killed"), int) and final["strays_killed"] >= 1 and "hostile_rewrite" not in final,
-              f"strays_killed {final.get('strays_killed')!r}, hostile_rewrite {final.get('hostile_rewrite')!r}"),
-        Check("the honest task's eval_res.json is its own (pass true), no sibling's receipt in its dump",
-              honest_pass is True and honest is not None and not (honest / SIBLING_FORGED_RECEIPT).exists(),
-              f"pass {honest_pass!r}"),
+        Check(
+            "the summary rewriter left running was ended by the agent phase and its rewrite never landed",
+            isinstance(final.get("strays_killed"), int)
+            and final["strays_killed"] >= 1
+            and "hostile_rewrite" not in final,
+            f"strays_killed {final.get('strays_killed')!r}, hostile_rewrite {final.get('hostile_rewrite')!r}",
+        ),
+        Check(
+            "the honest task's eval_res.json is its own (pass true), no sibling's receipt in its dump",
+            honest_pass is True and honest is not None and not (honest / SIBLING_FORGED_RECEIPT).exists(),
+            f"pass {honest_pass!r}",
+        ),
         Check("nothing written above a task's own dump reached the host", not above, ", ".join(above)),
-        Check("the injected evaluation command never ran (no task tree copied into the dump)",
-              injected is not None and not (injected / "stolen_task_tree").exists()),
-        Check("the injected launch_time ran nothing in the eval container (no marker in its dump)",
-              launch is not None and not os.path.lexists(launch / INJECTED_MARKER)),
+        Check(
+            "the injected evaluation command never ran (no task tree copied into the dump)",
+            injected is not None and not (injected / "stolen_task_tree").exists(),
+        ),
+        Check(
+            "the injected launch_time ran nothing in the eval container (no marker in its dump)",
+            launch is not None and not os.path.lexists(launch / INJECTED_MARKER),
+        ),
         Check("the host file the links point at was read into no file of the run root", not hits, ", ".join(hits[:5])),
     ]
 
 
 # The task database (issue 36): what demo-wrong-answer's pg_code attack left (hostile_agent.PG_CODE), each of
 # which the host must name; demo-crm-postgres changed its rows by SQL alone, with no tool call.
-PG_NAMED = ("db_role:*/", "db_role:cowork_gym/*", "system:search_path", "relation:crm.notes kind r -> v",
-            "added function:hostile.lower(text)", "added operator:hostile.=(text,text)", "added cast:text->integer",
-            "added rule:crm.customers.hostile_keep", "added trigger:crm.customers.hostile_stay",
-            "added relation:eigent.notes shadowing")
+PG_NAMED = (
+    "db_role:*/",
+    "db_role:cowork_gym/*",
+    "system:search_path",
+    "relation:crm.notes kind r -> v",
+    "added function:hostile.lower(text)",
+    "added operator:hostile.=(text,text)",
+    "added cast:text->integer",
+    "added rule:crm.customers.hostile_keep",
+    "added trigger:crm.customers.hostile_stay",
+    "added relation:eigent.notes shadowing",
+)
 SQL_ALONE = "demo-crm-postgres"
 
 
@@ -275,16 +343,33 @@ def taskdb_checks(run_root: Path) -> list[Check]:
     except (OSError, ValueError):
         review, crm = None, None
     return [
-        Check("the agent's code, settings and processes in its task database are each named (demo-wrong-answer)",
-              attacked is not None and not missing and bool(attacked.processes) and not attacked.problems,
-              f"missing {missing}; processes {attacked.processes if attacked else None}; problems {attacked.problems if attacked else None}"[:300]),
-        Check("rows changed by SQL alone are data, not code: the table diff shows them (demo-crm-postgres)",
-              sql is not None and not sql.code and not sql.settings and not sql.problems
-              and any(t.table == "crm.customers" and t.changed == 2 for t in sql.tables),
-              f"{sql.code if sql else None} {sql.problems if sql else None} {[t.table for t in sql.tables] if sql else None}"[:300]),
-        Check("the audit lists the task changed by SQL without a tool call for review, and only such tasks",
-              review is not None and SQL_ALONE in review and HONEST not in review and crm is not None
-              and crm.pg_tool_calls == 0, f"for review {review}"),
+        Check(
+            "the agent's code, settings and processes in its task database are each named (demo-wrong-answer)",
+            attacked is not None and not missing and bool(attacked.processes) and not attacked.problems,
+            f"missing {missing}; processes {attacked.processes if attacked else None}; problems {attacked.problems if attacked else None}"[
+                :300
+            ],
+        ),
+        Check(
+            "rows changed by SQL alone are data, not code: the table diff shows them (demo-crm-postgres)",
+            sql is not None
+            and not sql.code
+            and not sql.settings
+            and not sql.problems
+            and any(t.table == "crm.customers" and t.changed == 2 for t in sql.tables),
+            f"{sql.code if sql else None} {sql.problems if sql else None} {[t.table for t in sql.tables] if sql else None}"[
+                :300
+            ],
+        ),
+        Check(
+            "the audit lists the task changed by SQL without a tool call for review, and only such tasks",
+            review is not None
+            and SQL_ALONE in review
+            and HONEST not in review
+            and crm is not None
+            and crm.pg_tool_calls == 0,
+            f"for review {review}",
+        ),
     ]
 
 
@@ -297,12 +382,18 @@ def report_checks(env: DemoEnv, run_root: Path) -> list[Check]:
     honest = sum(1 for status, _ in EXPECTED.values() if status is TaskStatus.PASSED)
     flagged = sorted(t for t, (_status, kinds) in EXPECTED.items() if kinds)
     section = report.get("tampering") or {}
-    return [Check(f"the report's pass@1 counts only the honest task ({honest} of {len(EXPECTED)})",
-                  report.get("passed") == honest and report.get("denominator") == len(EXPECTED),
-                  f"exit {proc.returncode}, passed {report.get('passed')!r} of {report.get('denominator')!r}"),
-            Check("the report's Tampering section names every attacking task and only those",
-                  sorted(section.get("tasks_with_findings") or []) == flagged and section.get("tasks_not_checked") == [],
-                  str(section.get("sentence"))[:200])]
+    return [
+        Check(
+            f"the report's pass@1 counts only the honest task ({honest} of {len(EXPECTED)})",
+            report.get("passed") == honest and report.get("denominator") == len(EXPECTED),
+            f"exit {proc.returncode}, passed {report.get('passed')!r} of {report.get('denominator')!r}",
+        ),
+        Check(
+            "the report's Tampering section names every attacking task and only those",
+            sorted(section.get("tasks_with_findings") or []) == flagged and section.get("tasks_not_checked") == [],
+            str(section.get("sentence"))[:200],
+        ),
+    ]
 
 
 def scenario_hostile(env: DemoEnv) -> list[Check]:
@@ -311,11 +402,21 @@ def scenario_hostile(env: DemoEnv) -> list[Check]:
     marker = host_marker()
     chat = ChatStandin(host="127.0.0.1").start()
     try:
-        extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url,
-                 "--credential-setting", "OPENAI_COMPATIBLE_API_KEY"]
+        extra = [
+            "--engine",
+            ENGINE,
+            "--llm-gateway",
+            "--openai-compatible-base-url",
+            chat.base_url,
+            "--credential-setting",
+            "OPENAI_COMPATIBLE_API_KEY",
+        ]
         started = time.monotonic()
-        proc = env.launch(env.run_args(name, list(EXPECTED), campaign=campaign, extra=extra, concurrency=CONCURRENCY), name,
-                          extra_env={"COWORK_EVAL_BOUND_SEC": str(EVAL_BOUND_SEC)})
+        proc = env.launch(
+            env.run_args(name, list(EXPECTED), campaign=campaign, extra=extra, concurrency=CONCURRENCY),
+            name,
+            extra_env={"COWORK_EVAL_BOUND_SEC": str(EVAL_BOUND_SEC)},
+        )
         try:
             code = proc.wait(timeout=RUN_BOUND_SEC)
         except Exception:  # noqa: BLE001 - a run past its bound is the failed check below, then stopped
@@ -326,8 +427,11 @@ def scenario_hostile(env: DemoEnv) -> list[Check]:
         chat.stop()
     rows = read_rows(run_root)
     checks = [
-        Check(f"the run ended by itself within {RUN_BOUND_SEC} s (exit 0 or 1)",
-              code in (ExitCode.OK, ExitCode.FAILED) and elapsed < RUN_BOUND_SEC, f"exit {code} after {elapsed:.0f} s"),
+        Check(
+            f"the run ended by itself within {RUN_BOUND_SEC} s (exit 0 or 1)",
+            code in (ExitCode.OK, ExitCode.FAILED) and elapsed < RUN_BOUND_SEC,
+            f"exit {code} after {elapsed:.0f} s",
+        ),
     ]
     checks += row_checks(rows)
     ok, detail = verify_seal(run_root, HONEST)

@@ -135,14 +135,21 @@ def honest_checks(run_root: Path, rows: dict[str, dict]) -> list[Check]:
     calls = (agent_record(run_root, HONEST, "load_model_calls.json") or {}).get("calls") or []
     seen = [c.get("status") for c in calls if isinstance(c, dict)]
     return [
-        Check(f"{HONEST} (the honest engine) passed", row.get("status") == TaskStatus.PASSED.value,
-              f"got {row.get('status')} ({row.get('reason_code')})"),
-        Check(f"the gateway answered every one of its {MODEL_CALLS} model calls (none refused)",
-              len(forwarded) == MODEL_CALLS and not refused and all(r.status == 200 for r in forwarded)
-              and seen == [200] * MODEL_CALLS,
-              f"{len(forwarded)} forwarded, statuses {sorted({r.status for r in forwarded})}, refused {refused}; "
-              f"the engine saw {sorted(set(map(str, seen)))}; p50 {percentile(latencies, 50):.0f} ms, "
-              f"p99 {percentile(latencies, 99):.0f} ms at the gateway"),
+        Check(
+            f"{HONEST} (the honest engine) passed",
+            row.get("status") == TaskStatus.PASSED.value,
+            f"got {row.get('status')} ({row.get('reason_code')})",
+        ),
+        Check(
+            f"the gateway answered every one of its {MODEL_CALLS} model calls (none refused)",
+            len(forwarded) == MODEL_CALLS
+            and not refused
+            and all(r.status == 200 for r in forwarded)
+            and seen == [200] * MODEL_CALLS,
+            f"{len(forwarded)} forwarded, statuses {sorted({r.status for r in forwarded})}, refused {refused}; "
+            f"the engine saw {sorted(set(map(str, seen)))}; p50 {percentile(latencies, 50):.0f} ms, "
+            f"p99 {percentile(latencies, 99):.0f} ms at the gateway",
+        ),
     ]
 
 
@@ -151,29 +158,47 @@ def attacker_checks(run_root: Path, rows: dict[str, dict], manifest: dict) -> li
     row = rows.get(GATEWAY_ATTACKER, {})
     spend = row.get("gateway") or {}
     refused = spend.get("refused") or {}
-    attempts = {a.get("attack"): a for a in (agent_record(run_root, GATEWAY_ATTACKER, "load_attempts.json") or {})
-                .get("attempts", []) if isinstance(a, dict)}
+    attempts = {
+        a.get("attack"): a
+        for a in (agent_record(run_root, GATEWAY_ATTACKER, "load_attempts.json") or {}).get("attempts", [])
+        if isinstance(a, dict)
+    }
     held = (attempts.get("hold_connections") or {}).get("counts") or {}
     shares = sum(r.count for r in read_requests(run_root) if r.refused in ("peer_share", "full"))
     checks = [
-        Check("the gateway attacker's row names its refused flood (the gateway's refusals by cause)",
-              sum(refused.values()) >= 100 and bool({"task_busy", "shape", "task_budget"} & set(refused)),
-              f"refused {refused}, forwarded {spend.get('forwarded')}"),
-        Check("the gateway attacker's dropped streams were counted against it alone (assumed figures on its row)",
-              (spend.get("unknown_cost_requests") or 0) >= 1 and (spend.get("assumed_cost_usd") or 0) > 0,
-              f"unknown-cost {spend.get('unknown_cost_requests')}, assumed ${spend.get('assumed_cost_usd')}"),
-        Check("the connections it held past its share were closed on accept (counted, a few rows)",
-              shares >= 1 and (held.get("closed_by_gateway") or 0) >= 1,
-              f"{shares} refused on accept; the engine saw {held}"),
-        Check("the gateway never fenced the run on money", record.get("fence_reason") != "gateway_budget",
-              f"fence {record.get('fence_reason')}, assumed ${record.get('assumed_usd')}, spent ${record.get('spent_usd')}"),
+        Check(
+            "the gateway attacker's row names its refused flood (the gateway's refusals by cause)",
+            sum(refused.values()) >= 100 and bool({"task_busy", "shape", "task_budget"} & set(refused)),
+            f"refused {refused}, forwarded {spend.get('forwarded')}",
+        ),
+        Check(
+            "the gateway attacker's dropped streams were counted against it alone (assumed figures on its row)",
+            (spend.get("unknown_cost_requests") or 0) >= 1 and (spend.get("assumed_cost_usd") or 0) > 0,
+            f"unknown-cost {spend.get('unknown_cost_requests')}, assumed ${spend.get('assumed_cost_usd')}",
+        ),
+        Check(
+            "the connections it held past its share were closed on accept (counted, a few rows)",
+            shares >= 1 and (held.get("closed_by_gateway") or 0) >= 1,
+            f"{shares} refused on accept; the engine saw {held}",
+        ),
+        Check(
+            "the gateway never fenced the run on money",
+            record.get("fence_reason") != "gateway_budget",
+            f"fence {record.get('fence_reason')}, assumed ${record.get('assumed_usd')}, spent ${record.get('spent_usd')}",
+        ),
     ]
     for task, words in DEEDS.items():
         deed_row = rows.get(task)
         text = row_text(deed_row or {})
-        checks.append(Check(f"{task}'s row names what it did ({' / '.join(words)})",
-                            deed_row is not None and deed_row.get("status") != TaskStatus.PASSED.value
-                            and any(w in text for w in words), text[:200] if deed_row else "no row"))
+        checks.append(
+            Check(
+                f"{task}'s row names what it did ({' / '.join(words)})",
+                deed_row is not None
+                and deed_row.get("status") != TaskStatus.PASSED.value
+                and any(w in text for w in words),
+                text[:200] if deed_row else "no row",
+            )
+        )
     return checks
 
 
@@ -185,9 +210,20 @@ def command_checks(env: DemoEnv, run_root: Path, campaign: str) -> list[Check]:
         "report": ["report", str(run_root), "--json", "--output-dir", str(out / "report")],
         "audit": ["audit", "--run-dir", str(run_root), "--output", str(out / "audit.json")],
         "export": ["export", str(run_root), "--output-dir", str(out / "export")],
-        "clear": ["clear", str(run_root), "--operator-note", "hostile-load scenario: the run ended by itself",
-                  "--campaign-file", str(env.root / campaign), "--meter-url", env.meter.base_url,
-                  "--docker-host", env.docker_host, "--api-key-env", env.key_env],
+        "clear": [
+            "clear",
+            str(run_root),
+            "--operator-note",
+            "hostile-load scenario: the run ended by itself",
+            "--campaign-file",
+            str(env.root / campaign),
+            "--meter-url",
+            env.meter.base_url,
+            "--docker-host",
+            env.docker_host,
+            "--api-key-env",
+            env.key_env,
+        ],
     }
     out.mkdir(exist_ok=True)
     checks = []
@@ -199,17 +235,24 @@ def command_checks(env: DemoEnv, run_root: Path, campaign: str) -> list[Check]:
         except Exception as exc:  # noqa: BLE001 - past twice its bound: the failed check says so
             code, said = None, f"{type(exc).__name__}"
         took = time.monotonic() - started
-        checks.append(Check(f"`{name}` finishes within {COMMAND_BOUND_SEC:.0f} s (exit 0 or 1, no traceback)",
-                            code in (ExitCode.OK, ExitCode.FAILED) and took < COMMAND_BOUND_SEC
-                            and "Traceback" not in said, f"exit {code} after {took:.1f} s: {said[-200:]}"))
+        checks.append(
+            Check(
+                f"`{name}` finishes within {COMMAND_BOUND_SEC:.0f} s (exit 0 or 1, no traceback)",
+                code in (ExitCode.OK, ExitCode.FAILED) and took < COMMAND_BOUND_SEC and "Traceback" not in said,
+                f"exit {code} after {took:.1f} s: {said[-200:]}",
+            )
+        )
     return checks
 
 
 def disk_checks(run_root: Path) -> list[Check]:
     _, _, largest, where = usage_of_tree(run_root)
     return [
-        Check(f"no file of the run outside the dumps (the runner's task logs) outgrew {LOG_BOUND_BYTES >> 20} MiB",
-              largest < LOG_BOUND_BYTES, f"largest {where}: {largest >> 20} MiB"),
+        Check(
+            f"no file of the run outside the dumps (the runner's task logs) outgrew {LOG_BOUND_BYTES >> 20} MiB",
+            largest < LOG_BOUND_BYTES,
+            f"largest {where}: {largest >> 20} MiB",
+        ),
     ]
 
 
@@ -219,9 +262,19 @@ def scenario_hostile_load(env: DemoEnv) -> list[Check]:
     # A pause before each streamed chunk: a stream hung up on after its headers is a stream dropped.
     chat = ChatStandin(host="127.0.0.1", cost_per_request=COST_PER_ANSWER_USD, chunk_delay_sec=0.05).start()
     try:
-        extra = ["--engine", ENGINE, "--llm-gateway", "--openai-compatible-base-url", chat.base_url,
-                 "--credential-setting", "OPENAI_COMPATIBLE_API_KEY",
-                 "--dump-max-gib", DUMP_MAX_GIB, "--dump-max-entries", DUMP_MAX_ENTRIES]
+        extra = [
+            "--engine",
+            ENGINE,
+            "--llm-gateway",
+            "--openai-compatible-base-url",
+            chat.base_url,
+            "--credential-setting",
+            "OPENAI_COMPATIBLE_API_KEY",
+            "--dump-max-gib",
+            DUMP_MAX_GIB,
+            "--dump-max-entries",
+            DUMP_MAX_ENTRIES,
+        ]
         started = time.monotonic()
         proc = env.launch(env.run_args(name, TASKS, campaign=campaign, extra=extra, concurrency=CONCURRENCY), name)
         try:
@@ -235,10 +288,16 @@ def scenario_hostile_load(env: DemoEnv) -> list[Check]:
     rows = read_rows(run_root)
     manifest = read_json(run_root / "run_manifest.json")
     checks = [
-        Check(f"the run ended by itself within {RUN_BOUND_SEC} s (exit 0 or 1)",
-              code in (ExitCode.OK, ExitCode.FAILED) and elapsed < RUN_BOUND_SEC, f"exit {code} after {elapsed:.0f} s"),
-        Check("no attacker stopped the run (no stop reason)", manifest.get("stop_reason") is None,
-              str(manifest.get("stop_reason"))),
+        Check(
+            f"the run ended by itself within {RUN_BOUND_SEC} s (exit 0 or 1)",
+            code in (ExitCode.OK, ExitCode.FAILED) and elapsed < RUN_BOUND_SEC,
+            f"exit {code} after {elapsed:.0f} s",
+        ),
+        Check(
+            "no attacker stopped the run (no stop reason)",
+            manifest.get("stop_reason") is None,
+            str(manifest.get("stop_reason")),
+        ),
         Check("every task has its own ledger row", set(rows) == set(TASKS), f"rows for {sorted(rows)}"),
     ]
     checks += honest_checks(run_root, rows) + attacker_checks(run_root, rows, manifest)

@@ -61,8 +61,9 @@ def summary_tasks(run_root: Path) -> set[str]:
 def run_captured(env: DemoEnv, args: list[str], timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
     """A CLI invocation with the key in its environment only; stdout and stderr kept apart."""
     child_env = {**os.environ, env.key_env: env.key}
-    return subprocess.run(args, env=child_env, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        args, env=child_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def one_sentence(stderr: str) -> str | None:
@@ -99,54 +100,99 @@ def scenario_resume(env: DemoEnv) -> list[Check]:
     settled1 = settled_tasks(roots[1])
     checks += [
         Check("run 1 is stopped by SIGTERM (exit 3)", code1 == ExitCode.STOPPED, f"exit {code1}"),
-        Check("run 1 settled demo-csv-totals and left demo-hang unsettled",
-              "demo-csv-totals" in settled1 and "demo-hang" not in settled1, f"settled {sorted(settled1)}"),
+        Check(
+            "run 1 settled demo-csv-totals and left demo-hang unsettled",
+            "demo-csv-totals" in settled1 and "demo-hang" not in settled1,
+            f"settled {sorted(settled1)}",
+        ),
     ]
 
     # Pass 1: no selectors, so the original selection is kept and only unsettled tasks run.
-    proc = env.launch(env.run_args("resume-2", [], campaign=campaign,
-                                   extra=SHORT_TIMEOUT + ["--resume-from", str(roots[1])]), "resume-2")
+    proc = env.launch(
+        env.run_args("resume-2", [], campaign=campaign, extra=SHORT_TIMEOUT + ["--resume-from", str(roots[1])]),
+        "resume-2",
+    )
     started2, code2 = stop_after_agent(env, proc, roots[2])
     sel2 = read_json(roots[2] / "run_manifest.json").get("selection") or {}
     want2 = [t for t in RESUME_TASKS if t not in settled1]
     checks += [
-        Check("run 2 keeps the original selection", sel2.get("selection_task_ids") == RESUME_TASKS,
-              str(sel2.get("selection_task_ids"))),
-        Check("run 2 runs only run 1's unsettled tasks", sel2.get("task_ids") == want2, f"{sel2.get('task_ids')} vs {want2}"),
+        Check(
+            "run 2 keeps the original selection",
+            sel2.get("selection_task_ids") == RESUME_TASKS,
+            str(sel2.get("selection_task_ids")),
+        ),
+        Check(
+            "run 2 runs only run 1's unsettled tasks",
+            sel2.get("task_ids") == want2,
+            f"{sel2.get('task_ids')} vs {want2}",
+        ),
         Check("run 2 is recovery generation 1", sel2.get("resume_generation") == 1, str(sel2.get("resume_generation"))),
-        Check("run 2 was stopped with an agent running (exit 3)", started2 and code2 == ExitCode.STOPPED, f"exit {code2}"),
+        Check(
+            "run 2 was stopped with an agent running (exit 3)", started2 and code2 == ExitCode.STOPPED, f"exit {code2}"
+        ),
     ]
     settled12 = settled1 | settled_tasks(roots[2])
 
     # Pass 2: the last permitted pass.
-    proc = env.launch(env.run_args("resume-3", [], campaign=campaign,
-                                   extra=SHORT_TIMEOUT + ["--resume-from", str(roots[2])]), "resume-3")
+    proc = env.launch(
+        env.run_args("resume-3", [], campaign=campaign, extra=SHORT_TIMEOUT + ["--resume-from", str(roots[2])]),
+        "resume-3",
+    )
     started3, code3 = stop_after_agent(env, proc, roots[3])
     sel3 = read_json(roots[3] / "run_manifest.json").get("selection") or {}
     want3 = [t for t in RESUME_TASKS if t not in settled12]
     checks += [
-        Check("run 3 runs only the tasks unsettled in runs 1 and 2", sel3.get("task_ids") == want3,
-              f"{sel3.get('task_ids')} vs {want3}"),
+        Check(
+            "run 3 runs only the tasks unsettled in runs 1 and 2",
+            sel3.get("task_ids") == want3,
+            f"{sel3.get('task_ids')} vs {want3}",
+        ),
         Check("run 3 is recovery generation 2", sel3.get("resume_generation") == 2, str(sel3.get("resume_generation"))),
-        Check("run 3 ended (stopped or finished)", code3 in (ExitCode.STOPPED, ExitCode.OK, ExitCode.FAILED), f"exit {code3}"),
+        Check(
+            "run 3 ended (stopped or finished)",
+            code3 in (ExitCode.STOPPED, ExitCode.OK, ExitCode.FAILED),
+            f"exit {code3}",
+        ),
     ]
     remaining = [t for t in RESUME_TASKS if t not in settled12 | settled_tasks(roots[3])]
 
     # A third pass with work remaining is refused with one sentence.
-    out = run_captured(env, env.run_args("resume-4", [], campaign=campaign,
-                                         extra=SHORT_TIMEOUT + ["--resume-from", str(roots[3])]))
+    out = run_captured(
+        env, env.run_args("resume-4", [], campaign=campaign, extra=SHORT_TIMEOUT + ["--resume-from", str(roots[3])])
+    )
     sentence = one_sentence(out.stderr) or ""
     if remaining:
-        checks.append(Check("a third recovery pass with work remaining is refused (exit 2, one sentence)",
-                            out.returncode == ExitCode.REFUSED and "at most two recovery passes" in sentence,
-                            f"exit {out.returncode}: {out.stderr.strip()[:300]}"))
+        checks.append(
+            Check(
+                "a third recovery pass with work remaining is refused (exit 2, one sentence)",
+                out.returncode == ExitCode.REFUSED and "at most two recovery passes" in sentence,
+                f"exit {out.returncode}: {out.stderr.strip()[:300]}",
+            )
+        )
     else:
-        checks.append(Check("with nothing remaining, a further resume is an allowed no-op",
-                            out.returncode == ExitCode.OK, f"exit {out.returncode}: {out.stderr.strip()[:300]}"))
+        checks.append(
+            Check(
+                "with nothing remaining, a further resume is an allowed no-op",
+                out.returncode == ExitCode.OK,
+                f"exit {out.returncode}: {out.stderr.strip()[:300]}",
+            )
+        )
 
     # The report over the chain counts each selected task exactly once.
-    report = run_captured(env, [sys.executable, "-m", "cowork_adapter", "report", str(roots[3]), "--json",
-                                "--output-dir", str(env.root / "report-resume")], timeout=300)
+    report = run_captured(
+        env,
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "report",
+            str(roots[3]),
+            "--json",
+            "--output-dir",
+            str(env.root / "report-resume"),
+        ],
+        timeout=300,
+    )
     try:
         data = json.loads(report.stdout)
     except ValueError:
@@ -155,12 +201,21 @@ def scenario_resume(env: DemoEnv) -> list[Check]:
     counted = sum((data.get("counts") or {}).values())
     csv_row: dict[str, Any] = next((t for t in data.get("tasks", []) if t.get("instance_id") == "demo-csv-totals"), {})
     checks += [
-        Check("the report's denominator is the 3 selected tasks", data.get("denominator") == 3,
-              f"exit {report.returncode}, denominator {data.get('denominator')}"),
-        Check("the report lists each task exactly once", sorted(ids) == sorted(RESUME_TASKS) and counted == 3,
-              f"{ids}, counts sum {counted}"),
-        Check("run 1's pass of demo-csv-totals is what the report scores", csv_row.get("status") == "passed",
-              str(csv_row.get("status"))),
+        Check(
+            "the report's denominator is the 3 selected tasks",
+            data.get("denominator") == 3,
+            f"exit {report.returncode}, denominator {data.get('denominator')}",
+        ),
+        Check(
+            "the report lists each task exactly once",
+            sorted(ids) == sorted(RESUME_TASKS) and counted == 3,
+            f"{ids}, counts sum {counted}",
+        ),
+        Check(
+            "run 1's pass of demo-csv-totals is what the report scores",
+            csv_row.get("status") == "passed",
+            str(csv_row.get("status")),
+        ),
     ]
     for n in (1, 2, 3):
         checks += [Check(f"run {n}: " + c.name, c.ok, c.detail) for c in custody_checks(env, roots[n])]
@@ -201,7 +256,9 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     campaign_path = env.root / campaign
     killed_root, next_root = env.run_root("kill9"), env.run_root("kill9-next")
     proc = env.launch(env.run_args("kill9", ["demo-hang"], campaign=campaign), "kill9")
-    started = wait_for(lambda: agent_started(killed_root) or proc.poll() is not None, 600) and agent_started(killed_root)
+    started = wait_for(lambda: agent_started(killed_root) or proc.poll() is not None, 600) and agent_started(
+        killed_root
+    )
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     # The run's watchdog contains the dead launcher's run on its own; the operator's steps below
@@ -211,10 +268,16 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     active = before.get("active_run") or {}
     checks = [
         Check("the agent was running when the launcher got SIGKILL", started),
-        Check("the watchdog fenced the run, stopped the runner and proved cleanup",
-              watchdog_done and _watchdog_exit(killed_root) == "custody_finished", str(_watchdog_exit(killed_root))),
-        Check("the campaign keeps the killed run as its active_run",
-              str(active.get("run_root")) == str(killed_root), str(active.get("run_root"))),
+        Check(
+            "the watchdog fenced the run, stopped the runner and proved cleanup",
+            watchdog_done and _watchdog_exit(killed_root) == "custody_finished",
+            str(_watchdog_exit(killed_root)),
+        ),
+        Check(
+            "the campaign keeps the killed run as its active_run",
+            str(active.get("run_root")) == str(killed_root),
+            str(active.get("run_root")),
+        ),
     ]
 
     # The operator's part: stop the orphaned runner group, then exact-label cleanup.
@@ -222,8 +285,9 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     group_gone = stop_process_group(int(pgid)) if pgid else False
     cleanup_log: list[dict] = []
     try:
-        report = cleanup_run(env.docker_host, run_label(killed_root), cleanup_log.append,
-                             creations=creations_dir(killed_root))
+        report = cleanup_run(
+            env.docker_host, run_label(killed_root), cleanup_log.append, creations=creations_dir(killed_root)
+        )
         removed = [n for _, n in report.removed_containers + report.removed_networks]
         cleaned = label_is_empty(env.docker_host, run_label(killed_root))
         detail = f"removed {removed}" + (f"; {json.dumps(cleanup_log)[:200]}" if cleanup_log else "")
@@ -239,24 +303,53 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     out = run_captured(env, env.run_args("kill9-refused", ["demo-csv-totals"], campaign=campaign))
     sentence = one_sentence(out.stderr) or ""
     checks += [
-        Check("the next run is refused for the unsettled active run (exit 2, one sentence)",
-              out.returncode == ExitCode.REFUSED and "active run" in sentence,
-              f"exit {out.returncode}: {out.stderr.strip()[:300]}"),
-        Check("the refused run left the campaign file byte-for-byte unchanged", campaign_path.read_bytes() == raw_before),
+        Check(
+            "the next run is refused for the unsettled active run (exit 2, one sentence)",
+            out.returncode == ExitCode.REFUSED and "active run" in sentence,
+            f"exit {out.returncode}: {out.stderr.strip()[:300]}",
+        ),
+        Check(
+            "the refused run left the campaign file byte-for-byte unchanged", campaign_path.read_bytes() == raw_before
+        ),
     ]
 
-    rec = run_captured(env, [
-        sys.executable, "-m", "cowork_adapter", "campaign", "reconcile", "--campaign-file", str(campaign_path),
-        "--run-root", str(killed_root), "--operator-note",
-        "launcher SIGKILLed in the demo; runner group stopped; exact-label cleanup proven empty",
-        "--api-key-env", env.key_env, "--meter-url", env.meter.base_url, "--docker-host", env.docker_host,
-    ], timeout=300)
+    rec = run_captured(
+        env,
+        [
+            sys.executable,
+            "-m",
+            "cowork_adapter",
+            "campaign",
+            "reconcile",
+            "--campaign-file",
+            str(campaign_path),
+            "--run-root",
+            str(killed_root),
+            "--operator-note",
+            "launcher SIGKILLed in the demo; runner group stopped; exact-label cleanup proven empty",
+            "--api-key-env",
+            env.key_env,
+            "--meter-url",
+            env.meter.base_url,
+            "--docker-host",
+            env.docker_host,
+        ],
+        timeout=300,
+    )
     after = read_json(campaign_path)
-    same = {k: (before.get(k), after.get(k)) for k in ("usage_baseline", "ceiling_usd", "prior_spend_usd", "fingerprint")}
+    same = {
+        k: (before.get(k), after.get(k)) for k in ("usage_baseline", "ceiling_usd", "prior_spend_usd", "fingerprint")
+    }
     checks += [
-        Check("campaign reconcile exits 0", rec.returncode == ExitCode.OK, f"exit {rec.returncode}: {rec.stderr.strip()[:300]}"),
+        Check(
+            "campaign reconcile exits 0",
+            rec.returncode == ExitCode.OK,
+            f"exit {rec.returncode}: {rec.stderr.strip()[:300]}",
+        ),
         Check("reconcile cleared active_run", after.get("active_run") is None),
-        Check("reconcile kept baseline, ceiling, prior spend and key", all(a == b for a, b in same.values()), str(same)),
+        Check(
+            "reconcile kept baseline, ceiling, prior spend and key", all(a == b for a, b in same.values()), str(same)
+        ),
         Check("reconcile recorded the operator's note", bool(after.get("reconciliations"))),
     ]
 
@@ -264,11 +357,18 @@ def scenario_kill9_reconcile(env: DemoEnv) -> list[Check]:
     code = proc.wait(timeout=1200)
     final = read_json(campaign_path)
     checks += [
-        Check("the next run proceeds (exit 0 or 1 per its task)", code in (ExitCode.OK, ExitCode.FAILED), f"exit {code}"),
-        Check("the next run's task has its designed result", (read_rows(next_root).get("demo-csv-totals") or {}).get("status") == "passed"),
-        Check("the campaign keeps the same usage baseline",
-              final.get("usage_baseline") == before.get("usage_baseline"),
-              f"{before.get('usage_baseline')} -> {final.get('usage_baseline')}"),
+        Check(
+            "the next run proceeds (exit 0 or 1 per its task)", code in (ExitCode.OK, ExitCode.FAILED), f"exit {code}"
+        ),
+        Check(
+            "the next run's task has its designed result",
+            (read_rows(next_root).get("demo-csv-totals") or {}).get("status") == "passed",
+        ),
+        Check(
+            "the campaign keeps the same usage baseline",
+            final.get("usage_baseline") == before.get("usage_baseline"),
+            f"{before.get('usage_baseline')} -> {final.get('usage_baseline')}",
+        ),
     ]
     checks += custody_checks(env, next_root) + campaign_checks(env, campaign, next_root)
     return checks

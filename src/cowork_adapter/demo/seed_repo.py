@@ -38,9 +38,23 @@ def _git_env() -> dict:
 
 def _git(dest: Path, *args: str) -> str:
     out = subprocess.run(
-        ["git", "-c", "core.hooksPath=" + os.devnull, "-c", "commit.gpgsign=false",
-         "-c", "core.autocrlf=false", "-c", "core.fileMode=true", *args],
-        cwd=dest, env=_git_env(), capture_output=True, text=True, timeout=60,
+        [
+            "git",
+            "-c",
+            "core.hooksPath=" + os.devnull,
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "core.fileMode=true",
+            *args,
+        ],
+        cwd=dest,
+        env=_git_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if out.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {dest}: {out.stderr.strip()}")
@@ -63,9 +77,7 @@ def make_stub_seed(dest: Path) -> str:
     dest = Path(dest)
     if dest.exists():
         raise FileExistsError(f"seed destination already exists: {dest}")
-    shutil.copytree(
-        STUB_SEED_DIR, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
-    )
+    shutil.copytree(STUB_SEED_DIR, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
     shutil.copyfile(POLICY_FILE, dest / POLICY_IN_SEED)
     _normalise_modes(dest)
     _git(dest, "init", "-q", "-b", BRANCH)

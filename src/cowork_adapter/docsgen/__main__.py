@@ -17,8 +17,10 @@ def main(argv: list[str]) -> int:
         path = root / PAGE
         current = path.read_text(encoding="utf-8") if path.is_file() else ""
         if current != render():
-            print(f"{path} differs from the command line and the vocabularies; regenerate it: {REGENERATE}",
-                  file=sys.stderr)
+            print(
+                f"{path} differs from the command line and the vocabularies; regenerate it: {REGENERATE}",
+                file=sys.stderr,
+            )
             return 1
         return 0
     print(write(root))

@@ -58,9 +58,11 @@ def missing_meanings() -> list[str]:
         table: Mapping[Any, meanings.M] = getattr(meanings, table_name)
         for member in enum:
             if member not in table:
-                out.append(f"{enum.__name__}.{member.name} ({member.value!r}) has no meaning: add one line "
-                           f"`{enum.__name__}.{member.name}: M(meaning, money, score, next),` to {table_name} "
-                           f"in {MEANINGS_FILE}, then run `{REGENERATE}`.")
+                out.append(
+                    f"{enum.__name__}.{member.name} ({member.value!r}) has no meaning: add one line "
+                    f"`{enum.__name__}.{member.name}: M(meaning, money, score, next),` to {table_name} "
+                    f"in {MEANINGS_FILE}, then run `{REGENERATE}`."
+                )
             elif not all(part.strip() for part in table[member]):
                 out.append(f"{enum.__name__}.{member.name} has an empty field in {table_name} in {MEANINGS_FILE}.")
     return out
@@ -73,12 +75,19 @@ def _code_tables() -> list[str]:
     lines: list[str] = []
     for heading, enum, table_name, column in TABLES:
         table = getattr(meanings, table_name)
-        lines += [f"### {heading}", "", f"From `{enum.__name__}` in `src/cowork_adapter/container/vocab.py`.", "",
-                  f"| {column} | meaning | money | score | next |", "|---|---|---|---|---|"]
+        lines += [
+            f"### {heading}",
+            "",
+            f"From `{enum.__name__}` in `src/cowork_adapter/container/vocab.py`.",
+            "",
+            f"| {column} | meaning | money | score | next |",
+            "|---|---|---|---|---|",
+        ]
         for member in enum:
             m = table[member]
-            lines.append(f"| `{member.value}` | {_cell(m.meaning)} | {_cell(m.money)} | {_cell(m.score)} | "
-                         f"{_cell(m.next)} |")
+            lines.append(
+                f"| `{member.value}` | {_cell(m.meaning)} | {_cell(m.money)} | {_cell(m.score)} | {_cell(m.next)} |"
+            )
         lines.append("")
     return lines
 
@@ -94,9 +103,9 @@ def _split_record(record: tuple[str, str]) -> tuple[str, str, str]:
     default = []
     for extra in extras:
         if extra.startswith("default: "):
-            default.append(f"`{extra[len('default: '):]}`")
+            default.append(f"`{extra[len('default: ') :]}`")
         elif extra.startswith("env var: "):
-            default.append(f"env `{extra[len('env var: '):]}`")
+            default.append(f"env `{extra[len('env var: ') :]}`")
         else:
             default.append(extra)
     return names, text, ", ".join(default)
@@ -174,10 +183,14 @@ def render() -> str:
     lines.append("")
     for path, command, sub_ctx in commands:
         lines += _command_lines(path, command, sub_ctx)
-    lines += ["## Codes and reasons", "",
-              "Each table is generated from its enum; the texts are in `" + MEANINGS_FILE + "`, one line per member. "
-              "RUN_ROOT is the run root concerned; NEW a new run root. Exit codes by command and the files of a "
-              "run root: [exit-codes.md](exit-codes.md).", ""]
+    lines += [
+        "## Codes and reasons",
+        "",
+        "Each table is generated from its enum; the texts are in `" + MEANINGS_FILE + "`, one line per member. "
+        "RUN_ROOT is the run root concerned; NEW a new run root. Exit codes by command and the files of a "
+        "run root: [exit-codes.md](exit-codes.md).",
+        "",
+    ]
     lines += _code_tables()
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -33,8 +33,11 @@ def log_name(root: Path) -> str:
     try:
         label = run_label(root)
     except OSError as exc:
-        raise Refusal("export", f"{root} has no readable {layout.MANIFEST} ({exc.strerror or type(exc).__name__}), "
-                                "so it is not a run root to export.") from None
+        raise Refusal(
+            "export",
+            f"{root} has no readable {layout.MANIFEST} ({exc.strerror or type(exc).__name__}), "
+            "so it is not a run root to export.",
+        ) from None
     except ValueError as exc:
         raise Refusal("export", f"{RunRoot(root).manifest} is not a run manifest ({str(exc)[:200]}).") from None
     return f"{root.name}-{label[:8]}.eval"
@@ -42,8 +45,9 @@ def log_name(root: Path) -> str:
 
 def _require_inspect() -> None:
     if importlib.util.find_spec("inspect_ai") is None:
-        raise Refusal("export", f"Writing an Inspect log needs the inspect_ai package, which is not installed "
-                                f"({EXTRA_HINT}).")
+        raise Refusal(
+            "export", f"Writing an Inspect log needs the inspect_ai package, which is not installed ({EXTRA_HINT})."
+        )
 
 
 def inspect_log_names(roots: list[Path]) -> tuple[str, ...]:
@@ -62,8 +66,9 @@ def planned_outputs(roots: list[Path], output_dir: Path) -> list[Path]:
     paths = [output_dir / name for name in inspect_log_names(roots)]
     for path in paths:
         if os.path.lexists(path):
-            raise Refusal("export", f"{path} already exists, and an export never overwrites a file; "
-                                    "choose another --output-dir.")
+            raise Refusal(
+                "export", f"{path} already exists, and an export never overwrites a file; choose another --output-dir."
+            )
     return paths
 
 
@@ -79,8 +84,10 @@ def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = No
         try:
             written.append(write_log(run, path))
         except FileExistsError:
-            raise Refusal("export", f"{path} appeared while the export ran, and an export never overwrites a "
-                                    "file; nothing was replaced.") from None
+            raise Refusal(
+                "export",
+                f"{path} appeared while the export ran, and an export never overwrites a file; nothing was replaced.",
+            ) from None
     return written
 
 
@@ -97,8 +104,9 @@ def run_export_command(roots: list[Path], output_dir: Path, fmt: str, workers: i
         print(f"cowork-adapter export refused ({refusal.stage}): {refusal.sentence}", file=sys.stderr)
         return int(ExitCode.REFUSED)
     except OSError as exc:
-        print(f"The export could not be written ({exc.strerror or type(exc).__name__}: {exc.filename}).",
-              file=sys.stderr)
+        print(
+            f"The export could not be written ({exc.strerror or type(exc).__name__}: {exc.filename}).", file=sys.stderr
+        )
         return int(ExitCode.REFUSED)
     for path in written:
         print(f"wrote {path}")

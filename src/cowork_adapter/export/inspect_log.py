@@ -66,6 +66,7 @@ BENCH_ORIGIN = "https://github.com/0717376/cowork_bench"
 SCORER = "official"
 CORRECT, INCORRECT = "C", "I"  # Inspect's own values for a right and a wrong answer
 
+
 def _when(ts: str | None, fallback: datetime) -> datetime:
     """An aware datetime from a log's ISO timestamp, else `fallback`."""
     if ts:
@@ -79,15 +80,22 @@ def _when(ts: str | None, fallback: datetime) -> datetime:
 
 def _verdict(row: TaskRow | None) -> bool:
     """True only for a sealed official pass (the ledger's rule: a completed receipt's literal True)."""
-    return (row is not None and row.status is TaskStatus.PASSED
-            and row.official_eval_status is OfficialEvalStatus.COMPLETED and row.official_receipt.pass_ is True)
+    return (
+        row is not None
+        and row.status is TaskStatus.PASSED
+        and row.official_eval_status is OfficialEvalStatus.COMPLETED
+        and row.official_receipt.pass_ is True
+    )
 
 
 def score_of(task: TaskExport) -> Score:
     row = task.row
     passed = _verdict(row)
-    has_verdict = row is not None and row.official_eval_status is OfficialEvalStatus.COMPLETED \
+    has_verdict = (
+        row is not None
+        and row.official_eval_status is OfficialEvalStatus.COMPLETED
         and isinstance(row.official_receipt.pass_, bool)
+    )
     status = row.status.value if row else TaskStatus.NOT_ATTEMPTED.value
     reason = row.reason_code if row else "missing_row"
     if has_verdict:
@@ -111,8 +119,13 @@ def score_of(task: TaskExport) -> Score:
 
 def usage_of(task: TaskExport) -> ModelUsage:
     prompt, completion, cached = task.tokens
-    return ModelUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
-                      input_tokens_cache_read=cached, total_cost=task.cost_usd)
+    return ModelUsage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=prompt + completion,
+        input_tokens_cache_read=cached,
+        total_cost=task.cost_usd,
+    )
 
 
 # ---------------------------------------------------------------- transcript to messages and events
@@ -131,8 +144,9 @@ class _Ids:
         return f"{self.prefix}{kind}{self.n}"
 
 
-def _conversation(transcript: Transcript, model: str, started: datetime,
-                  ids: _Ids) -> tuple[list[ChatMessage], list[Any]]:
+def _conversation(
+    transcript: Transcript, model: str, started: datetime, ids: _Ids
+) -> tuple[list[ChatMessage], list[Any]]:
     messages: list[ChatMessage] = []
     events: list[Any] = []
     if transcript.system:
@@ -141,37 +155,74 @@ def _conversation(transcript: Transcript, model: str, started: datetime,
         if isinstance(item, UserText):
             messages.append(ChatMessageUser(id=ids("m"), content=item.text))
         elif isinstance(item, Info):
-            events.append(InfoEvent(uuid=ids("e"), timestamp=_when(item.ts, started), working_start=0.0,
-                                    source=item.kind, data=item.text))
+            events.append(
+                InfoEvent(
+                    uuid=ids("e"),
+                    timestamp=_when(item.ts, started),
+                    working_start=0.0,
+                    source=item.kind,
+                    data=item.text,
+                )
+            )
         elif isinstance(item, Turn):
             _turn(item, model, started, messages, events, ids)
     return messages, events
 
 
-def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage], events: list[Any],
-          ids: _Ids) -> None:
+def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage], events: list[Any], ids: _Ids) -> None:
     calls = [ToolCall(id=use.id, function=use.function, arguments=use.arguments) for use in turn.calls]
     name = turn.model or model
-    reply = ChatMessageAssistant(id=ids("m"), content="\n\n".join(turn.text), tool_calls=calls or None, model=name,
-                                 source="generate")
+    reply = ChatMessageAssistant(
+        id=ids("m"), content="\n\n".join(turn.text), tool_calls=calls or None, model=name, source="generate"
+    )
     messages.append(reply)
     at = _when(turn.ts, started)
     usage = None
     if turn.prompt_tokens is not None or turn.completion_tokens is not None:
         p, c = turn.prompt_tokens or 0, turn.completion_tokens or 0
-        usage = ModelUsage(input_tokens=p, output_tokens=c, total_tokens=p + c,
-                           input_tokens_cache_read=turn.cached_tokens, total_cost=turn.cost)
-    output = ModelOutput(model=name, usage=usage,
-                         choices=[ChatCompletionChoice(message=reply, stop_reason="tool_calls" if calls else "stop")])
-    events.append(ModelEvent(uuid=ids("e"), timestamp=at, working_start=0.0, model=name, input=[], tools=[],
-                             tool_choice="auto", config=GenerateConfig(), output=output))
+        usage = ModelUsage(
+            input_tokens=p,
+            output_tokens=c,
+            total_tokens=p + c,
+            input_tokens_cache_read=turn.cached_tokens,
+            total_cost=turn.cost,
+        )
+    output = ModelOutput(
+        model=name,
+        usage=usage,
+        choices=[ChatCompletionChoice(message=reply, stop_reason="tool_calls" if calls else "stop")],
+    )
+    events.append(
+        ModelEvent(
+            uuid=ids("e"),
+            timestamp=at,
+            working_start=0.0,
+            model=name,
+            input=[],
+            tools=[],
+            tool_choice="auto",
+            config=GenerateConfig(),
+            output=output,
+        )
+    )
     for use in turn.calls:
         error = ToolCallError("unknown", use.error[:TOOL_OUTPUT_CAP]) if use.error is not None else None
-        messages.append(ChatMessageTool(id=ids("m"), content=use.result, tool_call_id=use.id, function=use.function,
-                                        error=error))
-        events.append(ToolEvent(uuid=ids("e"), timestamp=_when(use.ts, at), working_start=0.0, id=use.id,
-                                function=use.function, arguments=use.arguments, result=use.result, error=error,
-                                truncated=(TOOL_OUTPUT_CAP + 1, TOOL_OUTPUT_CAP) if use.cut else None))
+        messages.append(
+            ChatMessageTool(id=ids("m"), content=use.result, tool_call_id=use.id, function=use.function, error=error)
+        )
+        events.append(
+            ToolEvent(
+                uuid=ids("e"),
+                timestamp=_when(use.ts, at),
+                working_start=0.0,
+                id=use.id,
+                function=use.function,
+                arguments=use.arguments,
+                result=use.result,
+                error=error,
+                truncated=(TOOL_OUTPUT_CAP + 1, TOOL_OUTPUT_CAP) if use.cut else None,
+            )
+        )
 
 
 # ---------------------------------------------------------------- samples and the log
@@ -221,8 +272,12 @@ def eval_log_of(run: ExportRun) -> EvalLog:
         task_version=bench_commit or "unknown",
         task_id=run.manifest.run_label,
         solver=run.manifest.engine,
-        dataset=EvalDataset(name="cowork_bench", location=BENCH_ORIGIN, samples=len(samples),
-                            sample_ids=[t.instance_id for t in run.tasks]),
+        dataset=EvalDataset(
+            name="cowork_bench",
+            location=BENCH_ORIGIN,
+            samples=len(samples),
+            sample_ids=[t.instance_id for t in run.tasks],
+        ),
         model=model,
         config=EvalConfig(epochs=1),
         revision=EvalRevision(type="git", origin=BENCH_ORIGIN, commit=bench_commit) if bench_commit else None,
@@ -230,11 +285,23 @@ def eval_log_of(run: ExportRun) -> EvalLog:
         metadata=run.eval_metadata(),
     )
     results = EvalResults(
-        total_samples=len(samples), completed_samples=len(samples),
-        scores=[EvalScore(name=SCORER, scorer=SCORER, scored_samples=len(samples), unscored_samples=0,
-                          metrics={"accuracy": EvalMetric(name="accuracy", value=report["pass_at_1"] or 0.0)},
-                          metadata={"pass_at_1": report["pass_at_1"], "passed": report["passed"],
-                                    "denominator": report["denominator"], "wilson95": [lo, hi]})],
+        total_samples=len(samples),
+        completed_samples=len(samples),
+        scores=[
+            EvalScore(
+                name=SCORER,
+                scorer=SCORER,
+                scored_samples=len(samples),
+                unscored_samples=0,
+                metrics={"accuracy": EvalMetric(name="accuracy", value=report["pass_at_1"] or 0.0)},
+                metadata={
+                    "pass_at_1": report["pass_at_1"],
+                    "passed": report["passed"],
+                    "denominator": report["denominator"],
+                    "wilson95": [lo, hi],
+                },
+            )
+        ],
     )
     finished = run.manifest.finished_at
     return EvalLog(
@@ -242,8 +309,11 @@ def eval_log_of(run: ExportRun) -> EvalLog:
         eval=spec,
         plan=EvalPlan(steps=[EvalPlanStep(solver=run.manifest.engine, params={"engine": run.manifest.engine})]),
         results=results,
-        stats=EvalStats(started_at=created.isoformat(), completed_at=_when(finished, created).isoformat(),
-                        model_usage={model: total}),
+        stats=EvalStats(
+            started_at=created.isoformat(),
+            completed_at=_when(finished, created).isoformat(),
+            model_usage={model: total},
+        ),
         samples=samples,
     )
 

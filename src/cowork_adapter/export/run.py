@@ -26,12 +26,14 @@ from .transcript import ARGUMENTS_CAP, MAX_TURNS, TOOL_OUTPUT_CAP, Transcript, r
 
 DUMPS = RELATIVE_DUMPS
 DUMP_PREFIX = "SingleUserTurn-"
-CAP_NOTE = ("Each sample's messages and events are the engine's own logs (Ouroboros' chat, progress, events "
-            "and tools logs, or an upstream engine's traj.json). Tool outputs are the engine's result "
-            f"previews, each cut at {TOOL_OUTPUT_CAP} characters (as Ouroboros logs them); tool arguments longer "
-            f"than {ARGUMENTS_CAP} characters of JSON are kept as their first characters; a sample keeps its "
-            f"first {MAX_TURNS} model turns. The engine does not log what each model call was sent: model "
-            "events carry the model's output and usage only.")
+CAP_NOTE = (
+    "Each sample's messages and events are the engine's own logs (Ouroboros' chat, progress, events "
+    "and tools logs, or an upstream engine's traj.json). Tool outputs are the engine's result "
+    f"previews, each cut at {TOOL_OUTPUT_CAP} characters (as Ouroboros logs them); tool arguments longer "
+    f"than {ARGUMENTS_CAP} characters of JSON are kept as their first characters; a sample keeps its "
+    f"first {MAX_TURNS} model turns. The engine does not log what each model call was sent: model "
+    "events carry the model's output and usage only."
+)
 PARALLEL_MIN_TASKS = 64  # below this many dumps, forking workers costs more than it saves
 
 
@@ -96,10 +98,15 @@ class TaskExport:
         }
         if self.audit is not None:
             a = self.audit
-            out["audit"] = {"findings_total": a.findings_total, "findings_by_reason": a.findings_by_reason,
-                            "findings": msgspec.to_builtins(a.findings),
-                            "gaps_total": a.gaps_total, "gaps_by_reason": a.gaps_by_reason,
-                            "tool_calls": a.activity.tool_calls, "cost_complete": a.cost.complete}
+            out["audit"] = {
+                "findings_total": a.findings_total,
+                "findings_by_reason": a.findings_by_reason,
+                "findings": msgspec.to_builtins(a.findings),
+                "gaps_total": a.gaps_total,
+                "gaps_by_reason": a.gaps_by_reason,
+                "tool_calls": a.activity.tool_calls,
+                "cost_complete": a.cost.complete,
+            }
         return out
 
 
@@ -195,7 +202,14 @@ def load_export(root: Path, workers: int | None = None) -> ExportRun:
     transcripts = _transcripts(jobs, wanted)
     out = ExportRun(root=resolved, manifest=this.manifest, report=report)
     for (task, row, provenance), transcript in zip(picked, transcripts, strict=True):
-        out.tasks.append(TaskExport(instance_id=task, run_label=this.manifest.run_label, row=row,
-                                    provenance=provenance, transcript=transcript,
-                                    audit=audits.get((provenance, task)) if provenance else None))
+        out.tasks.append(
+            TaskExport(
+                instance_id=task,
+                run_label=this.manifest.run_label,
+                row=row,
+                provenance=provenance,
+                transcript=transcript,
+                audit=audits.get((provenance, task)) if provenance else None,
+            )
+        )
     return out

@@ -166,7 +166,7 @@ def _read(path: str, below: str, cap: int, notes: list[str]) -> bytes | None:
     if found.kind == safefile.TOO_LARGE:
         notes.append(f"{os.path.basename(path)}: only its first {cap} bytes were read")
         cut = data.rfind(b"\n")
-        data = data[:cut + 1] if cut >= 0 else b""
+        data = data[: cut + 1] if cut >= 0 else b""
     return data
 
 
@@ -258,17 +258,28 @@ def _tool_use(row: _Row, number: int) -> ToolUse:
     result = _text(row.result_preview, 10 * TOOL_OUTPUT_CAP) or ""
     result, cut = capped(result)
     failed = row.is_error is True or row.status == "error"
-    return ToolUse(id=_text(row.tool_call_id, 200) or f"call-{number}", function=_text(row.tool, 200) or "unknown",
-                   arguments=_arguments(row.args), result=result, error=(result or "error") if failed else None,
-                   ts=_text(row.ts, 64), cut=cut)
+    return ToolUse(
+        id=_text(row.tool_call_id, 200) or f"call-{number}",
+        function=_text(row.tool, 200) or "unknown",
+        arguments=_arguments(row.args),
+        result=result,
+        error=(result or "error") if failed else None,
+        ts=_text(row.ts, 64),
+        cut=cut,
+    )
 
 
 def _usage_turn(row: _Row, out: Transcript, turns_by_call: dict[str, Turn]) -> Turn:
     """A new model turn from an llm_usage row, appended to `out` and registered by its call id."""
     call_id = row.llm_call_id if isinstance(row.llm_call_id, str) else None
-    turn = Turn(ts=_text(row.ts, 64), model=_text(row.model, 200), prompt_tokens=_count(row.prompt_tokens),
-                completion_tokens=_count(row.completion_tokens), cached_tokens=_count(row.cached_tokens),
-                cost=_money(row.cost))
+    turn = Turn(
+        ts=_text(row.ts, 64),
+        model=_text(row.model, 200),
+        prompt_tokens=_count(row.prompt_tokens),
+        completion_tokens=_count(row.completion_tokens),
+        cached_tokens=_count(row.cached_tokens),
+        cost=_money(row.cost),
+    )
     out.items.append(turn)
     if call_id is not None:
         turns_by_call[call_id] = turn
@@ -288,8 +299,11 @@ def from_ouroboros(logs_dir: str, below: str) -> Transcript | None:
     out = Transcript(source="ouroboros_logs", notes=notes)
     # A tool row naming its model call (llm_call_id, Ouroboros 6.97+) belongs to that call's turn even
     # when the usage row, written by the supervisor, was logged after the tools ran.
-    usage_by_call = {row.llm_call_id: row for row in logs.get(ENGINE_EVENTS, ())
-                     if row.type == "llm_usage" and isinstance(row.llm_call_id, str)}
+    usage_by_call = {
+        row.llm_call_id: row
+        for row in logs.get(ENGINE_EVENTS, ())
+        if row.type == "llm_usage" and isinstance(row.llm_call_id, str)
+    }
     turns_by_call: dict[str, Turn] = {}
     turn: Turn | None = None
     calls = 0
@@ -404,8 +418,13 @@ def from_traj(path: str, below: str) -> Transcript | None:
             for block in content if isinstance(content, list) else ():
                 result = block.get("toolResult") if isinstance(block, dict) else None
                 if isinstance(result, dict):  # Strands: results come back in a user message
-                    _settle(pending, result.get("toolUseId"), _result_text(result.get("content")),
-                            result.get("status") == "error", out)
+                    _settle(
+                        pending,
+                        result.get("toolUseId"),
+                        _result_text(result.get("content")),
+                        result.get("status") == "error",
+                        out,
+                    )
             text = _blocks_text(content)
             if text:
                 out.items.append(UserText(text))
@@ -434,7 +453,11 @@ def _calls_of(message: dict[str, Any]) -> Iterable[tuple[str | None, str, Any]]:
         use = block.get("toolUse") if isinstance(block, dict) else None
         if isinstance(use, dict):
             name = use.get("name")
-            yield _text(use.get("toolUseId"), 200), (name[:200] if isinstance(name, str) else "unknown"), use.get("input")
+            yield (
+                _text(use.get("toolUseId"), 200),
+                (name[:200] if isinstance(name, str) else "unknown"),
+                use.get("input"),
+            )
 
 
 def _settle(pending: dict[str, ToolUse], call_id: Any, text: str, failed: bool, out: Transcript) -> None:
@@ -458,7 +481,9 @@ def bounded(transcript: Transcript, max_turns: int = MAX_TURNS) -> Transcript:
             if turns > max_turns:
                 left = sum(isinstance(i, Turn) for i in transcript.items[index:])
                 del transcript.items[index:]
-                transcript.notes.append(f"{left} later model turn(s) are left out: a sample keeps the first {max_turns}")
+                transcript.notes.append(
+                    f"{left} later model turn(s) are left out: a sample keeps the first {max_turns}"
+                )
                 break
     return transcript
 

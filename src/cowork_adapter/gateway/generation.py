@@ -20,14 +20,24 @@ TRIES_SEC = (0.5, 1.0, 2.0)
 TIMEOUT_SEC = 5.0
 
 
-def generation_cost(client: httpx.Client, upstream: str, key: str, generation: str,
-                    closing: threading.Event, tries: tuple[float, ...] = TRIES_SEC) -> float | None:
+def generation_cost(
+    client: httpx.Client,
+    upstream: str,
+    key: str,
+    generation: str,
+    closing: threading.Event,
+    tries: tuple[float, ...] = TRIES_SEC,
+) -> float | None:
     for pause in tries:
         if closing.wait(pause):
             return None
         try:
-            answer = client.get(upstream + "/generation", params={"id": generation},
-                                headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT_SEC)
+            answer = client.get(
+                upstream + "/generation",
+                params={"id": generation},
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=TIMEOUT_SEC,
+            )
         except httpx.HTTPError:
             continue
         if answer.status_code in (400, 401, 403, 404, 405):  # no such look-up there: do not ask again

@@ -74,8 +74,12 @@ def _whole(value: object) -> bool:
 
 
 def _benign_provider(value: object, policy: Policy) -> bool:
-    return (bool(policy.provider_keys) and isinstance(value, dict) and set(value) <= policy.provider_keys
-            and all(isinstance(v, bool) for v in value.values()))
+    return (
+        bool(policy.provider_keys)
+        and isinstance(value, dict)
+        and set(value) <= policy.provider_keys
+        and all(isinstance(v, bool) for v in value.values())
+    )
 
 
 def shape(body: dict[str, Any], policy: Policy) -> dict[str, Any] | str:
@@ -83,9 +87,12 @@ def shape(body: dict[str, Any], policy: Policy) -> dict[str, Any] | str:
     for name, why in REFUSED_FIELDS.items():
         if name in body and not (name == "provider" and _benign_provider(body[name], policy)):
             return f"the field {name!r} is refused: {why}"
-    if policy.function_tools_only and isinstance(body.get("tools"), list) and any(
-            not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"]):
-            return "only function tools are forwarded: provider-side tools (web search) are billed per use"
+    if (
+        policy.function_tools_only
+        and isinstance(body.get("tools"), list)
+        and any(not isinstance(t, dict) or t.get("type") != "function" for t in body["tools"])
+    ):
+        return "only function tools are forwarded: provider-side tools (web search) are billed per use"
     model = body.get("model")
     if not isinstance(model, str):
         return "the request names no model"

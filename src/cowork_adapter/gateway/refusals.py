@@ -56,6 +56,13 @@ class RefusalLog:
         rows = []
         for first, more in window.values():
             if more:
-                rows.append(msgspec.structs.replace(first, at=now, count=more, latency_ms=0.0,
-                                                    error=f"{more} more refusals like the last in the interval"))
+                rows.append(
+                    msgspec.structs.replace(
+                        first,
+                        at=now,
+                        count=more,
+                        latency_ms=0.0,
+                        error=f"{more} more refusals like the last in the interval",
+                    )
+                )
         return rows

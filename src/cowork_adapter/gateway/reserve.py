@@ -45,8 +45,11 @@ def worst_cost(body_bytes: int, max_tokens: int, price: Price | None, assumed_us
 
 def output_cap(shaped: dict, default: int) -> int:
     """The output tokens a shaped body may produce (gateway/policy.py clamped and set them)."""
-    caps = [shaped[n] for n in ("max_tokens", "max_completion_tokens")
-            if isinstance(shaped.get(n), int) and not isinstance(shaped.get(n), bool)]
+    caps = [
+        shaped[n]
+        for n in ("max_tokens", "max_completion_tokens")
+        if isinstance(shaped.get(n), int) and not isinstance(shaped.get(n), bool)
+    ]
     return min(caps) if caps else default
 
 

@@ -41,13 +41,16 @@ class Route:
 
 CHAT = Route("/chat/completions", "POST", billed=True, chat=True)
 COMPATIBLE_ROUTES = {r.path: r for r in (CHAT, Route("/models", "GET"))}
-OPENROUTER_ROUTES = {r.path: r for r in (
-    CHAT,
-    Route("/models", "GET"),
-    Route("/generation", "GET", query=True),
-    Route("/auth/key", "GET"),
-    Route("/key", "GET"),
-)}
+OPENROUTER_ROUTES = {
+    r.path: r
+    for r in (
+        CHAT,
+        Route("/models", "GET"),
+        Route("/generation", "GET", query=True),
+        Route("/auth/key", "GET"),
+        Route("/key", "GET"),
+    )
+}
 
 
 def route_for(raw_path: str, *, openrouter: bool) -> tuple[Route, str] | None:
@@ -57,7 +60,7 @@ def route_for(raw_path: str, *, openrouter: bool) -> tuple[Route, str] | None:
     if openrouter:
         if not path.startswith(OPENROUTER_PREFIX + "/"):
             return None
-        route = OPENROUTER_ROUTES.get(path[len(OPENROUTER_PREFIX):])
+        route = OPENROUTER_ROUTES.get(path[len(OPENROUTER_PREFIX) :])
     else:
         route = COMPATIBLE_ROUTES.get(path[3:] if path.startswith("/v1/") else path)
     if route is None:

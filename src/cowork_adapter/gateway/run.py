@@ -70,10 +70,12 @@ def shaping_disclosures(provider: Provider, agent: Agent) -> list[str]:
     if provider.llm_gateway:
         routing = "refused OpenRouter's models, route, provider, plugins and web_search_options."
     else:
-        routing = ("refused OpenRouter's models, route, plugins and web_search_options, a provider object with "
-                   "other fields than require_parameters and allow_fallbacks, and tools other than functions; "
-                   "a request it left unchanged went upstream byte for byte (the request log's `changed` "
-                   "marks the others).")
+        routing = (
+            "refused OpenRouter's models, route, plugins and web_search_options, a provider object with "
+            "other fields than require_parameters and allow_fallbacks, and tools other than functions; "
+            "a request it left unchanged went upstream byte for byte (the request log's `changed` "
+            "marks the others)."
+        )
     return [
         f"The gateway pinned the model to {pinned_model(agent.model)!r}, required n = 1, clamped max_tokens / "
         f"max_completion_tokens to {provider.llm_gateway_max_tokens} (set it to that when absent), and {routing}",
@@ -99,12 +101,16 @@ def bridge_address(docker_host: str) -> str:
             return str(config["Gateway"])
         return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
     except Exception as exc:  # noqa: BLE001 - any failure is one sentence, with the flag that avoids it
-        raise Refusal("llm_gateway", f"the Docker daemon's bridge address could not be read ({type(exc).__name__}); "
-                                     "name the address containers reach this host at with --llm-gateway-host.") from None
+        raise Refusal(
+            "llm_gateway",
+            f"the Docker daemon's bridge address could not be read ({type(exc).__name__}); "
+            "name the address containers reach this host at with --llm-gateway-host.",
+        ) from None
 
 
-def open_for_run(cfg: RunConfig, key: str, run_label: str,
-                 run_root: Path) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute | None]:
+def open_for_run(
+    cfg: RunConfig, key: str, run_label: str, run_root: Path
+) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute | None]:
     """Start the run's gateway; returns it, the config the engines get, the manifest's record, and
     (the default route) what the shim gives agent containers to reach it as the provider."""
     host = cfg.provider.llm_gateway_host or bridge_address(cfg.docker_host)
@@ -113,52 +119,95 @@ def open_for_run(cfg: RunConfig, key: str, run_label: str,
         return _open_provider_tls(cfg, key, run_label, run_root, host, secret)
     upstream = agent_base_url(cfg)
     try:
-        gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
-                          stop_file=RunRoot(run_root).stop_file, bind_host=host,
-                          policy=Policy(model=pinned_model(cfg.agent.model), max_tokens=cfg.provider.llm_gateway_max_tokens),
-                          per_task_usd=cfg.agent.per_task_cost_usd, unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
-                          revoked_dir=RunRoot(run_root).evidence, peers=RunPeers(cfg.docker_host, run_label),
-                          price=model_price(upstream, key, pinned_model(cfg.agent.model))).start()
+        gateway = Gateway(
+            upstream=upstream,
+            key=key,
+            run_label=run_label,
+            secret=secret,
+            run_root=run_root,
+            stop_file=RunRoot(run_root).stop_file,
+            bind_host=host,
+            policy=Policy(model=pinned_model(cfg.agent.model), max_tokens=cfg.provider.llm_gateway_max_tokens),
+            per_task_usd=cfg.agent.per_task_cost_usd,
+            unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
+            revoked_dir=RunRoot(run_root).evidence,
+            peers=RunPeers(cfg.docker_host, run_label),
+            price=model_price(upstream, key, pinned_model(cfg.agent.model)),
+        ).start()
     except OSError as exc:
         remove_secrets(run_root)
-        raise Refusal("llm_gateway", f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
-                                     "name a local address containers reach with --llm-gateway-host.") from None
+        raise Refusal(
+            "llm_gateway",
+            f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
+            "name a local address containers reach with --llm-gateway-host.",
+        ) from None
     url = gateway.url_for(host)
     engine_cfg = cfg.with_changes(openai_compatible_base_url=url, credential_setting=COMPATIBLE_KEY_SETTING)
     disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
     if cfg.agent.engine_kind is EngineKind.OUROBOROS:
         disclosures += OUROBOROS_DISCLOSURES
-    record = GatewayRecord(container_url=url, upstream_url=upstream, routed_model=routed_model_id(cfg.agent.model, url),
-                           disclosures=disclosures, route=GatewayRoute.OPENAI_COMPATIBLE,
-                           listen_address=f"{host}:{gateway.port}")
+    record = GatewayRecord(
+        container_url=url,
+        upstream_url=upstream,
+        routed_model=routed_model_id(cfg.agent.model, url),
+        disclosures=disclosures,
+        route=GatewayRoute.OPENAI_COMPATIBLE,
+        listen_address=f"{host}:{gateway.port}",
+    )
     return gateway, engine_cfg, record, None
 
 
-def _open_provider_tls(cfg: RunConfig, key: str, run_label: str, run_root: Path, host: str,
-                       secret: bytes) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute]:
+def _open_provider_tls(
+    cfg: RunConfig, key: str, run_label: str, run_root: Path, host: str, secret: bytes
+) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute]:
     """The default route: the gateway serves the provider's host over TLS on port 443 of `host`."""
     tls = make_run_tls(run_root, run_label)
     upstream = cfg.provider.provider_upstream_url or OPENROUTER_CHAT_URL
     try:
-        gateway = Gateway(upstream=upstream, key=key, run_label=run_label, secret=secret, run_root=run_root,
-                          stop_file=RunRoot(run_root).stop_file, bind_host=host, port=TLS_PORT,
-                          policy=Policy(model=pinned_model(cfg.agent.model), max_tokens=cfg.provider.llm_gateway_max_tokens,
-                                        provider_keys=SEED_PROVIDER_KEYS, function_tools_only=True),
-                          per_task_usd=cfg.agent.per_task_cost_usd, unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
-                          revoked_dir=RunRoot(run_root).evidence, peers=RunPeers(cfg.docker_host, run_label),
-                          price=model_price(upstream, key, pinned_model(cfg.agent.model)),
-                          tls=tls.server_context(), openrouter=True).start()
+        gateway = Gateway(
+            upstream=upstream,
+            key=key,
+            run_label=run_label,
+            secret=secret,
+            run_root=run_root,
+            stop_file=RunRoot(run_root).stop_file,
+            bind_host=host,
+            port=TLS_PORT,
+            policy=Policy(
+                model=pinned_model(cfg.agent.model),
+                max_tokens=cfg.provider.llm_gateway_max_tokens,
+                provider_keys=SEED_PROVIDER_KEYS,
+                function_tools_only=True,
+            ),
+            per_task_usd=cfg.agent.per_task_cost_usd,
+            unknown_cost_usd=cfg.provider.llm_gateway_unknown_cost_usd,
+            revoked_dir=RunRoot(run_root).evidence,
+            peers=RunPeers(cfg.docker_host, run_label),
+            price=model_price(upstream, key, pinned_model(cfg.agent.model)),
+            tls=tls.server_context(),
+            openrouter=True,
+        ).start()
     except OSError as exc:
         remove_secrets(run_root)
-        raise Refusal("provider_tls", f"the run cannot serve {PROVIDER_HOST} on {host}:{TLS_PORT} "
-                                      f"({exc.strerror or exc}): that needs root and a free port 443 there; name "
-                                      "another address containers reach with --llm-gateway-host, or give the "
-                                      "agent containers the key themselves with --key-in-agent (the seed's path, "
-                                      "where the agent can read it).") from None
-    disclosures = list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
-    record = GatewayRecord(container_url=OPENROUTER_CHAT_URL, upstream_url=upstream, routed_model=cfg.agent.model,
-                           disclosures=disclosures, route=GatewayRoute.PROVIDER_TLS,
-                           listen_address=f"{host}:{TLS_PORT}")
+        raise Refusal(
+            "provider_tls",
+            f"the run cannot serve {PROVIDER_HOST} on {host}:{TLS_PORT} "
+            f"({exc.strerror or exc}): that needs root and a free port 443 there; name "
+            "another address containers reach with --llm-gateway-host, or give the "
+            "agent containers the key themselves with --key-in-agent (the seed's path, "
+            "where the agent can read it).",
+        ) from None
+    disclosures = (
+        list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
+    )
+    record = GatewayRecord(
+        container_url=OPENROUTER_CHAT_URL,
+        upstream_url=upstream,
+        routed_model=cfg.agent.model,
+        disclosures=disclosures,
+        route=GatewayRoute.PROVIDER_TLS,
+        listen_address=f"{host}:{TLS_PORT}",
+    )
     return gateway, cfg, record, ProviderRoute(host=PROVIDER_HOST, address=host, ca_bundle=tls.bundle)
 
 

@@ -125,8 +125,9 @@ class _Server(ThreadingHTTPServer):
         why = self.gateway.shares.connect(peer)
         if why is not None:  # over the peer's share or full: closed at once, no thread, no read
             self.gateway.overflowed += 1
-            self.gateway.record(GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0,
-                                               refused=why, peer=peer))
+            self.gateway.record(
+                GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0, refused=why, peer=peer)
+            )
             self.shutdown_request(request)
             return
         try:
@@ -164,15 +165,32 @@ class Gateway:
     `on_fence(reason)` is called once, from the thread that fenced (the launcher stops the run).
     """
 
-    def __init__(self, *, upstream: str, key: str, run_label: str, secret: bytes, run_root: Path,
-                 stop_file: Path, bind_host: str, port: int = 0,
-                 on_fence: Callable[[str], None] | None = None, policy: Policy | None = None,
-                 per_task_usd: float | None = None, unknown_cost_usd: float = DEFAULT_UNKNOWN_COST_USD,
-                 revoked_dir: Path | None = None, peers=None, max_connections: int | None = None,
-                 shares: sh.Limits | None = None, price: Price | None = None, generation_stats: bool | None = None,
-                 request_deadline_sec: float = REQUEST_DEADLINE_SEC,
-                 socket_timeout_sec: float = SOCKET_TIMEOUT_SEC, tls: ssl.SSLContext | None = None,
-                 openrouter: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        upstream: str,
+        key: str,
+        run_label: str,
+        secret: bytes,
+        run_root: Path,
+        stop_file: Path,
+        bind_host: str,
+        port: int = 0,
+        on_fence: Callable[[str], None] | None = None,
+        policy: Policy | None = None,
+        per_task_usd: float | None = None,
+        unknown_cost_usd: float = DEFAULT_UNKNOWN_COST_USD,
+        revoked_dir: Path | None = None,
+        peers=None,
+        max_connections: int | None = None,
+        shares: sh.Limits | None = None,
+        price: Price | None = None,
+        generation_stats: bool | None = None,
+        request_deadline_sec: float = REQUEST_DEADLINE_SEC,
+        socket_timeout_sec: float = SOCKET_TIMEOUT_SEC,
+        tls: ssl.SSLContext | None = None,
+        openrouter: bool = False,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.openrouter = openrouter  # the provider's own face (gateway/routes.py), else OpenAI-compatible
         self._key = key
@@ -185,12 +203,20 @@ class Gateway:
         self.limits = TaskLimits(per_task_usd)
         self.price = price
         # Whether the upstream posts generation stats (OpenRouter does; gateway/generation.py).
-        self.generation_stats = (openrouter or "openrouter.ai" in upstream) if generation_stats is None else generation_stats
+        self.generation_stats = (
+            (openrouter or "openrouter.ai" in upstream) if generation_stats is None else generation_stats
+        )
         self.unknown_cost_usd = unknown_cost_usd
         if shares is None and max_connections is not None:
             half = max(1, max_connections // 2)
-            shares = sh.Limits(max_connections=max_connections, per_peer=half, guaranteed=min(half, 4),
-                               headroom=max_connections // 4, per_task=max_connections, per_task_in_flight=half)
+            shares = sh.Limits(
+                max_connections=max_connections,
+                per_peer=half,
+                guaranteed=min(half, 4),
+                headroom=max_connections // 4,
+                per_task=max_connections,
+                per_task_in_flight=half,
+            )
         self.shares = sh.Shares(shares)
         self._bound: dict[socket.socket, str] = {}  # a served connection -> the task whose token it showed
         self.refusals = RefusalLog()
@@ -272,9 +298,18 @@ class Gateway:
         ip = _peer((ip,))
         if self.peers.allowed(ip):
             return True
-        self.record(GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0,
-                                   refused=REFUSED_PEER, peer=ip, error=bounded(f"peer {ip} is not a container of this run",
-                                                                       TEXT_CHARS)))
+        self.record(
+            GatewayRequest(
+                at=time.time(),
+                task=None,
+                path="",
+                status=0,
+                latency_ms=0.0,
+                refused=REFUSED_PEER,
+                peer=ip,
+                error=bounded(f"peer {ip} is not a container of this run", TEXT_CHARS),
+            )
+        )
         return False
 
     def authorize(self, header: str | None) -> str | None:
@@ -320,8 +355,9 @@ class Gateway:
     def fenced(self) -> bool:
         return self._fenced.is_set()
 
-    def _add_cost(self, task: str | None, cost: float | None, assumed: float | None,
-                  reserved: float | None = None) -> None:
+    def _add_cost(
+        self, task: str | None, cost: float | None, assumed: float | None, reserved: float | None = None
+    ) -> None:
         """Count a request's cost: the provider's figure toward the run-wide fence and its task; an
         assumed figure toward its task only (one task's unknowns never fence its siblings). A request
         that reserved its worst cost (gateway/reserve.py) settles the reservation with this charge."""
@@ -365,17 +401,21 @@ class Gateway:
         """(why, sentence) a new request of `task` gets now, or None to forward it."""
         if self.fenced:
             if self.fence_reason == FENCE_BUDGET:
-                return REFUSED_FENCED, (f"the run's model budget is spent: the gateway's sum of costs "
-                                        f"${self.spent_usd:.4f} reached the run's allowance "
-                                        f"${self.allowance_usd or 0:.4f}")
+                return REFUSED_FENCED, (
+                    f"the run's model budget is spent: the gateway's sum of costs "
+                    f"${self.spent_usd:.4f} reached the run's allowance "
+                    f"${self.allowance_usd or 0:.4f}"
+                )
             return REFUSED_FENCED, f"the run is stopping ({self.fence_reason}); no new model requests are forwarded"
         if self.allowance_usd is None:
             return REFUSED_FENCED, "the run is not admitted yet; no model requests are forwarded"
         spent = self.limits.settled(task) if task is not None else 0.0
         if self.per_task_usd is not None and spent >= self.per_task_usd:
-            return REFUSED_TASK_BUDGET, (f"this task's model spend ${spent:.4f} reached the per-task limit "
-                                         f"${self.per_task_usd:.4f} (--per-task-cost-usd); no more requests "
-                                         f"of this task are forwarded")
+            return REFUSED_TASK_BUDGET, (
+                f"this task's model spend ${spent:.4f} reached the per-task limit "
+                f"${self.per_task_usd:.4f} (--per-task-cost-usd); no more requests "
+                f"of this task are forwarded"
+            )
         return None
 
     # ------------------------------------------------------------ the request log
@@ -401,8 +441,15 @@ class Gateway:
 
     # ------------------------------------------------------------ forwarding
 
-    def open_upstream(self, method: str, path: str, body: bytes | None, passed: dict[str, str],
-                      sent: list[bool], with_key: bool = True) -> httpx.Response:
+    def open_upstream(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        passed: dict[str, str],
+        sent: list[bool],
+        with_key: bool = True,
+    ) -> httpx.Response:
         """The provider's response, opened as a stream. The client's own headers go along (its SDK's
         names, OpenRouter's attribution headers), except the credential and what framing sets; the
         key replaces the credential (`with_key`: a request that came without one goes without one).
@@ -423,8 +470,9 @@ class Gateway:
         headers = {**passed, "Accept-Encoding": "identity"}
         if with_key:
             headers["Authorization"] = f"Bearer {self._key}"
-        request = self._client.build_request(method, self.upstream + path, content=body, headers=headers,
-                                             extensions={"trace": trace})
+        request = self._client.build_request(
+            method, self.upstream + path, content=body, headers=headers, extensions={"trace": trace}
+        )
         if self.fenced:
             raise httpx.ConnectError("fenced before sending")
         response = self._client.send(request, stream=True)
@@ -446,8 +494,21 @@ class Gateway:
 
 
 # Hop-by-hop and framing headers the gateway sets itself instead of passing on.
-_NOT_PASSED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
-                         "proxy-authenticate", "proxy-authorization", "te", "trailers", "upgrade", "set-cookie"})
+_NOT_PASSED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailers",
+        "upgrade",
+        "set-cookie",
+    }
+)
 
 
 # What reading a response the fence closed (or the provider broke off) may raise.
@@ -486,8 +547,9 @@ def _handler(gateway: Gateway):
                 gateway._deadlines.pop(self.connection, None)
 
         def _json(self, status: int, message: str, kind: str) -> None:
-            data = json.dumps({"error": {"message": f"cowork-adapter gateway: {message}", "type": kind,
-                                         "code": status}}).encode()
+            data = json.dumps(
+                {"error": {"message": f"cowork-adapter gateway: {message}", "type": kind, "code": status}}
+            ).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -505,8 +567,14 @@ def _handler(gateway: Gateway):
         def _serve(self, method: str) -> None:
             started = time.time()
             clock = time.monotonic()
-            row = GatewayRequest(at=started, task=None, path=self.path.split("?", 1)[0], status=0, latency_ms=0.0,
-                                 peer=_peer(self.client_address))
+            row = GatewayRequest(
+                at=started,
+                task=None,
+                path=self.path.split("?", 1)[0],
+                status=0,
+                latency_ms=0.0,
+                peer=_peer(self.client_address),
+            )
             self._clock, self._settled = clock, False
             self._reserved: float | None = None  # the worst cost this request holds (gateway/reserve.py)
             self._busy: str | None = None  # the task whose in-flight share it takes
@@ -532,8 +600,9 @@ def _handler(gateway: Gateway):
             gateway.record(row)
             gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd, self._reserved)
 
-        def _refuse(self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str,
-                    *, close: bool = False) -> NoReturn:
+        def _refuse(
+            self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str, *, close: bool = False
+        ) -> NoReturn:
             """Answer the request with an error and log it; raises _Refused to end the handling."""
             row.status, row.refused = status, why
             if close:  # the body was not read: the connection cannot carry another request
@@ -548,25 +617,55 @@ def _handler(gateway: Gateway):
             task = gateway.authorize(self.headers.get("Authorization"))
             row.task = task
             if task is None:
-                self._refuse(row, 401, REFUSED_AUTH, "the token is not valid for this run and task",
-                             "authentication_error", close=True)
+                self._refuse(
+                    row,
+                    401,
+                    REFUSED_AUTH,
+                    "the token is not valid for this run and task",
+                    "authentication_error",
+                    close=True,
+                )
             if gateway.revoked(task):
-                self._refuse(row, 401, REFUSED_REVOKED, "this task's agent container was removed; its token "
-                             "is no longer valid", "authentication_error", close=True)
+                self._refuse(
+                    row,
+                    401,
+                    REFUSED_REVOKED,
+                    "this task's agent container was removed; its token is no longer valid",
+                    "authentication_error",
+                    close=True,
+                )
             # 1b. The task's fair share (gateway/shares.py): its connections, then its requests in flight.
             if gateway._bound.get(self.request) != task:
                 if self.request in gateway._bound or not gateway.shares.bind(task):
-                    self._refuse(row, 429, sh.TASK_CONNECTIONS, "this task holds its share of the gateway's "
-                                 "connections; close some first", "rate_limit_error", close=True)
+                    self._refuse(
+                        row,
+                        429,
+                        sh.TASK_CONNECTIONS,
+                        "this task holds its share of the gateway's connections; close some first",
+                        "rate_limit_error",
+                        close=True,
+                    )
                 gateway._bound[self.request] = task
             if not gateway.shares.begin(task):
-                self._refuse(row, 429, sh.TASK_BUSY, "this task has its share of requests in flight "
-                             f"({gateway.shares.limits.per_task_in_flight}); wait for one to end",
-                             "rate_limit_error", close=True)
+                self._refuse(
+                    row,
+                    429,
+                    sh.TASK_BUSY,
+                    "this task has its share of requests in flight "
+                    f"({gateway.shares.limits.per_task_in_flight}); wait for one to end",
+                    "rate_limit_error",
+                    close=True,
+                )
             self._busy = task
             if found is None or method != found[0].method:
-                self._refuse(row, 404, REFUSED_ROUTE, f"no route {method} {bounded(self.path, PATH_CHARS)}",
-                             "not_found", close=True)
+                self._refuse(
+                    row,
+                    404,
+                    REFUSED_ROUTE,
+                    f"no route {method} {bounded(self.path, PATH_CHARS)}",
+                    "not_found",
+                    close=True,
+                )
             route, upstream_path = found
             # 2. The body: its exact length first, then a bounded read within the deadline.
             body = self._read_body(method, row)
@@ -587,29 +686,49 @@ def _handler(gateway: Gateway):
             # A body the policy left as it was goes upstream byte for byte, as the engine sent it.
             row.changed = shaped != parsed
             forwarded = json.dumps(shaped).encode() if row.changed else body
-            worst = worst_cost(len(forwarded), output_cap(shaped, gateway.policy.max_tokens), gateway.price,
-                               gateway.unknown_cost_usd)
+            worst = worst_cost(
+                len(forwarded), output_cap(shaped, gateway.policy.max_tokens), gateway.price, gateway.unknown_cost_usd
+            )
             self._send_upstream(method, upstream_path, forwarded, row, billed=route.billed, worst=worst)
 
         def _read_body(self, method: str, row: GatewayRequest) -> bytes:
             if self.headers.get("Transfer-Encoding") is not None:
-                self._refuse(row, 411, REFUSED_BODY, "a Content-Length is required (no chunked bodies)",
-                             "invalid_request_error", close=True)
+                self._refuse(
+                    row,
+                    411,
+                    REFUSED_BODY,
+                    "a Content-Length is required (no chunked bodies)",
+                    "invalid_request_error",
+                    close=True,
+                )
             given = self.headers.get_all("Content-Length") or []
             if not given:
                 if method == "POST":
-                    self._refuse(row, 411, REFUSED_BODY, "a Content-Length is required", "invalid_request_error",
-                                 close=True)
+                    self._refuse(
+                        row, 411, REFUSED_BODY, "a Content-Length is required", "invalid_request_error", close=True
+                    )
                 gateway._deadlines.pop(self.connection, None)  # read whole: the provider's time is not the client's
                 return b""
             raw = given[0].strip()
             if len(given) > 1 or not (raw.isascii() and raw.isdigit()):
-                self._refuse(row, 400, REFUSED_BODY, "the Content-Length is not one whole number",
-                             "invalid_request_error", close=True)
+                self._refuse(
+                    row,
+                    400,
+                    REFUSED_BODY,
+                    "the Content-Length is not one whole number",
+                    "invalid_request_error",
+                    close=True,
+                )
             length = int(raw)
             if length > MAX_BODY_BYTES:
-                self._refuse(row, 413, REFUSED_BODY, f"request body too large (at most {MAX_BODY_BYTES} bytes)",
-                             "invalid_request_error", close=True)
+                self._refuse(
+                    row,
+                    413,
+                    REFUSED_BODY,
+                    f"request body too large (at most {MAX_BODY_BYTES} bytes)",
+                    "invalid_request_error",
+                    close=True,
+                )
             if method == "GET" and length:
                 self._refuse(row, 400, REFUSED_BODY, "a GET carries no body", "invalid_request_error", close=True)
             try:  # the reaper's shutdown reads as an end, or as a reset when the client closed first
@@ -619,23 +738,33 @@ def _handler(gateway: Gateway):
             gateway._deadlines.pop(self.connection, None)
             if len(body) < length:  # cut by the deadline, or the client stopped sending
                 row.error = f"body ended after {len(body)} of {length} bytes"
-                self._refuse(row, 400, REFUSED_BODY, "the body did not arrive in time", "invalid_request_error",
-                             close=True)
+                self._refuse(
+                    row, 400, REFUSED_BODY, "the body did not arrive in time", "invalid_request_error", close=True
+                )
             return body
 
-        def _send_upstream(self, method: str, path: str, body: bytes | None, row: GatewayRequest, *,
-                           billed: bool, worst: float) -> None:
+        def _send_upstream(
+            self, method: str, path: str, body: bytes | None, row: GatewayRequest, *, billed: bool, worst: float
+        ) -> None:
             refusal = gateway.refusal(row.task)
             if refusal is None and billed and row.task is not None:  # the worst answer reserved first
                 if gateway.limits.reserve(row.task, worst):
                     self._reserved = worst
                 else:
-                    refusal = (REFUSED_TASK_BUDGET, f"this task's model spend ${gateway.limits.settled(row.task):.4f} "
-                               f"and the answers in flight may reach the per-task limit ${gateway.per_task_usd:.4f} "
-                               "(--per-task-cost-usd); wait for them to end")
+                    refusal = (
+                        REFUSED_TASK_BUDGET,
+                        f"this task's model spend ${gateway.limits.settled(row.task):.4f} "
+                        f"and the answers in flight may reach the per-task limit ${gateway.per_task_usd:.4f} "
+                        "(--per-task-cost-usd); wait for them to end",
+                    )
             if refusal is not None:
-                self._refuse(row, 403, refusal[0], refusal[1],
-                             "gateway_fenced" if refusal[0] == REFUSED_FENCED else "task_budget_spent")
+                self._refuse(
+                    row,
+                    403,
+                    refusal[0],
+                    refusal[1],
+                    "gateway_fenced" if refusal[0] == REFUSED_FENCED else "task_budget_spent",
+                )
             sent = [False]
             try:
                 passed = {k: v for k, v in self.headers.items() if k.lower() not in _NOT_FORWARDED}
@@ -656,8 +785,13 @@ def _handler(gateway: Gateway):
             if maybe_billed:
                 row.assumed_cost_usd = gateway.unknown_cost_usd
             if gateway.fenced:  # a request that went out counts as forwarded (refused stays None): it may be billed
-                self._refuse(row, 403, None if maybe_billed else REFUSED_FENCED,
-                             (gateway.refusal() or ("", "fenced"))[1], "gateway_fenced")
+                self._refuse(
+                    row,
+                    403,
+                    None if maybe_billed else REFUSED_FENCED,
+                    (gateway.refusal() or ("", "fenced"))[1],
+                    "gateway_fenced",
+                )
             self._refuse(row, 502, None, f"the provider's answer did not arrive ({row.error})", "upstream_error")
 
         def _relay(self, response: httpx.Response, row: GatewayRequest, billed: bool) -> None:
@@ -705,15 +839,23 @@ def _handler(gateway: Gateway):
                     row.error = f"upstream: {type(exc).__name__}"
             finally:  # also when the client went away mid-stream: the provider bills what it made
                 row.prompt_tokens, row.completion_tokens, row.cost_usd = usage.usage
-                if billed and row.cost_usd is None and response.status_code < 400 and usage.generation \
-                        and gateway.generation_stats:
+                if (
+                    billed
+                    and row.cost_usd is None
+                    and response.status_code < 400
+                    and usage.generation
+                    and gateway.generation_stats
+                ):
                     try:  # the stream ends for the client now (framed by the connection's end), then we ask
                         socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
                     except OSError:
                         pass
                     row.cost_usd = gateway.generation_cost(usage.generation)  # the provider's own figure
-                    row.error = row.error if row.cost_usd is None else bounded(
-                        f"{row.error or 'no usage'}; cost from generation stats", TEXT_CHARS)
+                    row.error = (
+                        row.error
+                        if row.cost_usd is None
+                        else bounded(f"{row.error or 'no usage'}; cost from generation stats", TEXT_CHARS)
+                    )
                 if billed and row.cost_usd is None and response.status_code < 400:
                     row.assumed_cost_usd = gateway.unknown_cost_usd
 

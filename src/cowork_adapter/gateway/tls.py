@@ -74,46 +74,75 @@ def public_roots() -> bytes:
 
 
 def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "cowork-adapter run"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "cowork-adapter run"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common),
+        ]
+    )
 
 
-def make_certificates(run_label: str, host: str = PROVIDER_HOST,
-                      now: dt.datetime | None = None) -> tuple[bytes, bytes, bytes]:
+def make_certificates(
+    run_label: str, host: str = PROVIDER_HOST, now: dt.datetime | None = None
+) -> tuple[bytes, bytes, bytes]:
     """(CA certificate, leaf certificate, leaf private key), PEM; the CA's key is dropped here."""
     now = now or dt.datetime.now(dt.UTC)
     start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=VALID_DAYS)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name(f"cowork-adapter run CA {run_label[:16]}")
     ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(end)
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         # Only the provider's host: this CA vouches for no other name, whoever holds it.
-        .add_extension(x509.NameConstraints(permitted_subtrees=[x509.DNSName(host)], excluded_subtrees=None),
-                       critical=True)
+        .add_extension(
+            x509.NameConstraints(permitted_subtrees=[x509.DNSName(host)], excluded_subtrees=None), critical=True
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     leaf_key = ec.generate_private_key(ec.SECP256R1())
     leaf_cert = (
-        x509.CertificateBuilder().subject_name(_name(host)).issuer_name(ca_name)
-        .public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(end)
+        x509.CertificateBuilder()
+        .subject_name(_name(host))
+        .issuer_name(ca_name)
+        .public_key(leaf_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key_pem = leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption())
-    return (ca_cert.public_bytes(serialization.Encoding.PEM), leaf_cert.public_bytes(serialization.Encoding.PEM),
-            key_pem)
+    key_pem = leaf_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return (
+        ca_cert.public_bytes(serialization.Encoding.PEM),
+        leaf_cert.public_bytes(serialization.Encoding.PEM),
+        key_pem,
+    )
 
 
 def _write_new(path: Path, data: bytes, mode: int) -> None:
@@ -135,8 +164,12 @@ def make_run_tls(run_root: Path, run_label: str) -> RunTls:
     public = root.tls
     public.mkdir(mode=0o755, exist_ok=True)
     roots = public_roots()
-    tls = RunTls(bundle=public / layout.PROVIDER_BUNDLE, ca_cert=public / layout.RUN_CA_CERT,
-                 leaf_cert=public / layout.PROVIDER_LEAF_CERT, leaf_key=root.provider_leaf_key)
+    tls = RunTls(
+        bundle=public / layout.PROVIDER_BUNDLE,
+        ca_cert=public / layout.RUN_CA_CERT,
+        leaf_cert=public / layout.PROVIDER_LEAF_CERT,
+        leaf_key=root.provider_leaf_key,
+    )
     _write_new(tls.leaf_key, key_pem, 0o600)
     _write_new(tls.ca_cert, ca_pem, 0o644)
     _write_new(tls.leaf_cert, leaf_pem, 0o644)

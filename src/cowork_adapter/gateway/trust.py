@@ -22,12 +22,16 @@ from ..host.daemon import docker_client
 from ..image.derived import DETECT_LIMITS
 
 # The derived image's interpreters (container/runconfig.py ImagePaths, and the base's own).
-PYTHONS = ("/opt/ouroboros-venv/bin/python", "/opt/venv/bin/python3", "/opt/mcp-proxy-venv/bin/python",
-           "/usr/bin/python3")
+PYTHONS = (
+    "/opt/ouroboros-venv/bin/python",
+    "/opt/venv/bin/python3",
+    "/opt/mcp-proxy-venv/bin/python",
+    "/usr/bin/python3",
+)
 SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,4000}")
 _PROBE = (
     'for py in "$@"; do [ -x "$py" ] && "$py" -I -c '
-    '"import certifi,json,os;p=os.path.realpath(certifi.where());print(json.dumps(p) if os.path.isfile(p) else \'\')"'
+    "\"import certifi,json,os;p=os.path.realpath(certifi.where());print(json.dumps(p) if os.path.isfile(p) else '')\""
     " 2>/dev/null; done; true"
 )
 
@@ -37,14 +41,24 @@ def certifi_files(docker_host: str, image: str, run_label: str) -> list[str]:
     try:
         client = docker_client(docker_host, 120)
         try:
-            out = client.containers.run(image, ["-c", _PROBE, "probe", *PYTHONS], entrypoint=["/bin/sh"], remove=True,
-                                        labels={RUN_LABEL_KEY: run_label}, network_disabled=True, **DETECT_LIMITS)
+            out = client.containers.run(
+                image,
+                ["-c", _PROBE, "probe", *PYTHONS],
+                entrypoint=["/bin/sh"],
+                remove=True,
+                labels={RUN_LABEL_KEY: run_label},
+                network_disabled=True,
+                **DETECT_LIMITS,
+            )
         finally:
             client.close()
     except docker.errors.DockerException as exc:
-        raise Refusal("provider_tls", f"the image {image} could not be asked where its Pythons read their CA "
-                                      f"certificates ({type(exc).__name__}); give the agent the key with "
-                                      "--key-in-agent, or use --llm-gateway.") from None
+        raise Refusal(
+            "provider_tls",
+            f"the image {image} could not be asked where its Pythons read their CA "
+            f"certificates ({type(exc).__name__}); give the agent the key with "
+            "--key-in-agent, or use --llm-gateway.",
+        ) from None
     found: list[str] = []
     for line in out.decode(errors="replace").splitlines():
         try:

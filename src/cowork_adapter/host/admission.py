@@ -82,7 +82,9 @@ class Admission:
 
     def sentence(self) -> str:
         if self.admit:
-            return "admitting: load, memory and daemon within limits" + (f" ({'; '.join(self.notes)})" if self.notes else "")
+            return "admitting: load, memory and daemon within limits" + (
+                f" ({'; '.join(self.notes)})" if self.notes else ""
+            )
         return "waiting for load: " + "; ".join(self.waits)
 
 
@@ -97,18 +99,24 @@ def decide(load: HostLoad, limits: AdmissionLimits) -> Admission:
     if per_cpu is None:
         notes.append("load average unknown")
     elif per_cpu > limits.max_load_per_cpu:
-        waits.append(f"load average {load.load1:.1f} on {load.cpus} CPU(s) is {per_cpu:.2f} per CPU, over "
-                     f"{limits.max_load_per_cpu:g}")
+        waits.append(
+            f"load average {load.load1:.1f} on {load.cpus} CPU(s) is {per_cpu:.2f} per CPU, over "
+            f"{limits.max_load_per_cpu:g}"
+        )
     if load.mem_available_bytes is None:
         notes.append("MemAvailable unknown")
     elif load.mem_available_bytes < limits.min_mem_available_bytes:
-        waits.append(f"MemAvailable {load.mem_available_bytes / GIB:.2f} GiB is under "
-                     f"{limits.min_mem_available_bytes / GIB:.2f} GiB")
+        waits.append(
+            f"MemAvailable {load.mem_available_bytes / GIB:.2f} GiB is under "
+            f"{limits.min_mem_available_bytes / GIB:.2f} GiB"
+        )
     if load.daemon_ping_sec is None:
         waits.append("the Docker daemon did not answer its ping")
     elif load.daemon_ping_sec > limits.max_daemon_ping_sec:
-        waits.append(f"the Docker daemon took {load.daemon_ping_sec:.2f} s to answer its ping, over "
-                     f"{limits.max_daemon_ping_sec:g} s")
+        waits.append(
+            f"the Docker daemon took {load.daemon_ping_sec:.2f} s to answer its ping, over "
+            f"{limits.max_daemon_ping_sec:g} s"
+        )
     return Admission(admit=not waits, waits=waits, notes=notes)
 
 
@@ -141,8 +149,7 @@ def timed_ping(ping: Callable[[], object], clock: Callable[[], float] = time.mon
     return clock() - start
 
 
-def read_host_load(ping: Callable[[], object], *, proc: Path = Path("/proc"),
-                   cpus: int | None = None) -> HostLoad:
+def read_host_load(ping: Callable[[], object], *, proc: Path = Path("/proc"), cpus: int | None = None) -> HostLoad:
     """One reading of this host: /proc/loadavg, /proc/meminfo and a timed daemon ping."""
     problems: list[str] = []
     load1: float | None = None
@@ -158,5 +165,6 @@ def read_host_load(ping: Callable[[], object], *, proc: Path = Path("/proc"),
     # The load average counts runnable tasks of the whole host, so it is divided by all its CPUs
     # (not this process's affinity set).
     n = cpus if cpus is not None else (os.cpu_count() or 1)
-    return HostLoad(load1=load1, cpus=n, mem_available_bytes=mem, daemon_ping_sec=timed_ping(ping),
-                    problems=tuple(problems))
+    return HostLoad(
+        load1=load1, cpus=n, mem_available_bytes=mem, daemon_ping_sec=timed_ping(ping), problems=tuple(problems)
+    )

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 DOCKER_TIMEOUT_SEC = 30
 
 
-def docker_client(docker_host: str, timeout: float = DOCKER_TIMEOUT_SEC, *,
-                  pool: int | None = None) -> docker.DockerClient:
+def docker_client(
+    docker_host: str, timeout: float = DOCKER_TIMEOUT_SEC, *, pool: int | None = None
+) -> docker.DockerClient:
     """A client of the daemon at `docker_host`; `pool` widens its connection pool for parallel calls."""
     import docker
 

@@ -57,8 +57,9 @@ class Suggestion:
     sentence: str
 
 
-def suggest_concurrency(host_cpus: int | None, host_memory_bytes: int | None,
-                        peaks: Sequence[int], cpu_rates: Sequence[float]) -> Suggestion:
+def suggest_concurrency(
+    host_cpus: int | None, host_memory_bytes: int | None, peaks: Sequence[int], cpu_rates: Sequence[float]
+) -> Suggestion:
     """How many tasks this host can run at once, from measured per-task use.
 
     Memory bounds it by the largest measured task peak (a task above the host's memory is an
@@ -66,29 +67,42 @@ def suggest_concurrency(host_cpus: int | None, host_memory_bytes: int | None,
     as at least MIN_CPU_RATE. The smaller wins, and never below 1.
     """
     if not peaks:
-        return Suggestion(None, "no task's resource use has been measured yet (in this campaign's ledgers), so no "
-                                "concurrency is suggested; start at 1 and read `cowork-adapter status` "
-                                "after the first task")
+        return Suggestion(
+            None,
+            "no task's resource use has been measured yet (in this campaign's ledgers), so no "
+            "concurrency is suggested; start at 1 and read `cowork-adapter status` "
+            "after the first task",
+        )
     if not host_cpus or not host_memory_bytes:
-        return Suggestion(None, "the daemon did not report its CPUs and memory, so no concurrency is "
-                                f"suggested from the {len(peaks)} measured task(s)")
+        return Suggestion(
+            None,
+            "the daemon did not report its CPUs and memory, so no concurrency is "
+            f"suggested from the {len(peaks)} measured task(s)",
+        )
     largest = max(peaks)
     by_memory = max(1, math.floor(host_memory_bytes * MEMORY_SHARE / largest))
-    parts = [f"memory allows {by_memory} ({MEMORY_SHARE:.0%} of {_gib(host_memory_bytes)} / the largest "
-             f"measured task peak {_mib(largest)} over {len(peaks)} task(s))"]
+    parts = [
+        f"memory allows {by_memory} ({MEMORY_SHARE:.0%} of {_gib(host_memory_bytes)} / the largest "
+        f"measured task peak {_mib(largest)} over {len(peaks)} task(s))"
+    ]
     limit = by_memory
     if cpu_rates:
         largest_rate = max(cpu_rates)
         rate = max(largest_rate, MIN_CPU_RATE)
         floor = f", counted as the floor {MIN_CPU_RATE:.2f}" if largest_rate < MIN_CPU_RATE else ""
         by_cpu = max(1, math.floor(host_cpus / rate))
-        parts.append(f"CPU allows {by_cpu} ({host_cpus} CPUs / the largest measured rate {largest_rate:.2f} CPUs "
-                     f"per task over {len(cpu_rates)} task(s){floor})")
+        parts.append(
+            f"CPU allows {by_cpu} ({host_cpus} CPUs / the largest measured rate {largest_rate:.2f} CPUs "
+            f"per task over {len(cpu_rates)} task(s){floor})"
+        )
         limit = min(limit, by_cpu)
     else:
         parts.append("CPU not considered (no measured task has a wall-clock duration)")
-    return Suggestion(limit, f"suggested concurrency {limit} for this host ({host_cpus} CPUs, "
-                             f"{_gib(host_memory_bytes)} per the daemon): " + "; ".join(parts))
+    return Suggestion(
+        limit,
+        f"suggested concurrency {limit} for this host ({host_cpus} CPUs, "
+        f"{_gib(host_memory_bytes)} per the daemon): " + "; ".join(parts),
+    )
 
 
 def _gib(n: int) -> str:
@@ -130,8 +144,9 @@ def summary_line(rows: Sequence[TaskRow]) -> str:
         return f"resource use: none measured yet ({len(attempted)} task(s) with containers)"
     parts = []
     if peaks:
-        parts.append(f"peak memory median {_mib(int(statistics.median(peaks)))}, max {_mib(peaks[-1])} "
-                     f"({len(peaks)} task(s))")
+        parts.append(
+            f"peak memory median {_mib(int(statistics.median(peaks)))}, max {_mib(peaks[-1])} ({len(peaks)} task(s))"
+        )
     if cpus:
         parts.append(f"CPU time median {statistics.median(cpus):.1f} s, max {cpus[-1]:.1f} s ({len(cpus)} task(s))")
     unknown = sum(1 for r in attempted if r.peak_memory_bytes is None or r.cpu_seconds is None)
@@ -174,8 +189,10 @@ def unread_by_stop(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
     def note(_api: Any, _ident: str, name: str) -> None:
         task_ident = _measured_task(shim, name)
         if task_ident is not None:
-            shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)),
-                             _unread(shim, name, "adapter_stop", STOP_UNREAD_CAUSE))
+            shim.append_line(
+                str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)),
+                _unread(shim, name, "adapter_stop", STOP_UNREAD_CAUSE),
+            )
 
     return note
 
@@ -187,9 +204,17 @@ def _measured_task(shim: Any, name: str) -> str | None:
 
 
 def _unread(shim: Any, name: str, command: str, cause: str | None) -> dict[str, Any]:
-    return {"ts": time.time(), "container": name, "method": shim.STATS_METHOD, "role": shim.role_for_name(name),
-            "command": command, "memory_peak_bytes": None, "cpu_ns": None, "memory_usage_bytes": None,
-            "cause": cause}
+    return {
+        "ts": time.time(),
+        "container": name,
+        "method": shim.STATS_METHOD,
+        "role": shim.role_for_name(name),
+        "command": command,
+        "memory_peak_bytes": None,
+        "cpu_ns": None,
+        "memory_usage_bytes": None,
+        "cause": cause,
+    }
 
 
 def measured_use(run_roots: Iterable[Path | str]) -> tuple[list[int], list[float]]:

@@ -133,8 +133,10 @@ def label_mismatch(tag: str, labels: dict[str, str], req: ImageRequest) -> str |
     for key, want in expected_labels(req).items():
         if key == LABEL_BASE_ID and labels.get(key) != want:
             built_on = labels.get(key) or "an unrecorded base"
-            return (f"image {tag} was built on {built_on[:19]}, but {req.base_image} is now {want[:19]}; "
-                    "pass --build-image to rebuild it")
+            return (
+                f"image {tag} was built on {built_on[:19]}, but {req.base_image} is now {want[:19]}; "
+                "pass --build-image to rebuild it"
+            )
         have = labels.get(key)
         if have != want:
             return f"image {tag} has label {key}={(have or '(none)')[:12]}, not {want[:12]}; pass --build-image to rebuild it"
@@ -169,8 +171,12 @@ def image_python(docker_host: str, base_image: str, run_label: str) -> tuple[str
     )
     try:
         out = _client(docker_host).containers.run(
-            base_image, ["/usr/bin/python3", "-c", probe], remove=True, labels={"org.cowork-adapter.run": run_label},
-            network_disabled=True, **DETECT_LIMITS,  # small fixed limits, like the repair detector's
+            base_image,
+            ["/usr/bin/python3", "-c", probe],
+            remove=True,
+            labels={"org.cowork-adapter.run": run_label},
+            network_disabled=True,
+            **DETECT_LIMITS,  # small fixed limits, like the repair detector's
         )
     except docker.errors.DockerException as exc:
         raise Refusal("image", f"the base image {base_image} could not run /usr/bin/python3: {exc}") from exc
@@ -244,17 +250,31 @@ class _NoLines(contextlib.nullcontext):
         pass
 
 
-def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Path, run_label: str,
-           disk_ok: Callable[[], str | None], repair: bool, lines: StepLines | _NoLines) -> list[WheelRecord]:
+def _build(
+    docker_host: str,
+    req: ImageRequest,
+    context_dir: Path,
+    log_path: Path,
+    run_label: str,
+    disk_ok: Callable[[], str | None],
+    repair: bool,
+    lines: StepLines | _NoLines,
+) -> list[WheelRecord]:
     lines.set("cloning the seed into the build context")
     context_dir.mkdir(parents=True)
     seed_copy = context_dir / "seed"
     subprocess.run(
-        ["git", "clone", "--quiet", "--no-hardlinks", str(req.seed_dir), str(seed_copy)], check=True, timeout=600,
+        ["git", "clone", "--quiet", "--no-hardlinks", str(req.seed_dir), str(seed_copy)],
+        check=True,
+        timeout=600,
         capture_output=True,
     )
-    subprocess.run(["git", "-C", str(seed_copy), "checkout", "--quiet", "--detach", req.seed_head], check=True,
-                   timeout=120, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(seed_copy), "checkout", "--quiet", "--detach", req.seed_head],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     shutil.rmtree(seed_copy / ".git" / "hooks", ignore_errors=True)
     seed_reqs = seed_requirements(seed_copy) + seed_build_requirements(seed_copy)
     (context_dir / "seed-requirements.txt").write_text("".join(f"{r}\n" for r in seed_reqs))
@@ -265,14 +285,16 @@ def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Pat
     lines.set("resolving the wheelhouse on the host (seed and mcp-proxy)")
     for group in (seed_reqs, [MCP_PROXY_PIN, MCP_SDK_PIN]):
         if group:
-            for w in build_wheelhouse(group, context_dir / "wheelhouse", python_version=python_version,
-                                      platforms=platforms):
+            for w in build_wheelhouse(
+                group, context_dir / "wheelhouse", python_version=python_version, platforms=platforms
+            ):
                 wheels[w.filename] = w
     # Detected faults of the base image get a disclosed repair stage (none when nothing is found).
     # repair=False builds the image as the benchmark gives it (tests of detection and refusal).
     lines.set("checking the base image's MCP servers for known faults")
-    repairs, checks, repair_wheels = (prepare_repairs(docker_host, req.base_image, run_label, context_dir, platforms)
-                                      if repair else ([], [], []))
+    repairs, checks, repair_wheels = (
+        prepare_repairs(docker_host, req.base_image, run_label, context_dir, platforms) if repair else ([], [], [])
+    )
     records = [WheelRecord(filename=w.filename, sha256=w.sha256, size=w.size) for _, w in sorted(wheels.items())]
     records += [WheelRecord(filename=w.filename, sha256=w.sha256, size=w.size) for w in repair_wheels]
     wheels_digest = _digest_of(records)
@@ -304,8 +326,16 @@ def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Pat
     api = docker.APIClient(base_url=docker_host, timeout=7200)
     lines.set("docker build started")
     with open(log_path, "a", encoding="utf-8") as log:
-        stream = api.build(path=str(context_dir), tag=req.tag, buildargs=buildargs, pull=False, rm=True,
-                           forcerm=True, decode=True, labels={LABEL_REPAIRS: label_value(repairs, checks), LABEL_BASE_ID: base_id})
+        stream = api.build(
+            path=str(context_dir),
+            tag=req.tag,
+            buildargs=buildargs,
+            pull=False,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            labels={LABEL_REPAIRS: label_value(repairs, checks), LABEL_BASE_ID: base_id},
+        )
         try:
             for chunk in stream:
                 if "stream" in chunk:
@@ -314,7 +344,9 @@ def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Pat
                         lines.set(chunk["stream"])
                 if "error" in chunk:
                     log.write(chunk["error"] + "\n")
-                    raise Refusal("image", f"building {req.tag} failed: {chunk['error'].strip()[:300]} (see {log_path}).")
+                    raise Refusal(
+                        "image", f"building {req.tag} failed: {chunk['error'].strip()[:300]} (see {log_path})."
+                    )
                 reason = disk_ok()
                 if reason:
                     raise Refusal("image", f"building {req.tag} stopped: {reason}")
@@ -324,7 +356,9 @@ def _build(docker_host: str, req: ImageRequest, context_dir: Path, log_path: Pat
 
 
 def _digest_of(records: list[WheelRecord]) -> str:
-    return sha256_bytes("".join(f"{r.filename} {r.sha256}\n" for r in sorted(records, key=lambda r: r.filename)).encode())
+    return sha256_bytes(
+        "".join(f"{r.filename} {r.sha256}\n" for r in sorted(records, key=lambda r: r.filename)).encode()
+    )
 
 
 def resolve_image(docker_host: str, req: ImageRequest, *, built: bool, wheels: list[WheelRecord]) -> ImageIdentity:

@@ -46,13 +46,18 @@ REPAIR_WHEELHOUSE = "repair-wheelhouse"
 REPAIR_SCRIPT = "repairs.sh"
 DETECT_TIMEOUT_SEC = 300
 # The build-time detection container is small work: modest fixed limits keep it in bounds.
-DETECT_LIMITS: dict[str, Any] = {"nano_cpus": 1_000_000_000, "mem_limit": 1 << 30, "memswap_limit": 1 << 30, "pids_limit": 256}
+DETECT_LIMITS: dict[str, Any] = {
+    "nano_cpus": 1_000_000_000,
+    "mem_limit": 1 << 30,
+    "memswap_limit": 1 << 30,
+    "pids_limit": 256,
+}
 
 # Runs under any python3 >= 3.8 in the image (stdlib only). Prints one JSON document:
 # {"servers": [{server, venv, python, mcp, psycopg2, imports_psycopg2, browser, error}], "chromium": [paths],
 #  "chromium_env": the executable PLAYWRIGHT_MCP_EXECUTABLE_PATH names (None unless it exists),
 #  "system_chromium": [executables at the usual system paths]}
-DETECT_PY = r'''
+DETECT_PY = r"""
 import glob, json, os, re, subprocess, sys
 def executable(path):
     return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
@@ -103,7 +108,7 @@ named = os.environ.get("PLAYWRIGHT_MCP_EXECUTABLE_PATH")
 print(json.dumps({"servers": servers, "chromium": sorted(glob.glob(sys.argv[2] if len(sys.argv) > 2 else "")),
                   "chromium_env": named if executable(named) else None,
                   "system_chromium": [p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if executable(p)]}))
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,9 @@ def plan_repairs(detection: Mapping[str, Any]) -> tuple[list[PlannedRepair], lis
         name, venv, python = str(s["server"]), s.get("venv"), s.get("python")
         mcp_major = major(s.get("mcp"))
         if venv and mcp_major is not None and mcp_major >= 2:
-            repairs.append(PlannedRepair(name, RepairFault.MCP_SDK_2X.value, s.get("mcp"), VENDORED_MCP_PIN, venv, python))
+            repairs.append(
+                PlannedRepair(name, RepairFault.MCP_SDK_2X.value, s.get("mcp"), VENDORED_MCP_PIN, venv, python)
+            )
         if venv and s.get("imports_psycopg2") and not s.get("psycopg2") and python:
             repairs.append(PlannedRepair(name, RepairFault.PSYCOPG2_MISSING.value, None, PSYCOPG2_PIN, venv, python))
     browsers = [str(s["server"]) for s in servers if s.get("browser")]
@@ -148,8 +155,9 @@ def plan_repairs(detection: Mapping[str, Any]) -> tuple[list[PlannedRepair], lis
     return repairs, checks
 
 
-def chromium_repairs(browsers: Sequence[str], detection: Mapping[str, Any],
-                     checks: list[dict[str, Any]]) -> list[PlannedRepair]:
+def chromium_repairs(
+    browsers: Sequence[str], detection: Mapping[str, Any], checks: list[dict[str, Any]]
+) -> list[PlannedRepair]:
     """The browser servers' Chromium, without the network: a Chromium the server already finds (the
     variable's, or Playwright's own download) needs nothing; a system Chromium the variable does not
     name yet is named (the repair); with neither, the check says the server will fail."""
@@ -162,12 +170,19 @@ def chromium_repairs(browsers: Sequence[str], detection: Mapping[str, Any],
         checks.append({"check": "chromium", "result": "present", "detail": named or downloaded[0]})
         return []
     if not system:
-        checks.append({"check": "chromium", "result": "absent",
-                       "detail": f"no Chromium in the image (neither {CHROMIUM_ENV} nor {', '.join(SYSTEM_CHROMIUMS)}); "
-                                 "nothing is downloaded at build time, so the browser server fails its inventory"})
+        checks.append(
+            {
+                "check": "chromium",
+                "result": "absent",
+                "detail": f"no Chromium in the image (neither {CHROMIUM_ENV} nor {', '.join(SYSTEM_CHROMIUMS)}); "
+                "nothing is downloaded at build time, so the browser server fails its inventory",
+            }
+        )
         return []
-    return [PlannedRepair(name, RepairFault.CHROMIUM_MISSING.value, None, f"{CHROMIUM_ENV}={system[0]}")
-            for name in browsers]
+    return [
+        PlannedRepair(name, RepairFault.CHROMIUM_MISSING.value, None, f"{CHROMIUM_ENV}={system[0]}")
+        for name in browsers
+    ]
 
 
 def for_selection(planned: Sequence[PlannedRepair], needed: Collection[str]) -> list[PlannedRepair]:
@@ -179,9 +194,15 @@ def disclosed(records: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]
     """(repairs to disclose, checks) of finalize()'s records: a repair is disclosed only when it took;
     one that did not take is kept as a failed check (its server's inventory says how it failed)."""
     took = [dict(r) for r in records if r.get("took")]
-    failed = [{"check": "repair", "result": "did_not_take", "detail": f"{r.get('server')}: {r.get('fault')} -> "
-                                                                       f"{r.get('requirement')}"}
-              for r in records if not r.get("took")]
+    failed = [
+        {
+            "check": "repair",
+            "result": "did_not_take",
+            "detail": f"{r.get('server')}: {r.get('fault')} -> {r.get('requirement')}",
+        }
+        for r in records
+        if not r.get("took")
+    ]
     return took, failed
 
 
@@ -226,10 +247,12 @@ def repair_script(repairs: Sequence[PlannedRepair]) -> str:
             lines.append(f"test -x {shlex.quote(r.requirement.partition('=')[2])}")
             continue
         py = shlex.quote(f"{r.venv}/bin/python")
-        lines.append(f"pipin {py} \"$wh/{r.python}\" {shlex.quote(r.requirement)}")
+        lines.append(f'pipin {py} "$wh/{r.python}" {shlex.quote(r.requirement)}')
         if r.fault == RepairFault.MCP_SDK_2X.value:
-            check = ("import importlib.metadata as m, sys; v = m.version('mcp'); "
-                     "sys.exit(0 if int(v.split('.')[0]) < 2 else 'mcp is still ' + v)")
+            check = (
+                "import importlib.metadata as m, sys; v = m.version('mcp'); "
+                "sys.exit(0 if int(v.split('.')[0]) < 2 else 'mcp is still ' + v)"
+            )
         else:
             check = "import psycopg2"
         lines.append(f"{py} -c {shlex.quote(check)}")
@@ -249,8 +272,9 @@ def repair_stage(repairs: Sequence[PlannedRepair]) -> str:
 
 
 def label_value(repairs: Sequence[PlannedRepair], checks: Sequence[Mapping[str, Any]]) -> str:
-    return json.dumps({"repairs": [r.record() for r in repairs], "checks": list(checks)}, sort_keys=True,
-                      separators=(",", ":"))
+    return json.dumps(
+        {"repairs": [r.record() for r in repairs], "checks": list(checks)}, sort_keys=True, separators=(",", ":")
+    )
 
 
 def planned_from_labels(labels: Mapping[str, str] | None) -> tuple[list[PlannedRepair], list[dict[str, Any]]]:
@@ -285,20 +309,38 @@ def finalize(repairs: Sequence[PlannedRepair], after_detection: Mapping[str, Any
     out = []
     for r in repairs:
         after = after_value(r, after_detection)
-        out.append({"server": r.server, "fault": r.fault, "requirement": r.requirement, "before": r.before,
-                    "after": after, "took": repair_took(r, after)})
+        out.append(
+            {
+                "server": r.server,
+                "fault": r.fault,
+                "requirement": r.requirement,
+                "before": r.before,
+                "after": after,
+                "took": repair_took(r, after),
+            }
+        )
     return out
 
 
-def detect(docker_host: str, image: str, run_label: str, *, limits: Mapping[str, Any] | None = None,
-           timeout: int = DETECT_TIMEOUT_SEC) -> dict[str, Any]:
+def detect(
+    docker_host: str,
+    image: str,
+    run_label: str,
+    *,
+    limits: Mapping[str, Any] | None = None,
+    timeout: int = DETECT_TIMEOUT_SEC,
+) -> dict[str, Any]:
     """Run DETECT_PY in `image` (no network, the run's label, removed afterwards); its document."""
     client = docker_client(docker_host, timeout)
     container = None
     try:
         container = client.containers.create(
-            image, ["/usr/bin/python3", "-c", DETECT_PY, SERVERS_ROOT, CHROMIUM_GLOB],
-            labels={RUN_LABEL_KEY: run_label}, network_disabled=True, user="0", **dict(limits or DETECT_LIMITS),
+            image,
+            ["/usr/bin/python3", "-c", DETECT_PY, SERVERS_ROOT, CHROMIUM_GLOB],
+            labels={RUN_LABEL_KEY: run_label},
+            network_disabled=True,
+            user="0",
+            **dict(limits or DETECT_LIMITS),
         )
         container.start()
         status = container.wait(timeout=timeout)
@@ -318,8 +360,9 @@ def detect(docker_host: str, image: str, run_label: str, *, limits: Mapping[str,
         client.close()
 
 
-def prepare_repairs(docker_host: str, base_image: str, run_label: str, context_dir: Path,
-                    platforms: list[str]) -> tuple[list[PlannedRepair], list[dict[str, Any]], list[WheelRecord]]:
+def prepare_repairs(
+    docker_host: str, base_image: str, run_label: str, context_dir: Path, platforms: list[str]
+) -> tuple[list[PlannedRepair], list[dict[str, Any]], list[WheelRecord]]:
     """Detect faults in the base image and put what the repair stage needs into the build context.
 
     Returns (repairs, checks, wheels of the repair wheelhouse). Writes `repairs.sh` and
@@ -330,8 +373,9 @@ def prepare_repairs(docker_host: str, base_image: str, run_label: str, context_d
     if not repairs:
         return repairs, checks, wheels
     for python, pins in wheel_requirements(repairs).items():
-        wheels += build_wheelhouse(pins, context_dir / REPAIR_WHEELHOUSE / python, python_version=python,
-                                   platforms=platforms)
+        wheels += build_wheelhouse(
+            pins, context_dir / REPAIR_WHEELHOUSE / python, python_version=python, platforms=platforms
+        )
     (context_dir / REPAIR_WHEELHOUSE).mkdir(exist_ok=True)
     (context_dir / REPAIR_SCRIPT).write_text(repair_script(repairs))
     return repairs, checks, wheels

@@ -24,8 +24,9 @@ STEP_LINE_SEC = 10.0
 
 
 class StepLines:
-    def __init__(self, what: str, stream: TextIO | None = None, interval: float = STEP_LINE_SEC,
-                 first: str = "starting") -> None:
+    def __init__(
+        self, what: str, stream: TextIO | None = None, interval: float = STEP_LINE_SEC, first: str = "starting"
+    ) -> None:
         self.what = what
         self.stream = stream or sys.stderr
         self.interval = interval
@@ -43,8 +44,11 @@ class StepLines:
         stamp = datetime.now(UTC).strftime("%H:%M:%S")
         now = f" - {detail}" if detail else ""
         try:
-            print(f"[{stamp}] {self.what}: {step}{now} ({seconds // 60}m{seconds % 60:02d}s in this step)",
-                  file=self.stream, flush=True)
+            print(
+                f"[{stamp}] {self.what}: {step}{now} ({seconds // 60}m{seconds % 60:02d}s in this step)",
+                file=self.stream,
+                flush=True,
+            )
         except (OSError, ValueError):
             pass  # a closed terminal never stops the work
 
@@ -83,8 +87,16 @@ def _short(text: str) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def run_logged(what: str, argv: list[str], log_path: str, step: re.Pattern[str], detail: re.Pattern[str] | None = None,
-               stream: TextIO | None = None, interval: float = STEP_LINE_SEC, first: str = "starting") -> int:
+def run_logged(
+    what: str,
+    argv: list[str],
+    log_path: str,
+    step: re.Pattern[str],
+    detail: re.Pattern[str] | None = None,
+    stream: TextIO | None = None,
+    interval: float = STEP_LINE_SEC,
+    first: str = "starting",
+) -> int:
     """Run argv with its output (stdout and stderr) appended to log_path; a line matching `step` starts a
     step (a line at once), one matching `detail` only changes what the beats show. Returns the
     command's exit code (128 + the signal for a command killed by one)."""
@@ -105,8 +117,10 @@ def run_logged(what: str, argv: list[str], log_path: str, step: re.Pattern[str],
 
 
 def main(args: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m cowork_adapter.image.steplines",
-                                     description="Run a long command with its output in a log and step lines on stderr.")
+    parser = argparse.ArgumentParser(
+        prog="python3 -m cowork_adapter.image.steplines",
+        description="Run a long command with its output in a log and step lines on stderr.",
+    )
     parser.add_argument("--what", required=True, help="what is being done, the start of every line")
     parser.add_argument("--log", required=True, help="the file the command's whole output is appended to")
     parser.add_argument("--step", required=True, help="a regular expression: a matching output line starts a step")
@@ -116,8 +130,15 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("command", nargs="+", help="the command, after --")
     ns = parser.parse_args(args)
     try:
-        return run_logged(ns.what, ns.command, ns.log, re.compile(ns.step),
-                          re.compile(ns.detail) if ns.detail else None, interval=ns.interval, first=ns.first)
+        return run_logged(
+            ns.what,
+            ns.command,
+            ns.log,
+            re.compile(ns.step),
+            re.compile(ns.detail) if ns.detail else None,
+            interval=ns.interval,
+            first=ns.first,
+        )
     except (OSError, re.error) as exc:
         print(f"steplines: {ns.what}: {exc}", file=sys.stderr)
         return 127

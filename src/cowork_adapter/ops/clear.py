@@ -105,8 +105,15 @@ def _ran_past_admission(run_root: Path) -> bool:
     return any(e.get("kind") == EventKind.RUNNER_STARTED.value for e in read_all(path))
 
 
-def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | None, docker_host: str | None,
-              api_key_env: str | None, environ: Mapping[str, str]) -> ClearPlan:
+def make_plan(
+    run_root: Path,
+    *,
+    campaign_file: Path | None,
+    meter_url: str | None,
+    docker_host: str | None,
+    api_key_env: str | None,
+    environ: Mapping[str, str],
+) -> ClearPlan:
     manifest = _load_manifest(run_root)
     host = (docker_host or "").strip() or recorded_docker_host(run_root, manifest)
     if not host:
@@ -114,15 +121,21 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
     meter = meter_url or recorded_meter_url(manifest)
     if campaign_file is not None:
         if not campaign_file.is_file():
-            raise Refusal(STAGE, f"The campaign file {campaign_file} does not exist; omit --campaign-file when the "
-                                 "run never created its campaign.")
+            raise Refusal(
+                STAGE,
+                f"The campaign file {campaign_file} does not exist; omit --campaign-file when the "
+                "run never created its campaign.",
+            )
         chosen: Path | None = campaign_file
     elif manifest.campaign_file:
         chosen = Path(manifest.campaign_file)
         if not chosen.is_file():
             if _ran_past_admission(run_root):
-                raise Refusal(STAGE, f"The run's campaign file {chosen} is missing although its runner started; "
-                                     "restore the file, then clear again.")
+                raise Refusal(
+                    STAGE,
+                    f"The run's campaign file {chosen} is missing although its runner started; "
+                    "restore the file, then clear again.",
+                )
             chosen = None  # killed before its campaign existed: nothing to settle
     else:
         chosen = None
@@ -139,8 +152,11 @@ def make_plan(run_root: Path, *, campaign_file: Path | None, meter_url: str | No
     key_env = api_key_env or recorded_key_env(manifest)
     key = environ.get(key_env, "") if key_env else ""
     if not key:
-        raise Refusal(STAGE, f"The environment variable {key_env or '(none recorded)'} holds no provider key, so the "
-                             "campaign's active run cannot be settled; export it (or name another with --api-key-env).")
+        raise Refusal(
+            STAGE,
+            f"The environment variable {key_env or '(none recorded)'} holds no provider key, so the "
+            "campaign's active run cannot be settled; export it (or name another with --api-key-env).",
+        )
     if key_fingerprint(key) != record.fingerprint:  # type: ignore[union-attr]  # the plan read it
         raise Refusal(STAGE, f"The key in ${key_env} is not the campaign's key ({record.fingerprint}).")  # type: ignore[union-attr]  # the plan read it
     return ClearPlan(run_root, manifest, host, meter, chosen, CAMPAIGN_SETTLED, key)
@@ -168,9 +184,12 @@ def _drop_key(run_root: Path) -> bool:
 
 
 def _already_cleared(plan: ClearPlan, labelled_empty: bool) -> bool:
-    return (plan.manifest.cleared is not None and labelled_empty
-            and not RunRoot(plan.run_root).agent_env.exists()
-            and plan.campaign_state != CAMPAIGN_SETTLED)
+    return (
+        plan.manifest.cleared is not None
+        and labelled_empty
+        and not RunRoot(plan.run_root).agent_env.exists()
+        and plan.campaign_state != CAMPAIGN_SETTLED
+    )
 
 
 def clear_command(
@@ -193,14 +212,23 @@ def clear_command(
     try:
         if not note:
             raise Refusal(STAGE, "--operator-note must say what you checked; it is empty.")
-        plan = make_plan(Path(run_root), campaign_file=campaign_file, meter_url=meter_url, docker_host=docker_host,
-                         api_key_env=api_key_env, environ=os.environ if environ is None else environ)
+        plan = make_plan(
+            Path(run_root),
+            campaign_file=campaign_file,
+            meter_url=meter_url,
+            docker_host=docker_host,
+            api_key_env=api_key_env,
+            environ=os.environ if environ is None else environ,
+        )
         # 1. Nothing of the run may still be running: it could create or use what we remove.
         liveness = prove(plan.run_root, gather_recorded(read_run(plan.run_root)), table=table)
         if not liveness.all_gone:
             alive = "; ".join(h.describe() for h in liveness.alive)
-            raise Refusal(STAGE, f"The run is not dead: {alive}; stop it with `cowork-adapter stop {plan.run_root}` "
-                                 "first, then clear it.")
+            raise Refusal(
+                STAGE,
+                f"The run is not dead: {alive}; stop it with `cowork-adapter stop {plan.run_root}` "
+                "first, then clear it.",
+            )
     except Refusal as exc:
         say(f"refused ({exc.stage}): {exc.sentence}", err=True)
         return int(exc.exit_code)
@@ -210,12 +238,16 @@ def clear_command(
         before = docker_ops.list_labelled(plan.docker_host, label)
     except CustodyError as exc:
         _drop_key(plan.run_root)  # nothing of the run lives to need it: the secret goes in any case
-        say(f"cannot list the run's labelled objects, so nothing was removed (the key file was deleted): {exc}.",
-            err=True)
+        say(
+            f"cannot list the run's labelled objects, so nothing was removed (the key file was deleted): {exc}.",
+            err=True,
+        )
         return int(ExitCode.FAILED)
     if _already_cleared(plan, before.empty):
-        say(f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "  # type: ignore[union-attr]  # cleared, checked above
-            f"nothing with its label {label} remains on {plan.docker_host}.")
+        say(
+            f"the run {plan.run_root} was already cleared at {plan.manifest.cleared.at}; its processes are gone and "  # type: ignore[union-attr]  # cleared, checked above
+            f"nothing with its label {label} remains on {plan.docker_host}."
+        )
         return int(ExitCode.OK)
 
     # 2. Remove every labelled object, proven by a fresh listing (cleanup_run relists). The stop
@@ -223,17 +255,25 @@ def clear_command(
     fence(plan.run_root)
     try:
         # Containers a killed run left behind are read before removal: the rebuilt ledger shows them.
-        report = docker_ops.cleanup_run(plan.docker_host, label, lambda r: print(f"cowork-adapter: cleanup: {r}",
-                                                                                  file=sys.stderr, flush=True),
-                                        before_remove=reader_for(RunRoot(plan.run_root).evidence),
-                                        creations=creations_dir(plan.run_root))
+        report = docker_ops.cleanup_run(
+            plan.docker_host,
+            label,
+            lambda r: print(f"cowork-adapter: cleanup: {r}", file=sys.stderr, flush=True),
+            before_remove=reader_for(RunRoot(plan.run_root).evidence),
+            creations=creations_dir(plan.run_root),
+        )
     except CustodyError as exc:
         _drop_key(plan.run_root)
-        say(f"the run's labelled objects could not all be removed or proven gone: {exc}; the key file was deleted, "
-            "the ledger and campaign are left for a later `clear`.", err=True)
+        say(
+            f"the run's labelled objects could not all be removed or proven gone: {exc}; the key file was deleted, "
+            "the ledger and campaign are left for a later `clear`.",
+            err=True,
+        )
         return int(ExitCode.FAILED)
-    say(f"removed {len(report.removed_containers)} containers, {len(report.removed_networks)} networks and "
-        f"{len(report.removed_volumes)} volumes with label {label}; a fresh listing finds none.")
+    say(
+        f"removed {len(report.removed_containers)} containers, {len(report.removed_networks)} networks and "
+        f"{len(report.removed_volumes)} volumes with label {label}; a fresh listing finds none."
+    )
 
     # 3. The key file and the runner's staging copies (any depth: the remover never recurses), and
     # what the agent must not leave on the host in its dumps: device nodes and set-id files.
@@ -244,9 +284,12 @@ def clear_command(
         safetree.remove_tree(str(tmpdir))
     hazards = safetree.remove_hazards(str(RunRoot(plan.run_root).dumps))
     if hazards.removed or hazards.failed:
-        say(f"removed {hazards.removed} device node(s) or set-id file(s) the agents left in the dumps"
+        say(
+            f"removed {hazards.removed} device node(s) or set-id file(s) the agents left in the dumps"
             + (f"; {hazards.failed} could not be removed ({', '.join(hazards.errors[:3])})" if hazards.failed else "")
-            + ".", err=bool(hazards.failed))
+            + ".",
+            err=bool(hazards.failed),
+        )
 
     # 4. The final ledger.
     code = ExitCode.OK
@@ -264,20 +307,32 @@ def clear_command(
 
         try:
             reading, record = settle_active_run(
-                plan.campaign_file, str(plan.run_root), note, plan.key or "", plan.meter_url or "", plan.docker_host,  # type: ignore[arg-type]  # settled: a file campaign
-                read_meter=read_meter, meter_deadline_sec=meter_deadline_sec,
+                # settled: a file campaign
+                plan.campaign_file,  # type: ignore[arg-type]
+                str(plan.run_root),
+                note,
+                plan.key or "",
+                plan.meter_url or "",
+                plan.docker_host,
+                read_meter=read_meter,
+                meter_deadline_sec=meter_deadline_sec,
             )
         except Refusal as exc:
             _record_quietly(plan, note, liveness.sentence(), report, agent_env_removed, tmpdir_removed, ledger)
-            say(f"refused ({exc.stage}): {exc.sentence} The labelled objects and the key file are gone and the campaign's "
-                "active run is kept; clear again to settle it.", err=True)
+            say(
+                f"refused ({exc.stage}): {exc.sentence} The labelled objects and the key file are gone and the campaign's "
+                "active run is kept; clear again to settle it.",
+                err=True,
+            )
             return int(exc.exit_code)
         except CampaignPersistenceError as exc:
             _record_quietly(plan, note, liveness.sentence(), report, agent_env_removed, tmpdir_removed, ledger)
             say(f"campaign write failed: {exc}; its active run is kept, clear again to settle it.", err=True)
             return int(ExitCode.FAILED)
-        say(f"settled the campaign's active run: usage {reading['usage']:.6f}, campaign spent "
-            f"${record.spent_usd:,.4f} of ${record.ceiling_usd:,.2f}.")
+        say(
+            f"settled the campaign's active run: usage {reading['usage']:.6f}, campaign spent "
+            f"${record.spent_usd:,.4f} of ${record.ceiling_usd:,.2f}."
+        )
     elif campaign == OTHER_ACTIVE_RUN:
         say(f"the campaign {plan.campaign_file} has another run active; it was left as it is.")
 
@@ -291,8 +346,9 @@ def clear_command(
     return int(code)
 
 
-def _record_quietly(plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool,
-                    tmpdir_removed: bool, ledger: str) -> None:
+def _record_quietly(
+    plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool, tmpdir_removed: bool, ledger: str
+) -> None:
     """Record what an interrupted clear did (the campaign unsettled), so the next one adds to it."""
     try:
         _record(plan, note, processes, report, agent_env_removed, tmpdir_removed, ledger, UNSETTLED)
@@ -300,24 +356,42 @@ def _record_quietly(plan: ClearPlan, note: str, processes: str, report, agent_en
         say(f"{MANIFEST} could not be written ({exc}).", err=True)
 
 
-def _record(plan: ClearPlan, note: str, processes: str, report, agent_env_removed: bool, tmpdir_removed: bool,
-            ledger: str, campaign: str) -> None:
+def _record(
+    plan: ClearPlan,
+    note: str,
+    processes: str,
+    report,
+    agent_env_removed: bool,
+    tmpdir_removed: bool,
+    ledger: str,
+    campaign: str,
+) -> None:
     manifest = plan.manifest
     earlier = manifest.cleared  # an earlier, interrupted clear: what it removed stays on record
     cleared = ClearedRecord(
-        at=utc_now(), operator_note=note, docker_host=plan.docker_host, processes=processes,
+        at=utc_now(),
+        operator_note=note,
+        docker_host=plan.docker_host,
+        processes=processes,
         removed_containers=(earlier.removed_containers if earlier else []) + [n for _, n in report.removed_containers],
         removed_networks=(earlier.removed_networks if earlier else []) + [n for _, n in report.removed_networks],
         removed_volumes=(earlier.removed_volumes if earlier else []) + [n for _, n in report.removed_volumes],
-        label_empty=True, agent_env_removed=agent_env_removed or bool(earlier and earlier.agent_env_removed),
+        label_empty=True,
+        agent_env_removed=agent_env_removed or bool(earlier and earlier.agent_env_removed),
         tmpdir_removed=tmpdir_removed or bool(earlier and earlier.tmpdir_removed),
-        ledger=ledger, campaign=campaign,
+        ledger=ledger,
+        campaign=campaign,
     )
     try:
         EventLog(RunRoot(plan.run_root).events).append(
-            EventKind.DEAD_RUN_CLEARED, removed_containers=len(cleared.removed_containers),
-            removed_networks=len(cleared.removed_networks), removed_volumes=len(cleared.removed_volumes),
-            label_empty=True, agent_env_removed=agent_env_removed, campaign=campaign, ledger=ledger,
+            EventKind.DEAD_RUN_CLEARED,
+            removed_containers=len(cleared.removed_containers),
+            removed_networks=len(cleared.removed_networks),
+            removed_volumes=len(cleared.removed_volumes),
+            label_empty=True,
+            agent_env_removed=agent_env_removed,
+            campaign=campaign,
+            ledger=ledger,
             operator_note=note,
         )
     except OSError as exc:

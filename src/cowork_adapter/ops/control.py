@@ -111,7 +111,9 @@ def read_run(run_root: Path) -> RunFiles:
         try:
             ledger = read_index(root.result_index)
         except (OSError, ValueError) as exc:
-            problems.append(f"{layout.RESULT_INDEX} cannot be read ({type(exc).__name__}), so resource use is not shown")
+            problems.append(
+                f"{layout.RESULT_INDEX} cannot be read ({type(exc).__name__}), so resource use is not shown"
+            )
     admission = _load(root.admission, AdmissionState, problems)
     return RunFiles(run_root, manifest, monitor, events, problems, ledger, admission)
 
@@ -253,8 +255,11 @@ def list_labelled_view(files: RunFiles) -> LabelledView:
         listed = list_labelled(host, label, timeout=10)
     except CustodyError as exc:
         return LabelledView(host, error=str(exc))
-    return LabelledView(host, listed.names(), {"containers": len(listed.containers), "networks": len(listed.networks),
-                                               "volumes": len(listed.volumes)})
+    return LabelledView(
+        host,
+        listed.names(),
+        {"containers": len(listed.containers), "networks": len(listed.networks), "volumes": len(listed.volumes)},
+    )
 
 
 def next_command(files: RunFiles, liveness: Liveness) -> str:
@@ -332,8 +337,9 @@ def _state(files: RunFiles, alive: bool) -> str:
     return "launcher_gone"
 
 
-def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int | None = None,
-                 launcher_alive: bool = False) -> dict[str, Any]:
+def build_status(
+    files: RunFiles, *, now: float | None = None, launcher_pid: int | None = None, launcher_alive: bool = False
+) -> dict[str, Any]:
     """The status picture as one JSON-ready object (pure: liveness is given by the caller)."""
     now = time.time() if now is None else now
     m, mon = files.manifest, files.monitor
@@ -341,12 +347,16 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
     started, ended = _started_at(files), _ended_at(files)
     elapsed = None if started is None else max(0.0, (ended or now) - started)
     state = _state(files, launcher_alive)
-    eta = (eta_seconds(progress.done, progress.selected, elapsed, progress.environment_blocked)
-           if elapsed is not None and state != "finished" else None)
+    eta = (
+        eta_seconds(progress.done, progress.selected, elapsed, progress.environment_blocked)
+        if elapsed is not None and state != "finished"
+        else None
+    )
     stop_reason = (m.stop_reason if m is not None and m.stop_reason else None) or (mon.stop_reason if mon else None)
     stop_causes = (m.stop_causes if m is not None and m.stop_causes else None) or (mon.stop_causes if mon else [])
     settlement = (m.campaign_settlement if m is not None and m.campaign_settlement else None) or (
-        mon.campaign_settlement if mon else None)
+        mon.campaign_settlement if mon else None
+    )
     return {
         "schema": "cowork_adapter.status.v1",
         "run_root": str(files.run_root),
@@ -367,16 +377,24 @@ def build_status(files: RunFiles, *, now: float | None = None, launcher_pid: int
         "progress": progress.to_dict(),
         "progress_source": layout.MONITOR if mon is not None else layout.EVENTS,
         "spending": mon.spending.to_dict() if mon is not None else None,
-        "meter": {"age_sec": mon.meter.age_sec, "blindness_sec": mon.meter.blindness_sec,
-                  "last_usage": mon.meter.last_usage, "last_error": mon.meter.last_error,
-                  "rejected": len(mon.meter.rejected)} if mon is not None else None,
+        "meter": {
+            "age_sec": mon.meter.age_sec,
+            "blindness_sec": mon.meter.blindness_sec,
+            "last_usage": mon.meter.last_usage,
+            "last_error": mon.meter.last_error,
+            "rejected": len(mon.meter.rejected),
+        }
+        if mon is not None
+        else None,
         "disk": mon.disk.to_dict() if mon is not None else None,
         "observed_at": mon.observed_at.isoformat() if mon is not None else None,
         "elapsed_sec": elapsed,
         "eta_sec": eta,
         "dry_run": m.dry_run if m is not None else None,
         "problems": list(files.problems),
-        "diagnostic_write_failures": {k: v.to_dict() for k, v in (mon.diagnostic_write_failures if mon else {}).items()},
+        "diagnostic_write_failures": {
+            k: v.to_dict() for k, v in (mon.diagnostic_write_failures if mon else {}).items()
+        },
         "resource_use": _resource_use(files.ledger),
         "tampering": _tampering(files.ledger),
         "admission": files.admission.to_dict() if files.admission is not None else None,
@@ -391,8 +409,9 @@ def _resource_use(rows: list[TaskRow] | None) -> dict[str, Any] | None:
     cpus = [r.cpu_seconds for r in rows if r.cpu_seconds is not None]
     return {
         "tasks_measured": len(peaks),
-        "tasks_unknown": sum(1 for r in rows if r.resource_containers and
-                             (r.peak_memory_bytes is None or r.cpu_seconds is None)),
+        "tasks_unknown": sum(
+            1 for r in rows if r.resource_containers and (r.peak_memory_bytes is None or r.cpu_seconds is None)
+        ),
         "peak_memory_bytes_median": int(statistics.median(peaks)) if peaks else None,
         "peak_memory_bytes_max": max(peaks) if peaks else None,
         "cpu_seconds_median": statistics.median(cpus) if cpus else None,
@@ -406,8 +425,9 @@ def _tampering(rows: list[TaskRow] | None) -> dict[str, Any] | None:
     without a ledger)."""
     if rows is None:
         return None
-    counts = count_tampering((r.instance_id, None if r.tampering is None else [f.kind.value for f in r.tampering])
-                             for r in rows)
+    counts = count_tampering(
+        (r.instance_id, None if r.tampering is None else [f.kind.value for f in r.tampering]) for r in rows
+    )
     return {**msgspec.to_builtins(counts), "text": counts_sentence(counts, what="the ledger")}
 
 
@@ -429,28 +449,44 @@ STATE_WORDS = {
 def add_dead_run_truth(status: dict[str, Any], files: RunFiles) -> None:
     """With no live launcher: which custody processes and labelled objects live, and the next command."""
     liveness = liveness_of(files)
-    status["processes"] = [{"role": h.role, "pid": h.pid, "source": h.source, "alive": h.alive,
-                            "members": list(h.members)} for h in liveness.holders]
+    status["processes"] = [
+        {"role": h.role, "pid": h.pid, "source": h.source, "alive": h.alive, "members": list(h.members)}
+        for h in liveness.holders
+    ]
     status["processes_text"] = liveness.sentence()
     cleared = files.manifest.cleared if files.manifest is not None else None
     status["cleared"] = cleared.to_dict() if cleared is not None else None
     view = list_labelled_view(files)
-    status["labelled"] = {"docker_host": view.docker_host, "objects": view.names, "counts": view.counts,
-                          "error": view.error}
+    status["labelled"] = {
+        "docker_host": view.docker_host,
+        "objects": view.names,
+        "counts": view.counts,
+        "error": view.error,
+    }
     # Unproven: the launcher died unfinished, or its own cleanup failed, and no `clear` followed.
     unproven = cleared is None and (status["state"] == "launcher_gone" or status["cleanup_proven"] is False)
-    needs_clear = (unproven or not liveness.all_gone or bool(view.names) or _campaign_active(files) is not None
-                   or RunRoot(files.run_root).agent_env.exists())
+    needs_clear = (
+        unproven
+        or not liveness.all_gone
+        or bool(view.names)
+        or _campaign_active(files) is not None
+        or RunRoot(files.run_root).agent_env.exists()
+    )
     status["next_command"] = next_command(files, liveness) if needs_clear else None
 
 
 def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[str]:
     """The human lines of `status` (the same facts as --json)."""
-    lines = [f"run {status['run_root']}: {STATE_WORDS[status['state']]}"
-             + (f" (outcome {status['outcome']})" if status["outcome"] else "")]
+    lines = [
+        f"run {status['run_root']}: {STATE_WORDS[status['state']]}"
+        + (f" (outcome {status['outcome']})" if status["outcome"] else "")
+    ]
     pid = status["launcher_pid"]
-    lines.append(f"  launcher: pid {pid} {'alive' if status['launcher_alive'] else 'not running'}" if pid
-                 else "  launcher: no pid recorded yet")
+    lines.append(
+        f"  launcher: pid {pid} {'alive' if status['launcher_alive'] else 'not running'}"
+        if pid
+        else "  launcher: no pid recorded yet"
+    )
     if "processes" in status:
         lines.append(f"  processes: {status['processes_text']}")
         labelled = status["labelled"]
@@ -458,15 +494,21 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
             lines.append(f"  labelled objects: unknown ({labelled['error']})")
         else:
             found = labelled["objects"] or []
-            lines.append(f"  labelled objects on {labelled['docker_host']}: "
-                         + (", ".join(found) if found else "none (a fresh listing)"))
+            lines.append(
+                f"  labelled objects on {labelled['docker_host']}: "
+                + (", ".join(found) if found else "none (a fresh listing)")
+            )
         if status.get("cleared"):
-            lines.append(f"  cleared: at {status['cleared']['at']} by `cowork-adapter clear` "
-                         f"(campaign {status['cleared']['campaign']}, ledger {status['cleared']['ledger']})")
+            lines.append(
+                f"  cleared: at {status['cleared']['at']} by `cowork-adapter clear` "
+                f"(campaign {status['cleared']['campaign']}, ledger {status['cleared']['ledger']})"
+            )
     if monitor is not None:
         if not status["launcher_alive"]:
-            lines.append(f"  ({layout.MONITOR} as of {status['observed_at']}: its launcher is gone, so these numbers "
-                         "stopped there)")
+            lines.append(
+                f"  ({layout.MONITOR} as of {status['observed_at']}: its launcher is gone, so these numbers "
+                "stopped there)"
+            )
         stopped = status["state"] in ("finished", "launcher_gone")
         lines.append(f"  {summary_line(monitor, stopped)}")
         for name, value in progress_rows(monitor, status["elapsed_sec"], stopped):
@@ -475,15 +517,25 @@ def render_status_text(status: dict[str, Any], monitor: Monitor | None) -> list[
             lines.append(f"  {name:<24} {value}")
     else:
         p = status["progress"]
-        lines.append(f"  tasks: {p['done']}/{p['selected']} done, {p['running']} running "
-                     f"(from {layout.EVENTS}: no {layout.MONITOR} yet)")
+        lines.append(
+            f"  tasks: {p['done']}/{p['selected']} done, {p['running']} running "
+            f"(from {layout.EVENTS}: no {layout.MONITOR} yet)"
+        )
         lines.append(f"  elapsed {format_duration(status['elapsed_sec'])}, eta {format_duration(status['eta_sec'])}")
     admission = status.get("admission")
     if admission and admission["waiting"] and status["state"] not in ("finished", "launcher_gone"):
         lines.append(f"  {admission['sentence']} (since {admission['since']}; a wait is not a failure)")
     proven = status["cleanup_proven"]
-    lines.append("  cleanup: " + ("proven (nothing with the run's label remains)" if proven
-                                  else "not proven yet" if proven is False else f"unknown (no {layout.MONITOR})"))
+    lines.append(
+        "  cleanup: "
+        + (
+            "proven (nothing with the run's label remains)"
+            if proven
+            else "not proven yet"
+            if proven is False
+            else f"unknown (no {layout.MONITOR})"
+        )
+    )
     if status["campaign_settlement"]:
         lines.append(f"  campaign settlement: {status['campaign_settlement']}")
     if status["state"] in ("finished", "launcher_gone") or status["stop_reason"]:
@@ -516,8 +568,13 @@ def _why(status: dict[str, Any]) -> str:
 
 
 # The names docs/exit-codes.md gives the exit codes (its "Exit codes" table), not the enum's member names.
-EXIT_WORDS = {ExitCode.OK: "completed", ExitCode.FAILED: "incomplete", ExitCode.REFUSED: "refused",
-              ExitCode.STOPPED: "stopped", ExitCode.SHIM_REFUSED: "container creation refused"}
+EXIT_WORDS = {
+    ExitCode.OK: "completed",
+    ExitCode.FAILED: "incomplete",
+    ExitCode.REFUSED: "refused",
+    ExitCode.STOPPED: "stopped",
+    ExitCode.SHIM_REFUSED: "container creation refused",
+}
 
 
 def _exit_word(code: int) -> str:
@@ -579,7 +636,9 @@ def _describe_end(files: RunFiles) -> str:
         parts.append(f"cleared by `cowork-adapter clear` at {m.cleared.at} (campaign {m.cleared.campaign})")
     elif mon is not None:
         parts.append("cleanup proven" if mon.finished else "cleanup NOT proven")
-        parts.append(f"campaign settlement {m.campaign_settlement if m and m.campaign_settlement else mon.campaign_settlement}")
+        parts.append(
+            f"campaign settlement {m.campaign_settlement if m and m.campaign_settlement else mon.campaign_settlement}"
+        )
     if m is not None and m.exit_code is not None:
         parts.append(f"exit code {m.exit_code} ({_exit_word(m.exit_code)})")
     return ", ".join(parts)
@@ -592,8 +651,11 @@ def _dead_run_truth(files: RunFiles) -> str:
     if view.error:
         objects = f"its labelled objects are unknown ({view.error})"
     else:
-        objects = (f"with its label on {view.docker_host}: {', '.join(view.names)}" if view.names
-                   else f"nothing with its label remains on {view.docker_host}")
+        objects = (
+            f"with its label on {view.docker_host}: {', '.join(view.names)}"
+            if view.names
+            else f"nothing with its label remains on {view.docker_host}"
+        )
     return f"Processes: {liveness.sentence()}; {objects}. Next: {next_command(files, liveness)}."
 
 
@@ -627,8 +689,9 @@ def _group_gone(pgid: int, timeout: float, poll_sec: float) -> bool:
     return True
 
 
-def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float,
-                        docker_host: str | None = None) -> str:
+def stop_orphaned_group(
+    run_root: Path, pgid: int, *, grace_sec: float, poll_sec: float, docker_host: str | None = None
+) -> str:
     """The fast stop without a launcher, as the launcher's own (supervisor.py): fence, SIGKILL the
     runner's group, remove the run's labelled objects (custody/stop_removal.py: in parallel, the
     admitted creations waited for, proven by a fresh listing), then prove the group gone. Without
@@ -658,9 +721,12 @@ def stop_orphaned_group(run_root: Path, pgid: int, *, grace_sec: float, poll_sec
     for index, sig in enumerate(signals):
         try:
             if not signal_marked_group(pgid, sig, RUN_MARKER_ENV, label):  # checked again before each signal
-                ended = (f"the run's processes in group {pgid} ended after {signals[index - 1].name}" if index else
-                         f"no process of group {pgid} carries the run's marker ({RUN_MARKER_ENV}), so it is not the "
-                         "run's (ended, or its id reused) and was not signalled")
+                ended = (
+                    f"the run's processes in group {pgid} ended after {signals[index - 1].name}"
+                    if index
+                    else f"no process of group {pgid} carries the run's marker ({RUN_MARKER_ENV}), so it is not the "
+                    "run's (ended, or its id reused) and was not signalled"
+                )
         except ProcessLookupError:
             ended = f"the runner group {pgid} ended"
         except PermissionError:
@@ -681,8 +747,14 @@ def _remove_for_stop(run_root: Path, docker_host: str, label: str, events) -> st
     done = remove_for_stop(run_root, docker_host, label)
     if events is not None:
         try:
-            events.append(EventKind.STOP_CLEARED, reason=FENCE_REASON, removed=done.removed, proven=done.proven,
-                          seconds=done.seconds, error=done.error)
+            events.append(
+                EventKind.STOP_CLEARED,
+                reason=FENCE_REASON,
+                removed=done.removed,
+                proven=done.proven,
+                seconds=done.seconds,
+                error=done.error,
+            )
         except (OSError, ValueError):
             pass  # the removal is proven (or not) by its own listing, recorded or not
     return done.sentence()
@@ -704,15 +776,25 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
             return int(ExitCode.OK)
         group = liveness_of(files).live_group()
         if group is not None:
-            done = stop_orphaned_group(run_root, group.pid, grace_sec=min(timeout, GROUP_GRACE_SEC),
-                                       poll_sec=min(poll_sec, 0.2),
-                                       docker_host=recorded_docker_host(run_root, files.manifest))
-            say(f"the run {run_root} is unfinished and its launcher is gone, but its runner group {group.pid} was "
-                f"still running: {done}.", err=True)
+            done = stop_orphaned_group(
+                run_root,
+                group.pid,
+                grace_sec=min(timeout, GROUP_GRACE_SEC),
+                poll_sec=min(poll_sec, 0.2),
+                docker_host=recorded_docker_host(run_root, files.manifest),
+            )
+            say(
+                f"the run {run_root} is unfinished and its launcher is gone, but its runner group {group.pid} was "
+                f"still running: {done}.",
+                err=True,
+            )
             files = read_run(run_root)
         signalled = "" if group is not None else "; nothing was signalled"
-        say(f"the run {run_root} is unfinished and no launcher of it is running (pid from {source}){signalled}. "
-            f"{_dead_run_truth(files)}", err=True)
+        say(
+            f"the run {run_root} is unfinished and no launcher of it is running (pid from {source}){signalled}. "
+            f"{_dead_run_truth(files)}",
+            err=True,
+        )
         return int(ExitCode.FAILED)
     if _past_supervision(files):
         # It is already stopping or cleaning up: a second signal could only interrupt that.
@@ -723,15 +805,19 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
         except ProcessLookupError:
             pass  # it ended between the check and the signal: the wait below reads how it ended
         except PermissionError:
-            say(f"not allowed to signal the launcher (pid {pid}); run `stop` as the user who started the run.", err=True)
+            say(
+                f"not allowed to signal the launcher (pid {pid}); run `stop` as the user who started the run.", err=True
+            )
             return int(ExitCode.FAILED)
         # Admission is fenced now, not when the launcher's loop next turns (it may be mid meter
         # read); the launcher then finds the run fenced, removes its containers and proves it.
         # Only once its custody exists: before that no container can be made, and the launcher
         # makes that directory itself.
         fenced = f"; {fence(run_root)}" if RunRoot(run_root).custody.is_dir() else ""
-        say(f"sent SIGTERM to the launcher (pid {pid}, from {source}){fenced}; waiting up to {timeout:g}s for its "
-            "verified cleanup.")
+        say(
+            f"sent SIGTERM to the launcher (pid {pid}, from {source}){fenced}; waiting up to {timeout:g}s for its "
+            "verified cleanup."
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         files = read_run(run_root)
@@ -741,21 +827,39 @@ def stop_command(run_root: Path, timeout: float, *, poll_sec: float = STOP_POLL_
     files = read_run(run_root)
     if is_launcher_of(pid, run_root):
         mon = files.monitor
-        say(f"the launcher (pid {pid}) is still running after {timeout:g}s"
-            + (f" (stop reason {mon.stop_reason}, cleanup {'proven' if mon.finished else 'not proven yet'})" if mon else "")
+        say(
+            f"the launcher (pid {pid}) is still running after {timeout:g}s"
+            + (
+                f" (stop reason {mon.stop_reason}, cleanup {'proven' if mon.finished else 'not proven yet'})"
+                if mon
+                else ""
+            )
             + "; it may still be cleaning up. Check again with `cowork-adapter status`, and never remove its "
-              "containers by hand.", err=True)
+            "containers by hand.",
+            err=True,
+        )
         return int(ExitCode.FAILED)
     if not _ended(files):
         say(f"the launcher (pid {pid}) exited without finalising the run record. {_dead_run_truth(files)}", err=True)
         return int(ExitCode.FAILED)
     proven = files.monitor is not None and files.monitor.finished
     if files.monitor is not None and not proven:
-        say(f"the run stopped but its cleanup is NOT proven: {_describe_end(files)}. {_dead_run_truth(files)}", err=True)
+        say(
+            f"the run stopped but its cleanup is NOT proven: {_describe_end(files)}. {_dead_run_truth(files)}", err=True
+        )
         return int(ExitCode.FAILED)
     say(f"the run stopped: {_describe_end(files)}.")
     return int(ExitCode.OK)
 
 
-__all__ = ["status_command", "stop_command", "build_status", "read_run", "is_launcher_of", "find_launcher",
-           "gather_recorded", "liveness_of", "next_command"]
+__all__ = [
+    "status_command",
+    "stop_command",
+    "build_status",
+    "read_run",
+    "is_launcher_of",
+    "find_launcher",
+    "gather_recorded",
+    "liveness_of",
+    "next_command",
+]

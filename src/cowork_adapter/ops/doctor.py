@@ -87,9 +87,16 @@ def limit_probe(docker_host: str, image: str) -> ProbeOutcome:
     container = None
     try:
         container = client.containers.run(
-            image, entrypoint=["python3", "-c", PROBE_SCRIPT], command=[], detach=True,
-            name=f"cowork-doctor-{token}", labels={DOCTOR_LABEL_KEY: token}, mem_limit=PROBE_MEMORY,
-            memswap_limit=PROBE_MEMORY, network_disabled=True, pids_limit=64,
+            image,
+            entrypoint=["python3", "-c", PROBE_SCRIPT],
+            command=[],
+            detach=True,
+            name=f"cowork-doctor-{token}",
+            labels={DOCTOR_LABEL_KEY: token},
+            mem_limit=PROBE_MEMORY,
+            memswap_limit=PROBE_MEMORY,
+            network_disabled=True,
+            pids_limit=64,
         )
         result = container.wait(timeout=PROBE_WAIT_SEC)
         container.reload()
@@ -114,8 +121,13 @@ def free_bytes(path: Path) -> int:
 
 def bash_version() -> tuple[int, int] | None:
     try:
-        out = subprocess.run(["bash", "-c", 'printf "%s.%s" "${BASH_VERSINFO[0]}" "${BASH_VERSINFO[1]}"'],
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["bash", "-c", 'printf "%s.%s" "${BASH_VERSINFO[0]}" "${BASH_VERSINFO[1]}"'],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         major, minor = out.stdout.strip().split(".")[:2]
         return int(major), int(minor)
     except (OSError, subprocess.TimeoutExpired, ValueError):
@@ -158,8 +170,11 @@ def host_tools_check() -> CheckResult:
     if missing:
         problems.append("missing on PATH: " + ", ".join(missing))
     if problems:
-        return fail(name, "; ".join(problems) + ".",
-                    "install them on the host (e.g. apt-get install bash rsync coreutils gawk) and put them on PATH")
+        return fail(
+            name,
+            "; ".join(problems) + ".",
+            "install them on the host (e.g. apt-get install bash rsync coreutils gawk) and put them on PATH",
+        )
     return ok(name, f"bash {version[0]}.{version[1]} and {', '.join(HOST_TOOLS)} are on PATH.")
 
 
@@ -175,9 +190,26 @@ class Doctor:
         self.usage: float | None = None
 
     def checks(self) -> list[Callable[[], CheckResult]]:
-        return [self.docker_host, self.limits_fit, self.limits, self.base_image, self.postgres_image, self.run_root,
-                self.resource_disk, self.root_disk, self.host_tools, self.bench, self.selection, self.seed,
-                self.derived_image, self.key_present, self.key_route, self.meter, self.campaign, self.concurrency]
+        return [
+            self.docker_host,
+            self.limits_fit,
+            self.limits,
+            self.base_image,
+            self.postgres_image,
+            self.run_root,
+            self.resource_disk,
+            self.root_disk,
+            self.host_tools,
+            self.bench,
+            self.selection,
+            self.seed,
+            self.derived_image,
+            self.key_present,
+            self.key_route,
+            self.meter,
+            self.campaign,
+            self.concurrency,
+        ]
 
     def run(self) -> list[CheckResult]:
         results = []
@@ -186,8 +218,13 @@ class Doctor:
                 results.append(check())
             except Exception as exc:  # noqa: BLE001 - a check that breaks is a failed check, not a crash
                 name = check.__name__.replace("_", " ")
-                results.append(fail(name, f"the check itself failed ({type(exc).__name__}: {_brief(exc)})",
-                                    "report this; the run's own preflight will check it again"))
+                results.append(
+                    fail(
+                        name,
+                        f"the check itself failed ({type(exc).__name__}: {_brief(exc)})",
+                        "report this; the run's own preflight will check it again",
+                    )
+                )
         return results
 
     # ---- docker ----
@@ -197,10 +234,15 @@ class Doctor:
         try:
             info = docker_version(host)
         except docker_failures() as exc:
-            return fail("docker host", f"the Docker daemon at {host} did not answer ({_brief(exc)}).",
-                        "start the daemon, or point --docker-host / DOCKER_HOST at the running rootless daemon's socket")
+            return fail(
+                "docker host",
+                f"the Docker daemon at {host} did not answer ({_brief(exc)}).",
+                "start the daemon, or point --docker-host / DOCKER_HOST at the running rootless daemon's socket",
+            )
         self.daemon_up = True
-        return ok("docker host", f"{host} answers: Docker {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}).")
+        return ok(
+            "docker host", f"{host} answers: Docker {info.get('Version', '?')} (API {info.get('ApiVersion', '?')})."
+        )
 
     def _daemon_down(self, name: str) -> CheckResult:
         return fail(name, "cannot be checked because the Docker daemon did not answer.", "fix the docker host first")
@@ -215,28 +257,46 @@ class Doctor:
         try:
             fitted = self.cfg.fit_to_daemon(cpus, memory, daemon=self.cfg.docker_host)
         except Refusal as refusal:
-            return fail(name, refusal.sentence.rstrip("."),
-                        "lower the limit to what the daemon has, or leave it out to take the fitted default")
-        sources = ["default" if self.cfg.limits.cpus is None else "--cpus", "default" if self.cfg.limits.memory is None else "--memory"]
-        return ok(name, f"{fitted.limits.cpus:g} CPUs ({sources[0]}) and {fitted.limits.memory_bytes / GIB:.1f} GiB ({sources[1]}) "
-                        f"per container, within the daemon's {cpus} CPUs and {memory / GIB:.1f} GiB.")
+            return fail(
+                name,
+                refusal.sentence.rstrip("."),
+                "lower the limit to what the daemon has, or leave it out to take the fitted default",
+            )
+        sources = [
+            "default" if self.cfg.limits.cpus is None else "--cpus",
+            "default" if self.cfg.limits.memory is None else "--memory",
+        ]
+        return ok(
+            name,
+            f"{fitted.limits.cpus:g} CPUs ({sources[0]}) and {fitted.limits.memory_bytes / GIB:.1f} GiB ({sources[1]}) "
+            f"per container, within the daemon's {cpus} CPUs and {memory / GIB:.1f} GiB.",
+        )
 
     def limits(self) -> CheckResult:
         name = "limits enforced"
         if not self.daemon_up:
             return self._daemon_down(name)
         if image_present(self.cfg.docker_host, self.cfg.image.base_image) is None:
-            return fail(name, f"cannot probe: the base image {self.cfg.image.base_image} is absent.",
-                        "make the base image present (see the base image check), then run doctor again")
+            return fail(
+                name,
+                f"cannot probe: the base image {self.cfg.image.base_image} is absent.",
+                "make the base image present (see the base image check), then run doctor again",
+            )
         outcome = limit_probe(self.cfg.docker_host, self.cfg.image.base_image)
         killed = outcome.oom_killed or outcome.exit_code == OOM_EXIT
         if killed:
-            return ok(name, f"a container held to {PROBE_MEMORY} was OOM-killed allocating {PROBE_ALLOC_MIB} MiB "
-                            f"(exit {outcome.exit_code}); memory limits are enforced.")
-        return fail(name, f"a container given --memory {PROBE_MEMORY} allocated {PROBE_ALLOC_MIB} MiB and exited "
-                          f"{outcome.exit_code} without being OOM-killed: this daemon does not enforce memory limits.",
-                    "use a daemon whose cgroups enforce limits (cgroup v2 with the memory controller delegated to the "
-                    "rootless user, or cgroup v1 with memory accounting), then restart it")
+            return ok(
+                name,
+                f"a container held to {PROBE_MEMORY} was OOM-killed allocating {PROBE_ALLOC_MIB} MiB "
+                f"(exit {outcome.exit_code}); memory limits are enforced.",
+            )
+        return fail(
+            name,
+            f"a container given --memory {PROBE_MEMORY} allocated {PROBE_ALLOC_MIB} MiB and exited "
+            f"{outcome.exit_code} without being OOM-killed: this daemon does not enforce memory limits.",
+            "use a daemon whose cgroups enforce limits (cgroup v2 with the memory controller delegated to the "
+            "rootless user, or cgroup v1 with memory accounting), then restart it",
+        )
 
     def _image(self, name: str, ref: str, fix: str) -> CheckResult:
         if not self.daemon_up:
@@ -247,20 +307,29 @@ class Doctor:
         return ok(name, f"{ref} is present ({str(info.get('Id', ''))[:19]}).")
 
     def base_image(self) -> CheckResult:
-        return self._image("base image", self.cfg.image.base_image,
-                           f"build it once: docker build -t {self.cfg.image.base_image} {self.cfg.bench_root}")
+        return self._image(
+            "base image",
+            self.cfg.image.base_image,
+            f"build it once: docker build -t {self.cfg.image.base_image} {self.cfg.bench_root}",
+        )
 
     def postgres_image(self) -> CheckResult:
-        return self._image("postgres image", POSTGRES_IMAGE,
-                           f"docker pull {POSTGRES_IMAGE} (or docker load it) on this daemon before the run")
+        return self._image(
+            "postgres image",
+            POSTGRES_IMAGE,
+            f"docker pull {POSTGRES_IMAGE} (or docker load it) on this daemon before the run",
+        )
 
     def derived_image(self) -> CheckResult:
         name = "derived image"
         if not self.daemon_up:
             return self._daemon_down(name)
         if self.seed_head is None or not self.bench_ok:
-            return fail(name, "cannot be checked until the seed and the benchmark checks pass.",
-                        "fix the seed and benchmark checks first")
+            return fail(
+                name,
+                "cannot be checked until the seed and the benchmark checks pass.",
+                "fix the seed and benchmark checks first",
+            )
         from ..image.derived import ImageRequest, label_mismatch
         from ..run.launch import default_image_tag
 
@@ -271,9 +340,14 @@ class Doctor:
                 return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.image.base_image}.")
             return fail(name, f"{tag} is absent and --build-image was not given.", "add --build-image")
         base = image_present(self.cfg.docker_host, self.cfg.image.base_image)
-        req = ImageRequest(tag=tag, base_image=self.cfg.image.base_image, seed_dir=self.cfg.repo_dir,
-                           seed_head=self.seed_head, bench_commit=self.cfg.bench_commit,
-                           base_image_id=(base or {}).get("Id"))
+        req = ImageRequest(
+            tag=tag,
+            base_image=self.cfg.image.base_image,
+            seed_dir=self.cfg.repo_dir,
+            seed_head=self.seed_head,
+            bench_commit=self.cfg.bench_commit,
+            base_image_id=(base or {}).get("Id"),
+        )
         mismatch = label_mismatch(tag, (info.get("Config") or {}).get("Labels") or {}, req)
         if mismatch is None:
             return ok(name, f"{tag} is present and its labels match the seed, benchmark and entrypoint.")
@@ -286,8 +360,11 @@ class Doctor:
     def run_root(self) -> CheckResult:
         root = self.cfg.run_root
         if root.exists():
-            return fail("run root", f"{root} already exists; every invocation needs a new run root.",
-                        "choose a new --run-root (e.g. with a timestamp)")
+            return fail(
+                "run root",
+                f"{root} already exists; every invocation needs a new run root.",
+                "choose a new --run-root (e.g. with a timestamp)",
+            )
         if not root.parent.is_dir():
             return fail("run root", f"its parent {root.parent} does not exist.", f"mkdir -p {root.parent}")
         return ok("run root", f"{root} is new and its parent exists.")
@@ -297,12 +374,17 @@ class Doctor:
             return fail(name, f"{path} is not a directory.", f"create {path} or pass another --resource-root")
         free = free_bytes(path)
         if free < reserve_gib * GIB:
-            return fail(name, f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB.",
-                        f"free at least {reserve_gib - free / GIB:.1f} GiB on {path}, or use a larger filesystem")
+            return fail(
+                name,
+                f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB.",
+                f"free at least {reserve_gib - free / GIB:.1f} GiB on {path}, or use a larger filesystem",
+            )
         return ok(name, f"{path} has {free / GIB:.1f} GiB free (reserve {reserve_gib:g} GiB, {flag}).")
 
     def resource_disk(self) -> CheckResult:
-        return self._disk("disk reserve (resource root)", self.cfg.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib")
+        return self._disk(
+            "disk reserve (resource root)", self.cfg.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib"
+        )
 
     def root_disk(self) -> CheckResult:
         return self._disk("disk reserve (/)", Path("/"), self.cfg.disk.min_root_free_gib, "--min-root-free-gib")
@@ -316,9 +398,12 @@ class Doctor:
         try:
             identity = bench_identity(self.cfg.bench_root, self.cfg.bench_commit)
         except Refusal as refusal:
-            return fail("benchmark", refusal.sentence.rstrip("."),
-                        f"use an unmodified checkout at the pinned commit: git -C {self.cfg.bench_root} checkout "
-                        f"--detach {self.cfg.bench_commit} with an empty git status --porcelain")
+            return fail(
+                "benchmark",
+                refusal.sentence.rstrip("."),
+                f"use an unmodified checkout at the pinned commit: git -C {self.cfg.bench_root} checkout "
+                f"--detach {self.cfg.bench_commit} with an empty git status --porcelain",
+            )
         self.bench_ok = True
         return ok("benchmark", f"{self.cfg.bench_root} is clean at the pinned commit {identity.commit[:12]}.")
 
@@ -327,27 +412,40 @@ class Doctor:
             return fail("selection", "cannot be checked until the benchmark check passes.", "fix the benchmark first")
         dataset = dataset_ids(self.cfg.bench_root)
         if self.cfg.selection.resume_from:
-            return ok("selection", f"recovery from {len(self.cfg.selection.resume_from)} earlier run root(s); the launcher "
-                                   f"resolves what remains of the {len(dataset)}-task dataset.")
+            return ok(
+                "selection",
+                f"recovery from {len(self.cfg.selection.resume_from)} earlier run root(s); the launcher "
+                f"resolves what remains of the {len(dataset)}-task dataset.",
+            )
         if self.cfg.selection.task_ids is None:
             return ok("selection", f"no task selectors: the whole pinned dataset ({len(dataset)} tasks) will run.")
         try:
             validate_against_dataset(self.cfg.selection.task_ids, dataset)
         except Refusal as refusal:
-            return fail("selection", refusal.sentence.rstrip("."), "select task ids from tasks/finalpool of the pinned benchmark")
+            return fail(
+                "selection",
+                refusal.sentence.rstrip("."),
+                "select task ids from tasks/finalpool of the pinned benchmark",
+            )
         return ok("selection", f"{len(self.cfg.selection.task_ids)} task(s) of the {len(dataset)}-task pinned dataset.")
 
     def seed(self) -> CheckResult:
         try:
             identity = seed_identity(self.cfg.repo_dir, allow_dirty=self.cfg.allow_dirty_seed)
         except Refusal as refusal:
-            return fail("seed", refusal.sentence.rstrip("."),
-                        "commit the changes, or create a clean detached worktree at the reviewed commit "
-                        "(git worktree add --detach DIR COMMIT) and pass it as --repo-dir")
+            return fail(
+                "seed",
+                refusal.sentence.rstrip("."),
+                "commit the changes, or create a clean detached worktree at the reviewed commit "
+                "(git worktree add --detach DIR COMMIT) and pass it as --repo-dir",
+            )
         self.seed_head = identity.head
         if identity.dirty:
-            return ok("seed", f"{self.cfg.repo_dir} at {identity.head[:12]} is dirty, allowed by --allow-dirty-seed: "
-                              "a diagnostic run, not a reportable result.")
+            return ok(
+                "seed",
+                f"{self.cfg.repo_dir} at {identity.head[:12]} is dirty, allowed by --allow-dirty-seed: "
+                "a diagnostic run, not a reportable result.",
+            )
         return ok("seed", f"{self.cfg.repo_dir} is clean at {identity.head[:12]}.")
 
     # ---- money (paid runs only) ----
@@ -365,8 +463,11 @@ class Doctor:
         if skipped:
             return skipped
         if not self.cfg.served_by_gateway:
-            return ok(name, "the key goes into every agent container (--key-in-agent, or a compatible endpoint "
-                            "without --llm-gateway): the agent under test can read it.")
+            return ok(
+                name,
+                "the key goes into every agent container (--key-in-agent, or a compatible endpoint "
+                "without --llm-gateway): the agent under test can read it.",
+            )
         if not self.cfg.provider_tls:
             return ok(name, "--llm-gateway: the key stays in the launcher; containers get a per-task token.")
         if not self.cfg.provider.llm_gateway_host and not self.daemon_up:
@@ -381,11 +482,13 @@ class Doctor:
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "pass --llm-gateway-host")
         except OSError as exc:
-            return fail(name, f"the run could not serve {PROVIDER_HOST} on port {TLS_PORT} of {host} "
-                              f"({exc.strerror or exc}).",
-                        "run as root or with CAP_NET_BIND_SERVICE, free the port (another run on this daemon "
-                        "holds it), name another address with --llm-gateway-host, or pass --key-in-agent "
-                        "(the agent can then read the key)")
+            return fail(
+                name,
+                f"the run could not serve {PROVIDER_HOST} on port {TLS_PORT} of {host} ({exc.strerror or exc}).",
+                "run as root or with CAP_NET_BIND_SERVICE, free the port (another run on this daemon "
+                "holds it), name another address with --llm-gateway-host, or pass --key-in-agent "
+                "(the agent can then read the key)",
+            )
         return ok(name, f"the run serves {PROVIDER_HOST} itself on {host}:{TLS_PORT}; no container gets the key.")
 
     def key_present(self) -> CheckResult:
@@ -396,8 +499,11 @@ class Doctor:
         env = self.cfg.provider.api_key_env
         value = os.environ.get(env, "")
         if not value.strip():
-            return fail(name, f"the environment variable {env} is empty or unset.",
-                        f"export {env} from your secret environment (never on the command line or in a file under the run root)")
+            return fail(
+                name,
+                f"the environment variable {env} is empty or unset.",
+                f"export {env} from your secret environment (never on the command line or in a file under the run root)",
+            )
         self.key = value.strip()
         return ok(name, f"{env} holds a key (never shown).")
 
@@ -413,18 +519,27 @@ class Doctor:
         try:
             headroom, usage = meter_headroom(self.cfg.money.meter_url, self.key)
         except MeterError as exc:
-            return fail(name, f"{self.cfg.money.meter_url} did not give a usable reading ({exc.error_type}: "
-                              f"{_brief(exc).replace(self.key, '[redacted-key]')}).",
-                        "check --meter-url and that the key is valid and not revoked")
+            return fail(
+                name,
+                f"{self.cfg.money.meter_url} did not give a usable reading ({exc.error_type}: "
+                f"{_brief(exc).replace(self.key, '[redacted-key]')}).",
+                "check --meter-url and that the key is valid and not revoked",
+            )
         self.usage = usage
         effective = headroom.effective
         if effective is None:
             return ok(name, f"{self.cfg.money.meter_url} answers (usage ${usage:.2f}); the key is uncapped.")
         if effective < self.cfg.money.min_key_usd:
-            return fail(name, f"the key has ${effective:.2f} of headroom, below --min-key-usd {self.cfg.money.min_key_usd:g}.",
-                        "add credits or raise the key's limit (or lower --min-key-usd deliberately)")
-        return ok(name, f"{self.cfg.money.meter_url} answers: usage ${usage:.2f}, headroom ${effective:.2f} "
-                        f"(at least --min-key-usd {self.cfg.money.min_key_usd:g}).")
+            return fail(
+                name,
+                f"the key has ${effective:.2f} of headroom, below --min-key-usd {self.cfg.money.min_key_usd:g}.",
+                "add credits or raise the key's limit (or lower --min-key-usd deliberately)",
+            )
+        return ok(
+            name,
+            f"{self.cfg.money.meter_url} answers: usage ${usage:.2f}, headroom ${effective:.2f} "
+            f"(at least --min-key-usd {self.cfg.money.min_key_usd:g}).",
+        )
 
     def concurrency(self) -> CheckResult:
         """A concurrency for this host from the campaign's measured per-task use (advice, never a failure)."""
@@ -432,7 +547,9 @@ class Doctor:
         if not self.daemon_up:
             return skip(name, "no suggestion: the Docker daemon did not answer, so its CPUs and memory are unknown.")
 
-        found = host_suggestion(self.cfg.docker_host, campaign_roots(self.cfg.money.campaign_file, self.cfg.selection.resume_from))
+        found = host_suggestion(
+            self.cfg.docker_host, campaign_roots(self.cfg.money.campaign_file, self.cfg.selection.resume_from)
+        )
         sentence = found.sentence[0].upper() + found.sentence[1:]
         if found.concurrency is not None and self.cfg.selection.concurrency > found.concurrency:
             sentence += f"; --concurrency {self.cfg.selection.concurrency} is above it"
@@ -453,7 +570,9 @@ class Doctor:
         try:
             record = peek_campaign(self.cfg.money)  # the file, or the --campaign-db record
         except Refusal as refusal:
-            return fail(name, refusal.sentence.rstrip("."), "restore the campaign record from a copy; never recreate it")
+            return fail(
+                name, refusal.sentence.rstrip("."), "restore the campaign record from a copy; never recreate it"
+            )
         path = self.cfg.money.campaign_location()
 
         try:
@@ -461,40 +580,65 @@ class Doctor:
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "pass what the sentence names")
         if record is None:
-            return ok(name, f"{path} does not exist yet: the run will create it (--new-campaign) with a "
-                            f"${money.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.")
+            return ok(
+                name,
+                f"{path} does not exist yet: the run will create it (--new-campaign) with a "
+                f"${money.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.",
+            )
         if self.key is not None and record.fingerprint != key_fingerprint(self.key):
-            return fail(name, f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.provider.api_key_env}.",
-                        "use the key this campaign was created with, or a new --campaign-file for a new key")
+            return fail(
+                name,
+                f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.provider.api_key_env}.",
+                "use the key this campaign was created with, or a new --campaign-file for a new key",
+            )
         if record.ceiling_usd != money.campaign_budget_usd:
-            return fail(name, f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
-                              f"{money.campaign_budget_usd:g}; a ceiling never changes.",
-                        f"pass --campaign-budget-usd {record.ceiling_usd:g}")
+            return fail(
+                name,
+                f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
+                f"{money.campaign_budget_usd:g}; a ceiling never changes.",
+                f"pass --campaign-budget-usd {record.ceiling_usd:g}",
+            )
         stored = record.diagnostic_eval_on_truncation
         if stored is not None and stored != self.cfg.agent.diagnostic_eval_on_truncation:
-            return fail(name, f"{path} runs with --diagnostic-eval-on-truncation {'on' if stored else 'off'}, "
-                              "and every run of a campaign uses the same setting.",
-                        ("pass" if stored else "drop") + " --diagnostic-eval-on-truncation")
+            return fail(
+                name,
+                f"{path} runs with --diagnostic-eval-on-truncation {'on' if stored else 'off'}, "
+                "and every run of a campaign uses the same setting.",
+                ("pass" if stored else "drop") + " --diagnostic-eval-on-truncation",
+            )
         if self.cfg.money.prior_spend_usd != 0:
-            return fail(name, f"{path} already exists, so --prior-spend-usd cannot be declared again.",
-                        "drop --prior-spend-usd")
+            return fail(
+                name, f"{path} already exists, so --prior-spend-usd cannot be declared again.", "drop --prior-spend-usd"
+            )
         if record.active_run is not None:
-            return fail(name, f"{path} has an unsettled active run {record.active_run.run_root} "
-                              f"(launcher pid {record.active_run.launcher_pid}).",
-                        "if it is still running, wait or `cowork-adapter stop` it; otherwise prove it ended and run "
-                        f"`cowork-adapter campaign reconcile --campaign-file {path} --run-root "
-                        f"{record.active_run.run_root} --operator-note '...'`")
+            return fail(
+                name,
+                f"{path} has an unsettled active run {record.active_run.run_root} "
+                f"(launcher pid {record.active_run.launcher_pid}).",
+                "if it is still running, wait or `cowork-adapter stop` it; otherwise prove it ended and run "
+                f"`cowork-adapter campaign reconcile --campaign-file {path} --run-root "
+                f"{record.active_run.run_root} --operator-note '...'`",
+            )
         usage = self.usage if self.usage is not None else record.last_usage
         if usage < record.last_usage:
-            return fail(name, f"the key meter reads {usage:.2f}, below the campaign's last accepted usage "
-                              f"{record.last_usage:.2f}.", "check that --meter-url and the key are the campaign's")
+            return fail(
+                name,
+                f"the key meter reads {usage:.2f}, below the campaign's last accepted usage {record.last_usage:.2f}.",
+                "check that --meter-url and the key are the campaign's",
+            )
         spending = record.spending(usage)
         if spending.remaining_usd <= money.budget_reserve_usd:
-            return fail(name, f"{path} has ${spending.remaining_usd:.2f} remaining, not above the "
-                              f"${money.budget_reserve_usd:g} reserve.",
-                        "the campaign is spent; settle the budget with its owner before any further paid run")
-        return ok(name, f"{path}: ceiling ${record.ceiling_usd:g}, spent ${spending.spent_usd:.2f}, remaining "
-                        f"${spending.remaining_usd:.2f} (reserve ${money.budget_reserve_usd:g}); no active run.")
+            return fail(
+                name,
+                f"{path} has ${spending.remaining_usd:.2f} remaining, not above the "
+                f"${money.budget_reserve_usd:g} reserve.",
+                "the campaign is spent; settle the budget with its owner before any further paid run",
+            )
+        return ok(
+            name,
+            f"{path}: ceiling ${record.ceiling_usd:g}, spent ${spending.spent_usd:.2f}, remaining "
+            f"${spending.remaining_usd:.2f} (reserve ${money.budget_reserve_usd:g}); no active run.",
+        )
 
 
 def doctor_command(cfg: RunConfig) -> int:
@@ -503,8 +647,15 @@ def doctor_command(cfg: RunConfig) -> int:
     for result in results:
         print(result.line(), flush=True)
     failed = [r for r in results if r.verdict == FAIL]
-    mode = "paid run" if cfg.is_paid else ("dry run" if cfg.dry_run else (
-        f"--probe {cfg.probe} run" if cfg.probe else f"--engine {cfg.agent.engine} run"))
+    mode = (
+        "paid run"
+        if cfg.is_paid
+        else (
+            "dry run"
+            if cfg.dry_run
+            else (f"--probe {cfg.probe} run" if cfg.probe else f"--engine {cfg.agent.engine} run")
+        )
+    )
     if failed:
         print(f"doctor: {len(failed)} check(s) failed; this {mode} cannot start yet.", flush=True)
         return int(ExitCode.FAILED)
@@ -513,7 +664,11 @@ def doctor_command(cfg: RunConfig) -> int:
 
 
 # What a run's doctor needs beyond the host (said by `doctor` without them).
-RUN_FLAGS_NEEDED = ("--repo-dir SEED_CHECKOUT", "--run-root NEW_DIR", "--bench-root BENCH_CHECKOUT (or COWORK_BENCH_ROOT)")
+RUN_FLAGS_NEEDED = (
+    "--repo-dir SEED_CHECKOUT",
+    "--run-root NEW_DIR",
+    "--bench-root BENCH_CHECKOUT (or COWORK_BENCH_ROOT)",
+)
 
 
 def _free_check(name: str, path: Path, reserve_gib: float, flag: str) -> CheckResult:
@@ -522,53 +677,89 @@ def _free_check(name: str, path: Path, reserve_gib: float, flag: str) -> CheckRe
     except OSError as exc:
         return fail(name, f"the free space of {path} cannot be read ({exc.strerror}).", "check that the folder exists")
     if free < reserve_gib * GIB:
-        return fail(name, f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of "
-                          f"{reserve_gib:g} GiB.", f"free space on {path}, or pass a lower {flag}")
+        return fail(
+            name,
+            f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB.",
+            f"free space on {path}, or pass a lower {flag}",
+        )
     return ok(name, f"{path} has {free / GIB:.1f} GiB free (the {flag} reserve is {reserve_gib:g} GiB).")
 
 
-def host_checks(docker_host: str | None, folder: Path, *, min_free_gib: float = 200.0,
-                min_root_free_gib: float = 40.0) -> list[CheckResult]:
+def host_checks(
+    docker_host: str | None, folder: Path, *, min_free_gib: float = 200.0, min_root_free_gib: float = 40.0
+) -> list[CheckResult]:
     """The checks that need no run flags: the daemon, its CPUs and memory, host tools, disk."""
     results = []
     if not (docker_host or "").strip():
-        results.append(fail("docker host", "no Docker daemon is named.",
-                            "pass --docker-host or export DOCKER_HOST (the test bed: "
-                            "unix:///var/lib/cowork-testbed/docker.sock)"))
+        results.append(
+            fail(
+                "docker host",
+                "no Docker daemon is named.",
+                "pass --docker-host or export DOCKER_HOST (the test bed: unix:///var/lib/cowork-testbed/docker.sock)",
+            )
+        )
     else:
         try:
             version = docker_version(docker_host)
             info = daemon_info(docker_host)
         except docker_failures() as exc:
-            results.append(fail("docker host", f"the Docker daemon at {docker_host} did not answer ({_brief(exc)}).",
-                                "start the daemon, or point --docker-host / DOCKER_HOST at its socket"))
+            results.append(
+                fail(
+                    "docker host",
+                    f"the Docker daemon at {docker_host} did not answer ({_brief(exc)}).",
+                    "start the daemon, or point --docker-host / DOCKER_HOST at its socket",
+                )
+            )
         else:
-            results.append(ok("docker host", f"{docker_host} answers: Docker {version.get('Version', '?')} "
-                                             f"(API {version.get('ApiVersion', '?')})."))
+            results.append(
+                ok(
+                    "docker host",
+                    f"{docker_host} answers: Docker {version.get('Version', '?')} "
+                    f"(API {version.get('ApiVersion', '?')}).",
+                )
+            )
             cpus, memory = int(info.get("NCPU") or 0), int(info.get("MemTotal") or 0)
-            results.append(ok("daemon resources", f"{cpus} CPUs and {memory / GIB:.1f} GiB of memory; each task "
-                                                  f"container gets {min(4, cpus)} CPUs and "
-                                                  f"{min(16 * GIB, memory) / GIB:.1f} GiB by default."))
+            results.append(
+                ok(
+                    "daemon resources",
+                    f"{cpus} CPUs and {memory / GIB:.1f} GiB of memory; each task "
+                    f"container gets {min(4, cpus)} CPUs and "
+                    f"{min(16 * GIB, memory) / GIB:.1f} GiB by default.",
+                )
+            )
     results.append(host_tools_check())
     results.append(_free_check("disk (resource root)", folder, min_free_gib, "--min-free-gib"))
     results.append(_free_check("disk (/)", Path("/"), min_root_free_gib, "--min-root-free-gib"))
     return results
 
 
-def host_doctor_command(docker_host: str | None, folder: Path | None = None, *, min_free_gib: float = 200.0,
-                        min_root_free_gib: float = 40.0) -> int:
+def host_doctor_command(
+    docker_host: str | None, folder: Path | None = None, *, min_free_gib: float = 200.0, min_root_free_gib: float = 40.0
+) -> int:
     """`doctor` without the run flags: check the host, then say what a run's doctor also needs.
     `folder`: where runs would go (--resource-root; default the current folder)."""
-    results = host_checks(docker_host, folder or Path.cwd(), min_free_gib=min_free_gib,
-                          min_root_free_gib=min_root_free_gib)
+    results = host_checks(
+        docker_host, folder or Path.cwd(), min_free_gib=min_free_gib, min_root_free_gib=min_root_free_gib
+    )
     for result in results:
         print(result.line(), flush=True)
     failed = [r for r in results if r.verdict == FAIL]
-    print(f"doctor: the host checks {'found ' + str(len(failed)) + ' problem(s)' if failed else 'are OK'}. "
-          f"To check a run as well (the benchmark at its pin, the seed, the images, memory-limit enforcement, "
-          f"the selection, and for a paid run the key, meter and campaign), give the run's flags: "
-          f"{', '.join(RUN_FLAGS_NEEDED)} and the rest as for `run`.", flush=True)
+    print(
+        f"doctor: the host checks {'found ' + str(len(failed)) + ' problem(s)' if failed else 'are OK'}. "
+        f"To check a run as well (the benchmark at its pin, the seed, the images, memory-limit enforcement, "
+        f"the selection, and for a paid run the key, meter and campaign), give the run's flags: "
+        f"{', '.join(RUN_FLAGS_NEEDED)} and the rest as for `run`.",
+        flush=True,
+    )
     return int(ExitCode.FAILED if failed else ExitCode.OK)
 
 
-__all__ = ["doctor_command", "host_doctor_command", "host_checks", "Doctor", "CheckResult", "limit_probe", "DOCTOR_LABEL_KEY"]
+__all__ = [
+    "doctor_command",
+    "host_doctor_command",
+    "host_checks",
+    "Doctor",
+    "CheckResult",
+    "limit_probe",
+    "DOCTOR_LABEL_KEY",
+]

@@ -42,8 +42,10 @@ def make_campaign_report(url: str, name: str, roots: list[Path], concurrency: in
         raise Refusal("report", "The projection concurrency must be at least 1.")
     snap = read_snapshot(url, name)
     loaded = {rec.root: rec for rec in (load_run(str(Path(r).resolve())) for r in roots)}
-    matched = {run_id: loaded[root] for run_id, root in
-               match_runs(snap.runs, [(rec.root, rec.manifest) for rec in loaded.values()], name).items()}
+    matched = {
+        run_id: loaded[root]
+        for run_id, root in match_runs(snap.runs, [(rec.root, rec.manifest) for rec in loaded.values()], name).items()
+    }
     missing = missing_runs(snap.runs, matched)
     if missing:
         raise Refusal("report", missing_sentence(missing, name))
@@ -59,7 +61,9 @@ def make_campaign_report(url: str, name: str, roots: list[Path], concurrency: in
 def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
     existing = [output_dir / n for n in OUTPUT_NAMES if (output_dir / n).exists()]
     if existing:
-        raise Refusal("report", f"{existing[0]} already exists, and a report never overwrites one; choose another --output-dir.")
+        raise Refusal(
+            "report", f"{existing[0]} already exists, and a report never overwrites one; choose another --output-dir."
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     payload = json.dumps(report, indent=2, allow_nan=False) + "\n"
     outputs = {"report.md": to_markdown(report), "report.json": payload, "report.html": to_html(report)}
@@ -71,16 +75,20 @@ def write_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
     return paths
 
 
-def run_report_command(roots: list[Path], output_dir: Path | None, concurrency: int, as_json: bool,
-                       campaign: tuple[str, str] | None = None) -> int:
+def run_report_command(
+    roots: list[Path], output_dir: Path | None, concurrency: int, as_json: bool, campaign: tuple[str, str] | None = None
+) -> int:
     """Build the report (`campaign`: (database URL, name) for one campaign over its hosts); write
     its files only into `output_dir` when one is given. Returns an exit code.
 
     stdout: the JSON (as_json); else the Markdown report without an output directory, or the
     headline, warnings and the files written with one."""
     try:
-        report = (make_campaign_report(campaign[0], campaign[1], [Path(r) for r in roots], concurrency) if campaign
-                  else make_report([Path(r) for r in roots], concurrency))
+        report = (
+            make_campaign_report(campaign[0], campaign[1], [Path(r) for r in roots], concurrency)
+            if campaign
+            else make_report([Path(r) for r in roots], concurrency)
+        )
         paths = write_report(report, Path(output_dir)) if output_dir is not None else []
     except Refusal as refusal:
         print(f"cowork-adapter report refused ({refusal.stage}): {refusal.sentence}", file=sys.stderr)

@@ -161,40 +161,76 @@ def _audit_summary(runs: list[RunRecord]) -> dict[str, Any] | None:
             for f in task.findings:
                 stored += 1
                 if len(items) < MAX_LISTED_FINDINGS:
-                    items.append({"run_root": run.root, "instance_id": task.instance_id, "reason": f.reason.value,
-                                  "file": f.file, "line": f.line, "tool": f.tool, "token": f.token, "excerpt": f.excerpt})
+                    items.append(
+                        {
+                            "run_root": run.root,
+                            "instance_id": task.instance_id,
+                            "reason": f.reason.value,
+                            "file": f.file,
+                            "line": f.line,
+                            "tool": f.tool,
+                            "token": f.token,
+                            "excerpt": f.excerpt,
+                        }
+                    )
     total = sum(by_reason.values())
-    return {"runs_with_audit": [r.root for r in found], "runs_without_audit": [r.root for r in runs if r.audit is None],
-            "unreadable": unreadable, "tasks_with_findings": tasks_with_findings, "findings": total,
-            "findings_by_reason": dict(sorted(by_reason.items())), "gaps": sum(gaps_by_reason.values()),
-            "gaps_by_reason": dict(sorted(gaps_by_reason.items())), "items": items,
-            "items_omitted": total - len(items), "stored_findings": stored}
+    return {
+        "runs_with_audit": [r.root for r in found],
+        "runs_without_audit": [r.root for r in runs if r.audit is None],
+        "unreadable": unreadable,
+        "tasks_with_findings": tasks_with_findings,
+        "findings": total,
+        "findings_by_reason": dict(sorted(by_reason.items())),
+        "gaps": sum(gaps_by_reason.values()),
+        "gaps_by_reason": dict(sorted(gaps_by_reason.items())),
+        "items": items,
+        "items_omitted": total - len(items),
+        "stored_findings": stored,
+    }
 
 
 def _tampering_section(tasks: list[str], merged: dict[str, MergedRow], runs: list[RunRecord]) -> dict[str, Any]:
     """The tampering flags of the rows the report scores (vocab.TamperKind counts and task ids),
     from each row's `tampering`: a row written before the check has None, and is "not checked".
     The launcher audits' own sightings (links, FIFOs, oversize or misplaced records) beside them."""
-    counts = count_tampering((t, [f.kind.value for f in found]
-                              if (found := merged[t].row.tampering) is not None else None) for t in tasks if t in merged)
+    counts = count_tampering(
+        (t, [f.kind.value for f in found] if (found := merged[t].row.tampering) is not None else None)
+        for t in tasks
+        if t in merged
+    )
     section: dict[str, Any] = msgspec.to_builtins(counts)
     section["sentence"] = counts_sentence(counts, what="the ledger")
-    section["details"] = {t: [f"{f.kind.value}: {f.detail}" if f.detail else f.kind.value
-                              for f in merged[t].row.tampering or []]
-                          for t in counts.tasks_with_findings}
+    section["details"] = {
+        t: [f"{f.kind.value}: {f.detail}" if f.detail else f.kind.value for f in merged[t].row.tampering or []]
+        for t in counts.tasks_with_findings
+    }
     audits = [r.audit for r in runs if r.audit is not None]
     if audits:
         # An audit written before it looked (no `tampering`) saw nothing: its tasks are not checked.
-        seen = count_tampering((task.instance_id, [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)]
-                                if audit.tampering is not None else None)
-                               for audit in audits for task in audit.tasks)
-        outside = [f"{r.root}: {o.kind.value} {o.file}" + (f" ({o.detail})" if o.detail else "")
-                   for r in runs if r.audit is not None and r.audit.tampering is not None
-                   for o in r.audit.tampering.outside_task_dumps]
-        section["audit_seen"] = {**msgspec.to_builtins(seen), "outside_task_dumps": outside,
-                                 "sentence": counts_sentence(seen, what="the audit of the dumps",
-                                                            unchecked="audited before the audit looked for tampering")
-                                 + (f" {len(outside)} more outside every task's dump." if outside else "")}
+        seen = count_tampering(
+            (
+                task.instance_id,
+                [k for k, n in task.tampering_seen_by_kind.items() for _ in range(n)]
+                if audit.tampering is not None
+                else None,
+            )
+            for audit in audits
+            for task in audit.tasks
+        )
+        outside = [
+            f"{r.root}: {o.kind.value} {o.file}" + (f" ({o.detail})" if o.detail else "")
+            for r in runs
+            if r.audit is not None and r.audit.tampering is not None
+            for o in r.audit.tampering.outside_task_dumps
+        ]
+        section["audit_seen"] = {
+            **msgspec.to_builtins(seen),
+            "outside_task_dumps": outside,
+            "sentence": counts_sentence(
+                seen, what="the audit of the dumps", unchecked="audited before the audit looked for tampering"
+            )
+            + (f" {len(outside)} more outside every task's dump." if outside else ""),
+        }
     else:
         section["audit_seen"] = None
     return section
@@ -212,34 +248,52 @@ def _inventory_notes(run: RunRecord) -> list[str]:
     try:
         inventory = convert(run.manifest.inventory, Inventory)
     except RecordInvalid as exc:
-        return [f"The environment inventory recorded by run {run.root} could not be read "
-                f"({exc}), so its repairs and failed servers are not listed."]
+        return [
+            f"The environment inventory recorded by run {run.root} could not be read "
+            f"({exc}), so its repairs and failed servers are not listed."
+        ]
     notes = []
     for name, server in sorted(inventory.servers.items()):
         if server.health is ServerHealth.REPAIRED:
             how = _first_line(server.repair)
-            notes.append(f"MCP server {name} in run {run.root} was repaired in the derived image"
-                         + (f" ({how})." if how else "."))
+            notes.append(
+                f"MCP server {name} in run {run.root} was repaired in the derived image"
+                + (f" ({how})." if how else ".")
+            )
         elif server.health is ServerHealth.FAILED:
             why = _first_line(server.error)
-            notes.append(f"MCP server {name} in run {run.root} failed its environment check"
-                         + (f": {why}" if why else "") + ("" if why.endswith(".") else "."))
+            notes.append(
+                f"MCP server {name} in run {run.root} failed its environment check"
+                + (f": {why}" if why else "")
+                + ("" if why.endswith(".") else ".")
+            )
     for r in inventory.repairs:
         if r.took:
-            notes.append(f"Environment repair in run {run.root}: MCP server {r.server} had the fault {r.fault}; "
-                         f"{r.requirement} was installed (before: {r.before or 'none'}, after: {r.after or 'not measured'}).")
+            notes.append(
+                f"Environment repair in run {run.root}: MCP server {r.server} had the fault {r.fault}; "
+                f"{r.requirement} was installed (before: {r.before or 'none'}, after: {r.after or 'not measured'})."
+            )
     return notes
 
 
 def _gateway_notes(root: object, gateway: GatewayRecord) -> list[str]:
     """A --llm-gateway run: what its model calls went through, then each thing the routing changed."""
-    return [f"Run {root} sent its model calls through the adapter's model gateway (model {gateway.routed_model}, "
-            f"forwarded to {gateway.upstream_url}); its per-task costs are the provider's own figures."] + [
-        f"Run {root}, model gateway: {d}" for d in gateway.disclosures]
+    return [
+        f"Run {root} sent its model calls through the adapter's model gateway (model {gateway.routed_model}, "
+        f"forwarded to {gateway.upstream_url}); its per-task costs are the provider's own figures."
+    ] + [f"Run {root}, model gateway: {d}" for d in gateway.disclosures]
 
 
-def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_cost: int, truncations: int,
-                 provisional: int, *, chain: bool = True) -> list[str]:
+def _disclosures(
+    runs: list[RunRecord],
+    n: int,
+    counts: dict[str, int],
+    unknown_cost: int,
+    truncations: int,
+    provisional: int,
+    *,
+    chain: bool = True,
+) -> list[str]:
     notes: list[str] = []
     for run in runs:
         m = run.manifest
@@ -249,58 +303,118 @@ def _disclosures(runs: list[RunRecord], n: int, counts: dict[str, int], unknown_
             notes.append(_see("scoring", f"Run {run.root} was a dry run (no model was called)."))
         if m.bench is not None and (m.bench.replaced_objects or m.bench.skip_worktree):
             hidden = sorted(m.bench.skip_worktree) + [f"object {o[:12]}" for o in sorted(m.bench.replaced_objects)]
-            notes.append(_see("environment", f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
-                         f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes."))
+            notes.append(
+                _see(
+                    "environment",
+                    f"Run {run.root} used a benchmark checkout with substituted content that `git status` does not "
+                    f"show ({', '.join(hidden)}): a stand-in for what the published snapshot lacks, not its bytes.",
+                )
+            )
         notes.extend(_see("environment", note) for note in _inventory_notes(run))
         if run.audit_unreadable:
             notes.append(_see("claims", f"The audit of run {run.root} is not shown: {run.audit_unreadable}."))
         if m.llm_gateway is not None:
             notes.extend(_see("cost", note) for note in _gateway_notes(run.root, m.llm_gateway))
         elif not m.dry_run and m.engine not in REFERENCE_ENGINES:
-            notes.append(_see("cost", f"Run {run.root} gave the provider key to its agent containers: the agent under "
-                                      "test could read it (its environment, the engine's settings file, `docker "
-                                      "inspect`) and spend outside this run's meter readings (--key-in-agent, or an "
-                                      "OpenAI-compatible endpoint without --llm-gateway); the default OpenRouter "
-                                      "route and --llm-gateway keep it on the host."))
+            notes.append(
+                _see(
+                    "cost",
+                    f"Run {run.root} gave the provider key to its agent containers: the agent under "
+                    "test could read it (its environment, the engine's settings file, `docker "
+                    "inspect`) and spend outside this run's meter readings (--key-in-agent, or an "
+                    "OpenAI-compatible endpoint without --llm-gateway); the default OpenRouter "
+                    "route and --llm-gateway keep it on the host.",
+                )
+            )
         over = sum(1 for r in run.rows if any(f.kind == TamperKind.DUMP_OVER_BOUND for f in r.tampering or ()))
         if over:
             b = m.budgets
-            flags = ", ".join(f"--dump-max-{name} {value:g}" for name, value in
-                              (("gib", b.dump_max_gib), ("entries", b.dump_max_entries), ("depth", b.dump_max_depth))
-                              if value is not None)
-            notes.append(_see("tampering", f"{count(over, 'task')} of run {run.root} passed a bound on its dump while "
-                                           f"it ran{f' ({flags})' if flags else ''}: stopped, "
-                                           f"{_verb(over, 'it counts', 'they count')} as agent failures."))
+            flags = ", ".join(
+                f"--dump-max-{name} {value:g}"
+                for name, value in (
+                    ("gib", b.dump_max_gib),
+                    ("entries", b.dump_max_entries),
+                    ("depth", b.dump_max_depth),
+                )
+                if value is not None
+            )
+            notes.append(
+                _see(
+                    "tampering",
+                    f"{count(over, 'task')} of run {run.root} passed a bound on its dump while "
+                    f"it ran{f' ({flags})' if flags else ''}: stopped, "
+                    f"{_verb(over, 'it counts', 'they count')} as agent failures.",
+                )
+            )
         if (getattr(m, "applied_config", None) or {}).get("diagnostic_eval_on_truncation"):
-            notes.append(_see("diagnostic", f"Run {run.root} ran the residual diagnostic after truncations; its "
-                                            "outcomes are in the audit only and never count."))
+            notes.append(
+                _see(
+                    "diagnostic",
+                    f"Run {run.root} ran the residual diagnostic after truncations; its "
+                    "outcomes are in the audit only and never count.",
+                )
+            )
     engines = sorted({r.manifest.engine for r in runs})
     notes.append(_see("claims", f"Engine: {', '.join(engines)}; the published rows used other engines and harnesses."))
     if n != FULL_DATASET:
-        notes.append(_see("denominator", f"The denominator is {count(n, 'selected task')}: a subset is not the "
-                                         f"{FULL_DATASET}-task benchmark score."))
+        notes.append(
+            _see(
+                "denominator",
+                f"The denominator is {count(n, 'selected task')}: a subset is not the "
+                f"{FULL_DATASET}-task benchmark score.",
+            )
+        )
     k = counts.get("infra_failed", 0)
     if k:
-        notes.append(_see("infra", f"{count(k, 'infrastructure failure')} {_verb(k, 'counts', 'count')} as not passed."))
+        notes.append(
+            _see("infra", f"{count(k, 'infrastructure failure')} {_verb(k, 'counts', 'count')} as not passed.")
+        )
     k = counts.get("not_attempted", 0)
     if k:
-        notes.append(_see("statuses", f"{count(k, 'selected task')} {_verb(k, 'was', 'were')} never attempted and "
-                                      f"{_verb(k, 'counts', 'count')} as not passed."))
+        notes.append(
+            _see(
+                "statuses",
+                f"{count(k, 'selected task')} {_verb(k, 'was', 'were')} never attempted and "
+                f"{_verb(k, 'counts', 'count')} as not passed.",
+            )
+        )
     k = counts.get("environment_blocked", 0)
     if k:
-        notes.append(_see("environment", f"{count(k, 'task')} {_verb(k, 'was', 'were')} blocked by a failed MCP server "
-                                         f"and {_verb(k, 'counts', 'count')} as not passed."))
+        notes.append(
+            _see(
+                "environment",
+                f"{count(k, 'task')} {_verb(k, 'was', 'were')} blocked by a failed MCP server "
+                f"and {_verb(k, 'counts', 'count')} as not passed.",
+            )
+        )
     if truncations:
-        notes.append(_see("diagnostic", f"{count(truncations, 'attempt')} {_verb(truncations, 'was', 'were')} truncated "
-                                        f"by a runtime rail (time, rounds or budget) and "
-                                        f"{_verb(truncations, 'counts', 'count')} as not passed."))
+        notes.append(
+            _see(
+                "diagnostic",
+                f"{count(truncations, 'attempt')} {_verb(truncations, 'was', 'were')} truncated "
+                f"by a runtime rail (time, rounds or budget) and "
+                f"{_verb(truncations, 'counts', 'count')} as not passed.",
+            )
+        )
     if unknown_cost:
-        notes.append(_see("cost", f"Cost is unknown for {count(unknown_cost, 'attempt')}; the known total is a lower bound."))
+        notes.append(
+            _see("cost", f"Cost is unknown for {count(unknown_cost, 'attempt')}; the known total is a lower bound.")
+        )
     if provisional:
-        notes.append(_see("statuses", f"{count(provisional, 'row')} {_verb(provisional, 'is', 'are')} provisional: "
-                                      "a run was still live when its ledger was written."))
+        notes.append(
+            _see(
+                "statuses",
+                f"{count(provisional, 'row')} {_verb(provisional, 'is', 'are')} provisional: "
+                "a run was still live when its ledger was written.",
+            )
+        )
     if len(runs) > 1 and chain:
-        notes.append(_see("recovery", f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt."))
+        notes.append(
+            _see(
+                "recovery",
+                f"{len(runs)} runs were merged through recovery ancestry; each row names the run of its attempt.",
+            )
+        )
     return notes
 
 
@@ -323,7 +437,7 @@ def _gateway_totals(runs: list[RunRecord]) -> dict[str, Any] | None:
         "meter_delta_usd": meter_total,
         "meter_minus_gateway_usd": (meter_total - total) if meter_total is not None else None,
         "note": "the gateway's total is the provider's own per-request figures; the meter's delta also holds "
-                "spending on the key outside the gateway and charges the provider posts late",
+        "spending on the key outside the gateway and charges the provider posts late",
     }
 
 
@@ -346,7 +460,9 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
     costs = [c for c in (row_cost(r) for r in attempts) if c is not None]
     unknown_cost = sum(1 for r in attempts if row_cost(r) is None)
     durations = [d for d in (row_duration(r) for r in attempts) if d is not None]
-    attempt_costs = [c for c in (row_cost(r) for r in attempts if r.paid_activity is not PaidActivity.NONE) if c is not None]
+    attempt_costs = [
+        c for c in (row_cost(r) for r in attempts if r.paid_activity is not PaidActivity.NONE) if c is not None
+    ]
     meter = [(r.root, r.run_spent_usd()) for r in runs]
     meter_known = [v for _, v in meter if v is not None]
     meter_total = sum(meter_known) if meter_known else None
@@ -358,11 +474,17 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
     warnings: list[str] = []
     if remaining is not None and projection["projected_cost_usd"] is not None:
         if projection["projected_cost_usd"] > remaining:
-            warnings.append(f"The projected full-run cost ${projection['projected_cost_usd']:.2f} exceeds the campaign remainder ${remaining:.2f}.")
+            warnings.append(
+                f"The projected full-run cost ${projection['projected_cost_usd']:.2f} exceeds the campaign remainder ${remaining:.2f}."
+            )
         elif (projection["projected_cost_p90_usd"] or 0) > remaining:
-            warnings.append(f"At the observed p90 per-task cost a full run (${projection['projected_cost_p90_usd']:.2f}) would exceed the campaign remainder ${remaining:.2f}.")
+            warnings.append(
+                f"At the observed p90 per-task cost a full run (${projection['projected_cost_p90_usd']:.2f}) would exceed the campaign remainder ${remaining:.2f}."
+            )
     elif campaign_file and remaining is None:
-        warnings.append(f"The campaign file {campaign_file} could not be read; the projection is not checked against a remainder.")
+        warnings.append(
+            f"The campaign file {campaign_file} could not be read; the projection is not checked against a remainder."
+        )
     projection.update(campaign_file=campaign_file, campaign_remaining_usd=remaining, warnings=warnings)
 
     domains, servers = _task_meta(runs, tasks)
@@ -383,31 +505,42 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
     for task in tasks:
         m = merged.get(task)
         row = m.row if m else None
-        task_rows.append({
-            "instance_id": task,
-            "status": row.status.value if row else TaskStatus.NOT_ATTEMPTED.value,
-            "reason_code": row.reason_code if row else "missing_row",
-            "official_eval_status": row.official_eval_status.value if row else "unreported",
-            "pass": row.official_receipt.pass_ if row else None,
-            "truncated": row.truncated if row else None,
-            "paid_activity": row.paid_activity.value if row else PaidActivity.NONE.value,
-            "cost_usd": row_cost(row) if row else None,
-            "duration_s": row_duration(row) if row else None,
-            "provenance": m.provenance if m else None,
-            "domain": domains[task][0],
-            "mcp_servers": servers[task],
-            "validity_class": validity["task_class"][task] if validity else None,
-            "peak_memory_bytes": row.peak_memory_bytes if row else None,
-            "cpu_seconds": row.cpu_seconds if row else None,
-            "resource_basis": row.resource_basis if row else None,
-            "infra_cause": row.infra_cause.value if row and row.infra_cause else None,  # what the host saw (§infra)
-        })
+        task_rows.append(
+            {
+                "instance_id": task,
+                "status": row.status.value if row else TaskStatus.NOT_ATTEMPTED.value,
+                "reason_code": row.reason_code if row else "missing_row",
+                "official_eval_status": row.official_eval_status.value if row else "unreported",
+                "pass": row.official_receipt.pass_ if row else None,
+                "truncated": row.truncated if row else None,
+                "paid_activity": row.paid_activity.value if row else PaidActivity.NONE.value,
+                "cost_usd": row_cost(row) if row else None,
+                "duration_s": row_duration(row) if row else None,
+                "provenance": m.provenance if m else None,
+                "domain": domains[task][0],
+                "mcp_servers": servers[task],
+                "validity_class": validity["task_class"][task] if validity else None,
+                "peak_memory_bytes": row.peak_memory_bytes if row else None,
+                "cpu_seconds": row.cpu_seconds if row else None,
+                "resource_basis": row.resource_basis if row else None,
+                "infra_cause": row.infra_cause.value if row and row.infra_cause else None,  # what the host saw (§infra)
+            }
+        )
     return {
         "schema": REPORT_SCHEMA,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "runs": [{"run_root": r.root, "generation": r.manifest.selection.resume_generation, "outcome": r.manifest.outcome,
-                  "stop_reason": r.manifest.stop_reason, "engine": r.manifest.engine, "created_at": r.manifest.created_at,
-                  "run_spent_usd": r.run_spent_usd()} for r in runs],
+        "runs": [
+            {
+                "run_root": r.root,
+                "generation": r.manifest.selection.resume_generation,
+                "outcome": r.manifest.outcome,
+                "stop_reason": r.manifest.stop_reason,
+                "engine": r.manifest.engine,
+                "created_at": r.manifest.created_at,
+                "run_spent_usd": r.run_spent_usd(),
+            }
+            for r in runs
+        ],
         "denominator": n,
         "full_dataset": FULL_DATASET,
         "passed": passed,

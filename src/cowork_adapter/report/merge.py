@@ -102,15 +102,23 @@ def load_run(root: str) -> RunRecord:
         raise Refusal(STAGE, f"The run manifest of {root} is missing or unreadable ({type(exc).__name__}).") from None
     if manifest.dry_run and not ledger.exists():
         # A dry run records its configuration and image and runs no task: there is no score to report.
-        raise Refusal(STAGE, f"Run {root} was a dry run: no task ran and it has no ledger, so there is nothing to report.")
+        raise Refusal(
+            STAGE, f"Run {root} was a dry run: no task ran and it has no ledger, so there is nothing to report."
+        )
     try:
         rows = read_index(ledger)
     except OSError as exc:
-        raise Refusal(STAGE, f"The ledger {ledger} cannot be read ({exc.strerror or type(exc).__name__}); "
-                             "a run whose launcher died gets its final ledger from `cowork-adapter clear`.") from None
+        raise Refusal(
+            STAGE,
+            f"The ledger {ledger} cannot be read ({exc.strerror or type(exc).__name__}); "
+            "a run whose launcher died gets its final ledger from `cowork-adapter clear`.",
+        ) from None
     except ValueError as exc:
-        raise Refusal(STAGE, f"The ledger {ledger} is not a valid ledger ({exc}); "
-                             "a run whose launcher died gets its final ledger from `cowork-adapter clear`.") from None
+        raise Refusal(
+            STAGE,
+            f"The ledger {ledger} is not a valid ledger ({exc}); "
+            "a run whose launcher died gets its final ledger from `cowork-adapter clear`.",
+        ) from None
     audit, audit_unreadable = _read_audit(path)
     return RunRecord(
         root=root,
@@ -144,7 +152,10 @@ def load_runs(roots: list[Path]) -> list[RunRecord]:
             image_id=first.image.id if first.image else None,
         )
         if diff is not None:
-            raise Refusal(STAGE, f"Run {root} differs in {diff} from {first.run_root}, and results of different configurations are never merged.")
+            raise Refusal(
+                STAGE,
+                f"Run {root} differs in {diff} from {first.run_root}, and results of different configurations are never merged.",
+            )
     return sorted(runs.values(), key=lambda r: r.order_key)
 
 
@@ -187,7 +198,8 @@ def merge_rows(runs: list[RunRecord]) -> dict[str, MergedRow]:
 def own_attempts(run: RunRecord) -> list[TaskRow]:
     """Rows of attempts made by `run` itself (not carried from an ancestor, not unattempted)."""
     return [
-        r for r in run.rows
+        r
+        for r in run.rows
         if r.status is not TaskStatus.NOT_ATTEMPTED
         and (r.attempt_run_root is None or str(Path(r.attempt_run_root).resolve()) == run.root)
     ]

@@ -26,7 +26,14 @@ PUBLISHED_ROWS: tuple[tuple[str, str, int, int, str, str], ...] = (
 
 def reference_rows() -> list[dict[str, object]]:
     return [
-        {"model": m, "context_window": cw, "passed": k, "denominator": n, "pass_at_1": k / n,
-         "method": method, "note": note}
+        {
+            "model": m,
+            "context_window": cw,
+            "passed": k,
+            "denominator": n,
+            "pass_at_1": k / n,
+            "method": method,
+            "note": note,
+        }
         for m, cw, k, n, method, note in PUBLISHED_ROWS
     ]

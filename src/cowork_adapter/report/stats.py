@@ -38,7 +38,11 @@ def quantile(values: Sequence[float], q: float) -> float | None:
 
 
 def project_full_run(
-    costs: Sequence[float], durations: Sequence[float], *, tasks: int, concurrency: int,
+    costs: Sequence[float],
+    durations: Sequence[float],
+    *,
+    tasks: int,
+    concurrency: int,
 ) -> dict[str, float | int | None]:
     """Cost and wall time of `tasks` tasks at `concurrency`, from observed per-task means and p90.
 

@@ -27,8 +27,9 @@ def load_validity(run_roots: list[str]) -> tuple[TaskValidity, str] | None:
     return None
 
 
-def validity_section(tasks: list[str], status_of: dict[str, TaskStatus], found: tuple[TaskValidity, str] | None
-                     ) -> dict[str, Any] | None:
+def validity_section(
+    tasks: list[str], status_of: dict[str, TaskStatus], found: tuple[TaskValidity, str] | None
+) -> dict[str, Any] | None:
     """The report's `validity` block: classes among the selected tasks and pass@1 over the valid ones."""
     if found is None:
         return None
@@ -57,6 +58,8 @@ def validity_section(tasks: list[str], status_of: dict[str, TaskStatus], found: 
 
 def disclosure(section: dict[str, Any]) -> str:
     shown = ", ".join(f"{n} {k}" for k, n in section["classes"].items() if n)
-    return (f"Task validity from {section['source']} (qualify, {section['created_at']}): {shown}. "
-            f"pass@1 over the {section['valid_denominator']} valid tasks is reported beside the headline, "
-            "which stays over every selected task.")
+    return (
+        f"Task validity from {section['source']} (qualify, {section['created_at']}): {shown}. "
+        f"pass@1 over the {section['valid_denominator']} valid tasks is reported beside the headline, "
+        "which stays over every selected task."
+    )

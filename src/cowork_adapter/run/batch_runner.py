@@ -65,9 +65,16 @@ def say(text: str) -> None:
     print(f"cowork-adapter batch runner: {text}", flush=True)
 
 
-def wait_for_admission(read: Callable[[], HostLoad], limits: AdmissionLimits, *, stopped: Callable[[], bool],
-                       record: Callable[[AdmissionState], None], sleep: Callable[[float], None] = time.sleep,
-                       clock: Callable[[], float] = time.monotonic, poll_sec: float = ADMISSION_POLL_SEC) -> bool:
+def wait_for_admission(
+    read: Callable[[], HostLoad],
+    limits: AdmissionLimits,
+    *,
+    stopped: Callable[[], bool],
+    record: Callable[[AdmissionState], None],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    poll_sec: float = ADMISSION_POLL_SEC,
+) -> bool:
     """Return once the host admits a batch (True) or the run is stopped while waiting (False).
 
     One console line and one state record when a wait starts and one when it ends; nothing while
@@ -80,8 +87,7 @@ def wait_for_admission(read: Callable[[], HostLoad], limits: AdmissionLimits, *,
                 waited = clock() - started
                 sentence = decision.sentence() if decision.admit else "the run was stopped while waiting for load"
                 say(f"wait for load ended after {waited:.0f} s: {sentence}")
-                record(AdmissionState(waiting=False, sentence=sentence, since=datetime.now(UTC),
-                                      waited_sec=waited))
+                record(AdmissionState(waiting=False, sentence=sentence, since=datetime.now(UTC), waited_sec=waited))
             return decision.admit
         if started is None:
             started = clock()
@@ -153,15 +159,20 @@ def main(config_path: str) -> int:
                     continue
                 waited_since = None
                 batch_no += 1
-                append_batch(Path(cfg.claimed_file),
-                              ClaimedBatch(batch=batch_no, tasks=ids, claimed_at=datetime.now(UTC)))
+                append_batch(
+                    Path(cfg.claimed_file), ClaimedBatch(batch=batch_no, tasks=ids, claimed_at=datetime.now(UTC))
+                )
                 tried.extend(ids)
                 say(f"batch {batch_no}: {' '.join(ids)}")
                 # run_parallel.sh names its log dir by the second it starts: never two batches in one.
                 time.sleep(max(0.0, last_start + 1.0 - time.time()))
                 last_start = time.time()
-                done = subprocess.run(["bash", "run_parallel.sh", str(cfg.concurrency), *ids], cwd=cfg.bench_dir,
-                                      env=env, stdin=subprocess.DEVNULL)
+                done = subprocess.run(
+                    ["bash", "run_parallel.sh", str(cfg.concurrency), *ids],
+                    cwd=cfg.bench_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                )
                 if done.returncode != 0:
                     code = done.returncode
                 settled = settle_from_receipts(claims, cfg.run_id, cfg.run_root, ids, settled_attempts)

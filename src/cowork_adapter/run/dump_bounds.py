@@ -48,8 +48,15 @@ class DumpBoundStop:
 
     def _stop(self, over: Over) -> None:
         killed, error = stop_task_containers(self.docker_host, self.run_label, over.task)
-        record = DumpOverBound(task=over.task, bound=over.bound, limit=over.limit, measured=over.measured,
-                               at=utc_now_iso(), containers_stopped=killed, stop_error=error)
+        record = DumpOverBound(
+            task=over.task,
+            bound=over.bound,
+            limit=over.limit,
+            measured=over.measured,
+            at=utc_now_iso(),
+            containers_stopped=killed,
+            stop_error=error,
+        )
         try:
             append_record(self.run_root, record)
         except OSError:

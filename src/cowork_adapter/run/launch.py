@@ -105,15 +105,20 @@ def free_bytes(path: Path) -> int:
 
 def disk_refusal(resource_root: Path, disk: Disk) -> str | None:
     """A sentence when the resource root or / is below its reserve, else None."""
-    checks = ((resource_root, disk.min_free_gib, "--min-free-gib"), (Path("/"), disk.min_root_free_gib, "--min-root-free-gib"))
+    checks = (
+        (resource_root, disk.min_free_gib, "--min-free-gib"),
+        (Path("/"), disk.min_root_free_gib, "--min-root-free-gib"),
+    )
     for path, reserve_gib, flag in checks:
         free = free_bytes(path)
         if free < reserve_gib * GIB:
             return f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB."
         short = inodes_short(path)
         if short is not None:
-            return (f"{path} has {short[0]:,} free inodes, below the reserve of {short[1]:,} "
-                    f"({MIN_FREE_INODE_FRACTION:.0%} of its inodes): free some files on it.")
+            return (
+                f"{path} has {short[0]:,} free inodes, below the reserve of {short[1]:,} "
+                f"({MIN_FREE_INODE_FRACTION:.0%} of its inodes): free some files on it."
+            )
     return None
 
 
@@ -126,7 +131,9 @@ def daemon_resources(docker_host: str) -> tuple[int, int]:
     try:
         return int(info["NCPU"]), int(info["MemTotal"])
     except (KeyError, TypeError, ValueError):
-        raise Refusal("docker_host", f"the Docker daemon at {docker_host} did not report its CPUs and memory.") from None
+        raise Refusal(
+            "docker_host", f"the Docker daemon at {docker_host} did not report its CPUs and memory."
+        ) from None
 
 
 def preflight(cfg: RunConfig) -> Preflight:
@@ -136,9 +143,14 @@ def preflight(cfg: RunConfig) -> Preflight:
             f"the run root {cfg.run_root} already exists; every invocation, dry runs and retries included, needs a new run root.",
         )
     if not cfg.run_root.parent.is_dir():
-        raise Refusal("run_root", f"the parent of the run root, {cfg.run_root.parent}, does not exist; create the storage directory first.")
+        raise Refusal(
+            "run_root",
+            f"the parent of the run root, {cfg.run_root.parent}, does not exist; create the storage directory first.",
+        )
     if not cfg.docker_host:
-        raise Refusal("docker_host", "no Docker host was given; pass --docker-host or set DOCKER_HOST to the daemon to use.")
+        raise Refusal(
+            "docker_host", "no Docker host was given; pass --docker-host or set DOCKER_HOST to the daemon to use."
+        )
     if not cfg.resource_root.is_dir():
         raise Refusal("disk", f"the resource root {cfg.resource_root} is not a directory.")
     daemon = daemon_resources(cfg.docker_host)
@@ -156,7 +168,10 @@ def preflight(cfg: RunConfig) -> Preflight:
     for ref in (cfg.image.base_image, "postgres:15"):
         found[ref] = inspect_image(cfg.docker_host, ref)
         if found[ref] is None:
-            raise Refusal("image", f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.")
+            raise Refusal(
+                "image",
+                f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.",
+            )
     base_id = found[cfg.image.base_image].get("Id")
     tag = default_image_tag(cfg, seed.head)
     present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
@@ -175,17 +190,28 @@ def preflight(cfg: RunConfig) -> Preflight:
     return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id, substitutes)
 
 
-def _recovery_preflight(cfg: RunConfig, seed_head: str, bench_commit: str, present_tag: str | None,
-                        explicit: list[str] | None, dataset: list[str]) -> list[str]:
+def _recovery_preflight(
+    cfg: RunConfig,
+    seed_head: str,
+    bench_commit: str,
+    present_tag: str | None,
+    explicit: list[str] | None,
+    dataset: list[str],
+) -> list[str]:
     """Every recovery refusal decidable before anything is written (the ancestry, its manifests,
     dumps, configuration, seed, benchmark, passes; the image's ID when the image is already
     present); every ancestor's root. The plan itself is made again after the image is resolved."""
     image_id = (inspect_image(cfg.docker_host, present_tag) or {}).get("Id") if present_tag else None
     try:
         return resolve_ancestry(
-            list(cfg.selection.resume_from), current_applied_config=cfg.applied_config(), seed_head=seed_head,
-            bench_commit=bench_commit, image_id=image_id, image_pending=image_id is None,
-            explicit_selection=explicit, dataset_ids=dataset,
+            list(cfg.selection.resume_from),
+            current_applied_config=cfg.applied_config(),
+            seed_head=seed_head,
+            bench_commit=bench_commit,
+            image_id=image_id,
+            image_pending=image_id is None,
+            explicit_selection=explicit,
+            dataset_ids=dataset,
         ).ancestors
     except Refusal:
         raise
@@ -216,8 +242,13 @@ def budget_record(cfg: RunConfig) -> Budgets:
         prior_spend_usd=money.prior_spend_usd,
         per_task_cost_usd=cfg.agent.per_task_cost_usd,
         min_key_usd=money.min_key_usd,
-        meter=MeterCadence(url=money.meter_url, blindness_sec=money.meter_blindness_sec, poll_sec=POLL_SEC,
-                           read_slice_sec=READ_SLICE_SEC, retry_sec=RETRY_SEC),
+        meter=MeterCadence(
+            url=money.meter_url,
+            blindness_sec=money.meter_blindness_sec,
+            poll_sec=POLL_SEC,
+            read_slice_sec=READ_SLICE_SEC,
+            retry_sec=RETRY_SEC,
+        ),
         min_free_gib=disk.min_free_gib,
         min_root_free_gib=disk.min_root_free_gib,
         dump_max_gib=disk.dump_max_gib,
@@ -238,11 +269,19 @@ def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, b
     info = inspect_image(cfg.docker_host, tag)
     if info is None:
         if not cfg.image.build_image:
-            raise Refusal("image", f"image {tag} is not present; pass --build-image to build it from {cfg.image.base_image}.")
+            raise Refusal(
+                "image", f"image {tag} is not present; pass --build-image to build it from {cfg.image.base_image}."
+            )
         return False
     labels = (info.get("Config") or {}).get("Labels") or {}
-    req = ImageRequest(tag=tag, base_image=cfg.image.base_image, seed_dir=cfg.repo_dir, seed_head=seed_head,
-                       bench_commit=bench_commit, base_image_id=base_image_id)
+    req = ImageRequest(
+        tag=tag,
+        base_image=cfg.image.base_image,
+        seed_dir=cfg.repo_dir,
+        seed_head=seed_head,
+        bench_commit=bench_commit,
+        base_image_id=base_image_id,
+    )
     mismatch = label_mismatch(tag, labels, req)
     if mismatch and not cfg.image.build_image:
         raise Refusal("image", mismatch + ".")
@@ -273,8 +312,11 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         engine=cfg.agent.engine,
         applied_config=cfg.applied_config(),
         limits=Limits(
-            cpus=cfg.limits.cpus, memory_bytes=cfg.limits.memory_bytes, memory_swap_bytes=cfg.limits.memory_swap_bytes,
-            pids_limit=cfg.limits.pids_limit, daemon_cpus=pre.daemon[0] if pre.daemon else None,
+            cpus=cfg.limits.cpus,
+            memory_bytes=cfg.limits.memory_bytes,
+            memory_swap_bytes=cfg.limits.memory_swap_bytes,
+            pids_limit=cfg.limits.pids_limit,
+            daemon_cpus=pre.daemon[0] if pre.daemon else None,
             daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
             **_hardening_record(cfg),
         ),
@@ -397,11 +439,14 @@ def _standin_route(cfg: RunConfig):
         return None
     from ..gateway.tls import PROVIDER_HOST
 
-    return ProviderRoute(host=PROVIDER_HOST, address=cfg.provider.provider_standin_address, ca_bundle=cfg.provider.provider_standin_bundle)
+    return ProviderRoute(
+        host=PROVIDER_HOST,
+        address=cfg.provider.provider_standin_address,
+        ca_bundle=cfg.provider.provider_standin_bundle,
+    )
 
 
-def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway,
-                provider=None) -> int:
+def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway, provider=None) -> int:
     """From the run config file on: written, then the runner started under custody (or not, by mode)."""
     run_root = cfg.run_root
     selection = manifest.selection
@@ -435,13 +480,11 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
 
     # Every run has the same custody; only its spending policy differs.
     if cfg.spends_nothing:  # oracle / nop: no key, meter or campaign
-
         if cfg.agent.engine == EngineKind.ORACLE.value:
             stage_groundtruth(bench_copy, manifest.selection.task_ids)
         return run_in_custody(cfg, manifest, bench_copy, NoSpending(cfg))
     spending = SharedCampaignSpending(cfg, pre.key) if cfg.hosts.shared_campaign else CampaignSpending(cfg, pre.key)
-    return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway,
-                          provider=provider)
+    return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway, provider=provider)
 
 
 def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:
@@ -456,7 +499,12 @@ def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path
     blocked = set(inventory.get("blocked_tasks") or {})
     if blocked:
         manifest.selection.task_ids = [t for t in manifest.selection.task_ids if t not in blocked]
-        manifest.official_command = ["bash", "run_parallel.sh", str(cfg.selection.concurrency), *manifest.selection.task_ids]
+        manifest.official_command = [
+            "bash",
+            "run_parallel.sh",
+            str(cfg.selection.concurrency),
+            *manifest.selection.task_ids,
+        ]
         write_manifest(cfg.run_root, manifest)
 
 
@@ -476,8 +524,13 @@ def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdenti
         with build_lock(req.tag):
             if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
                 wheels = build_derived_image(
-                    cfg.docker_host, req, RunRoot(cfg.run_root).image_context, RunRoot(cfg.run_root).image_build_log,
-                    manifest.run_label, lambda: disk_refusal(cfg.resource_root, cfg.disk), progress=sys.stderr,
+                    cfg.docker_host,
+                    req,
+                    RunRoot(cfg.run_root).image_context,
+                    RunRoot(cfg.run_root).image_build_log,
+                    manifest.run_label,
+                    lambda: disk_refusal(cfg.resource_root, cfg.disk),
+                    progress=sys.stderr,
                 )
                 built = True
     return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
@@ -510,6 +563,11 @@ def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selectio
 def _hardening_record(cfg: RunConfig) -> dict:
     """The manifest's record of the shim's issue-37 bounds (the same Hardening run.py installs)."""
     h = Hardening.for_run(cfg.agent.task_timeout, cfg.limits.agent_output_cap_mib, cfg.limits.container_cap_add)
-    return {"agent_exec_bound_sec": h.agent_bound_sec, "agent_output_cap_bytes": h.agent_output_cap_bytes,
-            "container_log_max_bytes": h.log_max_bytes, "container_cap_add": list(h.cap_keep),
-            "task_cap_drop": h.dropped("agent"), "pg_cap_drop": h.dropped("pg")}
+    return {
+        "agent_exec_bound_sec": h.agent_bound_sec,
+        "agent_output_cap_bytes": h.agent_output_cap_bytes,
+        "container_log_max_bytes": h.log_max_bytes,
+        "container_cap_add": list(h.cap_keep),
+        "task_cap_drop": h.dropped("agent"),
+        "pg_cap_drop": h.dropped("pg"),
+    }

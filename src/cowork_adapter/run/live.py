@@ -101,8 +101,11 @@ def progress_rows(monitor: Monitor, elapsed_sec: float | None, stopped: bool | N
     """(field, value) rows of the progress picture; `elapsed_sec` None leaves elapsed and ETA unknown."""
     p, s, m, d = monitor.progress, monitor.spending, monitor.meter, monitor.disk
     settled, waiting = tally(p)
-    eta = None if elapsed_sec is None or monitor.finished else eta_seconds(p.done, p.selected, elapsed_sec,
-                                                                           p.environment_blocked)
+    eta = (
+        None
+        if elapsed_sec is None or monitor.finished
+        else eta_seconds(p.done, p.selected, elapsed_sec, p.environment_blocked)
+    )
     run_spent = _usd(s.run_spent_usd)
     if s.run_budget_usd is not None:
         run_spent += f" of {_usd(s.run_budget_usd)} budget"
@@ -114,11 +117,16 @@ def progress_rows(monitor: Monitor, elapsed_sec: float | None, stopped: bool | N
     meter = "no accepted reading yet" if m.age_sec is None else f"{m.age_sec:.0f}s old (bound {m.blindness_sec:.0f}s)"
     if m.last_error and m.rejected:
         meter += f"; last rejection: {m.last_error[:80]}"
-    disk = f"resource {_gib(d.resource_free_bytes)} free (reserve {_gib(d.resource_reserve_bytes)}), " \
-           f"/ {_gib(d.root_free_bytes)} free (reserve {_gib(d.root_reserve_bytes)})"
+    disk = (
+        f"resource {_gib(d.resource_free_bytes)} free (reserve {_gib(d.resource_reserve_bytes)}), "
+        f"/ {_gib(d.root_free_bytes)} free (reserve {_gib(d.root_reserve_bytes)})"
+    )
     rows = [
-        ("tasks", f"{settled}/{p.selected} done, {p.running} running, {waiting} waiting, "
-                  f"{p.not_attempted} not attempted, {p.environment_blocked} environment-blocked"),
+        (
+            "tasks",
+            f"{settled}/{p.selected} done, {p.running} running, {waiting} waiting, "
+            f"{p.not_attempted} not attempted, {p.environment_blocked} environment-blocked",
+        ),
         ("passed", str(p.passed)),
         ("failed", str(p.failed)),
         ("agent failures", str(p.agent_failed)),
@@ -176,8 +184,11 @@ class ProgressView:
             if self.rich:
                 self._stop_live()
                 self.rich = False
-                print(f"cowork-adapter: live display failed ({type(exc).__name__}); plain lines follow.",
-                      file=self.stream, flush=True)
+                print(
+                    f"cowork-adapter: live display failed ({type(exc).__name__}); plain lines follow.",
+                    file=self.stream,
+                    flush=True,
+                )
                 self._update_plain(monitor)
 
     def close(self) -> None:
@@ -193,8 +204,11 @@ class ProgressView:
         now = time.monotonic()
         if key != self._last or now - self._last_at >= PLAIN_HEARTBEAT_SEC:
             stamp = monitor.observed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-            eta = "finished" if monitor.finished else format_duration(
-                eta_seconds(p.done, p.selected, self.elapsed(), p.environment_blocked))
+            eta = (
+                "finished"
+                if monitor.finished
+                else format_duration(eta_seconds(p.done, p.selected, self.elapsed(), p.environment_blocked))
+            )
             print(f"[{stamp}] {summary_line(monitor)} | eta {eta}", file=self.stream, flush=True)
             self._last, self._last_at = key, now
 
@@ -212,8 +226,14 @@ class ProgressView:
             console = Console(file=self.stream, force_terminal=True, _environ=environ)
             # Lines other code prints on the same terminal go above the table instead of through it.
             ours = self.stream is sys.stdout
-            self._live = Live(get_renderable=self._render, console=console, refresh_per_second=LIVE_REFRESH_PER_SEC,
-                              transient=False, redirect_stdout=ours, redirect_stderr=ours)
+            self._live = Live(
+                get_renderable=self._render,
+                console=console,
+                refresh_per_second=LIVE_REFRESH_PER_SEC,
+                transient=False,
+                redirect_stdout=ours,
+                redirect_stderr=ours,
+            )
             self._live.start()
         self._live.refresh()
 

@@ -75,8 +75,10 @@ STATEFUL_SPECS: dict[str, dict[str, Any]] = {
     },
     "playwright_with_chunk": {
         "calls": [
-            {"name": "browser_navigate",
-             "arguments": {"url": "data:text/html,<h1>cowork-state-survives-http-session</h1>"}},
+            {
+                "name": "browser_navigate",
+                "arguments": {"url": "data:text/html,<h1>cowork-state-survives-http-session</h1>"},
+            },
             {"name": "browser_snapshot", "arguments": {}},
         ],
         "expect": "cowork-state-survives-http-session",
@@ -111,8 +113,14 @@ def blocked_by(needs: Mapping[str, Sequence[str]], failed: set[str]) -> dict[str
     return {task: "mcp_server_failed:" + ",".join(servers) for task, servers in sorted(hits.items())}
 
 
-def server_inventory(server: str, report: Mapping[str, Any] | None, tasks: Sequence[str],
-                     repairs: Sequence[Mapping[str, Any]], log: str | None, stderr_tail: str) -> ServerInventory:
+def server_inventory(
+    server: str,
+    report: Mapping[str, Any] | None,
+    tasks: Sequence[str],
+    repairs: Sequence[Mapping[str, Any]],
+    log: str | None,
+    stderr_tail: str,
+) -> ServerInventory:
     """One server's verdict: the listing decides ok/failed; a repair that took makes ok `repaired`,
     and a repair that did not take (e.g. Chromium still missing) makes it failed."""
     report = report or {"ok": False, "error": "the probe wrote no report for this server"}
@@ -132,8 +140,13 @@ def server_inventory(server: str, report: Mapping[str, Any] | None, tasks: Seque
         health = ServerHealth.OK
     repair = "; ".join(f"{r['fault']}: {r.get('before') or 'absent'} -> {r.get('after')}" for r in own) or None
     return ServerInventory(
-        health=health, tool_count=int(report.get("tool_count") or 0), tools=list(report.get("tools") or []),
-        error=None if healthy else (error or "failed")[:2000], log=log, tasks=list(tasks), repair=repair,
+        health=health,
+        tool_count=int(report.get("tool_count") or 0),
+        tools=list(report.get("tools") or []),
+        error=None if healthy else (error or "failed")[:2000],
+        log=log,
+        tasks=list(tasks),
+        repair=repair,
     )
 
 
@@ -142,8 +155,10 @@ def refusal_sentence(blocked: Mapping[str, str], servers: Mapping[str, Any], pro
     tasks = sorted(blocked)
     shown = ", ".join(tasks[:20]) + (f" and {len(tasks) - 20} more" if len(tasks) > 20 else "")
     where = f" (logs under {probe_dir})" if probe_dir else ""
-    return (f"tasks {shown} need MCP servers that failed the environment inventory: {', '.join(failed)}{where}; "
-            "pass --accept-environment-blocked to run them as environment-blocked.")
+    return (
+        f"tasks {shown} need MCP servers that failed the environment inventory: {', '.join(failed)}{where}; "
+        "pass --accept-environment-blocked to run them as environment-blocked."
+    )
 
 
 # ---------------------------------------------------------------- the sandbox
@@ -165,8 +180,12 @@ class ProbeSandbox:
         self.box = None
 
     def _limits(self) -> dict[str, Any]:
-        return {"nano_cpus": int(self.cfg.limits.cpus * 1e9), "mem_limit": self.cfg.limits.memory_bytes,
-                "memswap_limit": self.cfg.limits.memory_swap_bytes, "pids_limit": self.cfg.limits.pids_limit}
+        return {
+            "nano_cpus": int(self.cfg.limits.cpus * 1e9),
+            "mem_limit": self.cfg.limits.memory_bytes,
+            "memswap_limit": self.cfg.limits.memory_swap_bytes,
+            "pids_limit": self.cfg.limits.pids_limit,
+        }
 
     def __enter__(self) -> ProbeSandbox:
         try:
@@ -180,30 +199,49 @@ class ProbeSandbox:
         # The run's exact label on every object, so a launcher killed mid-probe leaves nothing that
         # `cowork-adapter clear` (or this __exit__) cannot find; the role says which part it was.
         labels = {RUN_LABEL_KEY: self.label}
-        self.client.networks.create(self.net_name, driver="bridge", labels={**labels, ROLE_LABEL_KEY: ROLE_NETWORK},
-                                    check_duplicate=True)
+        self.client.networks.create(
+            self.net_name, driver="bridge", labels={**labels, ROLE_LABEL_KEY: ROLE_NETWORK}, check_duplicate=True
+        )
         volumes = {}
         seed = self.bench_copy / "db" / "init.sql.gz"
         if seed.is_file():
             volumes[str(seed)] = {"bind": "/docker-entrypoint-initdb.d/init.sql.gz", "mode": "ro"}
         pg = self.client.containers.run(
-            PG_IMAGE, name=self.pg_name, detach=True, network=self.net_name, labels={**labels, ROLE_LABEL_KEY: role_for_name(self.pg_name)},
+            PG_IMAGE,
+            name=self.pg_name,
+            detach=True,
+            network=self.net_name,
+            labels={**labels, ROLE_LABEL_KEY: role_for_name(self.pg_name)},
             volumes=volumes,
             environment={"POSTGRES_DB": PG_DB, "POSTGRES_USER": PG_USER, "POSTGRES_PASSWORD": PG_PASSWORD},
             **self._limits(),
         )
         self._wait_pg(pg)
-        env = {"PGHOST": self.pg_name, "PG_HOST": self.pg_name, "PGPORT": "5432", "PGUSER": PG_USER,
-               "PGPASSWORD": PG_PASSWORD, "PGDATABASE": PG_DB, "LOCAL_SERVERS_PATH": SERVERS_ROOT,
-               "PYTHON_BIN": "/opt/venv/bin/python3"}
+        env = {
+            "PGHOST": self.pg_name,
+            "PG_HOST": self.pg_name,
+            "PGPORT": "5432",
+            "PGUSER": PG_USER,
+            "PGPASSWORD": PG_PASSWORD,
+            "PGDATABASE": PG_DB,
+            "LOCAL_SERVERS_PATH": SERVERS_ROOT,
+            "PYTHON_BIN": "/opt/venv/bin/python3",
+        }
         volumes = {
             str(self.bench_copy / CONFIGS): {"bind": "/workspace/configs", "mode": "ro"},
             str(self.probe_root / "tasks"): {"bind": "/workspace/tasks", "mode": "ro"},
             str(self.probe_root / "out"): {"bind": "/probe", "mode": "rw"},
         }
         self.box = self.client.containers.run(
-            self.manifest.image.id, ["sleep", "7200"], name=self.box_name, detach=True, network=self.net_name,
-            labels={**labels, ROLE_LABEL_KEY: role_for_name(self.box_name)}, environment=env, volumes=volumes, working_dir="/workspace",
+            self.manifest.image.id,
+            ["sleep", "7200"],
+            name=self.box_name,
+            detach=True,
+            network=self.net_name,
+            labels={**labels, ROLE_LABEL_KEY: role_for_name(self.box_name)},
+            environment=env,
+            volumes=volumes,
+            working_dir="/workspace",
             **self._limits(),
         )
 
@@ -222,8 +260,21 @@ class ProbeSandbox:
 
     def entry(self, phase: str, task: str, out_sub: str, env: Mapping[str, str] | None = None) -> int:
         """Run the entrypoint's `--phase` for `task` with output in <probe_root>/out/<out_sub>; its exit code."""
-        argv = ["timeout", "-k", "10", str(INNER_TIMEOUT_SEC), "/opt/venv/bin/python3", "-u",
-                "/workspace/cowork_entry.py", "--task_dir", task, "--phase", phase, "--probe-output", f"/probe/{out_sub}"]
+        argv = [
+            "timeout",
+            "-k",
+            "10",
+            str(INNER_TIMEOUT_SEC),
+            "/opt/venv/bin/python3",
+            "-u",
+            "/workspace/cowork_entry.py",
+            "--task_dir",
+            task,
+            "--phase",
+            phase,
+            "--probe-output",
+            f"/probe/{out_sub}",
+        ]
         code, output = self.box.exec_run(argv, environment=dict(env or {}), workdir="/workspace")
         (self.probe_root / "out").mkdir(parents=True, exist_ok=True)
         with open(self.probe_root / "out" / f"{out_sub}.console.log", "wb") as fh:
@@ -297,18 +348,28 @@ def _stateful(box: ProbeSandbox, probe_root: Path, servers: Sequence[str]) -> di
         if spec is None:
             continue
         sub = f"stateful-{server}"
-        box.entry("stateful", PROBE_TASK_PREFIX + server, sub,
-                  env={"COWORK_STATEFUL_PROBE": json.dumps({"server": server, **spec})})
+        box.entry(
+            "stateful",
+            PROBE_TASK_PREFIX + server,
+            sub,
+            env={"COWORK_STATEFUL_PROBE": json.dumps({"server": server, **spec})},
+        )
         report = _read_report(probe_root / "out" / sub / "stateful.json")
         sessions = report.get("sessions") or []
         ok = bool(report.get("ok")) and len(sessions) == len(spec["calls"])
-        results[server] = {"ok": ok, "sessions": len(sessions), "session_ids": [s.get("session_id") for s in sessions],
-                           "expect": spec["expect"], "error": None if ok else (report.get("error") or "no report")}
+        results[server] = {
+            "ok": ok,
+            "sessions": len(sessions),
+            "session_ids": [s.get("session_id") for s in sessions],
+            "expect": spec["expect"],
+            "error": None if ok else (report.get("error") or "no report"),
+        }
     return results
 
 
-def collect_inventory(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, task_ids: Sequence[str], *,
-                      stateful: bool = False) -> Inventory:
+def collect_inventory(
+    cfg: RunConfig, manifest: RunManifest, bench_copy: Path, task_ids: Sequence[str], *, stateful: bool = False
+) -> Inventory:
     """Probe every server `task_ids` need (no key, no meter, no campaign) and return the inventory."""
     started = utc_now()
     probe_root = Path(cfg.run_root) / "probes"
@@ -333,13 +394,24 @@ def collect_inventory(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, t
     for server, tasks in needs.items():
         report, folder = reports.get(server, (None, probe_root / "out"))
         log = folder / f"{server}.stderr.log"
-        servers[server] = server_inventory(server, report, tasks, repairs, str(log) if log.exists() else None,
-                                           _tail(log) if not (report or {}).get("ok") else "")
+        servers[server] = server_inventory(
+            server,
+            report,
+            tasks,
+            repairs,
+            str(log) if log.exists() else None,
+            _tail(log) if not (report or {}).get("ok") else "",
+        )
     failed = {name for name, s in servers.items() if s.health is ServerHealth.FAILED}
     inventory = Inventory(
-        image_id=manifest.image.id if manifest.image else "", started_at=started, finished_at=utc_now(),
-        servers=servers, blocked_tasks=blocked_by(needs, failed), repairs=[RepairRecord(**r) for r in taken],
-        checks=[*checks, *not_taken], probe_dir=str(probe_root / "out"),
+        image_id=manifest.image.id if manifest.image else "",
+        started_at=started,
+        finished_at=utc_now(),
+        servers=servers,
+        blocked_tasks=blocked_by(needs, failed),
+        repairs=[RepairRecord(**r) for r in taken],
+        checks=[*checks, *not_taken],
+        probe_dir=str(probe_root / "out"),
     )
     if stateful:
         inventory.checks.append({"check": "stateful", "result": stateful_results or "no stateful server needed"})
@@ -357,8 +429,11 @@ def inventory_for_run(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -
     """
     tasks = list(manifest.selection.task_ids) if manifest.selection else []
     image_id = manifest.image.id if manifest.image else ""
-    reused = (reusable_inventory(cfg.inventory_from, image_id, needed_servers(bench_copy, tasks))
-              if cfg.inventory_from else None)
+    reused = (
+        reusable_inventory(cfg.inventory_from, image_id, needed_servers(bench_copy, tasks))
+        if cfg.inventory_from
+        else None
+    )
     if reused is not None:
         _console(f"the inventory of {cfg.inventory_from} (same image, same servers) is reused; nothing probed again.")
     found = reused or collect_inventory(cfg, manifest, bench_copy, tasks)
@@ -393,7 +468,9 @@ def enforce_inventory(cfg: RunConfig, manifest: RunManifest, inventory: Mapping[
     if not blocked:
         return
     if not cfg.accept_environment_blocked:
-        raise Refusal("inventory", refusal_sentence(blocked, inventory.get("servers") or {}, inventory.get("probe_dir")))
+        raise Refusal(
+            "inventory", refusal_sentence(blocked, inventory.get("servers") or {}, inventory.get("probe_dir"))
+        )
     accepted = {**inventory, "accepted_blocked": True}
     manifest.inventory = accepted
     write_manifest(Path(cfg.run_root), manifest)
@@ -413,7 +490,7 @@ def run_probe(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> int:
     ok = not inventory["blocked_tasks"]
     if stateful:
         results = next((c["result"] for c in inventory["checks"] if c.get("check") == "stateful"), {})
-        for server, result in (results.items() if isinstance(results, dict) else []):
+        for server, result in results.items() if isinstance(results, dict) else []:
             verdict = "state survived separate HTTP sessions" if result["ok"] else f"FAILED: {result['error']}"
             print(f"cowork-adapter: stateful {server}: {verdict}", flush=True)
             ok = ok and result["ok"]
@@ -423,9 +500,13 @@ def run_probe(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> int:
 def _print_inventory(inventory: Mapping[str, Any]) -> None:
     for name, s in (inventory.get("servers") or {}).items():
         detail = s.get("repair") if s["health"] == ServerHealth.REPAIRED.value else s.get("error")
-        print(f"cowork-adapter: inventory {name}: {s['health']}, {s['tool_count']} tools"
-              + (f" ({detail})" if detail and s["health"] != ServerHealth.OK.value else ""), flush=True)
+        print(
+            f"cowork-adapter: inventory {name}: {s['health']}, {s['tool_count']} tools"
+            + (f" ({detail})" if detail and s["health"] != ServerHealth.OK.value else ""),
+            flush=True,
+        )
     for repair in inventory.get("repairs") or []:
-        print(f"cowork-adapter: repair {repair['server']}: {repair['fault']} {repair['before']} -> {repair['after']}",
-              flush=True)
-
+        print(
+            f"cowork-adapter: repair {repair['server']}: {repair['fault']} {repair['before']} -> {repair['after']}",
+            flush=True,
+        )

@@ -37,8 +37,11 @@ def report_write_failure(failures: dict[str, WriteFailure], artifact: str, exc: 
     error = f"{type(exc).__name__}: {exc}"[:300]
     previous = failures.get(artifact)
     failures[artifact] = WriteFailure(count=(previous.count if previous else 0) + 1, error=error)
-    print(json.dumps({"event": "cowork_diagnostic_write_failed", "artifact": artifact, "error": error}),
-          file=sys.stderr, flush=True)
+    print(
+        json.dumps({"event": "cowork_diagnostic_write_failed", "artifact": artifact, "error": error}),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @dataclass
@@ -125,8 +128,13 @@ class RunProgress:
         for task, row in sorted(ctx.runner_rows.items()):
             if task not in self._finished:
                 self._finished.add(task)
-                self._event(EventKind.TASK_FINISHED, task=task, status=row.status, eval_pass=row.eval_pass,
-                            duration_s=row.duration_s)
+                self._event(
+                    EventKind.TASK_FINISHED,
+                    task=task,
+                    status=row.status,
+                    eval_pass=row.eval_pass,
+                    duration_s=row.duration_s,
+                )
         if live and self.meter is not None:
             running = {t: ctx.dumps[t] for t in sorted(self._started - self._finished) if t in ctx.dumps}
             for over in self.meter.tick(running):
@@ -180,4 +188,3 @@ def record_event(events: EventLog, failures: dict[str, WriteFailure], kind: Even
         events.append(kind, **payload)
     except OSError as exc:
         report_write_failure(failures, layout.EVENTS, exc)
-

@@ -77,8 +77,9 @@ def verdict_of(row: TaskRow | None, returned: Any = None) -> EngineVerdict:
         return EngineVerdict(status=row.status, reason=(row.environment_blocked or row.reason_code)[:REASON_MAX])
     words = evaluator_words(returned) if row.status is TaskStatus.FAILED else None
     reason = words or f"{row.status.value}: {row.reason_code}"
-    return EngineVerdict(status=row.status, passed=passed if isinstance(passed, bool) else None,
-                         reason=reason[:REASON_MAX])
+    return EngineVerdict(
+        status=row.status, passed=passed if isinstance(passed, bool) else None, reason=reason[:REASON_MAX]
+    )
 
 
 def classify(oracle: EngineVerdict, nop: EngineVerdict) -> tuple[TaskValidityClass, str | None]:
@@ -136,8 +137,14 @@ def build_validity(oracle_root: Path, nop_root: Path, task_ids: list[str], bench
         klass, reason = classify(oracle, nop)
         rows.append(TaskValidityRow(instance_id=task, oracle=oracle, nop=nop, class_=klass, reason=reason))
     counts = {k.value: sum(1 for r in rows if r.class_ is k) for k in TaskValidityClass}
-    return TaskValidity(created_at=utc_now(), bench_commit=bench_commit, oracle_run_root=str(oracle_root),
-                        nop_run_root=str(nop_root), counts=counts, tasks=rows)
+    return TaskValidity(
+        created_at=utc_now(),
+        bench_commit=bench_commit,
+        oracle_run_root=str(oracle_root),
+        nop_run_root=str(nop_root),
+        counts=counts,
+        tasks=rows,
+    )
 
 
 def render_table(validity: TaskValidity) -> str:
@@ -160,6 +167,7 @@ def _word(v: EngineVerdict) -> str:
 def render_html(validity: TaskValidity) -> str:
     """The table as one self-contained page (nothing loaded from anywhere): the count per class, then
     per task its verdicts, class and the evaluator's own reason. Every text is escaped."""
+
     def table(head: list[str], rows: list[list[str]]) -> str:
         th = "".join(f"<th>{escape(h)}</th>" for h in head)
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -167,17 +175,19 @@ def render_html(validity: TaskValidity) -> str:
 
     counts = [[k, str(n)] for k, n in validity.counts.items()]
     rows = [[r.instance_id, _word(r.oracle), _word(r.nop), r.class_.value, r.reason or ""] for r in validity.tasks]
-    return "".join([
-        "<!doctype html><html><head><meta charset='utf-8'><title>Task validity</title>",
-        f"<style>{CSS}</style></head><body><h1>Task validity</h1>",
-        f"<p>{len(validity.tasks)} selected tasks of benchmark commit {escape(validity.bench_commit)}, qualified at "
-        f"{escape(validity.created_at)}: the ground truth placed in the workspace (oracle run: "
-        f"{escape(validity.oracle_run_root)}) and nothing done (nop run: {escape(validity.nop_run_root)}), each "
-        "graded by the task's official evaluator. A task is valid when the first passes and the second fails.</p>",
-        table(["class", "tasks"], counts),
-        table(["task", "oracle", "nop", "class", "reason"], rows),
-        "</body></html>\n",
-    ])
+    return "".join(
+        [
+            "<!doctype html><html><head><meta charset='utf-8'><title>Task validity</title>",
+            f"<style>{CSS}</style></head><body><h1>Task validity</h1>",
+            f"<p>{len(validity.tasks)} selected tasks of benchmark commit {escape(validity.bench_commit)}, qualified at "
+            f"{escape(validity.created_at)}: the ground truth placed in the workspace (oracle run: "
+            f"{escape(validity.oracle_run_root)}) and nothing done (nop run: {escape(validity.nop_run_root)}), each "
+            "graded by the task's official evaluator. A task is valid when the first passes and the second fails.</p>",
+            table(["class", "tasks"], counts),
+            table(["task", "oracle", "nop", "class", "reason"], rows),
+            "</body></html>\n",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- the command
@@ -220,8 +230,12 @@ def qualify_command(flags: dict[str, Any], argv: list[str]) -> int:
     oracle_cfg = configs[EngineKind.ORACLE.value]
     manifest = read_manifest(oracle_cfg.run_root)
     commit = manifest.bench.commit if manifest.bench is not None else None
-    validity = build_validity(oracle_cfg.run_root, configs[EngineKind.NOP.value].run_root,
-                              list(manifest.selection.selection_task_ids), str(commit or oracle_cfg.bench_commit))
+    validity = build_validity(
+        oracle_cfg.run_root,
+        configs[EngineKind.NOP.value].run_root,
+        list(manifest.selection.selection_task_ids),
+        str(commit or oracle_cfg.bench_commit),
+    )
     table = RunRoot(root)
     replace_atomic(table.task_validity, validity.to_json())
     replace_atomic(table.task_validity_html, render_html(validity))

@@ -130,11 +130,18 @@ def resolve_ancestry(
             return nodes[root].depth
         manifest = _load_manifest(root)
         diff = identity_difference(
-            manifest, applied_config=current_applied_config, seed_head=seed_head,
-            bench_commit=bench_commit, image_id=image_id, image_pending=image_pending,
+            manifest,
+            applied_config=current_applied_config,
+            seed_head=seed_head,
+            bench_commit=bench_commit,
+            image_id=image_id,
+            image_pending=image_pending,
         )
         if diff is not None:
-            raise Refusal(STAGE, f"Ancestor {root} differs in {diff}; recovery needs the same configuration, seed, benchmark and image.")
+            raise Refusal(
+                STAGE,
+                f"Ancestor {root} differs in {diff}; recovery needs the same configuration, seed, benchmark and image.",
+            )
         parents = [str(Path(p).resolve()) for p in manifest.selection.resume_from]
         node = _Node(root=root, manifest=manifest, parents=parents)
         # resume_from lists every ancestor, not only direct parents; a grand-ancestor is never
@@ -168,7 +175,10 @@ def resolve_ancestry(
                     seen.add(task)
                     selection.append(task)
         if not selection:
-            raise Refusal(STAGE, "The parent runs record no task selection, and recovery never widens to the full dataset by itself.")
+            raise Refusal(
+                STAGE,
+                "The parent runs record no task selection, and recovery never widens to the full dataset by itself.",
+            )
         _check_ids(selection, dataset_ids, "inherited selection")
 
     settled: dict[str, tuple[TaskStatus, str]] = {}
@@ -192,7 +202,6 @@ def resolve_ancestry(
         ancestors=ancestors,
         generation=generation,
     )
-
 
 
 # ---------------------------------------------------------------- the ancestors' campaign
@@ -234,9 +243,13 @@ def campaign_refusal(ancestors: list[str], here: CampaignPlace, campaign_exists:
         manifest = _load_manifest(root)
         theirs = CampaignPlace.of(manifest.campaign_file, manifest.campaign_db, manifest.campaign_name)
         if theirs != here:
-            return (f"Ancestor {root} ran under {theirs.describe()}, but this resume names {here.describe()}; "
-                    "a resume must use its ancestors' campaign.")
+            return (
+                f"Ancestor {root} ran under {theirs.describe()}, but this resume names {here.describe()}; "
+                "a resume must use its ancestors' campaign."
+            )
         if here != CampaignPlace() and not campaign_exists and _took_custody(root, manifest):
-            return (f"Ancestor {root} ran under {here.describe()}, which no longer exists; a resume continues "
-                    "its ancestors' campaign and never starts a new one.")
+            return (
+                f"Ancestor {root} ran under {here.describe()}, which no longer exists; a resume continues "
+                "its ancestors' campaign and never starts a new one."
+            )
     return None

@@ -71,8 +71,11 @@ KEY_CARRIERS = ("LLM_API_KEY", "MODEL_API_KEY", "OPENROUTER_API_KEY", "OPENAI_AP
 def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]:
     """The upstream runner's environment: no key anywhere, the immutable image ID, our entry."""
     # No libpq variable either: the database password (PGPASSWORD) is the launcher's, not the runner's.
-    base = {k: v for k, v in os.environ.items()
-            if k not in KEY_CARRIERS and k != cfg.provider.api_key_env and not k.startswith("PG")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in KEY_CARRIERS and k != cfg.provider.api_key_env and not k.startswith("PG")
+    }
     base.update(
         IMAGE=manifest.image.id,
         AGENT_ENTRY=AGENT_ENTRY,
@@ -109,8 +112,15 @@ def delete_agent_env(path: Path) -> None:
         print(f"cowork-adapter: could not delete the key file {path}: {exc.strerror}", file=sys.stderr, flush=True)
 
 
-def run_in_custody(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, spending: SpendingPolicy,
-                   key: str = "", gateway=None, provider=None) -> int:
+def run_in_custody(
+    cfg: RunConfig,
+    manifest: RunManifest,
+    bench_copy: Path,
+    spending: SpendingPolicy,
+    key: str = "",
+    gateway=None,
+    provider=None,
+) -> int:
     """Run the selection under custody, spending as `spending` allows; returns the exit code (see
     vocab.ExitCode). `key` is the provider key for agent containers ("" for a run that spends nothing).
 
@@ -129,9 +139,11 @@ def run_in_custody(cfg: RunConfig, manifest: RunManifest, bench_copy: Path, spen
 
 # Said at the start of every run that gives agent containers the key, and disclosed by `report`
 # (report/build.py): on this path the agent under test can read it (docs/security.md, the key's path).
-KEY_IN_AGENT_NOTE = ("the provider key reaches every agent container (its environment, the engine's settings file "
-                     "and `docker inspect`): the agent under test can read it; the default OpenRouter route "
-                     "(without --key-in-agent) and --llm-gateway keep it on the host.")
+KEY_IN_AGENT_NOTE = (
+    "the provider key reaches every agent container (its environment, the engine's settings file "
+    "and `docker inspect`): the agent under test can read it; the default OpenRouter route "
+    "(without --key-in-agent) and --llm-gateway keep it on the host."
+)
 
 
 class Run:
@@ -140,8 +152,16 @@ class Run:
 
     gateway = None  # the run's model gateway (--llm-gateway), set by __init__ when there is one
 
-    def __init__(self, cfg: RunConfig, manifest: RunManifest, bench_copy: Path, spending: SpendingPolicy,
-                 key: str = "", gateway=None, provider=None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        manifest: RunManifest,
+        bench_copy: Path,
+        spending: SpendingPolicy,
+        key: str = "",
+        gateway=None,
+        provider=None,
+    ) -> None:
         self.cfg, self.manifest, self.bench_copy, self.key = cfg, manifest, bench_copy, key
         self.spending = spending
         self.gateway = gateway
@@ -176,9 +196,13 @@ class Run:
 
     def run(self) -> int:
         cfg = self.cfg
-        self.event(EventKind.RUN_ADMITTED, run_root=str(cfg.run_root), run_label=self.label,
-                   selected=len(self.manifest.selection.task_ids),
-                   resume_generation=self.manifest.selection.resume_generation)
+        self.event(
+            EventKind.RUN_ADMITTED,
+            run_root=str(cfg.run_root),
+            run_label=self.label,
+            selected=len(self.manifest.selection.task_ids),
+            resume_generation=self.manifest.selection.resume_generation,
+        )
         if self.spending.spends:
             # Advice first: its daemon and file reads must not eat into the startup reading's blindness bound.
             _say_concurrency(cfg, "before this run")
@@ -208,8 +232,11 @@ class Run:
 
     def _unregistered(self) -> int:
         """The campaign could not record this run, so nothing may start: prove the label empty, stop (exit 3)."""
-        result = self.with_cause(SupervisionResult(stop_reason=None, stop_causes=[], runner_exit_code=None),
-                                  StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
+        result = self.with_cause(
+            SupervisionResult(stop_reason=None, stop_causes=[], runner_exit_code=None),
+            StopReason.CAMPAIGN_PERSISTENCE_FAILED,
+            "campaign",
+        )
         with LAUNCHER_SIGNALS.critical():
             cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
             self._record_result(result)
@@ -241,27 +268,48 @@ class Run:
             # The watchdog first, before the key file exists and long before the runner: if it cannot
             # be started or armed, this raises and the runner never starts (stop before spending).
             self.watchdog = start_watchdog(
-                run_root=cfg.run_root, run_label=self.label, docker_host=cfg.docker_host, env=_watchdog_env(cfg),
-                bound_sec=cfg.money.meter_blindness_sec, grace_sec=min(8.0, cfg.money.meter_blindness_sec / 3), tmpdir=self.tmpdir,
+                run_root=cfg.run_root,
+                run_label=self.label,
+                docker_host=cfg.docker_host,
+                env=_watchdog_env(cfg),
+                bound_sec=cfg.money.meter_blindness_sec,
+                grace_sec=min(8.0, cfg.money.meter_blindness_sec / 3),
+                tmpdir=self.tmpdir,
             )
             key_file = bool(self.key) and self.gateway is None  # with the gateway no container gets the key
             if key_file:  # a reference engine (oracle, nop) has no key: no env file exists at all
                 write_agent_env(self.agent_env, self.key)
             launcher = ProcessIdentity(pid=os.getpid(), start_ticks=start_ticks(os.getpid()))
             custody = install_custody(
-                cfg.run_root, real_docker=_real_docker(), docker_host=cfg.docker_host, run_label=self.label,
-                limits={"cpus": cfg.limits.cpus, "memory_bytes": cfg.limits.memory_bytes,
-                        "memory_swap_bytes": cfg.limits.memory_swap_bytes, "pids_limit": cfg.limits.pids_limit},
-                stop_file=self.stop_file, resource_root=cfg.resource_root, min_free_bytes=int(cfg.disk.min_free_gib * GIB),
-                evidence_dir=self.evidence, agent_env_file=self.agent_env if key_file else None,
-                launcher_pid=launcher.pid, launcher_start_ticks=launcher.start_ticks,
+                cfg.run_root,
+                real_docker=_real_docker(),
+                docker_host=cfg.docker_host,
+                run_label=self.label,
+                limits={
+                    "cpus": cfg.limits.cpus,
+                    "memory_bytes": cfg.limits.memory_bytes,
+                    "memory_swap_bytes": cfg.limits.memory_swap_bytes,
+                    "pids_limit": cfg.limits.pids_limit,
+                },
+                stop_file=self.stop_file,
+                resource_root=cfg.resource_root,
+                min_free_bytes=int(cfg.disk.min_free_gib * GIB),
+                evidence_dir=self.evidence,
+                agent_env_file=self.agent_env if key_file else None,
+                launcher_pid=launcher.pid,
+                launcher_start_ticks=launcher.start_ticks,
                 gateway_secret_file=gateway_secret_file(cfg.run_root) if self.gateway is not None else None,
                 provider=self.provider,
-                dumps=TaskDumps(dumps_dir=dumps_of(self.bench_copy), short=agent_short_name(cfg),
-                                tasks=tuple(self._runnable_tasks()), eval_bound_sec=eval_bound_sec(os.environ),
-                                eval_mounts=tuple(eval_code_mounts(self.bench_copy))),
-                hardening=Hardening.for_run(cfg.agent.task_timeout, cfg.limits.agent_output_cap_mib,
-                                            cfg.limits.container_cap_add),
+                dumps=TaskDumps(
+                    dumps_dir=dumps_of(self.bench_copy),
+                    short=agent_short_name(cfg),
+                    tasks=tuple(self._runnable_tasks()),
+                    eval_bound_sec=eval_bound_sec(os.environ),
+                    eval_mounts=tuple(eval_code_mounts(self.bench_copy)),
+                ),
+                hardening=Hardening.for_run(
+                    cfg.agent.task_timeout, cfg.limits.agent_output_cap_mib, cfg.limits.container_cap_add
+                ),
             )
             self.processes = CustodyProcesses(launcher=launcher, watchdog=self.watchdog.identity)
             write_processes(cfg.run_root, self.processes)
@@ -272,20 +320,31 @@ class Run:
             env[RUN_MARKER_ENV] = self.label  # lets the watchdog find every process of the run in /proc
             argv, env = self.spending.runner(self.manifest.official_command, env)
             supervisor = Supervisor(
-                runner_argv=argv, runner_env=env,
-                runner_cwd=self.bench_copy, console_log=RunRoot(cfg.run_root).console_log, stop_file=self.stop_file,
-                blindness_sec=cfg.money.meter_blindness_sec, meter=self.spending, disk_check=self.disk_check, publish=self.publish,
-                on_event=self._supervisor_event, on_runner_started=self._runner_started,
-                remove_labelled=self._stop_clear, stop_path=StopPath(cfg.stop_path),
+                runner_argv=argv,
+                runner_env=env,
+                runner_cwd=self.bench_copy,
+                console_log=RunRoot(cfg.run_root).console_log,
+                stop_file=self.stop_file,
+                blindness_sec=cfg.money.meter_blindness_sec,
+                meter=self.spending,
+                disk_check=self.disk_check,
+                publish=self.publish,
+                on_event=self._supervisor_event,
+                on_runner_started=self._runner_started,
+                remove_labelled=self._stop_clear,
+                stop_path=StopPath(cfg.stop_path),
             )
             self.stop_now = supervisor.stop_at_once  # the gateway, the lease, daemon loss, a failed campaign write
             for cause in self.pending_stops:  # seen by the host's lease before the supervisor existed
                 supervisor.request_stop(cause)
             result = supervisor.run(anchor)
         except Exception as exc:  # noqa: BLE001 - after start_run every path must clean up and settle
-            result = SupervisionResult(stop_reason=StopReason.SUPERVISOR_ERROR.value,
-                                       stop_causes=[StopReason.SUPERVISOR_ERROR.value], runner_exit_code=None,
-                                       supervisor_error=f"{type(exc).__name__}: {exc}")
+            result = SupervisionResult(
+                stop_reason=StopReason.SUPERVISOR_ERROR.value,
+                stop_causes=[StopReason.SUPERVISOR_ERROR.value],
+                runner_exit_code=None,
+                supervisor_error=f"{type(exc).__name__}: {exc}",
+            )
         if self.gateway is not None:  # no model request is forwarded once the runner is done or stopping
             self.gateway.fence("runner_exited" if not result.stop_reason else result.stop_reason, notify=False)
         self.causes = result.stop_causes
@@ -304,8 +363,10 @@ class Run:
             self._await_daemon()
         cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
         self.dump_stop.join()  # its records before the final ledger (each stop is one daemon call)
-        self.progress.refresh_quietly(live=False, interruption_cause=result.stop_reason or (
-            "cleanup_unproven" if cleanup_error else "runner_exited"))
+        self.progress.refresh_quietly(
+            live=False,
+            interruption_cause=result.stop_reason or ("cleanup_unproven" if cleanup_error else "runner_exited"),
+        )
         self.end_watchdog()  # custody is done (proven or reported): the watchdog never outlives it
         return result, cleanup_error
 
@@ -341,8 +402,12 @@ class Run:
         self.view.close()
         self.manifest.outcome = _outcome(result, self.progress)
         code = _exit_code(result, self.progress, cleanup_error, settlement)
-        self.event(EventKind.RUN_FINISHED, outcome=str(self.manifest.outcome), exit_code=int(code),
-                   stop_reason=result.stop_reason)
+        self.event(
+            EventKind.RUN_FINISHED,
+            outcome=str(self.manifest.outcome),
+            exit_code=int(code),
+            stop_reason=result.stop_reason,
+        )
         _audit(self.cfg.run_root)
         _say_outcome(self.manifest, self.progress, cleanup_error, settlement)
         _say_concurrency(self.cfg, "after this run", self.cfg.run_root)
@@ -395,8 +460,14 @@ class Run:
         """The fast stop's removal (Supervisor.remove_labelled; custody/stop_removal.py), recorded as
         stop_cleared. Never raises: the final cleanup (_end_custody) lists and proves again."""
         done = remove_for_stop(self.cfg.run_root, self.cfg.docker_host, self.label)
-        self.event(EventKind.STOP_CLEARED, reason=reason, removed=done.removed, proven=done.proven,
-                   seconds=done.seconds, error=done.error)
+        self.event(
+            EventKind.STOP_CLEARED,
+            reason=reason,
+            removed=done.removed,
+            proven=done.proven,
+            seconds=done.seconds,
+            error=done.error,
+        )
 
     def _gateway_fenced(self, reason: str) -> None:
         """From a gateway thread: its own cost sum reached the allowance. Fence admission, stop the run."""
@@ -420,10 +491,17 @@ class Run:
     def _daemon_lost(self, loss: DaemonLoss) -> None:
         """From the watch thread: record what was seen, fence admission now, stop the supervisor."""
         before, after = loss.before, loss.after
-        self.event(EventKind.DAEMON_LOST, stage="detected", reason=loss.reason, detail=loss.detail[:500],
-                   before_pid=before.pid if before else None, before_start_ticks=before.start_ticks if before else None,
-                   after_pid=after.pid if after else None, after_start_ticks=after.start_ticks if after else None,
-                   silent_sec=round(loss.silent_sec, 1))
+        self.event(
+            EventKind.DAEMON_LOST,
+            stage="detected",
+            reason=loss.reason,
+            detail=loss.detail[:500],
+            before_pid=before.pid if before else None,
+            before_start_ticks=before.start_ticks if before else None,
+            after_pid=after.pid if after else None,
+            after_start_ticks=after.start_ticks if after else None,
+            silent_sec=round(loss.silent_sec, 1),
+        )
         _fence(self.stop_file, StopReason.DOCKER_DAEMON_LOST)
         if self.stop_now is not None:
             self.stop_now(StopReason.DOCKER_DAEMON_LOST)
@@ -432,12 +510,20 @@ class Run:
         """Before cleanup, give a lost daemon a bounded time to return: only it can prove custody."""
         back = wait_for_answer(self.cfg.docker_host, RETURN_WAIT_SEC)
         if back is None:
-            self.event(EventKind.DAEMON_LOST, stage="not_returned",
-                       detail=f"no answer within {RETURN_WAIT_SEC:g} s after the stop; custody cannot be proven")
+            self.event(
+                EventKind.DAEMON_LOST,
+                stage="not_returned",
+                detail=f"no answer within {RETURN_WAIT_SEC:g} s after the stop; custody cannot be proven",
+            )
             return
         ident = back.identity
-        self.event(EventKind.DAEMON_LOST, stage="returned", detail="the daemon answers again; cleanup relists it",
-                   after_pid=ident.pid if ident else None, after_start_ticks=ident.start_ticks if ident else None)
+        self.event(
+            EventKind.DAEMON_LOST,
+            stage="returned",
+            detail="the daemon answers again; cleanup relists it",
+            after_pid=ident.pid if ident else None,
+            after_start_ticks=ident.start_ticks if ident else None,
+        )
 
     def end_watchdog(self) -> None:
         """Tell the watchdog the launcher is done and reap it; its exit is in events.jsonl."""
@@ -461,9 +547,12 @@ class Run:
             progress=Progress(**self.progress.counts()),
             spending=spending,
             meter=meter,
-            disk=Disk(resource_free_bytes=_free(cfg.resource_root), root_free_bytes=_free(Path("/")),
-                      resource_reserve_bytes=int(cfg.disk.min_free_gib * GIB),
-                      root_reserve_bytes=int(cfg.disk.min_root_free_gib * GIB)),
+            disk=Disk(
+                resource_free_bytes=_free(cfg.resource_root),
+                root_free_bytes=_free(Path("/")),
+                resource_reserve_bytes=int(cfg.disk.min_free_gib * GIB),
+                root_reserve_bytes=int(cfg.disk.min_root_free_gib * GIB),
+            ),
             stop_reason=self.causes[0] if self.causes else None,
             stop_causes=list(self.causes),
         )
@@ -476,19 +565,32 @@ def _fence(stop_file: Path, reason: str) -> None:
     except FileExistsError:
         return
     except OSError as exc:
-        print(json.dumps({"event": "cowork_stop_marker_failed", "error": f"{type(exc).__name__}: {exc}"}),
-              file=sys.stderr, flush=True)
+        print(
+            json.dumps({"event": "cowork_stop_marker_failed", "error": f"{type(exc).__name__}: {exc}"}),
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Path, agent_env: Path) -> str | None:
     """Exact-label cleanup, proven by a relist; then the staging dirs and the key file. None = proven."""
     error = None
     try:
-        report = cleanup_run(cfg.docker_host, label, log_line,
-                             before_remove=reader_for(RunRoot(cfg.run_root).evidence),
-                             creations=creations_dir(cfg.run_root))
-        record_event(events, failures, EventKind.CLEANUP,
-                     removed=len(report.removed_containers) + len(report.removed_networks), remaining=0, proven=True)
+        report = cleanup_run(
+            cfg.docker_host,
+            label,
+            log_line,
+            before_remove=reader_for(RunRoot(cfg.run_root).evidence),
+            creations=creations_dir(cfg.run_root),
+        )
+        record_event(
+            events,
+            failures,
+            EventKind.CLEANUP,
+            removed=len(report.removed_containers) + len(report.removed_networks),
+            remaining=0,
+            proven=True,
+        )
     except CustodyError as exc:
         error = str(exc)
         record_event(events, failures, EventKind.CLEANUP, proven=False, error=error[:500])
@@ -504,7 +606,12 @@ def _outcome(result, progress: RunProgress) -> RunOutcome:
         return RunOutcome.STOPPED
     counts = progress.counts()
     # An environment-blocked row is a task the run could not attempt: the run is incomplete (exit 1).
-    if result.runner_exit_code != 0 or counts["infra_failed"] or counts["not_attempted"] or counts["environment_blocked"]:
+    if (
+        result.runner_exit_code != 0
+        or counts["infra_failed"]
+        or counts["not_attempted"]
+        or counts["environment_blocked"]
+    ):
         return RunOutcome.INCOMPLETE
     return RunOutcome.COMPLETED
 
@@ -519,7 +626,6 @@ def _exit_code(result, progress: RunProgress, cleanup_error: str | None, settlem
 
 def _audit(run_root: Path) -> None:
     try:
-
         audit_run(run_root)
     except Exception as exc:  # noqa: BLE001 - the audit is evidence, never a verdict: report and go on
         print(f"cowork-adapter: the offline audit could not be written: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -530,25 +636,34 @@ def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
     the next run's operator chooses it). Never raises: it must not break a run's start or end."""
 
     try:
-        found = host_suggestion(cfg.docker_host, [*campaign_roots(cfg.money.campaign_file, cfg.selection.resume_from), *own])
+        found = host_suggestion(
+            cfg.docker_host, [*campaign_roots(cfg.money.campaign_file, cfg.selection.resume_from), *own]
+        )
     except Exception as exc:  # noqa: BLE001 - advice only
         print(f"cowork-adapter: no concurrency suggestion {when} ({type(exc).__name__})", flush=True)
         return
-    print(f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.selection.concurrency}).", flush=True)
+    print(
+        f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.selection.concurrency}).", flush=True
+    )
 
 
 def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: str | None, settlement: str) -> None:
     counts = progress.counts()
-    line = (f"cowork-adapter: {manifest.outcome}: {counts['passed']} passed, {counts['failed']} failed, "
-            f"{counts['agent_failed']} agent_failed, {counts['infra_failed']} infra_failed, "
-            f"{counts['not_attempted']} not_attempted, {counts['environment_blocked']} environment_blocked"
-            f"{_unsettled(counts)} of {counts['selected']}")
+    line = (
+        f"cowork-adapter: {manifest.outcome}: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['agent_failed']} agent_failed, {counts['infra_failed']} infra_failed, "
+        f"{counts['not_attempted']} not_attempted, {counts['environment_blocked']} environment_blocked"
+        f"{_unsettled(counts)} of {counts['selected']}"
+    )
     if manifest.stop_reason:
         line += f"; stopped: {manifest.stop_reason}"
     print(line, flush=True)
     if cleanup_error:
-        print(f"cowork-adapter: custody NOT proven ({cleanup_error}); the campaign keeps this run as its active_run "
-              "until `cowork-adapter campaign reconcile`.", file=sys.stderr)
+        print(
+            f"cowork-adapter: custody NOT proven ({cleanup_error}); the campaign keeps this run as its active_run "
+            "until `cowork-adapter campaign reconcile`.",
+            file=sys.stderr,
+        )
     elif settlement not in SETTLED:
         print("cowork-adapter: the campaign settlement was not recorded; active_run stays set.", file=sys.stderr)
 
@@ -569,4 +684,3 @@ def _real_docker() -> str:
 
 def _free(path: Path) -> int:
     return shutil.disk_usage(path).free
-

@@ -71,8 +71,9 @@ class SharedHost:
         except Refusal as exc:
             raise CampaignPersistenceError(exc.sentence) from None
         try:
-            registered = claims.register_run(host=host, run_root=str(cfg.run_root), lease_sec=cfg.hosts.host_lease_sec,
-                                             run_label=run.label)
+            registered = claims.register_run(
+                host=host, run_root=str(cfg.run_root), lease_sec=cfg.hosts.host_lease_sec, run_label=run.label
+            )
             added = claims.add_selection(run.manifest.selection.task_ids)
         except BaseException:
             claims.close()
@@ -80,15 +81,40 @@ class SharedHost:
         self = cls(run, claims, registered.run_id, host)
         self.meter = SharedMeter(meter, cfg.money.campaign_db, cfg.money.campaign_name, poller=registered.run_id)
         # The runner's command is per batch: run_parallel.sh with the tasks of each claim (claims.jsonl).
-        run.manifest.official_command = ["bash", "run_parallel.sh", str(cfg.selection.concurrency), "<each claimed batch>"]
+        run.manifest.official_command = [
+            "bash",
+            "run_parallel.sh",
+            str(cfg.selection.concurrency),
+            "<each claimed batch>",
+        ]
         # shared_run.run_id is also how the campaign's report matches a copied run root to its host run.
-        run.manifest.shared_run = SharedRun(run_id=registered.run_id, host=host, lease_sec=cfg.hosts.host_lease_sec,
-                                             claim_batch=cfg.hosts.claim_batch, claimed_file=CLAIMED_FILE)
+        run.manifest.shared_run = SharedRun(
+            run_id=registered.run_id,
+            host=host,
+            lease_sec=cfg.hosts.host_lease_sec,
+            claim_batch=cfg.hosts.claim_batch,
+            claimed_file=CLAIMED_FILE,
+        )
         write_manifest(cfg.run_root, run.manifest)
-        self._say("registered", {"run_id": registered.run_id, "host": host, "lease_sec": cfg.hosts.host_lease_sec,
-                                 "selection": len(run.manifest.selection.task_ids), "added_to_claims": added})
-        self.lease = HostLease(claims, registered.run_id, cfg.hosts.host_lease_sec, host, read_attempts=settled_attempts,
-                               on_stop=self._on_stop, say=self._say).start()
+        self._say(
+            "registered",
+            {
+                "run_id": registered.run_id,
+                "host": host,
+                "lease_sec": cfg.hosts.host_lease_sec,
+                "selection": len(run.manifest.selection.task_ids),
+                "added_to_claims": added,
+            },
+        )
+        self.lease = HostLease(
+            claims,
+            registered.run_id,
+            cfg.hosts.host_lease_sec,
+            host,
+            read_attempts=settled_attempts,
+            on_stop=self._on_stop,
+            say=self._say,
+        ).start()
         return self
 
     def _say(self, action: str, detail: dict) -> None:
@@ -104,11 +130,19 @@ class SharedHost:
         cfg = self.run.cfg
         root = cfg.run_root
         config = BatchRunnerConfig(
-            db_url=cfg.money.campaign_db, campaign=cfg.money.campaign_name, run_id=self.run_id, run_root=str(root),
-            bench_dir=str(self.run.bench_copy), claimed_file=str(RunRoot(root).claimed),
-            stop_file=str(self.run.stop_file), concurrency=cfg.selection.concurrency, claim_batch=cfg.hosts.claim_batch,
+            db_url=cfg.money.campaign_db,
+            campaign=cfg.money.campaign_name,
+            run_id=self.run_id,
+            run_root=str(root),
+            bench_dir=str(self.run.bench_copy),
+            claimed_file=str(RunRoot(root).claimed),
+            stop_file=str(self.run.stop_file),
+            concurrency=cfg.selection.concurrency,
+            claim_batch=cfg.hosts.claim_batch,
             wait_for_fence_sec=wait_for_fence_sec(cfg.hosts.host_lease_sec),
-            admission=AdmissionLimitsRecord(**asdict(cfg.hosts.admission_limits())), docker_host=cfg.docker_host)
+            admission=AdmissionLimitsRecord(**asdict(cfg.hosts.admission_limits())),
+            docker_host=cfg.docker_host,
+        )
         replace_atomic(RunRoot(root).shared_runner, msgspec.json.encode(config).decode())
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("PG")}}
         return [sys.executable, "-m", "cowork_adapter.run.batch_runner", str(RunRoot(root).shared_runner)], env
@@ -139,8 +173,9 @@ class SharedHost:
     def release_claims(self) -> bool:
         """After proven cleanup: settle by receipts, give the rest back, end the host run."""
         try:
-            settled = settle_from_receipts(self.claims, self.run_id, self.run.cfg.run_root,
-                                           self.claims.held_by(self.run_id), settled_attempts)
+            settled = settle_from_receipts(
+                self.claims, self.run_id, self.run.cfg.run_root, self.claims.held_by(self.run_id), settled_attempts
+            )
             released = self.claims.finish_run(self.run_id)
         except CampaignPersistenceError as exc:
             self._say("claims_not_released", {"error": str(exc)[:500]})

@@ -52,8 +52,13 @@ class LauncherSignals:
             return
         try:
             fd = os.open(self._output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            os.write(fd, (f"[{time.strftime('%H:%M:%S')}] the launcher's terminal closed (SIGHUP); the run goes "
-                          "on, and its output continues here\n").encode())
+            os.write(
+                fd,
+                (
+                    f"[{time.strftime('%H:%M:%S')}] the launcher's terminal closed (SIGHUP); the run goes "
+                    "on, and its output continues here\n"
+                ).encode(),
+            )
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)

@@ -53,7 +53,10 @@ def paid_preflight(cfg: RunConfig) -> tuple[str, RunConfig]:
     campaign (config.py refuses a paid run without one)."""
     key = os.environ.get(cfg.provider.api_key_env, "")
     if not key.strip():
-        raise Refusal("credential", f"the environment variable {cfg.provider.api_key_env} is empty or unset; supply the provider key there.")
+        raise Refusal(
+            "credential",
+            f"the environment variable {cfg.provider.api_key_env} is empty or unset; supply the provider key there.",
+        )
     money = cfg.money
     if money.campaign_file is not None and not money.campaign_file.parent.is_dir():
         raise Refusal("campaign", f"the campaign file's directory {money.campaign_file.parent} does not exist.")
@@ -64,7 +67,9 @@ def paid_preflight(cfg: RunConfig) -> tuple[str, RunConfig]:
         raise Refusal("credential", f"the key meter at {money.meter_url} did not give a usable answer: {exc}") from None
     effective = headroom.effective
     if effective is not None and effective < money.min_key_usd:
-        raise Refusal("credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {money.min_key_usd:g}.")
+        raise Refusal(
+            "credential", f"the key has ${effective:.2f} of headroom, below --min-key-usd {money.min_key_usd:g}."
+        )
     cfg = campaign_preflight(cfg, key, _startup_reading(meter))
     return key, cfg
 
@@ -80,13 +85,18 @@ def resolve_money(money: Money, record: CampaignRecord | None) -> Money:
     path = money.campaign_location()
     if record is None:
         if not money.new_campaign:
-            raise Refusal("campaign", f"the campaign {path} does not exist, and creating it would start a new "
-                                      "campaign with a new usage baseline; pass --new-campaign to create it, or name "
-                                      "the existing campaign file.")
+            raise Refusal(
+                "campaign",
+                f"the campaign {path} does not exist, and creating it would start a new "
+                "campaign with a new usage baseline; pass --new-campaign to create it, or name "
+                "the existing campaign file.",
+            )
         missing = _missing(money)
         if missing:
-            raise Refusal("campaign", f"creating the campaign {path} needs {_and(missing)} given explicitly; "
-                                      "no amount is assumed.")
+            raise Refusal(
+                "campaign",
+                f"creating the campaign {path} needs {_and(missing)} given explicitly; no amount is assumed.",
+            )
         return money
     resolved = msgspec.structs.replace(
         money,
@@ -96,11 +106,17 @@ def resolve_money(money: Money, record: CampaignRecord | None) -> Money:
     )
     missing = _missing(resolved)
     if missing:
-        raise Refusal("campaign", f"the campaign {path} stores no value for {_and(missing)}; give "
-                                  f"{'it' if len(missing) == 1 else 'them'} explicitly.")
+        raise Refusal(
+            "campaign",
+            f"the campaign {path} stores no value for {_and(missing)}; give "
+            f"{'it' if len(missing) == 1 else 'them'} explicitly.",
+        )
     if not_below(resolved.budget_reserve_usd, resolved.campaign_budget_usd):
-        raise Refusal("campaign", f"the reserve ${resolved.budget_reserve_usd:g} is not below the campaign's ceiling "
-                                  f"${resolved.campaign_budget_usd:g}; give a smaller --budget-reserve-usd.")
+        raise Refusal(
+            "campaign",
+            f"the reserve ${resolved.budget_reserve_usd:g} is not below the campaign's ceiling "
+            f"${resolved.campaign_budget_usd:g}; give a smaller --budget-reserve-usd.",
+        )
     return resolved
 
 
@@ -110,8 +126,11 @@ def _given_or(given: float | None, stored: float | None) -> float | None:
 
 def _missing(money: Money) -> list[str]:
     """The money bounds still unknown, by flag, in the order a refusal names them."""
-    bounds = (("--campaign-budget-usd", money.campaign_budget_usd), ("--budget-usd", money.budget_usd),
-              ("--budget-reserve-usd", money.budget_reserve_usd))
+    bounds = (
+        ("--campaign-budget-usd", money.campaign_budget_usd),
+        ("--budget-usd", money.budget_usd),
+        ("--budget-reserve-usd", money.budget_reserve_usd),
+    )
     return [flag for flag, value in bounds if value is None]
 
 
@@ -154,13 +173,25 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
     money = resolve_money(cfg.money, record)
     usage = reading.usage
     if record is None:
-        spending = Spending(ceiling_usd=money.campaign_budget_usd, prior_spend_usd=money.prior_spend_usd,
-                            usage_baseline=usage, usage=usage, usage_at_run_start=usage)
+        spending = Spending(
+            ceiling_usd=money.campaign_budget_usd,
+            prior_spend_usd=money.prior_spend_usd,
+            usage_baseline=usage,
+            usage=usage,
+            usage_at_run_start=usage,
+        )
     else:
         if shared:  # another host may have read (and stored) the same meter after us
             usage = max(usage, record.last_usage)
-        _admit_existing(record, money.campaign_location(), key_fingerprint(key), money.campaign_budget_usd,
-                        money.prior_spend_usd, usage, cfg.agent.diagnostic_eval_on_truncation)
+        _admit_existing(
+            record,
+            money.campaign_location(),
+            key_fingerprint(key),
+            money.campaign_budget_usd,
+            money.prior_spend_usd,
+            usage,
+            cfg.agent.diagnostic_eval_on_truncation,
+        )
         spending = _spending(record, usage, usage)
     admission_check(spending, reserve_usd=money.budget_reserve_usd, limit_remaining=reading.limit_remaining)
     return cfg.with_changes(money=money)
@@ -193,19 +224,29 @@ class MeterTracker:
         record the acceptance that followed rejections; returns that confirmation."""
         if obs.accepted:
             self.confirmation = MeterConfirmation(
-                observed_at=obs.observed_at, phase=obs.phase, attempt=obs.attempt, previous_usage=obs.previous_usage,
-                usage=float(obs.observed_usage), rejections=self.pending_rejections,
+                observed_at=obs.observed_at,
+                phase=obs.phase,
+                attempt=obs.attempt,
+                previous_usage=obs.previous_usage,
+                usage=float(obs.observed_usage),
+                rejections=self.pending_rejections,
             )
             self.pending_rejections = 0
             return self.confirmation
         self.rejected_total += 1
         self.pending_rejections += 1
         self.last_error = f"{obs.error_type}: {obs.error}"
-        self.rejected.append(RejectedObservation(
-            observed_at=obs.observed_at, phase=obs.phase, attempt=obs.attempt,
-            previous_usage=obs.previous_usage, observed_usage=obs.observed_usage,
-            error_type=obs.error_type or "error", error=obs.error or "",
-        ))
+        self.rejected.append(
+            RejectedObservation(
+                observed_at=obs.observed_at,
+                phase=obs.phase,
+                attempt=obs.attempt,
+                previous_usage=obs.previous_usage,
+                observed_usage=obs.observed_usage,
+                error_type=obs.error_type or "error",
+                error=obs.error or "",
+            )
+        )
         if len(self.rejected) > KEEP_REJECTED:
             self.rejected_dropped += len(self.rejected) - KEEP_REJECTED
             del self.rejected[:-KEEP_REJECTED]
@@ -214,14 +255,22 @@ class MeterTracker:
     def state(self) -> MeterState:
         age = None if self.last_accepted_mono is None else max(0.0, time.monotonic() - self.last_accepted_mono)
         return MeterState(
-            blindness_sec=self.blindness_sec, last_accepted_at=self.last_accepted_at, age_sec=age,
-            last_usage=self.last_usage, rejected=list(self.rejected), rejected_total=self.rejected_total,
-            rejected_dropped=self.rejected_dropped, last_error=self.last_error,
-            confirmed_after_rejection=self.confirmed_after_rejection, confirmation=self.confirmation,
+            blindness_sec=self.blindness_sec,
+            last_accepted_at=self.last_accepted_at,
+            age_sec=age,
+            last_usage=self.last_usage,
+            rejected=list(self.rejected),
+            rejected_total=self.rejected_total,
+            rejected_dropped=self.rejected_dropped,
+            last_error=self.last_error,
+            confirmed_after_rejection=self.confirmed_after_rejection,
+            confirmation=self.confirmation,
         )
 
-def gateway_allowance(spending: Spending, reserve_usd: float, run_budget_usd: float | None,
-                      limit_remaining: float | None) -> float:
+
+def gateway_allowance(
+    spending: Spending, reserve_usd: float, run_budget_usd: float | None, limit_remaining: float | None
+) -> float:
     """What the gateway's sum of provider costs may reach before it fences: the smallest of the
     money above the campaign's reserve, the run's budget left, and the key's own remaining limit."""
     bounds = [spending.remaining_usd - reserve_usd]
@@ -242,14 +291,24 @@ def _startup_reading(meter: KeyMeter) -> AcceptedReading:
     problem = judge_usage(reading.usage, None)
     if problem is not None:
         raise Refusal("meter", f"the key meter's starting reading was rejected: {problem[1]}.")
-    return AcceptedReading(request_time=requested, usage=float(reading.usage), limit=reading.limit,
-                           limit_remaining=reading.limit_remaining, attempts=1, observed_at=datetime.now(UTC))
+    return AcceptedReading(
+        request_time=requested,
+        usage=float(reading.usage),
+        limit=reading.limit,
+        limit_remaining=reading.limit_remaining,
+        attempts=1,
+        observed_at=datetime.now(UTC),
+    )
 
 
 def _spending(record, usage: float, run_start_usage: float) -> Spending:
-    return Spending(ceiling_usd=record.ceiling_usd, prior_spend_usd=record.prior_spend_usd,
-                    usage_baseline=record.usage_baseline, usage=usage, usage_at_run_start=run_start_usage)
-
+    return Spending(
+        ceiling_usd=record.ceiling_usd,
+        prior_spend_usd=record.prior_spend_usd,
+        usage_baseline=record.usage_baseline,
+        usage=usage,
+        usage_at_run_start=run_start_usage,
+    )
 
 
 def monitor_spending(spending: Spending | None, cfg: RunConfig) -> MonitorSpending:
@@ -354,25 +413,38 @@ class CampaignSpending:
         cfg = self.cfg
         startup = _startup_reading(self.meter)
         try:
-            campaign = held.enter_context(self._opener()(
-                campaign_store(cfg.money), key_fingerprint=key_fingerprint(self.key),
-                ceiling=cfg.money.campaign_budget_usd, prior_spend=cfg.money.prior_spend_usd, startup_usage=startup.usage,
-                create_if_missing=cfg.money.new_campaign, reserve=cfg.money.budget_reserve_usd, run_budget=cfg.money.budget_usd,
-                diagnostic=cfg.agent.diagnostic_eval_on_truncation,
-            ))
+            campaign = held.enter_context(
+                self._opener()(
+                    campaign_store(cfg.money),
+                    key_fingerprint=key_fingerprint(self.key),
+                    ceiling=cfg.money.campaign_budget_usd,
+                    prior_spend=cfg.money.prior_spend_usd,
+                    startup_usage=startup.usage,
+                    create_if_missing=cfg.money.new_campaign,
+                    reserve=cfg.money.budget_reserve_usd,
+                    run_budget=cfg.money.budget_usd,
+                    diagnostic=cfg.agent.diagnostic_eval_on_truncation,
+                )
+            )
         except CampaignPersistenceError as exc:
             raise self._not_admitted(exc, "opening the campaign") from None
         self.campaign = campaign
         self.startup = startup
         self.run_start_usage = startup.usage
         self.spending = _spending(campaign.record, startup.usage, startup.usage)
-        admission_check(self.spending, reserve_usd=cfg.money.budget_reserve_usd, limit_remaining=startup.limit_remaining)
+        admission_check(
+            self.spending, reserve_usd=cfg.money.budget_reserve_usd, limit_remaining=startup.limit_remaining
+        )
         if run.gateway is not None:
-            run.gateway.set_allowance(gateway_allowance(self.spending, cfg.money.budget_reserve_usd, cfg.money.budget_usd,
-                                                        startup.limit_remaining))
+            run.gateway.set_allowance(
+                gateway_allowance(
+                    self.spending, cfg.money.budget_reserve_usd, cfg.money.budget_usd, startup.limit_remaining
+                )
+            )
         try:
-            campaign.start_run(run_root=str(cfg.run_root), run_label=run.label, launcher_pid=os.getpid(),
-                               host=socket.gethostname())
+            campaign.start_run(
+                run_root=str(cfg.run_root), run_label=run.label, launcher_pid=os.getpid(), host=socket.gethostname()
+            )
         except CampaignPersistenceError as exc:
             # Not registered: the file has no active_run for this run, and nothing was started.
             raise self._not_admitted(exc, "registering the run") from None
@@ -395,8 +467,12 @@ class CampaignSpending:
     def observe(self, deadline: float) -> tuple[float, StopReason | None]:
         reading = self.observer.observe(deadline, phase=MeterPhase.POLL)
         self._accepted(reading, phase="poll")
-        decision = stop_decision(self.spending, reserve_usd=self.cfg.money.budget_reserve_usd,
-                                 run_budget_usd=self.cfg.money.budget_usd, limit_remaining=reading.limit_remaining)
+        decision = stop_decision(
+            self.spending,
+            reserve_usd=self.cfg.money.budget_reserve_usd,
+            run_budget_usd=self.cfg.money.budget_usd,
+            limit_remaining=reading.limit_remaining,
+        )
         if decision is not None:
             self._crossing(decision)
         return reading.request_time, decision
@@ -424,15 +500,20 @@ class CampaignSpending:
         settlement = "unconfirmed" if cleanup_error else self._settle(result)
         if self.persistence_error is not None:
             result = self.run.with_cause(result, StopReason.CAMPAIGN_PERSISTENCE_FAILED, "campaign")
-        self.run.event(EventKind.SETTLEMENT, settlement=settlement,
-                       run_spent_usd=self.spending.run_spent_usd if self.spending else None)
+        self.run.event(
+            EventKind.SETTLEMENT,
+            settlement=settlement,
+            run_spent_usd=self.spending.run_spent_usd if self.spending else None,
+        )
         return result, settlement
 
     def _settle(self, result: Any) -> str:
         """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
         meter_error = None
         try:
-            reading = self.observer.observe(time.monotonic() + self.cfg.money.meter_blindness_sec, phase=MeterPhase.FINAL)
+            reading = self.observer.observe(
+                time.monotonic() + self.cfg.money.meter_blindness_sec, phase=MeterPhase.FINAL
+            )
             self._accepted(reading, phase="final")
         except MeterBlind as exc:
             meter_error = f"final meter reading unavailable: {exc.last_error or exc}"
@@ -441,8 +522,9 @@ class CampaignSpending:
             self._persistence_failed(exc, "saving the final meter reading")
             return "unconfirmed"
         try:
-            self.campaign.finish_run(outcome=str(self.run.outcome(result)), stop_reason=result.stop_reason,
-                                     meter_error=meter_error)
+            self.campaign.finish_run(
+                outcome=str(self.run.outcome(result)), stop_reason=result.stop_reason, meter_error=meter_error
+            )
         except CampaignPersistenceError as exc:
             self._persistence_failed(exc, "settling the campaign")
             return "unconfirmed"
@@ -463,18 +545,34 @@ class CampaignSpending:
     def _accepted(self, reading: AcceptedReading, *, phase: str) -> None:
         self.tracker.accepted(reading)
         self.spending = _spending(self.campaign.record, reading.usage, self.run_start_usage)
-        self.run.event(EventKind.METER_READING, phase=phase, usage=reading.usage,
-                       run_spent_usd=self.spending.run_spent_usd, campaign_spent_usd=self.spending.spent_usd,
-                       campaign_remaining_usd=self.spending.remaining_usd)
+        self.run.event(
+            EventKind.METER_READING,
+            phase=phase,
+            usage=reading.usage,
+            run_spent_usd=self.spending.run_spent_usd,
+            campaign_spent_usd=self.spending.spent_usd,
+            campaign_remaining_usd=self.spending.remaining_usd,
+        )
 
     def _observation(self, obs: Observation) -> None:
         confirmation = self.tracker.observation(obs)
         if confirmation is not None:
-            self.run.event(EventKind.METER_CONFIRMED, phase=confirmation.phase, previous_usage=confirmation.previous_usage,
-                           usage=confirmation.usage, rejections=confirmation.rejections)
+            self.run.event(
+                EventKind.METER_CONFIRMED,
+                phase=confirmation.phase,
+                previous_usage=confirmation.previous_usage,
+                usage=confirmation.usage,
+                rejections=confirmation.rejections,
+            )
         if not obs.accepted:
-            self.run.event(EventKind.METER_REJECTED, phase=obs.phase, previous_usage=obs.previous_usage,
-                           observed_usage=obs.observed_usage, error_type=obs.error_type or "error", error=obs.error or "")
+            self.run.event(
+                EventKind.METER_REJECTED,
+                phase=obs.phase,
+                previous_usage=obs.previous_usage,
+                observed_usage=obs.observed_usage,
+                error_type=obs.error_type or "error",
+                error=obs.error or "",
+            )
 
     def _save_usage(self, usage: float, at: datetime) -> None:
         """An accepted reading reaches the campaign file, or the run stops: the failure is recorded
@@ -527,5 +625,3 @@ class SharedCampaignSpending(CampaignSpending):
         if not self.host.release_claims():
             return "unconfirmed"  # the claims could not be settled: the host run stays live, its lease lapses
         return super()._settle(result)
-
-

@@ -124,6 +124,7 @@ class Supervisor:
             writer.close()
             watcher.join(timeout=5.0)
             reader.close()
+
         return end
 
     def run(self, anchor: float) -> SupervisionResult:
@@ -165,8 +166,14 @@ class Supervisor:
             # runner inherits no descriptor of ours, above all not the watchdog pipe's write end
             # (a holder of it would keep the watchdog from seeing the launcher's death as EOF).
             self.proc = subprocess.Popen(
-                self.runner_argv, cwd=self.runner_cwd, env=self.runner_env, stdin=subprocess.DEVNULL,
-                stdout=console, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                self.runner_argv,
+                cwd=self.runner_cwd,
+                env=self.runner_env,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
             )
         self.on_event("runner_started", {"pid": self.proc.pid, "argv_len": len(self.runner_argv)})
         self.on_runner_started(self.proc.pid)

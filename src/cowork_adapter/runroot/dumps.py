@@ -23,5 +23,5 @@ def dumps_folder_of(path: Path | str) -> str | None:
     mark = os.sep + DUMPS_FOLDER + os.sep
     cut = text.rfind(mark)
     if cut >= 0:
-        return text[:cut + len(mark) - 1]
+        return text[: cut + len(mark) - 1]
     return DUMPS_FOLDER if text.startswith(DUMPS_FOLDER + os.sep) else None

@@ -51,8 +51,13 @@ def _short(value: Any) -> str:
 
 
 def identity_difference(
-    manifest: RunManifest, *, applied_config: Mapping[str, Any], seed_head: str | None,
-    bench_commit: str | None, image_id: str | None, image_pending: bool = False,
+    manifest: RunManifest,
+    *,
+    applied_config: Mapping[str, Any],
+    seed_head: str | None,
+    bench_commit: str | None,
+    image_id: str | None,
+    image_pending: bool = False,
 ) -> str | None:
     """A phrase naming the first identity difference of `manifest` from the current run, or None.
 

@@ -312,7 +312,9 @@ class AuditReport(_Model, kw_only=True):
     run_gaps: list[Gap] = msgspec.field(default_factory=list)
     eval_attempts: RunEvalAttempts = msgspec.field(default_factory=RunEvalAttempts)
     tampering: Tampering | None = None  # None: an audit written before it looked for tampering
-    task_db_for_review: list[str] = msgspec.field(default_factory=list)  # tasks whose database changed without a tool call
+    task_db_for_review: list[str] = msgspec.field(
+        default_factory=list
+    )  # tasks whose database changed without a tool call
     tasks: list[TaskAudit] = msgspec.field(default_factory=list)
 
     def to_json(self) -> str:

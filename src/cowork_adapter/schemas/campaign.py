@@ -156,4 +156,3 @@ def parse_campaign(text: str | bytes) -> CampaignRecord:
     if not isinstance(data, dict):
         raise RecordInvalid(f"Expected `object`, got `{type(data).__name__}`")
     return CampaignRecord.from_dict(data)
-

@@ -155,6 +155,8 @@ class DeadRunCleared(_Event):
     campaign: str
     ledger: str
     operator_note: str
+
+
 class WatchdogStarted(_Event):
     """The launcher spawned its watchdog (own session) and the watchdog said it is armed."""
 
@@ -194,6 +196,8 @@ class WatchdogExited(_Event):
     kind: EventKind = EventKind.WATCHDOG_EXITED
     reason: str  # launcher_done | custody_finished | custody_unproven
     pid: int | None = None
+
+
 class DaemonLost(_Event):
     """The Docker daemon under the run stopped answering or restarted (custody/daemon_watch.py).
 
@@ -246,7 +250,8 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
 )
 
 EVENT_KIND_OF: dict[type[_Event], EventKind] = {
-    model: next(f.default for f in msgspec.structs.fields(model) if f.name == "kind") for model in EVENT_TYPES}
+    model: next(f.default for f in msgspec.structs.fields(model) if f.name == "kind") for model in EVENT_TYPES
+}
 EVENT_MODELS: dict[EventKind, type[_Event]] = {kind: model for model, kind in EVENT_KIND_OF.items()}
 
 
@@ -255,5 +260,7 @@ def parse_event(record: dict[str, Any]) -> _Event:
     try:
         model = EVENT_MODELS[EventKind(record.get("kind"))]
     except (ValueError, TypeError, AttributeError):
-        raise RecordInvalid(f"not an event: kind {record.get('kind') if isinstance(record, dict) else record!r} is unknown") from None
+        raise RecordInvalid(
+            f"not an event: kind {record.get('kind') if isinstance(record, dict) else record!r} is unknown"
+        ) from None
     return convert(record, model)

@@ -60,7 +60,9 @@ class BenchIdentity(Record):
     commit: str | None = None
     expected_commit: str
     runner_sha256: str | None = None  # run_parallel.sh
-    evaluator_sha256: dict[str, str] = msgspec.field(default_factory=dict)  # task -> evaluation/main.py; utils/... shared
+    evaluator_sha256: dict[str, str] = msgspec.field(
+        default_factory=dict
+    )  # task -> evaluation/main.py; utils/... shared
     dataset_size: int | None = None
     # The checkout's git replacements (original -> replacement object), disclosed: a stand-in here
     # is not the published benchmark byte for byte.
@@ -194,7 +196,9 @@ class GatewayRecord(Record):
     routed_model: str  # the model id the engine was configured with
     disclosures: list[str] = msgspec.field(default_factory=list)
     route: GatewayRoute = GatewayRoute.OPENAI_COMPATIBLE
-    listen_address: str | None = None  # where it listened (host:port); the default route's containers resolve the provider's host to it
+    listen_address: str | None = (
+        None  # where it listened (host:port); the default route's containers resolve the provider's host to it
+    )
     requests: int | None = None  # filled in at the end of the run
     spent_usd: float | None = None  # the sum of the provider's cost figures
     unknown_cost_requests: int | None = None
@@ -270,6 +274,8 @@ class RunManifest(Record, rename={"schema_": "schema"}):
         run_id = raw.pop("campaign_run_id", None)
         shared = raw.get("shared_run")
         if run_id is not None and (shared.get("run_id") if isinstance(shared, dict) else None) != run_id:
-            raise RecordInvalid(f"the manifest's campaign_run_id {run_id!r} is not its shared_run's run_id; "
-                                "it cannot be read as one host run")
+            raise RecordInvalid(
+                f"the manifest's campaign_run_id {run_id!r} is not its shared_run's run_id; "
+                "it cannot be read as one host run"
+            )
         return raw

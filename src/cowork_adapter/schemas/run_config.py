@@ -47,8 +47,15 @@ MODEL_SLOTS = (
     "OUROBOROS_SCOPE_REVIEW_MODELS",
 )
 COMPATIBLE_PREFIX = "openai-compatible::"
-_PROVIDER_PREFIXES = ("openai::", "anthropic::", "minimax::", "cloudru::", "gigachat::", COMPATIBLE_PREFIX,
-                      "openrouter::")
+_PROVIDER_PREFIXES = (
+    "openai::",
+    "anthropic::",
+    "minimax::",
+    "cloudru::",
+    "gigachat::",
+    COMPATIBLE_PREFIX,
+    "openrouter::",
+)
 
 
 def _secret_like(key: str) -> bool:
@@ -142,7 +149,9 @@ def _subagent_roster(cfg: RunConfig, model_id: str) -> str:
         }
 
     items = [row("worker", "task work", cfg.agent.effort, False)]
-    items += [row(f"reviewer-{n}", "review", cfg.agent.review_effort, True) for n in range(1, cfg.agent.review_slots + 1)]
+    items += [
+        row(f"reviewer-{n}", "review", cfg.agent.review_effort, True) for n in range(1, cfg.agent.review_slots + 1)
+    ]
     return json.dumps({"enabled": True, "items": items}, sort_keys=True)
 
 

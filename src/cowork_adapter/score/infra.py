@@ -34,8 +34,9 @@ from ..schemas.ledger import TamperFinding
 from ..vocab import INFRA_RUNTIME_REASONS, REFERENCE_ENGINES, EngineKind, InfraCause, StopReason, TamperKind, TaskStatus
 
 # interruption causes that are not a stop of the run: the runner ended by itself (or nothing ran).
-NOT_A_STOP = frozenset({"runner_exited", "runner_finished", "cleanup_unproven", "nothing_remaining",
-                        "environment_blocked", "in_progress"})
+NOT_A_STOP = frozenset(
+    {"runner_exited", "runner_finished", "cleanup_unproven", "nothing_remaining", "environment_blocked", "in_progress"}
+)
 # docker's own exit codes for an exec that never ran its command (125: docker failed, 126: not
 # executable, 127: not found). The agent's entrypoint ends 0 by design, or by a signal (128+n).
 EXEC_LOST_CODES = frozenset({125, 126, 127})
@@ -103,8 +104,11 @@ def agent_finished(summary_state: str, summary: Mapping[str, Any] | None) -> boo
     if summary_state != "present" or not isinstance(summary, Mapping):
         return False
     reason = summary.get("reason_code")
-    return (summary.get("infra_failed") is False and summary.get("bench_status") == "success"
-            and not (isinstance(reason, str) and reason in INFRA_RUNTIME_REASONS))
+    return (
+        summary.get("infra_failed") is False
+        and summary.get("bench_status") == "success"
+        and not (isinstance(reason, str) and reason in INFRA_RUNTIME_REASONS)
+    )
 
 
 def _claim(reason: str, host: HostFacts, summary_state: str) -> str:
@@ -121,8 +125,16 @@ def _claim(reason: str, host: HostFacts, summary_state: str) -> str:
     return f"{said}; {seen}, no OOM kill, no stop"[:200]
 
 
-def settle(status: TaskStatus, reason: str, provisional: bool, *, host: HostFacts, summary_state: str,
-           summary: Mapping[str, Any] | None, findings: Iterable[TamperFinding]) -> Settled:
+def settle(
+    status: TaskStatus,
+    reason: str,
+    provisional: bool,
+    *,
+    host: HostFacts,
+    summary_state: str,
+    summary: Mapping[str, Any] | None,
+    findings: Iterable[TamperFinding],
+) -> Settled:
     """The row's final (status, reason, infra cause, added findings) under the infra rule.
 
     Only an infra_failed row changes, and a live provisional one never (its agent may still run).
@@ -188,8 +200,9 @@ def stop_of(interruption_cause: str) -> str | None:
     return None if interruption_cause in NOT_A_STOP else interruption_cause
 
 
-def read_host_facts(run_root: Path, runner_ids: Mapping[str, str], *, recorded: bool, gateway: bool,
-                    engine: str | None) -> dict[str, HostFacts]:
+def read_host_facts(
+    run_root: Path, runner_ids: Mapping[str, str], *, recorded: bool, gateway: bool, engine: str | None
+) -> dict[str, HostFacts]:
     """task -> the host's facts of its attempt, except the run's stop and the runner's row (the
     caller's, known per reading). Tasks without an agent exec get the run-level facts only."""
     evidence = RunRoot(run_root).evidence
@@ -203,9 +216,15 @@ def read_host_facts(run_root: Path, runner_ids: Mapping[str, str], *, recorded: 
         readings = _json_lines(evidence / (ident + ".resources.jsonl")) if recorded else []
         errors, answers = traffic.get(ident, (0, 0))
         out[task] = HostFacts(
-            recorded=recorded, exec_started=True, exec_ended=bool(ended),
+            recorded=recorded,
+            exec_started=True,
+            exec_ended=bool(ended),
             exec_exit=code if isinstance(code, int) and not isinstance(code, bool) else None,
             oom_killed=any(r.get("role") == "agent" and r.get("oom_killed") is True for r in readings),
-            gateway=gateway, provider_errors=errors, model_answers=answers, engine_acts_only_by_model=by_model,
-            reference_engine=reference)
+            gateway=gateway,
+            provider_errors=errors,
+            model_answers=answers,
+            engine_acts_only_by_model=by_model,
+            reference_engine=reference,
+        )
     return out

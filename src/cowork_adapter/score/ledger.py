@@ -96,7 +96,9 @@ class OfficialVerdict(NamedTuple):
     passed: bool | None  # a literal bool only when status is completed
 
 
-def classify_eval_result(path: Path, log_path: Path | None = None) -> tuple[OfficialEvalStatus, str, Any, int | None, str | None]:
+def classify_eval_result(
+    path: Path, log_path: Path | None = None
+) -> tuple[OfficialEvalStatus, str, Any, int | None, str | None]:
     """(status, cause, literal pass value, bytes, sha256) of one eval_res.json, undemoted.
 
     protocol.py offers the byte classifier but not this file-level tuple, so it lives here.
@@ -186,8 +188,14 @@ class DumpDigests(NamedTuple):
     summary: str | None
 
 
-def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDigests, *,
-                 records_present: bool, head: SealHead | None = None) -> tuple[OfficialVerdict, list[TamperFinding]]:
+def seal_verdict(
+    verdict: OfficialVerdict,
+    seal: EvalSeal | None,
+    now: DumpDigests,
+    *,
+    records_present: bool,
+    head: SealHead | None = None,
+) -> tuple[OfficialVerdict, list[TamperFinding]]:
     """The verdict a sealing run may score, and what the seal shows the agent tried.
 
     Only a verdict whose seal exists, and whose claim, receipt and eval_res.json still have the
@@ -212,9 +220,13 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         names = ", ".join(f"{e.name}:{e.kind}" for e in seal.pre)
         found.append(TamperFinding(kind=TamperKind.PLANTED_BEFORE_EVAL, detail=names[:200]))
     if seal.grading_inputs_differ:
-        found.append(TamperFinding(kind=TamperKind.GRADING_INPUTS_DIFFER, detail=", ".join(seal.grading_inputs_differ)[:200]))
+        found.append(
+            TamperFinding(kind=TamperKind.GRADING_INPUTS_DIFFER, detail=", ".join(seal.grading_inputs_differ)[:200])
+        )
     if seal.grading_log_rewritten:
-        found.append(TamperFinding(kind=TamperKind.GRADING_LOG_REWRITTEN, detail=", ".join(seal.grading_log_rewritten)[:200]))
+        found.append(
+            TamperFinding(kind=TamperKind.GRADING_LOG_REWRITTEN, detail=", ".join(seal.grading_log_rewritten)[:200])
+        )
     refused = seal.verdict.cause if seal.verdict is not None else ""
     if refused.startswith((ReceiptCause.LOG_NOT_REGULAR.value, ReceiptCause.WORKSPACE_LINK_OUTSIDE_DUMP.value)):
         found.append(TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=refused[:200]))
@@ -224,8 +236,11 @@ def seal_verdict(verdict: OfficialVerdict, seal: EvalSeal | None, now: DumpDiges
         found.append(TamperFinding(kind=TamperKind.EVAL_HUNG, detail=f"eval exec {ran}"))
     if seal.agent_summary_sha256 and now.summary != seal.agent_summary_sha256:
         found.append(TamperFinding(kind=TamperKind.SUMMARY_CHANGED, detail="ouroboros_summary.json"))
-    sealed = (("claim", seal.claim.sha256, now.claim), ("receipt", seal.receipt.sha256 if seal.receipt else None, now.receipt),
-              ("eval_res.json", seal.eval_res.sha256, now.eval_res))
+    sealed = (
+        ("claim", seal.claim.sha256, now.claim),
+        ("receipt", seal.receipt.sha256 if seal.receipt else None, now.receipt),
+        ("eval_res.json", seal.eval_res.sha256, now.eval_res),
+    )
     changed = [name for name, then, current in sealed if then != current]
     if changed:
         found.append(TamperFinding(kind=TamperKind.SEALED_FILE_CHANGED, detail=", ".join(changed)))
@@ -250,14 +265,21 @@ def runner_disagreement(verdict: OfficialVerdict, runner: RunnerRow | None) -> l
     scored = "True" if verdict.passed is True else "False"
     if said == scored:
         return []
-    return [TamperFinding(kind=TamperKind.VERDICT_DISAGREES_RUNNER,
-                          detail=f"summary.csv eval_pass {said}, sealed verdict {verdict.passed}")]
+    return [
+        TamperFinding(
+            kind=TamperKind.VERDICT_DISAGREES_RUNNER,
+            detail=f"summary.csv eval_pass {said}, sealed verdict {verdict.passed}",
+        )
+    ]
 
 
 def unsafe_entries(kinds: Mapping[str, str]) -> list[TamperFinding]:
     """Flags for record names in a dump listing that are not regular files (links, FIFOs, ...)."""
-    bad = [f"{name}:{kind}" for name, kind in sorted(kinds.items())
-           if (name in RECORD_NAMES or name.startswith(protocol.RECEIPT_PREFIX)) and kind != safefile.REGULAR]
+    bad = [
+        f"{name}:{kind}"
+        for name, kind in sorted(kinds.items())
+        if (name in RECORD_NAMES or name.startswith(protocol.RECEIPT_PREFIX)) and kind != safefile.REGULAR
+    ]
     if "ouroboros" in kinds and kinds["ouroboros"] != safefile.DIRECTORY:
         bad.append(f"ouroboros:{kinds['ouroboros']}")
     return [TamperFinding(kind=TamperKind.UNSAFE_ENTRY, detail=", ".join(bad)[:200])] if bad else []
@@ -370,9 +392,14 @@ def scan_usage(path: Path) -> UsageFacts | None:
         return None
     except OSError:
         return UsageFacts(unreadable=True)
-    return UsageFacts(records=scan.usage_records, token_records=scan.token_bearing,
-                      prompt_tokens=scan.prompt_tokens, completion_tokens=scan.completion_tokens,
-                      known_cost_usd=scan.cost_known_usd, unknown_cost_records=scan.cost_unknown)
+    return UsageFacts(
+        records=scan.usage_records,
+        token_records=scan.token_bearing,
+        prompt_tokens=scan.prompt_tokens,
+        completion_tokens=scan.completion_tokens,
+        known_cost_usd=scan.cost_known_usd,
+        unknown_cost_records=scan.cost_unknown,
+    )
 
 
 def read_runner_rows(bench: Path) -> dict[str, RunnerRow]:
@@ -418,10 +445,14 @@ def find_dumps(bench: Path) -> dict[str, Path]:
         for entry in entries:
             if not entry.name.startswith("SingleUserTurn-") or entry.kind != safefile.DIRECTORY:
                 continue
-            task = entry.name[len("SingleUserTurn-"):]
+            task = entry.name[len("SingleUserTurn-") :]
             path = dumps / short.name / entry.name
             kinds = named_kinds(path, (SUMMARY_NAME, "ouroboros"), below=str(dumps))  # never a listing
-            score = 2 if kinds.get(SUMMARY_NAME) == safefile.REGULAR else (1 if kinds.get("ouroboros") == safefile.DIRECTORY else 0)
+            score = (
+                2
+                if kinds.get(SUMMARY_NAME) == safefile.REGULAR
+                else (1 if kinds.get("ouroboros") == safefile.DIRECTORY else 0)
+            )
             if task not in found or score > rank[task]:
                 found[task], rank[task] = path, score
     return found
@@ -441,7 +472,9 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
     # The shim is a stdlib program run as its own process, unannotated: its reader is called as it is.
     inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))  # type: ignore[no-untyped-call]
     planted = {entry.sha256 for entry in head.pre if entry.sha256}
-    found = [inputs[name].get("sha256") for name in ("claim", "receipt", "eval_res") if isinstance(inputs.get(name), dict)]
+    found = [
+        inputs[name].get("sha256") for name in ("claim", "receipt", "eval_res") if isinstance(inputs.get(name), dict)
+    ]
     if planted.intersection(found):
         return None  # a record that stood there before the exec: the agent's, never the verdict
     try:
@@ -611,8 +644,13 @@ class IndexContext:
         if self.sealing:
             self.seals = read_seals(self.run_root)
             self.refused_mounts = refused_dump_mounts(self.run_root, self.selection())
-            self.host = infra.read_host_facts(self.run_root, runner_ids, recorded=True, gateway=self.gateway is not None,
-                                              engine=getattr(self.manifest, "engine", None))
+            self.host = infra.read_host_facts(
+                self.run_root,
+                runner_ids,
+                recorded=True,
+                gateway=self.gateway is not None,
+                engine=getattr(self.manifest, "engine", None),
+            )
 
     def _blocked_tasks(self) -> dict[str, str]:
         inventory = self.manifest.inventory if isinstance(self.manifest.inventory, Mapping) else {}
@@ -705,9 +743,20 @@ def _signature(ctx: IndexContext, task: str, live: bool, cause: str) -> tuple[An
     custody evidence and the run state; equal signatures give equal rows."""
     dump = ctx.dumps.get(task)
     entries = signature(dump, DUMP_NAMES, below=str(dumps_of(ctx.bench))) if dump is not None else ()
-    return (str(dump), entries, ctx.runner_rows.get(task), ctx.custody.get(task),
-            repr(ctx.resources.get(task)), ctx.blocked.get(task), live, cause, repr(ctx.seals.get(task)),
-            ctx.refused_mounts.get(task), ctx.host.get(task), ctx.over_bound.get(task))
+    return (
+        str(dump),
+        entries,
+        ctx.runner_rows.get(task),
+        ctx.custody.get(task),
+        repr(ctx.resources.get(task)),
+        ctx.blocked.get(task),
+        live,
+        cause,
+        repr(ctx.seals.get(task)),
+        ctx.refused_mounts.get(task),
+        ctx.host.get(task),
+        ctx.over_bound.get(task),
+    )
 
 
 def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str) -> TaskRow:
@@ -717,8 +766,10 @@ def classify_task(ctx: IndexContext, task: str, *, live: bool, interruption_caus
         cached = ctx.cache.get(task)
         if cached is not None and cached[0] == sig:
             return cached[1]
-        row = over_bound_row(_classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause),
-                             ctx.over_bound.get(task))
+        row = over_bound_row(
+            _classify_task_uncached(ctx, task, live=live, interruption_cause=interruption_cause),
+            ctx.over_bound.get(task),
+        )
     except Exception as exc:  # noqa: BLE001 - whatever the dump made a reader raise
         return unreadable_row(task, exc, live=live, dump=ctx.dumps.get(task))
     ctx.cache[task] = (sig, row)
@@ -732,8 +783,9 @@ def _classify_or_flag(ctx: IndexContext, task: str, **kw: Any) -> TaskRow:
         return unreadable_row(task, exc, live=kw.get("live", False), dump=ctx.dumps.get(task))
 
 
-def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interruption_cause: str,
-                            with_usage: bool = True) -> TaskRow:
+def _classify_task_uncached(
+    ctx: IndexContext, task: str, *, live: bool, interruption_cause: str, with_usage: bool = True
+) -> TaskRow:
     dump = ctx.dumps.get(task)
     runner = ctx.runner_rows.get(task)
     evidence: list[str] = []
@@ -765,7 +817,9 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             bytes=size,
             sha256=sha,
             reading=status.value,
-            pass_value=pass_value if isinstance(pass_value, (bool, int, float, str)) or pass_value is None else repr(pass_value)[:200],
+            pass_value=pass_value
+            if isinstance(pass_value, (bool, int, float, str)) or pass_value is None
+            else repr(pass_value)[:200],
         )
         claim_state, receipt_state, receipt, receipt_path = _attempt_records(dump)
         matches = False
@@ -787,11 +841,19 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
             seal = sealed.seal if sealed else None
             if seal is None and sealed is not None and sealed.head is not None and receipt_state == "present":
                 seal = late_seal(ctx.run_root, sealed.head, dump, dumps_of(ctx.bench))
-            now = DumpDigests(claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
-                              receipt=_file_digest(receipt_path)[1], eval_res=sha,
-                              summary=_file_digest(dump / SUMMARY_NAME)[1])
-            verdict, found = seal_verdict(verdict, seal, now, head=sealed.head if sealed else None,
-                                          records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED)
+            now = DumpDigests(
+                claim=_file_digest(dump / protocol.CLAIM_NAME)[1],
+                receipt=_file_digest(receipt_path)[1],
+                eval_res=sha,
+                summary=_file_digest(dump / SUMMARY_NAME)[1],
+            )
+            verdict, found = seal_verdict(
+                verdict,
+                seal,
+                now,
+                head=sealed.head if sealed else None,
+                records_present=claim_state != "absent" or status is not OfficialEvalStatus.UNREPORTED,
+            )
             tampering += found
             # The task database between the phases (issue 36): the agent's code or settings there, or a
             # database the host could not reset and compare, keep a pass from being scored.
@@ -816,15 +878,29 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
     status_, reason, provisional = classify(facts, live=live, interruption_cause=interruption_cause)
     tampering += runner_disagreement(verdict, runner)
     if ctx.refused_mounts.get(task):
-        tampering.append(TamperFinding(kind=TamperKind.OUTSIDE_OWN_DUMP,
-                                       detail=f"{ctx.refused_mounts[task]} container mount(s) of the dumps folder refused"))
+        tampering.append(
+            TamperFinding(
+                kind=TamperKind.OUTSIDE_OWN_DUMP,
+                detail=f"{ctx.refused_mounts[task]} container mount(s) of the dumps folder refused",
+            )
+        )
     # infra_failed only with a cause the host saw (score/infra.py): a claim alone is the agent's.
     host = ctx.host.get(task) or infra.HostFacts(recorded=ctx.sealing, gateway=ctx.gateway is not None)
-    host = dataclasses.replace(host, stop=infra.stop_of(interruption_cause), final=not live,
-                               runner_pg_fail=runner is not None and runner.status == "pg_fail")
-    settled = infra.settle(status_, reason, provisional, host=host, summary_state=summary_state,
-                           summary=summary, findings=tampering)
-    status_, reason, infra_cause, provisional = settled.status, settled.reason, settled.cause, provisional or settled.provisional
+    host = dataclasses.replace(
+        host,
+        stop=infra.stop_of(interruption_cause),
+        final=not live,
+        runner_pg_fail=runner is not None and runner.status == "pg_fail",
+    )
+    settled = infra.settle(
+        status_, reason, provisional, host=host, summary_state=summary_state, summary=summary, findings=tampering
+    )
+    status_, reason, infra_cause, provisional = (
+        settled.status,
+        settled.reason,
+        settled.cause,
+        provisional or settled.provisional,
+    )
     tampering += settled.found
     r_bytes, r_sha = _file_digest(receipt_path)
     truncated = summary.get("truncated") if summary else None
@@ -867,8 +943,9 @@ def _classify_task_uncached(ctx: IndexContext, task: str, *, live: bool, interru
 # ================================================================ index of a whole run
 
 
-def rebuild_attempts(run_root: Path | str, tasks: Iterable[str] | None = None, *,
-                     with_usage: bool = True) -> dict[str, TaskRow]:
+def rebuild_attempts(
+    run_root: Path | str, tasks: Iterable[str] | None = None, *, with_usage: bool = True
+) -> dict[str, TaskRow]:
     """Final rows of the tasks `run_root` itself handed its runner, rebuilt from its manifest and
     dumps (receipts first), never from its result_index.jsonl, which may be stale or absent.
 
@@ -880,8 +957,11 @@ def rebuild_attempts(run_root: Path | str, tasks: Iterable[str] | None = None, *
     ctx = IndexContext.load(run_root)
     cause = ctx.manifest.stop_reason or "runner_exited"
     wanted = ctx.invoked() if tasks is None else ctx.invoked() & set(tasks)
-    return {task: _classify_or_flag(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
-            for task in ctx.selection() if task in wanted}
+    return {
+        task: _classify_or_flag(ctx, task, live=False, interruption_cause=cause, with_usage=with_usage)
+        for task in ctx.selection()
+        if task in wanted
+    }
 
 
 def settled_attempts(run_root: Path | str, tasks: set[str]) -> dict[str, TaskRow]:
@@ -910,7 +990,9 @@ def _carried_rows(ctx: IndexContext, tasks: set[str]) -> dict[str, TaskRow]:
     return out
 
 
-def build_index(run_root: Path | str, *, live: bool, interruption_cause: str, ctx: IndexContext | None = None) -> list[TaskRow]:
+def build_index(
+    run_root: Path | str, *, live: bool, interruption_cause: str, ctx: IndexContext | None = None
+) -> list[TaskRow]:
     """One row per selected task, in selection order.
 
     Tasks this invocation ran are classified from their dumps. Tasks a recovery run skipped
@@ -954,11 +1036,16 @@ def gateway_spend(run_root: Path, runner_ids: dict[str, str]) -> dict[str, Gatew
     for task, runner in runner_ids.items():
         spend = by_runner.get(runner)
         if spend is not None:
-            out[task] = GatewaySpend(requests=spend.requests, forwarded=spend.forwarded,
-                                     prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
-                                     cost_usd=round(spend.cost_usd, 10), unknown_cost_requests=spend.unknown_cost,
-                                     assumed_cost_usd=round(spend.assumed_cost_usd, 10),
-                                     refused=dict(spend.refused) or None)
+            out[task] = GatewaySpend(
+                requests=spend.requests,
+                forwarded=spend.forwarded,
+                prompt_tokens=spend.prompt_tokens,
+                completion_tokens=spend.completion_tokens,
+                cost_usd=round(spend.cost_usd, 10),
+                unknown_cost_requests=spend.unknown_cost,
+                assumed_cost_usd=round(spend.assumed_cost_usd, 10),
+                refused=dict(spend.refused) or None,
+            )
     return out
 
 
@@ -980,4 +1067,3 @@ def rebuild_final(run_root: Path | str, cause: str) -> list[TaskRow]:
     rows = build_index(run_root, live=False, interruption_cause=cause)
     write_index(run_root, rows)
     return rows
-

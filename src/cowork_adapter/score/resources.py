@@ -20,8 +20,10 @@ from ..schemas.ledger import ContainerUse
 
 READINGS_SUFFIX = ".resources.jsonl"
 MEASURED_ROLES = ("pg", "agent", "eval")  # the shim's MEASURED_ROLES
-METHOD_SENTENCE = ("daemon stats API read before each container's removal (cgroup max_usage and "
-                   "cpu total_usage), summed over the task's containers")
+METHOD_SENTENCE = (
+    "daemon stats API read before each container's removal (cgroup max_usage and "
+    "cpu total_usage), summed over the task's containers"
+)
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,9 @@ class TaskResources:
     containers: tuple[ContainerUse, ...] = ()
 
 
-NOT_TIED = TaskResources(None, None, "no agent container of this task has run in this run, so no "
-                                     "container's accounting can be tied to it")
+NOT_TIED = TaskResources(
+    None, None, "no agent container of this task has run in this run, so no container's accounting can be tied to it"
+)
 
 
 def _best(readings: Iterable[Mapping[str, Any]], key: str) -> int | None:
@@ -58,8 +61,15 @@ def summarize(containers: Sequence[tuple[str, str]], readings: Sequence[Mapping[
         if peak is None or cpu_ns is None:
             causes = sorted({str(r.get("cause")) for r in mine if r.get("cause")})
             cause = ",".join(causes) if causes else "no reading (one is taken when the container is removed)"
-        uses.append(ContainerUse(container=name, role=role, peak_memory_bytes=peak,
-                                 cpu_seconds=round(cpu_ns / 1e9, 3) if cpu_ns is not None else None, cause=cause))
+        uses.append(
+            ContainerUse(
+                container=name,
+                role=role,
+                peak_memory_bytes=peak,
+                cpu_seconds=round(cpu_ns / 1e9, 3) if cpu_ns is not None else None,
+                cause=cause,
+            )
+        )
     if not uses:
         return NOT_TIED
     missing_peak = [u for u in uses if u.peak_memory_bytes is None]
@@ -122,7 +132,7 @@ def read_task_resources(run_root: Path | str, runner_ids: Mapping[str, str] | No
     for rec in _lines(folder / CREATIONS_LOG) if runner_ids else ():
         name, role = rec.get("name"), rec.get("role")
         if rec.get("admitted") is True and role in MEASURED_ROLES and isinstance(name, str):
-            admitted.setdefault(name[len(role) + 1:], []).append((name, role))
+            admitted.setdefault(name[len(role) + 1 :], []).append((name, role))
     out: dict[str, TaskResources] = {}
     for task, ident in runner_ids.items():
         containers = list(dict.fromkeys(admitted.get(ident) or [(f"agent-{ident}", "agent")]))

@@ -43,26 +43,33 @@ def row_kinds(tampering: Any) -> list[str] | None:
         return None
     if not isinstance(tampering, list):
         return ["unreadable_flag"]
-    return [item["kind"] if isinstance(item, dict) and isinstance(item.get("kind"), str) else "unreadable_flag"
-            for item in tampering]
+    return [
+        item["kind"] if isinstance(item, dict) and isinstance(item.get("kind"), str) else "unreadable_flag"
+        for item in tampering
+    ]
 
 
-def counts_sentence(counts: TamperCounts | dict[str, Any], *, what: str = "the ledger",
-                    unchecked: str = "ledger rows written before the check") -> str:
+def counts_sentence(
+    counts: TamperCounts | dict[str, Any],
+    *,
+    what: str = "the ledger",
+    unchecked: str = "ledger rows written before the check",
+) -> str:
     """One sentence: zero findings said explicitly, and the tasks not checked named by number."""
     c = counts if isinstance(counts, dict) else _as_dict(counts)
     checked, not_checked = c["tasks_checked"], len(c["tasks_not_checked"])
     if c["findings"]:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(c["by_kind"].items()) if n)
-        text = (f"{what} flags {_n(c['findings'], 'tampering finding')} in {_n(len(c['tasks_with_findings']), 'task')} "
-                f"({kinds}).")
+        text = (
+            f"{what} flags {_n(c['findings'], 'tampering finding')} in {_n(len(c['tasks_with_findings']), 'task')} "
+            f"({kinds})."
+        )
     elif checked:
         text = f"{what} shows zero tampering findings: none was seen in the {_n(checked, 'task')} checked."
     else:
         text = f"{what} holds no task checked for tampering."
     if not_checked:
-        text += (f" {_n(not_checked, 'task')} {'was' if not_checked == 1 else 'were'} not checked "
-                 f"({unchecked}).")
+        text += f" {_n(not_checked, 'task')} {'was' if not_checked == 1 else 'were'} not checked ({unchecked})."
     return text[0].upper() + text[1:]
 
 

@@ -95,8 +95,10 @@ def _shadows(name: str, old: dict[str, str | None]) -> bool:
     or in a schema named like a role, and a relation of its name stands in another schema."""
     schema, _, relname = name.partition(".")
     first = schema == "public" or f"role:{schema}" in old
-    return first and any(_kind(k) == "relation" and _name(k).split(".", 1)[-1] == relname
-                         and _name(k).split(".", 1)[0] != schema for k in old)
+    return first and any(
+        _kind(k) == "relation" and _name(k).split(".", 1)[-1] == relname and _name(k).split(".", 1)[0] != schema
+        for k in old
+    )
 
 
 def settings_changes(baseline: dict[str, str | None], left: dict[str, str | None], label: str) -> list[str]:
@@ -115,14 +117,25 @@ def table_changes(before: dict[str, TableState], after: dict[str, TableState]) -
             state = new or old
             assert state is not None
             n = state.rows
-            out.append(TableDiff(table=table, change="added" if old is None else "removed",
-                                 rows_before=None if old is None else n, rows_after=n if old is None else None,
-                                 added=n if old is None else 0, removed=n if new is None else 0, changed=0, basis="count"))
+            out.append(
+                TableDiff(
+                    table=table,
+                    change="added" if old is None else "removed",
+                    rows_before=None if old is None else n,
+                    rows_after=n if old is None else None,
+                    added=n if old is None else 0,
+                    removed=n if new is None else 0,
+                    changed=0,
+                    basis="count",
+                )
+            )
             continue
         columns = old.columns != new.columns
         if not columns and old.rows == new.rows and old.digest == new.digest:
             continue
-        diff = TableDiff(table=table, change="changed", rows_before=old.rows, rows_after=new.rows, columns_changed=columns)
+        diff = TableDiff(
+            table=table, change="changed", rows_before=old.rows, rows_after=new.rows, columns_changed=columns
+        )
         a, b = old.row_hashes, new.row_hashes
         if isinstance(a, dict) and isinstance(b, dict):
             diff.added = len(b.keys() - a.keys())
@@ -161,7 +174,9 @@ def compare(baseline: TaskDbBaseline | None, evaluated: TaskDbEval | None) -> Ta
     elif baseline.absent:
         diff.problems.append("the task's database container appeared after the agent phase started")
     elif baseline.when == "no_marker" or baseline.late:
-        diff.problems.append("the baseline was read after the agent could act (" + ("late" if baseline.late else "no marker") + ")")
+        diff.problems.append(
+            "the baseline was read after the agent could act (" + ("late" if baseline.late else "no marker") + ")"
+        )
     elif baseline.snapshot.error:
         diff.problems.append(f"baseline unreadable: {baseline.snapshot.error}"[:DETAIL_CAP])
     after = evaluated.after
@@ -216,4 +231,7 @@ def read_task_diff(run_root: Path | str, runner_id: str) -> TaskDbDiff | None:
         return TaskDbDiff(problems=["the eval-time evidence of the task's database is unreadable"])
     baseline_path = evidence / (runner_id + TASKDB_BASELINE_SUFFIX)
     baseline = _read(baseline_path, TaskDbBaseline) if os.path.lexists(baseline_path) else None
-    return compare(baseline if isinstance(baseline, TaskDbBaseline) else None, evaluated if isinstance(evaluated, TaskDbEval) else None)
+    return compare(
+        baseline if isinstance(baseline, TaskDbBaseline) else None,
+        evaluated if isinstance(evaluated, TaskDbEval) else None,
+    )

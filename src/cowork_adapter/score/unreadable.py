@@ -51,5 +51,9 @@ def over_bound_row(row: TaskRow, record: DumpOverBound | None) -> TaskRow:
         return row
     finding = TamperFinding(kind=TamperKind.DUMP_OVER_BOUND, detail=record.detail())
     tampering = [*(row.tampering or []), finding]
-    return row.replace(status=TaskStatus.AGENT_FAILED, reason_code=f"dump_over_bound:{record.bound.value}",
-                       provisional=False, tampering=tampering)
+    return row.replace(
+        status=TaskStatus.AGENT_FAILED,
+        reason_code=f"dump_over_bound:{record.bound.value}",
+        provisional=False,
+        tampering=tampering,
+    )
