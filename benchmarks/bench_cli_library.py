@@ -1,6 +1,6 @@
 """Benchmark the command-line library itself: typer against click alone, for the same command.
 
-The same `status RUN [--json]` command, written once with typer (as cli.py declares it: plain help,
+The same `status RUN [--json]` command, written once with typer (as cli/ops.py declares it: plain help,
 no rich, no completion) and once with click, each calling the real `control.status_command` on the
 same finished synthetic run root of 20 tasks; then the same two apps with a `version` command that
 does nothing but print. Each runs in a fresh interpreter, alternating, --repeat times after one
