@@ -1,11 +1,12 @@
 """The run flags' defaults and choices, and the few value checks the command line itself runs.
 
-Kept apart from config.py (and free of msgspec) so that the command line can declare its flags
-without importing the validation machinery every command would then pay for at start-up; config.py
-re-exports every name here. Every check of a `run` flag lives in config.py; the three here are the
-ones the CLI must run before any command is chosen (the key on the command line, in `main`) or for
-commands that build no RunConfig (`clear`, `campaign reconcile`: --api-key-env, --meter-url), where
-importing config.py would load msgspec on their refused paths (tests/unit/test_cli_startup_imports.py).
+Kept apart from config/ (and free of msgspec) so that the command line can declare its flags
+without importing the validation machinery every command would then pay for at start-up; a default is
+imported from here, never through config/. Every check of a `run` flag lives in config/; the three
+here are the ones the CLI must run before any command is chosen (the key on the command line, in
+`main`) or for commands that build no RunConfig (`clear`, `campaign reconcile`: --api-key-env,
+--meter-url), where importing config/ would load msgspec on their refused paths
+(tests/unit/test_cli_startup_imports.py).
 """
 
 from __future__ import annotations

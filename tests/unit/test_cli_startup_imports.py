@@ -52,7 +52,7 @@ ONE_PHASE = (
 
 # (file under src/cowork_adapter, the module as the import names it: "" for `import x`) -> why inside a function.
 FUNCTION_IMPORTS = {
-    ("cli/apps.py", "..config"): "the campaign URL check is config.py's (msgspec): only with --campaign-db",
+    ("cli/apps.py", "..config"): "the campaign URL check is config/'s (msgspec): only with --campaign-db",
     ("cli/campaign.py", "..campaign.commands"): COMMAND,
     ("cli/campaign.py", "..campaign.pg_store"): COMMAND,
     ("cli/campaign.py", "..campaign.release"): COMMAND,

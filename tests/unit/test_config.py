@@ -11,15 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cowork_adapter.config import (
-    PINNED_BENCH_COMMIT,
     Money,
     RunConfig,
     Selection,
     parse_docker_size,
-    refuse_key_on_command_line,
 )
 from cowork_adapter.container.runconfig import parse_run_config
-from cowork_adapter.defaults import flag_value
+from cowork_adapter.defaults import PINNED_BENCH_COMMIT, flag_value, refuse_key_on_command_line
 from cowork_adapter.errors import Refusal
 from cowork_adapter.schemas.run_config import ALWAYS_DISABLED_TOOLS, EntrypointConfigFile, build_run_config
 from cowork_adapter.vocab import TRUNCATION_RUNTIME_REASONS, EngineKind, ProbeKind

@@ -122,7 +122,7 @@ _RESUME_WORDS = {"memory_bytes": "--memory", "key_route": "--key-in-agent", "pro
 
 def test_the_runbook_names_every_flag_a_resume_compares() -> None:
     """The runbook's Resume section lists each flag of the run's applied configuration (what
-    runroot/identity.py compares across an ancestry), so a condition added in config.py is documented."""
+    runroot/identity.py compares across an ancestry), so a condition added in config/ is documented."""
     import sys
 
     sys.path.insert(0, str(REPO / "tests"))

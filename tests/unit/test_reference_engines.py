@@ -329,7 +329,7 @@ def _table(path: Path, classes: dict[str, str], bench_commit: str) -> Path:
 
 
 def test_task_validity_flag_must_be_a_qualify_table_of_this_commit(flags, tmp_path):
-    from cowork_adapter.config import PINNED_BENCH_COMMIT
+    from cowork_adapter.defaults import PINNED_BENCH_COMMIT
 
     base = dict(flags, campaign_file=tmp_path / "storage" / "c.json")
     good = _table(tmp_path / "ok.json", {"a": "valid"}, PINNED_BENCH_COMMIT)

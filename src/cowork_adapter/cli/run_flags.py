@@ -2,7 +2,7 @@
 (`qualify` shares a few word for word), and their conversion into a checked RunConfig.
 
 Each flag's help panel is its RunConfig group (docs/layout.md); the defaults come from defaults.py so
-that `--help` never imports config.py (msgspec).
+that `--help` never imports config/ (msgspec).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from .apps import (
     _say,
 )
 
-if TYPE_CHECKING:  # config.py (its checks, msgspec) is imported only by the commands that build a RunConfig
+if TYPE_CHECKING:  # config/ (its checks, msgspec) is imported only by the commands that build a RunConfig
     from ..config import RunConfig
 
 

@@ -50,7 +50,7 @@ SETTLED = ("recorded", NO_CAMPAIGN)
 def paid_preflight(cfg: RunConfig) -> tuple[str, RunConfig]:
     """The provider key from the environment, checked against the meter before anything is written,
     and the config with its money bounds resolved (see `resolve_money`). The flags already hold a
-    campaign (config.py refuses a paid run without one)."""
+    campaign (config/ refuses a paid run without one)."""
     key = os.environ.get(cfg.provider.api_key_env, "")
     if not key.strip():
         raise Refusal(

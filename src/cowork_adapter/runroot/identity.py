@@ -8,7 +8,7 @@ a task is never repeated only across runs whose identities agree. It lives here,
 because both read finished run roots and neither should need the other's machinery.
 
 Which RunConfig fields enter `applied_config` and which are exempt (where the run is, how much it may
-spend, which tasks) is listed once, in config.py's IDENTITY_EXEMPT; tests/unit/test_identity.py walks
+spend, which tasks) is listed once, in config/identity.py's IDENTITY_EXEMPT; tests/unit/test_identity.py walks
 every field of RunConfig and fails on one that is in neither.
 """
 
