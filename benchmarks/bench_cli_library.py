@@ -1,7 +1,7 @@
 """Benchmark the command-line library itself: typer against click alone, for the same command.
 
 The same `status RUN [--json]` command, written once with typer (as cli/ops.py declares it: plain help,
-no rich, no completion) and once with click, each calling the real `control.status_command` on the
+no rich, no completion) and once with click, each calling the real `status.status_command` on the
 same finished synthetic run root of 20 tasks; then the same two apps with a `version` command that
 does nothing but print. Each runs in a fresh interpreter, alternating, --repeat times after one
 warm-up; printed are the CPU times (user + sys, from wait4) as min / median / max, the median ratio
@@ -40,7 +40,7 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False, pretty_exceptions
 @app.command()
 def status(run_root: Annotated[Path, typer.Argument(help="Run root to inspect.")],
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False) -> None:
-    from cowork_adapter.ops.control import status_command
+    from cowork_adapter.ops.status import status_command
     raise SystemExit(status_command(run_root, as_json))
 
 @app.command()
@@ -63,7 +63,7 @@ def app() -> None:
 @click.argument("run_root", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def status(run_root: Path, as_json: bool) -> None:
-    from cowork_adapter.ops.control import status_command
+    from cowork_adapter.ops.status import status_command
     raise SystemExit(status_command(run_root, as_json))
 
 @app.command()

@@ -24,7 +24,7 @@ from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.env import agent_started, prepare, read_json, wait_for
 from cowork_adapter.errors import Refusal
-from cowork_adapter.ops.control import _campaign_active, read_run
+from cowork_adapter.ops.run_view import campaign_active, read_run
 from cowork_adapter.schemas.campaign import key_fingerprint
 from cowork_adapter.vocab import ExitCode, StopReason
 
@@ -130,9 +130,9 @@ def test_postgres_restarted_under_a_running_launcher_stops_the_run_cleanly(demo,
     files = read_run(run_root)
     if files.manifest.campaign_db != no_password(db):  # the server's address changed on restart
         files.manifest = files.manifest.replace(campaign_db=no_password(db))
-    assert _campaign_active(files).run_root == str(run_root)
+    assert campaign_active(files).run_root == str(run_root)
     monkeypatch.delenv("PGPASSWORD")
-    assert _campaign_active(files) is None  # unreachable (no password): nothing added, no crash
+    assert campaign_active(files) is None  # unreachable (no password): nothing added, no crash
 
     # `campaign reconcile --campaign-db` proves the run over and settles it in the database record.
     done = subprocess.run(

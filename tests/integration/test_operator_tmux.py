@@ -22,7 +22,7 @@ from tmux_server import Tmux
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
 from cowork_adapter.demo.env import agent_started, prepare, read_json, read_rows, wait_for
-from cowork_adapter.ops.control import stop_command
+from cowork_adapter.ops.stop import stop_command
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 PANE_COLS, PANE_ROWS = 150, 60

@@ -13,7 +13,8 @@ from test_campaign_db_flags import base, refused  # noqa: F401 (its fixture); sa
 
 from cowork_adapter.config import RunConfig
 from cowork_adapter.host.admission import GIB, AdmissionLimits, HostLoad
-from cowork_adapter.ops.control import build_status, read_run, render_status_text
+from cowork_adapter.ops.run_view import read_run
+from cowork_adapter.ops.status import build_status, render_status_text
 from cowork_adapter.run.batch_runner import ADMISSION_FILE, state_writer, wait_for_admission
 from cowork_adapter.schemas.admission import AdmissionState
 

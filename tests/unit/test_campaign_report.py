@@ -14,7 +14,7 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 from cowork_adapter.campaign.records import match_runs, missing_runs, missing_sentence
 from cowork_adapter.errors import Refusal
 from cowork_adapter.ops.campaign_status import build_campaign_status, render_campaign_status
-from cowork_adapter.ops.control import read_run
+from cowork_adapter.ops.run_view import read_run
 from cowork_adapter.report.build import build_report, row_cost
 from cowork_adapter.report.campaign import (
     REASON_CLAIMED,

@@ -19,8 +19,9 @@ from cowork_adapter.container.procs import group_alive
 from cowork_adapter.custody.liveness import ProcTable, Recorded, parse_stat, prove
 from cowork_adapter.errors import Refusal
 from cowork_adapter.ops.clear import clear_command, make_plan
-from cowork_adapter.ops.control import read_run, stop_command
 from cowork_adapter.ops.recorded import clear_hint, clear_key_note, recorded_docker_host
+from cowork_adapter.ops.run_view import read_run
+from cowork_adapter.ops.stop import stop_command
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 from cowork_adapter.schemas.custody import CustodyProcesses, ProcessIdentity
 from cowork_adapter.schemas.manifest import RunManifest
@@ -402,7 +403,7 @@ def test_stop_never_signals_a_recorded_group_whose_id_now_names_other_processes(
 
 
 def test_the_orphaned_group_stop_checks_the_marker_before_each_signal(run_root):
-    from cowork_adapter.ops.control import stop_orphaned_group
+    from cowork_adapter.ops.stop import stop_orphaned_group
 
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     stranger = subprocess.Popen(
@@ -418,7 +419,7 @@ def test_the_orphaned_group_stop_checks_the_marker_before_each_signal(run_root):
 
 
 def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_root, capsys):
-    from cowork_adapter.ops.control import status_command
+    from cowork_adapter.ops.status import status_command
 
     write(run_root, manifest(run_root, outcome="running", docker_host=None))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -450,7 +451,7 @@ def test_status_of_a_dead_run_names_processes_objects_and_the_clear_line(run_roo
 
 
 def test_status_of_a_run_that_ended_cleanly_names_no_next_command(run_root, capsys):
-    from cowork_adapter.ops.control import status_command
+    from cowork_adapter.ops.status import status_command
 
     write(
         run_root,
@@ -487,7 +488,7 @@ def test_clear_with_an_unreachable_daemon_removes_nothing_but_the_key(run_root, 
 
 
 def test_the_next_command_waits_for_a_live_watchdog_and_stops_a_live_runner(run_root, proc):
-    from cowork_adapter.ops.control import next_command
+    from cowork_adapter.ops.run_view import next_command
 
     write(run_root, manifest(run_root))
     files = read_run(run_root)

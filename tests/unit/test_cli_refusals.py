@@ -498,11 +498,12 @@ def test_campaign_view_flags_refused(tmp_path, capsys, args, says):
 
 
 def test_status_and_stop_wiring(monkeypatch, tmp_path):
-    calls = _stand_in(monkeypatch, "cowork_adapter.ops.control", "status_command", "stop_command")
+    status_calls = _stand_in(monkeypatch, "cowork_adapter.ops.status", "status_command")
+    stop_calls = _stand_in(monkeypatch, "cowork_adapter.ops.stop", "stop_command")
     (tmp_path / "events.jsonl").write_text("")  # the path resolver admits only run roots
     assert _invoke(["status", str(tmp_path), "--json"]) == 0
     assert _invoke(["stop", str(tmp_path), "--timeout", "12.5"]) == 0
-    assert calls == [
+    assert status_calls + stop_calls == [
         ("status_command", (tmp_path.resolve(), True), {}),
         ("stop_command", (tmp_path.resolve(), 12.5), {}),
     ]

@@ -58,7 +58,8 @@ FUNCTION_IMPORTS = {
     ("cli/campaign.py", "..campaign.release"): COMMAND,
     ("cli/ops.py", "..ops.campaign_status"): COMMAND,
     ("cli/ops.py", "..ops.clear"): COMMAND,
-    ("cli/ops.py", "..ops.control"): COMMAND,
+    ("cli/ops.py", "..ops.status"): COMMAND,
+    ("cli/ops.py", "..ops.stop"): COMMAND,
     ("cli/readers.py", "..audit"): COMMAND,
     ("cli/readers.py", "..export"): COMMAND,
     ("cli/readers.py", "..report"): COMMAND,
@@ -118,15 +119,10 @@ FUNCTION_IMPORTS = {
     ("ops/clear.py", "..campaign.commands"): HTTPX,
     ("ops/clear.py", "..custody"): DOCKER,  # docker_ops
     ("ops/clear.py", "..gateway.run"): HTTPX,
-    ("ops/control.py", "..campaign.pg_store"): PSYCOPG2,
-    (
-        "ops/control.py",
-        "..container.procs",
-    ): "urllib.request (~25 ms) with it: `status` imports this module and signals no group",
-    ("ops/control.py", "..campaign.store"): NO_WRITERS,
-    ("ops/control.py", "..custody.docker_ops"): DOCKER,
-    ("ops/control.py", "..custody.stop_removal"): DOCKER,
-    ("ops/control.py", "..fileio"): NO_WRITERS,
+    ("ops/run_view.py", "..campaign.pg_store"): PSYCOPG2,
+    ("ops/run_view.py", "..campaign.store"): NO_WRITERS,
+    ("ops/run_view.py", "..custody.docker_ops"): DOCKER,
+    ("ops/stop.py", "..custody.stop_removal"): DOCKER,
     ("ops/doctor.py", "..campaign.meter"): HTTPX,
     ("ops/doctor.py", "..image.derived"): DOCKER,
     ("ops/doctor.py", "..run.launch"): DOCKER,
@@ -353,7 +349,7 @@ def test_converting_only_the_invoked_command_changes_no_output(args: list[str]) 
 
 
 def test_status_imports_none_of_the_writers_of_clear_and_stop(tmp_path: Path) -> None:
-    """`status` imports ops/recorded.py for the clear hints and control.py for the run's view, not what writes:
+    """`status` imports ops/recorded.py for the clear hints and ops/run_view.py for the run's view, not what writes:
     the atomic writer (and secrets with it), the manifest writer, the campaign."""
     synth_run(tmp_path / "run", 5)
     probe = (

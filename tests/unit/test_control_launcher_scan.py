@@ -1,4 +1,4 @@
-"""control.is_launcher_of: another process's unresolvable run root never breaks `status`."""
+"""run_view.is_launcher_of: another process's unresolvable run root never breaks `status`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from cowork_adapter.ops.control import is_launcher_of
+from cowork_adapter.ops.run_view import is_launcher_of
 
 
 def test_a_launcher_naming_a_symlink_loop_is_not_ours_and_raises_nothing(tmp_path: Path) -> None:

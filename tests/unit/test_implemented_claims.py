@@ -27,7 +27,7 @@ from cowork_adapter.benchmark.provenance import dataset_ids, seed_identity
 from cowork_adapter.config import RunConfig
 from cowork_adapter.container import ouroboros
 from cowork_adapter.errors import Refusal
-from cowork_adapter.ops.control import status_command
+from cowork_adapter.ops.status import status_command
 from cowork_adapter.report import make_report
 from cowork_adapter.run.launch import _selection, budget_record
 from cowork_adapter.run.progress import RunProgress

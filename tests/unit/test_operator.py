@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.ops.control import build_status, is_launcher_of, read_run, status_command, stop_command
+from cowork_adapter.ops.run_view import is_launcher_of, read_run
+from cowork_adapter.ops.status import build_status, status_command
+from cowork_adapter.ops.stop import stop_command
 from cowork_adapter.runroot.events import EventLog
 from cowork_adapter.schemas.campaign import CampaignRecord
 from cowork_adapter.schemas.manifest import RunManifest

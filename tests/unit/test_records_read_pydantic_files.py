@@ -193,7 +193,7 @@ def test_unknown_fields_and_unknown_kinds_are_refused(tmp_path: Path) -> None:
 def test_a_manifest_with_the_retired_campaign_run_id_reads_as_its_shared_run(tmp_path: Path) -> None:
     """Shared hosts once wrote their host run's id twice (campaign_run_id and shared_run.run_id):
     such a manifest still reads everywhere a manifest is read, and is written back with it once."""
-    from cowork_adapter.ops.control import read_run
+    from cowork_adapter.ops.run_view import read_run
     from cowork_adapter.runroot.manifest import read_manifest
     from cowork_adapter.schemas.manifest import SharedRun
 

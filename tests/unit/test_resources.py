@@ -32,7 +32,7 @@ from cowork_adapter.host.resources import (
     summary_line,
     unread_by_stop,
 )
-from cowork_adapter.ops.control import _resource_use, render_status_text
+from cowork_adapter.ops.status import _resource_use, render_status_text
 from cowork_adapter.report.render import _task_table
 from cowork_adapter.schemas.ledger import RunnerRow, TaskRow
 from cowork_adapter.schemas.record import decode

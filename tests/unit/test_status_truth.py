@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter import cli
-from cowork_adapter.ops.control import EXIT_WORDS, status_command
+from cowork_adapter.ops.run_view import EXIT_WORDS
+from cowork_adapter.ops.status import status_command
 from cowork_adapter.run.live import summary_line, tally
 from cowork_adapter.schemas.manifest import RunManifest
 from cowork_adapter.schemas.monitor import MeterState, Monitor, Progress

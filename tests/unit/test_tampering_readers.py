@@ -25,7 +25,8 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.audit.write import audit_run
 from cowork_adapter.container import protocol
-from cowork_adapter.ops.control import build_status, read_run, render_status_text
+from cowork_adapter.ops.run_view import read_run
+from cowork_adapter.ops.status import build_status, render_status_text
 from cowork_adapter.report import make_report
 from cowork_adapter.report.render import to_html, to_markdown
 from cowork_adapter.score.tampering import count_tampering, counts_sentence

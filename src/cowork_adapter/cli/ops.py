@@ -48,7 +48,7 @@ def status(
     if len(run_roots or []) != 1:
         raise Refusal("flags", "status takes exactly one run root (several only with --campaign-db).")
     run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")  # type: ignore[index]  # exactly one, checked above
-    from ..ops.control import status_command
+    from ..ops.status import status_command
 
     raise SystemExit(status_command(run_root, as_json))
 
@@ -66,7 +66,7 @@ def stop(
     if not (0 < timeout < float("inf")):
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
     run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
-    from ..ops.control import stop_command
+    from ..ops.stop import stop_command
 
     raise SystemExit(stop_command(run_root, timeout))
 

@@ -18,7 +18,7 @@ from ..run.live import format_duration
 from ..runroot.layout import MONITOR
 from ..schemas.multihost import CampaignRun, CampaignSnapshot
 from ..vocab import ClaimState, ExitCode, HostRunState
-from .control import RunFiles, read_run
+from .run_view import RunFiles, read_run
 
 SCHEMA = "cowork_adapter.campaign_status.v1"
 

@@ -41,8 +41,9 @@ from ..schemas.manifest import ClearedRecord, RunManifest
 from ..schemas.record import RecordInvalid, decode
 from ..score.ledger import rebuild_final
 from ..vocab import EventKind, ExitCode, RunOutcome, StopReason
-from .control import fence, gather_recorded, read_run
 from .recorded import clear_hint, recorded_docker_host, recorded_key_env, recorded_meter_url, run_tmpdir
+from .run_view import gather_recorded, read_run
+from .stop import fence
 
 if TYPE_CHECKING:  # httpx is imported by the meter itself, not by `status` reading clear hints
     from ..campaign.meter import MeterReading
