@@ -130,6 +130,7 @@ FUNCTION_IMPORTS = {
     ("ops/doctor.py", "..image.derived"): DOCKER,
     ("ops/doctor.py", "..run.launch"): DOCKER,
     ("ops/doctor.py", "..run.spending"): HTTPX,
+    ("ops/doctor_probes.py", "..campaign.meter"): HTTPX,
     ("run/batch_runner.py", ""): DOCKER,  # import docker
     ("run/launch.py", "..gateway.run"): HTTPX,
     ("run/launch.py", "..gateway.tls"): CRYPTOGRAPHY,
