@@ -21,6 +21,7 @@ from ..config import RunConfig
 from ..errors import Refusal
 from ..host.daemon import daemon_info, docker_failures, docker_version, image_present
 from ..host.resources import campaign_roots, host_suggestion
+from ..resolved import MoneyBounds, ResolvedConfig, reached
 from ..schemas.campaign import key_fingerprint
 from ..vocab import ExitCode
 from .doctor_host import host_checks, host_doctor_command
@@ -50,6 +51,7 @@ class Doctor:
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
+        self.built = ResolvedConfig.of(cfg)  # the resource root and base image, never None once built
         self.daemon_up = False
         self.seed_head: str | None = None
         self.bench_ok = False
@@ -143,13 +145,13 @@ class Doctor:
         name = "limits enforced"
         if not self.daemon_up:
             return self._daemon_down(name)
-        if image_present(self.cfg.docker_host, self.cfg.image.base_image) is None:
+        if image_present(self.cfg.docker_host, self.built.base_image) is None:
             return fail(
                 name,
-                f"cannot probe: the base image {self.cfg.image.base_image} is absent.",
+                f"cannot probe: the base image {self.built.base_image} is absent.",
                 "make the base image present (see the base image check), then run doctor again",
             )
-        outcome = limit_probe(self.cfg.docker_host, self.cfg.image.base_image)
+        outcome = limit_probe(self.cfg.docker_host, self.built.base_image)
         killed = outcome.oom_killed or outcome.exit_code == OOM_EXIT
         if killed:
             return ok(
@@ -176,8 +178,8 @@ class Doctor:
     def base_image(self) -> CheckResult:
         return self._image(
             "base image",
-            self.cfg.image.base_image,
-            f"build it once: docker build -t {self.cfg.image.base_image} {self.cfg.bench_root}",
+            self.built.base_image,
+            f"build it once: docker build -t {self.built.base_image} {self.cfg.bench_root}",
         )
 
     def postgres_image(self) -> CheckResult:
@@ -204,12 +206,12 @@ class Doctor:
         info = image_present(self.cfg.docker_host, tag)
         if info is None:
             if self.cfg.image.build_image:
-                return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.image.base_image}.")
+                return ok(name, f"{tag} is absent; --build-image will build it from {self.built.base_image}.")
             return fail(name, f"{tag} is absent and --build-image was not given.", "add --build-image")
-        base = image_present(self.cfg.docker_host, self.cfg.image.base_image)
+        base = image_present(self.cfg.docker_host, self.built.base_image)
         req = ImageRequest(
             tag=tag,
-            base_image=self.cfg.image.base_image,
+            base_image=self.built.base_image,
             seed_dir=self.cfg.repo_dir,
             seed_head=self.seed_head,
             bench_commit=self.cfg.bench_commit,
@@ -250,7 +252,7 @@ class Doctor:
 
     def resource_disk(self) -> CheckResult:
         return self._disk(
-            "disk reserve (resource root)", self.cfg.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib"
+            "disk reserve (resource root)", self.built.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib"
         )
 
     def root_disk(self) -> CheckResult:
@@ -272,7 +274,8 @@ class Doctor:
                 f"--detach {self.cfg.bench_commit} with an empty git status --porcelain",
             )
         self.bench_ok = True
-        return ok("benchmark", f"{self.cfg.bench_root} is clean at the pinned commit {identity.commit[:12]}.")
+        commit = reached(identity.commit, "the benchmark's commit")
+        return ok("benchmark", f"{self.cfg.bench_root} is clean at the pinned commit {commit[:12]}.")
 
     def selection(self) -> CheckResult:
         if not self.bench_ok:
@@ -306,14 +309,14 @@ class Doctor:
                 "commit the changes, or create a clean detached worktree at the reviewed commit "
                 "(git worktree add --detach DIR COMMIT) and pass it as --repo-dir",
             )
-        self.seed_head = identity.head
+        self.seed_head = head = reached(identity.head, "the seed's head")
         if identity.dirty:
             return ok(
                 "seed",
-                f"{self.cfg.repo_dir} at {identity.head[:12]} is dirty, allowed by --allow-dirty-seed: "
+                f"{self.cfg.repo_dir} at {head[:12]} is dirty, allowed by --allow-dirty-seed: "
                 "a diagnostic run, not a reportable result.",
             )
-        return ok("seed", f"{self.cfg.repo_dir} is clean at {identity.head[:12]}.")
+        return ok("seed", f"{self.cfg.repo_dir} is clean at {head[:12]}.")
 
     # ---- money (paid runs only) ----
 
@@ -447,11 +450,12 @@ class Doctor:
             money = resolve_money(self.cfg.money, record)  # the bounds the run would use, or what it lacks
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "pass what the sentence names")
+        bounds = MoneyBounds.of(money)
         if record is None:
             return ok(
                 name,
                 f"{path} does not exist yet: the run will create it (--new-campaign) with a "
-                f"${money.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.",
+                f"${bounds.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.",
             )
         if self.key is not None and record.fingerprint != key_fingerprint(self.key):
             return fail(
@@ -459,11 +463,11 @@ class Doctor:
                 f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.provider.api_key_env}.",
                 "use the key this campaign was created with, or a new --campaign-file for a new key",
             )
-        if record.ceiling_usd != money.campaign_budget_usd:
+        if record.ceiling_usd != bounds.campaign_budget_usd:
             return fail(
                 name,
                 f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
-                f"{money.campaign_budget_usd:g}; a ceiling never changes.",
+                f"{bounds.campaign_budget_usd:g}; a ceiling never changes.",
                 f"pass --campaign-budget-usd {record.ceiling_usd:g}",
             )
         stored = record.diagnostic_eval_on_truncation
@@ -495,17 +499,17 @@ class Doctor:
                 "check that --meter-url and the key are the campaign's",
             )
         spending = record.spending(usage)
-        if spending.remaining_usd <= money.budget_reserve_usd:
+        if spending.remaining_usd <= bounds.budget_reserve_usd:
             return fail(
                 name,
                 f"{path} has ${spending.remaining_usd:.2f} remaining, not above the "
-                f"${money.budget_reserve_usd:g} reserve.",
+                f"${bounds.budget_reserve_usd:g} reserve.",
                 "the campaign is spent; settle the budget with its owner before any further paid run",
             )
         return ok(
             name,
             f"{path}: ceiling ${record.ceiling_usd:g}, spent ${spending.spent_usd:.2f}, remaining "
-            f"${spending.remaining_usd:.2f} (reserve ${money.budget_reserve_usd:g}); no active run.",
+            f"${spending.remaining_usd:.2f} (reserve ${bounds.budget_reserve_usd:g}); no active run.",
         )
 
 

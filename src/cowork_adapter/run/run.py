@@ -44,6 +44,7 @@ from ..gateway.run import secret_file as gateway_secret_file
 from ..gateway.server import FENCE_BUDGET as GATEWAY_BUDGET
 from ..host.disk import inodes_short
 from ..host.resources import campaign_roots, host_suggestion, reader_for
+from ..resolved import ResolvedConfig, reached
 from ..runroot import layout
 from ..runroot.dump_meter import Bounds, DumpMeter
 from ..runroot.events import EventLog
@@ -51,7 +52,7 @@ from ..runroot.layout import RunRoot, dumps_of
 from ..runroot.manifest import write_manifest
 from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..schemas.manifest import RunManifest
-from ..schemas.monitor import Disk, Monitor, Progress
+from ..schemas.monitor import CampaignSettlement, Disk, Monitor, Progress
 from ..schemas.run_config import agent_base_url, agent_short_name, model_provider
 from ..vocab import EventKind, ExitCode, RunOutcome, StopPath, StopReason
 from .dump_bounds import DumpBoundStop
@@ -76,8 +77,9 @@ def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]
         for k, v in os.environ.items()
         if k not in KEY_CARRIERS and k != cfg.provider.api_key_env and not k.startswith("PG")
     }
+    image = reached(manifest.image, "the run's image (the image phase)")
     base.update(
-        IMAGE=manifest.image.id,
+        IMAGE=reached(image.id, "the run's image ID (the image phase)"),
         AGENT_ENTRY=AGENT_ENTRY,
         AGENT_PHASE_AWARE="1",
         MODEL_PROVIDER=model_provider(cfg),
@@ -180,7 +182,8 @@ class Run:
         self.stop_file = RunRoot(root).stop_file
         self.evidence = RunRoot(root).evidence
         self.agent_env = RunRoot(root).agent_env
-        self.tmpdir = cfg.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
+        self.built = ResolvedConfig.of(cfg)
+        self.tmpdir = self.built.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
         self.runner_pid: int | None = None
         self.watchdog: WatchdogHandle | None = None
         self.processes: CustodyProcesses | None = None
@@ -216,14 +219,14 @@ class Run:
             # The ledger follows receipts, not meter polls: refreshed every ~2 s through stop and
             # cleanup, made final right after cleanup (before settlement's bounded meter wait).
             self.progress.start_refresher()
-            self.daemon_watch = DaemonWatch(cfg.docker_host, self._daemon_lost).start()
+            self.daemon_watch = watch = DaemonWatch(cfg.docker_host, self._daemon_lost).start()
             try:
                 result = self._supervise(self.spending.anchor())
             finally:
-                self.daemon_watch.stop()
+                watch.stop()
             self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
-                result, cleanup_error = self._end_custody(result)
+                result, cleanup_error = self._end_custody(result, watch)
                 result, settlement = self.spending.settle(result, cleanup_error)
                 self._record_result(result)
                 self.manifest.campaign_settlement = settlement
@@ -292,7 +295,7 @@ class Run:
                     "pids_limit": cfg.limits.pids_limit,
                 },
                 stop_file=self.stop_file,
-                resource_root=cfg.resource_root,
+                resource_root=self.built.resource_root,
                 min_free_bytes=int(cfg.disk.min_free_gib * GIB),
                 evidence_dir=self.evidence,
                 agent_env_file=self.agent_env if key_file else None,
@@ -353,12 +356,14 @@ class Run:
             self.event(EventKind.STOP_REQUESTED, reason=cause, source="supervisor")
         return result
 
-    def _end_custody(self, result: SupervisionResult) -> tuple[SupervisionResult, str | None]:
+    def _end_custody(self, result: SupervisionResult, watch: DaemonWatch) -> tuple[SupervisionResult, str | None]:
         """After the runner: the daemon's loss folded in, exact-label cleanup, the final ledger and
         the watchdog ended. Called inside LAUNCHER_SIGNALS.critical() (custody always finishes)."""
-        if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
-            self._daemon_lost(self.daemon_watch.lost)  # the runner ended first, of the same cause
-        if self.daemon_watch.lost is not None:
+        if watch.lost is None:
+            loss = watch.final_check()
+            if loss is not None:
+                self._daemon_lost(loss)  # the runner ended first, of the same cause
+        if watch.lost is not None:
             result = self.with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
             self._await_daemon()
         cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
@@ -385,7 +390,7 @@ class Run:
         """How the run ended, from the supervisor's result and the ledger (the campaign records it)."""
         return _outcome(result, self.progress)
 
-    def _finish(self, result: SupervisionResult, cleanup_error: str | None, settlement: str) -> int:
+    def _finish(self, result: SupervisionResult, cleanup_error: str | None, settlement: CampaignSettlement) -> int:
         cause = result.stop_reason or ("cleanup_unproven" if cleanup_error else "runner_exited")
         # The run root's disk may be as full as the campaign's: each write is tried, none may crash the end.
         try:
@@ -421,7 +426,7 @@ class Run:
         money = self.spending.money_stop()
         if money is not None:
             return money
-        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB or inodes_short(cfg.resource_root):
+        if _free(self.built.resource_root) < cfg.disk.min_free_gib * GIB or inodes_short(self.built.resource_root):
             return StopReason.DISK_RESERVE  # bytes or inodes (host/disk.py)
         if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB or inodes_short(Path("/")):
             return StopReason.ROOT_DISK_RESERVE
@@ -548,7 +553,7 @@ class Run:
             spending=spending,
             meter=meter,
             disk=Disk(
-                resource_free_bytes=_free(cfg.resource_root),
+                resource_free_bytes=_free(self.built.resource_root),
                 root_free_bytes=_free(Path("/")),
                 resource_reserve_bytes=int(cfg.disk.min_free_gib * GIB),
                 root_reserve_bytes=int(cfg.disk.min_root_free_gib * GIB),
