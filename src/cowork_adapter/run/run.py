@@ -44,7 +44,7 @@ from ..gateway.run import secret_file as gateway_secret_file
 from ..gateway.server import FENCE_BUDGET as GATEWAY_BUDGET
 from ..host.disk import inodes_short
 from ..host.resources import campaign_roots, host_suggestion, reader_for
-from ..resolved import ResolvedConfig, reached
+from ..resolved import ResolvedConfig
 from ..runroot import layout
 from ..runroot.dump_meter import Bounds, DumpMeter
 from ..runroot.events import EventLog
@@ -53,65 +53,18 @@ from ..runroot.manifest import write_manifest
 from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..schemas.manifest import RunManifest
 from ..schemas.monitor import CampaignSettlement, Disk, Monitor, Progress
-from ..schemas.run_config import agent_base_url, agent_short_name, model_provider
-from ..vocab import EventKind, ExitCode, RunOutcome, StopPath, StopReason
+from ..schemas.run_config import agent_short_name
+from ..vocab import EventKind, RunOutcome, StopPath, StopReason
 from .dump_bounds import DumpBoundStop
+from .ending import _exit_code, _outcome, _say_outcome
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
+from .runner_env import _watchdog_env, delete_agent_env, runner_env, write_agent_env
 from .signals import LAUNCHER_SIGNALS
-from .spending import SETTLED, NotAdmitted, SpendingPolicy
+from .spending import NotAdmitted, SpendingPolicy
 from .supervisor import SupervisionResult, Supervisor
 
 GIB = 1 << 30
-KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
-AGENT_ENTRY = "cowork_entry.py"
-# Variables that could carry a provider key into the runner (and from it into every container).
-KEY_CARRIERS = ("LLM_API_KEY", "MODEL_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
-
-
-def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]:
-    """The upstream runner's environment: no key anywhere, the immutable image ID, our entry."""
-    # No libpq variable either: the database password (PGPASSWORD) is the launcher's, not the runner's.
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in KEY_CARRIERS and k != cfg.provider.api_key_env and not k.startswith("PG")
-    }
-    image = reached(manifest.image, "the run's image (the image phase)")
-    base.update(
-        IMAGE=reached(image.id, "the run's image ID (the image phase)"),
-        AGENT_ENTRY=AGENT_ENTRY,
-        AGENT_PHASE_AWARE="1",
-        MODEL_PROVIDER=model_provider(cfg),
-        MODEL_NAME=cfg.agent.model,
-        LLM_MODEL=cfg.agent.model,
-        # The benchmark's own engines read the endpoint from these (the Ouroboros server drops them).
-        MODEL_API_URL=agent_base_url(cfg),
-        LLM_BASE_URL=agent_base_url(cfg),
-        MAX_STEPS=str(cfg.agent.max_steps),
-        TASK_TIMEOUT=str(cfg.agent.task_timeout),
-    )
-    return custody.environment(base)
-
-
-def _watchdog_env(cfg: RunConfig) -> dict[str, str]:
-    """The watchdog needs no key: the launcher's environment without any variable that may carry one."""
-    return {k: v for k, v in os.environ.items() if k not in KEY_CARRIERS and k != cfg.provider.api_key_env}
-
-
-def write_agent_env(path: Path, key: str) -> None:
-    """The key for agent containers only: 0600, outside the benchmark tree (never mounted)."""
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    # In place: the key is never staged under a name the watchdog and `clear` do not delete.
-    create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600, in_place=True)
-
-
-def delete_agent_env(path: Path) -> None:
-    """Remove the key's env file; an error is said, never raised (the way out must go on)."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as exc:
-        print(f"cowork-adapter: could not delete the key file {path}: {exc.strerror}", file=sys.stderr, flush=True)
 
 
 def run_in_custody(
@@ -606,29 +559,6 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
     return error
 
 
-def _outcome(result, progress: RunProgress) -> RunOutcome:
-    if result.stop_reason:
-        return RunOutcome.STOPPED
-    counts = progress.counts()
-    # An environment-blocked row is a task the run could not attempt: the run is incomplete (exit 1).
-    if (
-        result.runner_exit_code != 0
-        or counts["infra_failed"]
-        or counts["not_attempted"]
-        or counts["environment_blocked"]
-    ):
-        return RunOutcome.INCOMPLETE
-    return RunOutcome.COMPLETED
-
-
-def _exit_code(result, progress: RunProgress, cleanup_error: str | None, settlement: str) -> ExitCode:
-    if result.stop_reason:
-        return ExitCode.STOPPED
-    if cleanup_error or settlement not in SETTLED or _outcome(result, progress) is not RunOutcome.COMPLETED:
-        return ExitCode.FAILED
-    return ExitCode.OK
-
-
 def _audit(run_root: Path) -> None:
     try:
         audit_run(run_root)
@@ -650,34 +580,6 @@ def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
     print(
         f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.selection.concurrency}).", flush=True
     )
-
-
-def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: str | None, settlement: str) -> None:
-    counts = progress.counts()
-    line = (
-        f"cowork-adapter: {manifest.outcome}: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['agent_failed']} agent_failed, {counts['infra_failed']} infra_failed, "
-        f"{counts['not_attempted']} not_attempted, {counts['environment_blocked']} environment_blocked"
-        f"{_unsettled(counts)} of {counts['selected']}"
-    )
-    if manifest.stop_reason:
-        line += f"; stopped: {manifest.stop_reason}"
-    print(line, flush=True)
-    if cleanup_error:
-        print(
-            f"cowork-adapter: custody NOT proven ({cleanup_error}); the campaign keeps this run as its active_run "
-            "until `cowork-adapter campaign reconcile`.",
-            file=sys.stderr,
-        )
-    elif settlement not in SETTLED:
-        print("cowork-adapter: the campaign settlement was not recorded; active_run stays set.", file=sys.stderr)
-
-
-def _unsettled(counts: dict[str, int]) -> str:
-    """`, N unsettled` when the named counts do not add up to the selection (e.g. a provisional row)."""
-    named = ("passed", "failed", "agent_failed", "infra_failed", "not_attempted", "environment_blocked")
-    rest = counts["selected"] - sum(counts[name] for name in named)
-    return f", {rest} unsettled" if rest > 0 else ""
 
 
 def _real_docker() -> str:
