@@ -68,7 +68,7 @@ FUNCTION_IMPORTS = {
     ("cli.py", ".run.qualify"): COMMAND,
     ("campaign/commands.py", "..custody.docker_ops"): DOCKER,
     ("campaign/records.py", ""): PSYCOPG2,  # import psycopg2
-    ("campaign/records.py", ".pg_store"): PSYCOPG2,
+    ("campaign/records.py", ".pg_conn"): PSYCOPG2,
     (
         "campaign/records.py",
         ".store",
