@@ -35,7 +35,7 @@ from cowork_adapter.container.procs import group_alive, process_alive
 from cowork_adapter.custody.docker_ops import cleanup_run, list_labelled
 from cowork_adapter.custody.labels import path_label, run_label
 from cowork_adapter.custody.watchdog import custody_paths, read_processes
-from cowork_adapter.demo.chaos import CreateEvents, events_of
+from cowork_adapter.demo.chaos_watch import CreateEvents, events_of
 from cowork_adapter.demo.env import (
     BYSTANDER_IMAGE,
     agent_started,

@@ -19,7 +19,7 @@ from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ 
 
 from cowork_adapter.campaign.meter import KeyMeter, MeterError
 from cowork_adapter.campaign.observe import MeterBlind, MeterObserver
-from cowork_adapter.campaign.pg_store import LOCK_NAMESPACE
+from cowork_adapter.campaign.pg_conn import LOCK_NAMESPACE
 from cowork_adapter.campaign.shared_meter import METER_LOCK_SUFFIX, SharedMeter
 from cowork_adapter.demo.env import wait_for
 from cowork_adapter.demo.meter_standin import MeterStandin

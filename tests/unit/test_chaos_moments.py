@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from cowork_adapter.demo.chaos import PHASES, SEED_ENV, chaos_seed, observed_phase, pick_moments
+from cowork_adapter.demo.chaos import PHASES, SEED_ENV, chaos_seed, pick_moments
+from cowork_adapter.demo.chaos_watch import observed_phase
 
 
 def test_a_seed_reproduces_its_moments_and_covers_every_phase_both_ways():

@@ -14,7 +14,7 @@ import typer
 
 from cowork_adapter import cli
 from cowork_adapter.errors import Refusal
-from cowork_adapter.ops import doctor
+from cowork_adapter.ops import doctor_host
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -107,9 +107,9 @@ def test_the_benchmark_only_stop_path_flag_is_hidden_but_checked(helps, tmp_path
 
 @pytest.fixture
 def stand_in_daemon(monkeypatch):
-    monkeypatch.setattr(doctor, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})
-    monkeypatch.setattr(doctor, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})
-    monkeypatch.setattr(doctor, "free_bytes", lambda path: 300 * GIB)
+    monkeypatch.setattr(doctor_host, "docker_version", lambda host: {"Version": "20.10.24", "ApiVersion": "1.41"})
+    monkeypatch.setattr(doctor_host, "daemon_info", lambda host: {"NCPU": 2, "MemTotal": 24 * GIB})
+    monkeypatch.setattr(doctor_host, "free_bytes", lambda path: 300 * GIB)
 
 
 def _cli(args, capsys):
@@ -136,7 +136,7 @@ def test_doctor_without_run_flags_checks_the_host_and_says_what_else_it_needs(st
 
 def test_doctor_without_a_daemon_named_fails_that_check_and_still_checks_the_rest(stand_in_daemon, capsys, monkeypatch):
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setattr(doctor, "free_bytes", lambda path: 10 * GIB)
+    monkeypatch.setattr(doctor_host, "free_bytes", lambda path: 10 * GIB)
     code, out, _ = _cli(["doctor"], capsys)
     assert code == 1
     assert "FAIL  docker host: no Docker daemon is named" in out and "export DOCKER_HOST" in out

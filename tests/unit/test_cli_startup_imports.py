@@ -70,7 +70,7 @@ FUNCTION_IMPORTS = {
     ("cli/runs.py", "..run.qualify"): COMMAND,
     ("campaign/commands.py", "..custody.docker_ops"): DOCKER,
     ("campaign/records.py", ""): PSYCOPG2,  # import psycopg2
-    ("campaign/records.py", ".pg_store"): PSYCOPG2,
+    ("campaign/records.py", ".pg_conn"): PSYCOPG2,
     (
         "campaign/records.py",
         ".store",
@@ -127,6 +127,7 @@ FUNCTION_IMPORTS = {
     ("ops/doctor.py", "..image.derived"): DOCKER,
     ("ops/doctor.py", "..run.launch"): DOCKER,
     ("ops/doctor.py", "..run.spending"): HTTPX,
+    ("ops/doctor_probes.py", "..campaign.meter"): HTTPX,
     ("run/batch_runner.py", ""): DOCKER,  # import docker
     ("run/launch.py", "..gateway.run"): HTTPX,
     ("run/launch.py", "..gateway.tls"): CRYPTOGRAPHY,

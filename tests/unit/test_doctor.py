@@ -20,7 +20,7 @@ from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.meter_standin import MeterStandin
 from cowork_adapter.demo.seed_repo import make_stub_seed
 from cowork_adapter.host import resources
-from cowork_adapter.ops import doctor
+from cowork_adapter.ops import doctor, doctor_probes
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 
 KEY_ENV = "COWORK_DOCTOR_TEST_KEY"
@@ -243,9 +243,9 @@ def test_existing_run_root(tmp_path, healthy, meter, capsys):
 
 
 def test_missing_host_tool_and_old_bash(tmp_path, healthy, meter, capsys, monkeypatch):
-    real_which = doctor.which
-    monkeypatch.setattr(doctor, "which", lambda tool: None if tool == "rsync" else real_which(tool))
-    monkeypatch.setattr(doctor, "bash_version", lambda: (4, 2))
+    real_which = doctor_probes.which
+    monkeypatch.setattr(doctor_probes, "which", lambda tool: None if tool == "rsync" else real_which(tool))
+    monkeypatch.setattr(doctor_probes, "bash_version", lambda: (4, 2))
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url), capsys)
     line = only_failure(lines, "host tools")
     assert "bash is 4.2, older than 4.4" in line and "missing on PATH: rsync" in line and "— fix: install" in line

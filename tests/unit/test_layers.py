@@ -15,7 +15,7 @@ SRC = Path(cowork_adapter.__file__).parent
 READER = "campaign.records"
 RULES = [
     (
-        ("config/", "defaults.py", "schemas/"),
+        ("config/", "defaults.py", "resolved.py", "schemas/"),
         ("run", "ops", "host", "score", "report", "custody", "gateway"),
         "typed files and config know nothing of running; the gateway's defaults live in defaults.py",
     ),

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from cowork_adapter.campaign.observe import AcceptedReading, Observation
-from cowork_adapter.run.spending import KEEP_REJECTED, CampaignSpending, MeterTracker
+from cowork_adapter.run.meter_tracker import KEEP_REJECTED, MeterTracker
+from cowork_adapter.run.spending import CampaignSpending
 from cowork_adapter.schemas.events import MeterConfirmed
 from cowork_adapter.schemas.monitor import MeterState
 from cowork_adapter.schemas.record import convert, decode

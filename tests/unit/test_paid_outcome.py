@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cowork_adapter.run.run import _exit_code, _outcome, _say_outcome
+from cowork_adapter.run.ending import _exit_code, _outcome, _say_outcome
 from cowork_adapter.vocab import ExitCode, RunOutcome
 
 ZERO = dict(

@@ -103,7 +103,7 @@ def test_the_loop_waits_for_a_fence_longer_than_the_lease() -> None:
 def test_the_launcher_gives_run_parallel_no_database_password(base, monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from cowork_adapter.run.run import runner_env as launcher_runner_env
+    from cowork_adapter.run.runner_env import runner_env as launcher_runner_env
 
     monkeypatch.setenv("PGPASSWORD", "hunter2")
     monkeypatch.setenv("PGUSER", "postgres")

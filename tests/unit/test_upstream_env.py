@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from run_flags import config_for  # tests/run_flags.py: tests/ is on sys.path (its conftest)
 
-from cowork_adapter.run.run import runner_env
+from cowork_adapter.run.runner_env import runner_env
 from cowork_adapter.schemas.run_config import OPENROUTER_CHAT_URL, agent_short_name
 
 

@@ -44,7 +44,7 @@ def read_snapshot(url: str, name: str) -> CampaignSnapshot:
     # psycopg2 and the store's connection take ~0.1 s to import: only the commands that read a database pay it.
     import psycopg2
 
-    from .pg_store import SCHEMA_VERSION, connect, redacted
+    from .pg_conn import SCHEMA_VERSION, connect, redacted
     from .store import parse_campaign_text
 
     location = f"{redacted(url)} campaign {name!r}"

@@ -23,7 +23,7 @@ import psycopg2
 from ..errors import Refusal
 from .meter import KeyMeter, MeterError, MeterReading
 from .observe import POLL_SEC, judge_usage
-from .pg_store import LOCK_NAMESPACE, connect, migrate
+from .pg_conn import LOCK_NAMESPACE, connect, migrate
 
 METER_LOCK_SUFFIX = ":meter"
 

@@ -11,171 +11,39 @@ meter and campaign for --dry-run or --probe).
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import socket
-import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..benchmark.provenance import bench_identity, dataset_ids, seed_identity
 from ..benchmark.selection import validate_against_dataset
 from ..config import RunConfig
 from ..errors import Refusal
-from ..host.daemon import daemon_info, docker_client, docker_failures, docker_version, image_present
+from ..host.daemon import daemon_info, docker_failures, docker_version, image_present
 from ..host.resources import campaign_roots, host_suggestion
+from ..resolved import MoneyBounds, ResolvedConfig, reached
 from ..schemas.campaign import key_fingerprint
 from ..vocab import ExitCode
-
-GIB = 1 << 30
-PROBE_WAIT_SEC = 90
-METER_TIMEOUT_SEC = 5.0
-DOCTOR_LABEL_KEY = "org.cowork-adapter.doctor"
-POSTGRES_IMAGE = "postgres:15"
-PROBE_MEMORY = "64m"
-PROBE_ALLOC_MIB = 200
-# Touches every byte, so the pages are really charged to the container's memory cgroup.
-PROBE_SCRIPT = f"b = b'\\x01' * ({PROBE_ALLOC_MIB} << 20); print(len(b))"
-OOM_EXIT = 137
-MIN_BASH = (4, 4)
-HOST_TOOLS = ("rsync", "mkfifo", "md5sum", "awk", "timeout", "python3", "docker", "git")
-
-OK, FAIL, SKIP = "OK", "FAIL", "SKIP"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    verdict: str  # OK | FAIL | SKIP
-    sentence: str
-    fix: str | None = None
-
-    def line(self) -> str:
-        text = f"{self.verdict:<5} {self.name}: {self.sentence}"
-        return text + (f" — fix: {self.fix}" if self.fix and self.verdict == FAIL else "")
-
-
-def ok(name: str, sentence: str) -> CheckResult:
-    return CheckResult(name, OK, sentence)
-
-
-def fail(name: str, sentence: str, fix: str) -> CheckResult:
-    return CheckResult(name, FAIL, sentence, fix)
-
-
-def skip(name: str, sentence: str) -> CheckResult:
-    return CheckResult(name, SKIP, sentence)
-
-
-# ---------------------------------------------------------------------------------------------
-# Probes: the only I/O. Module-level so tests can replace one at a time.
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProbeOutcome:
-    exit_code: int | None
-    oom_killed: bool
-    memory_limit: int | None
-
-
-def limit_probe(docker_host: str, image: str) -> ProbeOutcome:
-    """Run `image` held to 64 MiB (no swap) allocating 200 MiB; report how it ended. Always removed."""
-    client = docker_client(docker_host)
-    token = secrets.token_hex(6)
-    container = None
-    try:
-        container = client.containers.run(
-            image,
-            entrypoint=["python3", "-c", PROBE_SCRIPT],
-            command=[],
-            detach=True,
-            name=f"cowork-doctor-{token}",
-            labels={DOCTOR_LABEL_KEY: token},
-            mem_limit=PROBE_MEMORY,
-            memswap_limit=PROBE_MEMORY,
-            network_disabled=True,
-            pids_limit=64,
-        )
-        result = container.wait(timeout=PROBE_WAIT_SEC)
-        container.reload()
-        state = container.attrs.get("State") or {}
-        memory = (container.attrs.get("HostConfig") or {}).get("Memory")
-        return ProbeOutcome(int(result.get("StatusCode")), bool(state.get("OOMKilled")), memory)
-    finally:
-        try:
-            if container is not None:
-                container.remove(force=True)
-            else:
-                # A creation that failed half-way may still have left the container: remove it by its label.
-                for leftover in client.containers.list(all=True, filters={"label": f"{DOCTOR_LABEL_KEY}={token}"}):
-                    leftover.remove(force=True)
-        finally:
-            client.close()
-
-
-def free_bytes(path: Path) -> int:
-    return shutil.disk_usage(path).free
-
-
-def bash_version() -> tuple[int, int] | None:
-    try:
-        out = subprocess.run(
-            ["bash", "-c", 'printf "%s.%s" "${BASH_VERSINFO[0]}" "${BASH_VERSINFO[1]}"'],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        major, minor = out.stdout.strip().split(".")[:2]
-        return int(major), int(minor)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return None
-
-
-def which(tool: str) -> str | None:
-    return shutil.which(tool)
-
-
-def meter_headroom(meter_url: str, key: str):
-    """The key's headroom (campaign.meter.Headroom) and its current usage; raises MeterError."""
-    from ..campaign.meter import KeyMeter
-
-    meter = KeyMeter(meter_url, key, timeout=METER_TIMEOUT_SEC)
-    usage = meter.read_usage(timeout=METER_TIMEOUT_SEC).usage
-    return meter.headroom(timeout=METER_TIMEOUT_SEC), usage
-
-
-# ---------------------------------------------------------------------------------------------
-# The checks
-# ---------------------------------------------------------------------------------------------
-
-
-def _brief(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:200]
-
-
-def host_tools_check() -> CheckResult:
-    """bash >= 4.4 and the tools the benchmark's runner calls, on PATH."""
-    name = "host tools"
-    missing = [tool for tool in HOST_TOOLS if which(tool) is None]
-    version = bash_version()
-    problems = []
-    if version is None:
-        problems.append("bash did not report its version")
-    elif version < MIN_BASH:
-        problems.append(f"bash is {version[0]}.{version[1]}, older than {MIN_BASH[0]}.{MIN_BASH[1]}")
-    if missing:
-        problems.append("missing on PATH: " + ", ".join(missing))
-    if problems:
-        return fail(
-            name,
-            "; ".join(problems) + ".",
-            "install them on the host (e.g. apt-get install bash rsync coreutils gawk) and put them on PATH",
-        )
-    return ok(name, f"bash {version[0]}.{version[1]} and {', '.join(HOST_TOOLS)} are on PATH.")
+from .doctor_host import host_checks, host_doctor_command
+from .doctor_probes import (
+    DOCTOR_LABEL_KEY,
+    FAIL,
+    GIB,
+    OOM_EXIT,
+    POSTGRES_IMAGE,
+    PROBE_ALLOC_MIB,
+    PROBE_MEMORY,
+    CheckResult,
+    ProbeOutcome,
+    _brief,
+    fail,
+    free_bytes,
+    host_tools_check,
+    limit_probe,
+    meter_headroom,
+    ok,
+    skip,
+)
 
 
 class Doctor:
@@ -183,6 +51,7 @@ class Doctor:
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
+        self.built = ResolvedConfig.of(cfg)  # the resource root and base image, never None once built
         self.daemon_up = False
         self.seed_head: str | None = None
         self.bench_ok = False
@@ -276,13 +145,13 @@ class Doctor:
         name = "limits enforced"
         if not self.daemon_up:
             return self._daemon_down(name)
-        if image_present(self.cfg.docker_host, self.cfg.image.base_image) is None:
+        if image_present(self.cfg.docker_host, self.built.base_image) is None:
             return fail(
                 name,
-                f"cannot probe: the base image {self.cfg.image.base_image} is absent.",
+                f"cannot probe: the base image {self.built.base_image} is absent.",
                 "make the base image present (see the base image check), then run doctor again",
             )
-        outcome = limit_probe(self.cfg.docker_host, self.cfg.image.base_image)
+        outcome = limit_probe(self.cfg.docker_host, self.built.base_image)
         killed = outcome.oom_killed or outcome.exit_code == OOM_EXIT
         if killed:
             return ok(
@@ -309,8 +178,8 @@ class Doctor:
     def base_image(self) -> CheckResult:
         return self._image(
             "base image",
-            self.cfg.image.base_image,
-            f"build it once: docker build -t {self.cfg.image.base_image} {self.cfg.bench_root}",
+            self.built.base_image,
+            f"build it once: docker build -t {self.built.base_image} {self.cfg.bench_root}",
         )
 
     def postgres_image(self) -> CheckResult:
@@ -337,12 +206,12 @@ class Doctor:
         info = image_present(self.cfg.docker_host, tag)
         if info is None:
             if self.cfg.image.build_image:
-                return ok(name, f"{tag} is absent; --build-image will build it from {self.cfg.image.base_image}.")
+                return ok(name, f"{tag} is absent; --build-image will build it from {self.built.base_image}.")
             return fail(name, f"{tag} is absent and --build-image was not given.", "add --build-image")
-        base = image_present(self.cfg.docker_host, self.cfg.image.base_image)
+        base = image_present(self.cfg.docker_host, self.built.base_image)
         req = ImageRequest(
             tag=tag,
-            base_image=self.cfg.image.base_image,
+            base_image=self.built.base_image,
             seed_dir=self.cfg.repo_dir,
             seed_head=self.seed_head,
             bench_commit=self.cfg.bench_commit,
@@ -383,7 +252,7 @@ class Doctor:
 
     def resource_disk(self) -> CheckResult:
         return self._disk(
-            "disk reserve (resource root)", self.cfg.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib"
+            "disk reserve (resource root)", self.built.resource_root, self.cfg.disk.min_free_gib, "--min-free-gib"
         )
 
     def root_disk(self) -> CheckResult:
@@ -405,7 +274,8 @@ class Doctor:
                 f"--detach {self.cfg.bench_commit} with an empty git status --porcelain",
             )
         self.bench_ok = True
-        return ok("benchmark", f"{self.cfg.bench_root} is clean at the pinned commit {identity.commit[:12]}.")
+        commit = reached(identity.commit, "the benchmark's commit")
+        return ok("benchmark", f"{self.cfg.bench_root} is clean at the pinned commit {commit[:12]}.")
 
     def selection(self) -> CheckResult:
         if not self.bench_ok:
@@ -439,14 +309,14 @@ class Doctor:
                 "commit the changes, or create a clean detached worktree at the reviewed commit "
                 "(git worktree add --detach DIR COMMIT) and pass it as --repo-dir",
             )
-        self.seed_head = identity.head
+        self.seed_head = head = reached(identity.head, "the seed's head")
         if identity.dirty:
             return ok(
                 "seed",
-                f"{self.cfg.repo_dir} at {identity.head[:12]} is dirty, allowed by --allow-dirty-seed: "
+                f"{self.cfg.repo_dir} at {head[:12]} is dirty, allowed by --allow-dirty-seed: "
                 "a diagnostic run, not a reportable result.",
             )
-        return ok("seed", f"{self.cfg.repo_dir} is clean at {identity.head[:12]}.")
+        return ok("seed", f"{self.cfg.repo_dir} is clean at {head[:12]}.")
 
     # ---- money (paid runs only) ----
 
@@ -502,7 +372,8 @@ class Doctor:
             return fail(
                 name,
                 f"the environment variable {env} is empty or unset.",
-                f"export {env} from your secret environment (never on the command line or in a file under the run root)",
+                f"export {env} from your secret environment "
+                "(never on the command line or in a file under the run root)",
             )
         self.key = value.strip()
         return ok(name, f"{env} holds a key (never shown).")
@@ -579,11 +450,12 @@ class Doctor:
             money = resolve_money(self.cfg.money, record)  # the bounds the run would use, or what it lacks
         except Refusal as refusal:
             return fail(name, refusal.sentence.rstrip("."), "pass what the sentence names")
+        bounds = MoneyBounds.of(money)
         if record is None:
             return ok(
                 name,
                 f"{path} does not exist yet: the run will create it (--new-campaign) with a "
-                f"${money.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.",
+                f"${bounds.campaign_budget_usd:g} ceiling and the key's usage at start as its baseline.",
             )
         if self.key is not None and record.fingerprint != key_fingerprint(self.key):
             return fail(
@@ -591,11 +463,11 @@ class Doctor:
                 f"{path} belongs to key {record.fingerprint}, not to the key in {self.cfg.provider.api_key_env}.",
                 "use the key this campaign was created with, or a new --campaign-file for a new key",
             )
-        if record.ceiling_usd != money.campaign_budget_usd:
+        if record.ceiling_usd != bounds.campaign_budget_usd:
             return fail(
                 name,
                 f"{path} has a ${record.ceiling_usd:g} ceiling, not --campaign-budget-usd "
-                f"{money.campaign_budget_usd:g}; a ceiling never changes.",
+                f"{bounds.campaign_budget_usd:g}; a ceiling never changes.",
                 f"pass --campaign-budget-usd {record.ceiling_usd:g}",
             )
         stored = record.diagnostic_eval_on_truncation
@@ -627,17 +499,17 @@ class Doctor:
                 "check that --meter-url and the key are the campaign's",
             )
         spending = record.spending(usage)
-        if spending.remaining_usd <= money.budget_reserve_usd:
+        if spending.remaining_usd <= bounds.budget_reserve_usd:
             return fail(
                 name,
                 f"{path} has ${spending.remaining_usd:.2f} remaining, not above the "
-                f"${money.budget_reserve_usd:g} reserve.",
+                f"${bounds.budget_reserve_usd:g} reserve.",
                 "the campaign is spent; settle the budget with its owner before any further paid run",
             )
         return ok(
             name,
             f"{path}: ceiling ${record.ceiling_usd:g}, spent ${spending.spent_usd:.2f}, remaining "
-            f"${spending.remaining_usd:.2f} (reserve ${money.budget_reserve_usd:g}); no active run.",
+            f"${spending.remaining_usd:.2f} (reserve ${bounds.budget_reserve_usd:g}); no active run.",
         )
 
 
@@ -663,103 +535,14 @@ def doctor_command(cfg: RunConfig) -> int:
     return int(ExitCode.OK)
 
 
-# What a run's doctor needs beyond the host (said by `doctor` without them).
-RUN_FLAGS_NEEDED = (
-    "--repo-dir SEED_CHECKOUT",
-    "--run-root NEW_DIR",
-    "--bench-root BENCH_CHECKOUT (or COWORK_BENCH_ROOT)",
-)
-
-
-def _free_check(name: str, path: Path, reserve_gib: float, flag: str) -> CheckResult:
-    try:
-        free = free_bytes(path)
-    except OSError as exc:
-        return fail(name, f"the free space of {path} cannot be read ({exc.strerror}).", "check that the folder exists")
-    if free < reserve_gib * GIB:
-        return fail(
-            name,
-            f"{path} has {free / GIB:.1f} GiB free, below the {flag} reserve of {reserve_gib:g} GiB.",
-            f"free space on {path}, or pass a lower {flag}",
-        )
-    return ok(name, f"{path} has {free / GIB:.1f} GiB free (the {flag} reserve is {reserve_gib:g} GiB).")
-
-
-def host_checks(
-    docker_host: str | None, folder: Path, *, min_free_gib: float = 200.0, min_root_free_gib: float = 40.0
-) -> list[CheckResult]:
-    """The checks that need no run flags: the daemon, its CPUs and memory, host tools, disk."""
-    results = []
-    if not (docker_host or "").strip():
-        results.append(
-            fail(
-                "docker host",
-                "no Docker daemon is named.",
-                "pass --docker-host or export DOCKER_HOST (the test bed: unix:///var/lib/cowork-testbed/docker.sock)",
-            )
-        )
-    else:
-        try:
-            version = docker_version(docker_host)
-            info = daemon_info(docker_host)
-        except docker_failures() as exc:
-            results.append(
-                fail(
-                    "docker host",
-                    f"the Docker daemon at {docker_host} did not answer ({_brief(exc)}).",
-                    "start the daemon, or point --docker-host / DOCKER_HOST at its socket",
-                )
-            )
-        else:
-            results.append(
-                ok(
-                    "docker host",
-                    f"{docker_host} answers: Docker {version.get('Version', '?')} "
-                    f"(API {version.get('ApiVersion', '?')}).",
-                )
-            )
-            cpus, memory = int(info.get("NCPU") or 0), int(info.get("MemTotal") or 0)
-            results.append(
-                ok(
-                    "daemon resources",
-                    f"{cpus} CPUs and {memory / GIB:.1f} GiB of memory; each task "
-                    f"container gets {min(4, cpus)} CPUs and "
-                    f"{min(16 * GIB, memory) / GIB:.1f} GiB by default.",
-                )
-            )
-    results.append(host_tools_check())
-    results.append(_free_check("disk (resource root)", folder, min_free_gib, "--min-free-gib"))
-    results.append(_free_check("disk (/)", Path("/"), min_root_free_gib, "--min-root-free-gib"))
-    return results
-
-
-def host_doctor_command(
-    docker_host: str | None, folder: Path | None = None, *, min_free_gib: float = 200.0, min_root_free_gib: float = 40.0
-) -> int:
-    """`doctor` without the run flags: check the host, then say what a run's doctor also needs.
-    `folder`: where runs would go (--resource-root; default the current folder)."""
-    results = host_checks(
-        docker_host, folder or Path.cwd(), min_free_gib=min_free_gib, min_root_free_gib=min_root_free_gib
-    )
-    for result in results:
-        print(result.line(), flush=True)
-    failed = [r for r in results if r.verdict == FAIL]
-    print(
-        f"doctor: the host checks {'found ' + str(len(failed)) + ' problem(s)' if failed else 'are OK'}. "
-        f"To check a run as well (the benchmark at its pin, the seed, the images, memory-limit enforcement, "
-        f"the selection, and for a paid run the key, meter and campaign), give the run's flags: "
-        f"{', '.join(RUN_FLAGS_NEEDED)} and the rest as for `run`.",
-        flush=True,
-    )
-    return int(ExitCode.FAILED if failed else ExitCode.OK)
-
-
 __all__ = [
     "doctor_command",
     "host_doctor_command",
     "host_checks",
     "Doctor",
     "CheckResult",
+    "ProbeOutcome",
     "limit_probe",
     "DOCTOR_LABEL_KEY",
+    "OOM_EXIT",
 ]

@@ -13,6 +13,7 @@ import sys
 import traceback
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..benchmark.pin_check import verify_copy
 from ..benchmark.provenance import (
@@ -44,6 +45,7 @@ from ..image.derived import (
     label_mismatch,
     resolve_image,
 )
+from ..resolved import ResolvedConfig, fitted_cpus, reached
 from ..runroot.layout import CONFIGS, RUN_CONFIG, RunRoot
 from ..runroot.manifest import utc_now, write_manifest
 from ..schemas.manifest import (
@@ -78,12 +80,13 @@ class Preflight:
     seed_head: str
     seed: SeedIdentity
     bench: BenchIdentity
+    bench_commit: str  # bench.commit, which a checked checkout always has
     dataset: list[str]
     explicit: list[str] | None
     image_tag: str
     image_present: bool
+    cfg: RunConfig  # the flags with their limits fitted to the daemon (see RunConfig.fit_to_daemon)
     key: str | None = None  # the provider key, for a paid run: memory only, never written
-    cfg: RunConfig | None = None  # the flags with their limits fitted to the daemon (see RunConfig.fit_to_daemon)
     daemon: tuple[int, int] | None = None  # the daemon's (CPUs, memory bytes) from docker info
     base_image_id: str | None = None  # what --base-image names now; the derived image's label must match it
     substitutes: list[BenchSubstitute] | None = None  # the checkout's stand-ins for blobs its store lacks
@@ -140,7 +143,8 @@ def preflight(cfg: RunConfig) -> Preflight:
     if cfg.run_root.exists():
         raise Refusal(
             "run_root",
-            f"the run root {cfg.run_root} already exists; every invocation, dry runs and retries included, needs a new run root.",
+            f"the run root {cfg.run_root} already exists; every invocation, dry runs and retries included, "
+            "needs a new run root.",
         )
     if not cfg.run_root.parent.is_dir():
         raise Refusal(
@@ -151,30 +155,35 @@ def preflight(cfg: RunConfig) -> Preflight:
         raise Refusal(
             "docker_host", "no Docker host was given; pass --docker-host or set DOCKER_HOST to the daemon to use."
         )
-    if not cfg.resource_root.is_dir():
-        raise Refusal("disk", f"the resource root {cfg.resource_root} is not a directory.")
+    built = ResolvedConfig.of(cfg)
+    if not built.resource_root.is_dir():
+        raise Refusal("disk", f"the resource root {built.resource_root} is not a directory.")
     daemon = daemon_resources(cfg.docker_host)
     cfg = cfg.fit_to_daemon(*daemon, daemon=cfg.docker_host)
     seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
+    seed_head = reached(seed.head, "the seed's head")
     bench, substitutes = checked_bench(cfg.bench_root, cfg.bench_commit)
+    bench_commit = reached(bench.commit, "the benchmark's commit")
     dataset = dataset_ids(cfg.bench_root)
     explicit = list(cfg.selection.task_ids) if cfg.selection.task_ids is not None else None
     if explicit is not None:
         validate_against_dataset(explicit, dataset)
-    reason = disk_refusal(cfg.resource_root, cfg.disk)
+    reason = disk_refusal(built.resource_root, cfg.disk)
     if reason:
         raise Refusal("disk", reason)
-    found = {}
-    for ref in (cfg.image.base_image, "postgres:15"):
-        found[ref] = inspect_image(cfg.docker_host, ref)
-        if found[ref] is None:
+    found: dict[str, dict[str, Any]] = {}
+    for ref in (built.base_image, "postgres:15"):
+        info = inspect_image(cfg.docker_host, ref)
+        if info is None:
             raise Refusal(
                 "image",
-                f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, so load or build it first.",
+                f"image {ref} is not present on the daemon at {cfg.docker_host}; nothing is pulled, "
+                "so load or build it first.",
             )
-    base_id = found[cfg.image.base_image].get("Id")
-    tag = default_image_tag(cfg, seed.head)
-    present = _usable_image(cfg, tag, seed.head, bench.commit, base_id)
+        found[ref] = info
+    base_id = found[built.base_image].get("Id")
+    tag = default_image_tag(cfg, seed_head)
+    present = _usable_image(cfg, tag, seed_head, bench_commit, base_id)
     key = None
     if cfg.is_paid:
         from .spending import campaign_store, paid_preflight
@@ -185,9 +194,23 @@ def preflight(cfg: RunConfig) -> Preflight:
         if not cfg.hosts.shared_campaign:
             campaign_store(cfg.money).refuse_if_locked()
     if cfg.selection.resume_from:
-        ancestors = _recovery_preflight(cfg, seed.head, bench.commit, tag if present else None, explicit, dataset)
+        ancestors = _recovery_preflight(cfg, seed_head, bench_commit, tag if present else None, explicit, dataset)
         _resume_campaign_preflight(cfg, ancestors)
-    return Preflight(seed.head, seed, bench, dataset, explicit, tag, present, key, cfg, daemon, base_id, substitutes)
+    return Preflight(
+        seed_head=seed_head,
+        seed=seed,
+        bench=bench,
+        bench_commit=bench_commit,
+        dataset=dataset,
+        explicit=explicit,
+        image_tag=tag,
+        image_present=present,
+        cfg=cfg,
+        key=key,
+        daemon=daemon,
+        base_image_id=base_id,
+        substitutes=substitutes,
+    )
 
 
 def _recovery_preflight(
@@ -276,7 +299,7 @@ def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, b
     labels = (info.get("Config") or {}).get("Labels") or {}
     req = ImageRequest(
         tag=tag,
-        base_image=cfg.image.base_image,
+        base_image=ResolvedConfig.of(cfg).base_image,
         seed_dir=cfg.repo_dir,
         seed_head=seed_head,
         bench_commit=bench_commit,
@@ -295,7 +318,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
     except Refusal as refusal:
         say(refusal.sentence)
         return ExitCode.REFUSED
-    cfg = pre.cfg or cfg  # from here on the limits are the ones every container gets
+    cfg = pre.cfg  # from here on the limits are the ones every container gets
     secrets = [pre.key] if pre.key else []
     cfg.run_root.mkdir()
     label, nonce = new_run_label(cfg.run_root)  # unique to this run, even where the path was used before
@@ -312,7 +335,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
         engine=cfg.agent.engine,
         applied_config=cfg.applied_config(),
         limits=Limits(
-            cpus=cfg.limits.cpus,
+            cpus=fitted_cpus(cfg),
             memory_bytes=cfg.limits.memory_bytes,
             memory_swap_bytes=cfg.limits.memory_swap_bytes,
             pids_limit=cfg.limits.pids_limit,
@@ -397,14 +420,15 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
     if cfg.selection.task_validity is not None:
         manifest.task_validity = keep_task_validity(cfg.selection.task_validity, run_root)
     bench_copy = RunRoot(run_root).bench
-    clone_at(cfg.bench_root, bench_copy, pre.bench.commit, pre.substitutes or [])
-    manifest.bench.working_copy = str(bench_copy)
+    clone_at(cfg.bench_root, bench_copy, pre.bench_commit, pre.substitutes or [])
+    bench = reached(manifest.bench, "the manifest's benchmark (set when it is made)")
+    bench.working_copy = str(bench_copy)
     # What runs is this clone: before any image or container, it must be the pin byte for byte.
-    manifest.bench_verified = verify_copy(bench_copy, pre.bench.commit, pre.substitutes or [])
+    manifest.bench_verified = verify_copy(bench_copy, pre.bench_commit, pre.substitutes or [])
     runner_hash, evaluators = upstream_hashes(bench_copy, pre.dataset)
-    manifest.bench.runner_sha256 = runner_hash
-    manifest.bench.evaluator_sha256 = evaluators
-    manifest.bench.dataset_size = len(pre.dataset)
+    bench.runner_sha256 = runner_hash
+    bench.evaluator_sha256 = evaluators
+    bench.dataset_size = len(pre.dataset)
     manifest.eval_code_mounts = eval_code_mounts(bench_copy)  # what the eval containers run
     write_manifest(run_root, manifest)
 
@@ -464,8 +488,9 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
         print(f"cowork-adapter: nothing remains to run; every selected task is settled in {selection.resume_from}.")
         return ExitCode.OK
     if cfg.dry_run:
+        image_id = reached(reached(manifest.image, "the run's image").id, "the run's image ID")
         manifest.outcome = RunOutcome.DRY_RUN
-        print(f"cowork-adapter: dry run recorded in {RunRoot(run_root).manifest} (image {manifest.image.id[:19]}).")
+        print(f"cowork-adapter: dry run recorded in {RunRoot(run_root).manifest} (image {image_id[:19]}).")
         return ExitCode.OK
     if cfg.probe:
         return run_probe(cfg, manifest, bench_copy)
@@ -483,8 +508,9 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
         if cfg.agent.engine == EngineKind.ORACLE.value:
             stage_groundtruth(bench_copy, manifest.selection.task_ids)
         return run_in_custody(cfg, manifest, bench_copy, NoSpending(cfg))
-    spending = SharedCampaignSpending(cfg, pre.key) if cfg.hosts.shared_campaign else CampaignSpending(cfg, pre.key)
-    return run_in_custody(cfg, manifest, bench_copy, spending, key=pre.key, gateway=gateway, provider=provider)
+    key = reached(pre.key, "the provider key (paid_preflight)")
+    spending = SharedCampaignSpending(cfg, key) if cfg.hosts.shared_campaign else CampaignSpending(cfg, key)
+    return run_in_custody(cfg, manifest, bench_copy, spending, key=key, gateway=gateway, provider=provider)
 
 
 def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> None:
@@ -509,31 +535,32 @@ def _qualify_environment(cfg: RunConfig, manifest: RunManifest, bench_copy: Path
 
 
 def _image(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> ImageIdentity:
+    built = ResolvedConfig.of(cfg)
     req = ImageRequest(
         tag=pre.image_tag,
-        base_image=cfg.image.base_image,
+        base_image=built.base_image,
         seed_dir=cfg.repo_dir,
         seed_head=pre.seed_head,
-        bench_commit=pre.bench.commit,
+        bench_commit=pre.bench_commit,
         base_image_id=pre.base_image_id,
     )
     wheels = []
-    built = False
+    made = False
     if not pre.image_present:
         # Another launcher may be building the same tag: wait for it, then use its image if it fits.
         with build_lock(req.tag):
-            if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench.commit, pre.base_image_id):
+            if not _usable_image(cfg, req.tag, pre.seed_head, pre.bench_commit, pre.base_image_id):
                 wheels = build_derived_image(
                     cfg.docker_host,
                     req,
                     RunRoot(cfg.run_root).image_context,
                     RunRoot(cfg.run_root).image_build_log,
                     manifest.run_label,
-                    lambda: disk_refusal(cfg.resource_root, cfg.disk),
+                    lambda: disk_refusal(built.resource_root, cfg.disk),
                     progress=sys.stderr,
                 )
-                built = True
-    return resolve_image(cfg.docker_host, req, built=built, wheels=wheels)
+                made = True
+    return resolve_image(cfg.docker_host, req, built=made, wheels=wheels)
 
 
 def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selection:
@@ -545,7 +572,7 @@ def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selectio
         list(cfg.selection.resume_from),
         current_applied_config=cfg.applied_config(),
         seed_head=pre.seed_head,
-        bench_commit=pre.bench.commit,
+        bench_commit=pre.bench_commit,
         image_id=image.id,
         explicit_selection=pre.explicit,
         dataset_ids=pre.dataset,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import RunConfig
 from ..custody.docker_ops import cleanup_run
@@ -35,12 +35,16 @@ from ..image.repairs import (
     for_selection,
     planned_from_labels,
 )
+from ..resolved import fitted_cpus, reached
 from ..runroot.layout import CONFIGS
 from ..runroot.manifest import read_manifest, utc_now, write_manifest
 from ..schemas.inventory import Inventory, RepairRecord, ServerInventory
 from ..schemas.manifest import RunManifest
 from ..schemas.record import convert
 from ..vocab import ExitCode, ProbeKind, RunOutcome, ServerHealth
+
+if TYPE_CHECKING:  # docker's models only for the checker: the module imports no docker at load
+    from docker.models.containers import Container
 
 PROBE_TASK_PREFIX = "cowork-probe-"
 ALL_SERVERS_TASK = "cowork-probe-all"
@@ -177,11 +181,16 @@ class ProbeSandbox:
         self.client = docker_client(cfg.docker_host, DOCKER_TIMEOUT_SEC)
         suffix = self.label[:12]
         self.net_name, self.pg_name, self.box_name = (f"{p}-{suffix}" for p in ("net-probe", "pg-probe", "probe"))
-        self.box = None
+        self.box: Container | None = None  # the probe container, from __enter__ on
+
+    @property
+    def started(self) -> Container:
+        """The probe container: every caller runs inside the `with`, after __enter__ started it."""
+        return reached(self.box, "the probe container (__enter__)")
 
     def _limits(self) -> dict[str, Any]:
         return {
-            "nano_cpus": int(self.cfg.limits.cpus * 1e9),
+            "nano_cpus": int(fitted_cpus(self.cfg) * 1e9),
             "mem_limit": self.cfg.limits.memory_bytes,
             "memswap_limit": self.cfg.limits.memory_swap_bytes,
             "pids_limit": self.cfg.limits.pids_limit,
@@ -232,8 +241,9 @@ class ProbeSandbox:
             str(self.probe_root / "tasks"): {"bind": "/workspace/tasks", "mode": "ro"},
             str(self.probe_root / "out"): {"bind": "/probe", "mode": "rw"},
         }
+        image = reached(self.manifest.image, "the run's image (the image phase)")
         self.box = self.client.containers.run(
-            self.manifest.image.id,
+            reached(image.id, "the run's image ID"),
             ["sleep", "7200"],
             name=self.box_name,
             detach=True,
@@ -275,16 +285,16 @@ class ProbeSandbox:
             "--probe-output",
             f"/probe/{out_sub}",
         ]
-        code, output = self.box.exec_run(argv, environment=dict(env or {}), workdir="/workspace")
+        code, output = self.started.exec_run(argv, environment=dict(env or {}), workdir="/workspace")
         (self.probe_root / "out").mkdir(parents=True, exist_ok=True)
         with open(self.probe_root / "out" / f"{out_sub}.console.log", "wb") as fh:
-            fh.write(output or b"")
+            fh.write(_bytes(output))
         return int(code if code is not None else 1)
 
     def detect(self) -> dict[str, Any]:
         """The repair detector's document, measured in the derived image."""
-        code, output = self.box.exec_run(["/usr/bin/python3", "-c", DETECT_PY, SERVERS_ROOT, CHROMIUM_GLOB])
-        text = (output or b"").decode("utf-8", "replace").strip()
+        code, output = self.started.exec_run(["/usr/bin/python3", "-c", DETECT_PY, SERVERS_ROOT, CHROMIUM_GLOB])
+        text = _bytes(output).decode("utf-8", "replace").strip()
         if code != 0 or not text:
             return {"servers": [], "chromium": [], "error": text[-300:]}
         return json.loads(text.splitlines()[-1])
@@ -294,6 +304,11 @@ class ProbeSandbox:
             cleanup_run(self.cfg.docker_host, self.label, lambda record: _console(f"cleanup: {record}"))
         finally:
             self.client.close()
+
+
+def _bytes(output: bytes | Iterator[bytes] | None) -> bytes:
+    """exec_run's output: bytes when not streamed (never streamed here), None when there was none."""
+    return output if isinstance(output, bytes) else b""
 
 
 def _console(line: str) -> None:
@@ -325,14 +340,16 @@ def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())[:1500]
 
 
-def _list_servers(box: ProbeSandbox, probe_root: Path, servers: Sequence[str]) -> dict[str, tuple[dict, Path]]:
+def _list_servers(
+    box: ProbeSandbox, probe_root: Path, servers: Sequence[str]
+) -> dict[str, tuple[dict[str, Any] | None, Path]]:
     """{server: (its report, its output dir)}: jointly first, then one by one when that fails."""
     out = probe_root / "out"
     box.entry("inventory", ALL_SERVERS_TASK, "all")
     joint = _read_report(out / "all" / "inventory.json")
     if servers and all(isinstance(joint.get(s), dict) and joint[s].get("ok") for s in servers):
         return {s: (joint[s], out / "all") for s in servers}
-    found = {}
+    found: dict[str, tuple[dict[str, Any] | None, Path]] = {}
     for server in servers:
         sub = PROBE_TASK_PREFIX + server
         box.entry("inventory", sub, sub)
@@ -376,7 +393,7 @@ def collect_inventory(
     needs = needed_servers(bench_copy, task_ids)
     planned, checks = planned_from_labels(manifest.image.labels if manifest.image else {})
     planned = for_selection(planned, needs)  # the image carries every server's repairs; a run discloses its own
-    reports: dict[str, tuple[dict, Path]] = {}
+    reports: dict[str, tuple[dict[str, Any] | None, Path]] = {}
     detection: dict[str, Any] = {"servers": [], "chromium": []}
     stateful_results: dict[str, Any] = {}
     if needs or planned:
@@ -404,7 +421,7 @@ def collect_inventory(
         )
     failed = {name for name, s in servers.items() if s.health is ServerHealth.FAILED}
     inventory = Inventory(
-        image_id=manifest.image.id if manifest.image else "",
+        image_id=manifest.image.id if manifest.image and manifest.image.id else "",
         started_at=started,
         finished_at=utc_now(),
         servers=servers,
@@ -428,7 +445,7 @@ def inventory_for_run(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -
     touched. Raises CustodyError if cleanup cannot be verified.
     """
     tasks = list(manifest.selection.task_ids) if manifest.selection else []
-    image_id = manifest.image.id if manifest.image else ""
+    image_id = manifest.image.id if manifest.image and manifest.image.id else ""
     reused = (
         reusable_inventory(cfg.inventory_from, image_id, needed_servers(bench_copy, tasks))
         if cfg.inventory_from
@@ -489,7 +506,7 @@ def run_probe(cfg: RunConfig, manifest: RunManifest, bench_copy: Path) -> int:
     _print_inventory(inventory)
     ok = not inventory["blocked_tasks"]
     if stateful:
-        results = next((c["result"] for c in inventory["checks"] if c.get("check") == "stateful"), {})
+        results: Any = next((c["result"] for c in inventory["checks"] if c.get("check") == "stateful"), {})
         for server, result in results.items() if isinstance(results, dict) else []:
             verdict = "state survived separate HTTP sessions" if result["ok"] else f"FAILED: {result['error']}"
             print(f"cowork-adapter: stateful {server}: {verdict}", flush=True)

@@ -179,7 +179,8 @@ def render_html(validity: TaskValidity) -> str:
         [
             "<!doctype html><html><head><meta charset='utf-8'><title>Task validity</title>",
             f"<style>{CSS}</style></head><body><h1>Task validity</h1>",
-            f"<p>{len(validity.tasks)} selected tasks of benchmark commit {escape(validity.bench_commit)}, qualified at "
+            f"<p>{len(validity.tasks)} selected tasks of benchmark commit {escape(validity.bench_commit)}, "
+            "qualified at "
             f"{escape(validity.created_at)}: the ground truth placed in the workspace (oracle run: "
             f"{escape(validity.oracle_run_root)}) and nothing done (nop run: {escape(validity.nop_run_root)}), each "
             "graded by the task's official evaluator. A task is valid when the first passes and the second fails.</p>",

@@ -193,7 +193,8 @@ def resolve_ancestry(
     if remaining and generation > MAX_RECOVERY_PASSES:
         raise Refusal(
             STAGE,
-            f"{len(remaining)} tasks remain after {deepest} recovery passes, and at most two recovery passes are permitted.",
+            f"{len(remaining)} tasks remain after {deepest} recovery passes, "
+            "and at most two recovery passes are permitted.",
         )
     return RecoveryPlan(
         selection_task_ids=selection,

@@ -44,6 +44,7 @@ from ..gateway.run import secret_file as gateway_secret_file
 from ..gateway.server import FENCE_BUDGET as GATEWAY_BUDGET
 from ..host.disk import inodes_short
 from ..host.resources import campaign_roots, host_suggestion, reader_for
+from ..resolved import ResolvedConfig
 from ..runroot import layout
 from ..runroot.dump_meter import Bounds, DumpMeter
 from ..runroot.events import EventLog
@@ -51,65 +52,19 @@ from ..runroot.layout import RunRoot, dumps_of
 from ..runroot.manifest import write_manifest
 from ..schemas.custody import CustodyProcesses, ProcessIdentity
 from ..schemas.manifest import RunManifest
-from ..schemas.monitor import Disk, Monitor, Progress
-from ..schemas.run_config import agent_base_url, agent_short_name, model_provider
-from ..vocab import EventKind, ExitCode, RunOutcome, StopPath, StopReason
+from ..schemas.monitor import CampaignSettlement, Disk, Monitor, Progress
+from ..schemas.run_config import agent_short_name
+from ..vocab import EventKind, RunOutcome, StopPath, StopReason
 from .dump_bounds import DumpBoundStop
+from .ending import _exit_code, _outcome, _say_outcome
 from .live import ProgressView
 from .progress import RunProgress, record_event, report_write_failure
+from .runner_env import _watchdog_env, delete_agent_env, runner_env, write_agent_env
 from .signals import LAUNCHER_SIGNALS
-from .spending import SETTLED, NotAdmitted, SpendingPolicy
+from .spending import NotAdmitted, SpendingPolicy
 from .supervisor import SupervisionResult, Supervisor
 
 GIB = 1 << 30
-KEY_ENV_IN_AGENT = "COWORK_PROVIDER_KEY"
-AGENT_ENTRY = "cowork_entry.py"
-# Variables that could carry a provider key into the runner (and from it into every container).
-KEY_CARRIERS = ("LLM_API_KEY", "MODEL_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
-
-
-def runner_env(cfg: RunConfig, manifest: RunManifest, custody) -> dict[str, str]:
-    """The upstream runner's environment: no key anywhere, the immutable image ID, our entry."""
-    # No libpq variable either: the database password (PGPASSWORD) is the launcher's, not the runner's.
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in KEY_CARRIERS and k != cfg.provider.api_key_env and not k.startswith("PG")
-    }
-    base.update(
-        IMAGE=manifest.image.id,
-        AGENT_ENTRY=AGENT_ENTRY,
-        AGENT_PHASE_AWARE="1",
-        MODEL_PROVIDER=model_provider(cfg),
-        MODEL_NAME=cfg.agent.model,
-        LLM_MODEL=cfg.agent.model,
-        # The benchmark's own engines read the endpoint from these (the Ouroboros server drops them).
-        MODEL_API_URL=agent_base_url(cfg),
-        LLM_BASE_URL=agent_base_url(cfg),
-        MAX_STEPS=str(cfg.agent.max_steps),
-        TASK_TIMEOUT=str(cfg.agent.task_timeout),
-    )
-    return custody.environment(base)
-
-
-def _watchdog_env(cfg: RunConfig) -> dict[str, str]:
-    """The watchdog needs no key: the launcher's environment without any variable that may carry one."""
-    return {k: v for k, v in os.environ.items() if k not in KEY_CARRIERS and k != cfg.provider.api_key_env}
-
-
-def write_agent_env(path: Path, key: str) -> None:
-    """The key for agent containers only: 0600, outside the benchmark tree (never mounted)."""
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    # In place: the key is never staged under a name the watchdog and `clear` do not delete.
-    create_exclusive(path, f"{KEY_ENV_IN_AGENT}={key}\n", mode=0o600, in_place=True)
-
-
-def delete_agent_env(path: Path) -> None:
-    """Remove the key's env file; an error is said, never raised (the way out must go on)."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as exc:
-        print(f"cowork-adapter: could not delete the key file {path}: {exc.strerror}", file=sys.stderr, flush=True)
 
 
 def run_in_custody(
@@ -180,7 +135,8 @@ class Run:
         self.stop_file = RunRoot(root).stop_file
         self.evidence = RunRoot(root).evidence
         self.agent_env = RunRoot(root).agent_env
-        self.tmpdir = cfg.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
+        self.built = ResolvedConfig.of(cfg)
+        self.tmpdir = self.built.resource_root.resolve() / f"tmp-{self.label[:12]}"  # the shim's TMPDIR
         self.runner_pid: int | None = None
         self.watchdog: WatchdogHandle | None = None
         self.processes: CustodyProcesses | None = None
@@ -216,14 +172,14 @@ class Run:
             # The ledger follows receipts, not meter polls: refreshed every ~2 s through stop and
             # cleanup, made final right after cleanup (before settlement's bounded meter wait).
             self.progress.start_refresher()
-            self.daemon_watch = DaemonWatch(cfg.docker_host, self._daemon_lost).start()
+            self.daemon_watch = watch = DaemonWatch(cfg.docker_host, self._daemon_lost).start()
             try:
                 result = self._supervise(self.spending.anchor())
             finally:
-                self.daemon_watch.stop()
+                watch.stop()
             self.progress.refresh_quietly(live=True, interruption_cause="in_progress")
             with LAUNCHER_SIGNALS.critical():  # custody and accounting always finish
-                result, cleanup_error = self._end_custody(result)
+                result, cleanup_error = self._end_custody(result, watch)
                 result, settlement = self.spending.settle(result, cleanup_error)
                 self._record_result(result)
                 self.manifest.campaign_settlement = settlement
@@ -292,7 +248,7 @@ class Run:
                     "pids_limit": cfg.limits.pids_limit,
                 },
                 stop_file=self.stop_file,
-                resource_root=cfg.resource_root,
+                resource_root=self.built.resource_root,
                 min_free_bytes=int(cfg.disk.min_free_gib * GIB),
                 evidence_dir=self.evidence,
                 agent_env_file=self.agent_env if key_file else None,
@@ -353,12 +309,14 @@ class Run:
             self.event(EventKind.STOP_REQUESTED, reason=cause, source="supervisor")
         return result
 
-    def _end_custody(self, result: SupervisionResult) -> tuple[SupervisionResult, str | None]:
+    def _end_custody(self, result: SupervisionResult, watch: DaemonWatch) -> tuple[SupervisionResult, str | None]:
         """After the runner: the daemon's loss folded in, exact-label cleanup, the final ledger and
         the watchdog ended. Called inside LAUNCHER_SIGNALS.critical() (custody always finishes)."""
-        if self.daemon_watch.lost is None and self.daemon_watch.final_check() is not None:
-            self._daemon_lost(self.daemon_watch.lost)  # the runner ended first, of the same cause
-        if self.daemon_watch.lost is not None:
+        if watch.lost is None:
+            loss = watch.final_check()
+            if loss is not None:
+                self._daemon_lost(loss)  # the runner ended first, of the same cause
+        if watch.lost is not None:
             result = self.with_cause(result, StopReason.DOCKER_DAEMON_LOST, "daemon_watch")
             self._await_daemon()
         cleanup_error = _cleanup(self.cfg, self.label, self.events, self.failures, self.tmpdir, self.agent_env)
@@ -385,7 +343,7 @@ class Run:
         """How the run ended, from the supervisor's result and the ledger (the campaign records it)."""
         return _outcome(result, self.progress)
 
-    def _finish(self, result: SupervisionResult, cleanup_error: str | None, settlement: str) -> int:
+    def _finish(self, result: SupervisionResult, cleanup_error: str | None, settlement: CampaignSettlement) -> int:
         cause = result.stop_reason or ("cleanup_unproven" if cleanup_error else "runner_exited")
         # The run root's disk may be as full as the campaign's: each write is tried, none may crash the end.
         try:
@@ -421,7 +379,7 @@ class Run:
         money = self.spending.money_stop()
         if money is not None:
             return money
-        if _free(cfg.resource_root) < cfg.disk.min_free_gib * GIB or inodes_short(cfg.resource_root):
+        if _free(self.built.resource_root) < cfg.disk.min_free_gib * GIB or inodes_short(self.built.resource_root):
             return StopReason.DISK_RESERVE  # bytes or inodes (host/disk.py)
         if _free(Path("/")) < cfg.disk.min_root_free_gib * GIB or inodes_short(Path("/")):
             return StopReason.ROOT_DISK_RESERVE
@@ -548,7 +506,7 @@ class Run:
             spending=spending,
             meter=meter,
             disk=Disk(
-                resource_free_bytes=_free(cfg.resource_root),
+                resource_free_bytes=_free(self.built.resource_root),
                 root_free_bytes=_free(Path("/")),
                 resource_reserve_bytes=int(cfg.disk.min_free_gib * GIB),
                 root_reserve_bytes=int(cfg.disk.min_root_free_gib * GIB),
@@ -601,29 +559,6 @@ def _cleanup(cfg: RunConfig, label: str, events: EventLog, failures, tmpdir: Pat
     return error
 
 
-def _outcome(result, progress: RunProgress) -> RunOutcome:
-    if result.stop_reason:
-        return RunOutcome.STOPPED
-    counts = progress.counts()
-    # An environment-blocked row is a task the run could not attempt: the run is incomplete (exit 1).
-    if (
-        result.runner_exit_code != 0
-        or counts["infra_failed"]
-        or counts["not_attempted"]
-        or counts["environment_blocked"]
-    ):
-        return RunOutcome.INCOMPLETE
-    return RunOutcome.COMPLETED
-
-
-def _exit_code(result, progress: RunProgress, cleanup_error: str | None, settlement: str) -> ExitCode:
-    if result.stop_reason:
-        return ExitCode.STOPPED
-    if cleanup_error or settlement not in SETTLED or _outcome(result, progress) is not RunOutcome.COMPLETED:
-        return ExitCode.FAILED
-    return ExitCode.OK
-
-
 def _audit(run_root: Path) -> None:
     try:
         audit_run(run_root)
@@ -645,34 +580,6 @@ def _say_concurrency(cfg: RunConfig, when: str, *own: Path) -> None:
     print(
         f"cowork-adapter: {when}, {found.sentence} (this run: --concurrency {cfg.selection.concurrency}).", flush=True
     )
-
-
-def _say_outcome(manifest: RunManifest, progress: RunProgress, cleanup_error: str | None, settlement: str) -> None:
-    counts = progress.counts()
-    line = (
-        f"cowork-adapter: {manifest.outcome}: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['agent_failed']} agent_failed, {counts['infra_failed']} infra_failed, "
-        f"{counts['not_attempted']} not_attempted, {counts['environment_blocked']} environment_blocked"
-        f"{_unsettled(counts)} of {counts['selected']}"
-    )
-    if manifest.stop_reason:
-        line += f"; stopped: {manifest.stop_reason}"
-    print(line, flush=True)
-    if cleanup_error:
-        print(
-            f"cowork-adapter: custody NOT proven ({cleanup_error}); the campaign keeps this run as its active_run "
-            "until `cowork-adapter campaign reconcile`.",
-            file=sys.stderr,
-        )
-    elif settlement not in SETTLED:
-        print("cowork-adapter: the campaign settlement was not recorded; active_run stays set.", file=sys.stderr)
-
-
-def _unsettled(counts: dict[str, int]) -> str:
-    """`, N unsettled` when the named counts do not add up to the selection (e.g. a provisional row)."""
-    named = ("passed", "failed", "agent_failed", "infra_failed", "not_attempted", "environment_blocked")
-    rest = counts["selected"] - sum(counts[name] for name in named)
-    return f", {rest} unsettled" if rest > 0 else ""
 
 
 def _real_docker() -> str:

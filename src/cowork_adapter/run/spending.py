@@ -22,28 +22,37 @@ import os
 import socket
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from ..campaign.budget import Spending, admission_check, stop_decision
 from ..campaign.meter import KeyMeter, MeterError
 from ..campaign.observe import AcceptedReading, MeterBlind, MeterObserver, Observation, judge_usage
-from ..campaign.store import CampaignStore, JsonFileCampaignStore, _admit_existing, open_campaign, read_campaign
+from ..campaign.store import (
+    Campaign,
+    CampaignStore,
+    JsonFileCampaignStore,
+    _admit_existing,
+    open_campaign,
+    read_campaign,
+)
 from ..config import Money, RunConfig, not_below
 from ..errors import CampaignPersistenceError, Refusal
+from ..resolved import MoneyBounds, reached
 from ..runroot.manifest import write_manifest
 from ..schemas.campaign import CampaignRecord, key_fingerprint
-from ..schemas.monitor import MeterConfirmation, MeterState, RejectedObservation
+from ..schemas.monitor import CampaignSettlement, MeterState
 from ..schemas.monitor import Spending as MonitorSpending
 from ..vocab import EventKind, MeterPhase, StopReason
+from .meter_tracker import MeterTracker, monitor_spending
 
-# Rejected meter reads monitor.json lists one by one; older ones are only counted (rejected_dropped).
-KEEP_REJECTED = 20
+if TYPE_CHECKING:  # psycopg2 only for runs that share a campaign: shared_host is imported where it is used
+    from .shared_host import SharedHost
+
 # A run that spends nothing (oracle, nop) has no campaign to settle: that is its settled state.
-NO_CAMPAIGN = "not_applicable"
+NO_CAMPAIGN: CampaignSettlement = "not_applicable"
 SETTLED = ("recorded", NO_CAMPAIGN)
 
 
@@ -144,7 +153,7 @@ def campaign_store(money: Money) -> CampaignStore:
         from ..campaign.pg_store import PostgresCampaignStore  # psycopg2 only for runs that name a database
 
         return PostgresCampaignStore(money.campaign_db, money.campaign_name)
-    return JsonFileCampaignStore(money.campaign_file)
+    return JsonFileCampaignStore(reached(money.campaign_file, "--campaign-file"))
 
 
 def peek_campaign(money: Money) -> CampaignRecord | None:
@@ -153,7 +162,7 @@ def peek_campaign(money: Money) -> CampaignRecord | None:
         from ..campaign.pg_store import read_campaign_db
 
         return read_campaign_db(money.campaign_db, money.campaign_name)
-    return read_campaign(money.campaign_file)
+    return read_campaign(reached(money.campaign_file, "--campaign-file"))
 
 
 def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> RunConfig:
@@ -171,10 +180,11 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
 
         refuse_if_stopped(record, cfg.money.campaign_location())
     money = resolve_money(cfg.money, record)
+    bounds = MoneyBounds.of(money)
     usage = reading.usage
     if record is None:
         spending = Spending(
-            ceiling_usd=money.campaign_budget_usd,
+            ceiling_usd=bounds.campaign_budget_usd,
             prior_spend_usd=money.prior_spend_usd,
             usage_baseline=usage,
             usage=usage,
@@ -187,85 +197,14 @@ def campaign_preflight(cfg: RunConfig, key: str, reading: AcceptedReading) -> Ru
             record,
             money.campaign_location(),
             key_fingerprint(key),
-            money.campaign_budget_usd,
+            bounds.campaign_budget_usd,
             money.prior_spend_usd,
             usage,
             cfg.agent.diagnostic_eval_on_truncation,
         )
         spending = _spending(record, usage, usage)
-    admission_check(spending, reserve_usd=money.budget_reserve_usd, limit_remaining=reading.limit_remaining)
+    admission_check(spending, reserve_usd=bounds.budget_reserve_usd, limit_remaining=reading.limit_remaining)
     return cfg.with_changes(money=money)
-
-
-@dataclass
-class MeterTracker:
-    """What monitor.json says about the meter: last acceptance, recent rejections, errors."""
-
-    blindness_sec: float
-    last_usage: float | None = None
-    last_accepted_mono: float | None = None
-    last_accepted_at: datetime | None = None
-    rejected: list[RejectedObservation] = field(default_factory=list)
-    rejected_total: int = 0
-    rejected_dropped: int = 0
-    pending_rejections: int = 0  # rejected since the last acceptance
-    last_error: str | None = None
-    confirmed_after_rejection: bool = False
-    confirmation: MeterConfirmation | None = None
-
-    def accepted(self, reading: AcceptedReading) -> None:
-        self.last_usage = reading.usage
-        self.last_accepted_mono = reading.request_time
-        self.last_accepted_at = reading.observed_at
-        self.confirmed_after_rejection = reading.attempts > 1
-
-    def observation(self, obs: Observation) -> MeterConfirmation | None:
-        """Count a rejected read (the latest KEEP_REJECTED kept, the rest counted as dropped), or
-        record the acceptance that followed rejections; returns that confirmation."""
-        if obs.accepted:
-            self.confirmation = MeterConfirmation(
-                observed_at=obs.observed_at,
-                phase=obs.phase,
-                attempt=obs.attempt,
-                previous_usage=obs.previous_usage,
-                usage=float(obs.observed_usage),
-                rejections=self.pending_rejections,
-            )
-            self.pending_rejections = 0
-            return self.confirmation
-        self.rejected_total += 1
-        self.pending_rejections += 1
-        self.last_error = f"{obs.error_type}: {obs.error}"
-        self.rejected.append(
-            RejectedObservation(
-                observed_at=obs.observed_at,
-                phase=obs.phase,
-                attempt=obs.attempt,
-                previous_usage=obs.previous_usage,
-                observed_usage=obs.observed_usage,
-                error_type=obs.error_type or "error",
-                error=obs.error or "",
-            )
-        )
-        if len(self.rejected) > KEEP_REJECTED:
-            self.rejected_dropped += len(self.rejected) - KEEP_REJECTED
-            del self.rejected[:-KEEP_REJECTED]
-        return None
-
-    def state(self) -> MeterState:
-        age = None if self.last_accepted_mono is None else max(0.0, time.monotonic() - self.last_accepted_mono)
-        return MeterState(
-            blindness_sec=self.blindness_sec,
-            last_accepted_at=self.last_accepted_at,
-            age_sec=age,
-            last_usage=self.last_usage,
-            rejected=list(self.rejected),
-            rejected_total=self.rejected_total,
-            rejected_dropped=self.rejected_dropped,
-            last_error=self.last_error,
-            confirmed_after_rejection=self.confirmed_after_rejection,
-            confirmation=self.confirmation,
-        )
 
 
 def gateway_allowance(
@@ -311,17 +250,6 @@ def _spending(record, usage: float, run_start_usage: float) -> Spending:
     )
 
 
-def monitor_spending(spending: Spending | None, cfg: RunConfig) -> MonitorSpending:
-    """monitor.json's money block: the campaign's figures once admitted, the run's bounds always."""
-    return MonitorSpending(
-        campaign_spent_usd=max(0.0, spending.spent_usd) if spending else None,
-        campaign_remaining_usd=max(0.0, spending.remaining_usd) if spending else None,
-        run_spent_usd=max(0.0, spending.run_spent_usd or 0.0) if spending else None,
-        reserve_usd=cfg.money.budget_reserve_usd,
-        run_budget_usd=cfg.money.budget_usd,
-    )
-
-
 class NotAdmitted(Exception):
     """The campaign could not record this run while `doing` something: nothing may start."""
 
@@ -342,7 +270,7 @@ class SpendingPolicy(Protocol):
     def money_stop(self) -> StopReason | None: ...
     def runner(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]: ...
     def runner_started(self, pid: int) -> None: ...
-    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, str]: ...
+    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, CampaignSettlement]: ...
     def monitor(self) -> tuple[MonitorSpending, MeterState]: ...
 
 
@@ -351,7 +279,7 @@ class NoSpending:
     once with "no stop": its blindness bound then only paces the loop."""
 
     spends = False
-    persistence_error = None
+    persistence_error: str | None = None
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -376,7 +304,7 @@ class NoSpending:
     def runner_started(self, pid: int) -> None:
         return  # a run that spends nothing has no campaign
 
-    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, str]:
+    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, CampaignSettlement]:
         return result, NO_CAMPAIGN
 
     def monitor(self) -> tuple[MonitorSpending, MeterState]:
@@ -392,10 +320,16 @@ class CampaignSpending:
         self.cfg, self.key = cfg, key
         self.meter = KeyMeter(cfg.money.meter_url, key, timeout=5.0)
         self.tracker = MeterTracker(cfg.money.meter_blindness_sec)
+        self.bounds = MoneyBounds.of(cfg.money)  # a paid run's config has its bounds resolved (paid_preflight)
         self.spending: Spending | None = None
         self.persistence_error: str | None = None  # the first campaign write that failed
-        self.campaign = None  # the campaign handle, once admitted
+        self.campaign: Campaign | None = None  # the campaign handle, once admitted
         self.run: Any = None  # the Run, from admit on
+
+    @property
+    def admitted(self) -> Campaign:
+        """The campaign handle: every caller runs after `admit` set it."""
+        return reached(self.campaign, "the campaign handle (admit)")
 
     def _opener(self):
         return open_campaign
@@ -421,8 +355,8 @@ class CampaignSpending:
                     prior_spend=cfg.money.prior_spend_usd,
                     startup_usage=startup.usage,
                     create_if_missing=cfg.money.new_campaign,
-                    reserve=cfg.money.budget_reserve_usd,
-                    run_budget=cfg.money.budget_usd,
+                    reserve=self.bounds.budget_reserve_usd,
+                    run_budget=self.bounds.budget_usd,
                     diagnostic=cfg.agent.diagnostic_eval_on_truncation,
                 )
             )
@@ -433,12 +367,12 @@ class CampaignSpending:
         self.run_start_usage = startup.usage
         self.spending = _spending(campaign.record, startup.usage, startup.usage)
         admission_check(
-            self.spending, reserve_usd=cfg.money.budget_reserve_usd, limit_remaining=startup.limit_remaining
+            self.spending, reserve_usd=self.bounds.budget_reserve_usd, limit_remaining=startup.limit_remaining
         )
         if run.gateway is not None:
             run.gateway.set_allowance(
                 gateway_allowance(
-                    self.spending, cfg.money.budget_reserve_usd, cfg.money.budget_usd, startup.limit_remaining
+                    self.spending, self.bounds.budget_reserve_usd, self.bounds.budget_usd, startup.limit_remaining
                 )
             )
         try:
@@ -468,9 +402,9 @@ class CampaignSpending:
         reading = self.observer.observe(deadline, phase=MeterPhase.POLL)
         self._accepted(reading, phase="poll")
         decision = stop_decision(
-            self.spending,
-            reserve_usd=self.cfg.money.budget_reserve_usd,
-            run_budget_usd=self.cfg.money.budget_usd,
+            reached(self.spending, "the campaign's spending (admit)"),
+            reserve_usd=self.bounds.budget_reserve_usd,
+            run_budget_usd=self.bounds.budget_usd,
             limit_remaining=reading.limit_remaining,
         )
         if decision is not None:
@@ -490,11 +424,11 @@ class CampaignSpending:
 
     def runner_started(self, pid: int) -> None:
         try:
-            self.campaign.set_runner_pgid(pid)
+            self.admitted.set_runner_pgid(pid)
         except CampaignPersistenceError as exc:
             self._persistence_failed(exc, "recording the runner's process group")
 
-    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, str]:
+    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, CampaignSettlement]:
         """After custody: the settlement (unconfirmed while cleanup is unproven), a failed campaign
         write joined to the stop causes, and the settlement event."""
         settlement = "unconfirmed" if cleanup_error else self._settle(result)
@@ -507,7 +441,7 @@ class CampaignSpending:
         )
         return result, settlement
 
-    def _settle(self, result: Any) -> str:
+    def _settle(self, result: Any) -> CampaignSettlement:
         """One final reading, bounded by the blindness interval: accounting only, never a new stop."""
         meter_error = None
         try:
@@ -522,7 +456,7 @@ class CampaignSpending:
             self._persistence_failed(exc, "saving the final meter reading")
             return "unconfirmed"
         try:
-            self.campaign.finish_run(
+            self.admitted.finish_run(
                 outcome=str(self.run.outcome(result)), stop_reason=result.stop_reason, meter_error=meter_error
             )
         except CampaignPersistenceError as exc:
@@ -544,7 +478,7 @@ class CampaignSpending:
 
     def _accepted(self, reading: AcceptedReading, *, phase: str) -> None:
         self.tracker.accepted(reading)
-        self.spending = _spending(self.campaign.record, reading.usage, self.run_start_usage)
+        self.spending = _spending(self.admitted.record, reading.usage, self.run_start_usage)
         self.run.event(
             EventKind.METER_READING,
             phase=phase,
@@ -578,7 +512,7 @@ class CampaignSpending:
         """An accepted reading reaches the campaign file, or the run stops: the failure is recorded
         as the run's error here, and the observer's caller turns it into campaign_persistence_failed."""
         try:
-            self.campaign.record_usage(usage, at)
+            self.admitted.record_usage(usage, at)
         except CampaignPersistenceError as exc:
             self._persistence_failed(exc, "saving a meter reading")
             raise
@@ -592,7 +526,12 @@ class SharedCampaignSpending(CampaignSpending):
 
     def __init__(self, cfg: RunConfig, key: str) -> None:
         super().__init__(cfg, key)
-        self.host = None  # this host's side (SharedHost), once joined
+        self.host: SharedHost | None = None  # this host's side, once joined
+
+    @property
+    def joined(self) -> SharedHost:
+        """This host's side: every caller runs after `_join` (inside `admit`) set it."""
+        return reached(self.host, "this host's side of the shared campaign (admit)")
 
     def _opener(self):
         from .shared_host import shared_opener
@@ -609,19 +548,19 @@ class SharedCampaignSpending(CampaignSpending):
 
     def _meter(self):
         # A shared host reads the campaign's one polled reading (campaign/shared_meter.py).
-        return self.host.meter or self.meter
+        return self.joined.meter or self.meter
 
     def _crossing(self, reason: StopReason) -> None:
-        self.host.crossing(reason, self.campaign)  # a campaign-wide crossing stops every host
+        self.joined.crossing(reason, self.admitted)  # a campaign-wide crossing stops every host
 
     def runner(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        return self.host.runner(env)  # our batch loop is the runner; it runs run_parallel.sh per batch
+        return self.joined.runner(env)  # our batch loop is the runner; it runs run_parallel.sh per batch
 
-    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, str]:
-        self.host.end_lease()  # from here only this thread talks to the claims
+    def settle(self, result: Any, cleanup_error: str | None) -> tuple[Any, CampaignSettlement]:
+        self.joined.end_lease()  # from here only this thread talks to the claims
         return super().settle(result, cleanup_error)
 
-    def _settle(self, result: Any) -> str:
-        if not self.host.release_claims():
+    def _settle(self, result: Any) -> CampaignSettlement:
+        if not self.joined.release_claims():
             return "unconfirmed"  # the claims could not be settled: the host run stays live, its lease lapses
         return super()._settle(result)

@@ -21,6 +21,8 @@ MONITOR_SCHEMA: Final = "cowork_adapter.monitor.v1"
 Count = NonNegative
 Usd = Finite
 Bytes = NonNegative
+# How a run's campaign settled (run/spending.py): pending while it runs, not_applicable without money.
+CampaignSettlement = Literal["pending", "recorded", "unconfirmed", "not_applicable"]
 
 
 class Progress(Record):
@@ -106,5 +108,5 @@ class Monitor(Record, rename={"schema_": "schema"}):
     disk: Disk = msgspec.field(default_factory=Disk)
     stop_reason: str | None = None  # the first cause
     stop_causes: list[str] = msgspec.field(default_factory=list)  # every cause, in the order seen
-    campaign_settlement: Literal["pending", "recorded", "unconfirmed", "not_applicable"] = "pending"
+    campaign_settlement: CampaignSettlement = "pending"
     diagnostic_write_failures: dict[str, WriteFailure] = msgspec.field(default_factory=dict)
