@@ -35,3 +35,13 @@ class KeyRoute(Vocab):
     GATEWAY_OPENAI = "gateway_openai"  # --llm-gateway: the gateway's OpenAI-compatible face
     KEY_IN_AGENT = "key_in_agent"  # --key-in-agent, or an OpenAI-compatible endpoint without --llm-gateway
     NONE = "none"  # a reference engine (oracle, nop): no model call, no key
+
+
+class InspectLogStatus(Vocab):
+    """An exported Inspect log's status, in inspect_ai's own words (host only: export/status.py maps each
+    RunOutcome to one): how the run as a process ended, never how the agent did."""
+
+    STARTED = "started"  # no end recorded: the run is live, or its launcher died unrecorded
+    SUCCESS = "success"  # the runner finished (rows without a verdict are sample errors)
+    CANCELLED = "cancelled"  # a stop reason ended it, or `clear` finished it
+    ERROR = "error"  # it crashed or was refused; the log's error says how

@@ -1,11 +1,15 @@
-"""`cowork-adapter export RUN_ROOT... --format inspect --output-dir DIR`: each run as an Inspect AI log.
+"""`cowork-adapter export RUN_ROOT... --format inspect --output-dir DIR`: runs as Inspect AI logs.
 
   transcript   one task's engine logs (or traj.json) as model turns and tool calls (safefile reads)
   run          the run's report, merged rows and transcripts, ready to map (no inspect_ai)
   inspect_log  the mapping to inspect_ai's EvalLog, written with its write_eval_log (imports inspect_ai)
 
-Read-only over the run roots. One `.eval` per run root, named after its folder; an existing file
-is refused before anything is read, and a file that appears meanwhile is never replaced.
+  status       the log's status from the runs' outcomes, each sample's error (no inspect_ai)
+  groups       which run roots make one log: the trials of one configuration (no inspect_ai)
+
+Read-only over the run roots. One `.eval` per group of trials (one run root alone is a group), named
+after its folder; an existing file is refused before anything is read, and a file that appears meanwhile
+is never replaced.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ..errors import Refusal
 from ..runroot import layout
 from ..runroot.layout import RunRoot
 from ..vocab import ExitCode
+from .groups import ExportGroup, export_groups
 from .run import load_export
 
 FORMATS = ("inspect",)
@@ -51,38 +56,62 @@ def _require_inspect() -> None:
 
 
 def inspect_log_names(roots: list[Path]) -> tuple[str, ...]:
-    """The .eval file name of each run root; Refusal when inspect_ai is missing or a root is given twice
-    (decided before any file is written)."""
+    """The .eval file name of each log the run roots make (one per group of trials: export.groups);
+    Refusal when inspect_ai is missing or a root is given twice (decided before any file is written)."""
     _require_inspect()
-    names = tuple(log_name(root) for root in roots)
+    return tuple(group_log_name(group) for group in _groups(roots))
+
+
+def group_log_name(group: ExportGroup) -> str:
+    """One run root's log keeps its name (log_name); a group of trials is named after the group, with the
+    start of its first trial's run label."""
+    first = group.roots[0]
+    if len(group.roots) == 1:
+        return log_name(first)
+    return f"{group.name}-{log_name(first).removeprefix(first.name + '-')}"
+
+
+def _groups(roots: list[Path]) -> list[ExportGroup]:
+    resolved = [str(root.resolve()) for root in roots]
+    for i, root in enumerate(resolved):
+        if root in resolved[:i]:
+            raise Refusal("export", f"{roots[i]} is given twice; each run root is exported once.")
+    groups = export_groups(roots)
+    names = [group_log_name(group) for group in groups]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise Refusal("export", f"{roots[i]} is given twice; each run root is exported once.")
-    return names
+            raise Refusal(
+                "export",
+                f"{groups[i].roots[0]} would be written as {name}, as another run root given; export it apart.",
+            )
+    return groups
 
 
-def planned_outputs(roots: list[Path], output_dir: Path) -> list[Path]:
-    """The file each run root is written to; Refusal when one already exists."""
-    paths = [output_dir / name for name in inspect_log_names(roots)]
-    for path in paths:
+def planned_outputs(roots: list[Path], output_dir: Path) -> list[tuple[ExportGroup, Path]]:
+    """Each log to write, with its file; Refusal when one already exists."""
+    _require_inspect()
+    planned = [(group, output_dir / group_log_name(group)) for group in _groups(roots)]
+    for _, path in planned:
         if os.path.lexists(path):
             raise Refusal(
                 "export", f"{path} already exists, and an export never overwrites a file; choose another --output-dir."
             )
-    return paths
+    return planned
 
 
 def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = None) -> list[Path]:
-    """Write one .eval per run root into `output_dir` (created if needed); Refusal on bad input."""
-    paths = planned_outputs(roots, output_dir)
+    """Write one .eval per group of trials (export.groups) into `output_dir` (created if needed); Refusal
+    on bad input."""
+    planned = planned_outputs(roots, output_dir)
     from .inspect_log import write_log
 
-    runs = [load_export(root, workers) for root in roots]  # every root read before anything is written
+    # Every root read before anything is written.
+    loaded = [[load_export(list(trial), workers) for trial in group.trials] for group, _ in planned]
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for run, path in zip(runs, paths, strict=True):
+    for trials, (group, path) in zip(loaded, planned, strict=True):
         try:
-            written.append(write_log(run, path))
+            written.append(write_log(trials, path, group.name))
         except FileExistsError:
             raise Refusal(
                 "export",

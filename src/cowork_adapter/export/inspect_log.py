@@ -21,6 +21,7 @@ The mapping (each run root one log; its recovery ancestry merged as the report m
 
 from __future__ import annotations
 
+import hashlib
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ from inspect_ai.event import InfoEvent, ModelEvent, ToolEvent
 from inspect_ai.log import (
     EvalConfig,
     EvalDataset,
+    EvalError,
     EvalLog,
     EvalMetric,
     EvalPlan,
@@ -37,6 +39,8 @@ from inspect_ai.log import (
     EvalResults,
     EvalRevision,
     EvalSample,
+    EvalSampleReductions,
+    EvalSampleScore,
     EvalScore,
     EvalSpec,
     EvalStats,
@@ -53,13 +57,14 @@ from inspect_ai.model import (
     ModelOutput,
     ModelUsage,
 )
-from inspect_ai.scorer import Score
+from inspect_ai.scorer import Score, ScoreReducer, mean_score, pass_at, pass_k, value_to_float
 from inspect_ai.tool import ToolCall, ToolCallError
 
 from .. import __version__
 from ..schemas.ledger import TaskRow
 from ..vocab import OfficialEvalStatus, TaskStatus
 from .run import ExportRun, TaskExport
+from .status import log_status, sample_error
 from .transcript import TOOL_OUTPUT_CAP, Info, Transcript, Turn, UserText
 
 BENCH_ORIGIN = "https://github.com/0717376/cowork_bench"
@@ -228,15 +233,16 @@ def _turn(turn: Turn, model: str, started: datetime, messages: list[ChatMessage]
 # ---------------------------------------------------------------- samples and the log
 
 
-def sample_of(task: TaskExport, model: str, created: datetime) -> EvalSample:
+def sample_of(task: TaskExport, model: str, created: datetime, epoch: int = 1) -> EvalSample:
     transcript = task.transcript
     input_text = next((i.text for i in transcript.items if isinstance(i, UserText)), None)
     uuid = f"{task.run_label}-{task.instance_id}"
     messages, events = _conversation(transcript, model, created, _Ids(f"{uuid}-"))
     final = transcript.final or ""
+    said = sample_error(task.row)
     return EvalSample(
         id=task.instance_id,
-        epoch=1,
+        epoch=epoch,
         input=input_text or f"Cowork Bench task {task.instance_id} (its text was not logged)",
         target="",  # the official evaluator checks the workspace; there is no target answer
         messages=messages,
@@ -248,80 +254,155 @@ def sample_of(task: TaskExport, model: str, created: datetime) -> EvalSample:
         total_time=task.duration_s,
         working_time=task.working_s,
         uuid=uuid,
+        # No traceback: the error is a fact the host recorded, not an exception (the viewer shows this text).
+        error=EvalError(message=said, traceback=said, traceback_ansi=said) if said else None,
     )
 
 
-def eval_log_of(run: ExportRun) -> EvalLog:
-    report = run.report
-    created = _when(run.manifest.created_at, datetime.now(UTC))
-    model = run.model
-    samples = []
-    for task in run.tasks:
-        samples.append(sample_of(task, model, created))
-        task.transcript.items.clear()  # mapped: the sample holds it now (a whole run's logs weigh GiBs)
-    total = ModelUsage()
+def reducers(trials: int) -> list[tuple[str, ScoreReducer]]:
+    """Inspect's reducers over the epochs, with the names a log records (inspect_ai's registry names):
+    `mean` is pass@1 as the mean over trials; with K > 1 trials, `pass_k_K` is pass^K (all K passed) and
+    `pass_at_K` pass@K (at least one of the K passed)."""
+    if trials == 1:
+        return [("mean", mean_score())]
+    return [("mean", mean_score()), (f"pass_k_{trials}", pass_k(trials)), (f"pass_at_{trials}", pass_at(trials))]
+
+
+def _reductions(samples: list[EvalSample], sample_ids: list[str], trials: int) -> list[EvalSampleReductions]:
+    """Each task's scores over its epochs reduced by inspect_ai's own reducers (as `inspect eval` would)."""
+    by_task: dict[str, list[Score]] = {task: [] for task in sample_ids}
     for sample in samples:
-        total = total + sample.model_usage[model]
-    bench_commit = run.manifest.bench.commit if run.manifest.bench else None
-    lo, hi = report["wilson95"]
-    spec = EvalSpec(
-        run_id=run.manifest.run_label,
-        eval_id=run.manifest.run_label,
-        created=created.isoformat(),
-        task="cowork_bench",
-        task_version=bench_commit or "unknown",
-        task_id=run.manifest.run_label,
-        solver=run.manifest.engine,
-        dataset=EvalDataset(
-            name="cowork_bench",
-            location=BENCH_ORIGIN,
-            samples=len(samples),
-            sample_ids=[t.instance_id for t in run.tasks],
-        ),
-        model=model,
-        config=EvalConfig(epochs=1),
-        revision=EvalRevision(type="git", origin=BENCH_ORIGIN, commit=bench_commit) if bench_commit else None,
-        packages={"cowork-adapter": __version__},
-        metadata=run.eval_metadata(),
-    )
-    results = EvalResults(
-        total_samples=len(samples),
-        completed_samples=len(samples),
-        scores=[
+        by_task[str(sample.id)].append(sample.scores[SCORER] if sample.scores else Score(value=INCORRECT))
+    out = []
+    for name, reducer in reducers(trials):
+        reduced = []
+        for task, scores in by_task.items():
+            one = reducer(scores)
+            reduced.append(EvalSampleScore(value=one.value, answer=one.answer, sample_id=task))
+        out.append(EvalSampleReductions(scorer=SCORER, reducer=name, samples=reduced))
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _results(trials: list[ExportRun], reductions: list[EvalSampleReductions], samples: int) -> EvalResults:
+    first = trials[0].report
+    pass_at_1 = [t.report["pass_at_1"] for t in trials]
+    scores = []
+    for reduction in reductions:
+        accuracy = _mean([float(value_to_float()(s.value)) for s in reduction.samples])
+        metadata: dict[str, Any] = {"reducer": reduction.reducer, "trials": len(trials)}
+        if reduction.reducer == "mean":
+            metadata.update(
+                pass_at_1=first["pass_at_1"] if len(trials) == 1 else accuracy,
+                trial_pass_at_1=pass_at_1,
+                passed=[t.report["passed"] for t in trials],
+                denominator=first["denominator"],
+            )
+            if len(trials) == 1:
+                metadata["wilson95"] = list(first["wilson95"])
+        scores.append(
             EvalScore(
                 name=SCORER,
                 scorer=SCORER,
-                scored_samples=len(samples),
+                reducer=reduction.reducer,
+                scored_samples=len(reduction.samples),
                 unscored_samples=0,
-                metrics={"accuracy": EvalMetric(name="accuracy", value=report["pass_at_1"] or 0.0)},
-                metadata={
-                    "pass_at_1": report["pass_at_1"],
-                    "passed": report["passed"],
-                    "denominator": report["denominator"],
-                    "wilson95": [lo, hi],
-                },
+                metrics={"accuracy": EvalMetric(name="accuracy", value=accuracy)},
+                metadata=metadata,
             )
+        )
+    return EvalResults(total_samples=samples, completed_samples=samples, scores=scores)
+
+
+def route_of(run: ExportRun) -> dict[str, Any]:
+    """What tells one configuration from another in the viewer's list: the engine, the model, the key's route."""
+    config = run.manifest.applied_config
+    return {"engine": run.manifest.engine, "model": run.model, "key_route": config.get("key_route") or "unrecorded"}
+
+
+def _run_id(trials: list[ExportRun]) -> str:
+    labels = [t.manifest.run_label for t in trials]
+    if len(labels) == 1:
+        return labels[0]
+    return hashlib.sha256("\n".join(labels).encode()).hexdigest()[:32]  # stable: a log written twice reads the same
+
+
+def eval_log_of(run: ExportRun | list[ExportRun], name: str | None = None) -> EvalLog:
+    """The log of one run, or of the trials of one configuration (each trial an epoch), named `name`."""
+    trials = [run] if isinstance(run, ExportRun) else run
+    first = trials[0]
+    name = name or Path(first.root).name
+    created = min(_when(t.manifest.created_at, datetime.now(UTC)) for t in trials)
+    model = first.model
+    sample_ids = [t.instance_id for t in first.tasks]
+    samples = []
+    for epoch, trial in enumerate(trials, 1):
+        for task in trial.tasks:
+            samples.append(sample_of(task, model, created, epoch))
+            task.transcript.items.clear()  # mapped: the sample holds it now (a whole run's logs weigh GiBs)
+    total = ModelUsage()
+    for sample in samples:
+        total = total + sample.model_usage[model]
+    bench_commit = first.manifest.bench.commit if first.manifest.bench else None
+    route = route_of(first)
+    metadata: dict[str, Any] = {"run_name": name, "route": route, "trials": len(trials)}
+    if len(trials) == 1:
+        metadata.update(first.eval_metadata())
+    else:
+        metadata["per_trial"] = [t.eval_metadata() for t in trials]
+    run_id = _run_id(trials)
+    spec = EvalSpec(
+        run_id=run_id,
+        eval_id=run_id,
+        created=created.isoformat(),
+        task="cowork_bench",
+        task_display_name=name,
+        task_version=bench_commit or "unknown",
+        task_id=run_id,
+        solver=first.manifest.engine,
+        tags=[
+            name,
+            f"engine:{route['engine']}",
+            f"model:{model}",
+            f"route:{route['key_route']}",
+            f"trials:{len(trials)}",
         ],
+        dataset=EvalDataset(name="cowork_bench", location=BENCH_ORIGIN, samples=len(sample_ids), sample_ids=sample_ids),
+        model=model,
+        config=EvalConfig(epochs=len(trials), epochs_reducer=[name for name, _ in reducers(len(trials))]),
+        revision=EvalRevision(type="git", origin=BENCH_ORIGIN, commit=bench_commit) if bench_commit else None,
+        packages={"cowork-adapter": __version__},
+        metadata=metadata,
     )
-    finished = run.manifest.finished_at
-    return EvalLog(
-        status="success" if run.manifest.outcome == "completed" else "cancelled",
+    reductions = _reductions(samples, sample_ids, len(trials))
+    status, error = log_status(m for t in trials for m in (t.ended or [t.manifest]))
+    finished = [_when(t.manifest.finished_at, created) for t in trials]
+    log = EvalLog(
+        status=status.value,
         eval=spec,
-        plan=EvalPlan(steps=[EvalPlanStep(solver=run.manifest.engine, params={"engine": run.manifest.engine})]),
-        results=results,
+        plan=EvalPlan(steps=[EvalPlanStep(solver=first.manifest.engine, params={"engine": first.manifest.engine})]),
+        results=_results(trials, reductions, len(samples)),
         stats=EvalStats(
             started_at=created.isoformat(),
-            completed_at=_when(finished, created).isoformat(),
+            completed_at=max(finished).isoformat(),
             model_usage={model: total},
         ),
+        error=EvalError(message=error, traceback=error, traceback_ansi=error) if error else None,
         samples=samples,
     )
+    # Set after construction: EvalLog's validator, given reductions beside a built EvalResults, indexes the
+    # results as a dict and raises (inspect_ai 0.3.285); the writer reads the attribute either way.
+    log.reductions = reductions
+    return log
 
 
-def write_log(run: ExportRun, path: Path) -> Path:
-    """Write the run's log to `path`, which must not exist: written beside it under a temporary name,
-    then linked to `path` (an existing file is never replaced), the temporary name removed."""
-    log = eval_log_of(run)
+def write_log(run: ExportRun | list[ExportRun], path: Path, name: str | None = None) -> Path:
+    """Write the log of a run or of trials to `path`, which must not exist: written beside it under a
+    temporary name, then linked to `path` (an existing file is never replaced), the temporary name removed."""
+    log = eval_log_of(run, name)
     temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp.eval")
     try:
         write_eval_log(log, str(temporary), format="eval")

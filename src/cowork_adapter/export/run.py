@@ -8,6 +8,7 @@ come from the dumps through export.transcript (safefile reads only).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ class ExportRun:
     root: str
     manifest: RunManifest
     report: dict[str, Any]
+    # The manifests of the run roots given for this trial (its shards' last runs, not their ancestors).
+    ended: list[RunManifest] = field(default_factory=list)
     tasks: list[TaskExport] = field(default_factory=list)
 
     @property
@@ -126,6 +129,7 @@ class ExportRun:
         m, r = self.manifest, self.report
         return {
             "run_root": self.root,
+            "run_roots": [e.run_root for e in self.ended] or [self.root],
             "run_label": m.run_label,
             "engine": m.engine,
             "model": self.model,
@@ -178,14 +182,18 @@ def _read_job(job: tuple[str | None, str | None]) -> Transcript:
     return read_transcript(*job)
 
 
-def load_export(root: Path, workers: int | None = None) -> ExportRun:
-    """The run root `root` (with its recovery ancestry) ready to map; Refusal when it cannot be read."""
-    runs: list[RunRecord] = load_runs([root])
+def load_export(roots: Path | Sequence[Path], workers: int | None = None) -> ExportRun:
+    """One trial ready to map: the run root `roots` or the shards `roots` (each with its recovery ancestry),
+    merged as the report merges them; Refusal when they cannot be read."""
+    given = [Path(roots)] if isinstance(roots, Path) else [Path(r) for r in roots]
+    runs: list[RunRecord] = load_runs(given)
     report = build_report(runs, concurrency=1)
     merged = merge_rows(runs)
     tasks = denominator(runs)
-    resolved = str(Path(root).resolve())
-    this = next(r for r in runs if r.root == resolved)
+    resolved = str(given[0].resolve())
+    by_root = {r.root: r for r in runs}
+    this = by_root[resolved]
+    ended = [by_root[str(p.resolve())].manifest for p in given]  # the trial's last runs: their outcome is its end
     audits: dict[tuple[str, str], TaskAudit] = {}
     for run in runs:
         for audit in run.audit.tasks if run.audit is not None else ():
@@ -200,12 +208,13 @@ def load_export(root: Path, workers: int | None = None) -> ExportRun:
         jobs.append(_dump_of(m.row if m else None, provenance, task))
     wanted = (os.cpu_count() or 1) if workers is None else workers
     transcripts = _transcripts(jobs, wanted)
-    out = ExportRun(root=resolved, manifest=this.manifest, report=report)
+    out = ExportRun(root=resolved, manifest=this.manifest, report=report, ended=ended)
     for (task, row, provenance), transcript in zip(picked, transcripts, strict=True):
+        attempt = by_root.get(provenance) if provenance else None
         out.tasks.append(
             TaskExport(
                 instance_id=task,
-                run_label=this.manifest.run_label,
+                run_label=(attempt or this).manifest.run_label,
                 row=row,
                 provenance=provenance,
                 transcript=transcript,
