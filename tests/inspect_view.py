@@ -35,6 +35,19 @@ CHROMIUM_FLAGS = [
     "--window-size=1400,1000",
 ]
 
+PAGE_TEXT = "document.body ? document.body.innerText : ''"
+# The page's text, then each element's tooltip (`title`) on a line of its own: the viewer's log list shows a
+# log's status as an icon whose tooltip is the status word.
+PAGE_TEXT_AND_TITLES = (
+    "(document.body ? document.body.innerText : '') + '\\n' + "
+    "Array.from(document.querySelectorAll('[title]')).map(e => 'title: ' + e.title).join('\\n')"
+)
+# One line per row of the page's tables (role=row): the tooltips of its cells joined by " | ".
+ROW_TITLES = (
+    "Array.from(document.querySelectorAll('[role=row]')).map(r => "
+    "Array.from(r.querySelectorAll('[title]')).map(e => e.title).join(' | ')).join('\\n')"
+)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -111,11 +124,14 @@ class Viewer:
     def url(self, fragment: str) -> str:
         return f"http://127.0.0.1:{self.port}/#{fragment}"
 
-    def page_text(self, fragment: str, want: list[str], screenshot: Path, timeout: float = 90) -> str:
-        """The page's text once every word of `want` shows (or at the timeout), a screenshot saved."""
-        return asyncio.run(self._page_text(self.url(fragment), want, screenshot, timeout))
+    def page_text(
+        self, fragment: str, want: list[str], screenshot: Path, timeout: float = 90, expression: str = PAGE_TEXT
+    ) -> str:
+        """The page's text (or what `expression` makes of the page) once every word of `want` shows (or at
+        the timeout), a screenshot saved."""
+        return asyncio.run(self._page_text(self.url(fragment), want, screenshot, timeout, expression))
 
-    async def _page_text(self, url: str, want: list[str], screenshot: Path, timeout: float) -> str:
+    async def _page_text(self, url: str, want: list[str], screenshot: Path, timeout: float, expression: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.devtools}/json/list", timeout=10) as answer:
             pages = [p for p in json.loads(answer.read()) if p.get("type") == "page"]
         async with aiohttp.ClientSession() as session:
@@ -138,7 +154,7 @@ class Viewer:
                     await asyncio.sleep(1.0)
                     got = await call(
                         "Runtime.evaluate",
-                        expression="document.body ? document.body.innerText : ''",
+                        expression=expression,
                         returnByValue=True,
                     )
                     text = got.get("result", {}).get("value") or ""
