@@ -6,10 +6,14 @@ with inspect_ai itself (read_eval_log, evals_df, samples_df)."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import inspect_ai.log as inspect_log
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from synthetic_run import CONFIG, ledger_run, write_manifest
 
 from cowork_adapter.cli import main
@@ -160,3 +164,18 @@ def test_reducer_names_are_inspects_own() -> None:
 
     for k in (1, 2, 5):
         assert [name for name, _ in reducers(k)] == [reducer_log_name(r) for _, r in reducers(k)]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(RunOutcome.values()), st.text(max_size=12)), min_size=1, max_size=6))
+def test_a_log_is_success_only_when_every_run_finished_and_error_when_any_did_not_end(outcomes: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        base = write_manifest(Path(folder) / "r", ["t"])
+    manifests = [msgspec.structs.replace(base, run_root=f"/r{i}", outcome=o) for i, o in enumerate(outcomes)]
+    status, error = log_status(manifests)
+    each = [run_status(m)[0] for m in manifests]
+    assert (status is InspectLogStatus.SUCCESS) == all(s is InspectLogStatus.SUCCESS for s in each)
+    assert (status is InspectLogStatus.ERROR) == any(s is InspectLogStatus.ERROR for s in each)
+    assert (error is not None) == (status is InspectLogStatus.ERROR)
+    if RunOutcome.STOPPED.value in outcomes and status is not InspectLogStatus.ERROR:
+        assert status is InspectLogStatus.CANCELLED
