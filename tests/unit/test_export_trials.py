@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from synthetic_run import CONFIG, ledger_run, write_manifest
 
 from cowork_adapter.cli import main
-from cowork_adapter.export import export_inspect, inspect_log_names
-from cowork_adapter.export.groups import export_groups
+from cowork_adapter.export import export_inspect, inspect_log_names, write_groups
+from cowork_adapter.export.groups import ExportGroup, export_groups
 from cowork_adapter.export.inspect_log import reducers
 from cowork_adapter.export.status import STATUS_OF_OUTCOME, log_status, run_status, sample_error
 from cowork_adapter.report import make_report
@@ -179,3 +179,23 @@ def test_a_log_is_success_only_when_every_run_finished_and_error_when_any_did_no
     assert (error is not None) == (status is InspectLogStatus.ERROR)
     if RunOutcome.STOPPED.value in outcomes and status is not InspectLogStatus.ERROR:
         assert status is InspectLogStatus.CANCELLED
+
+
+def test_a_trial_made_of_shards_is_one_epoch_over_their_tasks(tmp_path: Path) -> None:
+    """What runroot/trials.py's groups will hand the export: each trial's run roots over disjoint tasks."""
+    shards = [
+        (
+            ledger_run(tmp_path / f"t{i}" / "a", ["t-pass", "t-fail"], {"t-pass": "pass", "t-fail": "fail"}),
+            ledger_run(tmp_path / f"t{i}" / "b", ["t-infra"], {"t-infra": "infra"}, outcome="stopped"),
+        )
+        for i in (1, 2)
+    ]
+    (path,) = write_groups([ExportGroup(name="sharded", trials=tuple(shards))], tmp_path / "out", workers=1)
+    log = inspect_log.read_eval_log(str(path))
+    assert path.name.startswith("sharded-") and log.eval.config.epochs == 2
+    assert sorted((s.id, s.epoch) for s in log.samples) == sorted(
+        (t, e) for t in ("t-pass", "t-fail", "t-infra") for e in (1, 2)
+    )
+    assert log.status == "cancelled"  # one shard of each trial was stopped
+    assert {s.id for s in log.samples if s.error is not None} == {"t-infra"}
+    assert log.results.scores[0].metrics["accuracy"].value == pytest.approx(1 / 3)

@@ -100,7 +100,8 @@ def report(
     help="Write each run root as an Inspect AI eval log (offline, read-only over the run roots): one "
     ".eval per run root in --output-dir, never over an existing file, with every selected task a sample "
     "(its official verdict as the score, the ledger's usage, the engine's transcript). Open the logs "
-    "with `inspect view --log-dir DIR`. Needs the `inspect` extra (pip install 'cowork-adapter[inspect]').\n\n"
+    "with `inspect view --log-dir DIR`. Run roots that are trials of one configuration (same identity, same "
+    "tasks) make one log, an epoch per trial. Needs the `inspect` extra (pip install 'cowork-adapter[inspect]').\n\n"
     "Example: cowork-adapter export /data/smoke-1 --format inspect --output-dir /data/inspect-logs"
     + _more("docs/operating.md")
 )

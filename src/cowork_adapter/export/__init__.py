@@ -87,10 +87,10 @@ def _groups(roots: list[Path]) -> list[ExportGroup]:
     return groups
 
 
-def planned_outputs(roots: list[Path], output_dir: Path) -> list[tuple[ExportGroup, Path]]:
+def planned_outputs(groups: list[ExportGroup], output_dir: Path) -> list[tuple[ExportGroup, Path]]:
     """Each log to write, with its file; Refusal when one already exists."""
     _require_inspect()
-    planned = [(group, output_dir / group_log_name(group)) for group in _groups(roots)]
+    planned = [(group, output_dir / group_log_name(group)) for group in groups]
     for _, path in planned:
         if os.path.lexists(path):
             raise Refusal(
@@ -102,7 +102,13 @@ def planned_outputs(roots: list[Path], output_dir: Path) -> list[tuple[ExportGro
 def export_inspect(roots: list[Path], output_dir: Path, workers: int | None = None) -> list[Path]:
     """Write one .eval per group of trials (export.groups) into `output_dir` (created if needed); Refusal
     on bad input."""
-    planned = planned_outputs(roots, output_dir)
+    _require_inspect()
+    return write_groups(_groups(roots), output_dir, workers)
+
+
+def write_groups(groups: list[ExportGroup], output_dir: Path, workers: int | None = None) -> list[Path]:
+    """Write one .eval per group (its trials the log's epochs, each trial's shards merged); Refusal on bad input."""
+    planned = planned_outputs(groups, output_dir)
     from .inspect_log import write_log
 
     # Every root read before anything is written.
