@@ -191,6 +191,10 @@ def test_the_export_reads_back_with_every_task_its_verdict_usage_and_transcript(
 
     _, path = exported
     log = read_eval_log(str(path))
+    # The demo's runner finished: the log is `success` as Inspect means it (never `cancelled`).
+    assert json.loads((demo_run / "run_manifest.json").read_text())["outcome"] in ("completed", "incomplete")
+    assert log.status == "success" and log.error is None
+    assert log.eval.task_display_name == demo_run.name and demo_run.name in log.eval.tags
     rows = {r.instance_id: r for r in read_index(demo_run / "result_index.jsonl")}
     samples = {s.id: s for s in log.samples}
     assert sorted(samples) == sorted(rows) == sorted(CLEAN + [PLANTED_TASK])
