@@ -199,3 +199,17 @@ def test_a_trial_made_of_shards_is_one_epoch_over_their_tasks(tmp_path: Path) ->
     assert log.status == "cancelled"  # one shard of each trial was stopped
     assert {s.id for s in log.samples if s.error is not None} == {"t-infra"}
     assert log.results.scores[0].metrics["accuracy"].value == pytest.approx(1 / 3)
+
+
+def test_two_logs_that_would_share_a_file_name_are_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    # Two configurations in folders of one name whose run labels start alike (synthetic labels are the path's).
+    a = ledger_run(tmp_path / "a" / "run", SELECTION, TRIAL_1)
+    b = ledger_run(tmp_path / "b" / "run", SELECTION, TRIAL_1, applied_config={**CONFIG, "model": "other/model"})
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(a), str(b), "--format", "inspect", "--output-dir", str(out)])
+    assert done.value.code == 2 and "export it apart" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(a), str(a), "--format", "inspect", "--output-dir", str(out)])
+    assert done.value.code == 2 and "given twice" in capsys.readouterr().err

@@ -337,7 +337,8 @@ def eval_log_of(run: ExportRun | list[ExportRun], name: str | None = None) -> Ev
     name = name or Path(first.root).name
     created = min(_when(t.manifest.created_at, datetime.now(UTC)) for t in trials)
     model = first.model
-    sample_ids = [t.instance_id for t in first.tasks]
+    # The trials of one group select the same tasks; a union in first-seen order keeps a stray one all the same.
+    sample_ids = list(dict.fromkeys(t.instance_id for trial in trials for t in trial.tasks))
     samples = []
     for epoch, trial in enumerate(trials, 1):
         for task in trial.tasks:
