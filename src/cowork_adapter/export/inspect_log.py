@@ -3,15 +3,20 @@
 inspect_ai (the `inspect` extra) is imported here only, and this module only by `export` and
 `report --inspect`: no other command pays for it.
 
-The mapping (each run root one log; its recovery ancestry merged as the report merges it):
-- the eval: task `cowork_bench`, the pinned benchmark commit as its revision and version, the
+The mapping (one log per group of trials, export.groups; one run root alone is a group of one trial;
+each trial's recovery ancestry and shards merged as the report merges them):
+- the eval: task `cowork_bench`, displayed as the run's name (also its first tag, with the engine,
+  model, key route and trial count), the pinned benchmark commit as its revision and version, the
   dataset of the selected task ids, the model and engine, the manifest's facts (image ID, seed
   commit, limits, outcome), the report's pass@1 with its Wilson interval, its disclosures and the
-  audit's summary as metadata;
-- one sample per selected task (the report's denominator: not-attempted tasks included). Its score
+  audit's summary as metadata (per trial, under `per_trial`, when there are several);
+- the log's status and error from the runs' outcomes (export.status: a finished runner is success);
+- an epoch per trial, reduced by inspect_ai's own reducers: mean (pass@1), pass_k_K and pass_at_K;
+- one sample per selected task and trial (the report's denominator: not-attempted tasks included). Its score
   `official` is C only for a row whose verdict is a sealed official pass, I for everything else;
   the ledger's status, reason and official eval status are the score's metadata, so a task
-  without a verdict reads as such, never as a pass;
+  without a verdict reads as such, never as a pass; one without a verdict for a reason not the
+  agent's also carries a sample error (export.status.sample_error);
 - the sample's model usage is the ledger's (tokens and the report's cost of the attempt), its
   total time the report's duration, its working time the agent's own elapsed time;
 - the transcript (export.transcript) as messages, and as events: one model event per model turn,
