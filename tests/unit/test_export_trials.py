@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from synthetic_run import CONFIG, ledger_run, write_manifest
 
 from cowork_adapter.cli import main
+from cowork_adapter.errors import Refusal
 from cowork_adapter.export import export_inspect, inspect_log_names, write_groups
 from cowork_adapter.export.groups import ExportGroup, export_groups
 from cowork_adapter.export.inspect_log import reducers
@@ -213,3 +214,19 @@ def test_two_logs_that_would_share_a_file_name_are_refused_before_anything_is_wr
     with pytest.raises(SystemExit) as done:
         main(["export", str(a), str(a), "--format", "inspect", "--output-dir", str(out)])
     assert done.value.code == 2 and "given twice" in capsys.readouterr().err
+
+
+def test_a_trial_not_started_yet_is_an_epoch_of_tasks_not_attempted(tmp_path: Path) -> None:
+    """runroot/trials.py hands a trial set's trial with no run root yet as a trial without shards."""
+    (first,) = _trial_set(tmp_path)[:1]
+    (path,) = write_groups([ExportGroup(name="set", trials=((first,), ()))], tmp_path / "out", workers=1)
+    log = inspect_log.read_eval_log(str(path))
+    assert log.eval.config.epochs == 2 and log.status == "success"
+    second = [s for s in log.samples if s.epoch == 2]
+    assert sorted(s.id for s in second) == sorted(SELECTION)
+    assert all(s.scores["official"].value == "I" and s.error is not None for s in second)
+    assert log.eval.metadata["per_trial"][1]["started"] is False
+    means = {s.reducer: s.metrics["accuracy"].value for s in log.results.scores}
+    assert means["mean"] == pytest.approx(0.4 / 2)  # trial 1's 2 of 5, trial 2's none
+    with pytest.raises(Refusal):
+        write_groups([ExportGroup(name="set", trials=((), ()))], tmp_path / "out2", workers=1)

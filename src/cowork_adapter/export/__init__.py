@@ -25,7 +25,7 @@ from ..runroot import layout
 from ..runroot.layout import RunRoot
 from ..vocab import ExitCode
 from .groups import ExportGroup, export_groups
-from .run import load_export
+from .run import ExportRun, load_export, not_started
 
 FORMATS = ("inspect",)
 EXTRA_HINT = "pip install 'cowork-adapter[inspect]'"
@@ -65,6 +65,8 @@ def inspect_log_names(roots: list[Path]) -> tuple[str, ...]:
 def group_log_name(group: ExportGroup) -> str:
     """One run root's log keeps its name (log_name); a group of trials is named after the group, with the
     start of its first trial's run label."""
+    if not group.roots:
+        raise Refusal("export", f"{group.name} has no trial that started, so there is nothing to export yet.")
     first = group.roots[0]
     if len(group.roots) == 1:
         return log_name(first)
@@ -112,7 +114,7 @@ def write_groups(groups: list[ExportGroup], output_dir: Path, workers: int | Non
     from .inspect_log import write_log
 
     # Every root read before anything is written.
-    loaded = [[load_export(list(trial), workers) for trial in group.trials] for group, _ in planned]
+    loaded = [_load_group(group, workers) for group, _ in planned]
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for trials, (group, path) in zip(loaded, planned, strict=True):
@@ -124,6 +126,15 @@ def write_groups(groups: list[ExportGroup], output_dir: Path, workers: int | Non
                 f"{path} appeared while the export ran, and an export never overwrites a file; nothing was replaced.",
             ) from None
     return written
+
+
+def _load_group(group: ExportGroup, workers: int | None) -> list[ExportRun]:
+    """The group's trials ready to map; a trial with no run root (not started) is every task not attempted."""
+    loaded: list[ExportRun | None] = [load_export(list(trial), workers) if trial else None for trial in group.trials]
+    first = next((run for run in loaded if run is not None), None)
+    if first is None:
+        raise Refusal("export", f"{group.name} has no trial that started, so there is nothing to export yet.")
+    return [run or not_started(first, f"trial-{i}") for i, run in enumerate(loaded, 1)]
 
 
 def run_export_command(roots: list[Path], output_dir: Path, fmt: str, workers: int | None = None) -> int:

@@ -118,6 +118,7 @@ class ExportRun:
     report: dict[str, Any]
     # The manifests of the run roots given for this trial (its shards' last runs, not their ancestors).
     ended: list[RunManifest] = field(default_factory=list)
+    started: bool = True  # False: a trial set's trial with no run root yet (not_started)
     tasks: list[TaskExport] = field(default_factory=list)
 
     @property
@@ -127,6 +128,8 @@ class ExportRun:
 
     def eval_metadata(self) -> dict[str, Any]:
         m, r = self.manifest, self.report
+        if not self.started:
+            return {"trial": self.root, "started": False, "pass_at_1": r["pass_at_1"], "disclosures": r["disclosures"]}
         return {
             "run_root": self.root,
             "run_roots": [e.run_root for e in self.ended] or [self.root],
@@ -219,6 +222,33 @@ def load_export(roots: Path | Sequence[Path], workers: int | None = None) -> Exp
                 provenance=provenance,
                 transcript=transcript,
                 audit=audits.get((provenance, task)) if provenance else None,
+            )
+        )
+    return out
+
+
+def not_started(first: ExportRun, name: str) -> ExportRun:
+    """A trial of a trial set that has not started (no run root yet): an epoch whose every task of `first`
+    (a started trial of the same group) is not attempted, with no row (METHODOLOGY.md §denominator: it
+    stays in the denominator, not passed). It records no end, so it leaves the log's status to the others."""
+    n = len(first.tasks)
+    report = {
+        **first.report,
+        "runs": [],
+        "pass_at_1": 0.0 if n else None,
+        "passed": 0,
+        "counts": {"not_attempted": n},
+        "disclosures": [f"Trial {name} has not started: every task is not attempted."],
+    }
+    out = ExportRun(root=name, manifest=first.manifest, report=report, ended=[], started=False)
+    for task in first.tasks:
+        out.tasks.append(
+            TaskExport(
+                instance_id=task.instance_id,
+                run_label=f"{name}-not-started",
+                row=None,
+                provenance=None,
+                transcript=read_transcript(None, None),
             )
         )
     return out
