@@ -141,7 +141,8 @@ def main() -> int:
         f"  death → fence (stop file)          {summary([r['fence'] for r in results])}   target ≤ {FENCE_TARGET:g} s"
     )
     print(
-        f"  death → first shim refusal         {summary([r['refusal'] for r in results])}   (only when a creation was tried)"
+        f"  death → first shim refusal         {summary([r['refusal'] for r in results])}"
+        "   (only when a creation was tried)"
     )
     print(f"  death → key file deleted           {summary([r['key'] for r in results])}   target ≤ {BOUND:g} s")
     print(f"  death → last container of run gone {summary([r['gone'] for r in results])}   target ≤ {BOUND:g} s")

@@ -136,7 +136,8 @@ def main() -> int:
     print("in-process, once:")
     print(f"  ledger build+write at the end of a run      {ledger_s:.3f} s")
     print(
-        f"  recovery plan {plan_s:.3f} s; child ledger build+write {child_s:.3f} s; child refresh (cached) {again_s:.3f} s"
+        f"  recovery plan {plan_s:.3f} s; child ledger build+write {child_s:.3f} s; "
+        f"child refresh (cached) {again_s:.3f} s"
     )
     print(f"  refresher tick over the unchanged run (re-list + signatures, cached rows) {tick_s:.3f} s")
     if args.budget_s is not None and statistics.median(times["report"]) > args.budget_s:

@@ -114,7 +114,8 @@ def main() -> int:
                 return 2
             results[hosts] = rate
             print(
-                f"{hosts} host(s): {rate:.0f} tasks/min ({args.tasks} tasks of {args.task_sec} s, batches of {args.batch})"
+                f"{hosts} host(s): {rate:.0f} tasks/min "
+                f"({args.tasks} tasks of {args.task_sec} s, batches of {args.batch})"
             )
         print(f"two hosts / one host: {results[2] / results[1]:.2f}x (2.00 is perfect scaling)")
     finally:

@@ -287,10 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.pairs} pairs, same engine (the bench's main.py), {n} tasks at concurrency 1; min / median / max")
     print(f"  bare runner wall             {spread([r['wall'] for r in bares], '7.1f')} s")
     print(f"  adapter runner wall          {spread([r['runner_wall'] for r in adapters], '7.1f')} s")
-    print(
-        f"  runner ratio adapter / bare  {spread([a['runner_wall'] / b['wall'] for a, b in zip(adapters, bares, strict=True)])}"
-        "   (per pair: the adapter's overhead on the tasks)"
-    )
+    runner_ratios = [a["runner_wall"] / b["wall"] for a, b in zip(adapters, bares, strict=True)]
+    print(f"  runner ratio adapter / bare  {spread(runner_ratios)}   (per pair: the adapter's overhead on the tasks)")
     print("fixed costs per launch (seconds, whatever the number of tasks)")
     print(
         f"  before the runner            {spread([a['before_runner'] for a in adapters], '7.1f')} s"
@@ -302,9 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  whole launch                 {spread([a['wall'] for a in adapters], '7.1f')} s")
     if custodies:
+        custody_ratios = [c["wall"] / b["wall"] for c, b in zip(custodies, bares, strict=True)]
         print(
-            f"  custody ratio custody / bare {spread([c['wall'] / b['wall'] for c, b in zip(custodies, bares, strict=True)])}"
-            "   (per pair: the docker shim and BASH_ENV alone)"
+            f"  custody ratio custody / bare {spread(custody_ratios)}   (per pair: the docker shim and BASH_ENV alone)"
         )
         print(
             f"  shim cost per docker call (median of alternating pairs): pass-through {per_call * 1000:.1f} ms, "

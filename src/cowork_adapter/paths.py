@@ -254,7 +254,8 @@ def check_output_files(flag: str, raw: str, folder: Path, names: tuple[str, ...]
             raise _refuse(
                 flag,
                 raw,
-                f"holds {name} ({what}), and neither a report nor an export ever overwrites one; choose another directory",
+                f"holds {name} ({what}), and neither a report nor an export ever overwrites one; "
+                "choose another directory",
             )
 
 

@@ -109,7 +109,8 @@ def substitutes(tools_image: str) -> list[tuple[str, str, str, int]]:
         ),
         (
             "uv: the servers' `uv sync` keeps their lock files (run without UV_EXCLUDE_NEWER: a global exclude-newer "
-            "makes uv re-resolve every locked server) and waits longer on the proxy (UV_HTTP_TIMEOUT=120, UV_HTTP_RETRIES=8)",
+            "makes uv re-resolve every locked server) and waits longer on the proxy (UV_HTTP_TIMEOUT=120, "
+            "UV_HTTP_RETRIES=8)",
             r'^(RUN set -e; for dir in /opt/local_servers/\*/; do \\\n\s+if \[ -f "\$dir/pyproject\.toml" \]; then \\\n'
             r'\s+echo "=== PY \$dir ===" && cd "\$dir" && )uv sync( && cd /workspace;)',
             f"{TAG_NOTE} keep the servers' lock files; patient HTTP\n"
@@ -151,7 +152,8 @@ def relax_python_pin(ctx: Path) -> list[str]:
     if hits == 0:
         fail("the workspace no longer pins requires-python ==3.12.11; update testbed/realbench/context.py")
     return [
-        f"python: the workspace's requires-python ==3.12.11 relaxed to ==3.12.* ({hits} places in pyproject.toml, uv.lock)"
+        "python: the workspace's requires-python ==3.12.11 relaxed to ==3.12.* "
+        f"({hits} places in pyproject.toml, uv.lock)"
     ]
 
 
@@ -262,7 +264,8 @@ def build_tools_context(
     (out / "chromium-no-sandbox").chmod(0o755)
     (out / "Dockerfile").write_text(tools_dockerfile(base, pythons, exclude_newer), encoding="utf-8")
     return [
-        "ca: the host's CA bundle at /etc/ssl/cowork-host-ca.crt (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, PIP_CERT)",
+        "ca: the host's CA bundle at /etc/ssl/cowork-host-ca.crt (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, "
+        "NODE_EXTRA_CA_CERTS, PIP_CERT)",
         "cpython: "
         + ", ".join(p.name for p in pythons)
         + " copied from this machine's interpreters; UV_PYTHON_DOWNLOADS=never",

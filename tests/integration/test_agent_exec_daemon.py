@@ -34,7 +34,14 @@ STATUS = b"====== Status: success ======\n"
 # PID 1 of the test's container reaps what is orphaned to it. The runner's is `sleep`, which does
 # not: there a bomb that forks as it goes fills the PIDs limit with zombies, the shim's kill cannot
 # start, and the container's removal (the runner's next step) is what ends it (docs/security.md).
-REAPER = "import os, time\nwhile True:\n    try:\n        os.wait()\n    except ChildProcessError:\n        time.sleep(0.05)\n"
+REAPER = (
+    "import os, time\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        time.sleep(0.05)\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +141,11 @@ def test_mknod_fails_in_the_agents_own_dump(agent):
 
 
 def test_the_agent_execs_output_is_capped_on_the_host_and_its_status_line_gets_through(agent):
-    flood = "head -c 3000000 /dev/zero | tr '\\0' f; head -c 1000 /dev/zero | tr '\\0' e >&2; echo '====== Status: success ======'"
+    flood = (
+        "head -c 3000000 /dev/zero | tr '\\0' f; "
+        "head -c 1000 /dev/zero | tr '\\0' e >&2; "
+        "echo '====== Status: success ======'"
+    )
     before = len(exec_facts(agent)) if (agent["evidence"] / f"{agent['id']}.agent_exec.jsonl").exists() else 0
     done = agent["shim"]("exec", agent["name"], "sh", "-c", flood)
     assert done.returncode == 0
@@ -166,7 +177,14 @@ def test_an_exec_that_never_ends_by_itself_ends_at_the_bound_and_what_it_left_wi
 
 def test_one_kill_after_the_exec_ends_a_fork_bomb_that_a_walk_over_proc_would_miss(agent):
     # Detached processes that keep forking (each parent leaves), up against the PIDs limit.
-    bomb = "import os, time\nwhile True:\n    try:\n        os.fork() and os._exit(0)\n    except OSError:\n        time.sleep(0.01)\n"
+    bomb = (
+        "import os, time\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork() and os._exit(0)\n"
+        "    except OSError:\n"
+        "        time.sleep(0.01)\n"
+    )
     for _ in range(3):
         started = subprocess.run(
             [agent["real"], "exec", "-d", agent["name"], "python3", "-c", bomb],

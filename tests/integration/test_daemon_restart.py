@@ -3,8 +3,9 @@
 Never on the shared test-bed daemon (other tests use it): this module starts its OWN dockerd with
 its own data root, exec root, socket and pid file under a tmp dir, in a network namespace of its own
 (its bridges and rules never touch the host's: a second dockerd in the host's namespace removed the
-shared daemon's docker0), with `--iptables=false` and a distinct address pool, loads the demo's images into it from the shared daemon
-(`docker save | docker load`), and runs real paid demo runs (meter stand-in) against it:
+shared daemon's docker0), with `--iptables=false` and a distinct address pool, loads the demo's images
+into it from the shared daemon (`docker save | docker load`), and runs real paid demo runs (meter
+stand-in) against it:
 
   - restart: SIGTERM the daemon by its pid file while demo-hang's agent runs, start it again on the
     same data root. The launcher must record the loss (daemon_lost, with the before/after pids)

@@ -9,8 +9,9 @@ daemon's bridge address that another run may use) and forwards to the chat stand
 agent container, with the token it holds and its own Python's default TLS trust, the test calls
 `https://openrouter.ai/api/v1` exactly as the seed's code does (chat with the token, the model list
 without a credential, which the gateway refuses like every token-less path, then with the token): the
-name resolves to the gateway, the run CA verifies, and the stand-in receives the key. Every container of the run is checked for the key (its configuration as
-`docker inspect` shows it, every process's environ, every file). Then the run is stopped.
+name resolves to the gateway, the run CA verifies, and the stand-in receives the key. Every container
+of the run is checked for the key (its configuration as `docker inspect` shows it, every process's
+environ, every file). Then the run is stopped.
 """
 
 from __future__ import annotations

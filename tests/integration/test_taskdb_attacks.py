@@ -228,7 +228,9 @@ def test_a_table_in_the_users_own_schema_shadowing_one_on_the_default_path_is_na
 
 def test_alter_system_is_reset_and_named(phases: Phases, pg: TaskPg) -> None:
     pg.sql(
-        "CREATE SCHEMA evil; CREATE TABLE evil.notes AS SELECT * FROM public.notes; INSERT INTO evil.notes VALUES (9, 2, 'called')"
+        "CREATE SCHEMA evil; "
+        "CREATE TABLE evil.notes AS SELECT * FROM public.notes; "
+        "INSERT INTO evil.notes VALUES (9, 2, 'called')"
     )
     pg.sql("ALTER SYSTEM SET search_path = evil, public")
     pg.sql("SELECT pg_reload_conf()")
@@ -256,7 +258,8 @@ def test_view_rule_trigger_function_operator_cast_are_named(phases: Phases, pg: 
         "CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.always); "
         "CREATE CAST (text AS integer) WITH INOUT AS IMPLICIT; "
         "CREATE RULE keep AS ON DELETE TO public.log DO INSTEAD NOTHING; "
-        "CREATE FUNCTION public.stay() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.status = 'active'; RETURN NEW; END $$; "
+        "CREATE FUNCTION public.stay() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN NEW.status = 'active'; RETURN NEW; END $$; "
         "CREATE TRIGGER stay BEFORE UPDATE ON crm.customers FOR EACH ROW EXECUTE FUNCTION public.stay(); "
         "UPDATE pg_catalog.pg_proc SET provolatile = 'v' WHERE oid = 'pg_catalog.upper(text)'::regprocedure"
     )

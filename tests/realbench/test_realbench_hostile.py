@@ -142,7 +142,8 @@ def hostile_run(docker_host, tmp_path_factory):
 
 
 def detail(out: dict) -> str:
-    return f"task {out['task']}, exit {out['exit']}, rows {json.dumps(out['rows'])[:3000]}\n{out['real'].log_tail('hostile')}"
+    rows = json.dumps(out["rows"])[:3000]
+    return f"task {out['task']}, exit {out['exit']}, rows {rows}\n{out['real'].log_tail('hostile')}"
 
 
 def test_the_run_ends_within_its_bound(hostile_run):

@@ -119,7 +119,8 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
     out["seen"] = watcher.seen
     print(
         f"realbench: first run {out.get('first_s', 0):.0f} s (exit {out.get('first_exit')}), "
-        f"resumed run {out.get('resumed_s', 0):.0f} s (exit {out.get('resumed_exit')}); chat requests {out['chat_counts']}"
+        f"resumed run {out.get('resumed_s', 0):.0f} s (exit {out.get('resumed_exit')}); "
+        f"chat requests {out['chat_counts']}"
     )
     return out
 

@@ -145,7 +145,12 @@ def _relay(argv, cap_bytes, bound, drain=agent_exec.DRAIN_SEC):
 
 
 def test_relay_caps_a_real_flood_and_returns_the_childs_code():
-    script = "import sys\nfor i in range(20000): sys.stdout.write('z' * 99 + '\\n')\nprint('====== Status: success ======')\nsys.exit(3)"
+    script = (
+        "import sys\n"
+        "for i in range(20000): sys.stdout.write('z' * 99 + '\\n')\n"
+        "print('====== Status: success ======')\n"
+        "sys.exit(3)"
+    )
     code, hung, out, err, cap = _relay([sys.executable, "-c", script], 64 * 1024, None)
     assert (code, hung) == (3, False)
     assert out.startswith(b"z" * 99 + b"\n") and out.endswith(STATUS)

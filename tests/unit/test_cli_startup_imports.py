@@ -36,7 +36,10 @@ HEAVY = (
 )
 
 DOCKER = "docker (with requests) takes ~0.2 s to import: only what talks to a daemon pays it"
-HTTPX = "httpx (the key meter, the gateway) takes ~0.3 s to import: only a paid run, doctor's meter check or a campaign command pays it"
+HTTPX = (
+    "httpx (the key meter, the gateway) takes ~0.3 s to import: only a paid run, doctor's meter check or a campaign "
+    "command pays it"
+)
 PSYCOPG2 = "psycopg2 takes ~0.1 s to import: only a command that reads or writes a campaign database pays it"
 NO_WRITERS = (
     "status imports this module and none of the writers (test_status_imports_none_of_the_writers_of_clear_and_stop)"
@@ -45,7 +48,10 @@ COMMAND = (
     "the command line imports a command's implementation only when that command runs (start-up of every other command)"
 )
 IN_CONTAINER = "the benchmark's own code, importable only inside the task container once its folder is on sys.path"
-CRYPTOGRAPHY = "cryptography (the default route's run CA) takes ~0.1 s to import: only a paid run on that route or doctor's check of it pays it"
+CRYPTOGRAPHY = (
+    "cryptography (the default route's run CA) takes ~0.1 s to import: only a paid run on that route or doctor's "
+    "check of it pays it"
+)
 ONE_PHASE = (
     "the container's entry point imports only the phase it runs: each phase is its own process in the task container"
 )

@@ -102,7 +102,8 @@ class FakeSandbox:
                 report[name] = {"ok": False, "tool_count": 0, "tools": [], "error": "mcp-proxy exited"}
                 if name in self.broken:
                     (folder / f"{name}.stderr.log").write_text(
-                        "Traceback (most recent call last):\nAttributeError: 'Server' object has no attribute 'list_tools'\n"
+                        "Traceback (most recent call last):\n"
+                        "AttributeError: 'Server' object has no attribute 'list_tools'\n"
                     )
             else:
                 report[name] = {"ok": True, "tool_count": 2, "tools": ["a", "b"], "error": None}

@@ -199,7 +199,11 @@ def test_evaluator_words_prefer_its_fail_lines():
 def test_evaluator_words_never_give_decoration_and_say_when_the_evaluator_gave_no_reason():
     # Seen on the real benchmark: a database error ending in a caret line, a banner, an output that
     # stops after passing checks, and an empty failure text.
-    db = 'Fetching expected data...\nError querying database: relation "moex.stock_prices" does not exist\nLINE 3: FROM x\n   ^\n\n'
+    db = (
+        "Fetching expected data...\n"
+        'Error querying database: relation "moex.stock_prices" does not exist\n'
+        "LINE 3: FROM x\n   ^\n\n"
+    )
     assert evaluator_words({"pass": False, "failure": db}).startswith("Error querying database: relation")
     banner = "=" * 70 + "\nMOEX STOCK COMPARISON WORD - EVALUATION\n" + "=" * 70 + "\n"
     assert evaluator_words({"pass": False, "failure": banner}) == (

@@ -6,8 +6,8 @@ root's file name outside layout.py, and on a path built with a run root's folder
 Exempt, because they cannot import the host's code: container/
 (copied into the image; it names the task dumps' files itself), custody/shim.py (run as
 `python3 -I -S shim.py`, standard library only) and the shim's sibling custody/taskdb_probe.py (copied
-beside it, as stdlib-only; test_the_probes_evidence_names_are_the_layouts holds its two names to layout's). demo/ is exempt as the tests are: its scenarios
-assert the on-disk layout.
+beside it, as stdlib-only; test_the_probes_evidence_names_are_the_layouts holds its two names to
+layout's). demo/ is exempt as the tests are: its scenarios assert the on-disk layout.
 """
 
 from __future__ import annotations

@@ -195,7 +195,8 @@ def accepted_substitutes(checkout: Path, commit: str) -> list[BenchSubstitute]:
         if not (checkout / path).is_file() or (checkout / path).is_symlink():
             raise Refusal(
                 "bench",
-                f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree but holds no regular file there.",
+                f"the benchmark checkout {checkout} marks {_shown(path)} skip-worktree but holds no regular file "
+                "there.",
             )
         subs.append(BenchSubstitute(path=path, pinned_blob=missing_at[path], kind=SubstituteKind.SKIP_WORKTREE))
     replacements = _replacements(checkout)

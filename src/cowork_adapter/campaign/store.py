@@ -355,7 +355,8 @@ def _admit_existing(
     if record.ceiling_usd != ceiling:
         raise Refusal(
             STAGE,
-            f"The campaign {location} has a ceiling of ${record.ceiling_usd:g}, not ${ceiling:g}; a ceiling cannot change.",
+            f"The campaign {location} has a ceiling of ${record.ceiling_usd:g}, not ${ceiling:g}; "
+            "a ceiling cannot change.",
         )
     stored = record.diagnostic_eval_on_truncation
     if diagnostic is not None and stored is not None and diagnostic != stored:

@@ -55,7 +55,8 @@ def status(
 
 @app.command(
     help="Ask a running launcher to stop and clean up by its exact run label, then wait for it.\n\n"
-    "Example: cowork-adapter stop /data/smoke-1 --timeout 300\n\nExit codes: 0 stopped with cleanup proven, or already ended; "
+    "Example: cowork-adapter stop /data/smoke-1 --timeout 300\n\n"
+    "Exit codes: 0 stopped with cleanup proven, or already ended; "
     "1 cleanup unproven, timed out, or launcher gone (it names what lives and the `clear` line); 2 not a run root."
     + _more("docs/operating.md")
 )

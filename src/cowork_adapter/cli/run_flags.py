@@ -128,7 +128,8 @@ def _run_flags(
         str,
         typer.Option(
             help="'ouroboros', 'upstream:<entry file>' (the benchmark's own engine, unchanged), or a reference "
-            "engine that spends nothing: 'oracle' (the task's ground truth as the agent's files) or 'nop' (nothing done).",
+            "engine that spends nothing: 'oracle' (the task's ground truth as the agent's files) or 'nop' "
+            "(nothing done).",
             rich_help_panel=P_AGENT,
         ),
     ] = "ouroboros",
@@ -463,8 +464,8 @@ def _run_flags(
     task_validity: Annotated[
         Path | None,
         typer.Option(
-            help=f"{layout.TASK_VALIDITY} from `qualify`: the report adds pass@1 over the valid tasks (the headline stays "
-            "over all selected tasks).",
+            help=f"{layout.TASK_VALIDITY} from `qualify`: the report adds pass@1 over the valid tasks "
+            "(the headline stays over all selected tasks).",
             rich_help_panel=P_SELECT,
         ),
     ] = None,

@@ -38,5 +38,7 @@ IDENTITY_EXEMPT: dict[str, str] = {
     "accept_environment_blocked": "which tasks run; blocked tasks stay in every denominator",
     "inventory_from": "qualify's reuse of an inventory taken on the same image",
     "stop_path": "how a stop removes containers",
-    "limits.agent_output_cap_mib": "what of the agent exec's output reaches the runner's log (its Status line always does)",
+    "limits.agent_output_cap_mib": (
+        "what of the agent exec's output reaches the runner's log (its Status line always does)"
+    ),
 }

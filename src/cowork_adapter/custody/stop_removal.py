@@ -8,9 +8,10 @@ admitted creation waited for (custody/creations.py) with a pass every short roun
 landed, then networks and volumes, proven by a fresh listing. A container's accounting is not
 read first (host/resources.unread_by_stop: the daemon's answer takes about a second, and a bounded
 read of 0.25 s timed out for 20 of 23 containers in bench_stop_latency.py runs at load 5), so
-nothing stands between the decision and the removals but one listing. Nothing without the run's exact label is touched. Killed midway, the
-caller leaves the fence in place; a removal the daemon accepted finishes there, and the next
-cleanup (the watchdog's, the launcher's final one, `clear`) waits for it and proves the rest.
+nothing stands between the decision and the removals but one listing. Nothing without the run's
+exact label is touched. Killed midway, the caller leaves the fence in place; a removal the daemon
+accepted finishes there, and the next cleanup (the watchdog's, the launcher's final one, `clear`)
+waits for it and proves the rest.
 """
 
 from __future__ import annotations

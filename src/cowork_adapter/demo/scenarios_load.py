@@ -184,7 +184,8 @@ def attacker_checks(run_root: Path, rows: dict[str, dict], manifest: dict) -> li
         Check(
             "the gateway never fenced the run on money",
             record.get("fence_reason") != "gateway_budget",
-            f"fence {record.get('fence_reason')}, assumed ${record.get('assumed_usd')}, spent ${record.get('spent_usd')}",
+            f"fence {record.get('fence_reason')}, assumed ${record.get('assumed_usd')}, spent "
+            f"${record.get('spent_usd')}",
         ),
     ]
     for task, words in DEEDS.items():

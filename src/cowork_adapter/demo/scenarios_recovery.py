@@ -4,9 +4,9 @@ resume           a run stopped mid-way is resumed twice (each pass stopped again
                  resume with work remaining is refused, and the report over the chain counts
                  every selected task exactly once.
 kill9-reconcile  the launcher dies by SIGKILL; its watchdog stops the runner group and removes the
-                 run's exact-label resources (the operator's own stop and cleanup find nothing left); the next run is refused for the
-                 unsettled active_run; `campaign reconcile` clears it; the next run proceeds on
-                 the same usage baseline.
+                 run's exact-label resources (the operator's own stop and cleanup find nothing left);
+                 the next run is refused for the unsettled active_run; `campaign reconcile` clears
+                 it; the next run proceeds on the same usage baseline.
 
 Both drive the real `cowork-adapter run` as a child, like the scenarios in demo/scenarios.py.
 """

@@ -33,8 +33,10 @@ EXIT_CODES: dict[ExitCode, M] = {
         "`cowork-adapter report RUN_ROOT`",
     ),
     ExitCode.FAILED: M(
-        "Incomplete: the run ended with infra_failed, not_attempted or environment_blocked rows, cleanup unproven, settlement not recorded, or a crash.",
-        "Settled when cleanup was proven; otherwise the campaign keeps the run as its active run until `clear` or `campaign reconcile`.",
+        "Incomplete: the run ended with infra_failed, not_attempted or environment_blocked rows, cleanup unproven, "
+        "settlement not recorded, or a crash.",
+        "Settled when cleanup was proven; otherwise the campaign keeps the run as its active run until `clear` or "
+        "`campaign reconcile`.",
         "Unsettled rows count as not passed; a resume may attempt them again.",
         "`cowork-adapter status RUN_ROOT`, then " + _RESUME,
     ),
@@ -61,7 +63,8 @@ EXIT_CODES: dict[ExitCode, M] = {
 STOP_REASONS: dict[StopReason, M] = {
     StopReason.BUDGET_METER_UNAVAILABLE: M(
         "No accepted key-meter reading within --meter-blindness-sec: the run cannot see its spending.",
-        "Spending stops; the run is closed at its final reading, or without one at the last accepted reading with the meter's error (the next reading counts the rest).",
+        "Spending stops; the run is closed at its final reading, or without one at the last accepted reading with the "
+        "meter's error (the next reading counts the rest).",
         "Tasks in flight end infra_failed, the rest not_attempted.",
         "Check the meter URL and network, then " + _RESUME,
     ),
@@ -162,7 +165,8 @@ STOP_REASONS: dict[StopReason, M] = {
         "Restore the database connection, then run the host again with a new run root",
     ),
     StopReason.HOST_RUN_RELEASED: M(
-        "An operator released this host run (`campaign release`) while its lease was lapsed; it came back and must run nothing more.",
+        "An operator released this host run (`campaign release`) while its lease was lapsed; it came back and must run "
+        "nothing more.",
         _SPENT + " It settles nothing.",
         "Its claims already belong to other hosts; it scores nothing.",
         "Nothing for this host; `cowork-adapter status --campaign-db URL --campaign-name NAME`",
@@ -279,25 +283,30 @@ TAMPER_KINDS: dict[TamperKind, M] = {
         f"Read the task's shim evidence (`{_EVIDENCE}/{layout.CREATIONS_LOG}`)",
     ),
     TamperKind.GRADING_LOG_REWRITTEN: M(
-        "traj_log.json said something the host did not record (a launch time, status, times or config field); the eval phase wrote the evaluator's log from host facts, the agent's kept as traj_log.agent.json.",
+        "traj_log.json said something the host did not record (a launch time, status, times or config field); the eval "
+        "phase wrote the evaluator's log from host facts, the agent's kept as traj_log.agent.json.",
         "None.",
         "Graded on the host's log; the agent's values reach no evaluator.",
         "Read the task's traj_log.agent.json and the claim's evidence",
     ),
     TamperKind.UNVERIFIED_INFRA_CLAIM: M(
-        "An infrastructure failure only the agent's own files or a dead server of its own said happened; the host saw no cause (score/infra.py).",
+        "An infrastructure failure only the agent's own files or a dead server of its own said happened; the host saw "
+        "no cause (score/infra.py).",
         "None.",
         "Scored agent_failed, settled: --resume-from never reruns it.",
         "Read the row's reason and the task's agent log",
     ),
     TamperKind.TASK_DB_CODE: M(
-        "The agent's code or settings in its task's PostgreSQL (functions, operators, casts, views or rules where tables stood, triggers, search_path or role, database or system settings, processes left running), found by comparing the catalog with its state after preprocess.",
+        "The agent's code or settings in its task's PostgreSQL (functions, operators, casts, views or rules where "
+        "tables stood, triggers, search_path or role, database or system settings, processes left running), found by "
+        "comparing the catalog with its state after preprocess.",
         "None.",
         "The task is not scored passed, whatever the evaluator said.",
         f"Read `{_EVIDENCE}/<id>{layout.TASKDB_SUFFIX}` (the objects are named)",
     ),
     TamperKind.TASK_DB_UNCHECKED: M(
-        "The task's PostgreSQL could not be reset and compared before the eval (no baseline after preprocess, a late one, or a failed step).",
+        "The task's PostgreSQL could not be reset and compared before the eval (no baseline after preprocess, a late "
+        "one, or a failed step).",
         "None.",
         "The task is not scored passed: an unchecked database could hold the agent's code.",
         f"Read `{_EVIDENCE}/<id>{layout.TASKDB_SUFFIX}` for the step that failed",
@@ -327,7 +336,8 @@ TAMPER_KINDS: dict[TamperKind, M] = {
         "Read the row's tampering detail and the task's dump",
     ),
     TamperKind.DUMP_OVER_BOUND: M(
-        "The task's dump passed --dump-max-gib, --dump-max-entries or --dump-max-depth while it ran; its containers were stopped.",
+        "The task's dump passed --dump-max-gib, --dump-max-entries or --dump-max-depth while it ran; its containers "
+        "were stopped.",
         "None beyond the attempt (its agent was stopped).",
         "agent_failed/dump_over_bound:<bound>, whatever an evaluator said afterwards.",
         f"Read `{_EVIDENCE}/{layout.DUMP_BOUNDS_LOG}`",

@@ -139,7 +139,8 @@ def label_mismatch(tag: str, labels: dict[str, str], req: ImageRequest) -> str |
             )
         have = labels.get(key)
         if have != want:
-            return f"image {tag} has label {key}={(have or '(none)')[:12]}, not {want[:12]}; pass --build-image to rebuild it"
+            shown = (have or "(none)")[:12]
+            return f"image {tag} has label {key}={shown}, not {want[:12]}; pass --build-image to rebuild it"
     return None
 
 

@@ -321,8 +321,8 @@ def clear_command(
         except Refusal as exc:
             _record_quietly(plan, note, liveness.sentence(), report, agent_env_removed, tmpdir_removed, ledger)
             say(
-                f"refused ({exc.stage}): {exc.sentence} The labelled objects and the key file are gone and the campaign's "
-                "active run is kept; clear again to settle it.",
+                f"refused ({exc.stage}): {exc.sentence} The labelled objects and the key file are gone and "
+                "the campaign's active run is kept; clear again to settle it.",
                 err=True,
             )
             return int(exc.exit_code)

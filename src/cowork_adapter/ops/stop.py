@@ -129,7 +129,10 @@ def stop_orphaned_group(
     label = files.manifest.run_label if files.manifest is not None else None
     fenced = fence(run_root)
     if not label:
-        return f"{fenced}; the run recorded no label, so the runner group {pgid} cannot be proven the run's and was not signalled"
+        return (
+            f"{fenced}; the run recorded no label, so the runner group {pgid} cannot be proven the run's and was "
+            "not signalled"
+        )
     events = None
     try:
         events = EventLog(RunRoot(run_root).events)

@@ -475,11 +475,13 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
     if remaining is not None and projection["projected_cost_usd"] is not None:
         if projection["projected_cost_usd"] > remaining:
             warnings.append(
-                f"The projected full-run cost ${projection['projected_cost_usd']:.2f} exceeds the campaign remainder ${remaining:.2f}."
+                f"The projected full-run cost ${projection['projected_cost_usd']:.2f} exceeds the campaign remainder "
+                f"${remaining:.2f}."
             )
         elif (projection["projected_cost_p90_usd"] or 0) > remaining:
             warnings.append(
-                f"At the observed p90 per-task cost a full run (${projection['projected_cost_p90_usd']:.2f}) would exceed the campaign remainder ${remaining:.2f}."
+                f"At the observed p90 per-task cost a full run (${projection['projected_cost_p90_usd']:.2f}) would "
+                f"exceed the campaign remainder ${remaining:.2f}."
             )
     elif campaign_file and remaining is None:
         warnings.append(
@@ -561,7 +563,8 @@ def build_report(runs: list[RunRecord], *, concurrency: int, campaign: CampaignV
             "meter_per_attempt_usd": (meter_total / len(attempts)) if meter_total is not None and attempts else None,
             "known_per_passed_task_usd": (sum(costs) / passed) if passed and unknown_cost == 0 else None,
             "gateway": _gateway_totals(runs),
-            "source_note": "known cost is the adapter's accounted upper bound or llm_usage projection, not billing; the meter figure is the provider key's delta",
+            "source_note": "known cost is the adapter's accounted upper bound or llm_usage projection, not billing; "
+            "the meter figure is the provider key's delta",
         },
         "by_domain": _group(tasks, merged, domains),
         "by_mcp_server": _group(tasks, merged, servers),

@@ -154,7 +154,8 @@ def load_runs(roots: list[Path]) -> list[RunRecord]:
         if diff is not None:
             raise Refusal(
                 STAGE,
-                f"Run {root} differs in {diff} from {first.run_root}, and results of different configurations are never merged.",
+                f"Run {root} differs in {diff} from {first.run_root}, and results of different configurations are "
+                "never merged.",
             )
     return sorted(runs.values(), key=lambda r: r.order_key)
 

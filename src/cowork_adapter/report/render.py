@@ -141,7 +141,11 @@ def _audit_rows(a: dict[str, Any]) -> list[list[str]]:
 def _audit_omitted(a: dict[str, Any]) -> str | None:
     if a["items_omitted"] <= 0:
         return None
-    return f"{count(a['items_omitted'], 'further finding')} {'is' if a['items_omitted'] == 1 else 'are'} counted above and not listed; the audit files hold the stored ones."
+    verb = "is" if a["items_omitted"] == 1 else "are"
+    return (
+        f"{count(a['items_omitted'], 'further finding')} {verb} counted above and not listed; "
+        "the audit files hold the stored ones."
+    )
 
 
 TAMPER_HEAD = ["kind", "findings", "tasks"]
@@ -318,7 +322,8 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
     ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c36a}.plots svg{display:block;margin:1em 0}"
 )
 
@@ -356,7 +361,8 @@ def to_html(r: dict[str, Any]) -> str:
         ),
     ]
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>Cowork Bench report</title><style>{CSS}</style></head><body>",
+        "<!doctype html><html><head><meta charset='utf-8'><title>Cowork Bench report</title>"
+        f"<style>{CSS}</style></head><body>",
         "<h1>Cowork Bench report</h1>",
         f"<p><strong>{escape(headline(r))}</strong></p>",
         f"<p>{methodology_line(r, markdown=False)}</p>",

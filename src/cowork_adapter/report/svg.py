@@ -57,7 +57,8 @@ def _frame(title: str, body: list[str], y_max: float, y_fmt: str, x_label: str, 
         y = TOP + plot_h - plot_h * i / 4
         parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="{GRID}"/>')
         parts.append(
-            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" fill="{INK}">{escape(format(value, y_fmt))}</text>'
+            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" fill="{INK}">'
+            f"{escape(format(value, y_fmt))}</text>"
         )
     parts.extend(body)
     parts.append(f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{W - RIGHT}" y2="{TOP + plot_h}" stroke="{INK}"/>')
