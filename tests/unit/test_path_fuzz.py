@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
-# An answer, not a hang. Idle, a refusal takes about 0.8 s (mostly the interpreter's start); on a
-# loaded 2-core machine several seconds, hence the generous bound. A hang never ends: the 60 s
-# subprocess timeout turns it into a failure.
-DEADLINE_SEC = 20.0
+# An answer, not a hang: a refusal that never ends meets the 60 s subprocess timeout and has no exit
+# code, which the test's `returncode == 2` fails on. How fast a refusal is belongs to benchmarks/, not
+# here (a bound in seconds failed once at load 8 with nothing wrong).
 LONG = "a" * 300
 
 # Path classes by what the argument expects (each value is relative to the case directory, or absolute).
@@ -209,7 +207,6 @@ class Outcome:
     returncode: int | None
     stdout: str
     stderr: str
-    seconds: float
     before: list
     after: list
 
@@ -225,7 +222,6 @@ def _play(case: Case, case_dir: Path) -> Outcome:
         "OPENROUTER_API_KEY": "sk-or-v1-FAKE-TEST-KEY-0000000000",
     }
     before = _listing(case_dir)
-    started = time.monotonic()
     try:
         done = subprocess.run(
             [str(PYTHON), "-m", "cowork_adapter", *argv],
@@ -238,7 +234,7 @@ def _play(case: Case, case_dir: Path) -> Outcome:
         result = (done.returncode, done.stdout, done.stderr)
     except subprocess.TimeoutExpired:
         result = (None, "", "timed out after 60 s")
-    return Outcome(*result, time.monotonic() - started, before, _listing(case_dir))
+    return Outcome(*result, before, _listing(case_dir))
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +255,6 @@ def test_bad_path_is_refused_in_one_sentence_and_writes_nothing(outcomes, case):
     assert lines[0].startswith("cowork-adapter: ") and lines[0].rstrip().endswith("."), lines[0]
     assert out.stdout == ""
     assert out.after == out.before
-    assert out.seconds < DEADLINE_SEC, out.seconds
 
 
 def test_every_path_option_of_every_command_is_fuzzed():
