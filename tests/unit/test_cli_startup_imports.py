@@ -70,6 +70,8 @@ FUNCTION_IMPORTS = {
     ("cli/readers.py", "..export"): COMMAND,
     ("cli/readers.py", "..report"): COMMAND,
     ("cli/readers.py", "..report.compare"): COMMAND,
+    ("cli/ops.py", "..ops.trial_control"): COMMAND,
+    ("cli/runs.py", "..run.trials"): COMMAND,
     ("cli/run_flags.py", "..config"): "RunConfig and the flag checks import msgspec: not for --help or a refused path",
     ("cli/runs.py", "..demo.scenarios"): COMMAND,
     ("cli/runs.py", "..ops.doctor"): COMMAND,
