@@ -201,7 +201,8 @@ def make_comparison(a_paths: list[Path], b_paths: list[Path]) -> dict[str, Any]:
         )
     infra = [sum(o.infra for t, o in side.outcomes.items() if t in set(common)) for side in (a, b)]
     disclosures.append(
-        f"Infrastructure failures count as not passed on both sides (METHODOLOGY.md §trials): {infra[0]} task-trial(s) "
+        "Infrastructure failures count as not passed on both sides (METHODOLOGY.md §trials): "
+        f"{infra[0]} task-trial(s) "
         f"on side A, {infra[1]} on side B."
     )
     return {

@@ -3,8 +3,9 @@
 The run root R becomes a trial-set folder: `R/trials.json` (schemas/trials.py) is written atomically before any
 trial starts, then `R/trial-1` ... `R/trial-K` run in order, each the unchanged launcher in a child process
 (`cowork-adapter run --run-root R/trial-i`: its own benchmark clone, dumps, custody label and ledger, and an argv
-that names its own run root, so status, stop and clear find it as any run), all against the one campaign. They run one after another, not side by side: several default-route runs on one daemon are not yet
-possible (each run's gateway serves port 443 of the daemon's bridge), and each trial uses the host's admitted
+that names its own run root, so status, stop and clear find it as any run), all against the one campaign.
+They run one after another, not side by side: several default-route runs on one daemon are not yet possible
+(each run's gateway serves port 443 of the daemon's bridge), and each trial uses the host's admitted
 `--concurrency` across its own tasks.
 
 Money: `--budget-usd` is the whole set's: each trial is given what the trials before it left, read from their
