@@ -30,7 +30,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..errors import Refusal
 from ..fileio import replace_atomic
-from ..runroot.layout import STOP, TRIALS, RunRoot
+from ..runroot.layout import MONITOR, STOP, TRIALS, RunRoot
 from ..runroot.manifest import utc_now
 from ..runroot.trials import is_trial_set
 from ..schemas.monitor import Monitor
@@ -176,7 +176,7 @@ def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
             if cfg.money.budget_usd is not None:
                 trial_spent = _spent(folder / name)
                 if trial_spent is None:
-                    say(f"{name}'s spend cannot be read from its monitor.json, so no further trial of {folder} starts.")
+                    say(f"{name}'s spend cannot be read from its {MONITOR}, so no further trial of {folder} starts.")
                     codes.append(int(ExitCode.STOPPED))
                     break
                 spent += trial_spent
