@@ -136,3 +136,18 @@ def test_bootstrap_is_fixed_and_brackets_the_mean() -> None:
     lo, hi = paired_bootstrap(diffs)
     assert lo < sum(diffs) / len(diffs) < hi
     assert paired_bootstrap([0.5, 0.5]) == (0.5, 0.5)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from([P, F, INF, A, None]), min_size=3, max_size=3), min_size=1, max_size=12))
+def test_figures_are_ordered_and_the_interval_holds_the_estimate(rows: list[list[TaskStatus | None]]) -> None:
+    fig = trial_figures([TaskOutcomes(f"t{i}", tuple(r)) for i, r in enumerate(rows)])
+    assert fig.pass_at_1 is not None
+    lo, hi = fig.interval95
+    assert 0.0 <= lo <= fig.pass_at_1 <= hi <= 1.0
+    assert fig.tasks <= fig.effective_n <= fig.task_trials
+    assert fig.pass_hat_k[0] == pytest.approx(fig.pass_at_1) == pytest.approx(fig.pass_at_k[0])
+    for k in range(1, fig.trials):  # pass^k falls and pass@k rises with k
+        assert fig.pass_hat_k[k] <= fig.pass_hat_k[k - 1] + 1e-12
+        assert fig.pass_at_k[k] >= fig.pass_at_k[k - 1] - 1e-12
+    assert set(fig.changed_by_infra) <= set(fig.changed)

@@ -60,7 +60,8 @@ def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z2 / n
     centre = (p + z2 / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p = 0 (or 1) the bound is 0 (or 1) exactly; rounding would otherwise leave it just inside.
+    return (0.0 if p == 0 else max(0.0, centre - half)), (1.0 if p == 1 else min(1.0, centre + half))
 
 
 def effective_size(task_means: Sequence[float], task_trials: int) -> float:
