@@ -30,7 +30,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..errors import Refusal
 from ..fileio import replace_atomic
-from ..runroot.layout import MONITOR, STOP, TRIALS, RunRoot
+from ..runroot.layout import LAUNCHER_OUTPUT, MONITOR, STOP, TRIALS, RunRoot
 from ..runroot.manifest import utc_now
 from ..runroot.trials import is_trial_set
 from ..schemas.monitor import Monitor
@@ -136,7 +136,18 @@ def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
 
-    previous_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    def on_hangup(_signum: int, _frame: object) -> None:
+        # A closed terminal never stops a set (as a run: run/signals.py); the set's lines go on in its folder.
+        try:
+            fd = os.open(folder / LAUNCHER_OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        except OSError:
+            pass  # nowhere to write: the set still goes on, and its trials' files say what happened
+
+    previous_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous_handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     try:
         for i, name in enumerate(names):
             if (folder / STOP).exists():
