@@ -60,6 +60,8 @@ def test_a_trial_set_folder_and_a_trial_not_started(tmp_path: Path) -> None:
     report = make_report([folder], 1)
     _check_figures(report["trials"])
     assert report["trials"]["trial_set"] == str(folder.resolve())
+    money = report["trials"]["money"]
+    assert money["projection"]["tasks"] == 2 * 496 and money["projection"]["cost_samples"] >= 6
     partial = make_report([_trial_set(tmp_path / "partial", 3, [TRIAL_1, TRIAL_2])], 1)["trials"]
     assert partial["not_started"] == ["trial-3"] and partial["k"] == 3
     assert partial["pass_at_1"] == pytest.approx(4 / 12)  # trial 3 answers for its tasks: none passed
@@ -105,7 +107,11 @@ def test_markdown_and_html_show_the_trials_section(tmp_path: Path) -> None:
     report = make_report([_trial_set(tmp_path / "set", 2, [TRIAL_1, TRIAL_2])], 1)
     md = to_markdown(report)
     assert "**pass@1 over 2 trials = 50.0 % (95 % interval 18.8 % – 81.2 %, 4 tasks)**" in md
-    assert "| 2 | 25.0 % | 75.0 % |" in md and "| b-2 | passed infra_failed | 50.0 % |" in md
+    assert (
+        "| 2 | 25.0 % | 75.0 % |" in md
+        and "All 2 trials: key-meter spend" in md
+        and "| b-2 | passed infra_failed | 50.0 % |" in md
+    )
     html = to_html(report)
     assert "<h2>Trials</h2>" in html and "pass^k and pass@k by k" in html
     out = tmp_path / "out"

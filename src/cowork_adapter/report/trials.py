@@ -12,8 +12,9 @@ from ..runroot.trials import TrialGroup, same_identity
 from ..score.trials import TaskOutcomes, trial_figures
 from ..vocab import TaskStatus
 from . import svg
-from .build import build_report
-from .merge import RunRecord, denominator, load_runs, merge_rows
+from .build import FULL_DATASET, build_report, row_cost, row_duration
+from .merge import RunRecord, denominator, load_runs, merge_rows, own_attempts
+from .stats import project_full_run
 
 STAGE = "report"
 INTERVAL_METHOD = (
@@ -104,6 +105,40 @@ def trials_section(group: TrialGroup, loaded: list[list[RunRecord]]) -> dict[str
     }
 
 
+def _money(group: TrialGroup, loaded: list[list[RunRecord]], concurrency: int) -> dict[str, Any]:
+    """Every trial's spend and the projection of K trials of the full dataset from all trials' attempts (the
+    report's own projection below is trial 1's)."""
+    attempts = [row for runs in loaded for run in runs for row in own_attempts(run)]
+    costs = [c for c in (row_cost(r) for r in attempts) if c is not None]
+    durations = [d for d in (row_duration(r) for r in attempts) if d is not None]
+    spends = [_spent(runs) for runs in loaded if runs]
+    return {
+        "meter_spent_usd": sum(v for v in spends if v is not None) if any(v is not None for v in spends) else None,
+        "trials_without_reading": sum(1 for v in spends if v is None),
+        "projection": project_full_run(costs, durations, tasks=FULL_DATASET * group.k, concurrency=concurrency),
+    }
+
+
+def _money_line(section: dict[str, Any]) -> str | None:
+    money = section.get("money")
+    if not money:
+        return None
+    p = money["projection"]
+    spent = "n/a" if money["meter_spent_usd"] is None else f"${money['meter_spent_usd']:,.2f}"
+    cost = "n/a" if p["projected_cost_usd"] is None else f"${p['projected_cost_usd']:,.2f}"
+    p90 = "n/a" if p["projected_cost_p90_usd"] is None else f"${p['projected_cost_p90_usd']:,.2f}"
+    return (
+        f"All {section['k']} trials: key-meter spend {spent}"
+        + (
+            f" ({money['trials_without_reading']} trial(s) without a reading)"
+            if money["trials_without_reading"]
+            else ""
+        )
+        + f"; {section['k']} trials of all {p['tasks'] // section['k']} tasks project to {cost} (p90 {p90}) from "
+        f"{p['cost_samples']} attempts of known cost."
+    )
+
+
 def _spent(runs: list[RunRecord]) -> float | None:
     known = [v for v in (r.run_spent_usd() for r in runs) if v is not None]
     return sum(known) if known else None
@@ -118,6 +153,7 @@ def trial_report(group: TrialGroup, concurrency: int) -> dict[str, Any]:
         raise Refusal(STAGE, f"No trial of {group.name} has started, so there is nothing to report.")
     report = build_report(started[0][1], concurrency=concurrency)
     section = trials_section(group, loaded)
+    section["money"] = _money(group, loaded, concurrency)
     report["trials"] = section
     report["disclosures"].append(f"{trials_disclosure(section, started[0][0])} (METHODOLOGY.md §trials)")
     return report
@@ -184,6 +220,7 @@ CHANGED_HEAD = ["task", "status per trial", "pass rate"]
 def trials_markdown(section: dict[str, Any], table: Any) -> list[str]:
     """The section's Markdown lines; `table(head, rows)` is render.py's table writer."""
     out = ["## Trials", "", f"**{trials_headline(section)}**", "", section["interval_method"] + ".", ""]
+    out += [line, ""] if (line := _money_line(section)) else []
     out += [table(K_HEAD, _k_rows(section)), "", table(TRIAL_HEAD, _trial_rows(section)), ""]
     changed = _changed_rows(section)
     out += [f"{len(changed)} task{'' if len(changed) == 1 else 's'} changed outcome between trials.", ""]
@@ -210,6 +247,7 @@ def trials_html(section: dict[str, Any], table: Any) -> list[str]:
         "<h2>Trials</h2>",
         f"<p><strong>{escape(trials_headline(section))}</strong></p>",
         f"<p>{escape(section['interval_method'])}.</p>",
+        *([f"<p>{escape(line)}</p>"] if (line := _money_line(section)) else []),
         table(K_HEAD, _k_rows(section)),
         table(TRIAL_HEAD, _trial_rows(section)),
         f"<div class='plots'>{trials_plot(section)}</div>",
