@@ -52,3 +52,15 @@ def test_status_and_stop_over_a_set_with_no_live_trial(tmp_path: Path, capsys) -
     assert trial_set_status(folder, False) == 0
     text = capsys.readouterr().out
     assert "2 trials, 1 started; stop requested" in text and "trial-2: not started" in text
+
+
+def test_a_trial_that_never_started_takes_the_selection_of_its_started_siblings(tmp_path: Path) -> None:
+    from cowork_adapter.run.trials import fresh_selection
+
+    folder = tmp_path / "set"
+    folder.mkdir()
+    make_run(folder / "trial-2", ["a", "b"], {"a": "pass"})
+    names = trial_names(2)
+    assert fresh_selection(folder, names, ["run", "--trials", "2"]) == ["--task", "a", "--task", "b"]
+    assert fresh_selection(folder, names, ["run", "--task", "c"]) == []  # the command's own selection stands
+    assert fresh_selection(tmp_path / "nothing", names, ["run"]) == []

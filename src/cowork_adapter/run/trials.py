@@ -16,7 +16,8 @@ Stop and death: `stop R` writes R/stop (no further trial starts) and stops the l
 reason that ends a trial (budget, meter, disk, signal) ends the set. A SIGKILL at any line leaves trials.json
 and complete or clearable trial run roots: `clear R/trial-i` finishes a dead trial, and
 `run --trials K --resume-from R --run-root R2` resumes each started trial of R into R2's namesake (a trial of R
-that never started starts afresh there, over the selection flags the resuming command gives).
+that never started starts afresh there, over the selection its started siblings answer for, unless the resuming
+command names its own).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..config import RunConfig
 from ..errors import Refusal
 from ..fileio import replace_atomic
 from ..runroot.layout import LAUNCHER_OUTPUT, MONITOR, STOP, TRIALS, RunRoot
-from ..runroot.manifest import utc_now
+from ..runroot.manifest import read_manifest, utc_now
 from ..runroot.trials import is_trial_set
 from ..schemas.monitor import Monitor
 from ..schemas.record import RecordInvalid, decode
@@ -98,6 +99,20 @@ def trial_argv(argv: list[str], changes: dict[str, str | None], *, new_campaign:
     return out
 
 
+def fresh_selection(ancestor: Path, names: list[str], argv: list[str]) -> list[str]:
+    """`--task` flags for a trial of the resumed set `ancestor` that never started: the selection a started
+    sibling answers for, unless the resuming command names its own (--task, --task-file); [] when none is known."""
+    if any(a.split("=", 1)[0] in ("--task", "--task-file") for a in argv):
+        return []
+    for name in names:
+        try:
+            sel = read_manifest(ancestor / name).selection
+        except (OSError, ValueError):
+            continue
+        return [word for task in sel.selection_task_ids or sel.task_ids for word in ("--task", task)]
+    return []
+
+
 def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
     """The whole `run --trials K`; returns the set's exit code: the most severe of its trials' (3 stopped,
     2 refused, 1 incomplete, 0 every trial completed).
@@ -158,8 +173,11 @@ def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
                 "--run-root": str(folder / name),
                 "--resource-root": str(cfg.resource_root),
             }
+            extra: list[str] = []
             if ancestor is not None and RunRoot(ancestor / name).manifest.is_file():
                 changes["--resume-from"] = str(ancestor / name)
+            elif ancestor is not None:
+                extra = fresh_selection(ancestor, names, argv)  # the set's selection, as its siblings resume it
             if cfg.money.budget_usd is not None:
                 remaining = cfg.money.budget_usd - spent
                 if remaining <= 0:
@@ -170,7 +188,13 @@ def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
             say(f"trial set {folder}: {name} of {len(names)} starts.")
             child[:] = [
                 subprocess.Popen(
-                    [sys.executable, "-m", "cowork_adapter", *trial_argv(argv[1:], changes, new_campaign=i == 0)]
+                    [
+                        sys.executable,
+                        "-m",
+                        "cowork_adapter",
+                        *trial_argv(argv[1:], changes, new_campaign=i == 0),
+                        *extra,
+                    ]
                 )
             ]
             if (folder / STOP).exists():
