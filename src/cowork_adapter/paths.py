@@ -245,6 +245,16 @@ def checked_path(
     return path
 
 
+def checked_result_root(raw: str | os.PathLike[str], flag: str = "") -> Path:
+    """A run root holding its manifest, or a trial-set folder (`run --trials`: trials.json, a regular file,
+    whose trial run roots runroot/trials.py reads): what `report` and `compare` read results from."""
+    path = checked_path(raw, PathKind.DIR, flag)
+    marker = path / layout.TRIALS
+    if os.path.isfile(marker) and not os.path.islink(marker):
+        return path
+    return checked_path(raw, PathKind.RUN_ROOT, flag, needs_manifest=True)
+
+
 def check_output_files(flag: str, raw: str, folder: Path, names: tuple[str, ...]) -> None:
     """None of `names` exists in `folder` (a dangling symbolic link counts: it is never written through)."""
     for name in names:

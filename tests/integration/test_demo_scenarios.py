@@ -41,3 +41,16 @@ def test_hostile_load_scenario_leaves_the_honest_sibling_served(demo_env):
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     assert len(checks) >= len(TASKS) + 12, "the scenario must check every task, the commands and the host"
     assert not failed, f"scenario hostile-load failed checks: {failed}"
+
+
+def test_compare_scenario_runs_two_trial_sets_and_compares_them(demo_env):
+    """Issue 39: the stub engine and `nop`, `run --trials 2` each over two demo tasks, then `report` over a
+    trial set and `compare` (cowork_adapter.demo.scenarios_compare); on the same demo world as above."""
+    from cowork_adapter.demo.scenarios_compare import K, scenario_compare
+
+    checks = scenario_compare(demo_env)
+    for check in checks:
+        print(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    assert len(checks) >= 2 * (3 + K) + 5, "the scenario must check both sets, the report and the comparison"
+    assert not failed, f"scenario compare failed checks: {failed}"

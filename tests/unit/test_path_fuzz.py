@@ -76,6 +76,13 @@ SLOTS: dict[str, tuple[list[str], dict[str, str]]] = {
     ),
     "report": (["report", "{p}"], RUN_ROOT_IN),
     "report --output-dir": (["report", "good-run", "--output-dir", "{p}"], OUTPUT_DIR),
+    "compare": (["compare", "{p}", "--against", "good-run"], RUN_ROOT_IN),
+    "compare --against": (["compare", "good-run", "--against", "{p}"], RUN_ROOT_IN),
+    # compare writes comparison.*, not report.md: a folder holding one is no refusal for it.
+    "compare --output-dir": (
+        ["compare", "good-run", "--against", "good-run", "--output-dir", "{p}"],
+        {k: v for k, v in OUTPUT_DIR.items() if "report.md" not in k},
+    ),
     "export": (["export", "{p}", "--output-dir", "out-logs"], RUN_ROOT_IN),
     # The export writes no report.md: a folder holding one (even a dangling link) is no refusal for it.
     "export --output-dir": (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,8 @@ import typer
 
 from ..defaults import DEFAULT_CAMPAIGN_NAME, InvalidFlag, check_env_name, check_http_url
 from ..errors import Refusal
-from ..paths import PathKind, checked_path
+from ..paths import PathKind, checked_path, checked_result_root
+from ..runroot import layout
 from .apps import _campaign_view_flags, _more, app
 
 
@@ -47,6 +49,10 @@ def status(
         raise SystemExit(campaign_status_command(campaign[0], campaign[1], roots, as_json))
     if len(run_roots or []) != 1:
         raise Refusal("flags", "status takes exactly one run root (several only with --campaign-db).")
+    if os.path.isfile(Path(run_roots[0], layout.TRIALS)):  # type: ignore[index]  # exactly one, checked above
+        from ..ops.trial_control import trial_set_status
+
+        raise SystemExit(trial_set_status(checked_result_root(run_roots[0]), as_json))  # type: ignore[index]
     run_root = checked_path(run_roots[0], PathKind.RUN_ROOT, "")  # type: ignore[index]  # exactly one, checked above
     from ..ops.status import status_command
 
@@ -66,6 +72,10 @@ def stop(
 ) -> None:
     if not (0 < timeout < float("inf")):
         raise Refusal("flags", f"--timeout must be a finite number greater than 0 (got {timeout}).")
+    if os.path.isfile(Path(run_root, layout.TRIALS)):  # a trial set (run --trials): every live trial stops
+        from ..ops.trial_control import trial_set_stop
+
+        raise SystemExit(trial_set_stop(checked_result_root(run_root), timeout))
     run_root = checked_path(run_root, PathKind.RUN_ROOT, "")
     from ..ops.stop import stop_command
 

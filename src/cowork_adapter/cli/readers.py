@@ -11,7 +11,7 @@ import typer
 
 from ..defaults import DEFAULT_CAMPAIGN_NAME
 from ..errors import Refusal
-from ..paths import PathKind, checked_path
+from ..paths import PathKind, checked_path, checked_result_root
 from ..runroot import layout
 from ..vocab import ExitCode
 from .apps import _campaign_view_flags, _more, app
@@ -73,7 +73,7 @@ def report(
     ] = False,
 ) -> None:
     campaign = _campaign_view_flags(campaign_db, campaign_name)
-    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
+    roots = [checked_result_root(p) for p in run_roots]  # run roots or trial sets (run --trials)
     from ..report import OUTPUT_NAMES, run_report_command
 
     logs: tuple[str, ...] = ()
@@ -94,6 +94,39 @@ def report(
 
         code = run_export_command(roots, output_dir, "inspect")
     raise SystemExit(code)
+
+
+@app.command(
+    help="Compare two configurations task by task over the tasks both selected (offline, read-only): per-task "
+    "outcomes, the difference in pass rate with a paired interval, an exact McNemar test (one trial a side) or a "
+    "paired permutation test (trials), the same by domain and MCP server, cost and time per task. Each side is "
+    "run roots or a trial set (run --trials); sides of different benchmark commits, task trees or evaluator "
+    "code are refused (exit 2).\n\n"
+    "Example: cowork-adapter compare /data/trials-a --against /data/trials-b --output-dir /data/a-vs-b"
+    + _more("docs/operating.md"),
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    options_metavar="[OPTIONS] A... --against B...",
+)
+def compare(
+    ctx: typer.Context,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(help="Write comparison.md, .json and .html here (never over a file). Default: print it."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    # A... --against B...: split by hand, as click would give a path after --against B1 to side A.
+    words = [str(w) for w in ctx.args]
+    if words.count("--against") != 1 or words.index("--against") in (0, len(words) - 1):
+        raise Refusal("flags", "compare takes run roots or trial sets on both sides: compare A... --against B...")
+    cut = words.index("--against")
+    a = [checked_result_root(p) for p in words[:cut]]
+    b = [checked_result_root(p, "--against") for p in words[cut + 1 :]]
+    from ..report.compare import OUTPUT_NAMES, run_compare_command
+
+    if output_dir is not None:
+        output_dir = checked_path(output_dir, PathKind.OUTPUT_DIR, "--output-dir", output_names=OUTPUT_NAMES)
+    raise SystemExit(run_compare_command(a, b, output_dir, as_json))
 
 
 @app.command(

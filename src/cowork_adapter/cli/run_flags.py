@@ -34,7 +34,7 @@ from ..defaults import (
     SAFETY_MODES,
     TASK_REVIEW_MODES,
 )
-from ..paths import PathKind, checked_path
+from ..paths import PathKind, checked_path, checked_result_root
 from ..runroot import layout
 from ..vocab import StopPath
 from .apps import (
@@ -116,6 +116,13 @@ def _run_flags(
         typer.Option("--resume-from", help="Earlier run root to recover from (repeatable).", rich_help_panel=P_SELECT),
     ] = None,
     concurrency: Annotated[int, typer.Option(help="Tasks run at once (>= 1).", rich_help_panel=P_SELECT)] = 1,
+    trials: Annotated[
+        int,
+        typer.Option(
+            help="Run every task this many times (>= 1), each trial a run root <run-root>/trial-N of one campaign.",
+            rich_help_panel=P_SELECT,
+        ),
+    ] = 1,
     max_steps: Annotated[int, typer.Option(help="Agent rounds per task (>= 1).", rich_help_panel=P_AGENT)] = 100,
     task_timeout: Annotated[
         int, typer.Option(help="Seconds per agent phase (> 0; warned above 7100).", rich_help_panel=P_AGENT)
@@ -517,8 +524,11 @@ def _config_from_flags(flags: dict[str, Any]) -> RunConfig:
 
     fields = {k: (v.value if isinstance(v, Enum) else v) for k, v in flags.items()}
     _checked_run_paths(fields)
-    fields["resume_from"] = [
-        checked_path(p, PathKind.RUN_ROOT_IF_EXISTS, "--resume-from") for p in fields.get("resume_from") or ()
+    fields["resume_from"] = [  # a run root, or a trial set (run --trials resumes each of its trials)
+        checked_result_root(p, "--resume-from")
+        if os.path.isfile(Path(p, layout.TRIALS))
+        else checked_path(p, PathKind.RUN_ROOT_IF_EXISTS, "--resume-from")
+        for p in fields.get("resume_from") or ()
     ]
     fields["tasks"] = tuple(fields.pop("task") or ())
     fields["resume_from"] = tuple(fields.pop("resume_from") or ())

@@ -6,6 +6,7 @@ when it runs.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
 
 
 def _run_body(cfg: RunConfig) -> None:
+    if cfg.selection.trials > 1 or any(os.path.isfile(p / layout.TRIALS) for p in cfg.selection.resume_from):
+        from ..run.trials import execute_trials
+
+        raise SystemExit(execute_trials(cfg, argv=_current_argv()))
     from ..run.launch import execute_run
 
     raise SystemExit(execute_run(cfg, argv=_current_argv()))

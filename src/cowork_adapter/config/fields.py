@@ -31,6 +31,7 @@ from ..vocab import REFERENCE_ENGINES, EngineKind
 # Numeric rules, one table: field -> (operator, bound). Floats must also be finite.
 _NUMERIC_RULES: dict[str, tuple[str, float]] = {
     "concurrency": (">=", 1),
+    "trials": (">=", 1),
     "max_steps": (">=", 1),
     "task_timeout": (">", 0),
     "mcp_tool_timeout": (">", 0),

@@ -43,6 +43,8 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
     task_ids: tuple[str, ...] | None = None
     resume_from: tuple[Path, ...] = ()
     concurrency: int = 1
+    # How many times every selected task runs, each trial a run root of its own (run/trials.py).
+    trials: int = 1
     # A task_validity.json from `qualify` (the report then also scores the valid tasks).
     task_validity: Path | None = None
 

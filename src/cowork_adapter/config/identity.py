@@ -20,6 +20,7 @@ IDENTITY_EXEMPT: dict[str, str] = {
     "selection.task_ids": "which tasks",
     "selection.resume_from": "the ancestry itself",
     "selection.concurrency": "how many tasks at once; each task's container limits are compared",
+    "selection.trials": "how many times each task runs; each trial is a run root of its own, compared as one",
     "selection.task_validity": "which tasks the report also scores over",
     "money": "how much may be spent, and where it is counted; the per-task limit is compared",
     "hosts": "how several hosts share a campaign",

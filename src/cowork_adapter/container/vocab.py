@@ -432,6 +432,7 @@ class DemoScenario(Vocab):
     ENVIRONMENT = "environment"  # inventory, repair and refusal of a broken MCP server
     HOSTILE = "hostile"  # an engine that attacks its own score, a sibling task and the host
     HOSTILE_LOAD = "hostile-load"  # an honest engine needing its model beside agents starving shared parts
+    COMPARE = "compare"  # two configurations, two trials each (run --trials), compared task by task
     ALL = "all"
 
 

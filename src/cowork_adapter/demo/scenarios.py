@@ -37,6 +37,7 @@ from .env import (
     wait_for,
 )
 from .heartbeat import DemoHeartbeat
+from .scenarios_compare import scenario_compare
 from .scenarios_diagnostic import scenario_diagnostic
 from .scenarios_hostile import scenario_hostile
 from .scenarios_inventory import scenario_environment
@@ -187,6 +188,7 @@ SCENARIOS: dict[str, Callable[[DemoEnv], list[Check]]] = {
     DemoScenario.RESUME.value: scenario_resume,
     DemoScenario.KILL9_RECONCILE.value: scenario_kill9_reconcile,
     DemoScenario.KILL9_RANDOM.value: scenario_kill9_random,
+    DemoScenario.COMPARE.value: scenario_compare,
 }
 
 

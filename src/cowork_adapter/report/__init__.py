@@ -17,11 +17,13 @@ from typing import Any
 from ..campaign.records import match_runs, missing_runs, missing_sentence, read_snapshot
 from ..errors import Refusal
 from ..fileio import create_exclusive
+from ..runroot.trials import expand_run_roots
 from ..vocab import ExitCode
 from .build import build_report, row_cost
 from .campaign import campaign_view, check_identities, merge_campaign
 from .merge import load_run, load_runs, meter_usage_series
 from .render import headline, to_html, to_markdown, valid_line
+from .trials import trial_report
 
 OUTPUT_NAMES = ("report.md", "report.json", "report.html")
 
@@ -32,7 +34,15 @@ def make_report(roots: list[Path], concurrency: int) -> dict[str, Any]:
         raise Refusal("report", "The report needs at least one run root.")
     if concurrency < 1:
         raise Refusal("report", "The projection concurrency must be at least 1.")
-    return build_report(load_runs(roots), concurrency=concurrency)
+    groups = expand_run_roots(roots)
+    if len(groups) == 1 and groups[0].trial_set is None and groups[0].k == 1:
+        return build_report(load_runs(roots), concurrency=concurrency)  # one run and its ancestry: as always
+    if len(groups) != 1:
+        load_runs([root for group in groups for root in group.roots])  # names the identity difference, if any
+        raise Refusal(
+            "report", "A report covers one configuration: name one trial set, or the run roots of one configuration."
+        )
+    return trial_report(groups[0], concurrency)
 
 
 def make_campaign_report(url: str, name: str, roots: list[Path], concurrency: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from . import svg
 from .build import count
+from .trials import trials_headline, trials_html, trials_markdown
 
 
 def _pct(x: float | None) -> str:
@@ -30,6 +31,8 @@ def _cpu(s: float | None) -> str:
 
 
 def headline(r: dict[str, Any]) -> str:
+    if r.get("trials"):
+        return trials_headline(r["trials"])  # the trial set's figure; trial 1's own is in its table
     lo, hi = r["wilson95"]
     return (
         f"pass@1 = {r['passed']}/{r['denominator']} = {_pct(r['pass_at_1'])} "
@@ -267,6 +270,7 @@ def to_markdown(r: dict[str, Any]) -> str:
             _md_table(["class", "selected tasks"], _validity_rows(r)),
             "",
         ]
+    out += trials_markdown(r["trials"], _md_table) if r.get("trials") else []
     out += [_md_table(["", "value"], [list(x) for x in _summary_rows(r)]), ""]
     for w in r["projection"]["warnings"]:
         out += [f"> **Warning:** {w}", ""]
@@ -366,6 +370,7 @@ def to_html(r: dict[str, Any]) -> str:
         "<h1>Cowork Bench report</h1>",
         f"<p><strong>{escape(headline(r))}</strong></p>",
         f"<p>{methodology_line(r, markdown=False)}</p>",
+        *(trials_html(r["trials"], _html_table) if r.get("trials") else []),
         _html_table(["", "value"], [list(x) for x in _summary_rows(r)]),
     ]
     if valid := valid_line(r):

@@ -33,6 +33,8 @@ LAUNCHER_OUTPUT = "launcher-output.log"
 IMAGE_BUILD_LOG = "image_build.log"
 CLAIMED = "claims.jsonl"  # a shared-campaign host's claimed batches
 SHARED_RUNNER = "shared_runner.json"  # a shared-campaign host's batch runner configuration
+TRIALS = "trials.json"  # a trial-set folder's record (run --trials): written before any trial starts
+TRIAL_PREFIX = "trial-"  # a trial set's run roots: trial-1 ... trial-K
 
 # custody/: the launcher's custody of the run's processes and containers.
 CUSTODY = "custody"
