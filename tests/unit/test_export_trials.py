@@ -142,14 +142,21 @@ def test_a_trial_set_is_one_log_with_an_epoch_per_trial_and_reducers_matching_th
     assert (samples["score_official"] == "C").mean() == pytest.approx(0.3)  # the errored count as not passed
 
 
-def test_other_configurations_and_recovery_ancestry_are_never_trials_of_each_other(tmp_path: Path) -> None:
+def test_export_groups_are_the_trial_readers_groups(tmp_path: Path) -> None:
+    """export groups run roots by runroot/trials.py's rules, as report and compare do: another configuration
+    is another log; a named ancestor is followed from its descendant, never a trial of its own; a root over
+    an overlapping task set is merged into the same trial, as the report merges it."""
     trials = _trial_set(tmp_path)
     other = ledger_run(tmp_path / "other", SELECTION, TRIAL_1, applied_config={**CONFIG, "model": "other/model"})
     fewer = ledger_run(tmp_path / "fewer", SELECTION[:2], {"t-pass": "pass"})
     resumed = ledger_run(tmp_path / "resumed", SELECTION, TRIAL_1, resume_from=(trials[0],), generation=1)
-    groups = export_groups([*trials, other, fewer, resumed])
-    assert [g.trials for g in groups] == [((trials[0],), (trials[1],)), ((other,),), ((fewer,),), ((resumed,),)]
-    assert [g.name for g in groups] == ["set", "other", "fewer", "resumed"]
+    groups = export_groups([*trials, other, resumed])
+    assert len(groups) == 2 and groups[1].trials == ((other,),) and groups[1].name == "other"
+    # The two trials of the first configuration, in the order their runs were created.
+    assert set(groups[0].trials) == {(trials[1],), (resumed,)} and len(groups[0].trials) == 2
+    assert set(groups[0].name.split("+")) == {"trial-2", "resumed"}
+    merged = export_groups([trials[0], fewer])
+    assert [g.trials for g in merged] == [((trials[0], fewer),)]
     # One run root alone keeps its log's name; the names are decided before anything is read or written.
     names = inspect_log_names([other, *trials])
     assert names[0].startswith("other-") and names[1].startswith("set-") and len(set(names)) == 2

@@ -139,14 +139,16 @@ def compare(
     + _more("docs/operating.md")
 )
 def export(
-    run_roots: Annotated[list[Path], typer.Argument(help="Run roots to export (each with its recovery ancestry).")],
+    run_roots: Annotated[
+        list[Path], typer.Argument(help="Run roots or trial sets to export (each with its recovery ancestry).")
+    ],
     output_dir: Annotated[Path, typer.Option(help="Folder the .eval logs are written to (created if absent).")],
     log_format: Annotated[
         str, typer.Option("--format", help="The log format: inspect (Inspect AI's .eval).")
     ] = "inspect",
     workers: Annotated[int | None, typer.Option(help="Processes reading task dumps (default: CPU count).")] = None,
 ) -> None:
-    roots = [checked_path(p, PathKind.RUN_ROOT, "", needs_manifest=True) for p in run_roots]
+    roots = [checked_result_root(p) for p in run_roots]  # run roots or trial sets (run --trials)
     from ..export import FORMATS, inspect_log_names, run_export_command
 
     if log_format not in FORMATS:
