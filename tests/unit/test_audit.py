@@ -368,7 +368,7 @@ def test_without_a_ledger_the_manifest_selection_is_audited(tmp_path: Path) -> N
 def test_the_ledger_reads_usage_as_the_audit_does(tmp_path: Path) -> None:
     """One reading of llm_usage records: a task's ledger row and its audit agree, nested
     fallbacks, unknown costs and malformed lines included."""
-    from cowork_adapter.score.ledger import scan_usage
+    from cowork_adapter.score.taskread import scan_usage
 
     root = tmp_path / "run"
     root.mkdir()

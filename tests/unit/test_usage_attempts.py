@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cowork_adapter.audit.scan import TaskScan, scan_events
 from cowork_adapter.container import ouroboros
-from cowork_adapter.score.ledger import scan_usage
+from cowork_adapter.score.taskread import scan_usage
 
 
 def _attempt(attempt_id: str, state: str, **fields) -> dict:
