@@ -20,7 +20,7 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cowork_adapter.audit import run as audit_run_module
+from cowork_adapter.audit import inputs as audit_inputs
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.container import protocol, safefile
 from cowork_adapter.custody import shim as shim_program
@@ -168,7 +168,7 @@ def _readers(dump: Path, dumps: Path):
         ),
         "attempt_records": lambda: taskread.attempt_records(dump),
         "shim.read_seal_inputs": lambda: shim_program.read_seal_inputs(safefile, str(dump), str(dumps)),
-        "audit._read_small_json": lambda: [audit_run_module._read_small_json(dump / n) for n in _NAMES],
+        "audit.read_small_json": lambda: [audit_inputs.read_small_json(dump / n) for n in _NAMES],
         "transcript": lambda: transcript.read_transcript(str(dump), str(dumps)),
     }
 
