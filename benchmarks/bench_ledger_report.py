@@ -60,7 +60,7 @@ def spread(values: list[float]) -> str:
 def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
     """(recovery plan, child's first ledger build+write, child's second build) in seconds."""
     from cowork_adapter.run.recovery import resolve_ancestry
-    from cowork_adapter.score.ledger import IndexContext
+    from cowork_adapter.score.context import IndexContext
 
     tasks = synth.task_names(len(json.loads((ancestor / "run_manifest.json").read_text())["selection"]["task_ids"]))
     start = time.perf_counter()
@@ -89,7 +89,7 @@ def recovery_times(ancestor: Path, child: Path) -> tuple[float, float, float]:
 
 def refresher_tick(root: Path) -> float:
     """One live refresh of an unchanged run, as the ledger refresher does every ~2 s."""
-    from cowork_adapter.score.ledger import IndexContext
+    from cowork_adapter.score.context import IndexContext
 
     ctx = IndexContext.load(root)
     build_index(root, live=True, interruption_cause="in_progress", ctx=ctx)

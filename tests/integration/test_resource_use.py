@@ -21,8 +21,9 @@ from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.host.resources import METHOD_SENTENCE, read_task_resources, reader_for
 from cowork_adapter.schemas.ledger import TaskRow
 from cowork_adapter.schemas.record import decode
+from cowork_adapter.score.context import IndexContext
 from cowork_adapter.score.infra import read_host_facts
-from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
+from cowork_adapter.score.ledger import _classify_task_uncached
 
 IMAGE = "cowork-testbed/base:bookworm"
 LIMITS = ContainerLimits(cpus=1.0, memory_bytes=512 * 1024 * 1024, pids_limit=64)

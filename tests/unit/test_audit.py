@@ -368,7 +368,7 @@ def test_without_a_ledger_the_manifest_selection_is_audited(tmp_path: Path) -> N
 def test_the_ledger_reads_usage_as_the_audit_does(tmp_path: Path) -> None:
     """One reading of llm_usage records: a task's ledger row and its audit agree, nested
     fallbacks, unknown costs and malformed lines included."""
-    from cowork_adapter.score.ledger import scan_usage
+    from cowork_adapter.score.taskread import scan_usage
 
     root = tmp_path / "run"
     root.mkdir()
@@ -443,7 +443,7 @@ def test_a_dump_that_cannot_be_listed_is_a_gap_and_nothing_of_it_is_read(run_roo
     """A dump the host cannot open (no read permission) is read through container.safefile, which
     opens every component as a directory it lists: nothing of it is read, and the task says why
     (a missing_task_dump gap naming the cause); the other tasks are read as ever."""
-    import cowork_adapter.audit.run as audit_mod
+    import cowork_adapter.audit.task as audit_mod  # the task's dump is opened there
 
     open_nofollow = audit_mod.safefile.open_nofollow
 

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import cowork_adapter.audit as audit_package
 
-ORDER = ["forked", "read", "rules", "scan", "taskdb", "run", "write", "__init__"]
+ORDER = ["forked", "read", "rules", "scan", "taskdb", "inputs", "task", "run", "write", "__init__"]
 ALLOWED = {  # which sibling modules each may import
     "forked": set(),
     "read": set(),
     "rules": set(),
     "scan": {"read", "rules"},
     "taskdb": set(),  # the task database's diff as audit evidence (issue 36)
-    "run": {"forked", "read", "scan", "taskdb"},
+    "inputs": {"read", "scan"},  # the run's records, ledger, dumps and evidence
+    "task": {"inputs", "read", "scan"},  # one task's dump
+    "run": {"forked", "inputs", "scan", "task", "taskdb"},
     "write": {"run"},
     "__init__": {"run", "write"},
 }

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cowork_adapter.audit import build_audit, run_audit_command
+from cowork_adapter.audit import inputs as audit_inputs
 from cowork_adapter.audit import rules as audit_rules
 from cowork_adapter.audit import run as audit
 from cowork_adapter.audit.rules import PROBES, args_may_match, find_references
@@ -183,7 +184,7 @@ def test_a_small_run_stays_in_process(tmp_path):
     root = tmp_path / "run"
     root.mkdir()
     _synthetic_run(root)
-    assert audit._effective_workers(2, audit._dump_index(root)) == 1
+    assert audit._effective_workers(2, audit_inputs.dump_index(root)) == 1
     assert audit._effective_workers(None, {}) == 1
 
 
@@ -194,7 +195,7 @@ def test_a_threaded_process_scans_in_process(tmp_path, monkeypatch):
     root.mkdir()
     _synthetic_run(root)
     monkeypatch.setattr(audit, "PARALLEL_MIN_BYTES", 0)
-    dumps = audit._dump_index(root)
+    dumps = audit_inputs.dump_index(root)
     assert audit._effective_workers(2, dumps) == 2
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)

@@ -20,7 +20,7 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cowork_adapter.audit import run as audit_run_module
+from cowork_adapter.audit import inputs as audit_inputs
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.container import protocol, safefile
 from cowork_adapter.custody import shim as shim_program
@@ -28,7 +28,8 @@ from cowork_adapter.export import transcript
 from cowork_adapter.export.run import load_export
 from cowork_adapter.report.build import build_report
 from cowork_adapter.report.merge import load_runs
-from cowork_adapter.score import ledger
+from cowork_adapter.score import ledger, taskread
+from cowork_adapter.score.dumpread import SUMMARY_NAME
 from cowork_adapter.vocab import TamperKind
 from cowork_adapter.vocab import TaskStatus as S
 
@@ -151,7 +152,7 @@ _KINDS = st.sampled_from(
 _NAMES = (
     protocol.EVAL_RES_NAME,
     protocol.CLAIM_NAME,
-    ledger.SUMMARY_NAME,
+    SUMMARY_NAME,
     protocol.LOG_NAME,
     protocol.RECEIPT_PREFIX + "c" * 32 + ".json",
 )
@@ -161,13 +162,13 @@ def _readers(dump: Path, dumps: Path):
     """Every reader of one dump's records, each called as the host calls it."""
     return {
         "read_json_record": lambda: [protocol.read_json_record(str(dump / n)) for n in _NAMES],
-        "ledger._read_json": lambda: [ledger._read_json(dump / n) for n in _NAMES],
-        "classify_eval_result": lambda: ledger.classify_eval_result(
+        "taskread.read_json": lambda: [taskread.read_json(dump / n) for n in _NAMES],
+        "classify_eval_result": lambda: taskread.classify_eval_result(
             dump / protocol.EVAL_RES_NAME, dump / protocol.LOG_NAME
         ),
-        "attempt_records": lambda: ledger._attempt_records(dump),
+        "attempt_records": lambda: taskread.attempt_records(dump),
         "shim.read_seal_inputs": lambda: shim_program.read_seal_inputs(safefile, str(dump), str(dumps)),
-        "audit._read_small_json": lambda: [audit_run_module._read_small_json(dump / n) for n in _NAMES],
+        "audit.read_small_json": lambda: [audit_inputs.read_small_json(dump / n) for n in _NAMES],
         "transcript": lambda: transcript.read_transcript(str(dump), str(dumps)),
     }
 
@@ -207,7 +208,7 @@ def test_a_300000_deep_dump_stops_no_reader_and_no_sibling_row(tmp_path):
     dump = synth.dump_dir(root, "hostile")
     synth.write_start_evidence(dump, usage_rows=1)
     deep = deep_json(DEEP)
-    for name in (protocol.EVAL_RES_NAME, ledger.SUMMARY_NAME, protocol.LOG_NAME):
+    for name in (protocol.EVAL_RES_NAME, SUMMARY_NAME, protocol.LOG_NAME):
         (dump / name).write_bytes(deep)
     with open(dump / "ouroboros" / "events.jsonl", "ab") as fh:  # a usage line nested as deep
         fh.write(b'{"type": "llm_usage", "x": ' + deep + b"}\n")
@@ -243,7 +244,7 @@ def test_a_task_whose_files_make_a_reader_raise_gets_its_own_flagged_row(tmp_pat
             raise RecursionError("maximum recursion depth exceeded")
         return real(path, log_path)
 
-    monkeypatch.setattr(ledger, "classify_eval_result", fails_on_broken)
+    monkeypatch.setattr(ledger, "classify_eval_result", fails_on_broken)  # as read_task() calls it
     for live in (True, False):
         rows = {r.instance_id: r for r in ledger.build_index(root, live=live, interruption_cause="runner_exited")}
         broken = rows["broken"]

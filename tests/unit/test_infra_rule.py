@@ -22,7 +22,8 @@ from cowork_adapter.schemas.gateway import GatewayRequest, encode_row
 from cowork_adapter.schemas.ledger import TamperFinding
 from cowork_adapter.schemas.manifest import GatewayRecord
 from cowork_adapter.score import infra
-from cowork_adapter.score.ledger import TaskFacts, build_index, classify
+from cowork_adapter.score.ledger import build_index
+from cowork_adapter.score.row import TaskFacts, classify
 from cowork_adapter.vocab import InfraCause as C
 from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import TamperKind as K

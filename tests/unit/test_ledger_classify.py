@@ -16,15 +16,10 @@ import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (
 from cowork_adapter.container import protocol
 from cowork_adapter.schemas.ledger import read_index
 from cowork_adapter.score import infra
-from cowork_adapter.score.ledger import (
-    IndexContext,
-    TaskFacts,
-    assess_official,
-    build_index,
-    classify,
-    classify_task,
-    write_index,
-)
+from cowork_adapter.score.context import IndexContext
+from cowork_adapter.score.ledger import build_index, classify_task, write_index
+from cowork_adapter.score.row import TaskFacts, classify
+from cowork_adapter.score.verdict import assess_official
 from cowork_adapter.vocab import InfraCause, PaidActivity, TamperKind
 from cowork_adapter.vocab import OfficialEvalStatus as E
 from cowork_adapter.vocab import TaskStatus as S

@@ -14,8 +14,8 @@ import pytest
 import synthetic_run as synth  # tests/synthetic_run.py: tests/ is on sys.path (its conftest)
 
 from cowork_adapter.schemas.ledger import LEDGER_NAME, TaskRow, read_index
+from cowork_adapter.score.context import IndexContext
 from cowork_adapter.score.ledger import (
-    IndexContext,
     build_index,
     classify_task,
     rebuild_attempts,

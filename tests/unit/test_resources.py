@@ -36,7 +36,8 @@ from cowork_adapter.ops.status import _resource_use, render_status_text
 from cowork_adapter.report.render import _task_table
 from cowork_adapter.schemas.ledger import RunnerRow, TaskRow
 from cowork_adapter.schemas.record import decode
-from cowork_adapter.score.ledger import IndexContext, _classify_task_uncached
+from cowork_adapter.score.context import IndexContext
+from cowork_adapter.score.ledger import _classify_task_uncached
 
 GIB = 2**30
 MIB = 2**20

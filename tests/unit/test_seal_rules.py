@@ -10,7 +10,7 @@ import pytest
 from cowork_adapter.container import evalphase, gradinglog, protocol, safefile
 from cowork_adapter.schemas.ledger import RunnerRow
 from cowork_adapter.schemas.seal import EvalSeal, PreEntry, SealedFile, SealedVerdict
-from cowork_adapter.score.ledger import DumpDigests, OfficialVerdict, runner_disagreement, seal_verdict, unsafe_entries
+from cowork_adapter.score.verdict import DumpDigests, OfficialVerdict, runner_disagreement, seal_verdict, unsafe_entries
 from cowork_adapter.vocab import OfficialEvalStatus
 
 PASSED = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", True)

@@ -18,7 +18,7 @@ from cowork_adapter.run.batch_runner import append_batch, runner_env
 from cowork_adapter.run.shared_host import wait_for_fence_sec
 from cowork_adapter.schemas.campaign import CampaignRecord, CampaignStop
 from cowork_adapter.schemas.multihost import ClaimedBatch, read_claimed
-from cowork_adapter.score.ledger import IndexContext
+from cowork_adapter.score.context import IndexContext
 
 DB = "postgresql://db.example:5432/campaigns"
 

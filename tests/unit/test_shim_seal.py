@@ -253,7 +253,7 @@ def _colliding_pair() -> tuple[str, str]:
 
 def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
     from cowork_adapter.schemas.seal import SealHead
-    from cowork_adapter.score.ledger import late_seal
+    from cowork_adapter.score.taskread import late_seal
 
     bed.task_root.mkdir(parents=True)
     assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0
@@ -274,7 +274,7 @@ def test_a_shim_killed_during_the_eval_leaves_a_head_the_host_seals_late(bed):
 def test_no_late_seal_while_the_exec_may_run_or_of_a_record_planted_before_it(bed):
     from cowork_adapter.container.procs import start_ticks
     from cowork_adapter.schemas.seal import PreEntry, SealHead
-    from cowork_adapter.score.ledger import late_seal
+    from cowork_adapter.score.taskread import late_seal
 
     bed.task_root.mkdir(parents=True)
     assert bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval").returncode == 0

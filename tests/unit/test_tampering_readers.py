@@ -431,12 +431,12 @@ def test_qualify_reads_the_receipt_it_names_without_following_a_link_or_blocking
 
 
 def test_the_audit_names_records_as_the_eval_phase_and_the_protocol_do() -> None:
-    from cowork_adapter.audit import run
+    from cowork_adapter.audit import inputs, task
     from cowork_adapter.container import evalphase
 
-    assert run.PLANTED_PREFIX == evalphase.PLANTED_PREFIX
-    assert {protocol.EVAL_RES_NAME, protocol.CLAIM_NAME} <= run.RECORD_NAMES
-    assert protocol.RECEIPT_PREFIX in run.RECORD_PREFIXES
+    assert task.PLANTED_PREFIX == evalphase.PLANTED_PREFIX
+    assert {protocol.EVAL_RES_NAME, protocol.CLAIM_NAME} <= inputs.RECORD_NAMES
+    assert protocol.RECEIPT_PREFIX in inputs.RECORD_PREFIXES
 
 
 def test_an_audit_written_before_it_looked_for_tampering_is_not_checked_never_clean(tmp_path: Path) -> None:

@@ -207,7 +207,7 @@ def test_the_audit_accounts_changed_tables_by_pg_tool_calls_or_flags_them_for_re
 
 
 def test_a_sealed_pass_with_the_agents_code_in_its_database_is_not_scored_passed():
-    from cowork_adapter.score.ledger import OfficialVerdict, taskdb_verdict
+    from cowork_adapter.score.verdict import OfficialVerdict, taskdb_verdict
     from cowork_adapter.vocab import OfficialEvalStatus
 
     passed = OfficialVerdict(OfficialEvalStatus.COMPLETED, "evaluated", True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cowork_adapter.audit.scan import TaskScan, scan_events
 from cowork_adapter.container import ouroboros
-from cowork_adapter.score.ledger import scan_usage
+from cowork_adapter.score.taskread import scan_usage
 
 
 def _attempt(attempt_id: str, state: str, **fields) -> dict:
@@ -126,7 +126,7 @@ def test_the_checkpoint_copies_the_attempt_ledger_into_the_dump_scrubbed(tmp_pat
 
 
 def test_the_audit_counts_the_ledger_and_names_its_source(tmp_path):
-    from cowork_adapter.audit.run import audit_task_with_scan
+    from cowork_adapter.audit.task import audit_task_with_scan
 
     def audit_task(*args):
         return audit_task_with_scan(*args)[0]

@@ -4,7 +4,9 @@ One-way flow, one module each (each imports only those before it):
   read   log files to blocks of whole lines, lines to typed rows (msgspec; json.loads the arbiter)
   rules  which tool-call arguments point at answers, graders or the database (pure logic)
   scan   one task dump's logs counted, findings and gaps noted (read + rules)
-  run    the run's records and ledger read, every task scanned, totals summed (scan)
+  inputs the run's records and ledger read, where each dump is, the shim's evidence (read, scan)
+  task   one task's dump opened, its logs scanned, its records read (inputs, scan)
+  run    every task scanned by forked workers, totals summed (forked, inputs, task, taskdb)
   write  the report created exclusively, and the command (run)
 """
 

@@ -304,7 +304,8 @@ class RowReader:
     def __init__(self, row_type: type[Row]) -> None:
         self.row_type = row_type
         self.one = msgspec.json.Decoder(row_type)
-        self.block = msgspec.json.Decoder(Union[row_type, Literal[_SEPARATOR_TEXT]])  # noqa: UP007  (a type built at run time from a variable)
+        # noqa UP007 below: a type built at run time from a variable
+        self.block = msgspec.json.Decoder(Union[row_type, Literal[_SEPARATOR_TEXT]])  # noqa: UP007
 
 
 def read_rows(block: Block, reader: RowReader, rel: str, sink: Sink) -> tuple[Sequence[int], list[Any]]:

@@ -14,7 +14,7 @@ from ..schemas.inventory import Inventory
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import GatewayRecord
 from ..schemas.record import RecordInvalid, convert
-from ..score.ledger import task_config
+from ..score.context import task_config
 from ..score.tampering import count_tampering, counts_sentence
 from ..vocab import REFERENCE_ENGINES, PaidActivity, ServerHealth, TamperKind, TaskStatus
 from .campaign import CampaignView

@@ -29,7 +29,8 @@ from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot
 from ..schemas.ledger import TaskRow
 from ..schemas.monitor import Monitor, WriteFailure
-from ..score.ledger import IndexContext, build_index, write_index
+from ..score.context import IndexContext
+from ..score.ledger import build_index, write_index
 from ..vocab import EventKind, TaskStatus
 
 

@@ -25,7 +25,8 @@ from ..runroot.layout import RunRoot
 from ..schemas.ledger import TaskRow
 from ..schemas.manifest import RunManifest
 from ..schemas.record import decode
-from ..score.ledger import bench_dir, rebuild_attempts
+from ..score.context import bench_dir
+from ..score.ledger import rebuild_attempts
 from ..vocab import RunOutcome, TaskStatus
 
 MAX_RECOVERY_PASSES = 2

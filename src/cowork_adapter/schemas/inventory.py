@@ -1,6 +1,6 @@
 """The environment inventory the manifest keeps (`run_manifest.json` → `inventory`).
 
-Format read by ledger.IndexContext._blocked_tasks and report/: `servers` {name: {health, ...}},
+Format read by score/context.py IndexContext._blocked_tasks and report/: `servers` {name: {health, ...}},
 `blocked_tasks` {task: reason}, `repairs` [records]. The manifest stores it as a plain dict
 (`Inventory.to_manifest()`).
 """

@@ -5,12 +5,12 @@ eval exec ended, from what the host read in the task's dump without following a 
 its receipt, eval_res.json (kind, bytes, sha256) and the receipt's verdict, plus what stood there
 before the exec. The evidence folder is never mounted into a container, so nothing the agent
 under test runs can write a seal; the ledger scores a verdict only when its seal exists and the
-dump's files still have the sealed bytes (ledger.py).
+dump's files still have the sealed bytes (score/verdict.py).
 
 `<runner id>.seal-head.json` is the same record's first part, written before the exec. When the
 shim died during the exec (a SIGKILL of the runner's group), the host seals later (`entry` late):
 the head proves the agent's container was gone before the exec and what stood in the dump then,
-and the per-task mount means only the eval container wrote the dump since (ledger.late_seal).
+and the per-task mount means only the eval container wrote the dump since (score/taskread.py late_seal).
 """
 
 from __future__ import annotations

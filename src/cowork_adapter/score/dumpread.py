@@ -23,6 +23,22 @@ from ..runroot.layout import ENGINE_EVENTS as EVENTS  # below the dump's ourobor
 
 OUROBOROS = "ouroboros"
 
+# The names the ledger reads in a task dump (score/ledger.py): nothing else in it is looked at.
+SUMMARY_NAME = "ouroboros_summary.json"
+# Files only the adapter's agent phase creates: proof that an attempt began. The benchmark's
+# pre-created dump dir and workspace, traj_log.json and eval_res.json are deliberately absent.
+START_EVIDENCE_NAMES = (
+    "ouroboros",
+    "applied_settings.json",
+    "preprocess.log",
+    "mcp_proxy.log",
+    "ouroboros_server.log",
+)
+# The dump entries a reader takes as records: each must be a regular file (a link, FIFO, device or
+# oversize file there is a flagged unsafe entry, never read). `ouroboros` must be a real folder.
+RECORD_NAMES = (SUMMARY_NAME, protocol.LOG_NAME, protocol.EVAL_RES_NAME, protocol.CLAIM_NAME, "traj.json")
+DUMP_NAMES = tuple(dict.fromkeys(RECORD_NAMES + START_EVIDENCE_NAMES))  # every name a row reads
+
 
 def _open(dump: Path, below: str | None) -> tuple[int | None, str, str]:
     try:

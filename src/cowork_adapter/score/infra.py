@@ -15,23 +15,23 @@ The host's facts, none of them in a file or process a container can reach:
 - the gateway's log rows for the task's token (provider errors; whether any model answer came);
 - the run's stop (the manifest's stop reason: a signal, a stop, the daemon lost, a budget...);
 - the runner's own pg_fail row, written before any agent container of the task exists.
-`read_host_facts()` reads them (bounded reads, no link followed); everything else here is pure.
+`read_host_facts()` reads them (score/resources.py's evidence_lines: bounded, no link followed); everything
+else here is pure.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..container import safefile
 from ..custody.shim import AGENT_EXEC_SUFFIX
 from ..runroot.layout import RunRoot
 from ..schemas.gateway import GatewayRequest, read_requests
 from ..schemas.ledger import TamperFinding
 from ..vocab import INFRA_RUNTIME_REASONS, REFERENCE_ENGINES, EngineKind, InfraCause, StopReason, TamperKind, TaskStatus
+from .resources import READINGS_SUFFIX, evidence_lines
 
 # interruption causes that are not a stop of the run: the runner ended by itself (or nothing ran).
 NOT_A_STOP = frozenset(
@@ -43,7 +43,6 @@ EXEC_LOST_CODES = frozenset({125, 126, 127})
 # Tamper kinds of a row's own dump and eval (what the agent did). A refused mount is the runner's
 # request, not the agent's, so it does not by itself make an eval without verdict the agent's.
 NOT_THE_AGENTS = frozenset({TamperKind.OUTSIDE_OWN_DUMP, TamperKind.UNVERIFIED_INFRA_CLAIM})
-EVIDENCE_CAP = 1 << 20  # one task's exec record or resource readings: a few hundred bytes a line
 
 
 @dataclass(frozen=True)
@@ -160,19 +159,6 @@ def settle(
 # ================================================================ reading the host's facts
 
 
-def _json_lines(path: Path) -> list[dict[str, Any]]:
-    got = safefile.read_bytes(str(path), cap=EVIDENCE_CAP)
-    out = []
-    for line in (got.data or b"").splitlines() if got.ok else ():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue  # a torn last line (the shim killed mid-write) loses only itself
-        if isinstance(value, dict):
-            out.append(value)
-    return out
-
-
 def is_provider_error(row: GatewayRequest) -> bool:
     """A forwarded request the provider failed: 5xx or 429, no answer at all (the gateway's 502), or a
     stream it broke off (the gateway's read of it failed); never one the gateway refused or its own
@@ -211,9 +197,9 @@ def read_host_facts(
     reference = engine in REFERENCE_ENGINES
     out: dict[str, HostFacts] = {}
     for task, ident in runner_ids.items():
-        ended = _json_lines(evidence / (ident + AGENT_EXEC_SUFFIX)) if recorded else []
+        ended = evidence_lines(evidence / (ident + AGENT_EXEC_SUFFIX)) if recorded else []
         code = ended[-1].get("exit") if ended else None
-        readings = _json_lines(evidence / (ident + ".resources.jsonl")) if recorded else []
+        readings = evidence_lines(evidence / (ident + READINGS_SUFFIX)) if recorded else []
         errors, answers = traffic.get(ident, (0, 0))
         out[task] = HostFacts(
             recorded=recorded,

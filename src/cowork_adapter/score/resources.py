@@ -3,7 +3,8 @@ read from the run root's `custody/evidence/` and summed per task.
 
 Split from host/resources.py (which advises a host's concurrency and reads the daemon) so that the
 ledger reads these files without importing anything that talks to Docker. `summarize()` is pure;
-`task_runner_ids()` and `read_task_resources()` read files.
+`task_runner_ids()` and `read_task_resources()` read files. `evidence_lines()` is the one reader of the
+shim's JSON-lines evidence for the whole ledger (score/infra.py reads the host's facts through it too).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..container import safefile
 from ..runroot.layout import CREATIONS_LOG, RunRoot
 from ..schemas.ledger import ContainerUse
 
 READINGS_SUFFIX = ".resources.jsonl"
+EVIDENCE_CAP = 1 << 20  # one task's exec record or resource readings: a few hundred bytes a line
 MEASURED_ROLES = ("pg", "agent", "eval")  # the shim's MEASURED_ROLES
 METHOD_SENTENCE = (
     "daemon stats API read before each container's removal (cgroup max_usage and "
@@ -84,13 +87,13 @@ def summarize(containers: Sequence[tuple[str, str]], readings: Sequence[Mapping[
     return TaskResources(peak, cpu, basis, tuple(uses))
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
+def evidence_lines(path: Path, cap: int = EVIDENCE_CAP) -> list[dict[str, Any]]:
+    """The JSON objects of one of the shim's evidence files, line by line: read through
+    container/safefile.py (no link followed, no FIFO or device opened, at most `cap` bytes, nothing
+    when it is over), so the ledger's refresh costs the same whatever stands there; [] when unreadable."""
+    got = safefile.read_bytes(str(path), cap=cap)
     out = []
-    for line in text.splitlines():
+    for line in (got.data or b"").splitlines() if got.ok else ():
         try:
             value = json.loads(line)
         except ValueError:
@@ -110,10 +113,10 @@ def task_runner_ids(run_root: Path | str) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for file_name in names:
-        try:
-            task = Path((folder / file_name).read_text(encoding="utf-8", errors="replace").strip()).name
-        except OSError:
+        got = safefile.read_bytes(str(folder / file_name), cap=EVIDENCE_CAP)
+        if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
             continue
+        task = Path(got.data.decode("utf-8", errors="replace").strip()).name
         if task:
             out.setdefault(task, file_name[: -len(".task")])
     return out
@@ -129,12 +132,13 @@ def read_task_resources(run_root: Path | str, runner_ids: Mapping[str, str] | No
     if runner_ids is None:
         runner_ids = task_runner_ids(run_root)
     admitted: dict[str, list[tuple[str, str]]] = {}
-    for rec in _lines(folder / CREATIONS_LOG) if runner_ids else ():
+    # the run's whole creation log, under the cap its other reader (score/context.py) gives it
+    for rec in evidence_lines(folder / CREATIONS_LOG, safefile.LOG_JSON_CAP) if runner_ids else ():
         name, role = rec.get("name"), rec.get("role")
         if rec.get("admitted") is True and role in MEASURED_ROLES and isinstance(name, str):
             admitted.setdefault(name[len(role) + 1 :], []).append((name, role))
     out: dict[str, TaskResources] = {}
     for task, ident in runner_ids.items():
         containers = list(dict.fromkeys(admitted.get(ident) or [(f"agent-{ident}", "agent")]))
-        out[task] = summarize(containers, _lines(folder / (ident + READINGS_SUFFIX)))
+        out[task] = summarize(containers, evidence_lines(folder / (ident + READINGS_SUFFIX)))
     return out
