@@ -67,6 +67,7 @@ class FakeSandbox:
     proxy down with them); records every call so the test can see the culprit search."""
 
     broken: set = set()
+    garbled: set = set()  # servers whose report is not a mapping (the joint listing fails with them too)
     detection: dict = {"servers": [], "chromium": []}
     calls: list = []
     stateful_ok = True
@@ -95,7 +96,7 @@ class FakeSandbox:
                 )
             )
             return 0 if self.stateful_ok else 1
-        joint_down = any(n in self.broken for n in names)
+        joint_down = any(n in self.broken or n in self.garbled for n in names)
         report = {}
         for name in names:
             if joint_down:
@@ -107,6 +108,7 @@ class FakeSandbox:
                     )
             else:
                 report[name] = {"ok": True, "tool_count": 2, "tools": ["a", "b"], "error": None}
+        report.update({name: ["not", "a", "mapping"] for name in names if name in self.garbled})
         (folder / "inventory.json").write_text(json.dumps(report))
         return 1 if joint_down else 0
 
@@ -117,7 +119,7 @@ class FakeSandbox:
 
 @pytest.fixture
 def fake(monkeypatch):
-    FakeSandbox.broken, FakeSandbox.calls, FakeSandbox.stateful_ok = set(), [], True
+    FakeSandbox.broken, FakeSandbox.garbled, FakeSandbox.calls, FakeSandbox.stateful_ok = set(), set(), [], True
     FakeSandbox.detection = {"servers": [], "chromium": []}
     monkeypatch.setattr(probes, "ProbeSandbox", FakeSandbox)
     return FakeSandbox
@@ -201,6 +203,18 @@ def test_a_broken_server_is_named_by_listing_each_alone(fake, run, tmp_path):
     assert inv.servers["quotes"].log.endswith("cowork-probe-quotes/quotes.stderr.log")
     assert inv.servers["files"].health is ServerHealth.OK and inv.servers["crm"].health is ServerHealth.OK
     assert inv.blocked_tasks == {"t-quotes": "mcp_server_failed:quotes"}
+
+
+def test_a_server_report_that_is_not_a_mapping_fails_that_server_instead_of_the_probe(fake, run, tmp_path):
+    # Found by the type checker: the one-by-one listing passed a report of any JSON type on, and a list
+    # or a string there ended the probe with an AttributeError instead of naming the server.
+    bench, run_root = run
+    fake.garbled = {"crm"}
+    inv = probes.collect_inventory(make_cfg(tmp_path, run_root), make_manifest(run_root), bench, list(TASK_SERVERS))
+    assert inv.servers["crm"].health is ServerHealth.FAILED
+    assert "the probe wrote no report for this server" in inv.servers["crm"].error
+    assert inv.servers["files"].health is ServerHealth.OK and inv.servers["quotes"].health is ServerHealth.OK
+    assert inv.blocked_tasks == {"t-crm": "mcp_server_failed:crm"}
 
 
 def test_a_detected_repair_is_measured_and_disclosed(fake, run, tmp_path):

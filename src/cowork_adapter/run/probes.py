@@ -353,7 +353,9 @@ def _list_servers(
     for server in servers:
         sub = PROBE_TASK_PREFIX + server
         box.entry("inventory", sub, sub)
-        found[server] = (_read_report(out / sub / "inventory.json").get(server), out / sub)
+        report = _read_report(out / sub / "inventory.json").get(server)
+        # Written in the container: anything but a mapping is no report (the server fails, not the probe).
+        found[server] = (report if isinstance(report, dict) else None, out / sub)
     return found
 
 
