@@ -10,7 +10,9 @@ They run one after another, not side by side: several default-route runs on one 
 
 Money: `--budget-usd` is the whole set's: each trial is given what the trials before it left, read from their
 final key-meter figure (monitor.json); a trial whose spend cannot be read stops the set before the next one.
-Only trial 1 may create the campaign (`--new-campaign`); the rest open it.
+Only trial 1 may create the campaign (`--new-campaign`); the rest open it. Before anything is written the set
+is priced for K x the selected tasks (run/trial_money.py), said on stderr, recorded in trials.json, and refused
+when its expected cost is above what the set may spend.
 
 Stop and death: `stop R` writes R/stop (no further trial starts) and stops the live trial's launcher; a stop
 reason that ends a trial (budget, meter, disk, signal) ends the set. A SIGKILL at any line leaves trials.json
@@ -36,9 +38,10 @@ from ..runroot.manifest import read_manifest, utc_now
 from ..runroot.trials import is_trial_set
 from ..schemas.monitor import Monitor
 from ..schemas.record import RecordInvalid, decode
-from ..schemas.trials import TrialSet, read_trial_set, trial_names
+from ..schemas.trials import TrialProjection, TrialSet, read_trial_set, trial_names
 from ..vocab import ExitCode
 from .launch import say
+from .trial_money import projection_for, projection_line, refusal_sentence
 
 SEVERITY = (ExitCode.OK, ExitCode.FAILED, ExitCode.REFUSED, ExitCode.STOPPED)
 
@@ -113,6 +116,23 @@ def fresh_selection(ancestor: Path, names: list[str], argv: list[str]) -> list[s
     return []
 
 
+def _projection(cfg: RunConfig, ancestor: Path | None, names: list[str], argv: list[str]) -> TrialProjection | None:
+    """The set's spending projection, said on stderr before anything is written; a Refusal when its expected
+    cost is above what the set may spend (never for a dry run, which only says it). A resumed set is priced
+    over the selection its started trials answer for (run/trial_money.py)."""
+    resumed = fresh_selection(ancestor, names, argv) if ancestor is not None else []
+    projection = projection_for(cfg, len(resumed) // 2 if resumed else None)
+    if projection is None:
+        return None
+    say(f"trial set {cfg.run_root}: {projection_line(projection)}")
+    sentence = refusal_sentence(projection)
+    if sentence is not None and cfg.dry_run:
+        say(f"without --dry-run this set would be refused: {sentence}")
+    elif sentence is not None:
+        raise Refusal("campaign", sentence)
+    return projection
+
+
 def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
     """The whole `run --trials K`; returns the set's exit code: the most severe of its trials' (3 stopped,
     2 refused, 1 incomplete, 0 every trial completed).
@@ -124,12 +144,13 @@ def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
         previous = resumed_set(cfg)
         if os.path.lexists(cfg.run_root):
             raise Refusal("flags", f"--run-root {cfg.run_root} already exists; a trial set needs a new folder.")
+        names = trial_names(cfg.selection.trials)
+        ancestor = cfg.selection.resume_from[0] if previous is not None else None
+        projection = _projection(cfg, ancestor, names, argv)
     except Refusal as refusal:
         say(refusal.sentence)
         return int(ExitCode.REFUSED)
     folder = cfg.run_root
-    names = trial_names(cfg.selection.trials)
-    ancestor = cfg.selection.resume_from[0] if previous is not None else None
     campaign = str(cfg.money.campaign_file) if cfg.money.campaign_file else cfg.money.campaign_db
     folder.mkdir()
     record = TrialSet(
@@ -138,6 +159,7 @@ def execute_trials(cfg: RunConfig, argv: list[str]) -> int:
         run_roots=names,
         campaign=campaign,
         resume_from=str(ancestor) if ancestor else None,
+        projection=projection,
     )
     replace_atomic(folder / TRIALS, record.to_json())  # first: every reader and resume knows the set from here on
     codes: list[int] = []

@@ -16,6 +16,20 @@ TRIALS_SCHEMA = "cowork_adapter.trials.v1"
 TRIALS_VERSION = 1
 
 
+class TrialProjection(Record):
+    """What the set was projected to cost before trial 1 started (run/trial_money.py says how)."""
+
+    k: Positive
+    tasks: int  # the selected tasks each trial runs
+    per_task_cap_usd: float  # --per-task-cost-usd, the engine's own limit per task
+    worst_case_usd: float  # k x tasks x per_task_cap_usd
+    observed_cost_per_task_usd: float | None = None  # the campaign's earlier runs' spend over their tasks
+    observed_runs: int = 0  # how many earlier runs that figure is from
+    expected_usd: float | None = None  # k x tasks x observed_cost_per_task_usd
+    budget_usd: float | None = None  # the set's --budget-usd (given, or the campaign's stored run budget)
+    campaign_available_usd: float | None = None  # the campaign's remainder above its reserve, when read
+
+
 class TrialSet(Record, rename={"schema_": "schema"}):
     schema_: str = TRIALS_SCHEMA
     version: int = TRIALS_VERSION
@@ -24,6 +38,7 @@ class TrialSet(Record, rename={"schema_": "schema"}):
     run_roots: list[str]  # the trials' run-root names, relative to the folder, in trial order
     campaign: str | None = None  # the campaign every trial spends under (file or database name), if any
     resume_from: str | None = None  # the trial set this one resumes (each trial resumes its namesake)
+    projection: TrialProjection | None = None  # None: a set that spends nothing, or written before it was kept
 
     def _check(self) -> None:
         if len(self.run_roots) != self.k:
