@@ -10,7 +10,7 @@ from typing import Any
 
 from ..fileio import replace_atomic
 from ..runroot.layout import STOP, RunRoot
-from ..schemas.trials import read_trial_set
+from ..schemas.trials import TrialProjection, read_trial_set
 from ..vocab import ExitCode
 from .run_view import find_launcher, read_run, say
 from .status import add_dead_run_truth, build_status
@@ -22,9 +22,37 @@ def _started(folder: Path) -> tuple[list[str], list[Path]]:
     return record.run_roots, [folder / n for n in record.run_roots if RunRoot(folder / n).manifest.is_file()]
 
 
+def set_spend(trials: list[dict[str, Any]]) -> tuple[float, int]:
+    """(the started trials' key-meter spend summed, how many started trials have no reading yet)."""
+    spent, unread = 0.0, 0
+    for t in trials:
+        if not t["started"]:
+            continue
+        value = (t["status"].get("spending") or {}).get("run_spent_usd")
+        if isinstance(value, int | float):
+            spent += float(value)
+        else:
+            unread += 1
+    return spent, unread
+
+
+def spend_line(spent: float, unread: int, projection: TrialProjection | None) -> str:
+    """The set's spend so far against the projection made before trial 1 (run/trial_money.py)."""
+    line = f"  spend so far ${spent:.2f}" + (f" ({unread} started trial(s) without a reading)" if unread else "")
+    if projection is None:
+        return line + "; no projection recorded (a set that spends nothing, or from before one was kept)"
+    if projection.expected_usd is not None:
+        line += f" of the expected ${projection.expected_usd:.2f}"
+    line += f"; worst case ${projection.worst_case_usd:.2f}"
+    limits = [v for v in (projection.budget_usd, projection.campaign_available_usd) if v is not None]
+    return line + (f"; the set may spend ${min(limits):.2f}" if limits else "")
+
+
 def trial_set_status(folder: Path, as_json: bool) -> int:
-    """Every trial's status, in order (not started ones named as such). 0 read."""
+    """Every trial's status, in order (not started ones named as such), and the set's spend against its
+    projection. 0 read."""
     names, _ = _started(folder)
+    projection = read_trial_set(folder).projection
     trials: list[dict[str, Any]] = []
     for name in names:
         files = read_run(folder / name) if (folder / name).is_dir() else None
@@ -37,12 +65,22 @@ def trial_set_status(folder: Path, as_json: bool) -> int:
             add_dead_run_truth(status, files)
         trials.append({"name": name, "started": True, "status": status})
     stop_asked = (folder / STOP).exists()
+    spent, unread = set_spend(trials)
     if as_json:
-        doc = {"trial_set": str(folder), "k": len(names), "stop_requested": stop_asked, "trials": trials}
+        doc = {
+            "trial_set": str(folder),
+            "k": len(names),
+            "stop_requested": stop_asked,
+            "trials": trials,
+            "spent_usd": spent,
+            "trials_without_spend": unread,
+            "projection": projection.to_dict() if projection is not None else None,
+        }
         print(json.dumps(doc, sort_keys=True, default=str), flush=True)
         return int(ExitCode.OK)
     started = sum(1 for t in trials if t["started"])
     print(f"trial set {folder}: {len(names)} trials, {started} started" + ("; stop requested" if stop_asked else ""))
+    print(spend_line(spent, unread, projection))
     for t in trials:
         line = "not started" if not t["started"] else f"{t['status'].get('state')} ({folder / t['name']})"
         print(f"  {t['name']}: {line}", flush=True)
