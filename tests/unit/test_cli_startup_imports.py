@@ -156,6 +156,7 @@ FUNCTION_IMPORTS = {
     ("run/spending.py", "..campaign.pg_store"): PSYCOPG2,
     ("run/spending.py", "..campaign.shared"): PSYCOPG2,
     ("run/spending.py", ".shared_host"): PSYCOPG2,
+    ("run/trial_money.py", ".spending"): "the spending policies (httpx through the meter): only a paid set reads them",
 }
 
 
