@@ -5,8 +5,8 @@ Side A is the stub engine (a paid run against the meter stand-in, one campaign f
 passes it, nop does nothing and fails it) and demo-wrong-answer (both fail it). Then `report` over side A's
 trial set and `compare A --against B`. Checks: both sets exit 0 or 1 with trials.json and two complete trial
 run roots each; custody proven for every trial; the campaign records both of A's trials and is settled;
-`status` over a set lists its trials; the report's Trials section is pass@1 0.5 with pass^2 0.5 and no changed
-task; the comparison is over the 2 tasks (only A 1, neither 1), A 50 % vs B 0 %, by the paired permutation
+`status` over a set lists its trials and the set's spend, and trials.json keeps its spending projection; the
+report's Trials section is pass@1 0.5 with pass^2 0.5 and no changed task; the comparison is over the 2 tasks (only A 1, neither 1), A 50 % vs B 0 %, by the paired permutation
 test, with the engine difference disclosed, and writes its three files.
 """
 
@@ -71,7 +71,28 @@ def _set_checks(env: DemoEnv, label: str, folder: Path, code: int) -> list[Check
     doc = json.loads(status.stdout) if status.returncode == 0 else {}
     started = [t.get("started") for t in doc.get("trials", [])]
     checks.append(Check(f"[{label}] status over the set lists {K} started trials", started == [True] * K, str(started)))
-    return checks
+    return checks + _projection_checks(label, folder, record, doc)
+
+
+def _projection_checks(label: str, folder: Path, record: dict, status: dict) -> list[Check]:
+    """The spending projection made before trial 1 (run/trial_money.py): the paid side's priced at K x 2 tasks
+    (worst case at the default --per-task-cost-usd 25; a new campaign has no expected figure), the nop side's
+    none; `status` sums the trials' own monitor.json spend."""
+    p = record.get("projection")
+    if label == "nop":
+        return [Check("[nop] a set that spends nothing records no projection", p is None, str(p))]
+    want = {"k": K, "tasks": len(TASKS), "worst_case_usd": K * len(TASKS) * 25.0, "expected_usd": None}
+    got = {key: (p or {}).get(key) for key in want}
+    spends = [(read_json(folder / f"trial-{i}" / "monitor.json").get("spending") or {}) for i in range(1, K + 1)]
+    total = sum(float(s.get("run_spent_usd") or 0.0) for s in spends)
+    return [
+        Check(f"[{label}] trials.json keeps the projection of {K} x {len(TASKS)} tasks", got == want, str(got)),
+        Check(
+            f"[{label}] status shows the set's spend, the trials' monitor.json figures summed",
+            status.get("spent_usd") == total and status.get("trials_without_spend") == 0,
+            f"{status.get('spent_usd')} vs {total}",
+        ),
+    ]
 
 
 def scenario_compare(env: DemoEnv) -> list[Check]:
