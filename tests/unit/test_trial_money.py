@@ -95,6 +95,15 @@ def _earlier(tmp_path: Path) -> list[RunRecord]:
         RunRecord(
             run_root=str(root), run_label="l", outcome="completed", spent_usd=10.0, started_at=NOW, finished_at=NOW
         ),
+        # A refused run handed its runner nothing, whatever its manifest selected: left out.
+        RunRecord(
+            run_root=str(root),
+            run_label="r",
+            outcome="refused",
+            spent_usd=0.0,
+            started_at=NOW,
+            finished_at=NOW,
+        ),
         # A run root that is gone prices nothing (and refuses nothing).
         RunRecord(
             run_root=str(tmp_path / "gone"),

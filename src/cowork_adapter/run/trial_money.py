@@ -31,6 +31,7 @@ from ..runroot.manifest import read_manifest
 from ..schemas.campaign import CampaignRecord
 from ..schemas.record import RecordInvalid
 from ..schemas.trials import TrialProjection
+from ..vocab import RunOutcome
 
 # The campaign's newest runs read for the observed cost per task: a bound on the manifests read.
 MAX_HISTORY_RUNS = 50
@@ -125,6 +126,8 @@ def _selected_count(cfg: RunConfig) -> int | None:
 def _history(record: CampaignRecord) -> list[tuple[float, int]]:
     out: list[tuple[float, int]] = []
     for run in record.runs[-MAX_HISTORY_RUNS:]:
+        if run.outcome == RunOutcome.REFUSED.value:
+            continue  # refused before its runner: its selection never ran, so it prices no task
         try:
             selection = read_manifest(Path(run.run_root)).selection
         except (OSError, RecordInvalid, ValueError):
