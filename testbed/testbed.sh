@@ -2,9 +2,11 @@
 # The project's own Docker test bed (see docs/testing.md, "The test bed"): a private dockerd and the images the
 # tests need, built without any registry. Usage:
 #   testbed/testbed.sh install   # Debian packages the test bed needs, when missing
-#   testbed/testbed.sh up        # start the private daemon (idempotent) and build the images
+#   testbed/testbed.sh up        # start both private daemons (idempotent) and build or load the images
 #   testbed/testbed.sh env       # print `export DOCKER_HOST=...` for the running daemon
-#   testbed/testbed.sh down      # stop the daemon this script started (by its pid file)
+#   testbed/testbed.sh down      # stop both daemons this script started (by their pid files)
+#   testbed/testbed.sh rootless up|env|down   # the rootless daemon alone (its user, socket, images)
+#   testbed/testbed.sh rootless exec CMD...   # CMD as the rootless daemon's user, DOCKER_HOST set to it
 #   testbed/testbed.sh realbench up|env   # the real-benchmark test bed (testbed/realbench.sh)
 # State lives in $COWORK_TESTBED_DIR (default /var/lib/cowork-testbed), so images survive between
 # runs on one machine; each image carries the content hash of its recipe and is rebuilt only when
@@ -19,6 +21,15 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SOCK="$TB_DIR/docker.sock"
 PIDFILE="$TB_DIR/docker.pid"
 export DOCKER_HOST="unix://$SOCK"
+# The rootless daemon (docs/install.md: the design's daemon): Debian's dockerd inside RootlessKit, run by
+# an unprivileged user the bed creates. Its state lives in a folder that user owns; its socket and pid file
+# in its XDG_RUNTIME_DIR there (0700: only that user and root reach them).
+RL_USER=${COWORK_ROOTLESS_USER:-cowork-rootless}
+RL_DIR="$TB_DIR/rootless"
+RL_RUN="$RL_DIR/run"
+RL_SOCK="$RL_RUN/docker.sock"
+RL_PIDFILE="$RL_RUN/docker.pid"
+RL_HOST="unix://$RL_SOCK"
 
 BASE_IMAGE=cowork-testbed/base:bookworm
 PG_IMAGE=postgres:15
@@ -54,6 +65,10 @@ cmd_install() {
   command -v ip >/dev/null || need+=(iproute2)  # the daemon-restart test gives its private dockerd a bridge
   # realbench.sh fetches Node and npm for the real benchmark's image with `npm pack`.
   command -v npm >/dev/null || need+=(npm)
+  # The rootless daemon: RootlessKit (its namespaces), slirp4netns (its network), newuidmap (its uid ranges).
+  command -v rootlesskit >/dev/null || need+=(rootlesskit)
+  command -v slirp4netns >/dev/null || need+=(slirp4netns)
+  command -v newuidmap >/dev/null || need+=(uidmap)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing: ${need[*]} (log: $TB_DIR/apt.log)"
     mkdir -p "$TB_DIR"; : >"$TB_DIR/apt.log"
@@ -122,14 +137,125 @@ build_postgres() {
     -t "$PG_IMAGE" "$ctx" || { tail -n 20 "$TB_DIR/postgres-build.log" >&2; exit 1; }
 }
 
+# ---- the rootless daemon --------------------------------------------------------------------------------
+rl_log() { tb_log rootless "$@"; }
+rl_alive() { DOCKER_HOST=$RL_HOST docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+rl_home() { getent passwd "$RL_USER" | cut -d: -f6; }
+
+rl_user() {
+  # The daemon's user: an ordinary account with subordinate uid and gid ranges (RootlessKit maps a
+  # container's users into them). useradd gives a new account its ranges from login.defs; an account made
+  # otherwise gets the next free 65536 of each here.
+  if ! id -u "$RL_USER" >/dev/null 2>&1; then
+    rl_log "creating the user $RL_USER"
+    useradd --create-home --shell /bin/bash --comment "cowork-adapter rootless test bed" "$RL_USER"
+  fi
+  local kind flag last
+  for kind in uid gid; do
+    grep -q "^$RL_USER:" "/etc/sub$kind" 2>/dev/null && continue
+    last=$(awk -F: 'BEGIN { m = 100000 } { if ($2 + $3 > m) m = $2 + $3 } END { print m }' "/etc/sub$kind" 2>/dev/null \
+      || echo 100000)
+    flag=--add-sub${kind}s
+    rl_log "giving $RL_USER the sub$kind range $last-$((last + 65535))"
+    usermod "$flag" "$last-$((last + 65535))" "$RL_USER"
+  done
+  # The user walks to its folder through the bed's (its socket's path is all it needs there).
+  chmod a+x "$TB_DIR"
+  mkdir -p "$RL_DIR"
+  chown "$RL_USER:" "$RL_DIR"
+  chmod 0711 "$RL_DIR"
+  runuser -u "$RL_USER" -- mkdir -p "$RL_RUN" "$RL_DIR/data" "$RL_DIR/exec"
+  chmod 0700 "$RL_RUN"
+}
+
+rl_start() {
+  rl_user
+  if rl_alive; then rl_log "rootless daemon already running at $RL_SOCK (user $RL_USER)"; return; fi
+  if [ -f "$RL_PIDFILE" ] && kill -0 "$(cat "$RL_PIDFILE")" 2>/dev/null; then
+    rl_log "pid file $RL_PIDFILE names a live process but the socket does not answer"; exit 1
+  fi
+  rm -f "$RL_PIDFILE" "$RL_SOCK"
+  local script
+  script=$(command -v dockerd-rootless.sh || echo /usr/share/docker.io/contrib/dockerd-rootless.sh)
+  [ -x "$script" ] || { rl_log "no dockerd-rootless.sh (docker.io ships it in /usr/share/docker.io/contrib)"; exit 1; }
+  rl_log "starting the rootless dockerd as $RL_USER"
+  # dockerd-rootless.sh re-executes itself inside RootlessKit (user, mount and network namespaces;
+  # slirp4netns for the network), then execs dockerd there, so the pid file names dockerd itself (the
+  # process `nsenter -t` enters) and stopping it by that pid ends RootlessKit too. A clean environment:
+  # nothing of the caller's (root's DOCKER_HOST, a key) reaches the daemon.
+  (cd / && setsid runuser -u "$RL_USER" -- env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME="$(rl_home)" USER="$RL_USER" XDG_RUNTIME_DIR="$RL_RUN" \
+    "$script" --data-root "$RL_DIR/data" --exec-root "$RL_DIR/exec" -H "$RL_HOST" --pidfile "$RL_PIDFILE" \
+    >"$RL_DIR/dockerd.log" 2>&1 </dev/null &)
+  for _ in $(seq 1 60); do rl_alive && { rl_log "rootless daemon up"; return; }; sleep 1; done
+  rl_log "the rootless dockerd did not answer within 60 s; last log lines:"; tail -n 20 "$RL_DIR/dockerd.log" >&2; exit 1
+}
+
+rl_images() {
+  # The rootful daemon's images, moved over by `docker save | docker load` (no registry): each carries its
+  # recipe's hash label, so an image already current there is not moved again.
+  local image want have todo=()
+  for image in "$BASE_IMAGE" "$PG_IMAGE"; do
+    want=$(image_hash "$image")
+    have=$(DOCKER_HOST=$RL_HOST image_hash "$image")
+    if [ -n "$want" ] && [ "$want" = "$have" ]; then rl_log "$image is current ($have)"; else todo+=("$image"); fi
+  done
+  [ ${#todo[@]} -gt 0 ] || return 0
+  rl_log "loading ${todo[*]} into the rootless daemon (log: $RL_DIR/load.log)"
+  : >"$RL_DIR/load.log"
+  # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
+  step_run "[rootless] docker save | docker load" "$RL_DIR/load.log" "saving from the rootful daemon" '^Loaded image' '' \
+    -- bash -c 'set -o pipefail; docker save "${@:2}" | DOCKER_HOST=$1 docker load' load "$RL_HOST" "${todo[@]}" \
+    || { tail -n 20 "$RL_DIR/load.log" >&2; exit 1; }
+}
+
+rl_env() {
+  echo "export COWORK_ROOTLESS_DOCKER_HOST=$RL_HOST"
+  echo "export COWORK_ROOTLESS_USER=$RL_USER"
+}
+
+rl_down() {
+  if [ ! -f "$RL_PIDFILE" ]; then rl_log "no pid file: no rootless daemon to stop"; return; fi
+  local pid; pid=$(cat "$RL_PIDFILE")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && { rl_log "rootless dockerd $pid ignored SIGTERM; sending SIGKILL"; kill -9 "$pid"; }
+  fi
+  rm -f "$RL_PIDFILE"
+  rl_log "rootless daemon stopped"
+}
+
+rl_exec() {
+  # CMD as the daemon's user, in the caller's environment (PYTHONPATH, COWORK_*) but for who it is and where
+  # its daemon is. A root-only DOCKER_CONFIG or XDG folder would not be readable by it, so those are its own.
+  [ $# -gt 0 ] || { echo "usage: $0 rootless exec CMD..." >&2; exit 2; }
+  exec runuser -u "$RL_USER" -- env -u DOCKER_CONFIG HOME="$(rl_home)" USER="$RL_USER" LOGNAME="$RL_USER" XDG_RUNTIME_DIR="$RL_RUN" \
+    DOCKER_HOST="$RL_HOST" "$@"
+}
+
+cmd_rootless() {
+  case "${1:-}" in
+    up) rl_start; rl_images; rl_env ;;
+    env) rl_alive && rl_env ;;
+    down) rl_down ;;
+    exec) shift; rl_exec "$@" ;;
+    *) echo "usage: $0 rootless up|env|down|exec CMD..." >&2; exit 2 ;;
+  esac
+}
+
 cmd_up() {
   cmd_start_daemon
   build_base
   build_postgres
   echo "export DOCKER_HOST=$DOCKER_HOST"
+  rl_start
+  rl_images
+  rl_env
 }
 
 cmd_down() {
+  rl_down
   if [ ! -f "$PIDFILE" ]; then log "no pid file: nothing to stop"; return; fi
   local pid; pid=$(cat "$PIDFILE")
   if kill -0 "$pid" 2>/dev/null; then
@@ -146,6 +272,7 @@ case "${1:-}" in
   up) cmd_up ;;
   env) daemon_alive && echo "export DOCKER_HOST=$DOCKER_HOST" ;;
   down) cmd_down ;;
+  rootless) shift; cmd_rootless "$@" ;;
   realbench) shift; exec bash "$HERE/realbench.sh" "$@" ;;
-  *) echo "usage: $0 install|up|env|down|realbench up|env" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up|env|down|rootless up|env|down|exec|realbench up|env" >&2; exit 2 ;;
 esac

@@ -126,5 +126,12 @@ def test_up_prints_only_export_lines(docker_host):
         env={**os.environ, "DOCKER_HOST": docker_host},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"export DOCKER_HOST={docker_host}"]
+    # The rootful daemon's export, then the rootless daemon's socket and user (`testbed.sh rootless env`).
+    rootless = f"unix://{tb_dir}/rootless/run/docker.sock"
+    user = os.environ.get("COWORK_ROOTLESS_USER", "cowork-rootless")
+    assert done.stdout.splitlines() == [
+        f"export DOCKER_HOST={docker_host}",
+        f"export COWORK_ROOTLESS_DOCKER_HOST={rootless}",
+        f"export COWORK_ROOTLESS_USER={user}",
+    ]
     assert done.stderr and all(LINE.match(line) for line in done.stderr.splitlines())
