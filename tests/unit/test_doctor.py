@@ -21,6 +21,7 @@ from cowork_adapter.demo.meter_standin import MeterStandin
 from cowork_adapter.demo.seed_repo import make_stub_seed
 from cowork_adapter.host import resources
 from cowork_adapter.ops import doctor, doctor_probes
+from cowork_adapter.run import daemon_check
 from cowork_adapter.schemas.campaign import CampaignRecord, key_fingerprint
 
 KEY_ENV = "COWORK_DOCTOR_TEST_KEY"
@@ -58,6 +59,8 @@ def healthy(monkeypatch, pins):
     )
     monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(137, True, 64 << 20))
     monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)
+    # The default route's trial starts a container (gateway/route_check.py): here the bind stands in for it.
+    monkeypatch.setattr(daemon_check, "default_route_refusal", lambda cfg: daemon_check.UNTRIED)
     monkeypatch.setenv(KEY_ENV, KEY)
     return pins
 
@@ -160,7 +163,9 @@ def test_the_default_route_needs_its_port(tmp_path, healthy, meter, capsys):
         code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host=held_host), capsys)
     assert code == 1
     line = only_failure(lines, "key route")
-    assert f"the run could not serve openrouter.ai on port 443 of {held_host}" in line and "--key-in-agent" in line
+    # The bind's real cause, as the run's preflight says it (run/daemon_check.py), not "needs root".
+    assert f"the run cannot serve openrouter.ai on {held_host}:443: another process holds {held_host}:443" in line
+    assert "--key-in-agent" in line and "root" not in line.split("— fix:")[0]
     # The seed's path is said for what it is.
     code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host="", key_in_agent=True), capsys)
     assert code == 0 and "the agent under test can read it" in lines["key route"]
@@ -494,3 +499,35 @@ def test_concurrency_is_suggested_from_the_campaigns_measured_tasks(tmp_path, he
     assert line.startswith("OK") and "Suggested concurrency 2 for this host (2 CPUs, 24.0 GiB" in line
     assert "memory allows 4" in line and "CPU allows 2" in line and "over 3 task(s)" in line
     assert "measured in 1 run root(s)" in line and "--concurrency 3 is above it" in line
+
+
+ROOTLESS_V1 = json.loads((Path(__file__).parent / "daemon_info" / "rootless_cgroup_v1.json").read_text())
+
+
+def test_a_rootless_cgroup_v1_daemon_fails_the_daemon_kind_and_the_key_route(
+    tmp_path, healthy, meter, capsys, monkeypatch
+):
+    # This machine's rootless daemon as `docker info` answered (recorded): no limit enforced, its bridge
+    # in RootlessKit's namespace. The run's preflight refuses both (run/daemon_check.py); doctor says why.
+    monkeypatch.setattr(doctor, "daemon_info", lambda host: ROOTLESS_V1)
+    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host=""), capsys)
+    assert code == 1
+    assert "rootless daemon on a cgroup v1 host enforces no limit" in lines["daemon kind"]
+    assert "--accept-unenforced-limits" in lines["daemon kind"]
+    assert lines["key route"].startswith("FAIL")
+    assert "lives only inside RootlessKit's network namespace" in lines["key route"]
+
+
+def test_accepted_unenforced_limits_pass_the_daemon_kind_and_key_in_agent_the_route(
+    tmp_path, healthy, meter, capsys, monkeypatch
+):
+    monkeypatch.setattr(doctor, "daemon_info", lambda host: ROOTLESS_V1)
+    monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(0, False, None))
+    cfg = make_cfg(
+        tmp_path, healthy, meter.base_url, llm_gateway_host="", key_in_agent=True, accept_unenforced_limits=True
+    )
+    code, lines = run(cfg, capsys)
+    assert lines["daemon kind"].startswith("OK") and "accepted: --accept-unenforced-limits" in lines["daemon kind"]
+    assert lines["limits enforced"].startswith("OK") and "not enforced" in lines["limits enforced"]
+    assert lines["key route"].startswith("OK") and "agent under test can read it" in lines["key route"]
+    assert code == 0, lines

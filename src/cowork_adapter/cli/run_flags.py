@@ -468,6 +468,16 @@ def _run_flags(
             show_default=False,
         ),
     ] = None,
+    accept_unenforced_limits: Annotated[
+        bool,
+        typer.Option(
+            "--accept-unenforced-limits",
+            envvar="COWORK_ACCEPT_UNENFORCED_LIMITS",
+            help="Run on a daemon that does not enforce the memory, CPU or process limits (a rootless daemon on a "
+            "cgroup v1 host): recorded in the manifest and disclosed by the report. Default: refused.",
+            rich_help_panel=P_LIMITS,
+        ),
+    ] = False,
     task_validity: Annotated[
         Path | None,
         typer.Option(

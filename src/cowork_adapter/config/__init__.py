@@ -320,6 +320,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
                 if limits.container_cap_add
                 else {}
             ),
+            # Only when given: limits a daemon may not have enforced are another world than enforced ones.
+            **({"accept_unenforced_limits": True} if limits.accept_unenforced_limits else {}),
         }
 
     def warnings(self) -> list[str]:

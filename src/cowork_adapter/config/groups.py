@@ -206,6 +206,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # and the capabilities a run keeps that the shim would drop (custody/container_caps.py).
     agent_output_cap_mib: int = 32
     container_cap_add: tuple[Capability, ...] = ()
+    # Issue 38: run on a daemon that enforces no limits (host/daemon_kind.py); compared and disclosed when given.
+    accept_unenforced_limits: bool = False
 
     @property
     def memory_bytes(self) -> int:

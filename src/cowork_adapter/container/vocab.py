@@ -509,3 +509,10 @@ class Capability(Vocab):
     SETPCAP = "SETPCAP"
     SETUID = "SETUID"
     SYS_CHROOT = "SYS_CHROOT"
+
+
+class DaemonKind(Vocab):
+    """Which Docker daemon a run used (host/daemon_kind.py; the manifest's limits.daemon_kind)."""
+
+    ROOTFUL = "rootful"  # dockerd as root, in this host's own namespaces
+    ROOTLESS = "rootless"  # dockerd inside RootlessKit's user and network namespaces, run by an unprivileged user

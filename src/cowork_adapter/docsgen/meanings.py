@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..runroot import layout
-from ..vocab import AuditFindingReason, ExitCode, StopReason, TamperKind, TaskStatus
+from ..vocab import AuditFindingReason, DaemonKind, ExitCode, StopReason, TamperKind, TaskStatus
 
 
 class M(NamedTuple):
@@ -341,5 +341,21 @@ TAMPER_KINDS: dict[TamperKind, M] = {
         "None beyond the attempt (its agent was stopped).",
         "agent_failed/dump_over_bound:<bound>, whatever an evaluator said afterwards.",
         f"Read `{_EVIDENCE}/{layout.DUMP_BOUNDS_LOG}`",
+    ),
+}
+
+DAEMON_KINDS: dict[DaemonKind, M] = {
+    DaemonKind.ROOTFUL: M(
+        "dockerd run as root in this host's namespaces: the gateway listens on its bridge address on this host.",
+        "None.",
+        "None.",
+        "`cowork-adapter doctor ...` (its daemon kind line)",
+    ),
+    DaemonKind.ROOTLESS: M(
+        "dockerd run by an unprivileged user inside RootlessKit (docker info: name=rootless); on a cgroup v1 "
+        "host it enforces no limit, and `run` refuses it without --accept-unenforced-limits.",
+        "None.",
+        "A run that accepted unenforced limits says so in the report's disclosures.",
+        "`cowork-adapter doctor ...` (its daemon kind line)",
     ),
 }

@@ -31,6 +31,7 @@ TABLES: tuple[tuple[str, type[Enum], str, str], ...] = (
     ("Ledger statuses", meanings.TaskStatus, "TASK_STATUSES", "status"),
     ("Audit finding reasons", meanings.AuditFindingReason, "AUDIT_FINDING_REASONS", "reason"),
     ("Tampering kinds", meanings.TamperKind, "TAMPER_KINDS", "kind"),
+    ("Daemon kinds", meanings.DaemonKind, "DAEMON_KINDS", "kind"),
 )
 
 _EXTRA = re.compile(r"^(?P<help>.*?)\s\s\[(?P<extra>[^\[\]]*)\]$", re.DOTALL)

@@ -11,7 +11,6 @@ meter and campaign for --dry-run or --probe).
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from ..benchmark.selection import validate_against_dataset
 from ..config import RunConfig
 from ..errors import Refusal
 from ..host.daemon import daemon_info, docker_failures, docker_version, image_present
+from ..host.daemon_kind import DaemonFacts, facts_from_info, owner_refusal, peer_same_network, socket_owner
 from ..host.resources import campaign_roots, host_suggestion
 from ..resolved import MoneyBounds, ResolvedConfig, reached
 from ..schemas.campaign import key_fingerprint
@@ -57,10 +57,12 @@ class Doctor:
         self.bench_ok = False
         self.key: str | None = None
         self.usage: float | None = None
+        self.facts: DaemonFacts | None = None  # the daemon's kind and unenforced limits (daemon_kind)
 
     def checks(self) -> list[Callable[[], CheckResult]]:
         return [
             self.docker_host,
+            self.daemon_kind,
             self.limits_fit,
             self.limits,
             self.base_image,
@@ -113,6 +115,26 @@ class Doctor:
             "docker host", f"{host} answers: Docker {info.get('Version', '?')} (API {info.get('ApiVersion', '?')})."
         )
 
+    def daemon_kind(self) -> CheckResult:
+        """Rootless or not, its user, the limits it enforces: `run` refuses what FAILs here (run/daemon_check.py)."""
+        name = "daemon kind"
+        if not self.daemon_up:
+            return self._daemon_down(name)
+        from ..run.daemon_check import limits_refusal
+
+        host = self.cfg.docker_host
+        self.facts = facts_from_info(daemon_info(host), peer_same_network(host), socket_owner(host))
+        refusal = owner_refusal(self.facts, host, os.geteuid()) or limits_refusal(self.cfg, self.facts)
+        if refusal:
+            return fail(name, refusal.rstrip("."), "see docs/install.md (a rootless daemon on a cgroup v2 host)")
+        limits = (
+            "it enforces the memory, CPU and process limits"
+            if self.facts.enforces_limits
+            else f"it does not enforce the {', '.join(self.facts.unenforced)} limits (accepted: "
+            "--accept-unenforced-limits, disclosed by the report)"
+        )
+        return ok(name, f"{host} is {self.facts.describe()}; {limits}.")
+
     def _daemon_down(self, name: str) -> CheckResult:
         return fail(name, "cannot be checked because the Docker daemon did not answer.", "fix the docker host first")
 
@@ -153,6 +175,8 @@ class Doctor:
             )
         outcome = limit_probe(self.cfg.docker_host, self.built.base_image)
         killed = outcome.oom_killed or outcome.exit_code == OOM_EXIT
+        if not killed and self.cfg.limits.accept_unenforced_limits:
+            return ok(name, "memory limits are not enforced here (accepted: --accept-unenforced-limits).")
         if killed:
             return ok(
                 name,
@@ -338,27 +362,19 @@ class Doctor:
                 "the key goes into every agent container (--key-in-agent, or a compatible endpoint "
                 "without --llm-gateway): the agent under test can read it.",
             )
-        if not self.cfg.provider_tls:
-            return ok(name, "--llm-gateway: the key stays in the launcher; containers get a per-task token.")
-        if not self.cfg.provider.llm_gateway_host and not self.daemon_up:
+        if self.facts is None:
             return self._daemon_down(name)
         from ..gateway.run import bridge_address
         from ..gateway.tls import PROVIDER_HOST, TLS_PORT
+        from ..run.daemon_check import route_refusal
 
-        try:
-            host = self.cfg.provider.llm_gateway_host or bridge_address(self.cfg.docker_host)
-            with socket.create_server((host, TLS_PORT)):
-                pass  # bound and closed at once: the run binds it again at its start
-        except Refusal as refusal:
-            return fail(name, refusal.sentence.rstrip("."), "pass --llm-gateway-host")
-        except OSError as exc:
-            return fail(
-                name,
-                f"the run could not serve {PROVIDER_HOST} on port {TLS_PORT} of {host} ({exc.strerror or exc}).",
-                "run as root or with CAP_NET_BIND_SERVICE, free the port (another run on this daemon "
-                "holds it), name another address with --llm-gateway-host, or pass --key-in-agent "
-                "(the agent can then read the key)",
-            )
+        # The route the run will really use, checked as its preflight checks it (run/daemon_check.py).
+        refusal = route_refusal(self.cfg, self.facts)
+        if refusal:
+            return fail(name, refusal.rstrip("."), "see docs/install.md (the key's route on each kind of daemon)")
+        if not self.cfg.provider_tls:
+            return ok(name, "--llm-gateway: the key stays in the launcher; containers get a per-task token.")
+        host = self.cfg.provider.llm_gateway_host or bridge_address(self.cfg.docker_host)
         return ok(name, f"the run serves {PROVIDER_HOST} itself on {host}:{TLS_PORT}; no container gets the key.")
 
     def key_present(self) -> CheckResult:

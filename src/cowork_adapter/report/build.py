@@ -326,6 +326,16 @@ def _disclosures(
                     "route and --llm-gateway keep it on the host.",
                 )
             )
+        limits = getattr(m, "limits", None)
+        if limits is not None and limits.unenforced_limits:
+            notes.append(
+                _see(
+                    "environment",
+                    f"Run {run.root} ran on a {limits.daemon_kind or 'Docker'} daemon that did not enforce the "
+                    f"{', '.join(limits.unenforced_limits)} limits its containers were given "
+                    "(--accept-unenforced-limits): a task could use more of the machine than its limits say.",
+                )
+            )
         over = sum(1 for r in run.rows if any(f.kind == TamperKind.DUMP_OVER_BOUND for f in r.tampering or ()))
         if over:
             b = m.budgets

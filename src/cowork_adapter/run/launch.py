@@ -35,6 +35,7 @@ from ..errors import Refusal
 from ..fileio import replace_atomic
 from ..gateway.trust import certifi_files
 from ..host.daemon import daemon_info, docker_failures
+from ..host.daemon_kind import DaemonFacts
 from ..host.disk import MIN_FREE_INODE_FRACTION, inodes_short
 from ..image.build_lock import build_lock
 from ..image.derived import (
@@ -64,6 +65,7 @@ from ..schemas.manifest import Refusal as RefusalRecord
 from ..schemas.run_config import build_run_config
 from ..score.ledger import build_index, write_index
 from ..vocab import EngineKind, ExitCode, RunOutcome
+from .daemon_check import check_daemon
 from .probes import enforce_inventory, inventory_for_run, run_probe
 from .recovery import STAGE as RESUME_STAGE
 from .recovery import CampaignPlace, campaign_refusal, resolve_ancestry
@@ -90,6 +92,7 @@ class Preflight:
     daemon: tuple[int, int] | None = None  # the daemon's (CPUs, memory bytes) from docker info
     base_image_id: str | None = None  # what --base-image names now; the derived image's label must match it
     substitutes: list[BenchSubstitute] | None = None  # the checkout's stand-ins for blobs its store lacks
+    daemon_facts: DaemonFacts | None = None  # its kind and the limits it cannot enforce (host/daemon_kind.py)
 
 
 def say(sentence: str) -> None:
@@ -160,6 +163,7 @@ def preflight(cfg: RunConfig) -> Preflight:
         raise Refusal("disk", f"the resource root {built.resource_root} is not a directory.")
     daemon = daemon_resources(cfg.docker_host)
     cfg = cfg.fit_to_daemon(*daemon, daemon=cfg.docker_host)
+    facts = check_daemon(cfg)  # unenforced limits and a route that reaches no container: refused here
     seed = seed_identity(cfg.repo_dir, allow_dirty=cfg.allow_dirty_seed)
     seed_head = reached(seed.head, "the seed's head")
     bench, substitutes = checked_bench(cfg.bench_root, cfg.bench_commit)
@@ -210,6 +214,7 @@ def preflight(cfg: RunConfig) -> Preflight:
         daemon=daemon,
         base_image_id=base_id,
         substitutes=substitutes,
+        daemon_facts=facts,
     )
 
 
@@ -282,6 +287,17 @@ def budget_record(cfg: RunConfig) -> Budgets:
     )
 
 
+def _daemon_record(cfg: RunConfig, facts: DaemonFacts | None) -> dict[str, Any]:
+    """The manifest's limits.daemon_kind, unenforced_limits and accept_unenforced_limits."""
+    if facts is None:
+        return {}
+    return {
+        "daemon_kind": facts.kind.value,
+        "unenforced_limits": list(facts.unenforced),
+        "accept_unenforced_limits": cfg.limits.accept_unenforced_limits,
+    }
+
+
 def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, base_image_id: str | None) -> bool:
     """True when `tag` exists with labels matching the pins; False when it must be built.
 
@@ -342,6 +358,7 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
             daemon_cpus=pre.daemon[0] if pre.daemon else None,
             daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
             **_hardening_record(cfg),
+            **_daemon_record(cfg, pre.daemon_facts),
         ),
         budgets=budget_record(cfg),
         dry_run=cfg.dry_run,

@@ -130,6 +130,11 @@ class Limits(Record):
     container_cap_add: list[str] | None = None  # capabilities kept by --container-cap-add
     task_cap_drop: list[str] | None = None  # what agent, eval and helper containers lose
     pg_cap_drop: list[str] | None = None  # what the task's PostgreSQL loses
+    # Issue 38 (host/daemon_kind.py): the daemon's kind (vocab.DaemonKind), the limits it could not enforce
+    # (memory, cpu, pids; [] when it enforced them all), and --accept-unenforced-limits. None: from before.
+    daemon_kind: str | None = None
+    unenforced_limits: list[str] | None = None
+    accept_unenforced_limits: bool | None = None
 
 
 class MeterCadence(Record):
