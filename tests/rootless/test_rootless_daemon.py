@@ -116,7 +116,7 @@ def test_a_run_stopped_by_stop_leaves_nothing_and_its_containers_had_their_limit
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=60)
-    assert manifest(run_root)["stop_reason"] == "stop_requested"
+    assert manifest(run_root)["stop_reason"] == "signal_15"  # `stop` is SIGTERM to the launcher (ops/stop.py)
     assert set(read_rows(run_root)) == {"demo-hang", "demo-csv-totals"}
     failed = [f"{c.name}: {c.detail}" for c in custody_checks(world, run_root) if not c.ok]
     assert not failed, failed
