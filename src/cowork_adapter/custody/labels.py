@@ -28,6 +28,8 @@ NONCE_BYTES = 16
 # The runner names its containers `<prefix>-<task id>`; the prefix is the role.
 ROLES_BY_PREFIX = {"agent": "agent", "eval": "eval", "pg": "pg", "helper": "helper"}
 ROLE_NETWORK = "network"
+# The network a run makes for its model gateway to listen on (gateway/listen.py); no container joins it.
+ROLE_GATEWAY = "gateway"
 ROLE_OTHER = "other"
 
 

@@ -29,8 +29,8 @@ OPENROUTER_PREFIX = "/api/v1"
 
 @dataclass(frozen=True)
 class Route:
-    """One path the gateway forwards: its method, whether the provider may bill it, whether its body is a chat body to shape, and whether the
-    query string goes along."""
+    """One path the gateway forwards: its method, whether the provider may bill it, whether its body is
+    a chat body to shape, and whether the query string goes along."""
 
     path: str
     method: str

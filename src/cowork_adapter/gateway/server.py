@@ -11,6 +11,9 @@ it dies with the launcher by construction, so nothing can spend without a living
 Tokens (gateway/tokens.py) name one task of one run; a token dies when the shim removes the task's
 agent container (it leaves `<task>.agent_removed` in the evidence directory) and with this gateway.
 
+Where it listens and the server that accepts (the peer check and the connection shares on accept):
+gateway/listen.py; the request handler (checks, shaping, forwarding, relaying): gateway/handler.py.
+
 The agent under test is untrusted and holds its token, so the gateway defends itself:
 - only the run's own containers are served (gateway/peers.py RunPeers, by peer address), each peer
   and each task within its fair share of connections and requests in flight (gateway/shares.py);
@@ -26,15 +29,15 @@ The agent under test is untrusted and holds its token, so the gateway defends it
   generation stats say, else at `unknown_cost_usd`, against its task only.
 
 The fence is per request: once `fence(reason)` is called (the run is stopping, the stop file
-exists, or the gateway's sum of the provider's cost figures reaches the run's allowance) every new request is refused with a
-403 and a sentence, and every upstream connection is shut down: a stream in flight is cut, and a
-request still waiting for the provider's headers is cut too (counted at `unknown_cost_usd`, since
-the provider may bill it). Every forwarded request is one row of <run_root>/gateway/requests.jsonl.
+exists, or the gateway's sum of the provider's cost figures reaches the run's allowance) every new
+request is refused with a 403 and a sentence, and every upstream connection is shut down: a stream
+in flight is cut, and a request still waiting for the provider's headers is cut too (counted at
+`unknown_cost_usd`, since the provider may bill it). Every forwarded request is one row of
+<run_root>/gateway/requests.jsonl.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import ssl
@@ -42,112 +45,51 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import NoReturn
 
 import httpx
 
 from ..runroot.layout import RunRoot
 from ..schemas.gateway import GatewayRequest, encode_row
 from . import shares as sh
+from .causes import (  # noqa: F401 - the refusal and fence names are imported from here by the run and tests
+    FENCE_BUDGET,
+    FENCE_RUN_STOPPING,
+    MAX_BODY_BYTES,
+    PATH_CHARS,
+    REFUSED_AUTH,
+    REFUSED_BODY,
+    REFUSED_FENCED,
+    REFUSED_PEER,
+    REFUSED_REVOKED,
+    REFUSED_ROUTE,
+    REFUSED_SHAPE,
+    REFUSED_TASK_BUDGET,
+    TEXT_CHARS,
+    bounded,
+    peer_address,
+)
 from .generation import generation_cost
-from .policy import DEFAULT_UNKNOWN_COST_USD, Policy, shape
+from .handler import make_handler
+from .listen import GatewayServer
+from .policy import DEFAULT_UNKNOWN_COST_USD, Policy
 from .refusals import RefusalLog
-from .reserve import Price, TaskLimits, output_cap, worst_cost
-from .routes import route_for
+from .reserve import Price, TaskLimits
 from .tokens import StreamUsage, mint_token, new_secret, token_task, usage_of  # noqa: F401 - imported from here by the shim, the run and tests
 
 # The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim.py handle_remove).
 REVOKED_SUFFIX = ".agent_removed"
 # The stop file and the request deadlines are looked at this often.
 STOP_POLL_SEC = 0.1
-# A chat body is JSON text; 16 MiB holds a long context with images. Bounded memory: this times
-# the requests in flight (gateway/shares.py), and only the run's containers with a valid token get a body read at all.
-MAX_BODY_BYTES = 16 * 1024 * 1024
 # A request (its line, headers and body; or a keep-alive connection's wait for its next one) must
 # arrive whole within this; every single socket operation (a write to a client that does not read)
 # within SOCKET_TIMEOUT_SEC.
 REQUEST_DEADLINE_SEC = 30.0
 SOCKET_TIMEOUT_SEC = 30.0
-# Log rows: client-provided text is cut to these lengths, and rows of requests without a valid
-# token (or from strangers) stop after MAX_ANONYMOUS_ROWS (then only counted).
-PATH_CHARS = 200
-TEXT_CHARS = 120
+# Rows of requests without a valid token (or from strangers) stop after this many (then only counted).
 MAX_ANONYMOUS_ROWS = 1000
 # Upstream timeouts: a model may think for minutes before its first byte; connecting is quick.
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=15.0, read=600.0, write=60.0, pool=30.0)
-# Why the gateway answered a request itself (GatewayRequest.refused).
-REFUSED_AUTH = "auth"
-REFUSED_REVOKED = "revoked"
-REFUSED_PEER = "peer"
-REFUSED_FENCED = "fenced"
-REFUSED_TASK_BUDGET = "task_budget"
-REFUSED_ROUTE = "route"
-REFUSED_BODY = "body"
-REFUSED_SHAPE = "shape"
-FENCE_RUN_STOPPING = "run_stopping"
-FENCE_BUDGET = "gateway_budget"
-
-
-def bounded(text: str | None, limit: int) -> str | None:
-    """Client-provided text as a log row may hold it: at most `limit` characters, marked when cut."""
-    if text is None or len(text) <= limit:
-        return text
-    return text[:limit] + f"...[{len(text) - limit} more]"
-
-
-class _Server(ThreadingHTTPServer):
-    """The stdlib threading server with a peer check and fair shares of connections (gateway/shares.py)."""
-
-    daemon_threads = True
-    block_on_close = False
-    # The listen backlog: the stdlib's 5 makes a burst of connections wait seconds in SYN retries
-    # before the accept loop can even close the ones over the bound.
-    request_queue_size = 256
-
-    def __init__(self, address, handler, gateway: Gateway, tls: ssl.SSLContext | None = None) -> None:
-        self.gateway = gateway
-        self.tls = tls
-        super().__init__(address, handler)
-
-    def get_request(self):
-        sock, address = super().get_request()
-        if self.tls is not None:  # no I/O here: the handshake runs in the handler's thread, under its timeout
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, address
-
-    def verify_request(self, request, client_address) -> bool:
-        return self.gateway.admit_peer(client_address[0])
-
-    def process_request(self, request, client_address) -> None:
-        peer = _peer(client_address)
-        why = self.gateway.shares.connect(peer)
-        if why is not None:  # over the peer's share or full: closed at once, no thread, no read
-            self.gateway.overflowed += 1
-            self.gateway.record(
-                GatewayRequest(at=time.time(), task=None, path="", status=0, latency_ms=0.0, refused=why, peer=peer)
-            )
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.gateway.shares.disconnect(peer, None)
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.gateway.shares.disconnect(_peer(client_address), self.gateway._bound.pop(request, None))
-
-    def handle_error(self, request, client_address) -> None:  # a broken client is not our traceback
-        self.gateway.errors += 1
-
-
-def _peer(client_address) -> str:
-    return str(client_address[0]).removeprefix("::ffff:")  # an IPv4 peer on a dual-stack socket
 
 
 class Gateway:
@@ -163,6 +105,8 @@ class Gateway:
     `revoked_dir`: where the shim leaves `<task>.agent_removed`. `peers`: an object with
     `allowed(ip)` (gateway_peers.RunPeers); None serves any peer (tests on loopback).
     `on_fence(reason)` is called once, from the thread that fenced (the launcher stops the run).
+    `listener`: a socket already listening (gateway/listen.py: bound in the daemon's namespace), served
+    instead of binding `bind_host:port`; the gateway closes it.
     """
 
     def __init__(
@@ -190,6 +134,7 @@ class Gateway:
         socket_timeout_sec: float = SOCKET_TIMEOUT_SEC,
         tls: ssl.SSLContext | None = None,
         openrouter: bool = False,
+        listener: socket.socket | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.openrouter = openrouter  # the provider's own face (gateway/routes.py), else OpenAI-compatible
@@ -252,7 +197,7 @@ class Gateway:
         # none (an `Accept: */*` on the seed's key check made its request differ from the seed's path).
         for name in ("accept", "user-agent"):
             self._client.headers.pop(name, None)
-        self._server = _Server((bind_host, port), _handler(self), self, tls)
+        self._server = GatewayServer((bind_host, port), make_handler(self), self, tls, listener)
         self._threads: list[threading.Thread] = []
 
     @property
@@ -295,7 +240,7 @@ class Gateway:
         """Whether a connection from `ip` is served (called on accept); a refusal is logged."""
         if self.peers is None:
             return True
-        ip = _peer((ip,))
+        ip = peer_address((ip,))
         if self.peers.allowed(ip):
             return True
         self.record(
@@ -491,378 +436,3 @@ class Gateway:
         with self._lock:
             self._active.discard(response)
         response.close()
-
-
-# Hop-by-hop and framing headers the gateway sets itself instead of passing on.
-_NOT_PASSED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-length",
-        "content-encoding",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailers",
-        "upgrade",
-        "set-cookie",
-    }
-)
-
-
-# What reading a response the fence closed (or the provider broke off) may raise.
-_READ_ERRORS = (httpx.HTTPError, httpx.StreamError, ValueError, AttributeError, OSError)
-# Request headers never forwarded: the credential (replaced by the key), the address, framing and hop-by-hop.
-_NOT_FORWARDED = _NOT_PASSED | {"authorization", "host", "accept-encoding", "cookie", "x-api-key"}
-
-
-class _Refused(Exception):
-    """Raised inside a handler once the refusal was answered and logged."""
-
-
-def _handler(gateway: Gateway):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body are two writes: without this, Nagle's algorithm and the client's delayed
-        # ACK hold the body back ~40 ms on every keep-alive answer (bench_gateway.py measured it).
-        disable_nagle_algorithm = True
-        timeout = gateway.socket_timeout_sec  # every read and write on the client's socket
-
-        def log_message(self, format, *args):  # the request log is the record
-            return
-
-        def setup(self):
-            super().setup()  # sets the socket timeout first: a stalled handshake ends with it
-            if isinstance(self.connection, ssl.SSLSocket):
-                self.connection.do_handshake()
-
-        def handle_one_request(self):
-            # The request must arrive whole (or the idle keep-alive connection gets its next one)
-            # before the deadline; the body reader clears it, the watcher cuts a late one.
-            gateway._deadlines[self.connection] = time.monotonic() + gateway.request_deadline_sec
-            try:
-                super().handle_one_request()
-            finally:
-                gateway._deadlines.pop(self.connection, None)
-
-        def _json(self, status: int, message: str, kind: str) -> None:
-            data = json.dumps(
-                {"error": {"message": f"cowork-adapter gateway: {message}", "type": kind, "code": status}}
-            ).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._serve("GET")
-
-        def do_POST(self):
-            self._serve("POST")
-
-        def _serve(self, method: str) -> None:
-            started = time.time()
-            clock = time.monotonic()
-            row = GatewayRequest(
-                at=started,
-                task=None,
-                path=self.path.split("?", 1)[0],
-                status=0,
-                latency_ms=0.0,
-                peer=_peer(self.client_address),
-            )
-            self._clock, self._settled = clock, False
-            self._reserved: float | None = None  # the worst cost this request holds (gateway/reserve.py)
-            self._busy: str | None = None  # the task whose in-flight share it takes
-            try:
-                self._forward(method, row)
-            except _Refused:
-                pass
-            except (OSError, ValueError) as exc:  # the client went away, or its socket timed out
-                row.error = row.error or f"client gone: {type(exc).__name__}"
-                self.close_connection = True
-            finally:
-                self._settle(row)
-                if self._busy is not None:
-                    gateway.shares.end(self._busy)
-
-        def _settle(self, row: GatewayRequest) -> None:
-            """Record the request and count its cost, once. A plain answer is settled before its body is
-            sent, so the client cannot send its next request before a crossing has fenced the gateway."""
-            if self._settled:
-                return
-            self._settled = True
-            row.latency_ms = round((time.monotonic() - self._clock) * 1000, 3)
-            gateway.record(row)
-            gateway._add_cost(row.task, row.cost_usd, row.assumed_cost_usd, self._reserved)
-
-        def _refuse(
-            self, row: GatewayRequest, status: int, why: str | None, message: str, kind: str, *, close: bool = False
-        ) -> NoReturn:
-            """Answer the request with an error and log it; raises _Refused to end the handling."""
-            row.status, row.refused = status, why
-            if close:  # the body was not read: the connection cannot carry another request
-                self.close_connection = True
-            self._settle(row)
-            self._json(status, message, kind)
-            raise _Refused
-
-        def _forward(self, method: str, row: GatewayRequest) -> None:
-            # 1. The token, before anything else is read, on every path of both faces.
-            found = route_for(self.path, openrouter=gateway.openrouter)
-            task = gateway.authorize(self.headers.get("Authorization"))
-            row.task = task
-            if task is None:
-                self._refuse(
-                    row,
-                    401,
-                    REFUSED_AUTH,
-                    "the token is not valid for this run and task",
-                    "authentication_error",
-                    close=True,
-                )
-            if gateway.revoked(task):
-                self._refuse(
-                    row,
-                    401,
-                    REFUSED_REVOKED,
-                    "this task's agent container was removed; its token is no longer valid",
-                    "authentication_error",
-                    close=True,
-                )
-            # 1b. The task's fair share (gateway/shares.py): its connections, then its requests in flight.
-            if gateway._bound.get(self.request) != task:
-                if self.request in gateway._bound or not gateway.shares.bind(task):
-                    self._refuse(
-                        row,
-                        429,
-                        sh.TASK_CONNECTIONS,
-                        "this task holds its share of the gateway's connections; close some first",
-                        "rate_limit_error",
-                        close=True,
-                    )
-                gateway._bound[self.request] = task
-            if not gateway.shares.begin(task):
-                self._refuse(
-                    row,
-                    429,
-                    sh.TASK_BUSY,
-                    "this task has its share of requests in flight "
-                    f"({gateway.shares.limits.per_task_in_flight}); wait for one to end",
-                    "rate_limit_error",
-                    close=True,
-                )
-            self._busy = task
-            if found is None or method != found[0].method:
-                self._refuse(
-                    row,
-                    404,
-                    REFUSED_ROUTE,
-                    f"no route {method} {bounded(self.path, PATH_CHARS)}",
-                    "not_found",
-                    close=True,
-                )
-            route, upstream_path = found
-            # 2. The body: its exact length first, then a bounded read within the deadline.
-            body = self._read_body(method, row)
-            if not route.chat:
-                return self._send_upstream(method, upstream_path, None, row, billed=route.billed, worst=0.0)
-            # 3. The shape: model, n, output tokens, routing, stream usage (gateway/policy.py).
-            try:
-                parsed = json.loads(body or b"{}")
-            except ValueError:
-                parsed = None
-            if not isinstance(parsed, dict):
-                self._refuse(row, 400, REFUSED_BODY, "the body is not a JSON object", "invalid_request_error")
-            row.model = parsed.get("model") if isinstance(parsed.get("model"), str) else None
-            row.stream = parsed.get("stream") is True
-            shaped = shape(parsed, gateway.policy)
-            if isinstance(shaped, str):
-                self._refuse(row, 400, REFUSED_SHAPE, shaped, "invalid_request_error")
-            # A body the policy left as it was goes upstream byte for byte, as the engine sent it.
-            row.changed = shaped != parsed
-            forwarded = json.dumps(shaped).encode() if row.changed else body
-            worst = worst_cost(
-                len(forwarded), output_cap(shaped, gateway.policy.max_tokens), gateway.price, gateway.unknown_cost_usd
-            )
-            self._send_upstream(method, upstream_path, forwarded, row, billed=route.billed, worst=worst)
-
-        def _read_body(self, method: str, row: GatewayRequest) -> bytes:
-            if self.headers.get("Transfer-Encoding") is not None:
-                self._refuse(
-                    row,
-                    411,
-                    REFUSED_BODY,
-                    "a Content-Length is required (no chunked bodies)",
-                    "invalid_request_error",
-                    close=True,
-                )
-            given = self.headers.get_all("Content-Length") or []
-            if not given:
-                if method == "POST":
-                    self._refuse(
-                        row, 411, REFUSED_BODY, "a Content-Length is required", "invalid_request_error", close=True
-                    )
-                gateway._deadlines.pop(self.connection, None)  # read whole: the provider's time is not the client's
-                return b""
-            raw = given[0].strip()
-            if len(given) > 1 or not (raw.isascii() and raw.isdigit()):
-                self._refuse(
-                    row,
-                    400,
-                    REFUSED_BODY,
-                    "the Content-Length is not one whole number",
-                    "invalid_request_error",
-                    close=True,
-                )
-            length = int(raw)
-            if length > MAX_BODY_BYTES:
-                self._refuse(
-                    row,
-                    413,
-                    REFUSED_BODY,
-                    f"request body too large (at most {MAX_BODY_BYTES} bytes)",
-                    "invalid_request_error",
-                    close=True,
-                )
-            if method == "GET" and length:
-                self._refuse(row, 400, REFUSED_BODY, "a GET carries no body", "invalid_request_error", close=True)
-            try:  # the reaper's shutdown reads as an end, or as a reset when the client closed first
-                body = self.rfile.read(length) if length else b""
-            except ConnectionError:
-                body = b""
-            gateway._deadlines.pop(self.connection, None)
-            if len(body) < length:  # cut by the deadline, or the client stopped sending
-                row.error = f"body ended after {len(body)} of {length} bytes"
-                self._refuse(
-                    row, 400, REFUSED_BODY, "the body did not arrive in time", "invalid_request_error", close=True
-                )
-            return body
-
-        def _send_upstream(
-            self, method: str, path: str, body: bytes | None, row: GatewayRequest, *, billed: bool, worst: float
-        ) -> None:
-            refusal = gateway.refusal(row.task)
-            if refusal is None and billed and row.task is not None:  # the worst answer reserved first
-                if gateway.limits.reserve(row.task, worst):
-                    self._reserved = worst
-                else:
-                    refusal = (
-                        REFUSED_TASK_BUDGET,
-                        f"this task's model spend ${gateway.limits.settled(row.task):.4f} "
-                        f"and the answers in flight may reach the per-task limit ${gateway.per_task_usd:.4f} "
-                        "(--per-task-cost-usd); wait for them to end",
-                    )
-            if refusal is not None:
-                self._refuse(
-                    row,
-                    403,
-                    refusal[0],
-                    refusal[1],
-                    "gateway_fenced" if refusal[0] == REFUSED_FENCED else "task_budget_spent",
-                )
-            sent = [False]
-            try:
-                passed = {k: v for k, v in self.headers.items() if k.lower() not in _NOT_FORWARDED}
-                response = gateway.open_upstream(method, path, body, passed, sent, with_key=row.task is not None)
-            except httpx.HTTPError as exc:
-                row.error = f"upstream: {type(exc).__name__}"
-                self._unanswered(row, billed and sent[0])
-                return
-            try:
-                self._relay(response, row, billed)
-            finally:
-                gateway.release(response)
-
-        def _unanswered(self, row: GatewayRequest, maybe_billed: bool) -> None:
-            """The provider's answer never came whole: cut by the fence, or it broke off. Once the
-            request went out the provider may bill it: counted at the pessimistic price."""
-            row.cut = gateway.fenced
-            if maybe_billed:
-                row.assumed_cost_usd = gateway.unknown_cost_usd
-            if gateway.fenced:  # a request that went out counts as forwarded (refused stays None): it may be billed
-                self._refuse(
-                    row,
-                    403,
-                    None if maybe_billed else REFUSED_FENCED,
-                    (gateway.refusal() or ("", "fenced"))[1],
-                    "gateway_fenced",
-                )
-            self._refuse(row, 502, None, f"the provider's answer did not arrive ({row.error})", "upstream_error")
-
-        def _relay(self, response: httpx.Response, row: GatewayRequest, billed: bool) -> None:
-            streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-            if not streamed:  # read whole first: a failed read is then still answered with an error
-                try:
-                    data = response.read()
-                except _READ_ERRORS as exc:  # cut by the fence, or the provider went away
-                    row.error = f"upstream: {type(exc).__name__}"
-                    return self._unanswered(row, billed)
-                row.status = response.status_code
-                try:
-                    row.prompt_tokens, row.completion_tokens, row.cost_usd = usage_of(json.loads(data))
-                except ValueError:
-                    pass
-                if billed and row.cost_usd is None and response.status_code < 400:
-                    row.assumed_cost_usd = gateway.unknown_cost_usd
-                self._settle(row)
-                self._head(response)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
-            # A stream: relayed chunk by chunk as it arrives, ended by closing the connection.
-            row.status = response.status_code
-            self._head(response)
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            usage = StreamUsage()
-            try:
-                try:
-                    for chunk in response.iter_raw():
-                        if gateway.fenced:
-                            row.cut = True
-                            break
-                        usage.feed(chunk)
-                        self.wfile.write(chunk)
-                        self.wfile.flush()
-                    # A stream is framed by the connection's end, so a socket the fence shut down
-                    # ends it like the provider would: fenced by now is cut.
-                    row.cut = row.cut or gateway.fenced
-                except _READ_ERRORS as exc:  # the fence shut the upstream socket, or the provider broke off
-                    row.cut = gateway.fenced
-                    row.error = f"upstream: {type(exc).__name__}"
-            finally:  # also when the client went away mid-stream: the provider bills what it made
-                row.prompt_tokens, row.completion_tokens, row.cost_usd = usage.usage
-                if (
-                    billed
-                    and row.cost_usd is None
-                    and response.status_code < 400
-                    and usage.generation
-                    and gateway.generation_stats
-                ):
-                    try:  # the stream ends for the client now (framed by the connection's end), then we ask
-                        socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                    row.cost_usd = gateway.generation_cost(usage.generation)  # the provider's own figure
-                    row.error = (
-                        row.error
-                        if row.cost_usd is None
-                        else bounded(f"{row.error or 'no usage'}; cost from generation stats", TEXT_CHARS)
-                    )
-                if billed and row.cost_usd is None and response.status_code < 400:
-                    row.assumed_cost_usd = gateway.unknown_cost_usd
-
-        def _head(self, response: httpx.Response) -> None:
-            self.send_response(response.status_code)
-            for name, value in response.headers.items():
-                if name.lower() not in _NOT_PASSED:
-                    self.send_header(name, value)
-
-    return Handler
