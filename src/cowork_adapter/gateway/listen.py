@@ -55,10 +55,10 @@ def run_network_name(run_label: str) -> str:
     return RUN_NETWORK_PREFIX + run_label[:16]
 
 
-def make_run_network(docker_host: str, run_label: str) -> RunNetwork:
-    """Create the run's network (labelled with the run's label) and read its gateway address.
-    Raises OSError with one sentence when the daemon refuses or gives it no address."""
-    name = run_network_name(run_label)
+def make_run_network(docker_host: str, run_label: str, name: str | None = None) -> RunNetwork:
+    """Create the run's network (labelled with the run's label; `name`, else run_network_name) and read
+    its gateway address. Raises OSError with one sentence when the daemon refuses or gives it no address."""
+    name = name or run_network_name(run_label)
     client = docker_client(docker_host)
     try:
         network = client.networks.create(
@@ -120,11 +120,18 @@ def daemon_namespace(docker_host: str) -> int | None:
         return None
 
 
-def daemon_listener(docker_host: str, address: str, port: int) -> tuple[socket.socket, int | None]:
-    """A socket listening on `address`:`port` in the daemon's network namespace, and the daemon's pid
-    when that namespace is not ours. Raises OSError; `bind_sentence` says it in one sentence."""
+class ListenError(OSError):
+    """The gateway's address could not be bound; `strerror` is one sentence naming the real cause."""
+
+
+def daemon_listener(docker_host: str, address: str, port: int) -> tuple[socket.socket, bool]:
+    """A socket listening on `address`:`port` in the daemon's network namespace, and whether that
+    namespace is not ours (a rootless daemon's). Raises ListenError."""
     pid = daemon_namespace(docker_host)
-    return nsbind.bind_listener(address, port, pid=pid), pid
+    try:
+        return nsbind.bind_listener(address, port, pid=pid), pid is not None
+    except OSError as exc:
+        raise ListenError(exc.errno or errno.EIO, bind_sentence(exc, address, port, pid is not None)) from None
 
 
 def bind_sentence(exc: OSError, address: str, port: int, namespaced: bool) -> str:
@@ -134,15 +141,15 @@ def bind_sentence(exc: OSError, address: str, port: int, namespaced: bool) -> st
         return f"the gateway cannot listen on {address}:{port}: {exc.strerror}"
     if exc.errno == errno.EACCES:
         return (
-            f"port {port} of {address} needs a privilege {where} that this process lacks (root, "
+            f"port {port} of {address} {where} needs a privilege this process lacks (root, "
             "CAP_NET_BIND_SERVICE or net.ipv4.ip_unprivileged_port_start at most the port)"
         )
     if exc.errno == errno.EADDRINUSE:
         return f"another process already listens on {address}:{port} {where}"
     if exc.errno == errno.EADDRNOTAVAIL:
         return (
-            f"{address} is not an address {where} (for a rootless daemon an address must be one of its "
-            "own namespace: the default route's network has one)"
+            f"{address} is not an address {where} (a rootless daemon's containers reach only addresses of "
+            "its own namespace: the default route's own network has one)"
         )
     return f"the gateway cannot listen on {address}:{port} {where} ({exc.strerror or exc})"
 

@@ -1,8 +1,11 @@
 """How a run uses the model gateway: open it, point the engines at it, account for it.
 
-The gateway listens on the host address the run's containers reach (the Docker daemon's default
-bridge gateway, or --llm-gateway-host) and serves only peers that are containers of the run
-(gateway_peers.RunPeers). It has two faces:
+The gateway listens, in the Docker daemon's network namespace (gateway/listen.py: a rootless
+daemon's own), on an address the run's containers reach: on the default route the gateway address
+of a network the run makes for itself (so several default-route runs share a daemon, each on port
+443 of its own address), with --llm-gateway the daemon's default bridge address, or
+--llm-gateway-host. It serves only peers that are containers of the run (gateway/peers.py RunPeers).
+It has two faces:
 
 - the default (a paid run on the OpenRouter route without --key-in-agent): it serves
   `openrouter.ai` itself, over TLS on port 443 with a run-scoped certificate (gateway/tls.py);
@@ -31,6 +34,7 @@ from ..schemas.manifest import GatewayRecord
 from ..schemas.run_config import OPENROUTER_CHAT_URL, agent_base_url, routed_model_id
 from ..vocab import EngineKind, GatewayRoute
 from .generation import model_price
+from .listen import daemon_listener, make_run_network, remove_run_network
 from .peers import RunPeers
 from .policy import SEED_PROVIDER_KEYS, Policy, pinned_model
 from .server import Gateway, new_secret
@@ -52,6 +56,11 @@ GENERAL_DISCLOSURES = (
 )
 
 
+NAMESPACE_DISCLOSURE = (
+    "The Docker daemon's networks live in a network namespace of their own (a rootless daemon): the gateway's "
+    "listening socket was bound there by a short-lived helper (nsenter into the daemon's user and network "
+    "namespaces) and served from the launcher, so it saw each container by its own address."
+)
 PROVIDER_TLS_DISCLOSURES = (
     f"The engine kept the seed's OpenRouter route ({OPENROUTER_CHAT_URL}, its own request shape and pricing "
     f"look-ups); the run served {PROVIDER_HOST} itself over TLS to its agent containers (the name resolved to "
@@ -113,11 +122,19 @@ def open_for_run(
 ) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute | None]:
     """Start the run's gateway; returns it, the config the engines get, the manifest's record, and
     (the default route) what the shim gives agent containers to reach it as the provider."""
+    if not cfg.provider.llm_gateway:
+        return _open_provider_tls(cfg, key, run_label, run_root)
     host = cfg.provider.llm_gateway_host or bridge_address(cfg.docker_host)
     secret, _ = new_secret(RunRoot(run_root).private)
-    if not cfg.provider.llm_gateway:
-        return _open_provider_tls(cfg, key, run_label, run_root, host, secret)
     upstream = agent_base_url(cfg)
+    try:
+        listener, namespaced = daemon_listener(cfg.docker_host, host, 0)
+    except OSError as exc:
+        remove_secrets(run_root)
+        raise Refusal(
+            "llm_gateway",
+            f"{exc.strerror}; name a local address containers reach with --llm-gateway-host.",
+        ) from None
     try:
         gateway = Gateway(
             upstream=upstream,
@@ -133,17 +150,16 @@ def open_for_run(
             revoked_dir=RunRoot(run_root).evidence,
             peers=RunPeers(cfg.docker_host, run_label),
             price=model_price(upstream, key, pinned_model(cfg.agent.model)),
+            listener=listener,
         ).start()
-    except OSError as exc:
+    except BaseException:
+        listener.close()
         remove_secrets(run_root)
-        raise Refusal(
-            "llm_gateway",
-            f"the gateway cannot listen on {host} ({exc.strerror or exc}); "
-            "name a local address containers reach with --llm-gateway-host.",
-        ) from None
+        raise
     url = gateway.url_for(host)
     engine_cfg = cfg.with_changes(openai_compatible_base_url=url, credential_setting=COMPATIBLE_KEY_SETTING)
     disclosures = list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
+    disclosures += [NAMESPACE_DISCLOSURE] if namespaced else []
     if cfg.agent.engine_kind is EngineKind.OUROBOROS:
         disclosures += OUROBOROS_DISCLOSURES
     record = GatewayRecord(
@@ -158,9 +174,34 @@ def open_for_run(
 
 
 def _open_provider_tls(
-    cfg: RunConfig, key: str, run_label: str, run_root: Path, host: str, secret: bytes
+    cfg: RunConfig, key: str, run_label: str, run_root: Path
 ) -> tuple[Gateway, RunConfig, GatewayRecord, ProviderRoute]:
-    """The default route: the gateway serves the provider's host over TLS on port 443 of `host`."""
+    """The default route: the gateway serves the provider's host over TLS on port 443 of the run's
+    own network's gateway address (or --llm-gateway-host), bound in the daemon's network namespace."""
+    host = cfg.provider.llm_gateway_host
+    network = None
+    if not host:
+        try:
+            network = make_run_network(cfg.docker_host, run_label)
+        except OSError as exc:
+            raise Refusal(
+                "provider_tls",
+                f"the run cannot make its gateway's network: {exc.strerror or exc}; name an address "
+                "containers reach with --llm-gateway-host, or pass --key-in-agent (the agent can then read the key).",
+            ) from None
+        host = network.address
+    try:
+        listener, namespaced = daemon_listener(cfg.docker_host, host, TLS_PORT)
+    except OSError as exc:
+        if network is not None:
+            remove_run_network(cfg.docker_host, network.name)
+        raise Refusal(
+            "provider_tls",
+            f"the run cannot serve {PROVIDER_HOST}: {exc.strerror}; name another "
+            "address containers reach with --llm-gateway-host, or give the agent containers the key themselves "
+            "with --key-in-agent (the seed's path, where the agent can read it).",
+        ) from None
+    secret, _ = new_secret(RunRoot(run_root).private)
     tls = make_run_tls(run_root, run_label)
     upstream = cfg.provider.provider_upstream_url or OPENROUTER_CHAT_URL
     try:
@@ -186,20 +227,20 @@ def _open_provider_tls(
             price=model_price(upstream, key, pinned_model(cfg.agent.model)),
             tls=tls.server_context(),
             openrouter=True,
+            listener=listener,
         ).start()
-    except OSError as exc:
+    except BaseException:
+        listener.close()
         remove_secrets(run_root)
-        raise Refusal(
-            "provider_tls",
-            f"the run cannot serve {PROVIDER_HOST} on {host}:{TLS_PORT} "
-            f"({exc.strerror or exc}): that needs root and a free port 443 there; name "
-            "another address containers reach with --llm-gateway-host, or give the "
-            "agent containers the key themselves with --key-in-agent (the seed's path, "
-            "where the agent can read it).",
-        ) from None
+        if network is not None:
+            remove_run_network(cfg.docker_host, network.name)
+        raise
+    if network is not None:  # its removal after the gateway's (the run's cleanup has removed it by then)
+        gateway.after_close.append(lambda: remove_run_network(cfg.docker_host, network.name))
     disclosures = (
         list(PROVIDER_TLS_DISCLOSURES) + list(GENERAL_DISCLOSURES) + shaping_disclosures(cfg.provider, cfg.agent)
     )
+    disclosures += [NAMESPACE_DISCLOSURE] if namespaced else []
     record = GatewayRecord(
         container_url=OPENROUTER_CHAT_URL,
         upstream_url=upstream,

@@ -199,6 +199,8 @@ class Gateway:
             self._client.headers.pop(name, None)
         self._server = GatewayServer((bind_host, port), make_handler(self), self, tls, listener)
         self._threads: list[threading.Thread] = []
+        # Called once the gateway is closed, in order (the run's own network removed: gateway/run.py).
+        self.after_close: list[Callable[[], object]] = []
 
     @property
     def port(self) -> int:
@@ -233,6 +235,8 @@ class Gateway:
         with self._lock:
             os.close(self._log_fd)
             self._log_fd = -1
+        for step in self.after_close:
+            step()
 
     # ------------------------------------------------------------ who may call
 
