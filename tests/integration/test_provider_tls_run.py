@@ -3,8 +3,8 @@ itself over TLS (gateway/tls.py), and the provider key is in no container.
 
 One demo run (stub engine, `demo-hang` keeps its agent container up) with no --key-in-agent and no
 --llm-gateway. Its gateway listens on port 443 of the gateway address of a network this test makes
-(--llm-gateway-host: an address of this host every container reaches, so this test never holds the
-daemon's bridge address that another run may use) and forwards to the chat stand-in on loopback
+(--llm-gateway-host: an address of this host every container reaches; without the flag a run makes such
+a network itself, tests/integration/test_default_route_runs.py) and forwards to the chat stand-in on loopback
 (--provider-upstream-url: a test bed cannot reach OpenRouter). While the task runs, from inside the
 agent container, with the token it holds and its own Python's default TLS trust, the test calls
 `https://openrouter.ai/api/v1` exactly as the seed's code does (chat with the token, the model list
