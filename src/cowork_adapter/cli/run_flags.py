@@ -341,8 +341,9 @@ def _run_flags(
     llm_gateway_host: Annotated[
         str,
         typer.Option(
-            help="Host address the run's gateway listens on and containers call (port 443 on the default route). "
-            "Default: the Docker daemon's bridge gateway address.",
+            help="Address the run's gateway listens on, in the Docker daemon's network namespace, and containers "
+            "call (port 443 on the default route). Default: the default route's own network's gateway address "
+            "(one per run); with --llm-gateway, the daemon's bridge gateway address.",
             rich_help_panel=P_PROVIDER,
         ),
     ] = "",
