@@ -70,9 +70,10 @@ def make_run_network(docker_host: str, run_label: str, name: str | None = None) 
         network.reload()
         config = ((network.attrs.get("IPAM") or {}).get("Config") or [{}])[0]
     except docker_failures() as exc:
-        raise OSError(errno.EIO, f"the daemon did not create network {name} ({_brief(exc)})") from None
-    finally:
         client.close()
+        remove_run_network(docker_host, name)  # made but unread, or never made (then: not found)
+        raise OSError(errno.EIO, f"the daemon did not create network {name} ({_brief(exc)})") from None
+    client.close()
     address = str(config.get("Gateway") or "").split("/")[0]
     if not address and config.get("Subnet"):  # an old daemon leaves the default gateway unsaid
         address = str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
