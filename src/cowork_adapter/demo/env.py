@@ -145,10 +145,10 @@ class DemoEnv:
 
 def key_route(extra: list[str]) -> list[str]:
     """The demo's paid runs take the seed's path (--key-in-agent; its key is a stand-in that unlocks
-    only the local meter) unless they name a route themselves: the default route serves port 443 of
-    the daemon's bridge address, which one run holds at a time, and the demo's and the suite's runs
-    overlap. The default route has its own test (tests/integration/test_provider_tls_run.py)."""
-    named = {"--llm-gateway", "--key-in-agent", "--llm-gateway-host"}
+    only the local meter) unless they name a route themselves: a route flag, or --provider-upstream-url,
+    which only the default route takes (its stand-in provider). The default route has its own tests
+    (tests/integration/test_provider_tls_run.py, test_default_route_runs.py)."""
+    named = {"--llm-gateway", "--key-in-agent", "--llm-gateway-host", "--provider-upstream-url"}
     engine = extra[extra.index("--engine") + 1] if "--engine" in extra[:-1] else ""
     if named & set(extra) or engine in ("oracle", "nop"):
         return []
