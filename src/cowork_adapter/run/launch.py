@@ -458,11 +458,15 @@ def _admitted(cfg: RunConfig, pre: Preflight, manifest: RunManifest) -> int:
         return _configured(cfg, pre, manifest, bench_copy, None, _with_ca_targets(cfg, manifest, _standin_route(cfg)))
     from ..gateway.run import close_for_run, open_for_run
 
+    # The inventory's probe before the gateway opens: its exact-label cleanup would remove the network the
+    # gateway listens on. The probe reads the run flags: written now, again once the gateway is open.
+    replace_atomic(bench_copy / CONFIGS / RUN_CONFIG, build_run_config(cfg).to_json())
+    _qualify_environment(cfg, manifest, bench_copy)
     # The gateway lives in this process for the run's lifetime: it dies with the launcher.
     gateway, cfg, manifest.llm_gateway, provider = open_for_run(cfg, pre.key, manifest.run_label, run_root)
     try:
         provider = _with_ca_targets(cfg, manifest, provider)
-        return _configured(cfg, pre, manifest, bench_copy, gateway, provider)
+        return _configured(cfg, pre, manifest, bench_copy, gateway, provider, qualified=True)
     finally:
         close_for_run(gateway, manifest.llm_gateway, run_root)
 
@@ -487,7 +491,15 @@ def _standin_route(cfg: RunConfig):
     )
 
 
-def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_copy: Path, gateway, provider=None) -> int:
+def _configured(
+    cfg: RunConfig,
+    pre: Preflight,
+    manifest: RunManifest,
+    bench_copy: Path,
+    gateway,
+    provider=None,
+    qualified: bool = False,
+) -> int:
     """From the run config file on: written, then the runner started under custody (or not, by mode)."""
     run_root = cfg.run_root
     selection = manifest.selection
@@ -511,7 +523,8 @@ def _configured(cfg: RunConfig, pre: Preflight, manifest: RunManifest, bench_cop
         return ExitCode.OK
     if cfg.probe:
         return run_probe(cfg, manifest, bench_copy)
-    _qualify_environment(cfg, manifest, bench_copy)
+    if not qualified:  # a gateway run's came before its gateway opened (_admitted)
+        _qualify_environment(cfg, manifest, bench_copy)
     if not manifest.selection.task_ids:
         write_index(cfg.run_root, build_index(cfg.run_root, live=False, interruption_cause="environment_blocked"))
         manifest.outcome = RunOutcome.INCOMPLETE
