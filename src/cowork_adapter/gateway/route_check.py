@@ -16,6 +16,7 @@ refused there, never found as tasks that end infra_failed.
 
 from __future__ import annotations
 
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ def check_route(
     for the daemon's or the route's failures: they are the sentence of a RouteCheck not reached."""
     own = None
     made: list[str] = []  # the check's networks, removed in `finally`
-    tag = run_label[:16]
+    # Its own names, whatever the label looks like: checks of runs starting at once never collide.
+    tag = secrets.token_hex(6)
     try:
         if address is None:
             own = make_run_network(docker_host, run_label, name=f"cowork-gwcheck-{tag}")
@@ -74,7 +76,7 @@ def check_route(
         return RouteCheck(False, f"the gateway's route cannot be opened: {exc.strerror or exc}", address or "")
     where = f"{address}:{listener.getsockname()[1]}"
     try:
-        return _from_container(docker_host, run_label, image, listener, address, namespaced, made, timeout_sec)
+        return _from_container(docker_host, run_label, image, listener, address, namespaced, made, timeout_sec, tag)
     except docker_failures() as exc:
         return RouteCheck(
             False, f"the daemon did not run the route's check container ({type(exc).__name__})", where, namespaced
@@ -94,6 +96,7 @@ def _from_container(
     namespaced: bool,
     made: list[str],
     timeout_sec: float,
+    tag: str,
 ) -> RouteCheck:
     port = listener.getsockname()[1]
     where = f"{address}:{port}"
@@ -101,7 +104,7 @@ def _from_container(
     client = docker_client(docker_host, timeout=timeout_sec)
     container = None
     try:
-        task_net = f"cowork-gwcheck-task-{run_label[:16]}"
+        task_net = f"cowork-gwcheck-task-{tag}"
         client.networks.create(task_net, driver="bridge", labels=labels, check_duplicate=True)
         made.insert(0, task_net)  # removed before the listener's network
         api = client.api
