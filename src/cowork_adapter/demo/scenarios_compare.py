@@ -6,8 +6,9 @@ passes it, nop does nothing and fails it) and demo-wrong-answer (both fail it). 
 trial set and `compare A --against B`. Checks: both sets exit 0 or 1 with trials.json and two complete trial
 run roots each; custody proven for every trial; the campaign records both of A's trials and is settled;
 `status` over a set lists its trials and the set's spend, and trials.json keeps its spending projection; the
-report's Trials section is pass@1 0.5 with pass^2 0.5 and no changed task; the comparison is over the 2 tasks (only A 1, neither 1), A 50 % vs B 0 %, by the paired permutation
-test, with the engine difference disclosed, and writes its three files.
+report's Trials section is pass@1 0.5 with pass^2 0.5 and no changed task; the comparison is over the 2
+tasks (only A 1, neither 1), A 50 % vs B 0 %, by the paired permutation test, with the engine difference
+disclosed, and writes its three files.
 """
 
 from __future__ import annotations
