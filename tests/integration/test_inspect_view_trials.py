@@ -32,7 +32,7 @@ def test_the_viewer_lists_distinct_runs_with_their_status_and_shows_an_infrastru
     print(f"inspect view screenshots and logs: {artifacts}")
     # Each page is read once it shows everything asserted below: the viewer lists a log's name before it
     # has loaded its header (status, model, tags), and one log's header can come long after the other's on
-    # a loaded machine. Waiting for the names and one status word alone was the flake.
+    # a loaded machine. Waiting for the names and one status word alone let the list be read half-loaded.
     with Viewer(out, artifacts) as viewer:
         rows = viewer.page_text(
             "/logs",
