@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp  # an inspect_ai dependency (the test extra pins inspect_ai)
@@ -67,6 +68,33 @@ def _wait_http(url: str, timeout: float) -> None:
             time.sleep(0.5)
 
 
+def _devtools_port(profile: Path, chromium: subprocess.Popen, timeout: float) -> int:
+    """The DevTools port Chromium chose itself (`--remote-debugging-port=0`), from the DevToolsActivePort
+    file it writes once listening: no port picked here and freed before Chromium binds it (another test
+    could take it in between)."""
+    deadline = time.monotonic() + timeout
+    path = profile / "DevToolsActivePort"
+    while True:
+        try:
+            first = path.read_text().splitlines()[0]
+            return int(first)
+        except (OSError, IndexError, ValueError):
+            if chromium.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Chromium wrote no DevTools port (exit {chromium.poll()})") from None
+            time.sleep(0.2)
+
+
+def _first_page(devtools: int, timeout: float) -> dict:
+    """Chromium's first page target: the DevTools endpoint can answer before its about:blank tab exists."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{devtools}/json/list", timeout=10) as answer:
+            pages = [p for p in json.loads(answer.read()) if p.get("type") == "page" and p.get("webSocketDebuggerUrl")]
+        if pages or time.monotonic() > deadline:
+            return pages[0]
+        time.sleep(0.2)
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -82,7 +110,7 @@ class Viewer:
 
     def __init__(self, log_dir: Path, work: Path) -> None:
         self.log_dir, self.work = log_dir, work
-        self.port, self.devtools = free_port(), free_port()
+        self.port, self.devtools = free_port(), 0  # Chromium's own port, read once it listens
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> Viewer:
@@ -105,7 +133,7 @@ class Viewer:
                         CHROMIUM,
                         *CHROMIUM_FLAGS,
                         f"--user-data-dir={self.work / 'chromium-profile'}",
-                        f"--remote-debugging-port={self.devtools}",
+                        "--remote-debugging-port=0",
                         "--remote-debugging-address=127.0.0.1",
                         "about:blank",
                     ],
@@ -114,7 +142,8 @@ class Viewer:
                     start_new_session=True,
                 )
             )
-        _wait_http(f"http://127.0.0.1:{self.devtools}/json/version", 60)
+        self.devtools = _devtools_port(self.work / "chromium-profile", self.procs[-1], 120)
+        _wait_http(f"http://127.0.0.1:{self.devtools}/json/version", 120)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -125,17 +154,26 @@ class Viewer:
         return f"http://127.0.0.1:{self.port}/#{fragment}"
 
     def page_text(
-        self, fragment: str, want: list[str], screenshot: Path, timeout: float = 90, expression: str = PAGE_TEXT
+        self,
+        fragment: str,
+        want: list[str],
+        screenshot: Path,
+        timeout: float = 120,
+        expression: str = PAGE_TEXT,
+        ready: Callable[[str], bool] = lambda _text: True,
     ) -> str:
-        """The page's text (or what `expression` makes of the page) once every word of `want` shows (or at
-        the timeout), a screenshot saved."""
-        return asyncio.run(self._page_text(self.url(fragment), want, screenshot, timeout, expression))
+        """The page's text (or what `expression` makes of the page) once every word of `want` shows and
+        `ready` holds of it (or at the timeout, a hang guard), a screenshot saved. The viewer fills a page
+        in steps (a log's name before its status, a sample's panel before its error): a caller waits for
+        everything it will assert, not for the first word of it."""
+        return asyncio.run(self._page_text(self.url(fragment), want, screenshot, timeout, expression, ready))
 
-    async def _page_text(self, url: str, want: list[str], screenshot: Path, timeout: float, expression: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.devtools}/json/list", timeout=10) as answer:
-            pages = [p for p in json.loads(answer.read()) if p.get("type") == "page"]
+    async def _page_text(
+        self, url: str, want: list[str], screenshot: Path, timeout: float, expression: str, ready: Callable[[str], bool]
+    ) -> str:
+        page = _first_page(self.devtools, 60)
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
                 counter = iter(range(1, 1 << 30))
 
                 async def call(method: str, **params) -> dict:
@@ -151,14 +189,14 @@ class Viewer:
                 deadline = time.monotonic() + timeout
                 text = ""
                 while time.monotonic() < deadline:
-                    await asyncio.sleep(1.0)
+                    await asyncio.sleep(0.5)  # a poll for the text, not a wait in place of it
                     got = await call(
                         "Runtime.evaluate",
                         expression=expression,
                         returnByValue=True,
                     )
                     text = got.get("result", {}).get("value") or ""
-                    if all(w in text for w in want):
+                    if all(w in text for w in want) and ready(text):
                         break
                 shot = await call("Page.captureScreenshot", format="png")
                 screenshot.parent.mkdir(parents=True, exist_ok=True)

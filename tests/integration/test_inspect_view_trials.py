@@ -30,12 +30,21 @@ def test_the_viewer_lists_distinct_runs_with_their_status_and_shows_an_infrastru
     base = os.environ.get("COWORK_TEST_ARTIFACTS") or str(Path(__file__).resolve().parents[2] / "test-artifacts")
     artifacts = Path(base) / f"inspect-view-trials-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     print(f"inspect view screenshots and logs: {artifacts}")
+    # Each page is read once it shows everything asserted below: the viewer lists a log's name before it
+    # has loaded its header (status, model, tags), and one log's header can come long after the other's on
+    # a loaded machine. Waiting for the names and one status word alone let the list be read half-loaded.
     with Viewer(out, artifacts) as viewer:
         rows = viewer.page_text(
-            "/logs", [trial_log.name, stopped_log.name, "cancelled"], artifacts / "list.png", expression=ROW_TITLES
+            "/logs",
+            [trial_log.name, stopped_log.name, " | success | ", " | cancelled | ", "trials:2", "other/model"],
+            artifacts / "list.png",
+            expression=ROW_TITLES,
         )
         error = viewer.page_text(
-            f"/logs/{trial_log.name}/samples/sample/t-infra/2/error", ["infra_failed"], artifacts / "error.png"
+            f"/logs/{trial_log.name}/samples/sample/t-infra/2/error",
+            ["infra_failed", "No official verdict", "Epoch 2"],
+            artifacts / "error.png",
+            ready=lambda text: "SAMPLE ERROR" in text.upper(),
         )
     # One row per log, each with its own name, model and tags, and its status as the viewer shows it.
     by_file = {line.split(" | ")[0]: line for line in rows.splitlines() if line.endswith(".eval") or ".eval |" in line}

@@ -10,13 +10,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import types
 import uuid
 
 import psycopg2
 import pytest
 from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
 
+from cowork_adapter.campaign import shared_meter
 from cowork_adapter.campaign.meter import KeyMeter, MeterError
 from cowork_adapter.campaign.observe import MeterBlind, MeterObserver
 from cowork_adapter.campaign.pg_conn import LOCK_NAMESPACE
@@ -169,18 +172,43 @@ def test_a_stale_stored_reading_is_no_reading_and_blinds_the_reader(db: str) -> 
             reader.close()
 
 
-def test_a_database_that_stops_answering_costs_a_read_no_more_than_its_slice(db: str, server: PgServer) -> None:
+class _WatchedRead(threading.Thread):
+    """The shared meter's read thread, recorded: the bound its caller waited for it with, and whether it was
+    still stuck when the caller gave up (the slice seen at work, not a wall-time bound)."""
+
+    made: list[_WatchedRead] = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.joined_with: list[float | None] = []
+        _WatchedRead.made.append(self)
+
+    def join(self, timeout: float | None = None) -> None:
+        self.joined_with.append(timeout)
+        super().join(timeout)
+
+
+def test_a_database_that_stops_answering_costs_a_read_no_more_than_its_slice(
+    db: str, server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with MeterStandin(KEY, usage=1.0) as meter:
         reader = SharedMeter(KeyMeter(meter.base_url, KEY), db, CAMPAIGN, poller="B", poll_sec=POLL_SEC)
         try:
             assert reader.read_usage(2.0).usage == 1.0 and reader.holder
             server.container.pause()  # the server keeps the socket open and never answers: a partition
             try:
-                for _ in range(2):  # the second waits behind the first, still stuck: a timeout too
-                    began = time.monotonic()
+                # the reader's lock made before the patch: only its read threads are watched
+                monkeypatch.setattr(shared_meter, "threading", types.SimpleNamespace(Thread=_WatchedRead))
+                for attempt in range(2):  # the second waits behind the first, still stuck: a timeout too
+                    _WatchedRead.made = []
                     with pytest.raises(MeterError) as hung:
                         reader.read_usage(1.0)
-                    assert hung.value.error_type == "timeout" and time.monotonic() - began < 1.5
+                    assert hung.value.error_type == "timeout"
+                    reads = _WatchedRead.made
+                    assert [r.joined_with for r in reads] == [[1.0]]  # waited for no longer than the slice
+                    if attempt == 0:  # the first is stuck on the silent database when the slice ends it (the
+                        # second's own wait for the first, of the same slice, may end it just before)
+                        assert reads[0].is_alive()
             finally:
                 server.container.unpause()
             deadline = time.monotonic() + 60  # the stuck statement ends (statement timeout or reset)

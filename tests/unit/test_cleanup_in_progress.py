@@ -13,6 +13,7 @@ from docker.errors import APIError, NotFound
 
 from cowork_adapter.custody import docker_ops
 from cowork_adapter.custody.labels import RUN_LABEL_KEY
+from cowork_adapter.demo.env import wait_for
 
 
 def _api_error(status: int, text: str) -> APIError:
@@ -66,8 +67,11 @@ class ParallelDaemon:
     """docker-py's APIClient as far as a removal pass uses it; a forced container removal takes
     `delay` s (the daemon kills the container first)."""
 
-    def __init__(self, label: str, containers: int, delay: float) -> None:
+    def __init__(self, label: str, containers: int, delay: float, meet: threading.Barrier | None = None) -> None:
         self.label, self.delay, self.lock, self.log = label, delay, threading.Lock(), []
+        # `meet`: every removal waits there for the others, so a pass that removes one after the other
+        # breaks it (the removal raises) instead of merely taking longer: no wall-time bound to judge.
+        self.meet = meet
         self.made = {
             f"c{i}": {"Id": f"c{i}", "Names": [f"/agent-{i}"], "Labels": {RUN_LABEL_KEY: label}}
             for i in range(containers)
@@ -96,6 +100,8 @@ class ParallelDaemon:
         return {"Volumes": []}
 
     def remove_container(self, ident, v, force):
+        if self.meet is not None:
+            self.meet.wait(timeout=60)  # a hang guard: removals one after the other break the barrier
         time.sleep(self.delay)
         with self.lock:
             self.log.append(("rm", ident))
@@ -111,7 +117,9 @@ class ParallelDaemon:
 
 def test_a_removal_pass_removes_the_containers_in_parallel_each_read_first():
     label = "a" * 32
-    daemon = ParallelDaemon(label, containers=8, delay=0.4)
+    # All 8 removals must be in flight at once to pass the barrier (one after the other, the first
+    # waits alone until the barrier breaks and its removal fails).
+    daemon = ParallelDaemon(label, containers=8, delay=0.0, meet=threading.Barrier(8))
     read: list[str] = []
 
     def before_remove(_api, ident, _name):
@@ -121,14 +129,12 @@ def test_a_removal_pass_removes_the_containers_in_parallel_each_read_first():
 
     removed = {"container": [], "network": [], "volume": []}
     errors: list = []
-    started = time.monotonic()
     gone = docker_ops._remove_pass(daemon, label, lambda entry: None, before_remove, errors, removed)
-    took = time.monotonic() - started
     assert gone == 0 and errors == []
     assert sorted(i for i, _ in removed["container"]) == sorted(f"c{i}" for i in range(8))
     assert removed["network"] == [("n0", "net-0")] and daemon.log[-1] == ("net", "n0")
     assert sorted(read) == sorted(f"c{i}" for i in range(8))
-    assert took < 1.6  # one after the other: 8 x 0.4 = 3.2 s
+    assert not daemon.meet.broken  # all 8 met: they were removed in parallel
 
 
 def test_a_pass_removes_the_containers_after_one_listing_and_lists_networks_and_volumes_after():
@@ -178,11 +184,12 @@ def test_a_container_landing_while_its_creation_is_in_flight_is_removed_at_once_
 
     worker = threading.Thread(target=stop)
     worker.start()
-    time.sleep(0.3)
-    landed = time.monotonic()
+    # The first pass has removed what it listed: the stop now waits on the creation's lock.
+    assert wait_for(lambda: {"c0", "c1"} <= daemon.removed_at.keys(), timeout=30, step=0.02), daemon.log
     daemon.land("late")
-    time.sleep(1.5)
-    assert "late" in daemon.removed_at and daemon.removed_at["late"] - landed < 0.9, daemon.removed_at
+    # Removed while the creation still holds its lock (not after it ended): the event itself, no
+    # bound in seconds; the timeout only turns a hang into a failure.
+    assert wait_for(lambda: "late" in daemon.removed_at, timeout=30, step=0.02), daemon.removed_at
     assert "returned" not in outcome  # the lock is still held: nothing is proven yet
     released = time.monotonic()
     os.unlink(lock_path)  # the creation ends as the shim ends one: its file removed, its lock closed

@@ -163,14 +163,13 @@ def test_provider_errors_pass_through(tmp_path):
         made.close()
 
 
-def test_cost_sum_crossing_the_allowance_fences_the_next_request_within_a_second(tmp_path):
+def test_cost_sum_crossing_the_allowance_fences_the_very_next_request(tmp_path):
+    # The event, not a time: the request right after the crossing is refused and not forwarded.
     made = Bed(tmp_path, cost_per_request=0.1)
     made.gateway.set_allowance(0.25)
     try:
         assert [made.chat().status_code for _ in range(3)] == [200, 200, 200]  # the third crosses 0.25
-        crossed = time.monotonic()
         answer = made.chat()
-        assert time.monotonic() - crossed < 1.0
         assert answer.status_code == 403 and "budget is spent" in answer.json()["error"]["message"]
         assert made.fences == [FENCE_BUDGET]
         assert made.standin.total() == 3  # nothing forwarded after the crossing

@@ -68,19 +68,24 @@ class Rig(Bed):
             **kw,
         )
 
-    def raw(self, data: bytes, *, wait: float = 5.0) -> tuple[int | None, bytes, float]:
-        """Send bytes on a fresh connection; (status, whole answer, seconds until the server closed)."""
-        started = time.monotonic()
+    def raw(self, data: bytes, *, wait: float = 20.0) -> tuple[int | None, bytes, bool]:
+        """Send bytes on a fresh connection; (status, whole answer, whether the server closed it).
+
+        `closed` is the event itself (the end of the stream seen); `wait` is only a hang guard, far
+        below the gateway's own 30 s request deadline, so a server that waited for a body never sent
+        is seen as not having closed rather than as having been slow."""
+        closed = False
         with socket.create_connection(("127.0.0.1", self.gateway.port), timeout=wait) as sock:
             sock.sendall(data)
             got = b""
             try:
                 while chunk := sock.recv(65536):
                     got += chunk
+                closed = True
             except TimeoutError:
                 pass
         status = int(got.split(b" ", 2)[1]) if got.startswith(b"HTTP/1.1 ") else None
-        return status, got, time.monotonic() - started
+        return status, got, closed
 
     def rows(self):
         return read_requests(self.root)
@@ -103,8 +108,8 @@ def post_head(token: str | None, extra: str = "", path: str = "/v1/chat/completi
 
 def test_no_token_is_refused_before_the_body_is_read(rig):
     # A promised 10 MB body that never comes: the answer is immediate and the connection closed.
-    status, answer, took = rig.raw(post_head(None, "Content-Length: 10000000\r\n"))
-    assert status == 401 and b"not valid" in answer and took < 2
+    status, answer, closed = rig.raw(post_head(None, "Content-Length: 10000000\r\n"))
+    assert status == 401 and b"not valid" in answer and closed
     assert rig.standin.total() == 0
     assert [(r.refused, r.task) for r in rig.rows()] == [("auth", None)]
 
@@ -166,8 +171,8 @@ def test_a_removed_containers_token_is_refused_and_others_still_served(rig):
     ],
 )
 def test_bad_content_lengths_are_refused_without_reading(rig, extra, status):
-    got, _, took = rig.raw(post_head(rig.token(), extra))
-    assert got == status and took < 2
+    got, _, closed = rig.raw(post_head(rig.token(), extra))
+    assert got == status and closed
     assert rig.standin.total() == 0
     assert rig.rows()[0].refused == "body" and rig.rows()[0].task == "t-1"
 
@@ -179,7 +184,9 @@ def test_an_endless_body_is_cut_at_the_deadline(tmp_path):
             sock.sendall(post_head(made.token(), "Content-Length: 1000000\r\n") + b"{" + b" " * 1000)
             started = time.monotonic()
             sent, closed = 0, False
-            while time.monotonic() - started < 5:  # keep sending slowly, never the whole body
+            # Keep sending slowly, never the whole body: only the gateway's deadline can end this.
+            # The 20 s is a hang guard (the 1 MB body is never reached: 100 B per 0.05 s).
+            while time.monotonic() - started < 20:
                 try:
                     sock.sendall(b" " * 100)
                     sent += 100
@@ -187,8 +194,7 @@ def test_an_endless_body_is_cut_at_the_deadline(tmp_path):
                     closed = True
                     break
                 time.sleep(0.05)
-            took = time.monotonic() - started
-        assert closed and took < 3, (closed, took)
+        assert closed, sent
         row = made.rows()[0]
         assert row.refused == "body" and "body ended after" in row.error
         assert made.standin.total() == 0
@@ -202,7 +208,8 @@ def test_a_slowloris_client_cannot_hold_a_worker(tmp_path):
         slow = [socket.create_connection(("127.0.0.1", made.gateway.port), timeout=10) for _ in range(2)]
         started = time.monotonic()
         cut = [False, False]
-        while time.monotonic() - started < 5 and not all(cut):  # one header byte per 0.1 s on each
+        # One header byte per 0.1 s on each, until both are cut (the 20 s is a hang guard, not a bound)
+        while time.monotonic() - started < 20 and not all(cut):
             for i, sock in enumerate(slow):
                 if not cut[i]:
                     try:
@@ -210,7 +217,7 @@ def test_a_slowloris_client_cannot_hold_a_worker(tmp_path):
                     except OSError:
                         cut[i] = True
             time.sleep(0.1)
-        assert all(cut) and time.monotonic() - started < 3
+        assert all(cut)
         for sock in slow:
             sock.close()
         assert made.chat().status_code == 200  # the workers are free again
@@ -251,7 +258,7 @@ def test_thousands_of_connections_are_bounded_and_the_gateway_still_serves(tmp_p
             sock = socket.create_connection(("127.0.0.1", made.gateway.port), timeout=5)
             sock.sendall(b"POST /v1/chat")
             held.append(sock)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20  # a hang guard for the event below, not a bound
         while made.gateway.overflowed < 300 - 16 and time.monotonic() < deadline:  # accepted, one by one
             assert threading.active_count() - threads_before <= 16 + 1
             time.sleep(0.05)
@@ -273,7 +280,7 @@ def test_thousands_of_connections_are_bounded_and_the_gateway_still_serves(tmp_p
             socket.create_connection(("127.0.0.1", made.gateway.port), timeout=5).close()
             opened += 1
         assert opened >= 500
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20  # a hang guard for the event below, not a bound
         while True:  # the churned connections end within the deadline; then a request is served
             try:
                 answer = made.chat()
@@ -434,14 +441,13 @@ def test_the_fence_cuts_a_request_waiting_for_headers_and_counts_it(tmp_path):
     caller = threading.Thread(target=lambda: answers.append(made.chat()))
     try:
         caller.start()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20  # a hang guard for the event below, not a bound
         while made.standin.total() == 0 and time.monotonic() < deadline:  # the provider holds it
             time.sleep(0.01)
         assert made.standin.total() == 1
-        fenced_at = time.monotonic()
         made.gateway.fence(FENCE_RUN_STOPPING)
-        caller.join(timeout=5)
-        assert answers and time.monotonic() - fenced_at < 1.0
+        caller.join(timeout=20)  # a hang guard, below the provider's 30 s: only the fence can answer first
+        assert answers and not caller.is_alive()
         assert answers[0].status_code == 403 and "stopping" in answers[0].json()["error"]["message"]
         row = made.rows()[0]
         assert row.cut and row.refused is None and row.assumed_cost_usd == 0.7

@@ -328,9 +328,7 @@ def test_stop_when_the_launcher_is_gone_but_the_run_is_unfinished(run_root, caps
 def test_stop_times_out_on_a_launcher_that_does_not_finish(run_root, procs, capsys):
     proc = start_fake(run_root, mode="ignore")
     procs.append(proc)
-    started = time.monotonic()
-    assert stop_command(run_root, timeout=1.5, poll_sec=0.1) == 1
-    assert time.monotonic() - started < 10
+    assert stop_command(run_root, timeout=1.5, poll_sec=0.1) == 1  # it returns: its own timeout ended the wait
     assert "is still running after 1.5s" in capsys.readouterr().err
     assert proc.poll() is None  # stop never escalates to SIGKILL: custody needs the launcher's own cleanup
 

@@ -247,9 +247,8 @@ def test_the_audit_flags_every_hostile_entry_and_reads_none_in_a_subprocess(tmp_
     root, marker, expect = _hostile_run(tmp_path)
     records = _plant_records(root)
     out = tmp_path / "audit.json"
-    started = time.monotonic()
+    # A reader blocked on the FIFO or /dev/zero never ends: _cli's timeout turns that into a failure.
     done = _cli("audit", "--run-dir", str(root), "--output", str(out), "--workers", "1")
-    took = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert marker not in text and marker not in done.stdout and marker not in done.stderr
@@ -277,7 +276,6 @@ def test_the_audit_flags_every_hostile_entry_and_reads_none_in_a_subprocess(tmp_
         len([t for t in task["tampering_seen"] if t["kind"] == "unsafe_entry"]) for task in audit["tasks"]
     )
     assert seen_counts["by_kind"]["planted_before_eval"] == 1
-    assert took < COMMAND_TIMEOUT
 
 
 def test_report_and_status_over_a_hostile_run_end_and_show_the_audits_flags(tmp_path: Path) -> None:

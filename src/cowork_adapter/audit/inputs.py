@@ -8,7 +8,6 @@ audit/read.py (no link followed, bounded).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from ..container import safefile
 from ..runroot import layout
 from ..runroot.layout import RELATIVE_DUMPS, RunRoot
 from ..schemas.audit import Gap, TamperSeen
+from ..score.resources import EVIDENCE_CAP, evidence_lines
 from ..vocab import AuditGapReason, TamperKind
 from .read import iter_blocks
 from .scan import TaskScan
@@ -72,12 +72,17 @@ def run_record(
 
 
 def read_first_line(path: Path, limit: int = 200) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(4096)
-    except OSError:
+    """The first line of one of the shim's small evidence files, or None when it cannot be had.
+    Read through container.safefile like every evidence file (score.resources' cap): a link, a FIFO,
+    a device or a file over the cap stands in the run root's evidence folder, which the runner's
+    processes can reach, and is never followed, waited on or read whole."""
+    got = safefile.read_bytes(os.fspath(path), cap=EVIDENCE_CAP)
+    if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
         return None
-    return data.decode("utf-8", "replace").strip().splitlines()[0][:limit] if data.strip() else ""
+    # stripped as text, then tested: bytes.strip() keeps what str.strip() removes (b"\x1c"), and the
+    # first line of an all-blank text would not exist
+    text = got.data[:4096].decode("utf-8", "replace").strip()
+    return text.splitlines()[0][:limit] if text else ""
 
 
 def rel_path(path: Path, root: Path) -> str:
@@ -196,12 +201,10 @@ def eval_admissions(root: Path) -> dict[str, str]:
 
 
 def _last_agent_state(path: Path) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        record = json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        return "unknown"
-    state = record.get("agent_container_state") if isinstance(record, dict) else None
+    """The last record's agent state, read by the ledger's one bounded evidence reader (no link,
+    FIFO or over-cap file read; a torn line skipped); "unknown" when there is none."""
+    records = evidence_lines(path)
+    state = records[-1].get("agent_container_state") if records else None
     return state if isinstance(state, str) else "unknown"
 
 

@@ -9,6 +9,7 @@ rows themselves are read and decided per task (score/ledger.py, score/row.py).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,30 +32,36 @@ from .dumpread import SUMMARY_NAME, named_kinds
 from .resources import TaskResources, read_task_resources, task_runner_ids
 from .taskread import read_json
 
+SUMMARY_CAP = 32 << 20  # a summary.csv row is ~100 bytes: 32 MiB holds hundreds of thousands of tasks
+
 
 def read_runner_rows(bench: Path) -> dict[str, RunnerRow]:
-    """task → its summary.csv row over every fully_parallel_* log dir (later rows win)."""
+    """task → its summary.csv row over every fully_parallel_* log dir (later rows win).
+
+    Each summary.csv is read through container.safefile like every file of the bench copy the runner's
+    processes write: a link is not followed, a FIFO not waited on, a file over SUMMARY_CAP not read
+    (its rows are missing, as when the runner has not written them yet)."""
     rows: dict[str, RunnerRow] = {}
     for csv_path in sorted(bench.glob("benchmark_logs/fully_parallel_*/summary.csv")):
-        try:
-            with open(csv_path, newline="", encoding="utf-8", errors="replace") as fh:
-                for rec in csv.DictReader(fh):
-                    task = (rec.get("task") or "").strip()
-                    if not task:
-                        continue
-                    try:
-                        duration = float(rec.get("duration_s") or "")
-                    except ValueError:
-                        duration = None
-                    if duration is not None and not math.isfinite(duration):
-                        duration = None
-                    rows[task] = RunnerRow(
-                        status=(rec.get("status") or "").strip(),
-                        eval_pass=(rec.get("eval_pass") or "").strip() or None,
-                        duration_s=duration,
-                    )
-        except OSError:
+        got = safefile.read_bytes(str(csv_path), cap=SUMMARY_CAP)
+        if not got.ok or got.data is None:  # (ok implies data; said again for the type checker)
             continue
+        with io.StringIO(got.data.decode("utf-8", errors="replace"), newline="") as fh:
+            for rec in csv.DictReader(fh):
+                task = (rec.get("task") or "").strip()
+                if not task:
+                    continue
+                try:
+                    duration = float(rec.get("duration_s") or "")
+                except ValueError:
+                    duration = None
+                if duration is not None and not math.isfinite(duration):
+                    duration = None
+                rows[task] = RunnerRow(
+                    status=(rec.get("status") or "").strip(),
+                    eval_pass=(rec.get("eval_pass") or "").strip() or None,
+                    duration_s=duration,
+                )
     return rows
 
 
