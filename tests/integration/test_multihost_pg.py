@@ -24,14 +24,8 @@ import pytest
 from pg_server import PgServer, server  # noqa: F401 (a module fixture); tests/ is on sys.path (its conftest)
 
 from cowork_adapter.campaign.claims import prove_fenced
-from cowork_adapter.campaign.pg_store import (
-    SCHEMA_VERSION,
-    ClaimLost,
-    PostgresCampaignStore,
-    TaskClaims,
-    migrate,
-    read_campaign_db,
-)
+from cowork_adapter.campaign.pg_conn import SCHEMA_VERSION, migrate
+from cowork_adapter.campaign.pg_store import ClaimLost, PostgresCampaignStore, TaskClaims, read_campaign_db
 from cowork_adapter.campaign.store import open_campaign
 from cowork_adapter.errors import CampaignPersistenceError, Refusal
 from cowork_adapter.schemas.multihost import ClaimCounts
@@ -173,9 +167,10 @@ def test_a_host_killed_inside_its_claim_transaction_takes_nothing_and_blocks_no_
             locked = first_event(proc)
             assert locked["event"] == "locked" and locked["tasks"] == tasks[:5]
             run_b = b.register_run(host="h2", run_root=str(tmp_path / "b"), lease_sec=60)
-            started = time.monotonic()
             assert b.claim(run_b.run_id, 100) == tasks[5:]  # skips the locked rows instead of waiting on them
-            assert time.monotonic() - started < 20
+            # ... and returned while the stalled host still lives and holds them (a claim that waited on the
+            # locks could return only after the kill below): the event, not a bound in seconds.
+            assert proc.poll() is None
         finally:
             proc.kill()
             proc.wait()
