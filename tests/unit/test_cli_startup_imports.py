@@ -98,9 +98,13 @@ FUNCTION_IMPORTS = {
         "",
     ): "PyYAML is optional in the image: without it the stdlib subset parser reads the file",
     (
-        "custody/shim.py",
+        "custody/shim_io.py",
         "",
     ): "safefile is a sibling copy beside the installed shim, on sys.path only once its folder is added",
+    (
+        "custody/shim_taskdb.py",
+        "",
+    ): "taskdb_probe is a sibling copy beside the installed shim, loaded as safefile is",
     (
         "demo/bench/hostile_agent.py",
         "",

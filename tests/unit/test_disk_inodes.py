@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.config import Disk
-from cowork_adapter.custody import shim
+from cowork_adapter.custody import shim_admission, shim_words
 from cowork_adapter.host import disk
 from cowork_adapter.run import launch
 
@@ -38,14 +38,14 @@ def reading(*, files: int, favail: int, bavail: int = 10_000_000, frsize: int = 
 def test_every_disk_check_refuses_below_the_inode_reserve(monkeypatch, tmp_path, files, favail, short):
     monkeypatch.setattr(os, "statvfs", lambda path: reading(files=files, favail=favail))
     assert (disk.inodes_short(tmp_path) is not None) is short
-    assert shim.inodes_short(str(tmp_path)) is short
+    assert shim_admission.inodes_short(str(tmp_path)) is short
     config = {
         "launcher_pid": None,
         "stop_file": str(tmp_path / "stop"),
         "resource_root": str(tmp_path),
         "min_free_bytes": 1,
     }
-    assert shim.admission_cause(config) == (shim.DISK_RESERVE_REACHED if short else None)
+    assert shim_admission.admission_cause(config) == (shim_words.DISK_RESERVE_REACHED if short else None)
     sentence = launch.disk_refusal(tmp_path, Disk(min_free_gib=1, min_root_free_gib=1))
     assert (sentence is not None) is short
     if short:
@@ -60,5 +60,5 @@ def test_the_byte_reserve_still_holds_with_inodes_to_spare(monkeypatch, tmp_path
         "resource_root": str(tmp_path),
         "min_free_bytes": GIB,
     }
-    assert shim.admission_cause(config) == shim.DISK_RESERVE_REACHED
+    assert shim_admission.admission_cause(config) == shim_words.DISK_RESERVE_REACHED
     assert "GiB free" in launch.disk_refusal(Path(tmp_path), Disk(min_free_gib=1, min_root_free_gib=1))

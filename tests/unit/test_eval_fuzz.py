@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cowork_adapter.container import gradinglog, protocol, safefile
-from cowork_adapter.custody import shim
+from cowork_adapter.runroot import custody_evidence
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_BENCH = REPO / "src" / "cowork_adapter" / "demo" / "bench"
@@ -485,8 +485,8 @@ class Fuzz:
         else:
             assert reply["code"] != 0, reply
             assert not [ln for ln in reply["out"].splitlines() if ln.startswith("Pass:") and "True" in ln], reply
-        # Never a sealed pass: the host's own read of the dump (custody/shim.py), as the seal takes it.
-        sealed = shim.read_seal_inputs(safefile, str(task_root), str(w.root / "dumps"))
+        # Never a sealed pass: the host's own read of the dump (runroot/custody_evidence.py), as the seal takes it.
+        sealed = custody_evidence.read_seal_inputs(safefile, str(task_root), str(w.root / "dumps"))
         verdict = sealed["verdict"]
         assert verdict is None or verdict["pass"] is not True, sealed
         for receipt in task_root.glob(protocol.RECEIPT_PREFIX + "*.json"):

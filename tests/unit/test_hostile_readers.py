@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from cowork_adapter.audit import inputs as audit_inputs
 from cowork_adapter.audit.run import build_audit
 from cowork_adapter.container import protocol, safefile
-from cowork_adapter.custody import shim as shim_program
 from cowork_adapter.export import transcript
 from cowork_adapter.export.run import load_export
 from cowork_adapter.report.build import build_report
 from cowork_adapter.report.merge import load_runs
+from cowork_adapter.runroot import custody_evidence
 from cowork_adapter.score import ledger, taskread
 from cowork_adapter.score.dumpread import SUMMARY_NAME
 from cowork_adapter.vocab import TamperKind
@@ -167,7 +167,7 @@ def _readers(dump: Path, dumps: Path):
             dump / protocol.EVAL_RES_NAME, dump / protocol.LOG_NAME
         ),
         "attempt_records": lambda: taskread.attempt_records(dump),
-        "shim.read_seal_inputs": lambda: shim_program.read_seal_inputs(safefile, str(dump), str(dumps)),
+        "shim.read_seal_inputs": lambda: custody_evidence.read_seal_inputs(safefile, str(dump), str(dumps)),
         "audit.read_small_json": lambda: [audit_inputs.read_small_json(dump / n) for n in _NAMES],
         "transcript": lambda: transcript.read_transcript(str(dump), str(dumps)),
     }

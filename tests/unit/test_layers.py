@@ -4,7 +4,10 @@ functions included, since a function-level import crosses a layer just as much a
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 import cowork_adapter
 
@@ -24,6 +27,12 @@ RULES = [
     (("campaign/",), ("ops", "run"), "money does not import the operator commands or the run"),
     (("report/",), ("campaign",), "the report reads a campaign only through campaign/records.py"),
     (("score/",), ("host", "ops", "run", "report"), "the ledger talks to no daemon and knows no command"),
+    (
+        ("score/", "report/", "audit/"),
+        ("custody",),
+        "custody's evidence is read through runroot/ and schemas/ (runroot/custody_evidence.py for what the"
+        " shim shares), never through the program that writes it",
+    ),
 ]
 
 
@@ -42,11 +51,34 @@ def _imported(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def test_the_guard_finds_a_reader_importing_custody(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule above bites: a module of score/ importing the shim (as the ledger once did) is a crossing,
+    and so is one of report/ or audit/ importing anything of custody/."""
+    for rel, line in (
+        ("score/reader.py", "from ..custody import shim as shim_program\n"),
+        ("report/reader.py", "from ..custody.bash_env import runner_digest\n"),
+        ("audit/reader.py", "from cowork_adapter.custody.shim_words import SEAL_SUFFIX\n"),
+    ):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(line, encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert _crossings() == [
+        "audit/reader.py:1 imports custody.shim_words (" + RULES[-1][2] + ")",
+        "report/reader.py:1 imports custody.bash_env (" + RULES[-1][2] + ")",
+        "score/reader.py:1 imports custody (" + RULES[-1][2] + ")",
+    ]
+
+
 def _covered(rel: str, prefixes: tuple[str, ...]) -> bool:
     return any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in prefixes)
 
 
 def test_every_layer_points_down() -> None:
+    crossings = _crossings()
+    assert crossings == [], "\n".join(crossings)
+
+
+def _crossings() -> list[str]:
     crossings = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
@@ -56,4 +88,4 @@ def test_every_layer_points_down() -> None:
             for line, name in _imported(path):
                 if name != READER and any(name == b or name.startswith(b + ".") for b in banned):
                     crossings.append(f"{rel}:{line} imports {name} ({why})")
-    assert crossings == [], "\n".join(crossings)
+    return crossings

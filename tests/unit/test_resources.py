@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cowork_adapter.custody import shim
+from cowork_adapter.custody import shim_daemon
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.host.resources import (
@@ -59,7 +59,7 @@ V2_ANSWER = {
 
 
 def test_a_cgroup_v1_answer_gives_the_daemons_peak_not_the_usage():
-    assert shim.parse_stats(V1_ANSWER) == (104_157_184, 2_253_683_593, 3_000_000, None)
+    assert shim_daemon.parse_stats(V1_ANSWER) == (104_157_184, 2_253_683_593, 3_000_000, None)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_a_cgroup_v1_answer_gives_the_daemons_peak_not_the_usage():
     ],
 )
 def test_a_missing_value_is_none_with_its_cause_never_zero(answer, cause):
-    peak, cpu_ns, _usage, got = shim.parse_stats(answer)
+    peak, cpu_ns, _usage, got = shim_daemon.parse_stats(answer)
     assert got == cause
     assert peak != 0 and cpu_ns != 0
     if cause != "no_cpu_stats":
@@ -424,3 +424,25 @@ def test_an_unknown_host_size_suggests_nothing():
 def test_rates_need_a_wall_clock_duration():
     peaks, rates = row_samples([_row("a", GIB, 30.0, duration=60.0), _row("b", 2 * GIB, 10.0), _row("c", None, None)])
     assert peaks == [GIB, 2 * GIB] and rates == [0.5]
+
+
+def test_the_readers_share_one_bounded_get_and_keep_their_causes(fake_daemon, tmp_path):
+    """read_stats and read_state GET the daemon through one daemon_get_json: an answer past its cap is no
+    JSON (never a partial reading), and each reader still names a missing answer in its own words."""
+    folder, seen = fake_daemon
+    config = {"docker_host": f"unix://{folder / 'd.sock'}"}
+    path = "/containers/agent-1-0000abcd/json"
+    assert shim_daemon.daemon_get_json(config, path, 1 << 20) == (200, INSPECT_ANSWER, None)
+    assert shim_daemon.daemon_get_json(config, path, 10) == (200, None, None)  # cut at the cap: not JSON
+    assert shim_daemon.daemon_get_json(config, "/containers/pg-1-0000abcd/json", 1 << 20) == (404, {}, None)
+    assert shim_daemon.read_state(config, "agent-1-0000abcd")["oom_killed"] is True
+    assert shim_daemon.read_stats(config, "agent-1-0000abcd")["memory_peak_bytes"] == 104_157_184
+    assert len(seen) == 5
+    unsupported = {"docker_host": "ssh://somewhere"}
+    assert shim_daemon.read_stats(unsupported, "agent-1")["cause"] == "daemon_address_unsupported"
+    assert shim_daemon.read_state(unsupported, "agent-1")["state_cause"] == "daemon_address_unsupported"
+    dead = {"docker_host": f"unix://{tmp_path / 'nobody.sock'}"}
+    status, data, failure = shim_daemon.daemon_get_json(dead, path, 1 << 20)
+    assert (status, data) == (None, None) and failure in ("FileNotFoundError", "ConnectionRefusedError")
+    assert shim_daemon.read_stats(dead, "agent-1")["cause"] == "stats_read_failed:" + failure
+    assert shim_daemon.read_state(dead, "agent-1")["state_cause"] == "inspect_failed:" + failure

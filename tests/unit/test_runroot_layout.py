@@ -4,10 +4,11 @@ A name spelled twice drifts (MANIFEST_NAME was once defined in two modules): thi
 string literal of src/cowork_adapter (docstrings aside: prose may name a file) and fails on a run
 root's file name outside layout.py, and on a path built with a run root's folder name (`x / "custody"`).
 Exempt, because they cannot import the host's code: container/
-(copied into the image; it names the task dumps' files itself), custody/shim.py (run as
-`python3 -I -S shim.py`, standard library only) and the shim's sibling custody/taskdb_probe.py (copied
-beside it, as stdlib-only; test_the_probes_evidence_names_are_the_layouts holds its two names to
-layout's). demo/ is exempt as the tests are: its scenarios assert the on-disk layout.
+(copied into the image; it names the task dumps' files itself), custody/shim.py and its split-out
+modules (run as `python3 -I -S shim.py`, standard library only; test_shim.py holds their names to
+layout's) and the shim's sibling custody/taskdb_probe.py (copied beside it, as stdlib-only;
+test_the_probes_evidence_names_are_the_layouts holds its two names to layout's). demo/ is exempt as
+the tests are: its scenarios assert the on-disk layout.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from cowork_adapter.runroot import layout
 from cowork_adapter.runroot.layout import RunRoot
 
 SRC = Path(layout.__file__).resolve().parents[1]
-EXEMPT = ("container/", "demo/", "custody/shim.py", "custody/taskdb_probe.py", "runroot/layout.py")
+# The shim's own files (custody/bash_env.py SHIM_FILES) that spell run-root names: shim.py and its split-out
+# concerns (custody/shim_config.py is the host's typed config, not one of them).
+SHIM_SPLIT = tuple(f"custody/shim_{name}.py" for name in ("words", "flags", "taskdb"))
+EXEMPT = ("container/", "demo/", "custody/shim.py", *SHIM_SPLIT, "custody/taskdb_probe.py", "runroot/layout.py")
 # Every file name (a name with a dot) that layout.py defines.
 NAMES = sorted(
     {value for key, value in vars(layout).items() if key.isupper() and isinstance(value, str) and "." in value},

@@ -20,13 +20,23 @@ from pathlib import Path
 import pytest
 
 from cowork_adapter.container.procs import start_ticks
-from cowork_adapter.custody import labels, shim
+from cowork_adapter.custody import (
+    labels,
+    shim_admission,
+    shim_argv,
+    shim_dumps,
+    shim_flags,
+    shim_inflight,
+    shim_io,
+    shim_words,
+)
 from cowork_adapter.custody.bash_env import install_custody
 from cowork_adapter.custody.creations import Settled, creations_dir, settle
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.custody.watchdog import RUN_MARKER_ENV
 from cowork_adapter.demo.env import wait_for
 from cowork_adapter.errors import Refusal
+from cowork_adapter.runroot import custody_evidence
 from cowork_adapter.vocab import ContainerState, ExitCode, ShimRefusal
 
 LABEL = "0123456789abcdef0123456789abcdef"
@@ -373,7 +383,7 @@ def test_gateway_token_that_cannot_be_minted_refuses_the_agent_creation(tmp_path
 def test_shim_and_gateway_mint_the_same_token():
     from cowork_adapter.gateway.server import mint_token
 
-    assert shim.gateway_token(b"s" * 32, LABEL, "task-1.x") == mint_token(b"s" * 32, LABEL, "task-1.x")
+    assert shim_flags.gateway_token(b"s" * 32, LABEL, "task-1.x") == mint_token(b"s" * 32, LABEL, "task-1.x")
 
 
 # ---------------------------------------------------------------- refusals
@@ -466,12 +476,12 @@ def test_a_reused_launcher_pid_is_dead(tmp_path):
 
 def test_shim_liveness_reads_proc_as_procs_does():
     me = os.getpid()
-    assert shim.launcher_alive(me, start_ticks(me)) is True
-    assert shim.launcher_alive(me, None) is True
-    assert shim.launcher_alive(me, start_ticks(me) + 1) is False
+    assert shim_admission.launcher_alive(me, start_ticks(me)) is True
+    assert shim_admission.launcher_alive(me, None) is True
+    assert shim_admission.launcher_alive(me, start_ticks(me) + 1) is False
     with subprocess.Popen(["true"]) as gone:
         gone.wait()
-    assert shim.launcher_alive(gone.pid, None) is False
+    assert shim_admission.launcher_alive(gone.pid, None) is False
 
 
 def test_refused_non_eval_creation_writes_no_eval_evidence(tmp_path):
@@ -498,7 +508,7 @@ def test_statvfs_failure_is_disk_probe_failed(tmp_path):
 
 
 def test_admitted_when_free_space_meets_reserve(tmp_path):
-    free = shim.free_bytes(str(tmp_path))
+    free = shim_admission.free_bytes(str(tmp_path))
     bed = Bed(tmp_path, min_free=max(free // 4, 1))
     assert bed.run("run", "img").returncode == 0
 
@@ -700,7 +710,7 @@ def test_a_signal_before_the_docker_starts_is_forwarded_once_it_runs(tmp_path, m
     docker.chmod(0o755)
     (tmp_path / "creations").mkdir()
     config = {"real_docker": str(docker), "docker_host": HOST, "creations_dir": str(tmp_path / "creations")}
-    lock = shim.hold_creation_lock(config)
+    lock = shim_inflight.hold_creation_lock(config)
     assert lock, "no creation lock"
     reached = []  # the signal reached a handler other than the shim's: the gap is open
     start = subprocess.Popen
@@ -709,12 +719,12 @@ def test_a_signal_before_the_docker_starts_is_forwarded_once_it_runs(tmp_path, m
         os.kill(os.getpid(), signal.SIGTERM)  # handled before the next line runs (main thread)
         return start(*args, **kwargs)
 
-    saved = {signum: signal.getsignal(signum) for signum in shim.FORWARDED_SIGNALS}
+    saved = {signum: signal.getsignal(signum) for signum in shim_io.FORWARDED_SIGNALS}
     signal.signal(signal.SIGTERM, lambda sig, _frame: reached.append(sig))
-    monkeypatch.setattr(shim.subprocess, "Popen", start_after_a_signal)
+    monkeypatch.setattr(shim_inflight.subprocess, "Popen", start_after_a_signal)
     began = time.monotonic()
     try:
-        code = shim.run_creation(config, ["run", "-d", "img"], lock)
+        code = shim_inflight.run_creation(config, ["run", "-d", "img"], lock)
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
@@ -767,50 +777,58 @@ def test_creations_are_recorded_one_line_each(bed):
 
 
 def test_shim_constants_match_the_vocabulary_and_labels():
-    assert shim.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
-    assert shim.RUN_MARKER_ENV == RUN_MARKER_ENV
-    assert shim.EXIT_REFUSED == ExitCode.SHIM_REFUSED
+    assert shim_words.RUN_LABEL_KEY == labels.RUN_LABEL_KEY and shim_words.ROLE_LABEL_KEY == labels.ROLE_LABEL_KEY
+    assert shim_words.RUN_MARKER_ENV == RUN_MARKER_ENV
+    assert shim_words.EXIT_REFUSED == ExitCode.SHIM_REFUSED
     from cowork_adapter.gateway.server import REVOKED_SUFFIX
 
-    assert shim.AGENT_REMOVED_SUFFIX == REVOKED_SUFFIX
+    assert shim_words.AGENT_REMOVED_SUFFIX == REVOKED_SUFFIX
     causes = {
-        shim.ADMISSION_STOPPED,
-        shim.DISK_PROBE_FAILED,
-        shim.DISK_RESERVE_REACHED,
-        shim.CONFIG_UNREADABLE,
-        shim.FLAG_CONFLICT,
-        shim.HOST_OVERRIDE,
-        shim.LAUNCHER_DEAD,
-        shim.GATEWAY_TOKEN_FAILED,
-        shim.CREATION_LOCK_FAILED,
-        shim.DUMP_MOUNT_REFUSED,
-        shim.TASK_UNKNOWN,
-        shim.STAGING_MOUNT_REFUSED,
+        shim_words.ADMISSION_STOPPED,
+        shim_words.DISK_PROBE_FAILED,
+        shim_words.DISK_RESERVE_REACHED,
+        shim_words.CONFIG_UNREADABLE,
+        shim_words.FLAG_CONFLICT,
+        shim_words.HOST_OVERRIDE,
+        shim_words.LAUNCHER_DEAD,
+        shim_words.GATEWAY_TOKEN_FAILED,
+        shim_words.CREATION_LOCK_FAILED,
+        shim_words.DUMP_MOUNT_REFUSED,
+        shim_words.TASK_UNKNOWN,
+        shim_words.STAGING_MOUNT_REFUSED,
     }
     assert causes == set(ShimRefusal.values())
     # The names the shim shares with the eval phase and the protocol (it cannot import either).
-    from cowork_adapter.container import evalphase, protocol
-    from cowork_adapter.custody.bash_env import runner_digest
+    from cowork_adapter.container import agent, evalphase, protocol
+    from cowork_adapter.runroot import layout
     from cowork_adapter.schemas.seal import SEAL_SCHEMA
 
-    assert (shim.ENTRY_ENV, shim.SUMMARY_SHA_ENV, shim.BOUND_ENV) == (
+    assert (shim_words.ENTRY_ENV, shim_words.SUMMARY_SHA_ENV, shim_words.BOUND_ENV) == (
         evalphase.ENTRY_ENV,
         evalphase.SUMMARY_SHA_ENV,
         evalphase.BOUND_ENV,
     )
-    assert (shim.CLAIM_NAME, shim.RECEIPT_PREFIX, shim.EVAL_RES_NAME) == (
+    assert (custody_evidence.CLAIM_NAME, custody_evidence.RECEIPT_PREFIX, custody_evidence.EVAL_RES_NAME) == (
         protocol.CLAIM_NAME,
         protocol.RECEIPT_PREFIX,
         protocol.EVAL_RES_NAME,
     )
-    assert shim.SEAL_SCHEMA == SEAL_SCHEMA
+    assert custody_evidence.SUMMARY_NAME == agent.SUMMARY_NAME
+    assert shim_words.SEAL_SCHEMA == SEAL_SCHEMA
+    assert (shim_words.SEAL_SUFFIX, shim_words.SEAL_HEAD_SUFFIX, shim_words.HELD_SUMMARY_SUFFIX) == (
+        layout.SEAL_SUFFIX,
+        layout.SEAL_HEAD_SUFFIX,
+        layout.HELD_SUMMARY_SUFFIX,
+    )
     assert (
-        shim.task_of({"task_names": ["a", "demo-csv-totals"]}, "77-" + runner_digest("demo-csv-totals"))
+        shim_dumps.task_of(
+            {"task_names": ["a", "demo-csv-totals"]}, "77-" + custody_evidence.runner_digest("demo-csv-totals")
+        )
         == "demo-csv-totals"
     )
-    assert {shim.ABSENT, shim.PRESENT, shim.UNKNOWN} == set(ContainerState.values())
+    assert {shim_words.ABSENT, shim_words.PRESENT, shim_words.UNKNOWN} == set(ContainerState.values())
     for name in ("agent-1", "eval-x", "pg-2", "helper-3", "net-1", None, "", "agent"):
-        assert shim.role_for_name(name) == labels.role_for_name(name)
+        assert shim_argv.role_for_name(name) == labels.role_for_name(name)
 
 
 def test_the_path_label_is_sha256_prefix_of_the_resolved_root(tmp_path):
@@ -866,8 +884,8 @@ def test_the_label_of_a_run_root_is_the_one_it_recorded_old_or_new(tmp_path):
 
 
 def test_parse_options_short_clusters_and_attached_values():
-    opts, first = shim.parse_options(
-        ["-dit", "-eA=1", "-p", "80:80", "--rm", "img", "-e", "x"], shim.RUN_BOOL_LONG, shim.RUN_BOOL_SHORT
+    opts, first = shim_argv.parse_options(
+        ["-dit", "-eA=1", "-p", "80:80", "--rm", "img", "-e", "x"], shim_argv.RUN_BOOL_LONG, shim_argv.RUN_BOOL_SHORT
     )
     assert opts == [("-d", None), ("-i", None), ("-t", None), ("-e", "A=1"), ("-p", "80:80"), ("--rm", None)]
     assert first == 5

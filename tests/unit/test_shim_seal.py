@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from cowork_adapter.container import protocol
-from cowork_adapter.custody import shim
+from cowork_adapter.custody import shim_words
 from cowork_adapter.custody.bash_env import TaskDumps, eval_code_mounts, install_custody, runner_digest
 from cowork_adapter.custody.shim_config import ContainerLimits
 from cowork_adapter.errors import Refusal
@@ -148,13 +148,13 @@ def test_an_agent_container_mounts_only_its_own_task_dump(bed):
 )
 def test_any_other_mount_of_the_dumps_is_refused(bed, args):
     done = bed.run("run", "-d", *[a.format(dumps=bed.dumps) for a in args], "img", "true")
-    assert done.returncode == shim.EXIT_REFUSED and "dump_mount_refused" in done.stderr
+    assert done.returncode == shim_words.EXIT_REFUSED and "dump_mount_refused" in done.stderr
     assert not [a for a in bed.calls() if a[0] == "run"]
 
 
 def test_a_container_of_no_task_of_the_run_is_refused(bed):
     done = bed.run("run", "-d", "--name", "agent-77-ffffffff", "-v", f"{bed.dumps}:/workspace/dumps", "img", "true")
-    assert done.returncode == shim.EXIT_REFUSED and "task_unknown" in done.stderr
+    assert done.returncode == shim_words.EXIT_REFUSED and "task_unknown" in done.stderr
 
 
 def test_the_eval_exec_is_sealed_once_with_what_the_host_read(bed):
@@ -202,8 +202,9 @@ def test_a_hung_eval_exec_is_ended_at_the_bound_and_sealed_as_hung(tmp_path):
     bed = SealBed(tmp_path, eval_bound=1.0)
     bed.task_root.mkdir(parents=True)
     (bed.fake_dir / "hang").write_text("600")
-    # The wrapper runs the shim in a new interpreter: lower its margin through a copy of the program.
-    program = bed.files.shim_program
+    # The wrapper runs the shim in a new interpreter: lower its margin through the installed copy of its module.
+    program = bed.files.shim_dir / "shim_seal.py"
+    assert "BOUND_MARGIN_SEC = 60.0" in program.read_text()
     program.write_text(program.read_text().replace("BOUND_MARGIN_SEC = 60.0", "BOUND_MARGIN_SEC = 1.0"))
     done = bed.run("exec", f"eval-{ID}", "python3", "entry.py", "--task_dir", TASK, "--phase", "eval", timeout=30)
     assert done.returncode != 0

@@ -14,7 +14,8 @@ real docker by absolute path bypasses all of this; the supervisor detects that f
 Files, all under <run_root>/custody/ (never mounted into a container):
   shim_config.json   the ShimConfig (schema cowork_adapter.shim_config.v1)
   shim/docker        /bin/sh wrapper, 0755: sets COWORK_SHIM_CONFIG, execs `python -I -S shim.py`
-  shim/shim.py       a copy of the shim program (its SHA-256 is in CustodyFiles)
+  shim/shim.py       a copy of the shim program (its SHA-256 is in CustodyFiles), and beside it a copy of
+                     each other file of SHIM_FILES (its sibling modules and the readers it loads)
   bash_env.sh        the discovery script
 """
 
@@ -32,20 +33,33 @@ from typing import Any
 
 from ..errors import Refusal
 from ..fileio import create_exclusive
+from ..runroot.custody_evidence import runner_digest
 from ..runroot.layout import RunRoot
 from ..schemas.record import RecordInvalid
 from . import agent_exec, container_caps
 from .creations import creations_dir
 from .shim_config import ContainerLimits, ShimConfig
 
-SHIM_SOURCE = Path(__file__).with_name("shim.py")
-# The shim reads task dumps through the same no-follow, capped reader as every other host reader.
-SAFEFILE_SOURCE = Path(__file__).resolve().parent.parent / "container" / "safefile.py"
-TASKDB_PROBE_SOURCE = Path(__file__).resolve().parent / "taskdb_probe.py"  # the shim's task database probe
-TASKDB_SQL_SOURCE = Path(__file__).resolve().parent / "taskdb_sql.py"  # and its SQL
-# Issue 37: the agent exec's bounds and the containers' log and capabilities, loaded by the shim.
-SIBLING_SOURCES = tuple(
-    Path(__file__).with_name(name) for name in ("agent_exec.py", "container_caps.py", "staging_mount.py")
+_HERE = Path(__file__).resolve().parent
+SHIM_SOURCE = _HERE / "shim.py"
+# Every file the shim needs, copied flat beside it (it runs as `python3 -I -S shim.py`, stdlib only, and
+# imports these as top-level modules from its own folder); tests/unit/test_shim_files.py holds the list
+# closed under the shim's imports.
+SHIM_CONCERNS = ("words", "argv", "io", "admission", "dumps", "flags", "inflight", "daemon", "taskdb", "seal", "agent")
+SHIM_FILES = (
+    SHIM_SOURCE,
+    # its concerns, split out of shim.py (issue 41)
+    *(_HERE / f"shim_{name}.py" for name in SHIM_CONCERNS),
+    # what it shares with the score: the seal's reading of a dump, the runner's task ids
+    _HERE.parent / "runroot" / "custody_evidence.py",
+    # task dumps read through the same no-follow, capped reader as every other host reader
+    _HERE.parent / "container" / "safefile.py",
+    _HERE / "taskdb_probe.py",  # the task database probe (issue 36)
+    _HERE / "taskdb_sql.py",  # and its SQL
+    # issue 37: the agent exec's bounds and the containers' log and capabilities, the staging copy narrowed
+    _HERE / "agent_exec.py",
+    _HERE / "container_caps.py",
+    _HERE / "staging_mount.py",
 )
 STAGE = "custody"
 # A docker found on the host that is really some run's shim wrapper carries this marker.
@@ -81,11 +95,6 @@ def eval_bound_sec(environ: Mapping[str, str]) -> float:
     except ValueError:
         return EVAL_BOUND_SEC
     return lowered if 0 < lowered < EVAL_BOUND_SEC else EVAL_BOUND_SEC
-
-
-def runner_digest(task: str) -> str:
-    """The runner's per-task id suffix: the first 8 hex of md5(task + newline) (run_parallel.sh)."""
-    return hashlib.md5((task + "\n").encode("utf-8")).hexdigest()[:8]
 
 
 @dataclass(frozen=True)
@@ -273,14 +282,10 @@ def install_custody(
 
     config_path = RunRoot(run_root).shim_config
     _write(config_path, config.to_json(), 0o600)
-    program = shim_dir / "shim.py"
+    program = shim_dir / SHIM_SOURCE.name
     source = SHIM_SOURCE.read_bytes()
-    _write(program, source.decode("utf-8"), 0o644)
-    _write(shim_dir / "safefile.py", SAFEFILE_SOURCE.read_text(encoding="utf-8"), 0o644)
-    _write(shim_dir / "taskdb_probe.py", TASKDB_PROBE_SOURCE.read_text(encoding="utf-8"), 0o644)
-    _write(shim_dir / "taskdb_sql.py", TASKDB_SQL_SOURCE.read_text(encoding="utf-8"), 0o644)
-    for sibling in SIBLING_SOURCES:
-        _write(shim_dir / sibling.name, sibling.read_text(encoding="utf-8"), 0o644)
+    for shim_file in SHIM_FILES:
+        _write(shim_dir / shim_file.name, shim_file.read_text(encoding="utf-8"), 0o644)
     _write(
         wrapper,
         wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker, docker_host=docker_host),

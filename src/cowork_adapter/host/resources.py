@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..custody import shim
+from ..custody import shim_argv, shim_daemon, shim_io
 from ..errors import Refusal
 from ..runroot.layout import RunRoot
 from ..schemas.ledger import TaskRow, read_index
@@ -164,18 +164,18 @@ def reader_for(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
     reads it, into the same evidence file, before custody cleanup removes it."""
 
     def read(api: Any, ident: str, name: str) -> None:
-        task_ident = _measured_task(shim, name)
+        task_ident = _measured_task(name)
         if task_ident is None:
             return
-        reading = _unread(shim, name, "adapter_cleanup", None)
+        reading = _unread(name, "adapter_cleanup", None)
         try:
             data = api.stats(ident, stream=False, one_shot=True)
         except Exception as exc:  # noqa: BLE001 - recorded as the cause, like the shim does
             reading["cause"] = "stats_read_failed:" + type(exc).__name__
         else:
-            peak, cpu_ns, usage, cause = shim.parse_stats(data)
+            peak, cpu_ns, usage, cause = shim_daemon.parse_stats(data)
             reading.update(memory_peak_bytes=peak, cpu_ns=cpu_ns, memory_usage_bytes=usage, cause=cause)
-        shim.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
+        shim_io.append_line(str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)), reading)
 
     return read
 
@@ -187,28 +187,28 @@ def unread_by_stop(evidence_dir: Path | str) -> Callable[[Any, str, str], None]:
     running that long for a figure; the task's resource use then names STOP_UNREAD_CAUSE."""
 
     def note(_api: Any, _ident: str, name: str) -> None:
-        task_ident = _measured_task(shim, name)
+        task_ident = _measured_task(name)
         if task_ident is not None:
-            shim.append_line(
+            shim_io.append_line(
                 str(Path(evidence_dir) / (task_ident + READINGS_SUFFIX)),
-                _unread(shim, name, "adapter_stop", STOP_UNREAD_CAUSE),
+                _unread(name, "adapter_stop", STOP_UNREAD_CAUSE),
             )
 
     return note
 
 
-def _measured_task(shim: Any, name: str) -> str | None:
+def _measured_task(name: str) -> str | None:
     """The runner's task id of a measured container (agent-, eval-, pg-<id>), else None."""
-    role = shim.role_for_name(name)
-    return shim.task_id(name, role) if role in MEASURED_ROLES else None
+    role = shim_argv.role_for_name(name)
+    return shim_argv.task_id(name, role) if role in MEASURED_ROLES else None
 
 
-def _unread(shim: Any, name: str, command: str, cause: str | None) -> dict[str, Any]:
+def _unread(name: str, command: str, cause: str | None) -> dict[str, Any]:
     return {
         "ts": time.time(),
         "container": name,
-        "method": shim.STATS_METHOD,
-        "role": shim.role_for_name(name),
+        "method": shim_daemon.STATS_METHOD,
+        "role": shim_argv.role_for_name(name),
         "command": command,
         "memory_peak_bytes": None,
         "cpu_ns": None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..custody.liveness import Liveness, Recorded, argv_run_root, prove, read_custody_processes
-from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
+from ..custody.shim_words import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
 from ..errors import CustodyError, Refusal
 from ..runroot import layout
 from ..runroot.events import read_events

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..container.procs import group_alive, signal_marked_group
-from ..custody.shim import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
+from ..custody.shim_words import RUN_MARKER_ENV  # stdlib only: the watchdog's copy would load docker
 from ..fileio import create_exclusive
 from ..runroot.events import EventLog
 from ..runroot.layout import RunRoot

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..container import safefile
-from ..custody.bash_env import runner_digest
+from ..runroot.custody_evidence import runner_digest
 from ..runroot.layout import RunRoot, dumps_of
 from ..runroot.manifest import read_manifest
 from ..schemas.dump_bounds import DumpOverBound, read_over_bound

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..custody.shim import AGENT_EXEC_SUFFIX
+from ..runroot.custody_evidence import AGENT_EXEC_SUFFIX
 from ..runroot.layout import RunRoot
 from ..schemas.gateway import GatewayRequest, read_requests
 from ..schemas.ledger import TamperFinding

@@ -18,8 +18,8 @@ import msgspec
 from ..audit.scan import TaskScan, scan_events
 from ..container import protocol, safefile
 from ..container.procs import process_alive
-from ..custody import shim as shim_program  # its reader of a dump, so both seals read alike
 from ..fileio import create_exclusive
+from ..runroot import custody_evidence  # the shim's reader of a dump, so both seals read alike
 from ..schemas.ledger import UsageFacts
 from ..schemas.record import RecordInvalid, convert
 from ..schemas.seal import EvalSeal, SealHead, seal_path
@@ -136,8 +136,7 @@ def late_seal(run_root: Path, head: SealHead, dump: Path, dumps: Path) -> EvalSe
     if head.shim_pid is not None and process_alive(head.shim_pid, head.shim_start_ticks):
         return None  # the exec may still run: its own shim seals it, or a later reading does
 
-    # The shim is a stdlib program run as its own process, unannotated: its reader is called as it is.
-    inputs = shim_program.read_seal_inputs(safefile, str(dump), str(dumps))  # type: ignore[no-untyped-call]
+    inputs = custody_evidence.read_seal_inputs(safefile, str(dump), str(dumps))
     planted = {entry.sha256 for entry in head.pre if entry.sha256}
     found = [
         inputs[name].get("sha256") for name in ("claim", "receipt", "eval_res") if isinstance(inputs.get(name), dict)
