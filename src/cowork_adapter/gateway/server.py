@@ -77,7 +77,7 @@ from .refusals import RefusalLog
 from .reserve import Price, TaskLimits
 from .tokens import StreamUsage, mint_token, new_secret, token_task, usage_of  # noqa: F401 - imported from here by the shim, the run and tests
 
-# The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim.py handle_remove).
+# The shim's evidence marker: agent-<task> was removed, its token is dead (custody/shim_daemon.py handle_remove).
 REVOKED_SUFFIX = ".agent_removed"
 # The stop file and the request deadlines are looked at this often.
 STOP_POLL_SEC = 0.1

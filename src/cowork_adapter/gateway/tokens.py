@@ -33,7 +33,7 @@ def token_mac(secret: bytes, run_label: str, task: str) -> str:
 
 
 def mint_token(secret: bytes, run_label: str, task: str) -> str:
-    """The token of `task` in run `run_label` (the shim mints the same one; see custody/shim.py)."""
+    """The token of `task` in run `run_label` (the shim mints the same one; see custody/shim_flags.py)."""
     return f"{TOKEN_PREFIX}.{task}.{token_mac(secret, run_label, task)}"
 
 
