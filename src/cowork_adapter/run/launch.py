@@ -8,7 +8,6 @@ is the run's record and is finalised whatever happens (refusal, stop, crash).
 from __future__ import annotations
 
 import hashlib
-import shutil
 import sys
 import traceback
 from dataclasses import asdict, dataclass, replace
@@ -25,18 +24,17 @@ from ..benchmark.provenance import (
     upstream_hashes,
 )
 from ..benchmark.selection import validate_against_dataset
-from ..campaign.observe import POLL_SEC, READ_SLICE_SEC, RETRY_SEC
 from ..config import Disk, RunConfig
 from ..container.protocol import scrub, secret_terms
 from ..container.reference import stage_groundtruth
-from ..custody.bash_env import Hardening, ProviderRoute, eval_code_mounts
+from ..custody.bash_env import ProviderRoute, eval_code_mounts
 from ..custody.labels import new_run_label
 from ..errors import Refusal
 from ..fileio import replace_atomic
 from ..gateway.trust import certifi_files
 from ..host.daemon import daemon_info, docker_failures
 from ..host.daemon_kind import DaemonFacts
-from ..host.disk import MIN_FREE_INODE_FRACTION, inodes_short
+from ..host.disk import MIN_FREE_INODE_FRACTION, free_bytes, inodes_short
 from ..image.build_lock import build_lock
 from ..image.derived import (
     ImageRequest,
@@ -53,10 +51,8 @@ from ..schemas.manifest import (
     AdmissionLimitsRecord,
     BenchIdentity,
     BenchSubstitute,
-    Budgets,
     ImageIdentity,
     Limits,
-    MeterCadence,
     RunManifest,
     SeedIdentity,
     Selection,
@@ -66,6 +62,7 @@ from ..schemas.run_config import build_run_config
 from ..score.ledger import build_index, write_index
 from ..vocab import EngineKind, ExitCode, RunOutcome
 from .daemon_check import check_daemon
+from .manifest_records import budget_record, daemon_record, hardening_record
 from .probes import enforce_inventory, inventory_for_run, run_probe
 from .recovery import STAGE as RESUME_STAGE
 from .recovery import CampaignPlace, campaign_refusal, resolve_ancestry
@@ -103,10 +100,6 @@ def default_image_tag(cfg: RunConfig, seed_head: str) -> str:
     """`cowork-ouroboros:<seed>-<bench>-<entry>`: other entry code is another tag, so two runs
     building different adapters on one daemon never retag each other's image."""
     return cfg.image.image or f"cowork-ouroboros:{seed_head[:12]}-{cfg.bench_commit[:7]}-{container_digest()[:8]}"
-
-
-def free_bytes(path: Path) -> int:
-    return shutil.disk_usage(path).free
 
 
 def disk_refusal(resource_root: Path, disk: Disk) -> str | None:
@@ -260,44 +253,6 @@ def _resume_campaign_preflight(cfg: RunConfig, ancestors: list[str]) -> None:
         raise Refusal(RESUME_STAGE, sentence)
 
 
-def budget_record(cfg: RunConfig) -> Budgets:
-    """The money and disk bounds of this invocation, as the manifest records them."""
-    money, disk = cfg.money, cfg.disk
-    return Budgets(
-        budget_usd=money.budget_usd,
-        campaign_budget_usd=money.campaign_budget_usd,
-        budget_reserve_usd=money.budget_reserve_usd,
-        prior_spend_usd=money.prior_spend_usd,
-        per_task_cost_usd=cfg.agent.per_task_cost_usd,
-        min_key_usd=money.min_key_usd,
-        meter=MeterCadence(
-            url=money.meter_url,
-            blindness_sec=money.meter_blindness_sec,
-            poll_sec=POLL_SEC,
-            read_slice_sec=READ_SLICE_SEC,
-            retry_sec=RETRY_SEC,
-        ),
-        min_free_gib=disk.min_free_gib,
-        min_root_free_gib=disk.min_root_free_gib,
-        dump_max_gib=disk.dump_max_gib,
-        dump_max_entries=disk.dump_max_entries,
-        dump_max_depth=disk.dump_max_depth,
-        resource_root=str(cfg.resource_root),
-        api_key_env=cfg.provider.api_key_env,
-    )
-
-
-def _daemon_record(cfg: RunConfig, facts: DaemonFacts | None) -> dict[str, Any]:
-    """The manifest's limits.daemon_kind, unenforced_limits and accept_unenforced_limits."""
-    if facts is None:
-        return {}
-    return {
-        "daemon_kind": facts.kind.value,
-        "unenforced_limits": list(facts.unenforced),
-        "accept_unenforced_limits": cfg.limits.accept_unenforced_limits,
-    }
-
-
 def _usable_image(cfg: RunConfig, tag: str, seed_head: str, bench_commit: str, base_image_id: str | None) -> bool:
     """True when `tag` exists with labels matching the pins; False when it must be built.
 
@@ -357,8 +312,8 @@ def execute_run(cfg: RunConfig, argv: list[str]) -> int:
             pids_limit=cfg.limits.pids_limit,
             daemon_cpus=pre.daemon[0] if pre.daemon else None,
             daemon_memory_bytes=pre.daemon[1] if pre.daemon else None,
-            **_hardening_record(cfg),
-            **_daemon_record(cfg, pre.daemon_facts),
+            **hardening_record(cfg),
+            **daemon_record(cfg, pre.daemon_facts),
         ),
         budgets=budget_record(cfg),
         dry_run=cfg.dry_run,
@@ -615,16 +570,3 @@ def _selection(cfg: RunConfig, pre: Preflight, image: ImageIdentity) -> Selectio
         resume_generation=plan.generation,
         settled_elsewhere=sorted(plan.settled),
     )
-
-
-def _hardening_record(cfg: RunConfig) -> dict:
-    """The manifest's record of the shim's issue-37 bounds (the same Hardening run.py installs)."""
-    h = Hardening.for_run(cfg.agent.task_timeout, cfg.limits.agent_output_cap_mib, cfg.limits.container_cap_add)
-    return {
-        "agent_exec_bound_sec": h.agent_bound_sec,
-        "agent_output_cap_bytes": h.agent_output_cap_bytes,
-        "container_log_max_bytes": h.log_max_bytes,
-        "container_cap_add": list(h.cap_keep),
-        "task_cap_drop": h.dropped("agent"),
-        "pg_cap_drop": h.dropped("pg"),
-    }
