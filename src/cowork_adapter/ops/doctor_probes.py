@@ -10,9 +10,9 @@ import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..host.daemon import docker_client
+from ..host.disk import free_bytes  # noqa: F401 (doctor and doctor_host read free space through here)
 
 GIB = 1 << 30
 PROBE_WAIT_SEC = 90
@@ -99,10 +99,6 @@ def limit_probe(docker_host: str, image: str) -> ProbeOutcome:
                     leftover.remove(force=True)
         finally:
             client.close()
-
-
-def free_bytes(path: Path) -> int:
-    return shutil.disk_usage(path).free
 
 
 def bash_version() -> tuple[int, int] | None:
