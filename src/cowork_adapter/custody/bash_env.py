@@ -283,9 +283,12 @@ def install_custody(
     config_path = RunRoot(run_root).shim_config
     _write(config_path, config.to_json(), 0o600)
     program = shim_dir / SHIM_SOURCE.name
-    source = SHIM_SOURCE.read_bytes()
+    # The shim is several files: its digest covers each, by name, in SHIM_FILES' order.
+    digest = hashlib.sha256()
     for shim_file in SHIM_FILES:
-        _write(shim_dir / shim_file.name, shim_file.read_text(encoding="utf-8"), 0o644)
+        text = shim_file.read_text(encoding="utf-8")
+        _write(shim_dir / shim_file.name, text, 0o644)
+        digest.update(f"{shim_file.name}\0{len(text.encode())}\0".encode() + text.encode())
     _write(
         wrapper,
         wrapper_text(python, program, config_path, run_label, real_docker=config.real_docker, docker_host=docker_host),
@@ -298,7 +301,7 @@ def install_custody(
         shim_dir=shim_dir,
         shim_config=config_path,
         shim_program=program,
-        shim_sha256=hashlib.sha256(source).hexdigest(),
+        shim_sha256=digest.hexdigest(),
         tmpdir=tmpdir,
         runner_env={
             "BASH_ENV": str(bash_env),
