@@ -6,31 +6,45 @@ rootless dockerd inside RootlessKit, real PostgreSQL, the demo benchmark, the st
 stand-in. On a cgroup v1 host (this project's machines) that daemon enforces no limit: the run is refused
 without --accept-unenforced-limits, and with it the manifest records what was not enforced.
 
-What the key's route is here: until the default route's rootless listener (gateway/route_check.py, branch
-b38-route) is in the tree, the default route is refused before anything is built (asserted), and the
-scenarios take the demo's own route, --key-in-agent; with it, the default-route test runs a task on it.
+The key's route: the scenarios take the demo's own route (--key-in-agent); one task runs on the default
+route (the key on the host, the gateway's socket bound in RootlessKit's network namespace by
+gateway/nsbind.py), and no container of it holds the key.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
+from cowork_adapter.container.safefile import REGULAR, open_nofollow
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
-from cowork_adapter.demo.env import DemoEnv, agent_started, custody_checks, prepare, read_rows, wait_for
+from cowork_adapter.demo.chat_standin import ChatStandin
+from cowork_adapter.demo.env import (
+    DemoEnv,
+    agent_started,
+    custody_checks,
+    files_containing,
+    prepare,
+    read_rows,
+    wait_for,
+)
 from cowork_adapter.demo.scenarios import SCENARIOS
+from cowork_adapter.gateway.run import NAMESPACE_DISCLOSURE
 from cowork_adapter.host.daemon import docker_client
 from cowork_adapter.host.daemon_kind import DaemonFacts, daemon_facts
+from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import DaemonKind, ExitCode
 
 ACCEPT_ENV = "COWORK_ACCEPT_UNENFORCED_LIMITS"
-ROUTE_TRIAL = Path(__file__).resolve().parents[2] / "src" / "cowork_adapter" / "gateway" / "route_check.py"
 
 
 @pytest.fixture(scope="module")
@@ -122,20 +136,103 @@ def test_a_run_stopped_by_stop_leaves_nothing_and_its_containers_had_their_limit
     assert not failed, failed
 
 
-def test_the_default_route_is_decided_before_the_image_build(world: DemoEnv, facts: DaemonFacts) -> None:
+class CreatedWatch:
+    """Every container the daemon creates with a run label, inspected as its `create` event arrives: the
+    daemon's own account of its configuration and environment, and the host files bound into it, read for
+    the key then. A task run to its end has its containers removed, so they are seen as they are made."""
+
+    def __init__(self, docker_host: str, key: str) -> None:
+        self.client = docker_client(docker_host)
+        self.key = key.encode()
+        self.seen: dict[str, tuple[str, list[str]]] = {}  # name -> (its run label, where the key was found)
+        self.gone: list[str] = []  # removed before the inspect (a preflight's short container)
+        self.errors: list[str] = []
+        self.stopping = False
+        # Opened here, before the run starts: no creation can come before the stream.
+        self.stream = self.client.events(
+            decode=True, filters={"type": "container", "event": "create", "label": RUN_LABEL_KEY}
+        )
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        try:
+            for event in self.stream:
+                self._inspect(str(event["id"]))
+        except Exception as exc:  # noqa: BLE001 - asserted empty unless the stream was closed by stop()
+            if not self.stopping:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _inspect(self, ident: str) -> None:
+        try:
+            attrs = self.client.api.inspect_container(ident)
+        except docker.errors.NotFound:
+            self.gone.append(ident)
+            return
+        leaks = ["docker inspect"] if self.key in json.dumps(attrs).encode() else []
+        for mount in attrs.get("Mounts") or []:
+            if mount.get("Type") == "bind":
+                leaks += [f"{mount.get('Destination')}: {hit}" for hit in self._bound(Path(mount["Source"]))]
+        self.seen[str(attrs["Name"]).lstrip("/")] = (str(attrs["Config"]["Labels"].get(RUN_LABEL_KEY)), leaks)
+
+    def _bound(self, source: Path) -> list[str]:
+        if source.is_dir():
+            return files_containing(source, self.key)
+        fd, kind, _cause = open_nofollow(str(source))  # a link is never followed, a FIFO never opened
+        if fd is None:
+            return []
+        try:
+            return [source.name] if kind == REGULAR and self.key in os.read(fd, 64 << 20) else []
+        finally:
+            os.close(fd)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.stream.close()
+        self.thread.join(timeout=60)
+        self.client.close()
+
+
+def test_a_task_on_the_default_route_ends_with_the_key_in_no_container(world: DemoEnv, facts: DaemonFacts) -> None:
+    # No route flag: the default route, its socket bound inside RootlessKit's namespace; its upstream is a
+    # chat stand-in on loopback (a test bed cannot reach OpenRouter).
     name = "default-route"
-    args = [
-        a for a in world.run_args(name, ["demo-csv-totals"], campaign="campaign-route.json") if a != "--key-in-agent"
-    ]
-    proc = world.launch(args, name, accepted(facts))
-    code = proc.wait(timeout=900)
+    run_root = world.run_root(name)
+    provider = ChatStandin(host="127.0.0.1", cost_per_request=0.01).start()
+    extra = ["--provider-upstream-url", f"http://127.0.0.1:{provider.port}/api/v1"]
+    args = world.run_args(name, ["demo-csv-totals"], campaign="campaign-route.json", extra=extra, concurrency=1)
+    assert "--key-in-agent" not in args and "--llm-gateway-host" not in args
+    watch = CreatedWatch(world.docker_host, world.key)
+    try:
+        code = world.launch(args, name, accepted(facts)).wait(timeout=900)
+    finally:
+        watch.stop()
+        provider.stop()
     log = (world.root / f"{name}.log").read_text()
-    if not ROUTE_TRIAL.is_file():
-        # Without the rootless listener the route cannot reach a container: refused, naming why.
-        assert code == ExitCode.REFUSED, log[-3000:]
-        assert "RootlessKit's network namespace" in log and "needs root" not in log
-        assert not world.run_root(name).exists()
-        return
-    # With it, the route is the run's to open: past the preflight (the route's own end-to-end test on this
-    # daemon is the gateway's, tests/integration/test_provider_tls_run.py).
-    assert "RootlessKit's network namespace" not in log and world.run_root(name).exists(), log[-3000:]
+    assert code == ExitCode.OK, log[-3000:]
+    assert "RootlessKit's network namespace" not in log and "the agent under test can read it" not in log
+
+    record = manifest(run_root)["llm_gateway"]
+    assert record["route"] == "provider_tls" and record["listen_address"].endswith(":443"), record
+    assert NAMESPACE_DISCLOSURE in record["disclosures"], record["disclosures"]
+    # Every model call was answered: the gateway's rows all forwarded with 200, and the stand-in received
+    # exactly those and the gateway's own price look-up when it opened, all with the key.
+    rows = read_requests(run_root)
+    assert [(r.status, r.refused) for r in rows] == [(200, None)] * len(rows), rows
+    upstream = provider.all_requests()
+    assert len(upstream) == 1 + len(rows) and upstream[0]["path"] == "/api/v1/models", upstream
+    with_key = hashlib.sha256(f"Bearer {world.key}".encode()).hexdigest()
+    assert {r["auth_sha256"] for r in upstream} == {with_key}
+
+    row = read_rows(run_root)["demo-csv-totals"]
+    assert row["status"] == "passed" and row["official_eval_status"] == "completed", row
+    assert row["official_receipt"]["pass"] is True, row
+
+    # The key is in no container of the run: its configuration and the files bound into it, as made.
+    label = run_label(run_root)
+    ours = {n: leaks for n, (owner, leaks) in watch.seen.items() if owner == label}
+    assert not watch.errors, watch.errors
+    assert any(n.startswith("agent-") for n in ours), (sorted(watch.seen), watch.gone)
+    assert {n: leaks for n, leaks in ours.items() if leaks} == {}
+    failed = [f"{c.name}: {c.detail}" for c in custody_checks(world, run_root) if not c.ok]
+    assert not failed, failed
