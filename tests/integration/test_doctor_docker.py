@@ -8,6 +8,7 @@ import docker
 import pytest
 
 from cowork_adapter.config import RunConfig
+from cowork_adapter.custody.labels import RUN_LABEL_KEY
 from cowork_adapter.demo.env import prepare
 from cowork_adapter.ops import doctor
 
@@ -23,6 +24,17 @@ def doctor_labelled(docker_host: str) -> list:
     client = docker.DockerClient(base_url=docker_host, timeout=60)
     try:
         return client.containers.list(all=True, filters={"label": doctor.DOCTOR_LABEL_KEY})
+    finally:
+        client.close()
+
+
+def route_checks_left(docker_host: str) -> list[str]:
+    """Containers and networks a route check made (labelled with the check's own run label) still there."""
+    client = docker.DockerClient(base_url=docker_host, timeout=60)
+    try:
+        made = [(c.name, c.labels) for c in client.containers.list(all=True, filters={"label": RUN_LABEL_KEY})]
+        made += [(n.name, n.attrs.get("Labels") or {}) for n in client.networks.list(filters={"label": RUN_LABEL_KEY})]
+        return [name for name, labels in made if str(labels.get(RUN_LABEL_KEY, "")).startswith("cowork-route-check-")]
     finally:
         client.close()
 
@@ -51,8 +63,8 @@ def demo_cfg(env, **over) -> RunConfig:
         min_root_free_gib=1.0,
         cpus=1.0,
         memory="2g",
-        # The demo's paid runs take the seed's path (demo/env.py key_route): port 443 of the bridge is one
-        # per daemon, and CI's real-benchmark suite holds it at times (the key route's own check: unit tests).
+        # The demo's paid runs take the seed's path (demo/env.py key_route); the default route is tried by
+        # the test that passes key_in_agent=False (a route check container: a few seconds).
         key_in_agent=True,
     )
     flags.update(over)
@@ -69,9 +81,14 @@ def test_limit_probe_is_really_oom_killed_and_removed(demo_env):
 
 def test_doctor_passes_for_a_paid_demo_run(demo_env, monkeypatch, capsys):
     monkeypatch.setenv(demo_env.key_env, demo_env.key)
-    code = doctor.doctor_command(demo_cfg(demo_env))
+    code = doctor.doctor_command(demo_cfg(demo_env, key_in_agent=False))
     out = capsys.readouterr().out
     assert code == 0, out
+    # The default route as the run opens it (a network of its own, port 443 of its address; several runs
+    # per daemon each have their own), reached by a container from its own address; nothing of it is left.
+    line = next(line for line in out.splitlines() if line.startswith("OK    key route:"))
+    assert "a container reached openrouter.ai at " in line and ":443" in line and "its own address" in line, out
+    assert route_checks_left(demo_env.docker_host) == []
     assert "OK    limits enforced: a container held to 64m was OOM-killed" in out
     assert "OK    docker host:" in out and "OK    key meter:" in out and "OK    campaign:" in out
     assert demo_env.key not in out

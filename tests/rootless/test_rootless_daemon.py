@@ -217,8 +217,11 @@ def test_a_task_on_the_default_route_ends_with_the_key_in_no_container(world: De
     assert NAMESPACE_DISCLOSURE in record["disclosures"], record["disclosures"]
     # Every model call was answered: the gateway's rows all forwarded with 200, and the stand-in received
     # exactly those and the gateway's own price look-up when it opened, all with the key.
+    # (The stub engine calls a model only on --llm-gateway's face, so this task's rows may be none; the calls
+    # of an agent container on this route are tests/integration/test_provider_tls_run.py's.)
     rows = read_requests(run_root)
     assert [(r.status, r.refused) for r in rows] == [(200, None)] * len(rows), rows
+    assert record["requests"] == len(rows) and record["unlogged_refusals"] == 0, record
     upstream = provider.all_requests()
     assert len(upstream) == 1 + len(rows) and upstream[0]["path"] == "/api/v1/models", upstream
     with_key = hashlib.sha256(f"Bearer {world.key}".encode()).hexdigest()

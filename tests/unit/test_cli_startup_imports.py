@@ -144,9 +144,7 @@ FUNCTION_IMPORTS = {
     ("run/batch_runner.py", ""): DOCKER,  # import docker
     ("run/launch.py", "..gateway.run"): HTTPX,
     ("run/launch.py", "..gateway.tls"): CRYPTOGRAPHY,
-    ("ops/doctor.py", "..gateway.run"): HTTPX,
     ("ops/doctor.py", "..run.daemon_check"): HTTPX,
-    ("ops/doctor.py", "..gateway.tls"): CRYPTOGRAPHY,
     (
         "run/launch.py",
         ".run",

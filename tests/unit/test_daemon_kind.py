@@ -27,12 +27,11 @@ from cowork_adapter.host.daemon_kind import (
     facts_from_info,
     owner_refusal,
     peer_same_network,
-    route_refusal,
     socket_peer,
     unenforced_refusal,
 )
 from cowork_adapter.run import daemon_check
-from cowork_adapter.vocab import DaemonKind, KeyRoute
+from cowork_adapter.vocab import DaemonKind
 
 INFO = Path(__file__).parent / "daemon_info"
 HOST = "unix:///run/user/1000/docker.sock"
@@ -134,26 +133,6 @@ def test_generated_answers(options, warnings, driver, memory, cpu, pids, same) -
 
 def _rootless(same: bool | None = False) -> DaemonFacts:
     return facts_from_info(recorded("rootless_cgroup_v1"), same_network=same)
-
-
-def test_the_default_route_on_a_rootless_daemon_names_rootlesskits_namespace() -> None:
-    sentence = route_refusal(_rootless(), KeyRoute.GATEWAY_OPENROUTER, HOST, gateway_host="")
-    assert sentence is not None
-    assert "lives only inside RootlessKit's network namespace" in sentence and "--key-in-agent" in sentence
-    assert "needs root" not in sentence  # the old advice named the wrong cause
-
-
-def test_a_gateway_host_on_a_rootless_daemon_names_the_peer_check() -> None:
-    sentence = route_refusal(_rootless(), KeyRoute.GATEWAY_OPENAI, HOST, gateway_host="10.0.0.5")
-    assert sentence is not None and sentence.startswith("--llm-gateway cannot reach")
-    assert "slirp4netns" in sentence and "peer check would refuse every call" in sentence
-
-
-def test_no_gateway_or_a_daemon_in_our_namespace_needs_no_namespace_refusal() -> None:
-    assert route_refusal(_rootless(), KeyRoute.KEY_IN_AGENT, HOST, gateway_host="") is None
-    assert route_refusal(_rootless(), KeyRoute.NONE, HOST, gateway_host="") is None
-    ours = facts_from_info(recorded("rootful_cgroup_v1"), same_network=True)
-    assert route_refusal(ours, KeyRoute.GATEWAY_OPENROUTER, HOST, gateway_host="") is None
 
 
 @pytest.mark.parametrize(

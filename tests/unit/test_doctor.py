@@ -19,6 +19,7 @@ from cowork_adapter.config import RunConfig
 from cowork_adapter.demo.bench_repo import materialize_bench
 from cowork_adapter.demo.meter_standin import MeterStandin
 from cowork_adapter.demo.seed_repo import make_stub_seed
+from cowork_adapter.gateway.route_check import RouteCheck
 from cowork_adapter.host import resources
 from cowork_adapter.ops import doctor, doctor_probes
 from cowork_adapter.run import daemon_check
@@ -59,13 +60,31 @@ def healthy(monkeypatch, pins):
     )
     monkeypatch.setattr(doctor, "limit_probe", lambda host, image: doctor.ProbeOutcome(137, True, 64 << 20))
     monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * GIB)
-    # The default route's trial starts a container (gateway/route_check.py): here the bind stands in for it.
-    monkeypatch.setattr(daemon_check, "default_route_refusal", lambda cfg: daemon_check.UNTRIED)
+    # The route's trial starts a container (gateway/route_check.py; its Docker tests): here a stand-in that
+    # reaches, recording what it was asked. A given address is still bound for real first (daemon_check).
+    monkeypatch.setattr(daemon_check, "check_route", ROUTE_TRIALS.reach)
+    ROUTE_TRIALS.asked.clear()
     monkeypatch.setenv(KEY_ENV, KEY)
     return pins
 
 
 ROUTE_HOST = "127.0.0.77"
+
+
+class RouteTrials:
+    """A stand-in for gateway/route_check.check_route: what it was asked, and its answer."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str | None, int]] = []
+        self.answer: RouteCheck | None = None
+
+    def reach(self, docker_host: str, run_label: str, *, address: str | None = None, port: int = 443) -> RouteCheck:
+        self.asked.append((address, port))
+        where = f"{address or '10.99.0.1'}:{port}"
+        return self.answer or RouteCheck(True, f"a container reached openrouter.ai at {where}", where)
+
+
+ROUTE_TRIALS = RouteTrials()
 
 
 def make_cfg(tmp_path: Path, pins, meter_url: str, **over) -> RunConfig:
@@ -150,8 +169,10 @@ def test_all_ok_exits_zero_and_prints_one_line_per_check(tmp_path, healthy, mete
     assert "20.10.24" in lines["docker host"]
     assert (
         lines["key route"]
-        == f"OK    key route: the run serves openrouter.ai itself on {ROUTE_HOST}:443; no container gets the key."
+        == f"OK    key route: the run serves it itself: a container reached openrouter.ai at {ROUTE_HOST}:443; "
+        "no container gets the key."
     )
+    assert ROUTE_TRIALS.asked == [(ROUTE_HOST, 443)]  # the address the run will listen on, tried
 
 
 def test_the_default_route_needs_its_port(tmp_path, healthy, meter, capsys):
@@ -510,12 +531,18 @@ def test_a_rootless_cgroup_v1_daemon_fails_the_daemon_kind_and_the_key_route(
     # This machine's rootless daemon as `docker info` answered (recorded): no limit enforced, its bridge
     # in RootlessKit's namespace. The run's preflight refuses both (run/daemon_check.py); doctor says why.
     monkeypatch.setattr(doctor, "daemon_info", lambda host: ROOTLESS_V1)
-    code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host=""), capsys)
+    ROUTE_TRIALS.answer = RouteCheck(False, "no container's connection reached 10.99.0.1:443: nothing within 60 s")
+    try:
+        code, lines = run(make_cfg(tmp_path, healthy, meter.base_url, llm_gateway_host=""), capsys)
+    finally:
+        ROUTE_TRIALS.answer = None
     assert code == 1
     assert "rootless daemon on a cgroup v1 host enforces no limit" in lines["daemon kind"]
     assert "--accept-unenforced-limits" in lines["daemon kind"]
-    assert lines["key route"].startswith("FAIL")
-    assert "lives only inside RootlessKit's network namespace" in lines["key route"]
+    # The default route is tried where the run opens it (a network of its own: no address given, nothing
+    # bound on this host), and its sentence is the line's.
+    assert ROUTE_TRIALS.asked == [(None, 443)]
+    assert lines["key route"].startswith("FAIL  key route: no container's connection reached 10.99.0.1:443")
 
 
 def test_accepted_unenforced_limits_pass_the_daemon_kind_and_key_in_agent_the_route(

@@ -10,7 +10,7 @@ Two facts decide what can work (issue 38, docs/install.md):
   rootless daemon on a cgroup v1 host enforces none (its cgroup driver is `none`): `--memory` and `--cpus`
   are accepted and ignored, so a task could take the machine.
 
-The decisions (`facts_from_info`, `unenforced_refusal`, `route_refusal`, `bind_failure`) are pure; the two
+The decisions (`facts_from_info`, `unenforced_refusal`, `bind_failure`) are pure; the two
 readers below them are the only I/O (the peer's namespaces, `net.ipv4.ip_unprivileged_port_start`).
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..vocab import DaemonKind, KeyRoute
+from ..vocab import DaemonKind
 from .daemon import daemon_info
 
 ROOTLESS_OPTION = "name=rootless"
@@ -111,36 +111,6 @@ def owner_refusal(facts: DaemonFacts, docker_host: str, euid: int) -> str | None
         f"the Docker daemon at {docker_host} is rootless and run by uid {facts.owner_uid}, but this process runs "
         f"as uid {euid}: the folders the run mounts would belong to nobody inside its containers, which could not "
         f"write them; run cowork-adapter as uid {facts.owner_uid} (the daemon's user)."
-    )
-
-
-def route_refusal(facts: DaemonFacts, route: KeyRoute, docker_host: str, *, gateway_host: str) -> str | None:
-    """Why the run's gateway cannot reach this daemon's containers on `route`, or None.
-
-    On a daemon in our own network namespace the gateway listens on its bridge address (or
-    --llm-gateway-host) and knows each container by its own address: `bind_failure` says why a bind
-    fails. On a daemon in another one (rootless), a host socket sees nothing of the bridge, and through
-    slirp4netns every container arrives from this host's own address, so the peer check could tell no
-    container of the run from any other process. The default route's way in (a socket bound inside the
-    daemon's namespace) is tried by run/daemon_check.default_route_refusal; the OpenAI-compatible face
-    has none yet."""
-    if route not in (KeyRoute.GATEWAY_OPENROUTER, KeyRoute.GATEWAY_OPENAI) or facts.same_network is True:
-        return None
-    if facts.kind is not DaemonKind.ROOTLESS and facts.same_network is None:
-        return None  # a rootful daemon we cannot inspect: its bridge is checked by binding it
-    where = (
-        f"--llm-gateway-host {gateway_host}: through RootlessKit's slirp4netns every container connection "
-        "arrives from this host's own address, so the gateway could not tell the run's containers from any "
-        "other process and its peer check would refuse every call"
-        if gateway_host
-        else "its bridge address lives only inside RootlessKit's network namespace, so a gateway on this "
-        "host would listen on another interface (or another daemon's bridge) that no container of this "
-        "daemon reaches"
-    )
-    flag = "--llm-gateway" if route is KeyRoute.GATEWAY_OPENAI else "the default route"
-    return (
-        f"{flag} cannot reach the containers of the Docker daemon at {docker_host}, {facts.describe()}: {where}; "
-        "pass --key-in-agent (the agent can then read the key), or use a rootful daemon for this route."
     )
 
 

@@ -351,7 +351,8 @@ class Doctor:
         return skip(name, f"not needed: a {mode} run calls no model and spends nothing.")
 
     def key_route(self) -> CheckResult:
-        """Where the key goes: the default route needs port 443 of the address containers reach."""
+        """Where the key goes: the route the run will really use, tried as its preflight tries it (one short
+        container must reach the gateway's socket from its own address: run/daemon_check.py try_route)."""
         name = "key route"
         skipped = self._not_needed(name)
         if skipped:
@@ -364,18 +365,15 @@ class Doctor:
             )
         if self.facts is None:
             return self._daemon_down(name)
-        from ..gateway.run import bridge_address
-        from ..gateway.tls import PROVIDER_HOST, TLS_PORT
-        from ..run.daemon_check import route_refusal
+        from ..run.daemon_check import try_route
 
-        # The route the run will really use, checked as its preflight checks it (run/daemon_check.py).
-        refusal = route_refusal(self.cfg, self.facts)
-        if refusal:
-            return fail(name, refusal.rstrip("."), "see docs/install.md (the key's route on each kind of daemon)")
+        tried = try_route(self.cfg, self.facts)
+        if tried is None or not tried.reached:
+            why = tried.sentence if tried else "no route was tried"
+            return fail(name, why.rstrip("."), "see docs/install.md (the key's route on each kind of daemon)")
         if not self.cfg.provider_tls:
-            return ok(name, "--llm-gateway: the key stays in the launcher; containers get a per-task token.")
-        host = self.cfg.provider.llm_gateway_host or bridge_address(self.cfg.docker_host)
-        return ok(name, f"the run serves {PROVIDER_HOST} itself on {host}:{TLS_PORT}; no container gets the key.")
+            return ok(name, f"--llm-gateway: {tried.sentence}; the key stays in the launcher, containers get tokens.")
+        return ok(name, f"the run serves it itself: {tried.sentence}; no container gets the key.")
 
     def key_present(self) -> CheckResult:
         name = "provider key"

@@ -2,21 +2,22 @@
 
 `run`'s preflight and `doctor` call the same two functions, so what doctor says OK is what the run does:
 - `limits_refusal`: a daemon that enforces not every limit is refused unless --accept-unenforced-limits;
-- `route_refusal`: the route the run will really use (the default route, --llm-gateway, either with
-  --llm-gateway-host) must reach this daemon's containers; refused before the image build, never
-  discovered as infra_failed tasks. On a daemon in our network namespace the check binds what the run
-  will bind (and closes it at once), so the refusal names the bind's real cause.
+- `route_refusal` (`try_route`, whose sentence doctor shows): the route the run will really use (the
+  default route, --llm-gateway, either with --llm-gateway-host) must reach this daemon's containers, tried
+  with one short container (gateway/route_check.py); refused before the image build, never discovered as
+  infra_failed tasks. On a daemon in our network namespace a given address is bound first (and closed at
+  once), so the refusal names the bind's real cause.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import secrets
 import socket
 
 from ..config import RunConfig
 from ..errors import Refusal
+from ..gateway.route_check import RouteCheck, check_route
 from ..gateway.run import bridge_address
 from ..gateway.tls import PROVIDER_HOST, TLS_PORT
 from ..host.daemon import docker_failures
@@ -28,7 +29,6 @@ from ..host.daemon_kind import (
     unenforced_refusal,
     unprivileged_port_start,
 )
-from ..host.daemon_kind import route_refusal as namespace_refusal
 from ..vocab import DaemonKind, KeyRoute
 
 
@@ -47,38 +47,38 @@ def limits_refusal(cfg: RunConfig, facts: DaemonFacts) -> str | None:
     return unenforced_refusal(facts, cfg.docker_host)
 
 
-# What default_route_refusal returns when ROUTE's trial is not in this tree (before b38-route is merged).
-UNTRIED = "untried"
+def try_route(cfg: RunConfig, facts: DaemonFacts) -> RouteCheck | None:
+    """The route this paid run's gateway will use, tried as the run opens it (None: no gateway).
 
-
-def default_route_refusal(cfg: RunConfig) -> str | None:
-    """The default route (with or without --llm-gateway-host), tried as the run will open it.
-
-    ROUTE's call site (issue 38 item 1, gateway/route_check.py): one short container on the daemon must
-    reach the gateway from its own address; a rootless daemon's is bound inside its namespace. Returns
-    UNTRIED where that module is absent: `route_refusal` then decides from the daemon's facts and a bind."""
-    # Looked up by name: the module comes with b38-route (ROUTE); once merged, a plain import can replace this.
-    try:
-        trial = importlib.import_module("cowork_adapter.gateway.route_check")
-    except ModuleNotFoundError:
-        return UNTRIED
+    One short container on the daemon must reach the gateway's socket from its own address
+    (gateway/route_check.py): the default route on a network of its own, port 443 (or
+    --llm-gateway-host's address), --llm-gateway on the bridge's address (or that one), any port; on a
+    rootless daemon the socket is bound inside its network namespace, as the run binds it. Where the
+    daemon shares our namespace, a given address (or --llm-gateway's bridge) is bound here first, so a
+    refusal names the bind's real cause (root, the port, an address this host lacks)."""
+    if not cfg.is_paid or not cfg.served_by_gateway:
+        return None
+    gateway_host = cfg.provider.llm_gateway_host
+    openai_face = cfg.key_route is KeyRoute.GATEWAY_OPENAI
+    in_our_namespace = facts.same_network is True or facts.kind is not DaemonKind.ROOTLESS
+    if in_our_namespace and (gateway_host or openai_face):
+        bound = _bind_refusal(cfg, cfg.key_route, gateway_host)
+        if bound:
+            return RouteCheck(False, bound)
     label = f"cowork-route-check-{secrets.token_hex(8)}"
-    tried = trial.check_route(cfg.docker_host, label, address=cfg.provider.llm_gateway_host or None)
-    return None if tried.reached else str(tried.sentence)
+    if not openai_face:
+        return check_route(cfg.docker_host, label, address=gateway_host or None)
+    try:
+        host = gateway_host or bridge_address(cfg.docker_host)
+    except Refusal as refusal:
+        return RouteCheck(False, refusal.sentence)
+    return check_route(cfg.docker_host, label, address=host, port=0)
 
 
 def route_refusal(cfg: RunConfig, facts: DaemonFacts) -> str | None:
     """Why the gateway of this paid run cannot reach the daemon's containers, or None (no gateway: None)."""
-    if not cfg.is_paid or not cfg.served_by_gateway:
-        return None
-    route, gateway_host = cfg.key_route, cfg.provider.llm_gateway_host
-    if route is KeyRoute.GATEWAY_OPENROUTER:
-        tried = default_route_refusal(cfg)
-        if tried != UNTRIED:
-            return tried
-    if facts.same_network is not True and facts.kind is DaemonKind.ROOTLESS:
-        return namespace_refusal(facts, route, cfg.docker_host, gateway_host=gateway_host)
-    return _bind_refusal(cfg, route, gateway_host)
+    tried = try_route(cfg, facts)
+    return None if tried is None or tried.reached else tried.sentence
 
 
 def _bind_refusal(cfg: RunConfig, route: KeyRoute, gateway_host: str) -> str | None:
