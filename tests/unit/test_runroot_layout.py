@@ -5,7 +5,7 @@ string literal of src/cowork_adapter (docstrings aside: prose may name a file) a
 root's file name outside layout.py, and on a path built with a run root's folder name (`x / "custody"`).
 Exempt, because they cannot import the host's code: container/
 (copied into the image; it names the task dumps' files itself), custody/shim.py and its split-out
-modules (run as `python3 -I -S shim.py`, standard library only; test_shim.py holds their names to
+modules (run as `python3 -I -S shim.py`, standard library only; test_shim_install.py holds their names to
 layout's) and the shim's sibling custody/taskdb_probe.py (copied beside it, as stdlib-only;
 test_the_probes_evidence_names_are_the_layouts holds its two names to layout's). demo/ is exempt as
 the tests are: its scenarios assert the on-disk layout.
