@@ -1,7 +1,7 @@
 """The docker shim's words: labels, roles, refusal causes, states, variables and evidence file names.
 
 Standard library only, like every file of the shim (custody/shim.py says how it runs). The shim cannot
-import the package, so these mirror vocab.py, labels.py and the container's names; tests/unit/test_shim.py
+import the package, so these mirror vocab.py, labels.py and the container's names; tests/unit/test_shim_install.py
 compares each with its original.
 """
 
