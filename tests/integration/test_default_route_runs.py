@@ -17,7 +17,7 @@ import signal
 
 import docker
 import pytest
-from test_llm_gateway import _in_container, _running, _task_ident
+from provider_calls import in_container, running, task_ident
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import run_label
@@ -82,15 +82,15 @@ def test_two_default_route_runs_share_a_daemon_each_serving_its_own(demo, docker
         roots = {name: env.run_root(name) for name in names}
 
         def agents_up() -> bool:
-            idents = {name: _task_ident(roots[name], "demo-hang") for name in names}
-            return all(i is not None and _running(client, f"agent-{i}") for i in idents.values())
+            idents = {name: task_ident(roots[name], "demo-hang") for name in names}
+            return all(i is not None and running(client, f"agent-{i}") for i in idents.values())
 
         logs = {name: env.root / f"{name}.log" for name in names}
         assert wait_for(lambda: agents_up() or any(p.poll() is not None for p in procs.values()), 900), {
             name: logs[name].read_text()[-2000:] for name in names
         }
         assert all(p.poll() is None for p in procs.values()), {n: logs[n].read_text()[-2000:] for n in names}
-        agents = {name: f"agent-{_task_ident(roots[name], 'demo-hang')}" for name in names}
+        agents = {name: f"agent-{task_ident(roots[name], 'demo-hang')}" for name in names}
         records = {name: read_json(roots[name] / "run_manifest.json")["llm_gateway"] for name in names}
         listen = {name: records[name]["listen_address"].rsplit(":", 1) for name in names}
         address = {name: listen[name][0] for name in names}
@@ -98,7 +98,7 @@ def test_two_default_route_runs_share_a_daemon_each_serving_its_own(demo, docker
         assert bridge_address(docker_host) not in address.values()  # the daemon's bridge is no run's
 
         for name, other in (("route-a", "route-b"), ("route-b", "route-a")):
-            seen = json.loads(_in_container(client, agents[name], CROSS, address[other]))
+            seen = json.loads(in_container(client, agents[name], CROSS, address[other]))
             assert seen == {"resolved": address[name], "own": [200, costs[name]], "other": "closed"}, (name, seen)
         for name, other in (("route-a", "route-b"), ("route-b", "route-a")):
             networks = client.containers.get(agents[other]).attrs["NetworkSettings"]["Networks"]

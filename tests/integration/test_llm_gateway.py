@@ -14,12 +14,11 @@ import json
 import os
 import signal
 import socket
-import time
-from pathlib import Path
 from urllib.parse import urlparse
 
 import docker
 import pytest
+from provider_calls import in_container, running, task_ident  # tests/provider_calls.py (tests/ is on sys.path)
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
@@ -98,44 +97,6 @@ print(json.dumps(out))
 """
 
 
-def _in_container(client, name: str, script: str, *args: str) -> str:
-    container = client.containers.get(name)
-    if container.status != "running":
-        raise docker.errors.NotFound(f"{name} is not running")
-    try:
-        code, output = container.exec_run(["python3", "-c", script, *args], demux=False)
-    except docker.errors.APIError as exc:  # it stopped (409) or is being removed (500) meanwhile?
-        if isinstance(exc, docker.errors.NotFound) or "is not running" in str(exc):
-            raise docker.errors.NotFound(f"{name} stopped before the exec: {exc}") from exc
-        raise
-    text = output.decode(errors="replace")
-    if code != 0:  # killed with its container? (the runner stops a finished task's containers)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            container.reload()  # raises NotFound once the runner removed it
-            if container.status != "running":
-                raise docker.errors.NotFound(f"{name} stopped during the exec")
-            time.sleep(0.5)
-    assert code == 0, f"exec in {name} failed ({code}): {text[-2000:]}"
-    return text.strip().splitlines()[-1]
-
-
-def _task_ident(run_root: Path, task: str) -> str | None:
-    """The runner's id of `task` (its agent container is agent-<id>), from the shim's .task evidence."""
-    evidence = run_root / "custody" / "evidence"
-    for path in evidence.glob("*.task") if evidence.is_dir() else ():
-        if task in path.read_text():
-            return path.name[: -len(".task")]
-    return None
-
-
-def _running(client, name: str) -> bool:
-    try:
-        return client.containers.get(name).status == "running"
-    except docker.errors.NotFound:
-        return False
-
-
 def _gateway_args(provider: ChatStandin) -> list[str]:
     return [
         "--llm-gateway",
@@ -174,12 +135,12 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
             name,
         )
         log = env.root / f"{name}.log"
-        assert wait_for(lambda: (_task_ident(run_root, "demo-hang") is not None) or proc.poll() is not None, 600), (
+        assert wait_for(lambda: (task_ident(run_root, "demo-hang") is not None) or proc.poll() is not None, 600), (
             log.read_text()[-3000:]
         )
         assert proc.poll() is None, log.read_text()[-3000:]
-        agent = f"agent-{_task_ident(run_root, 'demo-hang')}"
-        assert wait_for(lambda: _running(client, agent), 120)
+        agent = f"agent-{task_ident(run_root, 'demo-hang')}"
+        assert wait_for(lambda: running(client, agent), 120)
         # The other task finishes through the gateway while the hang task keeps its container up.
         assert wait_for(lambda: read_rows(run_root).get("demo-csv-totals", {}).get("status") == "passed", 300), (
             f"{read_rows(run_root)}\n{log.read_text()[-3000:]}"
@@ -203,7 +164,7 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
                 assert env.key not in config, f"the key is in {container.name}'s configuration"
                 if container.status != "running":
                     continue
-                found = _in_container(client, container.name, SCAN, env.key[:half], env.key[half:])
+                found = in_container(client, container.name, SCAN, env.key[:half], env.key[half:])
             except docker.errors.NotFound:
                 continue  # a finished task's container the runner removed meanwhile
             result = json.loads(found)
@@ -212,7 +173,7 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
         assert agent in scanned, scanned
 
         # From inside the agent container, with the token it holds: /models, a plain and a streamed completion.
-        basic = json.loads(_in_container(client, agent, CALLS, url, "basic"))
+        basic = json.loads(in_container(client, agent, CALLS, url, "basic"))
         assert basic["models"] == 200
         assert basic["plain"][0] == 200 and json.loads(basic["plain"][2])["choices"][0]["message"]["content"]
         status, kind, text = basic["stream"]
@@ -228,20 +189,20 @@ def test_tasks_through_the_gateway_key_in_no_container_and_a_crossing_fenced(dem
             mint_token(b"o" * 32, label, agent[6:]),
             own.rsplit(".", 1)[1],
         ):
-            refused = json.loads(_in_container(client, agent, CALLS, url, "one", token))
+            refused = json.loads(in_container(client, agent, CALLS, url, "one", token))
             assert refused["plain"][0] == 401, refused
         # Shaped by the agent: another model is refused; the csv task's token died with its container
         # (the runner's `rm agent-<id>` through the shim), though it is still a well-formed token of the run.
-        csv_ident = _task_ident(run_root, "demo-csv-totals")
+        csv_ident = task_ident(run_root, "demo-csv-totals")
         assert wait_for(lambda: (run_root / "custody" / "evidence" / f"{csv_ident}.agent_removed").exists(), 120)
-        dead = json.loads(_in_container(client, agent, CALLS, url, "one", mint_token(secret, label, csv_ident)))
+        dead = json.loads(in_container(client, agent, CALLS, url, "one", mint_token(secret, label, csv_ident)))
         assert dead["plain"][0] == 401 and "was removed" in dead["plain"][2], dead
         before = provider.total()
 
         # The crossing: the next request's provider cost takes the gateway's sum past the run's allowance.
         provider.cost_per_request = 25.0
         try:
-            cross = json.loads(_in_container(client, agent, CALLS, url, "cross"))
+            cross = json.loads(in_container(client, agent, CALLS, url, "cross"))
         except docker.errors.NotFound:
             cross = None  # the stop removed the container before the exec returned its output
         if cross is not None:
@@ -293,7 +254,7 @@ def test_launcher_sigkilled_the_gateway_port_refuses(demo, docker_host):
         proc = env.launch(
             env.run_args(name, ["demo-hang"], campaign="campaign-kill.json", extra=_gateway_args(provider)), name
         )
-        assert wait_for(lambda: _task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600)
+        assert wait_for(lambda: task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600)
         assert proc.poll() is None, (env.root / f"{name}.log").read_text()[-3000:]
         url = urlparse(read_json(run_root / "run_manifest.json")["llm_gateway"]["container_url"])
         socket.create_connection((url.hostname, url.port), timeout=5).close()  # it listens while the launcher lives

@@ -23,7 +23,8 @@ import signal
 
 import docker
 import pytest
-from test_llm_gateway import SCAN, _in_container, _running, _task_ident
+from provider_calls import SEED_CALLS, in_container, running, task_ident
+from test_llm_gateway import SCAN
 
 from cowork_adapter.custody.docker_ops import label_is_empty
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
@@ -33,31 +34,6 @@ from cowork_adapter.schemas.gateway import read_requests
 from cowork_adapter.vocab import ExitCode
 
 pytestmark = pytest.mark.docker
-
-# In the agent container: the seed's calls to OpenRouter, with the container's own settings (its
-# token in COWORK_PROVIDER_KEY, the CA variables the shim set); urllib's default context is
-# OpenSSL's, which reads SSL_CERT_FILE. Also what the name resolves to.
-SEED_CALLS = r"""
-import json, os, socket, urllib.request, urllib.error
-token = os.environ["COWORK_PROVIDER_KEY"]
-def call(path, body=None, auth=True):
-    headers = {"Content-Type": "application/json"}
-    if auth:
-        headers["Authorization"] = "Bearer " + token
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request("https://openrouter.ai/api/v1" + path, data=data, headers=headers,
-                                 method="GET" if body is None else "POST")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-chat = {"model": "demo/stub-model", "messages": [{"role": "user", "content": "from the agent container"}],
-        "max_tokens": 100}
-print(json.dumps({"resolved": socket.gethostbyname("openrouter.ai"), "ssl_cert_file": os.environ.get("SSL_CERT_FILE"),
-                  "chat": call("/chat/completions", chat), "models_no_token": call("/models", auth=False),
-                  "models": call("/models"), "key": call("/auth/key")}))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -101,18 +77,18 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
         args = env.run_args(name, ["demo-hang"], campaign="campaign-tls.json", extra=extra)
         assert "--key-in-agent" not in args
         proc = env.launch(args, name)
-        assert wait_for(lambda: _task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600), (
+        assert wait_for(lambda: task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600), (
             log.read_text()[-3000:]
         )
         assert proc.poll() is None, log.read_text()[-3000:]
-        agent = f"agent-{_task_ident(run_root, 'demo-hang')}"
-        assert wait_for(lambda: _running(client, agent), 120)
+        agent = f"agent-{task_ident(run_root, 'demo-hang')}"
+        assert wait_for(lambda: running(client, agent), 120)
         record = read_json(run_root / "run_manifest.json")["llm_gateway"]
         assert record["route"] == "provider_tls" and record["listen_address"] == f"{own_address}:443"
         assert (run_root / "private" / "provider-leaf.key").stat().st_mode & 0o777 == 0o600
 
         # The seed's calls, from inside the agent container: openrouter.ai is the run's gateway.
-        seen = json.loads(_in_container(client, agent, SEED_CALLS))
+        seen = json.loads(in_container(client, agent, SEED_CALLS))
         assert seen["resolved"] == own_address
         assert seen["ssl_cert_file"] == "/etc/cowork-adapter/provider-ca-bundle.pem"
         assert seen["chat"][0] == 200 and json.loads(seen["chat"][1])["usage"]["cost"] == 0.01, seen
@@ -142,7 +118,7 @@ def test_the_default_route_serves_openrouter_and_no_container_holds_the_key(demo
                 assert env.key not in json.dumps(container.attrs), f"the key is in docker inspect of {container.name}"
                 if container.status != "running":
                     continue
-                result = json.loads(_in_container(client, container.name, SCAN, env.key[:half], env.key[half:]))
+                result = json.loads(in_container(client, container.name, SCAN, env.key[:half], env.key[half:]))
             except docker.errors.NotFound:
                 continue
             assert result["scanned"] > 0 and result["hits"] == [], f"{container.name}: {result}"

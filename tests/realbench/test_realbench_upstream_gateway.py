@@ -21,8 +21,9 @@ import time
 
 import docker
 import pytest
+from provider_calls import in_container
 from realbench_env import RealRun, key_leaks, labelled_left, read_rows, real_testbed
-from test_llm_gateway import SCAN_PROCS, _in_container
+from test_llm_gateway import SCAN_PROCS
 
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
 from cowork_adapter.schemas.gateway import read_requests
@@ -82,7 +83,7 @@ def _scan_running(client, label: str, key: str, scanned: dict) -> None:
             config_hit = key in json.dumps(container.attrs.get("Config") or {})
             half = len(key) // 2
             paths = written_paths(container)
-            result = json.loads(_in_container(client, container.name, SCAN_WRITTEN, key[:half], key[half:], *paths))
+            result = json.loads(in_container(client, container.name, SCAN_WRITTEN, key[:half], key[half:], *paths))
         except docker.errors.NotFound:
             continue  # gone meanwhile (the runner removes a finished task's containers)
         except docker.errors.APIError:

@@ -6,9 +6,10 @@ rootless dockerd inside RootlessKit, real PostgreSQL, the demo benchmark, the st
 stand-in. On a cgroup v1 host (this project's machines) that daemon enforces no limit: the run is refused
 without --accept-unenforced-limits, and with it the manifest records what was not enforced.
 
-The key's route: the scenarios take the demo's own route (--key-in-agent); one task runs on the default
+The key's route: the scenarios take the demo's own route (--key-in-agent); one run is on the default
 route (the key on the host, the gateway's socket bound in RootlessKit's network namespace by
-gateway/nsbind.py), and no container of it holds the key.
+gateway/nsbind.py): a real model call from inside its agent container reaches the stand-in provider with
+the key, and no container of it holds the key.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from provider_calls import SEED_CALLS, addresses, in_container, running, task_ident  # tests/provider_calls.py
 
 from cowork_adapter.container.safefile import REGULAR, open_nofollow
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, run_label
@@ -195,47 +197,93 @@ class CreatedWatch:
 
 def test_a_task_on_the_default_route_ends_with_the_key_in_no_container(world: DemoEnv, facts: DaemonFacts) -> None:
     # No route flag: the default route, its socket bound inside RootlessKit's namespace; its upstream is a
-    # chat stand-in on loopback (a test bed cannot reach OpenRouter).
+    # chat stand-in on loopback (a test bed cannot reach OpenRouter). Two tasks in the one run: demo-hang
+    # keeps its agent container up for the seed's calls to OpenRouter from inside it (the stub engine makes
+    # none on this route), demo-csv-totals runs to an official pass; then `stop` ends the run.
     name = "default-route"
     run_root = world.run_root(name)
+    log_path = world.root / f"{name}.log"
     provider = ChatStandin(host="127.0.0.1", cost_per_request=0.01).start()
-    extra = ["--provider-upstream-url", f"http://127.0.0.1:{provider.port}/api/v1"]
-    args = world.run_args(name, ["demo-csv-totals"], campaign="campaign-route.json", extra=extra, concurrency=1)
+    extra = ["--provider-upstream-url", f"http://127.0.0.1:{provider.port}/api/v1", "--task-timeout", "900"]
+    args = world.run_args(name, ["demo-hang", "demo-csv-totals"], campaign="campaign-route.json", extra=extra)
     assert "--key-in-agent" not in args and "--llm-gateway-host" not in args
     watch = CreatedWatch(world.docker_host, world.key)
+    client = docker_client(world.docker_host)
+    proc = world.launch(args, name, accepted(facts))
     try:
-        code = world.launch(args, name, accepted(facts)).wait(timeout=900)
+        assert wait_for(lambda: task_ident(run_root, "demo-hang") is not None or proc.poll() is not None, 600), (
+            log_path.read_text()[-3000:]
+        )
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        ident = task_ident(run_root, "demo-hang")
+        agent = f"agent-{ident}"
+        assert wait_for(lambda: running(client, agent), 120), log_path.read_text()[-3000:]
+        record = manifest(run_root)["llm_gateway"]
+        assert record["route"] == "provider_tls" and record["listen_address"].endswith(":443"), record
+        gateway_address = record["listen_address"].rsplit(":", 1)[0]
+
+        # The seed's calls, from inside the agent container with its own token and CA variables:
+        # openrouter.ai is this run's gateway, the run's CA verifies it, the stand-in answers with its cost.
+        seen = json.loads(in_container(client, agent, SEED_CALLS))
+        own = addresses(client, agent)
+        assert seen["resolved"] == gateway_address, (seen, record)
+        assert seen["ssl_cert_file"] == "/etc/cowork-adapter/provider-ca-bundle.pem", seen
+        assert seen["chat"][0] == 200 and json.loads(seen["chat"][1])["usage"]["cost"] == 0.01, seen
+        assert seen["models_no_token"][0] == 401 and seen["models"][0] == 200 and seen["key"][0] == 200, seen
+
+        assert wait_for(lambda: "demo-csv-totals" in read_rows(run_root) or proc.poll() is not None, 900), (
+            log_path.read_text()[-3000:]
+        )
+        stopped = subprocess.run(
+            [sys.executable, "-m", "cowork_adapter", "stop", str(run_root), "--timeout", "120"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert proc.wait(timeout=300) == ExitCode.STOPPED, log_path.read_text()[-3000:]
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
         watch.stop()
         provider.stop()
-    log = (world.root / f"{name}.log").read_text()
-    assert code == ExitCode.OK, log[-3000:]
+        client.close()
+    log = log_path.read_text()
     assert "RootlessKit's network namespace" not in log and "the agent under test can read it" not in log
 
     record = manifest(run_root)["llm_gateway"]
-    assert record["route"] == "provider_tls" and record["listen_address"].endswith(":443"), record
     assert NAMESPACE_DISCLOSURE in record["disclosures"], record["disclosures"]
-    # Every model call was answered: the gateway's rows all forwarded with 200, and the stand-in received
-    # exactly those and the gateway's own price look-up when it opened, all with the key.
-    # (The stub engine calls a model only on --llm-gateway's face, so this task's rows may be none; the calls
-    # of an agent container on this route are tests/integration/test_provider_tls_run.py's.)
+    # The gateway's rows: the container's three calls with its token, forwarded and answered 200, that task's
+    # and from the container's own address; the token-less one refused there and never forwarded.
     rows = read_requests(run_root)
-    assert [(r.status, r.refused) for r in rows] == [(200, None)] * len(rows), rows
-    assert record["requests"] == len(rows) and record["unlogged_refusals"] == 0, record
+    answered = [(r.task, r.status, r.peer in own) for r in rows if r.refused is None]
+    assert answered == [(ident, 200, True)] * 3, (rows, own)
+    assert [r.status for r in rows if r.refused is not None] == [401], rows
+    assert record["requests"] == sum(r.count for r in rows) and record["unlogged_refusals"] == 0, record
+    # The stand-in received exactly the gateway's price look-up when it opened and those three, all with the key.
     upstream = provider.all_requests()
-    assert len(upstream) == 1 + len(rows) and upstream[0]["path"] == "/api/v1/models", upstream
+    assert [(r["method"], r["path"]) for r in upstream] == [
+        ("GET", "/api/v1/models"),
+        ("POST", "/api/v1/chat/completions"),
+        ("GET", "/api/v1/models"),
+        ("GET", "/api/v1/auth/key"),
+    ], upstream
     with_key = hashlib.sha256(f"Bearer {world.key}".encode()).hexdigest()
-    assert {r["auth_sha256"] for r in upstream} == {with_key}
+    assert [r["auth_sha256"] for r in upstream] == [with_key] * 4
 
-    row = read_rows(run_root)["demo-csv-totals"]
+    assert manifest(run_root)["stop_reason"] == "signal_15"
+    rows_by_task = read_rows(run_root)
+    row = rows_by_task["demo-csv-totals"]
     assert row["status"] == "passed" and row["official_eval_status"] == "completed", row
     assert row["official_receipt"]["pass"] is True, row
+    assert "demo-hang" in rows_by_task
 
     # The key is in no container of the run: its configuration and the files bound into it, as made.
     label = run_label(run_root)
     ours = {n: leaks for n, (owner, leaks) in watch.seen.items() if owner == label}
     assert not watch.errors, watch.errors
-    assert any(n.startswith("agent-") for n in ours), (sorted(watch.seen), watch.gone)
+    assert agent in ours, (sorted(watch.seen), watch.gone)
     assert {n: leaks for n, leaks in ours.items() if leaks} == {}
     failed = [f"{c.name}: {c.detail}" for c in custody_checks(world, run_root) if not c.ok]
     assert not failed, failed
