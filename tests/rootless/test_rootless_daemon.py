@@ -44,7 +44,7 @@ from cowork_adapter.gateway.run import NAMESPACE_DISCLOSURE
 from cowork_adapter.host.daemon import docker_client
 from cowork_adapter.host.daemon_kind import DaemonFacts, daemon_facts
 from cowork_adapter.schemas.gateway import read_requests
-from cowork_adapter.vocab import DaemonKind, ExitCode
+from cowork_adapter.vocab import DaemonKind, ExitCode, TaskStatus
 
 ACCEPT_ENV = "COWORK_ACCEPT_UNENFORCED_LIMITS"
 
@@ -136,6 +136,11 @@ def test_a_run_stopped_by_stop_leaves_nothing_and_its_containers_had_their_limit
     assert set(read_rows(run_root)) == {"demo-hang", "demo-csv-totals"}
     failed = [f"{c.name}: {c.detail}" for c in custody_checks(world, run_root) if not c.ok]
     assert not failed, failed
+
+
+def settled(run_root: Path, task: str) -> bool:
+    row = read_rows(run_root).get(task, {})
+    return not row.get("provisional") and row.get("status") in {s.value for s in TaskStatus if s.settled}
 
 
 class CreatedWatch:
@@ -231,7 +236,8 @@ def test_a_task_on_the_default_route_ends_with_the_key_in_no_container(world: De
         assert seen["chat"][0] == 200 and json.loads(seen["chat"][1])["usage"]["cost"] == 0.01, seen
         assert seen["models_no_token"][0] == 401 and seen["models"][0] == 200 and seen["key"][0] == 200, seen
 
-        assert wait_for(lambda: "demo-csv-totals" in read_rows(run_root) or proc.poll() is not None, 900), (
+        # The live index lists every selected task from the start: wait for demo-csv-totals' settled row.
+        assert wait_for(lambda: settled(run_root, "demo-csv-totals") or proc.poll() is not None, 900), (
             log_path.read_text()[-3000:]
         )
         stopped = subprocess.run(
