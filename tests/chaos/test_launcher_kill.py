@@ -121,8 +121,12 @@ def test_a_killed_launcher_spends_nothing_more(demo, docker_host, moment, how):
         assert paths["stop"].read_text().strip() in ("launcher_died",)
 
         def contained() -> bool:
+            # The runner's group as processes.json names it, else as the runner_started event does (a kill
+            # right after the start can land before processes.json names it). Without one, the watchdog's
+            # key deletion alone would pass for containment while the runner is still in its SIGTERM grace.
             procs = read_processes(run_root)
-            pgid = procs.runner_pgid if procs else None
+            started = [int(e["pid"]) for e in events_of(run_root) if e.get("kind") == "runner_started"]
+            pgid = procs.runner_pgid if procs and procs.runner_pgid else (started[0] if started else None)
             return (
                 not paths["agent_env"].exists()
                 and not containers_of(docker_host, label)
