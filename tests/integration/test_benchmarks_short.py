@@ -57,7 +57,7 @@ BENCHES = (
         r"both engines:\s+" + NUMS + " tasks/min",
     ),
     Bench("bench_launcher_kill.py", ("--kills", "1"), r"ratio max\(gone\) / bound: " + NUMS),
-    Bench("bench_shared_run.py", ("--rounds", "1"), r"two hosts / one host \(medians\): " + NUMS + "x"),
+    Bench("bench_shared_run.py", ("--rounds", "1", "--tasks", "2"), r"two hosts / one host \(medians\): " + NUMS + "x"),
     Bench("bench_pin_check.py", ("--bench", "{bench}", "--repeat", "1"), r"A/B median of pairwise ratios\s+" + NUMS),
     Bench(
         "bench_multihost.py",
