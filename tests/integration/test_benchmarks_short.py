@@ -45,6 +45,7 @@ class Bench:
 # Longest first (measured on this loaded machine, see docs/benchmarks.md), so xdist's worker ends on the quick
 # ones. `{bench}` is a fresh demo bench checkout made by the test.
 BENCHES = (
+    Bench("bench_shared_run.py", ("--rounds", "1", "--tasks", "2"), r"two hosts / one host \(medians\): " + NUMS + "x"),
     Bench("bench_overhead.py", ("--pairs", "1", "--task", "demo-csv-totals"), r"runner ratio adapter / bare\s+" + NUMS),
     Bench(
         "bench_stop_latency.py",
@@ -57,7 +58,6 @@ BENCHES = (
         r"both engines:\s+" + NUMS + " tasks/min",
     ),
     Bench("bench_launcher_kill.py", ("--kills", "1"), r"ratio max\(gone\) / bound: " + NUMS),
-    Bench("bench_shared_run.py", ("--rounds", "1", "--tasks", "2"), r"two hosts / one host \(medians\): " + NUMS + "x"),
     Bench("bench_pin_check.py", ("--bench", "{bench}", "--repeat", "1"), r"A/B median of pairwise ratios\s+" + NUMS),
     Bench(
         "bench_multihost.py",
