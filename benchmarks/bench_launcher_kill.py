@@ -59,7 +59,6 @@ def first_refusal_after(run_root: Path, since: float) -> float | None:
 def one_kill(env, index: int, how: str) -> dict:
     name = f"bench-kill-{index}"
     run_root = env.run_root(name)
-    label = run_label(run_root)
     paths = custody_paths(run_root)
     args = env.run_args(name, TASKS, campaign=f"campaign-{name}.json", extra=["--task-timeout", "90"])
     with open(env.root / f"{name}.log", "ab") as log:
@@ -77,6 +76,8 @@ def one_kill(env, index: int, how: str) -> dict:
     ):
         launcher.kill()
         raise SystemExit(f"run {name} ended before an agent started (see {env.root / name}.log)")
+    # The label holds a per-run nonce the launcher writes to the manifest: read it once an agent runs.
+    label = run_label(run_root)
     time.sleep(2)
     killed = time.time()
     t0 = time.monotonic()
