@@ -281,7 +281,9 @@ def test_view_rule_trigger_function_operator_cast_are_named(phases: Phases, pg: 
 
 
 def test_copy_to_program_process_and_sessions_end_before_the_eval(phases: Phases, pg: TaskPg) -> None:
-    pg.sql("COPY (SELECT 1) TO PROGRAM 'nohup sh -c \"while true; do sleep 1; done\" >/dev/null 2>&1 &'")
+    pg.sql(
+        "COPY (SELECT 1) TO PROGRAM 'cat >/dev/null; nohup sh -c \"while true; do sleep 1; done\" >/dev/null 2>&1 &'"
+    )
     held = pg.session()
     held.cursor().execute("SELECT 1")
     diff, evaluated = phases.eval()

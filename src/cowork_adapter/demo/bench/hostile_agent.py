@@ -466,7 +466,9 @@ PG_CODE = (
     EXECUTE format('CREATE VIEW %I.%I AS SELECT * FROM %I.%I', last.s, last.t, last.s, last.t || '_hostile_real');
   END IF;
 END $$""",
-    "COPY (SELECT 1) TO PROGRAM 'nohup sh -c \"while true; do sleep 1; done\" >/dev/null 2>&1 &'",
+    # The program drains its input before it backgrounds the loop: a shell that exits before the server
+    # has written its row makes COPY fail with a broken pipe (seen once at load 10), and no process is left.
+    "COPY (SELECT 1) TO PROGRAM 'cat >/dev/null; nohup sh -c \"while true; do sleep 1; done\" >/dev/null 2>&1 &'",
 )
 # The demo CRM task's answer (groundtruth expected_crm.json), written by SQL alone, no tool call.
 SQL_ALONE = (
