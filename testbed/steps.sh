@@ -10,8 +10,18 @@
 #   docker_build_logged WHAT LOG DOCKER-BUILD-ARGS...
 #       `docker build --pull=false ARGS` through step_run: a line per Docker step, LOG truncated first. The lines come from cowork_adapter.image.steplines, standard library only, run by the
 #       host's python3 from this checkout's src/ (no venv needed).
+#   detach LOG CMD...
+#       starts CMD in a session of its own, in the background, from /, with stdin, stdout and stderr on
+#       LOG (truncated). No process the caller waits on keeps its stdout: a daemon started by `up` must
+#       never hold the pipe of `eval "$(bash testbed/testbed.sh up)"` (the rootless start once did, and
+#       the substitution waited until CI's time ran out).
 
 STEPS_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../src" && pwd)
+
+detach() {
+  local logfile=$1; shift
+  (cd / && exec setsid "$@") >"$logfile" 2>&1 </dev/null &
+}
 
 tb_log() {
   local tag=$1; shift

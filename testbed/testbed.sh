@@ -93,8 +93,8 @@ cmd_start_daemon() {
   rm -f "$PIDFILE" "$SOCK"
   log "starting private dockerd"
   # setsid: the daemon must outlive the shell that started it, and never share its signals.
-  setsid dockerd --data-root "$TB_DIR/data" --exec-root "$TB_DIR/exec" -H "unix://$SOCK" \
-    --pidfile "$PIDFILE" >"$TB_DIR/dockerd.log" 2>&1 < /dev/null &
+  detach "$TB_DIR/dockerd.log" dockerd --data-root "$TB_DIR/data" --exec-root "$TB_DIR/exec" -H "unix://$SOCK" \
+    --pidfile "$PIDFILE"
   for _ in $(seq 1 60); do daemon_alive && { log "daemon up"; return; }; sleep 1; done
   log "dockerd did not answer within 60 s; last log lines:"; tail -n 20 "$TB_DIR/dockerd.log" >&2; exit 1
 }
@@ -183,10 +183,9 @@ rl_start() {
   # slirp4netns for the network), then execs dockerd there, so the pid file names dockerd itself (the
   # process `nsenter -t` enters) and stopping it by that pid ends RootlessKit too. A clean environment:
   # nothing of the caller's (root's DOCKER_HOST, a key) reaches the daemon.
-  (cd / && setsid runuser -u "$RL_USER" -- env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  detach "$RL_DIR/dockerd.log" runuser -u "$RL_USER" -- env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME="$(rl_home)" USER="$RL_USER" XDG_RUNTIME_DIR="$RL_RUN" \
-    "$script" --data-root "$RL_DIR/data" --exec-root "$RL_DIR/exec" -H "$RL_HOST" --pidfile "$RL_PIDFILE" \
-    >"$RL_DIR/dockerd.log" 2>&1 </dev/null &)
+    "$script" --data-root "$RL_DIR/data" --exec-root "$RL_DIR/exec" -H "$RL_HOST" --pidfile "$RL_PIDFILE"
   for _ in $(seq 1 60); do rl_alive && { rl_log "rootless daemon up"; return; }; sleep 1; done
   rl_log "the rootless dockerd did not answer within 60 s; last log lines:"; tail -n 20 "$RL_DIR/dockerd.log" >&2; exit 1
 }

@@ -135,3 +135,33 @@ def test_up_prints_only_export_lines(docker_host):
         f"export COWORK_ROOTLESS_USER={user}",
     ]
     assert done.stderr and all(LINE.match(line) for line in done.stderr.splitlines())
+
+
+def test_a_detached_daemon_never_holds_the_callers_stdout(tmp_path):
+    """`eval "$(bash testbed/testbed.sh up)"` reads up's stdout to its end: a daemon started there
+    (`detach`, as both dockerd starts are) must not keep that pipe open. The stand-in daemon is a
+    `sleep` that outlives the caller; the substitution must end while it still lives."""
+    log, pidfile = tmp_path / "daemon.log", tmp_path / "daemon.pid"
+    daemon = f'echo $$ >"{pidfile}"; echo daemon-says; exec sleep 300'
+    script = f"echo before; detach \"{log}\" bash -c '{daemon}'; echo after"
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", f'. "{STEPS}"\nout=$({script}); printf "%s" "$out"'],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard: the pipe held would wait the sleep's 300 s
+    )
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "before\nafter", proc.stdout
+        deadline = time.monotonic() + 60  # a hang guard: the daemon writes its pid as it starts
+        while not (pidfile.is_file() and pidfile.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        os.kill(pid, 0)  # the daemon outlived the substitution that started it
+        assert os.getsid(pid) == pid, "the daemon is not in a session of its own"
+        while log.read_text() != "daemon-says\n" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log.read_text() == "daemon-says\n"
+    finally:
+        if pidfile.is_file():
+            os.kill(int(pidfile.read_text()), 15)
