@@ -29,6 +29,7 @@ from ..vocab import ExitCode, TaskStatus
 from . import svg
 from .build import _task_meta, methodology_location, row_cost, row_duration
 from .merge import RunRecord, own_attempts
+from .numbers import pct
 from .render import CSS, _html_table, _md_table  # one table dialect for report and compare
 from .trials import group_outcomes, load_group
 
@@ -237,10 +238,6 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f} %"
-
-
 def _pp(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f} pp"
 
@@ -258,7 +255,7 @@ def headline(c: dict[str, Any]) -> str:
     lo, hi = o["interval95"]
     return (
         f"A − B = {_pp(o['difference'])} (paired 95 % interval {_pp(lo)} to {_pp(hi)}) over {o['tasks']} tasks: "
-        f"A {_pct(o['a_rate'])}, B {_pct(o['b_rate'])}"
+        f"A {pct(o['a_rate'])}, B {pct(o['b_rate'])}"
     )
 
 
@@ -276,8 +273,8 @@ def _group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
             str(g["only_a"]),
             str(g["only_b"]),
             str(g["neither"]),
-            _pct(g["a_rate"]),
-            _pct(g["b_rate"]),
+            pct(g["a_rate"]),
+            pct(g["b_rate"]),
             _pp(g["difference"]),
             f"{_pp(g['interval95'][0])} to {_pp(g['interval95'][1])}",
             f"{g['p_value']:.3g}",

@@ -7,11 +7,8 @@ from typing import Any
 
 from . import svg
 from .build import count
+from .numbers import pct
 from .trials import trials_headline, trials_html, trials_markdown
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f} %"
 
 
 def _usd(x: float | None) -> str:
@@ -35,8 +32,8 @@ def headline(r: dict[str, Any]) -> str:
         return trials_headline(r["trials"])  # the trial set's figure; trial 1's own is in its table
     lo, hi = r["wilson95"]
     return (
-        f"pass@1 = {r['passed']}/{r['denominator']} = {_pct(r['pass_at_1'])} "
-        f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})"
+        f"pass@1 = {r['passed']}/{r['denominator']} = {pct(r['pass_at_1'])} "
+        f"(Wilson 95 % interval {pct(lo)} – {pct(hi)})"
     )
 
 
@@ -62,8 +59,8 @@ def valid_line(r: dict[str, Any]) -> str | None:
         return None
     lo, hi = v["valid_wilson95"]
     return (
-        f"pass@1 over valid tasks = {v['valid_passed']}/{v['valid_denominator']} = {_pct(v['valid_pass_at_1'])} "
-        f"(Wilson 95 % interval {_pct(lo)} – {_pct(hi)})"
+        f"pass@1 over valid tasks = {v['valid_passed']}/{v['valid_denominator']} = {pct(v['valid_pass_at_1'])} "
+        f"(Wilson 95 % interval {pct(lo)} – {pct(hi)})"
     )
 
 
@@ -99,9 +96,7 @@ def _summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _group_table(groups: list[dict[str, Any]]) -> list[list[str]]:
-    return [
-        [g["name"], str(g["tasks"]), str(g["passed"]), _pct(g["pass_rate"]), str(g["infra_failed"])] for g in groups
-    ]
+    return [[g["name"], str(g["tasks"]), str(g["passed"]), pct(g["pass_rate"]), str(g["infra_failed"])] for g in groups]
 
 
 GROUP_HEAD = ["name", "tasks", "passed", "pass rate", "infra"]
@@ -113,7 +108,7 @@ def _ref_table(r: dict[str, Any]) -> list[list[str]]:
         [
             x["model"],
             x["context_window"],
-            f"{x['passed']}/{x['denominator']} = {_pct(x['pass_at_1'])}",
+            f"{x['passed']}/{x['denominator']} = {pct(x['pass_at_1'])}",
             x["method"],
             x["note"],
         ]

@@ -14,6 +14,7 @@ from ..vocab import TaskStatus
 from . import svg
 from .build import FULL_DATASET, build_report, row_cost, row_duration
 from .merge import RunRecord, denominator, load_runs, merge_rows, own_attempts
+from .numbers import pct
 from .stats import project_full_run
 
 STAGE = "report"
@@ -173,21 +174,17 @@ def trials_disclosure(section: dict[str, Any], described: str) -> str:
     return text + "."
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f} %"
-
-
 def trials_headline(section: dict[str, Any]) -> str:
     lo, hi = section["interval95"]
     return (
-        f"pass@1 over {section['k']} trials = {_pct(section['pass_at_1'])} (95 % interval {_pct(lo)} – {_pct(hi)}, "
+        f"pass@1 over {section['k']} trials = {pct(section['pass_at_1'])} (95 % interval {pct(lo)} – {pct(hi)}, "
         f"{section['tasks']} tasks)"
     )
 
 
 def _k_rows(section: dict[str, Any]) -> list[list[str]]:
     return [
-        [str(k + 1), _pct(hat), _pct(at)]
+        [str(k + 1), pct(hat), pct(at)]
         for k, (hat, at) in enumerate(zip(section["pass_hat_k"], section["pass_at_k"], strict=True))
     ]
 
@@ -196,7 +193,7 @@ def _trial_rows(section: dict[str, Any]) -> list[list[str]]:
     return [
         [
             t["name"],
-            _pct(t["pass_at_1"]),
+            pct(t["pass_at_1"]),
             str(t["passed"]),
             str(t["infra_failed"]),
             str(t["not_attempted"]),
@@ -208,7 +205,7 @@ def _trial_rows(section: dict[str, Any]) -> list[list[str]]:
 
 def _changed_rows(section: dict[str, Any]) -> list[list[str]]:
     return [
-        [t["instance_id"], " ".join(t["statuses"]), _pct(t["pass_rate"])] for t in section["per_task"] if t["changed"]
+        [t["instance_id"], " ".join(t["statuses"]), pct(t["pass_rate"])] for t in section["per_task"] if t["changed"]
     ]
 
 
