@@ -2,13 +2,13 @@
 
 One paid run (`cowork-adapter run --build-image`, the real benchmark checkout as --bench-root, the
 real Ouroboros seed as --repo-dir, the test bed's cowork-pack:d943e75 as --base-image) on the first
-8 tasks of the test bed's task list at concurrency 2, against the local meter and chat stand-ins.
+5 tasks of the test bed's task list at concurrency 2, against the local meter and chat stand-ins.
 It is stopped with SIGTERM once some tasks are settled and another agent runs, then continued with
 `--resume-from`. A thread follows the daemon's create events throughout, so every container and
 network of both invocations is inspected while it lives. The assertions come from those events and
 from the files the runs leave: label and limits on every container, a bystander untouched, nothing
 labelled left, a receipt for every evaluated task, the key in no file, the report equal to the
-ledger, and no settled task run twice.
+ledger, no settled task run twice, and the resumed run's usage records exactly its chat requests.
 
 Needs the real-benchmark test bed (`bash testbed/realbench.sh up`); under CI=true its absence fails.
 """
@@ -42,10 +42,11 @@ from realbench_env import (
 
 from cowork_adapter.custody.labels import RUN_LABEL_KEY, path_label, run_label
 from cowork_adapter.demo.env import bystanders_alive, make_bystanders, remove_bystanders, wait_for
+from cowork_adapter.schemas.audit import LAUNCHER_AUDIT_NAME
 from cowork_adapter.vocab import ExitCode
 
 SETTLED = {"passed", "failed", "agent_failed"}
-STOP_AFTER_SETTLED = 3  # SIGTERM once this many tasks have a summary row and another agent runs
+STOP_AFTER_SETTLED = 2  # SIGTERM once this many tasks have a summary row and another agent runs
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,7 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["first_rows"] = read_rows(first)
         labels["first"] = run_label(first)
 
+        served_before = len(real.chat.chat_requests())  # the first run's requests, all answered: it has ended
         resumed_at = time.monotonic()
         proc = real.launch(real.args("resumed", tasks, extra=["--resume-from", str(first)]), "resumed")
         out["resumed_exit"] = proc.wait(timeout=3600)
@@ -102,6 +104,7 @@ def stopped_and_resumed(bed, docker_host, tmp_path_factory):
         out["resumed_started_ids"] = started_ids(second)
         out["resumed_pid"] = runner_pid(second)
         out["resumed_rows"] = read_rows(second)
+        out["resumed_requests"] = real.chat.chat_requests()[served_before:]
         labels["resumed"] = run_label(second)
         time.sleep(1)  # the watcher drains the last events
         out["left"] = {name: labelled_left(docker_host, label) for name, label in labels.items()}
@@ -194,6 +197,27 @@ def test_the_resumed_run_finished_every_task_and_repeated_no_settled_one(stopped
     assert out["resumed_exit"] == ExitCode.OK, logs(out)
     # The real server called the model for every task it ran (the chat stand-in answered).
     assert sum(out["chat_counts"].values()) >= len(out["tasks"]), out["chat_counts"]
+
+
+def test_the_resumed_runs_usage_records_are_exactly_its_chat_requests(stopped_and_resumed):
+    """Issue 16 (f): over the tasks the resumed run ran, the usage in their ledger rows and in the
+    run's audit equals the chat stand-in's requests during that run (count, prompt and completion
+    tokens). The first run had ended, its requests all answered, before the resumed run began."""
+    out = stopped_and_resumed
+    second = out["roots"]["resumed"]
+    requests = out["resumed_requests"]
+    served = (len(requests), sum(r["prompt_tokens"] for r in requests), sum(r["completion_tokens"] for r in requests))
+    ran = {t: r for t, r in out["resumed_rows"].items() if r.get("attempt_run_root") == str(second)}
+    assert ran and requests, (sorted(ran), len(requests), logs(out))
+    usages = [r.get("usage") or {} for r in ran.values()]
+    rows = tuple(sum(u.get(k) or 0 for u in usages) for k in ("records", "prompt_tokens", "completion_tokens"))
+    assert rows == served, f"ledger usage {rows} != chat requests {served}: {usages}"
+    audits = sorted(second.rglob(LAUNCHER_AUDIT_NAME))
+    assert audits, f"no {LAUNCHER_AUDIT_NAME} in {second}"
+    activity = [t["activity"] for t in json.loads(audits[-1].read_text())["tasks"] if t["instance_id"] in ran]
+    assert len(activity) == len(ran), (len(activity), sorted(ran))
+    audited = tuple(sum(a[k] for a in activity) for k in ("usage_records", "prompt_tokens", "completion_tokens"))
+    assert audited == served, f"audit usage {audited} != chat requests {served}"
 
 
 def test_every_container_carried_its_runs_exact_label_and_the_limits_while_alive(stopped_and_resumed):

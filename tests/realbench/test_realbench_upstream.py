@@ -1,6 +1,6 @@
 """The benchmark's OWN engines, unchanged, under the adapter on the real pinned Cowork Bench.
 
-The first 2 of the Ouroboros suite's 8 tasks (test_realbench_ouroboros.py; fewer, to keep CI near an
+The first 2 of the Ouroboros suite's 5 tasks (test_realbench_ouroboros.py; fewer, to keep CI near an
 hour on two cores: a real task takes minutes even with a stand-in model), at concurrency 2, through
 `--engine upstream:main.py` (CAMEL) and `--engine upstream:main_strands.py` (Strands), against the
 chat and meter stand-ins. Each engine must be handed the stand-in's base URL and model in the
