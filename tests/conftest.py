@@ -42,13 +42,31 @@ def docker_host() -> str:
     pytest.skip(message)
 
 
-# The longest test files (each tens of minutes on a loaded 2-core machine, from .ci/run's
-# --durations), started first: under `--dist loadfile` a long file handed out last would run alone
-# at the end while the other workers sit idle. Order only; every file still runs whole, in one worker.
+# The longest test files, longest first (from .ci/run's --durations in two CI rehearsals of 2026-12-05,
+# each file's slowest tests summed; the first two take 15 to 20 minutes each on a loaded 2-core machine,
+# the others 2 to 5): under `--dist loadfile` a long file handed out last runs alone at the end while the
+# other workers sit idle (in a rehearsal with only the first three listed, the suite's last 8 minutes were
+# two shared-campaign files and the real Ouroboros ones). Order only; every file still runs whole, in one
+# worker.
 LONGEST_FIRST = (
-    "tests/chaos/test_kill_matrix.py",
     "tests/integration/test_demo_scenarios.py",
+    "tests/chaos/test_kill_matrix.py",
     "tests/integration/test_inventory.py",
+    "tests/integration/test_daemon_restart.py",
+    "tests/integration/test_benchmarks_short.py",
+    "tests/integration/test_shared_campaign_faults.py",
+    "tests/integration/test_shared_campaign_run.py",
+    "tests/integration/test_real_ouroboros_gateway.py",
+    "tests/integration/test_real_ouroboros.py",
+    "tests/integration/test_qualify_demo.py",
+    "tests/integration/test_demo_progress_tmux.py",
+    "tests/integration/test_demo_bench_bare.py",
+    "tests/unit/test_path_fuzz.py",
+    "tests/integration/test_demo_hostile.py",
+    "tests/integration/test_base_image_rebuild.py",
+    "tests/integration/test_shared_campaign_release.py",
+    "tests/integration/test_diagnostic_demo.py",
+    "tests/integration/test_inspect_view_trials.py",
 )
 
 
